@@ -1,0 +1,184 @@
+"""Validation shared by every operator.
+
+Each ONNX constraint becomes one sentence of the form
+``"<operator>: <input or attribute> <constraint>; got <what was given>"`` raised as
+ValueError (a bad value or shape) or TypeError (a bad type). Nothing downstream of this
+module re-checks its inputs, so the kernels can assume well-formed arrays.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
+DEQUANTIZABLE = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.int32))
+
+
+def _kind(value: Any) -> str:
+    """How a value is described in an error message."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return f"dtype {value.dtype}"
+    return f"a Python {type(value).__name__}"
+
+
+def _dtype_names(dtypes: tuple[np.dtype, ...]) -> str:
+    names = [str(d) for d in dtypes]
+    return " or ".join(names) if len(names) <= 2 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def integer_tensor(op: str, name: str, value: Any, allowed: tuple[np.dtype, ...] = EIGHT_BIT) -> np.ndarray:
+    """A quantized tensor input (x, w, a, b): a NumPy array of one of the allowed dtypes."""
+    if not isinstance(value, (np.ndarray, np.generic)):
+        raise TypeError(f"{op}: {name} must be a NumPy array of dtype {_dtype_names(allowed)}; got {_kind(value)}")
+    arr = np.asarray(value)
+    if arr.dtype not in allowed:
+        raise TypeError(f"{op}: {name} must have dtype {_dtype_names(allowed)}; got dtype {arr.dtype}")
+    return arr
+
+
+def scale(op: str, name: str, value: Any) -> np.ndarray:
+    """A scale input: any floating-point value, returned as float32 (ONNX's tensor(float)).
+
+    Wider or narrower floats are rounded to float32 first, because every formula in the
+    contract is float32 arithmetic.
+    """
+    if isinstance(value, float):
+        arr = np.asarray(value)
+    elif isinstance(value, (np.ndarray, np.generic)):
+        arr = np.asarray(value)
+        if not np.issubdtype(arr.dtype, np.floating):
+            raise TypeError(f"{op}: {name} must be floating point (float32); got dtype {arr.dtype}")
+    else:
+        raise TypeError(f"{op}: {name} must be a float or a floating-point NumPy array; got {_kind(value)}")
+    arr = arr.astype(np.float32)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{op}: {name} must be finite; got {arr.ravel()[~np.isfinite(arr.ravel())][0]}")
+    return arr
+
+
+def nonzero_scale(op: str, name: str, value: Any) -> np.ndarray:
+    """A scale the formula divides by (y_scale): finite and not zero."""
+    arr = scale(op, name, value)
+    if np.any(arr == 0):
+        raise ValueError(f"{op}: {name} must not be zero (the output is divided by it); got {arr.ravel()[0]}")
+    return arr
+
+
+def zero_point(op: str, name: str, value: Any, tensor_name: str, tensor_dtype: np.dtype) -> np.ndarray:
+    """A zero point that must have its tensor's dtype; a plain Python int takes that dtype."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.generic)):
+        info = np.iinfo(tensor_dtype)
+        if not info.min <= value <= info.max:
+            raise ValueError(
+                f"{op}: {name} must fit {tensor_name}'s dtype {tensor_dtype} "
+                f"[{info.min}, {info.max}]; got {value}"
+            )
+        return np.asarray(value, dtype=tensor_dtype)
+    if not isinstance(value, (np.ndarray, np.generic)):
+        raise TypeError(f"{op}: {name} must be a NumPy array or a Python int; got {_kind(value)}")
+    arr = np.asarray(value)
+    if arr.dtype != tensor_dtype:
+        raise TypeError(
+            f"{op}: {name} must have the dtype of {tensor_name} ({tensor_dtype}); got dtype {arr.dtype}"
+        )
+    return arr
+
+
+def output_zero_point(op: str, name: str, value: Any) -> np.ndarray:
+    """y_zero_point: its dtype (uint8 or int8) decides the output type, so it must carry one."""
+    if isinstance(value, (numbers.Integral, float)) and not isinstance(value, np.generic):
+        raise TypeError(
+            f"{op}: {name} decides the output dtype, so it must be a NumPy value such as "
+            f"np.uint8({value}) or np.int8({value}); got {_kind(value)}"
+        )
+    return integer_tensor(op, name, value)
+
+
+def same_shape(op: str, scale_name: str, scale_arr: np.ndarray, zp_name: str, zp_arr: np.ndarray) -> None:
+    """ONNX: a scale and its zero point have the same shape (one element each counts as equal)."""
+    if scale_arr.size == 1 and zp_arr.size == 1:
+        return
+    if scale_arr.shape != zp_arr.shape:
+        raise ValueError(
+            f"{op}: {scale_name} and {zp_name} must have the same shape; "
+            f"got {scale_arr.shape} and {zp_arr.shape}"
+        )
+
+
+def per_tensor(op: str, name: str, arr: np.ndarray) -> np.ndarray:
+    """A parameter the spec allows only per tensor: exactly one element, returned 0-d."""
+    if arr.size != 1:
+        raise ValueError(f"{op}: {name} must be a scalar (one element, per tensor); got shape {arr.shape}")
+    return arr.reshape(())
+
+
+def per_channel(op: str, name: str, arr: np.ndarray, count: int, what: str) -> np.ndarray:
+    """A scalar or a 1-D parameter with one element per channel; returned 0-d or 1-D."""
+    if arr.size == 1:
+        return arr.reshape(())
+    if arr.ndim != 1 or arr.shape[0] != count:
+        raise ValueError(
+            f"{op}: {name} must be a scalar or 1-D with one element per {what} ({count}); "
+            f"got shape {arr.shape} ({arr.size} elements)"
+        )
+    return arr
+
+
+def int_attribute(op: str, name: str, value: Any, minimum: int) -> int:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise TypeError(f"{op}: attribute {name} must be an integer; got {_kind(value)}")
+    if value < minimum:
+        raise ValueError(f"{op}: attribute {name} must be >= {minimum}; got {value}")
+    return int(value)
+
+
+def ints_attribute(op: str, name: str, value: Any, length: int, minimum: int, why: str) -> tuple[int, ...]:
+    """A list-of-ints attribute of a fixed length whose entries are at least ``minimum``."""
+    try:
+        items = [int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else None for v in value]
+    except TypeError:
+        raise TypeError(f"{op}: attribute {name} must be a sequence of integers; got {_kind(value)}") from None
+    if any(v is None for v in items):
+        raise TypeError(f"{op}: attribute {name} must contain only integers; got {list(value)}")
+    if len(items) != length:
+        raise ValueError(f"{op}: attribute {name} must have {length} values ({why}); got {len(items)}: {items}")
+    bad = [v for v in items if v < minimum]
+    if bad:
+        raise ValueError(f"{op}: attribute {name} values must be >= {minimum}; got {items}")
+    return tuple(items)
+
+
+def axis_attribute(op: str, axis: Any, rank: int) -> int:
+    """Normalize a per-axis ``axis`` into [0, rank)."""
+    if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
+        raise TypeError(f"{op}: attribute axis must be an integer; got {_kind(axis)}")
+    if not -rank <= axis < rank:
+        raise ValueError(f"{op}: attribute axis must be in [{-rank}, {rank - 1}] for a rank-{rank} x; got {axis}")
+    return int(axis) % rank
+
+
+def int32_bias(op: str, value: Any, out_channels: int) -> np.ndarray:
+    """The optional bias B: int32 of shape [M]."""
+    if not isinstance(value, (np.ndarray, np.generic)):
+        raise TypeError(f"{op}: B must be a NumPy int32 array of shape ({out_channels},); got {_kind(value)}")
+    arr = np.asarray(value)
+    if arr.dtype != np.int32:
+        raise TypeError(f"{op}: B must have dtype int32; got dtype {arr.dtype}")
+    if arr.shape != (out_channels,):
+        raise ValueError(
+            f"{op}: B must be 1-D with one element per output channel ({out_channels},); got shape {arr.shape}"
+        )
+    return arr
+
+
+def finite_multiplier(op: str, multiplier: np.ndarray, names: str) -> np.ndarray:
+    """The requantization multiplier must be finite: inf · 0 would make NaN, which has no integer."""
+    if not np.all(np.isfinite(multiplier)):
+        raise ValueError(
+            f"{op}: the requantization multiplier {names} overflows float32 (it is not finite); "
+            "the scales are out of range"
+        )
+    return multiplier

@@ -1,0 +1,533 @@
+"""An ONNX backend: onnx's ReferenceEvaluator runs the graph, qlinear runs the six operators.
+
+    import onnx, qlinear.backend as backend
+    rep = backend.prepare(onnx.load("model.onnx"))
+    outputs = rep.run([x])
+
+The graph engine is ``onnx.reference.ReferenceEvaluator``. Its implementations of
+QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger and MatMulInteger
+are replaced (``new_ops``) by qlinear's kernels; constant weights go through the prepared,
+weight-pretransformed forms (``qlinear.prepare_*``) once and are reused on every run.
+
+Every other standard operator runs as ReferenceEvaluator runs it, except where it is wrong
+or missing (measured with onnx 1.23):
+
+- BatchNormalization 9-13: ReferenceEvaluator fills the default ``momentum`` and then
+  computes batch statistics, so every inference output is wrong. Replaced by the inference
+  formula, written in onnxruntime's order of float32 operations.
+- DequantizeLinear 13: missing in ReferenceEvaluator; qlinear's kernel runs it.
+
+Before anything runs, :func:`check_model` lists *every* node qlinear cannot run exactly
+(operator, version, node name, reason); :func:`prepare` raises
+:class:`UnsupportedModelError` with that whole list. There is no silent fallback to other
+semantics: a node whose input types turn out, at run time, to fall outside the float32 /
+8-bit contract raises :class:`NodeError` naming node, operator and version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+import onnx
+from onnx import helper, numpy_helper
+from onnx.backend.base import Backend, BackendRep, Device, DeviceType
+from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
+
+import qlinear as _q
+
+__all__ = [
+    "QLinearBackend",
+    "QLinearRep",
+    "UnsupportedModelError",
+    "NodeError",
+    "Problem",
+    "check_model",
+    "prepare",
+    "run_model",
+    "run_node",
+    "supports_device",
+    "is_compatible",
+    "node_version",
+    "QLINEAR_OPS",
+]
+
+#: The six operators qlinear implements, with the operator versions (``since_version`` of
+#: the schema) whose semantics, for 8-bit integers with float32 scales, are the contract of
+#: SEMANTICS.md. Newer versions only add types (float8, int4, 16-bit, float16 scales) or
+#: attributes (block_size, output_dtype, saturate, precision); a node using one of those is
+#: refused, node by node.
+QLINEAR_OPS: dict[str, tuple[int, ...]] = {
+    "QuantizeLinear": (10, 13, 19, 21, 23, 24, 25, 28),
+    "DequantizeLinear": (10, 13, 19, 21, 23, 24, 25, 28),
+    "QLinearConv": (10,),
+    "QLinearMatMul": (10, 21),
+    "ConvInteger": (10,),
+    "MatMulInteger": (10,),
+}
+
+_T = onnx.TensorProto
+_EIGHT_BIT = {_T.UINT8, _T.INT8}
+_NP_EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
+
+
+class UnsupportedModelError(ValueError):
+    """The model has nodes qlinear cannot run exactly; ``problems`` lists all of them."""
+
+    def __init__(self, problems: Sequence["Problem"]):
+        self.problems = list(problems)
+        n = len(self.problems)
+        listing = "; ".join(str(p) for p in self.problems)
+        super().__init__(f"prepare: {n} unsupported node{'s' if n != 1 else ''}: {listing}")
+
+
+class NodeError(ValueError):
+    """A node failed at run time; the message names node, operator and version."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    node: str
+    op_type: str
+    domain: str
+    version: int | None
+    reason: str
+
+    def __str__(self) -> str:
+        op = self.op_type if not self.domain else f"{self.domain}.{self.op_type}"
+        ver = f"-{self.version}" if self.version is not None else ""
+        return f"node {self.node!r} ({op}{ver}): {self.reason}"
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def node_version(op_type: str, domain: str, opset: int) -> int | None:
+    """The ``since_version`` of the schema that an ``opset`` import selects, or None."""
+    try:
+        return onnx.defs.get_schema(op_type, opset, domain).since_version
+    except Exception:  # SchemaError: no such operator at that opset
+        return None
+
+
+def _node_label(node: onnx.NodeProto, index: int) -> str:
+    return node.name or f"#{index} {node.op_type}"
+
+
+def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
+    out = {}
+    for a in node.attribute:
+        v = helper.get_attribute_value(a)
+        out[a.name] = v.decode() if isinstance(v, bytes) else v
+    return out
+
+
+# --------------------------------------------------------------------------- static check
+
+
+def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Element types of every tensor shape inference can type (best effort)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:
+        inferred = model
+    g = inferred.graph
+    types = {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            types[vi.name] = vi.type.tensor_type.elem_type
+    for init in g.initializer:
+        types[init.name] = init.data_type
+    return types
+
+
+def _check_qlinear_node(node: onnx.NodeProto, version: int, types: dict[str, int]) -> str | None:
+    """Why a node of one of the six operators falls outside the contract, or None."""
+    attrs = _attrs(node)
+    op = node.op_type
+
+    def t(i):  # element type of input i, 0 if absent or unknown
+        return types.get(node.input[i], 0) if i < len(node.input) and node.input[i] else 0
+
+    def name(elem):
+        return helper.tensor_dtype_to_np_dtype(elem).name if elem else "?"
+
+    if op in ("QuantizeLinear", "DequantizeLinear"):
+        if attrs.get("block_size", 0):
+            return "blocked quantization (block_size) is not supported"
+        if op == "QuantizeLinear" and attrs.get("precision", 0):
+            return "the precision attribute is not supported"
+        odt = attrs.get("output_dtype", 0)
+        if op == "QuantizeLinear" and odt not in (0, _T.UINT8, _T.INT8):
+            return f"output_dtype {name(odt)} is not supported (uint8, int8 only)"
+        if op == "DequantizeLinear" and odt not in (0, _T.FLOAT):
+            return f"output_dtype {name(odt)} is not supported (float32 only)"
+        if t(0) and op == "QuantizeLinear" and t(0) != _T.FLOAT:
+            return f"input x is {name(t(0))}; only float32 is supported"
+        if t(0) and op == "DequantizeLinear" and t(0) not in (_T.UINT8, _T.INT8, _T.INT32):
+            return f"input x is {name(t(0))}; only uint8, int8 and int32 are supported"
+        if t(1) and t(1) != _T.FLOAT:
+            return f"scale is {name(t(1))}; only float32 is supported"
+        if t(2) and t(2) not in (_T.UINT8, _T.INT8, _T.INT32):
+            return f"zero point is {name(t(2))}; only uint8 and int8 are supported"
+        return None
+    if op in ("QLinearConv", "QLinearMatMul"):
+        for i in (1, 4, 6):
+            if t(i) and t(i) != _T.FLOAT:
+                return f"input {i} (a scale) is {name(t(i))}; only float32 is supported"
+        for i in (0, 2, 3, 5, 7):
+            if t(i) and t(i) not in _EIGHT_BIT:
+                return f"input {i} is {name(t(i))}; only uint8 and int8 are supported"
+        return None
+    if op in ("ConvInteger", "MatMulInteger"):
+        for i in range(len(node.input)):
+            if t(i) and t(i) not in _EIGHT_BIT:
+                return f"input {i} is {name(t(i))}; only uint8 and int8 are supported"
+    return None
+
+
+def _reference_has(op_type: str, domain: str, version: int) -> bool:
+    from onnx.reference.ops import load_op
+    from onnx.reference.op_run import RuntimeContextError
+
+    try:
+        load_op(domain, op_type, version)
+    except RuntimeContextError:
+        return True  # implementation chosen from input types at run time
+    except Exception:
+        return False
+    return True
+
+
+def _walk(graph: onnx.GraphProto) -> Iterable[tuple[onnx.NodeProto, int]]:
+    for i, node in enumerate(graph.node):
+        yield node, i
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _walk(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    yield from _walk(g)
+
+
+def check_model(model: onnx.ModelProto) -> list[Problem]:
+    """Every node qlinear cannot run exactly, with the reason; empty when it can run all."""
+    opsets = {d.domain if d.domain != "ai.onnx" else "": d.version for d in model.opset_import}
+    functions = {(f.domain, f.name) for f in model.functions}
+    types = _elem_types(model)
+    problems: list[Problem] = []
+    for node, i in _walk(model.graph):
+        label = _node_label(node, i)
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if (domain, node.op_type) in functions:
+            continue
+        if domain not in opsets:
+            problems.append(Problem(label, node.op_type, domain, None,
+                                    f"domain {domain or 'ai.onnx'!r} is not imported by the model"))
+            continue
+        if domain not in ("", "ai.onnx.ml"):
+            problems.append(Problem(label, node.op_type, domain, None,
+                                    "operator outside the standard ONNX domains"))
+            continue
+        version = node_version(node.op_type, domain, opsets[domain])
+        if version is None:
+            problems.append(Problem(label, node.op_type, domain, None,
+                                    f"no such operator in opset {opsets[domain]}"))
+            continue
+        if domain == "" and node.op_type in QLINEAR_OPS:
+            if version not in QLINEAR_OPS[node.op_type]:
+                problems.append(Problem(label, node.op_type, domain, version,
+                                        "operator version not supported by qlinear"))
+                continue
+            reason = _check_qlinear_node(node, version, types)
+            if reason:
+                problems.append(Problem(label, node.op_type, domain, version, reason))
+            continue
+        if domain == "" and node.op_type == "BatchNormalization" and 9 <= version <= 13:
+            if len([o for o in node.output if o]) > 1:
+                problems.append(Problem(label, node.op_type, domain, version,
+                                        "training outputs (mean, var, saved_*) are not supported"))
+            continue
+        if not _reference_has(node.op_type, domain, version):
+            problems.append(Problem(label, node.op_type, domain, version,
+                                    "no implementation in onnx.reference"))
+    return problems
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+class _QLinearOp(OpRun):
+    """Base of the replacement kernels: version lookup and error wrapping."""
+
+    op_domain = ""
+
+    def __init__(self, onnx_node, run_params, schema=None):
+        super().__init__(onnx_node, run_params, schema)
+        opset = run_params["opsets"].get("", onnx.defs.onnx_opset_version())
+        self.version = node_version(onnx_node.op_type, "", opset)
+        self.given = _attrs(onnx_node)
+        self._cache_key: tuple | None = None
+        self._prepared: Any = None
+
+    def _fail(self, msg: str) -> NodeError:
+        return NodeError(f"node {self.onnx_node.name or self.onnx_node.output[0]!r} "
+                         f"({self.onnx_node.op_type}-{self.version}): {msg}")
+
+    def _call(self, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, TypeError) as e:
+            raise self._fail(str(e)) from e
+
+    def _prepared_for(self, factory_name: str, weights: tuple, **kwargs):
+        """A prepared object for these weight arrays, made once while they stay the same objects.
+
+        Initializers are the same array objects on every run, so the pretransform is paid once
+        per model; a weight computed at run time is re-prepared on each run (still correct).
+        """
+        key = tuple(id(w) for w in weights)
+        if self._cache_key != key or self._prepared is None:
+            factory = getattr(_q, factory_name, None)
+            if factory is None:
+                return None
+            self._prepared = self._call(factory, *weights, **kwargs)
+            self._cache_key = key
+            self._weights_ref = weights  # keep the arrays alive so ids stay unique
+        return self._prepared
+
+    def _check_float32(self, what: str, v) -> None:
+        if v is not None and np.asarray(v).dtype != np.float32:
+            raise self._fail(f"{what} is {np.asarray(v).dtype}; qlinear implements the float32 "
+                             "contract only")
+
+    def _check_8bit(self, what: str, v) -> None:
+        if v is not None and np.asarray(v).dtype not in _NP_EIGHT_BIT:
+            raise self._fail(f"{what} is {np.asarray(v).dtype}; only uint8 and int8 are supported")
+
+    def _conv_attrs(self) -> dict[str, Any]:
+        g = self.given
+        out: dict[str, Any] = {"auto_pad": g.get("auto_pad", "NOTSET"), "group": g.get("group", 1)}
+        for k in ("dilations", "kernel_shape", "pads", "strides"):
+            if k in g:
+                out[k] = list(g[k])
+        return out
+
+
+class QuantizeLinear(_QLinearOp):
+    def _run(self, x, y_scale, y_zero_point=None, **_):
+        g = self.given
+        if g.get("block_size", 0) or g.get("precision", 0):
+            raise self._fail("block_size and precision attributes are not supported")
+        self._check_float32("input x", x)
+        self._check_float32("y_scale", y_scale)
+        odt = g.get("output_dtype", 0)
+        if y_zero_point is None:
+            if odt == _T.INT8:
+                y_zero_point = np.zeros((), np.int8)
+            elif odt not in (0, _T.UINT8):
+                raise self._fail("output_dtype must be uint8 or int8")
+        else:
+            self._check_8bit("y_zero_point", y_zero_point)
+            if odt and helper.tensor_dtype_to_np_dtype(odt) != y_zero_point.dtype:
+                raise self._fail("output_dtype and y_zero_point's type differ")
+        if self.version == 10 and np.asarray(y_scale).size != 1:
+            raise self._fail("QuantizeLinear-10 takes a scalar y_scale (per-axis needs opset 13)")
+        return (self._call(_q.quantize_linear, x, y_scale, y_zero_point, axis=g.get("axis", 1)),)
+
+
+class DequantizeLinear(_QLinearOp):
+    def _run(self, x, x_scale, x_zero_point=None, **_):
+        g = self.given
+        if g.get("block_size", 0):
+            raise self._fail("block_size is not supported")
+        if g.get("output_dtype", 0) not in (0, _T.FLOAT):
+            raise self._fail("output_dtype must be float32")
+        if np.asarray(x).dtype not in (*_NP_EIGHT_BIT, np.dtype(np.int32)):
+            raise self._fail(f"input x is {np.asarray(x).dtype}; only uint8, int8 and int32 "
+                             "are supported")
+        self._check_float32("x_scale", x_scale)
+        if self.version == 10 and np.asarray(x_scale).size != 1:
+            raise self._fail("DequantizeLinear-10 takes a scalar x_scale (per-axis needs opset 13)")
+        return (self._call(_q.dequantize_linear, x, x_scale, x_zero_point, axis=g.get("axis", 1)),)
+
+
+class QLinearConv(_QLinearOp):
+    def _run(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point,
+             B=None, **_):
+        for what, v in (("x_scale", x_scale), ("w_scale", w_scale), ("y_scale", y_scale)):
+            self._check_float32(what, v)
+        attrs = self._conv_attrs()
+        prep = self._prepared_for("prepare_qlinear_conv", (w, w_scale, w_zero_point, B), **attrs)
+        if prep is not None:
+            return (self._call(prep.run, x, x_scale, x_zero_point, y_scale, y_zero_point),)
+        return (self._call(_q.qlinear_conv, x, x_scale, x_zero_point, w, w_scale, w_zero_point,
+                           y_scale, y_zero_point, B, **attrs),)
+
+
+class QLinearMatMul(_QLinearOp):
+    def _run(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point,
+             **_):
+        for what, v in (("a_scale", a_scale), ("b_scale", b_scale), ("y_scale", y_scale)):
+            self._check_float32(what, v)
+        prep = self._prepared_for("prepare_qlinear_matmul", (b, b_scale, b_zero_point))
+        if prep is not None:
+            return (self._call(prep.run, a, a_scale, a_zero_point, y_scale, y_zero_point),)
+        return (self._call(_q.qlinear_matmul, a, a_scale, a_zero_point, b, b_scale, b_zero_point,
+                           y_scale, y_zero_point),)
+
+
+class ConvInteger(_QLinearOp):
+    def _run(self, x, w, x_zero_point=None, w_zero_point=None, **_):
+        attrs = self._conv_attrs()
+        prep = self._prepared_for("prepare_conv_integer", (w, w_zero_point), **attrs)
+        if prep is not None:
+            return (self._call(prep.run, x, x_zero_point),)
+        return (self._call(_q.conv_integer, x, w, x_zero_point, w_zero_point, **attrs),)
+
+
+class MatMulInteger(_QLinearOp):
+    def _run(self, a, b, a_zero_point=None, b_zero_point=None, **_):
+        prep = self._prepared_for("prepare_matmul_integer", (b, b_zero_point))
+        if prep is not None:
+            return (self._call(prep.run, a, a_zero_point),)
+        return (self._call(_q.matmul_integer, a, b, a_zero_point, b_zero_point),)
+
+
+def batch_normalization_inference(x, scale, bias, mean, var, epsilon=1e-5):
+    """Inference BatchNormalization in onnxruntime's order of float32 operations.
+
+    onnxruntime folds the statistics first (``inv_std = 1 / sqrt(var + eps)``,
+    ``new_scale = inv_std * scale``, ``new_bias = bias - mean * new_scale``) and then
+    computes ``y = x * new_scale + new_bias``; each step here is one float32 operation.
+    """
+    dt = x.dtype
+    eps = dt.type(epsilon)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    inv_std = dt.type(1) / np.sqrt((var.astype(dt) + eps))
+    new_scale = inv_std * scale.astype(dt)
+    new_bias = bias.astype(dt) - mean.astype(dt) * new_scale
+    return (x * new_scale.reshape(shape) + new_bias.reshape(shape)).astype(dt)
+
+
+class BatchNormalization(OpRun):
+    """BatchNormalization; versions 9-13 fixed (inference), others as onnx.reference."""
+
+    op_domain = ""
+
+    def __init__(self, onnx_node, run_params, schema=None):
+        super().__init__(onnx_node, run_params, schema)
+        opset = run_params["opsets"].get("", onnx.defs.onnx_opset_version())
+        self.version = node_version("BatchNormalization", "", opset)
+        self._delegate = None
+        if not (9 <= self.version <= 13):
+            from onnx.reference.ops import load_op
+
+            self._delegate = load_op("", "BatchNormalization", self.version)(onnx_node, run_params)
+
+    def run(self, *args, **kwargs):  # noqa: D102 - bypass attribute plumbing when delegating
+        if self._delegate is not None:
+            return self._delegate.run(*args, **kwargs)
+        return super().run(*args, **kwargs)
+
+    def _run(self, x, scale, bias, mean, var, epsilon=None, momentum=None, training_mode=None):
+        eps = 1e-5 if epsilon is None else epsilon
+        return (batch_normalization_inference(x, scale, bias, mean, var, eps),)
+
+
+KERNELS: list[type[OpRun]] = [QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul,
+                              ConvInteger, MatMulInteger, BatchNormalization]
+
+
+# --------------------------------------------------------------------------- backend
+
+
+class QLinearRep(BackendRep):
+    """A prepared model: ``run(inputs)`` returns the outputs in graph order."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self.model = model
+        self.evaluator = ReferenceEvaluator(model, new_ops=KERNELS)
+        inits = {i.name for i in model.graph.initializer}
+        self.input_names = [i.name for i in model.graph.input if i.name not in inits]
+        self.output_names = [o.name for o in model.graph.output]
+
+    def _feeds(self, inputs) -> dict[str, np.ndarray]:
+        if isinstance(inputs, dict):
+            return {k: np.asarray(v) if not isinstance(v, np.ndarray) else v
+                    for k, v in inputs.items()}
+        if isinstance(inputs, np.ndarray):
+            inputs = [inputs]
+        inputs = list(inputs)
+        if len(inputs) > len(self.input_names):
+            raise ValueError(f"run: {len(inputs)} inputs given, the model takes "
+                             f"{len(self.input_names)} ({', '.join(self.input_names)})")
+        return dict(zip(self.input_names, inputs))
+
+    def run(self, inputs, **kwargs) -> tuple[np.ndarray, ...]:  # type: ignore[override]
+        return tuple(self.evaluator.run(None, self._feeds(inputs)))
+
+    def run_all(self, inputs) -> dict[str, Any]:
+        """Every tensor of the graph (inputs, initializers, intermediates, outputs) by name."""
+        return self.evaluator.run(None, self._feeds(inputs), intermediate=True)
+
+
+class QLinearBackend(Backend):
+    """``onnx.backend.base.Backend`` for qlinear (CPU only)."""
+
+    @classmethod
+    def is_compatible(cls, model, device="CPU", **kwargs) -> bool:
+        return cls.supports_device(device) and not check_model(model)
+
+    @classmethod
+    def prepare(cls, model, device="CPU", **kwargs) -> QLinearRep:
+        if isinstance(model, (str, bytes)) and not isinstance(model, bytes):
+            model = onnx.load(model)
+        elif isinstance(model, bytes):
+            model = onnx.load_from_string(model)
+        if not cls.supports_device(device):
+            raise ValueError(f"prepare: device {device!r} is not supported (CPU only)")
+        problems = check_model(model)
+        if problems:
+            raise UnsupportedModelError(problems)
+        return QLinearRep(model)
+
+    @classmethod
+    def run_model(cls, model, inputs, device="CPU", **kwargs):
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def run_node(cls, node, inputs, device="CPU", outputs_info=None, **kwargs):
+        opset = kwargs.get("opset_version", onnx.defs.onnx_opset_version())
+        in_names = [n for n in node.input if n]
+        if isinstance(inputs, dict):
+            arrays = [inputs[n] for n in in_names]
+        else:
+            arrays = list(inputs)
+        graph_inputs = [
+            helper.make_tensor_value_info(
+                n, helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), np.asarray(a).shape)
+            for n, a in zip(in_names, arrays)
+        ]
+        graph_outputs = [helper.make_empty_tensor_value_info(n) for n in node.output if n]
+        graph = helper.make_graph([node], "run_node", graph_inputs, graph_outputs)
+        domain = node.domain if node.domain != "ai.onnx" else ""
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid(domain, opset)])
+        return cls.run_model(model, dict(zip(in_names, arrays)), device)
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        try:
+            return Device(device).type == DeviceType.CPU
+        except Exception:
+            return False
+
+
+prepare = QLinearBackend.prepare
+run_model = QLinearBackend.run_model
+run_node = QLinearBackend.run_node
+supports_device = QLinearBackend.supports_device
+is_compatible = QLinearBackend.is_compatible

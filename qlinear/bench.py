@@ -1,0 +1,848 @@
+"""Benchmark suite: qlinear against onnxruntime and onnx.reference, side by side.
+
+Run it as ``qlinear bench`` or ``python benchmarks/run.py`` (see docs/benchmarks.md).
+
+Every case is one ONNX operator on fixed shapes taken from real networks (ResNet-50,
+MobileNetV2, BERT-base) plus a few synthetic ones. Each engine sees the same inputs:
+
+- ``qlinear``: the prepared form of the operator (constant weights pre-transformed once,
+  as onnxruntime prepacks its initializers), timed on ``.run(...)``;
+- ``qlinear (plain)``: the plain function, which prepares and runs on every call;
+- ``onnxruntime``: a one-node model with the constant inputs as initializers,
+  ``intra_op_num_threads=threads``, ``inter_op_num_threads=1``, sequential execution;
+- ``onnx.reference``: the same model in ``onnx.reference.ReferenceEvaluator``, skipped where
+  one run is estimated to exceed a time budget (the table says so).
+
+qlinear, onnxruntime and the plain function are timed interleaved (one run of each in
+turn, the order rotating), so background load on a shared machine hits all of them alike;
+the reported time is the median. All engines use the same number of threads (OpenBLAS
+limited through threadpoolctl, or through OPENBLAS_NUM_THREADS in a child process when
+threadpoolctl is not installed). Peak extra memory is measured with tracemalloc (NumPy
+reports its allocations to it) around one separate call of the prepared form, output
+included.
+
+Outputs (in ``--output-dir``): ``results.md`` (table and summary), ``results.json``,
+``results.png`` (chart) and ``machine.md`` (machine description).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import fnmatch
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+import tracemalloc
+from typing import Any, Callable
+
+import numpy as np
+
+# ----------------------------------------------------------------------------------------
+# Case definitions
+# ----------------------------------------------------------------------------------------
+
+MIB = 1 << 20
+
+
+@dataclasses.dataclass
+class Case:
+    """One benchmark case: an operator on fixed shapes."""
+
+    name: str
+    group: str  # "conv", "matmul" or "quant": the groups the targets are stated over
+    op: str  # ONNX operator type
+    shape: str  # human-readable shapes
+    macs: int  # multiply-accumulates (0 for QuantizeLinear / DequantizeLinear)
+    build: Callable[[np.random.Generator], "Built"]
+    quick: bool = False  # part of the --quick subset
+    batch8_resnet: bool = False  # the workspace-limit target applies to these
+
+
+@dataclasses.dataclass
+class Built:
+    """Materialized case: inputs, one-node ONNX model and the qlinear callables."""
+
+    feeds: dict[str, np.ndarray]  # runtime inputs of the ONNX model
+    model: Any  # onnx.ModelProto
+    prepare: Callable[[], Callable[[], np.ndarray]]  # builds the prepared qlinear callable
+    plain: Callable[[], np.ndarray]  # the plain qlinear function call
+
+
+def _conv_out(size: int, k: int, s: int, d: int, pb: int, pe: int) -> int:
+    return (size + pb + pe - d * (k - 1) - 1) // s + 1
+
+
+def _requant_scale(x_scale: float, w_scale: np.ndarray, reduction: int) -> np.float32:
+    """A y_scale that spreads accumulators of uniform full-range data over the output range.
+
+    For x - zp uniform in about [-128, 127] and w uniform in [-128, 127], each product has
+    standard deviation ~74 * 74, so the accumulator's is ~sqrt(K) * 5476; map +-3 sigma
+    onto 255 steps.
+    """
+    sigma = math.sqrt(reduction) * 74.0 * 74.0
+    return np.float32(float(x_scale) * float(np.mean(w_scale)) * 6.0 * sigma / 255.0)
+
+
+def _onnx_model(op: str, inputs: list[tuple[str, np.ndarray, bool]], out_dtype: np.dtype,
+                attrs: dict[str, Any]):
+    """One-node model; inputs are (name, value, is_initializer); '' names an absent input."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph_inputs, inits, names = [], [], []
+    for name, value, is_init in inputs:
+        names.append(name)
+        if not name:
+            continue
+        if is_init:
+            inits.append(numpy_helper.from_array(value, name))
+        else:
+            elem = helper.np_dtype_to_tensor_dtype(value.dtype)
+            graph_inputs.append(helper.make_tensor_value_info(name, elem, value.shape))
+    while names and not names[-1]:
+        names.pop()
+    node = helper.make_node(op, names, ["y"], **attrs)
+    out_elem = helper.np_dtype_to_tensor_dtype(np.dtype(out_dtype))
+    graph = helper.make_graph([node], op, graph_inputs,
+                              [helper.make_tensor_value_info("y", out_elem, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    _ = TensorProto  # keep the import explicit for readers
+    return model
+
+
+def conv_case(name: str, n: int, c: int, spatial: tuple[int, ...], m: int,
+              kernel: tuple[int, ...], *, strides: tuple[int, ...] | None = None,
+              pads: tuple[int, ...] | None = None, group: int = 1, op: str = "QLinearConv",
+              quick: bool = False, batch8_resnet: bool = False) -> Case:
+    rank = len(spatial)
+    strides = strides or (1,) * rank
+    pads = pads if pads is not None else tuple(k // 2 for k in kernel) * 2
+    out = tuple(_conv_out(spatial[i], kernel[i], strides[i], 1, pads[i], pads[i + rank])
+                for i in range(rank))
+    cg = c // group
+    macs = n * m * math.prod(out) * cg * math.prod(kernel)
+    k_str = "x".join(map(str, kernel))
+    shape = (f"{n}x{c}x{'x'.join(map(str, spatial))} * {m}x{cg}x{k_str}"
+             + (f" s{strides[0]}" if max(strides) > 1 else "")
+             + (f" g{group}" if group > 1 else "")
+             + f" -> {'x'.join(map(str, out))}")
+
+    def build(rng: np.random.Generator) -> Built:
+        import qlinear
+
+        x = rng.integers(0, 256, (n, c) + spatial, dtype=np.uint8)
+        x_zp = np.uint8(rng.integers(100, 156))
+        attrs = dict(kernel_shape=list(kernel), pads=list(pads), strides=list(strides),
+                     group=group)
+        reduction = cg * math.prod(kernel)
+        if op == "QLinearConv":
+            w = rng.integers(-128, 128, (m, cg) + kernel, dtype=np.int8)
+            x_scale = np.float32(0.02)
+            w_scale = rng.uniform(0.002, 0.02, m).astype(np.float32)
+            w_zp = np.zeros(m, np.int8)
+            y_scale = _requant_scale(x_scale, w_scale, reduction)
+            y_zp = np.uint8(128)
+            bias = rng.integers(-20000, 20000, m, dtype=np.int32)
+            model = _onnx_model(op, [("x", x, False), ("x_scale", np.array(x_scale), True),
+                                     ("x_zero_point", np.array(x_zp), True), ("w", w, True),
+                                     ("w_scale", w_scale, True), ("w_zero_point", w_zp, True),
+                                     ("y_scale", np.array(y_scale), True),
+                                     ("y_zero_point", np.array(y_zp), True), ("B", bias, True)],
+                                np.uint8, attrs)
+
+            def prepare():
+                p = qlinear.prepare_qlinear_conv(w, w_scale, w_zp, bias, **attrs)
+                return lambda: p.run(x, x_scale, x_zp, y_scale, y_zp)
+
+            def plain():
+                return qlinear.qlinear_conv(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp,
+                                            bias, **attrs)
+        else:  # ConvInteger
+            w = rng.integers(-128, 128, (m, cg) + kernel, dtype=np.int8)
+            w_zp = np.int8(0)
+            model = _onnx_model(op, [("x", x, False), ("w", w, True),
+                                     ("x_zero_point", np.array(x_zp), True),
+                                     ("w_zero_point", np.array(w_zp), True)], np.int32, attrs)
+
+            def prepare():
+                p = qlinear.prepare_conv_integer(w, w_zero_point=w_zp, **attrs)
+                return lambda: p.run(x, x_zp)
+
+            def plain():
+                return qlinear.conv_integer(x, w, x_zp, w_zp, **attrs)
+        return Built({"x": x}, model, prepare, plain)
+
+    return Case(name, "conv", op, shape, macs, build, quick, batch8_resnet)
+
+
+def matmul_case(name: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...], *,
+                op: str = "QLinearMatMul", b_const: bool = True, quick: bool = False) -> Case:
+    batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    m, k = a_shape[-2:]
+    n = b_shape[-1]
+    macs = math.prod(batch) * m * k * n
+    shape = f"{'x'.join(map(str, a_shape))} * {'x'.join(map(str, b_shape))}" + (
+        "" if b_const else " (b variable)")
+
+    def build(rng: np.random.Generator) -> Built:
+        import qlinear
+
+        a = rng.integers(0, 256, a_shape, dtype=np.uint8)
+        b = rng.integers(-128, 128, b_shape, dtype=np.int8)
+        a_zp = np.uint8(rng.integers(100, 156))
+        b_zp = np.int8(0)
+        feeds = {"a": a} if b_const else {"a": a, "b": b}
+        if op == "QLinearMatMul":
+            a_scale, b_scale = np.float32(0.02), np.float32(0.01)
+            y_scale = _requant_scale(a_scale, np.array([b_scale]), k)
+            y_zp = np.uint8(128)
+            model = _onnx_model(op, [("a", a, False), ("a_scale", np.array(a_scale), True),
+                                     ("a_zero_point", np.array(a_zp), True), ("b", b, b_const),
+                                     ("b_scale", np.array(b_scale), True),
+                                     ("b_zero_point", np.array(b_zp), True),
+                                     ("y_scale", np.array(y_scale), True),
+                                     ("y_zero_point", np.array(y_zp), True)], np.uint8, {})
+
+            def plain():
+                return qlinear.qlinear_matmul(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp)
+
+            def prepare():
+                if not b_const:  # b changes per call: nothing to prepare
+                    return plain
+                p = qlinear.prepare_qlinear_matmul(b, b_scale, b_zp)
+                return lambda: p.run(a, a_scale, a_zp, y_scale, y_zp)
+        else:  # MatMulInteger
+            model = _onnx_model(op, [("a", a, False), ("b", b, b_const),
+                                     ("a_zero_point", np.array(a_zp), True),
+                                     ("b_zero_point", np.array(b_zp), True)], np.int32, {})
+
+            def plain():
+                return qlinear.matmul_integer(a, b, a_zp, b_zp)
+
+            def prepare():
+                if not b_const:
+                    return plain
+                p = qlinear.prepare_matmul_integer(b, b_zp)
+                return lambda: p.run(a, a_zp)
+        return Built(feeds, model, prepare, plain)
+
+    return Case(name, "matmul", op, shape, macs, build, quick)
+
+
+def quant_case(name: str, shape: tuple[int, ...], op: str, quick: bool = False) -> Case:
+    def build(rng: np.random.Generator) -> Built:
+        import qlinear
+
+        scale, zp = np.float32(0.05), np.uint8(117)
+        if op == "QuantizeLinear":
+            x = (rng.standard_normal(shape, dtype=np.float32) * 3.0).astype(np.float32)
+            model = _onnx_model(op, [("x", x, False), ("y_scale", np.array(scale), True),
+                                     ("y_zero_point", np.array(zp), True)], np.uint8, {})
+
+            def plain():
+                return qlinear.quantize_linear(x, scale, zp)
+        else:
+            x = rng.integers(0, 256, shape, dtype=np.uint8)
+            model = _onnx_model(op, [("x", x, False), ("x_scale", np.array(scale), True),
+                                     ("x_zero_point", np.array(zp), True)], np.float32, {})
+
+            def plain():
+                return qlinear.dequantize_linear(x, scale, zp)
+        return Built({"x": x}, model, lambda: plain, plain)
+
+    return Case(name, "quant", op, "x".join(map(str, shape)), 0, build, quick)
+
+
+# ResNet-50 (torchvision v1.5: stride on the 3x3 conv), every distinct convolution layer:
+# (name, C, H, M, k, stride)
+RESNET50_LAYERS = [
+    ("conv1", 3, 224, 64, 7, 2),
+    ("l1.1x1a", 64, 56, 64, 1, 1),
+    ("l1.3x3", 64, 56, 64, 3, 1),
+    ("l1.1x1b", 64, 56, 256, 1, 1),
+    ("l1.1x1c", 256, 56, 64, 1, 1),
+    ("l2.1x1a", 256, 56, 128, 1, 1),
+    ("l2.3x3s2", 128, 56, 128, 3, 2),
+    ("l2.1x1b", 128, 28, 512, 1, 1),
+    ("l2.down", 256, 56, 512, 1, 2),
+    ("l2.1x1c", 512, 28, 128, 1, 1),
+    ("l2.3x3", 128, 28, 128, 3, 1),
+    ("l3.1x1a", 512, 28, 256, 1, 1),
+    ("l3.3x3s2", 256, 28, 256, 3, 2),
+    ("l3.1x1b", 256, 14, 1024, 1, 1),
+    ("l3.down", 512, 28, 1024, 1, 2),
+    ("l3.1x1c", 1024, 14, 256, 1, 1),
+    ("l3.3x3", 256, 14, 256, 3, 1),
+    ("l4.1x1a", 1024, 14, 512, 1, 1),
+    ("l4.3x3s2", 512, 14, 512, 3, 2),
+    ("l4.1x1b", 512, 7, 2048, 1, 1),
+    ("l4.down", 1024, 14, 2048, 1, 2),
+    ("l4.1x1c", 2048, 7, 512, 1, 1),
+    ("l4.3x3", 512, 7, 512, 3, 1),
+]
+RESNET_QUICK = {"conv1", "l1.3x3", "l3.1x1c", "l4.3x3s2"}
+
+# MobileNetV2 (224x224), every distinct depthwise 3x3 layer: (channels, H, stride)
+MOBILENETV2_DW = [(32, 112, 1), (96, 112, 2), (144, 56, 1), (144, 56, 2), (192, 28, 1),
+                  (192, 28, 2), (384, 14, 1), (576, 14, 1), (576, 14, 2), (960, 7, 1)]
+# ... and every distinct pointwise (1x1) layer: (C, H, M)
+MOBILENETV2_PW = [(32, 112, 16), (16, 112, 96), (96, 56, 24), (24, 56, 144), (144, 56, 24),
+                  (144, 28, 32), (32, 28, 192), (192, 28, 32), (192, 14, 64), (64, 14, 384),
+                  (384, 14, 64), (384, 14, 96), (96, 14, 576), (576, 14, 96), (576, 7, 160),
+                  (160, 7, 960), (960, 7, 160), (960, 7, 320), (320, 7, 1280)]
+
+
+def all_cases() -> list[Case]:
+    cases: list[Case] = []
+    for batch in (1, 8):
+        for name, c, h, m, k, s in RESNET50_LAYERS:
+            cases.append(conv_case(
+                f"resnet50.{name}.b{batch}", batch, c, (h, h), m, (k, k), strides=(s, s),
+                pads=(k // 2,) * 4, quick=(name in RESNET_QUICK and batch == 1)
+                or (name == "l1.3x3" and batch == 8), batch8_resnet=batch == 8))
+    for c, h, s in MOBILENETV2_DW:
+        cases.append(conv_case(f"mobilenetv2.dw{c}.{h}s{s}", 1, c, (h, h), c, (3, 3),
+                               strides=(s, s), group=c, quick=(c, h, s) == (144, 56, 1)))
+    for c, h, m in MOBILENETV2_PW:
+        cases.append(conv_case(f"mobilenetv2.pw{c}-{m}.{h}", 1, c, (h, h), m, (1, 1),
+                               quick=(c, h, m) == (24, 56, 144)))
+    cases.append(conv_case("conv1d.c256.l1000.k3", 1, 256, (1000,), 256, (3,), quick=True))
+    cases.append(conv_case("conv3d.c16.8x28x28.k3", 1, 16, (8, 28, 28), 32, (3, 3, 3),
+                           quick=True))
+    cases.append(conv_case("convinteger.resnet50.l1.3x3", 1, 64, (56, 56), 64, (3, 3),
+                           op="ConvInteger", quick=True))
+    cases += [
+        matmul_case("bert.qkv.128x768x768", (128, 768), (768, 768), quick=True),
+        matmul_case("bert.ffn1.128x768x3072", (128, 768), (768, 3072)),
+        matmul_case("bert.ffn2.128x3072x768", (128, 3072), (3072, 768)),
+        matmul_case("bert.batch8.qkv", (8, 128, 768), (768, 768), quick=True),
+        matmul_case("bert.attn.scores", (12, 128, 64), (12, 64, 128), b_const=False,
+                    quick=True),
+        matmul_case("bert.attn.context", (12, 128, 128), (12, 128, 64), b_const=False),
+        matmul_case("broadcast.4x1x64x256*3x256x128", (4, 1, 64, 256), (3, 256, 128)),
+        matmul_case("matmulinteger.bert.ffn1", (128, 768), (768, 3072), op="MatMulInteger",
+                    quick=True),
+        quant_case("quantize.1x3x224x224", (1, 3, 224, 224), "QuantizeLinear", quick=True),
+        quant_case("quantize.16M", (16 << 20,), "QuantizeLinear"),
+        quant_case("dequantize.1x3x224x224", (1, 3, 224, 224), "DequantizeLinear",
+                   quick=True),
+        quant_case("dequantize.16M", (16 << 20,), "DequantizeLinear"),
+    ]
+    return cases
+
+
+def select_cases(cases: list[Case], patterns: list[str] | None, quick: bool) -> list[Case]:
+    if quick:
+        cases = [c for c in cases if c.quick]
+    if patterns:
+        def wanted(c: Case) -> bool:
+            return any(fnmatch.fnmatchcase(c.name, p) or fnmatchcase_sub(c.name, p)
+                       for p in patterns)
+        cases = [c for c in cases if wanted(c)]
+    return cases
+
+
+def fnmatchcase_sub(name: str, pattern: str) -> bool:
+    """A pattern without wildcards selects every case whose name contains it."""
+    return not any(ch in pattern for ch in "*?[") and pattern in name
+
+
+# ----------------------------------------------------------------------------------------
+# Engines and timing
+# ----------------------------------------------------------------------------------------
+
+def _ort_session(model, threads: int):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+
+
+def _time_once(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _peak_extra_memory(fn: Callable[[], Any]) -> int:
+    """Peak bytes allocated (traced by tracemalloc, NumPy included) during one call."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        out = fn()
+        peak = tracemalloc.get_traced_memory()[1] - base
+        del out
+    finally:
+        tracemalloc.stop()
+    return peak
+
+
+def _compare(ours: np.ndarray, theirs: np.ndarray) -> dict[str, Any]:
+    theirs = np.asarray(theirs)
+    if ours.shape != theirs.shape:
+        return {"differ": None, "max_abs_diff": None,
+                "note": f"shape {theirs.shape} != {ours.shape}"}
+    if ours.dtype.kind == "f":
+        diff = ~((ours == theirs) | (np.isnan(ours) & np.isnan(theirs)))
+    else:
+        diff = ours != theirs
+    n = int(np.count_nonzero(diff))
+    mad = 0
+    if n:
+        mad = float(np.max(np.abs(ours[diff].astype(np.float64)
+                                  - theirs[diff].astype(np.float64))))
+    return {"differ": n, "max_abs_diff": mad, "size": int(ours.size)}
+
+
+def run_case(case: Case, *, repeat: int, threads: int, reference: bool,
+             reference_budget: float, reference_rate: dict[str, float],
+             seed: int) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    built = case.build(rng)
+    t0 = time.perf_counter()
+    qfn = built.prepare()
+    prepare_s = time.perf_counter() - t0
+    sess = _ort_session(built.model, threads)
+
+    def ort_fn():
+        return sess.run(None, built.feeds)[0]
+
+    engines = {"qlinear": qfn, "qlinear_plain": built.plain, "onnxruntime": ort_fn}
+    # Warm-up (one call each) and the outputs compared below.
+    outputs = {}
+    warm = {}
+    for name, fn in engines.items():
+        t0 = time.perf_counter()
+        outputs[name] = fn()
+        warm[name] = time.perf_counter() - t0
+    # Fast cases get more runs so that their medians are as stable as the slow ones'.
+    n_runs = max(repeat, min(200, int(0.3 / max(max(warm.values()), 1e-6))))
+    times: dict[str, list[float]] = {name: [] for name in engines}
+    names = list(engines)
+    for r in range(n_runs):
+        for i in range(len(names)):
+            name = names[(r + i) % len(names)]
+            times[name].append(_time_once(engines[name]))
+    result: dict[str, Any] = {
+        "name": case.name, "group": case.group, "op": case.op, "shape": case.shape,
+        "macs": case.macs, "runs": n_runs, "prepare_s": prepare_s,
+        "batch8_resnet": case.batch8_resnet,
+        "time_s": {name: float(np.median(ts)) for name, ts in times.items()},
+        "time_min_s": {name: float(np.min(ts)) for name, ts in times.items()},
+    }
+    result["peak_extra_bytes"] = _peak_extra_memory(qfn)
+    result["output_bytes"] = int(outputs["qlinear"].nbytes)
+    result["vs_onnxruntime"] = _compare(outputs["qlinear"], outputs["onnxruntime"])
+    plain_cmp = _compare(outputs["qlinear"], outputs["qlinear_plain"])
+    if plain_cmp["differ"]:
+        raise AssertionError(f"{case.name}: prepared and plain qlinear disagree: {plain_cmp}")
+    del sess
+
+    # onnx.reference: far slower; timed on its own after the others, within a budget.
+    ref: dict[str, Any] = {"status": "not run"}
+    if reference:
+        est = None
+        if case.op in reference_rate:
+            est = reference_rate[case.op] * max(case.macs, 1)
+        if est is not None and est > reference_budget:
+            ref = {"status": "skipped", "estimate_s": est,
+                   "note": f"one run estimated at {est:.0f} s > budget {reference_budget:g} s"}
+        else:
+            from onnx.reference import ReferenceEvaluator
+
+            ev = ReferenceEvaluator(built.model)
+            first = _time_once(lambda: ev.run(None, built.feeds))
+            out_ref = ev.run(None, built.feeds)[0]
+            ref_times = [first]
+            # At least `repeat` runs where the budget allows; fewer (stated) for slow ones.
+            want = repeat if first * repeat <= 3 * reference_budget else max(
+                1, int(3 * reference_budget / first))
+            while len(ref_times) < want:
+                ref_times.append(_time_once(lambda: ev.run(None, built.feeds)))
+            reference_rate[case.op] = max(reference_rate.get(case.op, 0.0),
+                                          float(np.median(ref_times)) / max(case.macs, 1))
+            ref = {"status": "ok", "runs": len(ref_times),
+                   "time_s": float(np.median(ref_times)),
+                   "vs_qlinear": _compare(outputs["qlinear"], out_ref)}
+    result["reference"] = ref
+    tq, to = result["time_s"]["qlinear"], result["time_s"]["onnxruntime"]
+    result["qlinear_over_onnxruntime"] = tq / to
+    result["reference_over_qlinear"] = ref["time_s"] / tq if ref.get("status") == "ok" else None
+    result["gmacs_qlinear"] = case.macs / tq / 1e9 if case.macs else None
+    result["gmacs_onnxruntime"] = case.macs / to / 1e9 if case.macs else None
+    return result
+
+
+# ----------------------------------------------------------------------------------------
+# Machine description, summary, report
+# ----------------------------------------------------------------------------------------
+
+def machine_description(threads: int) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "logical_cpus": os.cpu_count(),
+        "threads_per_engine": threads,
+    }
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpuinfo = f.read()
+        for line in cpuinfo.splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        flags = set()
+        for line in cpuinfo.splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+        info["simd"] = [f for f in ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni",
+                                    "avx_vnni", "amx_int8") if f in flags]
+    except OSError:
+        info["cpu"] = platform.processor()
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal"):
+                    info["memory_gib"] = round(int(line.split()[1]) / (1 << 20), 1)
+    except OSError:
+        pass
+    for mod in ("onnx", "onnxruntime", "threadpoolctl"):
+        try:
+            info[mod] = __import__(mod).__version__
+        except ImportError:
+            info[mod] = None
+    try:
+        import threadpoolctl
+
+        info["blas"] = [{k: p.get(k) for k in ("internal_api", "version", "architecture",
+                                                "num_threads", "threading_layer")}
+                        for p in threadpoolctl.threadpool_info()]
+    except ImportError:
+        info["blas"] = os.environ.get("OPENBLAS_NUM_THREADS")
+    try:
+        import qlinear
+
+        info["qlinear"] = getattr(qlinear, "__version__", None)
+        here = os.path.dirname(os.path.abspath(qlinear.__file__))
+        info["qlinear_commit"] = subprocess.run(
+            ["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True,
+            text=True, timeout=10).stdout.strip() or None
+        info["workspace_limit_bytes"] = _workspace_limit()
+    except Exception:  # noqa: BLE001 - description only
+        pass
+    info["load_average"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    return info
+
+
+def _workspace_limit() -> int:
+    try:
+        from qlinear import _engine
+
+        for attr in ("get_workspace_limit", "workspace_limit"):
+            v = getattr(_engine, attr, None)
+            if callable(v):
+                return int(v())
+        for attr in ("WORKSPACE_LIMIT", "DEFAULT_WORKSPACE_LIMIT", "WORKSPACE_BYTES"):
+            if hasattr(_engine, attr):
+                return int(getattr(_engine, attr))
+    except Exception:  # noqa: BLE001
+        pass
+    return 256 * MIB
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None and v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def summarize(results: list[dict[str, Any]], workspace: int) -> dict[str, Any]:
+    s: dict[str, Any] = {}
+    for group in ("conv", "matmul", "quant"):
+        rs = [r for r in results if r["group"] == group]
+        if not rs:
+            continue
+        ratios = [r["qlinear_over_onnxruntime"] for r in rs]
+        worst = max(rs, key=lambda r: r["qlinear_over_onnxruntime"])
+        s[group] = {"cases": len(rs), "geomean_qlinear_over_onnxruntime": _geomean(ratios),
+                    "worst": worst["name"], "worst_ratio": worst["qlinear_over_onnxruntime"],
+                    "cases_above_3": sum(x > 3 for x in ratios)}
+    refs = [r["reference_over_qlinear"] for r in results if r["reference_over_qlinear"]]
+    s["reference"] = {"cases": len(refs), "geomean_reference_over_qlinear": _geomean(refs),
+                      "min": min(refs) if refs else None,
+                      "skipped": [r["name"] for r in results
+                                  if r["reference"].get("status") == "skipped"]}
+    b8 = [r for r in results if r["batch8_resnet"]]
+    if b8:
+        worst = max(b8, key=lambda r: r["peak_extra_bytes"])
+        s["memory"] = {"workspace_limit_bytes": workspace, "batch8_resnet_cases": len(b8),
+                       "max_peak_extra_bytes": worst["peak_extra_bytes"], "worst": worst["name"],
+                       "within_limit": worst["peak_extra_bytes"] <= workspace}
+    s["differ_onnxruntime_cases"] = sum(1 for r in results if r["vs_onnxruntime"]["differ"])
+    return s
+
+
+def _fmt_t(t: float | None) -> str:
+    if t is None:
+        return "-"
+    if t >= 1:
+        return f"{t:.2f} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.2f} ms"
+    return f"{t * 1e6:.0f} µs"
+
+
+def _fmt(v: float | None, spec: str = ".2f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def markdown_report(results: list[dict[str, Any]], summary: dict[str, Any],
+                    machine: dict[str, Any], args: argparse.Namespace) -> str:
+    lines = ["# qlinear benchmark results", ""]
+    lines.append(f"Measured {machine.get('date_utc')} UTC on {machine.get('cpu')} "
+                 f"({machine.get('logical_cpus')} logical CPUs, "
+                 f"{', '.join(machine.get('simd', []))}), {machine.get('threads_per_engine')} "
+                 f"threads per engine; qlinear {machine.get('qlinear_commit')}, numpy "
+                 f"{machine.get('numpy')}, onnxruntime {machine.get('onnxruntime')}, onnx "
+                 f"{machine.get('onnx')}. Median of at least {args.repeat} interleaved runs "
+                 "(more for fast cases). See machine.md.")
+    lines += ["", "## Summary", ""]
+    for group, label in (("conv", "Convolutions (QLinearConv, ConvInteger)"),
+                         ("matmul", "Matrix products (QLinearMatMul, MatMulInteger)"),
+                         ("quant", "QuantizeLinear / DequantizeLinear")):
+        g = summary.get(group)
+        if g:
+            lines.append(f"- {label}: {g['cases']} cases, geometric mean of qlinear/onnxruntime "
+                         f"time **{g['geomean_qlinear_over_onnxruntime']:.2f}**, worst "
+                         f"{g['worst_ratio']:.2f} ({g['worst']}), {g['cases_above_3']} above 3.")
+    ref = summary["reference"]
+    if ref["cases"]:
+        lines.append(f"- onnx.reference/qlinear time: geometric mean "
+                     f"**{ref['geomean_reference_over_qlinear']:.0f}** over the {ref['cases']} "
+                     f"cases it ran (lowest {ref['min']:.0f}); skipped over the time budget: "
+                     f"{len(ref['skipped'])}.")
+    mem = summary.get("memory")
+    if mem:
+        lines.append(f"- Peak extra memory on the batch-8 ResNet-50 layers: at most "
+                     f"{mem['max_peak_extra_bytes'] / MIB:.1f} MiB ({mem['worst']}), workspace "
+                     f"limit {mem['workspace_limit_bytes'] / MIB:.0f} MiB: "
+                     f"{'within' if mem['within_limit'] else 'ABOVE'} the limit.")
+    lines.append(f"- Cases where onnxruntime's output differs from qlinear's (exact by "
+                 f"construction): {summary['differ_onnxruntime_cases']} of {len(results)}.")
+    lines += ["", "## Cases", "",
+              "Times are medians. *ort/ql* is qlinear time over onnxruntime time (lower is "
+              "better for qlinear); *ref/ql* is onnx.reference time over qlinear time. "
+              "*plain* is the unprepared function (prepares the weights on every call). "
+              "*peak MiB* is the extra memory of one qlinear call, output included. *ort "
+              "differs* counts output elements where onnxruntime differs from qlinear "
+              "(max difference in brackets).", "",
+              "| case | op | shapes | qlinear | plain | onnxruntime | onnx.reference | ql/ort "
+              "| ref/ql | GMAC/s ql | GMAC/s ort | peak MiB | ort differs |",
+              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        t = r["time_s"]
+        ref_r = r["reference"]
+        if ref_r["status"] == "ok":
+            ref_s = _fmt_t(ref_r["time_s"]) + ("" if ref_r["runs"] >= args.repeat
+                                               else f" ({ref_r['runs']} run"
+                                               f"{'s' if ref_r['runs'] > 1 else ''})")
+        elif ref_r["status"] == "skipped":
+            ref_s = f"skipped (est. {ref_r['estimate_s']:.0f} s)"
+        else:
+            ref_s = "not run"
+        d = r["vs_onnxruntime"]
+        if d["differ"] is None:
+            diff_s = d.get("note", "?")
+        elif d["differ"]:
+            diff_s = f"{d['differ']} / {d['size']} ({d['max_abs_diff']:g})"
+        else:
+            diff_s = "0"
+        lines.append(
+            f"| {r['name']} | {r['op']} | {r['shape']} | {_fmt_t(t['qlinear'])} | "
+            f"{_fmt_t(t['qlinear_plain'])} | {_fmt_t(t['onnxruntime'])} | {ref_s} | "
+            f"{r['qlinear_over_onnxruntime']:.2f} | {_fmt(r['reference_over_qlinear'], '.0f')} | "
+            f"{_fmt(r['gmacs_qlinear'], '.1f')} | {_fmt(r['gmacs_onnxruntime'], '.1f')} | "
+            f"{r['peak_extra_bytes'] / MIB:.1f} | {diff_s} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def machine_markdown(machine: dict[str, Any]) -> str:
+    lines = ["# Machine of the latest benchmark run", ""]
+    for k, v in machine.items():
+        lines.append(f"- **{k}**: {v}")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def chart(results: list[dict[str, Any]], path: str) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    names = [r["name"] for r in results]
+    ratios = [r["qlinear_over_onnxruntime"] for r in results]
+    refs = [r["reference_over_qlinear"] or 0 for r in results]
+    colors = {"conv": "tab:blue", "matmul": "tab:orange", "quant": "tab:green"}
+    height = max(4.0, 0.17 * len(results) + 1.5)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, height), sharey=True)
+    y = np.arange(len(results))
+    ax1.barh(y, ratios, color=[colors[r["group"]] for r in results])
+    for x, style in ((1.0, "-"), (1.5, "--"), (3.0, ":")):
+        ax1.axvline(x, color="k", linestyle=style, linewidth=0.8)
+    ax1.set_xscale("log")
+    ax1.set_xlabel("qlinear time / onnxruntime time (lower is better; lines at 1, 1.5, 3)")
+    ax1.set_yticks(y, names, fontsize=6)
+    ax1.invert_yaxis()
+    ax2.barh(y, [v if v else np.nan for v in refs], color=[colors[r["group"]] for r in results])
+    ax2.axvline(50, color="k", linestyle="--", linewidth=0.8)
+    ax2.set_xscale("log")
+    ax2.set_xlabel("onnx.reference time / qlinear time (higher is better; line at 50)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
+    ax1.legend(handles, list(colors), loc="lower right", fontsize=8)
+    fig.suptitle("qlinear vs onnxruntime and onnx.reference (same thread count)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+# ----------------------------------------------------------------------------------------
+# Command line
+# ----------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="qlinear bench",
+        description="Benchmark qlinear against onnxruntime and onnx.reference.")
+    p.add_argument("--quick", action="store_true",
+                   help="a representative subset of the cases (a couple of minutes)")
+    p.add_argument("--cases", action="append", metavar="PATTERN",
+                   help="only cases whose name matches (glob, or a substring); repeatable, "
+                        "comma-separated lists allowed")
+    p.add_argument("--list", action="store_true", help="list the selected cases and exit")
+    p.add_argument("--repeat", type=int, default=5,
+                   help="timed runs per engine and case, at least (default 5)")
+    p.add_argument("--threads", type=int, default=2,
+                   help="threads for every engine (default 2)")
+    p.add_argument("--output-dir", default="qlinear-bench-results",
+                   help="where results.md/json/png and machine.md go")
+    p.add_argument("--no-reference", action="store_true", help="do not run onnx.reference")
+    p.add_argument("--reference-budget", type=float, default=8.0, metavar="SECONDS",
+                   help="skip onnx.reference where one run is estimated above this "
+                        "(default 8)")
+    p.add_argument("--seed", type=int, default=0, help="random data seed")
+    return p
+
+
+def _limit_threads(threads: int):
+    """Limit BLAS (and OpenMP) threads; returns a controller or None."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return None
+    return threadpool_limits(limits=threads)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    patterns = None
+    if args.cases:
+        patterns = [p.strip() for item in args.cases for p in item.split(",") if p.strip()]
+    cases = select_cases(all_cases(), patterns, args.quick)
+    if args.list:
+        for c in cases:
+            print(f"{c.name:40s} {c.op:15s} {c.shape}")
+        return 0
+    if not cases:
+        print("no case matches", file=sys.stderr)
+        return 2
+    if args.repeat < 1 or args.threads < 1:
+        print("--repeat and --threads must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError as e:
+        print(f"qlinear bench needs onnx and onnxruntime ({e}); pip install 'qlinear[bench]'",
+              file=sys.stderr)
+        return 2
+
+    limiter = _limit_threads(args.threads)
+    if limiter is None and os.environ.get("OPENBLAS_NUM_THREADS") != str(args.threads):
+        # Without threadpoolctl, OpenBLAS reads its thread count once, when NumPy loads:
+        # rerun in a child process with the variable set.
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.threads),
+                   OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+        argv = sys.argv[1:] if argv is None else list(argv)
+        return subprocess.call([sys.executable, "-m", "qlinear.bench", *argv], env=env)
+    try:
+        import qlinear
+
+        set_threads = getattr(qlinear, "set_num_threads", None)
+        if set_threads is not None:
+            set_threads(args.threads)
+    except ImportError as e:
+        print(f"cannot import qlinear: {e}", file=sys.stderr)
+        return 2
+
+    machine = machine_description(args.threads)
+    results: list[dict[str, Any]] = []
+    reference_rate: dict[str, float] = {}
+    start = time.perf_counter()
+    print(f"qlinear bench: {len(cases)} cases, {args.threads} threads, repeat {args.repeat}",
+          file=sys.stderr)
+    for i, case in enumerate(cases, 1):
+        r = run_case(case, repeat=args.repeat, threads=args.threads,
+                     reference=not args.no_reference, reference_budget=args.reference_budget,
+                     reference_rate=reference_rate, seed=args.seed + i)
+        results.append(r)
+        ref = r["reference"]
+        ref_s = (_fmt_t(ref["time_s"]) if ref["status"] == "ok" else ref["status"])
+        print(f"[{i:3d}/{len(cases)}] {case.name:36s} qlinear {_fmt_t(r['time_s']['qlinear']):>9s}"
+              f"  ort {_fmt_t(r['time_s']['onnxruntime']):>9s}  ql/ort "
+              f"{r['qlinear_over_onnxruntime']:5.2f}  ref {ref_s:>9s}  peak "
+              f"{r['peak_extra_bytes'] / MIB:7.1f} MiB  ort differs "
+              f"{r['vs_onnxruntime']['differ']}", file=sys.stderr, flush=True)
+    elapsed = time.perf_counter() - start
+    machine["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    machine["elapsed_s"] = round(elapsed, 1)
+    summary = summarize(results, machine.get("workspace_limit_bytes", 256 * MIB))
+
+    os.makedirs(args.output_dir, exist_ok=True)
+    with open(os.path.join(args.output_dir, "results.json"), "w") as f:
+        json.dump({"machine": machine, "summary": summary, "args": vars(args),
+                   "results": results}, f, indent=1)
+    report = markdown_report(results, summary, machine, args)
+    with open(os.path.join(args.output_dir, "results.md"), "w") as f:
+        f.write(report)
+    with open(os.path.join(args.output_dir, "machine.md"), "w") as f:
+        f.write(machine_markdown(machine))
+    chart(results, os.path.join(args.output_dir, "results.png"))
+    print(report.split("## Cases")[0], file=sys.stdout)
+    print(f"wrote {args.output_dir}/results.md, results.json, results.png, machine.md "
+          f"({elapsed:.0f} s)", file=sys.stderr)
+    if limiter is not None:
+        limiter.restore_original_limits()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

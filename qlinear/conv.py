@@ -1,0 +1,183 @@
+"""QLinearConv (10) and ConvInteger (10): validate → geometry → integer accumulation → requantize.
+
+The prepared classes hold the constant weights pre-transformed once (centered, laid out as
+the GEMM's right-hand matrix); the plain functions build one and run it, so both share
+exactly one code path.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import _validate as v
+from ._engine import conv_accumulate, conv_weight_matrix
+from ._geometry import ConvAttributes, check_conv_shapes
+from ._requant import multiplier, requantize
+
+
+class _ConvWeights:
+    """Validated weights, attributes and the centered float32 GEMM matrix of one convolution."""
+
+    def __init__(self, op: str, w: Any, w_zero_point: Any, attributes: dict[str, Any]) -> None:
+        self.op = op
+        w = v.integer_tensor(op, "w", w)
+        if w.ndim < 3:
+            raise ValueError(f"{op}: w must have rank >= 3 (M, C/group, k1, ...); got shape {w.shape}")
+        self.w_shape = w.shape
+        self.out_channels = w.shape[0]
+        if w_zero_point is None:
+            zp = np.zeros((), dtype=w.dtype)
+        else:
+            zp = v.zero_point(op, "w_zero_point", w_zero_point, "w", w.dtype)
+            zp = v.per_channel(op, "w_zero_point", zp, self.out_channels, "output channel of w")
+        self.w_zero_point = zp
+        self.attributes = ConvAttributes.from_onnx(op, w.shape, **attributes)
+        centered = np.subtract(w, zp.reshape((-1,) + (1,) * (w.ndim - 1)), dtype=np.float32)
+        self.w_bound = int(np.abs(centered).max()) if centered.size else 0
+        self.w_matrix = conv_weight_matrix(centered, self.attributes.group)
+
+    def accumulate(self, x: Any, x_zero_point: Any) -> np.ndarray:
+        """Validate x and its zero point; return int32 (N, O1..On, M)."""
+        op = self.op
+        x = v.integer_tensor(op, "x", x)
+        check_conv_shapes(op, x.shape, self.w_shape, self.attributes.group)
+        if x_zero_point is None:
+            zp = np.zeros((), dtype=x.dtype)
+        else:
+            zp = v.per_tensor(op, "x_zero_point", v.zero_point(op, "x_zero_point", x_zero_point, "x", x.dtype))
+        geom = self.attributes.geometry(x.shape[2:])
+        return conv_accumulate(x, zp, self.w_matrix, self.w_bound, geom)
+
+
+def _channels_first(y: np.ndarray) -> np.ndarray:
+    """(N, O1..On, M) → (N, M, O1..On), contiguous."""
+    return np.ascontiguousarray(np.moveaxis(y, -1, 1))
+
+
+class PreparedConvInteger:
+    """ConvInteger with constant weights pre-transformed once; call ``run`` per input."""
+
+    def __init__(self, w: np.ndarray, w_zero_point: Any = None, **attributes: Any) -> None:
+        self._weights = _ConvWeights("conv_integer", w, w_zero_point, attributes)
+
+    def run(self, x: np.ndarray, x_zero_point: Any = None) -> np.ndarray:
+        """int32 y = wrap32(Σ (x - x_zero_point)(w - w_zero_point)), shape (N, M, O1..On)."""
+        return _channels_first(self._weights.accumulate(x, x_zero_point))
+
+
+class PreparedQLinearConv:
+    """QLinearConv with constant weights, their scale/zero point and bias validated and pre-transformed."""
+
+    def __init__(self, w: np.ndarray, w_scale: Any, w_zero_point: Any, B: Any = None, **attributes: Any) -> None:
+        op = "qlinear_conv"
+        if w_zero_point is None:
+            raise TypeError(f"{op}: w_zero_point is required")
+        self._weights = _ConvWeights(op, w, w_zero_point, attributes)
+        m = self._weights.out_channels
+        ws = v.per_channel(op, "w_scale", v.scale(op, "w_scale", w_scale), m, "output channel of w")
+        v.same_shape(op, "w_scale", ws, "w_zero_point", self._weights.w_zero_point)
+        self.w_scale = ws
+        self.bias = None if B is None else v.int32_bias(op, B, m)
+
+    def run(self, x: np.ndarray, x_scale: Any, x_zero_point: Any, y_scale: Any, y_zero_point: Any) -> np.ndarray:
+        """The quantized convolution of x; output dtype is y_zero_point's, shape (N, M, O1..On)."""
+        op = "qlinear_conv"
+        xs = v.per_tensor(op, "x_scale", v.scale(op, "x_scale", x_scale))
+        ys = v.per_tensor(op, "y_scale", v.nonzero_scale(op, "y_scale", y_scale))
+        yzp = v.per_tensor(op, "y_zero_point", v.output_zero_point(op, "y_zero_point", y_zero_point))
+        if x_zero_point is None:
+            raise TypeError(f"{op}: x_zero_point is required")
+        m = v.finite_multiplier(op, multiplier(xs, self.w_scale, ys), "x_scale * w_scale / y_scale")
+        acc = self._weights.accumulate(x, x_zero_point)
+        if self.bias is not None:
+            acc += self.bias  # int32 addition wraps: this is wrap32(acc + B)
+        return _channels_first(requantize(acc, m, yzp))
+
+
+def prepare_conv_integer(
+    w: np.ndarray,
+    w_zero_point: Any = None,
+    *,
+    auto_pad: str = "NOTSET",
+    dilations: Sequence[int] | None = None,
+    group: int = 1,
+    kernel_shape: Sequence[int] | None = None,
+    pads: Sequence[int] | None = None,
+    strides: Sequence[int] | None = None,
+) -> PreparedConvInteger:
+    """Pre-transform ConvInteger's constant weights once for repeated ``run(x, x_zero_point)`` calls."""
+    return PreparedConvInteger(w, w_zero_point, auto_pad=auto_pad, dilations=dilations, group=group,
+                               kernel_shape=kernel_shape, pads=pads, strides=strides)
+
+
+def prepare_qlinear_conv(
+    w: np.ndarray,
+    w_scale: Any,
+    w_zero_point: Any,
+    B: np.ndarray | None = None,
+    *,
+    auto_pad: str = "NOTSET",
+    dilations: Sequence[int] | None = None,
+    group: int = 1,
+    kernel_shape: Sequence[int] | None = None,
+    pads: Sequence[int] | None = None,
+    strides: Sequence[int] | None = None,
+) -> PreparedQLinearConv:
+    """Pre-transform QLinearConv's constant weights once for repeated
+    ``run(x, x_scale, x_zero_point, y_scale, y_zero_point)`` calls."""
+    return PreparedQLinearConv(w, w_scale, w_zero_point, B, auto_pad=auto_pad, dilations=dilations, group=group,
+                               kernel_shape=kernel_shape, pads=pads, strides=strides)
+
+
+def conv_integer(
+    x: np.ndarray,
+    w: np.ndarray,
+    x_zero_point: Any = None,
+    w_zero_point: Any = None,
+    *,
+    auto_pad: str = "NOTSET",
+    dilations: Sequence[int] | None = None,
+    group: int = 1,
+    kernel_shape: Sequence[int] | None = None,
+    pads: Sequence[int] | None = None,
+    strides: Sequence[int] | None = None,
+) -> np.ndarray:
+    """ONNX ConvInteger-10: int32 convolution of (x - x_zero_point) with (w - w_zero_point).
+
+    x is uint8/int8 (N, C, D1..Dn); w is uint8/int8 (M, C/group, k1..kn); x_zero_point is per
+    tensor, w_zero_point per tensor or per output channel ([M]). Padded positions contribute 0.
+    The sum is exact and wraps to int32 only at the end.
+    """
+    return prepare_conv_integer(w, w_zero_point, auto_pad=auto_pad, dilations=dilations, group=group,
+                                kernel_shape=kernel_shape, pads=pads, strides=strides).run(x, x_zero_point)
+
+
+def qlinear_conv(
+    x: np.ndarray,
+    x_scale: Any,
+    x_zero_point: Any,
+    w: np.ndarray,
+    w_scale: Any,
+    w_zero_point: Any,
+    y_scale: Any,
+    y_zero_point: Any,
+    B: np.ndarray | None = None,
+    *,
+    auto_pad: str = "NOTSET",
+    dilations: Sequence[int] | None = None,
+    group: int = 1,
+    kernel_shape: Sequence[int] | None = None,
+    pads: Sequence[int] | None = None,
+    strides: Sequence[int] | None = None,
+) -> np.ndarray:
+    """ONNX QLinearConv-10, exact per SEMANTICS.md.
+
+    acc = wrap32(Σ (x - x_zp)(w - w_zp) + B); m = float32(float32(x_scale · w_scale) / y_scale);
+    y = sat(rne(float32(float32(acc) · m)) + y_zero_point), dtype of y_zero_point.
+    w_scale / w_zero_point may be per output channel ([M]); zero points may differ per channel.
+    """
+    return prepare_qlinear_conv(w, w_scale, w_zero_point, B, auto_pad=auto_pad, dilations=dilations, group=group,
+                                kernel_shape=kernel_shape, pads=pads, strides=strides).run(
+        x, x_scale, x_zero_point, y_scale, y_zero_point)

@@ -1,0 +1,190 @@
+"""QLinearMatMul (10) and MatMulInteger (10), with numpy.matmul shape rules.
+
+Scales and zero points are per tensor (one element), per row of ``a`` ([M] or [..., M, 1])
+or per column of ``b`` ([N] or [..., 1, N]). The prepared classes pre-transform a constant
+``b`` once; the plain functions build one and run it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _validate as v
+from ._engine import exact_int_gemm, value_bound
+from ._requant import multiplier, requantize
+
+
+def _row_param(op: str, name: str, arr: np.ndarray, a_shape: tuple[int, ...]) -> np.ndarray:
+    """A per-tensor or per-row parameter of ``a``, returned broadcastable to (..., M, 1)."""
+    if arr.size == 1:
+        return arr.reshape(())
+    if len(a_shape) < 2:
+        raise ValueError(f"{op}: {name} must have one element because a is 1-D; got shape {arr.shape}")
+    m = a_shape[-2]
+    if arr.shape == (m,):
+        return arr.reshape(m, 1)
+    if (arr.ndim == len(a_shape) and arr.shape[-2:] == (m, 1)
+            and all(d in (1, ad) for d, ad in zip(arr.shape[:-2], a_shape[:-2]))):
+        return arr
+    raise ValueError(
+        f"{op}: {name} must have one element (per tensor), shape ({m},) or {(*a_shape[:-2], m, 1)} "
+        f"(per row of a with shape {a_shape}); got shape {arr.shape}"
+    )
+
+
+def _column_param(op: str, name: str, arr: np.ndarray, b_shape: tuple[int, ...]) -> np.ndarray:
+    """A per-tensor or per-column parameter of ``b``, returned broadcastable to (..., 1, N)."""
+    if arr.size == 1:
+        return arr.reshape(())
+    if len(b_shape) < 2:
+        raise ValueError(f"{op}: {name} must have one element because b is 1-D; got shape {arr.shape}")
+    n = b_shape[-1]
+    if arr.shape == (n,):
+        return arr.reshape(1, n)
+    if (arr.ndim == len(b_shape) and arr.shape[-2:] == (1, n)
+            and all(d in (1, bd) for d, bd in zip(arr.shape[:-2], b_shape[:-2]))):
+        return arr
+    raise ValueError(
+        f"{op}: {name} must have one element (per tensor), shape ({n},) or {(*b_shape[:-2], 1, n)} "
+        f"(per column of b with shape {b_shape}); got shape {arr.shape}"
+    )
+
+
+class _RightOperand:
+    """The validated, centered float32 ``b`` of a matmul (as a matrix: 1-D b becomes (K, 1))."""
+
+    def __init__(self, op: str, b: Any, b_zero_point: Any) -> None:
+        self.op = op
+        b = v.integer_tensor(op, "b", b)
+        if b.ndim == 0:
+            raise ValueError(f"{op}: b must have rank >= 1; got a 0-d array")
+        self.b_shape = b.shape
+        if b_zero_point is None:
+            zp = np.zeros((), dtype=b.dtype)
+        else:
+            zp = _column_param(op, "b_zero_point", v.zero_point(op, "b_zero_point", b_zero_point, "b", b.dtype), b.shape)
+        self.zero_point = zp
+        matrix = b[:, None] if b.ndim == 1 else b
+        self.centered = np.subtract(matrix, zp, dtype=np.float32)
+        self.bound = int(np.abs(self.centered).max()) if self.centered.size else 0
+
+    def accumulate(self, a: Any, a_zero_point: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Validate a; return (int32 accumulator of shape (batch..., M, N), a as given)."""
+        op = self.op
+        a = v.integer_tensor(op, "a", a)
+        if a.ndim == 0:
+            raise ValueError(f"{op}: a must have rank >= 1; got a 0-d array")
+        if a_zero_point is None:
+            zp = np.zeros((), dtype=a.dtype)
+        else:
+            zp = _row_param(op, "a_zero_point", v.zero_point(op, "a_zero_point", a_zero_point, "a", a.dtype), a.shape)
+        matrix = a[None, :] if a.ndim == 1 else a
+        b = self.centered
+        if matrix.shape[-1] != b.shape[-2]:
+            raise ValueError(
+                f"{op}: a and b cannot be multiplied: a has shape {a.shape} (K = {matrix.shape[-1]}) "
+                f"but b has shape {self.b_shape} (K = {b.shape[-2]})"
+            )
+        try:
+            batch = np.broadcast_shapes(matrix.shape[:-2], b.shape[:-2])
+        except ValueError:
+            raise ValueError(
+                f"{op}: the batch dimensions of a {a.shape[:-2]} and b {self.b_shape[:-2]} do not broadcast"
+            ) from None
+        centered = np.subtract(matrix, zp, dtype=np.float32)
+        bound = value_bound(a, zp)
+        if b.ndim == 2 and centered.ndim > 2:
+            # One large GEMM instead of one per batch entry: rows of all batches share b.
+            rows = centered.reshape(-1, centered.shape[-1])
+            acc = exact_int_gemm(rows, b, bound, self.bound).reshape(*batch, matrix.shape[-2], b.shape[-1])
+        else:
+            acc = exact_int_gemm(centered, b, bound, self.bound)
+        return acc, a
+
+    def finish(self, y: np.ndarray, a: np.ndarray) -> np.ndarray:
+        """Drop the axes numpy.matmul drops for 1-D operands."""
+        if len(self.b_shape) == 1:
+            y = y[..., 0]
+        if a.ndim == 1:
+            y = y[..., 0, :] if len(self.b_shape) > 1 else y[..., 0]
+        return y
+
+
+class PreparedMatMulInteger:
+    """MatMulInteger with a constant ``b`` pre-transformed once; call ``run`` per ``a``."""
+
+    def __init__(self, b: np.ndarray, b_zero_point: Any = None) -> None:
+        self._b = _RightOperand("matmul_integer", b, b_zero_point)
+
+    def run(self, a: np.ndarray, a_zero_point: Any = None) -> np.ndarray:
+        """int32 wrap32((a - a_zero_point) @ (b - b_zero_point)) with numpy.matmul shapes."""
+        acc, a = self._b.accumulate(a, a_zero_point)
+        return self._b.finish(acc, a)
+
+
+class PreparedQLinearMatMul:
+    """QLinearMatMul with a constant ``b`` and its scale/zero point validated and pre-transformed."""
+
+    def __init__(self, b: np.ndarray, b_scale: Any, b_zero_point: Any) -> None:
+        op = "qlinear_matmul"
+        if b_zero_point is None:
+            raise TypeError(f"{op}: b_zero_point is required")
+        self._b = _RightOperand(op, b, b_zero_point)
+        bs = v.scale(op, "b_scale", b_scale)
+        v.same_shape(op, "b_scale", bs, "b_zero_point", np.asarray(b_zero_point))
+        self.b_scale = _column_param(op, "b_scale", bs, self._b.b_shape)
+
+    def run(self, a: np.ndarray, a_scale: Any, a_zero_point: Any, y_scale: Any, y_zero_point: Any) -> np.ndarray:
+        """The quantized product; output dtype is y_zero_point's."""
+        op = "qlinear_matmul"
+        if a_zero_point is None:
+            raise TypeError(f"{op}: a_zero_point is required")
+        a_arr = v.integer_tensor(op, "a", a)
+        a_s = v.scale(op, "a_scale", a_scale)
+        v.same_shape(op, "a_scale", a_s, "a_zero_point", np.asarray(a_zero_point))
+        a_s = _row_param(op, "a_scale", a_s, a_arr.shape)
+        ys = v.per_tensor(op, "y_scale", v.nonzero_scale(op, "y_scale", y_scale))
+        yzp = v.per_tensor(op, "y_zero_point", v.output_zero_point(op, "y_zero_point", y_zero_point))
+        m = v.finite_multiplier(op, multiplier(a_s, self.b_scale, ys), "a_scale * b_scale / y_scale")
+        acc, a_arr = self._b.accumulate(a_arr, a_zero_point)
+        return self._b.finish(requantize(acc, m, yzp), a_arr)
+
+
+def prepare_matmul_integer(b: np.ndarray, b_zero_point: Any = None) -> PreparedMatMulInteger:
+    """Pre-transform MatMulInteger's constant ``b`` once for repeated ``run(a, a_zero_point)`` calls."""
+    return PreparedMatMulInteger(b, b_zero_point)
+
+
+def prepare_qlinear_matmul(b: np.ndarray, b_scale: Any, b_zero_point: Any) -> PreparedQLinearMatMul:
+    """Pre-transform QLinearMatMul's constant ``b`` once for repeated
+    ``run(a, a_scale, a_zero_point, y_scale, y_zero_point)`` calls."""
+    return PreparedQLinearMatMul(b, b_scale, b_zero_point)
+
+
+def matmul_integer(a: np.ndarray, b: np.ndarray, a_zero_point: Any = None, b_zero_point: Any = None) -> np.ndarray:
+    """ONNX MatMulInteger-10: int32 wrap32((a - a_zero_point) @ (b - b_zero_point)).
+
+    numpy.matmul shape rules (1-D operands, broadcast batch dimensions); zero points per tensor,
+    per row of a ([M] or [..., M, 1]) or per column of b ([N] or [..., 1, N]).
+    """
+    return PreparedMatMulInteger(b, b_zero_point).run(a, a_zero_point)
+
+
+def qlinear_matmul(
+    a: np.ndarray,
+    a_scale: Any,
+    a_zero_point: Any,
+    b: np.ndarray,
+    b_scale: Any,
+    b_zero_point: Any,
+    y_scale: Any,
+    y_zero_point: Any,
+) -> np.ndarray:
+    """ONNX QLinearMatMul-10, exact per SEMANTICS.md.
+
+    acc = wrap32((a - a_zp) @ (b - b_zp)); m[i, j] = float32(float32(a_scale[i] · b_scale[j]) / y_scale);
+    y = sat(rne(float32(float32(acc) · m)) + y_zero_point), dtype of y_zero_point.
+    """
+    return PreparedQLinearMatMul(b, b_scale, b_zero_point).run(a, a_scale, a_zero_point, y_scale, y_zero_point)

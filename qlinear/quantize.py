@@ -1,0 +1,87 @@
+"""QuantizeLinear (10, 13) and DequantizeLinear (10, 13): per tensor or per axis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _validate as v
+from ._requant import round_saturate
+
+_QUANTIZABLE = (np.dtype(np.float32), np.dtype(np.int32))
+
+
+def _axis_param(op: str, name: str, arr: np.ndarray, x_shape: tuple[int, ...], axis: Any) -> np.ndarray:
+    """A per-tensor (one element) or per-axis (1-D along ``axis``) parameter, broadcastable to x."""
+    if arr.size == 1:
+        return arr.reshape(())
+    if arr.ndim != 1:
+        raise ValueError(f"{op}: {name} must be a scalar or 1-D (per axis); got shape {arr.shape}")
+    if not x_shape:
+        raise ValueError(f"{op}: {name} is per axis ({arr.shape[0]} elements) but x is 0-d")
+    ax = v.axis_attribute(op, axis, len(x_shape))
+    if arr.shape[0] != x_shape[ax]:
+        raise ValueError(
+            f"{op}: {name} has {arr.shape[0]} elements but x has {x_shape[ax]} along axis {axis} "
+            f"(x shape {x_shape})"
+        )
+    return arr.reshape((-1,) + (1,) * (len(x_shape) - ax - 1))
+
+
+def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1) -> np.ndarray:
+    """ONNX QuantizeLinear-10/13: y = sat_T(rne(float32(x / y_scale)) + y_zero_point).
+
+    x is float32 (int32 is converted to float32 first). The division is one float32 division,
+    rounding is ties-to-even, T is y_zero_point's dtype (uint8 when absent). +inf saturates to
+    T's max, -inf and NaN to T's min (as onnxruntime's CPU kernel does). y_scale and
+    y_zero_point are per tensor, or 1-D along ``axis`` (opset 13, negative axis allowed).
+    """
+    op = "quantize_linear"
+    if not isinstance(x, (np.ndarray, np.generic)):
+        raise TypeError(f"{op}: x must be a NumPy array of dtype float32 or int32; got a Python {type(x).__name__}")
+    x = np.asarray(x)
+    if x.dtype not in _QUANTIZABLE:
+        raise TypeError(
+            f"{op}: x must have dtype float32 or int32; got dtype {x.dtype}"
+            + (" (convert with x.astype(np.float32))" if np.issubdtype(x.dtype, np.floating) else "")
+        )
+    scale = v.nonzero_scale(op, "y_scale", y_scale)
+    if y_zero_point is None:
+        zp = np.zeros(scale.shape, dtype=np.uint8)
+    else:
+        zp = v.output_zero_point(op, "y_zero_point", y_zero_point)
+        v.same_shape(op, "y_scale", scale, "y_zero_point", zp)
+    scale = _axis_param(op, "y_scale", scale, x.shape, axis)
+    zp_b = _axis_param(op, "y_zero_point", zp, x.shape, axis)
+    values = np.divide(x.astype(np.float32, copy=False), scale, dtype=np.float32)
+    # NaN has no integer; send it to T's min, the value onnxruntime's CPU kernel produces.
+    np.copyto(values, np.float32(-np.inf), where=np.isnan(values))
+    return round_saturate(values, zp_b, zp.dtype)
+
+
+def dequantize_linear(x: np.ndarray, x_scale: Any, x_zero_point: Any = None, *, axis: int = 1) -> np.ndarray:
+    """ONNX DequantizeLinear-10/13: y = float32(float32(x - x_zero_point) · x_scale).
+
+    x is uint8, int8 or int32 (int32 takes no zero point, or a zero one; its conversion to
+    float32 rounds to nearest above 2**24). Per tensor, or 1-D along ``axis`` (opset 13).
+    """
+    op = "dequantize_linear"
+    x = v.integer_tensor(op, "x", x, v.DEQUANTIZABLE)
+    scale = v.scale(op, "x_scale", x_scale)
+    if x_zero_point is None:
+        zp = np.zeros(scale.shape, dtype=x.dtype)
+    else:
+        zp = v.zero_point(op, "x_zero_point", x_zero_point, "x", x.dtype)
+        v.same_shape(op, "x_scale", scale, "x_zero_point", zp)
+        if x.dtype == np.int32 and np.any(zp != 0):
+            raise ValueError(f"{op}: x_zero_point must be 0 when x is int32; got {zp.ravel()[zp.ravel() != 0][0]}")
+    scale = _axis_param(op, "x_scale", scale, x.shape, axis)
+    zp = _axis_param(op, "x_zero_point", zp, x.shape, axis)
+    if x.dtype == np.int32:
+        values = x.astype(np.float32)  # zero point is 0; the cast rounds to nearest
+    else:
+        # 8-bit values and zero points are exact in float32, and so is their difference.
+        values = np.subtract(x, zp, dtype=np.float32)
+    values *= scale
+    return values
