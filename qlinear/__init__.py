@@ -2,7 +2,7 @@
 
 Operators (inputs in ONNX order, attributes keyword-only with ONNX names and defaults):
 ``qlinear_conv``, ``conv_integer``, ``qlinear_matmul``, ``matmul_integer``,
-``quantize_linear``, ``dequantize_linear``. The arithmetic contract is docs/SEMANTICS.md.
+``quantize_linear``, ``dequantize_linear``. The arithmetic contract is docs/contract.md.
 ``prepare_*`` build reusable forms whose constant weights are pre-transformed once.
 """
 
