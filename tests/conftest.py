@@ -1,0 +1,40 @@
+"""Shared helpers for the qlinear test suite (the oracle lives in oracle.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+U8, I8, I32 = np.uint8, np.int8, np.int32
+DTYPES_8 = (U8, I8)
+ALL_8BIT_COMBOS = [(x, w, y) for x in DTYPES_8 for w in DTYPES_8 for y in DTYPES_8]
+
+
+def rand_int(rng, dtype, shape, lo=None, hi=None):
+    """Uniform integers of `dtype` in [lo, hi] (default: the dtype's full range)."""
+    info = np.iinfo(dtype)
+    lo = info.min if lo is None else lo
+    hi = info.max if hi is None else hi
+    return rng.integers(lo, hi, size=shape, endpoint=True).astype(dtype)
+
+
+def rand_extreme(rng, dtype, shape):
+    """Values drawn only from the two ends of the dtype's range."""
+    info = np.iinfo(dtype)
+    return rng.choice(np.array([info.min, info.max], dtype=dtype), size=shape)
+
+
+def rand_scale(rng, shape=(), lo=1e-3, hi=5e-2):
+    return rng.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def assert_exact(got, want):
+    """Bit-for-bit equality, same dtype, same shape."""
+    assert isinstance(got, np.ndarray), f"result is {type(got).__name__}, not ndarray"
+    assert got.dtype == want.dtype, f"dtype {got.dtype} != {want.dtype}"
+    assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
+    if want.dtype.kind == "f":
+        # compare bit patterns: distinguishes -0.0 from 0.0 and checks NaN payload-free equality
+        bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[want.dtype.itemsize]
+        np.testing.assert_array_equal(got.view(bits), want.view(bits))
+    else:
+        np.testing.assert_array_equal(got, want)

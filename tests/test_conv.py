@@ -1,0 +1,387 @@
+"""Differential tests: qlinear.qlinear_conv / qlinear.conv_integer against the oracle, bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import oracle
+import qlinear
+from conftest import ALL_8BIT_COMBOS, I8, I32, U8, assert_exact, rand_extreme, rand_int, rand_scale
+
+AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+# ----------------------------------------------------------------------------- case generation
+
+
+def random_geometry(rng, nsp, auto_pad, max_size=7, max_kernel=3):
+    """Random kernel/strides/dilations/pads and an input size that gives a non-empty output."""
+    kernel = [int(v) for v in rng.integers(1, max_kernel, nsp, endpoint=True)]
+    strides = [int(v) for v in rng.integers(1, 3, nsp, endpoint=True)]
+    dilations = [int(v) for v in rng.integers(1, 2, nsp, endpoint=True)]
+    size = [int(v) for v in rng.integers(1, max_size, nsp, endpoint=True)]
+    pads = None
+    if auto_pad == "NOTSET":
+        pads = [int(v) for v in rng.integers(0, 2, 2 * nsp, endpoint=True)]
+    for i in range(nsp):
+        span = (kernel[i] - 1) * dilations[i] + 1
+        room = 0 if pads is None or auto_pad != "NOTSET" else pads[i] + pads[nsp + i]
+        if auto_pad in ("NOTSET", "VALID"):
+            size[i] = max(size[i], span - room)
+    return size, kernel, strides, dilations, pads
+
+
+def random_qconv_case(rng, nsp, auto_pad="NOTSET", *, dtypes=None, group=None, batch=None,
+                      per_channel=None, bias=None, give_kernel_shape=None, full_range=True):
+    xdt, wdt, ydt = dtypes or ALL_8BIT_COMBOS[int(rng.integers(len(ALL_8BIT_COMBOS)))]
+    size, kernel, strides, dilations, pads = random_geometry(
+        rng, nsp, auto_pad, max_size=7 if nsp <= 2 else 4, max_kernel=3 if nsp <= 2 else 2)
+    group = int(rng.choice([1, 1, 2, 3])) if group is None else group
+    c_per_group = int(rng.integers(1, 3, endpoint=True))
+    m_per_group = int(rng.integers(1, 3, endpoint=True))
+    m_out = m_per_group * group
+    batch = int(rng.integers(1, 2, endpoint=True)) if batch is None else batch
+    per_channel = bool(rng.integers(2)) if per_channel is None else per_channel
+    bias = bool(rng.integers(2)) if bias is None else bias
+    give_kernel_shape = bool(rng.integers(2)) if give_kernel_shape is None else give_kernel_shape
+
+    x = rand_int(rng, xdt, (batch, c_per_group * group, *size))
+    w = rand_int(rng, wdt, (m_out, c_per_group, *kernel))
+    if not full_range:
+        x = (x // 4).astype(xdt)
+        w = (w // 4).astype(wdt)
+    xz = rand_int(rng, xdt, ())
+    if per_channel:
+        ws = rand_scale(rng, (m_out,))
+        wz = rand_int(rng, wdt, (m_out,))
+    else:
+        ws = rand_scale(rng, ())
+        wz = rand_int(rng, wdt, ())
+    # y_scale sized so that outputs spread over the range instead of all saturating
+    k = c_per_group * int(np.prod(kernel))
+    xs = rand_scale(rng, ())
+    ys = np.float32(float(xs) * float(np.max(ws)) * 120.0 * np.sqrt(k) * rng.uniform(0.3, 3.0))
+    yz = rand_int(rng, ydt, ())
+    args = [x, xs, xz, w, ws, wz, ys, yz]
+    if bias:
+        args.append(rand_int(rng, I32, (m_out,), -50000, 50000))
+    kwargs = dict(auto_pad=auto_pad, group=group)
+    if rng.integers(2) or any(s != 1 for s in strides):
+        kwargs["strides"] = strides
+    if rng.integers(2) or any(d != 1 for d in dilations):
+        kwargs["dilations"] = dilations
+    if pads is not None and (rng.integers(3) or any(pads)):
+        kwargs["pads"] = pads
+    if give_kernel_shape:
+        kwargs["kernel_shape"] = kernel
+    return args, kwargs
+
+
+def check_qconv(args, kwargs):
+    want = oracle.qlinear_conv(*args, **kwargs)
+    got = qlinear.qlinear_conv(*args, **kwargs)
+    assert_exact(got, want)
+    return got
+
+
+def check_convint(args, kwargs):
+    want = oracle.conv_integer(*args, **kwargs)
+    got = qlinear.conv_integer(*args, **kwargs)
+    assert_exact(got, want)
+    return got
+
+
+def as_convint_args(args):
+    """(x, w, x_zero_point, w_zero_point) from a QLinearConv argument list."""
+    x, _xs, xz, w, _ws, wz = args[:6]
+    return [x, w, xz, wz]
+
+
+# ----------------------------------------------------------------------------- random sweeps
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("auto_pad", AUTO_PADS)
+@pytest.mark.parametrize("nsp", [1, 2, 3])
+def test_qlinear_conv_random(nsp, auto_pad, seed):
+    rng = np.random.default_rng([nsp, AUTO_PADS.index(auto_pad), seed, 101])
+    for _ in range(4):
+        check_qconv(*random_qconv_case(rng, nsp, auto_pad))
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("auto_pad", AUTO_PADS)
+@pytest.mark.parametrize("nsp", [1, 2, 3])
+def test_conv_integer_random(nsp, auto_pad, seed):
+    rng = np.random.default_rng([nsp, AUTO_PADS.index(auto_pad), seed, 202])
+    for _ in range(4):
+        args, kwargs = random_qconv_case(rng, nsp, auto_pad)
+        check_convint(as_convint_args(args), kwargs)
+
+
+@pytest.mark.parametrize("auto_pad", AUTO_PADS)
+def test_four_spatial_dims(auto_pad):
+    rng = np.random.default_rng([4, AUTO_PADS.index(auto_pad)])
+    for _ in range(2):
+        args, kwargs = random_qconv_case(rng, 4, auto_pad)
+        y = check_qconv(args, kwargs)
+        assert y.ndim == 6
+        check_convint(as_convint_args(args), kwargs)
+
+
+# ----------------------------------------------------------------------------- types and ranges
+
+
+@pytest.mark.parametrize("xdt,wdt,ydt", ALL_8BIT_COMBOS,
+                         ids=[f"{a.__name__}-{b.__name__}-{c.__name__}" for a, b, c in ALL_8BIT_COMBOS])
+def test_all_type_combinations_full_range(xdt, wdt, ydt):
+    rng = np.random.default_rng([ALL_8BIT_COMBOS.index((xdt, wdt, ydt)), 5])
+    for _ in range(3):
+        args, kwargs = random_qconv_case(rng, 2, dtypes=(xdt, wdt, ydt))
+        y = check_qconv(args, kwargs)
+        assert y.dtype == ydt
+        assert check_convint(as_convint_args(args), kwargs).dtype == I32
+    # extreme values and extreme zero points: every (x - xz)(w - wz) term is as large as possible
+    for xz_v in (np.iinfo(xdt).min, np.iinfo(xdt).max):
+        for wz_v in (np.iinfo(wdt).min, np.iinfo(wdt).max):
+            x = rand_extreme(rng, xdt, (2, 3, 5, 6))
+            w = rand_extreme(rng, wdt, (4, 3, 3, 2))
+            for yz in (np.iinfo(ydt).min, np.iinfo(ydt).max, (np.iinfo(ydt).min + np.iinfo(ydt).max) // 2):
+                args = [x, np.float32(0.02), xdt(xz_v), w, np.float32(0.03), wdt(wz_v),
+                        np.float32(7.0), ydt(yz)]  # 18 * 255 * 255 * 6e-4 / 7 ~ 100
+                check_qconv(args, dict(pads=[1, 0, 0, 1]))
+            check_convint([x, w, xdt(xz_v), wdt(wz_v)], dict(pads=[1, 0, 0, 1]))
+
+
+@pytest.mark.parametrize("xdt,wdt", [(U8, I8), (U8, U8), (I8, I8), (I8, U8)])
+def test_large_reduction_exceeds_float32_exactness(xdt, wdt):
+    """K = 80 * 3 * 3 = 720 terms of magnitude up to 255 * 255: sums far beyond 2**24."""
+    rng = np.random.default_rng([720, int(xdt == I8), int(wdt == I8)])
+    x_lo, x_hi = np.iinfo(xdt).min, np.iinfo(xdt).max
+    w_lo, w_hi = np.iinfo(wdt).min, np.iinfo(wdt).max
+    xs, ws = np.float32(0.02), np.float32(0.03)
+    # zero points at the extremes: x - xz and w - wz take only the values 0 and +-255
+    for xz, wz in ((x_lo, w_hi), (x_hi, w_lo), (x_lo, w_lo)):
+        x = rand_extreme(rng, xdt, (2, 80, 4, 4))
+        w = rand_extreme(rng, wdt, (3, 80, 3, 3))
+        # batch 1 x output channel 0: all 720 terms at magnitude 255 * 255 with the same sign
+        x[1] = x_hi if xz == x_lo else x_lo
+        w[0] = w_hi if wz == w_lo else w_lo
+        kwargs = dict(pads=[1, 1, 1, 1])
+        exact = check_convint([x, w, xdt(xz), wdt(wz)], kwargs)
+        assert np.abs(exact.astype(np.int64)).max() == 720 * 255 * 255 > 2**24  # beyond float32
+        # y_scale mapping the largest accumulators, then the typical ones, to about 120 steps
+        for ys in (np.float32(xs * ws * 720 * 255 * 255 / 120), np.float32(xs * ws * 180 * 255 * 255 / 60)):
+            for yz in (U8(128), I8(0)):
+                check_qconv([x, xs, xdt(xz), w, ws, wdt(wz), ys, yz], kwargs)
+
+
+def test_python_int_zero_points():
+    rng = np.random.default_rng(7)
+    for xdt, wdt, ydt in ALL_8BIT_COMBOS:
+        x = rand_int(rng, xdt, (1, 2, 5, 5))
+        w = rand_int(rng, wdt, (3, 2, 3, 3))
+        xz, wz = int(rand_int(rng, xdt, ())), int(rand_int(rng, wdt, ()))
+        args = [x, 0.01, xz, w, 0.02, wz, 0.5, ydt(3)]
+        want = oracle.qlinear_conv(x, 0.01, xdt(xz), w, 0.02, wdt(wz), 0.5, ydt(3))
+        assert_exact(qlinear.qlinear_conv(*args), want)
+        want_i = oracle.conv_integer(x, w, xdt(xz), wdt(wz))
+        assert_exact(qlinear.conv_integer(x, w, xz, wz), want_i)
+        assert_exact(qlinear.conv_integer(x, w, xz), oracle.conv_integer(x, w, xdt(xz)))
+
+
+def test_scale_representations_are_equivalent():
+    """Python floats, float64/float16 NumPy values, 0-d and 1-element arrays: float32 first."""
+    rng = np.random.default_rng(8)
+    x = rand_int(rng, U8, (1, 2, 6, 6))
+    w = rand_int(rng, I8, (3, 2, 3, 3))
+    # float64 values that are not float32-representable: they must be rounded to float32 first
+    xs64, ws64, ys64 = 0.0123456789012345, 0.0234567890123456, 0.987654321098765
+    want = oracle.qlinear_conv(x, np.float32(xs64), U8(100), w, np.float32(ws64), I8(-3),
+                               np.float32(ys64), U8(128))
+    for conv in (float, np.float64, lambda v: np.array(v, np.float64), lambda v: np.array([v]),
+                 lambda v: np.array([v], np.float32), np.float32):
+        got = qlinear.qlinear_conv(x, conv(xs64), U8(100), w, conv(ws64), I8(-3), conv(ys64), U8(128))
+        assert_exact(got, want)
+    want16 = oracle.qlinear_conv(x, np.float16(0.0123), U8(100), w, np.float16(0.0234), I8(-3),
+                                 np.float16(0.9877), U8(128))
+    got16 = qlinear.qlinear_conv(x, np.float16(0.0123), U8(100), w, np.float16(0.0234), I8(-3),
+                                 np.float16(0.9877), U8(128))
+    assert_exact(got16, want16)
+
+
+def test_one_element_zero_points():
+    rng = np.random.default_rng(9)
+    x = rand_int(rng, I8, (2, 3, 5, 4))
+    w = rand_int(rng, U8, (2, 3, 2, 2))
+    want = oracle.qlinear_conv(x, 0.02, I8(-7), w, 0.01, U8(131), 0.3, I8(5))
+    got = qlinear.qlinear_conv(x, np.array([0.02], np.float32), np.array([-7], I8), w,
+                               np.array([0.01], np.float32), np.array([131], U8),
+                               np.array([0.3], np.float32), np.array([5], I8))
+    assert_exact(got, want)
+
+
+# ----------------------------------------------------------------------------- geometry
+
+
+@pytest.mark.parametrize("auto_pad,expected_shape", [
+    ("NOTSET", (8 - 5) // 3 + 1),
+    ("VALID", (8 - 5) // 3 + 1),
+    ("SAME_UPPER", 3),  # ceil(8 / 3)
+    ("SAME_LOWER", 3),
+])
+def test_auto_pad_with_dilations_and_strides(auto_pad, expected_shape):
+    """in 8, kernel 3, dilation 2 (span 5), stride 3: SAME needs total pad 3 (1+2 or 2+1)."""
+    rng = np.random.default_rng(10)
+    x = rand_int(rng, U8, (2, 2, 8, 8))
+    w = rand_int(rng, I8, (3, 2, 3, 3))
+    kwargs = dict(auto_pad=auto_pad, dilations=[2, 2], strides=[3, 3])
+    args = [x, 0.02, U8(77), w, 0.01, I8(0), 0.25, U8(120)]
+    y = check_qconv(args, kwargs)
+    assert y.shape == (2, 3, expected_shape, expected_shape)
+    check_convint([x, w, U8(77), I8(5)], kwargs)
+    # SAME_UPPER and SAME_LOWER place the odd pixel differently: the test can tell them apart
+    if auto_pad.startswith("SAME"):
+        other = "SAME_LOWER" if auto_pad == "SAME_UPPER" else "SAME_UPPER"
+        assert not np.array_equal(oracle.conv_integer(x, w, U8(77), I8(5), **kwargs),
+                                  oracle.conv_integer(x, w, U8(77), I8(5), **dict(kwargs, auto_pad=other)))
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+@pytest.mark.parametrize("size,kernel,stride,dilation", [
+    (7, 3, 1, 1), (7, 2, 1, 1), (7, 3, 2, 1), (6, 3, 2, 1), (5, 4, 3, 1), (9, 3, 1, 3),
+    (4, 3, 2, 2), (1, 3, 1, 1), (2, 5, 1, 1), (10, 2, 4, 3),
+])
+def test_same_padding_1d(auto_pad, size, kernel, stride, dilation):
+    rng = np.random.default_rng([size, kernel, stride, dilation])
+    x = rand_int(rng, I8, (1, 2, size))
+    w = rand_int(rng, I8, (2, 2, kernel))
+    kwargs = dict(auto_pad=auto_pad, strides=[stride], dilations=[dilation], kernel_shape=[kernel])
+    y = check_qconv([x, 0.05, I8(-1), w, 0.04, I8(2), 0.2, I8(0)], kwargs)
+    assert y.shape == (1, 2, -(-size // stride))
+    check_convint([x, w, I8(-1), I8(2)], kwargs)
+
+
+@pytest.mark.parametrize("pads", [
+    [0, 2, 3, 1], [2, 0, 0, 3], [3, 3, 0, 0], [0, 0, 1, 4], [4, 1, 2, 0],
+])
+def test_explicit_asymmetric_pads(pads):
+    rng = np.random.default_rng(pads)
+    x = rand_int(rng, U8, (2, 3, 5, 6))
+    w = rand_int(rng, U8, (4, 3, 2, 3))
+    for strides in ([1, 1], [2, 3]):
+        kwargs = dict(pads=pads, strides=strides)
+        y = check_qconv([x, 0.01, U8(3), w, 0.02, U8(250), 0.2, U8(9), rand_int(rng, I32, (4,), -999, 999)],
+                        kwargs)
+        assert y.shape[2:] == ((5 + pads[0] + pads[2] - 2) // strides[0] + 1,
+                               (6 + pads[1] + pads[3] - 3) // strides[1] + 1)
+        check_convint([x, w, U8(3), U8(250)], kwargs)
+
+
+def test_padding_far_beyond_kernel():
+    """Output positions that see only padding contribute 0 (x is padded with x_zero_point)."""
+    rng = np.random.default_rng(11)
+    x = rand_int(rng, U8, (1, 1, 3))
+    w = rand_int(rng, I8, (2, 1, 2))
+    B = np.array([1000, -1000], I32)
+    kwargs = dict(pads=[4, 3])
+    y = check_qconv([x, 0.1, U8(200), w, 0.1, I8(-5), 0.5, U8(128), B], kwargs)
+    assert y.shape == (1, 2, 9)
+    ci = check_convint([x, w, U8(200), I8(-5)], kwargs)
+    assert (ci[..., :3] == 0).all() and (ci[..., -2:] == 0).all()
+
+
+@pytest.mark.parametrize("nsp", [1, 2, 3])
+def test_kernel_shape_given(nsp):
+    rng = np.random.default_rng([nsp, 12])
+    for _ in range(3):
+        args, kwargs = random_qconv_case(rng, nsp, give_kernel_shape=True)
+        assert "kernel_shape" in kwargs
+        check_qconv(args, kwargs)
+        check_convint(as_convint_args(args), kwargs)
+
+
+# ----------------------------------------------------------------------------- groups, batch
+
+
+@pytest.mark.parametrize("group,c_per_group,m_per_group", [
+    (2, 2, 3), (3, 1, 2), (4, 2, 1),
+    (6, 1, 1),  # depthwise
+    (5, 1, 2),  # depthwise with channel multiplier 2
+])
+def test_groups(group, c_per_group, m_per_group):
+    rng = np.random.default_rng([group, c_per_group, m_per_group])
+    m_out = group * m_per_group
+    for per_channel in (False, True):
+        x = rand_int(rng, U8, (2, group * c_per_group, 6, 5))
+        w = rand_int(rng, I8, (m_out, c_per_group, 3, 3))
+        ws = rand_scale(rng, (m_out,)) if per_channel else np.float32(0.02)
+        wz = rand_int(rng, I8, (m_out,), -20, 20) if per_channel else I8(0)
+        B = rand_int(rng, I32, (m_out,), -3000, 3000)
+        kwargs = dict(group=group, pads=[1, 1, 1, 1], strides=[1, 2])
+        check_qconv([x, 0.01, U8(128), w, ws, wz, 0.05, U8(128), B], kwargs)
+        check_convint([x, w, U8(128), wz], kwargs)
+
+
+@pytest.mark.parametrize("nsp", [1, 2, 3])
+def test_empty_batch(nsp):
+    rng = np.random.default_rng([nsp, 13])
+    x = np.zeros((0, 4) + (5,) * nsp, U8)
+    w = rand_int(rng, I8, (6, 2) + (3,) * nsp)
+    kwargs = dict(group=2, pads=[1] * (2 * nsp), strides=[2] * nsp)
+    y = check_qconv([x, 0.01, U8(1), w, rand_scale(rng, (6,)), I8(0), 0.1, I8(0),
+                     rand_int(rng, I32, (6,))], kwargs)
+    assert y.shape == (0, 6) + (3,) * nsp and y.dtype == I8
+    yi = check_convint([x, w, U8(1), I8(0)], kwargs)
+    assert yi.shape == (0, 6) + (3,) * nsp
+
+
+# ----------------------------------------------------------------------------- per-channel, bias
+
+
+@pytest.mark.parametrize("wdt", [U8, I8])
+def test_per_channel_differing_zero_points(wdt):
+    rng = np.random.default_rng([14, int(wdt == I8)])
+    m_out = 5
+    x = rand_int(rng, U8, (2, 3, 6, 6))
+    w = rand_int(rng, wdt, (m_out, 3, 3, 3))
+    wz = np.array([np.iinfo(wdt).min, np.iinfo(wdt).max, 0, 1, 17], dtype=wdt)
+    ws = np.array([0.001, 0.05, 0.01, 0.003, 0.02], np.float32)
+    for ydt in (U8, I8):
+        y = check_qconv([x, 0.02, U8(5), w, ws, wz, 0.6, ydt(np.iinfo(ydt).min + 100)],
+                        dict(pads=[1, 0, 1, 2]))
+        assert y.dtype == ydt
+    check_convint([x, w, U8(5), wz], dict(pads=[1, 0, 1, 2]))
+    # the same call with per-tensor parameters repeated per channel gives the per-tensor result
+    same = check_qconv([x, 0.02, U8(5), w, np.full(m_out, 0.01, np.float32), np.full(m_out, wz[3], wdt),
+                        0.6, U8(0)], {})
+    assert_exact(same, oracle.qlinear_conv(x, 0.02, U8(5), w, np.float32(0.01), wdt(wz[3]), 0.6, U8(0)))
+
+
+@pytest.mark.parametrize("bias_values", [
+    [2**31 - 1, -(2**31), 0, 1],          # accumulator + B wraps to int32
+    [2**30, -(2**30), 2**24 + 1, -(2**24 + 3)],
+    [16777217, 16777219, -16777217, 33554435],  # float32(acc) rounding matters above 2**24
+    [123456789, -987654321, 7, -7],
+])
+def test_int32_bias_large_values(bias_values):
+    rng = np.random.default_rng(15)
+    B = np.array(bias_values, dtype=np.int64).astype(I32)
+    x = rand_int(rng, U8, (1, 2, 5, 5))
+    w = rand_int(rng, I8, (4, 2, 3, 3))
+    for ys in (np.float32(2.0**-7), np.float32(1e-4 * 1e6), np.float32(1e-4 * 2**25 / 100)):
+        check_qconv([x, 0.01, U8(128), w, 0.01, I8(0), ys, U8(128), B], dict(pads=[1, 1, 1, 1]))
+        check_qconv([x, 0.01, U8(128), w, 0.01, I8(0), ys, I8(0), B], dict(pads=[1, 1, 1, 1]))
+
+
+def test_bias_near_int32_limits_wraps():
+    """B + acc beyond int32 wraps (wrap32), it does not saturate."""
+    x = np.full((1, 1, 1, 1), 255, U8)
+    w = np.full((2, 1, 1, 1), 127, I8)
+    B = np.array([2**31 - 1, -(2**31)], I32)
+    # acc = 255 * 127 = 32385 -> channel 0 wraps to a large negative number, channel 1 stays negative
+    y = check_qconv([x, 1.0, U8(0), w, 1.0, I8(0), 2.0**24, I8(0), B], {})
+    assert y.ravel().tolist() == [-128, -128]
+    acc = oracle.wrap32(np.array([2**31 - 1 + 32385, -(2**31) + 32385]))
+    assert acc.tolist() == [-(2**31) + 32384, -(2**31) + 32385]
