@@ -58,6 +58,8 @@ class ConvAttributes:
     ) -> "ConvAttributes":
         nsp = len(w_shape) - 2
         kernel = tuple(int(k) for k in w_shape[2:])
+        if min(kernel) < 1:
+            raise ValueError(f"{op}: w's spatial (kernel) dimensions must be >= 1; got w shape {tuple(w_shape)}")
         if isinstance(auto_pad, bytes):
             auto_pad = auto_pad.decode()
         if not isinstance(auto_pad, str):
