@@ -1,0 +1,243 @@
+"""Differential tests: qlinear.qlinear_matmul / qlinear.matmul_integer against the oracle."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import oracle
+import qlinear
+from conftest import ALL_8BIT_COMBOS, I8, I32, U8, assert_exact, rand_extreme, rand_int, rand_scale
+
+# (a shape, b shape) pairs following numpy.matmul rules, incl. 1-D operands and broadcasting
+SHAPES = [
+    ((5,), (5,)),
+    ((4,), (4, 3)),
+    ((2, 4), (4,)),
+    ((3, 4), (4, 2)),
+    ((1, 7), (7, 1)),
+    ((6,), (2, 6, 3)),
+    ((2, 3, 6), (6,)),
+    ((2, 3, 4), (2, 4, 5)),
+    ((2, 3, 4), (4, 5)),
+    ((3, 4), (2, 4, 5)),
+    ((3, 1, 2, 5), (4, 5, 3)),
+    ((1, 4, 2, 3), (2, 1, 3, 2)),
+    ((2, 1, 1, 2, 3), (1, 3, 1, 3, 4)),
+]
+
+
+def ids(pairs):
+    return [f"{a}x{b}".replace(" ", "") for a, b in pairs]
+
+
+def check_qmm(*args):
+    want = oracle.qlinear_matmul(*args)
+    got = qlinear.qlinear_matmul(*args)
+    assert_exact(got, want)
+    assert got.shape == np.matmul(np.asarray(args[0], np.int64), np.asarray(args[3], np.int64)).shape
+    return got
+
+
+def check_mmi(*args):
+    want = oracle.matmul_integer(*args)
+    got = qlinear.matmul_integer(*args)
+    assert_exact(got, want)
+    return got
+
+
+def y_scale_for(rng, a_scale, b_scale, k):
+    """y_scale spreading results over roughly +-120 steps (not all saturated)."""
+    return np.float32(float(np.max(a_scale)) * float(np.max(b_scale)) * 120 * np.sqrt(k) * rng.uniform(0.3, 3))
+
+
+# ----------------------------------------------------------------------------- random sweeps
+
+
+@pytest.mark.parametrize("shape_a,shape_b", SHAPES, ids=ids(SHAPES))
+def test_qlinear_matmul_shapes_and_types(shape_a, shape_b):
+    rng = np.random.default_rng([SHAPES.index((shape_a, shape_b)), 31])
+    for adt, bdt, ydt in ALL_8BIT_COMBOS:
+        a = rand_int(rng, adt, shape_a)
+        b = rand_int(rng, bdt, shape_b)
+        a_s, b_s = rand_scale(rng), rand_scale(rng)
+        y = check_qmm(a, a_s, rand_int(rng, adt, ()), b, b_s, rand_int(rng, bdt, ()),
+                      y_scale_for(rng, a_s, b_s, shape_a[-1]), rand_int(rng, ydt, ()))
+        assert y.dtype == ydt
+
+
+@pytest.mark.parametrize("shape_a,shape_b", SHAPES, ids=ids(SHAPES))
+def test_matmul_integer_shapes_and_types(shape_a, shape_b):
+    rng = np.random.default_rng([SHAPES.index((shape_a, shape_b)), 32])
+    for adt in (U8, I8):
+        for bdt in (U8, I8):
+            a = rand_int(rng, adt, shape_a)
+            b = rand_int(rng, bdt, shape_b)
+            check_mmi(a, b, rand_int(rng, adt, ()), rand_int(rng, bdt, ()))
+            check_mmi(a, b, rand_int(rng, adt, (1,)))
+            y = check_mmi(a, b)
+            assert y.dtype == I32
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_qlinear_matmul_random_bigger(seed):
+    rng = np.random.default_rng([seed, 33])
+    for _ in range(3):
+        batch = tuple(int(v) for v in rng.integers(1, 3, int(rng.integers(0, 3)), endpoint=True))
+        m, k, n = (int(v) for v in rng.integers(1, 40, 3, endpoint=True))
+        adt, bdt, ydt = ALL_8BIT_COMBOS[int(rng.integers(8))]
+        a = rand_int(rng, adt, batch + (m, k))
+        b = rand_int(rng, bdt, (k, n))
+        a_s, b_s = rand_scale(rng), rand_scale(rng)
+        check_qmm(a, a_s, rand_int(rng, adt, ()), b, b_s, rand_int(rng, bdt, ()),
+                  y_scale_for(rng, a_s, b_s, k), rand_int(rng, ydt, ()))
+        check_mmi(a, b, rand_int(rng, adt, ()), rand_int(rng, bdt, ()))
+
+
+# ----------------------------------------------------------------------------- per-row / per-column
+
+
+@pytest.mark.parametrize("form", ["flat", "keepdims"])
+@pytest.mark.parametrize("adt,bdt,ydt", ALL_8BIT_COMBOS,
+                         ids=[f"{a.__name__}-{b.__name__}-{c.__name__}" for a, b, c in ALL_8BIT_COMBOS])
+def test_per_row_a_per_column_b_2d(adt, bdt, ydt, form):
+    rng = np.random.default_rng([ALL_8BIT_COMBOS.index((adt, bdt, ydt)), form == "flat", 34])
+    m, k, n = 5, 9, 4
+    a = rand_int(rng, adt, (m, k))
+    b = rand_int(rng, bdt, (k, n))
+    row_shape, col_shape = ((m,), (n,)) if form == "flat" else ((m, 1), (1, n))
+    a_s, a_z = rand_scale(rng, row_shape), rand_int(rng, adt, row_shape)
+    b_s, b_z = rand_scale(rng, col_shape), rand_int(rng, bdt, col_shape)
+    ys = y_scale_for(rng, a_s, b_s, k)
+    y = check_qmm(a, a_s, a_z, b, b_s, b_z, ys, rand_int(rng, ydt, ()))
+    # per-row only / per-column only mixed with per-tensor on the other side
+    check_qmm(a, a_s, a_z, b, b_s[..., 0].reshape(()), bdt(b_z.ravel()[0]), ys, ydt(0))
+    check_qmm(a, np.float32(a_s.ravel()[0]), adt(a_z.ravel()[0]), b, b_s, b_z, ys, ydt(0))
+    assert y.shape == (m, n)
+    check_mmi(a, b, a_z, b_z)
+    check_mmi(a, b, adt(0), b_z)
+    check_mmi(a, b, a_z)
+
+
+@pytest.mark.parametrize("a_param_batch,b_param_batch", [
+    ((2, 3), (3,)), ((1, 3), (1,)), ((2, 1), (3,)), ((1, 1), (1,)),
+])
+def test_per_row_per_column_with_batch(a_param_batch, b_param_batch):
+    """a [2, 3, M, K] with params [..., M, 1]; b [3, K, N] with params [..., 1, N] or [N]."""
+    rng = np.random.default_rng([len(a_param_batch), a_param_batch[0], a_param_batch[1], b_param_batch[0]])
+    m, k, n = 4, 6, 5
+    a = rand_int(rng, U8, (2, 3, m, k))
+    b = rand_int(rng, I8, (3, k, n))
+    a_s, a_z = rand_scale(rng, a_param_batch + (m, 1)), rand_int(rng, U8, a_param_batch + (m, 1))
+    for b_shape in (b_param_batch + (1, n), (n,)):
+        b_s, b_z = rand_scale(rng, b_shape), rand_int(rng, I8, b_shape)
+        for ydt in (U8, I8):
+            y = check_qmm(a, a_s, a_z, b, b_s, b_z, y_scale_for(rng, a_s, b_s, k), rand_int(rng, ydt, ()))
+            assert y.shape == (2, 3, m, n)
+        check_mmi(a, b, a_z, b_z)
+        if a_param_batch == (1, 1):  # the flat [M] form applies to every batch
+            check_qmm(a, a_s.reshape(m), a_z.reshape(m), b, b_s, b_z, np.float32(0.3), U8(128))
+            check_mmi(a, b, a_z.reshape(m), b_z)
+
+
+def test_per_column_b_with_1d_a():
+    rng = np.random.default_rng(35)
+    a = rand_int(rng, I8, (7,))
+    b = rand_int(rng, U8, (2, 7, 3))
+    b_s, b_z = rand_scale(rng, (3,)), rand_int(rng, U8, (3,))
+    y = check_qmm(a, 0.02, I8(-5), b, b_s, b_z, np.float32(0.1), U8(100))
+    assert y.shape == (2, 3)
+    check_mmi(a, b, I8(-5), b_z)
+
+
+# ----------------------------------------------------------------------------- ranges, exactness, wrap
+
+
+@pytest.mark.parametrize("adt,bdt", [(U8, I8), (U8, U8), (I8, I8), (I8, U8)])
+def test_large_k_beyond_float32_exactness(adt, bdt):
+    """K = 1000 terms of magnitude 255 * 255 (zero points at the opposite extremes)."""
+    rng = np.random.default_rng([1000, int(adt == I8), int(bdt == I8)])
+    a_lo, a_hi = np.iinfo(adt).min, np.iinfo(adt).max
+    b_lo, b_hi = np.iinfo(bdt).min, np.iinfo(bdt).max
+    k = 1000
+    a = rand_extreme(rng, adt, (3, k))
+    b = rand_extreme(rng, bdt, (k, 4))
+    a[0] = a_hi
+    b[:, 0] = b_lo
+    a_z, b_z = adt(a_lo), bdt(b_hi)
+    exact = check_mmi(a, b, a_z, b_z)
+    assert exact[0, 0] == -k * 255 * 255 and abs(int(exact[0, 0])) > 2**24
+    a_s, b_s = np.float32(0.01), np.float32(0.02)
+    for ys in (np.float32(a_s * b_s * k * 255 * 255 / 120), np.float32(a_s * b_s * k * 255 * 255 / 4 / 60)):
+        for yz in (U8(128), I8(0)):
+            check_qmm(a, a_s, a_z, b, b_s, b_z, ys, yz)
+
+
+def test_matmul_integer_int32_wrap():
+    """K = 40000 products of 255 * 255: the exact sum (2.6e9) leaves int32 and wraps."""
+    rng = np.random.default_rng(36)
+    k = 40000
+    a = np.full((2, k), 255, U8)
+    a[1] = rand_extreme(rng, U8, (k,))
+    b = np.full((k, 3), -128, I8)
+    b[:, 1] = 127
+    b[:, 2] = rand_extreme(rng, I8, (k,))
+    a_z, b_z = U8(0), I8(127)  # b - b_z in {-255, 0}
+    y = check_mmi(a, b, a_z, b_z)
+    exact = -255 * 255 * k
+    assert exact < -(2**31)
+    assert int(y[0, 0]) == exact + 2**32  # wrapped, not saturated
+    assert int(y[0, 1]) == 0
+    # the same wrap feeds QLinearMatMul's requantization
+    check_qmm(a, np.float32(1e-4), a_z, b, np.float32(1e-4), b_z, np.float32(1e-8 * 2**31 / 100), I8(0))
+    # positive overflow with int8 activations
+    a8 = np.full((1, k), -128, I8)
+    y8 = check_mmi(a8, b[:, :1], I8(127), b_z)
+    assert int(y8[0, 0]) == 255 * 255 * k - 2**32
+
+
+def test_python_int_zero_points():
+    rng = np.random.default_rng(37)
+    for adt, bdt, ydt in ALL_8BIT_COMBOS:
+        a = rand_int(rng, adt, (3, 5))
+        b = rand_int(rng, bdt, (5, 2))
+        az, bz = int(rand_int(rng, adt, ())), int(rand_int(rng, bdt, ()))
+        want = oracle.qlinear_matmul(a, 0.05, adt(az), b, 0.03, bdt(bz), 0.4, ydt(-1 if ydt == I8 else 1))
+        got = qlinear.qlinear_matmul(a, 0.05, az, b, 0.03, bz, 0.4, ydt(-1 if ydt == I8 else 1))
+        assert_exact(got, want)
+        assert_exact(qlinear.matmul_integer(a, b, az, bz), oracle.matmul_integer(a, b, adt(az), bdt(bz)))
+        assert_exact(qlinear.matmul_integer(a, b, az), oracle.matmul_integer(a, b, adt(az)))
+
+
+def test_one_element_and_0d_params():
+    rng = np.random.default_rng(38)
+    a = rand_int(rng, U8, (2, 4, 6))
+    b = rand_int(rng, I8, (6, 3))
+    want = oracle.qlinear_matmul(a, 0.02, U8(9), b, 0.01, I8(-2), 0.05, U8(7))
+    for wrap in (lambda v, t: np.array(v, t), lambda v, t: np.array([v], t)):
+        got = qlinear.qlinear_matmul(a, wrap(0.02, np.float32), wrap(9, U8), b, wrap(0.01, np.float64),
+                                     wrap(-2, I8), wrap(0.05, np.float32), wrap(7, U8))
+        assert_exact(got, want)
+
+
+@pytest.mark.parametrize("shape_a,shape_b,shape_y", [
+    ((0, 3, 4), (4, 5), (0, 3, 5)),
+    ((2, 0, 4), (4, 5), (2, 0, 5)),
+    ((3, 4), (0, 4, 2), (0, 3, 2)),
+    ((3, 4), (4, 0), (3, 0)),
+])
+def test_empty_outputs(shape_a, shape_b, shape_y):
+    a = np.ones(shape_a, U8)
+    b = np.ones(shape_b, I8)
+    y = check_qmm(a, 0.1, U8(0), b, 0.1, I8(0), 0.1, U8(0))
+    assert y.shape == shape_y
+    assert check_mmi(a, b).shape == shape_y
+
+
+def test_saturation_both_ends():
+    a = np.array([[255, 0]], U8)
+    b = np.array([[127, -128], [0, 0]], I8)
+    for ydt in (U8, I8):
+        y = check_qmm(a, 1.0, U8(0), b, 1.0, I8(0), 1.0, ydt(0))
+        info = np.iinfo(ydt)
+        assert y.tolist() == [[info.max, info.min]]
