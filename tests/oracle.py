@@ -59,13 +59,14 @@ def saturate_round(v_f32, zp_int64, out_dtype):
     r = np.rint(v_f32.astype(np.float32))  # float32 rne, ties to even
     # float64 holds every float32 integer exactly; once |r| >= 2**53 the result saturates anyway.
     s = r.astype(np.float64) + zp_int64.astype(np.float64)
-    return np.clip(s, lo, hi).astype(out_dtype)
+    return np.asarray(np.clip(s, lo, hi)).astype(out_dtype)
 
 
 def requantize(acc_int32, multiplier_f32, y_zp_int64, out_dtype):
     """y = sat( rne( float32( float32(acc) * m ) ) + y_zero_point )."""
     acc_f = acc_int32.astype(np.float32)  # round-to-nearest int32 -> float32
-    prod = (acc_f * multiplier_f32).astype(np.float32)  # one float32 multiplication
+    with np.errstate(over="ignore"):
+        prod = (acc_f * multiplier_f32).astype(np.float32)  # one float32 multiplication
     assert prod.dtype == np.float32
     return saturate_round(prod, y_zp_int64, out_dtype)
 
@@ -287,11 +288,12 @@ def quantize_linear(x, y_scale, y_zero_point=None, *, axis=1):
     shape = _axis_shape(x.ndim, y_scale, axis)
     scale = f32(y_scale).reshape(shape)
     zp = zp.reshape(shape) if zp.size > 1 else zp.reshape(())
-    q = np.divide(xf, scale, dtype=np.float32)  # float32 division, not x * (1 / scale)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        q = np.divide(xf, scale, dtype=np.float32)  # float32 division, not x * (1 / scale)
     lo, _hi = INT_RANGES[dt]
     nan = np.isnan(q)
     y = saturate_round(np.where(nan, np.float32(0), q), zp, dt)
-    return np.where(nan, np.array(lo, dt), y).astype(dt)  # NaN -> T's min (onnxruntime)
+    return np.asarray(np.where(nan, np.array(lo, dt), y).astype(dt))  # NaN -> T's min (onnxruntime)
 
 
 def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1):
@@ -301,8 +303,9 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1):
     scale = f32(x_scale).reshape(shape)
     zp = zp.reshape(shape) if zp.size > 1 else zp.reshape(())
     diff = (x.astype(np.int64) - zp).astype(np.float32)  # exact integer difference, rounded once
-    y = np.multiply(diff, scale, dtype=np.float32)
-    return y
+    with np.errstate(over="ignore"):
+        y = np.multiply(diff, scale, dtype=np.float32)
+    return np.asarray(y, dtype=np.float32)
 
 
 __all__ = [
