@@ -1,0 +1,379 @@
+"""The ``qlinear`` command: run, compare, conformance, bench.
+
+    qlinear run                       # the bundled quantized digits classifier
+    qlinear run model.onnx --input x=x.npy --output-dir out/
+    qlinear compare model.onnx --input x=x.npy      # exit 1 when outputs differ
+    qlinear conformance               # ONNX's backend node tests for the operators
+    qlinear bench                     # the speed suite (qlinear.bench)
+
+Bad input (missing or broken model, unsupported operators, wrong inputs) prints one line
+``qlinear: error: ...`` and exits with status 2. Set QLINEAR_DEBUG=1 for tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples")
+EXAMPLE_META = os.path.join(EXAMPLES_DIR, "digits_meta.json")
+
+
+class _Error(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``qlinear: error: ...``, exit 2)."""
+
+    def error(self, message):  # noqa: D102
+        raise _Error(f"{message} (see '{self.prog} --help')")
+
+
+def _fmt_num(v: float) -> str:
+    return f"{v:.6g}"
+
+
+def summarize(arr: np.ndarray) -> str:
+    a = np.asarray(arr)
+    if a.size == 0:
+        return "empty"
+    if a.dtype == np.bool_:
+        return f"{int(a.sum())} true of {a.size}"
+    if np.issubdtype(a.dtype, np.integer):
+        return f"min {a.min()}  max {a.max()}  mean {_fmt_num(float(a.mean()))}"
+    if np.issubdtype(a.dtype, np.floating):
+        finite = a[np.isfinite(a)]
+        s = (f"min {_fmt_num(float(finite.min()))}  max {_fmt_num(float(finite.max()))}  "
+             f"mean {_fmt_num(float(finite.mean()))}") if finite.size else "no finite values"
+        nonfinite = a.size - finite.size
+        return s + (f"  ({nonfinite} non-finite)" if nonfinite else "")
+    return f"dtype {a.dtype}"
+
+
+def _progress_enabled(args) -> bool | None:
+    return False if getattr(args, "json", False) else None
+
+
+# --------------------------------------------------------------------------- run
+
+
+def _load_example():
+    from qlinear.tools.model import ToolError, load_model
+
+    try:
+        with open(EXAMPLE_META) as f:
+            meta = json.load(f)
+        model_path = os.path.join(EXAMPLES_DIR, meta["model"])
+        samples = np.load(os.path.join(EXAMPLES_DIR, meta["samples"]), allow_pickle=False)
+    except (OSError, KeyError, ValueError) as e:
+        raise ToolError(f"the bundled example is missing or damaged ({e}); "
+                        "rebuild it with scripts/build_example.py") from None
+    model = load_model(model_path)
+    feeds = {meta["input"]: samples[meta["input"]]}
+    labels = samples[meta["labels_key"]]
+    return model_path, model, feeds, labels, meta
+
+
+def _example_report(meta, outputs: dict[str, np.ndarray], labels, model, feeds) -> dict[str, Any]:
+    probs = outputs[meta["output"]]
+    pred = probs.argmax(axis=-1)
+    rep: dict[str, Any] = {"samples": int(len(labels)),
+                           "accuracy": float((pred == labels).mean()),
+                           "correct": int((pred == labels).sum())}
+    try:
+        from qlinear.tools.compare import run_onnxruntime
+    except ImportError:
+        return rep
+    try:
+        ort_out = run_onnxruntime(model, feeds)[meta["output"]]
+    except ImportError:
+        rep["onnxruntime"] = None
+        return rep
+    ort_pred = ort_out.argmax(axis=-1)
+    rep["onnxruntime"] = {
+        "accuracy": float((ort_pred == labels).mean()),
+        "predictions_agree": int((ort_pred == pred).sum()),
+        "identical_elements": int((ort_out == probs).sum()),
+        "elements": int(probs.size),
+    }
+    return rep
+
+
+def cmd_run(args) -> int:
+    from qlinear.backend import QLinearRep
+    from qlinear.tools.model import (ToolError, check_inputs, check_supported, load_model,
+                                     parse_input_args, random_inputs, safe_output_path)
+
+    example = args.model is None
+    note = ""
+    if example:
+        if args.input:
+            raise ToolError("--input needs a MODEL (without one, the bundled example runs on its "
+                            "own samples)")
+        model_path, model, feeds, labels, meta = _load_example()
+    else:
+        model_path = args.model
+        model = load_model(model_path, max_tensor_bytes=args.max_tensor_bytes)
+        feeds = parse_input_args(args.input)
+        if not feeds:
+            feeds = random_inputs(model, seed=args.seed)
+            note = f"no --input given: seeded random inputs (seed {args.seed})"
+    check_supported(model)
+    check_inputs(model, feeds)
+    if args.output_dir is not None and os.path.exists(args.output_dir) \
+            and not os.path.isdir(args.output_dir):
+        raise ToolError(f"--output-dir {args.output_dir}: exists and is not a directory")
+
+    t0 = time.perf_counter()
+    rep = QLinearRep(model)
+    t_prepare = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    values = rep.run(feeds)
+    t_run = time.perf_counter() - t0
+    outputs = dict(zip(rep.output_names, values))
+
+    result: dict[str, Any] = {
+        "model": os.path.basename(model_path) if example else model_path,
+        "example": example,
+        "inputs": [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()],
+        "outputs": [{"name": k, "shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype),
+                     "summary": summarize(v)} for k, v in outputs.items()],
+        "seconds": {"prepare": round(t_prepare, 4), "run": round(t_run, 4)},
+    }
+    if note:
+        result["note"] = note
+    if example:
+        result["description"] = meta.get("description", "")
+        result["classifier"] = _example_report(meta, outputs, labels, model, feeds)
+
+    if args.output_dir is not None:
+        os.makedirs(args.output_dir, exist_ok=True)
+        written = []
+        for k, v in outputs.items():
+            path = safe_output_path(args.output_dir, k)
+            np.save(path, np.asarray(v))
+            written.append(path)
+        result["written"] = written
+
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    _print_run(result)
+    return 0
+
+
+def _print_run(r: dict[str, Any]) -> None:
+    from qlinear.tools.table import format_table
+
+    if r["example"]:
+        print(f"bundled example: {r['model']}")
+        print(f"  {r['description']}")
+    else:
+        print(f"model: {r['model']}")
+    if r.get("note"):
+        print(f"  {r['note']}")
+    for i in r["inputs"]:
+        print(f"input  {i['name']}: {i['dtype']}{i['shape']}")
+    print()
+    print(format_table(r["outputs"], [("name", "output"), ("shape", "shape"), ("dtype", "dtype"),
+                                      ("summary", "summary")]))
+    print()
+    s = r["seconds"]
+    print(f"time: prepare {s['prepare']:.3f} s, run {s['run']:.3f} s")
+    c = r.get("classifier")
+    if c:
+        print(f"accuracy on the {c['samples']} bundled samples: {c['accuracy']:.2%} "
+              f"({c['correct']}/{c['samples']})")
+        o = c.get("onnxruntime")
+        if o:
+            print(f"onnxruntime: accuracy {o['accuracy']:.2%}; predictions agree with qlinear on "
+                  f"{o['predictions_agree']}/{c['samples']} samples; "
+                  f"{o['identical_elements']}/{o['elements']} output values bit-identical")
+            if o["identical_elements"] != o["elements"]:
+                print("  (this model's int8 weights use the full range: onnxruntime's uint8 x int8 "
+                      "kernels saturate 16-bit sums here; see 'qlinear compare')")
+    for p in r.get("written", []):
+        print(f"wrote {p}")
+
+
+# --------------------------------------------------------------------------- compare
+
+
+def cmd_compare(args) -> int:
+    from qlinear.tools.compare import compare_model, format_report
+    from qlinear.tools.model import (ToolError, check_inputs, check_supported, load_model,
+                                     parse_input_args, random_inputs)
+
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        raise ToolError("compare needs onnxruntime: pip install 'qlinear[tools]'") from None
+    note = ""
+    if args.model is None:
+        if args.input:
+            raise ToolError("--input needs a MODEL")
+        model_path, model, feeds, _, _ = _load_example()
+    else:
+        model_path = args.model
+        model = load_model(model_path, max_tensor_bytes=args.max_tensor_bytes)
+        feeds = parse_input_args(args.input)
+        if not feeds:
+            feeds = random_inputs(model, seed=args.seed)
+            note = f"no --input given: seeded random inputs (seed {args.seed})"
+    check_supported(model)
+    check_inputs(model, feeds)
+    result = compare_model(model, feeds, show_progress=_progress_enabled(args))
+    result["model"] = model_path
+    if note:
+        result["note"] = note
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"model: {model_path}" + (f"  ({note})" if note else ""))
+        print(format_report(result))
+    return 0 if result["equal"] else 1
+
+
+# --------------------------------------------------------------------------- conformance
+
+
+def cmd_conformance(args) -> int:
+    from qlinear.tools.conformance import format_report, run_conformance
+
+    result = run_conformance(show_progress=_progress_enabled(args))
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(format_report(result))
+    return 0 if result["counts"]["FAIL"] == 0 else 1
+
+
+# --------------------------------------------------------------------------- bench
+
+
+def cmd_bench(args) -> int:
+    try:
+        from qlinear import bench
+    except ImportError as e:
+        if getattr(e, "name", "") in ("qlinear.bench",):
+            raise _Error("the benchmark suite (qlinear.bench) is not installed in this copy of "
+                         "qlinear") from None
+        raise
+    rc = bench.main(list(args.bench_args))
+    return int(rc or 0)
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def _add_model_args(p, what: str) -> None:
+    p.add_argument("model", nargs="?", metavar="MODEL.onnx",
+                   help=f"the ONNX model to {what} (default: the bundled digits example)")
+    p.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
+                   help="an input tensor from a .npy (or .npz) file; repeat for each input. "
+                        "Without any, seeded random inputs of the declared shapes are used")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--max-tensor-bytes", type=int, default=None, metavar="N",
+                   help="refuse models declaring a tensor larger than N bytes (default 2 GiB)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = _Parser(
+        prog="qlinear", formatter_class=fmt,
+        description="Run and check quantized ONNX models with qlinear's exact integer kernels.",
+        epilog="examples:\n  qlinear run\n  qlinear compare model.onnx --input x=x.npy\n"
+               "  qlinear conformance\n  qlinear bench\n\nqlinear COMMAND --help explains each "
+               "command.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser(
+        "run", formatter_class=fmt, help="run a model (default: the bundled example)",
+        description="Run a model with qlinear's backend and print each output's name, shape, "
+                    "dtype, a summary and the time taken. Without MODEL, runs the bundled "
+                    "quantized 8x8-digits classifier on its 400 bundled test images and reports "
+                    "its accuracy (and onnxruntime's agreement, if onnxruntime is installed).",
+        epilog="examples:\n  qlinear run\n  qlinear run model.onnx --input images=batch.npy "
+               "--output-dir out/\n  qlinear run model.onnx --json")
+    _add_model_args(p, "run")
+    p.add_argument("--output-dir", metavar="DIR",
+                   help="save every output as DIR/NAME.npy (nothing is written elsewhere)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "compare", formatter_class=fmt, help="compare qlinear and onnxruntime node by node",
+        description="Run the model in qlinear and in onnxruntime with every intermediate tensor "
+                    "exposed, and print one row per node: operator, elements, mismatching "
+                    "elements, largest difference (in quantization steps for integer tensors), "
+                    "and a diagnosis - in particular whether onnxruntime's 16-bit saturation in "
+                    "its uint8 x int8 kernels explains the difference (reproduced by emulating "
+                    "it). Exit status 0 when the outputs are identical, 1 when they differ.",
+        epilog="examples:\n  qlinear compare model.onnx --input x=x.npy\n"
+               "  qlinear compare            # the bundled example\n"
+               "  qlinear compare model.onnx --json > report.json")
+    _add_model_args(p, "compare")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser(
+        "conformance", formatter_class=fmt, help="run ONNX's backend node tests for the operators",
+        description="Run ONNX's own backend node test cases for QuantizeLinear, "
+                    "DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger "
+                    "(and BatchNormalization) through qlinear.backend, and print one row per "
+                    "case: pass, FAIL, or unsupported with the reason. Exit status 1 if any "
+                    "supported case fails.",
+        epilog="examples:\n  qlinear conformance\n  qlinear conformance --json")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_conformance)
+
+    p = sub.add_parser(
+        "bench", formatter_class=fmt, add_help=False,
+        help="run the speed benchmark suite (qlinear.bench)",
+        description="Run qlinear's benchmark suite; arguments are passed to qlinear.bench.",
+        epilog="examples:\n  qlinear bench\n  qlinear bench --help")
+    p.add_argument("bench_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    debug = bool(os.environ.get("QLINEAR_DEBUG"))
+    try:
+        args = parser.parse_args(argv)
+        if not getattr(args, "command", None):
+            parser.print_help()
+            return 2
+        if getattr(args, "max_tensor_bytes", None) is None and hasattr(args, "max_tensor_bytes"):
+            from qlinear.tools.model import DEFAULT_MAX_TENSOR_BYTES
+
+            args.max_tensor_bytes = DEFAULT_MAX_TENSOR_BYTES
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("qlinear: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # every error is one line; QLINEAR_DEBUG=1 shows the traceback
+        if debug:
+            raise
+        msg = " ".join(str(e).split()) or type(e).__name__
+        if not isinstance(e, (_Error, ValueError, TypeError, OSError)) and \
+                type(e).__name__ != "ToolError":
+            msg = f"{type(e).__name__}: {msg}"
+        if len(msg) > 2000:
+            msg = msg[:1997] + "..."
+        print(f"qlinear: error: {msg}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
