@@ -330,7 +330,7 @@ def test_empty_batch(nsp):
     x = np.zeros((0, 4) + (5,) * nsp, U8)
     w = rand_int(rng, I8, (6, 2) + (3,) * nsp)
     kwargs = dict(group=2, pads=[1] * (2 * nsp), strides=[2] * nsp)
-    y = check_qconv([x, 0.01, U8(1), w, rand_scale(rng, (6,)), I8(0), 0.1, I8(0),
+    y = check_qconv([x, 0.01, U8(1), w, rand_scale(rng, (6,)), rand_int(rng, I8, (6,)), 0.1, I8(0),
                      rand_int(rng, I32, (6,))], kwargs)
     assert y.shape == (0, 6) + (3,) * nsp and y.dtype == I8
     yi = check_convint([x, w, U8(1), I8(0)], kwargs)
