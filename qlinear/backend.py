@@ -14,8 +14,13 @@ or missing (measured with onnx 1.23):
 
 - BatchNormalization 9-13: ReferenceEvaluator fills the default ``momentum`` and then
   computes batch statistics, so every inference output is wrong. Replaced by the inference
-  formula, written in onnxruntime's order of float32 operations.
+  formula, written in onnxruntime's order of float32 operations (bit-identical to
+  onnxruntime; also used for inference with versions 14-15, where ReferenceEvaluator is
+  right but differs from onnxruntime by float32 ulps).
 - DequantizeLinear 13: missing in ReferenceEvaluator; qlinear's kernel runs it.
+- MaxPool on uint8/int8 (what onnxruntime's quantizer leaves between quantized layers) with
+  padding: ReferenceEvaluator pads with NaN, which raises or casts to an arbitrary integer.
+  Integer MaxPool is implemented here (padding never wins); float MaxPool is unchanged.
 
 Before anything runs, :func:`check_model` lists *every* node qlinear cannot run exactly
 (operator, version, node name, reason); :func:`prepare` raises
@@ -414,7 +419,13 @@ def batch_normalization_inference(x, scale, bias, mean, var, epsilon=1e-5):
 
 
 class BatchNormalization(OpRun):
-    """BatchNormalization; versions 9-13 fixed (inference), others as onnx.reference."""
+    """BatchNormalization inference for versions 9-15 in onnxruntime's float32 order.
+
+    Versions 9-13 are wrong in onnx.reference (batch statistics instead of the running ones);
+    for 14-15 its formula is right but rounds differently from onnxruntime (ulps), so the same
+    onnxruntime-order formula is used. Training mode (14-15) and versions 6-7 run as
+    onnx.reference runs them.
+    """
 
     op_domain = ""
 
@@ -423,7 +434,9 @@ class BatchNormalization(OpRun):
         opset = run_params["opsets"].get("", onnx.defs.onnx_opset_version())
         self.version = node_version("BatchNormalization", "", opset)
         self._delegate = None
-        if not (9 <= self.version <= 13):
+        training = _attrs(onnx_node).get("training_mode", 0) or len(
+            [o for o in onnx_node.output if o]) > 1
+        if self.version < 9 or (self.version >= 14 and training):
             from onnx.reference.ops import load_op
 
             self._delegate = load_op("", "BatchNormalization", self.version)(onnx_node, run_params)
@@ -438,8 +451,75 @@ class BatchNormalization(OpRun):
         return (batch_normalization_inference(x, scale, bias, mean, var, eps),)
 
 
+def max_pool_integer(x, *, kernel_shape, strides=None, pads=None, dilations=None,
+                     auto_pad="NOTSET", ceil_mode=0):
+    """MaxPool on an integer tensor: padded positions hold the type's minimum (never win)."""
+    import itertools
+
+    from qlinear.tools.ortsat import explicit_pads
+
+    nd = x.ndim - 2
+    spatial = list(x.shape[2:])
+    kernel = list(kernel_shape)
+    strides = list(strides) if strides else [1] * nd
+    dilations = list(dilations) if dilations else [1] * nd
+    pb, pe = explicit_pads(spatial, kernel, strides, dilations, auto_pad, pads)
+    out = []
+    for i in range(nd):
+        eff = (kernel[i] - 1) * dilations[i] + 1
+        span = spatial[i] + pb[i] + pe[i] - eff
+        o = (-(-span // strides[i]) if ceil_mode else span // strides[i]) + 1
+        if ceil_mode and (o - 1) * strides[i] >= spatial[i] + pb[i]:
+            o -= 1  # the last window would start in the end padding
+        out.append(max(o, 0))
+    extra = [max(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
+                 - (spatial[i] + pb[i] + pe[i])) for i in range(nd)]
+    lo = np.iinfo(x.dtype).min
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(pb[i], pe[i] + extra[i]) for i in range(nd)],
+                constant_values=lo)
+    y = np.full(x.shape[:2] + tuple(out), lo, dtype=x.dtype)
+    for off in itertools.product(*[range(k) for k in kernel]):
+        sl = tuple(slice(off[i] * dilations[i], off[i] * dilations[i] + (out[i] - 1) * strides[i] + 1,
+                         strides[i]) for i in range(nd))
+        np.maximum(y, xp[(slice(None), slice(None)) + sl], out=y)
+    return y
+
+
+class MaxPool(OpRun):
+    """MaxPool: integer inputs here (onnx.reference pads integer tensors with NaN, which
+    fails or casts to an arbitrary value); float inputs as onnx.reference runs them."""
+
+    op_domain = ""
+
+    def __init__(self, onnx_node, run_params, schema=None):
+        super().__init__(onnx_node, run_params, schema)
+        from onnx.reference.ops import load_op
+
+        opset = run_params["opsets"].get("", onnx.defs.onnx_opset_version())
+        self.version = node_version("MaxPool", "", opset)
+        self.given = _attrs(onnx_node)
+        self._float = load_op("", "MaxPool", self.version)(onnx_node, run_params)
+
+    def run(self, *args, **kwargs):  # noqa: D102
+        x = args[0]
+        if not np.issubdtype(np.asarray(x).dtype, np.integer):
+            return self._float.run(*args, **kwargs)
+        name = self.onnx_node.name or self.onnx_node.output[0]
+        if len([o for o in self.onnx_node.output if o]) > 1:
+            raise NodeError(f"node {name!r} (MaxPool-{self.version}): the Indices output is not "
+                            "supported for integer inputs")
+        g = self.given
+        y = max_pool_integer(np.asarray(x), kernel_shape=g["kernel_shape"], strides=g.get("strides"),
+                             pads=g.get("pads"), dilations=g.get("dilations"),
+                             auto_pad=g.get("auto_pad", "NOTSET"), ceil_mode=g.get("ceil_mode", 0))
+        return (y,)
+
+    def _run(self, *args, **kwargs):  # run() above does the work
+        raise NotImplementedError
+
+
 KERNELS: list[type[OpRun]] = [QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul,
-                              ConvInteger, MatMulInteger, BatchNormalization]
+                              ConvInteger, MatMulInteger, BatchNormalization, MaxPool]
 
 
 # --------------------------------------------------------------------------- backend

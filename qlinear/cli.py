@@ -109,7 +109,8 @@ def _example_report(meta, outputs: dict[str, np.ndarray], labels, model, feeds) 
 def cmd_run(args) -> int:
     from qlinear.backend import QLinearRep
     from qlinear.tools.model import (ToolError, check_inputs, check_supported, load_model,
-                                     parse_input_args, random_inputs, safe_output_path)
+                                     parse_input_args, random_inputs, safe_output_path,
+                                     validate_model)
 
     example = args.model is None
     note = ""
@@ -126,6 +127,7 @@ def cmd_run(args) -> int:
             feeds = random_inputs(model, seed=args.seed)
             note = f"no --input given: seeded random inputs (seed {args.seed})"
     check_supported(model)
+    validate_model(model, model_path)
     check_inputs(model, feeds)
     if args.output_dir is not None and os.path.exists(args.output_dir) \
             and not os.path.isdir(args.output_dir):
@@ -209,7 +211,7 @@ def _print_run(r: dict[str, Any]) -> None:
 def cmd_compare(args) -> int:
     from qlinear.tools.compare import compare_model, format_report
     from qlinear.tools.model import (ToolError, check_inputs, check_supported, load_model,
-                                     parse_input_args, random_inputs)
+                                     parse_input_args, random_inputs, validate_model)
 
     try:
         import onnxruntime  # noqa: F401
@@ -228,6 +230,7 @@ def cmd_compare(args) -> int:
             feeds = random_inputs(model, seed=args.seed)
             note = f"no --input given: seeded random inputs (seed {args.seed})"
     check_supported(model)
+    validate_model(model, model_path)
     check_inputs(model, feeds)
     result = compare_model(model, feeds, show_progress=_progress_enabled(args))
     result["model"] = model_path

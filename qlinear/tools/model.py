@@ -133,7 +133,8 @@ def _check_structure(model: onnx.ModelProto, path: str) -> None:
 
 
 def load_model(path: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> onnx.ModelProto:
-    """Load and check an ONNX model file; external data is read only from the model's folder."""
+    """Load an ONNX model file and check its structure and sizes; external data is read only
+    from the model's folder. (onnx's checker: :func:`validate_model`.)"""
     if not os.path.exists(path):
         raise ToolError(f"{path}: no such file")
     if os.path.isdir(path):
@@ -159,11 +160,17 @@ def load_model(path: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -
         load_external_data_for_model(model, base)
     except Exception as e:
         raise ToolError(f"{path}: cannot read external data: {_one_line(e)}") from None
+    return model
+
+
+def validate_model(model: onnx.ModelProto, path: str) -> None:
+    """onnx's checker, as a one-line ToolError (run after :func:`check_supported`, so that an
+    unsupported model gets the full list of unsupported nodes rather than the checker's first
+    complaint)."""
     try:
         onnx.checker.check_model(model)
     except Exception as e:
         raise ToolError(f"{path}: invalid ONNX model: {_one_line(e)}") from None
-    return model
 
 
 def _one_line(e: BaseException) -> str:
@@ -217,8 +224,7 @@ def parse_input_args(args: Iterable[str] | None) -> dict[str, np.ndarray]:
         try:
             loaded = np.load(file, allow_pickle=False)
         except Exception as e:
-            raise ToolError(f"--input {name}: {file}: not a NumPy .npy/.npz file ({_one_line(e)})") \
-                from None
+            raise ToolError(f"--input {name}: {file}: not a NumPy .npy/.npz file") from None
         if isinstance(loaded, np.lib.npyio.NpzFile):
             with loaded:
                 keys = list(loaded.keys())
