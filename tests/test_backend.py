@@ -1,0 +1,311 @@
+"""qlinear.backend: the ONNX backend interface, the kernels it substitutes, the operators
+where onnx.reference is wrong or missing (detected here, corrected there), and every float
+operator of the test models checked against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+import oracle  # noqa: E402
+import qlinear  # noqa: E402
+from qlinear import backend  # noqa: E402
+from conftest import assert_exact, rand_int, rand_scale  # noqa: E402
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=13):
+    g = helper.make_graph(nodes, "t", inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _ort(model, feeds):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return s.run(None, feeds)
+
+
+def _init(name, v):
+    return numpy_helper.from_array(np.asarray(v), name)
+
+
+# --------------------------------------------------------------------------- interface
+
+
+def test_backend_interface():
+    assert issubclass(backend.QLinearBackend, onnx.backend.base.Backend)
+    assert backend.supports_device("CPU")
+    assert not backend.supports_device("CUDA")
+    rng = np.random.default_rng(0)
+    a = rand_int(rng, np.uint8, (3, 5))
+    b = rand_int(rng, np.int8, (5, 4))
+    node = helper.make_node("MatMulInteger", ["a", "b"], ["y"])
+    (y,) = backend.run_node(node, [a, b])
+    assert_exact(y, oracle.matmul_integer(a, b))
+    m = _model([node], [helper.make_tensor_value_info("a", T.UINT8, [3, 5])],
+               [helper.make_tensor_value_info("y", T.INT32, None)], [_init("b", b)], opset=10)
+    assert backend.is_compatible(m)
+    (y2,) = backend.run_model(m, [a])
+    assert_exact(y2, oracle.matmul_integer(a, b))
+    rep = backend.prepare(m)
+    assert_exact(rep.run({"a": a})[0], y2)
+
+
+def _qconv_model(w, w_scale, w_zp, B=None, **attrs):
+    names = ["x", "xs", "xzp", "w", "ws", "wzp", "ys", "yzp"] + (["B"] if B is not None else [])
+    node = helper.make_node("QLinearConv", names, ["y"], **attrs)
+    inits = [_init("w", w), _init("ws", w_scale), _init("wzp", w_zp)] + ([_init("B", B)] if B is not None else [])
+    ins = [helper.make_tensor_value_info("x", T.UINT8, None),
+           helper.make_tensor_value_info("xs", T.FLOAT, []),
+           helper.make_tensor_value_info("xzp", T.UINT8, []),
+           helper.make_tensor_value_info("ys", T.FLOAT, []),
+           helper.make_tensor_value_info("yzp", T.UINT8, [])]
+    return _model([node], ins, [helper.make_tensor_value_info("y", T.UINT8, None)], inits, opset=10)
+
+
+def test_qlinear_conv_uses_prepared_weights_once(monkeypatch):
+    """Constant weights are pretransformed once per model, not on every run."""
+    rng = np.random.default_rng(1)
+    w = rand_int(rng, np.int8, (4, 3, 3, 3))
+    ws = rand_scale(rng, (4,))
+    wzp = np.zeros(4, np.int8)
+    B = rng.integers(-500, 500, 4).astype(np.int32)
+    m = _qconv_model(w, ws, wzp, B, pads=[1, 1, 1, 1], strides=[2, 1])
+    calls = []
+    real = qlinear.prepare_qlinear_conv
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(qlinear, "prepare_qlinear_conv", counting)
+    rep = backend.prepare(m)
+    for seed in range(3):
+        r = np.random.default_rng(seed)
+        x = rand_int(r, np.uint8, (2, 3, 7, 6))
+        xs, ys = rand_scale(r), np.float32(0.5)
+        feeds = {"x": x, "xs": xs, "xzp": np.uint8(100), "ys": ys, "yzp": np.uint8(7)}
+        y = rep.run(feeds)[0]
+        want = oracle.qlinear_conv(x, xs, np.uint8(100), w, ws, wzp, ys, np.uint8(7), B,
+                                   pads=[1, 1, 1, 1], strides=[2, 1])
+        assert_exact(y, want)
+    assert len(calls) == 1
+    assert calls[0]["pads"] == [1, 1, 1, 1] and calls[0]["strides"] == [2, 1]
+
+
+def test_all_six_kernels_match_oracle():
+    rng = np.random.default_rng(2)
+    x = rand_int(rng, np.uint8, (1, 2, 5, 5))
+    w = rand_int(rng, np.int8, (3, 2, 2, 2))
+    a = rand_int(rng, np.int8, (2, 4, 6))
+    b = rand_int(rng, np.uint8, (6, 3))
+    f = rng.normal(0, 3, (2, 3, 4)).astype(np.float32)
+    s = rand_scale(rng)
+    nodes = [
+        helper.make_node("ConvInteger", ["x", "w", "xzp"], ["ci"], pads=[0, 1, 1, 0]),
+        helper.make_node("MatMulInteger", ["a", "b", "azp", "bzp"], ["mi"]),
+        helper.make_node("QLinearMatMul", ["a", "s", "azp", "b", "s", "bzp", "s", "yzp8"], ["qm"]),
+        helper.make_node("QLinearConv", ["x", "s", "xzp", "w", "s", "wzp", "s", "yzp8"], ["qc"]),
+        helper.make_node("QuantizeLinear", ["f", "s", "yzp8"], ["q"]),
+        helper.make_node("DequantizeLinear", ["q", "s", "yzp8"], ["dq"]),
+    ]
+    inits = [_init("w", w), _init("b", b), _init("s", s), _init("xzp", np.uint8(9)),
+             _init("azp", np.int8(-3)), _init("bzp", np.uint8(200)), _init("wzp", np.int8(0)),
+             _init("yzp8", np.int8(5))]
+    outs = ["ci", "mi", "qm", "qc", "q", "dq"]
+    m = _model(nodes, [helper.make_tensor_value_info("x", T.UINT8, x.shape),
+                       helper.make_tensor_value_info("a", T.INT8, a.shape),
+                       helper.make_tensor_value_info("f", T.FLOAT, f.shape)],
+               [helper.make_empty_tensor_value_info(o) for o in outs], inits)
+    got = dict(zip(outs, backend.prepare(m).run({"x": x, "a": a, "f": f})))
+    assert_exact(got["ci"], oracle.conv_integer(x, w, np.uint8(9), pads=[0, 1, 1, 0]))
+    assert_exact(got["mi"], oracle.matmul_integer(a, b, np.int8(-3), np.uint8(200)))
+    assert_exact(got["qm"], oracle.qlinear_matmul(a, s, np.int8(-3), b, s, np.uint8(200), s, np.int8(5)))
+    assert_exact(got["qc"], oracle.qlinear_conv(x, s, np.uint8(9), w, s, np.int8(0), s, np.int8(5)))
+    assert_exact(got["q"], oracle.quantize_linear(f, s, np.int8(5)))
+    assert_exact(got["dq"], oracle.dequantize_linear(got["q"], s, np.int8(5)))
+
+
+# --------------------------------------------------------------------------- onnx.reference fixes
+
+
+def _bn_model(opset, C=6, seed=0):
+    rng = np.random.default_rng(seed)
+    inits = [_init(n, v.astype(np.float32)) for n, v in
+             [("s", rng.normal(size=C)), ("b", rng.normal(size=C)), ("mean", rng.normal(size=C)),
+              ("var", rng.uniform(0.1, 2, size=C))]]
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "mean", "var"], ["y"], epsilon=1e-3)
+    return _model([node], [helper.make_tensor_value_info("x", T.FLOAT, [2, C, 5, 5])],
+                  [helper.make_tensor_value_info("y", T.FLOAT, [2, C, 5, 5])], inits, opset=opset)
+
+
+@pytest.mark.parametrize("opset", [9, 11, 13, 15])
+def test_batch_normalization_inference_matches_onnxruntime(opset):
+    m = _bn_model(opset)
+    x = np.random.default_rng(opset).normal(size=(2, 6, 5, 5)).astype(np.float32)
+    want = _ort(m, {"x": x})[0]
+    assert_exact(backend.prepare(m).run([x])[0], want)
+
+
+@pytest.mark.parametrize("opset", [9, 13])
+def test_detect_reference_batch_normalization_is_wrong(opset):
+    """The reason for the override: onnx.reference computes batch statistics for 9-13."""
+    m = _bn_model(opset)
+    x = np.random.default_rng(0).normal(size=(2, 6, 5, 5)).astype(np.float32)
+    ref = ReferenceEvaluator(m).run(None, {"x": x})[0]
+    assert np.abs(ref - _ort(m, {"x": x})[0]).max() > 0.1
+
+
+def test_dequantize_linear_13_missing_in_reference_runs_here():
+    x = np.arange(-128, 128, dtype=np.int8).reshape(2, 4, 32)
+    scale = np.array([0.5, 0.25, 2.0, 1.0], np.float32)
+    zp = np.array([0, 3, -2, 127], np.int8)
+    node = helper.make_node("DequantizeLinear", ["x", "s", "zp"], ["y"], axis=1)
+    m = _model([node], [helper.make_tensor_value_info("x", T.INT8, x.shape)],
+               [helper.make_tensor_value_info("y", T.FLOAT, x.shape)], [_init("s", scale), _init("zp", zp)])
+    with pytest.raises(Exception, match="DequantizeLinear"):
+        ReferenceEvaluator(m).run(None, {"x": x})
+    got = backend.prepare(m).run([x])[0]
+    assert_exact(got, _ort(m, {"x": x})[0])
+    assert_exact(got, oracle.dequantize_linear(x, scale, zp, axis=1))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_integer_max_pool_with_padding(dtype):
+    """onnx.reference pads integer MaxPool with NaN (error or garbage); qlinear's is right."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    rng = np.random.default_rng(3)
+    hi = -1 if dtype == np.int8 else 255
+    x = rand_int(rng, dtype, (2, 3, 7, 6), hi=hi)  # int8: all negative, so a 0 pad would win
+    for attrs in [dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+                  dict(kernel_shape=[3, 2], pads=[1, 0, 1, 1], ceil_mode=1, strides=[2, 2]),
+                  dict(kernel_shape=[2, 2], auto_pad="SAME_UPPER"),
+                  dict(kernel_shape=[3, 3], dilations=[2, 1], pads=[2, 1, 2, 1])]:
+        m = _model([helper.make_node("MaxPool", ["x"], ["y"], **attrs)],
+                   [helper.make_tensor_value_info("x", elem, x.shape)],
+                   [helper.make_tensor_value_info("y", elem, None)])
+        assert_exact(backend.prepare(m).run([x])[0], _ort(m, {"x": x})[0])
+
+
+# --------------------------------------------------------------------------- float operators
+
+
+def _float_op_cases():
+    """Every float operator of the test models (tests/test_models.py, the bundled example,
+    the synthetic ResNet-50), with the exactness onnxruntime allows: 0 ulp where both sides
+    do one correctly rounded float32 operation per element, a few ulp for Softmax (exp), and
+    the float32 error bound of a dot product for Gemm (summation order)."""
+    rng = np.random.default_rng(4)
+    x4 = rng.normal(size=(2, 8, 6, 6)).astype(np.float32)
+    x3 = rng.normal(size=(2, 8, 32)).astype(np.float32)
+    return [
+        ("Relu", [helper.make_node("Relu", ["x"], ["y"])], {"x": x4}, [], 0),
+        ("MaxPool", [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
+         {"x": x4}, [], 0),
+        ("MaxPool padded", [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1] * 4,
+                                             strides=[2, 2])], {"x": x4}, [], 0),
+        ("Add", [helper.make_node("Add", ["x", "c"], ["y"])], {"x": x3},
+         [_init("c", rng.normal(size=32).astype(np.float32))], 0),
+        ("Add residual", [helper.make_node("Add", ["x", "x2"], ["y"])],
+         {"x": x3, "x2": rng.normal(size=x3.shape).astype(np.float32)}, [], 0),
+        ("Reshape", [helper.make_node("Reshape", ["x", "shape"], ["y"])], {"x": x4},
+         [_init("shape", np.array([-1, 288], np.int64))], 0),
+        ("BatchNormalization", _bn_model(13).graph.node, {"x": rng.normal(size=(2, 6, 5, 5)).astype(np.float32)},
+         list(_bn_model(13).graph.initializer), 0),
+        ("Softmax", [helper.make_node("Softmax", ["x"], ["y"], axis=-1)], {"x": x3 * 4}, [], 8),
+        ("Gemm", [helper.make_node("Gemm", ["x", "w", "b"], ["y"])],
+         {"x": rng.normal(size=(5, 256)).astype(np.float32)},
+         [_init("w", rng.normal(size=(256, 10)).astype(np.float32)),
+          _init("b", rng.normal(size=10).astype(np.float32))], None),
+    ]
+
+
+def _ulp_distance(a, b):
+    ia = a.astype(np.float32).view(np.int32).astype(np.int64)
+    ib = b.astype(np.float32).view(np.int32).astype(np.int64)
+    ia = np.where(ia < 0, -(ia & 0x7FFFFFFF), ia)
+    ib = np.where(ib < 0, -(ib & 0x7FFFFFFF), ib)
+    return int(np.abs(ia - ib).max())
+
+
+@pytest.mark.parametrize("case", _float_op_cases(), ids=lambda c: c[0])
+def test_float_operator_against_onnxruntime(case):
+    name, nodes, feeds, inits, max_ulp = case
+    ins = [helper.make_tensor_value_info(k, T.FLOAT, v.shape) for k, v in feeds.items()]
+    m = _model(list(nodes), ins, [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    got = backend.prepare(m).run(feeds)[0]
+    want = _ort(m, feeds)[0]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    if name == "Gemm":
+        # summation order differs: bound by the float32 error of a K-term dot product
+        x, w = feeds["x"].astype(np.float64), numpy_helper.to_array(inits[0]).astype(np.float64)
+        bound = 2 * x.shape[1] * np.finfo(np.float32).eps * (np.abs(x) @ np.abs(w) + 1)
+        assert (np.abs(got.astype(np.float64) - want) <= bound).all()
+    else:
+        assert _ulp_distance(got, want) <= max_ulp
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def test_unsupported_nodes_are_all_listed():
+    nodes = [
+        helper.make_node("QLinearAdd", ["a", "s", "z", "a", "s", "z", "s", "z"], ["b"],
+                         domain="com.microsoft", name="qadd"),
+        helper.make_node("QuantizeLinear", ["x", "sh"], ["q"], name="q_half"),
+        helper.make_node("DequantizeLinear", ["a", "s", "z"], ["d"], name="dq_blocked", block_size=2),
+        helper.make_node("NoSuchOp", ["d"], ["e"], name="bogus"),
+        helper.make_node("Relu", ["d"], ["r"], name="fine"),
+    ]
+    m = helper.make_model(
+        helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", T.FLOAT16, [4]),
+                                       helper.make_tensor_value_info("a", T.UINT8, [4])],
+                          [helper.make_tensor_value_info(o, T.FLOAT, None) for o in ("b", "q", "e", "r")],
+                          [_init("s", np.float32(0.1)), _init("z", np.uint8(3)), _init("sh", np.float16(0.1))]),
+        opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(backend.UnsupportedModelError) as e:
+        backend.prepare(m)
+    problems = {p.node: p for p in e.value.problems}
+    assert set(problems) == {"qadd", "q_half", "dq_blocked", "bogus"}
+    assert problems["q_half"].version == 21 and "float16" in problems["q_half"].reason
+    msg = str(e.value)
+    assert msg.startswith("prepare: 4 unsupported nodes")
+    assert "'q_half' (QuantizeLinear-21)" in msg and "com.microsoft.QLinearAdd" in msg
+    assert not backend.is_compatible(m)
+
+
+def test_run_time_type_error_names_node_operator_version():
+    """A type only known at run time (no declared input type) is a NodeError, not a fallback."""
+    node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], name="quant")
+    m = _model([node], [helper.make_empty_tensor_value_info("x") if False else
+                        helper.make_tensor_value_info("x", T.FLOAT, None)],
+               [helper.make_tensor_value_info("y", T.UINT8, None)], [_init("s", np.float32(0.1))])
+    rep = backend.prepare(m)
+    with pytest.raises(backend.NodeError, match=r"'quant' \(QuantizeLinear-13\).*float64"):
+        rep.run([np.zeros(3, np.float64)])
+
+
+def test_kernel_value_error_is_wrapped_with_node():
+    node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], name="quant")
+    m = _model([node], [helper.make_tensor_value_info("x", T.FLOAT, [3])],
+               [helper.make_tensor_value_info("y", T.UINT8, None)], [_init("s", np.float32(0.0))])
+    with pytest.raises(backend.NodeError, match=r"^node 'quant' \(QuantizeLinear-13\): quantize_linear"):
+        backend.prepare(m).run([np.zeros(3, np.float32)])
+
+
+def test_old_opset_per_axis_refused():
+    node = helper.make_node("DequantizeLinear", ["x", "s"], ["y"], name="dq")
+    m = _model([node], [helper.make_tensor_value_info("x", T.UINT8, [2, 3])],
+               [helper.make_tensor_value_info("y", T.FLOAT, None)],
+               [_init("s", np.ones(3, np.float32))], opset=10)
+    with pytest.raises(backend.NodeError, match="DequantizeLinear-10"):
+        backend.prepare(m).run([np.zeros((2, 3), np.uint8)])
