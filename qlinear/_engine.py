@@ -1,9 +1,23 @@
 """Integer accumulation on floating-point BLAS, exact to the bit.
 
-Operands arrive as float32 arrays that hold small integers (8-bit values with their zero
-points already subtracted, so |value| <= 255). Their products are summed by NumPy's matmul
-(OpenBLAS), which is exact under the bound proved in ``float32_chunk``; longer reductions
-are split into chunks whose exact results are added in int32.
+Operands are 8-bit integers with their zero points subtracted, held in float32 (every integer
+of magnitude <= 2**24 is a float32). Their products are summed by NumPy's matmul (OpenBLAS
+SGEMM), which is exact as long as no partial sum can leave [-2**24, 2**24]: the bound is
+proved in ``Reduction`` and checked from the operands' actual values. A reduction too long
+for one exact SGEMM is split into chunks whose exact results are added in int32.
+
+The convolution runs channels first, as ``W (M x K) @ columns (K x pixels)``, so that the
+result is already in ONNX's (N, M, O1..On) layout. Fast paths:
+
+- 1x1 convolutions without padding need no im2col: the centered input *is* the column
+  matrix (strided once for strides > 1);
+- depthwise convolutions (one input channel per group) are a sum over the kernel taps of
+  shifted views of the input, each multiplied by one weight per channel;
+- everything else: im2col through a strided view of the centered, padded input, copied
+  tile by tile into one reused buffer, grouped convolutions as one batched matmul.
+
+Batches and large images are processed in tiles so that the scratch memory stays under
+``workspace_limit()`` (default 256 MiB).
 """
 
 from __future__ import annotations
@@ -18,8 +32,12 @@ from ._geometry import ConvGeometry
 # Every integer of magnitude <= 2**24 is a float32 (24-bit significand); 2**53 for float64.
 F32_EXACT = 1 << 24
 F64_EXACT = 1 << 53
-# Below this chunk length, one float64 GEMM beats many short float32 ones.
+# Below this chunk length, one float64 GEMM beats many short float32 ones. (With 8-bit
+# operands a chunk is never shorter than 2**24 // (255 * 255) = 258, so float64 is a
+# safety net for wider inputs, not a path 8-bit data takes.)
 MIN_F32_CHUNK = 64
+# Tiles aim at this many output pixels per GEMM, batching small images together.
+_MIN_TILE_PIXELS = 1024
 
 _workspace_bytes = 256 << 20
 
@@ -40,14 +58,87 @@ def workspace_limit() -> int:
 def float32_chunk(a_bound: int, b_bound: int) -> int:
     """The longest reduction that float32 GEMM sums exactly, for |a| <= a_bound, |b| <= b_bound.
 
-    Proof: a chunk of L terms with L * a_bound * b_bound <= 2**24 has every product, and every
-    partial sum of any subset of products, an integer of magnitude <= 2**24. Such integers are
-    float32 values, so no multiplication, addition or fused multiply-add in any summation
-    order (blocked, vectorized, multithreaded) ever rounds: the float32 result is the exact
-    integer sum. (Returns a huge length when either bound is 0: every product is 0.)
+    A special case of ``Reduction``'s bound with every |b| equal to b_bound. (Returns a huge
+    length when either bound is 0: every product is 0.)
     """
     product = a_bound * b_bound
     return F32_EXACT // product if product else 1 << 62
+
+
+def value_bound(arr: np.ndarray, zero_point: np.ndarray) -> int:
+    """max |arr - zero_point| without materialising the difference (an upper bound for arrays)."""
+    if arr.size == 0:
+        return 0
+    lo, hi = int(arr.min()), int(arr.max())
+    zlo, zhi = int(np.min(zero_point)), int(np.max(zero_point))
+    return max(abs(lo - zhi), abs(hi - zlo))
+
+
+def dtype_bound(dtype: np.dtype, zero_point: np.ndarray) -> int:
+    """max |v - zero_point| over every value v of an integer dtype: a bound needing no data pass."""
+    info = np.iinfo(dtype)
+    zlo, zhi = int(np.min(zero_point)), int(np.max(zero_point))
+    return max(abs(info.min - zhi), abs(info.max - zlo))
+
+
+class Reduction:
+    """The constant operand of an integer product, seen along its reduction axis.
+
+    ``weights`` is (outputs, K): for every output, the K integer weights (zero point
+    subtracted) its sum multiplies. ``chunks(a_bound)`` splits [0, K) into chunks that a
+    float32 GEMM sums exactly when the other operand satisfies |a| <= a_bound.
+
+    Proof of the bound. Take one output o and one chunk C with
+    a_bound * sum_{k in C} |w[o, k]| <= 2**24. Every product a_k * w[o, k] is an integer of
+    magnitude <= a_bound * |w[o, k]|, and every partial sum of any subset of the chunk's
+    products is an integer of magnitude <= a_bound * sum_{k in C} |w[o, k]| <= 2**24. Integers
+    of magnitude <= 2**24 are float32 values, so no multiplication, addition or fused
+    multiply-add, in whatever order, blocking or threading the BLAS uses, ever rounds: the
+    float32 result is the exact integer sum. Each chunk's result then converts to int32
+    exactly, and int32 addition of the chunk results wraps modulo 2**32, which is wrap32 of
+    the full sum. Using each output's L1 norm rather than K * max|w| makes chunks about twice
+    as long for uniformly distributed weights and longer still for real (bell-shaped) ones.
+    """
+
+    def __init__(self, weights: np.ndarray) -> None:
+        absw = np.abs(np.asarray(weights, dtype=np.float64)).astype(np.int64)
+        self.k = absw.shape[1]
+        cum = np.zeros((self.k + 1, absw.shape[0]), dtype=np.int64)
+        np.cumsum(absw.T, axis=0, out=cum[1:])
+        # max over outputs of the weight mass in [0, k) and each single weight's maximum.
+        self._cum = cum
+        self.max_l1 = int(cum[-1].max()) if cum.shape[1] else 0
+        self.max_abs = int(absw.max()) if absw.size else 0
+        self._plans: dict[int, list[tuple[int, int]] | None] = {}
+
+    def accumulator_bound(self, a_bound: int) -> int:
+        """An upper bound of |sum_k a_k * w[o, k]| over every output o."""
+        return a_bound * self.max_l1
+
+    def chunks(self, a_bound: int) -> list[tuple[int, int]] | None:
+        """[(k0, k1), ...] covering [0, K), each summed exactly by float32; None when chunks
+        would be shorter than MIN_F32_CHUNK (use float64)."""
+        plan = self._plans.get(a_bound)
+        if plan is None and a_bound not in self._plans:
+            plan = self._plan(a_bound)
+            self._plans[a_bound] = plan
+        return plan
+
+    def _plan(self, a_bound: int) -> list[tuple[int, int]] | None:
+        if a_bound * self.max_l1 <= F32_EXACT:
+            return [(0, self.k)]
+        limit = F32_EXACT // a_bound  # a_bound * (weight mass of a chunk) <= 2**24
+        cum = self._cum
+        plan, k0 = [], 0
+        while k0 < self.k:
+            # Weight mass of [k0, k1) for every k1 > k0, maximised over outputs: nondecreasing.
+            mass = (cum[k0 + 1:] - cum[k0]).max(axis=1)
+            k1 = k0 + int(np.searchsorted(mass, limit, side="right"))
+            if k1 - k0 < MIN_F32_CHUNK and k1 < self.k:
+                return None
+            plan.append((k0, k1))
+            k0 = k1
+        return plan
 
 
 def exact_int_gemm(a: np.ndarray, b: np.ndarray, a_bound: int, b_bound: int) -> np.ndarray:
@@ -60,112 +151,307 @@ def exact_int_gemm(a: np.ndarray, b: np.ndarray, a_bound: int, b_bound: int) -> 
     if chunk >= k:
         return np.matmul(a, b).astype(np.int32)
     if chunk >= MIN_F32_CHUNK:
-        acc = None
-        for k0 in range(0, k, chunk):
-            # Each chunk is exact and below 2**24 in magnitude, so its int32 conversion is exact;
-            # int32 addition wraps modulo 2**32, which is exactly wrap32 of the full sum.
-            part = np.matmul(a[..., k0:k0 + chunk], b[..., k0:k0 + chunk, :]).astype(np.int32)
-            if acc is None:
-                acc = part
-            else:
-                acc += part
-        return acc
-    # float64 sums exactly while K * a_bound * b_bound <= 2**53, i.e. K up to 1.3e11 for 8-bit.
-    if k * a_bound * b_bound > F64_EXACT:
-        raise ValueError(f"reduction of length {k} is too long to accumulate exactly")
+        return _chunked_int32(a, b, [(k0, min(k, k0 + chunk)) for k0 in range(0, k, chunk)])
+    return _float64_int32(a, b, k * a_bound * b_bound)
+
+
+def _chunked_int32(a: np.ndarray, b: np.ndarray, plan: list[tuple[int, int]],
+                   out: np.ndarray | None = None) -> np.ndarray:
+    """Σ over chunks of int32(a[..., chunk] @ b[..., chunk, :]), each chunk exact in float32."""
+    acc = out
+    for k0, k1 in plan:
+        # Each chunk is exact and <= 2**24 in magnitude, so its int32 conversion is exact;
+        # int32 addition wraps modulo 2**32, which is exactly wrap32 of the full sum.
+        part = np.matmul(a[..., k0:k1], b[..., k0:k1, :])
+        if acc is None:
+            acc = part.astype(np.int32)
+        else:
+            acc += part.astype(np.int32)
+    return acc
+
+
+def _float64_int32(a: np.ndarray, b: np.ndarray, bound: int) -> np.ndarray:
+    # float64 sums exactly while the sum of |products| stays <= 2**53.
+    if bound > F64_EXACT:
+        raise ValueError("reduction too long to accumulate exactly")
     wide = np.matmul(a.astype(np.float64), b.astype(np.float64))
     # int64 holds the exact sum; the cast to int32 keeps the low 32 bits, which is wrap32.
     return wide.astype(np.int64).astype(np.int32)
 
 
-def value_bound(arr: np.ndarray, zero_point: np.ndarray) -> int:
-    """max |arr - zero_point| without materialising the difference (an upper bound for arrays)."""
-    if arr.size == 0:
-        return 0
-    lo, hi = int(arr.min()), int(arr.max())
-    zlo, zhi = int(zero_point.min()), int(zero_point.max())
-    return max(abs(lo - zhi), abs(hi - zlo))
+def finish_accumulator(acc: np.ndarray, bias: np.ndarray | None, bias_axis_shape: tuple[int, ...],
+                       out_dtype: type) -> np.ndarray:
+    """Add the int32 bias to an int32 accumulator (wrapping) and convert to ``out_dtype``.
 
-
-def conv_weight_matrix(w_centered: np.ndarray, group: int) -> np.ndarray:
-    """(M, C/group, k1..kn) float32 weights → (group, K, M/group) with K ordered (k1..kn, C/group).
-
-    That K order matches the channels-last im2col columns built by ``conv_accumulate``.
+    float32 conversion of int32 rounds to nearest, as the contract's float32(acc) does.
     """
-    m, cg = w_centered.shape[:2]
-    kernel = w_centered.shape[2:]
-    taps = math.prod(kernel)
-    w = w_centered.reshape(group, m // group, cg, taps)
-    w = w.transpose(0, 3, 2, 1)  # (group, taps, cg, M/group)
-    return np.ascontiguousarray(w).reshape(group, taps * cg, m // group)
+    if bias is not None:
+        acc += bias.reshape(bias_axis_shape)
+    return acc if out_dtype is np.int32 else acc.astype(np.float32)
 
 
-def _tiles(batch: int, out_spatial: tuple[int, ...], row_bytes: int, limit: int):
-    """Yield (n0, n1, o0, o1): whole images while they fit, else slabs along the first output axis."""
-    rows_per_image = math.prod(out_spatial)
-    rows_per_slab = math.prod(out_spatial[1:])
-    max_rows = max(1, limit // max(1, row_bytes))
-    if rows_per_image <= max_rows:
-        step = max(1, max_rows // max(1, rows_per_image))
-        for n0 in range(0, batch, step):
-            yield n0, min(batch, n0 + step), 0, out_spatial[0]
+# ------------------------------------------------------------------------------------------
+# Matrix products
+# ------------------------------------------------------------------------------------------
+
+def matmul_accumulate(a: np.ndarray, a_zero_point: np.ndarray, b_centered: np.ndarray,
+                      reduction: Reduction, out_dtype: type) -> np.ndarray:
+    """(a - a_zero_point) @ b_centered, exact: int32 wrap32 values, or their float32 rounding.
+
+    ``a`` is an 8-bit (..., R, K) array, ``a_zero_point`` broadcastable to it (per tensor or
+    per row); ``b_centered`` float32 (..., K, N) with ``reduction`` built from it. With
+    ``out_dtype`` float32 the result is float32(wrap32(sum)), ready to requantize in place.
+    """
+    a_bound = dtype_bound(a.dtype, a_zero_point)
+    plan = reduction.chunks(a_bound)
+    if plan is None or len(plan) > 1:  # the actual data may allow fewer chunks
+        a_bound = value_bound(a, a_zero_point)
+        plan = reduction.chunks(a_bound)
+    centered = np.subtract(a, a_zero_point, dtype=np.float32)
+    if b_centered.ndim == 2 and centered.ndim > 2:
+        # One large GEMM instead of one per batch entry: rows of all batches share b.
+        rows = centered.reshape(-1, centered.shape[-1])
+        shape = (*centered.shape[:-1], b_centered.shape[-1])
     else:
-        step = max(1, max_rows // max(1, rows_per_slab))
-        for n0 in range(batch):
-            for o0 in range(0, out_spatial[0], step):
-                yield n0, n0 + 1, o0, min(out_spatial[0], o0 + step)
+        rows, shape = centered, None
+    if plan is None:
+        acc = _float64_int32(rows, b_centered, reduction.accumulator_bound(a_bound))
+    elif len(plan) == 1:
+        acc = np.matmul(rows, b_centered)  # exact: every value is an integer <= 2**24
+        if out_dtype is np.int32:
+            acc = acc.astype(np.int32)
+    else:
+        acc = _chunked_int32(rows, b_centered, plan)
+    if acc.dtype != np.dtype(out_dtype):
+        acc = acc.astype(out_dtype)
+    return acc if shape is None else acc.reshape(shape)
 
 
-def conv_accumulate(
-    x: np.ndarray,
-    x_zero_point: np.ndarray,
-    w_matrix: np.ndarray,
-    w_bound: int,
-    geom: ConvGeometry,
-) -> np.ndarray:
-    """wrap32 of the convolution of (x - x_zero_point) with the centered weights.
+# ------------------------------------------------------------------------------------------
+# Convolution
+# ------------------------------------------------------------------------------------------
 
-    ``x`` is (N, C, D1..Dn) 8-bit; ``w_matrix`` comes from ``conv_weight_matrix``. Returns int32
-    of shape (N, O1..On, M): channels last, so per-channel requantization broadcasts on the
-    last axis. Padded positions are 0 after centering, i.e. x padded with x_zero_point.
+class ConvKernel:
+    """The centered weights of one convolution, pre-transformed for the engine.
+
+    ``w_centered`` is float32 (M, C/group, k1..kn). Kept: the GEMM matrices (group, M/group, K)
+    with K ordered (C/group, k1..kn) as the channels-first im2col rows are, the per-tap
+    weights of a depthwise convolution, and the ``Reduction`` of the K axis.
     """
-    n, c = x.shape[:2]
-    group, kdim, mg = w_matrix.shape
-    m = group * mg
-    cg = c // group
-    out = np.zeros((n, *geom.out_spatial, m), dtype=np.int32)
-    if out.size == 0 or kdim == 0:
-        return out
-    zp = int(x_zero_point)
-    x_bound = value_bound(x, x_zero_point)
-    padded = geom.padded_spatial
-    out_rows = out.reshape(n * math.prod(geom.out_spatial), m)
-    rows_per_image = math.prod(geom.out_spatial)
-    rows_per_slab = math.prod(geom.out_spatial[1:])
-    # Scratch per output row: its im2col row (float32) plus its int32 result.
-    row_bytes = 4 * (group * kdim + m)
-    image_bytes = 4 * c * math.prod(padded)
-    limit = max(1, _workspace_bytes - image_bytes)
-    interior = tuple(slice(b, b + size) for b, size in zip(geom.pads_begin, geom.in_spatial))
 
-    for n0, n1, o0, o1 in _tiles(n, geom.out_spatial, row_bytes, limit):
-        if o0 == 0:  # a new group of images: centre and pad them once, channels last
-            xp = np.zeros((n1 - n0, *padded, c), dtype=np.float32)
-            np.subtract(np.moveaxis(x[n0:n1], 1, -1), np.float32(zp), out=xp[(slice(None), *interior, slice(None))])
-            sn, *ss, sc = xp.strides
-            windows = as_strided(
-                xp,
-                shape=(n1 - n0, *geom.out_spatial, *geom.kernel, group, cg),
-                strides=(sn, *(s * st for s, st in zip(ss, geom.strides)),
-                         *(s * d for s, d in zip(ss, geom.dilations)), cg * sc, sc),
-                writeable=False,
-            )
-            # (group, n, O1..On, k1..kn, cg): each group's im2col rows, K in (taps, cg) order.
-            windows = np.moveaxis(windows, -2, 0)
-        tile = windows[:, :, o0:o1]
-        rows = (n1 - n0) * (o1 - o0) * rows_per_slab
-        cols = np.ascontiguousarray(tile).reshape(group, rows, kdim)
-        acc = exact_int_gemm(cols, w_matrix, x_bound, w_bound)  # (group, rows, M/group)
-        start = n0 * rows_per_image + o0 * rows_per_slab
-        out_rows[start:start + rows].reshape(rows, group, mg)[...] = acc.transpose(1, 0, 2)
-    return out
+    def __init__(self, w_centered: np.ndarray, group: int) -> None:
+        m, cg = w_centered.shape[:2]
+        self.group = group
+        self.out_channels = m
+        self.group_out = m // group
+        self.group_in = cg
+        self.kernel = tuple(w_centered.shape[2:])
+        self.taps = math.prod(self.kernel)
+        self.kdim = cg * self.taps
+        self.matrix = np.ascontiguousarray(w_centered.reshape(group, m // group, self.kdim))
+        self.reduction = Reduction(self.matrix.reshape(m, self.kdim))
+        # Depthwise: one input channel per group; output channel o reads input channel o // (M/group).
+        self.depthwise = cg == 1 and group > 1
+        if self.depthwise:
+            # (taps, C, M/group): the weight of each tap for every output channel.
+            self.tap_weights = np.ascontiguousarray(
+                w_centered.reshape(group, m // group, self.taps).transpose(2, 0, 1))
+
+
+def conv_accumulate(x: np.ndarray, x_zero_point: np.ndarray, kernel: ConvKernel,
+                    geom: ConvGeometry, bias: np.ndarray | None, out_dtype: type) -> np.ndarray:
+    """The convolution of (x - x_zero_point) with the kernel, plus bias, exact.
+
+    ``x`` is (N, C, D1..Dn) 8-bit, ``x_zero_point`` per tensor, ``bias`` None or int32 [M].
+    Returns (N, M, O1..On): int32 wrap32(acc + bias) for ``out_dtype`` int32, or
+    float32(wrap32(acc + bias)) for float32 (what requantization starts from). Padded
+    positions contribute 0, i.e. x is padded with x_zero_point.
+    """
+    n = x.shape[0]
+    m = kernel.out_channels
+    out_spatial = geom.out_spatial
+    pixels = math.prod(out_spatial)
+    a_bound = dtype_bound(x.dtype, x_zero_point)
+    plan = kernel.reduction.chunks(a_bound)
+    if plan is None or len(plan) > 1:  # the actual data may allow fewer chunks
+        a_bound = value_bound(x, x_zero_point)
+        plan = kernel.reduction.chunks(a_bound)
+    acc_bound = kernel.reduction.accumulator_bound(a_bound)
+    bias_bound = 0 if bias is None else int(np.abs(bias.astype(np.int64)).max(initial=0))
+    # float32 all the way when one chunk covers K and the bias keeps the sum <= 2**24: then
+    # float32(acc) + float32(B) is the exact integer acc + B, which needs no wrap.
+    exact_f32 = plan is not None and len(plan) == 1 and acc_bound + bias_bound <= F32_EXACT
+    work_dtype = np.float32 if exact_f32 else np.int32
+    out = np.empty((n, m, pixels), dtype=work_dtype)
+    if out.size and kernel.kdim:
+        if kernel.depthwise and exact_f32:
+            _depthwise(x, x_zero_point, kernel, geom, out)
+        else:
+            _im2col_gemm(x, x_zero_point, kernel, geom, plan, a_bound, out)
+    elif out.size:
+        out.fill(0)
+    out = out.reshape(n, m, *out_spatial)
+    bias_shape = (m,) + (1,) * len(out_spatial)
+    if exact_f32:
+        if bias is not None:
+            out += bias.astype(np.float32).reshape(bias_shape)
+        return out if out_dtype is np.float32 else out.astype(np.int32)
+    return finish_accumulator(out, bias, bias_shape, out_dtype)
+
+
+def _pointwise(geom: ConvGeometry, kernel: ConvKernel) -> bool:
+    """A 1x1 convolution without padding: the (strided) input is the column matrix."""
+    return kernel.taps == 1 and not any(geom.pads_begin) and not any(geom.pads_end)
+
+
+def _centered_input(x: np.ndarray, zp: np.ndarray, n0: int, n1: int, geom: ConvGeometry,
+                    pointwise: bool, buf: np.ndarray | None) -> np.ndarray:
+    """float32 x[n0:n1] - zp, zero-padded (channels first); strided directly for 1x1."""
+    zp32 = np.float32(int(zp))
+    if pointwise:
+        src = x[(slice(n0, n1), slice(None), *(slice(None, None, s) for s in geom.strides))]
+        if buf is None or buf.shape != src.shape:
+            buf = np.empty(src.shape, dtype=np.float32)
+        np.subtract(src, zp32, out=buf, casting="unsafe")
+        return buf
+    shape = (n1 - n0, x.shape[1], *geom.padded_spatial)
+    if buf is None or buf.shape != shape:
+        buf = np.zeros(shape, dtype=np.float32)  # the pads stay 0 (= x_zero_point centered)
+    interior = tuple(slice(b, b + size) for b, size in zip(geom.pads_begin, geom.in_spatial))
+    np.subtract(x[n0:n1], zp32, out=buf[(slice(None), slice(None), *interior)], casting="unsafe")
+    return buf
+
+
+def _windows(xp: np.ndarray, geom: ConvGeometry, group: int) -> np.ndarray:
+    """Read-only view (n, group, C/group, k1..kn, O1..On) of the padded input's windows."""
+    sn, sc, *ss = xp.strides
+    n, c = xp.shape[:2]
+    return as_strided(
+        xp,
+        shape=(n, group, c // group, *geom.kernel, *geom.out_spatial),
+        strides=(sn, (c // group) * sc, sc, *(s * d for s, d in zip(ss, geom.dilations)),
+                 *(s * st for s, st in zip(ss, geom.strides))),
+        writeable=False,
+    )
+
+
+def _tile_plan(n: int, out_spatial: tuple[int, ...], col_bytes_per_pixel: int,
+               image_bytes: int) -> tuple[int, int]:
+    """(images per tile, first-axis output rows per tile) under the workspace limit."""
+    pixels = math.prod(out_spatial)
+    slab = math.prod(out_spatial[1:])
+    budget = max(1, _workspace_bytes - image_bytes)
+    max_pixels = max(1, budget // max(1, col_bytes_per_pixel))
+    if pixels > max_pixels:
+        return 1, max(1, max_pixels // max(1, slab))
+    # Small images: several per GEMM, while their columns and padded copies fit.
+    per = max(1, min(n, -(-_MIN_TILE_PIXELS // max(1, pixels)),
+                     _workspace_bytes // max(1, pixels * col_bytes_per_pixel + image_bytes)))
+    return per, out_spatial[0]
+
+
+def _im2col_gemm(x: np.ndarray, zp: np.ndarray, kernel: ConvKernel, geom: ConvGeometry,
+                 plan: list[tuple[int, int]] | None, a_bound: int, out: np.ndarray) -> None:
+    """out (N, M, P) = W @ im2col(x - zp), tile by tile; float32 out when exact in one chunk."""
+    n = x.shape[0]
+    group, mg, kdim = kernel.group, kernel.group_out, kernel.kdim
+    out_spatial = geom.out_spatial
+    pixels = math.prod(out_spatial)
+    slab = math.prod(out_spatial[1:])
+    pointwise = _pointwise(geom, kernel)
+    image_bytes = 4 * x.shape[1] * (pixels if pointwise else math.prod(geom.padded_spatial))
+    col_bytes = 0 if pointwise else 4 * group * kdim
+    col_bytes += 8 * kernel.out_channels  # the GEMM result and its int32 copy
+    per, rows = _tile_plan(n, out_spatial, col_bytes, image_bytes)
+    w = kernel.matrix  # (group, Mg, K)
+    xbuf = colbuf = None
+    for n0 in range(0, n, per):
+        n1 = min(n, n0 + per)
+        nt = n1 - n0
+        xbuf = _centered_input(x, zp, n0, n1, geom, pointwise, xbuf)
+        if not pointwise:
+            windows = _windows(xbuf, geom, group)
+        for o0 in range(0, out_spatial[0], rows):
+            o1 = min(out_spatial[0], o0 + rows)
+            tp = (o1 - o0) * slab
+            if pointwise:
+                # (nt, C, P) → per image (group, Cg, P): the columns themselves.
+                cols = xbuf.reshape(nt, group, kdim, pixels)[:, :, :, o0 * slab:o1 * slab]
+                if nt == 1:
+                    cols = cols[0]
+                else:
+                    cols = np.moveaxis(cols, 0, 2).reshape(group, kdim, nt * tp)
+            else:
+                shape = (group, kdim, nt, tp)
+                if colbuf is None or colbuf.size < math.prod(shape):
+                    colbuf = np.empty(math.prod(shape), dtype=np.float32)
+                cols4 = colbuf[:math.prod(shape)].reshape(shape)
+                # (nt, group, Cg, k..., O1 tile, O2...) → (group, Cg, k..., nt, O1 tile, O2...)
+                win = windows[(slice(None),) * (2 + 1 + len(geom.kernel)) + (slice(o0, o1),)]
+                src = np.moveaxis(win, 0, 2 + len(geom.kernel))
+                np.copyto(cols4.reshape(group, kernel.group_in, *geom.kernel, nt, o1 - o0,
+                                        *out_spatial[1:]), src)
+                cols = cols4.reshape(group, kdim, nt * tp)
+            _gemm_into(w, cols, plan, a_bound, kernel, out, n0, nt, o0 * slab, tp)
+
+
+def _gemm_into(w: np.ndarray, cols: np.ndarray, plan: list[tuple[int, int]] | None,
+               a_bound: int, kernel: ConvKernel, out: np.ndarray, n0: int, nt: int,
+               p0: int, tp: int) -> None:
+    """out[n0:n0+nt, :, p0:p0+tp] = W (group, Mg, K) @ cols (group, K, nt*tp)."""
+    group, mg = kernel.group, kernel.group_out
+    direct = nt == 1 and out.dtype == np.float32 and plan is not None and len(plan) == 1
+    if direct:
+        dst = out[n0].reshape(group, mg, -1)[:, :, p0:p0 + tp]
+        np.matmul(w, cols, out=dst)
+        return
+    if plan is None:
+        res = _float64_int32(w, cols, kernel.reduction.accumulator_bound(a_bound))
+    elif len(plan) == 1:
+        res = np.matmul(w, cols)
+    else:
+        res = _chunked_int32(w, cols, plan)
+    # res (group, Mg, nt*tp) → out[n0:n0+nt] (nt, M, P) slice
+    dst = out[n0:n0 + nt].reshape(nt, group, mg, -1)[:, :, :, p0:p0 + tp]
+    np.copyto(dst, np.moveaxis(res.reshape(group, mg, nt, tp), 2, 0), casting="unsafe")
+
+
+def _depthwise(x: np.ndarray, zp: np.ndarray, kernel: ConvKernel, geom: ConvGeometry,
+               out: np.ndarray) -> None:
+    """Depthwise convolution as a sum over taps of shifted views times per-channel weights.
+
+    Exact in float32: the caller checked that a_bound * sum over taps of |w| <= 2**24 for
+    every output channel (the Reduction's one-chunk condition), which bounds every partial
+    sum of the products, in the order they are added here.
+    """
+    n = x.shape[0]
+    group, mg = kernel.group, kernel.group_out
+    out_spatial = geom.out_spatial
+    image_bytes = 4 * x.shape[1] * math.prod(geom.padded_spatial)
+    per, rows = _tile_plan(n, out_spatial, 8 * kernel.out_channels, image_bytes)
+    slab = math.prod(out_spatial[1:])
+    xbuf = None
+    tmp = None
+    nsp = len(out_spatial)
+    for n0 in range(0, n, per):
+        n1 = min(n, n0 + per)
+        nt = n1 - n0
+        xbuf = _centered_input(x, zp, n0, n1, geom, False, xbuf)
+        windows = _windows(xbuf, geom, group)  # (nt, group, 1, k..., O...)
+        for o0 in range(0, out_spatial[0], rows):
+            o1 = min(out_spatial[0], o0 + rows)
+            # destination (nt, group, Mg, O1 tile, O2...)
+            dst = out[n0:n1].reshape(nt, group, mg, *out_spatial)[
+                (slice(None),) * 3 + (slice(o0, o1),)]
+            if tmp is None or tmp.shape != dst.shape:
+                tmp = np.empty(dst.shape, dtype=np.float32)
+            for t, idx in enumerate(np.ndindex(*geom.kernel)):
+                # (nt, group, 1, O1 tile, O2...) view: broadcast over the Mg outputs of a group
+                src = windows[(slice(None), slice(None), slice(None), *idx, slice(o0, o1))]
+                wt = kernel.tap_weights[t].reshape(1, group, mg, *(1,) * nsp)
+                if t == 0:
+                    np.multiply(src, wt, out=dst)
+                else:
+                    np.multiply(src, wt, out=tmp)
+                    dst += tmp
+    _ = slab

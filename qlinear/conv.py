@@ -12,9 +12,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import _validate as v
-from ._engine import conv_accumulate, conv_weight_matrix
+from ._engine import ConvKernel, conv_accumulate
 from ._geometry import ConvAttributes, check_conv_shapes
-from ._requant import multiplier, requantize
+from ._requant import multiplier, round_saturate
 
 
 class _ConvWeights:
@@ -35,11 +35,12 @@ class _ConvWeights:
         self.w_zero_point = zp
         self.attributes = ConvAttributes.from_onnx(op, w.shape, **attributes)
         centered = np.subtract(w, zp.reshape((-1,) + (1,) * (w.ndim - 1)), dtype=np.float32)
-        self.w_bound = int(np.abs(centered).max()) if centered.size else 0
-        self.w_matrix = conv_weight_matrix(centered, self.attributes.group)
+        self.kernel = ConvKernel(centered, self.attributes.group)
 
-    def accumulate(self, x: Any, x_zero_point: Any) -> np.ndarray:
-        """Validate x and its zero point; return int32 (N, O1..On, M)."""
+    def accumulate(self, x: Any, x_zero_point: Any, bias: np.ndarray | None = None,
+                   out_dtype: type = np.int32) -> np.ndarray:
+        """Validate x and its zero point; return wrap32(acc + bias) of shape (N, M, O1..On),
+        int32, or converted to float32 (rounding to nearest) for requantization."""
         op = self.op
         x = v.integer_tensor(op, "x", x)
         check_conv_shapes(op, x.shape, self.w_shape, self.attributes.group)
@@ -48,12 +49,7 @@ class _ConvWeights:
         else:
             zp = v.per_tensor(op, "x_zero_point", v.zero_point(op, "x_zero_point", x_zero_point, "x", x.dtype))
         geom = self.attributes.geometry(x.shape[2:])
-        return conv_accumulate(x, zp, self.w_matrix, self.w_bound, geom)
-
-
-def _channels_first(y: np.ndarray) -> np.ndarray:
-    """(N, O1..On, M) → (N, M, O1..On), contiguous."""
-    return np.ascontiguousarray(np.moveaxis(y, -1, 1))
+        return conv_accumulate(x, zp, self.kernel, geom, bias, out_dtype)
 
 
 class PreparedConvInteger:
@@ -64,7 +60,7 @@ class PreparedConvInteger:
 
     def run(self, x: np.ndarray, x_zero_point: Any = None) -> np.ndarray:
         """int32 y = wrap32(Σ (x - x_zero_point)(w - w_zero_point)), shape (N, M, O1..On)."""
-        return _channels_first(self._weights.accumulate(x, x_zero_point))
+        return self._weights.accumulate(x, x_zero_point)
 
 
 class PreparedQLinearConv:
@@ -90,10 +86,10 @@ class PreparedQLinearConv:
         if x_zero_point is None:
             raise TypeError(f"{op}: x_zero_point is required")
         m = v.finite_multiplier(op, multiplier(xs, self.w_scale, ys), "x_scale * w_scale / y_scale")
-        acc = self._weights.accumulate(x, x_zero_point)
-        if self.bias is not None:
-            acc += self.bias  # int32 addition wraps: this is wrap32(acc + B)
-        return _channels_first(requantize(acc, m, yzp))
+        # float32(wrap32(acc + B)), computed in place from here on: requantize.
+        values = self._weights.accumulate(x, x_zero_point, self.bias, np.float32)
+        values *= m.reshape(m.shape + (1,) * (values.ndim - 2)) if m.ndim else m
+        return round_saturate(values, yzp, yzp.dtype)
 
 
 def prepare_conv_integer(

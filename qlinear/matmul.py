@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from . import _validate as v
-from ._engine import exact_int_gemm, value_bound
-from ._requant import multiplier, requantize
+from ._engine import Reduction, matmul_accumulate
+from ._requant import multiplier, round_saturate
 
 
 def _row_param(op: str, name: str, arr: np.ndarray, a_shape: tuple[int, ...]) -> np.ndarray:
@@ -68,10 +68,14 @@ class _RightOperand:
         self.zero_point = zp
         matrix = b[:, None] if b.ndim == 1 else b
         self.centered = np.subtract(matrix, zp, dtype=np.float32)
-        self.bound = int(np.abs(self.centered).max()) if self.centered.size else 0
+        # The weights each output (one column of one batch entry) multiplies, as rows.
+        k = self.centered.shape[-2]
+        self.reduction = Reduction(np.swapaxes(self.centered, -1, -2).reshape(-1, k))
 
-    def accumulate(self, a: Any, a_zero_point: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Validate a; return (int32 accumulator of shape (batch..., M, N), a as given)."""
+    def accumulate(self, a: Any, a_zero_point: Any,
+                   out_dtype: type = np.int32) -> tuple[np.ndarray, np.ndarray]:
+        """Validate a; return (accumulator of shape (batch..., M, N), a as given): int32
+        wrap32 values, or their float32 rounding (for requantization in place)."""
         op = self.op
         a = v.integer_tensor(op, "a", a)
         if a.ndim == 0:
@@ -93,14 +97,7 @@ class _RightOperand:
             raise ValueError(
                 f"{op}: the batch dimensions of a {a.shape[:-2]} and b {self.b_shape[:-2]} do not broadcast"
             ) from None
-        centered = np.subtract(matrix, zp, dtype=np.float32)
-        bound = value_bound(a, zp)
-        if b.ndim == 2 and centered.ndim > 2:
-            # One large GEMM instead of one per batch entry: rows of all batches share b.
-            rows = centered.reshape(-1, centered.shape[-1])
-            acc = exact_int_gemm(rows, b, bound, self.bound).reshape(*batch, matrix.shape[-2], b.shape[-1])
-        else:
-            acc = exact_int_gemm(centered, b, bound, self.bound)
+        acc = matmul_accumulate(matrix, zp, b, self.reduction, out_dtype)
         return acc, a
 
     def finish(self, y: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -148,8 +145,9 @@ class PreparedQLinearMatMul:
         ys = v.per_tensor(op, "y_scale", v.nonzero_scale(op, "y_scale", y_scale))
         yzp = v.per_tensor(op, "y_zero_point", v.output_zero_point(op, "y_zero_point", y_zero_point))
         m = v.finite_multiplier(op, multiplier(a_s, self.b_scale, ys), "a_scale * b_scale / y_scale")
-        acc, a_arr = self._b.accumulate(a_arr, a_zero_point)
-        return self._b.finish(requantize(acc, m, yzp), a_arr)
+        values, a_arr = self._b.accumulate(a_arr, a_zero_point, np.float32)
+        values *= m  # float32(float32(acc) * m), in place
+        return self._b.finish(round_saturate(values, yzp, yzp.dtype), a_arr)
 
 
 def prepare_matmul_integer(b: np.ndarray, b_zero_point: Any = None) -> PreparedMatMulInteger:
