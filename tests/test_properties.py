@@ -1,0 +1,211 @@
+"""Hypothesis property tests: qlinear equals the oracle over generated shapes, attributes, dtypes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import oracle  # noqa: E402
+import qlinear  # noqa: E402
+from conftest import I8, I32, U8, assert_exact, rand_extreme, rand_int  # noqa: E402
+
+SETTINGS = dict(deadline=None, derandomize=True, database=None, print_blob=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+dtype8 = st.sampled_from([U8, I8])
+
+
+def values(rng, dtype, shape, style):
+    if style == "extreme":
+        return rand_extreme(rng, dtype, shape)
+    if style == "small":
+        return rand_int(rng, dtype, shape, 0, 3)
+    return rand_int(rng, dtype, shape)
+
+
+# ----------------------------------------------------------------------------- conv
+
+
+@st.composite
+def conv_cases(draw):
+    nsp = draw(st.integers(1, 3))
+    auto_pad = draw(st.sampled_from(["NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))
+    kernel = draw(st.lists(st.integers(1, 3 if nsp < 3 else 2), min_size=nsp, max_size=nsp))
+    strides = draw(st.lists(st.integers(1, 3), min_size=nsp, max_size=nsp))
+    dilations = draw(st.lists(st.integers(1, 3), min_size=nsp, max_size=nsp))
+    pads = None
+    if auto_pad == "NOTSET" and draw(st.booleans()):
+        pads = draw(st.lists(st.integers(0, 3), min_size=2 * nsp, max_size=2 * nsp))
+    size = []
+    for i in range(nsp):
+        span = (kernel[i] - 1) * dilations[i] + 1
+        room = pads[i] + pads[nsp + i] if pads else 0
+        low = max(1, span - room) if auto_pad in ("NOTSET", "VALID") else 1
+        size.append(draw(st.integers(low, low + (6 if nsp < 3 else 3))))
+    group = draw(st.integers(1, 3))
+    c_per_group = draw(st.integers(1, 3))
+    m_per_group = draw(st.integers(1, 3))
+    batch = draw(st.integers(0, 2))
+    dtypes = (draw(dtype8), draw(dtype8), draw(dtype8))
+    per_channel = draw(st.booleans())
+    bias = draw(st.sampled_from([None, "small", "large"]))
+    style = draw(st.sampled_from(["full", "extreme", "small"]))
+    kernel_given = draw(st.booleans())
+    seed = draw(st.integers(0, 2**32 - 1))
+
+    rng = np.random.default_rng(seed)
+    xdt, wdt, ydt = dtypes
+    m_out = group * m_per_group
+    x = values(rng, xdt, (batch, group * c_per_group, *size), style)
+    w = values(rng, wdt, (m_out, c_per_group, *kernel), style)
+    shape = (m_out,) if per_channel else ()
+    ws = rng.uniform(1e-3, 5e-2, shape).astype(np.float32)
+    wz = rand_int(rng, wdt, shape)
+    xs = np.float32(rng.uniform(1e-3, 5e-2))
+    k = c_per_group * int(np.prod(kernel))
+    ys = np.float32(float(xs) * float(np.max(ws)) * 120 * np.sqrt(k) * rng.uniform(0.2, 4))
+    B = None
+    if bias == "small":
+        B = rand_int(rng, I32, (m_out,), -30000, 30000)
+    elif bias == "large":
+        B = rand_int(rng, I32, (m_out,))
+    args = [x, xs, rand_int(rng, xdt, ()), w, ws, wz, ys, rand_int(rng, ydt, ()), B]
+    kwargs = dict(auto_pad=auto_pad, group=group, strides=strides, dilations=dilations)
+    if pads is not None:
+        kwargs["pads"] = pads
+    if kernel_given:
+        kwargs["kernel_shape"] = kernel
+    return args, kwargs
+
+
+@settings(max_examples=120, **SETTINGS)
+@given(conv_cases())
+def test_qlinear_conv_equals_oracle(case):
+    args, kwargs = case
+    assert_exact(qlinear.qlinear_conv(*args, **kwargs), oracle.qlinear_conv(*args, **kwargs))
+
+
+@settings(max_examples=80, **SETTINGS)
+@given(conv_cases())
+def test_conv_integer_equals_oracle(case):
+    args, kwargs = case
+    x, _, xz, w, _, wz = args[:6]
+    assert_exact(qlinear.conv_integer(x, w, xz, wz, **kwargs), oracle.conv_integer(x, w, xz, wz, **kwargs))
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(conv_cases())
+def test_grouped_conv_is_concatenation_of_groups(case):
+    """Metamorphic: a grouped ConvInteger equals its groups run separately, concatenated."""
+    args, kwargs = case
+    x, _, xz, w, _, wz = args[:6]
+    group = kwargs["group"]
+    whole = qlinear.conv_integer(x, w, xz, wz, **kwargs)
+    c, m = x.shape[1] // group, w.shape[0] // group
+    parts = []
+    for g in range(group):
+        wz_g = wz[g * m:(g + 1) * m] if wz.ndim else wz
+        parts.append(qlinear.conv_integer(x[:, g * c:(g + 1) * c], w[g * m:(g + 1) * m], xz, wz_g,
+                                          **dict(kwargs, group=1)))
+    assert_exact(whole, np.concatenate(parts, axis=1))
+
+
+# ----------------------------------------------------------------------------- matmul
+
+
+@st.composite
+def matmul_cases(draw):
+    m, k, n = draw(st.integers(1, 6)), draw(st.integers(1, 40)), draw(st.integers(1, 6))
+    batch_a = draw(st.lists(st.integers(1, 3), max_size=2))
+    batch_b = draw(st.lists(st.integers(1, 3), max_size=2))
+    # make the batch shapes broadcast-compatible: equal, 1, or missing
+    common = min(len(batch_a), len(batch_b))
+    for i in range(1, common + 1):
+        if batch_a[-i] != batch_b[-i] and 1 not in (batch_a[-i], batch_b[-i]):
+            batch_b[-i] = 1
+    a_vec = not batch_a and draw(st.booleans())
+    b_vec = not batch_b and draw(st.booleans())
+    adt, bdt, ydt = draw(dtype8), draw(dtype8), draw(dtype8)
+    a_quant = draw(st.sampled_from(["tensor", "row", "row_keepdims"]))
+    b_quant = draw(st.sampled_from(["tensor", "column", "column_keepdims"]))
+    style = draw(st.sampled_from(["full", "extreme", "small"]))
+    seed = draw(st.integers(0, 2**32 - 1))
+
+    rng = np.random.default_rng(seed)
+    shape_a = (k,) if a_vec else (*batch_a, m, k)
+    shape_b = (k,) if b_vec else (*batch_b, k, n)
+    a = values(rng, adt, shape_a, style)
+    b = values(rng, bdt, shape_b, style)
+    if a_vec or a_quant == "tensor":
+        a_shape = ()
+    elif a_quant == "row":
+        a_shape = (m,)
+    else:
+        a_shape = (*[draw(st.sampled_from([d, 1])) for d in batch_a], m, 1)
+    if b_vec or b_quant == "tensor":
+        b_shape = ()
+    elif b_quant == "column":
+        b_shape = (n,)
+    else:
+        b_shape = (*[draw(st.sampled_from([d, 1])) for d in batch_b], 1, n)
+    a_s = rng.uniform(1e-3, 5e-2, a_shape).astype(np.float32)
+    b_s = rng.uniform(1e-3, 5e-2, b_shape).astype(np.float32)
+    ys = np.float32(float(np.max(a_s)) * float(np.max(b_s)) * 120 * np.sqrt(k) * rng.uniform(0.2, 4))
+    return [a, a_s, rand_int(rng, adt, a_shape), b, b_s, rand_int(rng, bdt, b_shape), ys, rand_int(rng, ydt, ())]
+
+
+@settings(max_examples=150, **SETTINGS)
+@given(matmul_cases())
+def test_qlinear_matmul_equals_oracle(args):
+    assert_exact(qlinear.qlinear_matmul(*args), oracle.qlinear_matmul(*args))
+
+
+@settings(max_examples=100, **SETTINGS)
+@given(matmul_cases())
+def test_matmul_integer_equals_oracle(args):
+    a, _, az, b, _, bz = args[:6]
+    assert_exact(qlinear.matmul_integer(a, b, az, bz), oracle.matmul_integer(a, b, az, bz))
+    assert_exact(qlinear.matmul_integer(a, b), oracle.matmul_integer(a, b))
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(st.integers(1, 5), st.integers(1, 30), st.integers(1, 5), dtype8, dtype8, st.integers(0, 2**32 - 1))
+def test_matmul_integer_equals_pointwise_conv(m, k, n, adt, bdt, seed):
+    """Metamorphic: MatMulInteger(a, b) == ConvInteger with a 1x1 kernel (w = b^T)."""
+    rng = np.random.default_rng(seed)
+    a = rand_int(rng, adt, (m, k))
+    b = rand_int(rng, bdt, (k, n))
+    az, bz = rand_int(rng, adt, ()), rand_int(rng, bdt, (n,))
+    mm = qlinear.matmul_integer(a, b, az, bz)
+    conv = qlinear.conv_integer(a.T.reshape(1, k, m, 1).copy(), b.T.reshape(n, k, 1, 1).copy(), az, bz)
+    assert_exact(mm, conv.reshape(n, m).T.copy())
+
+
+# ----------------------------------------------------------------------------- quantize
+
+
+@settings(max_examples=100, **SETTINGS)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=4), st.booleans(), dtype8,
+       st.sampled_from(["normal", "ties", "wild"]), st.integers(0, 2**32 - 1), st.data())
+def test_quantize_dequantize_equal_oracle(shape, per_axis, dt, style, seed, data):
+    rng = np.random.default_rng(seed)
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    pshape = (shape[axis],) if per_axis else ()
+    scale = rng.uniform(1e-3, 4, pshape).astype(np.float32)
+    zp = rand_int(rng, dt, pshape)
+    bshape = [1] * len(shape)
+    bshape[axis] = shape[axis] if per_axis else 1
+    if style == "ties":
+        x = ((rng.integers(-150, 150, shape) + 0.5) * scale.reshape(bshape if per_axis else ())).astype(np.float32)
+    elif style == "wild":
+        x = rng.choice(np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30, 1e-30], np.float32), shape)
+    else:
+        x = (rng.standard_normal(shape) * 200).astype(np.float32)
+    assert_exact(qlinear.quantize_linear(x, scale, zp, axis=axis), oracle.quantize_linear(x, scale, zp, axis=axis))
+    q = rand_int(rng, dt, tuple(shape))
+    assert_exact(qlinear.dequantize_linear(q, scale, zp, axis=axis),
+                 oracle.dequantize_linear(q, scale, zp, axis=axis))
