@@ -84,9 +84,13 @@ class UnsupportedModelError(ValueError):
 
     def __init__(self, problems: Sequence["Problem"]):
         self.problems = list(problems)
-        n = len(self.problems)
-        listing = "; ".join(str(p) for p in self.problems)
-        super().__init__(f"prepare: {n} unsupported node{'s' if n != 1 else ''}: {listing}")
+        model_level = [str(p) for p in self.problems if p.node == "(model)"]
+        nodes = [str(p) for p in self.problems if p.node != "(model)"]
+        parts = model_level[:]
+        if nodes:
+            parts.append(f"{len(nodes)} unsupported node{'s' if len(nodes) != 1 else ''}: "
+                         + "; ".join(nodes))
+        super().__init__("prepare: " + "; ".join(parts))
 
 
 class NodeError(ValueError):
@@ -102,6 +106,8 @@ class Problem:
     reason: str
 
     def __str__(self) -> str:
+        if self.node == "(model)":
+            return self.reason
         op = self.op_type if not self.domain else f"{self.domain}.{self.op_type}"
         ver = f"-{self.version}" if self.version is not None else ""
         return f"node {self.node!r} ({op}{ver}): {self.reason}"
@@ -224,6 +230,11 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
     functions = {(f.domain, f.name) for f in model.functions}
     types = _elem_types(model)
     problems: list[Problem] = []
+    newest = onnx.defs.onnx_opset_version()
+    if opsets.get("", 0) > newest:
+        problems.append(Problem("(model)", "opset_import", "", opsets[""],
+                                f"the model imports ai.onnx opset {opsets['']}; the installed "
+                                f"onnx knows opsets up to {newest}"))
     for node, i in _walk(model.graph):
         label = _node_label(node, i)
         domain = "" if node.domain == "ai.onnx" else node.domain

@@ -14,6 +14,7 @@ BatchNormalization, which the backend corrects). Each selected case is either
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from typing import Any
@@ -26,7 +27,9 @@ from qlinear.tools.table import format_table, progress
 FAMILY = set(QLINEAR_OPS) | {"BatchNormalization"}
 
 
-def collect_cases() -> list:
+@functools.lru_cache(maxsize=1)
+def collect_cases() -> tuple:
+    """The selected cases, sorted by name (generated once per process: it takes seconds)."""
     from onnx.backend.test.case.node import collect_testcases
 
     with warnings.catch_warnings():
@@ -39,7 +42,7 @@ def collect_cases() -> list:
         ops = {n.op_type for n in c.model.graph.node}
         if ops & FAMILY:
             out.append(c)
-    return sorted(out, key=lambda c: c.name)
+    return tuple(sorted(out, key=lambda c: c.name))
 
 
 def _exact_required(case, expected: np.ndarray) -> bool:

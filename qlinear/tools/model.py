@@ -185,9 +185,18 @@ def check_supported(model: onnx.ModelProto) -> None:
 
     problems = check_model(model)
     if problems:
-        n = len(problems)
-        raise ToolError(f"{n} unsupported node{'s' if n > 1 else ''}: "
-                        + "; ".join(str(p) for p in problems))
+        raise ToolError(describe_problems(problems))
+
+
+def describe_problems(problems) -> str:
+    """'N unsupported nodes: ...' with model-level problems (opset) first."""
+    model_level = [str(p) for p in problems if p.node == "(model)"]
+    nodes = [str(p) for p in problems if p.node != "(model)"]
+    parts = model_level[:]
+    if nodes:
+        n = len(nodes)
+        parts.append(f"{n} unsupported node{'s' if n > 1 else ''}: " + "; ".join(nodes))
+    return "; ".join(parts)
 
 
 # --------------------------------------------------------------------------- inputs

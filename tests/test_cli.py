@@ -1,0 +1,248 @@
+"""The ``qlinear`` command: run, compare, conformance, bench, --help, and bad input
+(one-line error, exit status 2, no traceback, nothing written outside --output-dir)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+
+from qlinear import cli  # noqa: E402
+from qlinear.tools import synthetic  # noqa: E402
+from qlinear.tools.quantize import quantize_qoperator  # noqa: E402
+
+EXAMPLE = os.path.join(cli.EXAMPLES_DIR, "digits_cnn_qoperator.onnx")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _main(capsys, *argv):
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_run_bundled_example(capsys):
+    rc, out, err = _main(capsys, "run")
+    assert rc == 0, err
+    assert "probabilities" in out and "[400, 10]" in out and "float32" in out
+    assert "accuracy on the 400 bundled samples:" in out
+    assert "time: prepare" in out
+    assert "onnxruntime: accuracy" in out
+
+
+def test_run_json(capsys):
+    rc, out, _ = _main(capsys, "run", "--json")
+    assert rc == 0
+    r = json.loads(out)
+    assert r["example"] and r["outputs"][0]["name"] == "probabilities"
+    assert r["classifier"]["accuracy"] >= 0.95
+    assert r["seconds"]["run"] > 0
+
+
+def test_run_model_with_inputs_and_output_dir(capsys, tmp_path):
+    x = np.load(os.path.join(cli.EXAMPLES_DIR, "digits_samples.npz"))["image"][:7]
+    np.save(tmp_path / "x.npy", x)
+    out_dir = tmp_path / "out"
+    rc, out, err = _main(capsys, "run", EXAMPLE, "--input", f"image={tmp_path / 'x.npy'}",
+                         "--output-dir", str(out_dir))
+    assert rc == 0, err
+    assert sorted(os.listdir(out_dir)) == ["probabilities.npy"]
+    assert np.load(out_dir / "probabilities.npy").shape == (7, 10)
+    assert sorted(os.listdir(tmp_path)) == ["out", "x.npy"]
+
+
+def test_run_random_inputs_note(capsys):
+    rc, out, _ = _main(capsys, "run", EXAMPLE)
+    assert rc == 0 and "seeded random inputs" in out and "[1, 1, 8, 8]" in out
+
+
+def test_output_names_cannot_escape_output_dir(capsys, tmp_path):
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["../../escape"])], "g",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [2])],
+                          [helper.make_tensor_value_info("../../escape", T.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    (tmp_path / "m").mkdir()
+    onnx.save(m, tmp_path / "m" / "m.onnx")
+    out_dir = tmp_path / "m" / "out"
+    rc, _, err = _main(capsys, "run", str(tmp_path / "m" / "m.onnx"), "--output-dir", str(out_dir))
+    assert rc == 0, err
+    assert len(os.listdir(out_dir)) == 1
+    assert sorted(os.listdir(tmp_path)) == ["m"] and sorted(os.listdir(tmp_path / "m")) == ["m.onnx", "out"]
+
+
+def test_compare_example_diagnoses_saturation(capsys):
+    rc, out, _ = _main(capsys, "compare")
+    assert rc == 1
+    assert "conv1_quant" in out and "QLinearConv" in out
+    assert "onnxruntime 16-bit saturation" in out and "reproduces onnxruntime exactly" in out
+    assert "outputs: DIFFER" in out
+
+
+def test_compare_json_and_identical_model(capsys, tmp_path):
+    rng = np.random.default_rng(0)
+    calib = [{"x": rng.normal(size=(2, 8, 32)).astype(np.float32)}]
+    m = quantize_qoperator(synthetic.mlp_block(0), calib, reduce_range=True)
+    # drop the float Softmax tail so that every tensor is exact in onnxruntime too
+    soft = next(n for n in m.graph.node if n.op_type == "Softmax")
+    m.graph.node.remove(soft)
+    m.graph.output[0].name = soft.input[0]
+    onnx.save(m, tmp_path / "mlp.onnx")
+    np.save(tmp_path / "x.npy", rng.normal(size=(3, 8, 32)).astype(np.float32))
+    rc, out, err = _main(capsys, "compare", str(tmp_path / "mlp.onnx"), "--input", f"x={tmp_path / 'x.npy'}",
+                         "--json")
+    assert rc == 0, (out, err)
+    r = json.loads(out)
+    assert r["equal"] and r["mismatching_nodes"] == 0
+    assert {row["op"] for row in r["nodes"]} >= {"QLinearMatMul", "QuantizeLinear", "DequantizeLinear", "Add"}
+
+
+def test_conformance_json(capsys):
+    rc, out, _ = _main(capsys, "conformance", "--json")
+    assert rc == 0
+    r = json.loads(out)
+    assert r["counts"]["FAIL"] == 0 and r["counts"]["pass"] >= 19
+    assert all(set(c) >= {"case", "result"} for c in r["cases"])
+
+
+def test_conformance_table(capsys):
+    rc, out, _ = _main(capsys, "conformance")
+    assert rc == 0
+    assert out.splitlines()[0].split()[:2] == ["case", "operator"]
+    assert "test_qlinearconv" in out and "passed, 0 failed" in out
+
+
+def test_bench_delegates(monkeypatch, capsys):
+    seen = []
+    monkeypatch.setitem(sys.modules, "qlinear.bench", types.SimpleNamespace(main=lambda argv: seen.append(argv) or 0))
+    rc, _, _ = _main(capsys, "bench", "--quick", "--json")
+    assert rc == 0 and seen == [["--quick", "--json"]]
+
+
+def test_bench_missing(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "qlinear.bench", None)
+    rc, out, err = _main(capsys, "bench")
+    assert rc == 2 and err.startswith("qlinear: error:") and "qlinear.bench" in err
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["compare"], ["conformance"]])
+def test_help(capsys, command):
+    with pytest.raises(SystemExit) as e:
+        cli.main(command + ["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "example" in out and "usage: qlinear" in out
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad")
+    data = open(EXAMPLE, "rb").read()
+    (d / "trunc.onnx").write_bytes(data[: len(data) // 2])
+    (d / "trunc_end.onnx").write_bytes(data[:-5])
+    (d / "text.onnx").write_text("this is not an onnx model\n")
+    corrupt = bytearray(data)
+    for i in range(100, 400, 7):
+        corrupt[i] ^= 0x5A
+    (d / "corrupt.onnx").write_bytes(bytes(corrupt))
+    (d / "empty.onnx").write_bytes(b"")
+    nodes = [helper.make_node("QLinearAdd", ["a", "s", "z", "a", "s", "z", "s", "z"], ["b"],
+                              domain="com.microsoft", name="qadd"),
+             helper.make_node("QuantizeLinear", ["x", "sh"], ["q"], name="q_half"),
+             helper.make_node("FooBar", ["x"], ["y"], name="foo")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT16, [2]),
+                                       helper.make_tensor_value_info("a", T.UINT8, [2])],
+                          [helper.make_tensor_value_info(o, T.FLOAT, [2]) for o in "bqy"],
+                          [numpy_helper.from_array(np.float32(0.1), "s"), numpy_helper.from_array(np.uint8(1), "z"),
+                           numpy_helper.from_array(np.float16(0.1), "sh")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]),
+              d / "unsupported.onnx")
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [4])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 99)]), d / "opset99.onnx")
+    w = numpy_helper.from_array(np.ones(4, np.float32), "w")
+    w.ClearField("raw_data")
+    w.data_location = T.EXTERNAL
+    for k, v in [("location", "../outside.bin"), ("offset", "0"), ("length", "16")]:
+        e = w.external_data.add()
+        e.key, e.value = k, v
+    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [4])], [w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d / "external.onnx")
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [100000, 100000])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d / "huge.onnx")
+    np.save(d / "f64.npy", np.zeros((3, 1, 8, 8)))
+    np.save(d / "shape.npy", np.zeros((3, 1, 9, 8), np.float32))
+    np.save(d / "ok.npy", np.zeros((3, 1, 8, 8), np.float32))
+    return d
+
+
+BAD = [
+    (["run", "{d}/missing.onnx"], "no such file"),
+    (["run", "{d}"], "is a directory"),
+    (["run", "{d}/text.onnx"], "not an ONNX model"),
+    (["run", "{d}/empty.onnx"], "empty file"),
+    (["run", "{d}/trunc.onnx"], "truncated"),
+    (["run", "{d}/trunc_end.onnx"], "truncated"),
+    (["compare", "{d}/corrupt.onnx"], "corrupt"),
+    (["run", "{d}/unsupported.onnx"], "3 unsupported nodes: node 'qadd' (com.microsoft.QLinearAdd)"),
+    (["run", "{d}/opset99.onnx"], "imports ai.onnx opset 99"),
+    (["run", "{d}/external.onnx"], "points outside the model's folder"),
+    (["run", "{d}/huge.onnx"], "more than the limit"),
+    (["run", EXAMPLE, "--max-tensor-bytes", "1000"], "more than the limit"),
+    (["run", EXAMPLE, "--input", "image"], "expected NAME=FILE.npy"),
+    (["run", EXAMPLE, "--input", "=x.npy"], "expected NAME=FILE.npy"),
+    (["run", EXAMPLE, "--input", "image={d}/nope.npy"], "no such file"),
+    (["run", EXAMPLE, "--input", "image={d}/text.onnx"], "not a NumPy"),
+    (["run", EXAMPLE, "--input", "images={d}/ok.npy"], "unknown input 'images'"),
+    (["run", EXAMPLE, "--input", "image={d}/f64.npy"], "dtype float64"),
+    (["run", EXAMPLE, "--input", "image={d}/shape.npy"], "shape [3, 1, 9, 8]"),
+    (["run", EXAMPLE, "--input", "image={d}/ok.npy", "--input", "image={d}/ok.npy"], "given twice"),
+    (["run", "--input", "image={d}/ok.npy"], "needs a MODEL"),
+    (["run", "--bogus"], "unrecognized arguments"),
+    (["frobnicate"], "invalid choice"),
+    (["run", EXAMPLE, "--output-dir", "{d}/ok.npy"], "not a directory"),
+]
+
+
+@pytest.mark.parametrize("argv,fragment", BAD, ids=[" ".join(a).replace("{d}/", "") for a, _ in BAD])
+def test_bad_input_one_line_exit_2(capsys, bad_files, argv, fragment):
+    before = sorted(os.listdir(bad_files))
+    argv = [a.replace("{d}", str(bad_files)) for a in argv]
+    rc, out, err = _main(capsys, *argv)
+    assert rc == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("qlinear: error: "), err
+    assert fragment in lines[0]
+    assert "Traceback" not in err
+    assert sorted(os.listdir(bad_files)) == before
+
+
+def test_python_dash_m(tmp_path):
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-m", "qlinear", "run", "--json"], capture_output=True, text=True,
+                       env=env, cwd=tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["classifier"]["samples"] == 400
+    assert os.listdir(tmp_path) == []
+    p = subprocess.run([sys.executable, "-m", "qlinear", "run", "nothere.onnx"], capture_output=True,
+                       text=True, env=env, cwd=tmp_path, timeout=120)
+    assert p.returncode == 2 and p.stderr == "qlinear: error: nothere.onnx: no such file\n"
