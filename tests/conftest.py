@@ -38,3 +38,14 @@ def assert_exact(got, want):
         np.testing.assert_array_equal(got.view(bits), want.view(bits))
     else:
         np.testing.assert_array_equal(got, want)
+
+
+def call_untouched(fn, *args, **kwargs):
+    """fn(*args, **kwargs), checking that no array argument was modified in place."""
+    before = [np.array(a, copy=True) if isinstance(a, np.ndarray) else None for a in args]
+    result = fn(*args, **kwargs)
+    for i, (a, b) in enumerate(zip(args, before)):
+        if b is not None:
+            assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), \
+                f"{fn.__name__} modified argument {i} in place"
+    return result

@@ -7,7 +7,7 @@ import pytest
 
 import oracle
 import qlinear
-from conftest import ALL_8BIT_COMBOS, I8, I32, U8, assert_exact, rand_extreme, rand_int, rand_scale
+from conftest import ALL_8BIT_COMBOS, I8, I32, U8, assert_exact, call_untouched, rand_extreme, rand_int, rand_scale
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
@@ -80,14 +80,14 @@ def random_qconv_case(rng, nsp, auto_pad="NOTSET", *, dtypes=None, group=None, b
 
 def check_qconv(args, kwargs):
     want = oracle.qlinear_conv(*args, **kwargs)
-    got = qlinear.qlinear_conv(*args, **kwargs)
+    got = call_untouched(qlinear.qlinear_conv, *args, **kwargs)
     assert_exact(got, want)
     return got
 
 
 def check_convint(args, kwargs):
     want = oracle.conv_integer(*args, **kwargs)
-    got = qlinear.conv_integer(*args, **kwargs)
+    got = call_untouched(qlinear.conv_integer, *args, **kwargs)
     assert_exact(got, want)
     return got
 
@@ -385,3 +385,43 @@ def test_bias_near_int32_limits_wraps():
     assert y.ravel().tolist() == [-128, -128]
     acc = oracle.wrap32(np.array([2**31 - 1 + 32385, -(2**31) + 32385]))
     assert acc.tolist() == [-(2**31) + 32384, -(2**31) + 32385]
+
+
+def test_requantization_is_float32_in_contract_order():
+    """1x1 convolution over a grid of accumulators 255 q + r (q per output channel, r per pixel),
+    with scales where float64 or reordered requantization would differ from the contract."""
+    from test_matmul import discriminating_scales, grid_operands
+
+    a, b, acc = grid_operands()
+    x = a.T.reshape(1, 2, 255, 1).copy()  # channel 0: 255, channel 1: r
+    w = b.T.reshape(256, 2, 1, 1).copy()  # output channel q: (q, 1)
+    xs, ws, ys = discriminating_scales(acc, 75)
+    y = check_qconv([x, xs, U8(0), w, ws, I8(0), ys, I8(0)], {})
+    assert y.shape == (1, 256, 255, 1)
+    check_qconv([x, xs, U8(0), w, np.full(256, ws, np.float32), np.zeros(256, I8), ys, U8(128)], {})
+    assert_exact(check_convint([x, w], {}), acc.T.reshape(1, 256, 255, 1).astype(I32))
+
+
+def readonly(a):
+    a = np.array(a)
+    a.flags.writeable = False
+    return a
+
+
+def test_non_contiguous_and_readonly_inputs():
+    """Strided, reversed, Fortran-ordered and read-only views give the same bits."""
+    rng = np.random.default_rng(16)
+    base_x = rand_int(rng, U8, (2, 6, 9, 14))
+    base_w = rand_int(rng, I8, (3, 4, 3, 3))
+    xs = [base_x[:, ::2, :, ::2], base_x[:, 1::2, ::-1, 1::2], np.asfortranarray(base_x[:, :3, :, :7]),
+          readonly(base_x[:, :3, :, :7])]
+    ws = [base_w[:, ::-1][:, :3], np.asfortranarray(base_w[:, 1:]), base_w.transpose(0, 1, 3, 2)[:, :3],
+          readonly(base_w[:, :3])]
+    kwargs = dict(pads=[1, 0, 2, 1], strides=[1, 2])
+    B = readonly(rand_int(rng, I32, (3,), -999, 999))
+    w_scale = readonly(rand_scale(rng, (3,)))
+    w_zp = readonly(rand_int(rng, I8, (3,)))
+    for x in xs:
+        for w in ws:
+            check_qconv([x, 0.01, U8(7), w, w_scale, w_zp, 0.2, U8(100), B], kwargs)
+            check_convint([x, w, U8(7), w_zp], kwargs)

@@ -7,7 +7,7 @@ import pytest
 
 import oracle
 import qlinear
-from conftest import ALL_8BIT_COMBOS, I8, I32, U8, assert_exact, rand_extreme, rand_int, rand_scale
+from conftest import ALL_8BIT_COMBOS, I8, I32, U8, assert_exact, call_untouched, rand_extreme, rand_int, rand_scale
 
 # (a shape, b shape) pairs following numpy.matmul rules, incl. 1-D operands and broadcasting
 SHAPES = [
@@ -33,7 +33,7 @@ def ids(pairs):
 
 def check_qmm(*args):
     want = oracle.qlinear_matmul(*args)
-    got = qlinear.qlinear_matmul(*args)
+    got = call_untouched(qlinear.qlinear_matmul, *args)
     assert_exact(got, want)
     assert got.shape == np.matmul(np.asarray(args[0], np.int64), np.asarray(args[3], np.int64)).shape
     return got
@@ -41,7 +41,7 @@ def check_qmm(*args):
 
 def check_mmi(*args):
     want = oracle.matmul_integer(*args)
-    got = qlinear.matmul_integer(*args)
+    got = call_untouched(qlinear.matmul_integer, *args)
     assert_exact(got, want)
     return got
 
@@ -241,3 +241,72 @@ def test_saturation_both_ends():
         y = check_qmm(a, 1.0, U8(0), b, 1.0, I8(0), 1.0, ydt(0))
         info = np.iinfo(ydt)
         assert y.tolist() == [[info.max, info.min]]
+
+
+# ----------------------------------------------------------------------------- requantization order
+
+
+def grid_operands():
+    """a [255, 2] rows (255, r), b [2, 256] columns (q, 1): y[r, q] sees acc = 255 q + r, which
+    covers every integer in [-32640, 32639 + 254]."""
+    r = np.arange(255)
+    q = np.arange(-128, 128)
+    a = np.stack([np.full(255, 255), r], axis=1).astype(U8)
+    b = np.stack([q, np.ones(256, np.int64)], axis=0).astype(I8)
+    acc = 255 * q[None, :] + r[:, None]
+    return a, b, acc
+
+
+def discriminating_scales(acc, seed):
+    """Scales where the contract's float32 requantization differs, on some acc of the grid,
+    from (1) a float64 multiplier, (2) x_scale * (w_scale / y_scale), (3) a float64 product."""
+    rng = np.random.default_rng(seed)
+    acc_f = acc.astype(np.float32)
+    for _ in range(2000):
+        xs, ws = np.float32(rng.uniform(1e-3, 5e-2)), np.float32(rng.uniform(1e-3, 5e-2))
+        ys = np.float32(float(xs) * float(ws) * 32000 / 120 * rng.uniform(0.5, 1))
+        m = np.float32(np.float32(xs * ws) / ys)
+        contract = np.rint(np.float32(acc_f * m))
+        alternatives = [
+            np.rint(acc * (float(xs) * float(ws) / float(ys))),
+            np.rint(np.float32(acc_f * np.float32(xs * np.float32(ws / ys)))),
+            np.rint(acc * float(m)),
+        ]
+        if all((alt != contract).any() for alt in alternatives):
+            return xs, ws, ys
+    raise AssertionError("no discriminating scales found")
+
+
+def test_requantization_is_float32_in_contract_order():
+    a, b, acc = grid_operands()
+    xs, ws, ys = discriminating_scales(acc, 71)
+    for yz in (I8(0), I8(-3)):
+        y = check_qmm(a, xs, U8(0), b, ws, I8(0), ys, yz)
+        assert y.shape == (255, 256)
+    assert_exact(check_mmi(a, b), acc.astype(I32))
+
+
+def test_requantization_order_per_column_scales():
+    """Per-column b_scale with three different multipliers near discriminating ones."""
+    a, b, acc = grid_operands()
+    triples = [discriminating_scales(acc, seed) for seed in (72, 73, 74)]
+    # rescale so that a single a_scale / y_scale serve all columns: b_scale_j = xs_j * ws_j / xs_0
+    xs0, _, ys0 = triples[0]
+    cols = np.array([np.float32(t[0] * t[1] / xs0 * (ys0 / t[2])) for t in triples], np.float32)
+    b_s = np.resize(cols, 256).astype(np.float32)
+    check_qmm(a, xs0, U8(0), b, b_s, np.zeros(256, I8), ys0, I8(0))
+
+
+def test_non_contiguous_and_readonly_inputs():
+    rng = np.random.default_rng(39)
+    big_a = rand_int(rng, U8, (2, 10, 16))
+    big_b = rand_int(rng, I8, (16, 12))
+    ro = big_b[:, :5].copy()
+    ro.flags.writeable = False
+    a_views = [big_a[:, ::2, ::2], big_a[:, ::-2, 1::2], np.asfortranarray(big_a[:, :5, :8])]
+    b_views = [big_b[::2, ::2], big_b.T.copy().T[1::2, ::-2][:, :5], ro[::2]]
+    for a in a_views:
+        for b in b_views:
+            b = b[:, :5]
+            check_qmm(a, 0.02, U8(1), b, 0.01, I8(-1), 0.1, I8(3))
+            check_mmi(a, b, U8(1), I8(-1))

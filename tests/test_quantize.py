@@ -7,21 +7,21 @@ import pytest
 
 import oracle
 import qlinear
-from conftest import I8, I32, U8, assert_exact, rand_int
+from conftest import I8, I32, U8, assert_exact, call_untouched, rand_int
 
 F32 = np.float32
 
 
 def check_q(*args, **kwargs):
     want = oracle.quantize_linear(*args, **kwargs)
-    got = qlinear.quantize_linear(*args, **kwargs)
+    got = call_untouched(qlinear.quantize_linear, *args, **kwargs)
     assert_exact(got, want)
     return got
 
 
 def check_dq(*args, **kwargs):
     want = oracle.dequantize_linear(*args, **kwargs)
-    got = qlinear.dequantize_linear(*args, **kwargs)
+    got = call_untouched(qlinear.dequantize_linear, *args, **kwargs)
     assert_exact(got, want)
     return got
 
@@ -277,3 +277,19 @@ def test_round_trip_is_identity_on_grid():
         scale, zp = F32(0.037), dt(np.iinfo(dt).min + 77)
         x = check_dq(q, scale, zp)
         assert_exact(check_q(x, scale, zp), q)
+
+
+def test_non_contiguous_and_readonly_inputs():
+    rng = np.random.default_rng(52)
+    x = (rng.standard_normal((6, 8, 10)) * 50).astype(F32)
+    q = rand_int(rng, I8, (6, 8, 10))
+    ro = x[:, :4].copy()
+    ro.flags.writeable = False
+    scale = np.linspace(0.1, 1, 8).astype(F32)[::2]
+    for xv in (x[::2, ::2, ::-1], x.transpose(2, 1, 0)[:, ::2], np.asfortranarray(x[:, :4]), ro):
+        assert xv.shape[1] == 4
+        check_q(xv, scale, np.arange(4).astype(I8), axis=1)
+        check_q(xv, F32(0.3), U8(9))
+    for qv in (q[::2, ::2, ::-1], np.asfortranarray(q[:, :4])):
+        check_dq(qv, scale, np.arange(4).astype(I8), axis=1)
+        check_dq(qv, F32(0.3), I8(9))
