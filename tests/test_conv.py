@@ -425,3 +425,24 @@ def test_non_contiguous_and_readonly_inputs():
         for w in ws:
             check_qconv([x, 0.01, U8(7), w, w_scale, w_zp, 0.2, U8(100), B], kwargs)
             check_convint([x, w, U8(7), w_zp], kwargs)
+
+
+def test_small_workspace_limit_gives_same_bits():
+    """Tiling under a tiny scratch-memory bound must not change results."""
+    limit = qlinear.workspace_limit()
+    rng = np.random.default_rng(17)
+    try:
+        for nbytes in (1, 900, 20000):
+            qlinear.set_workspace_limit(nbytes)
+            for nsp in (1, 2, 3):
+                for auto_pad in AUTO_PADS:
+                    args, kwargs = random_qconv_case(rng, nsp, auto_pad)
+                    check_qconv(args, kwargs)
+                    check_convint(as_convint_args(args), kwargs)
+            x = rand_extreme(rng, U8, (2, 40, 6, 6))
+            w = rand_extreme(rng, I8, (5, 40, 3, 3))
+            check_qconv([x, 0.02, U8(0), w, 0.03, I8(127), np.float32(0.02 * 0.03 * 360 * 65025 / 4 / 60), U8(128)],
+                        dict(pads=[1, 1, 1, 1]))
+    finally:
+        qlinear.set_workspace_limit(limit)
+    assert qlinear.workspace_limit() == limit

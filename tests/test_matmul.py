@@ -310,3 +310,56 @@ def test_non_contiguous_and_readonly_inputs():
             b = b[:, :5]
             check_qmm(a, 0.02, U8(1), b, 0.01, I8(-1), 0.1, I8(3))
             check_mmi(a, b, U8(1), I8(-1))
+
+
+# K values around the float32-exact chunk lengths 2**24 / (max|a| * max|b|):
+# 258 (255 * 255), 514 (255 * 128 and 128 * 255... uint8 vs int8 at zero point 0), 1032, 2^16...
+BOUNDARY_K = [257, 258, 259, 260, 513, 514, 515, 516, 1031, 1032, 1033, 2065, 4113]
+
+
+def farthest(dtype, zp):
+    """The value of dtype farthest from zp."""
+    info = np.iinfo(dtype)
+    return info.min if int(zp) - info.min > info.max - int(zp) else info.max
+
+
+@pytest.mark.parametrize("k", BOUNDARY_K)
+def test_reduction_lengths_around_exact_chunk_sizes(k):
+    rng = np.random.default_rng([k, 40])
+    cases = [
+        (U8, U8(0), I8, I8(0)),      # |a| <= 255, |b| <= 128
+        (U8, U8(255), U8, U8(0)),    # |a| <= 255, |b| <= 255
+        (I8, I8(127), I8, I8(-128)),  # both up to 255
+        (U8, U8(0), I8, I8(127)),    # b - bz in [-255, 0]
+    ]
+    for adt, az, bdt, bz in cases:
+        a = rand_extreme(rng, adt, (3, k))
+        b = rand_extreme(rng, bdt, (k, 4))
+        a[0] = farthest(adt, az)  # row 0 x column 0: k terms of the largest magnitude, same sign
+        b[:, 0] = farthest(bdt, bz)
+        exact = check_mmi(a, b, az, bz)
+        assert abs(int(exact[0, 0])) >= k * 127 * 255
+        ys = np.float32(0.01 * 0.01 * abs(int(exact[0, 0])) / 120)
+        check_qmm(a, np.float32(0.01), az, b, np.float32(0.01), bz, ys, I8(0))
+        # values close to the zero point except one extreme column: per-operand maxima, not dtype bounds
+        info = np.iinfo(adt)
+        a2 = rand_int(rng, adt, (3, k), max(info.min, int(az) - 2), min(info.max, int(az) + 2))
+        a2[:, k // 2] = farthest(adt, az)
+        check_mmi(a2, b, az, bz)
+
+
+def test_small_workspace_limit_gives_same_bits():
+    """Tiling under a tiny scratch-memory bound must not change results."""
+    limit = qlinear.workspace_limit()
+    rng = np.random.default_rng(41)
+    try:
+        for nbytes in (1, 700, 5000):
+            qlinear.set_workspace_limit(nbytes)
+            for _ in range(3):
+                a = rand_int(rng, U8, (2, 9, 300))
+                b = rand_int(rng, I8, (300, 7))
+                check_qmm(a, np.float32(0.01), U8(3), b, np.float32(0.02), I8(-4), np.float32(0.5), U8(128))
+                check_mmi(a, b, U8(3), I8(-4))
+    finally:
+        qlinear.set_workspace_limit(limit)
+    assert qlinear.workspace_limit() == limit
