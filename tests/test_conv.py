@@ -446,3 +446,24 @@ def test_small_workspace_limit_gives_same_bits():
     finally:
         qlinear.set_workspace_limit(limit)
     assert qlinear.workspace_limit() == limit
+
+
+@pytest.mark.parametrize("c_in,kernel", [
+    (86, (3, 1)), (43, (3, 2)), (37, (7, 1)), (257, (1, 2)),  # K = 258, 258, 259, 514
+    (103, (5, 1)), (172, (3, 1)), (129, (2, 2)), (115, (3, 3)),  # K = 515, 516, 516, 1035
+])
+def test_reduction_lengths_around_exact_chunk_sizes(c_in, kernel):
+    rng = np.random.default_rng([c_in, *kernel, 18])
+    x = rand_extreme(rng, U8, (1, c_in, 9, 4))
+    w = rand_extreme(rng, I8, (4, c_in, *kernel))
+    x[0, :, :, :2] = 255  # output column 0 sees only 255s: full-K same-sign sums on channels 0, 1
+    w[0] = -128
+    w[1] = 127
+    for wz in (I8(0), np.array([127, -128, 0, 127], I8)):
+        kwargs = dict(auto_pad="SAME_UPPER")
+        exact = check_convint([x, w, U8(0), wz], kwargs)
+        assert np.abs(exact.astype(np.int64)).max() >= 128 * 255 * c_in * kernel[0] * kernel[1] // 2
+        ys = np.float32(0.01 * 0.01 * float(np.abs(exact.astype(np.int64)).max()) / 120)
+        ws = np.array([0.01, 0.01, 0.005, 0.02], np.float32) if wz.ndim else np.float32(0.01)
+        check_qconv([x, 0.01, U8(0), w, ws, wz, ys, I8(0)], kwargs)
+        check_qconv([x, 0.01, U8(255), w, ws, wz, ys, U8(128)], kwargs)
