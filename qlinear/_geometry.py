@@ -111,11 +111,12 @@ class ConvAttributes:
         for axis, (n, b, e, s, k) in enumerate(zip(in_spatial, pads_begin, pads_end, self.strides, span)):
             padded = n + b + e
             if n == 0:
-                raise ValueError(f"{self.op}: empty output window on spatial axis {axis}: x has size 0 there")
+                raise ValueError(f"{self.op}: empty output window: x has size 0 on spatial axis {axis}")
             if padded < k:
                 raise ValueError(
-                    f"{self.op}: empty output window on spatial axis {axis}: input size {n} padded to {padded} "
-                    f"is smaller than the dilated kernel extent {k}"
+                    f"{self.op}: empty output window on spatial axis {axis}: x's size {n} padded to {padded} "
+                    f"is smaller than w's dilated kernel extent {k} (kernel_shape {self.kernel[axis]}, "
+                    f"dilation {self.dilations[axis]})"
                 )
             out_spatial.append((padded - k) // s + 1)
         return ConvGeometry(pads_begin, pads_end, self.strides, self.dilations, self.kernel,
