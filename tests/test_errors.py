@@ -152,9 +152,11 @@ QCONV_ONLY_CASES = {
     "w_scale int array": (TypeError, "w_scale", dict(w_scale=np.ones(6, I32))),
     "y_scale string": (TypeError, "y_scale", dict(y_scale="0.5")),
     # scale / zero point shapes
-    "w_scale length != M": (ValueError, "w_scale|w_zero_point", dict(w_scale=np.full(5, 0.01, F32), w_zero_point=np.zeros(5, I8))),
+    "w_scale length != M": (ValueError, "w_scale|w_zero_point",
+                            dict(w_scale=np.full(5, 0.01, F32), w_zero_point=np.zeros(5, I8))),
     "w_zero_point length != w_scale": (ValueError, "w_zero_point", dict(w_zero_point=np.zeros(3, I8))),
-    "w_scale 2-D": (ValueError, "w_scale|w_zero_point", dict(w_scale=np.full((6, 1), 0.01, F32), w_zero_point=np.zeros((6, 1), I8))),
+    "w_scale 2-D": (ValueError, "w_scale|w_zero_point",
+                    dict(w_scale=np.full((6, 1), 0.01, F32), w_zero_point=np.zeros((6, 1), I8))),
     "x_scale per channel": (ValueError, "x_scale", dict(x_scale=np.full(4, 0.02, F32), x_zero_point=np.full(4, 1, U8))),
     "y_zero_point two values": (ValueError, "y_zero_point", dict(y_zero_point=np.array([1, 2], U8))),
     # non-finite / zero scales
@@ -219,10 +221,12 @@ MM_CASES = {
 QMM_ONLY_CASES = {
     "a_scale int": (TypeError, "a_scale", dict(a_scale=np.array(1, I32))),
     "b_scale int": (TypeError, "b_scale", dict(b_scale=np.ones(5, np.int64))),
-    "a_scale per-row wrong length": (ValueError, "a_scale|a_zero_point", dict(a_scale=np.ones(4, F32), a_zero_point=np.zeros(4, U8))),
+    "a_scale per-row wrong length": (ValueError, "a_scale|a_zero_point",
+                                     dict(a_scale=np.ones(4, F32), a_zero_point=np.zeros(4, U8))),
     "a_scale [..., M, 1] wrong batch": (ValueError, "a_scale",
                                         dict(a_scale=np.ones((4, 3, 1), F32), a_zero_point=np.zeros((4, 3, 1), U8))),
-    "b_scale per-column wrong length": (ValueError, "b_scale|b_zero_point", dict(b_scale=np.ones(4, F32), b_zero_point=np.zeros(4, I8))),
+    "b_scale per-column wrong length": (ValueError, "b_scale|b_zero_point",
+                                        dict(b_scale=np.ones(4, F32), b_zero_point=np.zeros(4, I8))),
     "a_scale/a_zero_point shape mismatch": (ValueError, "a_zero_point", dict(a_scale=np.ones(3, F32))),
     "b_scale/b_zero_point shape mismatch": (ValueError, "b_zero_point", dict(b_zero_point=np.zeros(5, I8))),
     "a_scale NaN": (ValueError, "a_scale", dict(a_scale=F32(np.nan))),
@@ -291,6 +295,8 @@ DQ_CASES = {
     "x_zero_point int 256": (ValueError, "x_zero_point", dict(x_scale=F32(0.1), x_zero_point=256)),
     "int32 x with nonzero zero point": (ValueError, "x_zero_point",
                                         dict(x=np.zeros((2, 3, 4), I32), x_zero_point=np.array([0, 1, 0], I32))),
+    "int32 x with Python int zero point 5": (ValueError, "x_zero_point",
+                                             dict(x=np.zeros((2, 3, 4), I32), x_scale=F32(0.1), x_zero_point=5)),
     "axis too large": (ValueError, "axis", dict(axis=3)),
     "axis too small": (ValueError, "axis", dict(axis=-4)),
 }
