@@ -363,3 +363,18 @@ def test_small_workspace_limit_gives_same_bits():
     finally:
         qlinear.set_workspace_limit(limit)
     assert qlinear.workspace_limit() == limit
+
+
+@pytest.mark.parametrize("xs,ws,ys", [
+    (1e-20, 1e-20, 1e-37),   # x_scale * w_scale is subnormal in float32 (precision lost there)
+    (1e-20, 3e-19, 7e-36),
+    (1e19, 1e19, 1.0),       # multiplier 1e38: everything but acc 0 saturates
+    (3e38, 1.0, 3e38),       # huge scales, ordinary multiplier
+    (1e-30, 1e-30, 1.0),     # x_scale * w_scale underflows to 0: every output is y_zero_point
+])
+def test_extreme_finite_multipliers(xs, ws, ys):
+    a, b, acc = grid_operands()
+    xs, ws, ys = np.float32(xs), np.float32(ws), np.float32(ys)
+    assert np.isfinite(oracle.multiplier(xs, ws, ys))
+    for yz in (I8(0), U8(128)):
+        check_qmm(a, xs, U8(0), b, ws, I8(0), ys, yz)
