@@ -558,12 +558,33 @@ class QLinearRep(BackendRep):
                              f"{len(self.input_names)} ({', '.join(self.input_names)})")
         return dict(zip(self.input_names, inputs))
 
-    def run(self, inputs, **kwargs) -> tuple[np.ndarray, ...]:  # type: ignore[override]
-        return tuple(self.evaluator.run(None, self._feeds(inputs)))
+    def run(self, inputs, progress: bool | None = False, **kwargs) -> tuple[np.ndarray, ...]:  # type: ignore[override]
+        """Outputs in graph order. ``progress=None`` shows a bar on a terminal's stderr."""
+        feeds = self._feeds(inputs)
+        return tuple(self._with_progress(lambda: self.evaluator.run(None, feeds), progress))
 
-    def run_all(self, inputs) -> dict[str, Any]:
+    def run_all(self, inputs, progress: bool | None = False) -> dict[str, Any]:
         """Every tensor of the graph (inputs, initializers, intermediates, outputs) by name."""
-        return self.evaluator.run(None, self._feeds(inputs), intermediate=True)
+        feeds = self._feeds(inputs)
+        return self._with_progress(lambda: self.evaluator.run(None, feeds, intermediate=True),
+                                   progress)
+
+    def _with_progress(self, fn, enabled):
+        if enabled is False:
+            return fn()
+        from qlinear.tools.table import progress as bar
+
+        nodes = self.evaluator.rt_nodes_
+        wrapped = bar(nodes, total=len(nodes), desc="qlinear", enabled=enabled)
+        if wrapped is nodes:
+            return fn()
+        self.evaluator.rt_nodes_ = wrapped  # the evaluator iterates this once per run
+        try:
+            return fn()
+        finally:
+            self.evaluator.rt_nodes_ = nodes
+            if hasattr(wrapped, "close"):
+                wrapped.close()
 
 
 class QLinearBackend(Backend):

@@ -137,7 +137,7 @@ def cmd_run(args) -> int:
     rep = QLinearRep(model)
     t_prepare = time.perf_counter() - t0
     t0 = time.perf_counter()
-    values = rep.run(feeds)
+    values = rep.run(feeds, progress=_progress_enabled(args))
     t_run = time.perf_counter() - t0
     outputs = dict(zip(rep.output_names, values))
 
@@ -232,7 +232,9 @@ def cmd_compare(args) -> int:
     check_supported(model)
     validate_model(model, model_path)
     check_inputs(model, feeds)
-    result = compare_model(model, feeds, show_progress=_progress_enabled(args))
+    if args.ulp < 0:
+        raise ToolError("--ulp must be 0 or more")
+    result = compare_model(model, feeds, show_progress=_progress_enabled(args), ulp=args.ulp)
     result["model"] = model_path
     if note:
         result["note"] = note
@@ -322,9 +324,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "its uint8 x int8 kernels explains the difference (reproduced by emulating "
                     "it). Exit status 0 when the outputs are identical, 1 when they differ.",
         epilog="examples:\n  qlinear compare model.onnx --input x=x.npy\n"
+               "  qlinear compare model.onnx --ulp 8   # tolerate float rounding in Softmax\n"
                "  qlinear compare            # the bundled example\n"
                "  qlinear compare model.onnx --json > report.json")
     _add_model_args(p, "compare")
+    p.add_argument("--ulp", type=int, default=0, metavar="N",
+                   help="count float32 values within N units in the last place as equal (for "
+                        "float tails such as Softmax, which onnxruntime rounds differently); "
+                        "integer tensors are always compared exactly (default 0)")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser(

@@ -246,3 +246,19 @@ def test_python_dash_m(tmp_path):
     p = subprocess.run([sys.executable, "-m", "qlinear", "run", "nothere.onnx"], capture_output=True,
                        text=True, env=env, cwd=tmp_path, timeout=120)
     assert p.returncode == 2 and p.stderr == "qlinear: error: nothere.onnx: no such file\n"
+
+
+def test_compare_ulp_tolerance_for_float_tail(capsys, tmp_path):
+    rng = np.random.default_rng(1)
+    m = quantize_qoperator(synthetic.mlp_block(0), [{"x": rng.normal(size=(2, 8, 32)).astype(np.float32)}],
+                           reduce_range=True)
+    onnx.save(m, tmp_path / "mlp.onnx")
+    np.save(tmp_path / "x.npy", rng.normal(0, 3, size=(4, 8, 32)).astype(np.float32))
+    args = ["compare", str(tmp_path / "mlp.onnx"), "--input", f"x={tmp_path / 'x.npy'}", "--json"]
+    rc, out, _ = _main(capsys, *args, "--ulp", "8")
+    assert rc == 0, out
+    r = json.loads(out)
+    assert r["equal"] and r["ulp_tolerance"] == 8
+    assert all(row["mismatches"] == 0 for row in r["nodes"])
+    rc, out, err = _main(capsys, *args[:-1], "--ulp", "-1")
+    assert rc == 2 and "--ulp" in err
