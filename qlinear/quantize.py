@@ -54,7 +54,9 @@ def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, ax
         v.same_shape(op, "y_scale", scale, "y_zero_point", zp)
     scale = _axis_param(op, "y_scale", scale, x.shape, axis)
     zp_b = _axis_param(op, "y_zero_point", zp, x.shape, axis)
-    values = np.divide(x.astype(np.float32, copy=False), scale, dtype=np.float32)
+    values = np.empty(x.shape, dtype=np.float32)
+    with np.errstate(over="ignore"):  # x / tiny scale overflows to ±inf, which saturates
+        np.divide(x.astype(np.float32, copy=False), scale, out=values)
     # NaN has no integer; send it to T's min, the value onnxruntime's CPU kernel produces.
     np.copyto(values, np.float32(-np.inf), where=np.isnan(values))
     return round_saturate(values, zp_b, zp.dtype)
@@ -78,10 +80,12 @@ def dequantize_linear(x: np.ndarray, x_scale: Any, x_zero_point: Any = None, *, 
             raise ValueError(f"{op}: x_zero_point must be 0 when x is int32; got {zp.ravel()[zp.ravel() != 0][0]}")
     scale = _axis_param(op, "x_scale", scale, x.shape, axis)
     zp = _axis_param(op, "x_zero_point", zp, x.shape, axis)
+    values = np.empty(x.shape, dtype=np.float32)
     if x.dtype == np.int32:
-        values = x.astype(np.float32)  # zero point is 0; the cast rounds to nearest
+        values[...] = x  # zero point is 0; the cast rounds to nearest
     else:
         # 8-bit values and zero points are exact in float32, and so is their difference.
-        values = np.subtract(x, zp, dtype=np.float32)
-    values *= scale
+        np.subtract(x, zp, out=values, dtype=np.float32)
+    with np.errstate(over="ignore"):  # a huge scale overflows to ±inf, as float32 arithmetic does
+        values *= scale
     return values
