@@ -33,7 +33,7 @@ def random_geometry(rng, nsp, auto_pad, max_size=7, max_kernel=3):
 
 
 def random_qconv_case(rng, nsp, auto_pad="NOTSET", *, dtypes=None, group=None, batch=None,
-                      per_channel=None, bias=None, give_kernel_shape=None, full_range=True):
+                      per_channel=None, bias=None, give_kernel_shape=None):
     xdt, wdt, ydt = dtypes or ALL_8BIT_COMBOS[int(rng.integers(len(ALL_8BIT_COMBOS)))]
     size, kernel, strides, dilations, pads = random_geometry(
         rng, nsp, auto_pad, max_size=7 if nsp <= 2 else 4, max_kernel=3 if nsp <= 2 else 2)
@@ -48,9 +48,6 @@ def random_qconv_case(rng, nsp, auto_pad="NOTSET", *, dtypes=None, group=None, b
 
     x = rand_int(rng, xdt, (batch, c_per_group * group, *size))
     w = rand_int(rng, wdt, (m_out, c_per_group, *kernel))
-    if not full_range:
-        x = (x // 4).astype(xdt)
-        w = (w // 4).astype(wdt)
     xz = rand_int(rng, xdt, ())
     if per_channel:
         ws = rand_scale(rng, (m_out,))
