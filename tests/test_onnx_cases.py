@@ -170,3 +170,42 @@ def test_seed_convinteger_shapes():
     y = qlinear.conv_integer(x, w, np.uint8(1), group=2)
     assert y.dtype == np.int32 and y.shape == (2, 6, 2, 2)
     assert_exact(y, oracle.conv_integer(x, w, np.uint8(1), group=2))
+
+
+# ----------------------------------------------------------------------------- oracle vs onnx.reference
+
+
+def reference_run(op_type, inputs, attrs, opset):
+    from onnx.reference import ReferenceEvaluator
+
+    names = [n for n, _ in inputs]
+    infos = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in inputs]
+    node = helper.make_node(op_type, names, ["y"], **attrs)
+    out = helper.make_tensor_value_info("y", onnx.TensorProto.INT32, None)
+    model = helper.make_model(helper.make_graph([node], "g", infos, [out]),
+                              opset_imports=[helper.make_opsetid("", opset)])
+    return ReferenceEvaluator(model).run(None, dict(inputs))[0]
+
+
+@pytest.mark.parametrize("auto_pad", ["NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"])
+def test_oracle_conv_geometry_matches_onnx_reference(auto_pad):
+    """Independent check of the oracle's padding/auto_pad/output-shape code (incl. SAME with
+    dilations, which onnxruntime refuses) against onnx.reference's ConvInteger (exact integers)."""
+    rng = np.random.default_rng([["NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"].index(auto_pad), 81])
+    for _ in range(8):
+        nsp = int(rng.integers(1, 3, endpoint=True))
+        kernel = [int(v) for v in rng.integers(1, 3, nsp, endpoint=True)]
+        strides = [int(v) for v in rng.integers(1, 3, nsp, endpoint=True)]
+        dilations = [int(v) for v in rng.integers(1, 2, nsp, endpoint=True)]
+        size = [max(int(v), (k - 1) * d + 1) for v, k, d in zip(rng.integers(1, 8, nsp), kernel, dilations)]
+        group = int(rng.choice([1, 2]))
+        attrs = dict(auto_pad=auto_pad, strides=strides, dilations=dilations, group=group, kernel_shape=kernel)
+        if auto_pad == "NOTSET":
+            attrs["pads"] = [int(v) for v in rng.integers(0, 2, 2 * nsp, endpoint=True)]
+        x = rng.integers(0, 256, (2, 2 * group, *size)).astype(np.uint8)
+        w = rng.integers(-128, 128, (2 * group, 2, *kernel)).astype(np.int8)
+        xz, wz = np.uint8(rng.integers(256)), np.int8(rng.integers(-128, 128))
+        want = reference_run("ConvInteger", [("x", x), ("w", w), ("x_zero_point", np.asarray(xz)),
+                                             ("w_zero_point", np.asarray(wz))], attrs, 10)
+        assert_exact(oracle.conv_integer(x, w, xz, wz, **attrs), want.astype(np.int32))
+        assert_exact(qlinear.conv_integer(x, w, xz, wz, **attrs), want.astype(np.int32))
