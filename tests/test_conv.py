@@ -464,3 +464,46 @@ def test_reduction_lengths_around_exact_chunk_sizes(c_in, kernel):
         ws = np.array([0.01, 0.01, 0.005, 0.02], np.float32) if wz.ndim else np.float32(0.01)
         check_qconv([x, 0.01, U8(0), w, ws, wz, ys, I8(0)], kwargs)
         check_qconv([x, 0.01, U8(255), w, ws, wz, ys, U8(128)], kwargs)
+
+
+# Stride-1 geometries on wider images (the padded-width overhead is small, so flat-image
+# formulations apply), with dilations, asymmetric pads and every auto_pad.
+STRIDE1_GEOMETRIES = [
+    ((10, 16), (3, 3), dict(pads=[1, 1, 1, 1])),
+    ((9, 20), (3, 3), dict(pads=[0, 2, 2, 0])),
+    ((8, 24), (2, 5), dict(pads=[1, 2, 0, 2])),
+    ((7, 30), (3, 3), dict(dilations=[2, 2], pads=[2, 2, 2, 2])),
+    ((6, 25), (3, 2), dict(dilations=[1, 3], pads=[0, 0, 1, 3])),
+    ((11, 14), (3, 1), dict(pads=[1, 0, 1, 0])),
+    ((12, 12), (5, 5), dict(auto_pad="SAME_UPPER")),
+    ((12, 13), (4, 4), dict(auto_pad="SAME_LOWER")),
+    ((9, 18), (2, 4), dict(auto_pad="SAME_UPPER", dilations=[2, 1])),
+    ((10, 22), (3, 3), dict(auto_pad="VALID")),
+    ((4, 5, 12), (2, 2, 3), dict(pads=[1, 0, 1, 0, 1, 1])),
+    ((3, 4, 20), (3, 2, 3), dict(auto_pad="SAME_LOWER")),
+    ((40,), (5,), dict(pads=[2, 3])),
+    ((33,), (3,), dict(dilations=[4], auto_pad="SAME_UPPER")),
+]
+
+
+@pytest.mark.parametrize("layout", ["dense", "depthwise", "depthwise_x2", "grouped"])
+@pytest.mark.parametrize("spatial,kernel,attrs", STRIDE1_GEOMETRIES,
+                         ids=[f"{s}-{k}-{sorted(a.items())}".replace(" ", "") for s, k, a in STRIDE1_GEOMETRIES])
+def test_stride_one_wide_images(spatial, kernel, attrs, layout):
+    rng = np.random.default_rng([len(spatial), *spatial, *kernel, len(layout), 19])
+    c, group, m = {"dense": (4, 1, 5), "depthwise": (4, 4, 4), "depthwise_x2": (3, 3, 6), "grouped": (4, 2, 4)}[layout]
+    x = rand_int(rng, U8, (2, c, *spatial))
+    w = rand_int(rng, I8, (m, c // group, *kernel))
+    kwargs = dict(attrs, group=group)
+    wz = rand_int(rng, I8, (m,))
+    ws = rand_scale(rng, (m,))
+    k = (c // group) * int(np.prod(kernel))
+    ys = np.float32(0.02 * float(ws.max()) * 120 * np.sqrt(k))
+    for B in (None, rand_int(rng, I32, (m,), -5000, 5000), rand_int(rng, I32, (m,))):  # large B: int32 path
+        check_qconv([x, 0.02, U8(131), w, ws, wz, ys, U8(128), B], kwargs)
+    check_convint([x, w, U8(131), wz], kwargs)
+    # extreme values: accumulators beyond 2**24 force the integer path on the same geometry
+    xe = rand_extreme(rng, U8, x.shape)
+    we = rand_extreme(rng, I8, w.shape)
+    check_convint([xe, we, U8(0), I8(127)], kwargs)
+    check_qconv([xe, 0.02, U8(0), we, 0.01, I8(127), np.float32(0.02 * 0.01 * 65025 * k / 240), I8(0)], kwargs)
