@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         msg = " ".join(str(e).split()) or type(e).__name__
-        if not isinstance(e, (_Error, ValueError, TypeError, OSError)) and \
+        if not isinstance(e, (_Error, ValueError, TypeError, OSError, RuntimeError)) and \
                 type(e).__name__ != "ToolError":
             msg = f"{type(e).__name__}: {msg}"
         if len(msg) > 2000:

@@ -188,6 +188,15 @@ def bad_files(tmp_path_factory):
                           [helper.make_tensor_value_info("x", T.FLOAT, [100000, 100000])],
                           [helper.make_tensor_value_info("y", T.FLOAT, None)])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d / "huge.onnx")
+    qmm = helper.make_node("QLinearMatMul", ["a", "as", "azp", "b", "bs", "bzp", "ys", "yzp"], ["y"])
+    g = helper.make_graph([qmm], "g", [helper.make_tensor_value_info("a", T.UINT8, [3, 4])],
+                          [helper.make_tensor_value_info("y", T.UINT8, [3, 2])],
+                          [numpy_helper.from_array(v, n) for v, n in [
+                              (np.array([[0.1], [0.2], [0.3]], np.float32), "as"),
+                              (np.array([[3], [4], [5]], np.uint8), "azp"), (np.ones((4, 2), np.int8), "b"),
+                              (np.array(0.1, np.float32), "bs"), (np.array(0, np.int8), "bzp"),
+                              (np.array(0.3, np.float32), "ys"), (np.array(4, np.uint8), "yzp")]])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d / "per_row.onnx")
     np.save(d / "f64.npy", np.zeros((3, 1, 8, 8)))
     np.save(d / "shape.npy", np.zeros((3, 1, 9, 8), np.float32))
     np.save(d / "ok.npy", np.zeros((3, 1, 8, 8), np.float32))
@@ -217,6 +226,7 @@ BAD = [
     (["run", EXAMPLE, "--input", "image={d}/ok.npy", "--input", "image={d}/ok.npy"], "given twice"),
     (["run", "--input", "image={d}/ok.npy"], "needs a MODEL"),
     (["run", "--bogus"], "unrecognized arguments"),
+    (["compare", "{d}/per_row.onnx"], "onnxruntime cannot run this model"),
     (["frobnicate"], "invalid choice"),
     (["run", EXAMPLE, "--output-dir", "{d}/ok.npy"], "not a directory"),
 ]
@@ -234,6 +244,13 @@ def test_bad_input_one_line_exit_2(capsys, bad_files, argv, fragment):
     assert fragment in lines[0]
     assert "Traceback" not in err
     assert sorted(os.listdir(bad_files)) == before
+
+
+def test_per_row_model_runs_in_qlinear(capsys, bad_files):
+    """The model onnxruntime refuses above (per-row a parameters) runs here."""
+    rc, out, err = _main(capsys, "run", str(bad_files / "per_row.onnx"), "--json")
+    assert rc == 0, err
+    assert json.loads(out)["outputs"][0]["shape"] == [3, 2]
 
 
 def test_python_dash_m(tmp_path):
