@@ -227,6 +227,8 @@ QMM_ONLY_CASES = {
                                         dict(a_scale=np.ones((4, 3, 1), F32), a_zero_point=np.zeros((4, 3, 1), U8))),
     "b_scale per-column wrong length": (ValueError, "b_scale|b_zero_point",
                                         dict(b_scale=np.ones(4, F32), b_zero_point=np.zeros(4, I8))),
+    "a_scale [M, 1] for 3-D a (ndim differs)": (ValueError, "a_scale|a_zero_point",
+                                                 dict(a_scale=np.ones((3, 1), F32), a_zero_point=np.zeros((3, 1), U8))),
     "a_scale/a_zero_point shape mismatch": (ValueError, "a_zero_point", dict(a_scale=np.ones(3, F32))),
     "b_scale/b_zero_point shape mismatch": (ValueError, "b_zero_point", dict(b_zero_point=np.zeros(5, I8))),
     "a_scale NaN": (ValueError, "a_scale", dict(a_scale=F32(np.nan))),

@@ -378,3 +378,23 @@ def test_extreme_finite_multipliers(xs, ws, ys):
     assert np.isfinite(oracle.multiplier(xs, ws, ys))
     for yz in (I8(0), U8(128)):
         check_qmm(a, xs, U8(0), b, ws, I8(0), ys, yz)
+
+
+@pytest.mark.parametrize("k", [300, 700])
+def test_per_row_per_column_large_k_extremes(k):
+    """Per-row a and per-column b zero points at the extremes with K beyond one exact chunk."""
+    rng = np.random.default_rng([k, 42])
+    m, n = 4, 5
+    a = rand_extreme(rng, U8, (2, m, k))
+    b = rand_extreme(rng, I8, (k, n))
+    a_z = np.array([0, 255, 0, 128], U8).reshape(1, m, 1)  # [..., M, 1]: same ndim as a
+    b_z = np.array([127, -128, 0, 127, -128], I8)
+    a[:, 0] = 255
+    b[:, 0] = -128
+    exact = check_mmi(a, b, a_z, b_z)
+    assert np.abs(exact.astype(np.int64)).max() > 2**24 or k * 255 * 255 <= 2**24
+    a_s = rand_scale(rng, (1, m, 1))
+    b_s = rand_scale(rng, (n,))
+    for ydt in (U8, I8):
+        ys = np.float32(float(a_s.max()) * float(b_s.max()) * 255 * 255 * k / 4 / 100)
+        check_qmm(a, a_s, a_z, b, b_s, b_z, ys, ydt(0))
