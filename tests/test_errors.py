@@ -117,6 +117,8 @@ CONV_CASES = {
     "x_zero_point int8 for uint8 x": (TypeError, "x_zero_point", dict(x_zero_point=I8(0))),
     "w_zero_point uint8 for int8 w": (TypeError, "w_zero_point", dict(w_zero_point=np.zeros(6, U8))),
     "w_zero_point float": (TypeError, "w_zero_point", dict(w_zero_point=np.zeros(6, F32))),
+    "x_zero_point NumPy int64 scalar": (TypeError, "x_zero_point", dict(x_zero_point=np.int64(3))),
+    "x_zero_point Python float": (TypeError, "x_zero_point", dict(x_zero_point=3.0)),
     # Python int zero point out of the tensor's range
     "x_zero_point int 256": (ValueError, "x_zero_point", dict(x_zero_point=256)),
     "x_zero_point int -1": (ValueError, "x_zero_point", dict(x_zero_point=-1)),
