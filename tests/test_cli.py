@@ -197,6 +197,25 @@ def bad_files(tmp_path_factory):
                               (np.array(0.1, np.float32), "bs"), (np.array(0, np.int8), "bzp"),
                               (np.array(0.3, np.float32), "ys"), (np.array(4, np.uint8), "yzp")]])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d / "per_row.onnx")
+    g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"])], "g",
+                          [helper.make_tensor_value_info("a", T.FLOAT, [2]),
+                           helper.make_tensor_value_info("b", T.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [2])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d / "two_inputs.onnx")
+    np.save(d / "two.npy", np.zeros(2, np.float32))
+    (d / "outside.bin").write_bytes(np.ones(4, np.float32).tobytes())
+    (d / "sub").mkdir()
+    os.symlink(d / "outside.bin", d / "sub" / "link.bin")
+    w = numpy_helper.from_array(np.ones(4, np.float32), "w")
+    w.ClearField("raw_data")
+    w.data_location = T.EXTERNAL
+    for k, v in [("location", "link.bin"), ("offset", "0"), ("length", "16")]:
+        e = w.external_data.add()
+        e.key, e.value = k, v
+    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [4])], [w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d / "sub" / "symlink.onnx")
     np.save(d / "f64.npy", np.zeros((3, 1, 8, 8)))
     np.save(d / "shape.npy", np.zeros((3, 1, 9, 8), np.float32))
     np.save(d / "ok.npy", np.zeros((3, 1, 8, 8), np.float32))
@@ -226,6 +245,8 @@ BAD = [
     (["run", EXAMPLE, "--input", "image={d}/ok.npy", "--input", "image={d}/ok.npy"], "given twice"),
     (["run", "--input", "image={d}/ok.npy"], "needs a MODEL"),
     (["run", "--bogus"], "unrecognized arguments"),
+    (["run", "{d}/two_inputs.onnx", "--input", "a={d}/two.npy"], "missing input 'b'"),
+    (["run", "{d}/sub/symlink.onnx"], "points outside the model's folder"),
     (["compare", "{d}/per_row.onnx"], "onnxruntime cannot run this model"),
     (["frobnicate"], "invalid choice"),
     (["run", EXAMPLE, "--output-dir", "{d}/ok.npy"], "not a directory"),
@@ -251,6 +272,21 @@ def test_per_row_model_runs_in_qlinear(capsys, bad_files):
     rc, out, err = _main(capsys, "run", str(bad_files / "per_row.onnx"), "--json")
     assert rc == 0, err
     assert json.loads(out)["outputs"][0]["shape"] == [3, 2]
+
+
+def test_external_data_inside_folder(capsys, tmp_path):
+    w = numpy_helper.from_array(np.arange(4, dtype=np.float32), "w")
+    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [4])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(m, tmp_path / "ext.onnx", save_as_external_data=True, location="weights.bin",
+              size_threshold=0)
+    np.save(tmp_path / "x.npy", np.ones(4, np.float32))
+    rc, out, err = _main(capsys, "run", str(tmp_path / "ext.onnx"), "--input", f"x={tmp_path / 'x.npy'}",
+                         "--output-dir", str(tmp_path / "out"))
+    assert rc == 0, err
+    assert np.array_equal(np.load(tmp_path / "out" / "y.npy"), np.arange(1, 5, dtype=np.float32))
 
 
 def test_python_dash_m(tmp_path):
