@@ -10,7 +10,10 @@ uint8 x uint8 and int8 x int8 are exact over the full range.
 
 Operator/type combinations onnxruntime implements: QLinearConv and QLinearMatMul only
 (x, w, y) in {(u8, u8, u8), (u8, s8, u8), (s8, s8, s8)}; ConvInteger and MatMulInteger all four.
-onnxruntime refuses dilations with SAME_UPPER/SAME_LOWER; those are not generated here.
+onnxruntime refuses dilations with SAME_UPPER/SAME_LOWER and per-row a_scale in QLinearMatMul;
+those are not generated here. It does accept (and computes correctly) per-channel QLinearConv
+weight zero points that differ between channels, for uint8 and int8 weights, as graph inputs or
+as initializers (checked below), contrary to a note in SEMANTICS.md.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from conftest import I8, I32, U8, assert_exact, rand_extreme, rand_int, rand_sca
 
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
-from onnx import helper  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
 
 EXACT_S8_RANGE = (-64, 64)  # int8 operand range where onnxruntime's u8 x s8 kernels are exact
 QLINEAR_COMBOS = [(U8, U8, U8), (U8, I8, U8), (I8, I8, I8)]
@@ -32,15 +35,20 @@ INTEGER_COMBOS = [(U8, U8), (U8, I8), (I8, U8), (I8, I8)]
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
 
-def run_ort(op_type, inputs, attrs=None, opset=13, out_dtype=np.float32):
-    """Run one ONNX node in onnxruntime. inputs: [(name, array or None)] in spec order."""
-    names, value_infos, feeds = [], [], {}
+def run_ort(op_type, inputs, attrs=None, opset=13, out_dtype=np.float32, initializers=()):
+    """Run one ONNX node in onnxruntime. inputs: [(name, array or None)] in spec order;
+    the names in `initializers` become constant initializers (as weights are in real models,
+    where onnxruntime prepacks them), the others graph inputs."""
+    names, value_infos, feeds, constants = [], [], {}, []
     for name, value in inputs:
         if value is None:
             names.append("")
             continue
         value = np.asarray(value)
         names.append(name)
+        if name in initializers:
+            constants.append(numpy_helper.from_array(value, name))
+            continue
         value_infos.append(helper.make_tensor_value_info(
             name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape))
         feeds[name] = value
@@ -48,7 +56,7 @@ def run_ort(op_type, inputs, attrs=None, opset=13, out_dtype=np.float32):
         names.pop()
     node = helper.make_node(op_type, names, ["y"], **(attrs or {}))
     out = helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(np.dtype(out_dtype)), None)
-    model = helper.make_model(helper.make_graph([node], op_type, value_infos, [out]),
+    model = helper.make_model(helper.make_graph([node], op_type, value_infos, [out], initializer=constants),
                               opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     options = ort.SessionOptions()
@@ -71,6 +79,10 @@ def zero_point(rng, dtype, mixed):
     return operand(rng, dtype, (), mixed)
 
 
+def zero_point_array(rng, dtype, shape, mixed):
+    return operand(rng, dtype, shape, mixed)
+
+
 def conv_attrs(rng, nsp, auto_pad):
     kernel = [int(v) for v in rng.integers(1, 3 if nsp == 3 else 4, nsp)]
     strides = [int(v) for v in rng.integers(1, 3, nsp, endpoint=True)]
@@ -86,11 +98,17 @@ def conv_attrs(rng, nsp, auto_pad):
 # ----------------------------------------------------------------------------- exact regime
 
 
+WEIGHT_CONSTANTS = {"w", "w_scale", "w_zero_point", "B", "b", "b_scale", "b_zero_point"}
+
+
+@pytest.mark.parametrize("weights_as", ["inputs", "initializers"])
 @pytest.mark.parametrize("auto_pad", AUTO_PADS)
 @pytest.mark.parametrize("nsp", [1, 2, 3])
 @pytest.mark.parametrize("xdt,wdt,ydt", QLINEAR_COMBOS, ids=["u8u8u8", "u8s8u8", "s8s8s8"])
-def test_qlinear_conv_matches_ort(xdt, wdt, ydt, nsp, auto_pad):
-    rng = np.random.default_rng([QLINEAR_COMBOS.index((xdt, wdt, ydt)), nsp, AUTO_PADS.index(auto_pad), 61])
+def test_qlinear_conv_matches_ort(xdt, wdt, ydt, nsp, auto_pad, weights_as):
+    rng = np.random.default_rng([QLINEAR_COMBOS.index((xdt, wdt, ydt)), nsp, AUTO_PADS.index(auto_pad),
+                                 weights_as == "inputs", 61])
+    constants = WEIGHT_CONSTANTS if weights_as == "initializers" else ()
     mixed = xdt != wdt
     for _ in range(2):
         size, kernel, attrs = conv_attrs(rng, nsp, auto_pad)
@@ -100,16 +118,15 @@ def test_qlinear_conv_matches_ort(xdt, wdt, ydt, nsp, auto_pad):
         w = operand(rng, wdt, (m_out, 2, *kernel), mixed)
         per_channel = bool(rng.integers(2))
         ws = rand_scale(rng, (m_out,)) if per_channel else rand_scale(rng)
-        # onnxruntime refuses per-channel uint8 weight zero points that differ between channels
-        wz_value = rand_int(rng, wdt, (), *((-10, 10) if wdt == I8 else (0, 255)))
-        wz = np.full(m_out, wz_value, wdt) if per_channel else wz_value
+        # per-channel weight zero points that differ between channels (onnxruntime 1.32 accepts them)
+        wz = zero_point_array(rng, wdt, (m_out,) if per_channel else (), mixed)
         xs = rand_scale(rng)
         ys = np.float32(float(xs) * float(np.max(ws)) * 120 * np.sqrt(2 * np.prod(kernel)))
         B = rand_int(rng, I32, (m_out,), -20000, 20000) if rng.integers(2) else None
         args = [x, xs, zero_point(rng, xdt, mixed), w, ws, wz, ys, rand_int(rng, ydt, ()), B]
         attrs["group"] = group
         names = ["x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale", "y_zero_point", "B"]
-        want = run_ort("QLinearConv", list(zip(names, args)), attrs, 10, ydt)
+        want = run_ort("QLinearConv", list(zip(names, args)), attrs, 10, ydt, constants)
         assert_exact(qlinear.qlinear_conv(*args, **attrs), want)
 
 
@@ -135,10 +152,13 @@ MATMUL_SHAPES = [((3, 7), (7, 4)), ((2, 3, 7), (7, 5)), ((2, 3, 7), (2, 7, 5)), 
                  ((7,), (7, 3)), ((3, 7), (7,)), ((2, 1, 4, 9), (3, 9, 2)), ((5, 70), (70, 6))]
 
 
+@pytest.mark.parametrize("weights_as", ["inputs", "initializers"])
 @pytest.mark.parametrize("shape_a,shape_b", MATMUL_SHAPES, ids=[f"{a}x{b}" for a, b in MATMUL_SHAPES])
 @pytest.mark.parametrize("adt,bdt,ydt", QLINEAR_COMBOS, ids=["u8u8u8", "u8s8u8", "s8s8s8"])
-def test_qlinear_matmul_matches_ort(adt, bdt, ydt, shape_a, shape_b):
-    rng = np.random.default_rng([QLINEAR_COMBOS.index((adt, bdt, ydt)), MATMUL_SHAPES.index((shape_a, shape_b)), 63])
+def test_qlinear_matmul_matches_ort(adt, bdt, ydt, shape_a, shape_b, weights_as):
+    rng = np.random.default_rng([QLINEAR_COMBOS.index((adt, bdt, ydt)), MATMUL_SHAPES.index((shape_a, shape_b)),
+                                 weights_as == "inputs", 63])
+    constants = WEIGHT_CONSTANTS if weights_as == "initializers" else ()
     mixed = adt != bdt
     for _ in range(3):
         a = operand(rng, adt, shape_a, mixed)
@@ -147,7 +167,7 @@ def test_qlinear_matmul_matches_ort(adt, bdt, ydt, shape_a, shape_b):
         ys = np.float32(float(a_s) * float(b_s) * 120 * np.sqrt(shape_a[-1]) * rng.uniform(0.3, 3))
         args = [a, a_s, zero_point(rng, adt, mixed), b, b_s, zero_point(rng, bdt, mixed), ys, rand_int(rng, ydt, ())]
         names = ["a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point", "y_scale", "y_zero_point"]
-        want = run_ort("QLinearMatMul", list(zip(names, args)), {}, 10, ydt)
+        want = run_ort("QLinearMatMul", list(zip(names, args)), {}, 10, ydt, constants)
         assert_exact(qlinear.qlinear_matmul(*args), want)
 
 
@@ -270,13 +290,15 @@ def test_full_range_u8s8_ort_mismatches_but_qlinear_is_exact(record_property, ca
     conv_attrs_ = dict(pads=[1, 1, 1, 1])
     want = oracle.qlinear_conv(*conv_args, **conv_attrs_)
     assert_exact(qlinear.qlinear_conv(*conv_args, **conv_attrs_), want)
-    got_ort = run_ort("QLinearConv", list(zip(names, conv_args)), conv_attrs_, 10, U8)
-    conv_wrong = int((got_ort != want).sum())
-    conv_steps = int(np.abs(got_ort.astype(int) - want.astype(int)).max())
+    conv_report, conv_size = {}, want.size
+    for weights_as, constants in (("inputs", ()), ("initializers", WEIGHT_CONSTANTS)):
+        got_ort = run_ort("QLinearConv", list(zip(names, conv_args)), conv_attrs_, 10, U8, constants)
+        conv_report[weights_as] = (int((got_ort != want).sum()),
+                                   int(np.abs(got_ort.astype(int) - want.astype(int)).max()))
 
     # QLinearMatMul, 50 random cases
     mm_cases_wrong = mm_max_steps = 0
-    for _ in range(50):
+    for case in range(50):
         k = int(rng.integers(16, 128))
         a = rand_int(rng, U8, (4, k))
         b = rand_int(rng, I8, (k, 6))
@@ -286,16 +308,18 @@ def test_full_range_u8s8_ort_mismatches_but_qlinear_is_exact(record_property, ca
         assert_exact(qlinear.qlinear_matmul(*args), want)
         got_ort = run_ort("QLinearMatMul", list(zip(
             ["a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point", "y_scale", "y_zero_point"], args)),
-            {}, 10, U8)
+            {}, 10, U8, WEIGHT_CONSTANTS if case % 2 else ())  # half with b as an initializer
         if (got_ort != want).any():
             mm_cases_wrong += 1
             mm_max_steps = max(mm_max_steps, int(np.abs(got_ort.astype(int) - want.astype(int)).max()))
 
-    record_property("ort_qlinearconv_wrong_outputs", f"{conv_wrong}/{got_ort.size}")
-    record_property("ort_qlinearconv_max_steps", conv_steps)
+    for weights_as, (wrong, steps) in conv_report.items():
+        record_property(f"ort_qlinearconv_wrong_outputs_weights_as_{weights_as}", f"{wrong}/{conv_size}")
+        record_property(f"ort_qlinearconv_max_steps_weights_as_{weights_as}", steps)
     record_property("ort_qlinearmatmul_wrong_cases", f"{mm_cases_wrong}/50")
     record_property("ort_qlinearmatmul_max_steps", mm_max_steps)
     with capsys.disabled():
-        print(f"\n[onnxruntime {ort.__version__}, full-range u8 x s8] QLinearConv: {conv_wrong} outputs wrong "
-              f"(max {conv_steps} steps); QLinearMatMul: {mm_cases_wrong}/50 cases wrong "
-              f"(max {mm_max_steps} steps); qlinear: exact")
+        conv_text = ", ".join(f"{wrong}/{conv_size} outputs wrong, max {steps} steps (weights as {how})"
+                              for how, (wrong, steps) in conv_report.items())
+        print(f"\n[onnxruntime {ort.__version__}, full-range u8 x s8] QLinearConv: {conv_text}; "
+              f"QLinearMatMul: {mm_cases_wrong}/50 cases wrong (max {mm_max_steps} steps); qlinear: exact")
