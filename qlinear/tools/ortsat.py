@@ -210,3 +210,33 @@ def emulate_node(op_type: str, inputs: list, attrs: dict) -> np.ndarray | None:
     except (ValueError, IndexError, TypeError):
         return None
     return None
+
+
+def onnxruntime_saturates() -> bool | None:
+    """Whether this machine's onnxruntime u8s8 QLinearMatMul shows the 16-bit saturation.
+
+    A probe: activations 255 against weights 127 (pair sums 64770). True on AVX2 machines
+    without VNNI, False where onnxruntime's kernel is exact; None without onnxruntime.
+    """
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    from onnx import TensorProto, helper, numpy_helper
+
+    k, n = 64, 16
+    inits = [numpy_helper.from_array(np.asarray(v), name) for v, name in [
+        (np.float32(1.0), "as"), (np.uint8(0), "azp"), (np.full((k, n), 127, np.int8), "b"),
+        (np.float32(1.0), "bs"), (np.int8(0), "bzp"), (np.float32(16384.0), "ys"),
+        (np.uint8(0), "yzp")]]
+    node = helper.make_node("QLinearMatMul", ["a", "as", "azp", "b", "bs", "bzp", "ys", "yzp"], ["y"])
+    graph = helper.make_graph([node], "probe",
+                              [helper.make_tensor_value_info("a", TensorProto.UINT8, [4, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [4, n])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    y = sess.run(None, {"a": np.full((4, k), 255, np.uint8)})[0]
+    # exact: 64 * 255 * 127 / 16384 = 126.5 -> 126 (ties to even); saturated: 32 * 32767 / 16384 = 64
+    return bool((y != 126).any())
