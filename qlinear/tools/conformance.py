@@ -1,8 +1,9 @@
 """ONNX's own backend node tests for qlinear's operators, run through ``qlinear.backend``.
 
-The installed onnx ships no node-test data files, so the cases come from
+The installed onnx ships no node-test data files, so the node cases come from
 ``onnx.backend.test.case.node.collect_testcases`` (the same generators that write those
-files). A case is selected when its model uses one of the six operators (or
+files); the model cases it does ship as files (``backend/test/data/*/test_*``, loaded as
+``onnx.backend.test.BackendTest`` loads them) are added when they use the family. A case is selected when its model uses one of the six operators (or
 BatchNormalization, which the backend corrects). Each selected case is either
 
 - ``supported``: ``qlinear.backend.check_model`` accepts it, and then it must **pass**:
@@ -42,7 +43,40 @@ def collect_cases() -> tuple:
         ops = {n.op_type for n in c.model.graph.node}
         if ops & FAMILY:
             out.append(c)
+    out += _data_dir_cases()
     return tuple(sorted(out, key=lambda c: c.name))
+
+
+def _data_dir_cases() -> list:
+    """Cases shipped as files by the installed onnx (model.onnx + test_data_set_*/), as
+    ``onnx.backend.test.BackendTest`` loads them, when their model uses the family."""
+    import glob
+    import os
+    import types
+
+    import onnx
+    from onnx import numpy_helper
+
+    root = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
+    cases = []
+    for model_path in sorted(glob.glob(os.path.join(root, "*", "test_*", "model.onnx"))):
+        try:
+            model = onnx.load(model_path)
+        except Exception:
+            continue
+        if not {n.op_type for n in model.graph.node} & FAMILY:
+            continue
+        data_sets = []
+        for ds in sorted(glob.glob(os.path.join(os.path.dirname(model_path), "test_data_set_*"))):
+            def load(kind):
+                files = sorted(glob.glob(os.path.join(ds, f"{kind}_*.pb")),
+                               key=lambda f: int(f.rsplit("_", 1)[1].split(".")[0]))
+                return [numpy_helper.to_array(onnx.load_tensor(f)) for f in files]
+            data_sets.append((load("input"), load("output")))
+        name = os.path.basename(os.path.dirname(model_path))
+        cases.append(types.SimpleNamespace(name=name, model=model, data_sets=data_sets,
+                                           rtol=1e-3, atol=1e-7))  # BackendTest's defaults
+    return cases
 
 
 def _exact_required(case, expected: np.ndarray) -> bool:
@@ -106,4 +140,4 @@ def format_report(result: dict[str, Any]) -> str:
                                            ("detail", "detail")], right=("opset",))
     c = result["counts"]
     return (f"{table}\n\n{c['pass']} passed, {c['FAIL']} failed, {c['unsupported']} unsupported "
-            f"(of {len(result['cases'])} onnx backend node cases; {result['seconds']} s)")
+            f"(of {len(result['cases'])} onnx backend test cases; {result['seconds']} s)")
