@@ -267,6 +267,11 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
                 problems.append(Problem(label, node.op_type, domain, version,
                                         "training outputs (mean, var, saved_*) are not supported"))
             continue
+        if domain == "" and node.op_type == "MaxPool" and len([o for o in node.output if o]) > 1 \
+                and types.get(node.input[0]) in (_T.UINT8, _T.INT8):
+            problems.append(Problem(label, node.op_type, domain, version,
+                                    "the Indices output is not supported for integer inputs"))
+            continue
         if not _reference_has(node.op_type, domain, version):
             problems.append(Problem(label, node.op_type, domain, version,
                                     "no implementation in onnx.reference"))
