@@ -37,7 +37,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun

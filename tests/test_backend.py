@@ -286,8 +286,7 @@ def test_unsupported_nodes_are_all_listed():
 def test_run_time_type_error_names_node_operator_version():
     """A type only known at run time (no declared input type) is a NodeError, not a fallback."""
     node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], name="quant")
-    m = _model([node], [helper.make_empty_tensor_value_info("x") if False else
-                        helper.make_tensor_value_info("x", T.FLOAT, None)],
+    m = _model([node], [helper.make_tensor_value_info("x", T.FLOAT, None)],
                [helper.make_tensor_value_info("y", T.UINT8, None)], [_init("s", np.float32(0.1))])
     rep = backend.prepare(m)
     with pytest.raises(backend.NodeError, match=r"'quant' \(QuantizeLinear-13\).*float64"):
