@@ -161,8 +161,10 @@ def cmd_run(args) -> int:
     if args.output_dir is not None:
         os.makedirs(args.output_dir, exist_ok=True)
         written = []
-        for k, v in outputs.items():
+        for i, (k, v) in enumerate(outputs.items()):
             path = safe_output_path(args.output_dir, k)
+            if path in written:  # two names that sanitize alike: keep both
+                path = safe_output_path(args.output_dir, f"{k}_{i}")
             np.save(path, np.asarray(v))
             written.append(path)
         result["written"] = written
