@@ -182,7 +182,8 @@ def _check_qlinear_node(node: onnx.NodeProto, version: int, types: dict[str, int
             return f"input x is {name(t(0))}; only uint8, int8 and int32 are supported"
         if t(1) and t(1) != _T.FLOAT:
             return f"scale is {name(t(1))}; only float32 is supported"
-        if t(2) and t(2) not in (_T.UINT8, _T.INT8, _T.INT32):
+        allowed_zp = (_T.UINT8, _T.INT8) if op == "QuantizeLinear" else (_T.UINT8, _T.INT8, _T.INT32)
+        if t(2) and t(2) not in allowed_zp:
             return f"zero point is {name(t(2))}; only uint8 and int8 are supported"
         return None
     if op in ("QLinearConv", "QLinearMatMul"):
