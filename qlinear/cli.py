@@ -299,6 +299,12 @@ def _add_model_args(p, what: str) -> None:
                    help="refuse models declaring a tensor larger than N bytes (default 2 GiB)")
 
 
+def _wrap(text: str) -> str:
+    import textwrap
+
+    return textwrap.fill(text, 79)
+
+
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     parser = _Parser(
@@ -311,10 +317,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "run", formatter_class=fmt, help="run a model (default: the bundled example)",
-        description="Run a model with qlinear's backend and print each output's name, shape, "
+        description=_wrap("Run a model with qlinear's backend and print each output's name, shape, "
                     "dtype, a summary and the time taken. Without MODEL, runs the bundled "
                     "quantized 8x8-digits classifier on its 400 bundled test images and reports "
-                    "its accuracy (and onnxruntime's agreement, if onnxruntime is installed).",
+                    "its accuracy (and onnxruntime's agreement, if onnxruntime is installed)."),
         epilog="examples:\n  qlinear run\n  qlinear run model.onnx --input images=batch.npy "
                "--output-dir out/\n  qlinear run model.onnx --json")
     _add_model_args(p, "run")
@@ -324,12 +330,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "compare", formatter_class=fmt, help="compare qlinear and onnxruntime node by node",
-        description="Run the model in qlinear and in onnxruntime with every intermediate tensor "
+        description=_wrap("Run the model in qlinear and in onnxruntime with every intermediate tensor "
                     "exposed, and print one row per node: operator, elements, mismatching "
                     "elements, largest difference (in quantization steps for integer tensors), "
                     "and a diagnosis - in particular whether onnxruntime's 16-bit saturation in "
                     "its uint8 x int8 kernels explains the difference (reproduced by emulating "
-                    "it). Exit status 0 when the outputs are identical, 1 when they differ.",
+                    "it). Exit status 0 when the outputs are identical, 1 when they differ."),
         epilog="examples:\n  qlinear compare model.onnx --input x=x.npy\n"
                "  qlinear compare model.onnx --ulp 8   # tolerate float rounding in Softmax\n"
                "  qlinear compare            # the bundled example\n"
@@ -343,11 +349,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "conformance", formatter_class=fmt, help="run ONNX's backend node tests for the operators",
-        description="Run ONNX's own backend node test cases for QuantizeLinear, "
+        description=_wrap("Run ONNX's own backend test cases for QuantizeLinear, "
                     "DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger "
                     "(and BatchNormalization) through qlinear.backend, and print one row per "
                     "case: pass, FAIL, or unsupported with the reason. Exit status 1 if any "
-                    "supported case fails.",
+                    "supported case fails."),
         epilog="examples:\n  qlinear conformance\n  qlinear conformance --json")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_conformance)
