@@ -22,7 +22,12 @@ Batches and large images are processed in tiles so that the scratch memory stays
 
 from __future__ import annotations
 
+import ctypes
 import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Iterator
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -40,6 +45,145 @@ MIN_F32_CHUNK = 64
 _MIN_TILE_PIXELS = 1024
 
 _workspace_bytes = 256 << 20
+
+
+# ------------------------------------------------------------------------------------------
+# Threads: OpenBLAS single-threaded inside the engine, GEMMs split over our own threads
+# ------------------------------------------------------------------------------------------
+#
+# Measured on the 2-core benchmark machine while other processes competed for the cores:
+# OpenBLAS's own 2 threads split a GEMM statically and wait for each other, so a GEMM stalled
+# whenever one of them was descheduled (a 2 ms GEMM took 15-50 ms; 16 ms for a 0.3 ms one).
+# Tiles claimed one by one by a small pool of threads, each running single-threaded OpenBLAS,
+# degrade gracefully instead: whoever has a core takes the next tile. On an idle machine both
+# schemes run at the same speed. The pool has as many threads as OpenBLAS was allowed when
+# the call started (threadpoolctl, OPENBLAS_NUM_THREADS), so thread limits are honoured.
+
+def _find_openblas() -> tuple | None:
+    """(set_num_threads, get_num_threads) of the OpenBLAS NumPy uses, through ctypes."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "openblas" in line.lower()}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix, suffix in (("scipy_openblas", "64_"), ("scipy_openblas", ""),
+                               ("openblas", "64_"), ("openblas", "")):
+            try:
+                setter = getattr(lib, f"{prefix}_set_num_threads{suffix}")
+                getter = getattr(lib, f"{prefix}_get_num_threads{suffix}")
+            except AttributeError:
+                continue
+            setter.argtypes, setter.restype = [ctypes.c_int], None
+            getter.argtypes, getter.restype = [], ctypes.c_int
+            return setter, getter
+    return None
+
+
+_blas = _find_openblas()
+_blas_lock = threading.Lock()
+_blas_users = 0
+_blas_saved = 1
+_threads = 1  # GEMM threads of the calls in progress
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+# A GEMM is split when it has at least this many multiply-adds per thread.
+_MIN_SPLIT_MACS = 1 << 18
+
+
+@contextmanager
+def engine_threads() -> Iterator[None]:
+    """Within: OpenBLAS single-threaded, GEMMs split over the engine's pool (re-entrant)."""
+    global _blas_users, _blas_saved, _threads
+    if _blas is None:
+        yield
+        return
+    setter, getter = _blas
+    with _blas_lock:
+        if _blas_users == 0:
+            _blas_saved = max(1, int(getter()))
+            _threads = _blas_saved
+            if _blas_saved > 1:
+                setter(1)
+        _blas_users += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas_users -= 1
+            if _blas_users == 0:
+                if _blas_saved > 1:
+                    setter(_blas_saved)
+                _threads = 1
+
+
+def _get_pool(threads: int) -> ThreadPoolExecutor:
+    global _pool, _pool_size
+    with _blas_lock:
+        if _pool is None or _pool_size != threads - 1:
+            if _pool is not None:
+                _pool.shutdown(wait=False)
+            _pool = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="qlinear")
+            _pool_size = threads - 1
+        return _pool
+
+
+def _with_engine_threads(fn):
+    """Run an engine entry point inside ``engine_threads()``."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with engine_threads():
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """numpy.matmul(a, b, out=out), split into tiles over the engine's threads when large.
+
+    Tiles cut the output along its rows or columns (whichever is longer); each tile is an
+    independent SGEMM over the full reduction, so the result is bit-identical to one call.
+    """
+    threads = _threads
+    if out is None:
+        shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
+        out = np.empty(shape, dtype=np.result_type(a, b))
+    rows, k, cols = a.shape[-2], a.shape[-1], b.shape[-1]
+    macs = math.prod(out.shape) * k
+    if threads <= 1 or macs < 2 * _MIN_SPLIT_MACS:
+        return np.matmul(a, b, out=out)
+    by_cols = cols >= rows
+    length = cols if by_cols else rows
+    tiles = min(4 * threads, max(threads, macs // _MIN_SPLIT_MACS), max(1, length // 16))
+    if tiles <= 1:
+        return np.matmul(a, b, out=out)
+    bounds = [length * i // tiles for i in range(tiles + 1)]
+    claim = iter(range(tiles))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                i = next(claim, None)
+            if i is None:
+                return
+            t = slice(bounds[i], bounds[i + 1])
+            if by_cols:
+                np.matmul(a, b[..., t], out=out[..., t])
+            else:
+                np.matmul(a[..., t, :], b, out=out[..., t, :])
+
+    pool = _get_pool(threads)
+    helpers = [pool.submit(work) for _ in range(min(threads - 1, tiles - 1))]
+    work()
+    for h in helpers:
+        h.result()
+    return out
 
 
 def set_workspace_limit(nbytes: int) -> None:
@@ -141,6 +285,7 @@ class Reduction:
         return plan
 
 
+@_with_engine_threads
 def exact_int_gemm(a: np.ndarray, b: np.ndarray, a_bound: int, b_bound: int) -> np.ndarray:
     """wrap32(a @ b) for float arrays holding integers with |a| <= a_bound, |b| <= b_bound.
 
@@ -149,7 +294,7 @@ def exact_int_gemm(a: np.ndarray, b: np.ndarray, a_bound: int, b_bound: int) -> 
     k = a.shape[-1]
     chunk = float32_chunk(a_bound, b_bound)
     if chunk >= k:
-        return np.matmul(a, b).astype(np.int32)
+        return gemm(a, b).astype(np.int32)
     if chunk >= MIN_F32_CHUNK:
         return _chunked_int32(a, b, [(k0, min(k, k0 + chunk)) for k0 in range(0, k, chunk)])
     return _float64_int32(a, b, k * a_bound * b_bound)
@@ -162,7 +307,7 @@ def _chunked_int32(a: np.ndarray, b: np.ndarray, plan: list[tuple[int, int]],
     for k0, k1 in plan:
         # Each chunk is exact and <= 2**24 in magnitude, so its int32 conversion is exact;
         # int32 addition wraps modulo 2**32, which is exactly wrap32 of the full sum.
-        part = np.matmul(a[..., k0:k1], b[..., k0:k1, :])
+        part = gemm(a[..., k0:k1], b[..., k0:k1, :])
         if acc is None:
             acc = part.astype(np.int32)
         else:
@@ -174,7 +319,7 @@ def _float64_int32(a: np.ndarray, b: np.ndarray, bound: int) -> np.ndarray:
     # float64 sums exactly while the sum of |products| stays <= 2**53.
     if bound > F64_EXACT:
         raise ValueError("reduction too long to accumulate exactly")
-    wide = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    wide = gemm(a.astype(np.float64), b.astype(np.float64))
     # int64 holds the exact sum; the cast to int32 keeps the low 32 bits, which is wrap32.
     return wide.astype(np.int64).astype(np.int32)
 
@@ -194,6 +339,7 @@ def finish_accumulator(acc: np.ndarray, bias: np.ndarray | None, bias_axis_shape
 # Matrix products
 # ------------------------------------------------------------------------------------------
 
+@_with_engine_threads
 def matmul_accumulate(a: np.ndarray, a_zero_point: np.ndarray, b_centered: np.ndarray,
                       reduction: Reduction, out_dtype: type) -> np.ndarray:
     """(a - a_zero_point) @ b_centered, exact: int32 wrap32 values, or their float32 rounding.
@@ -217,7 +363,7 @@ def matmul_accumulate(a: np.ndarray, a_zero_point: np.ndarray, b_centered: np.nd
     if plan is None:
         acc = _float64_int32(rows, b_centered, reduction.accumulator_bound(a_bound))
     elif len(plan) == 1:
-        acc = np.matmul(rows, b_centered)  # exact: every value is an integer <= 2**24
+        acc = gemm(rows, b_centered)  # exact: every value is an integer <= 2**24
         if out_dtype is np.int32:
             acc = acc.astype(np.int32)
     else:
@@ -271,6 +417,7 @@ class ConvKernel:
         return self._shift_weights
 
 
+@_with_engine_threads
 def conv_accumulate(x: np.ndarray, x_zero_point: np.ndarray, kernel: ConvKernel,
                     geom: ConvGeometry, bias: np.ndarray | None, out_dtype: type) -> np.ndarray:
     """The convolution of (x - x_zero_point) with the kernel, plus bias, exact.
@@ -423,12 +570,12 @@ def _gemm_into(w: np.ndarray, cols: np.ndarray, plan: list[tuple[int, int]] | No
     direct = nt == 1 and out.dtype == np.float32 and plan is not None and len(plan) == 1
     if direct:
         dst = out[n0].reshape(group, mg, -1)[:, :, p0:p0 + tp]
-        np.matmul(w, cols, out=dst)
+        gemm(w, cols, out=dst)
         return
     if plan is None:
         res = _float64_int32(w, cols, kernel.reduction.accumulator_bound(a_bound))
     elif len(plan) == 1:
-        res = np.matmul(w, cols)
+        res = gemm(w, cols)
     else:
         res = _chunked_int32(w, cols, plan)
     # res (group, Mg, nt*tp) → out[n0:n0+nt] (nt, M, P) slice
@@ -590,8 +737,8 @@ def _shifted_gemm(x: np.ndarray, zp: np.ndarray, kernel: ConvKernel, geom: ConvG
         matrix = cols.reshape(c * kl, cl)
         for j, off in enumerate(flat.lead_offsets):
             if j == 0:
-                np.matmul(weights[j], matrix[:, off:off + length], out=acc)
+                gemm(weights[j], matrix[:, off:off + length], out=acc)
             else:
-                np.matmul(weights[j], matrix[:, off:off + length], out=tmp)
+                gemm(weights[j], matrix[:, off:off + length], out=tmp)
                 acc += tmp
         flat.store(acc, out[i].reshape(m, *geom.out_spatial))
