@@ -20,7 +20,10 @@ or missing (measured with onnx 1.23):
 - DequantizeLinear 13: missing in ReferenceEvaluator; qlinear's kernel runs it.
 - MaxPool on uint8/int8 (what onnxruntime's quantizer leaves between quantized layers) with
   padding: ReferenceEvaluator pads with NaN, which raises or casts to an arbitrary integer.
-  Integer MaxPool is implemented here (padding never wins); float MaxPool is unchanged.
+  MaxPool is implemented here for integers and floats as a running maximum over kernel taps
+  (padding never wins; a maximum is exact, so it equals onnxruntime), which also replaces
+  ReferenceEvaluator's per-window Python loop for floats. Float MaxPool with the Indices
+  output runs as ReferenceEvaluator runs it.
 
 Before anything runs, :func:`check_model` lists *every* node qlinear cannot run exactly
 (operator, version, node name, reason); :func:`prepare` raises
@@ -468,9 +471,14 @@ class BatchNormalization(OpRun):
         return (batch_normalization_inference(x, scale, bias, mean, var, eps),)
 
 
-def max_pool_integer(x, *, kernel_shape, strides=None, pads=None, dilations=None,
-                     auto_pad="NOTSET", ceil_mode=0):
-    """MaxPool on an integer tensor: padded positions hold the type's minimum (never win)."""
+def max_pool(x, *, kernel_shape, strides=None, pads=None, dilations=None,
+             auto_pad="NOTSET", ceil_mode=0):
+    """MaxPool as a running maximum over kernel taps of strided views.
+
+    Padded positions hold the type's minimum (-inf for floats), so they never win. A maximum
+    is exact, so this is bit-identical to onnxruntime for integers and for NaN-free floats
+    (a NaN in a window propagates to that output).
+    """
     import itertools
 
     from qlinear.tools.ortsat import explicit_pads
@@ -491,7 +499,7 @@ def max_pool_integer(x, *, kernel_shape, strides=None, pads=None, dilations=None
         out.append(max(o, 0))
     extra = [max(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
                  - (spatial[i] + pb[i] + pe[i])) for i in range(nd)]
-    lo = np.iinfo(x.dtype).min
+    lo = np.iinfo(x.dtype).min if np.issubdtype(x.dtype, np.integer) else -np.inf
     xp = np.pad(x, [(0, 0), (0, 0)] + [(pb[i], pe[i] + extra[i]) for i in range(nd)],
                 constant_values=lo)
     y = np.full(x.shape[:2] + tuple(out), lo, dtype=x.dtype)
@@ -503,8 +511,9 @@ def max_pool_integer(x, *, kernel_shape, strides=None, pads=None, dilations=None
 
 
 class MaxPool(OpRun):
-    """MaxPool: integer inputs here (onnx.reference pads integer tensors with NaN, which
-    fails or casts to an arbitrary value); float inputs as onnx.reference runs them."""
+    """MaxPool with one output: the vectorized ``max_pool`` (onnx.reference pads integer tensors
+    with NaN, which fails or casts to an arbitrary value, and loops over windows in Python for
+    floats). With the Indices output, float inputs run as onnx.reference runs them."""
 
     op_domain = ""
 
@@ -519,14 +528,16 @@ class MaxPool(OpRun):
 
     def run(self, *args, **kwargs):  # noqa: D102
         x = args[0]
-        if not np.issubdtype(np.asarray(x).dtype, np.integer):
+        with_indices = len([o for o in self.onnx_node.output if o]) > 1
+        is_integer = np.issubdtype(np.asarray(x).dtype, np.integer)
+        if with_indices and not is_integer:
             return self._float.run(*args, **kwargs)
         name = self.onnx_node.name or self.onnx_node.output[0]
-        if len([o for o in self.onnx_node.output if o]) > 1:
+        if with_indices:
             raise NodeError(f"node {name!r} (MaxPool-{self.version}): the Indices output is not "
                             "supported for integer inputs")
         g = self.given
-        y = max_pool_integer(np.asarray(x), kernel_shape=g["kernel_shape"], strides=g.get("strides"),
+        y = max_pool(np.asarray(x), kernel_shape=g["kernel_shape"], strides=g.get("strides"),
                              pads=g.get("pads"), dilations=g.get("dilations"),
                              auto_pad=g.get("auto_pad", "NOTSET"), ceil_mode=g.get("ceil_mode", 0))
         return (y,)

@@ -179,13 +179,17 @@ def test_dequantize_linear_13_missing_in_reference_runs_here():
     assert_exact(got, oracle.dequantize_linear(x, scale, zp, axis=1))
 
 
-@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
-def test_integer_max_pool_with_padding(dtype):
-    """onnx.reference pads integer MaxPool with NaN (error or garbage); qlinear's is right."""
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.float32])
+def test_max_pool_with_padding(dtype):
+    """onnx.reference pads integer MaxPool with NaN (error or garbage); qlinear's vectorized
+    MaxPool (integers and floats) equals onnxruntime bit for bit."""
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     rng = np.random.default_rng(3)
-    hi = -1 if dtype == np.int8 else 255
-    x = rand_int(rng, dtype, (2, 3, 7, 6), hi=hi)  # int8: all negative, so a 0 pad would win
+    if dtype == np.float32:
+        x = (rng.normal(size=(2, 3, 7, 6)) - 5).astype(np.float32)  # all negative: a 0 pad would win
+    else:
+        hi = -1 if dtype == np.int8 else 255
+        x = rand_int(rng, dtype, (2, 3, 7, 6), hi=hi)  # int8: all negative, so a 0 pad would win
     for attrs in [dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
                   dict(kernel_shape=[3, 2], pads=[1, 0, 1, 1], ceil_mode=1, strides=[2, 2]),
                   dict(kernel_shape=[2, 2], auto_pad="SAME_UPPER"),
