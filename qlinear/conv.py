@@ -88,7 +88,8 @@ class PreparedQLinearConv:
         m = v.finite_multiplier(op, multiplier(xs, self.w_scale, ys), "x_scale * w_scale / y_scale")
         # float32(wrap32(acc + B)), computed in place from here on: requantize.
         values = self._weights.accumulate(x, x_zero_point, self.bias, np.float32)
-        values *= m.reshape(m.shape + (1,) * (values.ndim - 2)) if m.ndim else m
+        with np.errstate(over="ignore"):  # an infinite product saturates, as it should
+            values *= m.reshape(m.shape + (1,) * (values.ndim - 2)) if m.ndim else m
         return round_saturate(values, yzp, yzp.dtype)
 
 

@@ -146,7 +146,8 @@ class PreparedQLinearMatMul:
         yzp = v.per_tensor(op, "y_zero_point", v.output_zero_point(op, "y_zero_point", y_zero_point))
         m = v.finite_multiplier(op, multiplier(a_s, self.b_scale, ys), "a_scale * b_scale / y_scale")
         values, a_arr = self._b.accumulate(a_arr, a_zero_point, np.float32)
-        values *= m  # float32(float32(acc) * m), in place
+        with np.errstate(over="ignore"):  # an infinite product saturates, as it should
+            values *= m  # float32(float32(acc) * m), in place
         return self._b.finish(round_saturate(values, yzp, yzp.dtype), a_arr)
 
 
