@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -51,13 +52,14 @@ _workspace_bytes = 256 << 20
 # Threads: OpenBLAS single-threaded inside the engine, GEMMs split over our own threads
 # ------------------------------------------------------------------------------------------
 #
-# Measured on the 2-core benchmark machine while other processes competed for the cores:
-# OpenBLAS's own 2 threads split a GEMM statically and wait for each other, so a GEMM stalled
-# whenever one of them was descheduled (a 2 ms GEMM took 15-50 ms; 16 ms for a 0.3 ms one).
-# Tiles claimed one by one by a small pool of threads, each running single-threaded OpenBLAS,
-# degrade gracefully instead: whoever has a core takes the next tile. On an idle machine both
-# schemes run at the same speed. The pool has as many threads as OpenBLAS was allowed when
-# the call started (threadpoolctl, OPENBLAS_NUM_THREADS), so thread limits are honoured.
+# By default GEMMs use OpenBLAS's own threads (as many as it is allowed: threadpoolctl,
+# OPENBLAS_NUM_THREADS). Opt-in alternative, QLINEAR_GEMM_THREADS=pool: OpenBLAS
+# single-threaded inside the engine and each GEMM split into tiles claimed one by one by a
+# small pool of threads. Measured on the 2-core benchmark machine: while other processes
+# competed for the cores, OpenBLAS's statically split threads stalled (a 2 ms GEMM took
+# 15-50 ms) and the pool degraded gracefully; on a quieter machine OpenBLAS's threads were
+# faster (ResNet/BERT quick suite: geometric mean 1.7-1.8x onnxruntime against 2.3-3.5x
+# with the pool), hence the default.
 
 def _find_openblas() -> tuple | None:
     """(set_num_threads, get_num_threads) of the OpenBLAS NumPy uses, through ctypes."""
@@ -84,7 +86,7 @@ def _find_openblas() -> tuple | None:
     return None
 
 
-_blas = _find_openblas()
+_blas = _find_openblas() if os.environ.get("QLINEAR_GEMM_THREADS") == "pool" else None
 _blas_lock = threading.Lock()
 _blas_users = 0
 _blas_saved = 1
@@ -93,6 +95,8 @@ _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 # A GEMM is split when it has at least this many multiply-adds per thread.
 _MIN_SPLIT_MACS = 1 << 18
+# Above this many multiply-adds per tile, more tiles than threads (dynamic balancing).
+_TILE_MACS = 1 << 24
 
 
 @contextmanager
@@ -143,26 +147,30 @@ def _with_engine_threads(fn):
     return wrapper
 
 
-def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """numpy.matmul(a, b, out=out), split into tiles over the engine's threads when large.
-
-    Tiles cut the output along its rows or columns (whichever is longer); each tile is an
-    independent SGEMM over the full reduction, so the result is bit-identical to one call.
-    """
+def _tile_bounds(a: np.ndarray, b: np.ndarray, out_shape: tuple[int, ...]):
+    """How to split a product among the engine's threads: (by_cols, bounds) or None."""
     threads = _threads
-    if out is None:
-        shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
-        out = np.empty(shape, dtype=np.result_type(a, b))
+    if threads <= 1:
+        return None
     rows, k, cols = a.shape[-2], a.shape[-1], b.shape[-1]
-    macs = math.prod(out.shape) * k
-    if threads <= 1 or macs < 2 * _MIN_SPLIT_MACS:
-        return np.matmul(a, b, out=out)
-    by_cols = cols >= rows
+    macs = math.prod(out_shape) * k
+    if macs < 2 * _MIN_SPLIT_MACS:
+        return None
+    # Row tiles split best when each keeps >= 64 rows (measured: column tiles of a
+    # 128 x 768 x 768 product did not run concurrently); columns otherwise.
+    by_cols = rows < 64 * threads and cols > rows
     length = cols if by_cols else rows
-    tiles = min(4 * threads, max(threads, macs // _MIN_SPLIT_MACS), max(1, length // 16))
+    # One tile per thread at least; more (claimed dynamically) only when tiles stay large
+    # enough for single-threaded SGEMM to run at full speed.
+    tiles = min(4 * threads, max(threads, macs // _TILE_MACS), max(1, length // 16))
     if tiles <= 1:
-        return np.matmul(a, b, out=out)
-    bounds = [length * i // tiles for i in range(tiles + 1)]
+        return None
+    return by_cols, [length * i // tiles for i in range(tiles + 1)]
+
+
+def _run_tiles(bounds: list[int], fn) -> None:
+    """fn(slice) for every tile, tiles claimed one at a time by the caller and the pool."""
+    tiles = len(bounds) - 1
     claim = iter(range(tiles))
     lock = threading.Lock()
 
@@ -172,17 +180,41 @@ def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndar
                 i = next(claim, None)
             if i is None:
                 return
-            t = slice(bounds[i], bounds[i + 1])
-            if by_cols:
-                np.matmul(a, b[..., t], out=out[..., t])
-            else:
-                np.matmul(a[..., t, :], b, out=out[..., t, :])
+            fn(slice(bounds[i], bounds[i + 1]))
 
-    pool = _get_pool(threads)
-    helpers = [pool.submit(work) for _ in range(min(threads - 1, tiles - 1))]
-    work()
-    for h in helpers:
-        h.result()
+    pool = _get_pool(_threads)
+    helpers = [pool.submit(work) for _ in range(min(_threads - 1, tiles - 1))]
+    try:
+        work()
+    finally:
+        for h in helpers:
+            h.result()
+
+
+def _out_shape(a: np.ndarray, b: np.ndarray) -> tuple[int, ...]:
+    return (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
+
+
+def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """numpy.matmul(a, b, out=out), split into tiles over the engine's threads when large.
+
+    Tiles cut the output along its rows or columns (whichever is longer); each tile is an
+    independent SGEMM over the full reduction, so the result is bit-identical to one call.
+    """
+    if out is None:
+        out = np.empty(_out_shape(a, b), dtype=np.result_type(a, b))
+    split = _tile_bounds(a, b, out.shape)
+    if split is None:
+        return np.matmul(a, b, out=out)
+    by_cols, bounds = split
+
+    def tile(t: slice) -> None:
+        if by_cols:
+            np.matmul(a, b[..., t], out=out[..., t])
+        else:
+            np.matmul(a[..., t, :], b, out=out[..., t, :])
+
+    _run_tiles(bounds, tile)
     return out
 
 
@@ -300,18 +332,36 @@ def exact_int_gemm(a: np.ndarray, b: np.ndarray, a_bound: int, b_bound: int) -> 
     return _float64_int32(a, b, k * a_bound * b_bound)
 
 
-def _chunked_int32(a: np.ndarray, b: np.ndarray, plan: list[tuple[int, int]],
-                   out: np.ndarray | None = None) -> np.ndarray:
-    """Σ over chunks of int32(a[..., chunk] @ b[..., chunk, :]), each chunk exact in float32."""
-    acc = out
-    for k0, k1 in plan:
-        # Each chunk is exact and <= 2**24 in magnitude, so its int32 conversion is exact;
-        # int32 addition wraps modulo 2**32, which is exactly wrap32 of the full sum.
-        part = gemm(a[..., k0:k1], b[..., k0:k1, :])
-        if acc is None:
-            acc = part.astype(np.int32)
+def _chunked_int32(a: np.ndarray, b: np.ndarray, plan: list[tuple[int, int]]) -> np.ndarray:
+    """Σ over chunks of int32(a[..., chunk] @ b[..., chunk, :]), each chunk exact in float32.
+
+    Each chunk is exact and <= 2**24 in magnitude, so its int32 conversion is exact; int32
+    addition wraps modulo 2**32, which is exactly wrap32 of the full sum.
+    """
+    acc = np.empty(_out_shape(a, b), dtype=np.int32)
+
+    def run(a_t: np.ndarray, b_t: np.ndarray, acc_t: np.ndarray) -> None:
+        part = None
+        for i, (k0, k1) in enumerate(plan):
+            part = np.matmul(a_t[..., k0:k1], b_t[..., k0:k1, :], out=part)
+            if i == 0:
+                np.copyto(acc_t, part, casting="unsafe")
+            else:
+                acc_t += part.astype(np.int32)
+
+    split = _tile_bounds(a, b, acc.shape)
+    if split is None:
+        run(a, b, acc)
+        return acc
+    by_cols, bounds = split
+
+    def tile(t: slice) -> None:
+        if by_cols:
+            run(a, b[..., t], acc[..., t])
         else:
-            acc += part.astype(np.int32)
+            run(a[..., t, :], b, acc[..., t, :])
+
+    _run_tiles(bounds, tile)
     return acc
 
 

@@ -256,3 +256,25 @@ def test_same_result_with_one_and_two_blas_threads():
             results.append(qlinear.conv_integer(x, w, U8(128), None, pads=[1, 1, 1, 1]))
     np.testing.assert_array_equal(results[0], results[1])
     np.testing.assert_array_equal(results[0], wrap32(conv_int64(x, w, 128, 0, pads=[1, 1, 1, 1])))
+
+
+def test_gemm_thread_pool_matches_int64(monkeypatch):
+    # The opt-in QLINEAR_GEMM_THREADS=pool mode: OpenBLAS single-threaded, GEMMs (and chunked
+    # GEMMs) split into tiles over the engine's own threads.
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    blas = _engine._find_openblas()
+    if blas is None:
+        pytest.skip("OpenBLAS thread control not found")
+    monkeypatch.setattr(_engine, "_blas", blas)
+    monkeypatch.setattr(_engine, "_MIN_SPLIT_MACS", 1)
+    monkeypatch.setattr(_engine, "_TILE_MACS", 1 << 12)
+    rng = np.random.default_rng(7)
+    with threadpoolctl.threadpool_limits(2):
+        before = blas[1]()
+        x, w = rand(rng, U8, (2, 40, 9, 9)), rand(rng, I8, (200, 40, 3, 3))
+        np.testing.assert_array_equal(qlinear.conv_integer(x, w, U8(128), None, pads=[1, 1, 1, 1]),
+                                      wrap32(conv_int64(x, w, 128, 0, pads=[1, 1, 1, 1])))
+        a, b = rand(rng, U8, (300, 4000)), rand(rng, I8, (4000, 70))  # multi-chunk, row tiles
+        np.testing.assert_array_equal(qlinear.matmul_integer(a, b, U8(3), None),
+                                      wrap32((a.astype(np.int64) - 3) @ b.astype(np.int64)))
+        assert blas[1]() == before  # OpenBLAS's thread count restored
