@@ -81,6 +81,33 @@ def _load_example():
     return model_path, model, feeds, labels, meta
 
 
+def _model_and_inputs(args):
+    """The model and feeds a command works on: the bundled example, or MODEL with --input
+    files (seeded random inputs when none are given), checked before anything runs.
+    Returns (model_path, model, feeds, labels, meta, note); labels/meta only for the example."""
+    from qlinear.tools.model import (ToolError, check_inputs, check_supported, load_model,
+                                     parse_input_args, random_inputs, validate_model)
+
+    labels = meta = None
+    note = ""
+    if args.model is None:
+        if args.input:
+            raise ToolError("--input needs a MODEL (without one, the bundled example runs on its "
+                            "own samples)")
+        model_path, model, feeds, labels, meta = _load_example()
+    else:
+        model_path = args.model
+        model = load_model(model_path, max_tensor_bytes=args.max_tensor_bytes)
+        feeds = parse_input_args(args.input)
+        if not feeds:
+            feeds = random_inputs(model, seed=args.seed)
+            note = f"no --input given: seeded random inputs (seed {args.seed})"
+    check_supported(model)
+    validate_model(model, model_path)
+    check_inputs(model, feeds)
+    return model_path, model, feeds, labels, meta, note
+
+
 def _example_report(meta, outputs: dict[str, np.ndarray], labels, model, feeds) -> dict[str, Any]:
     probs = outputs[meta["output"]]
     pred = probs.argmax(axis=-1)
@@ -111,27 +138,10 @@ def _example_report(meta, outputs: dict[str, np.ndarray], labels, model, feeds) 
 
 def cmd_run(args) -> int:
     from qlinear.backend import QLinearRep
-    from qlinear.tools.model import (ToolError, check_inputs, check_supported, load_model,
-                                     parse_input_args, random_inputs, safe_output_path,
-                                     validate_model)
+    from qlinear.tools.model import ToolError, safe_output_path
 
     example = args.model is None
-    note = ""
-    if example:
-        if args.input:
-            raise ToolError("--input needs a MODEL (without one, the bundled example runs on its "
-                            "own samples)")
-        model_path, model, feeds, labels, meta = _load_example()
-    else:
-        model_path = args.model
-        model = load_model(model_path, max_tensor_bytes=args.max_tensor_bytes)
-        feeds = parse_input_args(args.input)
-        if not feeds:
-            feeds = random_inputs(model, seed=args.seed)
-            note = f"no --input given: seeded random inputs (seed {args.seed})"
-    check_supported(model)
-    validate_model(model, model_path)
-    check_inputs(model, feeds)
+    model_path, model, feeds, labels, meta, note = _model_and_inputs(args)
     if args.output_dir is not None and os.path.exists(args.output_dir) \
             and not os.path.isdir(args.output_dir):
         raise ToolError(f"--output-dir {args.output_dir}: exists and is not a directory")
@@ -217,28 +227,13 @@ def _print_run(r: dict[str, Any]) -> None:
 
 def cmd_compare(args) -> int:
     from qlinear.tools.compare import compare_model, format_report
-    from qlinear.tools.model import (ToolError, check_inputs, check_supported, load_model,
-                                     parse_input_args, random_inputs, validate_model)
+    from qlinear.tools.model import ToolError
 
     try:
         import onnxruntime  # noqa: F401
     except ImportError:
         raise ToolError("compare needs onnxruntime: pip install 'qlinear[tools]'") from None
-    note = ""
-    if args.model is None:
-        if args.input:
-            raise ToolError("--input needs a MODEL")
-        model_path, model, feeds, _, _ = _load_example()
-    else:
-        model_path = args.model
-        model = load_model(model_path, max_tensor_bytes=args.max_tensor_bytes)
-        feeds = parse_input_args(args.input)
-        if not feeds:
-            feeds = random_inputs(model, seed=args.seed)
-            note = f"no --input given: seeded random inputs (seed {args.seed})"
-    check_supported(model)
-    validate_model(model, model_path)
-    check_inputs(model, feeds)
+    model_path, model, feeds, _, _, note = _model_and_inputs(args)
     if args.ulp < 0:
         raise ToolError("--ulp must be 0 or more")
     result = compare_model(model, feeds, show_progress=_progress_enabled(args), ulp=args.ulp)
