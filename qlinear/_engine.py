@@ -46,6 +46,7 @@ MIN_F32_CHUNK = 64
 _MIN_TILE_PIXELS = 1024
 
 _workspace_bytes = 256 << 20
+_DW_LAYOUT = None  # tests and measurements may force the depthwise layout (True: channels last)
 
 
 # ------------------------------------------------------------------------------------------
@@ -736,28 +737,47 @@ class _FlatLayout:
 def _depthwise_flat(x: np.ndarray, zp: np.ndarray, kernel: ConvKernel, geom: ConvGeometry,
                     flat: _FlatLayout, out: np.ndarray) -> None:
     """Depthwise (one output per input channel), stride 1: Σ over taps of w[c, t] times the
-    shifted flat image: two long contiguous NumPy operations per tap.
+    shifted flat image: two NumPy operations per tap.
 
-    Exact in float32 for the reason given in ``_depthwise``.
+    Channels first when the images are large (long contiguous rows per channel); channels
+    last when they are small and channels many (then NumPy's inner loop runs along the
+    channels instead of along many short rows; measured 2-3x faster on MobileNetV2's 7x7
+    and 14x14 layers). Exact in float32 for the reason given in ``_depthwise``.
     """
     n, c = x.shape[:2]
     w = kernel.tap_weights.reshape(kernel.taps, c)  # (taps, C)
     length = flat.length
-    acc = np.empty((c, length), dtype=np.float32)
-    tmp = np.empty((c, length), dtype=np.float32)
+    channels_last = length < 4 * c if _DW_LAYOUT is None else _DW_LAYOUT
+    shape = (length, c) if channels_last else (c, length)
+    acc = np.empty(shape, dtype=np.float32)
+    tmp = np.empty(shape, dtype=np.float32)
     buf = None
-    # Measured: whole-image operations beat cache-sized channel tiles and a second thread
-    # here (NumPy's element-wise loops are memory-bound at these sizes).
+    if channels_last:
+        buf = np.zeros((flat.buffer, c), dtype=np.float32)
+        image = buf[:flat.total].reshape(*geom.padded_spatial, c)
+        interior = tuple(slice(b, b + size) for b, size in zip(geom.pads_begin, geom.in_spatial))
+        trim = (slice(None),) + flat.trim[2:] + (slice(None),)
     for i in range(n):
-        buf = flat.centered(x, zp, i, geom, buf)
+        if channels_last:
+            np.subtract(np.moveaxis(x[i], 0, -1), np.float32(int(zp)),
+                        out=image[(*interior, slice(None))], casting="unsafe")
+        else:
+            buf = flat.centered(x, zp, i, geom, buf)
         for j, off in enumerate(flat.offsets):
-            src = buf[:, off:off + length]
-            if j == 0:
-                np.multiply(src, w[j, :, None], out=acc)
+            if channels_last:
+                src, wj = buf[off:off + length], w[j]
             else:
-                np.multiply(src, w[j, :, None], out=tmp)
+                src, wj = buf[:, off:off + length], w[j, :, None]
+            if j == 0:
+                np.multiply(src, wj, out=acc)
+            else:
+                np.multiply(src, wj, out=tmp)
                 acc += tmp
-        flat.store(acc, out[i].reshape(c, *geom.out_spatial))
+        if channels_last:
+            grid = acc.reshape(*flat.grid, c)[trim]
+            np.copyto(out[i].reshape(c, *geom.out_spatial), np.moveaxis(grid, -1, 0))
+        else:
+            flat.store(acc, out[i].reshape(c, *geom.out_spatial))
 
 
 def _shifted_gemm(x: np.ndarray, zp: np.ndarray, kernel: ConvKernel, geom: ConvGeometry,
@@ -792,3 +812,4 @@ def _shifted_gemm(x: np.ndarray, zp: np.ndarray, kernel: ConvKernel, geom: ConvG
                 gemm(weights[j], matrix[:, off:off + length], out=tmp)
                 acc += tmp
         flat.store(acc, out[i].reshape(m, *geom.out_spatial))
+

@@ -475,7 +475,7 @@ def run_case(case: Case, *, repeat: int, threads: int, reference: bool,
         outputs[name] = fn()
         warm[name] = time.perf_counter() - t0
     # Fast cases get more runs so that their medians are as stable as the slow ones'.
-    n_runs = max(repeat, min(200, int(0.3 / max(max(warm.values()), 1e-6))))
+    n_runs = max(repeat, min(200, int(1.0 / max(max(warm.values()), 1e-6))))
     times: dict[str, list[float]] = {name: [] for name in engines}
     names = list(engines)
     for r in range(n_runs):

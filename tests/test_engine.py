@@ -278,3 +278,16 @@ def test_gemm_thread_pool_matches_int64(monkeypatch):
         np.testing.assert_array_equal(qlinear.matmul_integer(a, b, U8(3), None),
                                       wrap32((a.astype(np.int64) - 3) @ b.astype(np.int64)))
         assert blas[1]() == before  # OpenBLAS's thread count restored
+
+
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_depthwise_layouts(monkeypatch, channels_last):
+    monkeypatch.setattr(_engine, "_DW_LAYOUT", channels_last)
+    rng = np.random.default_rng(8)
+    for xs, pads, dil in (((2, 24, 7, 7), [1, 1, 1, 1], [1, 1]), ((1, 6, 13, 9), [2, 0, 1, 2], [2, 1]),
+                          ((1, 5, 11), [1, 1], [1])):
+        w = rand(rng, I8, (xs[1], 1) + (3,) * (len(xs) - 2))
+        x = rand(rng, U8, xs)
+        attrs = {"group": xs[1], "pads": pads, "dilations": dil}
+        np.testing.assert_array_equal(qlinear.conv_integer(x, w, U8(90), I8(1), **attrs),
+                                      wrap32(conv_int64(x, w, 90, 1, **attrs)))
