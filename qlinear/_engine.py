@@ -499,6 +499,8 @@ def conv_accumulate(x: np.ndarray, x_zero_point: np.ndarray, kernel: ConvKernel,
         if kernel.depthwise and exact_f32:
             if flat is not None and kernel.group_out == 1:
                 _depthwise_flat(x, x_zero_point, kernel, geom, flat, out)
+            elif kernel.group_out == 1 and _strided_image_bytes(x, geom) <= _workspace_bytes:
+                _depthwise_strided(x, x_zero_point, kernel, geom, out)
             else:
                 _depthwise(x, x_zero_point, kernel, geom, out)
         elif (exact_f32 and flat is not None and kernel.group == 1 and flat.worth_gemm
@@ -673,6 +675,38 @@ def _depthwise(x: np.ndarray, zp: np.ndarray, kernel: ConvKernel, geom: ConvGeom
                     np.multiply(src, wt, out=tmp)
                     dst += tmp
     _ = slab
+
+
+def _strided_image_bytes(x: np.ndarray, geom: ConvGeometry) -> int:
+    """Scratch of ``_depthwise_strided``: one padded image, accumulator and product."""
+    return 4 * x.shape[1] * (math.prod(geom.padded_spatial) + 2 * math.prod(geom.out_spatial))
+
+
+def _depthwise_strided(x: np.ndarray, zp: np.ndarray, kernel: ConvKernel, geom: ConvGeometry,
+                       out: np.ndarray) -> None:
+    """Depthwise (one output per input channel), any strides and dilations, channels last:
+    each tap is a strided view (O1..On, C) of the padded image whose inner loop runs along
+    the contiguous channels, times one weight per channel. Exact as in ``_depthwise``.
+    """
+    n, c = x.shape[:2]
+    w = kernel.tap_weights.reshape(kernel.taps, c)  # (taps, C)
+    out_spatial = geom.out_spatial
+    image = np.zeros((*geom.padded_spatial, c), dtype=np.float32)
+    interior = tuple(slice(b, b + size) for b, size in zip(geom.pads_begin, geom.in_spatial))
+    acc = np.empty((*out_spatial, c), dtype=np.float32)
+    tmp = np.empty_like(acc)
+    for i in range(n):
+        np.subtract(np.moveaxis(x[i], 0, -1), np.float32(int(zp)),
+                    out=image[(*interior, slice(None))], casting="unsafe")
+        for j, tap in enumerate(np.ndindex(*geom.kernel)):
+            src = image[tuple(slice(t * d, t * d + s * (o - 1) + 1, s) for t, d, s, o in
+                              zip(tap, geom.dilations, geom.strides, out_spatial))]
+            if j == 0:
+                np.multiply(src, w[j], out=acc)
+            else:
+                np.multiply(src, w[j], out=tmp)
+                acc += tmp
+        np.copyto(out[i].reshape(c, *out_spatial), np.moveaxis(acc, -1, 0))
 
 
 # ------------------------------------------------------------------------------------------
