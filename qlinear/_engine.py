@@ -277,19 +277,40 @@ class Reduction:
     as long for uniformly distributed weights and longer still for real (bell-shaped) ones.
     """
 
-    def __init__(self, weights: np.ndarray) -> None:
-        absw = np.abs(np.asarray(weights, dtype=np.float64)).astype(np.int64)
-        self.k = absw.shape[1]
-        cum = np.zeros((self.k + 1, absw.shape[0]), dtype=np.int64)
-        np.cumsum(absw.T, axis=0, out=cum[1:])
-        # max over outputs of the weight mass in [0, k) and each single weight's maximum.
-        self._cum = cum
-        self.max_l1 = int(cum[-1].max()) if cum.shape[1] else 0
-        self.max_abs = int(absw.max()) if absw.size else 0
+    def __init__(self, weights: np.ndarray, axis: int = 1, bound: int | None = None) -> None:
+        # Everything is computed lazily, cheapest bound first: a product whose right operand
+        # changes on every call (attention) must not pay for a chunk plan it never needs.
+        # ``axis`` is the reduction axis of ``weights``; all other axes index outputs.
+        self._weights = weights
+        self._axis = axis
+        self.k = weights.shape[axis]
+        self._bound = bound  # an upper bound of |w| known without a pass (the dtype's)
+        self._max_abs: int | None = None
+        self._max_l1: int | None = None
+        self._cum: np.ndarray | None = None
         self._plans: dict[int, list[tuple[int, int]] | None] = {}
 
+    @property
+    def max_abs(self) -> int:
+        if self._max_abs is None:
+            w = self._weights
+            self._max_abs = int(np.abs(w).max()) if w.size else 0
+        return self._max_abs
+
+    @property
+    def max_l1(self) -> int:
+        """max over outputs of sum_k |w[o, k]|."""
+        if self._max_l1 is None:
+            w = self._weights
+            self._max_l1 = (int(np.abs(w).sum(axis=self._axis, dtype=np.float64).max())
+                            if w.size else 0)
+        return self._max_l1
+
     def accumulator_bound(self, a_bound: int) -> int:
-        """An upper bound of |sum_k a_k * w[o, k]| over every output o."""
+        """An upper bound of |sum_k a_k * w[o, k]| over every output o (cheapest first)."""
+        coarse = a_bound * self.k * (self._bound if self._bound is not None else self.max_abs)
+        if coarse <= F32_EXACT:
+            return coarse
         return a_bound * self.max_l1
 
     def chunks(self, a_bound: int) -> list[tuple[int, int]] | None:
@@ -302,8 +323,13 @@ class Reduction:
         return plan
 
     def _plan(self, a_bound: int) -> list[tuple[int, int]] | None:
-        if a_bound * self.max_l1 <= F32_EXACT:
+        if self.k == 0 or self.accumulator_bound(a_bound) <= F32_EXACT:
             return [(0, self.k)]
+        if self._cum is None:
+            absw = np.abs(np.moveaxis(self._weights, self._axis, 0)).astype(np.int64)
+            absw = absw.reshape(self.k, -1)  # (K, outputs)
+            self._cum = np.zeros((self.k + 1, absw.shape[1]), dtype=np.int64)
+            np.cumsum(absw, axis=0, out=self._cum[1:])
         limit = F32_EXACT // a_bound  # a_bound * (weight mass of a chunk) <= 2**24
         cum = self._cum
         plan, k0 = [], 0
@@ -318,7 +344,6 @@ class Reduction:
         return plan
 
 
-@_with_engine_threads
 def exact_int_gemm(a: np.ndarray, b: np.ndarray, a_bound: int, b_bound: int) -> np.ndarray:
     """wrap32(a @ b) for float arrays holding integers with |a| <= a_bound, |b| <= b_bound.
 

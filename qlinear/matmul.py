@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from . import _validate as v
-from ._engine import Reduction, matmul_accumulate
+from ._engine import Reduction, dtype_bound, matmul_accumulate
 from ._requant import multiplier, round_saturate
 
 
@@ -68,9 +68,9 @@ class _RightOperand:
         self.zero_point = zp
         matrix = b[:, None] if b.ndim == 1 else b
         self.centered = np.subtract(matrix, zp, dtype=np.float32)
-        # The weights each output (one column of one batch entry) multiplies, as rows.
-        k = self.centered.shape[-2]
-        self.reduction = Reduction(np.swapaxes(self.centered, -1, -2).reshape(-1, k))
+        # Each output (one column of one batch entry) sums over the K axis of b.
+        self.reduction = Reduction(self.centered, axis=-2,
+                                   bound=dtype_bound(b.dtype, np.asarray(zp)))
 
     def accumulate(self, a: Any, a_zero_point: Any,
                    out_dtype: type = np.int32) -> tuple[np.ndarray, np.ndarray]:
