@@ -4,20 +4,40 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._elementwise import as_3d, run_blocked
 
-def round_saturate(values: np.ndarray, y_zero_point: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
-    """sat_T(rne(values) + y_zero_point) for a float32 array, which is overwritten.
 
-    ``y_zero_point`` is an integer array broadcastable to ``values``. Clipping to
-    [min - zp, max - zp] before adding zp keeps every addition an exact sum of small
-    integers (|v| <= 510), even where ``values`` was huge or infinite.
-    """
+def saturation_params(y_zero_point: np.ndarray, out_dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(min - zp, max - zp, zp) as float32: the clamp bounds before zp is added, and zp."""
     info = np.iinfo(out_dtype)
     zp = y_zero_point.astype(np.float32)
+    return (np.float32(info.min) - zp), (np.float32(info.max) - zp), zp
+
+
+def round_saturate_block(values: np.ndarray, out: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                         zp: np.ndarray, may_have_nan: bool = False) -> None:
+    """out = sat_T(rne(values) + zp) for one block; ``values`` (float32) is overwritten.
+
+    Clamping to [min - zp, max - zp] before adding zp keeps the addition an exact sum of small
+    integers (|v| <= 510) even where ``values`` was huge or infinite. With ``may_have_nan``,
+    NaN is sent to the lower bound, i.e. T's minimum (QuantizeLinear's documented result);
+    requantization never produces NaN because its multiplier is checked finite.
+    """
+    if may_have_nan and np.isnan(values.min()):  # min() propagates NaN: one fast pass
+        np.copyto(values, np.float32(-np.inf), where=np.isnan(values))
     np.rint(values, out=values)
-    np.clip(values, info.min - zp, info.max - zp, out=values)
+    np.clip(values, lo, hi, out=values)
     values += zp
-    return values.astype(out_dtype)
+    np.copyto(out, values, casting="unsafe")  # exact: every value is an integer of T's range
+
+
+def round_saturate(values: np.ndarray, y_zero_point: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
+    """sat_T(rne(values) + y_zero_point) for a float32 array (overwritten) and a per-tensor zp."""
+    out = np.empty(values.shape, dtype=out_dtype)
+    shape3 = as_3d(values.shape, None)
+    run_blocked(round_saturate_block, [values.reshape(shape3), out.reshape(shape3)],
+                saturation_params(y_zero_point.reshape(()), out_dtype))
+    return out
 
 
 def requantize(acc: np.ndarray, multiplier: np.ndarray, y_zero_point: np.ndarray) -> np.ndarray:

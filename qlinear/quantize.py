@@ -7,15 +7,20 @@ from typing import Any
 import numpy as np
 
 from . import _validate as v
-from ._requant import round_saturate
+from ._elementwise import as_3d, run_blocked, scratch
+from ._requant import round_saturate_block, saturation_params
 
 _QUANTIZABLE = (np.dtype(np.float32), np.dtype(np.int32))
 
 
-def _axis_param(op: str, name: str, arr: np.ndarray, x_shape: tuple[int, ...], axis: Any) -> np.ndarray:
-    """A per-tensor (one element) or per-axis (1-D along ``axis``) parameter, broadcastable to x."""
+def _axis_param(op: str, name: str, arr: np.ndarray, x_shape: tuple[int, ...], axis: Any) -> tuple[np.ndarray, int | None]:
+    """A per-tensor (one element) or per-axis (1-D along ``axis``) parameter.
+
+    Returns it 0-d with axis None, or shaped (C, 1) with the normalized axis: the layout
+    ``run_blocked`` takes for a tensor seen as (pre, C, post).
+    """
     if arr.size == 1:
-        return arr.reshape(())
+        return arr.reshape(()), None
     if arr.ndim != 1:
         raise ValueError(f"{op}: {name} must be a scalar or 1-D (per axis); got shape {arr.shape}")
     if not x_shape:
@@ -26,7 +31,23 @@ def _axis_param(op: str, name: str, arr: np.ndarray, x_shape: tuple[int, ...], a
             f"{op}: {name} has {arr.shape[0]} elements but x has {x_shape[ax]} along axis {axis} "
             f"(x shape {x_shape})"
         )
-    return arr.reshape((-1,) + (1,) * (len(x_shape) - ax - 1))
+    return arr.reshape(-1, 1), ax
+
+
+def _quantize_block(x: np.ndarray, out: np.ndarray, scale: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                    zp: np.ndarray) -> None:
+    values = scratch(x.shape)
+    with np.errstate(over="ignore"):  # x / tiny scale overflows to ±inf, which saturates
+        np.divide(x, scale, out=values, dtype=np.float32)  # an int32 x is cast to float32 first
+    round_saturate_block(values, out, lo, hi, zp, may_have_nan=True)
+
+
+def _dequantize_block(x: np.ndarray, out: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> None:
+    # 8-bit values and zero points are exact in float32, and so is their difference; an int32
+    # x has a zero zero point and its cast to float32 rounds to nearest.
+    np.subtract(x, zp, out=out, dtype=np.float32)
+    with np.errstate(over="ignore"):  # a huge scale overflows to ±inf, as float32 arithmetic does
+        out *= scale
 
 
 def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1) -> np.ndarray:
@@ -52,14 +73,14 @@ def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, ax
     else:
         zp = v.output_zero_point(op, "y_zero_point", y_zero_point)
         v.same_shape(op, "y_scale", scale, "y_zero_point", zp)
-    scale = _axis_param(op, "y_scale", scale, x.shape, axis)
-    zp_b = _axis_param(op, "y_zero_point", zp, x.shape, axis)
-    values = np.empty(x.shape, dtype=np.float32)
-    with np.errstate(over="ignore"):  # x / tiny scale overflows to ±inf, which saturates
-        np.divide(x.astype(np.float32, copy=False), scale, out=values)
-    # NaN has no integer; send it to T's min, the value onnxruntime's CPU kernel produces.
-    np.copyto(values, np.float32(-np.inf), where=np.isnan(values))
-    return round_saturate(values, zp_b, zp.dtype)
+    scale, ax = _axis_param(op, "y_scale", scale, x.shape, axis)
+    zp_b, _ = _axis_param(op, "y_zero_point", zp, x.shape, axis)  # same shape as y_scale
+    out = np.empty(x.shape, dtype=zp.dtype)
+    shape3 = as_3d(x.shape, ax)
+    # NaN goes to T's min (in round_saturate_block), the value onnxruntime's CPU kernel gives.
+    run_blocked(_quantize_block, [x.reshape(shape3), out.reshape(shape3)],
+                [scale, *saturation_params(zp_b, zp.dtype)])
+    return out
 
 
 def dequantize_linear(x: np.ndarray, x_scale: Any, x_zero_point: Any = None, *, axis: int = 1) -> np.ndarray:
@@ -78,14 +99,9 @@ def dequantize_linear(x: np.ndarray, x_scale: Any, x_zero_point: Any = None, *, 
         v.same_shape(op, "x_scale", scale, "x_zero_point", zp)
         if x.dtype == np.int32 and np.any(zp != 0):
             raise ValueError(f"{op}: x_zero_point must be 0 when x is int32; got {zp.ravel()[zp.ravel() != 0][0]}")
-    scale = _axis_param(op, "x_scale", scale, x.shape, axis)
-    zp = _axis_param(op, "x_zero_point", zp, x.shape, axis)
-    values = np.empty(x.shape, dtype=np.float32)
-    if x.dtype == np.int32:
-        values[...] = x  # zero point is 0; the cast rounds to nearest
-    else:
-        # 8-bit values and zero points are exact in float32, and so is their difference.
-        np.subtract(x, zp, out=values, dtype=np.float32)
-    with np.errstate(over="ignore"):  # a huge scale overflows to ±inf, as float32 arithmetic does
-        values *= scale
-    return values
+    scale, ax = _axis_param(op, "x_scale", scale, x.shape, axis)
+    zp, _ = _axis_param(op, "x_zero_point", zp, x.shape, axis)  # same shape as x_scale
+    out = np.empty(x.shape, dtype=np.float32)
+    shape3 = as_3d(x.shape, ax)
+    run_blocked(_dequantize_block, [x.reshape(shape3), out.reshape(shape3)], [scale, zp])
+    return out

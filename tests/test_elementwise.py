@@ -1,0 +1,63 @@
+"""Blocked, multithreaded element-wise passes give the bits of the oracle on every block layout.
+
+Tensors large enough for several blocks and the thread pool, in each (pre, C, post) shape the
+blocking distinguishes: post longer than a block, channels spanning blocks, many small rows.
+"""
+
+import numpy as np
+import pytest
+
+import oracle
+import qlinear
+from conftest import assert_exact, rand_int
+from qlinear import _elementwise
+
+LAYOUTS = [
+    ((2, 3, 300_000), 1),     # post >= BLOCK: blocks cut inside one channel's run
+    ((2, 300, 1_000), 1),     # C * post >= BLOCK: blocks of whole channels
+    ((25_000, 3, 10), 1),     # many small rows: blocks of whole rows
+    ((600_000,), None),       # per tensor
+    ((8, 7, 10_000), -1),     # per axis on the last axis
+]
+
+
+def _params(rng, shape, axis, dtype):
+    if axis is None:
+        return np.float32(rng.uniform(0.01, 2)), dtype(rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max))
+    n = shape[axis]
+    return (rng.uniform(0.01, 2, n).astype(np.float32), rand_int(rng, dtype, (n,)))
+
+
+@pytest.mark.parametrize("shape,axis", LAYOUTS)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_quantize_blocked_equals_oracle(shape, axis, dtype):
+    rng = np.random.default_rng(7)
+    assert np.prod(shape) >= _elementwise.PARALLEL_MIN  # the threaded path runs
+    x = (rng.standard_normal(shape) * 200).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[::9973] = np.nan
+    flat[1::7919] = np.inf
+    flat[2::7907] = -np.inf
+    flat[3::101] = 0.5  # ties
+    scale, zp = _params(rng, shape, axis, dtype)
+    kw = {} if axis is None else {"axis": axis}
+    assert_exact(qlinear.quantize_linear(x, scale, zp, **kw), oracle.quantize_linear(x, scale, zp, **kw))
+
+
+@pytest.mark.parametrize("shape,axis", LAYOUTS)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int32])
+def test_dequantize_blocked_equals_oracle(shape, axis, dtype):
+    rng = np.random.default_rng(8)
+    x = rand_int(rng, dtype, shape)
+    scale, zp = _params(rng, shape, axis, np.uint8 if dtype == np.int32 else dtype)
+    if dtype == np.int32:
+        zp = None
+    kw = {} if axis is None else {"axis": axis}
+    assert_exact(qlinear.dequantize_linear(x, scale, zp, **kw), oracle.dequantize_linear(x, scale, zp, **kw))
+
+
+def test_non_contiguous_input():
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((600, 800)) * 50).astype(np.float32)[::2, ::-3]
+    assert_exact(qlinear.quantize_linear(x, np.float32(0.3), np.int8(5)),
+                 oracle.quantize_linear(x, np.float32(0.3), np.int8(5)))
