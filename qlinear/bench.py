@@ -394,7 +394,17 @@ def _time_once(fn: Callable[[], Any]) -> float:
 
 
 def _peak_extra_memory(fn: Callable[[], Any]) -> int:
-    """Peak bytes allocated (traced by tracemalloc, NumPy included) during one call."""
+    """Peak bytes allocated (traced by tracemalloc, NumPy included) during one call.
+
+    qlinear's engine keeps scratch buffers between calls: they are dropped first, so that
+    the call allocates (and this counts) everything it uses.
+    """
+    try:
+        from qlinear import _engine
+
+        getattr(_engine, "clear_scratch", lambda: None)()
+    except ImportError:
+        pass
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()

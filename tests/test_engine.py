@@ -291,3 +291,22 @@ def test_depthwise_layouts(monkeypatch, channels_last):
         attrs = {"group": xs[1], "pads": pads, "dilations": dil}
         np.testing.assert_array_equal(qlinear.conv_integer(x, w, U8(90), I8(1), **attrs),
                                       wrap32(conv_int64(x, w, 90, 1, **attrs)))
+
+
+def test_scratch_reuse_keeps_results_and_padding_apart():
+    # Scratch buffers are reused across calls: results must stay independent, and a padded
+    # buffer reused for another geometry with the same padded shape must not leak values.
+    rng = np.random.default_rng(9)
+    w = rand(rng, I8, (4, 3, 3))
+    p = qlinear.prepare_qlinear_conv(w, np.float32(0.01), I8(0), None, auto_pad="SAME_UPPER",
+                                     strides=[2])
+    results = []
+    for size in (5, 6, 5, 6):  # both pad to 7, with pads (1, 1) and (0, 1)
+        x = rand(rng, U8, (2, 3, size))
+        y = p.run(x, np.float32(0.02), U8(128), np.float32(0.05), U8(128))
+        total = 4 + 3 - size  # SAME_UPPER: (out - 1) * stride + kernel - size, out = 3
+        acc = conv_int64(x, w, 128, 0, pads=[total // 2, total - total // 2], strides=[2])
+        results.append((y, requantize_ref(wrap32(acc), 0.02, 0.01, 0.05, U8(128))))
+    for got, want in results:  # earlier outputs untouched by later calls
+        np.testing.assert_array_equal(got, want)
+    _engine.clear_scratch()
