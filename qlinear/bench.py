@@ -743,6 +743,7 @@ def chart(results: list[dict[str, Any]], path: str) -> bool:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         return False
     names = [r["name"] for r in results]
@@ -756,6 +757,10 @@ def chart(results: list[dict[str, Any]], path: str) -> bool:
     for x, style in ((1.0, "-"), (1.5, "--"), (3.0, ":")):
         ax1.axvline(x, color="k", linestyle=style, linewidth=0.8)
     ax1.set_xscale("log")
+    ticks = [t for t in (0.1, 0.2, 0.5, 1, 1.5, 2, 3, 5, 10, 20, 50)
+             if min(ratios) / 1.5 <= t <= max(ratios) * 1.5]
+    ax1.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax1.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax1.set_xlabel("qlinear time / onnxruntime time (lower is better; lines at 1, 1.5, 3)")
     ax1.set_yticks(y, names, fontsize=6)
     ax1.invert_yaxis()
