@@ -646,7 +646,7 @@ def _im2col_gemm(x: np.ndarray, zp: np.ndarray, kernel: ConvKernel, geom: ConvGe
                  plan: list[tuple[int, int]] | None, a_bound: int, out: np.ndarray) -> None:
     """out (N, M, P) = W @ im2col(x - zp), tile by tile; float32 out when exact in one chunk."""
     n = x.shape[0]
-    group, mg, kdim = kernel.group, kernel.group_out, kernel.kdim
+    group, kdim = kernel.group, kernel.kdim
     out_spatial = geom.out_spatial
     pixels = math.prod(out_spatial)
     slab = math.prod(out_spatial[1:])

@@ -16,39 +16,28 @@ from ._engine import Reduction, dtype_bound, matmul_accumulate
 from ._requant import multiplier, round_saturate
 
 
-def _row_param(op: str, name: str, arr: np.ndarray, a_shape: tuple[int, ...]) -> np.ndarray:
-    """A per-tensor or per-row parameter of ``a``, returned broadcastable to (..., M, 1)."""
+def _operand_param(op: str, name: str, arr: np.ndarray, operand: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A per-tensor, per-row (operand "a") or per-column (operand "b") matmul parameter.
+
+    Returned 0-d, or broadcastable to the operand's matrix: (..., M, 1) for rows of a,
+    (..., 1, N) for columns of b. Accepted: one element; 1-D with M (N) elements; or the
+    operand's rank with the other matrix axis 1 and batch axes equal or 1.
+    """
     if arr.size == 1:
         return arr.reshape(())
-    if len(a_shape) < 2:
-        raise ValueError(f"{op}: {name} must have one element because a is 1-D; got shape {arr.shape}")
-    m = a_shape[-2]
-    if arr.shape == (m,):
-        return arr.reshape(m, 1)
-    if (arr.ndim == len(a_shape) and arr.shape[-2:] == (m, 1)
-            and all(d in (1, ad) for d, ad in zip(arr.shape[:-2], a_shape[:-2]))):
-        return arr
-    raise ValueError(
-        f"{op}: {name} must have one element (per tensor), shape ({m},) or {(*a_shape[:-2], m, 1)} "
-        f"(per row of a with shape {a_shape}); got shape {arr.shape}"
-    )
-
-
-def _column_param(op: str, name: str, arr: np.ndarray, b_shape: tuple[int, ...]) -> np.ndarray:
-    """A per-tensor or per-column parameter of ``b``, returned broadcastable to (..., 1, N)."""
-    if arr.size == 1:
-        return arr.reshape(())
-    if len(b_shape) < 2:
-        raise ValueError(f"{op}: {name} must have one element because b is 1-D; got shape {arr.shape}")
-    n = b_shape[-1]
+    if len(shape) < 2:
+        raise ValueError(f"{op}: {name} must have one element because {operand} is 1-D; got shape {arr.shape}")
+    rows = operand == "a"
+    n = shape[-2] if rows else shape[-1]
+    matrix = (n, 1) if rows else (1, n)
     if arr.shape == (n,):
-        return arr.reshape(1, n)
-    if (arr.ndim == len(b_shape) and arr.shape[-2:] == (1, n)
-            and all(d in (1, bd) for d, bd in zip(arr.shape[:-2], b_shape[:-2]))):
+        return arr.reshape(matrix)
+    if (arr.ndim == len(shape) and arr.shape[-2:] == matrix
+            and all(d in (1, sd) for d, sd in zip(arr.shape[:-2], shape[:-2]))):
         return arr
     raise ValueError(
-        f"{op}: {name} must have one element (per tensor), shape ({n},) or {(*b_shape[:-2], 1, n)} "
-        f"(per column of b with shape {b_shape}); got shape {arr.shape}"
+        f"{op}: {name} must have one element (per tensor), shape ({n},) or {(*shape[:-2], *matrix)} "
+        f"(per {'row' if rows else 'column'} of {operand} with shape {shape}); got shape {arr.shape}"
     )
 
 
@@ -64,7 +53,7 @@ class _RightOperand:
         if b_zero_point is None:
             zp = np.zeros((), dtype=b.dtype)
         else:
-            zp = _column_param(op, "b_zero_point", v.zero_point(op, "b_zero_point", b_zero_point, "b", b.dtype), b.shape)
+            zp = _operand_param(op, "b_zero_point", v.zero_point(op, "b_zero_point", b_zero_point, "b", b.dtype), "b", b.shape)
         self.zero_point = zp
         matrix = b[:, None] if b.ndim == 1 else b
         self.centered = np.subtract(matrix, zp, dtype=np.float32)
@@ -83,7 +72,7 @@ class _RightOperand:
         if a_zero_point is None:
             zp = np.zeros((), dtype=a.dtype)
         else:
-            zp = _row_param(op, "a_zero_point", v.zero_point(op, "a_zero_point", a_zero_point, "a", a.dtype), a.shape)
+            zp = _operand_param(op, "a_zero_point", v.zero_point(op, "a_zero_point", a_zero_point, "a", a.dtype), "a", a.shape)
         matrix = a[None, :] if a.ndim == 1 else a
         b = self.centered
         if matrix.shape[-1] != b.shape[-2]:
@@ -92,7 +81,7 @@ class _RightOperand:
                 f"but b has shape {self.b_shape} (K = {b.shape[-2]})"
             )
         try:
-            batch = np.broadcast_shapes(matrix.shape[:-2], b.shape[:-2])
+            np.broadcast_shapes(matrix.shape[:-2], b.shape[:-2])
         except ValueError:
             raise ValueError(
                 f"{op}: the batch dimensions of a {a.shape[:-2]} and b {self.b_shape[:-2]} do not broadcast"
@@ -131,7 +120,7 @@ class PreparedQLinearMatMul:
         self._b = _RightOperand(op, b, b_zero_point)
         bs = v.scale(op, "b_scale", b_scale)
         v.same_shape(op, "b_scale", bs, "b_zero_point", np.asarray(b_zero_point))
-        self.b_scale = _column_param(op, "b_scale", bs, self._b.b_shape)
+        self.b_scale = _operand_param(op, "b_scale", bs, "b", self._b.b_shape)
 
     def run(self, a: np.ndarray, a_scale: Any, a_zero_point: Any, y_scale: Any, y_zero_point: Any) -> np.ndarray:
         """The quantized product; output dtype is y_zero_point's."""
@@ -141,7 +130,7 @@ class PreparedQLinearMatMul:
         a_arr = v.integer_tensor(op, "a", a)
         a_s = v.scale(op, "a_scale", a_scale)
         v.same_shape(op, "a_scale", a_s, "a_zero_point", np.asarray(a_zero_point))
-        a_s = _row_param(op, "a_scale", a_s, a_arr.shape)
+        a_s = _operand_param(op, "a_scale", a_s, "a", a_arr.shape)
         ys = v.per_tensor(op, "y_scale", v.nonzero_scale(op, "y_scale", y_scale))
         yzp = v.per_tensor(op, "y_zero_point", v.output_zero_point(op, "y_zero_point", y_zero_point))
         m = v.finite_multiplier(op, multiplier(a_s, self.b_scale, ys), "a_scale * b_scale / y_scale")

@@ -232,7 +232,7 @@ def parse_input_args(args: Iterable[str] | None) -> dict[str, np.ndarray]:
             raise ToolError(f"--input {name}: {file}: no such file")
         try:
             loaded = np.load(file, allow_pickle=False)
-        except Exception as e:
+        except Exception:
             raise ToolError(f"--input {name}: {file}: not a NumPy .npy/.npz file") from None
         if isinstance(loaded, np.lib.npyio.NpzFile):
             with loaded:
