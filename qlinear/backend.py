@@ -65,7 +65,7 @@ __all__ = [
 
 #: The six operators qlinear implements, with the operator versions (``since_version`` of
 #: the schema) whose semantics, for 8-bit integers with float32 scales, are the contract of
-#: SEMANTICS.md. Newer versions only add types (float8, int4, 16-bit, float16 scales) or
+#: docs/contract.md. Newer versions only add types (float8, int4, 16-bit, float16 scales) or
 #: attributes (block_size, output_dtype, saturate, precision); a node using one of those is
 #: refused, node by node.
 QLINEAR_OPS: dict[str, tuple[int, ...]] = {

@@ -169,7 +169,7 @@ def qlinear_conv(
     pads: Sequence[int] | None = None,
     strides: Sequence[int] | None = None,
 ) -> np.ndarray:
-    """ONNX QLinearConv-10, exact per SEMANTICS.md.
+    """ONNX QLinearConv-10, exact per docs/contract.md.
 
     acc = wrap32(Σ (x - x_zp)(w - w_zp) + B); m = float32(float32(x_scale · w_scale) / y_scale);
     y = sat(rne(float32(float32(acc) · m)) + y_zero_point), dtype of y_zero_point.

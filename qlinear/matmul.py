@@ -170,7 +170,7 @@ def qlinear_matmul(
     y_scale: Any,
     y_zero_point: Any,
 ) -> np.ndarray:
-    """ONNX QLinearMatMul-10, exact per SEMANTICS.md.
+    """ONNX QLinearMatMul-10, exact per docs/contract.md.
 
     acc = wrap32((a - a_zp) @ (b - b_zp)); m[i, j] = float32(float32(a_scale[i] · b_scale[j]) / y_scale);
     y = sat(rne(float32(float32(acc) · m)) + y_zero_point), dtype of y_zero_point.

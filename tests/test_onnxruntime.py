@@ -13,7 +13,7 @@ Operator/type combinations onnxruntime implements: QLinearConv and QLinearMatMul
 onnxruntime refuses dilations with SAME_UPPER/SAME_LOWER and per-row a_scale in QLinearMatMul;
 those are not generated here. It does accept (and computes correctly) per-channel QLinearConv
 weight zero points that differ between channels, for uint8 and int8 weights, as graph inputs or
-as initializers (checked below), contrary to a note in SEMANTICS.md.
+as initializers (checked below), contrary to a note in the project brief (docs/contract.md records the measurement).
 """
 
 from __future__ import annotations

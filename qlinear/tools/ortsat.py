@@ -67,7 +67,7 @@ def _zp_corrected(pairs, a_raw, b_raw, a_zp, b_zp):
 
 
 def requantize(acc: np.ndarray, m: np.ndarray, y_zp: np.ndarray, out_dtype) -> np.ndarray:
-    """sat(rne(float32(float32(acc) * m)) + y_zp), per SEMANTICS.md (wrap32 first)."""
+    """sat(rne(float32(float32(acc) * m)) + y_zp), per docs/contract.md (wrap32 first)."""
     acc32 = (((acc.astype(np.int64) + 2**31) % 2**32) - 2**31).astype(np.int32)
     v = (acc32.astype(np.float32) * m.astype(np.float32)).astype(np.float32)
     r = np.rint(v).astype(np.float64) + np.asarray(y_zp, np.float64)
