@@ -40,15 +40,26 @@ def round_saturate(values: np.ndarray, y_zero_point: np.ndarray, out_dtype: np.d
     return out
 
 
-def requantize(acc: np.ndarray, multiplier: np.ndarray, y_zero_point: np.ndarray) -> np.ndarray:
-    """sat_T3(rne(float32(float32(acc) · multiplier)) + y_zero_point), T3 = y_zero_point's dtype.
+def _scale_round_saturate_block(values: np.ndarray, out: np.ndarray, scale: np.ndarray, lo: np.ndarray,
+                                hi: np.ndarray, zp: np.ndarray) -> None:
+    with np.errstate(over="ignore"):  # an infinite product saturates, as it should
+        values *= scale  # float32(float32(acc) · m): one float32 multiplication
+    round_saturate_block(values, out, lo, hi, zp)
 
-    ``float32(acc)`` rounds to nearest (NumPy's int32 → float32 cast), which is part of the
-    contract above 2**24. ``multiplier`` is float32 and broadcasts against ``acc``.
+
+def requantize_channels(values: np.ndarray, multiplier: np.ndarray, y_zero_point: np.ndarray) -> np.ndarray:
+    """sat_T(rne(values · multiplier) + y_zero_point) for float32 ``values`` of shape (N, M, ...)
+    (overwritten) and a per-tensor (0-d) or per-channel ((M,)) float32 multiplier.
+
+    The multiplication runs block by block with the rounding, while each block is in cache.
     """
-    values = acc.astype(np.float32)
-    values *= multiplier
-    return round_saturate(values, y_zero_point, y_zero_point.dtype)
+    out = np.empty(values.shape, dtype=y_zero_point.dtype)
+    per_channel = multiplier.ndim == 1
+    shape3 = as_3d(values.shape, 1 if per_channel else None)
+    scale = multiplier.reshape(-1, 1) if per_channel else multiplier.reshape(())
+    run_blocked(_scale_round_saturate_block, [values.reshape(shape3), out.reshape(shape3)],
+                [scale, *saturation_params(y_zero_point.reshape(()), out.dtype)])
+    return out
 
 
 def multiplier(in_scale: np.ndarray, w_scale: np.ndarray, y_scale: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ import numpy as np
 from . import _validate as v
 from ._engine import ConvKernel, conv_accumulate
 from ._geometry import ConvAttributes, check_conv_shapes
-from ._requant import multiplier, round_saturate
+from ._requant import multiplier, requantize_channels
 
 
 class _ConvWeights:
@@ -88,9 +88,7 @@ class PreparedQLinearConv:
         m = v.finite_multiplier(op, multiplier(xs, self.w_scale, ys), "x_scale * w_scale / y_scale")
         # float32(wrap32(acc + B)), computed in place from here on: requantize.
         values = self._weights.accumulate(x, x_zero_point, self.bias, np.float32)
-        with np.errstate(over="ignore"):  # an infinite product saturates, as it should
-            values *= m.reshape(m.shape + (1,) * (values.ndim - 2)) if m.ndim else m
-        return round_saturate(values, yzp, yzp.dtype)
+        return requantize_channels(values, m, yzp)
 
 
 def prepare_conv_integer(

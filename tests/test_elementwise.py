@@ -61,3 +61,20 @@ def test_non_contiguous_input():
     x = (rng.standard_normal((600, 800)) * 50).astype(np.float32)[::2, ::-3]
     assert_exact(qlinear.quantize_linear(x, np.float32(0.3), np.int8(5)),
                  oracle.quantize_linear(x, np.float32(0.3), np.int8(5)))
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_conv_requantization_blocked_equals_oracle(per_channel):
+    """A convolution output large enough for several requantization blocks and threads,
+    per-tensor and per-channel (the multiplier runs along the blocks' channel axis)."""
+    rng = np.random.default_rng(10)
+    x = rand_int(rng, np.uint8, (2, 3, 300, 300))
+    w = rand_int(rng, np.int8, (6, 3, 1, 1))
+    m = 6 if per_channel else 1
+    w_scale = rng.uniform(0.001, 0.05, m).astype(np.float32)
+    w_zp = rand_int(rng, np.int8, (m,))
+    b = rng.integers(-3000, 3000, 6).astype(np.int32)
+    args = (x, np.float32(0.02), np.uint8(120), w, w_scale, w_zp, np.float32(0.05), np.int8(-3), b)
+    got = qlinear.qlinear_conv(*args)
+    assert got.size >= _elementwise.PARALLEL_MIN
+    assert_exact(got, oracle.qlinear_conv(*args))
