@@ -721,7 +721,6 @@ def _depthwise(x: np.ndarray, zp: np.ndarray, kernel: ConvKernel, geom: ConvGeom
     out_spatial = geom.out_spatial
     image_bytes = 4 * x.shape[1] * math.prod(geom.padded_spatial)
     per, rows = _tile_plan(n, out_spatial, 8 * kernel.out_channels, image_bytes)
-    slab = math.prod(out_spatial[1:])
     xbuf = None
     tmp = None
     nsp = len(out_spatial)
@@ -746,7 +745,6 @@ def _depthwise(x: np.ndarray, zp: np.ndarray, kernel: ConvKernel, geom: ConvGeom
                 else:
                     np.multiply(src, wt, out=tmp)
                     dst += tmp
-    _ = slab
 
 
 def _strided_image_bytes(x: np.ndarray, geom: ConvGeometry) -> int:
