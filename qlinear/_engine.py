@@ -23,6 +23,7 @@ Batches and large images are processed in tiles so that the scratch memory stays
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import os
 import threading
@@ -139,8 +140,6 @@ def _get_pool(threads: int) -> ThreadPoolExecutor:
 
 def _with_engine_threads(fn):
     """Run an engine entry point inside ``engine_threads()``."""
-    import functools
-
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         with engine_threads():
@@ -240,14 +239,16 @@ def _scratch(role: str, shape: tuple[int, ...], zeroed: bool = False, key: objec
     pool = getattr(_scratch_local, "pool", None)
     if pool is None:
         pool = _scratch_local.pool = {}
-    k = (role, tuple(shape), np.dtype(dtype).str, key)
+    k = (role, shape, dtype, key)
     arr = pool.pop(k, None)
     if arr is None:
         arr = np.zeros(shape, dtype=dtype) if zeroed else np.empty(shape, dtype=dtype)
-    pool[k] = arr  # dicts keep insertion order: the last entry is the most recent
-    total = sum(a.nbytes for a in pool.values())
-    while total > _SCRATCH_BYTES and len(pool) > 1:
-        total -= pool.pop(next(iter(pool))).nbytes
+        pool[k] = arr  # dicts keep insertion order: the last entry is the most recent
+        total = sum(a.nbytes for a in pool.values())
+        while total > _SCRATCH_BYTES and len(pool) > 1:
+            total -= pool.pop(next(iter(pool))).nbytes
+    else:
+        pool[k] = arr
     return arr
 
 
@@ -290,8 +291,14 @@ def value_bound(arr: np.ndarray, zero_point: np.ndarray) -> int:
 
 def dtype_bound(dtype: np.dtype, zero_point: np.ndarray) -> int:
     """max |v - zero_point| over every value v of an integer dtype: a bound needing no data pass."""
+    if zero_point.size == 1:  # per tensor, on every call: cached
+        return _dtype_bound(np.dtype(dtype), int(zero_point.reshape(-1)[0]), int(zero_point.reshape(-1)[0]))
+    return _dtype_bound(np.dtype(dtype), int(np.min(zero_point)), int(np.max(zero_point)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _dtype_bound(dtype: np.dtype, zlo: int, zhi: int) -> int:
     info = np.iinfo(dtype)
-    zlo, zhi = int(np.min(zero_point)), int(np.max(zero_point))
     return max(abs(info.min - zhi), abs(info.max - zlo))
 
 
@@ -536,14 +543,20 @@ class ConvKernel:
 
 @_with_engine_threads
 def conv_accumulate(x: np.ndarray, x_zero_point: np.ndarray, kernel: ConvKernel,
-                    geom: ConvGeometry, bias: np.ndarray | None, out_dtype: type) -> np.ndarray:
+                    geom: ConvGeometry, bias: np.ndarray | None, out_dtype: type,
+                    bias_bound: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """The convolution of (x - x_zero_point) with the kernel, plus bias, exact.
 
-    ``x`` is (N, C, D1..Dn) 8-bit, ``x_zero_point`` per tensor, ``bias`` None or int32 [M].
-    Returns (N, M, O1..On): int32 wrap32(acc + bias) for ``out_dtype`` int32, or
-    float32(wrap32(acc + bias)) for float32 (what requantization starts from; possibly a
-    scratch buffer, valid until the next engine call in this thread). Padded
-    positions contribute 0, i.e. x is padded with x_zero_point.
+    ``x`` is (N, C, D1..Dn) 8-bit, ``x_zero_point`` per tensor, ``bias`` None or int32 [M]
+    (``bias_bound``: max |bias|, if the caller knows it). Padded positions contribute 0, i.e.
+    x is padded with x_zero_point. Returns ``(values, pending_bias)``, values (N, M, O1..On):
+
+    - ``out_dtype`` int32: int32 wrap32(acc + bias), pending_bias None;
+    - ``out_dtype`` float32: float32(wrap32(acc + bias)), what requantization starts from
+      (possibly a scratch buffer, valid until the next engine call in this thread). When the
+      whole sum is exact in float32 the bias is left to the caller as a float32 ``pending_bias``
+      to add block by block during requantization: float32(acc) + float32(B) is then the exact
+      integer acc + B. Otherwise pending_bias is None.
     """
     n = x.shape[0]
     m = kernel.out_channels
@@ -555,7 +568,10 @@ def conv_accumulate(x: np.ndarray, x_zero_point: np.ndarray, kernel: ConvKernel,
         a_bound = value_bound(x, x_zero_point)
         plan = kernel.reduction.chunks(a_bound)
     acc_bound = kernel.reduction.accumulator_bound(a_bound)
-    bias_bound = 0 if bias is None else int(np.abs(bias.astype(np.int64)).max(initial=0))
+    if bias is None:
+        bias_bound = 0
+    elif bias_bound is None:
+        bias_bound = int(np.abs(bias.astype(np.int64)).max(initial=0))
     # float32 all the way when one chunk covers K and the bias keeps the sum <= 2**24: then
     # float32(acc) + float32(B) is the exact integer acc + B, which needs no wrap.
     exact_f32 = plan is not None and len(plan) == 1 and acc_bound + bias_bound <= F32_EXACT
@@ -584,10 +600,13 @@ def conv_accumulate(x: np.ndarray, x_zero_point: np.ndarray, kernel: ConvKernel,
     out = out.reshape(n, m, *out_spatial)
     bias_shape = (m,) + (1,) * len(out_spatial)
     if exact_f32:
-        if bias is not None:
-            out += bias.astype(np.float32).reshape(bias_shape)
-        return out if out_dtype is np.float32 else out.astype(np.int32)
-    return finish_accumulator(out, bias, bias_shape, out_dtype)
+        pending = None if bias is None else bias.astype(np.float32)
+        if out_dtype is np.float32:
+            return out, pending
+        if pending is not None:
+            out += pending.reshape(bias_shape)
+        return out.astype(np.int32), None
+    return finish_accumulator(out, bias, bias_shape, out_dtype), None
 
 
 def _pointwise(geom: ConvGeometry, kernel: ConvKernel) -> bool:

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ._elementwise import as_3d, run_blocked
 
 
+@functools.lru_cache(maxsize=None)
+def _range(dtype: np.dtype) -> tuple[np.float32, np.float32]:
+    info = np.iinfo(dtype)
+    return np.float32(info.min), np.float32(info.max)
+
+
 def saturation_params(y_zero_point: np.ndarray, out_dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(min - zp, max - zp, zp) as float32: the clamp bounds before zp is added, and zp."""
-    info = np.iinfo(out_dtype)
+    lo, hi = _range(np.dtype(out_dtype))
     zp = y_zero_point.astype(np.float32)
-    return (np.float32(info.min) - zp), (np.float32(info.max) - zp), zp
+    return lo - zp, hi - zp, zp
 
 
 def round_saturate_block(values: np.ndarray, out: np.ndarray, lo: np.ndarray, hi: np.ndarray,
@@ -42,23 +50,36 @@ def round_saturate(values: np.ndarray, y_zero_point: np.ndarray, out_dtype: np.d
 
 def _scale_round_saturate_block(values: np.ndarray, out: np.ndarray, scale: np.ndarray, lo: np.ndarray,
                                 hi: np.ndarray, zp: np.ndarray) -> None:
-    with np.errstate(over="ignore"):  # an infinite product saturates, as it should
-        values *= scale  # float32(float32(acc) · m): one float32 multiplication
+    values *= scale  # float32(float32(acc) · m): one float32 multiplication
     round_saturate_block(values, out, lo, hi, zp)
 
 
-def requantize_channels(values: np.ndarray, multiplier: np.ndarray, y_zero_point: np.ndarray) -> np.ndarray:
-    """sat_T(rne(values · multiplier) + y_zero_point) for float32 ``values`` of shape (N, M, ...)
-    (overwritten) and a per-tensor (0-d) or per-channel ((M,)) float32 multiplier.
+def _bias_scale_round_saturate_block(values: np.ndarray, out: np.ndarray, bias: np.ndarray, scale: np.ndarray,
+                                     lo: np.ndarray, hi: np.ndarray, zp: np.ndarray) -> None:
+    values += bias  # exact: the caller guarantees |acc| + |B| <= 2**24
+    _scale_round_saturate_block(values, out, scale, lo, hi, zp)
 
-    The multiplication runs block by block with the rounding, while each block is in cache.
+
+def requantize_channels(values: np.ndarray, multiplier: np.ndarray, y_zero_point: np.ndarray,
+                        bias: np.ndarray | None = None) -> np.ndarray:
+    """sat_T(rne((values + bias) · multiplier) + y_zero_point) for float32 ``values`` of shape
+    (N, M, ...) (overwritten), a per-tensor (0-d) or per-channel ((M,)) float32 multiplier and
+    an optional float32 bias per channel ((M,)) whose sums with ``values`` are exact.
+
+    The bias addition and the multiplication run block by block with the rounding, while each
+    block is in cache.
     """
     out = np.empty(values.shape, dtype=y_zero_point.dtype)
-    per_channel = multiplier.ndim == 1
+    per_channel = multiplier.ndim == 1 or bias is not None
     shape3 = as_3d(values.shape, 1 if per_channel else None)
-    scale = multiplier.reshape(-1, 1) if per_channel else multiplier.reshape(())
-    run_blocked(_scale_round_saturate_block, [values.reshape(shape3), out.reshape(shape3)],
-                [scale, *saturation_params(y_zero_point.reshape(()), out.dtype)])
+    scale = multiplier.reshape(-1, 1) if multiplier.ndim == 1 else multiplier.reshape(())
+    params = [scale, *saturation_params(y_zero_point.reshape(()), out.dtype)]
+    kernel = _scale_round_saturate_block
+    if bias is not None:
+        kernel = _bias_scale_round_saturate_block
+        params.insert(0, bias.reshape(-1, 1))
+    with np.errstate(over="ignore"):  # an infinite product saturates, as it should
+        run_blocked(kernel, [values.reshape(shape3), out.reshape(shape3)], params)
     return out
 
 

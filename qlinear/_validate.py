@@ -8,6 +8,7 @@ module re-checks its inputs, so the kernels can assume well-formed arrays.
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
@@ -49,12 +50,14 @@ def scale(op: str, name: str, value: Any) -> np.ndarray:
         arr = np.asarray(value)
     elif isinstance(value, (np.ndarray, np.generic)):
         arr = np.asarray(value)
-        if not np.issubdtype(arr.dtype, np.floating):
+        if arr.dtype.kind != "f":
             raise TypeError(f"{op}: {name} must be floating point (float32); got dtype {arr.dtype}")
     else:
         raise TypeError(f"{op}: {name} must be a float or a floating-point NumPy array; got {_kind(value)}")
     arr = arr.astype(np.float32)
-    if not np.all(np.isfinite(arr)):
+    # One element (the usual case) is checked in Python: a NumPy reduction costs more here.
+    finite = math.isfinite(arr.item()) if arr.size == 1 else bool(np.isfinite(arr).all())
+    if not finite:
         raise ValueError(f"{op}: {name} must be finite; got {arr.ravel()[~np.isfinite(arr.ravel())][0]}")
     return arr
 
@@ -62,7 +65,7 @@ def scale(op: str, name: str, value: Any) -> np.ndarray:
 def nonzero_scale(op: str, name: str, value: Any) -> np.ndarray:
     """A scale the formula divides by (y_scale): finite and not zero."""
     arr = scale(op, name, value)
-    if np.any(arr == 0):
+    if (arr.item() == 0) if arr.size == 1 else bool((arr == 0).any()):
         raise ValueError(f"{op}: {name} must not be zero (the output is divided by it); got {arr.ravel()[0]}")
     return arr
 
@@ -172,6 +175,20 @@ def int32_bias(op: str, value: Any, out_channels: int) -> np.ndarray:
             f"{op}: B must be 1-D with one element per output channel ({out_channels},); got shape {arr.shape}"
         )
     return arr
+
+
+def param_key(value: Any) -> tuple | None:
+    """A hashable key for a one-element parameter's type and value (None for anything else),
+    so that prepared operators can reuse what they derived from the same scales and zero points."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        if value.size != 1:
+            return None
+        return value.dtype.str, value.shape, value.tobytes()  # the bits: -0.0 is not 0.0
+    if isinstance(value, float):
+        return float, math.copysign(1.0, value), value
+    if isinstance(value, int):
+        return type(value), value
+    return None
 
 
 def finite_multiplier(op: str, multiplier: np.ndarray, names: str) -> np.ndarray:

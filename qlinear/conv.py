@@ -36,20 +36,49 @@ class _ConvWeights:
         self.attributes = ConvAttributes.from_onnx(op, w.shape, **attributes)
         centered = np.subtract(w, zp.reshape((-1,) + (1,) * (w.ndim - 1)), dtype=np.float32)
         self.kernel = ConvKernel(centered, self.attributes.group)
+        # (x shape, x dtype, x_zero_point) → (validated zero point, geometry), for repeated calls.
+        self._inputs = _Memo()
 
     def accumulate(self, x: Any, x_zero_point: Any, bias: np.ndarray | None = None,
-                   out_dtype: type = np.int32) -> np.ndarray:
-        """Validate x and its zero point; return wrap32(acc + bias) of shape (N, M, O1..On),
-        int32, or converted to float32 (rounding to nearest) for requantization."""
+                   out_dtype: type = np.int32,
+                   bias_bound: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """Validate x and its zero point; return ``conv_accumulate``'s (values, pending_bias):
+        wrap32(acc + bias) of shape (N, M, O1..On), int32, or converted to float32 (rounding
+        to nearest) for requantization, possibly with the bias still to add."""
         op = self.op
         x = v.integer_tensor(op, "x", x)
-        check_conv_shapes(op, x.shape, self.w_shape, self.attributes.group)
-        if x_zero_point is None:
-            zp = np.zeros((), dtype=x.dtype)
-        else:
-            zp = v.per_tensor(op, "x_zero_point", v.zero_point(op, "x_zero_point", x_zero_point, "x", x.dtype))
-        geom = self.attributes.geometry(x.shape[2:])
-        return conv_accumulate(x, zp, self.kernel, geom, bias, out_dtype)
+        zkey = ("absent",) if x_zero_point is None else v.param_key(x_zero_point)
+        key = None if zkey is None else (x.shape, x.dtype, zkey)
+        known = self._inputs.get(key)
+        if known is None:
+            check_conv_shapes(op, x.shape, self.w_shape, self.attributes.group)
+            if x_zero_point is None:
+                zp = np.zeros((), dtype=x.dtype)
+            else:
+                zp = v.per_tensor(op, "x_zero_point", v.zero_point(op, "x_zero_point", x_zero_point, "x", x.dtype))
+            known = self._inputs.put(key, (zp, self.attributes.geometry(x.shape[2:])))
+        zp, geom = known
+        return conv_accumulate(x, zp, self.kernel, geom, bias, out_dtype, bias_bound)
+
+
+class _Memo:
+    """What a prepared operator derived from validated call parameters, keyed by their values
+    (``_validate.param_key``), so that repeated calls with the same ones skip the work."""
+
+    _SIZE = 16
+
+    def __init__(self) -> None:
+        self._items: dict[tuple, Any] = {}
+
+    def get(self, key: tuple | None) -> Any:
+        return None if key is None else self._items.get(key)
+
+    def put(self, key: tuple | None, value: Any) -> Any:
+        if key is not None:
+            if len(self._items) >= self._SIZE:
+                self._items.clear()
+            self._items[key] = value
+        return value
 
 
 class PreparedConvInteger:
@@ -60,7 +89,7 @@ class PreparedConvInteger:
 
     def run(self, x: np.ndarray, x_zero_point: Any = None) -> np.ndarray:
         """int32 y = wrap32(Σ (x - x_zero_point)(w - w_zero_point)), shape (N, M, O1..On)."""
-        return self._weights.accumulate(x, x_zero_point)
+        return self._weights.accumulate(x, x_zero_point)[0]
 
 
 class PreparedQLinearConv:
@@ -76,19 +105,27 @@ class PreparedQLinearConv:
         v.same_shape(op, "w_scale", ws, "w_zero_point", self._weights.w_zero_point)
         self.w_scale = ws
         self.bias = None if B is None else v.int32_bias(op, B, m)
+        self._bias_bound = 0 if B is None else int(np.abs(self.bias.astype(np.int64)).max(initial=0))
+        # (x_scale, y_scale, y_zero_point) → (multiplier, y_zero_point), for repeated calls.
+        self._params = _Memo()
 
     def run(self, x: np.ndarray, x_scale: Any, x_zero_point: Any, y_scale: Any, y_zero_point: Any) -> np.ndarray:
         """The quantized convolution of x; output dtype is y_zero_point's, shape (N, M, O1..On)."""
         op = "qlinear_conv"
-        xs = v.per_tensor(op, "x_scale", v.scale(op, "x_scale", x_scale))
-        ys = v.per_tensor(op, "y_scale", v.nonzero_scale(op, "y_scale", y_scale))
-        yzp = v.per_tensor(op, "y_zero_point", v.output_zero_point(op, "y_zero_point", y_zero_point))
+        keys = (v.param_key(x_scale), v.param_key(y_scale), v.param_key(y_zero_point))
+        known = self._params.get(None if None in keys else keys)
+        if known is None:
+            xs = v.per_tensor(op, "x_scale", v.scale(op, "x_scale", x_scale))
+            ys = v.per_tensor(op, "y_scale", v.nonzero_scale(op, "y_scale", y_scale))
+            yzp = v.per_tensor(op, "y_zero_point", v.output_zero_point(op, "y_zero_point", y_zero_point))
+            m = v.finite_multiplier(op, multiplier(xs, self.w_scale, ys), "x_scale * w_scale / y_scale")
+            known = self._params.put(None if None in keys else keys, (m, yzp))
+        m, yzp = known
         if x_zero_point is None:
             raise TypeError(f"{op}: x_zero_point is required")
-        m = v.finite_multiplier(op, multiplier(xs, self.w_scale, ys), "x_scale * w_scale / y_scale")
         # float32(wrap32(acc + B)), computed in place from here on: requantize.
-        values = self._weights.accumulate(x, x_zero_point, self.bias, np.float32)
-        return requantize_channels(values, m, yzp)
+        values, bias = self._weights.accumulate(x, x_zero_point, self.bias, np.float32, self._bias_bound)
+        return requantize_channels(values, m, yzp, bias)
 
 
 def prepare_conv_integer(

@@ -37,17 +37,17 @@ def _axis_param(op: str, name: str, arr: np.ndarray, x_shape: tuple[int, ...], a
 def _quantize_block(x: np.ndarray, out: np.ndarray, scale: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                     zp: np.ndarray) -> None:
     values = scratch(x.shape)
-    with np.errstate(over="ignore"):  # x / tiny scale overflows to ±inf, which saturates
-        np.divide(x, scale, out=values, dtype=np.float32)  # an int32 x is cast to float32 first
+    np.divide(x, scale, out=values, dtype=np.float32)  # an int32 x is cast to float32 first
     round_saturate_block(values, out, lo, hi, zp, may_have_nan=True)
 
 
 def _dequantize_block(x: np.ndarray, out: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> None:
     # 8-bit values and zero points are exact in float32, and so is their difference; an int32
-    # x has a zero zero point and its cast to float32 rounds to nearest.
-    np.subtract(x, zp, out=out, dtype=np.float32)
-    with np.errstate(over="ignore"):  # a huge scale overflows to ±inf, as float32 arithmetic does
-        out *= scale
+    # x has a zero zero point and its cast to float32 rounds to nearest. (A plain cast, then
+    # float32 arithmetic: measured 1.5x faster than one mixed-type subtraction.)
+    np.copyto(out, x, casting="unsafe")
+    out -= zp
+    out *= scale
 
 
 def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1) -> np.ndarray:
@@ -78,8 +78,9 @@ def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, ax
     out = np.empty(x.shape, dtype=zp.dtype)
     shape3 = as_3d(x.shape, ax)
     # NaN goes to T's min (in round_saturate_block), the value onnxruntime's CPU kernel gives.
-    run_blocked(_quantize_block, [x.reshape(shape3), out.reshape(shape3)],
-                [scale, *saturation_params(zp_b, zp.dtype)])
+    with np.errstate(over="ignore"):  # x / tiny scale overflows to ±inf, which saturates
+        run_blocked(_quantize_block, [x.reshape(shape3), out.reshape(shape3)],
+                    [scale, *saturation_params(zp_b, zp.dtype)])
     return out
 
 
@@ -101,7 +102,9 @@ def dequantize_linear(x: np.ndarray, x_scale: Any, x_zero_point: Any = None, *, 
             raise ValueError(f"{op}: x_zero_point must be 0 when x is int32; got {zp.ravel()[zp.ravel() != 0][0]}")
     scale, ax = _axis_param(op, "x_scale", scale, x.shape, axis)
     zp, _ = _axis_param(op, "x_zero_point", zp, x.shape, axis)  # same shape as x_scale
+    zp = zp.astype(np.float32)
     out = np.empty(x.shape, dtype=np.float32)
     shape3 = as_3d(x.shape, ax)
-    run_blocked(_dequantize_block, [x.reshape(shape3), out.reshape(shape3)], [scale, zp])
+    with np.errstate(over="ignore"):  # a huge scale overflows to ±inf, as float32 arithmetic does
+        run_blocked(_dequantize_block, [x.reshape(shape3), out.reshape(shape3)], [scale, zp])
     return out

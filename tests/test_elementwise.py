@@ -4,6 +4,8 @@ Tensors large enough for several blocks and the thread pool, in each (pre, C, po
 blocking distinguishes: post longer than a block, channels spanning blocks, many small rows.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,14 @@ import oracle
 import qlinear
 from conftest import assert_exact, rand_int
 from qlinear import _elementwise
+
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch):
+    """Blocks of 64 Ki elements and threads from 128 Ki on, so that every layout below is cut
+    into many blocks shared among the threads (the defaults need tensors 16x larger)."""
+    monkeypatch.setattr(_elementwise, "BLOCK", 1 << 16)
+    monkeypatch.setattr(_elementwise, "PARALLEL_MIN", 1 << 17)
+
 
 LAYOUTS = [
     ((2, 3, 300_000), 1),     # post >= BLOCK: blocks cut inside one channel's run
@@ -78,3 +88,15 @@ def test_conv_requantization_blocked_equals_oracle(per_channel):
     got = qlinear.qlinear_conv(*args)
     assert got.size >= _elementwise.PARALLEL_MIN
     assert_exact(got, oracle.qlinear_conv(*args))
+
+
+def test_helper_threads_keep_the_callers_error_state():
+    """Overflow to inf saturates silently on every thread: NumPy's error state is per thread,
+    so the helpers must take the operator's ``errstate(over="ignore")``."""
+    x = np.full(1 << 18, 3e38, dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = qlinear.quantize_linear(x, np.float32(1e-3), np.int8(0))
+        deq = qlinear.dequantize_linear(np.full(1 << 18, 100, np.int8), np.float32(3e38), np.int8(-100))
+    assert (got == 127).all()
+    assert np.isinf(deq).all()
