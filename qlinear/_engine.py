@@ -586,12 +586,10 @@ def conv_accumulate(x: np.ndarray, x_zero_point: np.ndarray, kernel: ConvKernel,
         if kernel.depthwise and exact_f32:
             if flat is not None and kernel.group_out == 1:
                 _depthwise_flat(x, x_zero_point, kernel, geom, flat, out)
-            elif kernel.group_out == 1 and _strided_image_bytes(x, geom) <= _workspace_bytes:
-                _depthwise_strided(x, x_zero_point, kernel, geom, out)
             else:
                 _depthwise(x, x_zero_point, kernel, geom, out)
-        elif (exact_f32 and flat is not None and kernel.group == 1 and flat.worth_gemm
-              and kernel.taps > kernel.kernel[-1]):
+        elif (exact_f32 and flat is not None and flat.phases == 1 and kernel.group == 1
+              and flat.worth_gemm and kernel.taps > kernel.kernel[-1]):
             _shifted_gemm(x, x_zero_point, kernel, geom, flat, out)
         else:
             _im2col_gemm(x, x_zero_point, kernel, geom, plan, a_bound, out)
@@ -766,89 +764,86 @@ def _depthwise(x: np.ndarray, zp: np.ndarray, kernel: ConvKernel, geom: ConvGeom
                     dst += tmp
 
 
-def _strided_image_bytes(x: np.ndarray, geom: ConvGeometry) -> int:
-    """Scratch of ``_depthwise_strided``: one padded image, accumulator and product."""
-    return 4 * x.shape[1] * (math.prod(geom.padded_spatial) + 2 * math.prod(geom.out_spatial))
-
-
-def _depthwise_strided(x: np.ndarray, zp: np.ndarray, kernel: ConvKernel, geom: ConvGeometry,
-                       out: np.ndarray) -> None:
-    """Depthwise (one output per input channel), any strides and dilations, channels last:
-    each tap is a strided view (O1..On, C) of the padded image whose inner loop runs along
-    the contiguous channels, times one weight per channel. Exact as in ``_depthwise``.
-    """
-    n, c = x.shape[:2]
-    w = kernel.tap_weights.reshape(kernel.taps, c)  # (taps, C)
-    out_spatial = geom.out_spatial
-    image = _scratch("xpad_cl", (*geom.padded_spatial, c), zeroed=True, key=geom)
-    interior = tuple(slice(b, b + size) for b, size in zip(geom.pads_begin, geom.in_spatial))
-    acc = _scratch("acc", (*out_spatial, c))
-    tmp = _scratch("tmp", (*out_spatial, c))
-    for i in range(n):
-        np.subtract(np.moveaxis(x[i], 0, -1), np.float32(int(zp)),
-                    out=image[(*interior, slice(None))], casting="unsafe")
-        for j, tap in enumerate(np.ndindex(*geom.kernel)):
-            src = image[tuple(slice(t * d, t * d + s * (o - 1) + 1, s) for t, d, s, o in
-                              zip(tap, geom.dilations, geom.strides, out_spatial))]
-            if j == 0:
-                np.multiply(src, w[j], out=acc)
-            else:
-                np.multiply(src, w[j], out=tmp)
-                acc += tmp
-        np.copyto(out[i].reshape(c, *out_spatial), np.moveaxis(acc, -1, 0))
-
-
 # ------------------------------------------------------------------------------------------
-# Stride-1 convolutions on the flattened padded input
+# Convolutions on the flattened padded input, split into stride phases
 # ------------------------------------------------------------------------------------------
 
 class _FlatLayout:
-    """Stride-1 convolution over the flattened padded image (channels first).
+    """A convolution over the flattened padded input, split into stride phases.
 
-    With padded spatial strides S (row-major, in elements), output pixel o and kernel tap t
-    read input element  o . S + t . (d * S) : every tap is one *shift* of the flat image.
-    Outputs are computed on the grid o . S for o_1 < O_1 and o_i < padded_i elsewhere (the
-    extra columns are dropped at the end), so each tap's operand is one contiguous slice.
+    Along an axis with stride s the padded input splits into s phases (positions p, p + s,
+    p + 2s, ... for p < s). Output o and kernel tap t (dilation d) read padded position
+    o*s + t*d, which is position o + (t*d)//s of phase (t*d) % s. Every phase is laid out
+    row-major on one grid of ceil(padded_i / s_i) positions per axis, with element strides
+    S, so tap t reads element  o . S + ((t*d)//s) . S  of its phase: one *shift* per tap, a
+    contiguous slice, for any stride. Outputs are computed on the grid o . S for o_1 < O_1
+    and o_i < grid_i elsewhere; the extra columns are dropped at the end. With stride 1 there
+    is one phase, the padded input itself.
     """
 
     def __init__(self, geom: ConvGeometry, kernel: ConvKernel, channels: int) -> None:
-        padded = geom.padded_spatial
-        strides = [math.prod(padded[i + 1:]) for i in range(len(padded))]
-        self.total = math.prod(padded)
-        self.length = geom.out_spatial[0] * strides[0]  # L: flat outputs per channel
-        self.offsets = [sum(t * d * st for t, d, st in zip(tap, geom.dilations, strides))
-                        for tap in np.ndindex(*geom.kernel)]
+        strides, dilations = geom.strides, geom.dilations
+        self.phase_shape = tuple(-(-p // s) for p, s in zip(geom.padded_spatial, strides))
+        pitch = [math.prod(self.phase_shape[i + 1:]) for i in range(len(strides))]
+        self.phases = math.prod(strides)
+        self.total = math.prod(self.phase_shape)
+        self.length = geom.out_spatial[0] * pitch[0]  # L: flat outputs per channel
+        # (phase, offset) of every tap, in np.ndindex order (the order of the tap weights).
+        self.taps = []
+        for tap in np.ndindex(*geom.kernel):
+            pos = [t * d for t, d in zip(tap, dilations)]
+            phase = int(np.ravel_multi_index([q % s for q, s in zip(pos, strides)], strides))
+            self.taps.append((phase, sum((q // s) * st for q, s, st in zip(pos, strides, pitch))))
+        self.offsets = [off for _, off in self.taps]
         self.buffer = max(self.total, max(self.offsets) + self.length)
-        self.grid = (geom.out_spatial[0], *padded[1:])
+        self.grid = (geom.out_spatial[0], *self.phase_shape[1:])
         self.trim = (slice(None), slice(None)) + tuple(slice(0, o) for o in geom.out_spatial[1:])
         waste = self.length / math.prod(geom.out_spatial)
         # Last-axis columns + shifted GEMMs beat full im2col when few extra columns are
         # computed (measured: 3x3 at 56x56, 28x28, 14x14 yes; 7x7 no).
         self.worth_gemm = waste <= 1.2
-        kl, dl = geom.kernel[-1], geom.dilations[-1]
-        self.last_taps = [j * dl for j in range(kl)]
+        kl, dl = geom.kernel[-1], dilations[-1]
         self.lead_offsets = self.offsets[::kl]
         self.cols_length = self.length + max(self.lead_offsets)
-        self.bytes = 4 * (channels * self.buffer + 2 * kernel.out_channels * self.length
+        self.bytes = 4 * (channels * self.buffer * self.phases + 2 * kernel.out_channels * self.length
                           + channels * kl * self.cols_length)
+        # Where x lands in each phase: per axis, x[first::s] fills phase positions from start.
+        self._fills = []
+        for phase in np.ndindex(*strides):
+            src, dst = [], []
+            for p, s, b, size in zip(phase, strides, geom.pads_begin, geom.in_spatial):
+                first = (p - b) % s  # first x index at a padded position ≡ p (mod s)
+                count = len(range(first, size, s))
+                start = (first + b - p) // s
+                src.append(slice(first, size, s))
+                dst.append(slice(start, start + count))
+            if all(d.stop > d.start for d in dst):
+                self._fills.append((int(np.ravel_multi_index(phase, strides)), tuple(src), tuple(dst)))
 
     @classmethod
     def make(cls, geom: ConvGeometry, kernel: ConvKernel, channels: int) -> "_FlatLayout | None":
-        if any(s != 1 for s in geom.strides):
-            return None
         layout = cls(geom, kernel, channels)
         return layout if layout.bytes <= _workspace_bytes else None
 
     def centered(self, x: np.ndarray, zp: np.ndarray, n: int, geom: ConvGeometry,
-                 buf: np.ndarray | None) -> np.ndarray:
-        """(C, buffer) float32: image n centered and zero-padded, flattened, zero tail."""
+                 buf: np.ndarray | None, channels_last: bool = False) -> np.ndarray:
+        """(phases, C, buffer) float32 (channels last: (phases, buffer, C)): image n
+        centered, zero-padded, split into phases and flattened, with a zero tail. Positions
+        never written stay 0, the centered value of padding."""
         c = x.shape[1]
         if buf is None:
-            buf = _scratch("flat", (c, self.buffer), zeroed=True, key=geom)
-        image = buf[:, :self.total].reshape(c, *geom.padded_spatial)
-        interior = tuple(slice(b, b + size) for b, size in zip(geom.pads_begin, geom.in_spatial))
-        np.subtract(x[n], np.float32(int(zp)), out=image[(slice(None), *interior)],
-                    casting="unsafe")
+            shape = (self.phases, self.buffer, c) if channels_last else (self.phases, c, self.buffer)
+            buf = _scratch("flat_cl" if channels_last else "flat", shape, zeroed=True, key=geom)
+        zp32 = np.float32(int(zp))
+        for phase, src, dst in self._fills:
+            image = x[n][(slice(None), *src)]
+            if channels_last:
+                grid = buf[phase, :self.total].reshape(*self.phase_shape, c)
+                np.subtract(np.moveaxis(image, 0, -1), zp32, out=grid[(*dst, slice(None))],
+                            casting="unsafe")
+            else:
+                grid = buf[phase, :, :self.total].reshape(c, *self.phase_shape)
+                np.subtract(image, zp32, out=grid[(slice(None), *dst)], casting="unsafe")
         return buf
 
     def store(self, acc: np.ndarray, out_image: np.ndarray) -> None:
@@ -859,8 +854,8 @@ class _FlatLayout:
 
 def _depthwise_flat(x: np.ndarray, zp: np.ndarray, kernel: ConvKernel, geom: ConvGeometry,
                     flat: _FlatLayout, out: np.ndarray) -> None:
-    """Depthwise (one output per input channel), stride 1: Σ over taps of w[c, t] times the
-    shifted flat image: two NumPy operations per tap.
+    """Depthwise (one output per input channel), any stride: Σ over taps of w[c, t] times
+    the shifted flat phase image, two NumPy operations per tap on contiguous slices.
 
     Channels first when the images are large (long contiguous rows per channel); channels
     last when they are small and channels many (then NumPy's inner loop runs along the
@@ -874,23 +869,15 @@ def _depthwise_flat(x: np.ndarray, zp: np.ndarray, kernel: ConvKernel, geom: Con
     shape = (length, c) if channels_last else (c, length)
     acc = _scratch("acc", shape)
     tmp = _scratch("tmp", shape)
+    trim = (slice(None),) + flat.trim[2:] + (slice(None),)
     buf = None
-    if channels_last:
-        buf = _scratch("flat_cl", (flat.buffer, c), zeroed=True, key=geom)
-        image = buf[:flat.total].reshape(*geom.padded_spatial, c)
-        interior = tuple(slice(b, b + size) for b, size in zip(geom.pads_begin, geom.in_spatial))
-        trim = (slice(None),) + flat.trim[2:] + (slice(None),)
     for i in range(n):
-        if channels_last:
-            np.subtract(np.moveaxis(x[i], 0, -1), np.float32(int(zp)),
-                        out=image[(*interior, slice(None))], casting="unsafe")
-        else:
-            buf = flat.centered(x, zp, i, geom, buf)
-        for j, off in enumerate(flat.offsets):
+        buf = flat.centered(x, zp, i, geom, buf, channels_last)
+        for j, (phase, off) in enumerate(flat.taps):
             if channels_last:
-                src, wj = buf[off:off + length], w[j]
+                src, wj = buf[phase, off:off + length], w[j]
             else:
-                src, wj = buf[:, off:off + length], w[j, :, None]
+                src, wj = buf[phase, :, off:off + length], w[j, :, None]
             if j == 0:
                 np.multiply(src, wj, out=acc)
             else:
@@ -923,8 +910,9 @@ def _shifted_gemm(x: np.ndarray, zp: np.ndarray, kernel: ConvKernel, geom: ConvG
     buf = None
     for i in range(n):
         buf = flat.centered(x, zp, i, geom, buf)
-        sc, se = buf.strides
-        view = as_strided(buf, shape=(c, kl, cl), strides=(sc, geom.dilations[-1] * se, se),
+        image = buf[0]  # stride 1: one phase
+        sc, se = image.strides
+        view = as_strided(image, shape=(c, kl, cl), strides=(sc, geom.dilations[-1] * se, se),
                           writeable=False)
         np.copyto(cols, view)
         matrix = cols.reshape(c * kl, cl)

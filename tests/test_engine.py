@@ -284,11 +284,18 @@ def test_gemm_thread_pool_matches_int64(monkeypatch):
 def test_depthwise_layouts(monkeypatch, channels_last):
     monkeypatch.setattr(_engine, "_DW_LAYOUT", channels_last)
     rng = np.random.default_rng(8)
-    for xs, pads, dil in (((2, 24, 7, 7), [1, 1, 1, 1], [1, 1]), ((1, 6, 13, 9), [2, 0, 1, 2], [2, 1]),
-                          ((1, 5, 11), [1, 1], [1])):
+    # Strides > 1 split the padded input into stride phases: odd and even sizes, pads of
+    # every parity, dilations that land taps in other phases, 1-D to 3-D.
+    for xs, pads, dil, st in (((2, 24, 7, 7), [1, 1, 1, 1], [1, 1], [1, 1]),
+                              ((1, 6, 13, 9), [2, 0, 1, 2], [2, 1], [1, 1]),
+                              ((1, 5, 11), [1, 1], [1], [1]),
+                              ((2, 8, 12, 11), [1, 1, 1, 1], [1, 1], [2, 2]),
+                              ((1, 7, 14, 13), [0, 2, 1, 0], [2, 3], [3, 2]),
+                              ((1, 4, 17), [2, 1], [2], [3]),
+                              ((1, 3, 6, 7, 8), [1, 0, 1, 1, 1, 0], [1, 1, 2], [2, 1, 2])):
         w = rand(rng, I8, (xs[1], 1) + (3,) * (len(xs) - 2))
         x = rand(rng, U8, xs)
-        attrs = {"group": xs[1], "pads": pads, "dilations": dil}
+        attrs = {"group": xs[1], "pads": pads, "dilations": dil, "strides": st}
         np.testing.assert_array_equal(qlinear.conv_integer(x, w, U8(90), I8(1), **attrs),
                                       wrap32(conv_int64(x, w, 90, 1, **attrs)))
 
