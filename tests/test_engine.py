@@ -280,9 +280,9 @@ def test_gemm_thread_pool_matches_int64(monkeypatch):
         assert blas[1]() == before  # OpenBLAS's thread count restored
 
 
-@pytest.mark.parametrize("channels_last", [True, False])
-def test_depthwise_layouts(monkeypatch, channels_last):
-    monkeypatch.setattr(_engine, "_DW_LAYOUT", channels_last)
+@pytest.mark.parametrize("method", ["taps", "gemm"])
+def test_depthwise_methods(monkeypatch, method):
+    monkeypatch.setattr(_engine, "_DW_METHOD", method)
     rng = np.random.default_rng(8)
     # Strides > 1 split the padded input into stride phases: odd and even sizes, pads of
     # every parity, dilations that land taps in other phases, 1-D to 3-D.
