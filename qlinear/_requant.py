@@ -6,6 +6,11 @@ import functools
 
 import numpy as np
 
+try:  # the ufunc behind np.clip, without its Python wrapper (~4 us a call, which small outputs feel)
+    from numpy._core.umath import clip as _clip
+except ImportError:  # NumPy < 2
+    _clip = np.clip
+
 from ._elementwise import as_3d, run_blocked
 
 
@@ -17,9 +22,21 @@ def _range(dtype: np.dtype) -> tuple[np.float32, np.float32]:
 
 def saturation_params(y_zero_point: np.ndarray, out_dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(min - zp, max - zp, zp) as float32: the clamp bounds before zp is added, and zp."""
+    if y_zero_point.size == 1:  # per tensor: the same few values on every call
+        return _scalar_saturation(np.dtype(out_dtype), int(y_zero_point.reshape(-1)[0]), y_zero_point.ndim)
     lo, hi = _range(np.dtype(out_dtype))
     zp = y_zero_point.astype(np.float32)
     return lo - zp, hi - zp, zp
+
+
+@functools.lru_cache(maxsize=1024)
+def _scalar_saturation(dtype: np.dtype, zp: int, ndim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    lo, hi = _range(dtype)
+    z = np.full((1,) * ndim, zp, dtype=np.float32)
+    params = (np.asarray(lo - z), np.asarray(hi - z), z)
+    for arr in params:
+        arr.flags.writeable = False  # shared between calls
+    return params
 
 
 def round_saturate_block(values: np.ndarray, out: np.ndarray, lo: np.ndarray, hi: np.ndarray,
@@ -34,7 +51,7 @@ def round_saturate_block(values: np.ndarray, out: np.ndarray, lo: np.ndarray, hi
     if may_have_nan and np.isnan(values.min()):  # min() propagates NaN: one fast pass
         np.copyto(values, np.float32(-np.inf), where=np.isnan(values))
     np.rint(values, out=values)
-    np.clip(values, lo, hi, out=values)
+    _clip(values, lo, hi, out=values)
     values += zp
     np.copyto(out, values, casting="unsafe")  # exact: every value is an integer of T's range
 
