@@ -11,8 +11,11 @@ result is already in ONNX's (N, M, O1..On) layout. Fast paths:
 
 - 1x1 convolutions without padding need no im2col: the centered input *is* the column
   matrix (strided once for strides > 1);
-- depthwise convolutions (one input channel per group) are a sum over the kernel taps of
-  shifted views of the input, each multiplied by one weight per channel;
+- stride-1 convolutions with several kernel rows: im2col along the last axis only, then one
+  GEMM per remaining tap on a shifted slice of the flattened padded image (``_FlatLayout``);
+- depthwise convolutions (one input channel per group), any stride: the padded input split
+  into stride phases and flattened, so that every tap reads a contiguous slice; a sum over
+  taps of slice times per-channel weight, or, on small images, one batched matmul;
 - everything else: im2col through a strided view of the centered, padded input, copied
   tile by tile into one reused buffer, grouped convolutions as one batched matmul.
 
