@@ -298,7 +298,8 @@ def value_bound(arr: np.ndarray, zero_point: np.ndarray) -> int:
 def dtype_bound(dtype: np.dtype, zero_point: np.ndarray) -> int:
     """max |v - zero_point| over every value v of an integer dtype: a bound needing no data pass."""
     if zero_point.size == 1:  # per tensor, on every call: cached
-        return _dtype_bound(np.dtype(dtype), int(zero_point.reshape(-1)[0]), int(zero_point.reshape(-1)[0]))
+        z = int(zero_point.reshape(-1)[0])
+        return _dtype_bound(np.dtype(dtype), z, z)
     return _dtype_bound(np.dtype(dtype), int(np.min(zero_point)), int(np.max(zero_point)))
 
 
@@ -816,7 +817,7 @@ class _FlatLayout:
         # Last-axis columns + shifted GEMMs beat full im2col when few extra columns are
         # computed (measured: 3x3 at 56x56, 28x28, 14x14 yes; 7x7 no).
         self.worth_gemm = waste <= 1.2
-        kl, dl = geom.kernel[-1], dilations[-1]
+        kl = geom.kernel[-1]
         self.lead_offsets = self.offsets[::kl]
         self.cols_length = self.length + max(self.lead_offsets)
         self.bytes = 4 * (channels * self.buffer * self.phases + 2 * kernel.out_channels * self.length
