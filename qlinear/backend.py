@@ -61,6 +61,9 @@ __all__ = [
     "is_compatible",
     "node_version",
     "QLINEAR_OPS",
+    "QDQ_MODES",
+    "apply_qdq",
+    "fusable_ops",
 ]
 
 #: The six operators qlinear implements, with the operator versions (``since_version`` of
@@ -550,6 +553,42 @@ KERNELS: list[type[OpRun]] = [QuantizeLinear, DequantizeLinear, QLinearConv, QLi
                               ConvInteger, MatMulInteger, BatchNormalization, MaxPool]
 
 
+# --------------------------------------------------------------------------- QDQ
+
+#: How a QDQ model (DequantizeLinear -> float op -> QuantizeLinear) runs: "fuse" (default)
+#: rewrites its node groups into integer operators as onnxruntime's CPU session does
+#: (qlinear.qdq, docs/qdq.md); "literal" runs the graph as written.
+QDQ_MODES = ("fuse", "literal")
+
+
+def fusable_ops() -> frozenset[tuple[str, str]]:
+    """The fused operators (domain, op_type) this backend has kernels for: ONNX QLinearConv and
+    QLinearMatMul, and every com.microsoft operator among qlinear.qdq.FUSED_OPS registered in
+    KERNELS. The QDQ fusion emits only these; other groups run as written."""
+    from qlinear.qdq import FUSED_OPS
+
+    have = {("", "QLinearConv"), ("", "QLinearMatMul")}
+    for k in KERNELS:
+        domain = getattr(k, "op_domain", "")
+        name = getattr(k, "op_type", None) or k.__name__
+        have.add((domain, name))
+    return frozenset(op for op in FUSED_OPS if op in have)
+
+
+def apply_qdq(model: onnx.ModelProto, qdq: str = "fuse") -> onnx.ModelProto:
+    """The model as it will run: QDQ node groups fused (``qdq="fuse"``) or unchanged
+    (``"literal"``)."""
+    if qdq not in QDQ_MODES:
+        raise ValueError(f"prepare: qdq must be one of {', '.join(QDQ_MODES)}; got {qdq!r}")
+    if qdq == "literal":
+        return model
+    from qlinear.qdq import fuse_qdq
+
+    if not any(n.op_type == "DequantizeLinear" for n in model.graph.node):
+        return model  # nothing to fuse
+    return fuse_qdq(model, ops=fusable_ops())
+
+
 # --------------------------------------------------------------------------- backend
 
 
@@ -612,17 +651,22 @@ class QLinearBackend(Backend):
         return cls.supports_device(device) and not check_model(model)
 
     @classmethod
-    def prepare(cls, model, device="CPU", **kwargs) -> QLinearRep:
+    def prepare(cls, model, device="CPU", qdq: str = "fuse", **kwargs) -> QLinearRep:
+        """A runnable model. ``qdq="fuse"`` (default) runs QDQ node groups as onnxruntime's
+        CPU session does, on integer kernels (docs/qdq.md); ``qdq="literal"`` runs the graph as
+        written (DequantizeLinear -> float operator -> QuantizeLinear)."""
         if isinstance(model, (str, bytes)) and not isinstance(model, bytes):
             model = onnx.load(model)
         elif isinstance(model, bytes):
             model = onnx.load_from_string(model)
         if not cls.supports_device(device):
             raise ValueError(f"prepare: device {device!r} is not supported (CPU only)")
+        if qdq not in QDQ_MODES:
+            raise ValueError(f"prepare: qdq must be one of {', '.join(QDQ_MODES)}; got {qdq!r}")
         problems = check_model(model)
         if problems:
             raise UnsupportedModelError(problems)
-        return QLinearRep(model)
+        return QLinearRep(apply_qdq(model, qdq))
 
     @classmethod
     def run_model(cls, model, inputs, device="CPU", **kwargs):

@@ -1,0 +1,572 @@
+"""QDQ fusion (qlinear.qdq): each rule against onnxruntime 1.32's own optimizer and session.
+
+For every case the fused graph must contain the same quantized operators, QuantizeLinear and
+DequantizeLinear nodes as the graph onnxruntime's optimizer writes (``optimized_model_filepath``),
+positive cases and negative ones (a condition broken: neither fuses). Where qlinear has the
+fused operator's kernel, the outputs of ``qlinear.backend.prepare(model)`` must equal
+onnxruntime's normal session bit for bit. Weights are 7-bit ([-64, 63]) so that onnxruntime's
+uint8 x int8 kernels do not saturate on AVX2 CPUs without VNNI.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import pytest
+
+pytest.importorskip("onnxruntime")
+
+from qlinear import backend  # noqa: E402
+from qlinear.qdq import FUSED_OPS, fuse_qdq  # noqa: E402
+from qdq_models import I8, U8, Builder, op_counts, ort_optimized, ort_run  # noqa: E402
+
+MS = "com.microsoft"
+_QUANT = {"QuantizeLinear", "DequantizeLinear"} | {
+    (d + "." if d else "") + o for d, o in FUSED_OPS}
+
+
+def quant_ops(model: onnx.ModelProto) -> collections.Counter:
+    """Counts of the operators the QDQ rules produce or leave: Q, DQ and the fused ones."""
+    return collections.Counter({k: v for k, v in op_counts(model).items() if k in _QUANT})
+
+
+def check(model: onnx.ModelProto, expect: dict[str, int], feeds: dict | None = None,
+          options: dict | None = None, **fuse_kw) -> onnx.ModelProto:
+    """The fused graph has ``expect``'s operator counts, the same quantized operators as
+    onnxruntime's optimized graph, and (when qlinear has the kernels) the same outputs."""
+    fused = fuse_qdq(model, **fuse_kw)
+    ours = quant_ops(fused)
+    for op, n in expect.items():
+        assert op_counts(fused)[op] == n, f"{op}: {op_counts(fused)[op]} != {n}\n{ours}"
+    theirs = quant_ops(ort_optimized(model, options))
+    assert ours == theirs, f"qlinear {dict(ours)} != onnxruntime {dict(theirs)}"
+    onnx.checker.check_model(fused)
+    if feeds is not None:
+        emitted = {(n.domain, n.op_type) for n in fused.graph.node} & FUSED_OPS
+        missing = emitted - backend.fusable_ops()
+        if missing:
+            pytest.skip(f"qlinear has no kernel yet for {sorted(o for _, o in missing)}")
+        got = backend.QLinearRep(fused).run(feeds)
+        want = ort_run(model, feeds, options=options)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_array_equal(g, w)
+    return fused
+
+
+def rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def w7(shape, seed=1):
+    """7-bit int8 weights: onnxruntime's u8 x s8 kernels are exact on every x86 with them."""
+    return rng(seed).integers(-64, 64, shape).astype(I8)
+
+
+def image(shape, seed=2, lo=-1.0, hi=1.0):
+    return rng(seed).uniform(lo, hi, shape).astype(np.float32)
+
+
+# --------------------------------------------------------------------------- Conv
+
+
+def conv_model(*, xdt=U8, wdt=I8, bias=True, bias_factor=1.0, act=None, opset=13,
+               x_pair=True, y_consumers=1, out_q=True):
+    b = Builder(opset)
+    x = b.input("x", [1, 4, 7, 7])
+    xs, ws = 0.01, 0.02
+    xz = 128 if xdt == U8 else 3
+    if x_pair:
+        xd = b.qdq(x, xs, xz, xdt)
+    else:  # an 8-bit graph input straight into a DQ
+        b.inputs[-1] = onnx.helper.make_tensor_value_info(
+            "x", onnx.helper.np_dtype_to_tensor_dtype(np.dtype(xdt)), [1, 4, 7, 7])
+        xd = b.dq(x, xs, xz, xdt)
+    wv = w7((6, 4, 3, 3)) if wdt == I8 else rng(1).integers(0, 256, (6, 4, 3, 3)).astype(U8)
+    ins = [xd, b.dq(b.const(wv, "w"), ws, 0 if wdt == I8 else 128, wdt)]
+    if bias:
+        bq = rng(3).integers(-2000, 2000, 6).astype(np.int32)
+        ins.append(b.dq(b.const(bq, "b"), np.float32(np.float32(xs) * np.float32(ws)) * bias_factor,
+                        0, np.int32))
+    y = b.node("Conv", ins, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    if act == "relu":
+        y = b.node("Relu", [y])
+    elif act is not None:
+        lo, hi = act
+        y = b.node("Clip", [y, b.const(np.float32(lo)), b.const(np.float32(hi))])
+    outs = []
+    if not out_q:
+        return b.model([y])
+    lowest = 0 if xdt == U8 else -128
+    yz = lowest if act is not None else (128 if xdt == U8 else 0)
+    ys = 6 / 255 if act is not None else 0.05
+    yq = b.q(y, ys, yz, xdt)
+    outs.append(b.dq(yq, ys, yz, xdt))
+    if y_consumers == 2:
+        outs.append(b.node("Sigmoid", [y]))
+    return b.model(outs)
+
+
+def feeds_x(model, lo=-1.0, hi=1.0):
+    vi = model.graph.input[0]
+    shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+    dt = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+    if dt == np.float32:
+        return {vi.name: image(shape, lo=lo, hi=hi)}
+    return {vi.name: rng(4).integers(np.iinfo(dt).min, np.iinfo(dt).max + 1, shape).astype(dt)}
+
+
+def test_conv_fuses_to_qlinearconv_bit_exact():
+    m = conv_model()
+    check(m, {"QLinearConv": 1, "Conv": 0}, feeds_x(m))
+
+
+def test_conv_without_bias():
+    m = conv_model(bias=False)
+    check(m, {"QLinearConv": 1}, feeds_x(m))
+
+
+def test_conv_int8_activations_become_uint8():
+    m = conv_model(xdt=I8)
+    fused = check(m, {"QLinearConv": 1}, feeds_x(m))
+    conv = [n for n in fused.graph.node if n.op_type == "QLinearConv"][0]
+    zp = {i.name: i for i in fused.graph.initializer}[conv.input[2]]
+    assert zp.data_type == onnx.TensorProto.UINT8  # QDQS8ToU8: the pair is now uint8
+
+
+def test_conv_int8_allowed_keeps_int8():
+    m = conv_model(xdt=I8)
+    fused = fuse_qdq(m, int8_allowed=True)
+    conv = [n for n in fused.graph.node if n.op_type == "QLinearConv"][0]
+    zp = {i.name: i for i in fused.graph.initializer}[conv.input[2]]
+    assert zp.data_type == onnx.TensorProto.INT8
+
+
+def test_conv_int8_graph_input_not_fused():
+    m = conv_model(xdt=I8, x_pair=False)
+    check(m, {"QLinearConv": 0, "Conv": 1}, feeds_x(m))
+
+
+def test_conv_uint8_graph_input_fused():
+    m = conv_model(x_pair=False)
+    check(m, {"QLinearConv": 1}, feeds_x(m))
+
+
+def test_conv_uint8_weights():
+    m = conv_model(wdt=U8)
+    check(m, {"QLinearConv": 1}, feeds_x(m))
+
+
+@pytest.mark.parametrize("factor,fused", [(1.0, 1), (1.009, 1), (0.991, 1), (1.02, 0), (0.95, 0)])
+def test_conv_bias_scale_must_match(factor, fused):
+    m = conv_model(bias_factor=factor)
+    check(m, {"QLinearConv": fused}, feeds_x(m))
+
+
+def test_conv_relu_absorbed():
+    m = conv_model(act="relu")
+    check(m, {"QLinearConv": 1, "Relu": 0}, feeds_x(m))
+
+
+def test_conv_clip_0_6_absorbed():
+    m = conv_model(act=(0.0, 6.0))
+    check(m, {"QLinearConv": 1, "Clip": 0}, feeds_x(m))
+
+
+def test_conv_clip_0_2_kept():
+    m = conv_model(act=(0.0, 2.0))
+    check(m, {"QLinearConv": 0, "Clip": 1}, feeds_x(m))
+
+
+def test_conv_output_with_non_q_consumer_not_fused():
+    m = conv_model(y_consumers=2)
+    check(m, {"QLinearConv": 0})
+
+
+def test_conv_without_q_not_fused():
+    m = conv_model(out_q=False)
+    check(m, {"QLinearConv": 0})
+
+
+def test_shared_dq_is_duplicated_and_both_convs_fuse():
+    b = Builder()
+    x = b.input("x", [1, 2, 5, 5])
+    xd = b.qdq(x, 0.01, 128)
+    outs = []
+    for k in range(2):
+        wd = b.dq(b.const(w7((3, 2, 1, 1), seed=k), "w"), 0.03, 0, I8)
+        y = b.node("Conv", [xd, wd], kernel_shape=[1, 1])
+        outs.append(b.dq(b.q(y, 0.02, 128), 0.02, 128))
+    m = b.model(outs)
+    check(m, {"QLinearConv": 2}, feeds_x(m))
+
+
+def test_int8_pair_with_two_consumers_stays_int8_and_blocks_fusion():
+    # mobilenetv2's residual branches: Q -> DQ feeding Conv and Add; EnsureUniqueDQ gives the Q
+    # two DQs, so QDQS8ToU8 leaves that pair int8 and the producing Conv's types differ.
+    b = Builder()
+    x = b.input("x", [1, 2, 5, 5])
+    xd = b.qdq(x, 0.01, 0, I8)
+    y = b.node("Conv", [xd, b.dq(b.const(w7((2, 2, 1, 1)), "w"), 0.03, 0, I8)], kernel_shape=[1, 1])
+    yq = b.q(y, 0.02, -3, I8)
+    d = b.dq(yq, 0.02, -3, I8)
+    z = b.node("Conv", [d, b.dq(b.const(w7((2, 2, 1, 1), 5), "w"), 0.03, 0, I8)], kernel_shape=[1, 1])
+    s = b.node("Add", [z, d])
+    m = b.model([s])
+    check(m, {"QLinearConv": 0}, feeds_x(m))
+
+
+# --------------------------------------------------------------------------- MatMul, Gemm
+
+
+def matmul_model(*, out_q=True, per_column=False, adt=U8, a_pair=True):
+    b = Builder()
+    a = b.input("a", [3, 8])
+    ad = b.qdq(a, 0.02, 100 if adt == U8 else 0, adt) if a_pair else None
+    ws = rng(6).uniform(0.01, 0.05, 5).astype(np.float32) if per_column else 0.03
+    wz = np.zeros(5, I8) if per_column else 0
+    wd = b.dq(b.const(w7((8, 5)), "w"), ws, wz, I8, axis=1 if per_column else None)
+    y = b.node("MatMul", [ad, wd])
+    if out_q:
+        y = b.dq(b.q(y, 0.1, 120), 0.1, 120)
+    return b.model([y])
+
+
+def test_matmul_to_qlinearmatmul_bit_exact():
+    m = matmul_model()
+    check(m, {"QLinearMatMul": 1}, feeds_x(m))
+
+
+def test_matmul_per_column_weights():
+    m = matmul_model(per_column=True)
+    check(m, {"QLinearMatMul": 1}, feeds_x(m))
+
+
+def test_matmul_without_q_to_matmulintegertofloat():
+    m = matmul_model(out_q=False)
+    check(m, {f"{MS}.MatMulIntegerToFloat": 1}, feeds_x(m))
+
+
+def test_matmul_int8_activation_pair_converted():
+    m = matmul_model(adt=I8)
+    check(m, {"QLinearMatMul": 1}, feeds_x(m))
+
+
+def gemm_model(*, out_q=True, beta=1.0, bias=True, trans_b=1, alpha=1.0):
+    b = Builder()
+    a = b.input("a", [2, 8])
+    ad = b.qdq(a, 0.02, 128)
+    w = w7((5, 8)) if trans_b else w7((8, 5))
+    ins = [ad, b.dq(b.const(w, "w"), 0.03, 0, I8)]
+    if bias:
+        ins.append(b.dq(b.const(np.arange(5, dtype=np.int32) * 50, "b"),
+                        np.float32(0.02) * np.float32(0.03), 0, np.int32))
+    y = b.node("Gemm", ins, transB=trans_b, alpha=alpha, beta=beta)
+    if out_q:
+        y = b.dq(b.q(y, 0.05, 128), 0.05, 128)
+    return b.model([y])
+
+
+def test_gemm_to_qgemm():
+    m = gemm_model()
+    check(m, {f"{MS}.QGemm": 1}, feeds_x(m))
+
+
+def test_gemm_float_output_to_qgemm():
+    m = gemm_model(out_q=False)
+    check(m, {f"{MS}.QGemm": 1}, feeds_x(m))
+
+
+def test_gemm_beta_not_1_with_bias_not_fused():
+    m = gemm_model(beta=0.5)
+    check(m, {f"{MS}.QGemm": 0})
+
+
+def test_gemm_alpha_not_1_with_bias_not_fused():
+    m = gemm_model(alpha=0.5)
+    check(m, {f"{MS}.QGemm": 0})
+
+
+def test_gemm_alpha_without_bias_fused():
+    m = gemm_model(alpha=0.5, bias=False)
+    check(m, {f"{MS}.QGemm": 1}, feeds_x(m))
+
+
+def test_gemm_no_bias_no_transpose():
+    m = gemm_model(bias=False, trans_b=0)
+    check(m, {f"{MS}.QGemm": 1}, feeds_x(m))
+
+
+# --------------------------------------------------------------------------- element-wise
+
+
+def binary_model(op, *, bdt=U8, same_scale=False):
+    b = Builder()
+    x = b.input("x", [2, 3, 4])
+    y = b.input("y", [2, 3, 4])
+    xd = b.qdq(x, 0.01, 128)
+    yd = b.qdq(y, 0.01 if same_scale else 0.013, 120 if bdt == U8 else 0, bdt)
+    z = b.node(op, [xd, yd])
+    return b.model([b.dq(b.q(z, 0.02, 128), 0.02, 128)])
+
+
+def two_feeds(model):
+    return {vi.name: image([d.dim_value for d in vi.type.tensor_type.shape.dim], seed=k)
+            for k, vi in enumerate(model.graph.input)}
+
+
+@pytest.mark.parametrize("op", ["Add", "Mul"])
+def test_binary(op):
+    m = binary_model(op)
+    check(m, {f"{MS}.QLinear{op}": 1}, two_feeds(m))
+
+
+@pytest.mark.parametrize("op", ["Add", "Mul"])
+def test_binary_mixed_types_not_fused(op):
+    # x stays uint8, y is int8 turned uint8 by QDQS8ToU8: both uint8, so it does fuse
+    m = binary_model(op, bdt=I8)
+    check(m, {f"{MS}.QLinear{op}": 1})
+
+
+def test_binary_int8_not_converted_not_fused():
+    # an int8 graph input straight into DQ stays int8; with a uint8 operand the types differ
+    b = Builder()
+    x = b.input("x", [4], onnx.TensorProto.INT8)
+    y = b.input("y", [4])
+    z = b.node("Add", [b.dq(x, 0.01, 0, I8), b.qdq(y, 0.01, 128)])
+    m = b.model([b.dq(b.q(z, 0.02, 128), 0.02, 128)])
+    check(m, {f"{MS}.QLinearAdd": 0})
+
+
+def unary_model(op, opset=13, **attrs):
+    b = Builder(opset)
+    x = b.input("x", [1, 3, 4, 4])
+    xd = b.qdq(x, 0.02, 128)
+    y = b.node(op, [xd], **attrs)
+    ys, yz = (1 / 256, 0) if op in ("Sigmoid", "Softmax") else (0.02, 128)
+    return b.model([b.dq(b.q(y, ys, yz), ys, yz)])
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("Sigmoid", {}), ("LeakyRelu", {"alpha": 0.1}), ("Softmax", {"axis": -1}),
+    ("AveragePool", {"kernel_shape": [2, 2]}), ("GlobalAveragePool", {}),
+])
+def test_unary(op, attrs):
+    m = unary_model(op, **attrs)
+    fused = check(m, {f"{MS}.QLinear{op}": 1}, feeds_x(m))
+    if op == "Softmax":
+        node = [n for n in fused.graph.node if n.op_type == "QLinearSoftmax"][0]
+        assert {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}["opset"] == 13
+
+
+def test_concat():
+    b = Builder()
+    x = b.input("x", [1, 2, 3])
+    y = b.input("y", [1, 4, 3])
+    z = b.node("Concat", [b.qdq(x, 0.01, 128), b.qdq(y, 0.02, 100)], axis=1)
+    m = b.model([b.dq(b.q(z, 0.02, 128), 0.02, 128)])
+    check(m, {f"{MS}.QLinearConcat": 1}, two_feeds(m))
+
+
+def test_concat_with_float_input_not_fused():
+    b = Builder()
+    x = b.input("x", [1, 2, 3])
+    y = b.input("y", [1, 4, 3])
+    z = b.node("Concat", [b.qdq(x, 0.01, 128), y], axis=1)
+    m = b.model([b.dq(b.q(z, 0.02, 128), 0.02, 128)])
+    check(m, {f"{MS}.QLinearConcat": 0})
+
+
+def test_where():
+    b = Builder()
+    c = b.input("c", [2, 3], onnx.TensorProto.BOOL)
+    x = b.input("x", [2, 3])
+    y = b.input("y", [2, 3])
+    z = b.node("Where", [c, b.qdq(x, 0.01, 128), b.qdq(y, 0.02, 100)])
+    m = b.model([b.dq(b.q(z, 0.02, 128), 0.02, 128)])
+    feeds = {"c": rng(7).integers(0, 2, (2, 3)).astype(bool), "x": image([2, 3]),
+             "y": image([2, 3], seed=8)}
+    check(m, {f"{MS}.QLinearWhere": 1}, feeds)
+
+
+# --------------------------------------------------------------------------- data movement
+
+
+def drop_model(op, inputs_after=(), *, s2=0.02, z2=128, opset=13, dt=U8, shape=(1, 2, 4, 4),
+               **attrs):
+    b = Builder(opset)
+    x = b.input("x", list(shape))
+    xd = b.qdq(x, 0.02, 128 if dt == U8 else 0, dt)
+    extra = [b.const(v) if not isinstance(v, str) else v for v in inputs_after]
+    y = b.node(op, [xd] + extra, **attrs)
+    return b.model([b.dq(b.q(y, s2, z2 if dt == U8 else 0, dt), s2, z2 if dt == U8 else 0, dt)])
+
+
+DROP_CASES = {
+    "Reshape": ((np.array([1, -1], np.int64),), {}),
+    "Transpose": ((), {"perm": [0, 2, 3, 1]}),
+    "Squeeze": ((np.array([0], np.int64),), {}),
+    "Unsqueeze": ((np.array([0], np.int64),), {}),
+    "Flatten": ((), {"axis": 1}),
+    "Slice": ((np.array([1], np.int64), np.array([3], np.int64), np.array([2], np.int64)), {}),
+    "Gather": ((np.array([1, 0], np.int64),), {"axis": 1}),
+    "Expand": ((np.array([2, 2, 4, 4], np.int64),), {}),
+    "Tile": ((np.array([1, 2, 1, 1], np.int64),), {}),
+    "ReduceMax": ((), {"axes": [1]}),
+    "ReduceMin": ((), {"axes": [1]}),
+}
+
+
+@pytest.mark.parametrize("op", sorted(DROP_CASES))
+def test_drop_qdq_around_data_movement(op):
+    extra, attrs = DROP_CASES[op]
+    m = drop_model(op, extra, **attrs)
+    check(m, {op: 1, "QuantizeLinear": 1, "DequantizeLinear": 1}, feeds_x(m))
+
+
+@pytest.mark.parametrize("op", ["Reshape", "Transpose"])
+def test_drop_needs_equal_scales(op):
+    extra, attrs = DROP_CASES[op]
+    m = drop_model(op, extra, s2=0.021, **attrs)
+    check(m, {"QuantizeLinear": 2, "DequantizeLinear": 2}, feeds_x(m))
+
+
+def test_drop_needs_equal_zero_points():
+    extra, attrs = DROP_CASES["Transpose"]
+    m = drop_model("Transpose", extra, z2=127, **attrs)
+    check(m, {"QuantizeLinear": 2, "DequantizeLinear": 2}, feeds_x(m))
+
+
+def test_maxpool_12_dropped():
+    m = drop_model("MaxPool", opset=12, kernel_shape=[2, 2])
+    check(m, {"MaxPool": 1, "QuantizeLinear": 1}, feeds_x(m))
+
+
+def test_maxpool_needs_positive_scale():
+    b = Builder(12)
+    x = b.input("x", [1, 2, 4, 4])
+    xq = b.q(x, 0.02, 128)
+    y = b.node("MaxPool", [b.dq(xq, -0.02, 128)], kernel_shape=[2, 2])
+    m = b.model([b.dq(b.node("QuantizeLinear", [y, b.const(np.float32(-0.02)),
+                                                    b.const(np.array(128, U8))]), 0.02, 128)])
+    check(m, {"MaxPool": 1, "QuantizeLinear": 2})
+
+
+def test_maxpool_other_versions_not_dropped():
+    m = drop_model("MaxPool", opset=11, kernel_shape=[2, 2])
+    check(m, {"QuantizeLinear": 2}, feeds_x(m))
+
+
+@pytest.mark.parametrize("mode,dropped", [("nearest", True), ("linear", False)])
+def test_resize(mode, dropped):
+    m = drop_model("Resize", ("", np.array([1, 1, 2, 2], np.float32)), mode=mode)
+    # (linear stays a float Resize: its output is not compared bit for bit)
+    check(m, {"QuantizeLinear": 1 if dropped else 2}, feeds_x(m) if dropped else None)
+
+
+def test_split():
+    b = Builder()
+    x = b.input("x", [1, 4, 3])
+    parts = b.node("Split", [b.qdq(x, 0.02, 128)], n_out=2, axis=1)
+    outs = [b.dq(b.q(p, 0.02, 128), 0.02, 128) for p in parts]
+    m = b.model(outs)
+    check(m, {"Split": 1, "QuantizeLinear": 1, "DequantizeLinear": 2}, feeds_x(m))
+
+
+def test_split_with_different_output_scale_not_dropped():
+    b = Builder()
+    x = b.input("x", [1, 4, 3])
+    parts = b.node("Split", [b.qdq(x, 0.02, 128)], n_out=2, axis=1)
+    outs = [b.dq(b.q(parts[0], 0.02, 128), 0.02, 128), b.dq(b.q(parts[1], 0.03, 128), 0.03, 128)]
+    m = b.model(outs)
+    check(m, {"QuantizeLinear": 3}, feeds_x(m))
+
+
+def test_argmax_drops_dq():
+    b = Builder()
+    x = b.input("x", [2, 5])
+    y = b.node("ArgMax", [b.qdq(x, 0.02, 128)], axis=1)
+    m = b.model([y])
+    check(m, {"DequantizeLinear": 0, "ArgMax": 1}, feeds_x(m))
+
+
+# --------------------------------------------------------------------------- Q/DQ pairs
+
+
+def double_model(s1=0.02, z1=128, s2=0.015, z2=100, dt=U8):
+    b = Builder()
+    x = b.input("x", [64])
+    y = b.dq(b.q(b.qdq(x, s1, z1, dt), s2, z2, dt), s2, z2, dt)
+    return b.model([b.node("Relu", [y])])  # a float consumer: no group fuses
+
+
+@pytest.mark.parametrize("params", [(0.02, 128, 0.015, 100, U8), (0.02, 0, 0.03, -7, I8),
+                                    (0.02, 128, 0.02, 128, U8)])
+def test_double_qdq_pairs_collapse(params):
+    m = double_model(*params)
+    feeds = {"x": np.linspace(-4, 4, 64, dtype=np.float32)}
+    check(m, {"QuantizeLinear": 1, "DequantizeLinear": 1}, feeds)
+
+
+def test_double_qdq_remover_can_be_disabled():
+    m = double_model()
+    opts = {"session.disable_double_qdq_remover": "1"}
+    check(m, {"QuantizeLinear": 2}, {"x": np.linspace(-4, 4, 64, dtype=np.float32)},
+          options=opts, double_qdq=False)
+
+
+def test_relu_before_q_with_nonzero_zero_point_kept():
+    b = Builder()
+    x = b.input("x", [8])
+    r = b.node("Relu", [b.qdq(x, 0.02, 128)])
+    m = b.model([b.dq(b.q(r, 0.02, 5), 0.02, 5)])
+    check(m, {"Relu": 1})
+
+
+def test_dq_propagates_across_reshape():
+    # QDQPropagation: DQ -> Reshape -> Conv gets a Q/DQ pair after the Reshape, which then runs
+    # on integers, and the Conv fuses.
+    b = Builder()
+    x = b.input("x", [1, 2, 4, 4])
+    r = b.node("Reshape", [b.qdq(x, 0.02, 128), b.const(np.array([1, 2, 16, 1], np.int64))])
+    y = b.node("Conv", [r, b.dq(b.const(w7((3, 2, 1, 1)), "w"), 0.03, 0, I8)], kernel_shape=[1, 1])
+    m = b.model([b.dq(b.q(y, 0.05, 128), 0.05, 128)])
+    check(m, {"QLinearConv": 1, "Reshape": 1}, feeds_x(m))
+
+
+# --------------------------------------------------------------------------- API
+
+
+def test_ops_restricts_what_is_emitted():
+    m = binary_model("Add")
+    fused = fuse_qdq(m, ops={("", "QLinearConv")})
+    assert op_counts(fused)["Add"] == 1 and op_counts(fused)[f"{MS}.QLinearAdd"] == 0
+
+
+def test_fuse_is_pure():
+    m = conv_model()
+    before = m.SerializeToString()
+    fuse_qdq(m)
+    assert m.SerializeToString() == before
+
+
+def test_fuse_rejects_non_model():
+    with pytest.raises(TypeError, match="fuse_qdq: model must be an onnx.ModelProto"):
+        fuse_qdq(b"not a model")
+
+
+def test_prepare_literal_runs_graph_as_written():
+    m = conv_model()
+    feeds = feeds_x(m)
+    literal = backend.prepare(m, qdq="literal")
+    assert any(n.op_type == "Conv" for n in literal.model.graph.node)
+    want = ort_run(m, feeds, level="basic")  # onnxruntime without QDQ fusion
+    got = literal.run(feeds)
+    np.testing.assert_allclose(got[0], want[0], atol=0.05 + 1e-6)
+
+
+def test_prepare_rejects_bad_qdq_mode():
+    with pytest.raises(ValueError, match="qdq must be one of fuse, literal; got 'nope'"):
+        backend.prepare(conv_model(), qdq="nope")
