@@ -132,13 +132,56 @@ class _Graph:
     def _index(self) -> None:
         self.producer: dict[str, onnx.NodeProto] = {}
         self.consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+        self._alive: set[int] = set()
         for n in self.nodes:
-            for o in n.output:
-                if o:
-                    self.producer[o] = n
-            for i, x in enumerate(n.input):
-                if x:
-                    self.consumers.setdefault(x, []).append((n, i))
+            self._add_to_index(n)
+
+    def _add_to_index(self, n: onnx.NodeProto) -> None:
+        self._alive.add(id(n))
+        for o in n.output:
+            if o:
+                self.producer[o] = n
+        for i, x in enumerate(n.input):
+            if x:
+                self.consumers.setdefault(x, []).append((n, i))
+
+    def _drop_from_index(self, n: onnx.NodeProto) -> None:
+        self._alive.discard(id(n))
+        for o in n.output:
+            if o and self.producer.get(o) is n:
+                del self.producer[o]
+        for x in set(n.input):
+            if x and x in self.consumers:
+                kept = [(c, i) for c, i in self.consumers[x] if c is not n]
+                if kept:
+                    self.consumers[x] = kept
+                else:
+                    del self.consumers[x]
+
+    def set_input(self, node: onnx.NodeProto, slot: int, name: str) -> None:
+        old = node.input[slot]
+        if old in self.consumers:
+            kept = [(c, i) for c, i in self.consumers[old] if not (c is node and i == slot)]
+            if kept:
+                self.consumers[old] = kept
+            else:
+                del self.consumers[old]
+        node.input[slot] = name
+        if name:
+            self.consumers.setdefault(name, []).append((node, slot))
+
+    def set_output(self, node: onnx.NodeProto, k: int, name: str) -> None:
+        old = node.output[k]
+        if self.producer.get(old) is node:
+            del self.producer[old]
+        node.output[k] = name
+        self.producer[name] = node
+
+    def replace_node(self, old: onnx.NodeProto, new: onnx.NodeProto) -> None:
+        """Put ``new`` at ``old``'s position."""
+        self.nodes[self.pos(old)] = new
+        self._drop_from_index(old)
+        self._add_to_index(new)
 
     def fresh(self, base: str) -> str:
         while True:
@@ -202,12 +245,13 @@ class _Graph:
         raise KeyError(node.name)
 
     def has(self, node: onnx.NodeProto) -> bool:
-        return any(n is node for n in self.nodes)
+        return id(node) in self._alive
 
     def remove(self, *nodes: onnx.NodeProto) -> None:
         ids = {id(n) for n in nodes}
         self.nodes = [n for n in self.nodes if id(n) not in ids]
-        self._index()
+        for n in nodes:
+            self._drop_from_index(n)
 
     def to_model(self) -> onnx.ModelProto:
         used = {x for n in self.nodes for x in n.input} | self.pinned
@@ -611,9 +655,12 @@ def remove_double_qdq(g: _Graph) -> None:
                 continue
             if new is not None:
                 s, z = new
-                q1.input[1] = dq2.input[1] = g.add_const("DoubleQDQRemoved_scale", s)
-                q1.input[2] = dq2.input[2] = g.add_const("DoubleQDQRemoved_zp", z)
-            dq2.input[0] = q1.output[0]
+                sname = g.add_const("DoubleQDQRemoved_scale", s)
+                zname = g.add_const("DoubleQDQRemoved_zp", z)
+                for n in (q1, dq2):
+                    g.set_input(n, 1, sname)
+                    g.set_input(n, 2, zname)
+            g.set_input(dq2, 0, q1.output[0])
             g.remove(dq1, q2)
             changed = True
             break
@@ -852,7 +899,7 @@ def remove_relu_clip(g: _Graph) -> None:
             continue
         if not _clip_redundant(g, act, q):
             continue
-        q.input[0] = act.input[0]
+        g.set_input(q, 0, act.input[0])
         g.remove(act)
 
 
@@ -880,11 +927,10 @@ def s8_to_u8(g: _Graph) -> None:
         zname = g.add_const("qdq_s8_to_u8_zp_conversion", u)
         out = g.fresh("qdq_s8_to_u8_quant")
         g.types[out] = _T.UINT8
-        q.output[0] = out
-        dq.input[0] = out
-        q.input[2] = zname
-        dq.input[2] = zname
-        g._index()
+        g.set_output(q, 0, out)
+        g.set_input(dq, 0, out)
+        g.set_input(q, 2, zname)
+        g.set_input(dq, 2, zname)
 
 
 # --------------------------------------------------------------------------- node groups
@@ -1021,8 +1067,7 @@ class _Rules:
 
     def _replace(self, grp: _Group, new: onnx.NodeProto) -> bool:
         g = self.g
-        at = g.pos(grp.target)
-        g.nodes[at] = new
+        g.replace_node(grp.target, new)
         drop = list(grp.dqs) + list(grp.qs) + ([grp.clip] if grp.clip is not None else [])
         g.remove(*drop)
         return True
@@ -1103,8 +1148,7 @@ class _Rules:
             return False
         new = _copy(node)
         new.input[0] = dq.input[0]
-        at = g.pos(node)
-        g.nodes[at] = new
+        g.replace_node(node, new)
         g.remove(dq)
         return True
 
