@@ -137,7 +137,7 @@ def _example_report(meta, outputs: dict[str, np.ndarray], labels, model, feeds) 
 
 
 def cmd_run(args) -> int:
-    from qlinear.backend import QLinearRep
+    from qlinear.backend import QLinearRep, apply_qdq
     from qlinear.tools.model import ToolError, safe_output_path
 
     example = args.model is None
@@ -147,7 +147,7 @@ def cmd_run(args) -> int:
         raise ToolError(f"--output-dir {args.output_dir}: exists and is not a directory")
 
     t0 = time.perf_counter()
-    rep = QLinearRep(model)
+    rep = QLinearRep(apply_qdq(model, getattr(args, "qdq", "fuse")))
     t_prepare = time.perf_counter() - t0
     t0 = time.perf_counter()
     values = rep.run(feeds, progress=_progress_enabled(args))
@@ -236,7 +236,8 @@ def cmd_compare(args) -> int:
     model_path, model, feeds, _, _, note = _model_and_inputs(args)
     if args.ulp < 0:
         raise ToolError("--ulp must be 0 or more")
-    result = compare_model(model, feeds, show_progress=_progress_enabled(args), ulp=args.ulp)
+    result = compare_model(model, feeds, show_progress=_progress_enabled(args), ulp=args.ulp,
+                           qdq=getattr(args, "qdq", "fuse"))
     result["model"] = model_path
     if note:
         result["note"] = note
@@ -292,6 +293,10 @@ def _add_model_args(p, what: str) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--max-tensor-bytes", type=int, default=None, metavar="N",
                    help="refuse models declaring a tensor larger than N bytes (default 2 GiB)")
+    p.add_argument("--qdq", choices=("fuse", "literal"), default="fuse",
+                   help="QDQ models: 'fuse' (default) runs DequantizeLinear -> op -> "
+                        "QuantizeLinear groups on integer kernels as onnxruntime's CPU session "
+                        "does; 'literal' runs the graph as written (docs/qdq.md)")
 
 
 def _wrap(text: str) -> str:

@@ -120,18 +120,25 @@ def _attrs(node) -> dict[str, Any]:
 
 
 def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
-                  show_progress: bool | None = None, ulp: int = 0) -> dict[str, Any]:
+                  show_progress: bool | None = None, ulp: int = 0,
+                  qdq: str = "fuse") -> dict[str, Any]:
     """Run both runtimes and compare every node; returns rows, outputs and a summary.
 
     ``ulp``: float32 values within that many units in the last place count as equal (for
     models ending in float operators such as Softmax, whose onnxruntime kernels round
     differently); integer tensors are always compared exactly.
+
+    ``qdq="fuse"`` (default): a QDQ model is first rewritten as onnxruntime's optimizer
+    rewrites it (qlinear.qdq); both runtimes then run that graph, so that every intermediate
+    tensor exists in both (exposing the original graph's tensors as outputs would stop
+    onnxruntime's own fusion). ``"literal"``: both run the graph as written.
     """
-    from qlinear.backend import QLinearRep, check_model, UnsupportedModelError
+    from qlinear.backend import QLinearRep, apply_qdq, check_model, UnsupportedModelError
 
     problems = check_model(model)
     if problems:
         raise UnsupportedModelError(problems)
+    model = apply_qdq(model, qdq)
     rep = QLinearRep(model)
     t0 = time.perf_counter()
     ql = rep.run_all(feeds, progress=show_progress)
