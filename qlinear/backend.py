@@ -252,7 +252,7 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
         if domain == _contrib.DOMAIN:  # onnxruntime's operators: qlinear/backend_contrib.py
             reason = _contrib.check_node(node, types)
             if reason:
-                problems.append(Problem(label, node.op_type, domain, 1, reason))
+                problems.append(Problem(label, node.op_type, domain, _contrib.version(node), reason))
             continue
         if domain not in ("", "ai.onnx.ml"):
             problems.append(Problem(label, node.op_type, domain, None,

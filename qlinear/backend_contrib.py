@@ -57,6 +57,11 @@ def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
     return out
 
 
+def version(node: onnx.NodeProto) -> int | None:
+    """The com.microsoft opset version of an operator qlinear runs (1), None for the others."""
+    return 1 if node.op_type in OPS else None
+
+
 def check_node(node: onnx.NodeProto, types: dict[str, int]) -> str | None:
     """Why a com.microsoft node cannot run, or None."""
     if node.op_type not in OPS:
