@@ -46,6 +46,7 @@ from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
 import qlinear as _q
+from qlinear import backend_contrib as _contrib
 
 __all__ = [
     "QLinearBackend",
@@ -250,6 +251,11 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
         if domain not in opsets:
             problems.append(Problem(label, node.op_type, domain, None,
                                     f"domain {domain or 'ai.onnx'!r} is not imported by the model"))
+            continue
+        if domain == _contrib.DOMAIN:  # onnxruntime's operators: qlinear/backend_contrib.py
+            reason = _contrib.check_node(node, types)
+            if reason:
+                problems.append(Problem(label, node.op_type, domain, _contrib.version(node), reason))
             continue
         if domain not in ("", "ai.onnx.ml"):
             problems.append(Problem(label, node.op_type, domain, None,
@@ -550,7 +556,7 @@ class MaxPool(OpRun):
 
 
 KERNELS: list[type[OpRun]] = [QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul,
-                              ConvInteger, MatMulInteger, BatchNormalization, MaxPool]
+                              ConvInteger, MatMulInteger, BatchNormalization, MaxPool, *_contrib.KERNELS]
 
 
 # --------------------------------------------------------------------------- QDQ

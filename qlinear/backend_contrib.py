@@ -1,0 +1,218 @@
+"""onnxruntime's com.microsoft operators for qlinear's ONNX backend (``qlinear.backend``).
+
+Each class is an ``onnx.reference`` OpRun running the matching function of ``qlinear.contrib``;
+``KERNELS`` is appended to the backend's kernels and ``check_node`` is what ``check_model``
+asks about a com.microsoft node before anything runs. DynamicQuantizeLinear (ai.onnx) is
+replaced too: onnx.reference computes the ONNX formula, onnxruntime a different one
+(an all-zero input, the zero point's rounding), and the models that carry it are
+onnxruntime's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import onnx
+from onnx import helper
+from onnx.reference.op_run import OpRun
+
+from . import contrib as _c
+from . import prepare_qlinear_conv
+
+DOMAIN = "com.microsoft"
+_T = onnx.TensorProto
+_EIGHT_BIT = {_T.UINT8, _T.INT8}
+_FLOAT = {_T.FLOAT}
+
+# Operator → {input index: allowed element types}, checked where shape inference knows them.
+_INPUT_TYPES: dict[str, dict[int, set[int]]] = {
+    "QLinearAdd": {0: _EIGHT_BIT, 3: _EIGHT_BIT},
+    "QLinearMul": {0: _EIGHT_BIT, 3: _EIGHT_BIT},
+    "QLinearSigmoid": {0: _EIGHT_BIT},
+    "QLinearLeakyRelu": {0: _EIGHT_BIT},
+    "QLinearConcat": {1: _EIGHT_BIT},
+    "QLinearWhere": {1: _EIGHT_BIT, 4: _EIGHT_BIT},
+    "QLinearGlobalAveragePool": {0: _EIGHT_BIT},
+    "QLinearAveragePool": {0: _EIGHT_BIT},
+    "QLinearSoftmax": {0: _EIGHT_BIT},
+    "QGemm": {0: _EIGHT_BIT, 3: _EIGHT_BIT, 6: {_T.INT32}},
+    "QLinearConv": {0: _EIGHT_BIT, 3: _EIGHT_BIT, 8: {_T.INT32}},
+    "MatMulIntegerToFloat": {0: _EIGHT_BIT, 1: _EIGHT_BIT, 6: _FLOAT},
+    "DynamicQuantizeMatMul": {0: _FLOAT, 1: _EIGHT_BIT},
+    "QuantizeLinear": {0: _FLOAT, 2: _EIGHT_BIT | {_T.UINT16, _T.INT16}},
+    "DequantizeLinear": {0: _EIGHT_BIT | {_T.UINT16, _T.INT16, _T.INT32}},
+}
+
+#: The com.microsoft operators (opset 1) the backend runs.
+OPS: set[str] = set(_INPUT_TYPES)
+
+
+def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
+    out = {}
+    for a in node.attribute:
+        val = helper.get_attribute_value(a)
+        out[a.name] = val.decode() if isinstance(val, bytes) else val
+    return out
+
+
+def version(node: onnx.NodeProto) -> int | None:
+    """The com.microsoft opset version of an operator qlinear runs (1), None for the others."""
+    return 1 if node.op_type in OPS else None
+
+
+def check_node(node: onnx.NodeProto, types: dict[str, int]) -> str | None:
+    """Why a com.microsoft node cannot run, or None."""
+    if node.op_type not in OPS:
+        return "com.microsoft operator not implemented by qlinear"
+    for i, allowed in _INPUT_TYPES[node.op_type].items():
+        if i < len(node.input) and node.input[i]:
+            t = types.get(node.input[i], 0)
+            if t and t not in allowed:
+                names = sorted(helper.tensor_dtype_to_np_dtype(a).name for a in allowed)
+                return (f"input {i} is {helper.tensor_dtype_to_np_dtype(t).name}; "
+                        f"supported: {', '.join(names)}")
+    attrs = _attrs(node)
+    if node.op_type == "QLinearSoftmax" and "opset" not in attrs:
+        return "the opset attribute is required"
+    if node.op_type == "QLinearConcat" and "axis" not in attrs:
+        return "the axis attribute is required"
+    if node.op_type == "QLinearAveragePool" and "kernel_shape" not in attrs:
+        return "the kernel_shape attribute is required"
+    return None
+
+
+class _ContribOp(OpRun):
+    """Base: attributes of the node, error wrapping with node name, operator and version."""
+
+    op_domain = DOMAIN
+    version = 1
+
+    def __init__(self, onnx_node, run_params, schema=None):
+        super().__init__(onnx_node, run_params, schema)
+        self.given = _attrs(onnx_node)
+
+    def _call(self, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, TypeError) as e:
+            from .backend import NodeError
+
+            name = self.onnx_node.name or self.onnx_node.output[0]
+            raise NodeError(f"node {name!r} ({self.op_domain}.{self.onnx_node.op_type}-{self.version}): {e}") from e
+
+    def _kw(self, *names: str) -> dict[str, Any]:
+        return {k: (list(self.given[k]) if isinstance(self.given[k], (list, tuple)) else self.given[k])
+                for k in names if k in self.given}
+
+
+class QLinearAdd(_ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.qlinear_add, *args),)
+
+
+class QLinearMul(_ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.qlinear_mul, *args),)
+
+
+class QLinearSigmoid(_ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.qlinear_sigmoid, *args),)
+
+
+class QLinearLeakyRelu(_ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.qlinear_leaky_relu, *args, **self._kw("alpha")),)
+
+
+class QLinearConcat(_ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.qlinear_concat, *args, **self._kw("axis")),)
+
+
+class QLinearWhere(_ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.qlinear_where, *args),)
+
+
+class QLinearGlobalAveragePool(_ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.qlinear_global_average_pool, *args, **self._kw("channels_last")),)
+
+
+class QLinearAveragePool(_ContribOp):
+    def _run(self, *args, **_):
+        kw = self._kw("kernel_shape", "auto_pad", "ceil_mode", "channels_last", "count_include_pad",
+                      "pads", "strides")
+        return (self._call(_c.qlinear_average_pool, *args, **kw),)
+
+
+class QLinearSoftmax(_ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.qlinear_softmax, *args, **self._kw("opset", "axis")),)
+
+
+class QGemm(_ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.qgemm, *args, **self._kw("alpha", "transA", "transB")),)
+
+
+class QLinearConv(_ContribOp):
+    """com.microsoft QLinearConv: constant weights are prepared once (``prepare_qlinear_conv``)."""
+
+    _key: tuple | None = None
+    _prepared: Any = None
+
+    def _run(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, **_):
+        kw = self._kw("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+        channels_last = self.given.get("channels_last", 0)
+        key = tuple(id(a) for a in (w, w_scale, w_zero_point, B))
+        if key != self._key:
+            self._prepared = self._call(prepare_qlinear_conv, w, w_scale, w_zero_point, B, **kw)
+            self._key, self._alive = key, (w, w_scale, w_zero_point, B)
+        if channels_last:
+            if not isinstance(x, np.ndarray) or x.ndim < 3:
+                return (self._call(_c.qlinear_conv, x, x_scale, x_zero_point, w, w_scale, w_zero_point,
+                                   y_scale, y_zero_point, B, channels_last=1, **kw),)
+            x = np.moveaxis(x, -1, 1)
+        y = self._call(self._prepared.run, x, x_scale, x_zero_point, y_scale, y_zero_point)
+        return (np.moveaxis(y, 1, -1) if channels_last else y,)
+
+
+class MatMulIntegerToFloat(_ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.matmul_integer_to_float, *args),)
+
+
+class DynamicQuantizeMatMul(_ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.dynamic_quantize_matmul, *args),)
+
+
+class QuantizeLinear(_ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.quantize_linear, *args, **self._kw("axis")),)
+
+
+class DequantizeLinear(_ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.dequantize_linear, *args, **self._kw("axis")),)
+
+
+class DynamicQuantizeLinear(_ContribOp):
+    """ai.onnx DynamicQuantizeLinear computed as onnxruntime computes it."""
+
+    op_domain = ""
+    version = 11
+
+    def _run(self, x, **_):
+        return self._call(_c.dynamic_quantize_linear, x)
+
+
+KERNELS: list[type[OpRun]] = [
+    QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearConcat, QLinearWhere,
+    QLinearGlobalAveragePool, QLinearAveragePool, QLinearSoftmax, QGemm, QLinearConv,
+    MatMulIntegerToFloat, DynamicQuantizeMatMul, QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
+]

@@ -1,0 +1,409 @@
+"""qlinear.contrib (onnxruntime's com.microsoft operators) bit for bit against onnxruntime 1.32.
+
+Every quantized operator is compared with onnxruntime's CPU kernel on seeded random inputs
+over the full 8-bit range, every attribute and both 8-bit types; u8 x s8 GEMMs keep the int8
+operand within [-64, 64] (onnxruntime saturates beyond on AVX2 CPUs without VNNI). The float
+arithmetic helpers (fma, cvt) are checked against exact rational arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import qlinear.contrib as c
+from qlinear.contrib import _arith
+from conftest import I8, U8, assert_exact, rand_int
+
+ort = pytest.importorskip("onnxruntime")
+from ms_ort import run_node  # noqa: E402
+
+F = np.float32
+EXACT_S8 = (-64, 64)
+
+
+def scale(rng, lo=1e-3, hi=0.1, shape=()):
+    return rng.uniform(lo, hi, size=shape).astype(F)
+
+
+def zp(rng, dtype, shape=()):
+    return rand_int(rng, dtype, shape)
+
+
+# ----------------------------------------------------------------------------- float helpers
+
+
+def _round_f32(q: Fraction) -> np.float32:
+    """The float32 nearest to an exact rational (ties to even), found among the neighbours of
+    the float64 rounding: independent of the fma emulation under test."""
+    guess = F(float(q))
+    cands = {guess, np.nextafter(guess, F(np.inf)), np.nextafter(guess, F(-np.inf))}
+    best = min(cands, key=lambda v: (abs(Fraction(float(v)) - q), int(np.asarray(v).view(np.uint32)) & 1))
+    return F(best)
+
+
+def _fma_cases():
+    """Products landing near float32 midpoints with a tail below float64's precision: rounding
+    x·y + z to float64 first and then to float32 (double rounding) is wrong on them."""
+    out = []
+    one_ulp = F(2.0 ** -23)
+    for e in range(-20, 21, 5):
+        k = F(2.0 ** e)
+        # z = 1 + 2^-23 (odd significand), x·y = 2^-24 (1 - 2^-46): exact sum just below the
+        # midpoint 1 + 2^-23 + 2^-24; float64 rounds it onto the midpoint, float32 then up.
+        x, y, z = F(2.0 ** -24) * (F(1) + one_ulp) * k, F(1) - one_ulp, (F(1) + one_ulp) * k
+        out += [(x, y, z), (-x, y, -z), (x, -y, -z)]
+        out.append((F(2.0 ** -24) * (F(1) - one_ulp) * k, F(1) + one_ulp, k))  # just above a midpoint
+    return out
+
+
+def test_fma_is_single_rounding_on_adversarial_inputs():
+    cases = _fma_cases()
+    x, y, z = (np.array(v, F) for v in zip(*cases))
+    got = _arith.fma(x, y, z)
+    naive = (x.astype(np.float64) * y + z).astype(F)
+    for i, (a, b, d) in enumerate(cases):
+        want = _round_f32(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(d)))
+        assert got[i].tobytes() == want.tobytes(), (a, b, d, got[i], want)
+    assert (naive != got).sum() >= len(cases) // 2  # the cases do defeat double rounding
+
+
+def test_fma_random_against_exact_rationals():
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(3000) * 2.0 ** rng.integers(-30, 30, 3000)).astype(F)
+    y = (rng.standard_normal(3000) * 2.0 ** rng.integers(-30, 30, 3000)).astype(F)
+    z = np.where(rng.random(3000) < 0.5, -(x.astype(np.float64) * y).astype(F) * F(1.0000001),
+                 rng.standard_normal(3000).astype(F))
+    got = _arith.fma(x, y, z)
+    for i in range(0, 3000, 7):
+        want = _round_f32(Fraction(float(x[i])) * Fraction(float(y[i])) + Fraction(float(z[i])))
+        assert got[i].tobytes() == want.tobytes()
+
+
+def test_cvt_is_x86_cvtps2dq():
+    v = np.array([0.5, 1.5, -2.5, 2.0 ** 31, -2.0 ** 31, 2.0 ** 31 - 128, np.nan, np.inf, -np.inf], F)
+    assert _arith.cvt(v).tolist() == [0, 2, -2, -2 ** 31, -2 ** 31, 2 ** 31 - 128, -2 ** 31, -2 ** 31, -2 ** 31]
+
+
+# ----------------------------------------------------------------------------- binary ops
+
+BROADCASTS = [((3, 4, 5), (3, 4, 5)), ((3, 4, 5), (5,)), ((5,), (3, 4, 5)), ((3, 1, 5), (3, 4, 1)),
+              ((1,), (3, 4)), ((3, 4), ()), ((), (3, 4)), ((2, 3, 1), (2, 3, 1)), ((3, 1), (1, 1)),
+              ((1, 1), (3, 1)), ((4, 1), ()), ((1,), (1,)), ((2, 1, 4), (2, 3, 4)), ((2, 3, 4), (1, 3, 1)),
+              ((1, 3, 1, 1), (2, 3, 5, 5)), ((400, 400), (400, 400)), ((400, 400), (1, 400))]
+
+
+def _binary_inputs(rng, dtype, sa, sb):
+    a, b = rand_int(rng, dtype, sa), rand_int(rng, dtype, sb)
+    return [("A", a), ("As", scale(rng)), ("Az", zp(rng, dtype)), ("B", b), ("Bs", scale(rng)),
+            ("Bz", zp(rng, dtype)), ("Cs", scale(rng)), ("Cz", zp(rng, dtype))]
+
+
+@pytest.mark.parametrize("op,fn", [("QLinearAdd", c.qlinear_add), ("QLinearMul", c.qlinear_mul)])
+@pytest.mark.parametrize("dtype", [U8, I8])
+def test_binary_matches_ort(op, fn, dtype):
+    rng = np.random.default_rng([dtype == I8, op == "QLinearMul", 3])
+    for sa, sb in BROADCASTS:
+        for _ in range(2):
+            ins = _binary_inputs(rng, dtype, sa, sb)
+            want = run_node(op, ins, out_dtypes=(dtype,))[0]
+            assert_exact(fn(*[v for _, v in ins]), want)
+
+
+def test_qlinear_add_scalar_input_swaps_roles():
+    """Where onnxruntime hands A over as the per-span scalar, A goes second in the fma chain.
+    Both orders are evaluated on every (a, b) pair (A of shape (256, 1) is a span scalar, a full
+    A is not) until parameters are found where they differ; onnxruntime must side with the
+    swapped order there (and this shows the test can fail)."""
+    rng = np.random.default_rng(7)
+    grid = np.arange(256, dtype=np.uint8)
+    a_col, a_full, b_row = grid[:, None], np.repeat(grid[:, None], 256, 1), grid[None, :]
+    for _ in range(300):
+        params = [scale(rng, 0.01, 1), zp(rng, U8), scale(rng, 0.01, 1), zp(rng, U8), scale(rng, 0.01, 1), zp(rng, U8)]
+        sa, za, sb, zb, sc, zc = params
+        swapped = c.qlinear_add(a_col, sa, za, b_row, sb, zb, sc, zc)
+        plain = c.qlinear_add(a_full, sa, za, b_row, sb, zb, sc, zc)
+        rows = np.flatnonzero((swapped != plain).any(axis=1))
+        if rows.size:
+            break
+    else:
+        pytest.fail("no parameters found where the two fma orders differ")
+    a0 = a_col[rows[:1]]  # shape (1, 1): a scalar span for onnxruntime
+    ins = [("A", a0), ("As", sa), ("Az", za), ("B", b_row), ("Bs", sb), ("Bz", zb), ("Cs", sc), ("Cz", zc)]
+    want = run_node("QLinearAdd", ins, out_dtypes=(U8,))[0]
+    assert_exact(c.qlinear_add(*[v for _, v in ins]), want)
+    assert (want[0] != plain[rows[0]]).any()
+
+
+@pytest.mark.parametrize("dtype", [U8, I8])
+def test_binary_int_min_quirk(dtype):
+    """A float reaching 2**31 converts to INT_MIN, so the output is the type's minimum."""
+    big = np.array([10, 0], dtype)
+    z = np.array(0, dtype)
+    ins = [("A", big), ("As", F(1)), ("Az", z), ("B", np.array([0, 0], dtype)), ("Bs", F(1)),
+           ("Bz", z), ("Cs", F(1e-9)), ("Cz", z)]
+    want = run_node("QLinearAdd", ins, out_dtypes=(dtype,))[0]
+    got = c.qlinear_add(*[v for _, v in ins])
+    assert_exact(got, want)
+    assert got[0] == np.iinfo(dtype).min
+    a = np.array([np.iinfo(dtype).max], dtype)
+    ins = [("A", a), ("As", F(1)), ("Az", z), ("B", a), ("Bs", F(1)), ("Bz", z), ("Cs", F(1e-6)), ("Cz", z)]
+    want = run_node("QLinearMul", ins, out_dtypes=(dtype,))[0]
+    assert_exact(c.qlinear_mul(*[v for _, v in ins]), want)
+    assert want[0] == np.iinfo(dtype).min
+
+
+# ----------------------------------------------------------------------------- table ops
+
+
+@pytest.mark.parametrize("dtype", [U8, I8])
+def test_sigmoid_and_leaky_relu_match_ort(dtype):
+    rng = np.random.default_rng([dtype == I8, 11])
+    x = np.arange(256, dtype=np.uint8).view(dtype).reshape(4, 64)  # every input value
+    for trial in range(40):
+        xs = scale(rng, 1e-3, 0.4)
+        ys = F(1 / 256) if trial % 4 == 0 else scale(rng, 1e-3, 0.05)
+        ins = [("X", x), ("Xs", xs), ("Xz", zp(rng, dtype)), ("Ys", ys), ("Yz", zp(rng, dtype))]
+        assert_exact(c.qlinear_sigmoid(*[v for _, v in ins]), run_node("QLinearSigmoid", ins, out_dtypes=(dtype,))[0])
+        alpha = float(rng.choice([0.01, 0.1, rng.uniform(0, 1)]))
+        want = run_node("QLinearLeakyRelu", ins, {"alpha": alpha}, out_dtypes=(dtype,))[0]
+        assert_exact(c.qlinear_leaky_relu(*[v for _, v in ins], alpha=alpha), want)
+
+
+def test_logistic_uses_fma_polynomial():
+    """mlas_logistic must match onnxruntime's float Sigmoid (same MLAS kernel) on inputs where
+    a correctly rounded or non-FMA sigmoid does not."""
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.uniform(-20, 20, 20000), rng.uniform(-1, 1, 20000)]).astype(F)
+    want = run_node("Sigmoid", [("x", x)], domain="", out_dtypes=(F,))[0]
+    assert_exact(c.elementwise.mlas_logistic(x), want)
+
+
+@pytest.mark.parametrize("dtype", [U8, I8])
+def test_concat_and_where_match_ort(dtype):
+    rng = np.random.default_rng([dtype == I8, 13])
+    for _ in range(15):
+        shape = (2, 3, 4, 5)
+        ax = int(rng.integers(-4, 4))
+        ys, yz = scale(rng), zp(rng, dtype)
+        named, flat = [], []
+        for k in range(3):
+            s = list(shape)
+            s[ax] = int(rng.integers(1, 4))
+            xi = rand_int(rng, dtype, tuple(s))
+            si, zi = (ys, yz) if k == 1 else (scale(rng), zp(rng, dtype))  # input 1 is copied
+            named += [(f"x{k}", xi), (f"s{k}", si), (f"z{k}", zi)]
+            flat += [xi, si, zi]
+        want = run_node("QLinearConcat", [("Ys", ys), ("Yz", yz)] + named, {"axis": ax}, out_dtypes=(dtype,))[0]
+        assert_exact(c.qlinear_concat(ys, yz, *flat, axis=ax), want)
+        cond = rng.integers(0, 2, (3, 1, 5)).astype(bool)
+        X, Y = rand_int(rng, dtype, (2, 1, 1, 5)), rand_int(rng, dtype, (4, 5))
+        ins = [("c", cond), ("X", X), ("xs", scale(rng)), ("xz", zp(rng, dtype)), ("Y", Y),
+               ("ys", ys), ("yz", yz), ("zs", ys), ("zz", yz)]
+        want = run_node("QLinearWhere", ins, out_dtypes=(dtype,))[0]
+        assert_exact(c.qlinear_where(*[v for _, v in ins]), want)
+
+
+# ----------------------------------------------------------------------------- pools
+
+
+@pytest.mark.parametrize("dtype", [U8, I8])
+@pytest.mark.parametrize("channels_last", [0, 1])
+def test_global_average_pool_matches_ort(dtype, channels_last):
+    rng = np.random.default_rng([dtype == I8, channels_last, 17])
+    for shape in [(1, 3, 7, 7), (2, 5, 4), (1, 4, 2, 3, 5), (1, 8, 33, 33)]:
+        x = rand_int(rng, dtype, shape)
+        xs = scale(rng, 1e-3, 0.3)
+        ins = [("X", x), ("Xs", xs), ("Xz", zp(rng, dtype)), ("Ys", F(xs * rng.uniform(0.3, 2))), ("Yz", zp(rng, dtype))]
+        want = run_node("QLinearGlobalAveragePool", ins, {"channels_last": channels_last}, out_dtypes=(dtype,))[0]
+        assert_exact(c.qlinear_global_average_pool(*[v for _, v in ins], channels_last=channels_last), want)
+
+
+@pytest.mark.parametrize("dtype", [U8, I8])
+def test_average_pool_matches_ort(dtype):
+    rng = np.random.default_rng([dtype == I8, 19])
+    for t in range(120):
+        nd = int(rng.integers(1, 4))
+        size = [int(s) for s in rng.integers(3, 8, nd)]
+        k = [int(min(s, kk)) for s, kk in zip(size, rng.integers(1, 4, nd))]
+        auto_pad = str(rng.choice(["NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))
+        attrs = dict(kernel_shape=k, strides=[int(s) for s in rng.integers(1, 3, nd, endpoint=True)],
+                     auto_pad=auto_pad, count_include_pad=int(rng.integers(2)), channels_last=int(rng.integers(2)),
+                     ceil_mode=int(rng.integers(2)) if auto_pad == "NOTSET" else 0)
+        if auto_pad == "NOTSET":
+            attrs["pads"] = [int(min(p, kk - 1)) for p, kk in zip(rng.integers(0, 3, 2 * nd), k + k)]
+        if t % 8 == 0:  # the whole extent, no padding: onnxruntime's integer global path
+            attrs = dict(kernel_shape=size, channels_last=attrs["channels_last"])
+        shape = (2, *size, 3) if attrs["channels_last"] else (2, 3, *size)
+        xs = scale(rng, 1e-3, 0.3)
+        ins = [("X", rand_int(rng, dtype, shape)), ("Xs", xs), ("Xz", zp(rng, dtype)),
+               ("Ys", F(xs * rng.uniform(0.3, 2))), ("Yz", zp(rng, dtype))]
+        want = run_node("QLinearAveragePool", ins, attrs, out_dtypes=(dtype,))[0]
+        assert_exact(c.qlinear_average_pool(*[v for _, v in ins], **attrs), want)
+
+
+# ----------------------------------------------------------------------------- softmax
+
+
+@pytest.mark.parametrize("dtype", [U8, I8])
+@pytest.mark.parametrize("opset", [12, 13])
+def test_softmax_matches_ort(dtype, opset):
+    rng = np.random.default_rng([dtype == I8, opset, 23])
+    for t in range(40):
+        shape = tuple(int(s) for s in rng.integers(1, 6, int(rng.integers(1, 5))))
+        if t < 4:
+            shape = [(3, 1001), (7, 1), (2, 40, 3), (1,)][t]
+        x = rand_int(rng, dtype, shape)
+        ys = F(rng.choice([1 / 256, 1 / 255, 0.003, rng.uniform(1e-3, 0.05), rng.uniform(1e-5, 1e-3)]))
+        attrs = {"opset": opset}
+        if rng.integers(2):
+            attrs["axis"] = int(rng.integers(-len(shape), len(shape)))
+        ins = [("X", x), ("Xs", scale(rng, 1e-3, 0.5)), ("Xz", zp(rng, dtype)), ("Ys", ys), ("Yz", zp(rng, dtype))]
+        want = run_node("QLinearSoftmax", ins, attrs, out_dtypes=(dtype,))[0]
+        assert_exact(c.qlinear_softmax(*[v for _, v in ins], **attrs), want)
+
+
+# ----------------------------------------------------------------------------- GEMMs
+
+GEMM_TYPES = [(U8, U8), (U8, I8), (I8, I8)]
+
+
+def _operand(rng, dtype, shape, mixed):
+    return rand_int(rng, dtype, shape, *EXACT_S8) if dtype == I8 and mixed else rand_int(rng, dtype, shape)
+
+
+@pytest.mark.parametrize("adt,bdt", GEMM_TYPES, ids=["u8u8", "u8s8", "s8s8"])
+def test_qgemm_matches_ort(adt, bdt):
+    rng = np.random.default_rng([GEMM_TYPES.index((adt, bdt)), 29])
+    mixed = adt != bdt
+    for t in range(40):
+        m, k, n = (int(s) for s in rng.integers(1, 20, 3))
+        ta, tb = t % 2, (t // 2) % 2
+        per_column = (t // 4) % 2 == 1
+        quantized = (t // 8) % 2 == 1
+        a = rand_int(rng, adt, (k, m) if ta else (m, k))
+        b = _operand(rng, bdt, (n, k) if tb else (k, n), mixed)
+        bz = _operand(rng, bdt, (n,) if per_column else (), mixed)
+        bs = scale(rng, shape=(n,) if per_column else ())
+        cshape = [None, (n,), (1, n), (m, n), (m, 1)][t % 5]
+        cc = None if cshape is None else rng.integers(-5000, 5000, cshape).astype(np.int32)
+        ys, yz = (scale(rng, 0.01, 0.5), zp(rng, adt)) if quantized else (None, None)
+        attrs = dict(alpha=float(rng.choice([1.0, 0.5, rng.uniform(0.1, 3)])), transA=ta, transB=tb)
+        ins = [("A", a), ("as", scale(rng)), ("az", zp(rng, adt)), ("B", b), ("bs", bs), ("bz", bz),
+               ("C", cc), ("ys", ys), ("yz", yz)]
+        want = run_node("QGemm", ins, attrs, out_dtypes=(adt if quantized else F,),
+                        initializers={"B", "bs", "bz"} if t % 3 == 0 else ())[0]
+        assert_exact(c.qgemm(*[v for _, v in ins], **attrs), want)
+
+
+@pytest.mark.parametrize("adt,bdt", GEMM_TYPES, ids=["u8u8", "u8s8", "s8s8"])
+def test_matmul_integer_to_float_and_dynamic_matches_ort(adt, bdt):
+    rng = np.random.default_rng([GEMM_TYPES.index((adt, bdt)), 31])
+    mixed = adt != bdt
+    for t in range(24):
+        m, k, n = (int(s) for s in rng.integers(1, 20, 3))
+        ashape = (2, m, k) if t % 3 == 0 else (m, k)
+        a = rand_int(rng, adt, ashape)
+        b = _operand(rng, bdt, (k, n), mixed)
+        per_column = t % 2 == 1
+        bz = _operand(rng, bdt, (n,) if per_column else (), mixed)
+        bs = scale(rng, shape=(n,) if per_column else ())
+        bias = rng.standard_normal(n).astype(F) if t % 4 < 2 else None
+        ins = [("A", a), ("B", b), ("as", scale(rng)), ("bs", bs), ("az", zp(rng, adt)), ("bz", bz), ("bias", bias)]
+        want = run_node("MatMulIntegerToFloat", ins, out_dtypes=(F,), initializers={"B"} if t % 2 else ())[0]
+        assert_exact(c.matmul_integer_to_float(*[v for _, v in ins]), want)
+        if adt == U8:
+            af = (rng.standard_normal(ashape) * rng.uniform(0.1, 10)).astype(F)
+            if t % 5 == 0:
+                af[...] = 0
+            ins = [("A", af), ("B", b), ("bs", bs), ("bz", bz), ("bias", bias)]
+            want = run_node("DynamicQuantizeMatMul", ins, out_dtypes=(F,))[0]
+            assert_exact(c.dynamic_quantize_matmul(*[v for _, v in ins]), want)
+
+
+def test_dynamic_quantize_linear_matches_ort():
+    rng = np.random.default_rng(37)
+    cases = [np.zeros(5, F), np.full(4, 3.0, F), np.full(4, -2.0, F), np.array([np.nan, 1, -1], F),
+             np.array([1e-30, -1e-30], F)]
+    cases += [(rng.standard_normal((3, 7)) * rng.uniform(1e-3, 100) + rng.uniform(-5, 5)).astype(F) for _ in range(60)]
+    for x in cases:
+        want = run_node("DynamicQuantizeLinear", [("x", x)], domain="", out_dtypes=(U8, F, U8))
+        got = c.dynamic_quantize_linear(x)
+        for g, w in zip(got, want):
+            assert_exact(np.asarray(g), np.asarray(w))
+
+
+@pytest.mark.parametrize("dtype", [U8, I8, np.uint16, np.int16])
+def test_ms_quantize_dequantize_match_ort(dtype):
+    rng = np.random.default_rng([np.dtype(dtype).num, 41])
+    wide = np.dtype(dtype).itemsize == 2
+    for t in range(12):
+        shape = (2, 3, 4, 5)
+        ax = int(rng.integers(-4, 4))
+        per_axis = t % 2 == 1
+        s = scale(rng, 1e-3, 1, (shape[ax],) if per_axis else ())
+        z = zp(rng, dtype, (shape[ax],) if per_axis else ())
+        x = (rng.standard_normal(shape) * (2e4 if wide else 200)).astype(F)
+        x.flat[:4] = [np.nan, np.inf, -np.inf, 0]
+        want = run_node("QuantizeLinear", [("x", x), ("s", s), ("z", z)], {"axis": ax}, out_dtypes=(dtype,))[0]
+        assert_exact(c.quantize_linear(x, s, z, axis=ax), want)
+        xi = rand_int(rng, dtype, shape)
+        want = run_node("DequantizeLinear", [("x", xi), ("s", s), ("z", z)], {"axis": ax}, out_dtypes=(F,))[0]
+        assert_exact(c.dequantize_linear(xi, s, z, axis=ax), want)
+
+
+@pytest.mark.parametrize("xdt,wdt", GEMM_TYPES, ids=["u8u8", "u8s8", "s8s8"])
+def test_qlinear_conv_channels_last_matches_ort(xdt, wdt):
+    rng = np.random.default_rng([GEMM_TYPES.index((xdt, wdt)), 43])
+    mixed = xdt != wdt
+    for t in range(6):
+        group = [1, 2, 4][t % 3]
+        cin, m = 4, 4 * (1 + t % 2)
+        x = rand_int(rng, xdt, (1, 7, 6, cin))
+        w = _operand(rng, wdt, (m, cin // group, 3, 2), mixed)
+        wz = np.zeros(m, wdt) if wdt == I8 else zp(rng, wdt, (m,))
+        attrs = dict(channels_last=1, group=group, pads=[1, 0, 1, 1], strides=[1, 2], kernel_shape=[3, 2])
+        ins = [("x", x), ("xs", F(0.02)), ("xz", zp(rng, xdt)), ("w", w), ("ws", scale(rng, 1e-3, 0.02, (m,))),
+               ("wz", wz), ("ys", F(0.3)), ("yz", zp(rng, xdt)), ("B", rng.integers(-1000, 1000, m).astype(np.int32))]
+        want = run_node("QLinearConv", ins, attrs, out_dtypes=(xdt,), initializers={"w", "ws", "wz", "B"})[0]
+        assert_exact(c.qlinear_conv(*[v for _, v in ins], **attrs), want)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("call,err,words", [
+    (lambda: c.qlinear_add(np.zeros(3, U8), F(1), None, np.zeros(3, I8), F(1), None, F(1)), TypeError, "B must have the dtype of A"),
+    (lambda: c.qlinear_add(np.zeros(3, U8), F(1), None, np.zeros(4, U8), F(1), None, F(1)), ValueError, "broadcast"),
+    (lambda: c.qlinear_mul(np.zeros(3, U8), F(1), None, np.zeros(3, U8), F(1), None, F(0)), ValueError, "C_scale must not be zero"),
+    (lambda: c.qlinear_sigmoid(np.zeros(3, np.int16), F(1), None, F(1)), TypeError, "X must have dtype"),
+    (lambda: c.qlinear_sigmoid(np.zeros(3, U8), np.ones(2, F), None, F(1)), ValueError, "X_scale must be a scalar"),
+    (lambda: c.qlinear_concat(F(1), np.uint8(0), np.zeros(3, U8), F(1), axis=0), ValueError, "triples"),
+    (lambda: c.qlinear_concat(F(1), np.uint8(0), np.zeros((2, 3), U8), F(1), np.uint8(0),
+                              np.zeros((3, 3), U8), F(1), np.uint8(0), axis=1), ValueError, "except along axis"),
+    (lambda: c.qlinear_where(np.zeros(3, U8), np.zeros(3, U8), F(1), np.uint8(0), np.zeros(3, U8), F(1),
+                             np.uint8(0), F(1), np.uint8(0)), TypeError, "condition must be a NumPy bool"),
+    (lambda: c.qlinear_global_average_pool(np.zeros((2, 3), U8), F(1), np.uint8(0), F(1), np.uint8(0)), ValueError, "rank >= 3"),
+    (lambda: c.qlinear_global_average_pool(np.zeros((1, 1, 2, 2), U8), F(1), np.uint8(0), F(1e-12), np.uint8(0)), ValueError, "outside [2**-32, 256)"),
+    (lambda: c.qlinear_average_pool(np.zeros((1, 1, 4, 4), U8), F(1), None, F(1), kernel_shape=[2]), ValueError, "kernel_shape must have 2 values"),
+    (lambda: c.qlinear_average_pool(np.zeros((1, 1, 4, 4), U8), F(1), None, F(1), kernel_shape=[2, 2], pads=[2, 0, 0, 0]), ValueError, "smaller than kernel_shape"),
+    (lambda: c.qlinear_softmax(np.zeros((2, 3), U8), F(1), None, F(1), None, opset=13), TypeError, "y_zero_point is required"),
+    (lambda: c.qlinear_softmax(np.zeros((2, 3), U8), F(1), None, F(1), np.uint8(0), opset=13, axis=2), ValueError, "axis must be in"),
+    (lambda: c.qgemm(np.zeros((2, 3), U8), F(1), np.uint8(0), np.zeros((4, 2), U8), F(1), np.uint8(0)), ValueError, "K differs"),
+    (lambda: c.qgemm(np.zeros((2, 3), U8), F(1), np.uint8(0), np.zeros((3, 2), U8), np.ones(3, F), np.uint8(0)), ValueError, "one per column of B"),
+    (lambda: c.qgemm(np.zeros((2, 3), U8), F(1), np.uint8(0), np.zeros((3, 2), U8), F(1), np.uint8(0), None, F(1)), TypeError, "y_zero_point is required"),
+    (lambda: c.qgemm(np.zeros((2, 3), U8), F(1), np.uint8(0), np.zeros((3, 2), U8), F(1), np.uint8(0), np.zeros(3, np.int32)), ValueError, "C must broadcast"),
+    (lambda: c.matmul_integer_to_float(np.zeros((2, 3), U8), np.zeros((3, 2), U8), F(1), F(1), None, None, np.zeros(3, F)), ValueError, "bias must be 1-D"),
+    (lambda: c.dynamic_quantize_linear(np.zeros(3, np.float64)), TypeError, "x must have dtype float32"),
+])
+def test_bad_input_names_operator_and_constraint(call, err, words):
+    with pytest.raises(err) as info:
+        call()
+    assert words in str(info.value)
+    assert str(info.value).split(":")[0] in {
+        "qlinear_add", "qlinear_mul", "qlinear_sigmoid", "qlinear_concat", "qlinear_where",
+        "qlinear_global_average_pool", "qlinear_average_pool", "qlinear_softmax", "qgemm",
+        "matmul_integer_to_float", "dynamic_quantize_linear"}
