@@ -576,8 +576,7 @@ def fusable_ops() -> frozenset[tuple[str, str]]:
     have = {("", "QLinearConv"), ("", "QLinearMatMul")}
     for k in KERNELS:
         domain = getattr(k, "op_domain", "")
-        name = getattr(k, "op_type", None) or k.__name__
-        have.add((domain, name))
+        have.add((domain, k.__name__))  # a kernel class is named after its operator
     return frozenset(op for op in FUSED_OPS if op in have)
 
 

@@ -263,7 +263,9 @@ class _Graph:
         m.CopyFrom(self.model)
         g = m.graph
         del g.node[:]
-        g.node.extend(self.nodes)
+        g.node.extend(_topological(self.nodes, {i.name for i in g.input} |
+                                   {i.name for i in g.initializer} |
+                                   {t.name for t in self.new_inits}))
         keep = [i for i in g.initializer if i.name in used or i.name in {x.name for x in g.input}]
         keep += [i for i in self.new_inits if i.name in used]
         del g.initializer[:]
@@ -286,6 +288,36 @@ class _Graph:
 
     def types_now(self, name: str) -> int:
         return self.elem_type(name)
+
+
+def _topological(nodes: list[onnx.NodeProto], known: set[str]) -> list[onnx.NodeProto]:
+    """The nodes in an order where each comes after the producers of its inputs, keeping the
+    given order wherever it already is one (a fused node takes its target's place, and a
+    model may define a Q's scale as a Constant node after the target)."""
+    import heapq
+
+    producer_of = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    waits: list[set[int]] = []
+    users: dict[int, list[int]] = {}
+    for k, n in enumerate(nodes):
+        deps = {producer_of[x] for x in set(n.input) | _subgraph_reads_node(n)
+                if x and x not in known and x in producer_of and producer_of[x] != k}
+        waits.append(deps)
+        for d in deps:
+            users.setdefault(d, []).append(k)
+    ready = [k for k, d in enumerate(waits) if not d]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        k = heapq.heappop(ready)
+        out.append(nodes[k])
+        for u in users.get(k, []):
+            waits[u].discard(k)
+            if not waits[u]:
+                heapq.heappush(ready, u)
+    if len(out) != len(nodes):  # a cycle: cannot happen for a valid input; keep the order
+        return list(nodes)
+    return out
 
 
 def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
