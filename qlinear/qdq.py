@@ -854,6 +854,80 @@ def _next_propagation_edges(g: _Graph, edge: _Edge) -> list[_Edge]:
     return [e for e in _next_edges(g, edge.dst) if e.dst is None or not _is_q(e.dst)]
 
 
+def _path_to_q(g: _Graph, node: onnx.NodeProto) -> bool:
+    """The node's single output reaches a QuantizeLinear through single consumers, with only
+    Relu/Clip on the way (IsNoBranchPathToQuantizeLinear)."""
+    cur = node
+    while True:
+        if len(cur.output) != 1:
+            return False
+        cons = g.consumer_nodes(cur.output[0])
+        if len(cons) != 1:
+            return False
+        if _is_q(cons[0]):
+            return True
+        if not (_is(cons[0], "Relu") or _is(cons[0], "Clip")):
+            return False
+        cur = cons[0]
+
+
+def quantize_bias(g: _Graph) -> None:
+    """A float bias of Conv, ConvTranspose or Gemm whose input and weight come from DQ nodes
+    becomes int32 behind a DQ (WeightBiasQuantization), so that the group can fuse.
+
+    Conditions: input 0 from a DQ with a scalar scale; the output path reaches a Q through
+    single consumers (Relu/Clip allowed); the weight from a DQ; the bias a constant 1-D
+    initializer; a per-channel weight scale has the bias's length and the output-channel axis
+    (0 for Conv, 1 for Gemm without transB, 0 with it). The bias becomes
+    int32(round_half_even(f(b / f(x_scale * w_scale)))) with scale f(x_scale * w_scale), as
+    onnxruntime computes it with Mul, Div, Round and Cast nodes that it then folds.
+    (onnxruntime also quantizes a float weight initializer here; qlinear does not, see
+    docs/qdq.md.)"""
+    for node in list(g.nodes):
+        if node.domain not in ("", "ai.onnx") or \
+                node.op_type not in ("Conv", "ConvTranspose", "Gemm") or len(node.input) < 3 \
+                or not node.input[2]:
+            continue
+        dq0, dq1 = g.producer.get(node.input[0]), g.producer.get(node.input[1])
+        if dq0 is None or not _is_dq(dq0) or dq1 is None or not _is_dq(dq1):
+            continue
+        xs, ws, b = g.const(dq0.input[1]), g.const(dq1.input[1]), g.const(node.input[2])
+        if not _scalar(xs) or ws is None or b is None or b.ndim != 1 or \
+                b.dtype != np.float32 or not _path_to_q(g, node):
+            continue
+        per_channel = not _scalar(ws)
+        if per_channel:
+            if ws.ndim != 1 or ws.size != b.size or _attr(dq1, "block_size", 0):
+                continue
+            wshape = g.const(dq1.input[0])
+            axis = _attr(dq1, "axis", 1)
+            if axis < 0:
+                if wshape is None:
+                    continue
+                axis += wshape.ndim
+            expected = 0
+            if node.op_type == "Gemm":
+                expected = 1 if not _attr(node, "transB", 0) else 0
+            if axis != expected:
+                continue
+        scale = (np.float32(xs.reshape(-1)[0]) * ws.astype(np.float32)).astype(np.float32)
+        if not per_channel:
+            scale = scale.reshape(ws.shape)
+        with np.errstate(all="ignore"):
+            q = np.rint((b / scale.reshape(-1) if per_channel else b / scale.reshape(()))
+                        .astype(np.float32))
+        q = q.astype(np.int32)
+        sname = g.add_const((node.name or node.output[0]) + "_bias_scale", scale)
+        qname = g.add_const((node.name or node.output[0]) + "_bias_int32", q)
+        out = g.fresh((node.name or node.output[0]) + "_bias_dq")
+        g.types[out] = _T.FLOAT
+        kw = {"axis": 0} if per_channel else {}
+        dq = helper.make_node("DequantizeLinear", [qname, sname], [out], name=out, **kw)
+        g.nodes.insert(g.pos(node), dq)
+        g._add_to_index(dq)
+        g.set_input(node, 2, out)
+
+
 # --------------------------------------------------------------------------- level 2
 
 
@@ -1390,6 +1464,7 @@ def fuse_qdq(model: onnx.ModelProto, *, int8_allowed: bool = False,
     if double_qdq:
         remove_double_qdq(g)
     propagate_qdq(g)
+    quantize_bias(g)
     fold_constants(g)  # Q/DQ pairs inserted on initializers
     remove_dead_nodes(g)
     ensure_unique_dq(g)

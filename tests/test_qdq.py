@@ -191,6 +191,40 @@ def test_conv_without_q_not_fused():
     check(m, {"QLinearConv": 0})
 
 
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_float_bias_is_quantized_and_conv_fuses(per_channel):
+    # WeightBiasQuantization: a float bias becomes int32 with scale x_scale * w_scale
+    b = Builder()
+    x = b.input("x", [1, 4, 7, 7])
+    ws = rng(9).uniform(0.01, 0.03, 6).astype(np.float32) if per_channel else 0.02
+    wd = b.dq(b.const(w7((6, 4, 3, 3)), "w"), ws, np.zeros(6, I8) if per_channel else 0, I8,
+              axis=0 if per_channel else None)
+    bias = b.const(np.linspace(-1, 1, 6).astype(np.float32), "b")
+    y = b.node("Conv", [b.qdq(x, 0.01, 128), wd, bias], kernel_shape=[3, 3])
+    m = b.model([b.dq(b.q(y, 0.05, 128), 0.05, 128)])
+    check(m, {"QLinearConv": 1}, feeds_x(m))
+
+
+def test_float_bias_of_gemm_is_quantized():
+    b = Builder()
+    a = b.input("a", [2, 8])
+    bias = b.const(np.linspace(-1, 1, 5).astype(np.float32), "b")
+    y = b.node("Gemm", [b.qdq(a, 0.02, 128), b.dq(b.const(w7((5, 8)), "w"), 0.03, 0, I8), bias],
+               transB=1)
+    m = b.model([b.dq(b.q(y, 0.05, 128), 0.05, 128)])
+    check(m, {f"{MS}.QGemm": 1}, feeds_x(m))
+
+
+def test_float_bias_kept_without_q_after():
+    b = Builder()
+    x = b.input("x", [1, 4, 7, 7])
+    wd = b.dq(b.const(w7((6, 4, 3, 3)), "w"), 0.02, 0, I8)
+    bias = b.const(np.linspace(-1, 1, 6).astype(np.float32), "b")
+    y = b.node("Conv", [b.qdq(x, 0.01, 128), wd, bias], kernel_shape=[3, 3])
+    m = b.model([y])
+    check(m, {"QLinearConv": 0, "DequantizeLinear": 2})
+
+
 def test_shared_dq_is_duplicated_and_both_convs_fuse():
     b = Builder()
     x = b.input("x", [1, 2, 5, 5])
