@@ -73,7 +73,7 @@ DROP_QDQ_OPS: dict[str, tuple[bool, bool, Optional[tuple[int, ...]]]] = {
                                            "Reshape", "Slice", "Squeeze", "Tile", "Transpose",
                                            "Unsqueeze")},
     "Resize": (False, False, None),
-    "MaxPool": (False, True, (12,)),
+    "MaxPool": (False, True, (12, 22)),
     "ReduceMax": (False, True, None),
     "ReduceMin": (False, True, None),
 }
@@ -726,7 +726,7 @@ def _double_qdq_params(g: _Graph, n1: onnx.NodeProto, n2: onnx.NodeProto):
 
 #: Operators QDQPropagation moves Q/DQ across, with the operator versions it accepts.
 _PROPAGATE: dict[str, tuple[int, ...]] = {
-    "MaxPool": (12,),
+    "MaxPool": (12, 22),
     "Reshape": (5, 13, 14, 19, 21, 23, 24, 25),
     "Transpose": (1, 13, 21, 23, 24, 25),
     "Squeeze": (1, 11, 13, 21, 23, 24, 25),

@@ -119,8 +119,9 @@ def feeds_x(model, lo=-1.0, hi=1.0):
     return {vi.name: rng(4).integers(np.iinfo(dt).min, np.iinfo(dt).max + 1, shape).astype(dt)}
 
 
-def test_conv_fuses_to_qlinearconv_bit_exact():
-    m = conv_model()
+@pytest.mark.parametrize("opset", [10, 13, 19, 21])
+def test_conv_fuses_to_qlinearconv_bit_exact(opset):
+    m = conv_model(opset=opset)
     check(m, {"QLinearConv": 1, "Conv": 0}, feeds_x(m))
 
 
@@ -684,3 +685,33 @@ def test_real_model_full_range_weights_where_onnxruntime_is_exact(name):
     feeds = model_feeds(m)
     for g, w in zip(backend.prepare(m).run(feeds), ort_run(m, feeds)):
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("opset", [21, 22])
+@pytest.mark.parametrize("op", ["Reshape", "Transpose", "Squeeze"])
+def test_drop_and_propagation_at_newer_opsets(op, opset):
+    extra, attrs = DROP_CASES[op]
+    m = drop_model(op, extra, opset=opset, **attrs)
+    check(m, {op: 1, "QuantizeLinear": 1}, feeds_x(m))
+    # DQ -> op -> Conv: the DQ propagates across the op only for the versions onnxruntime lists
+    b = Builder(opset)
+    x = b.input("x", [1, 2, 4, 4])
+    r = b.node("Reshape", [b.qdq(x, 0.02, 128), b.const(np.array([1, 2, 16, 1], np.int64))])
+    y = b.node("Conv", [r, b.dq(b.const(w7((3, 2, 1, 1)), "w"), 0.03, 0, I8)], kernel_shape=[1, 1])
+    m = b.model([b.dq(b.q(y, 0.05, 128), 0.05, 128)])
+    check(m, {}, feeds_x(m))
+
+
+def test_maxpool_at_opset_22():
+    m = drop_model("MaxPool", opset=22, kernel_shape=[2, 2])
+    check(m, {}, feeds_x(m))
+
+
+@pytest.mark.parametrize("opset", [12, 22])
+def test_dq_propagates_across_maxpool(opset):
+    b = Builder(opset)
+    x = b.input("x", [1, 2, 4, 4])
+    p = b.node("MaxPool", [b.qdq(x, 0.02, 128)], kernel_shape=[2, 2])
+    y = b.node("Conv", [p, b.dq(b.const(w7((3, 2, 1, 1)), "w"), 0.03, 0, I8)], kernel_shape=[1, 1])
+    m = b.model([b.dq(b.q(y, 0.05, 128), 0.05, 128)])
+    check(m, {}, feeds_x(m))
