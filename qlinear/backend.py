@@ -61,6 +61,7 @@ __all__ = [
     "is_compatible",
     "node_version",
     "QLINEAR_OPS",
+    "EMULATIONS",
 ]
 
 #: The six operators qlinear implements, with the operator versions (``since_version`` of
@@ -229,7 +230,12 @@ def _walk(graph: onnx.GraphProto) -> Iterable[tuple[onnx.NodeProto, int]]:
 
 
 def check_model(model: onnx.ModelProto) -> list[Problem]:
-    """Every node qlinear cannot run exactly, with the reason; empty when it can run all."""
+    """Every node qlinear cannot run exactly, with the reason; empty when it can run all.
+
+    Model-local functions are inlined first (as :class:`QLinearRep` runs them), so the
+    nodes inside them are checked like any other node.
+    """
+    model = inline_functions(model)
     opsets = {d.domain if d.domain != "ai.onnx" else "": d.version for d in model.opset_import}
     functions = {(f.domain, f.name) for f in model.functions}
     types = _elem_types(model)
@@ -550,15 +556,69 @@ KERNELS: list[type[OpRun]] = [QuantizeLinear, DequantizeLinear, QLinearConv, QLi
                               ConvInteger, MatMulInteger, BatchNormalization, MaxPool]
 
 
+# --------------------------------------------------------------------------- emulation
+
+#: What ``emulate=`` accepts: "onnxruntime-avx2" is onnxruntime's CPU results on x86 with
+#: AVX2 and without AVX-VNNI / AVX512-VNNI (measured on onnxruntime 1.32).
+EMULATIONS = ("onnxruntime-avx2",)
+
+
+def _emulating(base: type[_QLinearOp]) -> type[_QLinearOp]:
+    """``base`` computing onnxruntime-avx2's result where its kernel saturates.
+
+    The exact kernel runs first: it validates the inputs (same errors as without emulation)
+    and is onnxruntime's answer wherever its kernel is exact (other type pairings,
+    depthwise QLinearConv)."""
+
+    def _run(self, *args, **kwargs):
+        exact = base._run(self, *args, **kwargs)
+        from qlinear.tools import ortsat
+
+        attrs = self._conv_attrs() if "Conv" in base.__name__ else {}
+        emulated = self._call(ortsat.emulate, base.__name__, list(args), attrs)
+        return exact if emulated is None else (emulated,)
+
+    return type(base.__name__, (base,), {"_run": _run, "__doc__": base.__doc__, "__module__": __name__})
+
+
+def kernels_for(emulate: str | None) -> list[type[OpRun]]:
+    """The replacement kernels for ReferenceEvaluator: exact, or emulating ``emulate``."""
+    if emulate is None:
+        return KERNELS
+    if emulate not in EMULATIONS:
+        raise ValueError(f"prepare: emulate must be one of {', '.join(map(repr, EMULATIONS))} "
+                         f"or None; got {emulate!r}")
+    swap = {k: _emulating(k) for k in (QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger)}
+    return [swap.get(k, k) for k in KERNELS]
+
+
 # --------------------------------------------------------------------------- backend
 
 
-class QLinearRep(BackendRep):
-    """A prepared model: ``run(inputs)`` returns the outputs in graph order."""
+def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its model-local functions (FunctionProto) inlined, so that the six
+    operators inside them run on qlinear's kernels too (onnx.reference would otherwise run
+    a function's body with its own implementations); ``model`` itself if it has none."""
+    if not model.functions:
+        return model
+    from onnx.inliner import inline_local_functions
 
-    def __init__(self, model: onnx.ModelProto):
+    return inline_local_functions(model)
+
+
+class QLinearRep(BackendRep):
+    """A prepared model: ``run(inputs)`` returns the outputs in graph order.
+
+    ``emulate="onnxruntime-avx2"`` computes, instead of the exact results, what onnxruntime
+    gives on x86 CPUs with AVX2 but without VNNI (16-bit pair saturation in its u8 x s8
+    kernels; see :mod:`qlinear.tools.ortsat`), on any CPU.
+    """
+
+    def __init__(self, model: onnx.ModelProto, emulate: str | None = None):
+        model = inline_functions(model)
         self.model = model
-        self.evaluator = ReferenceEvaluator(model, new_ops=KERNELS)
+        self.emulate = emulate
+        self.evaluator = ReferenceEvaluator(model, new_ops=kernels_for(emulate))
         inits = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]
         self.output_names = [o.name for o in model.graph.output]
@@ -612,7 +672,12 @@ class QLinearBackend(Backend):
         return cls.supports_device(device) and not check_model(model)
 
     @classmethod
-    def prepare(cls, model, device="CPU", **kwargs) -> QLinearRep:
+    def prepare(cls, model, device="CPU", emulate: str | None = None, **kwargs) -> QLinearRep:
+        """A :class:`QLinearRep` for ``model`` (ModelProto, path or bytes), after checking
+        every node. ``emulate="onnxruntime-avx2"``: compute what onnxruntime gives on AVX2
+        CPUs without VNNI (its u8 x s8 kernels' 16-bit pair saturation) instead of the exact
+        results."""
+        kernels_for(emulate)  # a bad name fails before anything is loaded
         if isinstance(model, (str, bytes)) and not isinstance(model, bytes):
             model = onnx.load(model)
         elif isinstance(model, bytes):
@@ -622,11 +687,11 @@ class QLinearBackend(Backend):
         problems = check_model(model)
         if problems:
             raise UnsupportedModelError(problems)
-        return QLinearRep(model)
+        return QLinearRep(model, emulate=emulate)
 
     @classmethod
-    def run_model(cls, model, inputs, device="CPU", **kwargs):
-        return cls.prepare(model, device, **kwargs).run(inputs)
+    def run_model(cls, model, inputs, device="CPU", emulate: str | None = None, **kwargs):
+        return cls.prepare(model, device, emulate=emulate, **kwargs).run(inputs)
 
     @classmethod
     def run_node(cls, node, inputs, device="CPU", outputs_info=None, **kwargs):
