@@ -1,24 +1,34 @@
-"""onnxruntime's 16-bit intermediate saturation in its uint8 x int8 kernels, emulated.
+"""onnxruntime's 16-bit intermediate saturation in its uint8 x int8 kernels: probe and emulation.
 
 On x86 CPUs with AVX2 but without AVX-VNNI / AVX512-VNNI, onnxruntime's MLAS u8s8 GEMM
-multiplies uint8 activations by int8 weights with ``vpmaddubsw``: it adds the products of
-each adjacent pair of the reduction dimension, ``a[k]*b[k] + a[k+1]*b[k+1]``, into an int16
-with signed saturation; the int16 pair sums are then added exactly in int32. The activations
-enter *raw* (uint8, zero point not subtracted) and the weights raw (int8); zero points are
-corrected afterwards with exact row and column sums. A pair sum can reach 2*255*127 = 64770,
-so whenever weights use more than 7 bits the result can saturate at 32767 (or -32768).
+multiplies uint8 values by int8 values with ``vpmaddubsw``: it adds the products of each
+adjacent pair of the reduction dimension, ``a[k]*b[k] + a[k+1]*b[k+1]``, into an int16 with
+signed saturation; the int16 pair sums are then added exactly in int32. Both operands enter
+*raw* (zero points not subtracted); zero points are corrected afterwards with exact row and
+column sums. A pair sum can reach 2*255*127 = 64770, so whenever the int8 operand uses more
+than 7 bits the result can saturate at 32767 (or -32768). With VNNI (``vpdpbusd``) the
+products are added in int32 and onnxruntime is exact.
 
-The pairs are consecutive elements in the kernel's packed K order, found empirically on
-onnxruntime 1.32 (matched bit for bit on random full-range data):
+Which kernels saturate, and the pairs (consecutive elements in the kernel's packed K order),
+found empirically on onnxruntime 1.32 (matched bit for bit on random full-range data):
 
-- QLinearMatMul: the natural k order, pairs (0,1), (2,3), ...
-- QLinearConv: im2col in NHWC order, K = (kernel positions row-major, then input channels of
-  the group), pairs consecutive in that order; padded positions hold the raw ``x_zero_point``.
-  Depthwise convolutions (one input and one output channel per group) use another kernel
-  that accumulates in int32 and does not saturate.
+- QLinearMatMul, uint8 a x int8 b: the natural k order, pairs (0,1), (2,3), ...
+- MatMulInteger, uint8 a x int8 b: the same (int8 a x uint8 b is exact).
+- QLinearConv, uint8 x x int8 w: im2col in NHWC order, K = (kernel positions row-major, then
+  input channels of the group); padded positions hold the raw ``x_zero_point``. Depthwise
+  convolutions (one input and one output channel per group) use another kernel that
+  accumulates in int32 and does not saturate.
+- ConvInteger, *int8 x* x uint8 w (its GEMM takes the weights as the left, unsigned,
+  operand): im2col in NCHW order, K = (input channels of the group, then kernel positions),
+  depthwise included; padded positions hold the raw ``x_zero_point``. uint8 x x int8 w is
+  exact.
 
-Everything here is the plain arithmetic of that kernel, for diagnosis; qlinear's own kernels
-never saturate.
+:func:`onnxruntime_saturates` says which kind of CPU this is *by measurement*: it runs
+onnxruntime's QLinearMatMul on operands whose every pair sum exceeds 32767 and compares the
+result with qlinear's exact one. The ``emulate_*`` functions are the plain arithmetic of the
+saturating kernels; ``qlinear.backend.prepare(model, emulate="onnxruntime-avx2")`` and the
+CLI's ``--emulate onnxruntime-avx2`` run whole models with them, on any CPU. qlinear's own
+kernels never saturate.
 """
 
 from __future__ import annotations
