@@ -203,6 +203,36 @@ def test_emulated_matmul_integer_and_qlinear_matmul(seed):
         assert_exact(got, want_q)
 
 
+MATMUL_SHAPES = [((7,), (7, 3)), ((4, 7), (7,)), ((7,), (7,)), ((2, 3, 9), (2, 9, 4)), ((3, 9), (2, 9, 4)),
+                 ((0, 5), (5, 3)), ((2, 0), (0, 3)), ((3, 4), (4, 0))]
+
+
+@pytest.mark.parametrize("ashape,bshape", MATMUL_SHAPES, ids=[f"{a}x{b}" for a, b in MATMUL_SHAPES])
+def test_emulated_matmul_shapes(ashape, bshape):
+    """numpy.matmul shapes (1-D, batched b, empty): the emulation against the loop model on
+    the broadcast matrices, and against onnxruntime where it saturates."""
+    rng = np.random.default_rng(sum(ashape) * 31 + sum(bshape))
+    a = rand_int(rng, U8, ashape)
+    b = rand_int(rng, I8, bshape)
+    azp, bzp = U8(7), I8(-3)
+    got = ortsat.emulate_matmul_integer(a, b, azp, bzp)
+    a2 = a[None] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    nb = int(np.prod(batch))
+    ab = np.broadcast_to(a2, batch + a2.shape[-2:]).reshape((nb,) + a2.shape[-2:])
+    bb = np.broadcast_to(b2, batch + b2.shape[-2:]).reshape((nb,) + b2.shape[-2:])
+    if ab.size and bb.size:
+        want = np.stack([matmul_acc_oracle(x, y, azp, bzp) for x, y in zip(ab, bb)])
+    else:  # an empty product: numpy.matmul's zeros (K = 0) or empty result
+        want = np.zeros(np.matmul(a.astype(np.int64), b.astype(np.int64)).shape, np.int64)
+    want = np.asarray(want).reshape(np.matmul(a.astype(np.int64), b.astype(np.int64)).shape).astype(np.int32)
+    assert_exact(got, want)
+    if SATURATES and 0 not in ashape + bshape:
+        y, _ = _ort("MatMulInteger", [("a", a), ("b", b), ("azp", azp), ("bzp", bzp)], {"b", "azp", "bzp"})
+        assert_exact(y, want)
+
+
 CONV_CASES = [(3, 4, 1, 3, [1, 0, 1, 1], [1, 1]), (8, 6, 2, 2, [0, 1, 1, 0], [2, 1]),
               (4, 4, 4, 3, [1, 1, 1, 1], [1, 2]), (5, 2, 1, 1, [0, 0, 0, 0], [1, 1])]
 
@@ -233,7 +263,7 @@ def test_emulated_qlinear_conv(case):
     x = rand_int(rng, U8, (1, c, 5, 6))
     w = rand_int(rng, I8, (m, c // group, k, k))
     xzp = rand_int(rng, U8, ())
-    wzp = np.zeros(m, I8)
+    wzp = rand_int(rng, I8, (m,), -20, 20)  # per-channel zero points that differ (onnxruntime takes them)
     ws = rand_scale(rng, (m,))
     B = rng.integers(-2000, 2000, m).astype(np.int32)
     ys, yzp = np.float32(rng.uniform(1, 4)), U8(120)

@@ -80,11 +80,11 @@ def _zp_corrected(pairs, a_raw, b_raw, a_zp, b_zp):
 
 def requantize(acc: np.ndarray, m: np.ndarray, y_zp: np.ndarray, out_dtype) -> np.ndarray:
     """sat(rne(float32(float32(acc) * m)) + y_zp), per docs/contract.md (wrap32 first)."""
-    acc32 = (((acc.astype(np.int64) + 2**31) % 2**32) - 2**31).astype(np.int32)
+    acc32 = np.asarray(((np.asarray(acc, np.int64) + 2**31) % 2**32) - 2**31).astype(np.int32)
     v = (acc32.astype(np.float32) * m.astype(np.float32)).astype(np.float32)
     r = np.rint(v).astype(np.float64) + np.asarray(y_zp, np.float64)
     info = np.iinfo(out_dtype)
-    return np.clip(r, info.min, info.max).astype(out_dtype)
+    return np.asarray(np.clip(r, info.min, info.max)).astype(out_dtype)
 
 
 def _multiplier(x_scale, w_scale, y_scale):
@@ -101,41 +101,58 @@ def applies(x_dtype, w_dtype) -> bool:
 # --------------------------------------------------------------------------- QLinearMatMul
 
 
+def _matmul_accumulate(a: np.ndarray, b: np.ndarray, a_zp, b_zp) -> np.ndarray | None:
+    """int64 Σ(a - a_zp)(b - b_zp) of the saturating kernel with numpy.matmul shapes (1-D
+    operands as in numpy.matmul); ``a_zp`` per tensor, ``b_zp`` per tensor or per column
+    ([N] or [..., 1, N]). None for parameter shapes the kernel does not take."""
+    if a.ndim < 1 or b.ndim < 1 or np.asarray(a_zp).size != 1:
+        return None
+    a2 = a[None] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    n = b2.shape[-1]
+    bzp = np.asarray(b_zp, np.int64).reshape(-1)
+    if bzp.size not in (1, n):
+        return None
+    bzp_cols = bzp.reshape(1, -1) if bzp.size > 1 else int(bzp[0])
+    azp = int(np.asarray(a_zp).reshape(()))
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    if 0 in a2.shape or 0 in b2.shape:  # nothing to multiply: empty, or zeros if only K is 0
+        out = np.zeros(batch + (a2.shape[-2], n), np.int64)
+    elif b2.ndim == 2:  # one GEMM for every row of every batch entry
+        rows = a2.reshape(-1, a2.shape[-1])
+        acc = _zp_corrected(pair_saturated_matmul(rows, b2), rows, b2, azp, bzp_cols)
+        out = acc.reshape(a2.shape[:-1] + (n,))
+    else:
+        ab = np.broadcast_to(a2, batch + a2.shape[-2:]).reshape(-1, *a2.shape[-2:])
+        bb = np.broadcast_to(b2, batch + b2.shape[-2:]).reshape(-1, *b2.shape[-2:])
+        outs = [_zp_corrected(pair_saturated_matmul(ai, bi), ai, bi, azp, bzp_cols)
+                for ai, bi in zip(ab, bb)]
+        out = np.stack(outs).reshape(batch + (a2.shape[-2], n)) if outs else \
+            np.zeros(batch + (a2.shape[-2], n), np.int64)
+    if b.ndim == 1:
+        out = out[..., 0]
+    if a.ndim == 1:
+        out = out[..., 0, :] if b.ndim > 1 else out[..., 0]
+    return out
+
+
 def emulate_qlinear_matmul(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp):
     """onnxruntime's QLinearMatMul result with 16-bit pair saturation; None if not u8s8.
 
-    Handles per-tensor parameters and per-column ``b`` parameters ([N] or [..., 1, N]); ``a``
-    of any rank >= 2 with ``b`` 2-D (the quantizer's case), or matching batch dimensions.
+    Per-tensor ``a`` parameters; ``b`` parameters per tensor or per column ([N] or
+    [..., 1, N]); numpy.matmul shapes.
     """
     a, b = np.asarray(a), np.asarray(b)
-    if not applies(a.dtype, b.dtype) or np.asarray(a_scale).size != 1 or np.asarray(a_zp).size != 1:
+    if not applies(a.dtype, b.dtype) or np.asarray(a_scale).size != 1:
         return None
-    a2 = a if a.ndim >= 2 else a[None]
-    n = b.shape[-1]
-    bzp = np.asarray(b_zp, np.int64).reshape(-1)
+    acc = _matmul_accumulate(a, b, a_zp, b_zp)
+    if acc is None:
+        return None
     bsc = np.asarray(b_scale, np.float32).reshape(-1)
     m = _multiplier(np.asarray(a_scale).reshape(()), bsc, np.asarray(y_scale).reshape(()))
-    azp = int(np.asarray(a_zp).reshape(()))
-    if b.ndim == 2:
-        rows = a2.reshape(-1, a2.shape[-1])
-        pairs = pair_saturated_matmul(rows, b)
-        acc = _zp_corrected(pairs, rows, b, azp, bzp.reshape(1, -1) if bzp.size > 1 else int(bzp[0]))
-        y = requantize(acc, m.reshape(1, -1) if m.size > 1 else m, y_zp, np.asarray(y_zp).dtype)
-        out = y.reshape(*a2.shape[:-1], n)
-    else:
-        batch = np.broadcast_shapes(a2.shape[:-2], b.shape[:-2])
-        ab = np.broadcast_to(a2, batch + a2.shape[-2:]).reshape(-1, *a2.shape[-2:])
-        bb = np.broadcast_to(b, batch + b.shape[-2:]).reshape(-1, *b.shape[-2:])
-        if bzp.size > 1 and bzp.size != n or bsc.size > 1 and bsc.size != n:
-            return None
-        outs = []
-        for ai, bi in zip(ab, bb):
-            pairs = pair_saturated_matmul(ai, bi)
-            acc = _zp_corrected(pairs, ai, bi, azp, bzp.reshape(1, -1) if bzp.size > 1 else int(bzp[0]))
-            outs.append(requantize(acc, m.reshape(1, -1) if m.size > 1 else m, y_zp,
-                                   np.asarray(y_zp).dtype))
-        out = np.stack(outs).reshape(batch + (a2.shape[-2], n))
-    return out.reshape(a.shape[:-1] + (n,)) if a.ndim == 1 else out
+    if m.size > 1 and b.ndim == 1:
+        return None
+    return requantize(acc, m if m.size > 1 else m.reshape(()), y_zp, np.asarray(y_zp).dtype)
 
 
 # --------------------------------------------------------------------------- QLinearConv
@@ -232,7 +249,7 @@ def emulate_qlinear_conv(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, B=No
 
 
 def _wrap32(acc: np.ndarray) -> np.ndarray:
-    return (((acc.astype(np.int64) + 2**31) % 2**32) - 2**31).astype(np.int32)
+    return np.asarray(((np.asarray(acc, np.int64) + 2**31) % 2**32) - 2**31).astype(np.int32)
 
 
 def emulate_conv_integer(x, w, x_zp=None, w_zp=None, *, auto_pad="NOTSET", dilations=None,
@@ -262,36 +279,19 @@ def emulate_matmul_integer(a, b, a_zp=None, b_zp=None):
     pairs, measured as for QLinearMatMul); None if not applicable. int8 a x uint8 b is exact
     in onnxruntime 1.32 on AVX2 (measured)."""
     a, b = np.asarray(a), np.asarray(b)
-    if not applies(a.dtype, b.dtype) or a.ndim < 1 or b.ndim < 1:
+    if not applies(a.dtype, b.dtype):
         return None
-    a_zp = np.zeros((), a.dtype) if a_zp is None else np.asarray(a_zp)
-    b_zp = np.zeros((), b.dtype) if b_zp is None else np.asarray(b_zp)
-    if a_zp.size != 1:
-        return None
-    a2 = a[None] if a.ndim == 1 else a
-    b2 = b[:, None] if b.ndim == 1 else b
-    n = b2.shape[-1]
-    bzp = np.asarray(b_zp, np.int64).reshape(-1)
-    if bzp.size not in (1, n):
-        return None
-    bzp = bzp.reshape(1, -1) if bzp.size > 1 else int(bzp[0])
-    azp = int(a_zp.reshape(()))
-    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
-    ab = np.broadcast_to(a2, batch + a2.shape[-2:]).reshape(-1, *a2.shape[-2:])
-    bb = np.broadcast_to(b2, batch + b2.shape[-2:]).reshape(-1, *b2.shape[-2:])
-    outs = [_zp_corrected(pair_saturated_matmul(ai, bi), ai, bi, azp, bzp) for ai, bi in zip(ab, bb)]
-    out = _wrap32(np.stack(outs)).reshape(batch + (a2.shape[-2], n))
-    if b.ndim == 1:
-        out = out[..., 0]
-    if a.ndim == 1:
-        out = out[..., 0, :] if b.ndim > 1 else out[..., 0]
-    return out
+    acc = _matmul_accumulate(a, b, 0 if a_zp is None else a_zp, 0 if b_zp is None else b_zp)
+    return None if acc is None else _wrap32(acc)
 
 
 def emulate(op_type: str, inputs: list, attrs: dict) -> np.ndarray | None:
     """onnxruntime's AVX2 (no VNNI) result of one node of the four GEMM-based operators, or
     None where its kernel is exact (other type pairings, depthwise QLinearConv) and the exact
     result is onnxruntime's. Errors propagate (validate the inputs first)."""
+    w_index = 3 if op_type.startswith("QLinear") else 1
+    if len(inputs) > w_index and (np.asarray(inputs[0]).size == 0 or np.asarray(inputs[w_index]).size == 0):
+        return None  # an empty operand: no pair sum at all, the exact result is the kernel's
     if op_type == "QLinearMatMul":
         return emulate_qlinear_matmul(*inputs[:8])
     if op_type == "QLinearConv":
