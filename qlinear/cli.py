@@ -202,7 +202,7 @@ def cmd_run(args) -> int:
         for k, v in outputs.items():
             np.save(files[k], np.asarray(v))
             written.append(files[k])
-        manifest = os.path.join(args.output_dir, "outputs.json")
+        manifest = os.path.realpath(os.path.join(args.output_dir, "outputs.json"))
         with open(manifest, "w") as f:  # output name -> file, in graph order
             json.dump({"outputs": [{"name": k, "file": os.path.basename(files[k]),
                                     "shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype)}

@@ -298,11 +298,18 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
                                          mismatched_tensors, emulate)
         rows.append(row)
 
+    producers = {out: node for node in nodes for out in node.output if out}
     outputs = []
     for o in model.graph.output:
         c = compare_tensor(np.asarray(ql[o.name]), np.asarray(ort_outputs[o.name]), **tol)
         q = np.asarray(ql[o.name])
         entry = {"name": o.name, "shape": list(q.shape), "dtype": str(q.dtype), **c}
+        node = producers.get(o.name)
+        if c.get("max_abs") is not None and node is not None and node.op_type == "DequantizeLinear" \
+                and np.asarray(ql.get(node.input[1])).size == 1:
+            scale = float(np.asarray(ql[node.input[1]]).reshape(()))
+            if scale > 0:  # a dequantized output: the difference in quantization steps too
+                entry["max_steps"] = round(c["max_abs"] / scale, 3)
         if o.name in ort_vals and not np.array_equal(np.asarray(ort_vals[o.name]),
                                                      np.asarray(ort_outputs[o.name]), equal_nan=True):
             entry["instrumented_differs"] = True  # normal session's optimizations change it
@@ -420,6 +427,8 @@ def _output_line(o: dict[str, Any]) -> str:
         return f"{head} ({o['mismatches']} of {o['elements']} elements, up to {o['max_steps']} steps)"
     rel = f", max rel {o['max_rel']:.3g}" if o.get("max_rel") is not None else ""
     ulp = f" ({o['max_ulp']} ulp)" if o.get("max_ulp") is not None else ""
+    if o.get("max_steps") is not None:
+        ulp += f"; up to {o['max_steps']:g} quantization steps"
     outside = f", {o['outside']} outside the tolerance" if o["outside"] else ""
     return (f"{head} ({o['mismatches']} of {o['elements']} elements not bit-identical{outside}; "
             f"max abs {o['max_abs']:.3g}{rel}{ulp})")
