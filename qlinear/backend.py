@@ -314,18 +314,30 @@ class _QLinearOp(OpRun):
         except (ValueError, TypeError) as e:
             raise self._fail(str(e)) from e
 
-    def _prepared_for(self, factory_name: str, weights: tuple, **kwargs):
-        """A prepared object for these weight arrays, made once while they stay the same objects.
+    #: Names of this node's inputs that are constant for the model (initializers, Constant
+    #: outputs); set by QLinearRep. None (unknown): nothing is cached across runs.
+    constant_inputs: frozenset[str] | None = None
 
-        Initializers are the same array objects on every run, so the pretransform is paid once
-        per model; a weight computed at run time is re-prepared on each run (still correct).
+    def _prepared_for(self, factory_name: str, weights: tuple, positions: tuple[int, ...], **kwargs):
+        """A prepared object for these weight arrays (inputs at ``positions`` of the node).
+
+        Cached across runs only when every one of them is a constant of the model (the same
+        array object, never written, on every run): the pretransform is then paid once per
+        model. A weight fed as a graph input or computed at run time is prepared on each run,
+        so a caller reusing a buffer with new values gets results for the new values.
         """
+        names = [self.onnx_node.input[i] for i in positions
+                 if i < len(self.onnx_node.input) and self.onnx_node.input[i]]
+        constant = self.constant_inputs is not None and all(n in self.constant_inputs for n in names)
         key = tuple(id(w) for w in weights)
-        if self._cache_key != key or self._prepared is None:
+        if not constant or self._cache_key != key or self._prepared is None:
             factory = getattr(_q, factory_name, None)
             if factory is None:
                 return None
-            self._prepared = self._call(factory, *weights, **kwargs)
+            prepared = self._call(factory, *weights, **kwargs)
+            if not constant:
+                return prepared
+            self._prepared = prepared
             self._cache_key = key
             self._weights_ref = weights  # keep the arrays alive so ids stay unique
         return self._prepared
@@ -392,7 +404,8 @@ class QLinearConv(_QLinearOp):
         for what, v in (("x_scale", x_scale), ("w_scale", w_scale), ("y_scale", y_scale)):
             self._check_float32(what, v)
         attrs = self._conv_attrs()
-        prep = self._prepared_for("prepare_qlinear_conv", (w, w_scale, w_zero_point, B), **attrs)
+        prep = self._prepared_for("prepare_qlinear_conv", (w, w_scale, w_zero_point, B), (3, 4, 5, 8),
+                                  **attrs)
         if prep is not None:
             return (self._call(prep.run, x, x_scale, x_zero_point, y_scale, y_zero_point),)
         return (self._call(_q.qlinear_conv, x, x_scale, x_zero_point, w, w_scale, w_zero_point,
@@ -404,7 +417,7 @@ class QLinearMatMul(_QLinearOp):
              **_):
         for what, v in (("a_scale", a_scale), ("b_scale", b_scale), ("y_scale", y_scale)):
             self._check_float32(what, v)
-        prep = self._prepared_for("prepare_qlinear_matmul", (b, b_scale, b_zero_point))
+        prep = self._prepared_for("prepare_qlinear_matmul", (b, b_scale, b_zero_point), (3, 4, 5))
         if prep is not None:
             return (self._call(prep.run, a, a_scale, a_zero_point, y_scale, y_zero_point),)
         return (self._call(_q.qlinear_matmul, a, a_scale, a_zero_point, b, b_scale, b_zero_point,
@@ -414,7 +427,7 @@ class QLinearMatMul(_QLinearOp):
 class ConvInteger(_QLinearOp):
     def _run(self, x, w, x_zero_point=None, w_zero_point=None, **_):
         attrs = self._conv_attrs()
-        prep = self._prepared_for("prepare_conv_integer", (w, w_zero_point), **attrs)
+        prep = self._prepared_for("prepare_conv_integer", (w, w_zero_point), (1, 3), **attrs)
         if prep is not None:
             return (self._call(prep.run, x, x_zero_point),)
         return (self._call(_q.conv_integer, x, w, x_zero_point, w_zero_point, **attrs),)
@@ -422,7 +435,7 @@ class ConvInteger(_QLinearOp):
 
 class MatMulInteger(_QLinearOp):
     def _run(self, a, b, a_zero_point=None, b_zero_point=None, **_):
-        prep = self._prepared_for("prepare_matmul_integer", (b, b_zero_point))
+        prep = self._prepared_for("prepare_matmul_integer", (b, b_zero_point), (1, 3))
         if prep is not None:
             return (self._call(prep.run, a, a_zero_point),)
         return (self._call(_q.matmul_integer, a, b, a_zero_point, b_zero_point),)
@@ -619,6 +632,13 @@ class QLinearRep(BackendRep):
         self.model = model
         self.emulate = emulate
         self.evaluator = ReferenceEvaluator(model, new_ops=kernels_for(emulate))
+        # Constant weights (initializers, Constant outputs) are prepared once and cached.
+        constants = {i.name for i in model.graph.initializer} | {
+            o for n in model.graph.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx")
+            for o in n.output}
+        for rt in getattr(self.evaluator, "rt_nodes_", []):
+            if isinstance(rt, _QLinearOp):
+                rt.constant_inputs = frozenset(n for n in rt.onnx_node.input if n in constants)
         inits = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]
         self.output_names = [o.name for o in model.graph.output]

@@ -154,3 +154,48 @@ def test_conv_zero_size(xshape, wshape, want_shape):
     y = qlinear.qlinear_conv(x, np.float32(0.1), U8(3), w, np.float32(0.1), I8(1), np.float32(0.3),
                              U8(9), None if wshape[0] == 0 else np.arange(wshape[0], dtype=np.int32))
     assert y.shape == want_shape and y.dtype == np.uint8
+
+
+# --------------------------------------------------------------------------- the backend's cache
+
+
+def test_backend_weights_fed_as_inputs_are_not_cached_across_runs():
+    """A weight that is a graph input may be a buffer the caller reuses with new values: the
+    backend prepares it on every run (only initializers are prepared once)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    from qlinear import backend
+
+    rng = np.random.default_rng(6)
+    nodes = [helper.make_node("MatMulInteger", ["a", "w", "azp", "wzp"], ["y1"]),
+             helper.make_node("ConvInteger", ["x", "k"], ["y2"], pads=[1, 1, 1, 1]),
+             helper.make_node("QLinearMatMul", ["a", "s", "azp", "w", "s", "wzp", "s", "azp"], ["y3"]),
+             helper.make_node("QLinearConv", ["x", "s", "azp", "k", "s", "wzp", "s", "azp"], ["y4"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", T.UINT8, [2, 3]),
+                                       helper.make_tensor_value_info("w", T.INT8, [3, 2]),
+                                       helper.make_tensor_value_info("x", T.UINT8, [1, 2, 4, 4]),
+                                       helper.make_tensor_value_info("k", T.INT8, [3, 2, 3, 3]),
+                                       helper.make_tensor_value_info("wzp", T.INT8, [])],
+                          [helper.make_tensor_value_info(f"y{i}", T.UNDEFINED, None) for i in range(1, 5)],
+                          [numpy_helper.from_array(np.array(4, np.uint8), "azp"),
+                           numpy_helper.from_array(np.array(0.5, np.float32), "s")])
+    rep = backend.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    feeds = {"a": rand_int(rng, U8, (2, 3)), "w": rand_int(rng, I8, (3, 2)), "x": rand_int(rng, U8, (1, 2, 4, 4)),
+             "k": rand_int(rng, I8, (3, 2, 3, 3)), "wzp": np.array(1, I8)}
+
+    def want(f):
+        return (oracle.matmul_integer(f["a"], f["w"], U8(4), f["wzp"]),
+                oracle.conv_integer(f["x"], f["k"], pads=[1, 1, 1, 1]),
+                oracle.qlinear_matmul(f["a"], np.float32(0.5), U8(4), f["w"], np.float32(0.5), f["wzp"],
+                                      np.float32(0.5), U8(4)),
+                oracle.qlinear_conv(f["x"], np.float32(0.5), U8(4), f["k"], np.float32(0.5), f["wzp"],
+                                    np.float32(0.5), U8(4)))
+
+    for got, w in zip(rep.run(feeds), want(feeds)):
+        assert_exact(got, w)
+    for name in ("w", "k", "wzp"):  # the same buffers, new values
+        feeds[name][...] = rand_int(rng, I8, feeds[name].shape)
+    for got, w in zip(rep.run(feeds), want(feeds)):
+        assert_exact(got, w)
