@@ -287,6 +287,8 @@ BAD = [
     (["run", "{d}/sub/symlink.onnx"], "points outside the model's folder"),
     (["compare", "{d}/per_row.onnx"], "onnxruntime cannot run this model"),
     (["frobnicate"], "invalid choice"),
+    (["run", EXAMPLE, "--emulate", "onnxruntime-avx512"], "invalid choice"),
+    (["compare", EXAMPLE, "--atol", "nan"], "--atol must be 0 or more"),
     (["run", EXAMPLE, "--output-dir", "{d}/ok.npy"], "not a directory"),
 ]
 
