@@ -235,7 +235,11 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
     Model-local functions are inlined first (as :class:`QLinearRep` runs them), so the
     nodes inside them are checked like any other node.
     """
-    model = inline_functions(model)
+    try:
+        model = inline_functions(model)
+    except Exception as e:  # a malformed function: report it instead of running its body blind
+        return [Problem("(model)", "FunctionProto", "", None,
+                        f"the model-local functions cannot be inlined: {' '.join(str(e).split())}")]
     opsets = {d.domain if d.domain != "ai.onnx" else "": d.version for d in model.opset_import}
     functions = {(f.domain, f.name) for f in model.functions}
     types = _elem_types(model)

@@ -38,7 +38,6 @@ from onnx import helper
 from qlinear.tools import ortsat
 from qlinear.tools.table import format_table, progress
 
-_QUANT_OPS = {"QuantizeLinear", "QLinearConv", "QLinearMatMul"}
 _GEMM_OPS = ("QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger")
 
 
@@ -96,15 +95,6 @@ def _ulp_each(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     ia = np.where(ia < 0, -(ia & 0x7FFFFFFF), ia)
     ib = np.where(ib < 0, -(ib & 0x7FFFFFFF), ib)
     return np.abs(ia - ib)
-
-
-def _ulps(a: np.ndarray, b: np.ndarray) -> int:
-    """Largest distance in float32 ulps (NaN pairs count as equal)."""
-    a = np.asarray(a, np.float32).ravel()
-    b = np.asarray(b, np.float32).ravel()
-    d = _ulp_each(a, b)
-    d[np.isnan(a) & np.isnan(b)] = 0
-    return int(d.max()) if d.size else 0
 
 
 def _mismatch(q: np.ndarray, r: np.ndarray, ulp: int = 0) -> np.ndarray:
