@@ -614,7 +614,11 @@ def apply_qdq(model: onnx.ModelProto, qdq: str = "fuse") -> onnx.ModelProto:
 
     if not any(n.op_type == "DequantizeLinear" for n in model.graph.node):
         return model  # nothing to fuse
-    return fuse_qdq(model, ops=fusable_ops())
+    try:
+        return fuse_qdq(model, ops=fusable_ops())
+    except Exception as e:  # a rewrite bug must not look like a model problem
+        raise ValueError(f"prepare: the QDQ fusion failed ({type(e).__name__}: {e}); "
+                         "qdq='literal' (--qdq literal) runs the graph as written") from e
 
 
 # --------------------------------------------------------------------------- emulation

@@ -11,6 +11,7 @@ uint8 x int8 kernels do not saturate on AVX2 CPUs without VNNI.
 from __future__ import annotations
 
 import collections
+import json
 import os
 
 import numpy as np
@@ -715,3 +716,45 @@ def test_dq_propagates_across_maxpool(opset):
     y = b.node("Conv", [p, b.dq(b.const(w7((3, 2, 1, 1)), "w"), 0.03, 0, I8)], kernel_shape=[1, 1])
     m = b.model([b.dq(b.q(y, 0.05, 128), 0.05, 128)])
     check(m, {}, feeds_x(m))
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _cli(capsys, *argv):
+    from qlinear import cli
+
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_cli_compare_fused_is_identical_and_literal_is_not(tmp_path, capsys):
+    # ultraface's last group is Softmax: fused it equals onnxruntime, literal it does not
+    m = seven_bit_weights(load_real("ultraface_rfb320_ortstatic_qdq"))
+    path = str(tmp_path / "u.onnx")
+    onnx.save(m, path)
+    np.save(tmp_path / "x.npy", model_feeds(m)["input"])
+    verdicts = {}
+    for mode in ("fuse", "literal"):
+        rc, out, err = _cli(capsys, "compare", path, "--input", f"input={tmp_path / 'x.npy'}",
+                            "--qdq", mode, "--json")
+        assert rc in (0, 1), err
+        r = json.loads(out)
+        verdicts[mode] = {o["name"]: o["mismatches"] for o in r["outputs"]}
+        if mode == "fuse":
+            assert rc == 0 and r["verdict"] == "identical"
+            # every integer tensor identical (its unfused float Convs differ by ulps only)
+            ints = [row for row in r["nodes"] if row["op"].startswith(("QLinear", "Quantize"))]
+            assert ints and all(row["mismatches"] == 0 for row in ints)
+    assert verdicts["literal"]["scores"] > 0 and verdicts["literal"]["boxes"] == 0
+
+
+def test_cli_run_qdq_flag(tmp_path, capsys):
+    m = conv_model()
+    path = str(tmp_path / "c.onnx")
+    onnx.save(m, path)
+    rc, out, err = _cli(capsys, "run", path, "--qdq", "literal", "--json")
+    assert rc == 0, err
+    rc, out, err = _cli(capsys, "run", path, "--qdq", "bogus")
+    assert rc == 2 and err.startswith("qlinear: error: argument --qdq: invalid choice: 'bogus'")
