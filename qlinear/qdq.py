@@ -81,6 +81,12 @@ DROP_QDQ_OPS: dict[str, tuple[bool, bool, Optional[tuple[int, ...]]]] = {
 #: A Conv bias DQ scale b fuses when |b - x_scale * w_scale| <= ATOL + RTOL * |x_scale * w_scale|.
 BIAS_SCALE_ATOL, BIAS_SCALE_RTOL = 1e-6, 1e-2
 
+#: Quantized operators: the input holding the output zero point (its type is the output's).
+_OUTPUT_ZP_INPUT = {"QLinearConv": 7, "QLinearMatMul": 7, "QLinearAdd": 7, "QLinearMul": 7,
+                    "QLinearConcat": 1, "QLinearWhere": 8, "QLinearSigmoid": 4,
+                    "QLinearLeakyRelu": 4, "QLinearSoftmax": 4, "QLinearAveragePool": 4,
+                    "QLinearGlobalAveragePool": 4, "QGemm": 8}
+
 _UNARY = {"AveragePool", "LeakyRelu", "GlobalAveragePool", "Sigmoid", "Softmax"}
 _BINARY = {"Add", "Mul"}
 _INT16 = {_T.INT16, _T.UINT16}
@@ -217,6 +223,12 @@ class _Graph:
             return _q_output_type(self, p)
         if p is not None and (p.op_type in DROP_QDQ_OPS or p.op_type == "Split") and p.input:
             return self.elem_type(p.input[0])  # data movement keeps the element type
+        if p is not None and p.op_type in _OUTPUT_ZP_INPUT and not self.types.get(name):
+            # quantized operators (com.microsoft ones are unknown to onnx's shape inference):
+            # the output has the type of the output zero point
+            k = _OUTPUT_ZP_INPUT[p.op_type]
+            if k < len(p.input) and p.input[k]:
+                return self.elem_type(p.input[k])
         return self.types.get(name, 0)
 
     def consumer_nodes(self, name: str) -> list[onnx.NodeProto]:
