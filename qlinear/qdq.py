@@ -601,6 +601,23 @@ def fuse_reshape_shape(g: _Graph) -> None:
                              if x in g.producer and _is_dq(g.producer[x])])
 
 
+def fuse_consecutive_reshapes(g: _Graph) -> None:
+    """Reshape(Reshape(X, a), b) becomes Reshape(X, b) (ReshapeFusion, measured): the inner
+    Reshape's output has this one reader and is not a graph output, and b is a constant
+    without 0 entries (a 0 would copy a dimension of the inner result)."""
+    for outer in list(g.nodes):
+        if not g.has(outer) or not _is(outer, "Reshape") or len(outer.input) < 2:
+            continue
+        shape = g.const(outer.input[1])
+        inner = g.producer.get(outer.input[0])
+        if shape is None or (shape == 0).any() or inner is None or not _is(inner, "Reshape"):
+            continue
+        if g.single_consumer(inner) is not outer or _attr(outer, "allowzero", 0):
+            continue
+        g.set_input(outer, 0, inner.input[0])
+        g.remove(inner)
+
+
 def remove_dead_nodes(g: _Graph) -> None:
     """Nodes none of whose outputs is read or is a graph output are removed, repeatedly (as
     onnxruntime's graph resolution does: after constant folding, the DQ copies that only fed
@@ -825,8 +842,8 @@ def propagate_qdq(g: _Graph) -> None:
 
     Backwards, from each Q: through single-consumer edges, across propagating operators, until
     a DQ or a non-propagating producer. Forwards, from each DQ with one consumer: into a
-    propagating operator, a pair on each of its output edges that does not already end in a Q,
-    and on through further propagating operators. A Q -> DQ pair round-trips 8-bit values
+    propagating operator, a pair on each of its output edges, and on through further
+    propagating operators; nothing when one of those edges already ends in a Q (measured). A Q -> DQ pair round-trips 8-bit values
     exactly, so the inserted pairs change no value."""
     snapshot = list(g.nodes)
     for q in snapshot:
@@ -863,7 +880,12 @@ def propagate_qdq(g: _Graph) -> None:
 def _next_propagation_edges(g: _Graph, edge: _Edge) -> list[_Edge]:
     if edge.dst is None or not _can_propagate(g, edge.dst):
         return []
-    return [e for e in _next_edges(g, edge.dst) if e.dst is None or not _is_q(e.dst)]
+    edges = _next_edges(g, edge.dst)
+    # measured: onnxruntime 1.32 does not propagate at all when one of the operator's readers
+    # is already a Q (the stored source only skipped that edge)
+    if any(e.dst is not None and _is_q(e.dst) for e in edges):
+        return []
+    return edges
 
 
 def _path_to_q(g: _Graph, node: onnx.NodeProto) -> bool:
@@ -1472,6 +1494,7 @@ def fuse_qdq(model: onnx.ModelProto, *, int8_allowed: bool = False,
     ensure_unique_dq(g)  # onnxruntime runs it once before the level-1 optimizers
     fold_constants(g)
     fuse_reshape_shape(g)
+    fuse_consecutive_reshapes(g)
     remove_dead_nodes(g)
     if double_qdq:
         remove_double_qdq(g)
