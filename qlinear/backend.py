@@ -46,6 +46,7 @@ from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
 import qlinear as _q
+from qlinear.backend_float import FLOAT_KERNELS, FastEvaluator  # float glue ops, lean graph loop
 
 __all__ = [
     "QLinearBackend",
@@ -558,7 +559,7 @@ class QLinearRep(BackendRep):
 
     def __init__(self, model: onnx.ModelProto):
         self.model = model
-        self.evaluator = ReferenceEvaluator(model, new_ops=KERNELS)
+        self.evaluator = FastEvaluator(model, new_ops=KERNELS + FLOAT_KERNELS)
         inits = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]
         self.output_names = [o.name for o in model.graph.output]

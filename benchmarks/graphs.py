@@ -1,0 +1,186 @@
+"""Model graphs: qlinear's backend against onnxruntime's normal session, node type by node type.
+
+    python benchmarks/graphs.py [--models DIR] [--repeat 7] [--profile] [--only NAME]
+
+Each model in DIR (default /work/shared/models, when present) that qlinear's backend prepares,
+plus a QOperator ResNet-50 built as the tests build it (``qlinear.tools.synthetic``), runs on
+both engines with the same seeded input: onnxruntime with 2 intra-op threads and its default
+graph optimizations, batch 1; one warm-up run, then the median of ``--repeat`` runs.
+``--profile`` adds qlinear's time per operator type (summed over nodes, median run) and the
+graph engine's per-node overhead (time outside the nodes' own ``run``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import onnx
+
+
+def _inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    from onnx import helper
+
+    rng = np.random.default_rng(seed)
+    inits = {i.name for i in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        # a dynamic dimension becomes 1, except a leading -1 (a time axis, as in Kaldi's TDNN),
+        # which gets 100 frames so that every window fits
+        shape = [d.dim_value if d.dim_value > 0 else (100 if d.dim_value < 0 and i == 0 else 1)
+                 for i, d in enumerate(tt.shape.dim)]
+        dt = helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if np.issubdtype(dt, np.floating):
+            feeds[vi.name] = rng.random(shape).astype(dt)
+        else:
+            feeds[vi.name] = rng.integers(0, 8, size=shape).astype(dt)
+    return feeds
+
+
+def _median_ms(fn, repeat: int) -> float:
+    fn()  # first run apart (preparation, caches)
+    ts = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return float(np.median(ts)) * 1e3
+
+
+def profile_nodes(rep, feeds, repeat: int):
+    """Median per-op-type milliseconds and the engine's own time (total minus nodes)."""
+    nodes = rep.evaluator.rt_nodes_
+    per_run = []
+    originals = {}
+    acc: dict[str, float] = collections.defaultdict(float)
+
+    def wrap(node):
+        orig = node.run
+
+        def timed(*a, **k):
+            t = time.perf_counter()
+            try:
+                return orig(*a, **k)
+            finally:
+                acc[node.op_type] += time.perf_counter() - t
+        return orig, timed
+
+    for n in nodes:
+        originals[id(n)], n.run = wrap(n)
+    try:
+        rep.run(feeds)
+        totals = []
+        for _ in range(repeat):
+            acc.clear()
+            t = time.perf_counter()
+            rep.run(feeds)
+            totals.append(time.perf_counter() - t)
+            per_run.append(dict(acc))
+    finally:
+        for n in nodes:
+            n.__dict__.pop("run", None)
+    i = int(np.argsort(totals)[len(totals) // 2])
+    by_type = {k: v * 1e3 for k, v in per_run[i].items()}
+    overhead = totals[i] * 1e3 - sum(by_type.values())
+    counts = collections.Counter(n.op_type for n in nodes)
+    return by_type, overhead, counts
+
+
+def ort_profile(path_or_bytes, feeds, repeat: int):
+    import json
+    import tempfile
+
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    so.inter_op_num_threads = 1
+    so.enable_profiling = True
+    so.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+    s = ort.InferenceSession(path_or_bytes, so, providers=["CPUExecutionProvider"])
+    for _ in range(repeat + 1):
+        s.run(None, feeds)
+    f = s.end_profiling()
+    ev = json.load(open(f))
+    acc: dict[str, list] = collections.defaultdict(list)
+    runs = [e for e in ev if e.get("cat") == "Session" and e["name"] == "model_run"]
+    for e in ev:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            acc[e["args"]["op_name"]].append(e["dur"])
+    nrun = max(len(runs), 1)
+    return {k: sum(v) / nrun / 1e3 for k, v in acc.items()}
+
+
+def models(directory: Path | None):
+    from qlinear.tools import synthetic
+
+    out = []
+    if directory and directory.is_dir():
+        for p in sorted(directory.glob("*.onnx")):
+            out.append((p.stem, p))
+    out.append(("resnet50_qoperator (synthetic)", synthetic.resnet50_qoperator(0)))
+    return out
+
+
+def main(argv=None) -> int:
+    import onnxruntime as ort
+
+    import qlinear.backend as backend
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", type=Path, default=Path("/work/shared/models"))
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--only", default=None)
+    args = ap.parse_args(argv)
+    rows = []
+    for name, src in models(args.models):
+        if args.only and args.only not in name:
+            continue
+        model = onnx.load(src) if isinstance(src, Path) else src
+        try:
+            rep = backend.prepare(model)
+        except Exception as e:  # noqa: BLE001 - report and go on
+            print(f"{name}: not run by qlinear ({type(e).__name__}: {str(e)[:100]})", flush=True)
+            continue
+        feeds = _inputs(model)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 2
+        so.inter_op_num_threads = 1
+        blob = str(src) if isinstance(src, Path) else model.SerializeToString()
+        try:
+            sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+            t_ort = _median_ms(lambda: sess.run(None, feeds), args.repeat)
+            t_q = _median_ms(lambda: rep.run(feeds), args.repeat)
+        except Exception as e:  # noqa: BLE001 - report and go on
+            print(f"{name}: failed ({type(e).__name__}: {str(e)[:100]})", flush=True)
+            continue
+        rows.append((name, t_q, t_ort))
+        print(f"{name}: qlinear {t_q:.2f} ms, onnxruntime {t_ort:.2f} ms, ratio {t_q / t_ort:.2f}",
+              flush=True)
+        if args.profile:
+            by_type, overhead, counts = profile_nodes(rep, feeds, args.repeat)
+            ort_by = ort_profile(blob, feeds, args.repeat)
+            for k, v in sorted(by_type.items(), key=lambda kv: -kv[1]):
+                print(f"    {k:24s} x{counts[k]:<4d} {v:9.2f} ms", flush=True)
+            print(f"    {'(engine overhead)':24s} {'':5s} {overhead:9.2f} ms "
+                  f"({overhead / max(len(rep.evaluator.rt_nodes_), 1) * 1e3:.1f} us/node)")
+            print("    onnxruntime kernels: " + ", ".join(
+                f"{k} {v:.2f}" for k, v in sorted(ort_by.items(), key=lambda kv: -kv[1])[:8]))
+    if rows:
+        r = [q / o for _, q, o in rows]
+        print(f"geometric mean qlinear/onnxruntime: {float(np.exp(np.mean(np.log(r)))):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

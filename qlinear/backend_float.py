@@ -1,0 +1,601 @@
+"""Vectorized float "glue" operators for the ONNX backend, and a leaner graph loop.
+
+onnx.reference's implementations of the float operators that sit between quantized layers
+are written for clarity: Conv loops over windows and channels, the pools over windows in
+Python, Resize in float64, unary operators copy their result once more with ``astype``. On
+real models those operators took most of qlinear's time (a QDQ MobileNetV2: float Conv
+~970 ms of ~935-1000 ms; onnxruntime runs the whole model in ~25 ms). This module replaces
+them with NumPy implementations of the same ONNX semantics:
+
+- ``Conv`` (every rank, group, pad, stride, dilation, auto_pad): one im2col matrix per group
+  and one BLAS matrix product (``np.matmul``); a 1x1 kernel without padding needs no im2col;
+  a depthwise kernel (one input channel per group) is a sum of weighted taps instead.
+- ``AveragePool`` (pads, strides, dilations, auto_pad, ceil_mode, count_include_pad),
+  ``GlobalAveragePool``, ``GlobalMaxPool``: sums of strided views, one divisor per window.
+- ``Resize`` (opset 11+, nearest and linear, coordinate modes half_pixel, asymmetric,
+  align_corners, pytorch_half_pixel, half_pixel_symmetric; every nearest_mode): coordinates
+  computed in float32 as onnxruntime computes them, so nearest picks the same elements;
+  linear interpolates one axis at a time. Cubic, antialias, axes, keep_aspect_ratio_policy
+  and tf_crop_and_resize run as onnx.reference runs them.
+- ``Sigmoid``, ``Softmax`` (both axis semantics: opset 13+ one axis, opset < 13 the 2-D
+  coercion), ``LeakyRelu``, ``Relu``, ``Clip`` without the extra copies.
+
+Float arithmetic follows the operator definitions; the order of float32 operations is not
+always onnxruntime's (BLAS blocking in Conv, separable linear Resize), so results agree
+within float32 rounding (tests/test_backend_float.py pins the tolerances); data movement
+and selections (nearest Resize, GlobalMaxPool, Relu, Clip) are exact. A node outside what
+is implemented here (another dtype, an attribute linked to a function's attribute, a mode
+listed above as delegated) runs as onnx.reference runs it.
+
+:class:`FastEvaluator` is ReferenceEvaluator with a leaner top-level ``run``: it skips the
+per-node logging and shape-annotation plumbing when neither is enabled, evaluates Constant
+nodes once, and drops each intermediate tensor after its last consumer (memory is reused
+instead of growing over the whole graph).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+
+import onnx
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
+
+__all__ = ["conv", "average_pool", "resize", "softmax", "sigmoid", "FLOAT_KERNELS",
+           "FastEvaluator"]
+
+_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+# --------------------------------------------------------------------------- geometry
+
+
+def _pads(spatial, kernel, strides, dilations, auto_pad, pads):
+    """Begin and end pads of every spatial axis from the ONNX attributes."""
+    nd = len(spatial)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        begin, end = [], []
+        for i in range(nd):
+            out = -(-spatial[i] // strides[i])
+            eff = (kernel[i] - 1) * dilations[i] + 1
+            total = max(0, (out - 1) * strides[i] + eff - spatial[i])
+            small, big = total // 2, total - total // 2
+            begin.append(small if auto_pad == "SAME_UPPER" else big)
+            end.append(big if auto_pad == "SAME_UPPER" else small)
+        return begin, end
+    if auto_pad == "VALID" or not pads:
+        return [0] * nd, [0] * nd
+    return list(pads[:nd]), list(pads[nd:])
+
+
+def _out_sizes(spatial, kernel, strides, dilations, pb, pe, ceil_mode=0):
+    out = []
+    for i in range(len(spatial)):
+        eff = (kernel[i] - 1) * dilations[i] + 1
+        span = spatial[i] + pb[i] + pe[i] - eff
+        o = (-(-span // strides[i]) if ceil_mode else span // strides[i]) + 1
+        if ceil_mode and (o - 1) * strides[i] >= spatial[i] + pb[i]:
+            o -= 1  # the last window would start in the end padding
+        out.append(max(o, 0))
+    return out
+
+
+def _tap_slices(off, out, strides, dilations):
+    """Index of the strided view that tap ``off`` of every output window reads."""
+    return tuple(slice(off[i] * dilations[i], off[i] * dilations[i] + (out[i] - 1) * strides[i] + 1,
+                       strides[i]) for i in range(len(out)))
+
+
+def _padded(x, pb, pe, extra=None, value=0):
+    nd = x.ndim - 2
+    extra = extra or [0] * nd
+    if not any(pb) and not any(pe) and not any(extra):
+        return x
+    return np.pad(x, [(0, 0), (0, 0)] + [(pb[i], pe[i] + extra[i]) for i in range(nd)],
+                  constant_values=value)
+
+
+def _geometry(x_shape, kernel, strides, dilations, pads, auto_pad):
+    nd = len(x_shape) - 2
+    spatial = list(x_shape[2:])
+    kernel = [int(k) for k in kernel]
+    strides = [int(s) for s in strides] if strides else [1] * nd
+    dilations = [int(d) for d in dilations] if dilations else [1] * nd
+    pb, pe = _pads(spatial, kernel, strides, dilations, auto_pad or "NOTSET", pads)
+    return spatial, kernel, strides, dilations, pb, pe
+
+
+# --------------------------------------------------------------------------- Conv
+
+
+def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, auto_pad: str = "NOTSET",
+         dilations=None, group: int = 1, kernel_shape=None, pads=None, strides=None) -> np.ndarray:
+    """ONNX Conv for float tensors of any rank: im2col per group and one matrix product.
+
+    float16 inputs are computed in float32 and rounded once at the end.
+    """
+    out_dtype = x.dtype
+    if x.dtype == np.float16:
+        x, w = x.astype(np.float32), w.astype(np.float32)
+        b = None if b is None else b.astype(np.float32)
+    if x.ndim < 3 or w.ndim != x.ndim:
+        raise ValueError(f"Conv: X has rank {x.ndim} and W rank {w.ndim}; both must be equal "
+                         "and at least 3")
+    n, c = x.shape[:2]
+    m, cg = w.shape[:2]
+    g = int(group)
+    if g < 1 or c != cg * g or m % g:
+        raise ValueError(f"Conv: X has {c} channels, W is {w.shape}, group={g}; needs "
+                         "C = W.shape[1] * group and M divisible by group")
+    kernel = kernel_shape if kernel_shape else w.shape[2:]
+    spatial, kernel, strides, dilations, pb, pe = _geometry(x.shape, kernel, strides, dilations,
+                                                            pads, auto_pad)
+    if list(kernel) != list(w.shape[2:]):
+        raise ValueError(f"Conv: kernel_shape {kernel} differs from W's spatial shape "
+                         f"{list(w.shape[2:])}")
+    nd = len(spatial)
+    out = _out_sizes(spatial, kernel, strides, dilations, pb, pe)
+    mg = m // g
+    ksize = math.prod(kernel)
+    p = math.prod(out)
+    dt = x.dtype
+    w = w.astype(dt, copy=False)
+    if cg == 1 and ksize > 1:
+        # depthwise (or channel multiplier): a weighted sum of taps, no im2col
+        xp = _padded(x, pb, pe)
+        if mg > 1:
+            xp = np.repeat(xp, mg, axis=1)  # output channel o reads input channel o // mg
+        wt = w.reshape(m, ksize)
+        y = np.zeros((n, m, *out), dtype=dt)
+        shape = (1, m) + (1,) * nd
+        for t, off in enumerate(itertools.product(*[range(k) for k in kernel])):
+            tap = xp[(slice(None), slice(None)) + _tap_slices(off, out, strides, dilations)]
+            y += wt[:, t].reshape(shape) * tap
+    else:
+        if ksize == 1 and not any(pb) and not any(pe):
+            xs = x[(slice(None), slice(None)) + tuple(slice(None, (out[i] - 1) * strides[i] + 1,
+                                                            strides[i]) for i in range(nd))]
+            cols = xs.reshape(n, g, cg, p).transpose(1, 2, 0, 3).reshape(g, cg, n * p)
+        else:
+            xp = _padded(x, pb, pe)
+            s = xp.strides
+            view = np.lib.stride_tricks.as_strided(
+                xp, shape=(n, g, cg, *kernel, *out),
+                strides=(s[0], s[1] * cg, s[1], *[s[2 + i] * dilations[i] for i in range(nd)],
+                         *[s[2 + i] * strides[i] for i in range(nd)]),
+                writeable=False)
+            order = (1, 2, *range(3, 3 + nd), 0, *range(3 + nd, 3 + 2 * nd))
+            cols = view.transpose(order).reshape(g, cg * ksize, n * p)
+        y = np.matmul(w.reshape(g, mg, cg * ksize), cols)  # (g, mg, n*p)
+        if n == 1:
+            y = y.reshape(1, m, *out)
+        else:
+            y = np.ascontiguousarray(y.reshape(g, mg, n, p).transpose(2, 0, 1, 3)).reshape(
+                n, m, *out)
+    if b is not None:
+        y += b.astype(dt, copy=False).reshape((1, m) + (1,) * nd)
+    return y.astype(out_dtype, copy=False)
+
+
+# --------------------------------------------------------------------------- pools
+
+
+def average_pool(x: np.ndarray, *, kernel_shape, strides=None, pads=None, dilations=None,
+                 auto_pad: str = "NOTSET", ceil_mode: int = 0,
+                 count_include_pad: int = 0) -> np.ndarray:
+    """ONNX AveragePool: the taps of every window summed in row-major order, then divided.
+
+    The divisor counts the taps inside the input (``count_include_pad=0``) or inside the
+    padded input (``=1``); taps past the end padding, which only ``ceil_mode`` creates, never
+    count.
+    """
+    spatial, kernel, strides, dilations, pb, pe = _geometry(x.shape, kernel_shape, strides,
+                                                            dilations, pads, auto_pad)
+    nd = len(spatial)
+    out = _out_sizes(spatial, kernel, strides, dilations, pb, pe, ceil_mode)
+    extra = [max(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
+                 - (spatial[i] + pb[i] + pe[i])) for i in range(nd)]
+    xp = _padded(x, pb, pe, extra)
+    y = np.zeros(x.shape[:2] + tuple(out), dtype=x.dtype)
+    counted = np.zeros([1, 1] + [spatial[i] + pb[i] + pe[i] + extra[i] for i in range(nd)],
+                       dtype=np.int64)
+    inside = tuple(slice(0, spatial[i] + pb[i] + pe[i]) if count_include_pad
+                   else slice(pb[i], pb[i] + spatial[i]) for i in range(nd))
+    counted[(0, 0) + inside] = 1
+    count = np.zeros([1, 1] + out, dtype=np.int64)
+    for off in itertools.product(*[range(k) for k in kernel]):
+        sl = (slice(None), slice(None)) + _tap_slices(off, out, strides, dilations)
+        y += xp[sl]
+        count += counted[sl]
+    with np.errstate(divide="ignore", invalid="ignore"):  # a window wholly in padding: NaN
+        y /= count.astype(x.dtype)
+    return y
+
+
+def global_average_pool(x: np.ndarray) -> np.ndarray:
+    n, c = x.shape[:2]
+    flat = np.ascontiguousarray(x).reshape(n, c, -1)
+    y = flat.mean(axis=2, dtype=np.float32 if x.dtype == np.float16 else x.dtype)
+    return y.astype(x.dtype, copy=False).reshape((n, c) + (1,) * (x.ndim - 2))
+
+
+def global_max_pool(x: np.ndarray) -> np.ndarray:
+    n, c = x.shape[:2]
+    return np.ascontiguousarray(x).reshape(n, c, -1).max(axis=2).reshape(
+        (n, c) + (1,) * (x.ndim - 2))
+
+
+# --------------------------------------------------------------------------- activations
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)); exp overflows to inf for very negative x, giving exactly 0 ... or the
+    tiny true value, which 1/(1+e) keeps to within float rounding."""
+    y = np.negative(x)
+    with np.errstate(over="ignore"):
+        np.exp(y, out=y)
+    y += 1
+    np.reciprocal(y, out=y)
+    return y
+
+
+def softmax(x: np.ndarray, axis: int = -1, *, coerce_2d: bool = False) -> np.ndarray:
+    """Softmax along ``axis``; ``coerce_2d`` (opset < 13) over all axes from ``axis`` on."""
+    if x.size == 0:
+        return x.copy()
+    axis = axis + x.ndim if axis < 0 else axis
+    if coerce_2d:
+        shape = x.shape
+        lead = math.prod(shape[:axis])
+        return softmax(x.reshape(lead, -1), 1).reshape(shape)
+    k = x.shape[axis]
+    if k <= 8 and axis == x.ndim - 1 and x.ndim > 1:
+        # a short last axis (class scores): reductions over strided columns instead of
+        # NumPy's per-row reduction loop
+        cols = [x[..., i] for i in range(k)]
+        mx = cols[0].copy()
+        for col in cols[1:]:
+            np.maximum(mx, col, out=mx)
+        y = x - mx[..., None]
+        np.exp(y, out=y)
+        s = y[..., 0].copy()
+        for i in range(1, k):
+            s += y[..., i]
+        y /= s[..., None]
+        return y
+    y = x - x.max(axis=axis, keepdims=True)
+    np.exp(y, out=y)
+    y /= y.sum(axis=axis, keepdims=True)
+    return y
+
+
+def leaky_relu(x: np.ndarray, alpha: float) -> np.ndarray:
+    return np.where(x >= 0, x, x * x.dtype.type(alpha))
+
+
+# --------------------------------------------------------------------------- Resize
+
+
+def _resize_coords(mode: str, n_out: int, n_in: int, scale: np.float32) -> np.ndarray:
+    """Source coordinate of every output index, in float32 as onnxruntime computes it."""
+    f = np.float32
+    y = np.arange(n_out, dtype=f)
+    if mode == "asymmetric":
+        return y / scale
+    if mode == "half_pixel":
+        return (y + f(0.5)) / scale - f(0.5)
+    if mode == "pytorch_half_pixel":
+        return (y + f(0.5)) / scale - f(0.5) if n_out > 1 else np.zeros(n_out, f)
+    if mode == "align_corners":
+        if n_out == 1:
+            return np.zeros(n_out, f)
+        return y * f(n_in - 1) / f(n_out - 1)
+    if mode == "half_pixel_symmetric":
+        adjustment = f(n_out) / (scale * f(n_in))
+        center = f(n_in) / f(2)
+        offset = center * (f(1) - adjustment)
+        return offset + (y + f(0.5)) / scale - f(0.5)
+    raise ValueError(f"Resize: coordinate_transformation_mode {mode!r} is not implemented here")
+
+
+def _nearest_index(xo: np.ndarray, nearest_mode: str, n_in: int) -> np.ndarray:
+    if nearest_mode == "round_prefer_floor":
+        idx = np.where(xo == np.floor(xo) + np.float32(0.5), np.floor(xo), np.round(xo))
+    elif nearest_mode == "round_prefer_ceil":
+        idx = np.where(xo == np.floor(xo) + np.float32(0.5), np.ceil(xo), np.round(xo))
+    elif nearest_mode == "floor":
+        idx = np.floor(xo)
+    elif nearest_mode == "ceil":
+        idx = np.ceil(xo)
+    else:
+        raise ValueError(f"Resize: nearest_mode {nearest_mode!r} is not one of "
+                         "round_prefer_floor, round_prefer_ceil, floor, ceil")
+    return np.clip(idx, 0, n_in - 1).astype(np.intp)
+
+
+def resize(x: np.ndarray, *, scales=None, sizes=None, mode: str = "nearest",
+           coordinate_transformation_mode: str = "half_pixel",
+           nearest_mode: str = "round_prefer_floor") -> np.ndarray:
+    """ONNX Resize (opset 11+) for nearest and linear, without axes/antialias/aspect policy.
+
+    Output sizes: ``sizes``, or ``floor(input_dim * scale)``. Per-axis scale: the given one,
+    or ``output / input`` in float32 (onnxruntime). An axis whose scale is exactly 1 is left
+    as it is; the others are interpolated one at a time.
+    """
+    r = x.ndim
+    if sizes is not None and np.asarray(sizes).size:
+        out = [int(v) for v in np.asarray(sizes).reshape(-1)]
+        if len(out) != r:
+            raise ValueError(f"Resize: sizes has {len(out)} values for a rank-{r} input")
+        sc = [np.float32(out[i]) / np.float32(x.shape[i]) if x.shape[i] else np.float32(1)
+              for i in range(r)]
+    elif scales is not None and np.asarray(scales).size:
+        sc = [np.float32(v) for v in np.asarray(scales, dtype=np.float32).reshape(-1)]
+        if len(sc) != r:
+            raise ValueError(f"Resize: scales has {len(sc)} values for a rank-{r} input")
+        if any(not (s > 0) for s in sc):
+            raise ValueError(f"Resize: scales must be positive, got {[float(s) for s in sc]}")
+        out = [int(math.floor(float(sc[i]) * x.shape[i])) for i in range(r)]
+    else:
+        raise ValueError("Resize: one of scales and sizes must be given")
+    y = x
+    if mode == "nearest":
+        index: list[Any] = []
+        for i in range(r):
+            if sc[i] == 1 and out[i] == x.shape[i]:
+                index.append(slice(None))
+                continue
+            xo = _resize_coords(coordinate_transformation_mode, out[i], x.shape[i], sc[i])
+            index.append(_nearest_index(xo, nearest_mode, x.shape[i]))
+        for i in range(r):  # one axis at a time: a gather of whole slabs
+            if not isinstance(index[i], slice):
+                y = np.take(y, index[i], axis=i)
+        return y if y is not x else x.copy()
+    if mode != "linear":
+        raise ValueError(f"Resize: mode {mode!r} is not implemented here")
+    dt = x.dtype
+    work = np.float32 if dt == np.float16 else dt
+    y = x.astype(work, copy=False)
+    for i in range(r):
+        if sc[i] == 1 and out[i] == x.shape[i]:
+            continue
+        n_in = x.shape[i]
+        xo = _resize_coords(coordinate_transformation_mode, out[i], n_in, sc[i])
+        xo = np.clip(xo, np.float32(0), np.float32(n_in - 1))
+        i0 = np.minimum(xo.astype(np.intp), n_in - 1)
+        i1 = np.minimum(i0 + 1, n_in - 1)
+        w1 = np.abs(xo - i0.astype(np.float32))  # weight of i1
+        w0 = np.abs(xo - i1.astype(np.float32))  # weight of i0
+        same = i0 == i1
+        w0[same] = 0.5
+        w1[same] = 0.5
+        shape = [1] * r
+        shape[i] = out[i]
+        y = (np.take(y, i0, axis=i) * w0.astype(work).reshape(shape)
+             + np.take(y, i1, axis=i) * w1.astype(work).reshape(shape))
+    return y.astype(dt, copy=False) if y is not x else x.copy()
+
+
+# --------------------------------------------------------------------------- OpRun classes
+
+
+def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
+    out = {}
+    for a in node.attribute:
+        v = helper.get_attribute_value(a)
+        out[a.name] = v.decode() if isinstance(v, bytes) else v
+    return out
+
+
+class _FloatOp(OpRun):
+    """Base: attributes parsed once; ``compute`` runs supported inputs, the rest delegates.
+
+    ``run`` is overridden (not ``_run``) so a call costs one Python frame, not OpRun's
+    attribute plumbing and output checks; a node with an attribute linked to a function's
+    attribute, or one ``supported`` refuses, runs as onnx.reference runs it.
+    """
+
+    op_domain = ""
+
+    def __init__(self, onnx_node, run_params, schema=None):
+        super().__init__(onnx_node, run_params, schema)
+        from onnx.reference.ops import load_op
+
+        opset = run_params["opsets"].get("", onnx.defs.onnx_opset_version())
+        self.version = onnx.defs.get_schema(onnx_node.op_type, opset, "").since_version
+        self.given = _attrs(onnx_node)
+        self._delegate = load_op("", onnx_node.op_type, self.version)(onnx_node, run_params)
+        self._linked = any(a.ref_attr_name for a in onnx_node.attribute)
+        self._static_ok = not self._linked and self.supported_node()
+
+    def supported_node(self) -> bool:
+        return True
+
+    def supported(self, *args) -> bool:
+        return args and getattr(args[0], "dtype", None) in _FLOATS
+
+    def run(self, *args, **kwargs):  # noqa: D102
+        if kwargs or not self._static_ok or not self.supported(*args):
+            return self._delegate.run(*args, **kwargs)
+        return (self.compute(*args),)
+
+    def _run(self, *args, **kwargs):  # run() does the work
+        raise NotImplementedError
+
+    def compute(self, *args):
+        raise NotImplementedError
+
+
+class Conv(_FloatOp):
+    def compute(self, x, w, b=None):
+        g = self.given
+        return conv(x, w, b, auto_pad=g.get("auto_pad", "NOTSET"), dilations=g.get("dilations"),
+                    group=g.get("group", 1), kernel_shape=g.get("kernel_shape"),
+                    pads=g.get("pads"), strides=g.get("strides"))
+
+    def supported(self, x, w, b=None):
+        return (getattr(x, "dtype", None) in _FLOATS and getattr(w, "dtype", None) == x.dtype
+                and (b is None or b.dtype == x.dtype))
+
+
+class AveragePool(_FloatOp):
+    def compute(self, x):
+        g = self.given
+        return average_pool(x, kernel_shape=g["kernel_shape"], strides=g.get("strides"),
+                            pads=g.get("pads"), dilations=g.get("dilations"),
+                            auto_pad=g.get("auto_pad", "NOTSET"), ceil_mode=g.get("ceil_mode", 0),
+                            count_include_pad=g.get("count_include_pad", 0))
+
+    def supported_node(self):
+        return "kernel_shape" in self.given
+
+
+class GlobalAveragePool(_FloatOp):
+    def compute(self, x):
+        return global_average_pool(x)
+
+
+class GlobalMaxPool(_FloatOp):
+    def compute(self, x):
+        return global_max_pool(x)
+
+
+class Sigmoid(_FloatOp):
+    def compute(self, x):
+        return sigmoid(x)
+
+
+class Softmax(_FloatOp):
+    def compute(self, x):
+        default = -1 if self.version >= 13 else 1
+        return softmax(x, self.given.get("axis", default), coerce_2d=self.version < 13)
+
+
+class LeakyRelu(_FloatOp):
+    def compute(self, x):
+        return leaky_relu(x, self.given.get("alpha", 0.01))
+
+
+class Relu(_FloatOp):
+    def compute(self, x):
+        return np.maximum(x, x.dtype.type(0))
+
+    def supported(self, *args):
+        return args and isinstance(args[0], np.ndarray) and args[0].dtype.kind in "fiu"
+
+
+class Resize(_FloatOp):
+    _MODES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel",
+              "half_pixel_symmetric")
+    _NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+    def supported_node(self):
+        g = self.given
+        return (self.version >= 11 and g.get("mode", "nearest") in ("nearest", "linear")
+                and g.get("coordinate_transformation_mode", "half_pixel") in self._MODES
+                and g.get("nearest_mode", "round_prefer_floor") in self._NEAREST
+                and not g.get("antialias", 0) and g.get("axes") is None
+                and g.get("keep_aspect_ratio_policy", "stretch") == "stretch")
+
+    def supported(self, x, *rest):
+        if not isinstance(x, np.ndarray):
+            return False
+        if self.given.get("mode", "nearest") == "nearest":
+            return True  # a selection: any element type
+        return x.dtype in _FLOATS
+
+    def compute(self, x, roi=None, scales=None, sizes=None):
+        g = self.given
+        return resize(x, scales=scales, sizes=sizes, mode=g.get("mode", "nearest"),
+                      coordinate_transformation_mode=g.get("coordinate_transformation_mode",
+                                                           "half_pixel"),
+                      nearest_mode=g.get("nearest_mode", "round_prefer_floor"))
+
+
+FLOAT_KERNELS: list[type[OpRun]] = [Conv, AveragePool, GlobalAveragePool, GlobalMaxPool, Sigmoid,
+                                    Softmax, LeakyRelu, Relu, Resize]
+
+
+# --------------------------------------------------------------------------- graph loop
+
+
+class FastEvaluator(ReferenceEvaluator):
+    """ReferenceEvaluator whose top-level ``run`` is a lean loop over the nodes.
+
+    Same results as ReferenceEvaluator.run. When verbose logging, shape-annotation checks,
+    function attributes or nested bindings are in play, the original ``run`` is used.
+    Constant nodes (without linked attributes) are evaluated on the first run and reused.
+    Without ``intermediate=True``, a tensor is released after its last consumer.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._fast_plan = self._make_plan(list(self.rt_nodes_))
+        self._fast_consts: dict[int, Any] = {}
+
+    def _make_plan(self, nodes):
+        """Per node: inputs, outputs, whether it needs the context, whether it is a Constant
+        to evaluate once, and the tensors whose last consumer it is."""
+        subgraphs = any(node.need_context() for node in nodes)
+        last: dict[str, int] = {}
+        for i, node in enumerate(nodes):
+            for name in node.input:
+                last[name] = i
+        keep = set(self.output_names) | set(self.rt_inits_) | set(self.input_names) | {""}
+        drop: list[list[str]] = [[] for _ in nodes]
+        if not subgraphs:  # a subgraph may read any outer tensor: then keep everything
+            for name, i in last.items():
+                if name not in keep:
+                    drop[i].append(name)
+        return [(node, list(node.input), list(node.output), node.need_context(),
+                 node.op_type == "Constant" and not node.has_linked_attribute, drop[i])
+                for i, node in enumerate(nodes)]
+
+    def run(self, output_names, feed_inputs, attributes=None, intermediate=False,  # type: ignore[override]
+            check_shape_annotations=None, _bindings=None):
+        if (attributes is not None or _bindings is not None or check_shape_annotations
+                or self.check_shape_annotations_ or self.verbose
+                or not isinstance(self.proto_, onnx.ModelProto)):
+            return super().run(output_names, feed_inputs, attributes=attributes,
+                               intermediate=intermediate,
+                               check_shape_annotations=check_shape_annotations,
+                               _bindings=_bindings)
+        if output_names is None:
+            output_names = self.output_names
+        plan = self._fast_plan
+        consts = self._fast_consts
+        results: dict[str, Any] = {"": None}
+        results.update(self.rt_inits_)
+        results.update(feed_inputs)
+        nodes = self.rt_nodes_  # may be a progress-bar wrapper around the same list
+        for _, (pnode, ins, outs, context, const, drop) in zip(nodes, plan):
+            if const and id(pnode) in consts:
+                outputs = consts[id(pnode)]
+            else:
+                try:
+                    inputs = [results[i] for i in ins]
+                except KeyError as e:
+                    raise RuntimeError(f"Unable to find input {e.args[0]!r} in known results "
+                                       f"{sorted(results)}") from None
+                if context:
+                    outputs = pnode.run(*inputs, context=results)
+                else:
+                    outputs = pnode.run(*inputs)
+                if const:
+                    consts[id(pnode)] = outputs
+            for name, value in zip(outs, outputs):
+                results[name] = value
+            if not intermediate:
+                for name in drop:
+                    results.pop(name, None)
+        if intermediate:
+            return results
+        missing = [n for n in output_names if n not in results]
+        if missing:
+            raise RuntimeError(f"Unable to find output name {missing[0]!r} in {sorted(results)}")
+        return [results[n] for n in output_names]
