@@ -13,9 +13,10 @@ them with NumPy implementations of the same ONNX semantics:
 - ``AveragePool`` (pads, strides, dilations, auto_pad, ceil_mode, count_include_pad),
   ``GlobalAveragePool``, ``GlobalMaxPool``: sums of strided views, one divisor per window.
 - ``Resize`` (opset 11+, nearest and linear, coordinate modes half_pixel, asymmetric,
-  align_corners, pytorch_half_pixel, half_pixel_symmetric; every nearest_mode): coordinates
-  computed in float32 as onnxruntime computes them, so nearest picks the same elements;
-  linear interpolates one axis at a time. Cubic, antialias, axes, keep_aspect_ratio_policy
+  align_corners, pytorch_half_pixel, half_pixel_symmetric; every nearest_mode): source
+  coordinates in float64 as onnx.reference computes them, so nearest picks the same
+  elements (onnxruntime's float32 coordinates differ only at exact ties, see
+  ``_resize_coords``); linear interpolates one axis at a time. Cubic, antialias, axes, keep_aspect_ratio_policy
   and tf_crop_and_resize run as onnx.reference runs them.
 - ``Sigmoid``, ``Softmax`` (both axis semantics: opset 13+ one axis, opset < 13 the 2-D
   coercion), ``LeakyRelu``, ``Relu``, ``Clip`` without the extra copies.
@@ -197,6 +198,20 @@ def average_pool(x: np.ndarray, *, kernel_shape, strides=None, pads=None, dilati
     spatial, kernel, strides, dilations, pb, pe = _geometry(x.shape, kernel_shape, strides,
                                                             dilations, pads, auto_pad)
     nd = len(spatial)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        # onnxruntime's pooling: total = (ceil(in / stride) - 1) * stride + kernel - in, split
+        # with C's truncating division (begin = total / 2 for SAME_UPPER,
+        # (total + 1) / 2 for SAME_LOWER) and NOT clamped at 0; a negative pad crops the input
+        # (a stride larger than the kernel centres the windows)
+        pb, pe = [], []
+        for i in range(nd):
+            total = (-(-spatial[i] // strides[i]) - 1) * strides[i] + kernel[i] - spatial[i]
+            pb.append(int(total / 2) if auto_pad == "SAME_UPPER" else int((total + 1) / 2))
+            pe.append(total - pb[-1])
+        crop = tuple(slice(max(0, -pb[i]), spatial[i] - max(0, -pe[i])) for i in range(nd))
+        x = x[(slice(None), slice(None)) + crop]
+        spatial = list(x.shape[2:])
+        pb, pe = [max(0, v) for v in pb], [max(0, v) for v in pe]
     out = _out_sizes(spatial, kernel, strides, dilations, pb, pe, ceil_mode)
     extra = [max(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
                  - (spatial[i] + pb[i] + pe[i])) for i in range(nd)]
@@ -234,13 +249,19 @@ def global_max_pool(x: np.ndarray) -> np.ndarray:
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
-    """1 / (1 + exp(-x)); exp overflows to inf for very negative x, giving exactly 0 ... or the
-    tiny true value, which 1/(1+e) keeps to within float rounding."""
+    """1 / (1 + exp(-x)), in place on one temporary.
+
+    Below x = -80 (float32: exp(-x) > 5e34, where 1/(1+e) loses the subnormal result's
+    digits or overflows to 0), exp(x) is the value to within rounding and is used instead.
+    """
     y = np.negative(x)
     with np.errstate(over="ignore"):
         np.exp(y, out=y)
     y += 1
     np.reciprocal(y, out=y)
+    low = x < -80
+    if low.any():
+        y[low] = np.exp(x[low])
     return y
 
 
@@ -281,35 +302,41 @@ def leaky_relu(x: np.ndarray, alpha: float) -> np.ndarray:
 # --------------------------------------------------------------------------- Resize
 
 
-def _resize_coords(mode: str, n_out: int, n_in: int, scale: np.float32) -> np.ndarray:
-    """Source coordinate of every output index, in float32 as onnxruntime computes it."""
-    f = np.float32
-    y = np.arange(n_out, dtype=f)
+def _resize_coords(mode: str, n_out: int, n_in: int, scale: float) -> np.ndarray:
+    """Source coordinate of every output index along one axis, in float64.
+
+    float64, as onnx.reference computes them: at an exact tie (a coordinate whose true value
+    is a half-integer, e.g. 3.5 for 2 outputs from 7 inputs), a float32 evaluation lands one
+    ulp on either side depending on how the scale rounded, so the tie rule of nearest_mode
+    would not be applied. onnxruntime computes in float32 (and at such ties may pick the other
+    neighbour); everywhere else the index is the same.
+    """
+    y = np.arange(n_out, dtype=np.float64)
     if mode == "asymmetric":
         return y / scale
     if mode == "half_pixel":
-        return (y + f(0.5)) / scale - f(0.5)
+        return (y + 0.5) / scale - 0.5
     if mode == "pytorch_half_pixel":
-        return (y + f(0.5)) / scale - f(0.5) if n_out > 1 else np.zeros(n_out, f)
+        return (y + 0.5) / scale - 0.5 if n_out > 1 else np.zeros(n_out)
     if mode == "align_corners":
-        if n_out == 1:
-            return np.zeros(n_out, f)
-        return y * f(n_in - 1) / f(n_out - 1)
+        # the integer output length, as onnxruntime (onnx.reference divides by scale * n_in - 1)
+        return y * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros(n_out)
     if mode == "half_pixel_symmetric":
-        adjustment = f(n_out) / (scale * f(n_in))
-        center = f(n_in) / f(2)
-        offset = center * (f(1) - adjustment)
-        return offset + (y + f(0.5)) / scale - f(0.5)
+        adjustment = n_out / (scale * n_in)
+        offset = n_in / 2 * (1 - adjustment)
+        return offset + (y + 0.5) / scale - 0.5
     raise ValueError(f"Resize: coordinate_transformation_mode {mode!r} is not implemented here")
 
 
 def _nearest_index(xo: np.ndarray, nearest_mode: str, n_in: int) -> np.ndarray:
+    fl = np.floor(xo)
+    frac = xo - fl
     if nearest_mode == "round_prefer_floor":
-        idx = np.where(xo == np.floor(xo) + np.float32(0.5), np.floor(xo), np.round(xo))
+        idx = fl + (frac > 0.5)
     elif nearest_mode == "round_prefer_ceil":
-        idx = np.where(xo == np.floor(xo) + np.float32(0.5), np.ceil(xo), np.round(xo))
+        idx = fl + (frac >= 0.5)
     elif nearest_mode == "floor":
-        idx = np.floor(xo)
+        idx = fl
     elif nearest_mode == "ceil":
         idx = np.ceil(xo)
     else:
@@ -323,62 +350,55 @@ def resize(x: np.ndarray, *, scales=None, sizes=None, mode: str = "nearest",
            nearest_mode: str = "round_prefer_floor") -> np.ndarray:
     """ONNX Resize (opset 11+) for nearest and linear, without axes/antialias/aspect policy.
 
-    Output sizes: ``sizes``, or ``floor(input_dim * scale)``. Per-axis scale: the given one,
-    or ``output / input`` in float32 (onnxruntime). An axis whose scale is exactly 1 is left
-    as it is; the others are interpolated one at a time.
+    Output sizes: ``sizes``, or ``int(scale * input_dim)`` with the product in float32 as
+    onnxruntime computes it (``0.6f * 5`` is 3, and a float32 scale that rounded below
+    ``out / in`` still gives ``out``). The per-axis scale is the given one or ``out / in``.
+    An axis whose scale is 1 and length unchanged is left as it is; the others are resized
+    one axis at a time (a gather for nearest, two gathers and weights for linear).
     """
     r = x.ndim
     if sizes is not None and np.asarray(sizes).size:
         out = [int(v) for v in np.asarray(sizes).reshape(-1)]
         if len(out) != r:
             raise ValueError(f"Resize: sizes has {len(out)} values for a rank-{r} input")
-        sc = [np.float32(out[i]) / np.float32(x.shape[i]) if x.shape[i] else np.float32(1)
-              for i in range(r)]
+        if any(v < 0 for v in out):
+            raise ValueError(f"Resize: sizes must be non-negative, got {out}")
+        sc = [out[i] / x.shape[i] if x.shape[i] else 1.0 for i in range(r)]
     elif scales is not None and np.asarray(scales).size:
-        sc = [np.float32(v) for v in np.asarray(scales, dtype=np.float32).reshape(-1)]
-        if len(sc) != r:
-            raise ValueError(f"Resize: scales has {len(sc)} values for a rank-{r} input")
-        if any(not (s > 0) for s in sc):
-            raise ValueError(f"Resize: scales must be positive, got {[float(s) for s in sc]}")
-        out = [int(math.floor(float(sc[i]) * x.shape[i])) for i in range(r)]
+        s32 = np.asarray(scales, dtype=np.float32).reshape(-1)
+        if len(s32) != r:
+            raise ValueError(f"Resize: scales has {len(s32)} values for a rank-{r} input")
+        if not (s32 > 0).all():
+            raise ValueError(f"Resize: scales must be positive, got {s32.tolist()}")
+        out = [int(s32[i] * np.float32(x.shape[i])) for i in range(r)]
+        sc = [float(v) for v in s32]
     else:
         raise ValueError("Resize: one of scales and sizes must be given")
-    y = x
+    axes = [i for i in range(r) if not (sc[i] == 1 and out[i] == x.shape[i])]
     if mode == "nearest":
-        index: list[Any] = []
-        for i in range(r):
-            if sc[i] == 1 and out[i] == x.shape[i]:
-                index.append(slice(None))
-                continue
+        y = x
+        for i in axes:  # one axis at a time: a gather of whole slabs
             xo = _resize_coords(coordinate_transformation_mode, out[i], x.shape[i], sc[i])
-            index.append(_nearest_index(xo, nearest_mode, x.shape[i]))
-        for i in range(r):  # one axis at a time: a gather of whole slabs
-            if not isinstance(index[i], slice):
-                y = np.take(y, index[i], axis=i)
-        return y if y is not x else x.copy()
+            y = np.take(y, _nearest_index(xo, nearest_mode, x.shape[i]), axis=i)
+        return y if axes else x.copy()
     if mode != "linear":
         raise ValueError(f"Resize: mode {mode!r} is not implemented here")
     dt = x.dtype
     work = np.float32 if dt == np.float16 else dt
     y = x.astype(work, copy=False)
-    for i in range(r):
-        if sc[i] == 1 and out[i] == x.shape[i]:
-            continue
+    for i in axes:
         n_in = x.shape[i]
         xo = _resize_coords(coordinate_transformation_mode, out[i], n_in, sc[i])
-        xo = np.clip(xo, np.float32(0), np.float32(n_in - 1))
+        xo = np.clip(xo, 0, n_in - 1)
         i0 = np.minimum(xo.astype(np.intp), n_in - 1)
         i1 = np.minimum(i0 + 1, n_in - 1)
-        w1 = np.abs(xo - i0.astype(np.float32))  # weight of i1
-        w0 = np.abs(xo - i1.astype(np.float32))  # weight of i0
-        same = i0 == i1
-        w0[same] = 0.5
-        w1[same] = 0.5
+        w1 = xo - i0  # weight of i1
+        w0 = 1 - w1  # weight of i0 (i0 == i1 only at the last index, where w1 = 0)
         shape = [1] * r
         shape[i] = out[i]
         y = (np.take(y, i0, axis=i) * w0.astype(work).reshape(shape)
              + np.take(y, i1, axis=i) * w1.astype(work).reshape(shape))
-    return y.astype(dt, copy=False) if y is not x else x.copy()
+    return y.astype(dt, copy=False) if axes else x.copy()
 
 
 # --------------------------------------------------------------------------- OpRun classes
