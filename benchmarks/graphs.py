@@ -141,6 +141,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--only", default=None)
+    ap.add_argument("--before", action="store_true",
+                    help="also time the graph as before qlinear.backend_float: onnx.reference's "
+                         "evaluator and float operators, qlinear's kernels for the rest")
     args = ap.parse_args(argv)
     rows = []
     for name, src in models(args.models):
@@ -165,8 +168,15 @@ def main(argv=None) -> int:
             print(f"{name}: failed ({type(e).__name__}: {str(e)[:100]})", flush=True)
             continue
         rows.append((name, t_q, t_ort))
-        print(f"{name}: qlinear {t_q:.2f} ms, onnxruntime {t_ort:.2f} ms, ratio {t_q / t_ort:.2f}",
-              flush=True)
+        before = ""
+        if args.before:
+            from onnx.reference import ReferenceEvaluator
+
+            old = ReferenceEvaluator(model, new_ops=backend.KERNELS)
+            t_b = _median_ms(lambda: old.run(None, feeds), max(3, args.repeat // 2))
+            before = f", before {t_b:.2f} ms ({t_b / t_ort:.2f}x)"
+        print(f"{name}: qlinear {t_q:.2f} ms, onnxruntime {t_ort:.2f} ms, ratio {t_q / t_ort:.2f}"
+              f"{before}", flush=True)
         if args.profile:
             by_type, overhead, counts = profile_nodes(rep, feeds, args.repeat)
             ort_by = ort_profile(blob, feeds, args.repeat)

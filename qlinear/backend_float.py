@@ -254,12 +254,13 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     Below x = -80 (float32: exp(-x) > 5e34, where 1/(1+e) loses the subnormal result's
     digits or overflows to 0), exp(x) is the value to within rounding and is used instead.
     """
+    t = x.dtype.type  # typed scalars: NumPy's Python-scalar promotion costs ~10 us a call
     y = np.negative(x)
-    with np.errstate(over="ignore"):
-        np.exp(y, out=y)
-    y += 1
+    np.minimum(y, t(80), out=y)  # no overflow; x < -80 is recomputed below
+    np.exp(y, out=y)
+    y += t(1)
     np.reciprocal(y, out=y)
-    low = x < -80
+    low = x < t(-80)
     if low.any():
         y[low] = np.exp(x[low])
     return y
@@ -296,7 +297,8 @@ def softmax(x: np.ndarray, axis: int = -1, *, coerce_2d: bool = False) -> np.nda
 
 
 def leaky_relu(x: np.ndarray, alpha: float) -> np.ndarray:
-    return np.where(x >= 0, x, x * x.dtype.type(alpha))
+    t = x.dtype.type
+    return np.where(x >= t(0), x, x * t(alpha))
 
 
 # --------------------------------------------------------------------------- Resize
@@ -559,8 +561,16 @@ class FastEvaluator(ReferenceEvaluator):
         self._fast_consts: dict[int, Any] = {}
 
     def _make_plan(self, nodes):
-        """Per node: inputs, outputs, whether it needs the context, whether it is a Constant
-        to evaluate once, and the tensors whose last consumer it is."""
+        """Per node: how to call it, inputs, outputs, and the tensors whose last consumer it is.
+
+        How to call: ``context`` (control flow: the node reads outer tensors), ``direct``
+        (an onnx.reference operator that keeps OpRun's generic ``run``: its ``_run`` is called
+        with the attribute values read once, skipping the per-call attribute plumbing),
+        ``binary`` (onnx.reference's elementwise NumPy binaries: the ufunc, after the same
+        dtype check), ``const`` (Constant: evaluated once) or ``run``.
+        """
+        from onnx.reference.ops._op import OpRunBinaryNumpy
+
         subgraphs = any(node.need_context() for node in nodes)
         last: dict[str, int] = {}
         for i, node in enumerate(nodes):
@@ -572,9 +582,20 @@ class FastEvaluator(ReferenceEvaluator):
             for name, i in last.items():
                 if name not in keep:
                     drop[i].append(name)
-        return [(node, list(node.input), list(node.output), node.need_context(),
-                 node.op_type == "Constant" and not node.has_linked_attribute, drop[i])
-                for i, node in enumerate(nodes)]
+        plan = []
+        for i, node in enumerate(nodes):
+            how, extra = "run", None
+            plain = not node.has_linked_attribute and not getattr(node, "has_subgraph", False)
+            if node.need_context():
+                how = "context"
+            elif node.op_type == "Constant" and plain:
+                how = "const"
+            elif plain and type(node).run is OpRun.run:
+                how, extra = "direct", {a: getattr(node, a) for a in node.attributes_names_}
+            elif plain and isinstance(node, OpRunBinaryNumpy) and len(node.input) == 2:
+                how, extra = "binary", node.numpy_fct
+            plan.append((node, how, extra, list(node.input), list(node.output), drop[i]))
+        return plan
 
     def run(self, output_names, feed_inputs, attributes=None, intermediate=False,  # type: ignore[override]
             check_shape_annotations=None, _bindings=None):
@@ -593,21 +614,31 @@ class FastEvaluator(ReferenceEvaluator):
         results.update(self.rt_inits_)
         results.update(feed_inputs)
         nodes = self.rt_nodes_  # may be a progress-bar wrapper around the same list
-        for _, (pnode, ins, outs, context, const, drop) in zip(nodes, plan):
-            if const and id(pnode) in consts:
-                outputs = consts[id(pnode)]
-            else:
+        for _, (pnode, how, extra, ins, outs, drop) in zip(nodes, plan):
+            try:
+                inputs = [results[i] for i in ins]
+            except KeyError as e:
+                raise RuntimeError(f"Unable to find input {e.args[0]!r} in known results "
+                                   f"{sorted(results)}") from None
+            if how == "binary" and type(inputs[0]) is np.ndarray \
+                    and type(inputs[1]) is np.ndarray and inputs[0].dtype == inputs[1].dtype:
+                out = extra(inputs[0], inputs[1])
+                outputs = (out,) if out.dtype == inputs[0].dtype else pnode.run(*inputs)
+            elif how == "direct":
                 try:
-                    inputs = [results[i] for i in ins]
-                except KeyError as e:
-                    raise RuntimeError(f"Unable to find input {e.args[0]!r} in known results "
-                                       f"{sorted(results)}") from None
-                if context:
-                    outputs = pnode.run(*inputs, context=results)
-                else:
-                    outputs = pnode.run(*inputs)
-                if const:
-                    consts[id(pnode)] = outputs
+                    outputs = pnode._run(*inputs, **extra)
+                except (TypeError, AttributeError):
+                    outputs = pnode.run(*inputs)  # for OpRun's own error message
+                if type(outputs) is not tuple or any(type(o) is not np.ndarray for o in outputs):
+                    outputs = pnode._check_and_fix_outputs(outputs)
+            elif how == "const":
+                outputs = consts.get(id(pnode))
+                if outputs is None:
+                    outputs = consts[id(pnode)] = pnode.run()
+            elif how == "context":
+                outputs = pnode.run(*inputs, context=results)
+            else:
+                outputs = pnode.run(*inputs)
             for name, value in zip(outs, outputs):
                 results[name] = value
             if not intermediate:
