@@ -592,7 +592,8 @@ class FastEvaluator(ReferenceEvaluator):
                 how = "const"
             elif plain and type(node).run is OpRun.run:
                 how, extra = "direct", {a: getattr(node, a) for a in node.attributes_names_}
-            elif plain and isinstance(node, OpRunBinaryNumpy) and len(node.input) == 2:
+            elif plain and isinstance(node, OpRunBinaryNumpy) and len(node.input) == 2 \
+                    and type(node)._run is OpRunBinaryNumpy._run:
                 how, extra = "binary", node.numpy_fct
             plan.append((node, how, extra, list(node.input), list(node.output), drop[i]))
         return plan

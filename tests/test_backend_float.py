@@ -444,3 +444,54 @@ def test_fast_evaluator_releases_intermediates_without_subgraphs():
     assert plan[1][5] == ["y0"]  # Relu is y0's last consumer: released after it
     assert np.array_equal(rep.run({"x": np.zeros((2, 2), np.float32)})[0],
                           np.full((2, 2), 0.5, np.float32))
+
+
+def test_fast_evaluator_dispatch_paths_match_reference_exactly():
+    """Binary ufuncs, direct ``_run`` calls (Reshape, Concat, Cast, Transpose, Slice), Div's
+    own ``_run``, Constant and a scalar-returning operator: the same arrays as onnx.reference."""
+    c = helper.make_tensor("c", TensorProto.INT64, [2], [3, -1])
+    nodes = [helper.make_node("Constant", [], ["shape"], value=c),
+             helper.make_node("Add", ["a", "b"], ["s"]),
+             helper.make_node("Sub", ["s", "b"], ["d"]),
+             helper.make_node("Div", ["ai", "bi"], ["q"]),
+             helper.make_node("Mul", ["ai", "bi"], ["p"]),
+             helper.make_node("Reshape", ["d", "shape"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["rt"], perm=[1, 0]),
+             helper.make_node("Concat", ["rt", "rt"], ["cat"], axis=0),
+             helper.make_node("Cast", ["cat"], ["ci"], to=TensorProto.INT32),
+             helper.make_node("Size", ["ci"], ["n"]),
+             helper.make_node("Slice", ["ci", "st", "en"], ["sl"])]
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph(
+        nodes, "paths",
+        [vi("a", TensorProto.FLOAT, [3, 4]), vi("b", TensorProto.FLOAT, [4]),
+         vi("ai", TensorProto.INT32, [5]), vi("bi", TensorProto.INT32, [5])],
+        [vi(n, TensorProto.UNDEFINED, None) for n in ("q", "p", "cat", "ci", "n", "sl")],
+        [numpy_helper.from_array(np.int64([1, 0]), "st"), numpy_helper.from_array(np.int64([4, 2]), "en")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    rng = np.random.default_rng(60)
+    feeds = {"a": rng.standard_normal((3, 4)).astype(np.float32) * 9,
+             "b": rng.standard_normal(4).astype(np.float32),
+             "ai": np.int32([7, -7, 9, -9, 0]), "bi": np.int32([2, 2, -4, -4, 3])}
+    rep = backend.prepare(m)
+    hows = {p[0].op_type: p[1] for p in rep.evaluator._fast_plan}
+    assert hows["Add"] == "binary" and hows["Reshape"] == "direct" and hows["Constant"] == "const"
+    ref = ReferenceEvaluator(m).run(None, feeds)
+    for _ in range(2):
+        got = rep.run(feeds)
+        for gq, gr in zip(got, ref):
+            assert gq.dtype == gr.dtype and gq.shape == gr.shape and np.array_equal(gq, gr)
+    assert list(got[0]) == [3, -3, -2, 2, 0]  # Div truncates toward zero
+
+
+def test_fast_evaluator_keeps_type_errors():
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"])], "bad",
+                          [vi("a", TensorProto.FLOAT, [2]), vi("b", TensorProto.DOUBLE, [2])],
+                          [vi("y", TensorProto.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    rep = backend.QLinearRep(m)  # (prepare's type check would refuse it before running)
+    with pytest.raises(Exception, match="type mismatch"):
+        rep.run({"a": np.ones(2, np.float32), "b": np.ones(2, np.float64)})
