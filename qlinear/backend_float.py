@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from typing import Any
 
 import numpy as np
@@ -297,8 +298,19 @@ def softmax(x: np.ndarray, axis: int = -1, *, coerce_2d: bool = False) -> np.nda
 
 
 def leaky_relu(x: np.ndarray, alpha: float) -> np.ndarray:
+    """``x if x >= 0 else alpha * x`` (onnxruntime's definition, its float32 product).
+
+    For 0 <= alpha <= 1 that is ``max(x, alpha * x)`` (for x >= 0, x >= alpha*x; for x < 0,
+    alpha*x >= x), and for alpha >= 1 ``min(x, alpha * x)``: two passes instead of a mask,
+    a product and a select. NaN propagates either way.
+    """
     t = x.dtype.type
-    return np.where(x >= t(0), x, x * t(alpha))
+    y = x * t(alpha)
+    if 0 <= alpha <= 1:
+        return np.maximum(x, y, out=y)
+    if alpha >= 1:
+        return np.minimum(x, y, out=y)
+    return np.where(x >= t(0), x, y)
 
 
 # --------------------------------------------------------------------------- Resize
@@ -559,6 +571,8 @@ class FastEvaluator(ReferenceEvaluator):
         super().__init__(*args, **kwargs)
         self._fast_plan = self._make_plan(list(self.rt_nodes_))
         self._fast_consts: dict[int, Any] = {}
+        #: when a dict, each run adds every node's seconds under its operator type
+        self.node_seconds: dict[str, float] | None = None
 
     def _make_plan(self, nodes):
         """Per node: how to call it, inputs, outputs, and the tensors whose last consumer it is.
@@ -615,7 +629,10 @@ class FastEvaluator(ReferenceEvaluator):
         results.update(self.rt_inits_)
         results.update(feed_inputs)
         nodes = self.rt_nodes_  # may be a progress-bar wrapper around the same list
+        timing = self.node_seconds
         for _, (pnode, how, extra, ins, outs, drop) in zip(nodes, plan):
+            if timing is not None:
+                t0 = time.perf_counter()
             try:
                 inputs = [results[i] for i in ins]
             except KeyError as e:
@@ -645,6 +662,8 @@ class FastEvaluator(ReferenceEvaluator):
             if not intermediate:
                 for name in drop:
                     results.pop(name, None)
+            if timing is not None:
+                timing[pnode.op_type] = timing.get(pnode.op_type, 0.0) + time.perf_counter() - t0
         if intermediate:
             return results
         missing = [n for n in output_names if n not in results]

@@ -229,7 +229,7 @@ def test_softmax_both_axis_semantics(opset, shape, axis):
         _close(q, r, 1.0, f"onnx.reference axis {axis}", rtol=2e-6)
 
 
-@pytest.mark.parametrize("alpha", [0.01, 0.1, 0.2, 1.5])
+@pytest.mark.parametrize("alpha", [0.01, 0.1, 0.2, 1.0, 1.5, 0.0, -0.3])
 def test_leaky_relu_and_relu_exact(alpha):
     x = np.random.default_rng(32).standard_normal((2, 8, 11, 11)).astype(np.float32)
     x.reshape(-1)[:3] = [0.0, -0.0, 1e-30]
