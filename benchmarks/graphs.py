@@ -79,6 +79,37 @@ def profile_nodes(rep, feeds, repeat: int):
     return by_type, overhead, counts
 
 
+SIX_OPS = ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger",
+           "MatMulInteger")
+
+
+def per_node_overhead(n: int = 300, repeat: int = 15) -> dict[str, tuple[float, float]]:
+    """Microseconds per node of a chain of ``n`` nodes on a 4-element tensor (so the node's
+    own arithmetic is negligible), qlinear's backend against onnx.reference's evaluator."""
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    import qlinear.backend as backend
+
+    x = np.ones(4, np.float32)
+    out = {}
+    for op in ("Identity", "Relu", "Add", "Reshape"):
+        extra = {"Add": ["c"], "Reshape": ["shape"]}.get(op, [])
+        nodes = [helper.make_node(op, [f"t{i}"] + extra, [f"t{i + 1}"]) for i in range(n)]
+        inits = [numpy_helper.from_array(np.ones(4, np.float32), "c"),
+                 numpy_helper.from_array(np.array([4], np.int64), "shape")]
+        g = helper.make_graph(nodes, "chain",
+                              [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info(f"t{n}", TensorProto.FLOAT, [4])],
+                              inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        rep, ref = backend.prepare(m), ReferenceEvaluator(m)
+        q = _median_ms(lambda: rep.run([x]), repeat) * 1e3 / n
+        r = _median_ms(lambda: ref.run(None, {"t0": x}), repeat) * 1e3 / n
+        out[op] = (q, r)
+    return out
+
+
 def ort_profile(path_or_bytes, feeds, repeat: int):
     import json
     import tempfile
@@ -125,10 +156,15 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--only", default=None)
+    ap.add_argument("--overhead", action="store_true",
+                    help="per-node overhead of the graph loop (chains of 300 tiny nodes)")
     ap.add_argument("--before", action="store_true",
                     help="also time the graph as before qlinear.backend_float: onnx.reference's "
                          "evaluator and float operators, qlinear's kernels for the rest")
     args = ap.parse_args(argv)
+    if args.overhead:
+        for op, (q, r) in per_node_overhead().items():
+            print(f"per-node overhead, {op:8s}: qlinear {q:5.1f} us, onnx.reference {r:5.1f} us")
     rows = []
     for name, src in models(args.models):
         if args.only and args.only not in name:
@@ -164,6 +200,11 @@ def main(argv=None) -> int:
         if args.profile:
             by_type, overhead, counts = profile_nodes(rep, feeds, args.repeat)
             ort_by = ort_profile(blob, feeds, args.repeat)
+            six = sum(v for k, v in by_type.items() if k in SIX_OPS)
+            glue = sum(v for k, v in by_type.items() if k not in SIX_OPS)
+            total = six + glue + overhead
+            print(f"    six quantized operators {six:.2f} ms ({six / total:.0%}), other operators "
+                  f"{glue:.2f} ms ({glue / total:.0%}), graph loop {overhead:.2f} ms")
             for k, v in sorted(by_type.items(), key=lambda kv: -kv[1]):
                 print(f"    {k:24s} x{counts[k]:<4d} {v:9.2f} ms", flush=True)
             print(f"    {'(engine overhead)':24s} {'':5s} {overhead:9.2f} ms "

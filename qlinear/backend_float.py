@@ -19,7 +19,8 @@ them with NumPy implementations of the same ONNX semantics:
   ``_resize_coords``); linear interpolates one axis at a time. Cubic, antialias, axes, keep_aspect_ratio_policy
   and tf_crop_and_resize run as onnx.reference runs them.
 - ``Sigmoid``, ``Softmax`` (both axis semantics: opset 13+ one axis, opset < 13 the 2-D
-  coercion), ``LeakyRelu``, ``Relu``, ``Clip`` without the extra copies.
+  coercion), ``LeakyRelu``, ``Relu`` without the extra copies; ``Reshape`` without
+  onnx.reference's per-call index arrays.
 
 Float arithmetic follows the operator definitions; the order of float32 operations is not
 always onnxruntime's (BLAS blocking in Conv, separable linear Resize), so results agree
@@ -173,7 +174,10 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, auto_pad:
                 writeable=False)
             order = (1, 2, *range(3, 3 + nd), 0, *range(3 + nd, 3 + 2 * nd))
             cols = view.transpose(order).reshape(g, cg * ksize, n * p)
-        y = np.matmul(w.reshape(g, mg, cg * ksize), cols)  # (g, mg, n*p)
+        if g == 1:  # one 2-D product (a stacked matmul of one would loop in NumPy)
+            y = np.matmul(w.reshape(mg, cg * ksize), cols[0])[None]
+        else:
+            y = np.matmul(w.reshape(g, mg, cg * ksize), cols)  # (g, mg, n*p)
         if n == 1:
             y = y.reshape(1, m, *out)
         else:
@@ -551,8 +555,24 @@ class Resize(_FloatOp):
                       nearest_mode=g.get("nearest_mode", "round_prefer_floor"))
 
 
+class Reshape(_FloatOp):
+    """A view with the new shape; 0 copies the input dimension unless ``allowzero`` (14+)."""
+
+    def supported(self, data, shape=None, *rest):
+        return isinstance(data, np.ndarray) and isinstance(shape, np.ndarray) \
+            and shape.dtype == np.int64 and shape.ndim == 1 and not rest
+
+    def compute(self, data, shape):
+        dims = shape.tolist()
+        if not self.given.get("allowzero", 0):
+            if len(dims) > data.ndim and 0 in dims[data.ndim:]:
+                return self._delegate.run(data, shape)[0]  # its error message
+            dims = [data.shape[i] if d == 0 else d for i, d in enumerate(dims)]
+        return data.reshape(dims)
+
+
 FLOAT_KERNELS: list[type[OpRun]] = [Conv, AveragePool, GlobalAveragePool, GlobalMaxPool, Sigmoid,
-                                    Softmax, LeakyRelu, Relu, Resize]
+                                    Softmax, LeakyRelu, Relu, Resize, Reshape]
 
 
 # --------------------------------------------------------------------------- graph loop

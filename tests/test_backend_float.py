@@ -495,3 +495,18 @@ def test_fast_evaluator_keeps_type_errors():
     rep = backend.QLinearRep(m)  # (prepare's type check would refuse it before running)
     with pytest.raises(Exception, match="type mismatch"):
         rep.run({"a": np.ones(2, np.float32), "b": np.ones(2, np.float64)})
+
+
+@pytest.mark.parametrize("opset", [13, 14])
+@pytest.mark.parametrize("shape,allowzero", [([3, -1], 0), ([0, 4, -1], 0), ([2, 0, 2], 0),
+                                             ([0, 6, 2], 1), ([-1], 0), ([4, 0], 0)])
+def test_reshape_exact(opset, shape, allowzero):
+    x = np.arange(2 * 6 * 2, dtype=np.float32).reshape(2, 6, 2)
+    if allowzero:
+        if opset < 14:
+            return
+        x = np.zeros((0, 6, 2), np.float32)
+    attrs = {"allowzero": allowzero} if opset >= 14 else {}
+    model = _model("Reshape", {"x": x}, attrs, opset, {"s": np.int64(shape)})
+    q, o, r = _run_all(model, {"x": x})
+    assert q.shape == o.shape == r.shape and np.array_equal(q, o) and np.array_equal(q, r)
