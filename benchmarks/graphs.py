@@ -2,6 +2,7 @@
 
     python benchmarks/graphs.py [--models DIR] [--repeat 7] [--profile] [--only NAME]
 
+``--blas-threads N`` limits NumPy's BLAS (which qlinear's matrix products use) to N threads.
 Each model in DIR (default /work/shared/models, when present) that qlinear's backend prepares,
 plus a QOperator ResNet-50 built as the tests build it (``qlinear.tools.synthetic``), runs on
 both engines with the same seeded input: onnxruntime with 2 intra-op threads and its default
@@ -156,12 +157,18 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--only", default=None)
+    ap.add_argument("--blas-threads", type=int, default=None,
+                    help="limit NumPy's BLAS threads (threadpoolctl); default: its own setting")
     ap.add_argument("--overhead", action="store_true",
                     help="per-node overhead of the graph loop (chains of 300 tiny nodes)")
     ap.add_argument("--before", action="store_true",
                     help="also time the graph as before qlinear.backend_float: onnx.reference's "
                          "evaluator and float operators, qlinear's kernels for the rest")
     args = ap.parse_args(argv)
+    if args.blas_threads:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=args.blas_threads, user_api="blas")
     if args.overhead:
         for op, (q, r) in per_node_overhead().items():
             print(f"per-node overhead, {op:8s}: qlinear {q:5.1f} us, onnx.reference {r:5.1f} us")
