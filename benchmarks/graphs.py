@@ -6,7 +6,8 @@
 Each model in DIR (default /work/shared/models, when present) that qlinear's backend prepares,
 plus a QOperator ResNet-50 built as the tests build it (``qlinear.tools.synthetic``), runs on
 both engines with the same seeded input: onnxruntime with 2 intra-op threads and its default
-graph optimizations, batch 1; one warm-up run, then the median of ``--repeat`` runs.
+graph optimizations, batch 1; one warm-up run each, then ``--repeat`` rounds running every engine once in turn (order
+rotating); medians.
 ``--profile`` adds qlinear's time per operator type (summed over nodes, median run) and the
 graph engine's per-node overhead (time outside the nodes' own ``run``).
 """
@@ -55,6 +56,21 @@ def _median_ms(fn, repeat: int) -> float:
         fn()
         ts.append(time.perf_counter() - t)
     return float(np.median(ts)) * 1e3
+
+
+def _interleaved_ms(engines: dict, repeat: int) -> dict[str, float]:
+    """Median milliseconds per engine, one run of each in turn (the order rotating), after
+    one warm-up run each: a shared machine's load changes hit every engine alike."""
+    names = list(engines)
+    for fn in engines.values():
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(repeat):
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            t = time.perf_counter()
+            engines[k]()
+            times[k].append(time.perf_counter() - t)
+    return {k: float(np.median(v)) * 1e3 for k, v in times.items()}
 
 
 def profile_nodes(rep, feeds, repeat: int):
@@ -187,21 +203,24 @@ def main(argv=None) -> int:
         so.intra_op_num_threads = 2
         so.inter_op_num_threads = 1
         blob = str(src) if isinstance(src, Path) else model.SerializeToString()
+        engines = {"qlinear": lambda: rep.run(feeds)}
         try:
             sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
-            t_ort = _median_ms(lambda: sess.run(None, feeds), args.repeat)
-            t_q = _median_ms(lambda: rep.run(feeds), args.repeat)
+            engines["onnxruntime"] = lambda: sess.run(None, feeds)
+            if args.before:
+                from onnx.reference import ReferenceEvaluator
+
+                old = ReferenceEvaluator(model, new_ops=backend.KERNELS)
+                engines["before"] = lambda: old.run(None, feeds)
+            t = _interleaved_ms(engines, args.repeat)
         except Exception as e:  # noqa: BLE001 - report and go on
             print(f"{name}: failed ({type(e).__name__}: {str(e)[:100]})", flush=True)
             continue
+        t_q, t_ort = t["qlinear"], t["onnxruntime"]
         rows.append((name, t_q, t_ort))
         before = ""
         if args.before:
-            from onnx.reference import ReferenceEvaluator
-
-            old = ReferenceEvaluator(model, new_ops=backend.KERNELS)
-            t_b = _median_ms(lambda: old.run(None, feeds), max(3, args.repeat // 2))
-            before = f", before {t_b:.2f} ms ({t_b / t_ort:.2f}x)"
+            before = f", before {t['before']:.2f} ms ({t['before'] / t_ort:.2f}x)"
         print(f"{name}: qlinear {t_q:.2f} ms, onnxruntime {t_ort:.2f} ms, ratio {t_q / t_ort:.2f}"
               f"{before}", flush=True)
         if args.profile:
