@@ -127,6 +127,70 @@ def per_node_overhead(n: int = 300, repeat: int = 15) -> dict[str, tuple[float, 
     return out
 
 
+OP_CASES = [
+    # (label, op, input shapes, attributes, constant inputs, opset)
+    ("AveragePool 7x7 global-size", "AveragePool", (1, 2048, 7, 7), {"kernel_shape": [7, 7]}, {}, 13),
+    ("AveragePool 3x3 s1 p1", "AveragePool", (1, 64, 56, 56),
+     {"kernel_shape": [3, 3], "pads": [1] * 4, "count_include_pad": 1}, {}, 13),
+    ("GlobalAveragePool", "GlobalAveragePool", (1, 1280, 7, 7), {}, {}, 13),
+    ("Conv 3x3 64->64", "Conv", (1, 64, 56, 56), {"pads": [1] * 4}, {"w": (64, 64, 3, 3)}, 13),
+    ("Conv 1x1 256->64", "Conv", (1, 256, 56, 56), {}, {"w": (64, 256, 1, 1)}, 13),
+    ("Conv depthwise 3x3 s2", "Conv", (1, 96, 112, 112),
+     {"pads": [1] * 4, "strides": [2, 2], "group": 96}, {"w": (96, 1, 3, 3)}, 13),
+    ("Conv 7x7 s2 3->64", "Conv", (1, 3, 224, 224), {"pads": [3] * 4, "strides": [2, 2]},
+     {"w": (64, 3, 7, 7)}, 13),
+    ("Sigmoid", "Sigmoid", (1, 64, 80, 80), {}, {}, 13),
+    ("LeakyRelu", "LeakyRelu", (1, 64, 80, 80), {"alpha": 0.1}, {}, 13),
+    ("Softmax last axis 2", "Softmax", (1, 16800, 2), {"axis": -1}, {}, 13),
+    ("Softmax last axis 1000", "Softmax", (8, 1000), {"axis": -1}, {}, 13),
+    ("Resize nearest x2", "Resize", (1, 64, 40, 40), {"mode": "nearest"},
+     {"roi": None, "scales": [1, 1, 2, 2]}, 13),
+    ("Resize linear x2", "Resize", (1, 64, 40, 40),
+     {"mode": "linear", "coordinate_transformation_mode": "half_pixel"},
+     {"roi": None, "scales": [1, 1, 2, 2]}, 13),
+]
+
+
+def op_table(repeat: int) -> list[tuple[str, float, float, float]]:
+    """Milliseconds of one node: onnx.reference, qlinear's backend, onnxruntime."""
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    import qlinear.backend as backend
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for label, op, shape, attrs, consts, opset in OP_CASES:
+        x = rng.standard_normal(shape).astype(np.float32)
+        inits = []
+        for k, v in consts.items():
+            if v is None:
+                arr = np.zeros(0, np.float32)
+            elif k == "w":
+                arr = (rng.standard_normal(v) * 0.1).astype(np.float32)
+            else:
+                arr = np.asarray(v, np.float32)
+            inits.append(numpy_helper.from_array(arr, k))
+        node = helper.make_node(op, ["x"] + list(consts), ["y"], **attrs)
+        g = helper.make_graph([node], "op", [helper.make_tensor_value_info("x", 1, shape)],
+                              [helper.make_empty_tensor_value_info("y")], inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        m.ir_version = 8
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 2
+        so.inter_op_num_threads = 1
+        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        ref, rep = ReferenceEvaluator(m), backend.prepare(m)
+        t = _interleaved_ms({"ref": lambda: ref.run(None, {"x": x}),
+                             "q": lambda: rep.run({"x": x}),
+                             "ort": lambda: sess.run(None, {"x": x})}, repeat)
+        rows.append((label, t["ref"], t["q"], t["ort"]))
+        print(f"{label:30s} onnx.reference {t['ref']:9.3f} ms  qlinear {t['q']:8.3f} ms  "
+              f"onnxruntime {t['ort']:8.3f} ms", flush=True)
+    return rows
+
+
 def ort_profile(path_or_bytes, feeds, repeat: int):
     import json
     import tempfile
@@ -175,6 +239,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=None)
     ap.add_argument("--blas-threads", type=int, default=None,
                     help="limit NumPy's BLAS threads (threadpoolctl); default: its own setting")
+    ap.add_argument("--ops", action="store_true",
+                    help="single float operators: onnx.reference, qlinear, onnxruntime")
     ap.add_argument("--overhead", action="store_true",
                     help="per-node overhead of the graph loop (chains of 300 tiny nodes)")
     ap.add_argument("--before", action="store_true",
@@ -185,6 +251,8 @@ def main(argv=None) -> int:
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(limits=args.blas_threads, user_api="blas")
+    if args.ops:
+        op_table(args.repeat)
     if args.overhead:
         for op, (q, r) in per_node_overhead().items():
             print(f"per-node overhead, {op:8s}: qlinear {q:5.1f} us, onnx.reference {r:5.1f} us")
