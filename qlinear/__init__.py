@@ -7,6 +7,7 @@ Operators (inputs in ONNX order, attributes keyword-only with ONNX names and def
 """
 
 from ._engine import set_workspace_limit, workspace_limit
+from ._validate import max_output_bytes, set_max_output_bytes
 from .conv import (
     PreparedConvInteger,
     PreparedQLinearConv,
@@ -44,4 +45,6 @@ __all__ = [
     "PreparedMatMulInteger",
     "set_workspace_limit",
     "workspace_limit",
+    "set_max_output_bytes",
+    "max_output_bytes",
 ]
