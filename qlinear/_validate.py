@@ -284,7 +284,7 @@ def param_key(value: Any) -> tuple | None:
     """A hashable key for a one-element parameter's type and value (None for anything else),
     so that prepared operators can reuse what they derived from the same scales and zero points."""
     if isinstance(value, (np.ndarray, np.generic)):
-        if value.size != 1:
+        if value.size != 1 or isinstance(value, np.ma.MaskedArray):  # refused when validated
             return None
         return value.dtype.str, value.shape, value.tobytes()  # the bits: -0.0 is not 0.0
     if isinstance(value, float):
