@@ -62,15 +62,17 @@ class ConvGeometry:
         strides = tuple(1 if o == 1 else s for o, s in zip(self.out_spatial, self.strides))
         geom = replace(self, strides=strides, dilations=dilations)
         axes = [i for i in range(nsp) if self.out_spatial[i] * self.kernel[i] < self.padded_spatial[i]]
+        images = min(1, x_shape[0])  # no image (N = 0), no padded copy
         if not axes:
-            v.check_size(op, "the float32 padded copy of one image of x", (x_shape[1], *self.padded_spatial), 4)
+            v.check_size(op, "the float32 padded copy of one image of x",
+                         (images, x_shape[1], *self.padded_spatial), 4)
             return geom, None
         lengths = [self.out_spatial[i] * self.kernel[i] if i in axes else None for i in range(nsp)]
         for i in axes:
             v.check_size(op, f"the index of the positions read along spatial axis {i}", (lengths[i],), 8)
         padded = tuple(p if n is None else n for p, n in zip(self.padded_spatial, lengths))
         v.check_size(op, "x's positions read by the windows", (*x_shape[:2], *padded), 1)
-        v.check_size(op, "the float32 padded copy of one image of x", (x_shape[1], *padded), 4)
+        v.check_size(op, "the float32 padded copy of one image of x", (images, x_shape[1], *padded), 4)
         indices = []
         begin, end, st, dil, size = (list(t) for t in (geom.pads_begin, geom.pads_end, strides, dilations,
                                                       geom.in_spatial))

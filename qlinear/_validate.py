@@ -66,12 +66,22 @@ def _size(nbytes: int) -> str:
 def check_size(op: str, what: str, shape: tuple[int, ...], itemsize: int) -> None:
     """Refuse, before allocating, an array of ``shape`` (``itemsize`` bytes per element) above
     ``max_output_bytes()``. Shapes are Python ints, so the product never overflows."""
-    nbytes = math.prod(int(d) for d in shape) * itemsize
-    if nbytes > _max_output_bytes or any(int(d) > INT64_MAX for d in shape):
+    nbytes = math.prod(shape) * itemsize
+    if 0 < nbytes <= _max_output_bytes:  # the usual case, first: this runs on every call
+        return
+    shape = tuple(int(d) for d in shape)
+    if nbytes == 0:
+        # Empty, yet NumPy refuses a shape whose other dimensions overflow its indexing.
+        if math.prod(d for d in shape if d) * itemsize <= INT64_MAX:
+            return
         raise ValueError(
-            f"{op}: {what} of shape {tuple(int(d) for d in shape)} would take {_size(nbytes)}, "
-            f"above the limit of {_size(_max_output_bytes)} (qlinear.set_max_output_bytes)"
+            f"{op}: {what} of shape {shape} is empty, but its dimensions are beyond what NumPy can "
+            f"index (their product exceeds 2**63 bytes)"
         )
+    raise ValueError(
+        f"{op}: {what} of shape {shape} would take {_size(nbytes)}, "
+        f"above the limit of {_size(_max_output_bytes)} (qlinear.set_max_output_bytes)"
+    )
 
 
 def as_array(op: str, name: str, value: Any) -> np.ndarray:
