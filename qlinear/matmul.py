@@ -123,7 +123,8 @@ class PreparedQLinearMatMul:
             raise TypeError(f"{op}: b_zero_point is required")
         self._b = _RightOperand(op, b, b_zero_point)
         bs = v.scale(op, "b_scale", b_scale)
-        v.same_shape(op, "b_scale", bs, "b_zero_point", v.zero_point(op, "b_zero_point", b_zero_point, "b", self._b.dtype))
+        bzp = v.zero_point(op, "b_zero_point", b_zero_point, "b", self._b.dtype)
+        v.same_shape(op, "b_scale", bs, "b_zero_point", bzp)
         self.b_scale = _operand_param(op, "b_scale", bs, "b", self._b.b_shape)
 
     def run(self, a: np.ndarray, a_scale: Any, a_zero_point: Any, y_scale: Any, y_zero_point: Any) -> np.ndarray:
@@ -133,7 +134,8 @@ class PreparedQLinearMatMul:
             raise TypeError(f"{op}: a_zero_point is required")
         a_arr = v.integer_tensor(op, "a", a)
         a_s = v.scale(op, "a_scale", a_scale)
-        v.same_shape(op, "a_scale", a_s, "a_zero_point", v.zero_point(op, "a_zero_point", a_zero_point, "a", a_arr.dtype))
+        azp = v.zero_point(op, "a_zero_point", a_zero_point, "a", a_arr.dtype)
+        v.same_shape(op, "a_scale", a_s, "a_zero_point", azp)
         a_s = _operand_param(op, "a_scale", a_s, "a", a_arr.shape)
         ys = v.per_tensor(op, "y_scale", v.nonzero_scale(op, "y_scale", y_scale))
         yzp = v.per_tensor(op, "y_zero_point", v.output_zero_point(op, "y_zero_point", y_zero_point))

@@ -7,6 +7,7 @@ ValueError/TypeError naming the operator."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import time
@@ -250,28 +251,29 @@ def op_calls():
     x, w = X44, W11
     a, b = np.ones((2, 3), U8), np.ones((3, 2), I8)
     xf = np.ones((2, 3), F32)
+    qconv, qmm = qlinear.qlinear_conv, qlinear.qlinear_matmul
     return [
-        ("qlinear_conv", "x", lambda v: qlinear.qlinear_conv(v, F32(1), U8(0), w, F32(1), I8(0), F32(1), U8(0))),
-        ("qlinear_conv", "x_scale", lambda v: qlinear.qlinear_conv(x, v, U8(0), w, F32(1), I8(0), F32(1), U8(0))),
-        ("qlinear_conv", "x_zero_point", lambda v: qlinear.qlinear_conv(x, F32(1), v, w, F32(1), I8(0), F32(1), U8(0))),
-        ("qlinear_conv", "w", lambda v: qlinear.qlinear_conv(x, F32(1), U8(0), v, F32(1), I8(0), F32(1), U8(0))),
-        ("qlinear_conv", "w_scale", lambda v: qlinear.qlinear_conv(x, F32(1), U8(0), w, v, I8(0), F32(1), U8(0))),
-        ("qlinear_conv", "w_zero_point", lambda v: qlinear.qlinear_conv(x, F32(1), U8(0), w, F32(1), v, F32(1), U8(0))),
-        ("qlinear_conv", "y_scale", lambda v: qlinear.qlinear_conv(x, F32(1), U8(0), w, F32(1), I8(0), v, U8(0))),
-        ("qlinear_conv", "y_zero_point", lambda v: qlinear.qlinear_conv(x, F32(1), U8(0), w, F32(1), I8(0), F32(1), v)),
-        ("qlinear_conv", "B", lambda v: qlinear.qlinear_conv(x, F32(1), U8(0), w, F32(1), I8(0), F32(1), U8(0), v)),
+        ("qlinear_conv", "x", lambda v: qconv(v, F32(1), U8(0), w, F32(1), I8(0), F32(1), U8(0))),
+        ("qlinear_conv", "x_scale", lambda v: qconv(x, v, U8(0), w, F32(1), I8(0), F32(1), U8(0))),
+        ("qlinear_conv", "x_zero_point", lambda v: qconv(x, F32(1), v, w, F32(1), I8(0), F32(1), U8(0))),
+        ("qlinear_conv", "w", lambda v: qconv(x, F32(1), U8(0), v, F32(1), I8(0), F32(1), U8(0))),
+        ("qlinear_conv", "w_scale", lambda v: qconv(x, F32(1), U8(0), w, v, I8(0), F32(1), U8(0))),
+        ("qlinear_conv", "w_zero_point", lambda v: qconv(x, F32(1), U8(0), w, F32(1), v, F32(1), U8(0))),
+        ("qlinear_conv", "y_scale", lambda v: qconv(x, F32(1), U8(0), w, F32(1), I8(0), v, U8(0))),
+        ("qlinear_conv", "y_zero_point", lambda v: qconv(x, F32(1), U8(0), w, F32(1), I8(0), F32(1), v)),
+        ("qlinear_conv", "B", lambda v: qconv(x, F32(1), U8(0), w, F32(1), I8(0), F32(1), U8(0), v)),
         ("conv_integer", "x", lambda v: qlinear.conv_integer(v, w)),
         ("conv_integer", "w", lambda v: qlinear.conv_integer(x, v)),
         ("conv_integer", "x_zero_point", lambda v: qlinear.conv_integer(x, w, v)),
         ("conv_integer", "w_zero_point", lambda v: qlinear.conv_integer(x, w, None, v)),
-        ("qlinear_matmul", "a", lambda v: qlinear.qlinear_matmul(v, F32(1), U8(0), b, F32(1), I8(0), F32(1), U8(0))),
-        ("qlinear_matmul", "a_scale", lambda v: qlinear.qlinear_matmul(a, v, U8(0), b, F32(1), I8(0), F32(1), U8(0))),
-        ("qlinear_matmul", "a_zero_point", lambda v: qlinear.qlinear_matmul(a, F32(1), v, b, F32(1), I8(0), F32(1), U8(0))),
-        ("qlinear_matmul", "b", lambda v: qlinear.qlinear_matmul(a, F32(1), U8(0), v, F32(1), I8(0), F32(1), U8(0))),
-        ("qlinear_matmul", "b_scale", lambda v: qlinear.qlinear_matmul(a, F32(1), U8(0), b, v, I8(0), F32(1), U8(0))),
-        ("qlinear_matmul", "b_zero_point", lambda v: qlinear.qlinear_matmul(a, F32(1), U8(0), b, F32(1), v, F32(1), U8(0))),
-        ("qlinear_matmul", "y_scale", lambda v: qlinear.qlinear_matmul(a, F32(1), U8(0), b, F32(1), I8(0), v, U8(0))),
-        ("qlinear_matmul", "y_zero_point", lambda v: qlinear.qlinear_matmul(a, F32(1), U8(0), b, F32(1), I8(0), F32(1), v)),
+        ("qlinear_matmul", "a", lambda v: qmm(v, F32(1), U8(0), b, F32(1), I8(0), F32(1), U8(0))),
+        ("qlinear_matmul", "a_scale", lambda v: qmm(a, v, U8(0), b, F32(1), I8(0), F32(1), U8(0))),
+        ("qlinear_matmul", "a_zero_point", lambda v: qmm(a, F32(1), v, b, F32(1), I8(0), F32(1), U8(0))),
+        ("qlinear_matmul", "b", lambda v: qmm(a, F32(1), U8(0), v, F32(1), I8(0), F32(1), U8(0))),
+        ("qlinear_matmul", "b_scale", lambda v: qmm(a, F32(1), U8(0), b, v, I8(0), F32(1), U8(0))),
+        ("qlinear_matmul", "b_zero_point", lambda v: qmm(a, F32(1), U8(0), b, F32(1), v, F32(1), U8(0))),
+        ("qlinear_matmul", "y_scale", lambda v: qmm(a, F32(1), U8(0), b, F32(1), I8(0), v, U8(0))),
+        ("qlinear_matmul", "y_zero_point", lambda v: qmm(a, F32(1), U8(0), b, F32(1), I8(0), F32(1), v)),
         ("matmul_integer", "a", lambda v: qlinear.matmul_integer(v, b)),
         ("matmul_integer", "b", lambda v: qlinear.matmul_integer(a, v)),
         ("matmul_integer", "a_zero_point", lambda v: qlinear.matmul_integer(a, b, v)),
@@ -469,8 +471,10 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-FUZZ_SETTINGS = dict(max_examples=120, deadline=None, derandomize=True, database=None, print_blob=True,
-                     suppress_health_check=list(HealthCheck))
+# QLINEAR_FUZZ_EXAMPLES=n and QLINEAR_FUZZ_RANDOM=1 run a longer, freshly random campaign by hand.
+FUZZ_SETTINGS = dict(max_examples=int(os.environ.get("QLINEAR_FUZZ_EXAMPLES", 120)),
+                     derandomize=not os.environ.get("QLINEAR_FUZZ_RANDOM"), deadline=None, database=None,
+                     print_blob=True, suppress_health_check=list(HealthCheck))
 
 # Values no operator input accepts, or accepts only in some places.
 GARBAGE = [
@@ -585,6 +589,13 @@ def test_fuzz_conv(fuzz_limits, data):
     check_call("conv_integer", lambda: qlinear.conv_integer(args[0], args[3], args[2], args[5], **attrs),
                lambda: oracle.conv_integer(args[0], args[3], args[2], args[5], **attrs))
 
+    def prepared_twice():  # the second call reuses what the first derived
+        prepared = qlinear.prepare_qlinear_conv(*args[3:6], args[8], **attrs)
+        first = prepared.run(*args[:3], *args[6:8])
+        assert_exact(prepared.run(*args[:3], *args[6:8]), first)
+        return first
+    check_call("qlinear_conv", prepared_twice, lambda: oracle.qlinear_conv(*args, **attrs))
+
 
 @settings(**FUZZ_SETTINGS)
 @given(st.data())
@@ -599,6 +610,13 @@ def test_fuzz_matmul(fuzz_limits, data):
     check_call("qlinear_matmul", lambda: qlinear.qlinear_matmul(*args), lambda: oracle.qlinear_matmul(*args))
     check_call("matmul_integer", lambda: qlinear.matmul_integer(args[0], args[3], args[2], args[5]),
                lambda: oracle.matmul_integer(args[0], args[3], args[2], args[5]))
+
+    def prepared_twice():
+        prepared = qlinear.prepare_qlinear_matmul(*args[3:6])
+        first = prepared.run(*args[:3], *args[6:])
+        assert_exact(prepared.run(*args[:3], *args[6:]), first)
+        return first
+    check_call("qlinear_matmul", prepared_twice, lambda: oracle.qlinear_matmul(*args))
 
 
 @settings(**FUZZ_SETTINGS)
