@@ -112,12 +112,6 @@ class Gather:
 
     indices: tuple[tuple[int, np.ndarray], ...]  # (spatial axis, x index per position or -1)
 
-    def shape(self, x_shape: tuple[int, ...]) -> tuple[int, ...]:
-        shape = list(x_shape)
-        for axis, idx in self.indices:
-            shape[2 + axis] = len(idx)
-        return tuple(shape)
-
     def apply(self, x: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
         """x (N, C, D1..Dn) gathered along the axes, x_zero_point (which centers to 0, as
         padding does) where a window reads padding."""

@@ -28,13 +28,15 @@ DEQUANTIZABLE = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.int32))
 
 
 INT64_MAX = (1 << 63) - 1
+FLOAT32_MAX = str(np.finfo(np.float32).max)  # 3.4028235e+38
 
 
 def _physical_memory() -> int | None:
     try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+        total = int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
     except (AttributeError, ValueError, OSError):
         return None
+    return total if total > 0 else None  # sysconf says -1 when it does not know
 
 
 # An array the size of physical memory cannot be computed in it; 16 GiB where it is unknown.
@@ -160,7 +162,7 @@ def scale(op: str, name: str, value: Any) -> np.ndarray:
         where = _index(i, arr.shape)
         if wide is not None and np.isfinite(wide.ravel()[i]):
             raise ValueError(
-                f"{op}: {name} must fit float32 (ONNX scales are float32, at most {str(np.finfo(np.float32).max)}); "
+                f"{op}: {name} must fit float32 (ONNX scales are float32, at most {FLOAT32_MAX}); "
                 f"got {wide.ravel()[i]}{where}, which overflows float32"
             )
         raise ValueError(f"{op}: {name} must be finite; got {flat[i]}{where}")
