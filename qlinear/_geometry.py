@@ -54,19 +54,27 @@ class ConvGeometry:
         gathered input and the engine's float32 padded copy of one image.
         """
         nsp = len(self.kernel)
-        dilations = tuple(1 if k == 1 else d for k, d in zip(self.kernel, self.dilations))
+        # (Everything below runs on every unprepared call: new objects only when needed.)
+        geom = self
+        if 1 in self.kernel:
+            dilations = tuple(1 if k == 1 else d for k, d in zip(self.kernel, self.dilations))
+            if dilations != self.dilations:
+                geom = replace(geom, dilations=dilations)
         if math.prod(self.kernel) == 1 and not any(self.pads_begin) and not any(self.pads_end):
             # The engine reads x[..., ::s] directly (its length along an axis is the output's):
             # nothing is padded or copied beyond the output's size.
-            return replace(self, dilations=dilations), None
-        strides = tuple(1 if o == 1 else s for o, s in zip(self.out_spatial, self.strides))
-        geom = replace(self, strides=strides, dilations=dilations)
-        axes = [i for i in range(nsp) if self.out_spatial[i] * self.kernel[i] < self.padded_spatial[i]]
+            return geom, None
+        if 1 in self.out_spatial:
+            strides = tuple(1 if o == 1 else s for o, s in zip(self.out_spatial, self.strides))
+            if strides != self.strides:
+                geom = replace(geom, strides=strides)
+        padded = self.padded_spatial
+        axes = [i for i in range(nsp) if self.out_spatial[i] * self.kernel[i] < padded[i]]
         images = min(1, x_shape[0])  # no image (N = 0), no padded copy
         if not axes:
-            v.check_size(op, "the float32 padded copy of one image of x",
-                         (images, x_shape[1], *self.padded_spatial), 4)
+            v.check_size(op, "the float32 padded copy of one image of x", (images, x_shape[1], *padded), 4)
             return geom, None
+        strides, dilations = geom.strides, geom.dilations
         lengths = [self.out_spatial[i] * self.kernel[i] if i in axes else None for i in range(nsp)]
         for i in axes:
             v.check_size(op, f"the index of the positions read along spatial axis {i}", (lengths[i],), 8)
