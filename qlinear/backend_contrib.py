@@ -43,6 +43,13 @@ _INPUT_TYPES: dict[str, dict[int, set[int]]] = {
     "DynamicQuantizeMatMul": {0: _FLOAT, 1: _EIGHT_BIT},
     "QuantizeLinear": {0: _FLOAT, 2: _EIGHT_BIT | {_T.UINT16, _T.INT16}},
     "DequantizeLinear": {0: _EIGHT_BIT | {_T.UINT16, _T.INT16, _T.INT32}},
+    # The float operators of quantized transformers (within float tolerance, not bit-exact).
+    "QAttention": {0: _EIGHT_BIT, 1: _EIGHT_BIT, 2: _FLOAT},
+    "Attention": {0: _FLOAT, 1: _FLOAT},
+    "EmbedLayerNormalization": {0: {_T.INT32}, 2: _FLOAT},
+    "SkipLayerNormalization": {0: _FLOAT, 1: _FLOAT},
+    "FastGelu": {0: _FLOAT},
+    "Gelu": {0: _FLOAT},
 }
 
 #: The com.microsoft operators (opset 1) the backend runs.
@@ -80,6 +87,14 @@ def check_node(node: onnx.NodeProto, types: dict[str, int]) -> str | None:
         return "the axis attribute is required"
     if node.op_type == "QLinearAveragePool" and "kernel_shape" not in attrs:
         return "the kernel_shape attribute is required"
+    if node.op_type in ("QAttention", "Attention"):
+        if "num_heads" not in attrs:
+            return "the num_heads attribute is required"
+        unsupported = [a for a in ("do_rotary", "past_present_share_buffer", "qkv_hidden_sizes", "rotary_embedding_dim")
+                       if attrs.get(a)]
+        extra_inputs = [i for i in node.input[5:] if i] if node.op_type == "Attention" else []
+        if unsupported or extra_inputs:
+            return f"not supported: {', '.join(unsupported + ['attention_bias/past_sequence_length'] * bool(extra_inputs))}"
     return None
 
 
@@ -201,6 +216,36 @@ class DequantizeLinear(_ContribOp):
         return (self._call(_c.dequantize_linear, *args, **self._kw("axis")),)
 
 
+class QAttention(_ContribOp):
+    def _run(self, *args, **_):
+        return self._call(_c.qattention, *args, **self._kw("num_heads", "unidirectional", "scale", "mask_filter_value"))
+
+
+class Attention(_ContribOp):
+    def _run(self, *args, **_):
+        return self._call(_c.attention, *args, **self._kw("num_heads", "unidirectional", "scale", "mask_filter_value"))
+
+
+class EmbedLayerNormalization(_ContribOp):
+    def _run(self, *args, **_):
+        return self._call(_c.embed_layer_normalization, *args, **self._kw("epsilon"))
+
+
+class SkipLayerNormalization(_ContribOp):
+    def _run(self, *args, **_):
+        return self._call(_c.skip_layer_normalization, *args, **self._kw("epsilon"))
+
+
+class FastGelu(_ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.fast_gelu, *args),)
+
+
+class Gelu(_ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.gelu, *args),)
+
+
 class DynamicQuantizeLinear(_ContribOp):
     """ai.onnx DynamicQuantizeLinear computed as onnxruntime computes it."""
 
@@ -215,4 +260,5 @@ KERNELS: list[type[OpRun]] = [
     QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearConcat, QLinearWhere,
     QLinearGlobalAveragePool, QLinearAveragePool, QLinearSoftmax, QGemm, QLinearConv,
     MatMulIntegerToFloat, DynamicQuantizeMatMul, QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
+    QAttention, Attention, EmbedLayerNormalization, SkipLayerNormalization, FastGelu, Gelu,
 ]

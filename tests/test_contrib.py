@@ -407,3 +407,246 @@ def test_bad_input_names_operator_and_constraint(call, err, words):
         "qlinear_add", "qlinear_mul", "qlinear_sigmoid", "qlinear_concat", "qlinear_where",
         "qlinear_global_average_pool", "qlinear_average_pool", "qlinear_softmax", "qgemm",
         "matmul_integer_to_float", "dynamic_quantize_linear"}
+
+
+# ----------------------------------------------------------------------------- float operators
+
+
+def _rel(got, want):
+    return float(np.max(np.abs(got.astype(np.float64) - want)) / max(float(np.max(np.abs(want))), 1e-30))
+
+
+FLOAT_TOL = 2e-6  # relative to the largest output; measured 1e-7 .. 4e-7
+
+
+def test_float_transformer_operators_within_tolerance():
+    rng = np.random.default_rng(47)
+    x = (rng.standard_normal((2, 5, 16)) * 3).astype(F)
+    bias, gamma, beta = (rng.standard_normal(16).astype(F) for _ in range(3))
+    assert _rel(c.gelu(x), run_node("Gelu", [("X", x)])[0]) < FLOAT_TOL
+    assert _rel(c.fast_gelu(x, bias), run_node("FastGelu", [("X", x), ("b", bias)])[0]) < FLOAT_TOL
+    skip = rng.standard_normal((2, 5, 16)).astype(F)
+    want = run_node("SkipLayerNormalization", [("i", x), ("s", skip), ("g", gamma), ("b", beta), ("bias", bias)],
+                    {"epsilon": 1e-5}, out_dtypes=(F, F, F, F))
+    for g, w in zip(c.skip_layer_normalization(x, skip, gamma, beta, bias, epsilon=1e-5), want):
+        assert g.shape == w.shape and _rel(g, w) < FLOAT_TOL
+    ids = rng.integers(0, 50, (2, 5)).astype(np.int32)
+    words, positions = rng.standard_normal((50, 16)).astype(F), rng.standard_normal((20, 16)).astype(F)
+    segments, seg_ids = rng.standard_normal((2, 16)).astype(F), rng.integers(0, 2, (2, 5)).astype(np.int32)
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int32)
+    pos = np.tile(np.arange(3, 8, dtype=np.int32), (2, 1))
+    for inputs in ([ids, None, words, positions, None, gamma, beta, None, pos],
+                   [ids, seg_ids, words, positions, segments, gamma, beta, mask, None]):
+        names = ["ids", "seg", "we", "pe", "se", "g", "b", "m", "pid"]
+        want = run_node("EmbedLayerNormalization", list(zip(names, inputs)), {"epsilon": 1e-5}, out_dtypes=(F, np.int32, F))
+        got = c.embed_layer_normalization(*inputs, epsilon=1e-5)
+        assert _rel(got[0], want[0]) < FLOAT_TOL and _rel(got[2], want[2]) < FLOAT_TOL
+        assert_exact(got[1], want[1])
+
+
+@pytest.mark.parametrize("unidirectional", [0, 1])
+def test_attention_and_qattention_within_tolerance(unidirectional):
+    rng = np.random.default_rng([unidirectional, 53])
+    b, s, h, n, past_len = 2, 3, 16, 4, 2
+    x = rng.standard_normal((b, s, h)).astype(F)
+    w = (rng.standard_normal((h, 3 * h)) * 0.3).astype(F)
+    bias = rng.standard_normal(3 * h).astype(F)
+    past = rng.standard_normal((2, b, n, past_len, h // n)).astype(F)
+    raw_mask = np.ones((b, past_len + s), np.int32)
+    raw_mask[1, 0] = 0
+    for mask in (None, raw_mask, np.array([4, 5], np.int32), np.array([4, 5, 1, 0], np.int32)):
+        for filt in (-10000.0, -3.4028234663852886e38):
+            attrs = {"num_heads": n, "unidirectional": unidirectional, "mask_filter_value": filt}
+            want = run_node("Attention", [("x", x), ("w", w), ("b", bias), ("m", mask), ("p", past)], attrs, out_dtypes=(F, F))
+            for g, wv in zip(c.attention(x, w, bias, mask, past, **attrs), want):
+                assert g.shape == wv.shape and _rel(g, wv) < FLOAT_TOL
+    xq = rand_int(rng, U8, (b, s, h))
+    for wdt in (U8, I8):
+        wq = rand_int(rng, wdt, (h, 3 * h), *(EXACT_S8 if wdt == I8 else (None, None)))
+        wz = np.zeros((), wdt) if wdt == I8 else zp(rng, wdt)
+        attrs = {"num_heads": n, "unidirectional": unidirectional, "mask_filter_value": -3.4028234663852886e38}
+        ins = [("x", xq), ("w", wq), ("b", bias), ("xs", F(0.02)), ("ws", F(0.01)), ("m", raw_mask),
+               ("xz", zp(rng, U8)), ("wz", wz), ("p", past)]
+        want = run_node("QAttention", ins, attrs, out_dtypes=(F, F))
+        for g, wv in zip(c.qattention(*[v for _, v in ins], **attrs), want):
+            assert g.shape == wv.shape and _rel(g, wv) < FLOAT_TOL
+
+
+# ----------------------------------------------------------------------------- real models
+
+import os  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import onnx  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+
+import qlinear.backend as backend  # noqa: E402
+from qlinear.tools import ortsat  # noqa: E402
+
+MODELS = Path(os.environ.get("QLINEAR_MODELS", "/work/shared/models"))
+
+
+def _model(name: str) -> Path:
+    path = MODELS / name
+    if not path.exists():
+        pytest.skip(f"{path} not available (set QLINEAR_MODELS)")
+    return path
+
+
+def _ort_session(model: onnx.ModelProto, all_outputs: bool = False):
+    """onnxruntime's normal session (default optimization level), optionally with every node
+    output added as a graph output (onnxruntime's own intermediate values)."""
+    if all_outputs:
+        model = onnx.ModelProto.FromString(model.SerializeToString())
+        names = [o for n in model.graph.node for o in n.output if o]
+        del model.graph.output[:]
+        model.graph.output.extend(helper.make_empty_tensor_value_info(o) for o in names)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _image(model: onnx.ModelProto, seed: int = 0):
+    inp = model.graph.input[0]
+    shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
+    return {inp.name: np.random.default_rng(seed).random(shape).astype(F)}
+
+
+@pytest.mark.parametrize("name", ["yolov8n_qoperator_contrib.onnx", "tf_mobilenetv2_ortstatic_qoperator.onnx"])
+def test_qoperator_contrib_model_identical_to_onnxruntime(name):
+    """QLinearConv (u8 x u8 or in-range weights), QLinearAdd/Mul/Sigmoid/Concat/
+    GlobalAveragePool/Softmax: every output bit-identical to onnxruntime's normal session."""
+    model = onnx.load(_model(name))
+    feeds = _image(model)
+    got = backend.prepare(model).run(feeds)
+    want = _ort_session(model).run(None, feeds)
+    for g, w in zip(got, want):
+        assert_exact(g, w)
+
+
+def _emulated_qgemm(a, a_scale, a_zp, b, b_scale, b_zp, cc, y_scale, y_zp, transB=0, **_):
+    """onnxruntime's u8 x s8 QGemm on AVX2 without VNNI: 16-bit saturated pair sums."""
+    bt = b.T if transB else b
+    pairs = ortsat.pair_saturated_matmul(a, bt)
+    acc = ortsat._zp_corrected(pairs, a, bt, np.int64(a_zp), np.int64(b_zp)) + cc
+    mult = F(F(F(1) * a_scale) * b_scale) / y_scale
+    return _arith.requantize_multiply(acc.astype(F), F(mult), int(y_zp), y_zp.dtype)
+
+
+def test_qgemm_model_against_onnxruntime():
+    """ece_cnn96: QLinearConv and QGemm with full-range int8 weights. Where onnxruntime's u8 x s8
+    kernels are exact (VNNI) the outputs are identical; where they saturate (AVX2 without VNNI,
+    measured), every quantized node is checked on onnxruntime's own inputs: qlinear's kernel
+    equals onnxruntime on the exact ones, and the saturation emulation equals it on the rest."""
+    model = onnx.load(_model("ece_cnn96_qoperator_qgemm.onnx"))
+    feeds = _image(model)
+    rep = backend.prepare(model)
+    if not ortsat.onnxruntime_saturates():
+        for g, w in zip(rep.run(feeds), _ort_session(model).run(None, feeds)):
+            assert_exact(g, w)
+        return
+    sess = _ort_session(model, all_outputs=True)
+    ort_values = {**feeds, **dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))}
+    ort_values.update({i.name: numpy_helper.to_array(i) for i in model.graph.initializer})
+    checked = 0
+    for node in model.graph.node:
+        ins = [ort_values[i] if i else None for i in node.input]
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        want = ort_values[node.output[0]]
+        if node.op_type == "QGemm":
+            assert_exact(_emulated_qgemm(*ins, **attrs), want)
+            exact = c.qgemm(*ins, alpha=attrs.get("alpha", 1.0), transA=attrs.get("transA", 0),
+                            transB=attrs.get("transB", 0))
+            assert (exact != want).any()  # the saturation does show here
+            checked += 1
+        elif node.op_type == "QLinearConv":
+            attrs = {k: (val.decode() if isinstance(val, bytes) else val) for k, val in attrs.items()}
+            assert_exact(ortsat.emulate_node("QLinearConv", ins, attrs), want)
+            checked += 1
+        elif node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            fn = c.quantize_linear if node.op_type == "QuantizeLinear" else c.dequantize_linear
+            assert_exact(fn(*ins), want)
+            checked += 1
+    assert checked == 5
+
+
+def _emulated_qattention(x, w, bias, xs, ws, mask, xz, wz, past, *, num_heads, unidirectional=0,
+                         mask_filter_value=-10000.0):
+    """QAttention with onnxruntime's saturating u8 x s8 Q/K/V product (AVX2 without VNNI)."""
+    flat = x.reshape(-1, x.shape[-1])
+    acc = ortsat._zp_corrected(ortsat.pair_saturated_matmul(flat, w), flat, w, np.int64(xz), np.int64(wz))
+    qkv = acc.astype(F) * F(ws * xs) + bias
+    return c.transformer._attention_core("qattention", qkv.reshape(*x.shape[:2], -1).astype(np.float64), num_heads,
+                                         mask, past, unidirectional, 0.0, mask_filter_value)
+
+
+def _gpt2_feeds(batch=2, seq=4, past=3, seed=0):
+    rng = np.random.default_rng(seed)
+    feeds = {"input_ids": rng.integers(0, 1000, (batch, seq)).astype(np.int32),
+             "position_ids": np.tile(np.arange(past, past + seq, dtype=np.int32), (batch, 1)),
+             "attention_mask": np.ones((batch, past + seq), np.int32)}
+    feeds["attention_mask"][1, 0] = 0
+    for i in range(5):
+        feeds[f"past_{i}"] = rng.standard_normal((2, batch, 4, past, 8)).astype(F)
+    return feeds
+
+
+def test_dynamic_transformer_model_against_onnxruntime():
+    """tiny_gpt2 (onnxruntime's dynamic quantization: EmbedLayerNormalization, QAttention,
+    DynamicQuantizeLinear, MatMulInteger, SkipLayerNormalization, FastGelu). The dynamic ranges
+    come from float operators, so whole-model outputs may differ by quantization steps; every
+    node is checked on onnxruntime's own inputs instead: the integer nodes bit for bit (u8 x s8
+    MatMulInteger against the saturation emulation where onnxruntime saturates), the float
+    nodes within tolerance. The whole-model outputs are also compared loosely."""
+    model = onnx.load(_model("tiny_gpt2_ortdynamic.onnx"))
+    feeds = _gpt2_feeds()
+    got = backend.prepare(model).run(feeds)
+    sess = _ort_session(model, all_outputs=True)
+    names = [o.name for o in sess.get_outputs()]
+    ort_values = {**feeds, **dict(zip(names, sess.run(None, feeds)))}
+    for out, g in zip(model.graph.output, got):
+        w = ort_values[out.name]
+        assert g.shape == w.shape and _rel(g, w) < 0.1  # a few quantization steps, not a different model
+    ort_values.update({i.name: numpy_helper.to_array(i) for i in model.graph.initializer})
+    saturates = ortsat.onnxruntime_saturates()
+    counts = {}
+    for node in model.graph.node:
+        ins = [ort_values[i] if i else None for i in node.input]
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        outs = [o for o in node.output]
+        op = node.op_type
+        if op == "DynamicQuantizeLinear":
+            for g, o in zip(c.dynamic_quantize_linear(*ins), outs):
+                assert_exact(np.asarray(g), np.asarray(ort_values[o]))
+        elif op == "MatMulInteger":
+            a, b, az, bz = ins
+            if saturates and a.dtype == U8 and b.dtype == I8:
+                pairs = ortsat.pair_saturated_matmul(a.reshape(-1, a.shape[-1]), b)
+                want = ortsat._zp_corrected(pairs, a.reshape(-1, a.shape[-1]), b, np.int64(az), np.int64(bz))
+                want = want.astype(np.int32).reshape(ort_values[outs[0]].shape)
+                assert_exact(want, ort_values[outs[0]])
+            else:
+                import qlinear
+                assert_exact(qlinear.matmul_integer(a, b, az, bz), ort_values[outs[0]])
+        elif op == "QAttention":
+            kw = {k: attrs[k] for k in ("num_heads", "unidirectional", "mask_filter_value") if k in attrs}
+            x, w = ins[0], ins[1]
+            if saturates and x.dtype == U8 and w.dtype == I8:  # the Q/K/V GEMM saturates
+                got = _emulated_qattention(*ins, **kw)
+            else:
+                got = c.qattention(*ins, **kw)
+            for g, o in zip(got, outs):
+                assert _rel(g, ort_values[o]) < FLOAT_TOL
+        elif op in ("EmbedLayerNormalization", "SkipLayerNormalization"):
+            fn = c.embed_layer_normalization if op == "EmbedLayerNormalization" else c.skip_layer_normalization
+            for g, o in zip(fn(*ins, epsilon=attrs["epsilon"]), outs):
+                if o:
+                    assert _rel(g, ort_values[o]) < FLOAT_TOL
+        elif op == "FastGelu":
+            assert _rel(c.fast_gelu(*ins), ort_values[outs[0]]) < FLOAT_TOL
+        else:
+            continue
+        counts[op] = counts.get(op, 0) + 1
+    assert counts == {"DynamicQuantizeLinear": 21, "MatMulInteger": 16, "QAttention": 5,
+                      "EmbedLayerNormalization": 1, "SkipLayerNormalization": 10, "FastGelu": 5}

@@ -25,6 +25,14 @@ from .gemm import (
     quantize_linear,
 )
 from .pool import qlinear_average_pool, qlinear_global_average_pool, qlinear_softmax
+from .transformer import (
+    attention,
+    embed_layer_normalization,
+    fast_gelu,
+    gelu,
+    qattention,
+    skip_layer_normalization,
+)
 
 __all__ = [
     "qlinear_add",
@@ -43,4 +51,10 @@ __all__ = [
     "dynamic_quantize_linear",
     "quantize_linear",
     "dequantize_linear",
+    "qattention",
+    "attention",
+    "embed_layer_normalization",
+    "skip_layer_normalization",
+    "fast_gelu",
+    "gelu",
 ]
