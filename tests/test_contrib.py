@@ -266,6 +266,21 @@ def test_softmax_matches_ort(dtype, opset):
         assert_exact(c.qlinear_softmax(*[v for _, v in ins], **attrs), want)
 
 
+def test_softmax_rounding_regime_matches_ort():
+    """Rows with a few near-maximal entries and small output scales put many e_j · Y / S just
+    next to a rounding boundary: float32 instead of double arithmetic there (1283 of 600k
+    outputs), or a double instead of a float logarithm in the table (13 of 600k), differ."""
+    rng = np.random.default_rng(61)
+    for _ in range(60):
+        d = int(rng.integers(2, 12))
+        x = rand_int(rng, U8, (4000, d))
+        x[:, 0] = np.minimum(x[:, 0], x.max(axis=1) - rng.integers(0, 4, 4000))
+        ins = [("X", x), ("Xs", scale(rng, 1e-2, 0.5)), ("Xz", zp(rng, U8)),
+               ("Ys", scale(rng, 1 / 1000, 1 / 100)), ("Yz", np.uint8(0))]
+        want = run_node("QLinearSoftmax", ins, {"opset": 13}, out_dtypes=(U8,))[0]
+        assert_exact(c.qlinear_softmax(*[v for _, v in ins], opset=13), want)
+
+
 # ----------------------------------------------------------------------------- GEMMs
 
 GEMM_TYPES = [(U8, U8), (U8, I8), (I8, I8)]
@@ -322,6 +337,18 @@ def test_matmul_integer_to_float_and_dynamic_matches_ort(adt, bdt):
             ins = [("A", af), ("B", b), ("bs", bs), ("bz", bz), ("bias", bias)]
             want = run_node("DynamicQuantizeMatMul", ins, out_dtypes=(F,))[0]
             assert_exact(c.dynamic_quantize_matmul(*[v for _, v in ins]), want)
+
+
+def test_matmul_integer_to_float_per_row_a_scale_matches_ort():
+    rng = np.random.default_rng(59)
+    a, b = rand_int(rng, U8, (2, 3, 5)), rand_int(rng, U8, (5, 4))
+    for a_shape in [(3, 1), (2, 3, 1), (1, 3, 1)]:
+        ins = [("A", a), ("B", b), ("as", scale(rng, shape=a_shape)), ("bs", scale(rng, shape=(4,))),
+               ("az", zp(rng, U8)), ("bz", zp(rng, U8)), ("bias", rng.standard_normal(4).astype(F))]
+        want = run_node("MatMulIntegerToFloat", ins, out_dtypes=(F,))[0]
+        assert_exact(c.matmul_integer_to_float(*[v for _, v in ins]), want)
+    with pytest.raises(ValueError, match="one per row of A"):
+        c.matmul_integer_to_float(a, b, scale(rng, shape=(4,)), F(1))
 
 
 def test_dynamic_quantize_linear_matches_ort():

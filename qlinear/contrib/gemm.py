@@ -102,13 +102,26 @@ def _matmul_integer_to_float(op: str, a: np.ndarray, b: np.ndarray, sa: np.float
 def matmul_integer_to_float(A: np.ndarray, B: np.ndarray, a_scale: Any, b_scale: Any, a_zero_point: Any = None,
                             b_zero_point: Any = None, bias: np.ndarray | None = None) -> np.ndarray:
     """com.microsoft MatMulIntegerToFloat: acc = Σ (a - a_zp)(b - b_zp_j) exactly (numpy.matmul
-    shapes), y = f(f(f(acc) · f(a_scale · b_scale_j)) + bias_j). a_scale and a_zero_point are per
-    tensor; b_scale and b_zero_point per tensor or per column."""
+    shapes), y = f(f(f(acc) · f(a_scale · b_scale_j)) + bias_j). a_zero_point is per tensor;
+    b_scale and b_zero_point per tensor or per column. a_scale is per tensor, or per row of A
+    ((..., M, 1)), then y = f(f(f(f(acc) · b_scale_j) + bias_j) · a_scale_i)."""
     op = "matmul_integer_to_float"
     a = p.tensor(op, "A", A)
     b = p.tensor(op, "B", B)
-    sa, za = p.qparams(op, "a_scale", a_scale, "a_zero_point", a_zero_point, "A", a.dtype)
-    return _matmul_integer_to_float(op, a, b, sa, za, b_scale, b_zero_point, bias)
+    sa_arr = v.scale(op, "a_scale", a_scale)
+    if sa_arr.size == 1:
+        sa, za = p.qparams(op, "a_scale", a_scale, "a_zero_point", a_zero_point, "A", a.dtype)
+        return _matmul_integer_to_float(op, a, b, sa, za, b_scale, b_zero_point, bias)
+    # Per row of A (shape (..., M, 1)): onnxruntime computes the product with a unit A scale,
+    # adds the bias, and then multiplies by the broadcast A scale (measured; other shapes
+    # gave results no formula here matched, so they are refused).
+    _, za = p.qparams(op, "a_scale", F32(1), "a_zero_point", a_zero_point, "A", a.dtype)
+    y = _matmul_integer_to_float(op, a, b, F32(1), za, b_scale, b_zero_point, bias)
+    if sa_arr.shape[-1] != 1 or sa_arr.ndim > y.ndim or np.broadcast_shapes(sa_arr.shape, y.shape) != y.shape:
+        raise ValueError(f"{op}: a_scale must have one element or one per row of A (shape (..., M, 1) "
+                         f"broadcasting to the output {y.shape}); got shape {sa_arr.shape}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        return y * sa_arr
 
 
 def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
