@@ -170,8 +170,18 @@ class QLinearSoftmax(_ContribOp):
 
 
 class QGemm(_ContribOp):
-    def _run(self, *args, **_):
-        return (self._call(_c.qgemm, *args, **self._kw("alpha", "transA", "transB")),)
+    """QGemm: a constant B is prepared once (``qlinear.contrib.prepare_qgemm``)."""
+
+    _key: tuple | None = None
+    _prepared: Any = None
+
+    def _run(self, A, a_scale, a_zero_point, B, b_scale, b_zero_point, C=None, y_scale=None, y_zero_point=None, **_):
+        key = tuple(id(a) for a in (B, b_scale, b_zero_point))
+        if key != self._key:
+            self._prepared = self._call(_c.prepare_qgemm, B, b_scale, b_zero_point, **self._kw("transB"))
+            self._key, self._alive = key, (B, b_scale, b_zero_point)
+        return (self._call(self._prepared.run, A, a_scale, a_zero_point, C, y_scale, y_zero_point,
+                           **self._kw("alpha", "transA")),)
 
 
 class QLinearConv(_ContribOp):
