@@ -83,6 +83,30 @@ def test_fma_random_against_exact_rationals():
         assert got[i].tobytes() == want.tobytes()
 
 
+def test_fma_property_near_midpoints():
+    """Hypothesis: z + x·y where x·y is about half an ulp of z, off by a tail far below
+    float64's precision (x = ulp(z)/2 · (1 + a·2^-23), y = 1 - b·2^-23): exactly the sums that
+    double rounding gets wrong, against exact rational arithmetic."""
+    pytest.importorskip("hypothesis")
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=500, deadline=None, derandomize=True)
+    @given(st.floats(width=32, min_value=2.0 ** -100, max_value=2.0 ** 100), st.integers(-8, 8),
+           st.integers(-8, 8), st.booleans(), st.booleans())
+    def check(z, a, b, negative_z, negative_x):
+        z = F(-z if negative_z else z)
+        half_ulp = F(abs(float(np.spacing(z))) / 2)
+        x = F(half_ulp * F(1 + a * 2.0 ** -23))
+        x = -x if negative_x else x
+        y = F(1 - b * 2.0 ** -23)
+        exact = Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))
+        got = _arith.fma(np.array([x]), np.array([y]), np.array([z]))[0]
+        assert got.tobytes() == _round_f32(exact).tobytes()
+
+    check()
+
+
 def test_cvt_is_x86_cvtps2dq():
     v = np.array([0.5, 1.5, -2.5, 2.0 ** 31, -2.0 ** 31, 2.0 ** 31 - 128, np.nan, np.inf, -np.inf], F)
     assert _arith.cvt(v).tolist() == [0, 2, -2, -2 ** 31, -2 ** 31, 2 ** 31 - 128, -2 ** 31, -2 ** 31, -2 ** 31]
