@@ -647,7 +647,7 @@ class QLinearRep(BackendRep):
             o for n in model.graph.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx")
             for o in n.output}
         for rt in getattr(self.evaluator, "rt_nodes_", []):
-            if isinstance(rt, _QLinearOp):
+            if isinstance(rt, (_QLinearOp, _contrib.ContribOp)):
                 rt.constant_inputs = frozenset(n for n in rt.onnx_node.input if n in constants)
         inits = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]

@@ -701,3 +701,66 @@ def test_dynamic_transformer_model_against_onnxruntime():
         counts[op] = counts.get(op, 0) + 1
     assert counts == {"DynamicQuantizeLinear": 21, "MatMulInteger": 16, "QAttention": 5,
                       "EmbedLayerNormalization": 1, "SkipLayerNormalization": 10, "FastGelu": 5}
+
+
+# ----------------------------------------------------------------------------- backend
+
+
+def _ms_model(node, inputs, outputs, initializers=()):
+    graph = helper.make_graph([node], "g", inputs, outputs, list(initializers))
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    return m
+
+
+def test_backend_weight_fed_as_input_is_not_cached_stale():
+    """A QGemm weight given as a graph input and reused with new values gives the new result;
+    a constant weight is prepared once and reused."""
+    T = onnx.TensorProto
+    node = helper.make_node("QGemm", ["a", "as", "az", "b", "bs", "bz"], ["y"], domain="com.microsoft", transB=1)
+    consts = [numpy_helper.from_array(np.asarray(v), n) for v, n in
+              [(F(0.1), "as"), (np.uint8(3), "az"), (F(0.2), "bs"), (np.uint8(5), "bz")]]
+    m = _ms_model(node, [helper.make_tensor_value_info("a", T.UINT8, [2, 4]), helper.make_tensor_value_info("b", T.UINT8, [3, 4])],
+                  [helper.make_tensor_value_info("y", T.FLOAT, None)], consts)
+    rep = backend.prepare(m)
+    rng = np.random.default_rng(67)
+    a, b = rand_int(rng, U8, (2, 4)), rand_int(rng, U8, (3, 4))
+    first = rep.run({"a": a, "b": b})[0]
+    b[...] = rand_int(rng, U8, (3, 4))  # the same buffer, new values
+    assert_exact(rep.run({"a": a, "b": b})[0], c.qgemm(a, F(0.1), np.uint8(3), b, F(0.2), np.uint8(5), transB=1))
+    assert not np.array_equal(first, rep.run({"a": a, "b": b})[0])
+    consts.append(numpy_helper.from_array(b.copy(), "b"))
+    m = _ms_model(node, [helper.make_tensor_value_info("a", T.UINT8, [2, 4])], [helper.make_tensor_value_info("y", T.FLOAT, None)], consts)
+    rep = backend.prepare(m)
+    rep.run({"a": a})
+    node_rt = [n for n in rep.evaluator.rt_nodes_ if n.onnx_node.op_type == "QGemm"][0]
+    prepared = node_rt._prepared
+    assert prepared is not None
+    assert_exact(rep.run({"a": a})[0], c.qgemm(a, F(0.1), np.uint8(3), b, F(0.2), np.uint8(5), transB=1))
+    assert node_rt._prepared is prepared
+
+
+def test_backend_refuses_unsupported_contrib_nodes_up_front():
+    T = onnx.TensorProto
+    nodes = [helper.make_node("QLinearAdd", ["x", "s", "z", "x", "s", "z", "s", "z"], ["y"], domain="com.microsoft", name="add16"),
+             helper.make_node("QLinearSoftmax", ["a", "s", "za", "s", "za"], ["w"], domain="com.microsoft", name="sm"),
+             helper.make_node("QLinearReduceMean", ["a", "s", "za", "s", "za"], ["r"], domain="com.microsoft", name="rm")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.UINT16, [4]),
+                                           helper.make_tensor_value_info("a", T.UINT8, [4])],
+                              [helper.make_tensor_value_info(o, T.UINT8, None) for o in "ywr"],
+                              [numpy_helper.from_array(F(0.1), "s"), numpy_helper.from_array(np.uint16(3), "z"),
+                               numpy_helper.from_array(np.uint8(3), "za")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    problems = {p.node: p.reason for p in backend.check_model(m)}
+    assert set(problems) == {"add16", "sm", "rm"}
+    assert "uint16" in problems["add16"] and "opset attribute" in problems["sm"] and "not implemented" in problems["rm"]
+
+
+def test_backend_node_error_names_contrib_node():
+    T = onnx.TensorProto
+    node = helper.make_node("QLinearSigmoid", ["x", "s", "z", "ys"], ["y"], domain="com.microsoft", name="sig")
+    m = _ms_model(node, [helper.make_tensor_value_info("x", T.UINT8, [4]), helper.make_tensor_value_info("ys", T.FLOAT, [2])],
+                  [helper.make_tensor_value_info("y", T.UINT8, None)],
+                  [numpy_helper.from_array(F(0.1), "s"), numpy_helper.from_array(np.uint8(3), "z")])
+    with pytest.raises(backend.NodeError, match=r"node 'sig' \(com.microsoft.QLinearSigmoid-1\): qlinear_sigmoid: Y_scale must be a scalar"):
+        backend.prepare(m).run({"x": np.zeros(4, U8), "ys": np.ones(2, F)})
