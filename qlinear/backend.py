@@ -612,6 +612,7 @@ def kernels_for(emulate: str | None) -> list[type[OpRun]]:
         raise ValueError(f"prepare: emulate must be one of {', '.join(map(repr, EMULATIONS))} "
                          f"or None; got {emulate!r}")
     swap = {k: _emulating(k) for k in (QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger)}
+    swap.update(_contrib.EMULATING)  # com.microsoft QGemm, QLinearConv, QAttention, ...
     return [swap.get(k, k) for k in KERNELS]
 
 

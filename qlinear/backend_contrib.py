@@ -281,3 +281,75 @@ KERNELS: list[type[OpRun]] = [
     MatMulIntegerToFloat, DynamicQuantizeMatMul, QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
     QAttention, Attention, EmbedLayerNormalization, SkipLayerNormalization, FastGelu, Gelu,
 ]
+
+
+# --------------------------------------------------------------------------- emulation
+
+
+def _saturating_product(a: np.ndarray, b: np.ndarray, a_zero_point: Any, b_zero_point: Any) -> np.ndarray:
+    """The integer product onnxruntime computes on x86 with AVX2 but without VNNI: 16-bit
+    saturated pair sums for uint8 x int8 (``qlinear.tools.ortsat``), exact for the others."""
+    from .tools import ortsat
+
+    acc = ortsat.emulate_matmul_integer(a, b, a_zero_point, b_zero_point)
+    return _q_matmul_integer(a, b, a_zero_point, b_zero_point) if acc is None else np.asarray(acc, np.int32)
+
+
+def _q_matmul_integer(*args):
+    from . import matmul_integer
+
+    return matmul_integer(*args)
+
+
+class _SaturatingQGemm(_c.PreparedQGemm):
+    def _accumulate(self, a: np.ndarray, a_zero_point: np.ndarray) -> np.ndarray:
+        return _saturating_product(a, self._b, a_zero_point, self._b_zero_point)
+
+
+def _emulating_qgemm_run(self, A, a_scale, a_zero_point, B, b_scale, b_zero_point, C=None, y_scale=None,
+                         y_zero_point=None, **_):
+    prepared = self._prepared_for(_SaturatingQGemm, (B, b_scale, b_zero_point), (3, 4, 5), **self._kw("transB"))
+    return (self._call(prepared.run, A, a_scale, a_zero_point, C, y_scale, y_zero_point,
+                       **self._kw("alpha", "transA")),)
+
+
+def _emulating_conv_run(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, **_):
+    exact = QLinearConv._run(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B)
+    from .tools import ortsat
+
+    channels_last = self.given.get("channels_last", 0)
+    xin = np.moveaxis(x, -1, 1) if channels_last else x
+    kw = self._kw("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+    y = self._call(ortsat.emulate, "QLinearConv", [xin, x_scale, x_zero_point, w, w_scale, w_zero_point,
+                                                    y_scale, y_zero_point, B], kw)
+    if y is None:
+        return exact
+    return (np.moveaxis(y, 1, -1) if channels_last else y,)
+
+
+def _emulating_mitf_run(self, *args, **_):
+    return (self._call(_c.gemm._matmul_integer_to_float_op, *args, product=_saturating_product),)
+
+
+def _emulating_dqmm_run(self, *args, **_):
+    return (self._call(_c.gemm._dynamic_quantize_matmul_op, *args, product=_saturating_product),)
+
+
+def _emulating_qattention_run(self, *args, **_):
+    kw = self._kw("num_heads", "unidirectional", "scale", "mask_filter_value")
+    return self._call(_c.transformer._qattention_op, *args, product=_saturating_product, **kw)
+
+
+def _emulating(base: type[ContribOp], run) -> type[ContribOp]:
+    return type(base.__name__, (base,), {"_run": run, "__doc__": base.__doc__, "__module__": __name__})
+
+
+#: The kernels swapped in by ``qlinear.backend.prepare(..., emulate="onnxruntime-avx2")``: the
+#: integer products of these operators as onnxruntime computes them on AVX2 without VNNI.
+EMULATING: dict[type[OpRun], type[OpRun]] = {
+    QGemm: _emulating(QGemm, _emulating_qgemm_run),
+    QLinearConv: _emulating(QLinearConv, _emulating_conv_run),
+    MatMulIntegerToFloat: _emulating(MatMulIntegerToFloat, _emulating_mitf_run),
+    DynamicQuantizeMatMul: _emulating(DynamicQuantizeMatMul, _emulating_dqmm_run),
+    QAttention: _emulating(QAttention, _emulating_qattention_run),
+}

@@ -764,3 +764,58 @@ def test_backend_node_error_names_contrib_node():
                   [numpy_helper.from_array(F(0.1), "s"), numpy_helper.from_array(np.uint8(3), "z")])
     with pytest.raises(backend.NodeError, match=r"node 'sig' \(com.microsoft.QLinearSigmoid-1\): qlinear_sigmoid: Y_scale must be a scalar"):
         backend.prepare(m).run({"x": np.zeros(4, U8), "ys": np.ones(2, F)})
+
+
+@pytest.mark.parametrize("name", ["ece_cnn96_qoperator_qgemm.onnx", "tiny_gpt2_ortdynamic.onnx"])
+def test_emulated_contrib_models_match_saturating_onnxruntime(name):
+    """``emulate="onnxruntime-avx2"`` swaps in onnxruntime's saturating u8 x s8 products for
+    QGemm, com.microsoft QLinearConv, QAttention, MatMulIntegerToFloat and DynamicQuantizeMatMul
+    (with main's QLinearConv and MatMulInteger): on a CPU where onnxruntime saturates, the
+    QGemm model is then identical and the transformer's quantization steps line up (its
+    float operators still differ by float32 ulps)."""
+    if not ortsat.onnxruntime_saturates():
+        pytest.skip("needs a CPU where onnxruntime's u8 x s8 kernels saturate (probe: exact here)")
+    model = onnx.load(_model(name))
+    feeds = _gpt2_feeds() if "gpt2" in name else _image(model)
+    got = backend.prepare(model, emulate="onnxruntime-avx2").run(feeds)
+    want = _ort_session(model).run(None, feeds)
+    for g, w in zip(got, want):
+        if "gpt2" in name:
+            assert g.shape == w.shape and _rel(g, w) < FLOAT_TOL
+        else:
+            assert_exact(g, w)
+
+
+def test_emulated_contrib_operators_match_onnxruntime_nodes():
+    """Each emulating kernel on full-range u8 x s8 data against onnxruntime, one node at a time."""
+    if not ortsat.onnxruntime_saturates():
+        pytest.skip("needs a CPU where onnxruntime's u8 x s8 kernels saturate (probe: exact here)")
+    rng = np.random.default_rng(71)
+    T = onnx.TensorProto
+    a, b = rand_int(rng, U8, (6, 64)), rand_int(rng, I8, (64, 5))
+    cases = [
+        ("QGemm", [("A", a), ("as", F(0.02)), ("az", np.uint8(7)), ("B", b), ("bs", scale(rng, shape=(5,))),
+                   ("bz", np.zeros(5, I8)), ("C", None), ("ys", F(0.5)), ("yz", np.uint8(3))], {"alpha": 0.5}, U8),
+        ("MatMulIntegerToFloat", [("A", a), ("B", b), ("as", F(0.02)), ("bs", F(0.01)), ("az", np.uint8(7)),
+                                  ("bz", np.int8(2)), ("bias", rng.standard_normal(5).astype(F))], {}, F),
+        ("DynamicQuantizeMatMul", [("A", rng.standard_normal((6, 64)).astype(F)), ("B", b), ("bs", F(0.01)),
+                                   ("bz", np.int8(0)), ("bias", None)], {}, F),
+        ("QLinearConv", [("x", rand_int(rng, U8, (1, 5, 5, 8))), ("xs", F(0.02)), ("xz", np.uint8(100)),
+                         ("w", rand_int(rng, I8, (4, 8, 3, 3))), ("ws", F(0.01)), ("wz", np.int8(0)),
+                         ("ys", F(0.7)), ("yz", np.uint8(5))], {"channels_last": 1, "pads": [1, 1, 1, 1]}, U8),
+    ]
+    for op, ins, attrs, out in cases:
+        present = [(n, v) for n, v in ins if v is not None]
+        names = [n if v is not None else "" for n, v in ins]
+        while names and not names[-1]:
+            names.pop()
+        weights = {"B", "bs", "bz", "w", "ws", "wz"}
+        node = helper.make_node(op, names, ["y"], domain="com.microsoft", **attrs)
+        inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in present if n in weights]
+        infos = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype), np.shape(v))
+                 for n, v in present if n not in weights]
+        m = _ms_model(node, infos, [helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(np.dtype(out)), None)], inits)
+        feeds = {n: np.asarray(v) for n, v in present if n not in weights}
+        want = _ort_session(m).run(None, feeds)[0]
+        assert_exact(backend.prepare(m, emulate="onnxruntime-avx2").run(feeds)[0], want)
+        assert not np.array_equal(backend.prepare(m).run(feeds)[0], want), op  # the saturation shows

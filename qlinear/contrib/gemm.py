@@ -43,7 +43,12 @@ class PreparedQGemm:
             raise TypeError(f"{op}: b_zero_point is required")
         bzp = _column_param(op, "b_zero_point", v.zero_point(op, "b_zero_point", b_zero_point, "B", b.dtype), self.n)
         self.b_scale = _column_param(op, "b_scale", v.scale(op, "b_scale", b_scale), self.n)
+        self._b, self._b_zero_point = b2, bzp
         self._product = _q.prepare_matmul_integer(b2, bzp)
+
+    def _accumulate(self, a: np.ndarray, a_zero_point: np.ndarray) -> np.ndarray:
+        """The int32 integer product (the exact one; an emulation may compute another)."""
+        return self._product.run(a, a_zero_point)
 
     def run(self, A: np.ndarray, a_scale: Any, a_zero_point: Any, C: np.ndarray | None = None,
             y_scale: Any = None, y_zero_point: Any = None, *, alpha: float = 1.0, transA: int = 0) -> np.ndarray:
@@ -58,7 +63,7 @@ class PreparedQGemm:
                              f"{(self.k, self.n)} cannot be multiplied (K differs)")
         m, n = a2.shape[0], self.n
         sa, za = p.qparams(op, "a_scale", a_scale, "a_zero_point", a_zero_point, "A", a.dtype, required_zp=True)
-        acc = self._product.run(a2, np.asarray(za, a.dtype))
+        acc = self._accumulate(a2, np.asarray(za, a.dtype))
         if C is not None:
             c = v.integer_tensor(op, "C", C, (np.dtype(np.int32),))
             try:
@@ -104,7 +109,7 @@ def qgemm(A: np.ndarray, a_scale: Any, a_zero_point: Any, B: np.ndarray, b_scale
 
 
 def _matmul_integer_to_float(op: str, a: np.ndarray, b: np.ndarray, sa: np.float32, za: int,
-                             b_scale: Any, b_zero_point: Any, bias: Any) -> np.ndarray:
+                             b_scale: Any, b_zero_point: Any, bias: Any, product=_q.matmul_integer) -> np.ndarray:
     if b.ndim < 1 or a.ndim < 1:
         raise ValueError(f"{op}: A and B must have rank >= 1; got shapes {a.shape} and {b.shape}")
     n = b.shape[-1] if b.ndim > 1 else 1
@@ -113,7 +118,7 @@ def _matmul_integer_to_float(op: str, a: np.ndarray, b: np.ndarray, sa: np.float
         bz = np.zeros((), b.dtype)
     else:
         bz = _column_param(op, "b_zero_point", v.zero_point(op, "b_zero_point", b_zero_point, "B", b.dtype), n)
-    acc = _q.matmul_integer(a, b, np.asarray(za, a.dtype), bz)
+    acc = product(a, b, np.asarray(za, a.dtype), bz)
     with np.errstate(over="ignore", invalid="ignore"):
         y = acc.astype(F32) * (sa * bs)  # s_j = f(a_scale · b_scale_j), then one multiply
         if bias is not None:
@@ -130,18 +135,24 @@ def matmul_integer_to_float(A: np.ndarray, B: np.ndarray, a_scale: Any, b_scale:
     shapes), y = f(f(f(acc) · f(a_scale · b_scale_j)) + bias_j). a_zero_point is per tensor;
     b_scale and b_zero_point per tensor or per column. a_scale is per tensor, or per row of A
     ((..., M, 1)), then y = f(f(f(f(acc) · b_scale_j) + bias_j) · a_scale_i)."""
+    return _matmul_integer_to_float_op(A, B, a_scale, b_scale, a_zero_point, b_zero_point, bias)
+
+
+def _matmul_integer_to_float_op(A, B, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None,
+                                product=_q.matmul_integer) -> np.ndarray:
+    """``matmul_integer_to_float`` with the integer product computed by ``product``."""
     op = "matmul_integer_to_float"
     a = p.tensor(op, "A", A)
     b = p.tensor(op, "B", B)
     sa_arr = v.scale(op, "a_scale", a_scale)
     if sa_arr.size == 1:
         sa, za = p.qparams(op, "a_scale", a_scale, "a_zero_point", a_zero_point, "A", a.dtype)
-        return _matmul_integer_to_float(op, a, b, sa, za, b_scale, b_zero_point, bias)
+        return _matmul_integer_to_float(op, a, b, sa, za, b_scale, b_zero_point, bias, product)
     # Per row of A (shape (..., M, 1)): onnxruntime computes the product with a unit A scale,
     # adds the bias, and then multiplies by the broadcast A scale (measured; other shapes
     # gave results no formula here matched, so they are refused).
     _, za = p.qparams(op, "a_scale", F32(1), "a_zero_point", a_zero_point, "A", a.dtype)
-    y = _matmul_integer_to_float(op, a, b, F32(1), za, b_scale, b_zero_point, bias)
+    y = _matmul_integer_to_float(op, a, b, F32(1), za, b_scale, b_zero_point, bias, product)
     if sa_arr.shape[-1] != 1 or sa_arr.ndim > y.ndim or np.broadcast_shapes(sa_arr.shape, y.shape) != y.shape:
         raise ValueError(f"{op}: a_scale must have one element or one per row of A (shape (..., M, 1) "
                          f"broadcasting to the output {y.shape}); got shape {sa_arr.shape}")
@@ -171,11 +182,16 @@ def dynamic_quantize_matmul(A: np.ndarray, B: np.ndarray, b_scale: Any, b_zero_p
                             bias: np.ndarray | None = None) -> np.ndarray:
     """com.microsoft DynamicQuantizeMatMul: A quantized to uint8 by ``dynamic_quantize_linear``,
     then ``matmul_integer_to_float`` with A's dynamic scale and zero point."""
+    return _dynamic_quantize_matmul_op(A, B, b_scale, b_zero_point, bias)
+
+
+def _dynamic_quantize_matmul_op(A, B, b_scale, b_zero_point=None, bias=None, product=_q.matmul_integer) -> np.ndarray:
+    """``dynamic_quantize_matmul`` with the integer product computed by ``product``."""
     op = "dynamic_quantize_matmul"
     a_float = p.float_tensor(op, "A", A)
     b = p.tensor(op, "B", B)
     qa, sa, za = dynamic_quantize_linear(a_float)
-    return _matmul_integer_to_float(op, qa, b, F32(sa), int(za), b_scale, b_zero_point, bias)
+    return _matmul_integer_to_float(op, qa, b, F32(sa), int(za), b_scale, b_zero_point, bias, product)
 
 
 def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1) -> np.ndarray:

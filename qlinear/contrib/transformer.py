@@ -220,6 +220,15 @@ def qattention(input: np.ndarray, weight: np.ndarray, bias: np.ndarray, input_sc
     """com.microsoft QAttention: qkv = f(f(acc) · f(weight_scale · input_scale)) + bias with
     acc = Σ (input - input_zp)(weight - weight_zp) exact (weight scale and zero point per tensor
     or per column), then the float attention of ``attention``. Returns (output, present)."""
+    return _qattention_op(input, weight, bias, input_scale, weight_scale, mask_index, input_zero_point,
+                          weight_zero_point, past, num_heads=num_heads, unidirectional=unidirectional,
+                          scale=scale, mask_filter_value=mask_filter_value)
+
+
+def _qattention_op(input, weight, bias, input_scale, weight_scale, mask_index=None, input_zero_point=None,
+                   weight_zero_point=None, past=None, *, num_heads, unidirectional=0, scale=0.0,
+                   mask_filter_value=-10000.0, product=_q.matmul_integer):
+    """``qattention`` with the integer product computed by ``product``."""
     op = "qattention"
     x = p.tensor(op, "input", input)
     w = p.tensor(op, "weight", weight)
@@ -236,7 +245,7 @@ def qattention(input: np.ndarray, weight: np.ndarray, bias: np.ndarray, input_sc
         op, "weight_zero_point", weight_zero_point, "weight", w.dtype)
     if wz.size not in (1, cols):
         raise ValueError(f"{op}: weight_zero_point must have one element or {cols}; got shape {wz.shape}")
-    acc = _q.matmul_integer(x, w, np.asarray(zx, x.dtype), wz.reshape(()) if wz.size == 1 else wz.reshape(cols))
+    acc = product(x, w, np.asarray(zx, x.dtype), wz.reshape(()) if wz.size == 1 else wz.reshape(cols))
     with np.errstate(over="ignore"):
         qkv = acc.astype(F32) * (ws.reshape(-1) * sx if ws.size > 1 else F32(ws.reshape(()) * sx))
         qkv = qkv + _hidden_param(op, "bias", bias, cols).astype(F32)
