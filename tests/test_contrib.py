@@ -637,7 +637,7 @@ def _gpt2_feeds(batch=2, seq=4, past=3, seed=0):
     feeds = {"input_ids": rng.integers(0, 1000, (batch, seq)).astype(np.int32),
              "position_ids": np.tile(np.arange(past, past + seq, dtype=np.int32), (batch, 1)),
              "attention_mask": np.ones((batch, past + seq), np.int32)}
-    feeds["attention_mask"][1, 0] = 0
+    feeds["attention_mask"][-1, 0] = 0  # the last row does not attend to the first key
     for i in range(5):
         feeds[f"past_{i}"] = rng.standard_normal((2, batch, 4, past, 8)).astype(F)
     return feeds
