@@ -198,7 +198,9 @@ def _run_node_qlinear(node, opsets, values: dict[str, np.ndarray], emulate: str 
                                        values[n].shape) for n in dict.fromkeys(ins)],
         [helper.make_empty_tensor_value_info(o) for o in node.output if o])
     m = helper.make_model(g, opset_imports=list(opsets))
-    ev = ReferenceEvaluator(m, new_ops=kernels_for(None if exact else emulate))
+    from qlinear.backend_float import FLOAT_KERNELS  # the float operators the backend runs
+
+    ev = ReferenceEvaluator(m, new_ops=kernels_for(None if exact else emulate) + FLOAT_KERNELS)
     outs = [o for o in node.output if o]
     return dict(zip(outs, ev.run(None, {n: values[n] for n in ins})))
 
