@@ -87,13 +87,7 @@ class UnsupportedModelError(ValueError):
 
     def __init__(self, problems: Sequence["Problem"]):
         self.problems = list(problems)
-        model_level = [str(p) for p in self.problems if p.node == "(model)"]
-        nodes = [str(p) for p in self.problems if p.node != "(model)"]
-        parts = model_level[:]
-        if nodes:
-            parts.append(f"{len(nodes)} unsupported node{'s' if len(nodes) != 1 else ''}: "
-                         + "; ".join(nodes))
-        super().__init__("prepare: " + "; ".join(parts))
+        super().__init__("prepare: " + format_problems(self.problems))
 
 
 class NodeError(ValueError):
@@ -116,6 +110,35 @@ class Problem:
         return f"node {self.node!r} ({op}{ver}): {self.reason}"
 
 
+def format_problems(problems: Sequence[Problem], examples: int = 2) -> str:
+    """One line for any number of problems: model-level ones first, then every unsupported
+    node counted, grouped by reason and operator, largest groups first, e.g.
+    ``143 unsupported nodes: com.microsoft.QLinearSigmoid x58, com.microsoft.QLinearMul x58
+    (operator outside the standard ONNX domains; e.g. nodes 'a', 'b')``. Nothing is cut: the
+    length grows with the number of distinct operators and reasons, not of nodes."""
+    model_level = [p.reason for p in problems if p.node == "(model)"]
+    nodes = [p for p in problems if p.node != "(model)"]
+    parts = model_level[:]
+    if nodes:
+        # reason -> operator label -> node names, in first-seen order
+        groups: dict[str, dict[str, list[str]]] = {}
+        for p in nodes:
+            op = p.op_type if not p.domain else f"{p.domain}.{p.op_type}"
+            op += f"-{p.version}" if p.version is not None else ""
+            groups.setdefault(p.reason, {}).setdefault(op, []).append(p.node)
+        order = sorted(groups.items(), key=lambda kv: -sum(map(len, kv[1].values())))
+        texts = []
+        for reason, ops in order:
+            ops_sorted = sorted(ops.items(), key=lambda kv: -len(kv[1]))
+            counted = ", ".join(f"{op} \u00d7{len(names)}" for op, names in ops_sorted)
+            first = [names[0] for _, names in ops_sorted][:examples]
+            eg = ", ".join(repr(n) for n in first)
+            texts.append(f"{counted} ({reason}; e.g. node{'s' if len(first) > 1 else ''} {eg})")
+        n = len(nodes)
+        parts.append(f"{n} unsupported node{'s' if n != 1 else ''}: " + "; ".join(texts))
+    return "; ".join(parts)
+
+
 # --------------------------------------------------------------------------- versions
 
 
@@ -135,7 +158,13 @@ def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
     out = {}
     for a in node.attribute:
         v = helper.get_attribute_value(a)
-        out[a.name] = v.decode() if isinstance(v, bytes) else v
+        if isinstance(v, bytes):
+            try:
+                v = v.decode()
+            except UnicodeDecodeError:
+                raise ValueError(f"node {node.name or node.op_type!r} ({node.op_type}): attribute "
+                                 f"{a.name!r} is not valid UTF-8 text ({v[:20]!r})") from None
+        out[a.name] = v
     return out
 
 
@@ -217,6 +246,28 @@ def _reference_has(op_type: str, domain: str, version: int) -> bool:
     return True
 
 
+def _reference_gap(node: onnx.NodeProto, version: int) -> str | None:
+    """Why onnx.reference, which has an implementation of this operator, still cannot run this
+    node (attributes or versions it does not implement), or None. Found here, before anything
+    runs, rather than as a RuntimeError halfway through a model."""
+    op = node.op_type
+    if op == "Scan":
+        if version < 9:
+            return ("Scan-8 (batched, with sequence_lens) is not implemented in onnx.reference "
+                    "(it runs Scan-9 and later)")
+        attrs = {a.name: list(helper.get_attribute_value(a)) for a in node.attribute
+                 if a.type == onnx.AttributeProto.INTS}
+        for name in ("scan_input_directions", "scan_output_directions",
+                     "scan_input_axes", "scan_output_axes"):
+            if any(v != 0 for v in attrs.get(name, [])):
+                return f"onnx.reference implements Scan only with {name} all 0"
+    if op in ("LayerNormalization", "RMSNormalization"):
+        stash = next((a.i for a in node.attribute if a.name == "stash_type"), 1)
+        if stash != 1:
+            return f"onnx.reference implements {op} only with stash_type 1 (float32)"
+    return None
+
+
 def _walk(graph: onnx.GraphProto) -> Iterable[tuple[onnx.NodeProto, int]]:
     for i, node in enumerate(graph.node):
         yield node, i
@@ -279,6 +330,10 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
         if not _reference_has(node.op_type, domain, version):
             problems.append(Problem(label, node.op_type, domain, version,
                                     "no implementation in onnx.reference"))
+            continue
+        gap = _reference_gap(node, version) if domain == "" else None
+        if gap:
+            problems.append(Problem(label, node.op_type, domain, version, gap))
     return problems
 
 
@@ -550,15 +605,227 @@ KERNELS: list[type[OpRun]] = [QuantizeLinear, DequantizeLinear, QLinearConv, QLi
                               ConvInteger, MatMulInteger, BatchNormalization, MaxPool]
 
 
+# --------------------------------------------------------------------------- size guards
+#
+# A model can compute a shape and then ask for a tensor of that shape (Expand, ConstantOfShape,
+# Tile, Pad, Resize, Range, OneHot, a broadcasting Add, ...): the declared sizes checked at load
+# time say nothing about it, and NumPy would try to allocate 93 GiB and fail with MemoryError
+# (or succeed and swap). With ``max_tensor_bytes`` set, these operators compute their output's
+# size from their inputs first and refuse, naming the node, when it is above the limit.
+
+
+def _prod(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= max(int(d), 0)
+    return n
+
+
+def _ints(v) -> list[int]:
+    return [int(x) for x in np.asarray(v).reshape(-1)]
+
+
+def _broadcast(*shapes) -> list[int]:
+    nd = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(nd):
+        dims = [int(s[len(s) - nd + i]) for s in shapes if len(s) - nd + i >= 0]
+        big = [d for d in dims if d != 1]
+        out.append(max(big) if big else 1)
+    return out
+
+
+def _itemsize(x) -> int:
+    return np.asarray(x).dtype.itemsize if x is not None else 8
+
+
+def _out_expand(args, attrs, version):
+    x, shape = args[0], args[1]
+    return _broadcast(np.shape(x), _ints(shape)), _itemsize(x)
+
+
+def _out_constant_of_shape(args, attrs, version):
+    value = attrs.get("value")
+    itemsize = 4
+    if value is not None:
+        itemsize = helper.tensor_dtype_to_np_dtype(value.data_type).itemsize
+    return _ints(args[0]), itemsize
+
+
+def _out_tile(args, attrs, version):
+    x, repeats = args[0], _ints(args[1])
+    return [d * r for d, r in zip(np.shape(x), repeats)], _itemsize(x)
+
+
+def _out_pad(args, attrs, version):
+    x = args[0]
+    dims = list(np.shape(x))
+    pads = _ints(attrs.get("pads", [])) if version < 11 else _ints(args[1])
+    axes = list(range(len(dims)))
+    if version >= 18 and len(args) > 3 and args[3] is not None and np.size(args[3]):
+        axes = [a % len(dims) for a in _ints(args[3])]
+    k = len(pads) // 2
+    for i, ax in enumerate(axes[:k]):
+        dims[ax] += pads[i] + pads[i + k]
+    return dims, _itemsize(x)
+
+
+def _out_resize(args, attrs, version):
+    x = args[0]
+    dims = list(np.shape(x))
+    if version < 11 or attrs.get("_upsample"):
+        scales = args[1] if len(args) > 1 and args[1] is not None else attrs.get("scales")
+        sizes = None
+    else:
+        scales = args[2] if len(args) > 2 else None
+        sizes = args[3] if len(args) > 3 else None
+    axes = [a % len(dims) for a in attrs.get("axes", range(len(dims)))] if dims else []
+    if sizes is not None and np.size(sizes):
+        new = _ints(sizes)
+        policy = attrs.get("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch" and all(dims[a] for a in axes):
+            ratios = [n / dims[a] for n, a in zip(new, axes)]
+            r = max(ratios) if policy == "not_smaller" else min(ratios)
+            new = [int(dims[a] * r + 0.5) for a in axes]
+        for a, n in zip(axes, new):
+            dims[a] = n
+    elif scales is not None and np.size(scales):
+        for a, sc in zip(axes, np.asarray(scales, dtype=np.float64).reshape(-1)):
+            dims[a] = int(np.floor(dims[a] * sc)) if np.isfinite(sc) else 2**62
+    return dims, _itemsize(x)
+
+
+def _out_upsample(args, attrs, version):
+    return _out_resize(args, dict(attrs, _upsample=True), version)
+
+
+def _out_range(args, attrs, version):
+    start, limit, delta = (np.asarray(a).item() for a in args[:3])
+    if delta == 0:
+        return None
+    n = float(np.ceil((limit - start) / delta)) if np.isfinite((limit - start) / delta) else 2**62
+    return [max(int(n), 0)], _itemsize(args[0])
+
+
+def _out_one_hot(args, attrs, version):
+    indices, depth, values = args[0], np.asarray(args[1]).item(), args[2]
+    return list(np.shape(indices)) + [int(depth)], _itemsize(values)
+
+
+def _out_broadcast(args, attrs, version):
+    arrays = [a for a in args if a is not None]
+    itemsize = max((_itemsize(a) for a in arrays), default=8)
+    return _broadcast(*(np.shape(a) for a in arrays)), itemsize
+
+
+def _out_matmul(args, attrs, version):
+    a, b = np.shape(args[0]), np.shape(args[1])
+    if len(a) < 1 or len(b) < 1:
+        return None
+    m = [a[-2]] if len(a) >= 2 else []
+    n = [b[-1]] if len(b) >= 2 else []
+    batch = _broadcast(a[:-2], b[:-2])
+    return batch + m + n, max(_itemsize(args[0]), _itemsize(args[1]), 4)
+
+
+#: Operators whose output size depends on input *values* or broadcasting, with the function
+#: that predicts (output shape, itemsize) from the inputs before the operator allocates.
+OUTPUT_SIZE_GUARDS: dict[str, Any] = {
+    "Expand": _out_expand, "ConstantOfShape": _out_constant_of_shape, "Tile": _out_tile,
+    "Pad": _out_pad, "Resize": _out_resize, "Upsample": _out_upsample, "Range": _out_range,
+    "OneHot": _out_one_hot, "MatMul": _out_matmul, "MatMulInteger": _out_matmul,
+    **{op: _out_broadcast for op in ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Where", "And",
+                                     "Or", "Xor", "Equal", "Greater", "Less", "GreaterOrEqual",
+                                     "LessOrEqual", "Max", "Min", "Sum", "Mean", "BitShift",
+                                     "PRelu")},
+}
+
+
+class _SizeGuard(OpRun):
+    """Runs the wrapped implementation after checking its output size against the limit."""
+
+    op_domain = ""
+    _limit: int = 0
+    _base: type | None = None
+
+    def __init__(self, onnx_node, run_params, schema=None):
+        from onnx.reference.ops import load_op
+
+        opset = run_params["opsets"].get("", onnx.defs.onnx_opset_version())
+        self.onnx_node = onnx_node
+        self.version = node_version(onnx_node.op_type, "", opset) or opset
+        self.given = {a.name: helper.get_attribute_value(a) for a in onnx_node.attribute}
+        for k, v in list(self.given.items()):
+            if isinstance(v, bytes):
+                self.given[k] = v.decode("utf-8", "replace")
+        base = self._base or load_op("", onnx_node.op_type, self.version)
+        self._impl = base(onnx_node, run_params)
+
+    def need_context(self) -> bool:  # noqa: D102 - as the wrapped operator
+        return self._impl.need_context()
+
+    def __getattr__(self, name):  # attributes the evaluator reads (has_linked_attribute, ...)
+        if name == "_impl":
+            raise AttributeError(name)
+        return getattr(self._impl, name)
+
+    def run(self, *args, **kwargs):  # noqa: D102
+        try:
+            predicted = OUTPUT_SIZE_GUARDS[self.onnx_node.op_type](args, self.given, self.version)
+        except Exception:  # malformed inputs: the operator itself reports them
+            predicted = None
+        if predicted is not None:
+            shape, itemsize = predicted
+            nbytes = _prod(shape) * itemsize
+            if nbytes > self._limit:
+                name = self.onnx_node.name or self.onnx_node.output[0]
+                raise NodeError(
+                    f"node {name!r} ({self.onnx_node.op_type}-{self.version}): its output of "
+                    f"shape {list(shape)} would take {_human_bytes(nbytes)}, more than the "
+                    f"limit of {_human_bytes(self._limit)} per tensor (max_tensor_bytes, "
+                    "qlinear's --max-tensor-bytes)")
+        return self._impl.run(*args, **kwargs)
+
+    def _run(self, *args, **kwargs):  # run() above does the work
+        raise NotImplementedError
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def with_size_guards(kernels: Sequence[type[OpRun]], max_tensor_bytes: int | None
+                     ) -> list[type[OpRun]]:
+    """``kernels`` plus size-guarded versions of the operators of OUTPUT_SIZE_GUARDS (a kernel
+    already in ``kernels`` for one of them is wrapped, not replaced); ``kernels`` unchanged
+    when ``max_tensor_bytes`` is None."""
+    if max_tensor_bytes is None:
+        return list(kernels)
+    existing = {(k.op_domain, k.__name__): k for k in kernels}
+    guards = [type(op, (_SizeGuard,), {"_limit": int(max_tensor_bytes),
+                                       "_base": existing.get(("", op))})
+              for op in OUTPUT_SIZE_GUARDS]
+    return [k for k in kernels if (k.op_domain, k.__name__) not in
+            {("", op) for op in OUTPUT_SIZE_GUARDS}] + guards
+
+
 # --------------------------------------------------------------------------- backend
 
 
 class QLinearRep(BackendRep):
     """A prepared model: ``run(inputs)`` returns the outputs in graph order."""
 
-    def __init__(self, model: onnx.ModelProto):
+    def __init__(self, model: onnx.ModelProto, max_tensor_bytes: int | None = None):
+        """``max_tensor_bytes``: refuse (NodeError) before an operator whose output size
+        depends on input values or broadcasting (Expand, ConstantOfShape, Tile, Pad, Resize,
+        Range, OneHot, MatMul, elementwise operators) would allocate more; None: no limit."""
         self.model = model
-        self.evaluator = ReferenceEvaluator(model, new_ops=KERNELS)
+        self.evaluator = ReferenceEvaluator(model, new_ops=with_size_guards(KERNELS,
+                                                                           max_tensor_bytes))
         inits = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]
         self.output_names = [o.name for o in model.graph.output]

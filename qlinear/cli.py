@@ -1,8 +1,9 @@
-"""The ``qlinear`` command: run, compare, conformance, bench.
+"""The ``qlinear`` command: run, compare, inspect, conformance, bench.
 
     qlinear run                       # the bundled quantized digits classifier
     qlinear run model.onnx --input x=x.npy --output-dir out/
     qlinear compare model.onnx --input x=x.npy      # exit 1 when outputs differ
+    qlinear inspect model.onnx        # inputs, outputs, operators, what qlinear supports
     qlinear conformance               # ONNX's backend node tests for the operators
     qlinear bench                     # the speed suite (qlinear.bench)
 
@@ -88,23 +89,35 @@ def _model_and_inputs(args):
     from qlinear.tools.model import (ToolError, check_inputs, check_supported, load_model,
                                      parse_input_args, random_inputs, validate_model)
 
+    from qlinear.tools.model import parse_shape_args, save_inputs
+
     labels = meta = None
     note = ""
+    if args.seed < 0:
+        raise ToolError(f"--seed {args.seed}: must be 0 or more")
+    shapes = parse_shape_args(getattr(args, "shape", None))
     if args.model is None:
-        if args.input:
-            raise ToolError("--input needs a MODEL (without one, the bundled example runs on its "
-                            "own samples)")
+        if args.input or shapes:
+            raise ToolError(f"{'--input' if args.input else '--shape'} needs a MODEL (without "
+                            "one, the bundled example runs on its own samples)")
         model_path, model, feeds, labels, meta = _load_example()
     else:
         model_path = args.model
         model = load_model(model_path, max_tensor_bytes=args.max_tensor_bytes)
         feeds = parse_input_args(args.input)
+        if feeds and shapes:
+            raise ToolError("--shape sets the shape of generated inputs; it cannot be combined "
+                            "with --input")
         if not feeds:
-            feeds = random_inputs(model, seed=args.seed)
+            feeds = random_inputs(model, seed=args.seed, shapes=shapes,
+                                  max_tensor_bytes=args.max_tensor_bytes)
             note = f"no --input given: seeded random inputs (seed {args.seed})"
     check_supported(model)
     validate_model(model, model_path)
     check_inputs(model, feeds)
+    if getattr(args, "save_inputs", None):
+        path = save_inputs(args.save_inputs, feeds)
+        note = (note + "; " if note else "") + f"inputs saved to {path} (--input {path})"
     return model_path, model, feeds, labels, meta, note
 
 
@@ -147,7 +160,7 @@ def cmd_run(args) -> int:
         raise ToolError(f"--output-dir {args.output_dir}: exists and is not a directory")
 
     t0 = time.perf_counter()
-    rep = QLinearRep(model)
+    rep = QLinearRep(model, max_tensor_bytes=args.max_tensor_bytes)
     t_prepare = time.perf_counter() - t0
     t0 = time.perf_counter()
     values = rep.run(feeds, progress=_progress_enabled(args))
@@ -169,12 +182,14 @@ def cmd_run(args) -> int:
         result["classifier"] = _example_report(meta, outputs, labels, model, feeds)
 
     if args.output_dir is not None:
-        os.makedirs(args.output_dir, exist_ok=True)
+        from qlinear.tools.model import make_output_dir
+
+        out_dir = make_output_dir(args.output_dir, "--output-dir")
         written = []
         for i, (k, v) in enumerate(outputs.items()):
-            path = safe_output_path(args.output_dir, k)
+            path = safe_output_path(out_dir, k)
             if path in written:  # two names that sanitize alike: keep both
-                path = safe_output_path(args.output_dir, f"{k}_{i}")
+                path = safe_output_path(out_dir, f"{k}_{i}")
             np.save(path, np.asarray(v))
             written.append(path)
         result["written"] = written
@@ -236,7 +251,8 @@ def cmd_compare(args) -> int:
     model_path, model, feeds, _, _, note = _model_and_inputs(args)
     if args.ulp < 0:
         raise ToolError("--ulp must be 0 or more")
-    result = compare_model(model, feeds, show_progress=_progress_enabled(args), ulp=args.ulp)
+    result = compare_model(model, feeds, show_progress=_progress_enabled(args), ulp=args.ulp,
+                           max_tensor_bytes=args.max_tensor_bytes)
     result["model"] = model_path
     if note:
         result["note"] = note
@@ -246,6 +262,109 @@ def cmd_compare(args) -> int:
         print(f"model: {model_path}" + (f"  ({note})" if note else ""))
         print(format_report(result))
     return 0 if result["equal"] else 1
+
+
+# --------------------------------------------------------------------------- inspect
+
+
+def inspect_model(model, model_path: str) -> dict[str, Any]:
+    """What a model is made of and what qlinear makes of it, without running anything:
+    inputs, outputs, opsets, operator counts by domain, and every node qlinear refuses."""
+    import collections
+
+    from qlinear.backend import _walk, check_model, format_problems
+    from qlinear.tools.model import ToolError, graph_inputs, validate_model
+
+    def value(vi) -> dict[str, Any]:
+        tt = vi.type.tensor_type
+        dtype = None
+        if vi.type.HasField("tensor_type") and tt.elem_type:
+            from onnx import helper
+
+            dtype = str(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        shape = None
+        if tt.HasField("shape"):
+            shape = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else
+                     (d.dim_param or "?") for d in tt.shape.dim]
+        return {"name": vi.name, "dtype": dtype, "shape": shape}
+
+    g = model.graph
+    problems = check_model(model)
+    counts: collections.Counter = collections.Counter()
+    for node, _ in _walk(g):
+        counts[("" if node.domain == "ai.onnx" else node.domain, node.op_type)] += 1
+    refused: dict[tuple[str, str], list] = collections.defaultdict(list)
+    for p in problems:
+        if p.node != "(model)":
+            refused[(p.domain, p.op_type)].append(p)
+    operators = []
+    for (domain, op), n in sorted(counts.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1])):
+        bad = refused.get((domain, op), [])
+        operators.append({"domain": domain or "ai.onnx", "op_type": op, "nodes": n,
+                          "refused": len(bad),
+                          "reasons": sorted({p.reason for p in bad})})
+    try:
+        validate_model(model, model_path)
+        checker = "ok"
+    except ToolError as e:
+        checker = str(e)
+    inits = list(g.initializer)
+    return {
+        "model": model_path,
+        "ir_version": int(model.ir_version),
+        "producer": " ".join(x for x in (model.producer_name, model.producer_version) if x),
+        "opsets": {(d.domain or "ai.onnx"): int(d.version) for d in model.opset_import},
+        "inputs": [value(vi) for vi in graph_inputs(model)],
+        "outputs": [value(vi) for vi in g.output],
+        "initializers": len(inits),
+        "nodes": sum(counts.values()),
+        "operators": operators,
+        "supported": not problems,
+        "refused": [dataclasses_asdict(p) for p in problems],
+        "refusal": format_problems(problems) if problems else None,
+        "onnx_checker": checker,
+    }
+
+
+def dataclasses_asdict(p) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(p)
+
+
+def _shape_text(shape) -> str:
+    return "(unknown)" if shape is None else "[" + ", ".join(map(str, shape)) + "]"
+
+
+def cmd_inspect(args) -> int:
+    from qlinear.tools.model import load_model
+    from qlinear.tools.table import format_table
+
+    model = load_model(args.model, max_tensor_bytes=args.max_tensor_bytes)
+    r = inspect_model(model, args.model)
+    if args.json:
+        print(json.dumps(r, indent=2))
+        return 0
+    print(f"model: {r['model']}")
+    print(f"  IR {r['ir_version']}" + (f", producer {r['producer']}" if r["producer"] else "")
+          + "; opsets: " + ", ".join(f"{d} {v}" for d, v in r["opsets"].items())
+          + f"; {r['nodes']} nodes, {r['initializers']} initializers")
+    print()
+    rows = [{"kind": kind, "name": v["name"], "dtype": v["dtype"] or "?",
+             "shape": _shape_text(v["shape"])}
+            for kind, vs in (("input", r["inputs"]), ("output", r["outputs"])) for v in vs]
+    print(format_table(rows, [("kind", ""), ("name", "tensor"), ("dtype", "dtype"),
+                              ("shape", "shape")]))
+    print()
+    rows = [{"domain": o["domain"], "op": o["op_type"], "nodes": o["nodes"],
+             "qlinear": "runs" if not o["refused"] else
+             f"refuses {o['refused']}: " + "; ".join(o["reasons"])} for o in r["operators"]]
+    print(format_table(rows, [("domain", "domain"), ("op", "operator"), ("nodes", "nodes"),
+                              ("qlinear", "qlinear")]))
+    print()
+    print("qlinear runs every node" if r["supported"] else f"qlinear refuses: {r['refusal']}")
+    print(f"onnx checker: {r['onnx_checker']}")
+    return 0
 
 
 # --------------------------------------------------------------------------- conformance
@@ -279,6 +398,44 @@ def cmd_bench(args) -> int:
     return int(rc or 0)
 
 
+# --------------------------------------------------------------------------- timeout
+
+
+class _Timeout(Exception):
+    pass
+
+
+class _time_limit:
+    """``--timeout``: a SIGALRM interrupts the run between two Python steps (a node, a Loop
+    iteration), so a model that computes forever ends with one line instead of a hang."""
+
+    def __init__(self, seconds: float | None):
+        import signal
+
+        self.seconds = seconds
+        self.active = bool(seconds) and hasattr(signal, "setitimer")
+
+    def __enter__(self):
+        if self.active:
+            import signal
+
+            def stop(signum, frame):
+                raise _Timeout(f"stopped after --timeout {self.seconds:g} s: the model was "
+                               "still running (a Loop or recursion that does not end?)")
+
+            self._old = signal.signal(signal.SIGALRM, stop)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exc):
+        if self.active:
+            import signal
+
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._old)
+        return False
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -286,12 +443,23 @@ def _add_model_args(p, what: str) -> None:
     p.add_argument("model", nargs="?", metavar="MODEL.onnx",
                    help=f"the ONNX model to {what} (default: the bundled digits example)")
     p.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
-                   help="an input tensor from a .npy (or .npz) file; repeat for each input. "
+                   help="an input tensor from a .npy (or .npz) file, or FILE.npz holding every "
+                        "input by name (as --save-inputs writes); repeat for each input. "
                         "Without any, seeded random inputs of the declared shapes are used")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--shape", action="append", default=[], metavar="NAME=DIMxDIM...",
+                   help="shape of a generated input, fixing its symbolic dimensions (e.g. "
+                        "images=1x3x224x224); repeat for each input. Without it, symbolic "
+                        "dimensions are 1")
+    p.add_argument("--save-inputs", metavar="DIR",
+                   help="write the inputs used to DIR/inputs.npz, to repeat the run with "
+                        "--input DIR/inputs.npz")
     p.add_argument("--max-tensor-bytes", type=int, default=None, metavar="N",
-                   help="refuse models declaring a tensor larger than N bytes (default 2 GiB)")
+                   help="refuse models declaring a tensor larger than N bytes, and stop before "
+                        "an operator computes one (default 2 GiB)")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="stop with an error when running takes longer (default: no limit)")
 
 
 def _wrap(text: str) -> str:
@@ -306,7 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="qlinear", formatter_class=fmt,
         description="Run and check quantized ONNX models with qlinear's exact integer kernels.",
         epilog="examples:\n  qlinear run\n  qlinear compare model.onnx --input x=x.npy\n"
-               "  qlinear conformance\n  qlinear bench\n\nqlinear COMMAND --help explains each "
+               "  qlinear inspect model.onnx\n  qlinear conformance\n  qlinear bench\n\nqlinear COMMAND --help explains each "
                "command.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
@@ -343,6 +511,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser(
+        "inspect", formatter_class=fmt,
+        help="describe a model and what qlinear supports in it, without running it",
+        description=_wrap("Print a model's inputs and outputs (dtype, shape with symbolic "
+                    "dimensions), opsets, operator counts by domain, and for each operator "
+                    "whether qlinear runs it or why it refuses it, and onnx's checker verdict. "
+                    "Nothing is run."),
+        epilog="examples:\n  qlinear inspect model.onnx\n  qlinear inspect model.onnx --json")
+    p.add_argument("model", metavar="MODEL.onnx", help="the ONNX model to inspect")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--max-tensor-bytes", type=int, default=None, metavar="N",
+                   help="refuse models declaring a tensor larger than N bytes (default 2 GiB)")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser(
         "conformance", formatter_class=fmt, help="run ONNX's backend node tests for the operators",
         description=_wrap("Run ONNX's own backend test cases for QuantizeLinear, "
                     "DequantizeLinear, QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger "
@@ -363,6 +545,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Modules of the optional extras: a plain ``pip install qlinear`` lacks them.
+_TOOL_MODULES = ("onnx", "onnxruntime", "tqdm", "matplotlib", "google")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -378,7 +564,13 @@ def main(argv: list[str] | None = None) -> int:
             from qlinear.tools.model import DEFAULT_MAX_TENSOR_BYTES
 
             args.max_tensor_bytes = DEFAULT_MAX_TENSOR_BYTES
-        return args.func(args)
+        if getattr(args, "max_tensor_bytes", 1) < 1:
+            raise _Error(f"--max-tensor-bytes {args.max_tensor_bytes}: must be 1 or more")
+        timeout = getattr(args, "timeout", None)
+        if timeout is not None and not (0 < timeout < 1e9):
+            raise _Error(f"--timeout {timeout:g}: must be a positive number of seconds")
+        with _time_limit(timeout):
+            return args.func(args)
     except KeyboardInterrupt:
         print("qlinear: interrupted", file=sys.stderr)
         return 130
@@ -388,7 +580,14 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         msg = " ".join(str(e).split()) or type(e).__name__
-        if not isinstance(e, (_Error, ValueError, TypeError, OSError, RuntimeError)) and \
+        missing = getattr(e, "name", None) if isinstance(e, ModuleNotFoundError) else None
+        if missing and missing.split(".")[0] in _TOOL_MODULES:
+            extra = "bench" if argv[:1] == ["bench"] else "tools"
+            msg = (f"qlinear {argv[0] if argv else ''} needs the model tools, and the Python "
+                   f"package {missing.split('.')[0]!r} is not installed: "
+                   f"pip install 'qlinear[{extra}]'")
+        elif not isinstance(e, (_Error, _Timeout, ValueError, TypeError, OSError,
+                                RuntimeError)) and \
                 type(e).__name__ != "ToolError":
             msg = f"{type(e).__name__}: {msg}"
         if len(msg) > 2000:

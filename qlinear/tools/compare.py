@@ -120,7 +120,8 @@ def _attrs(node) -> dict[str, Any]:
 
 
 def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
-                  show_progress: bool | None = None, ulp: int = 0) -> dict[str, Any]:
+                  show_progress: bool | None = None, ulp: int = 0,
+                  max_tensor_bytes: int | None = None) -> dict[str, Any]:
     """Run both runtimes and compare every node; returns rows, outputs and a summary.
 
     ``ulp``: float32 values within that many units in the last place count as equal (for
@@ -132,7 +133,7 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
     problems = check_model(model)
     if problems:
         raise UnsupportedModelError(problems)
-    rep = QLinearRep(model)
+    rep = QLinearRep(model, max_tensor_bytes=max_tensor_bytes)
     t0 = time.perf_counter()
     ql = rep.run_all(feeds, progress=show_progress)
     t_ql = time.perf_counter() - t0
