@@ -151,7 +151,8 @@ def node_version(op_type: str, domain: str, opset: int) -> int | None:
 
 
 def _node_label(node: onnx.NodeProto, index: int) -> str:
-    return node.name or f"#{index} {node.op_type}"
+    name = node.name or f"#{index} {node.op_type}"
+    return name if isinstance(name, str) else repr(name)  # bytes: a name that is not UTF-8
 
 
 def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
@@ -816,6 +817,18 @@ def with_size_guards(kernels: Sequence[type[OpRun]], max_tensor_bytes: int | Non
 # --------------------------------------------------------------------------- backend
 
 
+class _TrackedNodes(list):
+    """The evaluator's node list, remembering the node being run (for error messages)."""
+
+    current: Any = None
+
+    def __iter__(self):
+        for node in list.__iter__(self):
+            self.current = node
+            yield node
+        self.current = None
+
+
 class QLinearRep(BackendRep):
     """A prepared model: ``run(inputs)`` returns the outputs in graph order."""
 
@@ -826,9 +839,27 @@ class QLinearRep(BackendRep):
         self.model = model
         self.evaluator = ReferenceEvaluator(model, new_ops=with_size_guards(KERNELS,
                                                                            max_tensor_bytes))
+        self.evaluator.rt_nodes_ = _TrackedNodes(self.evaluator.rt_nodes_)
         inits = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]
         self.output_names = [o.name for o in model.graph.output]
+
+    def _named(self, fn):
+        """Run ``fn``; an error from inside an operator names the node it came from."""
+        try:
+            return fn()
+        except NodeError:
+            raise
+        except (ValueError, TypeError, RuntimeError, IndexError, KeyError, ZeroDivisionError,
+                OverflowError, MemoryError, NotImplementedError, AttributeError) as e:
+            node = getattr(self.evaluator.rt_nodes_, "current", None)
+            if node is None:
+                raise
+            name = node.onnx_node.name or (node.onnx_node.output[0] if node.onnx_node.output
+                                           else "?")
+            msg = " ".join(str(e).split()) or type(e).__name__
+            raise NodeError(f"node {name!r} ({node.onnx_node.op_type}): "
+                            f"{type(e).__name__}: {msg}") from e
 
     def _feeds(self, inputs) -> dict[str, np.ndarray]:
         if isinstance(inputs, dict):
@@ -845,13 +876,14 @@ class QLinearRep(BackendRep):
     def run(self, inputs, progress: bool | None = False, **kwargs) -> tuple[np.ndarray, ...]:  # type: ignore[override]
         """Outputs in graph order. ``progress=None`` shows a bar on a terminal's stderr."""
         feeds = self._feeds(inputs)
-        return tuple(self._with_progress(lambda: self.evaluator.run(None, feeds), progress))
+        return tuple(self._named(lambda: self._with_progress(
+            lambda: self.evaluator.run(None, feeds), progress)))
 
     def run_all(self, inputs, progress: bool | None = False) -> dict[str, Any]:
         """Every tensor of the graph (inputs, initializers, intermediates, outputs) by name."""
         feeds = self._feeds(inputs)
-        return self._with_progress(lambda: self.evaluator.run(None, feeds, intermediate=True),
-                                   progress)
+        return self._named(lambda: self._with_progress(
+            lambda: self.evaluator.run(None, feeds, intermediate=True), progress))
 
     def _with_progress(self, fn, enabled):
         if enabled is False:

@@ -143,7 +143,23 @@ def _check_elem_types_and_strings(model: onnx.ModelProto, path: str) -> None:
         return ToolError(f"{path}: {what} has element type {elem}, which is not an ONNX "
                          "element type (invalid or corrupt model)")
 
+    def text_field(what: str, value) -> None:
+        # protobuf hands back bytes, not str, for a string field that is not valid UTF-8
+        if isinstance(value, bytes):
+            raise ToolError(f"{path}: {what} is not valid UTF-8 text ({value[:20]!r}); corrupt "
+                            "model?")
+
     for g in _graphs(model.graph):
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            text_field("a graph input, output or value_info name", vi.name)
+        for t in g.initializer:
+            text_field("an initializer name", t.name)
+        for i, node in enumerate(g.node):
+            for field in ("name", "op_type", "domain"):
+                text_field(f"node #{i}'s {field}", getattr(node, field))
+            for field in ("input", "output"):
+                for v in getattr(node, field):
+                    text_field(f"node #{i} ({node.op_type})'s {field} name", v)
         for t in list(g.initializer):
             if not _known_elem_type(t.data_type):
                 raise bad_type(f"initializer {t.name!r}", t.data_type)
@@ -361,14 +377,11 @@ def check_supported(model: onnx.ModelProto) -> None:
 
 
 def describe_problems(problems) -> str:
-    """'N unsupported nodes: ...' with model-level problems (opset) first."""
-    model_level = [str(p) for p in problems if p.node == "(model)"]
-    nodes = [str(p) for p in problems if p.node != "(model)"]
-    parts = model_level[:]
-    if nodes:
-        n = len(nodes)
-        parts.append(f"{n} unsupported node{'s' if n > 1 else ''}: " + "; ".join(nodes))
-    return "; ".join(parts)
+    """One line: model-level problems (opset) first, then every unsupported node counted,
+    grouped by reason and operator (:func:`qlinear.backend.format_problems`)."""
+    from qlinear.backend import format_problems
+
+    return format_problems(problems)
 
 
 # --------------------------------------------------------------------------- inputs
