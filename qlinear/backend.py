@@ -269,6 +269,18 @@ def _reference_gap(node: onnx.NodeProto, version: int) -> str | None:
     return None
 
 
+def _non_utf8_attribute(node: onnx.NodeProto) -> str | None:
+    for a in node.attribute:
+        texts = [a.s] if a.type == onnx.AttributeProto.STRING else \
+            list(a.strings) if a.type == onnx.AttributeProto.STRINGS else []
+        for text in texts:
+            try:
+                text.decode("utf-8")
+            except UnicodeDecodeError:
+                return f"attribute {a.name!r} is not valid UTF-8 text ({text[:20]!r})"
+    return None
+
+
 def _walk(graph: onnx.GraphProto) -> Iterable[tuple[onnx.NodeProto, int]]:
     for i, node in enumerate(graph.node):
         yield node, i
@@ -294,6 +306,10 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
     for node, i in _walk(model.graph):
         label = _node_label(node, i)
         domain = "" if node.domain == "ai.onnx" else node.domain
+        bad_text = _non_utf8_attribute(node)
+        if bad_text:
+            problems.append(Problem(label, node.op_type, domain, None, bad_text))
+            continue
         if (domain, node.op_type) in functions:
             continue
         if domain not in opsets:
