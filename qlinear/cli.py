@@ -412,8 +412,12 @@ class _time_limit:
     def __init__(self, seconds: float | None):
         import signal
 
+        import threading
+
         self.seconds = seconds
-        self.active = bool(seconds) and hasattr(signal, "setitimer")
+        # signals reach the main thread only; elsewhere (an embedding program) no time limit
+        self.active = bool(seconds) and hasattr(signal, "setitimer") and \
+            threading.current_thread() is threading.main_thread()
 
     def __enter__(self):
         if self.active:
