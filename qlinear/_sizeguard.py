@@ -121,6 +121,9 @@ def _out_one_hot(args, attrs, version):
 
 def _out_broadcast(args, attrs, version):
     arrays = [a for a in args if a is not None]
+    shapes = [getattr(a, "shape", None) for a in arrays]
+    if shapes and shapes[0] is not None and shapes.count(shapes[0]) == len(shapes):
+        return None  # no broadcasting: the output is no larger than an input (the usual case)
     itemsize = max((_itemsize(a) for a in arrays), default=8)
     return _broadcast(*(np.shape(a) for a in arrays)), itemsize
 
