@@ -489,7 +489,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "quantized 8x8-digits classifier on its 400 bundled test images and reports "
                     "its accuracy (and onnxruntime's agreement, if onnxruntime is installed)."),
         epilog="examples:\n  qlinear run\n  qlinear run model.onnx --input images=batch.npy "
-               "--output-dir out/\n  qlinear run model.onnx --json")
+               "--output-dir out/\n  qlinear run model.onnx --json\n"
+               "  qlinear run model.onnx --shape images=1x3x224x224 --save-inputs in/\n"
+               "  qlinear run model.onnx --input in/inputs.npz --timeout 60")
     _add_model_args(p, "run")
     p.add_argument("--output-dir", metavar="DIR",
                    help="save every output as DIR/NAME.npy (nothing is written elsewhere)")
@@ -506,6 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n  qlinear compare model.onnx --input x=x.npy\n"
                "  qlinear compare model.onnx --ulp 8   # tolerate float rounding in Softmax\n"
                "  qlinear compare            # the bundled example\n"
+               "  qlinear compare model.onnx --input in/inputs.npz   # inputs saved by "
+               "--save-inputs\n"
                "  qlinear compare model.onnx --json > report.json")
     _add_model_args(p, "compare")
     p.add_argument("--ulp", type=int, default=0, metavar="N",
