@@ -97,13 +97,13 @@ def test_model_file_size_cap(capsys, tmp_path, monkeypatch):
     _one_line_error(*_main(capsys, "run", path), "larger than the largest model file")
 
 
-def _sparse_model(tmp_path, indices, dims=(2, 3), name="sparse.onnx"):
+def _sparse_model(tmp_path, indices, dims=(2, 3), name="sparse.onnx", io_shape=None):
     vals = numpy_helper.from_array(np.array([1.5, -2.0], np.float32), "w")
     idx = numpy_helper.from_array(np.asarray(indices, np.int64), "w_idx")
     sp = helper.make_sparse_tensor(vals, idx, list(dims))
     return _save(tmp_path, name, [helper.make_node("Add", ["x", "w"], ["y"])],
-                 [_vi("x", T.FLOAT, list(dims))], [_vi("y", T.FLOAT, list(dims))],
-                 sparse_initializer=[sp])
+                 [_vi("x", T.FLOAT, list(io_shape or dims))],
+                 [_vi("y", T.FLOAT, list(io_shape or dims))], sparse_initializer=[sp])
 
 
 @pytest.mark.parametrize("indices", [[1, 5], [[0, 1], [1, 2]]], ids=["linear", "coordinates"])
@@ -130,7 +130,7 @@ def test_sparse_initializer_bad_indices(capsys, tmp_path, indices, fragment):
 
 
 def test_sparse_initializer_size_limit(capsys, tmp_path):
-    path = _sparse_model(tmp_path, [0, 1], dims=(1 << 20, 1 << 20))
+    path = _sparse_model(tmp_path, [0, 1], dims=(1 << 20, 1 << 20), io_shape=("a", "b"))
     _one_line_error(*_main(capsys, "run", path), "'w' declares 4.0 TiB")
 
 
@@ -599,3 +599,24 @@ def test_fuzz_mutated_models_run_or_fail_in_one_line(tmp_path):
             json.loads(out.getvalue())
     assert outcomes[0] > 10 and outcomes[2] > 100  # the mutations reach both outcomes
     assert time.perf_counter() - start < 60
+
+
+def test_tensor_data_shorter_or_longer_than_its_shape(capsys, tmp_path):
+    w = numpy_helper.from_array(np.ones((2, 3), np.float32), "w")
+    w.dims[:] = [3, 3]  # 24 bytes of data for 36
+    path = _save(tmp_path, "short.onnx", [helper.make_node("Add", ["x", "w"], ["y"])],
+                 [_vi("x", T.FLOAT, [3, 3])], [_vi("y", T.FLOAT, [3, 3])], [w])
+    _one_line_error(*_main(capsys, "run", path), "tensor 'w' of shape [3, 3] (float32) holds 24 "
+                    "bytes of data, not 36")
+    w = helper.make_tensor("w", T.INT64, [3], [1, 2, 3])
+    w.dims[:] = [4]
+    path = _save(tmp_path, "typed.onnx", [helper.make_node("Add", ["x", "w"], ["y"])],
+                 [_vi("x", T.INT64, [4])], [_vi("y", T.INT64, [4])], [w])
+    _one_line_error(*_main(capsys, "run", path), "holds 3 values, not 4")
+
+
+def test_names_that_are_not_utf8_are_named(capsys, tmp_path):
+    path = _relu(tmp_path)
+    data = open(path, "rb").read().replace(b"Relu", b"R\xc1lu")
+    (tmp_path / "bad.onnx").write_bytes(data)
+    _one_line_error(*_main(capsys, "run", tmp_path / "bad.onnx"), "op_type is not valid UTF-8")

@@ -143,23 +143,13 @@ def _check_elem_types_and_strings(model: onnx.ModelProto, path: str) -> None:
         return ToolError(f"{path}: {what} has element type {elem}, which is not an ONNX "
                          "element type (invalid or corrupt model)")
 
-    def text_field(what: str, value) -> None:
-        # protobuf hands back bytes, not str, for a string field that is not valid UTF-8
-        if isinstance(value, bytes):
-            raise ToolError(f"{path}: {what} is not valid UTF-8 text ({value[:20]!r}); corrupt "
-                            "model?")
+    bad = _first_non_utf8_field(model, "model")
+    if bad:
+        where, value = bad
+        raise ToolError(f"{path}: {where} is not valid UTF-8 text ({value[:20]!r}); corrupt "
+                        "model?")
 
     for g in _graphs(model.graph):
-        for vi in list(g.input) + list(g.output) + list(g.value_info):
-            text_field("a graph input, output or value_info name", vi.name)
-        for t in g.initializer:
-            text_field("an initializer name", t.name)
-        for i, node in enumerate(g.node):
-            for field in ("name", "op_type", "domain"):
-                text_field(f"node #{i}'s {field}", getattr(node, field))
-            for field in ("input", "output"):
-                for v in getattr(node, field):
-                    text_field(f"node #{i} ({node.op_type})'s {field} name", v)
         for t in list(g.initializer):
             if not _known_elem_type(t.data_type):
                 raise bad_type(f"initializer {t.name!r}", t.data_type)
@@ -192,6 +182,75 @@ def _check_elem_types_and_strings(model: onnx.ModelProto, path: str) -> None:
                                     "ONNX element type")
                 if a.type == onnx.AttributeProto.TENSOR and not _known_elem_type(a.t.data_type):
                     raise bad_type(f"{label} attribute {a.name!r}", a.t.data_type)
+
+
+def _first_non_utf8_field(msg, where: str):
+    """(field path, value) of the first string field that is not valid UTF-8, or None.
+    protobuf hands such a field back as bytes instead of str; onnx and the checker then fail
+    with a bare UnicodeDecodeError. Walks every message of the model (tensor payloads are
+    bytes fields, not visited)."""
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    for fd, value in msg.ListFields():
+        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else \
+            fd.label == F.LABEL_REPEATED  # protobuf < 5.26 has no is_repeated
+        if fd.type == F.TYPE_STRING:
+            for i, v in enumerate(value if repeated else [value]):
+                if isinstance(v, bytes):
+                    name = getattr(msg, "name", "") if fd.name != "name" else ""
+                    label = f" {name!r}" if isinstance(name, str) and name else ""
+                    return f"{where}{label}: {fd.name}" + (f"[{i}]" if repeated else ""), v
+        elif fd.type == F.TYPE_MESSAGE:
+            for i, v in enumerate(value if repeated else [value]):
+                found = _first_non_utf8_field(v, f"{where}.{fd.name}" + (f"[{i}]" if repeated
+                                                                          else ""))
+                if found:
+                    return found
+    return None
+
+
+#: TensorProto fields that can hold the values, besides raw_data.
+_TYPED_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data",
+                 "uint64_data")
+
+
+def _check_tensor_data(model: onnx.ModelProto, path: str) -> None:
+    """Every embedded tensor holds as much data as its shape says: onnx would otherwise fail
+    with a bare 'cannot reshape array of size ...' when the tensor is read."""
+    for t in _all_tensors(model.graph):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            continue
+        if any(d < 0 for d in t.dims):
+            raise ToolError(f"{path}: tensor {t.name!r} has a negative dimension {list(t.dims)}")
+        n = 1
+        for d in t.dims:
+            n *= int(d)
+        try:
+            dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
+        except KeyError:
+            continue  # reported by _check_elem_types_and_strings
+        if t.raw_data:
+            if dtype.kind in "OSU":
+                continue
+            bits = 4 if t.data_type in _FOUR_BIT else 8 * dtype.itemsize
+            want = (n * bits + 7) // 8
+            if len(t.raw_data) != want:
+                raise ToolError(f"{path}: tensor {t.name!r} of shape {list(t.dims)} "
+                                f"({dtype}) holds {len(t.raw_data)} bytes of data, not {want} "
+                                "(corrupt or truncated?)")
+            continue
+        counts = [len(getattr(t, f)) for f in _TYPED_FIELDS if len(getattr(t, f))]
+        have = counts[0] if counts else 0
+        complex_ = t.data_type in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128)
+        packed = t.data_type in _FOUR_BIT
+        want = 2 * n if complex_ else (n + 1) // 2 if packed else n
+        if have != want:
+            raise ToolError(f"{path}: tensor {t.name!r} of shape {list(t.dims)} ({dtype}) "
+                            f"holds {have} values, not {want} (corrupt or truncated?)")
+
+
+_FOUR_BIT = {getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1")
+             if hasattr(onnx.TensorProto, n)}
 
 
 def _densify_sparse_initializers(model: onnx.ModelProto, path: str, max_bytes: int) -> None:
@@ -324,9 +383,10 @@ def load_model(path: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -
     if not model.ir_version:
         raise ToolError(f"{path}: not an ONNX model (no ir_version; corrupt or truncated?)")
     _check_elem_types_and_strings(model, path)
+    _check_declared_sizes(model, max_tensor_bytes)
+    _check_tensor_data(model, path)
     _densify_sparse_initializers(model, path, max_tensor_bytes)
     _check_structure(model, path)
-    _check_declared_sizes(model, max_tensor_bytes)
     base = os.path.dirname(os.path.abspath(path))
     _check_external_data(model, base, max_tensor_bytes)
     try:
