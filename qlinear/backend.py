@@ -123,7 +123,8 @@ def format_problems(problems: Sequence[Problem], examples: int = 2) -> str:
         # reason -> operator label -> node names, in first-seen order
         groups: dict[str, dict[str, list[str]]] = {}
         for p in nodes:
-            op = p.op_type if not p.domain else f"{p.domain}.{p.op_type}"
+            op = p.op_type or "(empty op_type)"
+            op = op if not p.domain else f"{p.domain}.{op}"
             op += f"-{p.version}" if p.version is not None else ""
             groups.setdefault(p.reason, {}).setdefault(op, []).append(p.node)
         order = sorted(groups.items(), key=lambda kv: -sum(map(len, kv[1].values())))
