@@ -54,12 +54,13 @@ class _RightOperand:
             zp = np.zeros((), dtype=b.dtype)
         else:
             zp = _operand_param(op, "b_zero_point", v.zero_point(op, "b_zero_point", b_zero_point, "b", b.dtype), "b", b.shape)
-        self.zero_point = zp
+        self.zero_point = np.array(zp, copy=True)  # owned: the caller may change its array later
         matrix = b[:, None] if b.ndim == 1 else b
         self.centered = np.subtract(matrix, zp, dtype=np.float32)
         # Each output (one column of one batch entry) sums over the K axis of b.
-        self.reduction = Reduction(self.centered, axis=-2,
-                                   bound=dtype_bound(b.dtype, np.asarray(zp)))
+        # An empty per-column zero point (N = 0) has no extreme: bound with a per-tensor 0.
+        bound_zp = np.asarray(zp) if np.asarray(zp).size else np.zeros((), b.dtype)
+        self.reduction = Reduction(self.centered, axis=-2, bound=dtype_bound(b.dtype, bound_zp))
 
     def accumulate(self, a: Any, a_zero_point: Any,
                    out_dtype: type = np.int32) -> tuple[np.ndarray, np.ndarray]:
@@ -86,6 +87,11 @@ class _RightOperand:
             raise ValueError(
                 f"{op}: the batch dimensions of a {a.shape[:-2]} and b {self.b_shape[:-2]} do not broadcast"
             ) from None
+        if 0 in matrix.shape or 0 in b.shape:
+            # Nothing to multiply: numpy.matmul's result, empty, or zeros when only K is 0 (an
+            # empty sum); the engine's reshapes and bounds assume non-empty operands.
+            batch = np.broadcast_shapes(matrix.shape[:-2], b.shape[:-2])
+            return np.zeros((*batch, matrix.shape[-2], b.shape[-1]), out_dtype), a
         acc = matmul_accumulate(matrix, zp, b, self.reduction, out_dtype)
         return acc, a
 
@@ -120,7 +126,7 @@ class PreparedQLinearMatMul:
         self._b = _RightOperand(op, b, b_zero_point)
         bs = v.scale(op, "b_scale", b_scale)
         v.same_shape(op, "b_scale", bs, "b_zero_point", np.asarray(b_zero_point))
-        self.b_scale = _operand_param(op, "b_scale", bs, "b", self._b.b_shape)
+        self.b_scale = np.array(_operand_param(op, "b_scale", bs, "b", self._b.b_shape), copy=True)
 
     def run(self, a: np.ndarray, a_scale: Any, a_zero_point: Any, y_scale: Any, y_zero_point: Any) -> np.ndarray:
         """The quantized product; output dtype is y_zero_point's."""
