@@ -268,6 +268,16 @@ def _reference_gap(node: onnx.NodeProto, version: int) -> str | None:
         stash = next((a.i for a in node.attribute if a.name == "stash_type"), 1)
         if stash != 1:
             return f"onnx.reference implements {op} only with stash_type 1 (float32)"
+    if op in ("AveragePool", "LpPool"):
+        ints = {a.name: a.i for a in node.attribute if a.type == onnx.AttributeProto.INT}
+        pad = next((a.s for a in node.attribute if a.name == "auto_pad"), b"NOTSET")
+        if ints.get("ceil_mode", 0) and pad in (b"SAME_UPPER", b"SAME_LOWER", b"VALID"):
+            return f"onnx.reference does not implement ceil_mode with auto_pad {pad.decode()}"
+    if op == "Resize":
+        ints = {a.name: a.i for a in node.attribute if a.type == onnx.AttributeProto.INT}
+        mode = next((a.s for a in node.attribute if a.name == "mode"), b"nearest")
+        if ints.get("antialias", 0) and mode == b"nearest":
+            return "onnx.reference does not implement antialias with mode nearest"
     return None
 
 

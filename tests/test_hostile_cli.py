@@ -626,3 +626,23 @@ def test_names_that_are_not_utf8_are_named(capsys, tmp_path):
     data = open(path, "rb").read().replace(b"Relu", b"R\xc1lu")
     (tmp_path / "bad.onnx").write_bytes(data)
     _one_line_error(*_main(capsys, "run", tmp_path / "bad.onnx"), "op_type is not valid UTF-8")
+
+
+@pytest.mark.parametrize("node,fragment", [
+    (helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], auto_pad="SAME_UPPER",
+                      ceil_mode=1, name="n"), "ceil_mode with auto_pad SAME_UPPER"),
+    (helper.make_node("Resize", ["x", "", "sc"], ["y"], antialias=1, mode="nearest", name="n"),
+     "antialias with mode nearest"),
+])
+def test_other_onnx_reference_gaps_are_refused_up_front(node, fragment):
+    """What onnx.reference implements but fails on only when the node runs."""
+    m = helper.make_model(helper.make_graph(
+        [node], "g", [_vi("x", T.FLOAT, [1, 1, 4, 4])], [_vi("y", T.FLOAT, [1, 1, 4, 4])],
+        [numpy_helper.from_array(np.array([1, 1, 1, 1], np.float32), "sc")]),
+        opset_imports=[helper.make_opsetid("", 19)])
+    problems = backend.check_model(m)
+    assert len(problems) == 1 and fragment in problems[0].reason
+    from onnx.reference import ReferenceEvaluator
+
+    with pytest.raises(Exception):  # what the up-front check spares: a failure mid-run
+        ReferenceEvaluator(m).run(None, {"x": np.ones((1, 1, 4, 4), np.float32)})
