@@ -138,12 +138,45 @@ def _out_matmul(args, attrs, version):
     return batch + m + n, max(_itemsize(args[0]), _itemsize(args[1]), 4)
 
 
-#: Operators whose output size depends on input *values* or broadcasting, with the function
-#: that predicts (output shape, itemsize) from the inputs before the operator allocates.
+def _out_window(args, attrs, version):
+    """Conv and the pools: the larger of the output and the padded input (onnx.reference, and
+    the backend's MaxPool, pad the input before sliding the window)."""
+    x = args[0]
+    shape = list(np.shape(x))
+    nd = len(shape) - 2
+    if nd < 1:
+        return None
+    kernel = list(attrs.get("kernel_shape") or (np.shape(args[1])[2:] if len(args) > 1 and
+                                                 args[1] is not None else []))
+    if len(kernel) != nd:
+        return None
+    strides = list(attrs.get("strides") or [1] * nd)
+    dilations = list(attrs.get("dilations") or [1] * nd)
+    pads = list(attrs.get("pads") or [0] * (2 * nd))
+    if attrs.get("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER"):
+        pads = [(k - 1) * d for k, d in zip(kernel, dilations)] * 2  # at most this much
+    padded = [shape[2 + i] + pads[i] + pads[i + nd] for i in range(nd)]
+    ceil = 1 if attrs.get("ceil_mode", 0) else 0
+    out = [max((p - (k - 1) * d - 1) // s + 1 + ceil, 0)
+           for p, k, d, s in zip(padded, kernel, dilations, strides)]
+    channels = np.shape(args[1])[0] if attrs.get("_conv") and len(args) > 1 else shape[1]
+    a = shape[:2] + padded
+    b = [shape[0], channels] + out
+    return (a if _prod(a) >= _prod(b) else b), _itemsize(x)
+
+
+def _out_conv(args, attrs, version):
+    return _out_window(args, dict(attrs, _conv=True), version)
+
+
+#: Operators whose output size depends on input *values*, broadcasting or padding, with the
+#: function that predicts (shape, itemsize) of the largest tensor the operator allocates from
+#: its inputs, before it allocates.
 OUTPUT_SIZE_GUARDS: dict[str, Any] = {
     "Expand": _out_expand, "ConstantOfShape": _out_constant_of_shape, "Tile": _out_tile,
     "Pad": _out_pad, "Resize": _out_resize, "Upsample": _out_upsample, "Range": _out_range,
     "OneHot": _out_one_hot, "MatMul": _out_matmul, "MatMulInteger": _out_matmul,
+    "Conv": _out_conv, "MaxPool": _out_window, "AveragePool": _out_window, "LpPool": _out_window,
     **{op: _out_broadcast for op in ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Where", "And",
                                      "Or", "Xor", "Equal", "Greater", "Less", "GreaterOrEqual",
                                      "LessOrEqual", "Max", "Min", "Sum", "Mean", "BitShift",
@@ -190,7 +223,7 @@ class _SizeGuard(OpRun):
             if nbytes > self._limit:
                 name = self.onnx_node.name or self.onnx_node.output[0]
                 raise NodeError(
-                    f"node {name!r} ({self.onnx_node.op_type}-{self.version}): its output of "
+                    f"node {name!r} ({self.onnx_node.op_type}-{self.version}): a tensor of "
                     f"shape {list(shape)} would take {_human_bytes(nbytes)}, more than the "
                     f"limit of {_human_bytes(self._limit)} per tensor (max_tensor_bytes, "
                     "qlinear's --max-tensor-bytes)")

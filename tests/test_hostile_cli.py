@@ -238,6 +238,19 @@ def test_size_guard_each_operator(capsys, tmp_path, op):
     np.testing.assert_array_equal(got, want)
 
 
+def test_size_guard_conv_padding(capsys, tmp_path):
+    """Float Conv in onnx.reference pads its input first: 1x1 image, pads 1000 -> 16 MB."""
+    w = numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "w")
+    path = _save(tmp_path, "conv.onnx", [helper.make_node("Conv", ["x", "w"], ["y"], name="c",
+                                                          pads=[1000] * 4, strides=[1000] * 2)],
+                 [_vi("x", T.FLOAT, [1, 1, 1, 1])], [_out("y", 4)], [w])
+    _one_line_error(*_main(capsys, "run", path, "--max-tensor-bytes", 1 << 20),
+                    "node 'c' (Conv-11)", "[1, 1, 2001, 2001]", "15.3 MiB")
+    rc, out, err = _main(capsys, "run", path, "--max-tensor-bytes", 1 << 24, "--json")
+    assert rc == 0, err
+    assert json.loads(out)["outputs"][0]["shape"] == [1, 1, 3, 3]
+
+
 def test_size_guard_python_api(tmp_path):
     path, _ = _guard_case("Add", tmp_path)
     m = onnx.load(path)
