@@ -659,3 +659,64 @@ def test_other_onnx_reference_gaps_are_refused_up_front(node, fragment):
 
     with pytest.raises(Exception):  # what the up-front check spares: a failure mid-run
         ReferenceEvaluator(m).run(None, {"x": np.ones((1, 1, 4, 4), np.float32)})
+
+
+_EXTREMES = [0, -1, 1, 2, 3, 2**31, 2**62, -2**62]
+_OPS = ["QLinearConv", "MaxPool", "Reshape", "Expand", "Tile", "Pad", "Loop", "Scan", "If",
+        "ConstantOfShape", "Resize", "Conv", "Cast"]
+
+
+def _mutate_structure(base: bytes, rng) -> bytes:
+    """One field of the parsed model set to an extreme or wrong value."""
+    m = onnx.ModelProto()
+    m.ParseFromString(base)
+    g = m.graph
+    pick = lambda seq: seq[int(rng.integers(len(seq)))]  # noqa: E731
+    kind = int(rng.integers(0, 6))
+    if kind == 0:  # an attribute (pads, strides, kernel_shape, ...) to an extreme
+        node = pick(g.node)
+        if node.attribute:
+            a = pick(node.attribute)
+            if a.ints:
+                a.ints[int(rng.integers(len(a.ints)))] = int(rng.choice(_EXTREMES))
+            else:
+                a.i = int(rng.choice(_EXTREMES))
+    elif kind == 1:  # a dimension of an initializer
+        t = pick(g.initializer)
+        if t.dims:
+            t.dims[int(rng.integers(len(t.dims)))] = int(rng.choice(_EXTREMES))
+    elif kind == 2:  # another operator in a node's place
+        pick(g.node).op_type = str(rng.choice(_OPS))
+    elif kind == 3:  # a declared input dimension
+        pick(g.input[0].type.tensor_type.shape.dim).dim_value = int(rng.choice(_EXTREMES))
+    elif kind == 4:  # an element type, known or not
+        pick(g.initializer).data_type = int(rng.integers(0, 30))
+    else:  # the values of the Reshape's shape
+        g.initializer[-1].CopyFrom(numpy_helper.from_array(
+            np.array([int(rng.choice(_EXTREMES)) for _ in range(2)], np.int64), "shp"))
+    return m.SerializeToString()
+
+
+def test_fuzz_structured_mutations_run_or_fail_in_one_line(tmp_path):
+    """300 seeded mutations of fields (attributes, dimensions, operator types, element types,
+    shape values) to extreme or wrong values: each runs or ends in one line, in time."""
+    base = _fuzz_seed_model()
+    rng = np.random.default_rng(11)
+    path = str(tmp_path / "m.onnx")
+    start = time.perf_counter()
+    for k in range(300):
+        with open(path, "wb") as f:
+            f.write(_mutate_structure(base, rng))
+        out, err = io.StringIO(), io.StringIO()
+        t = time.perf_counter()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = cli.main(["run", path, "--json", "--timeout", "5",
+                           "--max-tensor-bytes", str(1 << 24)])
+        assert time.perf_counter() - t < 6, k
+        e = err.getvalue().strip()
+        assert rc in (0, 2), (k, rc, e)
+        if rc == 2:
+            assert len(e.splitlines()) == 1 and e.startswith("qlinear: error: "), (k, e)
+            assert not re.match(r"qlinear: error: (KeyError|AttributeError|UnicodeDecodeError|"
+                                r"MemoryError)", e), (k, e)
+    assert time.perf_counter() - start < 60
