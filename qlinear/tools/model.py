@@ -1,9 +1,16 @@
 """Loading and checking models and inputs, with one-line errors.
 
 Everything a user can get wrong raises :class:`ToolError` with one readable sentence: a
-missing file, a file that is not ONNX, a truncated or corrupt protobuf, external data that
-points outside the model's folder, tensors declared larger than the memory limit, inputs
-missing or of the wrong name, dtype or shape, a malformed ``--input`` argument.
+missing file, a pipe or device instead of a regular file, a file above protobuf's 2 GiB, a
+file that is not ONNX, a truncated or corrupt protobuf, strings that are not UTF-8, element
+types ONNX does not define, embedded tensors whose data does not match their shape, external
+data that points outside the model's folder or has a malformed offset or length, tensors
+declared larger than the memory limit, inputs missing or of the wrong name, dtype or shape, a
+malformed ``--input`` or ``--shape`` argument.
+
+Lenient where onnxruntime is: sparse initializers are expanded to dense ones, dimensions
+declared negative are dynamic, and IR-3 models whose initializers are not graph inputs pass
+the checker under IR 4's rule.
 """
 
 from __future__ import annotations
