@@ -46,6 +46,7 @@ from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
 import qlinear as _q
+from qlinear import backend_contrib as _contrib
 
 __all__ = [
     "QLinearBackend",
@@ -336,6 +337,11 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
         if domain not in opsets:
             problems.append(Problem(label, node.op_type, domain, None,
                                     f"domain {domain or 'ai.onnx'!r} is not imported by the model"))
+            continue
+        if domain == _contrib.DOMAIN:  # onnxruntime's operators: qlinear/backend_contrib.py
+            reason = _contrib.check_node(node, types)
+            if reason:
+                problems.append(Problem(label, node.op_type, domain, _contrib.version(node), reason))
             continue
         if domain not in ("", "ai.onnx.ml"):
             problems.append(Problem(label, node.op_type, domain, None,
@@ -653,7 +659,7 @@ class MaxPool(OpRun):
 
 
 KERNELS: list[type[OpRun]] = [QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul,
-                              ConvInteger, MatMulInteger, BatchNormalization, MaxPool]
+                              ConvInteger, MatMulInteger, BatchNormalization, MaxPool, *_contrib.KERNELS]
 
 
 # --------------------------------------------------------------------------- emulation
@@ -689,6 +695,7 @@ def kernels_for(emulate: str | None) -> list[type[OpRun]]:
         raise ValueError(f"prepare: emulate must be one of {', '.join(map(repr, EMULATIONS))} "
                          f"or None; got {emulate!r}")
     swap = {k: _emulating(k) for k in (QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger)}
+    swap.update(_contrib.EMULATING)  # com.microsoft QGemm, QLinearConv, QAttention, ...
     return [swap.get(k, k) for k in KERNELS]
 
 
@@ -744,7 +751,7 @@ class QLinearRep(BackendRep):
             o for n in model.graph.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx")
             for o in n.output}
         for rt in getattr(self.evaluator, "rt_nodes_", []):
-            if isinstance(rt, _QLinearOp):
+            if isinstance(rt, (_QLinearOp, _contrib.ContribOp)):
                 rt.constant_inputs = frozenset(n for n in rt.onnx_node.input if n in constants)
         inits = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]
