@@ -373,13 +373,13 @@ def inspect_model(model, model_path: str) -> dict[str, Any]:
         "nodes": sum(counts.values()),
         "operators": operators,
         "supported": not problems,
-        "refused": [dataclasses_asdict(p) for p in problems],
+        "refused": [_asdict(p) for p in problems],
         "refusal": format_problems(problems) if problems else None,
         "onnx_checker": checker,
     }
 
 
-def dataclasses_asdict(p) -> dict[str, Any]:
+def _asdict(p) -> dict[str, Any]:
     import dataclasses
 
     return dataclasses.asdict(p)
