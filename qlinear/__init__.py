@@ -9,6 +9,7 @@ in ``qlinear.contrib``.
 """
 
 from ._engine import set_workspace_limit, workspace_limit
+from ._validate import max_output_bytes, set_max_output_bytes
 from .conv import (
     PreparedConvInteger,
     PreparedQLinearConv,
@@ -46,4 +47,6 @@ __all__ = [
     "PreparedMatMulInteger",
     "set_workspace_limit",
     "workspace_limit",
+    "set_max_output_bytes",
+    "max_output_bytes",
 ]
