@@ -19,12 +19,22 @@ from .gemm import (
     dequantize_linear,
     dynamic_quantize_linear,
     dynamic_quantize_matmul,
+    PreparedQGemm,
     matmul_integer_to_float,
+    prepare_qgemm,
     qgemm,
     qlinear_conv,
     quantize_linear,
 )
 from .pool import qlinear_average_pool, qlinear_global_average_pool, qlinear_softmax
+from .transformer import (
+    attention,
+    embed_layer_normalization,
+    fast_gelu,
+    gelu,
+    qattention,
+    skip_layer_normalization,
+)
 
 __all__ = [
     "qlinear_add",
@@ -37,10 +47,18 @@ __all__ = [
     "qlinear_average_pool",
     "qlinear_softmax",
     "qgemm",
+    "prepare_qgemm",
+    "PreparedQGemm",
     "qlinear_conv",
     "matmul_integer_to_float",
     "dynamic_quantize_matmul",
     "dynamic_quantize_linear",
     "quantize_linear",
     "dequantize_linear",
+    "qattention",
+    "attention",
+    "embed_layer_normalization",
+    "skip_layer_normalization",
+    "fast_gelu",
+    "gelu",
 ]

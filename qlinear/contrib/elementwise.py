@@ -40,17 +40,27 @@ def _input0_is_span_scalar(shape0: tuple[int, ...], shape1: tuple[int, ...]) -> 
     return False  # unreachable: the loop returns at the outermost common axis
 
 
+_PAIR_TABLES: dict[tuple, np.ndarray] = {}  # recent 256 x 256 tables by operator and parameters
+
+
 def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np.ndarray, b: np.ndarray,
-            shape: tuple[int, ...]) -> np.ndarray:
+            shape: tuple[int, ...], key: tuple) -> np.ndarray:
     """fn over the broadcast of a and b: directly, or through a 256 x 256 table for big outputs
-    (the same fn evaluated on every pair of 8-bit values, so the same bits)."""
+    (the same fn evaluated on every pair of 8-bit values, so the same bits). ``key`` names the
+    operator and every parameter fn depends on; a model's nodes reuse their tables across runs."""
     size = int(np.prod(shape))
     if size < _PAIR_TABLE_MIN:
         a2, b2 = np.broadcast_arrays(a, b)
         return fn(a2, b2)
-    av = _BYTES.view(a.dtype)
-    bv = _BYTES.view(b.dtype)
-    table = fn(av[:, None], bv[None, :]).reshape(-1)
+    table = _PAIR_TABLES.get(key)
+    if table is None:
+        av = _BYTES.view(a.dtype)
+        bv = _BYTES.view(b.dtype)
+        table = fn(av[:, None], bv[None, :]).reshape(-1)
+        table.flags.writeable = False
+        if len(_PAIR_TABLES) >= 256:
+            _PAIR_TABLES.clear()
+        _PAIR_TABLES[key] = table
     index = np.left_shift(a.view(np.uint8), 8, dtype=np.uint16) | b.view(np.uint8)
     return table[np.broadcast_to(index, shape) if index.shape != shape else index]
 
@@ -89,9 +99,10 @@ def qlinear_add(A: np.ndarray, A_scale: Any, A_zero_point: Any, B: np.ndarray, B
         inner = fma(second.astype(F32), r_second, folded)
         return saturate(cvt(fma(first.astype(F32), r_first, inner)), a.dtype)
 
+    key = ("add", a.dtype.str, swap, ra.tobytes(), rb.tobytes(), folded.tobytes())
     if swap:
-        return _binary(lambda x, y: add(y, x), a, b, shape)
-    return _binary(add, a, b, shape)
+        return _binary(lambda x, y: add(y, x), a, b, shape, key)
+    return _binary(add, a, b, shape, key)
 
 
 def qlinear_mul(A: np.ndarray, A_scale: Any, A_zero_point: Any, B: np.ndarray, B_scale: Any,
@@ -110,7 +121,7 @@ def qlinear_mul(A: np.ndarray, A_scale: Any, A_zero_point: Any, B: np.ndarray, B
         with np.errstate(over="ignore", invalid="ignore"):
             return saturate(cvt(prod * r + F32(zc)), a.dtype)
 
-    return _binary(mul, a, b, shape)
+    return _binary(mul, a, b, shape, ("mul", a.dtype.str, za, zb, zc, r.tobytes()))
 
 
 # ----------------------------------------------------------------------------- table ops

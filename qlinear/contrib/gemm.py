@@ -27,6 +27,72 @@ def _column_param(op: str, name: str, arr: np.ndarray, n: int) -> np.ndarray:
     raise ValueError(f"{op}: {name} must have one element or one per column of B ({n}); got shape {arr.shape}")
 
 
+class PreparedQGemm:
+    """QGemm with a constant B (and its scale and zero point) validated and pre-transformed once
+    (``qlinear.prepare_matmul_integer``); ``run`` takes the remaining inputs."""
+
+    def __init__(self, B: np.ndarray, b_scale: Any, b_zero_point: Any, *, transB: int = 0) -> None:
+        op = self.op = "qgemm"
+        b = p.tensor(op, "B", B)
+        if b.ndim != 2:
+            raise ValueError(f"{op}: B must be 2-D; got shape {b.shape}")
+        self.trans_b = p.flag(op, "transB", transB)
+        b2 = np.ascontiguousarray(b.T) if self.trans_b else b
+        self.k, self.n = b2.shape
+        if b_zero_point is None:
+            raise TypeError(f"{op}: b_zero_point is required")
+        bzp = _column_param(op, "b_zero_point", v.zero_point(op, "b_zero_point", b_zero_point, "B", b.dtype), self.n)
+        self.b_scale = _column_param(op, "b_scale", v.scale(op, "b_scale", b_scale), self.n)
+        self._b, self._b_zero_point = b2, bzp
+        self._product = _q.prepare_matmul_integer(b2, bzp)
+
+    def _accumulate(self, a: np.ndarray, a_zero_point: np.ndarray) -> np.ndarray:
+        """The int32 integer product (the exact one; an emulation may compute another)."""
+        return self._product.run(a, a_zero_point)
+
+    def run(self, A: np.ndarray, a_scale: Any, a_zero_point: Any, C: np.ndarray | None = None,
+            y_scale: Any = None, y_zero_point: Any = None, *, alpha: float = 1.0, transA: int = 0) -> np.ndarray:
+        op = self.op
+        a = p.tensor(op, "A", A)
+        ta = p.flag(op, "transA", transA)
+        if a.ndim != 2:
+            raise ValueError(f"{op}: A must be 2-D; got shape {a.shape}")
+        a2 = np.ascontiguousarray(a.T) if ta else a
+        if a2.shape[1] != self.k:
+            raise ValueError(f"{op}: A{'ᵀ' if ta else ''} {a2.shape} and B{'ᵀ' if self.trans_b else ''} "
+                             f"{(self.k, self.n)} cannot be multiplied (K differs)")
+        m, n = a2.shape[0], self.n
+        sa, za = p.qparams(op, "a_scale", a_scale, "a_zero_point", a_zero_point, "A", a.dtype, required_zp=True)
+        acc = self._accumulate(a2, np.asarray(za, a.dtype))
+        if C is not None:
+            c = v.integer_tensor(op, "C", C, (np.dtype(np.int32),))
+            try:
+                np.broadcast_to(c, (m, n))
+            except ValueError:
+                raise ValueError(f"{op}: C must broadcast to (M, N) = {(m, n)}; got shape {c.shape}") from None
+            acc = np.add(acc, c, dtype=np.int32)  # wraps modulo 2**32, as onnxruntime's int32 adds
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            s = F32(alpha) * sa * self.b_scale  # float32(float32(alpha · a_scale) · b_scale_j)
+        if y_scale is None:
+            if y_zero_point is not None:
+                raise TypeError(f"{op}: y_zero_point is given without y_scale")
+            with np.errstate(over="ignore", invalid="ignore"):
+                return acc.astype(F32) * s
+        if y_zero_point is None:
+            raise TypeError(f"{op}: y_zero_point is required with y_scale (it decides the output dtype)")
+        yzp = v.output_zero_point(op, "y_zero_point", y_zero_point)
+        ys, yz = p.qparams(op, "y_scale", y_scale, "y_zero_point", yzp, "Y", yzp.dtype, divides=True)
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            mult = v.finite_multiplier(op, np.asarray(s / ys, F32), "alpha * a_scale * b_scale / y_scale")
+        return requantize_multiply(acc.astype(F32), mult, yz, yzp.dtype)
+
+
+def prepare_qgemm(B: np.ndarray, b_scale: Any, b_zero_point: Any, *, transB: int = 0) -> PreparedQGemm:
+    """Pre-transform QGemm's constant B once for repeated ``run(A, a_scale, a_zero_point, C,
+    y_scale, y_zero_point, *, alpha, transA)`` calls."""
+    return PreparedQGemm(B, b_scale, b_zero_point, transB=transB)
+
+
 def qgemm(A: np.ndarray, a_scale: Any, a_zero_point: Any, B: np.ndarray, b_scale: Any, b_zero_point: Any,
           C: np.ndarray | None = None, y_scale: Any = None, y_zero_point: Any = None, *,
           alpha: float = 1.0, transA: int = 0, transB: int = 0) -> np.ndarray:
@@ -37,49 +103,13 @@ def qgemm(A: np.ndarray, a_scale: Any, a_zero_point: Any, B: np.ndarray, b_scale
     (float32). With y_scale: y = sat(rne(clamp(f(f(acc) · f(s_j / y_scale)))) + y_zp), the dtype
     of y_zero_point. b_scale and b_zero_point may be per column.
     """
-    op = "qgemm"
-    a = p.tensor(op, "A", A)
-    b = p.tensor(op, "B", B)
-    ta, tb = p.flag(op, "transA", transA), p.flag(op, "transB", transB)
-    if a.ndim != 2 or b.ndim != 2:
-        raise ValueError(f"{op}: A and B must be 2-D; got shapes {a.shape} and {b.shape}")
-    a2 = a.T if ta else a
-    b2 = b.T if tb else b
-    if a2.shape[1] != b2.shape[0]:
-        raise ValueError(f"{op}: A{'ᵀ' if ta else ''} {a2.shape} and B{'ᵀ' if tb else ''} {b2.shape} "
-                         "cannot be multiplied (K differs)")
-    m, n = a2.shape[0], b2.shape[1]
-    sa, za = p.qparams(op, "a_scale", a_scale, "a_zero_point", a_zero_point, "A", a.dtype, required_zp=True)
-    if b_zero_point is None:
-        raise TypeError(f"{op}: b_zero_point is required")
-    bzp = _column_param(op, "b_zero_point", v.zero_point(op, "b_zero_point", b_zero_point, "B", b.dtype), n)
-    bs = _column_param(op, "b_scale", v.scale(op, "b_scale", b_scale), n)
-    acc = _q.matmul_integer(np.ascontiguousarray(a2), np.ascontiguousarray(b2), np.asarray(za, a.dtype), bzp)
-    if C is not None:
-        c = v.integer_tensor(op, "C", C, (np.dtype(np.int32),))
-        try:
-            np.broadcast_to(c, (m, n))
-        except ValueError:
-            raise ValueError(f"{op}: C must broadcast to (M, N) = {(m, n)}; got shape {c.shape}") from None
-        acc = np.add(acc, c, dtype=np.int32)  # wraps modulo 2**32, as onnxruntime's int32 adds
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        s = F32(alpha) * sa * bs  # float32(float32(alpha · a_scale) · b_scale_j)
-    if y_scale is None:
-        if y_zero_point is not None:
-            raise TypeError(f"{op}: y_zero_point is given without y_scale")
-        with np.errstate(over="ignore", invalid="ignore"):
-            return acc.astype(F32) * s
-    if y_zero_point is None:
-        raise TypeError(f"{op}: y_zero_point is required with y_scale (it decides the output dtype)")
-    yzp = v.output_zero_point(op, "y_zero_point", y_zero_point)
-    ys, yz = p.qparams(op, "y_scale", y_scale, "y_zero_point", yzp, "Y", yzp.dtype, divides=True)
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        mult = v.finite_multiplier(op, np.asarray(s / ys, F32), "alpha * a_scale * b_scale / y_scale")
-    return requantize_multiply(acc.astype(F32), mult, yz, yzp.dtype)
+    p.tensor("qgemm", "A", A)
+    return PreparedQGemm(B, b_scale, b_zero_point, transB=transB).run(
+        A, a_scale, a_zero_point, C, y_scale, y_zero_point, alpha=alpha, transA=transA)
 
 
 def _matmul_integer_to_float(op: str, a: np.ndarray, b: np.ndarray, sa: np.float32, za: int,
-                             b_scale: Any, b_zero_point: Any, bias: Any) -> np.ndarray:
+                             b_scale: Any, b_zero_point: Any, bias: Any, product=_q.matmul_integer) -> np.ndarray:
     if b.ndim < 1 or a.ndim < 1:
         raise ValueError(f"{op}: A and B must have rank >= 1; got shapes {a.shape} and {b.shape}")
     n = b.shape[-1] if b.ndim > 1 else 1
@@ -88,7 +118,7 @@ def _matmul_integer_to_float(op: str, a: np.ndarray, b: np.ndarray, sa: np.float
         bz = np.zeros((), b.dtype)
     else:
         bz = _column_param(op, "b_zero_point", v.zero_point(op, "b_zero_point", b_zero_point, "B", b.dtype), n)
-    acc = _q.matmul_integer(a, b, np.asarray(za, a.dtype), bz)
+    acc = product(a, b, np.asarray(za, a.dtype), bz)
     with np.errstate(over="ignore", invalid="ignore"):
         y = acc.astype(F32) * (sa * bs)  # s_j = f(a_scale · b_scale_j), then one multiply
         if bias is not None:
@@ -102,13 +132,32 @@ def _matmul_integer_to_float(op: str, a: np.ndarray, b: np.ndarray, sa: np.float
 def matmul_integer_to_float(A: np.ndarray, B: np.ndarray, a_scale: Any, b_scale: Any, a_zero_point: Any = None,
                             b_zero_point: Any = None, bias: np.ndarray | None = None) -> np.ndarray:
     """com.microsoft MatMulIntegerToFloat: acc = Σ (a - a_zp)(b - b_zp_j) exactly (numpy.matmul
-    shapes), y = f(f(f(acc) · f(a_scale · b_scale_j)) + bias_j). a_scale and a_zero_point are per
-    tensor; b_scale and b_zero_point per tensor or per column."""
+    shapes), y = f(f(f(acc) · f(a_scale · b_scale_j)) + bias_j). a_zero_point is per tensor;
+    b_scale and b_zero_point per tensor or per column. a_scale is per tensor, or per row of A
+    ((..., M, 1)), then y = f(f(f(f(acc) · b_scale_j) + bias_j) · a_scale_i)."""
+    return _matmul_integer_to_float_op(A, B, a_scale, b_scale, a_zero_point, b_zero_point, bias)
+
+
+def _matmul_integer_to_float_op(A, B, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None,
+                                product=_q.matmul_integer) -> np.ndarray:
+    """``matmul_integer_to_float`` with the integer product computed by ``product``."""
     op = "matmul_integer_to_float"
     a = p.tensor(op, "A", A)
     b = p.tensor(op, "B", B)
-    sa, za = p.qparams(op, "a_scale", a_scale, "a_zero_point", a_zero_point, "A", a.dtype)
-    return _matmul_integer_to_float(op, a, b, sa, za, b_scale, b_zero_point, bias)
+    sa_arr = v.scale(op, "a_scale", a_scale)
+    if sa_arr.size == 1:
+        sa, za = p.qparams(op, "a_scale", a_scale, "a_zero_point", a_zero_point, "A", a.dtype)
+        return _matmul_integer_to_float(op, a, b, sa, za, b_scale, b_zero_point, bias, product)
+    # Per row of A (shape (..., M, 1)): onnxruntime computes the product with a unit A scale,
+    # adds the bias, and then multiplies by the broadcast A scale (measured; other shapes
+    # gave results no formula here matched, so they are refused).
+    _, za = p.qparams(op, "a_scale", F32(1), "a_zero_point", a_zero_point, "A", a.dtype)
+    y = _matmul_integer_to_float(op, a, b, F32(1), za, b_scale, b_zero_point, bias, product)
+    if sa_arr.shape[-1] != 1 or sa_arr.ndim > y.ndim or np.broadcast_shapes(sa_arr.shape, y.shape) != y.shape:
+        raise ValueError(f"{op}: a_scale must have one element or one per row of A (shape (..., M, 1) "
+                         f"broadcasting to the output {y.shape}); got shape {sa_arr.shape}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        return y * sa_arr
 
 
 def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -133,11 +182,16 @@ def dynamic_quantize_matmul(A: np.ndarray, B: np.ndarray, b_scale: Any, b_zero_p
                             bias: np.ndarray | None = None) -> np.ndarray:
     """com.microsoft DynamicQuantizeMatMul: A quantized to uint8 by ``dynamic_quantize_linear``,
     then ``matmul_integer_to_float`` with A's dynamic scale and zero point."""
+    return _dynamic_quantize_matmul_op(A, B, b_scale, b_zero_point, bias)
+
+
+def _dynamic_quantize_matmul_op(A, B, b_scale, b_zero_point=None, bias=None, product=_q.matmul_integer) -> np.ndarray:
+    """``dynamic_quantize_matmul`` with the integer product computed by ``product``."""
     op = "dynamic_quantize_matmul"
     a_float = p.float_tensor(op, "A", A)
     b = p.tensor(op, "B", B)
     qa, sa, za = dynamic_quantize_linear(a_float)
-    return _matmul_integer_to_float(op, qa, b, F32(sa), int(za), b_scale, b_zero_point, bias)
+    return _matmul_integer_to_float(op, qa, b, F32(sa), int(za), b_scale, b_zero_point, bias, product)
 
 
 def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1) -> np.ndarray:
