@@ -190,6 +190,7 @@ class _SizeGuard(OpRun):
     op_domain = ""
     _limit: int = 0
     _base: type | None = None
+    _binary: bool = False
 
     def __init__(self, onnx_node, run_params, schema=None):
         from onnx.reference.ops import load_op
@@ -203,6 +204,7 @@ class _SizeGuard(OpRun):
                 self.given[k] = v.decode("utf-8", "replace")
         base = self._base or load_op("", onnx_node.op_type, self.version)
         self._impl = base(onnx_node, run_params)
+        self._binary = OUTPUT_SIZE_GUARDS.get(onnx_node.op_type) is _out_broadcast
 
     def need_context(self) -> bool:  # noqa: D102 - as the wrapped operator
         return self._impl.need_context()
@@ -212,7 +214,22 @@ class _SizeGuard(OpRun):
             raise AttributeError(name)
         return getattr(self._impl, name)
 
-    def run(self, *args, **kwargs):  # noqa: D102
+    @property
+    def guarded_impl(self) -> OpRun:
+        """The wrapped operator: FastEvaluator calls :meth:`check_size` and then this
+        operator's fast path (a ufunc, ``_run``) instead of :meth:`run`."""
+        return self._impl
+
+    def check_size(self, args: Sequence[Any]) -> None:
+        """Raise NodeError when the largest tensor the operator would allocate from ``args``
+        is above the limit; return (None) when it fits or cannot be predicted."""
+        if self._binary and len(args) == 2:
+            a, b = args
+            if type(a) is np.ndarray and type(b) is np.ndarray:
+                # a broadcast output has at most a.size * b.size elements: below the limit,
+                # no need for the exact shape (the usual case, a bias or a scale)
+                if a.size * b.size * max(a.itemsize, b.itemsize) <= self._limit:
+                    return
         try:
             predicted = OUTPUT_SIZE_GUARDS[self.onnx_node.op_type](args, self.given, self.version)
         except Exception:  # malformed inputs: the operator itself reports them
@@ -227,6 +244,9 @@ class _SizeGuard(OpRun):
                     f"shape {list(shape)} would take {_human_bytes(nbytes)}, more than the "
                     f"limit of {_human_bytes(self._limit)} per tensor (max_tensor_bytes, "
                     "qlinear's --max-tensor-bytes)")
+
+    def run(self, *args, **kwargs):  # noqa: D102
+        self.check_size(args)
         return self._impl.run(*args, **kwargs)
 
     def _run(self, *args, **kwargs):  # run() above does the work

@@ -621,18 +621,26 @@ class FastEvaluator(ReferenceEvaluator):
                     drop[i].append(name)
         plan = []
         for i, node in enumerate(nodes):
-            how, extra = "run", None
-            plain = not node.has_linked_attribute and not getattr(node, "has_subgraph", False)
-            if node.need_context():
+            how, extra, check = "run", None, None
+            impl = node
+            if isinstance(getattr(node, "guarded_impl", None), OpRun):
+                # a size guard (qlinear._sizeguard): its check, then the wrapped operator's
+                # own fast path below (not the guard's run, which goes through OpRun.run)
+                check, impl = node.check_size, node.guarded_impl
+            plain = not impl.has_linked_attribute and not getattr(impl, "has_subgraph", False)
+            if impl.need_context():
                 how = "context"
-            elif node.op_type == "Constant" and plain:
+            elif impl.op_type == "Constant" and plain:
                 how = "const"
-            elif plain and type(node).run is OpRun.run:
-                how, extra = "direct", {a: getattr(node, a) for a in node.attributes_names_}
-            elif plain and isinstance(node, OpRunBinaryNumpy) and len(node.input) == 2 \
-                    and type(node)._run is OpRunBinaryNumpy._run:
-                how, extra = "binary", node.numpy_fct
-            plan.append((node, how, extra, list(node.input), list(node.output), drop[i]))
+            elif plain and type(impl).run is OpRun.run:
+                how, extra = "direct", {a: getattr(impl, a) for a in impl.attributes_names_}
+            elif plain and isinstance(impl, OpRunBinaryNumpy) and len(impl.input) == 2 \
+                    and type(impl)._run is OpRunBinaryNumpy._run:
+                how, extra = "binary", impl.numpy_fct
+            if how in ("context", "const") or (how == "run" and check is not None):
+                impl = node  # the guard's own run() checks (context and Constant: unguarded)
+                check = None
+            plan.append((impl, how, extra, list(node.input), list(node.output), drop[i], check))
         return plan
 
     def run(self, output_names, feed_inputs, attributes=None, intermediate=False,  # type: ignore[override]
@@ -653,7 +661,7 @@ class FastEvaluator(ReferenceEvaluator):
         results.update(feed_inputs)
         nodes = self.rt_nodes_  # may be a progress-bar wrapper around the same list
         timing = self.node_seconds
-        for _, (pnode, how, extra, ins, outs, drop) in zip(nodes, plan):
+        for _, (pnode, how, extra, ins, outs, drop, check) in zip(nodes, plan):
             if timing is not None:
                 t0 = time.perf_counter()
             try:
@@ -661,6 +669,9 @@ class FastEvaluator(ReferenceEvaluator):
             except KeyError as e:
                 raise RuntimeError(f"Unable to find input {e.args[0]!r} in known results "
                                    f"{sorted(results)}") from None
+            if check is not None and (how != "binary" or getattr(inputs[0], "shape", None)
+                                      != getattr(inputs[1], "shape", ())):
+                check(inputs)  # a binary of equal shapes: the output is no larger than an input
             if how == "binary" and type(inputs[0]) is np.ndarray \
                     and type(inputs[1]) is np.ndarray and inputs[0].dtype == inputs[1].dtype:
                 out = extra(inputs[0], inputs[1])

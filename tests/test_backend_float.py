@@ -485,6 +485,77 @@ def test_fast_evaluator_dispatch_paths_match_reference_exactly():
     assert list(got[0]) == [3, -3, -2, 2, 0]  # Div truncates toward zero
 
 
+def _guarded_paths_model():
+    """Guarded operators of every fast kind: binaries of equal and of broadcast shapes,
+    Expand and Tile (direct ``_run``), MatMul (direct) and a float Conv (its own ``run``)."""
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node("Add", ["a", "a"], ["s"]),
+             helper.make_node("Mul", ["s", "b"], ["p"]),
+             helper.make_node("Expand", ["b", "shape"], ["e"]),
+             helper.make_node("Sub", ["p", "e"], ["d"]),
+             helper.make_node("Tile", ["d", "reps"], ["t"]),
+             helper.make_node("MatMul", ["t", "m"], ["mm"]),
+             helper.make_node("Reshape", ["mm", "shape4"], ["x4"]),
+             helper.make_node("Conv", ["x4", "w"], ["y"])]
+    g = helper.make_graph(
+        nodes, "guarded", [vi("a", TensorProto.FLOAT, [3, 4]), vi("b", TensorProto.FLOAT, [4])],
+        [vi("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.int64([3, 4]), "shape"),
+         numpy_helper.from_array(np.int64([2, 1]), "reps"),
+         numpy_helper.from_array(np.arange(8, dtype=np.float32).reshape(4, 2), "m"),
+         numpy_helper.from_array(np.int64([1, 1, 6, 2]), "shape4"),
+         numpy_helper.from_array(np.ones((2, 1, 2, 1), np.float32), "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+def test_size_guard_keeps_the_fast_paths(monkeypatch):
+    """With a size limit (``qlinear run``'s default 2 GiB) the guarded operators dispatch as
+    without one (ufunc, ``_run``): the guard's size check runs, then the fast path, never the
+    guard's ``run`` or OpRun's generic ``run`` (the 40+ us path). Results equal the unguarded
+    ones, and a limit below a tensor still refuses on the fast path."""
+    from onnx.reference.op_run import OpRun
+
+    from qlinear import _sizeguard
+
+    model = _guarded_paths_model()
+    rng = np.random.default_rng(70)
+    feeds = {"a": rng.standard_normal((3, 4)).astype(np.float32),
+             "b": rng.standard_normal(4).astype(np.float32)}
+    plain = backend.QLinearRep(model)
+    guarded = backend.QLinearRep(model, max_tensor_bytes=2 << 30)
+    hows = lambda rep: [(p[0].op_type, p[1]) for p in rep.evaluator._fast_plan]  # noqa: E731
+    assert hows(guarded) == hows(plain)
+    assert dict(hows(guarded))["Add"] == "binary" and dict(hows(guarded))["Expand"] == "direct"
+    # the fast kinds carry the check; MatMul (onnx.reference's own run) and FLOAT_KERNELS'
+    # Conv (its own run) keep their guard's run; Reshape is not guarded
+    assert [p[6] is not None for p in guarded.evaluator._fast_plan] == [True] * 5 + [False] * 3
+    want = plain.run(feeds)[0]
+    calls = {"guard.run": 0, "OpRun.run": 0, "check": 0}
+    guard_run, oprun_run = _sizeguard._SizeGuard.run, OpRun.run
+    check = _sizeguard._SizeGuard.check_size
+
+    def count(key, fn):
+        def wrapped(*args, **kwargs):
+            calls[key] += 1
+            return fn(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(_sizeguard._SizeGuard, "run", count("guard.run", guard_run))
+    monkeypatch.setattr(OpRun, "run", count("OpRun.run", oprun_run))
+    monkeypatch.setattr(_sizeguard._SizeGuard, "check_size", count("check", check))
+    guarded = backend.QLinearRep(model, max_tensor_bytes=2 << 30)
+    got = guarded.run(feeds)[0]
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+    # MatMul's and Conv's guards run through run() (which checks); Mul, Expand and Tile are
+    # checked on the fast path; Add and Sub have inputs of equal shapes: no check needed
+    assert calls == {"guard.run": 2, "OpRun.run": 0, "check": 5}, calls
+    tight = backend.QLinearRep(model, max_tensor_bytes=47)  # Mul's (3, 4) float32 is 48 bytes
+    with pytest.raises(backend.NodeError, match=r"Mul-13.*48 B.*47 B"):
+        tight.run(feeds)
+
+
 def test_fast_evaluator_keeps_type_errors():
     vi = helper.make_tensor_value_info
     g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"])], "bad",
