@@ -675,6 +675,8 @@ class FastEvaluator(ReferenceEvaluator):
             if how == "binary" and type(inputs[0]) is np.ndarray \
                     and type(inputs[1]) is np.ndarray and inputs[0].dtype == inputs[1].dtype:
                 out = extra(inputs[0], inputs[1])
+                if type(out) is not np.ndarray:  # a ufunc of two 0-d arrays returns a scalar
+                    out = np.asarray(out)
                 outputs = (out,) if out.dtype == inputs[0].dtype else pnode.run(*inputs)
             elif how == "direct":
                 try:

@@ -556,6 +556,24 @@ def test_size_guard_keeps_the_fast_paths(monkeypatch):
         tight.run(feeds)
 
 
+def test_fast_evaluator_binary_of_scalars_gives_arrays():
+    """A ufunc of two 0-d arrays returns a NumPy scalar; the graph loop keeps ndarrays (a
+    scalar intermediate was left out of compare's exposed outputs and sent the next binary
+    down the slow path)."""
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("Mul", ["a", "b"], ["c"]),
+                           helper.make_node("Add", ["c", "b"], ["d"])], "scalars",
+                          [vi("a", TensorProto.FLOAT, []), vi("b", TensorProto.FLOAT, [])],
+                          [vi("d", TensorProto.FLOAT, [])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    feeds = {"a": np.array(2, np.float32), "b": np.array(3, np.float32)}
+    values = backend.QLinearRep(m).run_all(feeds)
+    for name in ("c", "d"):
+        assert type(values[name]) is np.ndarray and values[name].dtype == np.float32
+    assert values["c"].shape == () and values["d"] == np.float32(9)
+
+
 def test_fast_evaluator_keeps_type_errors():
     vi = helper.make_tensor_value_info
     g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"])], "bad",
