@@ -295,9 +295,12 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
             else:
                 row["max_diff"], row["unit"] = max(row["max_diff"] or 0, c["max_abs"]), "abs"
                 row["max_rel"], row["max_ulp"] = c["max_rel"], c["max_ulp"]
+        row["own_verdict"] = "identical" if not row["mismatches"] else None
         if row["mismatches"] and not row["diagnosis"]:
+            info: dict[str, Any] = {}
             row["diagnosis"] = _diagnose(node, model.opset_import, ql, values_ort,
-                                         mismatched_tensors, emulate)
+                                         mismatched_tensors, emulate, info=info, tol=tol)
+            row["own_verdict"] = info.get("own_verdict")
         rows.append(row)
 
     producers = {out: node for node in nodes for out in node.output if out}
@@ -339,14 +342,23 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
     }
 
 
-def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str | None = None) -> str:
+def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str | None = None,
+              info: dict[str, Any] | None = None, tol: dict[str, Any] | None = None) -> str:
+    """The diagnosis text of a mismatching node; ``info["own_verdict"]`` gets the verdict of
+    qlinear's kernel run on onnxruntime's own inputs against onnxruntime's outputs (every
+    output of the node; None when it could not be re-run)."""
     out = node.output[0]
     ort_out = values_ort[out]
     inputs_differ = any(n in mismatched for n in node.input if n)
     try:
-        own = _run_node_qlinear(node, opsets, values_ort, emulate=emulate)[out]
+        own_all = _run_node_qlinear(node, opsets, values_ort, emulate=emulate)
+        own = own_all[out]
     except Exception:
-        own = None
+        own_all, own = None, None
+    if info is not None and own_all is not None:
+        info["own_verdict"] = _worst(
+            compare_tensor(np.asarray(v), np.asarray(values_ort[k]), **(tol or {}))["verdict"]
+            for k, v in own_all.items() if k in values_ort)
     if own is not None and not _mismatch(np.asarray(own), np.asarray(ort_out)).any():
         if inputs_differ:
             return "propagated (agrees on onnxruntime's inputs)"
