@@ -1,6 +1,7 @@
 """Model graphs: qlinear's backend against onnxruntime's normal session, node type by node type.
 
     python benchmarks/graphs.py [--models DIR] [--repeat 7] [--profile] [--only NAME]
+    python benchmarks/graphs.py --table [--repeat 15]     # the docs/models.md table
 
 ``--blas-threads N`` limits NumPy's BLAS (which qlinear's matrix products use) to N threads.
 Each model in DIR (default /work/shared/models, when present) that qlinear's backend prepares,
@@ -227,6 +228,105 @@ def models(directory: Path | None):
     return out
 
 
+def model_inputs(name: str, model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    """The benchmark's inputs: :func:`_inputs`, except the GPT-2 model, whose token ids must
+    index its 1000-row embedding and whose past and mask lengths must agree: 5 new tokens
+    after a past of 3."""
+    if not name.startswith("tiny_gpt2"):
+        return _inputs(model, seed)
+    rng = np.random.default_rng(seed)
+    feeds = {"input_ids": rng.integers(0, 1000, (1, 5)).astype(np.int32),
+             "position_ids": np.arange(3, 8, dtype=np.int32)[None],
+             "attention_mask": np.ones((1, 8), np.int32)}
+    for i in range(5):
+        feeds[f"past_{i}"] = rng.standard_normal((2, 1, 4, 3, 8)).astype(np.float32)
+    return feeds
+
+
+def _formats(directory: Path | None) -> dict[str, str]:
+    """model stem -> the ``format:`` line of SOURCES.md."""
+    out: dict[str, str] = {}
+    src = directory / "SOURCES.md" if directory else None
+    if src is None or not src.is_file():
+        return out
+    current = None
+    for line in src.read_text().splitlines():
+        if line.startswith("## ") and line.endswith(".onnx"):
+            current = line[3:-5]
+        elif current and line.startswith("- format:"):
+            out[current] = line.split(":", 1)[1].strip()
+    return out
+
+
+def _ops_summary(model: onnx.ModelProto, top: int = 5) -> str:
+    counts = collections.Counter(n.op_type for n in model.graph.node if n.op_type != "Constant")
+    items = [f"{op}×{n}" for op, n in counts.most_common(top)]
+    return ", ".join(items) + (", …" if len(counts) > top else "")
+
+
+def _verdict_text(result: dict) -> str:
+    """Worst output verdict, with the largest difference when not identical."""
+    v = result["verdict"]
+    if v == "identical":
+        return "identical"
+    worst = [o for o in result["outputs"] if o["verdict"] != "identical"]
+    abs_ = max((o.get("max_abs") or 0) for o in worst)
+    steps = [o["max_steps"] for o in worst if o.get("max_steps") is not None]
+    text = f"{v}, max abs {abs_:.2g}"
+    if steps and v == "DIFFER":
+        text += f" ({max(steps):g} steps)"
+    return text
+
+
+def table(directory: Path | None, repeat: int, only: str | None = None) -> list[str]:
+    """The docs/models.md table: per model its format, operators, ``qlinear compare``'s
+    verdict against onnxruntime's normal session (exact kernels, and ``--emulate
+    onnxruntime-avx2`` where onnxruntime saturates here), the nodes that differ on
+    onnxruntime's own inputs, and warm medians of both engines (2 threads, batch 1)."""
+    import onnxruntime as ort
+
+    import qlinear.backend as backend
+    from qlinear.tools import compare, ortsat
+
+    saturates = ortsat.onnxruntime_saturates()
+    formats = _formats(directory)
+    lines = ["| model | format | operators | compare | compare --emulate onnxruntime-avx2 | "
+             "quantized nodes differing on onnxruntime's inputs | qlinear ms | onnxruntime ms | "
+             "ratio |", "|---|---|---|---|---|---|---|---|---|"]
+    ratios = []
+    for name, src in models(directory):
+        if only and only not in name:
+            continue
+        model = onnx.load(src) if isinstance(src, Path) else src
+        feeds = model_inputs(name, model)
+        kw = dict(timing_runs=1, timing_budget=0.0)
+        plain = compare.compare_model(model, feeds, **kw)
+        emu = compare.compare_model(model, feeds, emulate="onnxruntime-avx2", **kw) \
+            if saturates else None
+        chosen = emu if saturates else plain
+        own_differ = sum(1 for r in chosen["nodes"] if r.get("own_verdict") == "DIFFER")
+        rep = backend.prepare(model)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 2
+        so.inter_op_num_threads = 1
+        blob = str(src) if isinstance(src, Path) else model.SerializeToString()
+        sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+        t = _interleaved_ms({"qlinear": lambda: rep.run(feeds),
+                             "onnxruntime": lambda: sess.run(None, feeds)}, repeat)
+        ratios.append(t["qlinear"] / t["onnxruntime"])
+        fmt = formats.get(name, "QOperator (synthetic, 7-bit weights)" if "synthetic" in name
+                          else "?")
+        lines.append(f"| {name} | {fmt} | {_ops_summary(model)} | {_verdict_text(plain)} | "
+                     f"{_verdict_text(emu) if emu else 'n/a (exact here)'} | {own_differ} | "
+                     f"{t['qlinear']:.2f} | {t['onnxruntime']:.2f} | {ratios[-1]:.2f} |")
+        print(lines[-1], flush=True)
+    if ratios:
+        g = float(np.exp(np.mean(np.log(ratios))))
+        lines.append(f"\ngeometric mean qlinear/onnxruntime: {g:.2f}")
+        print(lines[-1])
+    return lines
+
+
 def main(argv=None) -> int:
     import onnxruntime as ort
 
@@ -243,6 +343,8 @@ def main(argv=None) -> int:
                     help="single float operators: onnx.reference, qlinear, onnxruntime")
     ap.add_argument("--overhead", action="store_true",
                     help="per-node overhead of the graph loop (chains of 300 tiny nodes)")
+    ap.add_argument("--table", action="store_true",
+                    help="the docs/models.md table: format, operators, compare verdicts, times")
     ap.add_argument("--before", action="store_true",
                     help="also time the graph as before qlinear.backend_float: onnx.reference's "
                          "evaluator and float operators, qlinear's kernels for the rest")
@@ -251,6 +353,9 @@ def main(argv=None) -> int:
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(limits=args.blas_threads, user_api="blas")
+    if args.table:
+        table(args.models, args.repeat, args.only)
+        return 0
     if args.ops:
         op_table(args.repeat)
     if args.overhead:
@@ -266,7 +371,7 @@ def main(argv=None) -> int:
         except Exception as e:  # noqa: BLE001 - report and go on
             print(f"{name}: not run by qlinear ({type(e).__name__}: {str(e)[:100]})", flush=True)
             continue
-        feeds = _inputs(model)
+        feeds = model_inputs(name, model)
         so = ort.SessionOptions()
         so.intra_op_num_threads = 2
         so.inter_op_num_threads = 1

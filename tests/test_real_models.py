@@ -168,5 +168,6 @@ def test_real_model(name, emulate, tmp_path, capsys):
     assert ours["Conv"] == FLOAT_CONV_MODELS[name]
     # ... and the first tensors that differ are those float Convs' outputs, within tolerance
     # (every later difference agrees on onnxruntime's inputs: checked above)
-    first = next(row for row in result["nodes"] if row["mismatches"])
-    assert first["op"] == "Conv" and first["verdict"] == "within tolerance", first
+    first = next((row for row in result["nodes"] if row["mismatches"]), None)
+    if first is not None:  # (other inputs may hit no rounding boundary at all)
+        assert first["op"] == "Conv" and first["verdict"] == "within tolerance", first
