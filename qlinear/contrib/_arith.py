@@ -71,12 +71,28 @@ def mlas_quantize(values, y_scale: np.float32, y_zero_point: int, dtype: np.dtyp
     comes before the conversion, so no value reaches cvt's INT_MIN; NaN becomes the type's
     minimum (the clamp's max(NaN, lo) returns lo in MLAS's operand order).
     """
-    lo, hi = type_range(np.dtype(dtype))
+    dtype = np.dtype(dtype)
+    lo, hi = type_range(dtype)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        q = np.asarray(values, F32) / F32(y_scale)
-    q = np.where(np.isnan(q), F32(-np.inf), q)
-    q = np.clip(q, F32(lo - y_zero_point), F32(hi - y_zero_point))
-    return (np.rint(q).astype(np.int64) + y_zero_point).astype(dtype)
+        q = np.divide(np.asarray(values, F32), F32(y_scale), dtype=F32)
+    if q.ndim == 0:
+        q = q.reshape(1)  # ufuncs' out= needs an array
+        return _quantize_inplace(q, lo, hi, y_zero_point, dtype).reshape(())
+    return _quantize_inplace(q, lo, hi, y_zero_point, dtype)
+
+
+def _quantize_inplace(q: np.ndarray, lo: int, hi: int, zp: int, dtype: np.dtype) -> np.ndarray:
+    """clamp (NaN to the low end), round half to even, add zp, in q's own float32 buffer."""
+    # fmax returns its other operand for NaN: NaN -> lo - zp, as MLAS's max(NaN, lo)
+    np.fmax(q, F32(lo - zp), out=q)
+    np.minimum(q, F32(hi - zp), out=q)
+    np.rint(q, out=q)
+    if dtype.itemsize <= 2:
+        # q + zp is an integer in [lo, hi], |.| <= 65535 < 2**24: exact in float32, and the
+        # cast is exact
+        q += F32(zp)
+        return q.astype(dtype)
+    return (q.astype(np.int64) + zp).astype(dtype)
 
 
 def requantize_multiply(values, multiplier, y_zero_point: int, dtype: np.dtype) -> np.ndarray:

@@ -167,9 +167,16 @@ def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     Returns (y, scale as a 0-d float32 array, zero point as a 0-d uint8 array)."""
     op = "dynamic_quantize_linear"
     arr = p.float_tensor(op, "x", x)
-    finite = arr[~np.isnan(arr)] if arr.size else arr
-    mn = min(F32(finite.min()) if finite.size else F32(0), F32(0))
-    mx = max(F32(finite.max()) if finite.size else F32(0), F32(0))
+    lo_x = hi_x = F32(0)
+    if arr.size:
+        lo_x, hi_x = F32(arr.min()), F32(arr.max())
+        if np.isnan(lo_x) or np.isnan(hi_x):  # NaN is ignored (fmin/fmax skip it; all NaN: 0)
+            flat = arr.reshape(-1)
+            lo_x, hi_x = F32(np.fmin.reduce(flat)), F32(np.fmax.reduce(flat))
+            if np.isnan(lo_x):
+                lo_x = hi_x = F32(0)
+    mn = min(lo_x, F32(0))
+    mx = max(hi_x, F32(0))
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         scale = F32(1) if mx == mn else F32(F32(mx - mn) / F32(255))
         initial = F32(F32(0) - F32(mn / scale))
