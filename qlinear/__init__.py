@@ -7,6 +7,7 @@ Operators (inputs in ONNX order, attributes keyword-only with ONNX names and def
 """
 
 from ._engine import set_workspace_limit, workspace_limit
+from ._native import engine_info, get_num_threads, set_num_threads
 from .conv import (
     PreparedConvInteger,
     PreparedQLinearConv,
@@ -43,5 +44,8 @@ __all__ = [
     "PreparedQLinearMatMul",
     "PreparedMatMulInteger",
     "set_workspace_limit",
+    "engine_info",
+    "set_num_threads",
+    "get_num_threads",
     "workspace_limit",
 ]

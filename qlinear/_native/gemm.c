@@ -1,0 +1,260 @@
+/* The portable GEMM driver: blocking, threading, the U8S8 corrections and the fused epilogue.
+ *
+ * C (M x N) = L (M x K) . R (K x N). L is packed as rows of kp elements; R as panels of nr
+ * columns (prepacked, or packed per panel by a callback into per-thread scratch). Work is cut
+ * into tasks (row block x column block); each task runs the micro-kernel over its tiles with
+ * the full K (no K blocking: one R panel, K x nr, is reused across a row block of L kept in
+ * L2), and the epilogue consumes every tile while it is hot in L1.
+ */
+#include "qlinear.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define L2_BUDGET (160 * 1024)   /* bytes of packed L per row block (Zen 3 L2: 512 KiB) */
+#define MIN_TASK_MACS (1 << 18)  /* below this, a second thread costs more than it gives */
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline ptrdiff_t pmin(ptrdiff_t a, ptrdiff_t b) { return a < b ? a : b; }
+
+typedef struct {
+    const ql_gemm_problem *p;
+    int mc, ppt, row_blocks, col_blocks, npanels;
+    size_t pbytes;
+    char *scratch; size_t scratch_stride;
+} gemm_ctx;
+
+static void gemm_task(void *vctx, ptrdiff_t t, int thread) {
+    gemm_ctx *g = (gemm_ctx *)vctx;
+    const ql_gemm_problem *p = g->p;
+    const ql_gemm_kernel *k = p->kern;
+    int rb = (int)(t % g->row_blocks), cb = (int)(t / g->row_blocks);
+    int i_beg = rb * g->mc, i_end = imin(p->M, i_beg + g->mc);
+    int p_beg = cb * g->ppt, p_end = imin(g->npanels, p_beg + g->ppt);
+    int32_t Ct[QL_MAX_MR * QL_MAX_NR] __attribute__((aligned(64)));
+    for (int pi = p_beg; pi < p_end; pi++) {
+        int j0 = pi * k->nr, ncols = imin(k->nr, p->N - j0);
+        const void *panel;
+        const int32_t *cs = NULL;
+        if (p->Rpacked) {
+            panel = (const char *)p->Rpacked + (size_t)pi * g->pbytes;
+            if (p->R_colsums) cs = p->R_colsums + j0;
+        } else {
+            char *s = g->scratch + (size_t)thread * g->scratch_stride;
+            int32_t *colsums = (int32_t *)(s + g->pbytes);
+            p->pack_R(p->pack_ctx, j0, ncols, s, colsums, thread);
+            panel = s;
+            cs = colsums;
+        }
+        for (int i = i_beg; i < i_end; i += k->mr) {
+            int rows = imin(k->mr, i_end - i);
+            k->kernel((const char *)p->L + (ptrdiff_t)i * p->ldl_bytes, p->ldl_bytes, panel,
+                      p->kp, Ct, k->nr, rows);
+            p->epilogue(&p->ep, Ct, k->nr, cs, i, j0, rows, ncols);
+        }
+    }
+}
+
+int ql_gemm(const ql_gemm_problem *p) {
+    const ql_gemm_kernel *k = p->kern;
+    if (p->M <= 0 || p->N <= 0) return 0;
+    gemm_ctx g;
+    memset(&g, 0, sizeof g);
+    g.p = p;
+    g.npanels = (p->N + k->nr - 1) / k->nr;
+    g.pbytes = ql_panel_bytes(k, p->kp);
+    int threads = imin(p->threads, ql_num_threads());
+    double macs = (double)p->M * p->N * (p->K > 0 ? p->K : 1);
+    if (macs < 2.0 * MIN_TASK_MACS) threads = 1;
+    if (threads < 1) threads = 1;
+    size_t row_bytes = (size_t)p->kp * (k->form == QL_FORM_I16 ? 2 : 1);
+    int mc = (int)(L2_BUDGET / (row_bytes ? row_bytes : 1));
+    mc = mc / k->mr * k->mr;
+    if (mc < k->mr) mc = k->mr;
+    if (!p->Rpacked || mc > p->M) mc = (p->M + k->mr - 1) / k->mr * k->mr;
+    int target = threads > 1 ? 4 * threads : 1;
+    for (;;) {
+        g.row_blocks = (p->M + mc - 1) / mc;
+        int want_cols = (target + g.row_blocks - 1) / g.row_blocks;
+        g.col_blocks = imin(g.npanels, want_cols < 1 ? 1 : want_cols);
+        g.ppt = (g.npanels + g.col_blocks - 1) / g.col_blocks;
+        g.col_blocks = (g.npanels + g.ppt - 1) / g.ppt;
+        /* too few tasks for the threads: cut the rows finer (prepacked R only) */
+        if (g.row_blocks * g.col_blocks >= 2 * threads || !p->Rpacked || mc <= k->mr) break;
+        mc = (mc / 2 + k->mr - 1) / k->mr * k->mr;
+    }
+    g.mc = mc;
+    if (!p->Rpacked) {
+        g.scratch_stride = (g.pbytes + (size_t)QL_MAX_NR * sizeof(int32_t) + 63) & ~(size_t)63;
+        g.scratch = aligned_alloc(64, g.scratch_stride * (size_t)threads);
+        if (!g.scratch) return -1;
+    }
+    ptrdiff_t tasks = (ptrdiff_t)g.row_blocks * g.col_blocks;
+    ql_parallel_for(tasks, threads, gemm_task, &g);
+    free(g.scratch);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * b packing
+ * ------------------------------------------------------------------------------------- */
+size_t ql_packed_b_bytes(const ql_gemm_kernel *kern, int K, int N) {
+    size_t npanels = (size_t)(N + kern->nr - 1) / kern->nr;
+    return npanels * ql_panel_bytes(kern, ql_round_k(kern, K));
+}
+
+typedef struct {
+    const ql_gemm_kernel *kern;
+    const void *b; int b_type; int K, N, kp, npanels;
+    ptrdiff_t bs, ks, cs;
+    const int32_t *zp; ptrdiff_t zp_bs, zp_cs;
+    char *packed; size_t entry_bytes, pbytes;
+    int32_t *colsums; int32_t *zcol;
+} packb_ctx;
+
+static void packb_task(void *vctx, ptrdiff_t t, int thread) {
+    (void)thread;
+    packb_ctx *c = (packb_ctx *)vctx;
+    const ql_gemm_kernel *k = c->kern;
+    ptrdiff_t e = t / c->npanels;
+    int pi = (int)(t % c->npanels);
+    int j0 = pi * k->nr, ncols = imin(k->nr, c->N - j0);
+    int npad = c->npanels * k->nr;
+    const char *src = (const char *)c->b + (e * c->bs + (ptrdiff_t)j0 * c->cs);  /* bytes = elements */
+    const int32_t *zp = c->zp + e * c->zp_bs + (ptrdiff_t)j0 * c->zp_cs;
+    int32_t *cs = c->colsums ? c->colsums + e * npad + j0 : NULL;
+    ql_pack_R_panel(src, c->b_type, c->ks, c->cs, c->K, ncols, zp, c->zp_cs, k->form, k->nr,
+                    c->packed + e * c->entry_bytes + (size_t)pi * c->pbytes, c->kp, cs);
+    if (c->zcol) {
+        int shift = (k->form == QL_FORM_U8S8 && c->b_type == QL_U8) ? 128 : 0;
+        for (int j = 0; j < ncols; j++) c->zcol[e * c->N + j0 + j] = zp[j * c->zp_cs] - shift;
+    }
+}
+
+void ql_pack_b(const ql_gemm_kernel *kern, const void *b, int b_type, ptrdiff_t Bb, int K, int N,
+               ptrdiff_t bs, ptrdiff_t ks, ptrdiff_t cs, const int32_t *zp, ptrdiff_t zp_bs,
+               ptrdiff_t zp_cs, void *packed, int32_t *colsums, int32_t *zcol, int threads) {
+    if (N <= 0) return;
+    packb_ctx c = {kern, b, b_type, K, N, ql_round_k(kern, K), (N + kern->nr - 1) / kern->nr,
+                   bs, ks, cs, zp, zp_bs, zp_cs, (char *)packed, ql_packed_b_bytes(kern, K, N),
+                   ql_panel_bytes(kern, ql_round_k(kern, K)), colsums, zcol};
+    ptrdiff_t tasks = Bb * c.npanels;
+    if ((double)Bb * K * N < (1 << 16)) threads = 1;
+    ql_parallel_for(tasks, threads, packb_task, &c);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * MatMulInteger / QLinearMatMul
+ * ------------------------------------------------------------------------------------- */
+typedef struct {
+    const ql_matmul *mm;
+    int kp; size_t ldl; size_t lbytes;     /* packed a: M rows of ldl bytes */
+    char *scratch; size_t scratch_stride;  /* per thread: packed a + rowsums + row_a + row_z */
+    int inner_threads;
+} mm_ctx;
+
+typedef struct {
+    const ql_matmul *mm; const void *a; const int32_t *zpa; char *Lp; size_t ldl; int kp;
+    int32_t *rowsums, *row_a, *row_z; int rows_per_task;
+} packa_ctx;
+
+static void packa_rows(const packa_ctx *c, int r0, int rows) {
+    const ql_matmul *mm = c->mm;
+    int form = mm->kern->form;
+    const char *src = (const char *)c->a + (ptrdiff_t)r0 * mm->K;
+    const int32_t *zp = c->zpa + (ptrdiff_t)r0 * mm->zpa_rs;
+    ql_pack_L(src, mm->a_type, mm->K, 1, rows, mm->K, zp, mm->zpa_rs, form,
+              c->Lp + (size_t)r0 * c->ldl, (ptrdiff_t)c->ldl, c->kp,
+              form == QL_FORM_U8S8 ? c->rowsums + r0 : NULL);
+    if (form == QL_FORM_U8S8) {
+        int shift = mm->a_type == QL_I8 ? 128 : 0;
+        for (int r = r0; r < r0 + rows; r++) {
+            int32_t zl = c->zpa[(ptrdiff_t)r * mm->zpa_rs] + shift;   /* zL' */
+            c->row_z[r] = zl;
+            c->row_a[r] = (int32_t)((uint32_t)c->rowsums[r] - (uint32_t)mm->K * (uint32_t)zl);
+        }
+    }
+}
+
+static void packa_task(void *vctx, ptrdiff_t t, int thread) {
+    (void)thread;
+    packa_ctx *c = (packa_ctx *)vctx;
+    int r0 = (int)t * c->rows_per_task;
+    packa_rows(c, r0, imin(c->rows_per_task, c->mm->M - r0));
+}
+
+static void mm_batch(mm_ctx *x, ptrdiff_t bi, int thread, int threads) {
+    const ql_matmul *mm = x->mm;
+    const ql_gemm_kernel *k = mm->kern;
+    char *s = x->scratch + (size_t)thread * x->scratch_stride;
+    int32_t *rowsums = (int32_t *)(s + x->lbytes);
+    int32_t *row_a = rowsums + mm->M, *row_z = row_a + mm->M;
+    int64_t ai = mm->a_idx[bi], bidx = mm->b_idx[bi];
+    packa_ctx pc = {mm, (const char *)mm->a + (size_t)ai * mm->M * mm->K * 1,
+                    mm->zpa + bi * mm->zpa_bs, s, x->ldl, x->kp, rowsums, row_a, row_z, 0};
+    if (threads > 1 && (double)mm->M * mm->K > (1 << 17)) {
+        pc.rows_per_task = (mm->M + 4 * threads - 1) / (4 * threads);
+        ql_parallel_for((mm->M + pc.rows_per_task - 1) / pc.rows_per_task, threads, packa_task, &pc);
+    } else {
+        packa_rows(&pc, 0, mm->M);
+    }
+    int npad = (mm->N + k->nr - 1) / k->nr * k->nr;
+    ql_gemm_problem p;
+    memset(&p, 0, sizeof p);
+    p.kern = k;
+    p.M = mm->M; p.N = mm->N; p.K = mm->K; p.kp = x->kp;
+    p.L = s; p.ldl_bytes = (ptrdiff_t)x->ldl;
+    p.Rpacked = (const char *)mm->bpack + (size_t)bidx * ql_packed_b_bytes(k, mm->K, mm->N);
+    p.epilogue = mm->isa->epilogue;
+    p.threads = threads;
+    ql_epilogue *ep = &p.ep;
+    ep->quantized = mm->quantized;
+    size_t out_es = mm->quantized ? 1 : 4;
+    ep->out = (char *)mm->out + (size_t)bi * mm->M * mm->N * out_es;
+    ep->out_rs = mm->N; ep->out_cs = 1;
+    if (mm->quantized) {
+        ep->mult = mm->mult + bi * mm->m_bs;
+        ep->mult_rs = mm->m_rs; ep->mult_cs = mm->m_cs;
+        ep->lo = mm->lo; ep->hi = mm->hi; ep->zp = mm->yzp;
+        ep->out_is_signed = mm->out_is_signed;
+    }
+    if (k->form == QL_FORM_U8S8) {
+        p.R_colsums = mm->bcolsums + (size_t)bidx * npad;
+        ep->row_a = row_a; ep->row_z = row_z; ep->row_s = 1;
+        ep->col_z = mm->bzcol + (size_t)bidx * mm->N; ep->col_z_s = 1;
+    }
+    ql_gemm(&p);
+}
+
+static void mm_batch_task(void *vctx, ptrdiff_t t, int thread) {
+    mm_batch((mm_ctx *)vctx, t, thread, 1);
+}
+
+int ql_matmul_run(const ql_matmul *mm) {
+    const ql_gemm_kernel *k = mm->kern;
+    if (mm->batches <= 0 || mm->M <= 0 || mm->N <= 0) return 0;
+    mm_ctx x;
+    memset(&x, 0, sizeof x);
+    x.mm = mm;
+    x.kp = ql_round_k(k, mm->K);
+    size_t es = k->form == QL_FORM_I16 ? 2 : 1;
+    x.ldl = ((size_t)x.kp * es + 15) & ~(size_t)15;
+    if (x.ldl == 0) x.ldl = 16;
+    x.lbytes = ((size_t)mm->M * x.ldl + 63) & ~(size_t)63;
+    x.scratch_stride = (x.lbytes + 3 * (size_t)mm->M * sizeof(int32_t) + 63) & ~(size_t)63;
+    int threads = imin(mm->threads, ql_num_threads());
+    if (threads < 1) threads = 1;
+    /* many small products: one batch entry per task; otherwise threads inside each GEMM */
+    double per = (double)mm->M * mm->N * (mm->K ? mm->K : 1);
+    int by_batch = threads > 1 && mm->batches >= 2 * threads && per < (1 << 22);
+    int slots = by_batch ? threads : 1;
+    x.scratch = aligned_alloc(64, x.scratch_stride * (size_t)slots);
+    if (!x.scratch) return -1;
+    if (by_batch) {
+        ql_parallel_for(mm->batches, threads, mm_batch_task, &x);
+    } else {
+        for (ptrdiff_t bi = 0; bi < mm->batches; bi++) mm_batch(&x, bi, 0, threads);
+    }
+    free(x.scratch);
+    return 0;
+}
