@@ -11,7 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define L2_BUDGET (160 * 1024)   /* bytes of packed L per row block (Zen 3 L2: 512 KiB) */
+#define L2_BUDGET (256 * 1024)   /* bytes of packed L per row block (Zen 3 L2: 512 KiB): few
+                                    row blocks, so the packed R streams from memory few times */
+#define KC_BYTES 65536          /* bytes of one K block of a panel: L2-resident (measured: smaller
+                                    blocks, L1-sized, were slower on Zen 3) */
 #define MIN_TASK_MACS (1 << 18)  /* below this, a second thread costs more than it gives */
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
@@ -20,37 +23,70 @@ static inline ptrdiff_t pmin(ptrdiff_t a, ptrdiff_t b) { return a < b ? a : b; }
 typedef struct {
     const ql_gemm_problem *p;
     int mc, ppt, row_blocks, col_blocks, npanels;
+    int kc, nkb;                           /* K block (elements, multiple of kpack) and count */
     size_t pbytes;
-    char *scratch; size_t scratch_stride;
+    char *scratch; size_t scratch_stride;  /* per thread: [packed panel + colsums] [C block] */
+    size_t cblock_off;
 } gemm_ctx;
 
 static void gemm_task(void *vctx, ptrdiff_t t, int thread) {
     gemm_ctx *g = (gemm_ctx *)vctx;
     const ql_gemm_problem *p = g->p;
     const ql_gemm_kernel *k = p->kern;
+    const int nr = k->nr;
+    const size_t es = k->form == QL_FORM_I16 ? 2 : 1;
     int rb = (int)(t % g->row_blocks), cb = (int)(t / g->row_blocks);
     int i_beg = rb * g->mc, i_end = imin(p->M, i_beg + g->mc);
     int p_beg = cb * g->ppt, p_end = imin(g->npanels, p_beg + g->ppt);
     int32_t Ct[QL_MAX_MR * QL_MAX_NR] __attribute__((aligned(64)));
+    char *s = g->scratch ? g->scratch + (size_t)thread * g->scratch_stride : NULL;
+    int32_t *Cb = s ? (int32_t *)(s + g->cblock_off) : NULL;  /* mc x nr, for K blocking */
     for (int pi = p_beg; pi < p_end; pi++) {
-        int j0 = pi * k->nr, ncols = imin(k->nr, p->N - j0);
-        const void *panel;
+        int j0 = pi * nr, ncols = imin(nr, p->N - j0);
+        const char *panel;
         const int32_t *cs = NULL;
         if (p->Rpacked) {
             panel = (const char *)p->Rpacked + (size_t)pi * g->pbytes;
             if (p->R_colsums) cs = p->R_colsums + j0;
         } else {
-            char *s = g->scratch + (size_t)thread * g->scratch_stride;
             int32_t *colsums = (int32_t *)(s + g->pbytes);
             p->pack_R(p->pack_ctx, j0, ncols, s, colsums, thread);
             panel = s;
             cs = colsums;
         }
+        if (g->nkb <= 1) {
+            /* the whole K at once: the tile goes straight to the epilogue */
+            for (int i = i_beg; i < i_end; i += k->mr) {
+                int rows = imin(k->mr, i_end - i);
+                k->kernel((const char *)p->L + (ptrdiff_t)i * p->ldl_bytes, p->ldl_bytes, panel,
+                          p->kp, Ct, nr, rows);
+                p->epilogue(&p->ep, Ct, nr, cs, i, j0, rows, ncols);
+            }
+            continue;
+        }
+        /* K blocks: one block of the panel (kc x nr) stays in L1 while every row tile of the
+         * row block passes over it; partial sums are added (wrapping) into the C block */
+        for (int kb = 0; kb < g->nkb; kb++) {
+            int k0 = kb * g->kc, kl = imin(g->kc, p->kp - k0);
+            const char *pk = panel + (size_t)k0 * nr * es;
+            for (int i = i_beg; i < i_end; i += k->mr) {
+                int rows = imin(k->mr, i_end - i);
+                int32_t *cdst = Cb + (size_t)(i - i_beg) * nr;
+                if (kb == 0) {
+                    k->kernel((const char *)p->L + (ptrdiff_t)i * p->ldl_bytes + (size_t)k0 * es,
+                              p->ldl_bytes, pk, kl, cdst, nr, rows);
+                } else {
+                    k->kernel((const char *)p->L + (ptrdiff_t)i * p->ldl_bytes + (size_t)k0 * es,
+                              p->ldl_bytes, pk, kl, Ct, nr, rows);
+                    uint32_t *d = (uint32_t *)cdst;
+                    const uint32_t *src = (const uint32_t *)Ct;
+                    for (int e = 0; e < rows * nr; e++) d[e] += src[e];
+                }
+            }
+        }
         for (int i = i_beg; i < i_end; i += k->mr) {
             int rows = imin(k->mr, i_end - i);
-            k->kernel((const char *)p->L + (ptrdiff_t)i * p->ldl_bytes, p->ldl_bytes, panel,
-                      p->kp, Ct, k->nr, rows);
-            p->epilogue(&p->ep, Ct, k->nr, cs, i, j0, rows, ncols);
+            p->epilogue(&p->ep, Cb + (size_t)(i - i_beg) * nr, nr, cs, i, j0, rows, ncols);
         }
     }
 }
@@ -83,9 +119,24 @@ int ql_gemm(const ql_gemm_problem *p) {
         if (g.row_blocks * g.col_blocks >= 2 * threads || !p->Rpacked || mc <= k->mr) break;
         mc = (mc / 2 + k->mr - 1) / k->mr * k->mr;
     }
+    /* equal row blocks: M = 128 with at most 102 rows a block is 66 + 62, not 102 + 26 */
+    {
+        int blocks = (p->M + mc - 1) / mc;
+        int even = (p->M + blocks - 1) / blocks;
+        mc = (even + k->mr - 1) / k->mr * k->mr;
+    }
     g.mc = mc;
-    if (!p->Rpacked) {
-        g.scratch_stride = (g.pbytes + (size_t)QL_MAX_NR * sizeof(int32_t) + 63) & ~(size_t)63;
+    g.row_blocks = (p->M + mc - 1) / mc;
+    /* K block: about 8 KiB of panel (L1 holds it, the C block and a tile's L rows) */
+    size_t es = k->form == QL_FORM_I16 ? 2 : 1;
+    g.kc = (int)(KC_BYTES / ((size_t)k->nr * es)) / k->kpack * k->kpack;
+    if (g.kc < k->kpack) g.kc = k->kpack;
+    g.nkb = p->kp > g.kc + g.kc / 2 ? (p->kp + g.kc - 1) / g.kc : 1;
+    size_t panel_part = p->Rpacked ? 0 : (g.pbytes + (size_t)QL_MAX_NR * sizeof(int32_t) + 63) & ~(size_t)63;
+    size_t cblock = g.nkb > 1 ? ((size_t)mc * k->nr * sizeof(int32_t) + 63) & ~(size_t)63 : 0;
+    g.cblock_off = panel_part;
+    g.scratch_stride = panel_part + cblock;
+    if (g.scratch_stride) {
         g.scratch = aligned_alloc(64, g.scratch_stride * (size_t)threads);
         if (!g.scratch) return -1;
     }

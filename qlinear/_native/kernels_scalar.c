@@ -64,36 +64,51 @@ void ql_pack_L(const void *src, int type, ptrdiff_t rs, ptrdiff_t ks, int rows, 
     }
 }
 
+/* one k row of a panel: ncols values of type T from src (stride cs) into dst (stride step) */
+#define PACK_ROW_I16(T)                                                                      \
+    do {                                                                                     \
+        const T *s = (const T *)src + base;                                                  \
+        if (zp_s == 0) {                                                                     \
+            int32_t z = zp ? zp[0] : 0;                                                      \
+            for (int c = 0; c < ncols; c++) row[c * 2] = (int16_t)((int32_t)s[c * cs] - z);  \
+        } else {                                                                             \
+            for (int c = 0; c < ncols; c++)                                                  \
+                row[c * 2] = (int16_t)((int32_t)s[c * cs] - zp[c * zp_s]);                   \
+        }                                                                                    \
+    } while (0)
+
 void ql_pack_R_panel(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs, int K, int ncols,
                      const int32_t *zp, ptrdiff_t zp_s, int form, int nr, void *dst, int kp,
                      int32_t *colsums) {
     if (form == QL_FORM_I16) {
-        /* [kp/2][nr][2]: element (k, c) at ((k/2)*nr + c)*2 + k%2 */
+        /* [kp/2][nr][2]: element (k, c) at ((k/2)*nr + c)*2 + k%2; centered values |v| <= 255 */
         int16_t *d = (int16_t *)dst;
-        memset(d, 0, (size_t)kp * nr * sizeof *d);
+        if (ncols < nr || K < kp) memset(d, 0, (size_t)kp * nr * sizeof *d);
         for (int k = 0; k < K; k++) {
             int16_t *row = d + (ptrdiff_t)(k >> 1) * nr * 2 + (k & 1);
             ptrdiff_t base = k * ks;
-            for (int c = 0; c < ncols; c++) {
-                int32_t z = zp ? zp[c * zp_s] : 0;
-                row[c * 2] = (int16_t)(load8(src, type, base + c * cs) - z);
-            }
+            if (type == QL_U8)
+                PACK_ROW_I16(uint8_t);
+            else
+                PACK_ROW_I16(int8_t);
         }
     } else {
         /* [kp/4][nr][4] s8 form: int8 as is, uint8 - 128 (= XOR 0x80) */
         int8_t *d = (int8_t *)dst;
         uint8_t flip = type == QL_U8 ? 0x80 : 0;
-        memset(d, 0, (size_t)kp * nr);
-        if (colsums) memset(colsums, 0, (size_t)nr * sizeof *colsums);
+        if (ncols < nr || K < kp) memset(d, 0, (size_t)kp * nr);
+        int32_t sums[QL_MAX_NR] = {0};
         for (int k = 0; k < K; k++) {
             int8_t *row = d + (ptrdiff_t)(k >> 2) * nr * 4 + (k & 3);
-            ptrdiff_t base = k * ks;
+            const uint8_t *s = (const uint8_t *)src + k * ks;
             for (int c = 0; c < ncols; c++) {
-                int8_t v = (int8_t)(((const uint8_t *)src)[base + c * cs] ^ flip);
+                int8_t v = (int8_t)(s[c * cs] ^ flip);
                 row[c * 4] = v;
-                if (colsums) colsums[c] += v;
+                sums[c] += v;
             }
         }
+        if (colsums)
+            for (int c = 0; c < nr; c++) colsums[c] = c < ncols ? sums[c] : 0;
     }
 }
 

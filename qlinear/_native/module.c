@@ -141,8 +141,8 @@ static PyObject *m_pack_b(PyObject *self, PyObject *args) {
         return PyErr_Format(PyExc_ValueError, "qlinear native: bad pack_b geometry");
     Py_buffer b = {0}, zp = {0}, pk = {0}, csb = {0}, zc = {0};
     Py_ssize_t npad = (N + k->nr - 1) / k->nr * k->nr;
-    Py_ssize_t blast = Bb ? (Bb - 1) * bs + (Py_ssize_t)(K ? K - 1 : 0) * ks + (N ? N - 1 : 0) * cs + 1 : 0;
-    Py_ssize_t zlast = Bb ? (Bb - 1) * zp_bs + (N ? N - 1 : 0) * zp_cs + 1 : 0;
+    Py_ssize_t blast = (Bb && K && N) ? (Bb - 1) * bs + (Py_ssize_t)(K ? K - 1 : 0) * ks + (N ? N - 1 : 0) * cs + 1 : 0;
+    Py_ssize_t zlast = (Bb && N) ? (Bb - 1) * zp_bs + (N ? N - 1 : 0) * zp_cs + 1 : 0;
     PyObject *ret = NULL;
     if (get_buf(ob, &b, 0, blast, "b") < 0 || get_buf(ozp, &zp, 0, zlast * 4, "b_zero_point") < 0 ||
         get_buf(opk, &pk, 1, (Py_ssize_t)(Bb * ql_packed_b_bytes(k, K, N)), "packed") < 0 ||
@@ -195,8 +195,8 @@ static PyObject *m_matmul(PyObject *self, PyObject *args) {
     Py_buffer a = {0}, ai = {0}, zpa = {0}, bp = {0}, bc = {0}, bz = {0}, bi = {0}, out = {0}, mult = {0};
     PyObject *ret = NULL;
     Py_ssize_t npad = (N + k->nr - 1) / k->nr * k->nr;
-    Py_ssize_t zlast = batches ? (batches - 1) * zpa_bs + (M ? M - 1 : 0) * zpa_rs + 1 : 0;
-    Py_ssize_t mlast = (quantized && batches) ? (batches - 1) * m_bs + (M ? M - 1 : 0) * m_rs + (N ? N - 1 : 0) * m_cs + 1 : 0;
+    Py_ssize_t zlast = (batches && M) ? (batches - 1) * zpa_bs + (M ? M - 1 : 0) * zpa_rs + 1 : 0;
+    Py_ssize_t mlast = (quantized && batches && M && N) ? (batches - 1) * m_bs + (M ? M - 1 : 0) * m_rs + (N ? N - 1 : 0) * m_cs + 1 : 0;
     if (get_buf(oa, &a, 0, Ba * M * K, "a") < 0 || get_buf(oai, &ai, 0, batches * 8, "a_idx") < 0 ||
         get_buf(ozpa, &zpa, 0, zlast * 4, "a_zero_point") < 0 ||
         get_buf(obp, &bp, 0, (Py_ssize_t)(Bb * ql_packed_b_bytes(k, K, N)), "packed b") < 0 ||

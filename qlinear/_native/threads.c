@@ -27,6 +27,7 @@ static int want_threads;          /* requested size (0: not yet decided) */
 static int n_workers;             /* running workers (pool size - 1) */
 static pthread_t *workers;
 static unsigned long generation;  /* bumped per job */
+static unsigned long start_generation;  /* generation when the current workers were created */
 static int stopping;
 static int pending;               /* workers that have not finished the current job */
 static int atfork_done;
@@ -59,9 +60,8 @@ static void run_tasks(int thread) {
 
 static void *worker(void *arg) {
     int idx = (int)(intptr_t)arg;  /* 1.. */
-    unsigned long seen = 0;
     pthread_mutex_lock(&mu);
-    seen = generation;
+    unsigned long seen = start_generation;  /* not `generation`: a job may already be posted */
     for (;;) {
         while (generation == seen && !stopping) pthread_cond_wait(&cv_start, &mu);
         if (stopping) break;
@@ -114,8 +114,7 @@ static void ensure_workers(void) {
     workers = calloc((size_t)need, sizeof *workers);
     if (!workers) return;
     pthread_mutex_lock(&mu);
-    unsigned long g = generation;
-    (void)g;
+    start_generation = generation;
     pthread_mutex_unlock(&mu);
     for (int i = 0; i < need; i++) {
         if (pthread_create(&workers[i], NULL, worker, (void *)(intptr_t)(i + 1)) != 0) break;
