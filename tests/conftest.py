@@ -61,7 +61,7 @@ from qlinear import _native  # noqa: E402
 
 ISA_LEVELS = ("avx512vnni", "avxvnni", "avx2", "scalar")
 # modules whose every test runs per engine level, and test_properties' matmul/quantize tests
-ENGINE_MODULES = {"test_matmul", "test_quantize", "test_native"}
+ENGINE_MODULES = {"test_matmul", "test_quantize", "test_native", "test_conv"}
 
 
 def engine_level_params():
@@ -83,7 +83,7 @@ def pytest_generate_tests(metafunc):
     module = metafunc.module.__name__.rsplit(".", 1)[-1]
     name = metafunc.function.__name__
     wanted = module in ENGINE_MODULES or (
-        module == "test_properties" and ("matmul" in name or "quantize" in name))
+        module == "test_properties" and ("matmul" in name or "quantize" in name or "conv" in name))
     if wanted and "engine_level" in metafunc.fixturenames:
         metafunc.parametrize("engine_level", engine_level_params(), indirect=True)
 

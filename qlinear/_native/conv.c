@@ -629,3 +629,14 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, ql_dw_rows_fn ro
     free(d.scratch);
     return 0;
 }
+
+/* The depthwise row kernel for an ISA level: every x86 level above scalar runs AVX2 (the
+ * VNNI levels' CPUs all have it), so they share conv_avx2.c's kernel. */
+ql_dw_rows_fn ql_conv_dw_rows(const ql_isa *isa)
+{
+#if QL_X86
+    if (isa != &ql_isa_scalar) return ql_dw_rows_avx2;
+#endif
+    (void)isa;
+    return ql_dw_rows_scalar;
+}

@@ -30,6 +30,8 @@ void ql_dw_rows_scalar(const int16_t *const *rows, const int16_t *w, int npairs,
 #if QL_X86
 void ql_dw_rows_avx2(const int16_t *const *rows, const int16_t *w, int npairs, int32_t *acc,
                      int nblocks, int accumulate);
+ql_dw_rows_fn ql_conv_dw_rows(const ql_isa *isa);   /* the row kernel for an ISA level */
+
 #endif
 
 size_t ql_conv_w_bytes(const ql_gemm_kernel *k, int M, int K);
@@ -40,5 +42,7 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
                  const void *wpacked, size_t workspace);
 int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, ql_dw_rows_fn rows_fn,
                       const int16_t *wc, size_t workspace);
+
+ql_dw_rows_fn ql_conv_dw_rows(const ql_isa *isa);   /* the row kernel for an ISA level */
 
 #endif

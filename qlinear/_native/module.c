@@ -6,7 +6,9 @@
 #include <Python.h>
 
 #include "qlinear.h"
+#include "conv.h"
 
+#include <limits.h>
 #include <string.h>
 
 static const ql_isa *current_isa;
@@ -327,6 +329,136 @@ done:
 static PyObject *m_quantize(PyObject *self, PyObject *args) { (void)self; return qd_common(args, 1); }
 static PyObject *m_dequantize(PyObject *self, PyObject *args) { (void)self; return qd_common(args, 0); }
 
+
+/* ---------------------------------------------------------------------------------------
+ * Convolutions (conv.c): weights packed once per ISA level, then one call per convolution
+ * ------------------------------------------------------------------------------------- */
+static PyObject *m_conv_w_bytes(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *isa; int M, K;
+    if (!PyArg_ParseTuple(args, "sii", &isa, &M, &K)) return NULL;
+    const ql_gemm_kernel *k = kernel_arg(isa, 0, NULL);
+    if (!k) return NULL;
+    if (M < 0 || K < 1) return PyErr_Format(PyExc_ValueError, "qlinear native: bad conv weights shape");
+    return PyLong_FromSize_t(ql_conv_w_bytes(k, M, K));
+}
+
+/* conv_pack_w(isa, w, w_type, M, K, wzp int32[M], dst) */
+static PyObject *m_conv_pack_w(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *isa; int w_type, M, K;
+    PyObject *ow, *oz, *od;
+    if (!PyArg_ParseTuple(args, "sOiiiOO", &isa, &ow, &w_type, &M, &K, &oz, &od)) return NULL;
+    const ql_gemm_kernel *k = kernel_arg(isa, 0, NULL);
+    if (!k) return NULL;
+    if (M < 0 || K < 1 || (w_type != QL_U8 && w_type != QL_I8))
+        return PyErr_Format(PyExc_ValueError, "qlinear native: bad conv weights shape");
+    Py_buffer w = {0}, z = {0}, d = {0};
+    PyObject *ret = NULL;
+    if (get_buf(ow, &w, 0, (Py_ssize_t)M * K, "w") < 0 || get_buf(oz, &z, 0, (Py_ssize_t)M * 4, "w_zero_point") < 0 ||
+        get_buf(od, &d, 1, (Py_ssize_t)ql_conv_w_bytes(k, M, K), "packed w") < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    ql_conv_pack_w(k, w.buf, w_type, M, K, (const int32_t *)z.buf, d.buf);
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    REL(w); REL(z); REL(d);
+    return ret;
+}
+
+static int int64_tuple(PyObject *t, int n, int64_t *dst, int64_t lo, const char *what) {
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != n) {
+        PyErr_Format(PyExc_ValueError, "qlinear native: conv %s must be a tuple of %d ints", what, n);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(t, i));
+        if (v == -1 && PyErr_Occurred()) return -1;
+        /* positions are formed as o*stride + t*dilation - pad in int64: keep each term small */
+        if (v < lo || v > ((int64_t)1 << 60)) {
+            PyErr_Format(PyExc_ValueError, "qlinear native: conv %s value %lld out of range", what, v);
+            return -1;
+        }
+        dst[i] = (int64_t)v;
+    }
+    return 0;
+}
+
+/* conv(isa, depthwise, x, x_type, x_zp, (N, C, M, group), in, out, k, strides, dilations,
+ *      pads_begin, weights, y, quantized, y_signed, y_zp, lo, hi, mult, mult_s, bias|None,
+ *      workspace) */
+static PyObject *m_conv(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *isa_name;
+    int depthwise, x_type, x_zp, quantized, y_signed, y_zp;
+    PyObject *ox, *odims, *oin, *oout, *ok, *ost, *odl, *opd, *ow, *oy, *omult, *obias;
+    float lo, hi;
+    Py_ssize_t mult_s, workspace;
+    if (!PyArg_ParseTuple(args, "siOiiOOOOOOOOOiiiffOnOn", &isa_name, &depthwise, &ox, &x_type, &x_zp, &odims,
+                          &oin, &oout, &ok, &ost, &odl, &opd, &ow, &oy, &quantized, &y_signed, &y_zp, &lo, &hi,
+                          &omult, &mult_s, &obias, &workspace))
+        return NULL;
+    const ql_isa *isa;
+    const ql_gemm_kernel *k = kernel_arg(isa_name, 0, &isa);
+    if (!k) return NULL;
+    ql_conv_plan p;
+    memset(&p, 0, sizeof p);
+    int64_t dims[4];
+    if (!PyTuple_Check(oin)) return PyErr_Format(PyExc_ValueError, "qlinear native: conv in must be a tuple");
+    Py_ssize_t nsp = PyTuple_GET_SIZE(oin);
+    if (nsp < 1 || nsp > QL_CONV_MAXD)
+        return PyErr_Format(PyExc_ValueError, "qlinear native: conv rank %zd not supported", nsp);
+    p.nsp = (int)nsp;
+    if (int64_tuple(odims, 4, dims, 0, "dims") < 0 || int64_tuple(oin, p.nsp, p.in, 1, "in") < 0 ||
+        int64_tuple(oout, p.nsp, p.out, 1, "out") < 0 || int64_tuple(ok, p.nsp, p.k, 1, "kernel") < 0 ||
+        int64_tuple(ost, p.nsp, p.stride, 1, "strides") < 0 || int64_tuple(odl, p.nsp, p.dil, 1, "dilations") < 0 ||
+        int64_tuple(opd, p.nsp, p.pad, 0, "pads") < 0)
+        return NULL;
+    p.N = dims[0]; p.C = dims[1]; p.M = dims[2]; p.group = dims[3];
+    if (p.group < 1 || p.C % p.group || p.M % p.group || (x_type != QL_U8 && x_type != QL_I8) ||
+        (depthwise && p.C != p.group) || p.M > INT_MAX || p.C < 1)
+        return PyErr_Format(PyExc_ValueError, "qlinear native: bad conv channels");
+    int64_t plane = 1, P = 1, taps = 1;
+    for (int a = 0; a < p.nsp; a++) {
+        plane *= p.in[a]; P *= p.out[a]; taps *= p.k[a];
+        if (plane > ((int64_t)1 << 48) || P > ((int64_t)1 << 48) || taps > ((int64_t)1 << 40))
+            return PyErr_Format(PyExc_ValueError, "qlinear native: conv sizes out of range");
+    }
+    int64_t K = p.C / p.group * taps;
+    if (K > INT_MAX / 2) return PyErr_Format(PyExc_ValueError, "qlinear native: conv K out of range");
+    Py_buffer x = {0}, w = {0}, y = {0}, mult = {0}, bias = {0};
+    PyObject *ret = NULL;
+    Py_ssize_t wneed = depthwise ? (Py_ssize_t)(p.M * taps * 2) : (Py_ssize_t)ql_conv_w_bytes(k, (int)p.M, (int)K);
+    if (get_buf(ox, &x, 0, (Py_ssize_t)(p.N * p.C * plane), "x") < 0 ||
+        get_buf(ow, &w, 0, wneed, "packed w") < 0 ||
+        get_buf(oy, &y, 1, (Py_ssize_t)(p.N * p.M * P * (quantized ? 1 : 4)), "y") < 0 ||
+        get_buf(omult, &mult, 0, quantized ? (mult_s ? (Py_ssize_t)p.M * 4 : 4) : 0, "multiplier") < 0 ||
+        (obias != Py_None && get_buf(obias, &bias, 0, (Py_ssize_t)p.M * 4, "bias") < 0))
+        goto done;
+    p.x = x.buf; p.x_type = x_type; p.x_zp = x_zp;
+    p.y = y.buf; p.quantized = quantized; p.y_signed = y_signed; p.y_zp = y_zp; p.lo = lo; p.hi = hi;
+    p.mult = (const float *)mult.buf; p.mult_s = mult_s ? 1 : 0;
+    p.bias = obias != Py_None ? (const int32_t *)bias.buf : NULL;
+    int rc = 0;
+    if (p.N > 0 && p.M > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        if (depthwise)
+            rc = ql_conv_depthwise(&p, isa, ql_conv_dw_rows(isa), (const int16_t *)w.buf, (size_t)workspace);
+        else
+            rc = ql_conv_gemm(&p, isa, k, w.buf, (size_t)workspace);
+        Py_END_ALLOW_THREADS
+    }
+    if (rc == -1) PyErr_NoMemory();
+    else if (rc == -3) PyErr_Format(PyExc_MemoryError, "qlinear: convolution scratch exceeds the workspace limit (%zd bytes)", workspace);
+    else if (rc) PyErr_Format(PyExc_ValueError, "qlinear native: conv sizes out of range");
+    else { ret = Py_None; Py_INCREF(ret); }
+done:
+    REL(x); REL(w); REL(y); REL(mult); REL(bias);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"info", m_info, METH_NOARGS, "ISA levels this CPU runs (best first), compiler, threads."},
     {"set_isa", m_set_isa, METH_VARARGS, "Select the ISA level by name."},
@@ -339,6 +471,9 @@ static PyMethodDef methods[] = {
     {"matmul", m_matmul, METH_VARARGS, "Batched matmul on packed b, fused epilogue."},
     {"quantize", m_quantize, METH_VARARGS, "QuantizeLinear."},
     {"dequantize", m_dequantize, METH_VARARGS, "DequantizeLinear."},
+    {"conv_w_bytes", m_conv_w_bytes, METH_VARARGS, "Bytes of packed conv weights."},
+    {"conv_pack_w", m_conv_pack_w, METH_VARARGS, "Pack conv weights (M, K) for an ISA's exact kernel."},
+    {"conv", m_conv, METH_VARARGS, "QLinearConv / ConvInteger on packed weights, fused epilogue."},
     {NULL, NULL, 0, NULL},
 };
 
