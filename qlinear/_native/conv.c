@@ -25,6 +25,9 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#if QL_X86
+#include <emmintrin.h>   /* SSE2: the x86-64 baseline, no target attribute needed */
+#endif
 
 /* ---------------------------------------------------------------------------------------
  * Shared geometry helpers
@@ -142,7 +145,7 @@ typedef struct im2col_ctx {
     char *scratch;
     size_t scratch_bytes;       /* per thread */
     /* per-thread scratch layout (byte offsets) */
-    size_t off_table, off_start, off_base, off_rows;
+    size_t off_table, off_start, off_base, off_seg, off_rows;
 } im2col_ctx;
 
 static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
@@ -158,6 +161,8 @@ static void im2col_layout(im2col_ctx *c)
     if (c->use_table) o += align64(sizeof(ptrdiff_t) * (size_t)c->taps);
     c->off_base = o;
     o += align64(sizeof(int64_t) * (size_t)c->nr * (size_t)p->nsp);
+    c->off_seg = o;
+    o += align64(sizeof(int) * (size_t)(c->nr + 2));
     c->off_rows = o;
     o += align64(4 * sizeof(int16_t) * (size_t)c->nr);
     c->scratch_bytes = o;
@@ -191,22 +196,30 @@ static void tap_offsets(const im2col_ctx *c, const int64_t *base, const int64_t 
     }
 }
 
-/* Row k of the panel as values of the form: I16 centered int16 (0 = padding), U8S8 s8-form
- * bytes (padding = zR'). Columns [ncols, nr) are 0. */
-static void im2col_row(const im2col_ctx *c, char *s, int64_t k, int ncols, void *dstv)
+/* Widen n 8-bit values to centered int16 (contiguous source: a loop the compiler vectorizes). */
+static inline void widen_i16(const uint8_t *src, int type, int32_t zx, int16_t *d, int n)
+{
+    if (type == QL_U8) {
+        for (int j = 0; j < n; j++) d[j] = (int16_t)((int32_t)src[j] - zx);
+    } else {
+        const int8_t *si = (const int8_t *)src;
+        for (int j = 0; j < n; j++) d[j] = (int16_t)((int32_t)si[j] - zx);
+    }
+}
+
+/* Row (channel ch, tap t) of the panel as values of the form: I16 centered int16 (0 =
+ * padding), U8S8 s8-form bytes (padding = zR'). Columns [ncols, nr) are 0. Within a segment
+ * (pixels of one output row) a run whose two ends are valid and one element apart per pixel
+ * is contiguous in x (stride 1 along the last axis) and copied as such. */
+static void im2col_row(const im2col_ctx *c, char *s, int64_t ch, int64_t t, int ncols, void *dstv)
 {
     const ql_conv_plan *p = c->p;
     int nr = c->nr;
     int type = p->x_type;
     int32_t zx = p->x_zp;
-    if (k >= c->K) {
-        memset(dstv, 0, (size_t)nr * (c->form == QL_FORM_I16 ? 2 : 1));
-        return;
-    }
-    int64_t ch = k / c->taps, t = k % c->taps;
     const uint8_t *xc = c->xg + ch * c->plane;
     const ptrdiff_t *off;
-    ptrdiff_t tmp[64];
+    ptrdiff_t tmp[QL_MAX_NR];
     ptrdiff_t start = -1;
     if (c->use_table) {
         off = (const ptrdiff_t *)(s + c->off_table) + t * nr;
@@ -217,19 +230,22 @@ static void im2col_row(const im2col_ctx *c, char *s, int64_t k, int ncols, void 
         tap_offsets(c, (const int64_t *)(s + c->off_base), tc, ncols, tmp);
         off = tmp;
     }
+    const int *seg = (const int *)(s + c->off_seg);
+    int nseg = seg[nr + 1];
     if (c->form == QL_FORM_I16) {
         int16_t *d = (int16_t *)dstv;
         if (start >= 0) {
-            const uint8_t *src = xc + start;
-            if (type == QL_U8) {
-                for (int j = 0; j < ncols; j++) d[j] = (int16_t)((int32_t)src[j] - zx);
-            } else {
-                const int8_t *si = (const int8_t *)src;
-                for (int j = 0; j < ncols; j++) d[j] = (int16_t)((int32_t)si[j] - zx);
-            }
+            widen_i16(xc + start, type, zx, d, ncols);
         } else {
-            for (int j = 0; j < ncols; j++)
-                d[j] = off[j] < 0 ? 0 : (int16_t)(load8(xc + off[j], type) - zx);
+            for (int g = 0; g < nseg; g++) {
+                int j0 = seg[g], j1 = seg[g + 1];
+                if (off[j0] >= 0 && off[j1 - 1] - off[j0] == j1 - 1 - j0) {
+                    widen_i16(xc + off[j0], type, zx, d + j0, j1 - j0);
+                } else {
+                    for (int j = j0; j < j1; j++)
+                        d[j] = off[j] < 0 ? 0 : (int16_t)(load8(xc + off[j], type) - zx);
+                }
+            }
         }
         for (int j = ncols; j < nr; j++) d[j] = 0;
     } else {
@@ -247,6 +263,40 @@ static void im2col_row(const im2col_ctx *c, char *s, int64_t k, int ncols, void 
     }
 }
 
+#if QL_X86
+/* Two full contiguous rows straight into the I16 panel, 16 columns per step (SSE2, the x86-64
+ * baseline): widen, subtract the zero point (|x - zx| <= 255 fits int16), interleave. */
+static void pair_i16_sse2(const uint8_t *a, const uint8_t *b, int type, int32_t zx, int16_t *d, int nr)
+{
+    const __m128i z = _mm_set1_epi16((int16_t)zx);
+    for (int j = 0; j < nr; j += 16) {
+        __m128i va = _mm_loadu_si128((const __m128i *)(a + j));
+        __m128i vb = _mm_loadu_si128((const __m128i *)(b + j));
+        __m128i a0, a1, b0, b1;
+        if (type == QL_U8) {
+            const __m128i zero = _mm_setzero_si128();
+            a0 = _mm_unpacklo_epi8(va, zero); a1 = _mm_unpackhi_epi8(va, zero);
+            b0 = _mm_unpacklo_epi8(vb, zero); b1 = _mm_unpackhi_epi8(vb, zero);
+        } else {  /* sign extension: the byte in the high half, arithmetic shift down */
+            a0 = _mm_srai_epi16(_mm_unpacklo_epi8(va, va), 8); a1 = _mm_srai_epi16(_mm_unpackhi_epi8(va, va), 8);
+            b0 = _mm_srai_epi16(_mm_unpacklo_epi8(vb, vb), 8); b1 = _mm_srai_epi16(_mm_unpackhi_epi8(vb, vb), 8);
+        }
+        a0 = _mm_sub_epi16(a0, z); a1 = _mm_sub_epi16(a1, z);
+        b0 = _mm_sub_epi16(b0, z); b1 = _mm_sub_epi16(b1, z);
+        __m128i *o = (__m128i *)(d + 2 * j);
+        _mm_storeu_si128(o, _mm_unpacklo_epi16(a0, b0));
+        _mm_storeu_si128(o + 1, _mm_unpackhi_epi16(a0, b0));
+        _mm_storeu_si128(o + 2, _mm_unpacklo_epi16(a1, b1));
+        _mm_storeu_si128(o + 3, _mm_unpackhi_epi16(a1, b1));
+    }
+}
+#endif
+
+static inline void next_tap(int64_t *ch, int64_t *t, int64_t taps)
+{
+    if (++*t == taps) { *t = 0; ++*ch; }
+}
+
 /* ql_pack_R_fn: pack output pixels [pix0 + j0, + ncols) as one panel. */
 static void im2col_pack(void *vctx, int j0, int ncols, void *dst, int32_t *colsums, int thread)
 {
@@ -254,7 +304,8 @@ static void im2col_pack(void *vctx, int j0, int ncols, void *dst, int32_t *colsu
     const ql_conv_plan *p = c->p;
     char *s = c->scratch + (size_t)thread * c->scratch_bytes;
     int nsp = p->nsp, nr = c->nr;
-    /* first padded-input position of every pixel along every axis */
+    /* first padded-input position of every pixel along every axis; segments = runs of
+     * pixels on one output row (seg[0..nseg], count at seg[nr + 1]) */
     int64_t o[QL_CONV_MAXD];
     int64_t pix = c->pix0 + j0;
     for (int a = nsp - 1; a >= 0; a--) {
@@ -262,13 +313,22 @@ static void im2col_pack(void *vctx, int j0, int ncols, void *dst, int32_t *colsu
         pix /= p->out[a];
     }
     int64_t *base = (int64_t *)(s + c->off_base);
+    int *seg = (int *)(s + c->off_seg);
+    int nseg = 0;
+    seg[0] = 0;
     for (int j = 0; j < ncols; j++) {
         for (int a = 0; a < nsp; a++) base[(size_t)j * nsp + a] = o[a] * p->stride[a] - p->pad[a];
-        for (int a = nsp - 1; a >= 0; a--) {
-            if (++o[a] < p->out[a]) break;
-            o[a] = 0;
+        if (++o[nsp - 1] == p->out[nsp - 1]) {
+            o[nsp - 1] = 0;
+            seg[++nseg] = j + 1;
+            for (int a = nsp - 2; a >= 0; a--) {
+                if (++o[a] < p->out[a]) break;
+                o[a] = 0;
+            }
         }
     }
+    if (seg[nseg] != ncols) seg[++nseg] = ncols;
+    seg[nr + 1] = nseg;
     if (c->use_table) {
         ptrdiff_t *table = (ptrdiff_t *)(s + c->off_table);
         ptrdiff_t *start = (ptrdiff_t *)(s + c->off_start);
@@ -288,36 +348,56 @@ static void im2col_pack(void *vctx, int j0, int ncols, void *dst, int32_t *colsu
             }
         }
     }
+    int64_t ch = 0, t = 0;   /* row k = ch * taps + t */
     if (c->form == QL_FORM_I16) {
         int16_t *ra = (int16_t *)(s + c->off_rows), *rb = ra + nr;
         int16_t *d = (int16_t *)dst;
+        const ptrdiff_t *start = c->use_table ? (const ptrdiff_t *)(s + c->off_start) : NULL;
         for (int64_t k = 0; k < c->kp; k += 2) {
-            im2col_row(c, s, k, ncols, ra);
-            im2col_row(c, s, k + 1, ncols, rb);
             int16_t *dk = d + (size_t)k * nr;   /* [k/2][nr][2] */
+            int64_t ca = ch, ta = t;
+            next_tap(&ch, &t, c->taps);
+            int64_t cb = ch, tb = t;
+            next_tap(&ch, &t, c->taps);
+            int vb = k + 1 < c->K;
+#if QL_X86
+            if (start && vb && ncols == nr && nr % 16 == 0 && start[ta] >= 0 && start[tb] >= 0) {
+                pair_i16_sse2(c->xg + ca * c->plane + start[ta], c->xg + cb * c->plane + start[tb],
+                              p->x_type, p->x_zp, dk, nr);
+                continue;
+            }
+#endif
+            im2col_row(c, s, ca, ta, ncols, ra);
+            if (vb) im2col_row(c, s, cb, tb, ncols, rb);
+            else memset(rb, 0, sizeof(int16_t) * (size_t)nr);
             for (int j = 0; j < nr; j++) {
                 dk[2 * j] = ra[j];
                 dk[2 * j + 1] = rb[j];
             }
         }
     } else {
-        int8_t *r0 = (int8_t *)(s + c->off_rows);
-        int8_t *r1 = r0 + nr, *r2 = r1 + nr, *r3 = r2 + nr;
+        int8_t *r[4];
+        r[0] = (int8_t *)(s + c->off_rows);
+        for (int q = 1; q < 4; q++) r[q] = r[q - 1] + nr;
         int8_t *d = (int8_t *)dst;
         for (int j = 0; j < nr; j++) colsums[j] = 0;
         for (int64_t k = 0; k < c->kp; k += 4) {
-            im2col_row(c, s, k, ncols, r0);
-            im2col_row(c, s, k + 1, ncols, r1);
-            im2col_row(c, s, k + 2, ncols, r2);
-            im2col_row(c, s, k + 3, ncols, r3);
+            for (int q = 0; q < 4; q++) {
+                if (k + q < c->K) {
+                    im2col_row(c, s, ch, t, ncols, r[q]);
+                    next_tap(&ch, &t, c->taps);
+                } else {
+                    memset(r[q], 0, (size_t)nr);
+                }
+            }
             int8_t *dk = d + (size_t)k * nr;    /* [k/4][nr][4] */
             for (int j = 0; j < nr; j++) {
-                dk[4 * j] = r0[j];
-                dk[4 * j + 1] = r1[j];
-                dk[4 * j + 2] = r2[j];
-                dk[4 * j + 3] = r3[j];
+                dk[4 * j] = r[0][j];
+                dk[4 * j + 1] = r[1][j];
+                dk[4 * j + 2] = r[2][j];
+                dk[4 * j + 3] = r[3][j];
                 /* rows k >= K are 0 and add nothing; padding columns are 0 */
-                colsums[j] += (int32_t)r0[j] + r1[j] + r2[j] + r3[j];
+                colsums[j] += (int32_t)r[0][j] + r[1][j] + r[2][j] + r[3][j];
             }
         }
     }
