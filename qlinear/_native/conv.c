@@ -512,6 +512,10 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
 /* Stride-1 rows share one centered input row per outer tap when the last axis's dilated
  * kernel extent is at most this; otherwise every tap gathers its own row. */
 #define DW_MAX_SPAN 1024
+/* Plane mode: padded planes of at most this many elements (int16: 128 KiB per thread), flat
+ * outputs per kernel pass. */
+#define DW_PLANE_MAX 65536
+#define DW_CHUNK 2048
 
 void ql_dw_rows_scalar(const int16_t *const *rows, const int16_t *w, int npairs, int32_t *acc,
                        int nblocks, int accumulate)
@@ -540,7 +544,10 @@ typedef struct dw_ctx {
     char *scratch;
     size_t scratch_bytes;
     size_t off_bufs, off_acc, off_w, off_ptr, off_tap;
-    int failed;
+    /* plane mode: the channel's centered, zero-padded plane, flat outputs q = sum o[a]*ps[a] */
+    int plane_mode;
+    int64_t ep_[QL_CONV_MAXD], ps[QL_CONV_MAXD], plane_len, qmax, chunk;
+    size_t off_plane, off_toff;
 } dw_ctx;
 
 static void dw_flush(const dw_ctx *d, char *s, int nrows, int64_t c, int first, int nblocks)
@@ -653,6 +660,85 @@ static void dw_task(void *vctx, ptrdiff_t task, int thread)
     }
 }
 
+
+/* Plane mode (stride 1 on every axis, small padded plane): the channel is widened once into a
+ * centered int16 plane zero-padded to extents ep_ (row-major strides ps); output o and tap t
+ * then read plane[q(o) + toff(t)] with q(o) = sum o[a]*ps[a]: every tap is one shifted
+ * contiguous row over a chunk of flat outputs, whatever the rank. Flat positions whose last
+ * coordinate lies beyond the output (the padded columns) are computed and dropped. */
+static void dw_plane_task(void *vctx, ptrdiff_t task, int thread)
+{
+    dw_ctx *d = (dw_ctx *)vctx;
+    const ql_conv_plan *p = d->p;
+    int nsp = p->nsp, L = nsp - 1;
+    char *s = d->scratch + (size_t)thread * d->scratch_bytes;
+    int64_t nc = task;                          /* n * C + c */
+    int64_t c = nc % p->C, n = nc / p->C;
+    const uint8_t *xc = (const uint8_t *)p->x + (size_t)(nc * d->plane);
+    int16_t *pl = (int16_t *)(s + d->off_plane);
+    const int64_t *toff = (const int64_t *)(s + d->off_toff);
+    const int16_t **rows = (const int16_t **)(s + d->off_ptr);
+    int64_t *tap = (int64_t *)(s + d->off_tap);
+    int32_t *acc = (int32_t *)(s + d->off_acc);
+    size_t esize = p->quantized ? 1 : 4;
+    /* the plane: zero, then every input row widened into place */
+    memset(pl, 0, sizeof(int16_t) * (size_t)d->plane_len);
+    int64_t in_rows = prod(p->in, L);
+    for (int64_t r = 0; r < in_rows; r++) {
+        int64_t rr = r, dst = 0;
+        for (int a = L - 1; a >= 0; a--) {
+            dst += (rr % p->in[a] + p->pad[a]) * d->ps[a];
+            rr /= p->in[a];
+        }
+        dst += p->pad[L];
+        widen_i16(xc + r * p->in[L], p->x_type, p->x_zp, pl + dst, (int)p->in[L]);
+    }
+    ql_epilogue ep;
+    plan_epilogue(p, &ep);
+    ep.out_rs = (ptrdiff_t)d->P;
+    char *yimg = (char *)p->y + (size_t)(n * p->M * d->P) * esize;
+    for (int64_t q0 = 0; q0 < d->qmax; q0 += d->chunk) {
+        int64_t len = d->qmax - q0 < d->chunk ? d->qmax - q0 : d->chunk;
+        int nblocks = (int)((len + 15) / 16);
+        for (int64_t t0 = 0; t0 < d->taps; t0 += DW_MAX_ROWS) {
+            int nrows = d->taps - t0 < DW_MAX_ROWS ? (int)(d->taps - t0) : DW_MAX_ROWS;
+            for (int r = 0; r < nrows; r++) {
+                rows[r] = pl + q0 + toff[t0 + r];
+                tap[r] = t0 + r;
+            }
+            dw_flush(d, s, nrows, c, t0 == 0, nblocks);
+        }
+        /* store the chunk's outputs: runs along the last axis */
+        int64_t q = q0;
+        while (q < q0 + len) {
+            int64_t rem = q, flat = 0, mul = 1, inside = 1;
+            /* output coordinates of q (last axis: q mod ps[L-1]) */
+            int64_t coord[QL_CONV_MAXD] = {0};
+            for (int a = 0; a < nsp; a++) {
+                coord[a] = rem / d->ps[a];
+                rem %= d->ps[a];
+                if (coord[a] >= p->out[a]) inside = 0;
+            }
+            int64_t run_end = q - coord[L] + d->ep_[L];      /* the end of this plane row */
+            if (run_end > q0 + len) run_end = q0 + len;
+            if (inside) {
+                int64_t cols = run_end - q;
+                if (coord[L] + cols > p->out[L]) cols = p->out[L] - coord[L];
+                if (cols > 0) {
+                    for (int a = nsp - 1; a >= 0; a--) {
+                        flat += coord[a] * mul;
+                        mul *= p->out[a];
+                    }
+                    ep.out = yimg + (size_t)flat * esize;
+                    d->isa->epilogue(&ep, acc + (q - q0), (ptrdiff_t)d->segr, NULL, (int)(c * d->mult), 0,
+                                     (int)d->mult, (int)cols);
+                }
+            }
+            q = run_end;
+        }
+    }
+}
+
 int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, ql_dw_rows_fn rows_fn,
                       const int16_t *wc, size_t workspace)
 {
@@ -675,14 +761,40 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, ql_dw_rows_fn ro
     if (p->M > INT_MAX) return -2;
     d.span = (d.kw - 1) * p->dil[L];
     d.shared = p->stride[L] == 1 && d.kw <= DW_MAX_ROWS && d.span <= DW_MAX_SPAN;
-    /* segment: up to DW_SEG columns, fewer when the channel multiplier's accumulators grow */
-    int64_t seg = DW_SEG;
+    /* plane mode: stride 1 everywhere and a padded plane of at most DW_PLANE_MAX elements */
+    int64_t plane_len = 1;
+    d.plane_mode = 1;
+    for (int a = 0; a < nsp; a++) {
+        int64_t need = p->out[a] + (p->k[a] - 1) * p->dil[a];   /* stride 1: padded extent read */
+        int64_t e = p->in[a] + p->pad[a];
+        if (need > e) e = need;
+        d.ep_[a] = e;
+        if (p->stride[a] != 1 || e > DW_PLANE_MAX) d.plane_mode = 0;
+        else if (d.plane_mode) {
+            plane_len *= e;
+            if (plane_len > DW_PLANE_MAX) d.plane_mode = 0;
+        }
+    }
+    /* segment: up to DW_SEG columns (plane mode: DW_CHUNK flat outputs), fewer when the
+     * channel multiplier's accumulators grow */
+    int64_t seg = d.plane_mode ? DW_CHUNK : DW_SEG;
     while (seg > 16 && d.mult * seg > 16384) seg /= 2;
-    if (seg > d.ow) seg = d.ow;
+    if (d.plane_mode) {
+        for (int a = nsp - 1; a >= 0; a--) d.ps[a] = a == nsp - 1 ? 1 : d.ps[a + 1] * d.ep_[a + 1];
+        d.qmax = 0;   /* one past the flat index of the last output */
+        for (int a = 0; a < nsp; a++) d.qmax += (p->out[a] - 1) * d.ps[a];
+        d.qmax += 1;
+        if (seg > d.qmax) seg = d.qmax;
+        d.chunk = seg;
+        /* reads reach q + toff + 15 < qmax + max toff + 16 <= plane_len + 16 */
+        d.plane_len = plane_len + 16 + 16;
+    } else if (seg > d.ow) {
+        seg = d.ow;
+    }
     d.seg = seg;
     d.segr = (seg + 15) / 16 * 16;
     /* a shared row serves the taps' shifted windows: segr + span, + 16 spare */
-    d.buflen = d.shared ? d.segr + d.span + 16 : d.segr;
+    d.buflen = d.plane_mode ? 0 : d.shared ? d.segr + d.span + 16 : d.segr;
     d.off_bufs = 0;
     size_t o = align64(sizeof(int16_t) * (size_t)DW_MAX_ROWS * (size_t)d.buflen);
     d.off_acc = o;
@@ -693,11 +805,33 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, ql_dw_rows_fn ro
     o += align64(sizeof(void *) * (DW_MAX_ROWS + 2));
     d.off_tap = o;
     o += align64(sizeof(int64_t) * (DW_MAX_ROWS + 2));
+    if (d.plane_mode) {
+        d.off_plane = o;
+        o += align64(sizeof(int16_t) * (size_t)d.plane_len);
+        d.off_toff = o;
+        o += align64(sizeof(int64_t) * (size_t)d.taps);
+        d.off_bufs = o;   /* unused in plane mode */
+    }
     d.scratch_bytes = o;
     int threads = ql_num_threads();
     if (d.scratch_bytes * (size_t)threads > workspace) return -3;
     d.scratch = (char *)malloc(d.scratch_bytes * (size_t)threads + 64);
     if (!d.scratch) return -1;
+    if (d.plane_mode) {
+        /* tap offsets in the plane, the same for every thread */
+        int64_t *toff = (int64_t *)(d.scratch + d.off_toff);
+        for (int64_t t = 0; t < d.taps; t++) {
+            int64_t tc[QL_CONV_MAXD], off = 0;
+            tap_coords(p, t, tc);
+            for (int a = 0; a < nsp; a++) off += tc[a] * p->dil[a] * d.ps[a];
+            toff[t] = off;
+        }
+        for (int th = 1; th < threads; th++)
+            memcpy(d.scratch + (size_t)th * d.scratch_bytes + d.off_toff, toff, sizeof(int64_t) * (size_t)d.taps);
+        ql_parallel_for((ptrdiff_t)(p->N * p->C), threads, dw_plane_task, &d);
+        free(d.scratch);
+        return 0;
+    }
     /* tasks: (image, channel, block of output rows); enough blocks for every thread */
     int64_t planes = p->N * p->C;
     int64_t want = 4 * (int64_t)threads;
