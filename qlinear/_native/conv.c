@@ -547,7 +547,7 @@ typedef struct dw_ctx {
     /* plane mode: the channel's centered, zero-padded plane, flat outputs q = sum o[a]*ps[a] */
     int plane_mode;
     int64_t ep_[QL_CONV_MAXD], ps[QL_CONV_MAXD], plane_len, qmax, chunk;
-    size_t off_plane, off_toff;
+    size_t off_plane, off_toff, off_comp;
 } dw_ctx;
 
 static void dw_flush(const dw_ctx *d, char *s, int nrows, int64_t c, int first, int nblocks)
@@ -681,24 +681,35 @@ static void dw_plane_task(void *vctx, ptrdiff_t task, int thread)
     int64_t *tap = (int64_t *)(s + d->off_tap);
     int32_t *acc = (int32_t *)(s + d->off_acc);
     size_t esize = p->quantized ? 1 : 4;
-    /* the plane: zero, then every input row widened into place */
+    /* the plane: zero, then every input row widened into place (outer coordinates walked
+     * as an odometer: no division per row) */
     memset(pl, 0, sizeof(int16_t) * (size_t)d->plane_len);
     int64_t in_rows = prod(p->in, L);
+    int64_t ic[QL_CONV_MAXD], dst = p->pad[L];
+    for (int a = 0; a < L; a++) {
+        ic[a] = 0;
+        dst += p->pad[a] * d->ps[a];
+    }
     for (int64_t r = 0; r < in_rows; r++) {
-        int64_t rr = r, dst = 0;
-        for (int a = L - 1; a >= 0; a--) {
-            dst += (rr % p->in[a] + p->pad[a]) * d->ps[a];
-            rr /= p->in[a];
-        }
-        dst += p->pad[L];
         widen_i16(xc + r * p->in[L], p->x_type, p->x_zp, pl + dst, (int)p->in[L]);
+        for (int a = L - 1; a >= 0; a--) {
+            dst += d->ps[a];
+            if (++ic[a] < p->in[a]) break;
+            dst -= ic[a] * d->ps[a];
+            ic[a] = 0;
+        }
     }
     ql_epilogue ep;
     plan_epilogue(p, &ep);
     ep.out_rs = (ptrdiff_t)d->P;
     char *yimg = (char *)p->y + (size_t)(n * p->M * d->P) * esize;
+    int32_t *comp = (int32_t *)(s + d->off_comp);
+    /* output rows (outer coordinates oc, flat start q_row in the plane, index orow) */
+    int64_t oc[QL_CONV_MAXD], q_row = 0, orow = 0, ow = p->out[L];
+    for (int a = 0; a < L; a++) oc[a] = 0;
     for (int64_t q0 = 0; q0 < d->qmax; q0 += d->chunk) {
         int64_t len = d->qmax - q0 < d->chunk ? d->qmax - q0 : d->chunk;
+        int64_t q1 = q0 + len;
         int nblocks = (int)((len + 15) / 16);
         for (int64_t t0 = 0; t0 < d->taps; t0 += DW_MAX_ROWS) {
             int nrows = d->taps - t0 < DW_MAX_ROWS ? (int)(d->taps - t0) : DW_MAX_ROWS;
@@ -708,33 +719,30 @@ static void dw_plane_task(void *vctx, ptrdiff_t task, int thread)
             }
             dw_flush(d, s, nrows, c, t0 == 0, nblocks);
         }
-        /* store the chunk's outputs: runs along the last axis */
-        int64_t q = q0;
-        while (q < q0 + len) {
-            int64_t rem = q, flat = 0, mul = 1, inside = 1;
-            /* output coordinates of q (last axis: q mod ps[L-1]) */
-            int64_t coord[QL_CONV_MAXD] = {0};
-            for (int a = 0; a < nsp; a++) {
-                coord[a] = rem / d->ps[a];
-                rem %= d->ps[a];
-                if (coord[a] >= p->out[a]) inside = 0;
+        /* the chunk's outputs are one run of consecutive outputs: compact them (dropping the
+         * padded columns) and requantize/store them with one epilogue call */
+        int64_t cnt = 0, first = -1;
+        while (orow < d->orows && q_row < q1) {
+            int64_t a0 = q_row > q0 ? q_row : q0;
+            int64_t a1 = q_row + ow < q1 ? q_row + ow : q1;
+            if (a1 > a0) {
+                if (first < 0) first = orow * ow + (a0 - q_row);
+                for (int64_t j = 0; j < d->mult; j++)
+                    memcpy(comp + j * d->segr + cnt, acc + j * d->segr + (a0 - q0), sizeof(int32_t) * (size_t)(a1 - a0));
+                cnt += a1 - a0;
             }
-            int64_t run_end = q - coord[L] + d->ep_[L];      /* the end of this plane row */
-            if (run_end > q0 + len) run_end = q0 + len;
-            if (inside) {
-                int64_t cols = run_end - q;
-                if (coord[L] + cols > p->out[L]) cols = p->out[L] - coord[L];
-                if (cols > 0) {
-                    for (int a = nsp - 1; a >= 0; a--) {
-                        flat += coord[a] * mul;
-                        mul *= p->out[a];
-                    }
-                    ep.out = yimg + (size_t)flat * esize;
-                    d->isa->epilogue(&ep, acc + (q - q0), (ptrdiff_t)d->segr, NULL, (int)(c * d->mult), 0,
-                                     (int)d->mult, (int)cols);
-                }
+            if (q_row + ow > q1) break;       /* the row continues in the next chunk */
+            orow++;
+            for (int a = L - 1; a >= 0; a--) {
+                q_row += d->ps[a];
+                if (++oc[a] < p->out[a]) break;
+                q_row -= oc[a] * d->ps[a];
+                oc[a] = 0;
             }
-            q = run_end;
+        }
+        if (cnt > 0) {
+            ep.out = yimg + (size_t)first * esize;
+            d->isa->epilogue(&ep, comp, (ptrdiff_t)d->segr, NULL, (int)(c * d->mult), 0, (int)d->mult, (int)cnt);
         }
     }
 }
@@ -810,6 +818,8 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, ql_dw_rows_fn ro
         o += align64(sizeof(int16_t) * (size_t)d.plane_len);
         d.off_toff = o;
         o += align64(sizeof(int64_t) * (size_t)d.taps);
+        d.off_comp = o;
+        o += align64(sizeof(int32_t) * (size_t)d.segr * (size_t)d.mult);
         d.off_bufs = o;   /* unused in plane mode */
     }
     d.scratch_bytes = o;
