@@ -239,10 +239,14 @@ static void im2col_row(const im2col_ctx *c, char *s, int64_t ch, int64_t t, int 
         } else {
             for (int g = 0; g < nseg; g++) {
                 int j0 = seg[g], j1 = seg[g + 1];
-                if (off[j0] >= 0 && off[j1 - 1] - off[j0] == j1 - 1 - j0) {
-                    widen_i16(xc + off[j0], type, zx, d + j0, j1 - j0);
+                /* the valid part of a segment: padding only at its two ends */
+                int ja = j0, jb = j1;
+                while (ja < jb && off[ja] < 0) d[ja++] = 0;
+                while (jb > ja && off[jb - 1] < 0) d[--jb] = 0;
+                if (jb > ja && off[jb - 1] - off[ja] == jb - 1 - ja) {
+                    widen_i16(xc + off[ja], type, zx, d + ja, jb - ja);
                 } else {
-                    for (int j = j0; j < j1; j++)
+                    for (int j = ja; j < jb; j++)
                         d[j] = off[j] < 0 ? 0 : (int16_t)(load8(xc + off[j], type) - zx);
                 }
             }
@@ -370,7 +374,16 @@ static void im2col_pack(void *vctx, int j0, int ncols, void *dst, int32_t *colsu
             im2col_row(c, s, ca, ta, ncols, ra);
             if (vb) im2col_row(c, s, cb, tb, ncols, rb);
             else memset(rb, 0, sizeof(int16_t) * (size_t)nr);
-            for (int j = 0; j < nr; j++) {
+            int j = 0;
+#if QL_X86
+            for (; j + 8 <= nr; j += 8) {
+                __m128i va = _mm_loadu_si128((const __m128i *)(ra + j));
+                __m128i vb8 = _mm_loadu_si128((const __m128i *)(rb + j));
+                _mm_storeu_si128((__m128i *)(dk + 2 * j), _mm_unpacklo_epi16(va, vb8));
+                _mm_storeu_si128((__m128i *)(dk + 2 * j + 8), _mm_unpackhi_epi16(va, vb8));
+            }
+#endif
+            for (; j < nr; j++) {
                 dk[2 * j] = ra[j];
                 dk[2 * j + 1] = rb[j];
             }
