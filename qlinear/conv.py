@@ -202,8 +202,10 @@ class PreparedQLinearConv:
         m = self._weights.out_channels
         ws = v.per_channel(op, "w_scale", v.scale(op, "w_scale", w_scale), m, "output channel of w")
         v.same_shape(op, "w_scale", ws, "w_zero_point", self._weights.w_zero_point)
-        self.w_scale = ws
+        self.w_scale = np.array(ws, copy=True) if _owned else ws
         self.bias = None if B is None else v.int32_bias(op, B, m)
+        if _owned and self.bias is not None:
+            self.bias = np.array(self.bias, copy=True)
         self._bias_bound = 0 if B is None else int(np.abs(self.bias.astype(np.int64)).max(initial=0))
         # (x_scale, y_scale, y_zero_point) → (multiplier, y_zero_point), for repeated calls.
         self._params = _Memo()
