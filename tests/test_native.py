@@ -61,6 +61,10 @@ def test_large_blocks_and_threads(adt, bdt):
             assert_exact(qlinear.matmul_integer(a, b, az, bz), want)
     finally:
         qlinear.set_num_threads(saved)
+    # K past the driver's K block (2048 int16 or 4096 bytes of a 16-column panel, times 1.5)
+    a, b = rand_int(rng, adt, (13, 6200)), rand_int(rng, bdt, (6200, 40))
+    az, bz = _zp(rng, adt, (13,)), _zp(rng, bdt, (40,))
+    assert_exact(qlinear.matmul_integer(a, b, az, bz), oracle.matmul_integer(a, b, az, bz))
 
 
 @pytest.mark.parametrize("k", [33000, 34000])
