@@ -57,7 +57,7 @@ class _RightOperand:
             zp = np.zeros((), dtype=b.dtype)
         else:
             zp = _operand_param(op, "b_zero_point", v.zero_point(op, "b_zero_point", b_zero_point, "b", b.dtype), "b", b.shape)
-        self.zero_point = np.array(zp, copy=True) if owned else zp
+        self.zero_point = np.array(zp, copy=True)  # owned: the caller may change its array later
         matrix = b[:, None] if b.ndim == 1 else b
         # A prepared form keeps its own copy (never a view of the caller's array); a plain
         # call uses b once, while the caller waits.
@@ -70,8 +70,9 @@ class _RightOperand:
         if self._numpy is None:
             centered = np.subtract(self.matrix, self.zero_point, dtype=np.float32)
             # Each output (one column of one batch entry) sums over the K axis of b.
-            self._numpy = centered, Reduction(centered, axis=-2,
-                                              bound=dtype_bound(self.matrix.dtype, np.asarray(self.zero_point)))
+            # An empty per-column zero point (N = 0) has no extreme: bound with a per-tensor 0.
+            zp = self.zero_point if self.zero_point.size else np.zeros((), self.matrix.dtype)
+            self._numpy = centered, Reduction(centered, axis=-2, bound=dtype_bound(self.matrix.dtype, zp))
         return self._numpy
 
     def check_a(self, a: Any, a_zero_point: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -101,6 +102,11 @@ class _RightOperand:
     def accumulate(self, matrix: np.ndarray, zp: np.ndarray, out_dtype: type = np.int32) -> np.ndarray:
         """NumPy engine: the accumulator of shape (batch..., M, N): int32 wrap32 values, or
         their float32 rounding (for requantization in place)."""
+        if 0 in matrix.shape or 0 in self.matrix.shape:
+            # Nothing to multiply: numpy.matmul's result, empty, or zeros when only K is 0 (an
+            # empty sum); the engine's reshapes and bounds assume non-empty operands.
+            batch = np.broadcast_shapes(matrix.shape[:-2], self.matrix.shape[:-2])
+            return np.zeros((*batch, matrix.shape[-2], self.matrix.shape[-1]), out_dtype)
         centered, reduction = self._numpy_form()
         return matmul_accumulate(matrix, zp, centered, reduction, out_dtype)
 
