@@ -174,7 +174,7 @@ static void packb_task(void *vctx, ptrdiff_t t, int thread) {
     const char *src = (const char *)c->b + (e * c->bs + (ptrdiff_t)j0 * c->cs);  /* bytes = elements */
     const int32_t *zp = c->zp + e * c->zp_bs + (ptrdiff_t)j0 * c->zp_cs;
     int32_t *cs = c->colsums ? c->colsums + e * npad + j0 : NULL;
-    ql_pack_R_panel(src, c->b_type, c->ks, c->cs, c->K, ncols, zp, c->zp_cs, k->form, k->nr,
+    k->pack_R(src, c->b_type, c->ks, c->cs, c->K, ncols, zp, c->zp_cs, k->form, k->nr,
                     c->packed + e * c->entry_bytes + (size_t)pi * c->pbytes, c->kp, cs);
     if (c->zcol) {
         int shift = (k->form == QL_FORM_U8S8 && c->b_type == QL_U8) ? 128 : 0;
@@ -214,7 +214,7 @@ static void packa_rows(const packa_ctx *c, int r0, int rows) {
     int form = mm->kern->form;
     const char *src = (const char *)c->a + (ptrdiff_t)r0 * mm->K;
     const int32_t *zp = c->zpa + (ptrdiff_t)r0 * mm->zpa_rs;
-    ql_pack_L(src, mm->a_type, mm->K, 1, rows, mm->K, zp, mm->zpa_rs, form,
+    mm->kern->pack_L(src, mm->a_type, mm->K, 1, rows, mm->K, zp, mm->zpa_rs, form,
               c->Lp + (size_t)r0 * c->ldl, (ptrdiff_t)c->ldl, c->kp,
               form == QL_FORM_U8S8 ? c->rowsums + r0 : NULL);
     if (form == QL_FORM_U8S8) {
