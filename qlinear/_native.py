@@ -65,8 +65,6 @@ def _check_isa(name: str, source: str) -> str:
 
 
 def _positive_threads(n: Any, source: str) -> int:
-    if isinstance(n, str) and n.strip().isdigit():
-        n = int(n)
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
         raise ValueError(f"qlinear: {source} must be an integer in [1, 1024]; got {n!r}")
     return n
@@ -79,7 +77,9 @@ if _C is not None:
     if os.environ.get("QLINEAR_ISA"):
         _C.set_isa(_check_isa(os.environ["QLINEAR_ISA"], "QLINEAR_ISA"))
     if os.environ.get("QLINEAR_NUM_THREADS"):
-        _C.set_threads(_positive_threads(os.environ["QLINEAR_NUM_THREADS"], "QLINEAR_NUM_THREADS"))
+        _env_threads = os.environ["QLINEAR_NUM_THREADS"].strip()
+        _C.set_threads(_positive_threads(int(_env_threads) if _env_threads.isdigit() else _env_threads,
+                                         "QLINEAR_NUM_THREADS"))
 _threads_numpy = None  # set_num_threads without the native engine: remembered only
 
 

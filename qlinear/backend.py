@@ -61,6 +61,7 @@ __all__ = [
     "is_compatible",
     "node_version",
     "QLINEAR_OPS",
+    "EMULATIONS",
 ]
 
 #: The six operators qlinear implements, with the operator versions (``since_version`` of
@@ -229,7 +230,16 @@ def _walk(graph: onnx.GraphProto) -> Iterable[tuple[onnx.NodeProto, int]]:
 
 
 def check_model(model: onnx.ModelProto) -> list[Problem]:
-    """Every node qlinear cannot run exactly, with the reason; empty when it can run all."""
+    """Every node qlinear cannot run exactly, with the reason; empty when it can run all.
+
+    Model-local functions are inlined first (as :class:`QLinearRep` runs them), so the
+    nodes inside them are checked like any other node.
+    """
+    try:
+        model = inline_functions(model)
+    except Exception as e:  # a malformed function: report it instead of running its body blind
+        return [Problem("(model)", "FunctionProto", "", None,
+                        f"the model-local functions cannot be inlined: {' '.join(str(e).split())}")]
     opsets = {d.domain if d.domain != "ai.onnx" else "": d.version for d in model.opset_import}
     functions = {(f.domain, f.name) for f in model.functions}
     types = _elem_types(model)
@@ -308,18 +318,30 @@ class _QLinearOp(OpRun):
         except (ValueError, TypeError) as e:
             raise self._fail(str(e)) from e
 
-    def _prepared_for(self, factory_name: str, weights: tuple, **kwargs):
-        """A prepared object for these weight arrays, made once while they stay the same objects.
+    #: Names of this node's inputs that are constant for the model (initializers, Constant
+    #: outputs); set by QLinearRep. None (unknown): nothing is cached across runs.
+    constant_inputs: frozenset[str] | None = None
 
-        Initializers are the same array objects on every run, so the pretransform is paid once
-        per model; a weight computed at run time is re-prepared on each run (still correct).
+    def _prepared_for(self, factory_name: str, weights: tuple, positions: tuple[int, ...], **kwargs):
+        """A prepared object for these weight arrays (inputs at ``positions`` of the node).
+
+        Cached across runs only when every one of them is a constant of the model (the same
+        array object, never written, on every run): the pretransform is then paid once per
+        model. A weight fed as a graph input or computed at run time is prepared on each run,
+        so a caller reusing a buffer with new values gets results for the new values.
         """
+        names = [self.onnx_node.input[i] for i in positions
+                 if i < len(self.onnx_node.input) and self.onnx_node.input[i]]
+        constant = self.constant_inputs is not None and all(n in self.constant_inputs for n in names)
         key = tuple(id(w) for w in weights)
-        if self._cache_key != key or self._prepared is None:
+        if not constant or self._cache_key != key or self._prepared is None:
             factory = getattr(_q, factory_name, None)
             if factory is None:
                 return None
-            self._prepared = self._call(factory, *weights, **kwargs)
+            prepared = self._call(factory, *weights, **kwargs)
+            if not constant:
+                return prepared
+            self._prepared = prepared
             self._cache_key = key
             self._weights_ref = weights  # keep the arrays alive so ids stay unique
         return self._prepared
@@ -386,7 +408,8 @@ class QLinearConv(_QLinearOp):
         for what, v in (("x_scale", x_scale), ("w_scale", w_scale), ("y_scale", y_scale)):
             self._check_float32(what, v)
         attrs = self._conv_attrs()
-        prep = self._prepared_for("prepare_qlinear_conv", (w, w_scale, w_zero_point, B), **attrs)
+        prep = self._prepared_for("prepare_qlinear_conv", (w, w_scale, w_zero_point, B), (3, 4, 5, 8),
+                                  **attrs)
         if prep is not None:
             return (self._call(prep.run, x, x_scale, x_zero_point, y_scale, y_zero_point),)
         return (self._call(_q.qlinear_conv, x, x_scale, x_zero_point, w, w_scale, w_zero_point,
@@ -398,7 +421,7 @@ class QLinearMatMul(_QLinearOp):
              **_):
         for what, v in (("a_scale", a_scale), ("b_scale", b_scale), ("y_scale", y_scale)):
             self._check_float32(what, v)
-        prep = self._prepared_for("prepare_qlinear_matmul", (b, b_scale, b_zero_point))
+        prep = self._prepared_for("prepare_qlinear_matmul", (b, b_scale, b_zero_point), (3, 4, 5))
         if prep is not None:
             return (self._call(prep.run, a, a_scale, a_zero_point, y_scale, y_zero_point),)
         return (self._call(_q.qlinear_matmul, a, a_scale, a_zero_point, b, b_scale, b_zero_point,
@@ -408,7 +431,7 @@ class QLinearMatMul(_QLinearOp):
 class ConvInteger(_QLinearOp):
     def _run(self, x, w, x_zero_point=None, w_zero_point=None, **_):
         attrs = self._conv_attrs()
-        prep = self._prepared_for("prepare_conv_integer", (w, w_zero_point), **attrs)
+        prep = self._prepared_for("prepare_conv_integer", (w, w_zero_point), (1, 3), **attrs)
         if prep is not None:
             return (self._call(prep.run, x, x_zero_point),)
         return (self._call(_q.conv_integer, x, w, x_zero_point, w_zero_point, **attrs),)
@@ -416,7 +439,7 @@ class ConvInteger(_QLinearOp):
 
 class MatMulInteger(_QLinearOp):
     def _run(self, a, b, a_zero_point=None, b_zero_point=None, **_):
-        prep = self._prepared_for("prepare_matmul_integer", (b, b_zero_point))
+        prep = self._prepared_for("prepare_matmul_integer", (b, b_zero_point), (1, 3))
         if prep is not None:
             return (self._call(prep.run, a, a_zero_point),)
         return (self._call(_q.matmul_integer, a, b, a_zero_point, b_zero_point),)
@@ -550,15 +573,76 @@ KERNELS: list[type[OpRun]] = [QuantizeLinear, DequantizeLinear, QLinearConv, QLi
                               ConvInteger, MatMulInteger, BatchNormalization, MaxPool]
 
 
+# --------------------------------------------------------------------------- emulation
+
+#: What ``emulate=`` accepts: "onnxruntime-avx2" is onnxruntime's CPU results on x86 with
+#: AVX2 and without AVX-VNNI / AVX512-VNNI (measured on onnxruntime 1.32).
+EMULATIONS = ("onnxruntime-avx2",)
+
+
+def _emulating(base: type[_QLinearOp]) -> type[_QLinearOp]:
+    """``base`` computing onnxruntime-avx2's result where its kernel saturates.
+
+    The exact kernel runs first: it validates the inputs (same errors as without emulation)
+    and is onnxruntime's answer wherever its kernel is exact (other type pairings,
+    depthwise QLinearConv)."""
+
+    def _run(self, *args, **kwargs):
+        exact = base._run(self, *args, **kwargs)
+        from qlinear.tools import ortsat
+
+        attrs = self._conv_attrs() if "Conv" in base.__name__ else {}
+        emulated = self._call(ortsat.emulate, base.__name__, list(args), attrs)
+        return exact if emulated is None else (emulated,)
+
+    return type(base.__name__, (base,), {"_run": _run, "__doc__": base.__doc__, "__module__": __name__})
+
+
+def kernels_for(emulate: str | None) -> list[type[OpRun]]:
+    """The replacement kernels for ReferenceEvaluator: exact, or emulating ``emulate``."""
+    if emulate is None:
+        return KERNELS
+    if emulate not in EMULATIONS:
+        raise ValueError(f"prepare: emulate must be one of {', '.join(map(repr, EMULATIONS))} "
+                         f"or None; got {emulate!r}")
+    swap = {k: _emulating(k) for k in (QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger)}
+    return [swap.get(k, k) for k in KERNELS]
+
+
 # --------------------------------------------------------------------------- backend
 
 
-class QLinearRep(BackendRep):
-    """A prepared model: ``run(inputs)`` returns the outputs in graph order."""
+def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its model-local functions (FunctionProto) inlined, so that the six
+    operators inside them run on qlinear's kernels too (onnx.reference would otherwise run
+    a function's body with its own implementations); ``model`` itself if it has none."""
+    if not model.functions:
+        return model
+    from onnx.inliner import inline_local_functions
 
-    def __init__(self, model: onnx.ModelProto):
+    return inline_local_functions(model)
+
+
+class QLinearRep(BackendRep):
+    """A prepared model: ``run(inputs)`` returns the outputs in graph order.
+
+    ``emulate="onnxruntime-avx2"`` computes, instead of the exact results, what onnxruntime
+    gives on x86 CPUs with AVX2 but without VNNI (16-bit pair saturation in its u8 x s8
+    kernels; see :mod:`qlinear.tools.ortsat`), on any CPU.
+    """
+
+    def __init__(self, model: onnx.ModelProto, emulate: str | None = None):
+        model = inline_functions(model)
         self.model = model
-        self.evaluator = ReferenceEvaluator(model, new_ops=KERNELS)
+        self.emulate = emulate
+        self.evaluator = ReferenceEvaluator(model, new_ops=kernels_for(emulate))
+        # Constant weights (initializers, Constant outputs) are prepared once and cached.
+        constants = {i.name for i in model.graph.initializer} | {
+            o for n in model.graph.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx")
+            for o in n.output}
+        for rt in getattr(self.evaluator, "rt_nodes_", []):
+            if isinstance(rt, _QLinearOp):
+                rt.constant_inputs = frozenset(n for n in rt.onnx_node.input if n in constants)
         inits = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]
         self.output_names = [o.name for o in model.graph.output]
@@ -612,7 +696,12 @@ class QLinearBackend(Backend):
         return cls.supports_device(device) and not check_model(model)
 
     @classmethod
-    def prepare(cls, model, device="CPU", **kwargs) -> QLinearRep:
+    def prepare(cls, model, device="CPU", emulate: str | None = None, **kwargs) -> QLinearRep:
+        """A :class:`QLinearRep` for ``model`` (ModelProto, path or bytes), after checking
+        every node. ``emulate="onnxruntime-avx2"``: compute what onnxruntime gives on AVX2
+        CPUs without VNNI (its u8 x s8 kernels' 16-bit pair saturation) instead of the exact
+        results."""
+        kernels_for(emulate)  # a bad name fails before anything is loaded
         if isinstance(model, (str, bytes)) and not isinstance(model, bytes):
             model = onnx.load(model)
         elif isinstance(model, bytes):
@@ -622,11 +711,11 @@ class QLinearBackend(Backend):
         problems = check_model(model)
         if problems:
             raise UnsupportedModelError(problems)
-        return QLinearRep(model)
+        return QLinearRep(model, emulate=emulate)
 
     @classmethod
-    def run_model(cls, model, inputs, device="CPU", **kwargs):
-        return cls.prepare(model, device, **kwargs).run(inputs)
+    def run_model(cls, model, inputs, device="CPU", emulate: str | None = None, **kwargs):
+        return cls.prepare(model, device, emulate=emulate, **kwargs).run(inputs)
 
     @classmethod
     def run_node(cls, node, inputs, device="CPU", outputs_info=None, **kwargs):

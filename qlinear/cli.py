@@ -2,7 +2,9 @@
 
     qlinear run                       # the bundled quantized digits classifier
     qlinear run model.onnx --input x=x.npy --output-dir out/
-    qlinear compare model.onnx --input x=x.npy      # exit 1 when outputs differ
+    qlinear run --emulate onnxruntime-avx2          # onnxruntime's results on AVX2 CPUs
+    qlinear compare model.onnx --input x=x.npy      # exit 1 when outputs DIFFER
+    qlinear --version
     qlinear conformance               # ONNX's backend node tests for the operators
     qlinear bench                     # the speed suite (qlinear.bench)
 
@@ -124,10 +126,12 @@ def _example_report(meta, outputs: dict[str, np.ndarray], labels, model, feeds) 
         rep["onnxruntime"] = None
         return rep
     ort_pred = ort_out.argmax(axis=-1)
-    from qlinear.tools.ortsat import onnxruntime_saturates
+    from qlinear.tools.ortsat import onnxruntime_saturates, probe_source
 
     rep["onnxruntime"] = {
+        # measured here by a probe (qlinear.tools.ortsat), not inferred from the CPU's name
         "saturating_u8s8_kernels": onnxruntime_saturates(),
+        "saturation_probe": probe_source(),
         "accuracy": float((ort_pred == labels).mean()),
         "predictions_agree": int((ort_pred == pred).sum()),
         "identical_elements": int((ort_out == probs).sum()),
@@ -136,9 +140,31 @@ def _example_report(meta, outputs: dict[str, np.ndarray], labels, model, feeds) 
     return rep
 
 
+def output_files(out_dir: str, names: list[str]) -> dict[str, str]:
+    """One distinct .npy path inside ``out_dir`` per output name.
+
+    Names are made safe for a file system (separators and dots neutralized); two names that
+    end up alike (``a/b`` and ``a_b``), also alike up to case (case-insensitive file systems),
+    get ``_2``, ``_3``, ... suffixes until they are distinct, so no file is written twice.
+    """
+    from qlinear.tools.model import safe_output_path
+
+    used: set[str] = set()
+    paths: dict[str, str] = {}
+    for name in names:
+        base = os.path.splitext(os.path.basename(safe_output_path(out_dir, name)))[0]
+        stem, n = base, 1
+        while stem.lower() in used:
+            n += 1
+            stem = f"{base}_{n}"
+        used.add(stem.lower())
+        paths[name] = safe_output_path(out_dir, stem)
+    return paths
+
+
 def cmd_run(args) -> int:
     from qlinear.backend import QLinearRep
-    from qlinear.tools.model import ToolError, safe_output_path
+    from qlinear.tools.model import ToolError
 
     example = args.model is None
     model_path, model, feeds, labels, meta, note = _model_and_inputs(args)
@@ -147,7 +173,7 @@ def cmd_run(args) -> int:
         raise ToolError(f"--output-dir {args.output_dir}: exists and is not a directory")
 
     t0 = time.perf_counter()
-    rep = QLinearRep(model)
+    rep = QLinearRep(model, emulate=args.emulate)
     t_prepare = time.perf_counter() - t0
     t0 = time.perf_counter()
     values = rep.run(feeds, progress=_progress_enabled(args))
@@ -161,6 +187,7 @@ def cmd_run(args) -> int:
         "outputs": [{"name": k, "shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype),
                      "summary": summarize(v)} for k, v in outputs.items()],
         "seconds": {"prepare": round(t_prepare, 4), "run": round(t_run, 4)},
+        "emulate": args.emulate,
     }
     if note:
         result["note"] = note
@@ -170,14 +197,18 @@ def cmd_run(args) -> int:
 
     if args.output_dir is not None:
         os.makedirs(args.output_dir, exist_ok=True)
+        files = output_files(args.output_dir, list(outputs))
         written = []
-        for i, (k, v) in enumerate(outputs.items()):
-            path = safe_output_path(args.output_dir, k)
-            if path in written:  # two names that sanitize alike: keep both
-                path = safe_output_path(args.output_dir, f"{k}_{i}")
-            np.save(path, np.asarray(v))
-            written.append(path)
+        for k, v in outputs.items():
+            np.save(files[k], np.asarray(v))
+            written.append(files[k])
+        manifest = os.path.realpath(os.path.join(args.output_dir, "outputs.json"))
+        with open(manifest, "w") as f:  # output name -> file, in graph order
+            json.dump({"outputs": [{"name": k, "file": os.path.basename(files[k]),
+                                    "shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype)}
+                                   for k, v in outputs.items()]}, f, indent=2)
         result["written"] = written
+        result["manifest"] = manifest
 
     if args.json:
         print(json.dumps(result, indent=2))
@@ -196,6 +227,9 @@ def _print_run(r: dict[str, Any]) -> None:
         print(f"model: {r['model']}")
     if r.get("note"):
         print(f"  {r['note']}")
+    if r.get("emulate"):
+        print(f"  emulating {r['emulate']}: onnxruntime's results on x86 CPUs with AVX2 and without "
+              "VNNI (16-bit pair saturation in its uint8 x int8 kernels)")
     for i in r["inputs"]:
         print(f"input  {i['name']}: {i['dtype']}{i['shape']}")
     print()
@@ -213,13 +247,20 @@ def _print_run(r: dict[str, Any]) -> None:
             print(f"onnxruntime: accuracy {o['accuracy']:.2%}; predictions agree with qlinear on "
                   f"{o['predictions_agree']}/{c['samples']} samples; "
                   f"{o['identical_elements']}/{o['elements']} output values bit-identical")
-            if o["identical_elements"] != o["elements"] and o.get("saturating_u8s8_kernels"):
-                print("  (this model's int8 weights use the full range, and onnxruntime's uint8 x "
-                      "int8 kernels saturate 16-bit sums on this CPU; see 'qlinear compare')")
-            elif o["identical_elements"] != o["elements"]:
+            how = ("measured by a probe on this machine" if o.get("saturation_probe") == "measured"
+                   else o.get("saturation_probe", ""))
+            if o.get("saturating_u8s8_kernels"):
+                print(f"  onnxruntime here: its uint8 x int8 kernels saturate 16-bit pair sums ({how})"
+                      + ("; qlinear emulates that" if r.get("emulate") else
+                         "; 'qlinear run --emulate onnxruntime-avx2' reproduces them"))
+            elif o.get("saturating_u8s8_kernels") is False:
+                print(f"  onnxruntime here: its uint8 x int8 kernels are exact ({how})")
+            if o["identical_elements"] != o["elements"]:
                 print("  (see 'qlinear compare' for where the values differ)")
     for p in r.get("written", []):
         print(f"wrote {p}")
+    if r.get("manifest"):
+        print(f"wrote {r['manifest']} (output name -> file)")
 
 
 # --------------------------------------------------------------------------- compare
@@ -233,10 +274,16 @@ def cmd_compare(args) -> int:
         import onnxruntime  # noqa: F401
     except ImportError:
         raise ToolError("compare needs onnxruntime: pip install 'qlinear[tools]'") from None
+    for flag, value in (("--ulp", args.ulp), ("--atol", args.atol), ("--rtol", args.rtol)):
+        if not value >= 0:  # also refuses NaN
+            raise ToolError(f"{flag} must be 0 or more; got {value}")
     model_path, model, feeds, _, _, note = _model_and_inputs(args)
-    if args.ulp < 0:
-        raise ToolError("--ulp must be 0 or more")
-    result = compare_model(model, feeds, show_progress=_progress_enabled(args), ulp=args.ulp)
+    result = compare_model(model, feeds, show_progress=_progress_enabled(args), ulp=args.ulp,
+                           atol=args.atol, rtol=args.rtol, emulate=args.emulate)
+    from qlinear.tools.ortsat import onnxruntime_saturates, probe_source
+
+    result["onnxruntime_u8s8_saturates"] = onnxruntime_saturates()
+    result["saturation_probe"] = probe_source()
     result["model"] = model_path
     if note:
         result["note"] = note
@@ -244,8 +291,14 @@ def cmd_compare(args) -> int:
         print(json.dumps(result, indent=2))
     else:
         print(f"model: {model_path}" + (f"  ({note})" if note else ""))
+        sat = result["onnxruntime_u8s8_saturates"]
+        if sat is not None:
+            how = ("a probe on this machine" if result["saturation_probe"] == "measured"
+                   else result["saturation_probe"])
+            print("onnxruntime here: uint8 x int8 kernels "
+                  + ("saturate 16-bit pair sums" if sat else "exact") + f" ({how})")
         print(format_report(result))
-    return 0 if result["equal"] else 1
+    return 1 if result["verdict"] == "DIFFER" else 0
 
 
 # --------------------------------------------------------------------------- conformance
@@ -294,6 +347,21 @@ def _add_model_args(p, what: str) -> None:
                    help="refuse models declaring a tensor larger than N bytes (default 2 GiB)")
 
 
+def _add_emulate_arg(p) -> None:
+    from qlinear.backend import EMULATIONS
+
+    p.add_argument("--emulate", choices=EMULATIONS, default=None, metavar="TARGET",
+                   help="compute what TARGET computes instead of the exact results, on any CPU; "
+                        "onnxruntime-avx2: onnxruntime on x86 CPUs with AVX2 and without VNNI, "
+                        "whose uint8 x int8 kernels saturate 16-bit pair sums")
+
+
+def _version() -> str:
+    import qlinear
+
+    return f"qlinear {qlinear.__version__}"
+
+
 def _wrap(text: str) -> str:
     import textwrap
 
@@ -308,6 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n  qlinear run\n  qlinear compare model.onnx --input x=x.npy\n"
                "  qlinear conformance\n  qlinear bench\n\nqlinear COMMAND --help explains each "
                "command.")
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser(
@@ -320,26 +389,40 @@ def build_parser() -> argparse.ArgumentParser:
                "--output-dir out/\n  qlinear run model.onnx --json")
     _add_model_args(p, "run")
     p.add_argument("--output-dir", metavar="DIR",
-                   help="save every output as DIR/NAME.npy (nothing is written elsewhere)")
+                   help="save every output as DIR/NAME.npy, names made distinct, with a manifest "
+                        "DIR/outputs.json mapping output names to files (nothing is written "
+                        "elsewhere)")
+    _add_emulate_arg(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
         "compare", formatter_class=fmt, help="compare qlinear and onnxruntime node by node",
-        description=_wrap("Run the model in qlinear and in onnxruntime with every intermediate tensor "
-                    "exposed, and print one row per node: operator, elements, mismatching "
-                    "elements, largest difference (in quantization steps for integer tensors), "
-                    "and a diagnosis - in particular whether onnxruntime's 16-bit saturation in "
-                    "its uint8 x int8 kernels explains the difference (reproduced by emulating "
-                    "it). Exit status 0 when the outputs are identical, 1 when they differ."),
+        description=_wrap("Run the model in qlinear and in onnxruntime. The model's outputs are "
+                    "compared with onnxruntime's normal session (default graph optimizations, "
+                    "what users deploy); one row per node compares qlinear's intermediates with "
+                    "an onnxruntime run exposing every intermediate: operator, elements, "
+                    "mismatching elements, verdict, largest difference (quantization steps for "
+                    "integer tensors; absolute, relative and ulps for floats) and a diagnosis - "
+                    "in particular whether onnxruntime's 16-bit saturation in its uint8 x int8 "
+                    "kernels explains the difference. Integer tensors are compared exactly; "
+                    "float tensors are identical, within tolerance (|q - o| <= atol + rtol*|o|) "
+                    "or DIFFER. Times are warm medians of plain runs. Exit status 1 only when "
+                    "an output DIFFERs, else 0."),
         epilog="examples:\n  qlinear compare model.onnx --input x=x.npy\n"
-               "  qlinear compare model.onnx --ulp 8   # tolerate float rounding in Softmax\n"
+               "  qlinear compare model.onnx --atol 1e-4 --rtol 1e-3\n"
+               "  qlinear compare --emulate onnxruntime-avx2   # as on AVX2 servers without VNNI\n"
                "  qlinear compare            # the bundled example\n"
                "  qlinear compare model.onnx --json > report.json")
     _add_model_args(p, "compare")
+    p.add_argument("--atol", type=float, default=1e-5, metavar="A",
+                   help="absolute tolerance of float tensors: |q - o| <= A + R*|o| is within "
+                        "tolerance (default 1e-5)")
+    p.add_argument("--rtol", type=float, default=1e-5, metavar="R",
+                   help="relative tolerance of float tensors (default 1e-5)")
     p.add_argument("--ulp", type=int, default=0, metavar="N",
-                   help="count float32 values within N units in the last place as equal (for "
-                        "float tails such as Softmax, which onnxruntime rounds differently); "
-                        "integer tensors are always compared exactly (default 0)")
+                   help="also count float32 values within N units in the last place as within "
+                        "tolerance (default 0); integer tensors are always compared exactly")
+    _add_emulate_arg(p)
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser(

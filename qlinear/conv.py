@@ -36,13 +36,12 @@ class _ConvWeights:
         else:
             zp = v.zero_point(op, "w_zero_point", w_zero_point, "w", w.dtype)
             zp = v.per_channel(op, "w_zero_point", zp, self.out_channels, "output channel of w")
-        self.w_zero_point = zp
+        # Copies: a prepared operator owns what it keeps (the caller may change its arrays).
+        self.w_zero_point = np.array(zp, copy=True)
         self.attributes = ConvAttributes.from_onnx(op, w.shape, **attributes)
         # A prepared form keeps its own copies (never views of the caller's arrays); a plain
         # call uses w once, while the caller waits.
         self.w = np.array(w, copy=True) if owned else w
-        if owned:
-            self.w_zero_point = np.array(zp, copy=True)
         self._kernel: ConvKernel | None = None
         self._native: dict[tuple[str, bool], np.ndarray] = {}
         # (x shape, x dtype, x_zero_point) → (validated zero point, geometry), for repeated calls.
@@ -79,6 +78,7 @@ class _ConvWeights:
                 zp = np.zeros((), dtype=x.dtype)
             else:
                 zp = v.per_tensor(op, "x_zero_point", v.zero_point(op, "x_zero_point", x_zero_point, "x", x.dtype))
+                zp = np.array(zp, copy=True)  # memoized by value: never a view of the caller's array
             known = self._inputs.put(key, (zp, self.attributes.geometry(x.shape[2:])))
         zp, geom = known
         return x, zp, geom
@@ -202,10 +202,8 @@ class PreparedQLinearConv:
         m = self._weights.out_channels
         ws = v.per_channel(op, "w_scale", v.scale(op, "w_scale", w_scale), m, "output channel of w")
         v.same_shape(op, "w_scale", ws, "w_zero_point", self._weights.w_zero_point)
-        self.w_scale = np.array(ws, copy=True) if _owned else ws
-        self.bias = None if B is None else v.int32_bias(op, B, m)
-        if _owned and self.bias is not None:
-            self.bias = np.array(self.bias, copy=True)
+        self.w_scale = np.array(ws, copy=True)  # owned copies, not views of the caller's arrays
+        self.bias = None if B is None else np.array(v.int32_bias(op, B, m), copy=True)
         self._bias_bound = 0 if B is None else int(np.abs(self.bias.astype(np.int64)).max(initial=0))
         # (x_scale, y_scale, y_zero_point) → (multiplier, y_zero_point), for repeated calls.
         self._params = _Memo()
@@ -219,6 +217,7 @@ class PreparedQLinearConv:
             xs = v.per_tensor(op, "x_scale", v.scale(op, "x_scale", x_scale))
             ys = v.per_tensor(op, "y_scale", v.nonzero_scale(op, "y_scale", y_scale))
             yzp = v.per_tensor(op, "y_zero_point", v.output_zero_point(op, "y_zero_point", y_zero_point))
+            yzp = np.array(yzp, copy=True)  # memoized by value: never a view of the caller's array
             m = v.finite_multiplier(op, multiplier(xs, self.w_scale, ys), "x_scale * w_scale / y_scale")
             known = self._params.put(None if None in keys else keys, (m, yzp))
         m, yzp = known

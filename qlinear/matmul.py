@@ -57,7 +57,7 @@ class _RightOperand:
             zp = np.zeros((), dtype=b.dtype)
         else:
             zp = _operand_param(op, "b_zero_point", v.zero_point(op, "b_zero_point", b_zero_point, "b", b.dtype), "b", b.shape)
-        self.zero_point = np.array(zp, copy=True) if owned else zp
+        self.zero_point = np.array(zp, copy=True)  # owned: the caller may change its array later
         matrix = b[:, None] if b.ndim == 1 else b
         # A prepared form keeps its own copy (never a view of the caller's array); a plain
         # call uses b once, while the caller waits.
@@ -70,8 +70,9 @@ class _RightOperand:
         if self._numpy is None:
             centered = np.subtract(self.matrix, self.zero_point, dtype=np.float32)
             # Each output (one column of one batch entry) sums over the K axis of b.
-            self._numpy = centered, Reduction(centered, axis=-2,
-                                              bound=dtype_bound(self.matrix.dtype, np.asarray(self.zero_point)))
+            # An empty per-column zero point (N = 0) has no extreme: bound with a per-tensor 0.
+            zp = self.zero_point if self.zero_point.size else np.zeros((), self.matrix.dtype)
+            self._numpy = centered, Reduction(centered, axis=-2, bound=dtype_bound(self.matrix.dtype, zp))
         return self._numpy
 
     def check_a(self, a: Any, a_zero_point: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -101,6 +102,11 @@ class _RightOperand:
     def accumulate(self, matrix: np.ndarray, zp: np.ndarray, out_dtype: type = np.int32) -> np.ndarray:
         """NumPy engine: the accumulator of shape (batch..., M, N): int32 wrap32 values, or
         their float32 rounding (for requantization in place)."""
+        if 0 in matrix.shape or 0 in self.matrix.shape:
+            # Nothing to multiply: numpy.matmul's result, empty, or zeros when only K is 0 (an
+            # empty sum); the engine's reshapes and bounds assume non-empty operands.
+            batch = np.broadcast_shapes(matrix.shape[:-2], self.matrix.shape[:-2])
+            return np.zeros((*batch, matrix.shape[-2], self.matrix.shape[-1]), out_dtype)
         centered, reduction = self._numpy_form()
         return matmul_accumulate(matrix, zp, centered, reduction, out_dtype)
 
@@ -163,6 +169,9 @@ def _native_pack_b(isa: str, which: int, matrix: np.ndarray, zp: np.ndarray) -> 
 
 
 _NO_MULT = np.zeros(1, dtype=np.float32)
+_ZERO_IDX = np.zeros(1, dtype=np.int64)
+_TYPE = {np.dtype(np.uint8): 0, np.dtype(np.int8): 1}
+_RANGE = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
 
 
 def _native_matmul(right: _RightOperand, matrix: np.ndarray, zp: np.ndarray,
@@ -175,52 +184,57 @@ def _native_matmul(right: _RightOperand, matrix: np.ndarray, zp: np.ndarray,
     M, K = matrix.shape[-2:]
     N = right.matrix.shape[-1]
     a_batch, b_batch = matrix.shape[:-2], right.matrix.shape[:-2]
-    out_batch = np.broadcast_shapes(a_batch, b_batch)
-    Bout = int(np.prod(out_batch, dtype=np.int64))
     a = np.ascontiguousarray(matrix)
-    rows = M
-    if Bb == 1 and Bout >= 1 and a_batch == out_batch:
-        # b is one matrix: every batch entry's rows form one taller GEMM
-        rows, batches = Bout * M, 1
-        a_idx = b_idx = np.zeros(1, dtype=np.int64)
-        Ba = 1
+    if not a_batch and not b_batch:  # the common case, kept short: one matrix times one
+        out_batch, rows, batches, Ba = (), M, 1, 1
+        a_idx = b_idx = _ZERO_IDX
     else:
-        batches = Bout
-        Ba = int(np.prod(a_batch, dtype=np.int64))
-        a_idx = np.ascontiguousarray(np.broadcast_to(np.arange(Ba, dtype=np.int64).reshape(a_batch), out_batch)).ravel()
-        b_idx = np.ascontiguousarray(np.broadcast_to(np.arange(Bb, dtype=np.int64).reshape(b_batch), out_batch)).ravel()
+        out_batch = np.broadcast_shapes(a_batch, b_batch)
+        Bout = int(np.prod(out_batch, dtype=np.int64))
+        if Bb == 1 and a_batch == out_batch:
+            # b is one matrix: every batch entry's rows form one taller GEMM
+            rows, batches, Ba = Bout * M, 1, 1
+            a_idx = b_idx = _ZERO_IDX
+        else:
+            rows, batches = M, Bout
+            Ba = int(np.prod(a_batch, dtype=np.int64))
+            a_idx = np.ascontiguousarray(np.broadcast_to(np.arange(Ba, dtype=np.int64).reshape(a_batch), out_batch)).ravel()
+            b_idx = np.ascontiguousarray(np.broadcast_to(np.arange(Bb, dtype=np.int64).reshape(b_batch), out_batch)).ravel()
     # a's zero point: per tensor, or one per (batch entry, row)
     if zp.ndim == 0:
-        zpa, zpa_bs, zpa_rs = np.array([int(zp)], dtype=np.int32), 0, 0
+        zpa, zpa_bs, zpa_rs = np.array([zp], dtype=np.int32), 0, 0
     else:
         zpa = np.ascontiguousarray(np.broadcast_to(zp, (*out_batch, M, 1)), dtype=np.int32).reshape(-1)
         zpa_bs, zpa_rs = (M, 1) if batches > 1 else (0, 1)
     quantized = m is not None
     if quantized:
-        mm = np.asarray(m, dtype=np.float32)
-        mm = mm.reshape((1,) * (len(out_batch) + 2 - mm.ndim) + mm.shape)
-        Mm, Nm = mm.shape[-2:]
-        batch_varies = any(d != 1 for d in mm.shape[:-2])
-        if rows != M and (batch_varies or Mm != 1):  # folded batches: one multiplier row per output row
-            mult = np.ascontiguousarray(np.broadcast_to(mm, (*out_batch, M, Nm)), dtype=np.float32).reshape(-1)
-            m_bs, m_rs = 0, Nm
-        elif batch_varies:
-            mult = np.ascontiguousarray(np.broadcast_to(mm, (*out_batch, Mm, Nm)), dtype=np.float32).reshape(-1)
-            m_bs, m_rs = Mm * Nm, (Nm if Mm > 1 else 0)
+        mm = m if isinstance(m, np.ndarray) and m.dtype == np.float32 else np.asarray(m, dtype=np.float32)
+        if mm.size == 1:
+            mult, m_bs, m_rs, m_cs = mm.reshape(1), 0, 0, 0
         else:
-            mult = np.ascontiguousarray(mm, dtype=np.float32).reshape(-1)
-            m_bs, m_rs = 0, (Nm if Mm > 1 else 0)
-        m_cs = 1 if Nm > 1 else 0
+            mm = mm.reshape((1,) * (len(out_batch) + 2 - mm.ndim) + mm.shape)
+            Mm, Nm = mm.shape[-2:]
+            batch_varies = any(d != 1 for d in mm.shape[:-2])
+            if rows != M and (batch_varies or Mm != 1):  # folded batches: a multiplier row per output row
+                mult = np.ascontiguousarray(np.broadcast_to(mm, (*out_batch, M, Nm)), dtype=np.float32).reshape(-1)
+                m_bs, m_rs = 0, Nm
+            elif batch_varies:
+                mult = np.ascontiguousarray(np.broadcast_to(mm, (*out_batch, Mm, Nm)), dtype=np.float32).reshape(-1)
+                m_bs, m_rs = Mm * Nm, (Nm if Mm > 1 else 0)
+            else:
+                mult = np.ascontiguousarray(mm, dtype=np.float32).reshape(-1)
+                m_bs, m_rs = 0, (Nm if Mm > 1 else 0)
+            m_cs = 1 if Nm > 1 else 0
         out_dtype = yzp.dtype
-        info = np.iinfo(out_dtype)
+        qmin, qmax = _RANGE[out_dtype]
         z = int(yzp)
-        lo, hi = float(info.min - z), float(info.max - z)
+        lo, hi = float(qmin - z), float(qmax - z)
         out = np.empty((*out_batch, M, N), dtype=out_dtype)
-        signed = int(out_dtype == np.int8)
+        signed = int(qmin < 0)
     else:
         mult, m_bs, m_rs, m_cs, lo, hi, z, signed = _NO_MULT, 0, 0, 0, 0.0, 0.0, 0, 0
         out = np.empty((*out_batch, M, N), dtype=np.int32)
-    C.matmul(isa, which, rows, N, K, batches, a, _native.TYPE_CODES[a.dtype.name], Ba, a_idx,
+    C.matmul(isa, which, rows, N, K, batches, a, _TYPE[a.dtype], Ba, a_idx,
              zpa, zpa_bs, zpa_rs, packed, colsums, zcol, Bb, b_idx, out, int(quantized), signed,
              mult, m_bs, m_rs, m_cs, lo, hi, z)
     return out

@@ -6,7 +6,11 @@
 # itself instrumented) and runs the native engine's tests at every ISA level this CPU runs.
 # Any sanitizer report aborts the run (halt_on_error / -fno-sanitize-recover).
 #
-# Usage: scripts/sanitize.sh [extra pytest args]   (with the test dependencies installed)
+# With EMULATED=1 the build also compiles the VNNI kernel files against SIMDe (as
+# scripts/emulated_isa.sh does), so the AVX-512 VNNI and AVX-VNNI levels run under the
+# sanitizers too.
+#
+# Usage: [EMULATED=1] scripts/sanitize.sh [extra pytest args]   (test dependencies installed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python}"
@@ -16,7 +20,12 @@ cp -r qlinear tests setup.py pyproject.toml README.md MANIFEST.in "$work"/
 cd "$work"
 find qlinear -name '*.so' -delete
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g"
-QLINEAR_REQUIRE_NATIVE=1 QLINEAR_CFLAGS="$san -O1" QLINEAR_LDFLAGS="$san" \
+extra=""
+if [ "${EMULATED:-0}" = "1" ]; then
+    [ -f /usr/include/simde/x86/avx512.h ] || apt-get install -y libsimde-dev
+    extra="-DQL_SIMDE"
+fi
+QLINEAR_REQUIRE_NATIVE=1 QLINEAR_CFLAGS="$san -O1 $extra" QLINEAR_LDFLAGS="$san" \
     "$PYTHON" setup.py -q build_ext --inplace >build.log 2>&1 || { cat build.log; exit 1; }
 asan="$(gcc -print-file-name=libasan.so)"
 ubsan="$(gcc -print-file-name=libubsan.so)"

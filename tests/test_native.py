@@ -61,6 +61,24 @@ def test_large_blocks_and_threads(adt, bdt):
             assert_exact(qlinear.matmul_integer(a, b, az, bz), want)
     finally:
         qlinear.set_num_threads(saved)
+    # K past the driver's K block (2048 int16 or 4096 bytes of a 16-column panel, times 1.5)
+    a, b = rand_int(rng, adt, (13, 6200)), rand_int(rng, bdt, (6200, 40))
+    az, bz = _zp(rng, adt, (13,)), _zp(rng, bdt, (40,))
+    assert_exact(qlinear.matmul_integer(a, b, az, bz), oracle.matmul_integer(a, b, az, bz))
+
+
+@pytest.mark.parametrize("adt,bdt", [(U8, I8), (I8, U8)])
+def test_tall_a_packed_per_row_block(adt, bdt):
+    """An a too large for L2 once packed is packed block by block inside the GEMM's tasks."""
+    rng = np.random.default_rng(4)
+    m, k, n = 1100, 600, 37  # packed a: 1.3 MB (int16), 660 KB (bytes), past 2 x 256 KiB
+    a, b = rand_int(rng, adt, (m, k)), rand_int(rng, bdt, (k, n))
+    az, bz = _zp(rng, adt, (m, 1)), _zp(rng, bdt, (n,))
+    assert_exact(qlinear.matmul_integer(a, b, az, bz), oracle.matmul_integer(a, b, az, bz))
+    args = (a, rand_scale(rng, (m, 1)), az, b, rand_scale(rng, (n,)), bz, np.float32(0.3), np.int8(-5))
+    assert_exact(qlinear.qlinear_matmul(*args), oracle.qlinear_matmul(*args))
+    b7 = rand_int(rng, I8, (k, 48), -64, 64)  # the avx2 fast path, too
+    assert_exact(qlinear.matmul_integer(a, b7, az), oracle.matmul_integer(a, b7, az))
 
 
 @pytest.mark.parametrize("k", [33000, 34000])

@@ -1,12 +1,17 @@
 """qlinear against onnxruntime's CPU kernels (one-node models, one intra-op thread).
 
-Where onnxruntime is exact, qlinear must be bit-identical to it. Measured on this machine
-(onnxruntime 1.32, AVX2 without VNNI): whenever a uint8 operand meets an int8 operand
-(QLinearConv, QLinearMatMul, MatMulInteger, ConvInteger), onnxruntime is exact only while
-the int8 operand stays within [-64, 64]; at +-65 its 16-bit pair sums (2 * 255 * 65 = 33150)
-saturate. That includes an int8 zero point: in ConvInteger (int8 x, uint8 w) padded positions
-hold x_zero_point, and x_zero_point = 115 made onnxruntime wrong on fully padded output rows.
-uint8 x uint8 and int8 x int8 are exact over the full range.
+Where onnxruntime is exact, qlinear must be bit-identical to it. Measured on an AVX2 machine
+without VNNI (onnxruntime 1.32): its u8 x s8 GEMM kernels add adjacent products in saturating
+16-bit sums, exact only while the int8 operand stays within [-64, 64] (at +-65 a pair sum
+can reach 2 * 255 * 65 = 33150). The kernels that saturate there: QLinearConv (non-depthwise)
+and QLinearMatMul with uint8 x / int8 w, MatMulInteger with uint8 a / int8 b, and ConvInteger
+with *int8 x* / uint8 w (its GEMM takes the weights as the left operand; padded positions
+hold x_zero_point, so an int8 x_zero_point = 115 made it wrong on fully padded rows).
+uint8 x uint8 and int8 x int8 are exact over the full range; so are ConvInteger with uint8 x /
+int8 w and MatMulInteger with int8 a / uint8 b. On CPUs with AVX-VNNI or AVX512-VNNI every
+combination is exact. The tests below keep every mixed int8 operand within [-64, 64], so they
+hold on both kinds of CPU; qlinear.tools.ortsat's probe says which kind this one is, and
+tests/test_emulation.py checks the saturation model.
 
 Operator/type combinations onnxruntime implements: QLinearConv and QLinearMatMul only
 (x, w, y) in {(u8, u8, u8), (u8, s8, u8), (s8, s8, s8)}; ConvInteger and MatMulInteger all four.
@@ -277,8 +282,9 @@ def test_quantize_near_ties_match_ort():
 
 def test_full_range_u8s8_ort_mismatches_but_qlinear_is_exact(record_property, capsys):
     """uint8 activations x full-range int8 weights: onnxruntime's AVX2 kernels saturate 16-bit
-    pair sums; qlinear must equal the oracle. ORT's mismatches are reported, not asserted, so
-    a machine where ORT is exact (e.g. with VNNI) does not fail this test."""
+    pair sums; qlinear must equal the oracle. What onnxruntime must do follows the probe
+    (qlinear.tools.ortsat, measured): mismatches where it saturates, none where it is exact
+    (VNNI); the counts are reported."""
     rng = np.random.default_rng(68)
     # QLinearConv, 3x3, 16 input channels
     x = rand_int(rng, U8, (1, 16, 8, 8))
@@ -313,6 +319,14 @@ def test_full_range_u8s8_ort_mismatches_but_qlinear_is_exact(record_property, ca
             mm_cases_wrong += 1
             mm_max_steps = max(mm_max_steps, int(np.abs(got_ort.astype(int) - want.astype(int)).max()))
 
+    from qlinear.tools.ortsat import onnxruntime_saturates
+
+    saturates = onnxruntime_saturates()
+    if saturates:  # the extreme weights of the first tap make pair sums of up to 64770
+        assert all(wrong > 0 for wrong, _ in conv_report.values()), conv_report
+    elif saturates is False:
+        assert all(wrong == 0 for wrong, _ in conv_report.values()) and mm_cases_wrong == 0, \
+            (conv_report, mm_cases_wrong)
     for weights_as, (wrong, steps) in conv_report.items():
         record_property(f"ort_qlinearconv_wrong_outputs_weights_as_{weights_as}", f"{wrong}/{conv_size}")
         record_property(f"ort_qlinearconv_max_steps_weights_as_{weights_as}", steps)

@@ -26,7 +26,7 @@ typedef struct {
     int kc, nkb;                           /* K block (elements, multiple of kpack) and count */
     size_t pbytes;
     char *scratch; size_t scratch_stride;  /* per thread: [packed panel + colsums] [C block] */
-    size_t cblock_off;
+    size_t cblock_off, lblock_off;
 } gemm_ctx;
 
 static void gemm_task(void *vctx, ptrdiff_t t, int thread) {
@@ -41,6 +41,15 @@ static void gemm_task(void *vctx, ptrdiff_t t, int thread) {
     int32_t Ct[QL_MAX_MR * QL_MAX_NR] __attribute__((aligned(64)));
     char *s = g->scratch ? g->scratch + (size_t)thread * g->scratch_stride : NULL;
     int32_t *Cb = s ? (int32_t *)(s + g->cblock_off) : NULL;  /* mc x nr, for K blocking */
+    /* row i of the block at Lb + (i - i_beg) * ldl */
+    const char *Lb;
+    if (p->pack_L) {
+        char *dst = s + g->lblock_off;
+        p->pack_L(p->pack_L_ctx, i_beg, i_end - i_beg, dst, thread);
+        Lb = dst;
+    } else {
+        Lb = (const char *)p->L + (ptrdiff_t)i_beg * p->ldl_bytes;
+    }
     for (int pi = p_beg; pi < p_end; pi++) {
         int j0 = pi * nr, ncols = imin(nr, p->N - j0);
         const char *panel;
@@ -58,7 +67,7 @@ static void gemm_task(void *vctx, ptrdiff_t t, int thread) {
             /* the whole K at once: the tile goes straight to the epilogue */
             for (int i = i_beg; i < i_end; i += k->mr) {
                 int rows = imin(k->mr, i_end - i);
-                k->kernel((const char *)p->L + (ptrdiff_t)i * p->ldl_bytes, p->ldl_bytes, panel,
+                k->kernel(Lb + (ptrdiff_t)(i - i_beg) * p->ldl_bytes, p->ldl_bytes, panel,
                           p->kp, Ct, nr, rows);
                 p->epilogue(&p->ep, Ct, nr, cs, i, j0, rows, ncols);
             }
@@ -73,10 +82,10 @@ static void gemm_task(void *vctx, ptrdiff_t t, int thread) {
                 int rows = imin(k->mr, i_end - i);
                 int32_t *cdst = Cb + (size_t)(i - i_beg) * nr;
                 if (kb == 0) {
-                    k->kernel((const char *)p->L + (ptrdiff_t)i * p->ldl_bytes + (size_t)k0 * es,
+                    k->kernel(Lb + (ptrdiff_t)(i - i_beg) * p->ldl_bytes + (size_t)k0 * es,
                               p->ldl_bytes, pk, kl, cdst, nr, rows);
                 } else {
-                    k->kernel((const char *)p->L + (ptrdiff_t)i * p->ldl_bytes + (size_t)k0 * es,
+                    k->kernel(Lb + (ptrdiff_t)(i - i_beg) * p->ldl_bytes + (size_t)k0 * es,
                               p->ldl_bytes, pk, kl, Ct, nr, rows);
                     uint32_t *d = (uint32_t *)cdst;
                     const uint32_t *src = (const uint32_t *)Ct;
@@ -94,6 +103,7 @@ static void gemm_task(void *vctx, ptrdiff_t t, int thread) {
 int ql_gemm(const ql_gemm_problem *p) {
     const ql_gemm_kernel *k = p->kern;
     if (p->M <= 0 || p->N <= 0) return 0;
+    if (p->pack_L && !p->Rpacked) return -1;
     gemm_ctx g;
     memset(&g, 0, sizeof g);
     g.p = p;
@@ -111,12 +121,12 @@ int ql_gemm(const ql_gemm_problem *p) {
     int target = threads > 1 ? 4 * threads : 1;
     for (;;) {
         g.row_blocks = (p->M + mc - 1) / mc;
-        int want_cols = (target + g.row_blocks - 1) / g.row_blocks;
+        int want_cols = p->pack_L ? 1 : (target + g.row_blocks - 1) / g.row_blocks;
         g.col_blocks = imin(g.npanels, want_cols < 1 ? 1 : want_cols);
         g.ppt = (g.npanels + g.col_blocks - 1) / g.col_blocks;
         g.col_blocks = (g.npanels + g.ppt - 1) / g.ppt;
         /* too few tasks for the threads: cut the rows finer (prepacked R only) */
-        if (g.row_blocks * g.col_blocks >= 2 * threads || !p->Rpacked || mc <= k->mr) break;
+        if (g.row_blocks * g.col_blocks >= (p->pack_L ? target : 2 * threads) || !p->Rpacked || mc <= k->mr) break;
         mc = (mc / 2 + k->mr - 1) / k->mr * k->mr;
     }
     /* equal row blocks: M = 128 with at most 102 rows a block is 66 + 62, not 102 + 26 */
@@ -134,8 +144,10 @@ int ql_gemm(const ql_gemm_problem *p) {
     g.nkb = p->kp > g.kc + g.kc / 2 ? (p->kp + g.kc - 1) / g.kc : 1;
     size_t panel_part = p->Rpacked ? 0 : (g.pbytes + (size_t)QL_MAX_NR * sizeof(int32_t) + 63) & ~(size_t)63;
     size_t cblock = g.nkb > 1 ? ((size_t)mc * k->nr * sizeof(int32_t) + 63) & ~(size_t)63 : 0;
+    size_t lblock = p->pack_L ? ((size_t)mc * (size_t)p->ldl_bytes + 63) & ~(size_t)63 : 0;
     g.cblock_off = panel_part;
-    g.scratch_stride = panel_part + cblock;
+    g.lblock_off = panel_part + cblock;
+    g.scratch_stride = panel_part + cblock + lblock;
     if (g.scratch_stride) {
         g.scratch = aligned_alloc(64, g.scratch_stride * (size_t)threads);
         if (!g.scratch) return -1;
@@ -174,7 +186,7 @@ static void packb_task(void *vctx, ptrdiff_t t, int thread) {
     const char *src = (const char *)c->b + (e * c->bs + (ptrdiff_t)j0 * c->cs);  /* bytes = elements */
     const int32_t *zp = c->zp + e * c->zp_bs + (ptrdiff_t)j0 * c->zp_cs;
     int32_t *cs = c->colsums ? c->colsums + e * npad + j0 : NULL;
-    ql_pack_R_panel(src, c->b_type, c->ks, c->cs, c->K, ncols, zp, c->zp_cs, k->form, k->nr,
+    k->pack_R(src, c->b_type, c->ks, c->cs, c->K, ncols, zp, c->zp_cs, k->form, k->nr,
                     c->packed + e * c->entry_bytes + (size_t)pi * c->pbytes, c->kp, cs);
     if (c->zcol) {
         int shift = (k->form == QL_FORM_U8S8 && c->b_type == QL_U8) ? 128 : 0;
@@ -209,13 +221,14 @@ typedef struct {
     int32_t *rowsums, *row_a, *row_z; int rows_per_task;
 } packa_ctx;
 
-static void packa_rows(const packa_ctx *c, int r0, int rows) {
+/* pack rows r0.. of a into dst (row r0 at dst); U8S8: their rowsums, row_a, row_z */
+static void packa_rows_to(const packa_ctx *c, int r0, int rows, char *dst) {
     const ql_matmul *mm = c->mm;
     int form = mm->kern->form;
     const char *src = (const char *)c->a + (ptrdiff_t)r0 * mm->K;
     const int32_t *zp = c->zpa + (ptrdiff_t)r0 * mm->zpa_rs;
-    ql_pack_L(src, mm->a_type, mm->K, 1, rows, mm->K, zp, mm->zpa_rs, form,
-              c->Lp + (size_t)r0 * c->ldl, (ptrdiff_t)c->ldl, c->kp,
+    mm->kern->pack_L(src, mm->a_type, mm->K, 1, rows, mm->K, zp, mm->zpa_rs, form,
+              dst, (ptrdiff_t)c->ldl, c->kp,
               form == QL_FORM_U8S8 ? c->rowsums + r0 : NULL);
     if (form == QL_FORM_U8S8) {
         int shift = mm->a_type == QL_I8 ? 128 : 0;
@@ -225,6 +238,15 @@ static void packa_rows(const packa_ctx *c, int r0, int rows) {
             c->row_a[r] = (int32_t)((uint32_t)c->rowsums[r] - (uint32_t)mm->K * (uint32_t)zl);
         }
     }
+}
+
+static void packa_rows(const packa_ctx *c, int r0, int rows) {
+    packa_rows_to(c, r0, rows, c->Lp + (size_t)r0 * c->ldl);
+}
+
+static void packa_block(void *vctx, int i0, int rows, void *dst, int thread) {
+    (void)thread;
+    packa_rows_to((const packa_ctx *)vctx, i0, rows, (char *)dst);
 }
 
 static void packa_task(void *vctx, ptrdiff_t t, int thread) {
@@ -243,7 +265,13 @@ static void mm_batch(mm_ctx *x, ptrdiff_t bi, int thread, int threads) {
     int64_t ai = mm->a_idx[bi], bidx = mm->b_idx[bi];
     packa_ctx pc = {mm, (const char *)mm->a + (size_t)ai * mm->M * mm->K * 1,
                     mm->zpa + bi * mm->zpa_bs, s, x->ldl, x->kp, rowsums, row_a, row_z, 0};
-    if (threads > 1 && (double)mm->M * mm->K > (1 << 17)) {
+    /* a tall a: each task packs its own row block (once, into L2) instead of a pass over all
+     * of a first, whose packed copy would no longer fit in cache */
+    size_t row_bytes = x->ldl;
+    int in_task = (size_t)mm->M * row_bytes > 2 * (size_t)L2_BUDGET && mm->N > 0;
+    if (in_task) {
+        /* packed inside ql_gemm */
+    } else if (threads > 1 && (double)mm->M * mm->K > (1 << 17)) {
         pc.rows_per_task = (mm->M + 4 * threads - 1) / (4 * threads);
         ql_parallel_for((mm->M + pc.rows_per_task - 1) / pc.rows_per_task, threads, packa_task, &pc);
     } else {
@@ -254,7 +282,8 @@ static void mm_batch(mm_ctx *x, ptrdiff_t bi, int thread, int threads) {
     memset(&p, 0, sizeof p);
     p.kern = k;
     p.M = mm->M; p.N = mm->N; p.K = mm->K; p.kp = x->kp;
-    p.L = s; p.ldl_bytes = (ptrdiff_t)x->ldl;
+    p.L = in_task ? NULL : s; p.ldl_bytes = (ptrdiff_t)x->ldl;
+    if (in_task) { p.pack_L = packa_block; p.pack_L_ctx = &pc; }
     p.Rpacked = (const char *)mm->bpack + (size_t)bidx * ql_packed_b_bytes(k, mm->K, mm->N);
     p.epilogue = mm->isa->epilogue;
     p.threads = threads;

@@ -78,8 +78,127 @@ static void avx2_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
     }
 }
 
-static const ql_gemm_kernel k_avx2_i16 = {"avx2-i16", I16_MR, 16, 2, QL_FORM_I16, avx2_i16};
-static const ql_gemm_kernel k_avx2_u8s8 = {"avx2-u8s8", U8_MR, 16, 4, QL_FORM_U8S8, avx2_u8s8};
+
+/* ---------------------------------------------------------------------------------------
+ * Packers (used by every x86 level): the portable ones' output, 16 or 32 values a step
+ * ------------------------------------------------------------------------------------- */
+void ql_pack_L_avx2(const void *src, int type, ptrdiff_t rs, ptrdiff_t ks, int rows, int K,
+                    const int32_t *zp, ptrdiff_t zp_s, int form, void *dst, ptrdiff_t ldl_bytes,
+                    int kp, int32_t *rowsums) {
+    if (ks != 1) {
+        ql_pack_L(src, type, rs, ks, rows, K, zp, zp_s, form, dst, ldl_bytes, kp, rowsums);
+        return;
+    }
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *s = (const uint8_t *)src + r * rs;
+        int k = 0;
+        if (form == QL_FORM_I16) {
+            /* centered int16: widen 16 bytes, subtract the row's zero point (|v| <= 255) */
+            int16_t *d = (int16_t *)((char *)dst + r * ldl_bytes);
+            int32_t z = zp ? zp[r * zp_s] : 0;
+            __m256i zv = _mm256_set1_epi16((int16_t)z);
+            for (; k + 16 <= K; k += 16) {
+                __m128i b = _mm_loadu_si128((const __m128i *)(s + k));
+                __m256i w = type == QL_U8 ? _mm256_cvtepu8_epi16(b) : _mm256_cvtepi8_epi16(b);
+                _mm256_storeu_si256((__m256i *)(d + k), _mm256_sub_epi16(w, zv));
+            }
+            for (; k < K; k++)
+                d[k] = (int16_t)((type == QL_U8 ? (int32_t)s[k] : (int32_t)(int8_t)s[k]) - z);
+            for (; k < kp; k++) d[k] = 0;
+        } else {
+            /* u8 form (int8 ^ 0x80), row sum by vpsadbw against zero (exact: |sum| < 2^31) */
+            uint8_t *d = (uint8_t *)dst + r * ldl_bytes;
+            uint8_t flip = type == QL_I8 ? 0x80 : 0;
+            __m256i fv = _mm256_set1_epi8((char)flip), acc = _mm256_setzero_si256();
+            for (; k + 32 <= K; k += 32) {
+                __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(s + k)), fv);
+                _mm256_storeu_si256((__m256i *)(d + k), v);
+                acc = _mm256_add_epi64(acc, _mm256_sad_epu8(v, _mm256_setzero_si256()));
+            }
+            uint64_t lanes[4];
+            _mm256_storeu_si256((__m256i *)lanes, acc);
+            uint32_t sum = (uint32_t)(lanes[0] + lanes[1] + lanes[2] + lanes[3]);
+            for (; k < K; k++) {
+                uint8_t v = s[k] ^ flip;
+                d[k] = v;
+                sum += v;
+            }
+            for (; k < kp; k++) d[k] = 0;
+            if (rowsums) rowsums[r] = (int32_t)sum;
+        }
+    }
+}
+
+void ql_pack_R_panel_avx2(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs, int K, int ncols,
+                          const int32_t *zp, ptrdiff_t zp_s, int form, int nr, void *dst, int kp,
+                          int32_t *colsums) {
+    /* full 16-column panels of contiguous rows; anything else takes the portable packer */
+    if (cs != 1 || nr % 16 != 0 || ncols != nr || (zp_s != 0 && zp_s != 1)) {
+        ql_pack_R_panel(src, type, ks, cs, K, ncols, zp, zp_s, form, nr, dst, kp, colsums);
+        return;
+    }
+    const uint8_t *s = (const uint8_t *)src;
+    if (form == QL_FORM_I16) {
+        if (nr != 16) {
+            ql_pack_R_panel(src, type, ks, cs, K, ncols, zp, zp_s, form, nr, dst, kp, colsums);
+            return;
+        }
+        /* rows k, k+1 widened, centered, interleaved into 16 (k, k+1) pairs: [nr][2] int16 */
+        __m256i zv;
+        if (zp_s == 0) {
+            zv = _mm256_set1_epi16((int16_t)(zp ? zp[0] : 0));
+        } else {
+            __m256i z0 = _mm256_loadu_si256((const __m256i *)zp), z1 = _mm256_loadu_si256((const __m256i *)(zp + 8));
+            zv = _mm256_permute4x64_epi64(_mm256_packs_epi32(z0, z1), 0xD8);  /* zp in int8/uint8 range */
+        }
+        int16_t *d = (int16_t *)dst;
+        for (int k = 0; k < kp; k += 2) {
+            __m256i r0 = _mm256_setzero_si256(), r1 = r0;
+            if (k < K) {
+                __m128i b = _mm_loadu_si128((const __m128i *)(s + (ptrdiff_t)k * ks));
+                r0 = _mm256_sub_epi16(type == QL_U8 ? _mm256_cvtepu8_epi16(b) : _mm256_cvtepi8_epi16(b), zv);
+            }
+            if (k + 1 < K) {
+                __m128i b = _mm_loadu_si128((const __m128i *)(s + (ptrdiff_t)(k + 1) * ks));
+                r1 = _mm256_sub_epi16(type == QL_U8 ? _mm256_cvtepu8_epi16(b) : _mm256_cvtepi8_epi16(b), zv);
+            }
+            __m256i lo = _mm256_unpacklo_epi16(r0, r1), hi = _mm256_unpackhi_epi16(r0, r1);
+            _mm256_storeu_si256((__m256i *)(d + (ptrdiff_t)k * 16), _mm256_permute2x128_si256(lo, hi, 0x20));
+            _mm256_storeu_si256((__m256i *)(d + (ptrdiff_t)k * 16 + 16), _mm256_permute2x128_si256(lo, hi, 0x31));
+        }
+        return;
+    }
+    /* U8S8: rows k..k+3 (s8 form) interleaved into 16-column groups of 4 bytes; column sums
+     * by vpmaddubsw(1, v) (|pair| <= 256) and vpmaddwd(1): exact */
+    const __m128i fv = _mm_set1_epi8((char)(type == QL_U8 ? 0x80 : 0)), one8 = _mm_set1_epi8(1),
+                  one16 = _mm_set1_epi16(1);
+    int8_t *d = (int8_t *)dst;
+    for (int c0 = 0; c0 < nr; c0 += 16) {
+        __m128i sum[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
+        for (int k = 0; k < kp; k += 4) {
+            __m128i r[4];
+            for (int t = 0; t < 4; t++)
+                r[t] = k + t < K ? _mm_xor_si128(_mm_loadu_si128((const __m128i *)(s + (ptrdiff_t)(k + t) * ks + c0)), fv)
+                                 : _mm_setzero_si128();
+            __m128i a01lo = _mm_unpacklo_epi8(r[0], r[1]), a01hi = _mm_unpackhi_epi8(r[0], r[1]);
+            __m128i a23lo = _mm_unpacklo_epi8(r[2], r[3]), a23hi = _mm_unpackhi_epi8(r[2], r[3]);
+            __m128i q[4] = {_mm_unpacklo_epi16(a01lo, a23lo), _mm_unpackhi_epi16(a01lo, a23lo),
+                            _mm_unpacklo_epi16(a01hi, a23hi), _mm_unpackhi_epi16(a01hi, a23hi)};
+            int8_t *o = d + (ptrdiff_t)(k / 4) * nr * 4 + c0 * 4;
+            for (int t = 0; t < 4; t++) {
+                _mm_storeu_si128((__m128i *)(o + 16 * t), q[t]);
+                sum[t] = _mm_add_epi32(sum[t], _mm_madd_epi16(_mm_maddubs_epi16(one8, q[t]), one16));
+            }
+        }
+        if (colsums)
+            for (int t = 0; t < 4; t++) _mm_storeu_si128((__m128i *)(colsums + c0 + 4 * t), sum[t]);
+    }
+}
+
+static const ql_gemm_kernel k_avx2_i16 = {"avx2-i16", I16_MR, 16, 2, QL_FORM_I16, avx2_i16,
+                                      ql_pack_L_avx2, ql_pack_R_panel_avx2};
+static const ql_gemm_kernel k_avx2_u8s8 = {"avx2-u8s8", U8_MR, 16, 4, QL_FORM_U8S8, avx2_u8s8,
+                                       ql_pack_L_avx2, ql_pack_R_panel_avx2};
 
 #include "simd_common_avx2.h"
 

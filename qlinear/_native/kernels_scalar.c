@@ -134,7 +134,7 @@ static void scalar_i16(const void *L, ptrdiff_t ldl_bytes, const void *Rpanel, i
     }
 }
 
-static const ql_gemm_kernel k_scalar_i16 = {"scalar-i16", SMR, SNR, 2, QL_FORM_I16, scalar_i16};
+static const ql_gemm_kernel k_scalar_i16 = {"scalar-i16", SMR, SNR, 2, QL_FORM_I16, scalar_i16, ql_pack_L, ql_pack_R_panel};
 
 /* ---------------------------------------------------------------------------------------
  * QuantizeLinear / DequantizeLinear

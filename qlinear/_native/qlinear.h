@@ -30,12 +30,24 @@ enum { QL_U8 = 0, QL_I8 = 1, QL_I32 = 2, QL_F32 = 3 };
 typedef void (*ql_kernel_fn)(const void *L, ptrdiff_t ldl_bytes, const void *Rpanel, int kp,
                              int32_t *C, ptrdiff_t ldc, int rows);
 
+/* packers: see ql_pack_L / ql_pack_R_panel below for the contract */
+typedef void (*ql_pack_L_fn)(const void *src, int type, ptrdiff_t rs, ptrdiff_t ks, int rows, int K,
+                             const int32_t *zp, ptrdiff_t zp_s, int form, void *dst,
+                             ptrdiff_t ldl_bytes, int kp, int32_t *rowsums);
+typedef void (*ql_pack_R_panel_fn)(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs, int K,
+                                   int ncols, const int32_t *zp, ptrdiff_t zp_s, int form, int nr,
+                                   void *dst, int kp, int32_t *colsums);
+
 typedef struct ql_gemm_kernel {
     const char *name;       /* "avx512vnni-u8s8", "avx2-i16", "scalar-i16", ... */
     int mr, nr;             /* tile rows (L) and columns (R) */
     int kpack;              /* k values per packed group: 2 (i16 forms) or 4 (byte forms) */
     int form;               /* QL_FORM_I16 or QL_FORM_U8S8 */
     ql_kernel_fn kernel;
+    /* packers for this kernel's form (SIMD where the level has them; same output as the
+     * portable ql_pack_L / ql_pack_R_panel, which they may call for the cases they skip) */
+    ql_pack_L_fn pack_L;
+    ql_pack_R_panel_fn pack_R;
 } ql_gemm_kernel;
 
 /* ---------------------------------------------------------------------------------------
@@ -115,6 +127,15 @@ void ql_pack_R_panel(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs, int 
                      const int32_t *zp, ptrdiff_t zp_s, int form, int nr, void *dst, int kp,
                      int32_t *colsums);
 size_t ql_panel_bytes(const ql_gemm_kernel *k, int kp);   /* one packed R panel */
+#if QL_X86
+/* AVX2 packers (kernels_avx2.c), shared by every x86 level (each of them implies AVX2) */
+void ql_pack_L_avx2(const void *src, int type, ptrdiff_t rs, ptrdiff_t ks, int rows, int K,
+                    const int32_t *zp, ptrdiff_t zp_s, int form, void *dst, ptrdiff_t ldl_bytes,
+                    int kp, int32_t *rowsums);
+void ql_pack_R_panel_avx2(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs, int K, int ncols,
+                          const int32_t *zp, ptrdiff_t zp_s, int form, int nr, void *dst, int kp,
+                          int32_t *colsums);
+#endif
 int ql_round_k(const ql_gemm_kernel *k, int K);            /* kp: K rounded up to kpack */
 
 /* ---------------------------------------------------------------------------------------
@@ -133,6 +154,10 @@ typedef struct ql_gemm_problem {
      * or a packer called per panel (Rpacked NULL) */
     const void *Rpacked; const int32_t *R_colsums;
     ql_pack_R_fn pack_R; void *pack_ctx;
+    /* optional (with Rpacked only): L packed per row block inside the task that uses it (L
+     * NULL), so a block is packed once and stays in L2: pack_L(ctx, i0, rows, dst, thread)
+     * writes rows i0.. with dst = row i0, row stride ldl_bytes. Tasks are then row blocks. */
+    void (*pack_L)(void *ctx, int i0, int rows, void *dst, int thread); void *pack_L_ctx;
     ql_epilogue ep;
     ql_epilogue_fn epilogue;
     int threads;                                /* max threads for this call (<= pool size) */

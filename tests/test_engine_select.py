@@ -1,0 +1,83 @@
+"""Engine and ISA selection, threads, engine_info (the native engine's Python surface)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import qlinear
+from qlinear import _native
+
+needs_native = pytest.mark.skipif(not _native.available(), reason="native engine not built")
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("QLINEAR_")}
+    full.update(env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=120)
+
+
+def test_engine_info_keys():
+    info = qlinear.engine_info()
+    assert {"engine", "isa", "isas", "threads"} <= set(info)
+    assert info["engine"] in ("native", "numpy")
+    assert isinstance(info["threads"], int) and info["threads"] >= 1
+    if _native.available():
+        assert info["isas"][-1] == "scalar" and info["isa"] in info["isas"]
+        assert list(info["isas"]) == [i for i in ("avx512vnni", "avxvnni", "avx2", "scalar") if i in info["isas"]]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True, None, 5000])
+def test_set_num_threads_rejects(bad):
+    with pytest.raises(ValueError, match="set_num_threads"):
+        qlinear.set_num_threads(bad)
+
+
+def test_set_num_threads_round_trip():
+    saved = qlinear.get_num_threads()
+    try:
+        qlinear.set_num_threads(1)
+        assert qlinear.engine_info()["threads"] == 1
+        a = np.arange(60, dtype=np.uint8).reshape(6, 10)
+        b = np.arange(40, dtype=np.int8).reshape(10, 4)
+        one = qlinear.matmul_integer(a, b)
+        qlinear.set_num_threads(3)
+        np.testing.assert_array_equal(qlinear.matmul_integer(a, b), one)
+    finally:
+        qlinear.set_num_threads(saved)
+
+
+@needs_native
+def test_environment_selects_engine_isa_and_threads():
+    r = _run("import qlinear; i = qlinear.engine_info(); print(i['engine'], i['isa'], i['threads'])",
+             QLINEAR_ENGINE="numpy", QLINEAR_ISA="scalar", QLINEAR_NUM_THREADS="1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["numpy", "scalar", "1"]
+
+
+@needs_native
+@pytest.mark.parametrize("env,message", [
+    ({"QLINEAR_ISA": "avx9000"}, "QLINEAR_ISA must be one of avx512vnni, avxvnni, avx2, scalar; got 'avx9000'"),
+    ({"QLINEAR_ENGINE": "fast"}, "QLINEAR_ENGINE must be one of native, numpy; got 'fast'"),
+    ({"QLINEAR_NUM_THREADS": "0"}, "QLINEAR_NUM_THREADS must be an integer in [1, 1024]; got 0"),
+])
+def test_environment_errors_are_clear(env, message):
+    r = _run("import qlinear", **env)
+    assert r.returncode != 0
+    assert message in r.stderr
+
+
+@needs_native
+def test_isa_the_cpu_lacks_is_an_error():
+    missing = [i for i in ("avx512vnni", "avxvnni", "avx2") if i not in qlinear.engine_info()["isas"]]
+    if not missing:
+        pytest.skip("this CPU runs every level")
+    r = _run("import qlinear", QLINEAR_ISA=missing[0])
+    assert r.returncode != 0
+    assert f"QLINEAR_ISA='{missing[0]}': this CPU cannot run that level" in r.stderr
+    with pytest.raises(ValueError, match="cannot run that level"):
+        _native.set_isa(missing[0])
