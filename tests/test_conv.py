@@ -587,7 +587,10 @@ def test_tile_tails(m, spatial):
 @pytest.mark.parametrize("spatial,kernel,attrs,mult", [
     ((9, 11), (7, 7), dict(pads=[3, 3, 3, 3]), 1),                     # 49 taps: several passes
     ((6, 40), (3, 3), dict(strides=[2, 3], pads=[1, 0, 2, 1]), 1),      # strided: gather rows
-    ((2, 3000), (1, 3), dict(dilations=[1, 600], pads=[0, 0, 0, 7]), 1),  # span > 1024: gathers
+    ((2, 3000), (1, 3), dict(dilations=[1, 600], pads=[0, 0, 0, 7]), 1),  # plane mode, 1 row
+    ((2, 3000), (1, 3), dict(strides=[1, 5], dilations=[1, 600]), 1),   # stride 5: row mode, gathers
+    ((300, 301), (3, 3), dict(strides=[2, 2], pads=[1, 0, 1, 1]), 1),  # plane too large: gathers
+    ((2, 90000), (1, 4), dict(dilations=[1, 400], pads=[0, 1, 0, 2]), 1),  # span > 1024, row mode
     ((300, 260), (3, 3), dict(pads=[1, 1, 1, 1]), 1),                  # plane too large: rows
     ((2, 300), (2, 5), dict(auto_pad="SAME_UPPER"), 2),                # channel multiplier
     ((5, 7), (3, 3), dict(auto_pad="SAME_LOWER", dilations=[2, 1]), 40),  # large multiplier

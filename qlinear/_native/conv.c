@@ -529,6 +529,8 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
  * outputs per kernel pass. */
 #define DW_PLANE_MAX 65536
 #define DW_CHUNK 2048
+/* ... with strides at most this (outer strides: their product, the rows computed per output row) */
+#define DW_PLANE_MAX_STRIDE 4
 
 void ql_dw_rows_scalar(const int16_t *const *rows, const int16_t *w, int npairs, int32_t *acc,
                        int nblocks, int accumulate)
@@ -560,6 +562,7 @@ typedef struct dw_ctx {
     /* plane mode: the channel's centered, zero-padded plane, flat outputs q = sum o[a]*ps[a] */
     int plane_mode;
     int64_t ep_[QL_CONV_MAXD], ps[QL_CONV_MAXD], plane_len, qmax, chunk;
+    int64_t phases, phase_len;  /* last-axis stride s: s phase planes of phase_len elements */
     size_t off_plane, off_toff, off_comp;
 } dw_ctx;
 
@@ -703,8 +706,46 @@ static void dw_plane_task(void *vctx, ptrdiff_t task, int thread)
         ic[a] = 0;
         dst += p->pad[a] * d->ps[a];
     }
+    int64_t sl = d->phases;
     for (int64_t r = 0; r < in_rows; r++) {
-        widen_i16(xc + r * p->in[L], p->x_type, p->x_zp, pl + dst, (int)p->in[L]);
+        const uint8_t *src = xc + r * p->in[L];
+        if (sl == 1) {
+            widen_i16(src, p->x_type, p->x_zp, pl + dst, (int)p->in[L]);
+        } else {
+            /* padded column pc goes to phase pc % s, position pc / s (dst counts the pad) */
+            int64_t pc = p->pad[L], base = dst - p->pad[L];
+            int64_t ph = pc % sl, pos = pc / sl, i = 0;
+            if (sl == 2) {
+                /* stride 2: de-interleave even and odd padded columns (a loop the compiler
+                 * vectorizes), after at most one leading odd column */
+                if (ph == 1 && p->in[L] > 0) {
+                    pl[d->phase_len + base + pos] = (int16_t)(load8(src, p->x_type) - p->x_zp);
+                    i = 1; ph = 0; ++pos;
+                }
+                int64_t npair = (p->in[L] - i) / 2;
+                int16_t *d0 = pl + base + pos, *d1 = pl + d->phase_len + base + pos;
+                const uint8_t *s0 = src + i;
+                int32_t zx = p->x_zp;
+                if (p->x_type == QL_U8) {
+                    for (int64_t j = 0; j < npair; j++) {
+                        d0[j] = (int16_t)((int32_t)s0[2 * j] - zx);
+                        d1[j] = (int16_t)((int32_t)s0[2 * j + 1] - zx);
+                    }
+                } else {
+                    const int8_t *si = (const int8_t *)s0;
+                    for (int64_t j = 0; j < npair; j++) {
+                        d0[j] = (int16_t)((int32_t)si[2 * j] - zx);
+                        d1[j] = (int16_t)((int32_t)si[2 * j + 1] - zx);
+                    }
+                }
+                i += 2 * npair;
+                pos += npair;
+            }
+            for (; i < p->in[L]; i++) {
+                pl[ph * d->phase_len + base + pos] = (int16_t)(load8(src + i, p->x_type) - p->x_zp);
+                if (++ph == sl) { ph = 0; ++pos; }
+            }
+        }
         for (int a = L - 1; a >= 0; a--) {
             dst += d->ps[a];
             if (++ic[a] < p->in[a]) break;
@@ -747,9 +788,9 @@ static void dw_plane_task(void *vctx, ptrdiff_t task, int thread)
             if (q_row + ow > q1) break;       /* the row continues in the next chunk */
             orow++;
             for (int a = L - 1; a >= 0; a--) {
-                q_row += d->ps[a];
+                q_row += p->stride[a] * d->ps[a];
                 if (++oc[a] < p->out[a]) break;
-                q_row -= oc[a] * d->ps[a];
+                q_row -= oc[a] * p->stride[a] * d->ps[a];
                 oc[a] = 0;
             }
         }
@@ -782,33 +823,41 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, ql_dw_rows_fn ro
     if (p->M > INT_MAX) return -2;
     d.span = (d.kw - 1) * p->dil[L];
     d.shared = p->stride[L] == 1 && d.kw <= DW_MAX_ROWS && d.span <= DW_MAX_SPAN;
-    /* plane mode: stride 1 everywhere and a padded plane of at most DW_PLANE_MAX elements */
-    int64_t plane_len = 1;
+    /* plane mode: a padded plane of at most DW_PLANE_MAX elements, the last axis split into
+     * `stride` phases (so that every tap reads a contiguous row), and outer strides small
+     * (rows between output rows are computed and dropped) */
+    int64_t plane_len = 1, outer_waste = 1;
     d.plane_mode = 1;
     for (int a = 0; a < nsp; a++) {
-        int64_t need = p->out[a] + (p->k[a] - 1) * p->dil[a];   /* stride 1: padded extent read */
+        int64_t need = (p->out[a] - 1) * p->stride[a] + (p->k[a] - 1) * p->dil[a] + 1;
         int64_t e = p->in[a] + p->pad[a];
         if (need > e) e = need;
         d.ep_[a] = e;
-        if (p->stride[a] != 1 || e > DW_PLANE_MAX) d.plane_mode = 0;
+        if (a < L) outer_waste *= p->stride[a];
+        if (e > DW_PLANE_MAX || p->stride[a] > DW_PLANE_MAX_STRIDE) d.plane_mode = 0;
         else if (d.plane_mode) {
-            plane_len *= e;
+            plane_len *= a == L ? (e + p->stride[a] - 1) / p->stride[a] : e;
             if (plane_len > DW_PLANE_MAX) d.plane_mode = 0;
         }
     }
+    if (outer_waste > DW_PLANE_MAX_STRIDE) d.plane_mode = 0;
     /* segment: up to DW_SEG columns (plane mode: DW_CHUNK flat outputs), fewer when the
      * channel multiplier's accumulators grow */
     int64_t seg = d.plane_mode ? DW_CHUNK : DW_SEG;
     while (seg > 16 && d.mult * seg > 16384) seg /= 2;
     if (d.plane_mode) {
-        for (int a = nsp - 1; a >= 0; a--) d.ps[a] = a == nsp - 1 ? 1 : d.ps[a + 1] * d.ep_[a + 1];
+        /* phase planes: rows of ceil(e_L / s_L) elements */
+        d.phases = p->stride[L];
+        for (int a = nsp - 1; a >= 0; a--)
+            d.ps[a] = a == nsp - 1 ? 1 : d.ps[a + 1] * (a + 1 == L ? (d.ep_[L] + d.phases - 1) / d.phases : d.ep_[a + 1]);
         d.qmax = 0;   /* one past the flat index of the last output */
-        for (int a = 0; a < nsp; a++) d.qmax += (p->out[a] - 1) * d.ps[a];
-        d.qmax += 1;
+        for (int a = 0; a < L; a++) d.qmax += (p->out[a] - 1) * p->stride[a] * d.ps[a];
+        d.qmax += p->out[L];
         if (seg > d.qmax) seg = d.qmax;
         d.chunk = seg;
-        /* reads reach q + toff + 15 < qmax + max toff + 16 <= plane_len + 16 */
-        d.plane_len = plane_len + 16 + 16;
+        /* reads reach q + toff + 15 < qmax + max toff + 16 <= phase plane + 16 */
+        d.phase_len = plane_len + 32;
+        d.plane_len = d.phases * d.phase_len + 16;
     } else if (seg > d.ow) {
         seg = d.ow;
     }
@@ -846,7 +895,10 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, ql_dw_rows_fn ro
         for (int64_t t = 0; t < d.taps; t++) {
             int64_t tc[QL_CONV_MAXD], off = 0;
             tap_coords(p, t, tc);
-            for (int a = 0; a < nsp; a++) off += tc[a] * p->dil[a] * d.ps[a];
+            for (int a = 0; a < L; a++) off += tc[a] * p->dil[a] * d.ps[a];
+            /* last axis: column o*s + t*d = (o + t*d / s)*s + (t*d % s): phase t*d % s */
+            int64_t col = tc[L] * p->dil[L];
+            off += col / d.phases + (col % d.phases) * d.phase_len;
             toff[t] = off;
         }
         for (int th = 1; th < threads; th++)
