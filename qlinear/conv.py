@@ -39,6 +39,7 @@ class _ConvWeights:
         # Copies: a prepared operator owns what it keeps (the caller may change its arrays).
         self.w_zero_point = np.array(zp, copy=True)
         self.attributes = ConvAttributes.from_onnx(op, w.shape, **attributes)
+        v.check_size(op, "the float32 copy of w", w.shape, 4)
         # A prepared form keeps its own copies (never views of the caller's arrays); a plain
         # call uses w once, while the caller waits.
         self.w = np.array(w, copy=True) if owned else w
@@ -62,11 +63,17 @@ class _ConvWeights:
         input (``check_input``): wrap32(acc + bias) of shape (N, M, O1..On), int32, or
         converted to float32 (rounding to nearest) for requantization, possibly with the
         bias still to add."""
-        x, zp, geom = checked
+        x, zp, geom, compact = checked
+        if not compact:
+            compact.append(geom.compact(self.op, x.shape))
+        geom, gather = compact[0]
+        if gather is not None:  # extreme pads or strides: only the positions the windows read
+            x = gather.apply(x, zp)
         return conv_accumulate(x, zp, self.kernel, geom, bias, out_dtype, bias_bound)
 
-    def check_input(self, x: Any, x_zero_point: Any) -> tuple[np.ndarray, np.ndarray, ConvGeometry]:
-        """Validate x and its zero point against the weights: (x, zero point, geometry)."""
+    def check_input(self, x: Any, x_zero_point: Any) -> tuple[np.ndarray, np.ndarray, ConvGeometry, list]:
+        """Validate x and its zero point against the weights: (x, zero point, geometry, the
+        NumPy engine's compact geometry once derived)."""
         op = self.op
         x = v.integer_tensor(op, "x", x)
         zkey = ("absent",) if x_zero_point is None else v.param_key(x_zero_point)
@@ -79,9 +86,13 @@ class _ConvWeights:
             else:
                 zp = v.per_tensor(op, "x_zero_point", v.zero_point(op, "x_zero_point", x_zero_point, "x", x.dtype))
                 zp = np.array(zp, copy=True)  # memoized by value: never a view of the caller's array
-            known = self._inputs.put(key, (zp, self.attributes.geometry(x.shape[2:])))
-        zp, geom = known
-        return x, zp, geom
+            geom = self.attributes.geometry(x.shape[2:])
+            v.check_size(op, "the output's int32 accumulator",
+                         (x.shape[0], self.out_channels, *geom.out_spatial), 4)
+            # the NumPy engine's compact geometry is derived on first use (``accumulate``)
+            known = self._inputs.put(key, (zp, geom, []))
+        zp, geom, compact = known
+        return x, zp, geom, compact
 
     # -- native engine -----------------------------------------------------------------------
     def native_fits(self, checked: tuple) -> bool:
@@ -119,7 +130,7 @@ class _ConvWeights:
                    y_zero_point: np.ndarray | None = None) -> np.ndarray:
         """The convolution on the native engine: int32 wrap32(acc + bias) (``mult`` None), or
         requantized with the per-channel (or per-tensor) float32 multiplier and y_zero_point."""
-        x, zp, geom = checked
+        x, zp, geom, _ = checked
         C = _native._C
         isa = C.get_isa()
         n, c = x.shape[:2]
