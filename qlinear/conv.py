@@ -98,8 +98,10 @@ class _ConvWeights:
     def native_fits(self, checked: tuple) -> bool:
         """Whether the native engine takes this call (rank and sizes within its int64/int
         arithmetic; the NumPy engine takes the rest)."""
-        geom = checked[2]
+        x, geom = checked[0], checked[2]
         if _native.native() is None or len(geom.kernel) > _NATIVE_MAX_RANK:
+            return False
+        if x.size == 0 or self.w.size == 0:  # empty batch, no channels: the NumPy engine's zeros
             return False
         k = self.w[0].size
         extents = (n + b + e + s + (kk - 1) * d for n, b, e, s, kk, d in zip(
