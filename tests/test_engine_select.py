@@ -81,3 +81,29 @@ def test_isa_the_cpu_lacks_is_an_error():
     assert f"QLINEAR_ISA='{missing[0]}': this CPU cannot run that level" in r.stderr
     with pytest.raises(ValueError, match="cannot run that level"):
         _native.set_isa(missing[0])
+
+
+def test_without_the_extension_the_numpy_engine_runs(tmp_path):
+    """A copy of the package without the compiled module (an install without a C compiler):
+    the NumPy engine runs and says why; QLINEAR_REQUIRE_NATIVE=1 makes the import fail."""
+    import shutil
+    pkg = tmp_path / "qlinear"
+    shutil.copytree(os.path.dirname(qlinear.__file__), pkg,
+                    ignore=shutil.ignore_patterns("_qlnative*", "__pycache__", "_native"))
+    code = (
+        "import sys\n"
+        "sys.meta_path = [m for m in sys.meta_path if 'editable' not in repr(m).lower()]\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "import numpy as np, qlinear\n"
+        f"assert qlinear.__file__.startswith({str(tmp_path)!r}), qlinear.__file__\n"
+        "i = qlinear.engine_info()\n"
+        "print(i['engine'], i['native_available'], i['native_error'])\n"
+        "print(qlinear.matmul_integer(np.ones((2, 3), np.uint8), np.ones((3, 2), np.int8)).tolist())\n"
+    )
+    r = _run(code)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("numpy False the extension qlinear._qlnative was not built")
+    assert lines[1] == "[[3, 3], [3, 3]]"
+    r = _run(code, QLINEAR_REQUIRE_NATIVE="1")
+    assert r.returncode != 0 and "QLINEAR_REQUIRE_NATIVE=1 but the native engine is not built" in r.stderr
