@@ -4,10 +4,13 @@ Operators (inputs in ONNX order, attributes keyword-only with ONNX names and def
 ``qlinear_conv``, ``conv_integer``, ``qlinear_matmul``, ``matmul_integer``,
 ``quantize_linear``, ``dequantize_linear``. The arithmetic contract is docs/contract.md.
 ``prepare_*`` build reusable forms whose constant weights are pre-transformed once.
+onnxruntime's quantized com.microsoft operators (QLinearAdd, QGemm, QLinearSoftmax, ...) are
+in ``qlinear.contrib``.
 """
 
 from ._engine import set_workspace_limit, workspace_limit
 from ._native import engine_info, get_num_threads, set_num_threads
+from ._validate import max_output_bytes, set_max_output_bytes
 from .conv import (
     PreparedConvInteger,
     PreparedQLinearConv,
@@ -48,4 +51,6 @@ __all__ = [
     "set_num_threads",
     "get_num_threads",
     "workspace_limit",
+    "set_max_output_bytes",
+    "max_output_bytes",
 ]

@@ -2,12 +2,20 @@
 
 Everything downstream (the engine) sees only explicit begin/end pads, strides, dilations
 and the output's spatial shape; auto_pad is resolved here and nowhere else.
+
+Valid but extreme attributes (pads or strides of 2**20 on a small image) must not make
+anything huge: ``ConvGeometry.compact`` rewrites such a geometry into an equivalent one on
+the input positions the output windows actually read (``Gather``), padding included, so
+that no padded copy is ever larger than what the windows read.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
+
+import numpy as np
 
 from . import _validate as v
 
@@ -29,6 +37,98 @@ class ConvGeometry:
     @property
     def padded_spatial(self) -> tuple[int, ...]:
         return tuple(b + n + e for b, n, e in zip(self.pads_begin, self.in_spatial, self.pads_end))
+
+    def compact(self, op: str, x_shape: tuple[int, ...]) -> tuple["ConvGeometry", "Gather | None"]:
+        """An equivalent geometry with nothing larger than what the output windows read.
+
+        A stride along an axis with one output (except in an unpadded 1x1 convolution, which
+        the engine reads as x[..., ::stride]), and a dilation along an axis with a one-tap
+        kernel, change nothing: they become 1. Along an axis where the windows read fewer
+        positions (outputs × taps) than the padded input has, and the convolution is not an
+        unpadded 1x1 one (which the engine already reads by striding), the input is replaced
+        by the positions the windows read, in order, with x_zero_point where they read
+        padding (``Gather``); on it the windows are back to back: stride = taps, dilation 1,
+        no pads.
+
+        Refuses (ValueError) what would still be too large for ``max_output_bytes()``: the
+        gathered input and the engine's float32 padded copy of one image.
+        """
+        nsp = len(self.kernel)
+        # (Everything below runs on every unprepared call: new objects only when needed.)
+        geom = self
+        if 1 in self.kernel:
+            dilations = tuple(1 if k == 1 else d for k, d in zip(self.kernel, self.dilations))
+            if dilations != self.dilations:
+                geom = replace(geom, dilations=dilations)
+        if math.prod(self.kernel) == 1 and not any(self.pads_begin) and not any(self.pads_end):
+            # The engine reads x[..., ::s] directly (its length along an axis is the output's):
+            # nothing is padded or copied beyond the output's size.
+            return geom, None
+        if 1 in self.out_spatial:
+            strides = tuple(1 if o == 1 else s for o, s in zip(self.out_spatial, self.strides))
+            if strides != self.strides:
+                geom = replace(geom, strides=strides)
+        padded = self.padded_spatial
+        axes = [i for i in range(nsp) if self.out_spatial[i] * self.kernel[i] < padded[i]]
+        images = min(1, x_shape[0])  # no image (N = 0), no padded copy
+        if not axes:
+            v.check_size(op, "the float32 padded copy of one image of x", (images, x_shape[1], *padded), 4)
+            return geom, None
+        strides, dilations = geom.strides, geom.dilations
+        lengths = [self.out_spatial[i] * self.kernel[i] if i in axes else None for i in range(nsp)]
+        for i in axes:
+            v.check_size(op, f"the index of the positions read along spatial axis {i}", (lengths[i],), 8)
+        padded = tuple(p if n is None else n for p, n in zip(self.padded_spatial, lengths))
+        v.check_size(op, "x's positions read by the windows", (*x_shape[:2], *padded), 1)
+        v.check_size(op, "the float32 padded copy of one image of x", (images, x_shape[1], *padded), 4)
+        indices = []
+        begin, end, st, dil, size = (list(t) for t in (geom.pads_begin, geom.pads_end, strides, dilations,
+                                                      geom.in_spatial))
+        for i in axes:
+            indices.append((i, _read_positions(self.in_spatial[i], self.pads_begin[i], strides[i],
+                                               dilations[i], self.kernel[i], self.out_spatial[i])))
+            begin[i] = end[i] = 0
+            st[i], dil[i], size[i] = self.kernel[i], 1, self.out_spatial[i] * self.kernel[i]
+        # Shrinking axes first, so that no intermediate gather is larger than x or the result.
+        indices.sort(key=lambda item: len(item[1]) - self.in_spatial[item[0]])
+        gathered = ConvGeometry(tuple(begin), tuple(end), tuple(st), tuple(dil), self.kernel,
+                                tuple(size), self.out_spatial)
+        return gathered, Gather(tuple(indices))
+
+
+def _read_positions(n: int, begin: int, stride: int, dilation: int, taps: int, outputs: int) -> np.ndarray:
+    """x index read by tap t of output o, at position o * taps + t, or -1 for padding.
+
+    Only positions inside x are computed in int64, so huge pads or strides cannot overflow:
+    for tap t, output o reads x index o * stride + t * dilation - begin, inside [0, n) exactly
+    for o in [lo, hi); there it is start + (o - lo) * stride with start in [0, n) and
+    (hi - lo - 1) * stride < n.
+    """
+    idx = np.full((outputs, taps), -1, dtype=np.int64)
+    for t in range(taps):
+        offset = t * dilation - begin  # Python ints: exact at any size
+        lo = max(0, -(offset // stride))
+        hi = min(outputs, -((offset - n) // stride))
+        if hi > lo:
+            idx[lo:hi, t] = np.arange(hi - lo, dtype=np.int64) * stride + (lo * stride + offset)
+    return idx.reshape(-1)
+
+
+@dataclass(frozen=True)
+class Gather:
+    """The input positions a convolution's windows read along some spatial axes."""
+
+    indices: tuple[tuple[int, np.ndarray], ...]  # (spatial axis, x index per position or -1)
+
+    def apply(self, x: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
+        """x (N, C, D1..Dn) gathered along the axes, x_zero_point (which centers to 0, as
+        padding does) where a window reads padding."""
+        for axis, idx in self.indices:
+            pad = idx < 0
+            x = np.take(x, np.maximum(idx, 0), axis=2 + axis)
+            if pad.any():
+                x[(slice(None),) * (2 + axis) + (pad,)] = zero_point
+        return x
 
 
 @dataclass(frozen=True)
@@ -61,7 +161,12 @@ class ConvAttributes:
         if min(kernel) < 1:
             raise ValueError(f"{op}: w's spatial (kernel) dimensions must be >= 1; got w shape {tuple(w_shape)}")
         if isinstance(auto_pad, bytes):
-            auto_pad = auto_pad.decode()
+            try:
+                auto_pad = auto_pad.decode("ascii")
+            except UnicodeDecodeError:
+                raise ValueError(
+                    f"{op}: attribute auto_pad must be one of {', '.join(AUTO_PADS)}; got {auto_pad!r}"
+                ) from None
         if not isinstance(auto_pad, str):
             raise TypeError(f"{op}: attribute auto_pad must be a string; got {type(auto_pad).__name__}")
         if auto_pad not in AUTO_PADS:

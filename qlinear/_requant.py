@@ -95,12 +95,16 @@ def requantize_channels(values: np.ndarray, multiplier: np.ndarray, y_zero_point
     if bias is not None:
         kernel = _bias_scale_round_saturate_block
         params.insert(0, bias.reshape(-1, 1))
-    with np.errstate(over="ignore"):  # an infinite product saturates, as it should
+    # An infinite product saturates and a tiny one rounds to 0 or a denormal: float32
+    # arithmetic as the contract intends, not an error (even under np.errstate(all="raise")).
+    with np.errstate(over="ignore", under="ignore"):
         run_blocked(kernel, [values.reshape(shape3), out.reshape(shape3)], params)
     return out
 
 
 def multiplier(in_scale: np.ndarray, w_scale: np.ndarray, y_scale: np.ndarray) -> np.ndarray:
     """float32(float32(in_scale · w_scale) / y_scale), in that order (all operands float32)."""
-    with np.errstate(over="ignore"):  # overflow to inf is reported by the caller's finiteness check
+    # Overflow to inf is reported by the caller's finiteness check; underflow to a denormal or
+    # 0 is float32 arithmetic (a zero multiplier requantizes everything to y_zero_point).
+    with np.errstate(over="ignore", under="ignore"):
         return (in_scale * w_scale) / y_scale

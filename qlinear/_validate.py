@@ -4,18 +4,110 @@ Each ONNX constraint becomes one sentence of the form
 ``"<operator>: <input or attribute> <constraint>; got <what was given>"`` raised as
 ValueError (a bad value or shape) or TypeError (a bad type). Nothing downstream of this
 module re-checks its inputs, so the kernels can assume well-formed arrays.
+
+Arrays are taken as plain native-byte-order ndarrays: a non-native byte order (``'>i4'`` on
+a little-endian machine) is converted (a copy), an ndarray subclass is viewed as its base
+class, and a masked array is refused (its mask would otherwise be silently ignored).
+
+Sizes are checked before anything is allocated: an operator call refuses to create an array
+whose size follows from its inputs' shapes and attributes (its output, the accumulator, the
+float32 working copies of its operands) above ``max_output_bytes()``.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import os
 from typing import Any
 
 import numpy as np
 
 EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
 DEQUANTIZABLE = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.int32))
+
+
+INT64_MAX = (1 << 63) - 1
+FLOAT32_MAX = str(np.finfo(np.float32).max)  # 3.4028235e+38
+
+
+def _physical_memory() -> int | None:
+    try:
+        total = int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+    return total if total > 0 else None  # sysconf says -1 when it does not know
+
+
+# An array the size of physical memory cannot be computed in it; 16 GiB where it is unknown.
+_max_output_bytes = _physical_memory() or (16 << 30)
+
+
+def set_max_output_bytes(nbytes: int) -> None:
+    """Bound the size of any one array an operator call allocates whose size follows from
+    its inputs' shapes and attributes: the output, its int32/float32 accumulator and the
+    float32 working copies of the operands (default: the machine's physical memory)."""
+    global _max_output_bytes
+    if not isinstance(nbytes, numbers.Integral) or isinstance(nbytes, bool) or nbytes < 1:
+        raise ValueError(f"set_max_output_bytes: nbytes must be an integer >= 1; got {nbytes!r}")
+    _max_output_bytes = int(nbytes)
+
+
+def max_output_bytes() -> int:
+    """The current bound of ``set_max_output_bytes`` in bytes."""
+    return _max_output_bytes
+
+
+def _size(nbytes: int) -> str:
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            return f"{nbytes / (1 << shift):.3g} {unit}"
+    return f"{nbytes} bytes"
+
+
+def check_size(op: str, what: str, shape: tuple[int, ...], itemsize: int) -> None:
+    """Refuse, before allocating, an array of ``shape`` (``itemsize`` bytes per element) above
+    ``max_output_bytes()``. Shapes are Python ints, so the product never overflows."""
+    nbytes = math.prod(shape) * itemsize
+    if 0 < nbytes <= _max_output_bytes:  # the usual case, first: this runs on every call
+        return
+    shape = tuple(int(d) for d in shape)
+    if nbytes == 0:
+        # Empty, yet NumPy refuses a shape whose other dimensions overflow its indexing.
+        if math.prod(d for d in shape if d) * itemsize <= INT64_MAX:
+            return
+        raise ValueError(
+            f"{op}: {what} of shape {shape} is empty, but its dimensions are beyond what NumPy can "
+            f"index (their product exceeds 2**63 bytes)"
+        )
+    raise ValueError(
+        f"{op}: {what} of shape {shape} would take {_size(nbytes)}, "
+        f"above the limit of {_size(_max_output_bytes)} (qlinear.set_max_output_bytes)"
+    )
+
+
+def as_array(op: str, name: str, value: Any) -> np.ndarray:
+    """A NumPy array or scalar as a plain ndarray in native byte order (see the module notes)."""
+    if isinstance(value, np.ma.MaskedArray):
+        raise TypeError(
+            f"{op}: {name} must not be a masked array (its mask cannot be honoured); "
+            f"pass {name}.filled(...) or a plain array; got a {type(value).__name__}"
+        )
+    try:
+        arr = np.asarray(value)
+    except Exception as e:  # a broken __array__ or similar: name the input, not NumPy's internals
+        raise TypeError(f"{op}: {name} could not be read as a NumPy array: {type(e).__name__}: {e}") from None
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    return arr
+
+
+def _index(i: int, shape: tuple[int, ...]) -> str:
+    """' at index ...' of flat element i of a multi-element parameter ('' for one element)."""
+    if math.prod(shape) == 1:
+        return ""
+    where = tuple(int(j) for j in np.unravel_index(i, shape))
+    return f" at index {where[0] if len(where) == 1 else where}"
 
 
 def _kind(value: Any) -> str:
@@ -34,7 +126,7 @@ def integer_tensor(op: str, name: str, value: Any, allowed: tuple[np.dtype, ...]
     """A quantized tensor input (x, w, a, b): a NumPy array of one of the allowed dtypes."""
     if not isinstance(value, (np.ndarray, np.generic)):
         raise TypeError(f"{op}: {name} must be a NumPy array of dtype {_dtype_names(allowed)}; got {_kind(value)}")
-    arr = np.asarray(value)
+    arr = as_array(op, name, value)
     if arr.dtype not in allowed:
         raise TypeError(f"{op}: {name} must have dtype {_dtype_names(allowed)}; got dtype {arr.dtype}")
     return arr
@@ -49,16 +141,31 @@ def scale(op: str, name: str, value: Any) -> np.ndarray:
     if isinstance(value, float):
         arr = np.asarray(value)
     elif isinstance(value, (np.ndarray, np.generic)):
-        arr = np.asarray(value)
+        arr = as_array(op, name, value)
         if arr.dtype.kind != "f":
             raise TypeError(f"{op}: {name} must be floating point (float32); got dtype {arr.dtype}")
     else:
         raise TypeError(f"{op}: {name} must be a float or a floating-point NumPy array; got {_kind(value)}")
-    arr = arr.astype(np.float32)
+    if arr.dtype == np.float32:
+        wide = None
+    else:
+        wide = arr
+        # Rounding to float32 may underflow (to a denormal or 0: float32 arithmetic, intended)
+        # or overflow (to inf: reported below as such, not as a RuntimeWarning).
+        with np.errstate(over="ignore", under="ignore"):
+            arr = arr.astype(np.float32)
     # One element (the usual case) is checked in Python: a NumPy reduction costs more here.
     finite = math.isfinite(arr.item()) if arr.size == 1 else bool(np.isfinite(arr).all())
     if not finite:
-        raise ValueError(f"{op}: {name} must be finite; got {arr.ravel()[~np.isfinite(arr.ravel())][0]}")
+        flat = arr.ravel()
+        i = int(np.flatnonzero(~np.isfinite(flat))[0])
+        where = _index(i, arr.shape)
+        if wide is not None and np.isfinite(wide.ravel()[i]):
+            raise ValueError(
+                f"{op}: {name} must fit float32 (ONNX scales are float32, at most {FLOAT32_MAX}); "
+                f"got {wide.ravel()[i]}{where}, which overflows float32"
+            )
+        raise ValueError(f"{op}: {name} must be finite; got {flat[i]}{where}")
     return arr
 
 
@@ -66,7 +173,11 @@ def nonzero_scale(op: str, name: str, value: Any) -> np.ndarray:
     """A scale the formula divides by (y_scale): finite and not zero."""
     arr = scale(op, name, value)
     if (arr.item() == 0) if arr.size == 1 else bool((arr == 0).any()):
-        raise ValueError(f"{op}: {name} must not be zero (the output is divided by it); got {arr.ravel()[0]}")
+        i = int(np.flatnonzero(arr.ravel() == 0)[0])
+        where = _index(i, arr.shape)
+        given = value if isinstance(value, float) else np.asarray(value).ravel()[i]
+        rounded = "" if given == 0 else ", which is 0 in float32"
+        raise ValueError(f"{op}: {name} must not be zero (the output is divided by it); got {given}{where}{rounded}")
     return arr
 
 
@@ -82,7 +193,7 @@ def zero_point(op: str, name: str, value: Any, tensor_name: str, tensor_dtype: n
         return np.asarray(value, dtype=tensor_dtype)
     if not isinstance(value, (np.ndarray, np.generic)):
         raise TypeError(f"{op}: {name} must be a NumPy array or a Python int; got {_kind(value)}")
-    arr = np.asarray(value)
+    arr = as_array(op, name, value)
     if arr.dtype != tensor_dtype:
         raise TypeError(
             f"{op}: {name} must have the dtype of {tensor_name} ({tensor_dtype}); got dtype {arr.dtype}"
@@ -135,6 +246,8 @@ def int_attribute(op: str, name: str, value: Any, minimum: int) -> int:
         raise TypeError(f"{op}: attribute {name} must be an integer; got {_kind(value)}")
     if value < minimum:
         raise ValueError(f"{op}: attribute {name} must be >= {minimum}; got {value}")
+    if value > INT64_MAX:
+        raise ValueError(f"{op}: attribute {name} must fit int64 (ONNX attributes are int64); got {value}")
     return int(value)
 
 
@@ -151,6 +264,8 @@ def ints_attribute(op: str, name: str, value: Any, length: int, minimum: int, wh
     bad = [v for v in items if v < minimum]
     if bad:
         raise ValueError(f"{op}: attribute {name} values must be >= {minimum}; got {items}")
+    if max(items, default=0) > INT64_MAX:
+        raise ValueError(f"{op}: attribute {name} values must fit int64 (ONNX attributes are int64); got {items}")
     return tuple(items)
 
 
@@ -167,7 +282,7 @@ def int32_bias(op: str, value: Any, out_channels: int) -> np.ndarray:
     """The optional bias B: int32 of shape [M]."""
     if not isinstance(value, (np.ndarray, np.generic)):
         raise TypeError(f"{op}: B must be a NumPy int32 array of shape ({out_channels},); got {_kind(value)}")
-    arr = np.asarray(value)
+    arr = as_array(op, "B", value)
     if arr.dtype != np.int32:
         raise TypeError(f"{op}: B must have dtype int32; got dtype {arr.dtype}")
     if arr.shape != (out_channels,):
@@ -181,7 +296,7 @@ def param_key(value: Any) -> tuple | None:
     """A hashable key for a one-element parameter's type and value (None for anything else),
     so that prepared operators can reuse what they derived from the same scales and zero points."""
     if isinstance(value, (np.ndarray, np.generic)):
-        if value.size != 1:
+        if value.size != 1 or isinstance(value, np.ma.MaskedArray):  # refused when validated
             return None
         return value.dtype.str, value.shape, value.tobytes()  # the bits: -0.0 is not 0.0
     if isinstance(value, float):

@@ -46,6 +46,8 @@ from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
 import qlinear as _q
+from qlinear import backend_contrib as _contrib
+from qlinear.backend_float import FLOAT_KERNELS, FastEvaluator  # float glue ops, lean graph loop
 
 __all__ = [
     "QLinearBackend",
@@ -88,13 +90,7 @@ class UnsupportedModelError(ValueError):
 
     def __init__(self, problems: Sequence["Problem"]):
         self.problems = list(problems)
-        model_level = [str(p) for p in self.problems if p.node == "(model)"]
-        nodes = [str(p) for p in self.problems if p.node != "(model)"]
-        parts = model_level[:]
-        if nodes:
-            parts.append(f"{len(nodes)} unsupported node{'s' if len(nodes) != 1 else ''}: "
-                         + "; ".join(nodes))
-        super().__init__("prepare: " + "; ".join(parts))
+        super().__init__("prepare: " + format_problems(self.problems))
 
 
 class NodeError(ValueError):
@@ -117,6 +113,36 @@ class Problem:
         return f"node {self.node!r} ({op}{ver}): {self.reason}"
 
 
+def format_problems(problems: Sequence[Problem], examples: int = 2) -> str:
+    """One line for any number of problems: model-level ones first, then every unsupported
+    node counted, grouped by reason and operator, largest groups first, e.g.
+    ``143 unsupported nodes: com.microsoft.QLinearSigmoid x58, com.microsoft.QLinearMul x58
+    (operator outside the standard ONNX domains; e.g. nodes 'a', 'b')``. Nothing is cut: the
+    length grows with the number of distinct operators and reasons, not of nodes."""
+    model_level = [p.reason for p in problems if p.node == "(model)"]
+    nodes = [p for p in problems if p.node != "(model)"]
+    parts = model_level[:]
+    if nodes:
+        # reason -> operator label -> node names, in first-seen order
+        groups: dict[str, dict[str, list[str]]] = {}
+        for p in nodes:
+            op = p.op_type or "(empty op_type)"
+            op = op if not p.domain else f"{p.domain}.{op}"
+            op += f"-{p.version}" if p.version is not None else ""
+            groups.setdefault(p.reason, {}).setdefault(op, []).append(p.node)
+        order = sorted(groups.items(), key=lambda kv: -sum(map(len, kv[1].values())))
+        texts = []
+        for reason, ops in order:
+            ops_sorted = sorted(ops.items(), key=lambda kv: -len(kv[1]))
+            counted = ", ".join(f"{op} \u00d7{len(names)}" for op, names in ops_sorted)
+            first = [names[0] for _, names in ops_sorted][:examples]
+            eg = ", ".join(repr(n) for n in first)
+            texts.append(f"{counted} ({reason}; e.g. node{'s' if len(first) > 1 else ''} {eg})")
+        n = len(nodes)
+        parts.append(f"{n} unsupported node{'s' if n != 1 else ''}: " + "; ".join(texts))
+    return "; ".join(parts)
+
+
 # --------------------------------------------------------------------------- versions
 
 
@@ -129,14 +155,21 @@ def node_version(op_type: str, domain: str, opset: int) -> int | None:
 
 
 def _node_label(node: onnx.NodeProto, index: int) -> str:
-    return node.name or f"#{index} {node.op_type}"
+    name = node.name or f"#{index} {node.op_type}"
+    return name if isinstance(name, str) else repr(name)  # bytes: a name that is not UTF-8
 
 
 def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
     out = {}
     for a in node.attribute:
         v = helper.get_attribute_value(a)
-        out[a.name] = v.decode() if isinstance(v, bytes) else v
+        if isinstance(v, bytes):
+            try:
+                v = v.decode()
+            except UnicodeDecodeError:
+                raise ValueError(f"node {node.name or node.op_type!r} ({node.op_type}): attribute "
+                                 f"{a.name!r} is not valid UTF-8 text ({v[:20]!r})") from None
+        out[a.name] = v
     return out
 
 
@@ -218,6 +251,50 @@ def _reference_has(op_type: str, domain: str, version: int) -> bool:
     return True
 
 
+def _reference_gap(node: onnx.NodeProto, version: int) -> str | None:
+    """Why onnx.reference, which has an implementation of this operator, still cannot run this
+    node (attributes or versions it does not implement), or None. Found here, before anything
+    runs, rather than as a RuntimeError halfway through a model."""
+    op = node.op_type
+    if op == "Scan":
+        if version < 9:
+            return ("Scan-8 (batched, with sequence_lens) is not implemented in onnx.reference "
+                    "(it runs Scan-9 and later)")
+        attrs = {a.name: list(helper.get_attribute_value(a)) for a in node.attribute
+                 if a.type == onnx.AttributeProto.INTS}
+        for name in ("scan_input_directions", "scan_output_directions",
+                     "scan_input_axes", "scan_output_axes"):
+            if any(v != 0 for v in attrs.get(name, [])):
+                return f"onnx.reference implements Scan only with {name} all 0"
+    if op in ("LayerNormalization", "RMSNormalization"):
+        stash = next((a.i for a in node.attribute if a.name == "stash_type"), 1)
+        if stash != 1:
+            return f"onnx.reference implements {op} only with stash_type 1 (float32)"
+    if op in ("AveragePool", "LpPool"):
+        ints = {a.name: a.i for a in node.attribute if a.type == onnx.AttributeProto.INT}
+        pad = next((a.s for a in node.attribute if a.name == "auto_pad"), b"NOTSET")
+        if ints.get("ceil_mode", 0) and pad in (b"SAME_UPPER", b"SAME_LOWER", b"VALID"):
+            return f"onnx.reference does not implement ceil_mode with auto_pad {pad.decode()}"
+    if op == "Resize":
+        ints = {a.name: a.i for a in node.attribute if a.type == onnx.AttributeProto.INT}
+        mode = next((a.s for a in node.attribute if a.name == "mode"), b"nearest")
+        if ints.get("antialias", 0) and mode == b"nearest":
+            return "onnx.reference does not implement antialias with mode nearest"
+    return None
+
+
+def _non_utf8_attribute(node: onnx.NodeProto) -> str | None:
+    for a in node.attribute:
+        texts = [a.s] if a.type == onnx.AttributeProto.STRING else \
+            list(a.strings) if a.type == onnx.AttributeProto.STRINGS else []
+        for text in texts:
+            try:
+                text.decode("utf-8")
+            except UnicodeDecodeError:
+                return f"attribute {a.name!r} is not valid UTF-8 text ({text[:20]!r})"
+    return None
+
+
 def _walk(graph: onnx.GraphProto) -> Iterable[tuple[onnx.NodeProto, int]]:
     for i, node in enumerate(graph.node):
         yield node, i
@@ -252,11 +329,20 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
     for node, i in _walk(model.graph):
         label = _node_label(node, i)
         domain = "" if node.domain == "ai.onnx" else node.domain
+        bad_text = _non_utf8_attribute(node)
+        if bad_text:
+            problems.append(Problem(label, node.op_type, domain, None, bad_text))
+            continue
         if (domain, node.op_type) in functions:
             continue
         if domain not in opsets:
             problems.append(Problem(label, node.op_type, domain, None,
                                     f"domain {domain or 'ai.onnx'!r} is not imported by the model"))
+            continue
+        if domain == _contrib.DOMAIN:  # onnxruntime's operators: qlinear/backend_contrib.py
+            reason = _contrib.check_node(node, types)
+            if reason:
+                problems.append(Problem(label, node.op_type, domain, _contrib.version(node), reason))
             continue
         if domain not in ("", "ai.onnx.ml"):
             problems.append(Problem(label, node.op_type, domain, None,
@@ -289,6 +375,10 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
         if not _reference_has(node.op_type, domain, version):
             problems.append(Problem(label, node.op_type, domain, version,
                                     "no implementation in onnx.reference"))
+            continue
+        gap = _reference_gap(node, version) if domain == "" else None
+        if gap:
+            problems.append(Problem(label, node.op_type, domain, version, gap))
     return problems
 
 
@@ -570,7 +660,7 @@ class MaxPool(OpRun):
 
 
 KERNELS: list[type[OpRun]] = [QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul,
-                              ConvInteger, MatMulInteger, BatchNormalization, MaxPool]
+                              ConvInteger, MatMulInteger, BatchNormalization, MaxPool, *_contrib.KERNELS]
 
 
 # --------------------------------------------------------------------------- emulation
@@ -606,6 +696,7 @@ def kernels_for(emulate: str | None) -> list[type[OpRun]]:
         raise ValueError(f"prepare: emulate must be one of {', '.join(map(repr, EMULATIONS))} "
                          f"or None; got {emulate!r}")
     swap = {k: _emulating(k) for k in (QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger)}
+    swap.update(_contrib.EMULATING)  # com.microsoft QGemm, QLinearConv, QAttention, ...
     return [swap.get(k, k) for k in KERNELS]
 
 
@@ -623,6 +714,18 @@ def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     return inline_local_functions(model)
 
 
+class _TrackedNodes(list):
+    """The evaluator's node list, remembering the node being run (for error messages)."""
+
+    current: Any = None
+
+    def __iter__(self):
+        for node in list.__iter__(self):
+            self.current = node
+            yield node
+        self.current = None
+
+
 class QLinearRep(BackendRep):
     """A prepared model: ``run(inputs)`` returns the outputs in graph order.
 
@@ -631,21 +734,46 @@ class QLinearRep(BackendRep):
     kernels; see :mod:`qlinear.tools.ortsat`), on any CPU.
     """
 
-    def __init__(self, model: onnx.ModelProto, emulate: str | None = None):
+    def __init__(self, model: onnx.ModelProto, emulate: str | None = None, *,
+                 max_tensor_bytes: int | None = None):
+        """``max_tensor_bytes``: refuse (NodeError) before an operator whose output size
+        depends on input values or broadcasting (Expand, ConstantOfShape, Tile, Pad, Resize,
+        Range, OneHot, MatMul, elementwise operators) would allocate more; None: no limit."""
+        from qlinear._sizeguard import with_size_guards
+
         model = inline_functions(model)
         self.model = model
         self.emulate = emulate
-        self.evaluator = ReferenceEvaluator(model, new_ops=kernels_for(emulate))
+        self.evaluator = FastEvaluator(
+            model, new_ops=with_size_guards(kernels_for(emulate) + FLOAT_KERNELS, max_tensor_bytes))
+        self.evaluator.rt_nodes_ = _TrackedNodes(self.evaluator.rt_nodes_)
         # Constant weights (initializers, Constant outputs) are prepared once and cached.
         constants = {i.name for i in model.graph.initializer} | {
             o for n in model.graph.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx")
             for o in n.output}
         for rt in getattr(self.evaluator, "rt_nodes_", []):
-            if isinstance(rt, _QLinearOp):
+            if isinstance(rt, (_QLinearOp, _contrib.ContribOp)):
                 rt.constant_inputs = frozenset(n for n in rt.onnx_node.input if n in constants)
         inits = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]
         self.output_names = [o.name for o in model.graph.output]
+
+    def _named(self, fn):
+        """Run ``fn``; an error from inside an operator names the node it came from."""
+        try:
+            return fn()
+        except NodeError:
+            raise
+        except (ValueError, TypeError, RuntimeError, IndexError, KeyError, ZeroDivisionError,
+                OverflowError, MemoryError, NotImplementedError, AttributeError) as e:
+            node = getattr(self.evaluator.rt_nodes_, "current", None)
+            if node is None:
+                raise
+            name = node.onnx_node.name or (node.onnx_node.output[0] if node.onnx_node.output
+                                           else "?")
+            msg = " ".join(str(e).split()) or type(e).__name__
+            raise NodeError(f"node {name!r} ({node.onnx_node.op_type}): "
+                            f"{type(e).__name__}: {msg}") from e
 
     def _feeds(self, inputs) -> dict[str, np.ndarray]:
         if isinstance(inputs, dict):
@@ -662,13 +790,14 @@ class QLinearRep(BackendRep):
     def run(self, inputs, progress: bool | None = False, **kwargs) -> tuple[np.ndarray, ...]:  # type: ignore[override]
         """Outputs in graph order. ``progress=None`` shows a bar on a terminal's stderr."""
         feeds = self._feeds(inputs)
-        return tuple(self._with_progress(lambda: self.evaluator.run(None, feeds), progress))
+        return tuple(self._named(lambda: self._with_progress(
+            lambda: self.evaluator.run(None, feeds), progress)))
 
     def run_all(self, inputs, progress: bool | None = False) -> dict[str, Any]:
         """Every tensor of the graph (inputs, initializers, intermediates, outputs) by name."""
         feeds = self._feeds(inputs)
-        return self._with_progress(lambda: self.evaluator.run(None, feeds, intermediate=True),
-                                   progress)
+        return self._named(lambda: self._with_progress(
+            lambda: self.evaluator.run(None, feeds, intermediate=True), progress))
 
     def _with_progress(self, fn, enabled):
         if enabled is False:

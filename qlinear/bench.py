@@ -663,7 +663,7 @@ def markdown_report(results: list[dict[str, Any]], summary: dict[str, Any],
     lines.append(f"Measured {machine.get('date_utc')} UTC on {machine.get('cpu')} "
                  f"({machine.get('logical_cpus')} logical CPUs, "
                  f"{', '.join(machine.get('simd', []))}), {machine.get('threads_per_engine')} "
-                 f"threads per engine; qlinear {machine.get('qlinear_commit')}, numpy "
+                 f"threads per engine; {_qlinear_version_text(machine)}, numpy "
                  f"{machine.get('numpy')}, onnxruntime {machine.get('onnxruntime')}, onnx "
                  f"{machine.get('onnx')}. Median of at least {args.repeat} interleaved runs "
                  "(more for fast cases). See machine.md.")
@@ -734,6 +734,14 @@ def markdown_report(results: list[dict[str, Any]], summary: dict[str, Any],
     return "\n".join(lines)
 
 
+def _qlinear_version_text(machine: dict[str, Any]) -> str:
+    """'qlinear 0.1.0 (commit abc1234)', without a commit outside a git checkout; never
+    'qlinear None'."""
+    version = machine.get("qlinear") or "(version unknown)"
+    commit = machine.get("qlinear_commit")
+    return f"qlinear {version}" + (f" (commit {commit})" if commit else "")
+
+
 def machine_markdown(machine: dict[str, Any]) -> str:
     lines = ["# Machine of the latest benchmark run", ""]
     for k, v in machine.items():
@@ -742,7 +750,8 @@ def machine_markdown(machine: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def chart(results: list[dict[str, Any]], path: str) -> bool:
+def chart(results: list[dict[str, Any]], path: str) -> str | None:
+    """Draw the chart to ``path``; None when written, else why not (one line)."""
     try:
         import matplotlib
 
@@ -750,7 +759,17 @@ def chart(results: list[dict[str, Any]], path: str) -> bool:
         import matplotlib.pyplot as plt
         import matplotlib.ticker
     except ImportError:
-        return False
+        return "matplotlib is not installed (pip install 'qlinear[bench]')"
+    if not results:
+        return "no results to draw"
+    try:
+        _draw_chart(results, path, plt, matplotlib)
+    except Exception as e:  # noqa: BLE001 - the chart is optional; say why it is missing
+        return f"drawing it failed ({type(e).__name__}: {' '.join(str(e).split())[:200]})"
+    return None
+
+
+def _draw_chart(results, path, plt, matplotlib) -> None:
     names = [r["name"] for r in results]
     ratios = [r["qlinear_over_onnxruntime"] for r in results]
     refs = [r["reference_over_qlinear"] or 0 for r in results]
@@ -779,15 +798,25 @@ def chart(results: list[dict[str, Any]], path: str) -> bool:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return True
 
 
 # ----------------------------------------------------------------------------------------
 # Command line
 # ----------------------------------------------------------------------------------------
 
+class BenchError(Exception):
+    """A usage error: ``qlinear: error: <message>``, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors, like the ``qlinear`` command's."""
+
+    def error(self, message):  # noqa: D102
+        raise BenchError(f"{message} (see 'qlinear bench --help')")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="qlinear bench",
         description="Benchmark qlinear against onnxruntime and onnx.reference.")
     p.add_argument("--quick", action="store_true",
@@ -807,6 +836,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip onnx.reference where one run is estimated above this "
                         "(default 8)")
     p.add_argument("--seed", type=int, default=0, help="random data seed")
+    p.add_argument("--json", action="store_true",
+                   help="print the results (machine, summary, every case) as JSON on stdout "
+                        "instead of the summary; the files are written as well")
     return p
 
 
@@ -820,6 +852,15 @@ def _limit_threads(threads: int):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``qlinear bench``: errors are one line ``qlinear: error: ...`` with exit status 2."""
+    try:
+        return _main(argv)
+    except BenchError as e:
+        print(f"qlinear: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     patterns = None
     if args.cases:
@@ -830,19 +871,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{c.name:40s} {c.op:15s} {c.shape}")
         return 0
     if not cases:
-        print("no case matches", file=sys.stderr)
-        return 2
+        raise BenchError("no case matches " + ", ".join(map(repr, patterns or []))
+                         + (" in the --quick subset" if args.quick else "")
+                         + " ('qlinear bench --list' lists the cases)")
     if args.repeat < 1 or args.threads < 1:
-        print("--repeat and --threads must be at least 1", file=sys.stderr)
-        return 2
+        raise BenchError("--repeat and --threads must be at least 1")
+    if not args.reference_budget > 0:
+        raise BenchError("--reference-budget must be a positive number of seconds")
     try:
         import onnx  # noqa: F401
         import onnxruntime  # noqa: F401
     except ImportError as e:
-        print(f"qlinear bench needs onnx and onnxruntime ({e}); pip install 'qlinear[bench]'",
-              file=sys.stderr)
-        return 2
+        raise BenchError(f"qlinear bench needs onnx and onnxruntime ({e}); "
+                         "pip install 'qlinear[bench]'") from None
 
+    args.output_dir = os.path.normpath(args.output_dir)
+    try:  # before the long run, so that a bad folder fails at once
+        os.makedirs(args.output_dir, exist_ok=True)
+    except OSError as e:
+        raise BenchError(f"--output-dir {args.output_dir}: cannot create it ({e.strerror})") \
+            from None
     limiter = _limit_threads(args.threads)
     if limiter is None and os.environ.get("OPENBLAS_NUM_THREADS") != str(args.threads):
         # Without threadpoolctl, OpenBLAS reads its thread count once, when NumPy loads:
@@ -858,8 +906,7 @@ def main(argv: list[str] | None = None) -> int:
         if set_threads is not None:
             set_threads(args.threads)
     except ImportError as e:
-        print(f"cannot import qlinear: {e}", file=sys.stderr)
-        return 2
+        raise BenchError(f"cannot import qlinear: {e}") from None
 
     machine = machine_description(args.threads)
     results: list[dict[str, Any]] = []
@@ -884,7 +931,6 @@ def main(argv: list[str] | None = None) -> int:
     machine["elapsed_s"] = round(elapsed, 1)
     summary = summarize(results, machine.get("workspace_limit_bytes", 256 * MIB))
 
-    os.makedirs(args.output_dir, exist_ok=True)
     with open(os.path.join(args.output_dir, "results.json"), "w") as f:
         json.dump({"machine": machine, "summary": summary, "args": vars(args),
                    "results": results}, f, indent=1)
@@ -893,10 +939,16 @@ def main(argv: list[str] | None = None) -> int:
         f.write(report)
     with open(os.path.join(args.output_dir, "machine.md"), "w") as f:
         f.write(machine_markdown(machine))
-    chart(results, os.path.join(args.output_dir, "results.png"))
-    print(report.split("## Cases")[0], file=sys.stdout)
-    print(f"wrote {args.output_dir}/results.md, results.json, results.png, machine.md "
-          f"({elapsed:.0f} s)", file=sys.stderr)
+    why_no_chart = chart(results, os.path.join(args.output_dir, "results.png"))
+    if args.json:
+        print(json.dumps({"machine": machine, "summary": summary, "results": results},
+                         indent=1, default=str))
+    else:
+        print(report.split("## Cases")[0], file=sys.stdout)
+    files = "results.md, results.json, " + ("" if why_no_chart else "results.png, ") + "machine.md"
+    print(f"wrote {args.output_dir}/{files} ({elapsed:.0f} s)"
+          + (f"; results.png not written: {why_no_chart}" if why_no_chart else ""),
+          file=sys.stderr)
     if limiter is not None:
         limiter.restore_original_limits()
     return 0

@@ -1,9 +1,10 @@
-"""The ``qlinear`` command: run, compare, conformance, bench.
+"""The ``qlinear`` command: run, compare, inspect, conformance, bench.
 
     qlinear run                       # the bundled quantized digits classifier
     qlinear run model.onnx --input x=x.npy --output-dir out/
     qlinear run --emulate onnxruntime-avx2          # onnxruntime's results on AVX2 CPUs
     qlinear compare model.onnx --input x=x.npy      # exit 1 when outputs DIFFER
+    qlinear inspect model.onnx        # inputs, outputs, operators, what qlinear supports
     qlinear --version
     qlinear conformance               # ONNX's backend node tests for the operators
     qlinear bench                     # the speed suite (qlinear.bench)
@@ -90,23 +91,35 @@ def _model_and_inputs(args):
     from qlinear.tools.model import (ToolError, check_inputs, check_supported, load_model,
                                      parse_input_args, random_inputs, validate_model)
 
+    from qlinear.tools.model import parse_shape_args, save_inputs
+
     labels = meta = None
     note = ""
+    if args.seed < 0:
+        raise ToolError(f"--seed {args.seed}: must be 0 or more")
+    shapes = parse_shape_args(getattr(args, "shape", None))
     if args.model is None:
-        if args.input:
-            raise ToolError("--input needs a MODEL (without one, the bundled example runs on its "
-                            "own samples)")
+        if args.input or shapes:
+            raise ToolError(f"{'--input' if args.input else '--shape'} needs a MODEL (without "
+                            "one, the bundled example runs on its own samples)")
         model_path, model, feeds, labels, meta = _load_example()
     else:
         model_path = args.model
         model = load_model(model_path, max_tensor_bytes=args.max_tensor_bytes)
         feeds = parse_input_args(args.input)
+        if feeds and shapes:
+            raise ToolError("--shape sets the shape of generated inputs; it cannot be combined "
+                            "with --input")
         if not feeds:
-            feeds = random_inputs(model, seed=args.seed)
+            feeds = random_inputs(model, seed=args.seed, shapes=shapes,
+                                  max_tensor_bytes=args.max_tensor_bytes)
             note = f"no --input given: seeded random inputs (seed {args.seed})"
     check_supported(model)
     validate_model(model, model_path)
     check_inputs(model, feeds)
+    if getattr(args, "save_inputs", None):
+        path = save_inputs(args.save_inputs, feeds)
+        note = (note + "; " if note else "") + f"inputs saved to {path} (--input {path})"
     return model_path, model, feeds, labels, meta, note
 
 
@@ -173,7 +186,7 @@ def cmd_run(args) -> int:
         raise ToolError(f"--output-dir {args.output_dir}: exists and is not a directory")
 
     t0 = time.perf_counter()
-    rep = QLinearRep(model, emulate=args.emulate)
+    rep = QLinearRep(model, emulate=args.emulate, max_tensor_bytes=args.max_tensor_bytes)
     t_prepare = time.perf_counter() - t0
     t0 = time.perf_counter()
     values = rep.run(feeds, progress=_progress_enabled(args))
@@ -196,13 +209,15 @@ def cmd_run(args) -> int:
         result["classifier"] = _example_report(meta, outputs, labels, model, feeds)
 
     if args.output_dir is not None:
-        os.makedirs(args.output_dir, exist_ok=True)
-        files = output_files(args.output_dir, list(outputs))
+        from qlinear.tools.model import make_output_dir
+
+        out_dir = make_output_dir(args.output_dir, "--output-dir")
+        files = output_files(out_dir, list(outputs))
         written = []
         for k, v in outputs.items():
             np.save(files[k], np.asarray(v))
             written.append(files[k])
-        manifest = os.path.realpath(os.path.join(args.output_dir, "outputs.json"))
+        manifest = os.path.realpath(os.path.join(out_dir, "outputs.json"))
         with open(manifest, "w") as f:  # output name -> file, in graph order
             json.dump({"outputs": [{"name": k, "file": os.path.basename(files[k]),
                                     "shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype)}
@@ -279,7 +294,8 @@ def cmd_compare(args) -> int:
             raise ToolError(f"{flag} must be 0 or more; got {value}")
     model_path, model, feeds, _, _, note = _model_and_inputs(args)
     result = compare_model(model, feeds, show_progress=_progress_enabled(args), ulp=args.ulp,
-                           atol=args.atol, rtol=args.rtol, emulate=args.emulate)
+                           atol=args.atol, rtol=args.rtol, emulate=args.emulate,
+                           max_tensor_bytes=args.max_tensor_bytes)
     from qlinear.tools.ortsat import onnxruntime_saturates, probe_source
 
     result["onnxruntime_u8s8_saturates"] = onnxruntime_saturates()
@@ -299,6 +315,109 @@ def cmd_compare(args) -> int:
                   + ("saturate 16-bit pair sums" if sat else "exact") + f" ({how})")
         print(format_report(result))
     return 1 if result["verdict"] == "DIFFER" else 0
+
+
+# --------------------------------------------------------------------------- inspect
+
+
+def inspect_model(model, model_path: str) -> dict[str, Any]:
+    """What a model is made of and what qlinear makes of it, without running anything:
+    inputs, outputs, opsets, operator counts by domain, and every node qlinear refuses."""
+    import collections
+
+    from qlinear.backend import _walk, check_model, format_problems
+    from qlinear.tools.model import ToolError, graph_inputs, validate_model
+
+    def value(vi) -> dict[str, Any]:
+        tt = vi.type.tensor_type
+        dtype = None
+        if vi.type.HasField("tensor_type") and tt.elem_type:
+            from onnx import helper
+
+            dtype = str(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        shape = None
+        if tt.HasField("shape"):
+            shape = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else
+                     (d.dim_param or "?") for d in tt.shape.dim]
+        return {"name": vi.name, "dtype": dtype, "shape": shape}
+
+    g = model.graph
+    problems = check_model(model)
+    counts: collections.Counter = collections.Counter()
+    for node, _ in _walk(g):
+        counts[("" if node.domain == "ai.onnx" else node.domain, node.op_type)] += 1
+    refused: dict[tuple[str, str], list] = collections.defaultdict(list)
+    for p in problems:
+        if p.node != "(model)":
+            refused[(p.domain, p.op_type)].append(p)
+    operators = []
+    for (domain, op), n in sorted(counts.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1])):
+        bad = refused.get((domain, op), [])
+        operators.append({"domain": domain or "ai.onnx", "op_type": op, "nodes": n,
+                          "refused": len(bad),
+                          "reasons": sorted({p.reason for p in bad})})
+    try:
+        validate_model(model, model_path)
+        checker = "ok"
+    except ToolError as e:
+        checker = str(e)
+    inits = list(g.initializer)
+    return {
+        "model": model_path,
+        "ir_version": int(model.ir_version),
+        "producer": " ".join(x for x in (model.producer_name, model.producer_version) if x),
+        "opsets": {(d.domain or "ai.onnx"): int(d.version) for d in model.opset_import},
+        "inputs": [value(vi) for vi in graph_inputs(model)],
+        "outputs": [value(vi) for vi in g.output],
+        "initializers": len(inits),
+        "nodes": sum(counts.values()),
+        "operators": operators,
+        "supported": not problems,
+        "refused": [_asdict(p) for p in problems],
+        "refusal": format_problems(problems) if problems else None,
+        "onnx_checker": checker,
+    }
+
+
+def _asdict(p) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(p)
+
+
+def _shape_text(shape) -> str:
+    return "(unknown)" if shape is None else "[" + ", ".join(map(str, shape)) + "]"
+
+
+def cmd_inspect(args) -> int:
+    from qlinear.tools.model import load_model
+    from qlinear.tools.table import format_table
+
+    model = load_model(args.model, max_tensor_bytes=args.max_tensor_bytes)
+    r = inspect_model(model, args.model)
+    if args.json:
+        print(json.dumps(r, indent=2))
+        return 0
+    print(f"model: {r['model']}")
+    print(f"  IR {r['ir_version']}" + (f", producer {r['producer']}" if r["producer"] else "")
+          + "; opsets: " + ", ".join(f"{d} {v}" for d, v in r["opsets"].items())
+          + f"; {r['nodes']} nodes, {r['initializers']} initializers")
+    print()
+    rows = [{"kind": kind, "name": v["name"], "dtype": v["dtype"] or "?",
+             "shape": _shape_text(v["shape"])}
+            for kind, vs in (("input", r["inputs"]), ("output", r["outputs"])) for v in vs]
+    print(format_table(rows, [("kind", ""), ("name", "tensor"), ("dtype", "dtype"),
+                              ("shape", "shape")]))
+    print()
+    rows = [{"domain": o["domain"], "op": o["op_type"], "nodes": o["nodes"],
+             "qlinear": "runs" if not o["refused"] else
+             f"refuses {o['refused']}: " + "; ".join(o["reasons"])} for o in r["operators"]]
+    print(format_table(rows, [("domain", "domain"), ("op", "operator"), ("nodes", "nodes"),
+                              ("qlinear", "qlinear")]))
+    print()
+    print("qlinear runs every node" if r["supported"] else f"qlinear refuses: {r['refusal']}")
+    print(f"onnx checker: {r['onnx_checker']}")
+    return 0
 
 
 # --------------------------------------------------------------------------- conformance
@@ -332,6 +451,48 @@ def cmd_bench(args) -> int:
     return int(rc or 0)
 
 
+# --------------------------------------------------------------------------- timeout
+
+
+class _Timeout(Exception):
+    pass
+
+
+class _time_limit:
+    """``--timeout``: a SIGALRM interrupts the run between two Python steps (a node, a Loop
+    iteration), so a model that computes forever ends with one line instead of a hang."""
+
+    def __init__(self, seconds: float | None):
+        import signal
+
+        import threading
+
+        self.seconds = seconds
+        # signals reach the main thread only; elsewhere (an embedding program) no time limit
+        self.active = bool(seconds) and hasattr(signal, "setitimer") and \
+            threading.current_thread() is threading.main_thread()
+
+    def __enter__(self):
+        if self.active:
+            import signal
+
+            def stop(signum, frame):
+                raise _Timeout(f"stopped after --timeout {self.seconds:g} s: the model was "
+                               "still running (a Loop or recursion that does not end?)")
+
+            self._old = signal.signal(signal.SIGALRM, stop)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exc):
+        if self.active:
+            import signal
+
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._old)
+        return False
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -339,16 +500,30 @@ def _add_model_args(p, what: str) -> None:
     p.add_argument("model", nargs="?", metavar="MODEL.onnx",
                    help=f"the ONNX model to {what} (default: the bundled digits example)")
     p.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
-                   help="an input tensor from a .npy (or .npz) file; repeat for each input. "
+                   help="an input tensor from a .npy (or .npz) file, or FILE.npz holding every "
+                        "input by name (as --save-inputs writes); repeat for each input. "
                         "Without any, seeded random inputs of the declared shapes are used")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--shape", action="append", default=[], metavar="NAME=DIMxDIM...",
+                   help="shape of a generated input, fixing its symbolic dimensions (e.g. "
+                        "images=1x3x224x224); repeat for each input. Without it, symbolic "
+                        "dimensions are 1")
+    p.add_argument("--save-inputs", metavar="DIR",
+                   help="write the inputs used to DIR/inputs.npz, to repeat the run with "
+                        "--input DIR/inputs.npz")
     p.add_argument("--max-tensor-bytes", type=int, default=None, metavar="N",
-                   help="refuse models declaring a tensor larger than N bytes (default 2 GiB)")
+                   help="refuse models declaring a tensor larger than N bytes, and stop before "
+                        "an operator computes one (default 2 GiB)")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="stop with an error when running takes longer (default: no limit)")
 
 
 def _add_emulate_arg(p) -> None:
-    from qlinear.backend import EMULATIONS
+    try:
+        from qlinear.backend import EMULATIONS
+    except ImportError:  # a plain install without onnx: --help still works, and running says
+        EMULATIONS = None  # how to install the tools (main's error handler)
 
     p.add_argument("--emulate", choices=EMULATIONS, default=None, metavar="TARGET",
                    help="compute what TARGET computes instead of the exact results, on any CPU; "
@@ -374,7 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="qlinear", formatter_class=fmt,
         description="Run and check quantized ONNX models with qlinear's exact integer kernels.",
         epilog="examples:\n  qlinear run\n  qlinear compare model.onnx --input x=x.npy\n"
-               "  qlinear conformance\n  qlinear bench\n\nqlinear COMMAND --help explains each "
+               "  qlinear inspect model.onnx\n  qlinear conformance\n  qlinear bench\n\nqlinear COMMAND --help explains each "
                "command.")
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -386,7 +561,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "quantized 8x8-digits classifier on its 400 bundled test images and reports "
                     "its accuracy (and onnxruntime's agreement, if onnxruntime is installed)."),
         epilog="examples:\n  qlinear run\n  qlinear run model.onnx --input images=batch.npy "
-               "--output-dir out/\n  qlinear run model.onnx --json")
+               "--output-dir out/\n  qlinear run model.onnx --json\n"
+               "  qlinear run model.onnx --shape images=1x3x224x224 --save-inputs in/\n"
+               "  qlinear run model.onnx --input in/inputs.npz --timeout 60")
     _add_model_args(p, "run")
     p.add_argument("--output-dir", metavar="DIR",
                    help="save every output as DIR/NAME.npy, names made distinct, with a manifest "
@@ -412,6 +589,8 @@ def build_parser() -> argparse.ArgumentParser:
                "  qlinear compare model.onnx --atol 1e-4 --rtol 1e-3\n"
                "  qlinear compare --emulate onnxruntime-avx2   # as on AVX2 servers without VNNI\n"
                "  qlinear compare            # the bundled example\n"
+               "  qlinear compare model.onnx --input in/inputs.npz   # inputs saved by "
+               "--save-inputs\n"
                "  qlinear compare model.onnx --json > report.json")
     _add_model_args(p, "compare")
     p.add_argument("--atol", type=float, default=1e-5, metavar="A",
@@ -424,6 +603,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "tolerance (default 0); integer tensors are always compared exactly")
     _add_emulate_arg(p)
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser(
+        "inspect", formatter_class=fmt,
+        help="describe a model and what qlinear supports in it, without running it",
+        description=_wrap("Print a model's inputs and outputs (dtype, shape with symbolic "
+                    "dimensions), opsets, operator counts by domain, and for each operator "
+                    "whether qlinear runs it or why it refuses it, and onnx's checker verdict. "
+                    "Nothing is run."),
+        epilog="examples:\n  qlinear inspect model.onnx\n  qlinear inspect model.onnx --json")
+    p.add_argument("model", metavar="MODEL.onnx", help="the ONNX model to inspect")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--max-tensor-bytes", type=int, default=None, metavar="N",
+                   help="refuse models declaring a tensor larger than N bytes (default 2 GiB)")
+    p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser(
         "conformance", formatter_class=fmt, help="run ONNX's backend node tests for the operators",
@@ -446,6 +639,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Modules of the optional extras: a plain ``pip install qlinear`` lacks them.
+_TOOL_MODULES = ("onnx", "onnxruntime", "tqdm", "matplotlib", "google")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -461,7 +658,13 @@ def main(argv: list[str] | None = None) -> int:
             from qlinear.tools.model import DEFAULT_MAX_TENSOR_BYTES
 
             args.max_tensor_bytes = DEFAULT_MAX_TENSOR_BYTES
-        return args.func(args)
+        if getattr(args, "max_tensor_bytes", 1) < 1:
+            raise _Error(f"--max-tensor-bytes {args.max_tensor_bytes}: must be 1 or more")
+        timeout = getattr(args, "timeout", None)
+        if timeout is not None and not (0 < timeout < 1e9):
+            raise _Error(f"--timeout {timeout:g}: must be a positive number of seconds")
+        with _time_limit(timeout):
+            return args.func(args)
     except KeyboardInterrupt:
         print("qlinear: interrupted", file=sys.stderr)
         return 130
@@ -471,7 +674,14 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         msg = " ".join(str(e).split()) or type(e).__name__
-        if not isinstance(e, (_Error, ValueError, TypeError, OSError, RuntimeError)) and \
+        missing = getattr(e, "name", None) if isinstance(e, ModuleNotFoundError) else None
+        if missing and missing.split(".")[0] in _TOOL_MODULES:
+            extra = "bench" if argv[:1] == ["bench"] else "tools"
+            msg = (f"qlinear {argv[0] if argv else ''} needs the model tools, and the Python "
+                   f"package {missing.split('.')[0]!r} is not installed: "
+                   f"pip install 'qlinear[{extra}]'")
+        elif not isinstance(e, (_Error, _Timeout, ValueError, TypeError, OSError,
+                                RuntimeError)) and \
                 type(e).__name__ != "ToolError":
             msg = f"{type(e).__name__}: {msg}"
         if len(msg) > 2000:

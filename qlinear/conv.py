@@ -35,6 +35,7 @@ class _ConvWeights:
         # Copies: a prepared operator owns what it keeps (the caller may change its arrays).
         self.w_zero_point = np.array(zp, copy=True)
         self.attributes = ConvAttributes.from_onnx(op, w.shape, **attributes)
+        v.check_size(op, "the float32 copy of w", w.shape, 4)
         centered = np.subtract(w, zp.reshape((-1,) + (1,) * (w.ndim - 1)), dtype=np.float32)
         self.kernel = ConvKernel(centered, self.attributes.group)
         # (x shape, x dtype, x_zero_point) → (validated zero point, geometry), for repeated calls.
@@ -58,8 +59,13 @@ class _ConvWeights:
             else:
                 zp = v.per_tensor(op, "x_zero_point", v.zero_point(op, "x_zero_point", x_zero_point, "x", x.dtype))
                 zp = np.array(zp, copy=True)  # memoized by value: never a view of the caller's array
-            known = self._inputs.put(key, (zp, self.attributes.geometry(x.shape[2:])))
-        zp, geom = known
+            geom = self.attributes.geometry(x.shape[2:])
+            v.check_size(op, "the output's int32 accumulator",
+                         (x.shape[0], self.out_channels, *geom.out_spatial), 4)
+            known = self._inputs.put(key, (zp, *geom.compact(op, x.shape)))
+        zp, geom, gather = known
+        if gather is not None:  # extreme pads or strides: only the positions the windows read
+            x = gather.apply(x, zp)
         return conv_accumulate(x, zp, self.kernel, geom, bias, out_dtype, bias_bound)
 
 

@@ -53,6 +53,8 @@ class _RightOperand:
         if b.ndim == 0:
             raise ValueError(f"{op}: b must have rank >= 1; got a 0-d array")
         self.b_shape = b.shape
+        self.dtype = b.dtype
+        v.check_size(op, "the float32 copy of b", b.shape, 4)
         if b_zero_point is None:
             zp = np.zeros((), dtype=b.dtype)
         else:
@@ -92,11 +94,13 @@ class _RightOperand:
                 f"but b has shape {self.b_shape} (K = {self.matrix.shape[-2]})"
             )
         try:
-            np.broadcast_shapes(matrix.shape[:-2], self.matrix.shape[:-2])
+            batch = np.broadcast_shapes(matrix.shape[:-2], self.matrix.shape[:-2])
         except ValueError:
             raise ValueError(
                 f"{op}: the batch dimensions of a {a.shape[:-2]} and b {self.b_shape[:-2]} do not broadcast"
             ) from None
+        v.check_size(op, "the output's int32 accumulator", (*batch, matrix.shape[-2], self.matrix.shape[-1]), 4)
+        v.check_size(op, "the float32 copy of a", a.shape, 4)
         return a, matrix, zp
 
     def accumulate(self, matrix: np.ndarray, zp: np.ndarray, out_dtype: type = np.int32) -> np.ndarray:
@@ -267,12 +271,11 @@ class PreparedQLinearMatMul:
             raise TypeError(f"{op}: b_zero_point is required")
         self._b = _RightOperand(op, b, b_zero_point, owned=_owned)
         bs = v.scale(op, "b_scale", b_scale)
-        v.same_shape(op, "b_scale", bs, "b_zero_point", np.asarray(b_zero_point))
-        self.b_scale = _operand_param(op, "b_scale", bs, "b", self._b.b_shape)
-        if _owned:
-            self.b_scale = np.array(self.b_scale, copy=True)
-            if _native.native() is not None:
-                self._b.packed(_native.isa())  # pack once, now
+        bzp = v.zero_point(op, "b_zero_point", b_zero_point, "b", self._b.dtype)
+        v.same_shape(op, "b_scale", bs, "b_zero_point", bzp)
+        self.b_scale = np.array(_operand_param(op, "b_scale", bs, "b", self._b.b_shape), copy=True)
+        if _owned and _native.native() is not None:
+            self._b.packed(_native.isa())  # pack once, now
 
     def run(self, a: np.ndarray, a_scale: Any, a_zero_point: Any, y_scale: Any, y_zero_point: Any) -> np.ndarray:
         """The quantized product; output dtype is y_zero_point's."""
@@ -281,16 +284,24 @@ class PreparedQLinearMatMul:
             raise TypeError(f"{op}: a_zero_point is required")
         a_arr = v.integer_tensor(op, "a", a)
         a_s = v.scale(op, "a_scale", a_scale)
-        v.same_shape(op, "a_scale", a_s, "a_zero_point", np.asarray(a_zero_point))
+        azp = v.zero_point(op, "a_zero_point", a_zero_point, "a", a_arr.dtype)
+        v.same_shape(op, "a_scale", a_s, "a_zero_point", azp)
         a_s = _operand_param(op, "a_scale", a_s, "a", a_arr.shape)
         ys = v.per_tensor(op, "y_scale", v.nonzero_scale(op, "y_scale", y_scale))
         yzp = v.per_tensor(op, "y_zero_point", v.output_zero_point(op, "y_zero_point", y_zero_point))
+        if a_s.ndim and self.b_scale.ndim:  # per row and per column: the multiplier is a matrix
+            try:
+                m_shape = np.broadcast_shapes(a_s.shape, self.b_scale.shape)
+            except ValueError:
+                m_shape = ()  # batches that do not broadcast: accumulate names them
+            v.check_size(op, "the requantization multiplier", m_shape, 4)
         m = v.finite_multiplier(op, multiplier(a_s, self.b_scale, ys), "a_scale * b_scale / y_scale")
         a_arr, matrix, zp = self._b.check_a(a_arr, a_zero_point)
         if _native.native() is not None:
             return self._b.finish(_native_matmul(self._b, matrix, zp, m, yzp), a_arr)
         values = self._b.accumulate(matrix, zp, np.float32)
-        with np.errstate(over="ignore"):  # an infinite product saturates, as it should
+        # An infinite product saturates, a tiny one rounds to 0 or a denormal: float32 as it should.
+        with np.errstate(over="ignore", under="ignore"):
             values *= m  # float32(float32(acc) * m), in place
         return self._b.finish(round_saturate(values, yzp, yzp.dtype), a_arr)
 

@@ -75,7 +75,7 @@ def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, ax
     op = "quantize_linear"
     if not isinstance(x, (np.ndarray, np.generic)):
         raise TypeError(f"{op}: x must be a NumPy array of dtype float32 or int32; got a Python {type(x).__name__}")
-    x = np.asarray(x)
+    x = v.as_array(op, "x", x)
     if x.dtype not in _QUANTIZABLE:
         raise TypeError(
             f"{op}: x must have dtype float32 or int32; got dtype {x.dtype}"
@@ -89,14 +89,17 @@ def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, ax
         v.same_shape(op, "y_scale", scale, "y_zero_point", zp)
     scale, ax = _axis_param(op, "y_scale", scale, x.shape, axis)
     zp_b, _ = _axis_param(op, "y_zero_point", zp, x.shape, axis)  # same shape as y_scale
+    v.check_size(op, "the output", x.shape, zp.dtype.itemsize)  # x may be a broadcast view
     out = np.empty(x.shape, dtype=zp.dtype)
     shape3 = as_3d(x.shape, ax)
     C = _native.native()
-    if C is not None:
+    if C is not None and x.flags.c_contiguous:  # (a broadcast view goes block by block below)
         _native_elementwise(C, True, x, shape3, ax is not None, scale, zp_b, out)
         return out
     # NaN goes to T's min (in round_saturate_block), the value onnxruntime's CPU kernel gives.
-    with np.errstate(over="ignore"):  # x / tiny scale overflows to ±inf, which saturates
+    # x / tiny scale overflows to ±inf, which saturates; x / huge scale underflows to 0 or a
+    # denormal, which rounds to 0: float32 arithmetic, not an error.
+    with np.errstate(over="ignore", under="ignore"):
         run_blocked(_quantize_block, [x.reshape(shape3), out.reshape(shape3)],
                     [scale, *saturation_params(zp_b, zp.dtype)])
     return out
@@ -120,13 +123,15 @@ def dequantize_linear(x: np.ndarray, x_scale: Any, x_zero_point: Any = None, *, 
             raise ValueError(f"{op}: x_zero_point must be 0 when x is int32; got {zp.ravel()[zp.ravel() != 0][0]}")
     scale, ax = _axis_param(op, "x_scale", scale, x.shape, axis)
     zp, _ = _axis_param(op, "x_zero_point", zp, x.shape, axis)  # same shape as x_scale
+    v.check_size(op, "the output", x.shape, 4)  # x may be a broadcast view
     out = np.empty(x.shape, dtype=np.float32)
     shape3 = as_3d(x.shape, ax)
     C = _native.native()
-    if C is not None:
+    if C is not None and x.flags.c_contiguous:
         _native_elementwise(C, False, x, shape3, ax is not None, scale, zp, out)
         return out
     zp = zp.astype(np.float32)
-    with np.errstate(over="ignore"):  # a huge scale overflows to ±inf, as float32 arithmetic does
+    # A huge scale overflows to ±inf, a tiny one underflows to 0 or a denormal, as float32 does.
+    with np.errstate(over="ignore", under="ignore"):
         run_blocked(_dequantize_block, [x.reshape(shape3), out.reshape(shape3)], [scale, zp])
     return out

@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """Build qlinear's bundled example: a quantized 8x8-digits classifier.
 
+    pip install -e ".[example]"                # onnx, onnxruntime, scikit-learn (the data)
     python scripts/build_example.py            # writes qlinear/examples/digits_*.{onnx,npz,json}
 
 Reproducible (fixed seeds, deterministic NumPy float64 training; only onnxruntime's

@@ -198,7 +198,9 @@ def _run_node_qlinear(node, opsets, values: dict[str, np.ndarray], emulate: str 
                                        values[n].shape) for n in dict.fromkeys(ins)],
         [helper.make_empty_tensor_value_info(o) for o in node.output if o])
     m = helper.make_model(g, opset_imports=list(opsets))
-    ev = ReferenceEvaluator(m, new_ops=kernels_for(None if exact else emulate))
+    from qlinear.backend_float import FLOAT_KERNELS  # the float operators the backend runs
+
+    ev = ReferenceEvaluator(m, new_ops=kernels_for(None if exact else emulate) + FLOAT_KERNELS)
     outs = [o for o in node.output if o]
     return dict(zip(outs, ev.run(None, {n: values[n] for n in ins})))
 
@@ -214,7 +216,8 @@ def _attrs(node) -> dict[str, Any]:
 def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
                   show_progress: bool | None = None, ulp: int = 0, atol: float = DEFAULT_ATOL,
                   rtol: float = DEFAULT_RTOL, emulate: str | None = None,
-                  timing_budget: float = 1.0, timing_runs: int = 5) -> dict[str, Any]:
+                  timing_budget: float = 1.0, timing_runs: int = 5,
+                  max_tensor_bytes: int | None = None) -> dict[str, Any]:
     """Run both runtimes, compare the outputs (normal onnxruntime session) and every node
     (intermediates-exposed run); returns rows, outputs, verdicts, timings.
 
@@ -231,7 +234,7 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
     if problems:
         raise UnsupportedModelError(problems)
     model = inline_functions(model)
-    rep = QLinearRep(model, emulate=emulate)
+    rep = QLinearRep(model, emulate=emulate, max_tensor_bytes=max_tensor_bytes)
     ql = rep.run_all(feeds, progress=show_progress)
     dtypes = {k: v.dtype for k, v in ql.items() if isinstance(v, np.ndarray)}
     exposed, _ = expose_all(model, dtypes)

@@ -1,14 +1,22 @@
 """Loading and checking models and inputs, with one-line errors.
 
 Everything a user can get wrong raises :class:`ToolError` with one readable sentence: a
-missing file, a file that is not ONNX, a truncated or corrupt protobuf, external data that
-points outside the model's folder, tensors declared larger than the memory limit, inputs
-missing or of the wrong name, dtype or shape, a malformed ``--input`` argument.
+missing file, a pipe or device instead of a regular file, a file above protobuf's 2 GiB, a
+file that is not ONNX, a truncated or corrupt protobuf, strings that are not UTF-8, element
+types ONNX does not define, embedded tensors whose data does not match their shape, external
+data that points outside the model's folder or has a malformed offset or length, tensors
+declared larger than the memory limit, inputs missing or of the wrong name, dtype or shape, a
+malformed ``--input`` or ``--shape`` argument.
+
+Lenient where onnxruntime is: sparse initializers are expanded to dense ones, dimensions
+declared negative are dynamic, and IR-3 models whose initializers are not graph inputs pass
+the checker under IR 4's rule.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from typing import Iterable
 
 import numpy as np
@@ -19,6 +27,10 @@ from onnx import helper
 #: Default limit on any one declared tensor (initializer, input, intermediate with a static
 #: shape), in bytes. ``--max-tensor-bytes`` changes it.
 DEFAULT_MAX_TENSOR_BYTES = 2 * 1024**3
+
+#: Largest model file read (protobuf cannot parse a message of 2 GiB or more; bigger models
+#: keep their weights in external data files).
+MAX_MODEL_FILE_BYTES = 2 * 1024**3 - 1
 
 
 class ToolError(Exception):
@@ -80,15 +92,226 @@ def _check_external_data(model: onnx.ModelProto, base_dir: str, max_bytes: int) 
                             "model's folder")
         if not os.path.isfile(path):
             raise ToolError(f"tensor {t.name!r}: external data file {loc!r} not found")
-        offset = int(info.get("offset", 0) or 0)
         need = _tensor_nbytes(t.dims, t.data_type)
-        length = int(info.get("length", need) or need)
+        offset = _external_int(t, info, "offset", 0)
+        length = _external_int(t, info, "length", need) or need
         if need > max_bytes:
             raise ToolError(f"tensor {t.name!r} declares {_human(need)}, more than the limit "
                             f"of {_human(max_bytes)} (--max-tensor-bytes)")
         if offset + length > os.path.getsize(path):
             raise ToolError(f"tensor {t.name!r}: external data file {loc!r} is shorter than "
                             "the tensor it should hold (truncated?)")
+
+
+def _external_int(t: onnx.TensorProto, info: dict[str, str], key: str, default: int) -> int:
+    """An external-data field that must be a non-negative whole number of bytes."""
+    text = info.get(key, "")
+    if text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ToolError(f"tensor {t.name!r}: external data {key} {text[:40]!r} is not a "
+                        "non-negative whole number of bytes")
+    return value
+
+
+def _graphs(graph: onnx.GraphProto):
+    """The graph and every subgraph (If/Loop/Scan bodies), depth first."""
+    yield graph
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    yield from _graphs(g)
+
+
+def _known_elem_type(elem: int) -> bool:
+    try:
+        helper.tensor_dtype_to_np_dtype(elem)
+    except Exception:  # KeyError for numbers onnx does not define
+        return False
+    return True
+
+
+#: INT attributes that hold an element type (Cast's ``to``, RandomNormal's ``dtype``, ...).
+_ELEM_TYPE_ATTRS = ("to", "dtype", "output_dtype")
+
+
+def _check_elem_types_and_strings(model: onnx.ModelProto, path: str) -> None:
+    """Element types onnx defines, and attribute strings that are UTF-8, everywhere in the
+    model: both would otherwise fail deep inside onnx or numpy (``KeyError: 61``,
+    ``UnicodeDecodeError``) without saying where."""
+    def bad_type(what: str, elem: int) -> ToolError:
+        return ToolError(f"{path}: {what} has element type {elem}, which is not an ONNX "
+                         "element type (invalid or corrupt model)")
+
+    bad = _first_non_utf8_field(model, "model")
+    if bad:
+        where, value = bad
+        raise ToolError(f"{path}: {where} is not valid UTF-8 text ({value[:20]!r}); corrupt "
+                        "model?")
+
+    for g in _graphs(model.graph):
+        for t in list(g.initializer):
+            if not _known_elem_type(t.data_type):
+                raise bad_type(f"initializer {t.name!r}", t.data_type)
+        for sp in g.sparse_initializer:
+            if not _known_elem_type(sp.values.data_type):
+                raise bad_type(f"sparse initializer {sp.values.name!r}", sp.values.data_type)
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            if vi.type.HasField("tensor_type"):
+                elem = vi.type.tensor_type.elem_type
+                if elem and not _known_elem_type(elem):
+                    raise bad_type(f"tensor {vi.name!r}", elem)
+        for i, node in enumerate(g.node):
+            label = f"node {node.name or f'#{i}'!r} ({node.op_type})"
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.STRING:
+                    texts = [a.s]
+                elif a.type == onnx.AttributeProto.STRINGS:
+                    texts = list(a.strings)
+                else:
+                    texts = []
+                for text in texts:
+                    try:
+                        text.decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise ToolError(f"{path}: {label}: attribute {a.name!r} is not valid "
+                                        f"UTF-8 text ({text[:20]!r})") from None
+                if a.type == onnx.AttributeProto.INT and a.name in _ELEM_TYPE_ATTRS \
+                        and a.i and not _known_elem_type(a.i):
+                    raise ToolError(f"{path}: {label}: attribute {a.name!r} = {a.i} is not an "
+                                    "ONNX element type")
+                if a.type == onnx.AttributeProto.TENSOR and not _known_elem_type(a.t.data_type):
+                    raise bad_type(f"{label} attribute {a.name!r}", a.t.data_type)
+
+
+def _first_non_utf8_field(msg, where: str):
+    """(field path, value) of the first string field that is not valid UTF-8, or None.
+    protobuf hands such a field back as bytes instead of str; onnx and the checker then fail
+    with a bare UnicodeDecodeError. Walks every message of the model (tensor payloads are
+    bytes fields, not visited)."""
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    for fd, value in msg.ListFields():
+        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else \
+            fd.label == F.LABEL_REPEATED  # protobuf < 5.26 has no is_repeated
+        if fd.type == F.TYPE_STRING:
+            for i, v in enumerate(value if repeated else [value]):
+                if isinstance(v, bytes):
+                    name = getattr(msg, "name", "") if fd.name != "name" else ""
+                    label = f" {name!r}" if isinstance(name, str) and name else ""
+                    return f"{where}{label}: {fd.name}" + (f"[{i}]" if repeated else ""), v
+        elif fd.type == F.TYPE_MESSAGE:
+            for i, v in enumerate(value if repeated else [value]):
+                found = _first_non_utf8_field(v, f"{where}.{fd.name}" + (f"[{i}]" if repeated
+                                                                          else ""))
+                if found:
+                    return found
+    return None
+
+
+#: TensorProto fields that can hold the values, besides raw_data.
+_TYPED_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data",
+                 "uint64_data")
+
+
+def _check_tensor_data(model: onnx.ModelProto, path: str) -> None:
+    """Every embedded tensor holds as much data as its shape says: onnx would otherwise fail
+    with a bare 'cannot reshape array of size ...' when the tensor is read."""
+    for t in _all_tensors(model.graph):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            continue
+        if any(d < 0 for d in t.dims):
+            raise ToolError(f"{path}: tensor {t.name!r} has a negative dimension {list(t.dims)}")
+        n = 1
+        for d in t.dims:
+            n *= int(d)
+        try:
+            dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
+        except KeyError:
+            continue  # reported by _check_elem_types_and_strings
+        if t.raw_data:
+            if dtype.kind in "OSU":
+                continue
+            bits = 4 if t.data_type in _FOUR_BIT else 8 * dtype.itemsize
+            want = (n * bits + 7) // 8
+            if len(t.raw_data) != want:
+                raise ToolError(f"{path}: tensor {t.name!r} of shape {list(t.dims)} "
+                                f"({dtype}) holds {len(t.raw_data)} bytes of data, not {want} "
+                                "(corrupt or truncated?)")
+            continue
+        counts = [len(getattr(t, f)) for f in _TYPED_FIELDS if len(getattr(t, f))]
+        have = counts[0] if counts else 0
+        complex_ = t.data_type in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128)
+        packed = t.data_type in _FOUR_BIT
+        want = 2 * n if complex_ else (n + 1) // 2 if packed else n
+        if have != want:
+            raise ToolError(f"{path}: tensor {t.name!r} of shape {list(t.dims)} ({dtype}) "
+                            f"holds {have} values, not {want} (corrupt or truncated?)")
+
+
+_FOUR_BIT = {getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1")
+             if hasattr(onnx.TensorProto, n)}
+
+
+def _densify_sparse_initializers(model: onnx.ModelProto, path: str, max_bytes: int) -> None:
+    """Replace every ``sparse_initializer`` by the dense initializer it stands for (onnx's
+    reference evaluator reads dense initializers only). Shapes and indices are checked first:
+    the dense size against the limit, every index inside the shape."""
+    from onnx import numpy_helper
+
+    for g in _graphs(model.graph):
+        if not len(g.sparse_initializer):
+            continue
+        dense = []
+        for sp in g.sparse_initializer:
+            name = sp.values.name
+            what = f"{path}: sparse initializer {name!r}"
+            dims = [int(d) for d in sp.dims]
+            if any(d < 0 for d in dims):
+                raise ToolError(f"{what}: negative dimension in {dims}")
+            need = _tensor_nbytes(dims, sp.values.data_type)
+            if need > max_bytes:
+                raise ToolError(f"tensor {name!r} declares {_human(need)}, more than the limit "
+                                f"of {_human(max_bytes)} (--max-tensor-bytes)")
+            try:
+                values = numpy_helper.to_array(sp.values)
+                indices = numpy_helper.to_array(sp.indices) if sp.HasField("indices") else \
+                    np.zeros((0,), np.int64)
+            except Exception as e:
+                raise ToolError(f"{what}: unreadable values or indices ({_one_line(e)})") from None
+            nnz = values.size
+            size = int(np.prod(dims, dtype=np.int64)) if dims else 1
+            if values.ndim != 1:
+                raise ToolError(f"{what}: values must be 1-D, got shape {list(values.shape)}")
+            if indices.dtype != np.int64:
+                raise ToolError(f"{what}: indices must be int64, got {indices.dtype}")
+            if indices.shape == (nnz,):
+                flat = indices
+            elif indices.shape == (nnz, len(dims)):
+                if nnz and ((indices < 0).any() or (indices >= np.array(dims)).any()):
+                    raise ToolError(f"{what}: an index lies outside the shape {dims}")
+                flat = np.ravel_multi_index(tuple(indices.T), dims) if nnz else \
+                    np.zeros((0,), np.int64)
+            else:
+                raise ToolError(f"{what}: indices of shape {list(indices.shape)} do not match "
+                                f"{nnz} values of a rank-{len(dims)} tensor")
+            if nnz and ((flat < 0).any() or (flat >= size).any()):
+                raise ToolError(f"{what}: an index lies outside the {size} elements of shape "
+                                f"{dims}")
+            arr = np.zeros(dims, dtype=values.dtype)
+            arr.reshape(-1)[flat] = values
+            t = numpy_helper.from_array(arr, name)
+            t.data_type = sp.values.data_type  # keep e.g. bfloat16 as declared
+            dense.append(t)
+        g.initializer.extend(dense)
+        g.ClearField("sparse_initializer")
 
 
 def _check_declared_sizes(model: onnx.ModelProto, max_bytes: int) -> None:
@@ -139,8 +362,24 @@ def load_model(path: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -
         raise ToolError(f"{path}: no such file")
     if os.path.isdir(path):
         raise ToolError(f"{path}: is a directory, not an ONNX model file")
-    with open(path, "rb") as f:
-        data = f.read()
+    # Only regular files: a FIFO or a device (/dev/zero) would block or never end. The file is
+    # opened without blocking and checked again through its descriptor (no race with a swap).
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise ToolError(f"{path}: cannot open ({e.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ToolError(f"{path}: not a regular file (a pipe, socket or device); an ONNX "
+                            "model must be a file")
+        if st.st_size > MAX_MODEL_FILE_BYTES:
+            raise ToolError(f"{path}: {_human(st.st_size)}, larger than the largest model "
+                            f"file protobuf can parse ({_human(MAX_MODEL_FILE_BYTES)}); keep "
+                            "the weights in external data")
+        data = f.read(MAX_MODEL_FILE_BYTES + 1)
+    if len(data) > MAX_MODEL_FILE_BYTES:
+        raise ToolError(f"{path}: grew past {_human(MAX_MODEL_FILE_BYTES)} while being read")
     if not data:
         raise ToolError(f"{path}: empty file, not an ONNX model")
     model = onnx.ModelProto()
@@ -150,8 +389,11 @@ def load_model(path: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -
         raise ToolError(f"{path}: not an ONNX model, or a corrupt or truncated protobuf") from None
     if not model.ir_version:
         raise ToolError(f"{path}: not an ONNX model (no ir_version; corrupt or truncated?)")
-    _check_structure(model, path)
+    _check_elem_types_and_strings(model, path)
     _check_declared_sizes(model, max_tensor_bytes)
+    _check_tensor_data(model, path)
+    _densify_sparse_initializers(model, path, max_tensor_bytes)
+    _check_structure(model, path)
     base = os.path.dirname(os.path.abspath(path))
     _check_external_data(model, base, max_tensor_bytes)
     try:
@@ -167,10 +409,23 @@ def validate_model(model: onnx.ModelProto, path: str) -> None:
     """onnx's checker, as a one-line ToolError (run after :func:`check_supported`, so that an
     unsupported model gets the full list of unsupported nodes rather than the checker's first
     complaint)."""
+    checked = model
+    if 0 < model.ir_version < 4 and _initializers_outside_inputs(model):
+        # IR 3 required every initializer to be listed as a graph input; onnxruntime (and
+        # onnx.reference) run such models anyway, and onnxruntime's quantizer keeps IR 3 when
+        # it adds initializers. Check the rest of the model under IR 4's rule instead.
+        checked = onnx.ModelProto()
+        checked.CopyFrom(model)
+        checked.ir_version = 4
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(checked)
     except Exception as e:
         raise ToolError(f"{path}: invalid ONNX model: {_one_line(e)}") from None
+
+
+def _initializers_outside_inputs(model: onnx.ModelProto) -> bool:
+    inputs = {i.name for i in model.graph.input}
+    return any(t.name not in inputs for t in model.graph.initializer)
 
 
 def _one_line(e: BaseException) -> str:
@@ -189,14 +444,11 @@ def check_supported(model: onnx.ModelProto) -> None:
 
 
 def describe_problems(problems) -> str:
-    """'N unsupported nodes: ...' with model-level problems (opset) first."""
-    model_level = [str(p) for p in problems if p.node == "(model)"]
-    nodes = [str(p) for p in problems if p.node != "(model)"]
-    parts = model_level[:]
-    if nodes:
-        n = len(nodes)
-        parts.append(f"{n} unsupported node{'s' if n > 1 else ''}: " + "; ".join(nodes))
-    return "; ".join(parts)
+    """One line: model-level problems (opset) first, then every unsupported node counted,
+    grouped by reason and operator (:func:`qlinear.backend.format_problems`)."""
+    from qlinear.backend import format_problems
+
+    return format_problems(problems)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -208,21 +460,56 @@ def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 
 
 def _declared(vi: onnx.ValueInfoProto):
-    """(numpy dtype or None, shape list with None for symbolic dims, or None)."""
+    """(numpy dtype or None, shape list with None for symbolic dims, or None). A dimension
+    declared negative (exporters write -1) is dynamic, as onnxruntime treats it."""
     tt = vi.type.tensor_type
-    dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type) if tt.elem_type else None
+    dtype = None
+    if tt.elem_type:
+        try:
+            dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        except KeyError:
+            raise ToolError(f"input {vi.name!r} has element type {tt.elem_type}, which is not "
+                            "an ONNX element type") from None
     shape = None
     if tt.HasField("shape"):
-        shape = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None
+                 for d in tt.shape.dim]
     return dtype, shape
+
+
+def parse_shape_args(args: Iterable[str] | None) -> dict[str, list[int]]:
+    """``NAME=1x3x224x224`` (``--shape``): the shape of a generated input, fixing its
+    symbolic dimensions. A scalar is ``NAME=`` (no dimensions)."""
+    shapes: dict[str, list[int]] = {}
+    for arg in args or []:
+        name, sep, text = arg.partition("=")
+        if not sep or not name:
+            raise ToolError(f"--shape {arg!r}: expected NAME=DIMxDIMx... (e.g. x=1x3x224x224)")
+        if name in shapes:
+            raise ToolError(f"--shape {name!r} given twice")
+        dims = []
+        for part in text.replace(",", "x").split("x") if text else []:
+            if not part.strip().isdigit():
+                raise ToolError(f"--shape {arg!r}: {part!r} is not a non-negative whole number "
+                                "(expected NAME=DIMxDIMx..., e.g. x=1x3x224x224)")
+            dims.append(int(part))
+        shapes[name] = dims
+    return shapes
 
 
 def parse_input_args(args: Iterable[str] | None) -> dict[str, np.ndarray]:
     """``NAME=FILE.npy`` (or ``NAME=FILE.npz``, the array NAME or its only array)."""
     feeds: dict[str, np.ndarray] = {}
     for arg in args or []:
+        if "=" not in arg and arg.endswith(".npz"):
+            for name, arr in load_inputs_npz(arg).items():
+                if name in feeds:
+                    raise ToolError(f"--input {name!r} given twice")
+                feeds[name] = arr
+            continue
         if "=" not in arg:
-            raise ToolError(f"--input {arg!r}: expected NAME=FILE.npy")
+            raise ToolError(f"--input {arg!r}: expected NAME=FILE.npy, or FILE.npz holding "
+                            "every input by name (as --save-inputs writes)")
         name, file = arg.split("=", 1)
         if not name or not file:
             raise ToolError(f"--input {arg!r}: expected NAME=FILE.npy")
@@ -250,6 +537,50 @@ def parse_input_args(args: Iterable[str] | None) -> dict[str, np.ndarray]:
     return feeds
 
 
+def load_inputs_npz(file: str) -> dict[str, np.ndarray]:
+    """Every array of an .npz by name (``--input FILE.npz``, the file ``--save-inputs`` writes)."""
+    if not os.path.isfile(file):
+        raise ToolError(f"--input {file}: no such file")
+    try:
+        with np.load(file, allow_pickle=False) as z:
+            if not isinstance(z, np.lib.npyio.NpzFile):
+                raise ValueError
+            return {k: z[k] for k in z.keys()}
+    except ToolError:
+        raise
+    except Exception:
+        raise ToolError(f"--input {file}: not a NumPy .npz file") from None
+
+
+def save_inputs(out_dir: str, feeds: dict[str, np.ndarray]) -> str:
+    """Write ``feeds`` to OUT_DIR/inputs.npz (array names = input names); returns the path.
+    ``--input OUT_DIR/inputs.npz`` reads them back, so a run or comparison can be repeated."""
+    folder = make_output_dir(out_dir, "--save-inputs")
+    path = os.path.join(folder, "inputs.npz")
+    np.savez(path, **{k: np.asarray(v) for k, v in feeds.items()})
+    return path
+
+
+def make_output_dir(out_dir: str, flag: str) -> str:
+    """The normalized folder ``out_dir`` (``a/../b`` is ``b``), created if missing: only that
+    folder, never the intermediate ones the unnormalized path spells out, and only inside an
+    existing parent."""
+    folder = os.path.normpath(out_dir)
+    if os.path.isdir(folder):
+        return folder
+    if os.path.exists(folder):
+        raise ToolError(f"{flag} {out_dir}: exists and is not a directory")
+    parent = os.path.dirname(folder) or "."
+    if not os.path.isdir(parent):
+        raise ToolError(f"{flag} {out_dir}: the folder {parent} does not exist (only the last "
+                        "folder is created)")
+    try:
+        os.mkdir(folder)
+    except OSError as e:
+        raise ToolError(f"{flag} {out_dir}: cannot create it ({e.strerror})") from None
+    return folder
+
+
 def check_inputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
     """ToolError unless ``feeds`` has exactly the model's inputs with their dtypes and shapes."""
     declared = {vi.name: _declared(vi) for vi in graph_inputs(model)}
@@ -274,16 +605,51 @@ def check_inputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
                                 f"{want}")
 
 
-def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded random inputs for the declared inputs (symbolic dimensions become 1)."""
+def random_inputs(model: onnx.ModelProto, seed: int = 0, *,
+                  shapes: dict[str, list[int]] | None = None,
+                  given: Iterable[str] = (),
+                  max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> dict[str, np.ndarray]:
+    """Seeded random inputs for the declared inputs not in ``given``: the shape from
+    ``shapes`` (``--shape``) where given, which must agree with the declared rank and fixed
+    dimensions; otherwise the declared shape, symbolic or dynamic dimensions set to 1."""
+    if seed < 0:
+        raise ToolError(f"--seed {seed}: must be 0 or more")
+    shapes = dict(shapes or {})
+    given = set(given)
+    inputs = graph_inputs(model)
+    names = [vi.name for vi in inputs]
+    for name in shapes:
+        if name not in names:
+            raise ToolError(f"--shape {name}: the model has no input {name!r}; its inputs are "
+                            f"{', '.join(map(repr, names)) or '(none)'}")
+        if name in given:
+            raise ToolError(f"--shape {name}: that input is given by --input (--shape sets "
+                            "the shape of generated inputs)")
     rng = np.random.default_rng(seed)
     feeds = {}
-    for vi in graph_inputs(model):
+    for vi in inputs:
+        if vi.name in given:
+            continue
         dtype, shape = _declared(vi)
-        if dtype is None or shape is None:
+        if dtype is None or (shape is None and vi.name not in shapes):
             raise ToolError(f"input {vi.name!r} has no declared type and shape; give it with "
-                            "--input NAME=FILE.npy")
+                            "--input NAME=FILE.npy" + ("" if dtype is None else
+                                                       f" or --shape {vi.name}=DIMxDIM..."))
+        if vi.name in shapes:
+            want = shapes[vi.name]
+            if shape is not None and (len(want) != len(shape) or any(
+                    d is not None and d != w for d, w in zip(shape, want))):
+                decl = "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+                raise ToolError(f"--shape {vi.name}={'x'.join(map(str, want))}: the model "
+                                f"declares {decl} (rank and fixed dimensions must agree)")
+            shape = list(want)
         shape = [1 if d is None else d for d in shape]
+        need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if need > max_tensor_bytes:
+            raise ToolError(f"input {vi.name!r} of shape {shape} would take {_human(need)}, more "
+                            f"than the limit of {_human(max_tensor_bytes)} (--max-tensor-bytes)")
+        if dtype == np.dtype(object) or dtype.kind in "SUV":
+            raise ToolError(f"input {vi.name!r} is {dtype}; give it with --input NAME=FILE.npy")
         if np.issubdtype(dtype, np.integer):
             info = np.iinfo(dtype)
             lo, hi = max(int(info.min), -128), min(int(info.max), 255)

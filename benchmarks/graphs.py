@@ -1,0 +1,323 @@
+"""Model graphs: qlinear's backend against onnxruntime's normal session, node type by node type.
+
+    python benchmarks/graphs.py [--models DIR] [--repeat 7] [--profile] [--only NAME]
+
+``--blas-threads N`` limits NumPy's BLAS (which qlinear's matrix products use) to N threads.
+Each model in DIR (default /work/shared/models, when present) that qlinear's backend prepares,
+plus a QOperator ResNet-50 built as the tests build it (``qlinear.tools.synthetic``), runs on
+both engines with the same seeded input: onnxruntime with 2 intra-op threads and its default
+graph optimizations, batch 1; one warm-up run each, then ``--repeat`` rounds running every engine once in turn (order
+rotating); medians.
+``--profile`` adds qlinear's time per operator type (summed over nodes, median run) and the
+graph engine's per-node overhead (time outside the nodes' own ``run``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import onnx
+
+
+def _inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    from onnx import helper
+
+    rng = np.random.default_rng(seed)
+    inits = {i.name for i in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        # a dynamic dimension becomes 1, except a leading -1 (a time axis, as in Kaldi's TDNN),
+        # which gets 100 frames so that every window fits
+        shape = [d.dim_value if d.dim_value > 0 else (100 if d.dim_value < 0 and i == 0 else 1)
+                 for i, d in enumerate(tt.shape.dim)]
+        dt = helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if np.issubdtype(dt, np.floating):
+            feeds[vi.name] = rng.random(shape).astype(dt)
+        else:
+            feeds[vi.name] = rng.integers(0, 8, size=shape).astype(dt)
+    return feeds
+
+
+def _median_ms(fn, repeat: int) -> float:
+    fn()  # first run apart (preparation, caches)
+    ts = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return float(np.median(ts)) * 1e3
+
+
+def _interleaved_ms(engines: dict, repeat: int) -> dict[str, float]:
+    """Median milliseconds per engine, one run of each in turn (the order rotating), after
+    one warm-up run each: a shared machine's load changes hit every engine alike."""
+    names = list(engines)
+    for fn in engines.values():
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(repeat):
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            t = time.perf_counter()
+            engines[k]()
+            times[k].append(time.perf_counter() - t)
+    return {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+
+
+def profile_nodes(rep, feeds, repeat: int):
+    """Median-run milliseconds per operator type (a node's time includes releasing the
+    tensors it consumed last) and the rest of the run (graph loop, feeds, outputs)."""
+    ev = rep.evaluator
+    nodes = ev.rt_nodes_
+    per_run, totals = [], []
+    rep.run(feeds)
+    try:
+        for _ in range(repeat):
+            ev.node_seconds = {}
+            t = time.perf_counter()
+            rep.run(feeds)
+            totals.append(time.perf_counter() - t)
+            per_run.append(ev.node_seconds)
+    finally:
+        ev.node_seconds = None
+    i = int(np.argsort(totals)[len(totals) // 2])
+    by_type = {k: v * 1e3 for k, v in per_run[i].items()}
+    overhead = totals[i] * 1e3 - sum(by_type.values())
+    counts = collections.Counter(n.op_type for n in nodes)
+    return by_type, overhead, counts
+
+
+SIX_OPS = ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger",
+           "MatMulInteger")
+
+
+def per_node_overhead(n: int = 300, repeat: int = 15) -> dict[str, tuple[float, float]]:
+    """Microseconds per node of a chain of ``n`` nodes on a 4-element tensor (so the node's
+    own arithmetic is negligible), qlinear's backend against onnx.reference's evaluator."""
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    import qlinear.backend as backend
+
+    x = np.ones(4, np.float32)
+    out = {}
+    for op in ("Identity", "Relu", "Add", "Reshape"):
+        extra = {"Add": ["c"], "Reshape": ["shape"]}.get(op, [])
+        nodes = [helper.make_node(op, [f"t{i}"] + extra, [f"t{i + 1}"]) for i in range(n)]
+        inits = [numpy_helper.from_array(np.ones(4, np.float32), "c"),
+                 numpy_helper.from_array(np.array([4], np.int64), "shape")]
+        g = helper.make_graph(nodes, "chain",
+                              [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info(f"t{n}", TensorProto.FLOAT, [4])],
+                              inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        rep, ref = backend.prepare(m), ReferenceEvaluator(m)
+        q = _median_ms(lambda: rep.run([x]), repeat) * 1e3 / n
+        r = _median_ms(lambda: ref.run(None, {"t0": x}), repeat) * 1e3 / n
+        out[op] = (q, r)
+    return out
+
+
+OP_CASES = [
+    # (label, op, input shapes, attributes, constant inputs, opset)
+    ("AveragePool 7x7 global-size", "AveragePool", (1, 2048, 7, 7), {"kernel_shape": [7, 7]}, {}, 13),
+    ("AveragePool 3x3 s1 p1", "AveragePool", (1, 64, 56, 56),
+     {"kernel_shape": [3, 3], "pads": [1] * 4, "count_include_pad": 1}, {}, 13),
+    ("GlobalAveragePool", "GlobalAveragePool", (1, 1280, 7, 7), {}, {}, 13),
+    ("Conv 3x3 64->64", "Conv", (1, 64, 56, 56), {"pads": [1] * 4}, {"w": (64, 64, 3, 3)}, 13),
+    ("Conv 1x1 256->64", "Conv", (1, 256, 56, 56), {}, {"w": (64, 256, 1, 1)}, 13),
+    ("Conv depthwise 3x3 s2", "Conv", (1, 96, 112, 112),
+     {"pads": [1] * 4, "strides": [2, 2], "group": 96}, {"w": (96, 1, 3, 3)}, 13),
+    ("Conv 7x7 s2 3->64", "Conv", (1, 3, 224, 224), {"pads": [3] * 4, "strides": [2, 2]},
+     {"w": (64, 3, 7, 7)}, 13),
+    ("Sigmoid", "Sigmoid", (1, 64, 80, 80), {}, {}, 13),
+    ("LeakyRelu", "LeakyRelu", (1, 64, 80, 80), {"alpha": 0.1}, {}, 13),
+    ("Softmax last axis 2", "Softmax", (1, 16800, 2), {"axis": -1}, {}, 13),
+    ("Softmax last axis 1000", "Softmax", (8, 1000), {"axis": -1}, {}, 13),
+    ("Resize nearest x2", "Resize", (1, 64, 40, 40), {"mode": "nearest"},
+     {"roi": None, "scales": [1, 1, 2, 2]}, 13),
+    ("Resize linear x2", "Resize", (1, 64, 40, 40),
+     {"mode": "linear", "coordinate_transformation_mode": "half_pixel"},
+     {"roi": None, "scales": [1, 1, 2, 2]}, 13),
+]
+
+
+def op_table(repeat: int) -> list[tuple[str, float, float, float]]:
+    """Milliseconds of one node: onnx.reference, qlinear's backend, onnxruntime."""
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    import qlinear.backend as backend
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for label, op, shape, attrs, consts, opset in OP_CASES:
+        x = rng.standard_normal(shape).astype(np.float32)
+        inits = []
+        for k, v in consts.items():
+            if v is None:
+                arr = np.zeros(0, np.float32)
+            elif k == "w":
+                arr = (rng.standard_normal(v) * 0.1).astype(np.float32)
+            else:
+                arr = np.asarray(v, np.float32)
+            inits.append(numpy_helper.from_array(arr, k))
+        node = helper.make_node(op, ["x"] + list(consts), ["y"], **attrs)
+        g = helper.make_graph([node], "op", [helper.make_tensor_value_info("x", 1, shape)],
+                              [helper.make_empty_tensor_value_info("y")], inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        m.ir_version = 8
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 2
+        so.inter_op_num_threads = 1
+        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        ref, rep = ReferenceEvaluator(m), backend.prepare(m)
+        t = _interleaved_ms({"ref": lambda: ref.run(None, {"x": x}),
+                             "q": lambda: rep.run({"x": x}),
+                             "ort": lambda: sess.run(None, {"x": x})}, repeat)
+        rows.append((label, t["ref"], t["q"], t["ort"]))
+        print(f"{label:30s} onnx.reference {t['ref']:9.3f} ms  qlinear {t['q']:8.3f} ms  "
+              f"onnxruntime {t['ort']:8.3f} ms", flush=True)
+    return rows
+
+
+def ort_profile(path_or_bytes, feeds, repeat: int):
+    import json
+    import tempfile
+
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    so.inter_op_num_threads = 1
+    so.enable_profiling = True
+    so.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+    s = ort.InferenceSession(path_or_bytes, so, providers=["CPUExecutionProvider"])
+    for _ in range(repeat + 1):
+        s.run(None, feeds)
+    f = s.end_profiling()
+    ev = json.load(open(f))
+    acc: dict[str, list] = collections.defaultdict(list)
+    runs = [e for e in ev if e.get("cat") == "Session" and e["name"] == "model_run"]
+    for e in ev:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            acc[e["args"]["op_name"]].append(e["dur"])
+    nrun = max(len(runs), 1)
+    return {k: sum(v) / nrun / 1e3 for k, v in acc.items()}
+
+
+def models(directory: Path | None):
+    from qlinear.tools import synthetic
+
+    out = []
+    if directory and directory.is_dir():
+        for p in sorted(directory.glob("*.onnx")):
+            out.append((p.stem, p))
+    out.append(("resnet50_qoperator (synthetic)", synthetic.resnet50_qoperator(0)))
+    return out
+
+
+def main(argv=None) -> int:
+    import onnxruntime as ort
+
+    import qlinear.backend as backend
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", type=Path, default=Path("/work/shared/models"))
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--only", default=None)
+    ap.add_argument("--blas-threads", type=int, default=None,
+                    help="limit NumPy's BLAS threads (threadpoolctl); default: its own setting")
+    ap.add_argument("--ops", action="store_true",
+                    help="single float operators: onnx.reference, qlinear, onnxruntime")
+    ap.add_argument("--overhead", action="store_true",
+                    help="per-node overhead of the graph loop (chains of 300 tiny nodes)")
+    ap.add_argument("--before", action="store_true",
+                    help="also time the graph as before qlinear.backend_float: onnx.reference's "
+                         "evaluator and float operators, qlinear's kernels for the rest")
+    args = ap.parse_args(argv)
+    if args.blas_threads:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=args.blas_threads, user_api="blas")
+    if args.ops:
+        op_table(args.repeat)
+    if args.overhead:
+        for op, (q, r) in per_node_overhead().items():
+            print(f"per-node overhead, {op:8s}: qlinear {q:5.1f} us, onnx.reference {r:5.1f} us")
+    rows = []
+    for name, src in models(args.models):
+        if args.only and args.only not in name:
+            continue
+        model = onnx.load(src) if isinstance(src, Path) else src
+        try:
+            rep = backend.prepare(model)
+        except Exception as e:  # noqa: BLE001 - report and go on
+            print(f"{name}: not run by qlinear ({type(e).__name__}: {str(e)[:100]})", flush=True)
+            continue
+        feeds = _inputs(model)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 2
+        so.inter_op_num_threads = 1
+        blob = str(src) if isinstance(src, Path) else model.SerializeToString()
+        engines = {"qlinear": lambda: rep.run(feeds)}
+        try:
+            sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+            engines["onnxruntime"] = lambda: sess.run(None, feeds)
+            if args.before:
+                from onnx.reference import ReferenceEvaluator
+
+                old = ReferenceEvaluator(model, new_ops=backend.KERNELS)
+                engines["before"] = lambda: old.run(None, feeds)
+            t = _interleaved_ms(engines, args.repeat)
+        except Exception as e:  # noqa: BLE001 - report and go on
+            print(f"{name}: failed ({type(e).__name__}: {str(e)[:100]})", flush=True)
+            continue
+        t_q, t_ort = t["qlinear"], t["onnxruntime"]
+        rows.append((name, t_q, t_ort))
+        before = ""
+        if args.before:
+            before = f", before {t['before']:.2f} ms ({t['before'] / t_ort:.2f}x)"
+        print(f"{name}: qlinear {t_q:.2f} ms, onnxruntime {t_ort:.2f} ms, ratio {t_q / t_ort:.2f}"
+              f"{before}", flush=True)
+        if args.profile:
+            by_type, overhead, counts = profile_nodes(rep, feeds, args.repeat)
+            ort_by = ort_profile(blob, feeds, args.repeat)
+            from qlinear import backend_contrib
+
+            # qlinear's quantized kernels: the six and onnxruntime's (com.microsoft, and the
+            # standard DynamicQuantizeLinear computed as onnxruntime computes it)
+            quantized = set(SIX_OPS) | {
+                n.op_type for n in rep.evaluator.rt_nodes_
+                if isinstance(n, (backend._QLinearOp, backend_contrib.ContribOp))}
+            six = sum(v for k, v in by_type.items() if k in quantized)
+            glue = sum(v for k, v in by_type.items() if k not in quantized)
+            total = six + glue + overhead
+            print(f"    quantized operators {six:.2f} ms ({six / total:.0%}), "
+                  f"other operators {glue:.2f} ms ({glue / total:.0%}), "
+                  f"graph loop {overhead:.2f} ms")
+            for k, v in sorted(by_type.items(), key=lambda kv: -kv[1]):
+                print(f"    {k:24s} x{counts[k]:<4d} {v:9.2f} ms", flush=True)
+            print(f"    {'(engine overhead)':24s} {'':5s} {overhead:9.2f} ms "
+                  f"({overhead / max(len(rep.evaluator.rt_nodes_), 1) * 1e3:.1f} us/node)")
+            print("    onnxruntime kernels: " + ", ".join(
+                f"{k} {v:.2f}" for k, v in sorted(ort_by.items(), key=lambda kv: -kv[1])[:8]))
+    if rows:
+        r = [q / o for _, q, o in rows]
+        print(f"geometric mean qlinear/onnxruntime: {float(np.exp(np.mean(np.log(r)))):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""Run-time size guards for the backend (``QLinearRep(model, max_tensor_bytes=N)``,
+``qlinear run --max-tensor-bytes N``).
+
+A model can compute a shape and then ask for a tensor of that shape (Expand, ConstantOfShape,
+Tile, Pad, Resize, Range, OneHot, a broadcasting Add, ...): the declared sizes checked at load
+time say nothing about it, and NumPy would try to allocate 93 GiB and fail with MemoryError
+(or succeed and swap). With ``max_tensor_bytes`` set, these operators compute their output's
+size from their inputs first and refuse, naming the node, when it is above the limit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+import onnx
+from onnx import helper
+from onnx.reference.op_run import OpRun
+
+from qlinear.backend import NodeError, node_version
+
+
+def _prod(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= max(int(d), 0)
+    return n
+
+
+def _ints(v) -> list[int]:
+    return [int(x) for x in np.asarray(v).reshape(-1)]
+
+
+def _broadcast(*shapes) -> list[int]:
+    nd = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(nd):
+        dims = [int(s[len(s) - nd + i]) for s in shapes if len(s) - nd + i >= 0]
+        big = [d for d in dims if d != 1]
+        out.append(max(big) if big else 1)
+    return out
+
+
+def _itemsize(x) -> int:
+    return np.asarray(x).dtype.itemsize if x is not None else 8
+
+
+def _out_expand(args, attrs, version):
+    x, shape = args[0], args[1]
+    return _broadcast(np.shape(x), _ints(shape)), _itemsize(x)
+
+
+def _out_constant_of_shape(args, attrs, version):
+    value = attrs.get("value")
+    itemsize = 4
+    if value is not None:
+        itemsize = helper.tensor_dtype_to_np_dtype(value.data_type).itemsize
+    return _ints(args[0]), itemsize
+
+
+def _out_tile(args, attrs, version):
+    x, repeats = args[0], _ints(args[1])
+    return [d * r for d, r in zip(np.shape(x), repeats)], _itemsize(x)
+
+
+def _out_pad(args, attrs, version):
+    x = args[0]
+    dims = list(np.shape(x))
+    pads = _ints(attrs.get("pads", [])) if version < 11 else _ints(args[1])
+    axes = list(range(len(dims)))
+    if version >= 18 and len(args) > 3 and args[3] is not None and np.size(args[3]):
+        axes = [a % len(dims) for a in _ints(args[3])]
+    k = len(pads) // 2
+    for i, ax in enumerate(axes[:k]):
+        dims[ax] += pads[i] + pads[i + k]
+    return dims, _itemsize(x)
+
+
+def _out_resize(args, attrs, version):
+    x = args[0]
+    dims = list(np.shape(x))
+    if version < 11 or attrs.get("_upsample"):
+        scales = args[1] if len(args) > 1 and args[1] is not None else attrs.get("scales")
+        sizes = None
+    else:
+        scales = args[2] if len(args) > 2 else None
+        sizes = args[3] if len(args) > 3 else None
+    axes = [a % len(dims) for a in attrs.get("axes", range(len(dims)))] if dims else []
+    if sizes is not None and np.size(sizes):
+        new = _ints(sizes)
+        policy = attrs.get("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch" and all(dims[a] for a in axes):
+            ratios = [n / dims[a] for n, a in zip(new, axes)]
+            r = max(ratios) if policy == "not_smaller" else min(ratios)
+            new = [int(dims[a] * r + 0.5) for a in axes]
+        for a, n in zip(axes, new):
+            dims[a] = n
+    elif scales is not None and np.size(scales):
+        for a, sc in zip(axes, np.asarray(scales, dtype=np.float64).reshape(-1)):
+            dims[a] = int(np.floor(dims[a] * sc)) if np.isfinite(sc) else 2**62
+    return dims, _itemsize(x)
+
+
+def _out_upsample(args, attrs, version):
+    return _out_resize(args, dict(attrs, _upsample=True), version)
+
+
+def _out_range(args, attrs, version):
+    start, limit, delta = (np.asarray(a).item() for a in args[:3])
+    if delta == 0:
+        return None
+    n = float(np.ceil((limit - start) / delta)) if np.isfinite((limit - start) / delta) else 2**62
+    return [max(int(n), 0)], _itemsize(args[0])
+
+
+def _out_one_hot(args, attrs, version):
+    indices, depth, values = args[0], np.asarray(args[1]).item(), args[2]
+    return list(np.shape(indices)) + [int(depth)], _itemsize(values)
+
+
+def _out_broadcast(args, attrs, version):
+    arrays = [a for a in args if a is not None]
+    shapes = [getattr(a, "shape", None) for a in arrays]
+    if shapes and shapes[0] is not None and shapes.count(shapes[0]) == len(shapes):
+        return None  # no broadcasting: the output is no larger than an input (the usual case)
+    itemsize = max((_itemsize(a) for a in arrays), default=8)
+    return _broadcast(*(np.shape(a) for a in arrays)), itemsize
+
+
+def _out_matmul(args, attrs, version):
+    a, b = np.shape(args[0]), np.shape(args[1])
+    if len(a) < 1 or len(b) < 1:
+        return None
+    m = [a[-2]] if len(a) >= 2 else []
+    n = [b[-1]] if len(b) >= 2 else []
+    batch = _broadcast(a[:-2], b[:-2])
+    return batch + m + n, max(_itemsize(args[0]), _itemsize(args[1]), 4)
+
+
+def _out_window(args, attrs, version):
+    """Conv and the pools: the larger of the output and the padded input (onnx.reference, and
+    the backend's MaxPool, pad the input before sliding the window)."""
+    x = args[0]
+    shape = list(np.shape(x))
+    nd = len(shape) - 2
+    if nd < 1:
+        return None
+    kernel = list(attrs.get("kernel_shape") or (np.shape(args[1])[2:] if len(args) > 1 and
+                                                 args[1] is not None else []))
+    if len(kernel) != nd:
+        return None
+    strides = list(attrs.get("strides") or [1] * nd)
+    dilations = list(attrs.get("dilations") or [1] * nd)
+    pads = list(attrs.get("pads") or [0] * (2 * nd))
+    if attrs.get("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER"):
+        pads = [(k - 1) * d for k, d in zip(kernel, dilations)] * 2  # at most this much
+    padded = [shape[2 + i] + pads[i] + pads[i + nd] for i in range(nd)]
+    ceil = 1 if attrs.get("ceil_mode", 0) else 0
+    out = [max((p - (k - 1) * d - 1) // s + 1 + ceil, 0)
+           for p, k, d, s in zip(padded, kernel, dilations, strides)]
+    channels = np.shape(args[1])[0] if attrs.get("_conv") and len(args) > 1 else shape[1]
+    a = shape[:2] + padded
+    b = [shape[0], channels] + out
+    return (a if _prod(a) >= _prod(b) else b), _itemsize(x)
+
+
+def _out_conv(args, attrs, version):
+    return _out_window(args, dict(attrs, _conv=True), version)
+
+
+#: Operators whose output size depends on input *values*, broadcasting or padding, with the
+#: function that predicts (shape, itemsize) of the largest tensor the operator allocates from
+#: its inputs, before it allocates.
+OUTPUT_SIZE_GUARDS: dict[str, Any] = {
+    "Expand": _out_expand, "ConstantOfShape": _out_constant_of_shape, "Tile": _out_tile,
+    "Pad": _out_pad, "Resize": _out_resize, "Upsample": _out_upsample, "Range": _out_range,
+    "OneHot": _out_one_hot, "MatMul": _out_matmul, "MatMulInteger": _out_matmul,
+    "Conv": _out_conv, "MaxPool": _out_window, "AveragePool": _out_window, "LpPool": _out_window,
+    **{op: _out_broadcast for op in ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Where", "And",
+                                     "Or", "Xor", "Equal", "Greater", "Less", "GreaterOrEqual",
+                                     "LessOrEqual", "Max", "Min", "Sum", "Mean", "BitShift",
+                                     "PRelu")},
+}
+
+
+class _SizeGuard(OpRun):
+    """Runs the wrapped implementation after checking its output size against the limit."""
+
+    op_domain = ""
+    _limit: int = 0
+    _base: type | None = None
+
+    def __init__(self, onnx_node, run_params, schema=None):
+        from onnx.reference.ops import load_op
+
+        opset = run_params["opsets"].get("", onnx.defs.onnx_opset_version())
+        self.onnx_node = onnx_node
+        self.version = node_version(onnx_node.op_type, "", opset) or opset
+        self.given = {a.name: helper.get_attribute_value(a) for a in onnx_node.attribute}
+        for k, v in list(self.given.items()):
+            if isinstance(v, bytes):
+                self.given[k] = v.decode("utf-8", "replace")
+        base = self._base or load_op("", onnx_node.op_type, self.version)
+        self._impl = base(onnx_node, run_params)
+
+    def need_context(self) -> bool:  # noqa: D102 - as the wrapped operator
+        return self._impl.need_context()
+
+    def __getattr__(self, name):  # attributes the evaluator reads (has_linked_attribute, ...)
+        if name == "_impl":
+            raise AttributeError(name)
+        return getattr(self._impl, name)
+
+    def run(self, *args, **kwargs):  # noqa: D102
+        try:
+            predicted = OUTPUT_SIZE_GUARDS[self.onnx_node.op_type](args, self.given, self.version)
+        except Exception:  # malformed inputs: the operator itself reports them
+            predicted = None
+        if predicted is not None:
+            shape, itemsize = predicted
+            nbytes = _prod(shape) * itemsize
+            if nbytes > self._limit:
+                name = self.onnx_node.name or self.onnx_node.output[0]
+                raise NodeError(
+                    f"node {name!r} ({self.onnx_node.op_type}-{self.version}): a tensor of "
+                    f"shape {list(shape)} would take {_human_bytes(nbytes)}, more than the "
+                    f"limit of {_human_bytes(self._limit)} per tensor (max_tensor_bytes, "
+                    "qlinear's --max-tensor-bytes)")
+        return self._impl.run(*args, **kwargs)
+
+    def _run(self, *args, **kwargs):  # run() above does the work
+        raise NotImplementedError
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def with_size_guards(kernels: Sequence[type[OpRun]], max_tensor_bytes: int | None
+                     ) -> list[type[OpRun]]:
+    """``kernels`` plus size-guarded versions of the operators of OUTPUT_SIZE_GUARDS (a kernel
+    already in ``kernels`` for one of them is wrapped, not replaced); ``kernels`` unchanged
+    when ``max_tensor_bytes`` is None."""
+    if max_tensor_bytes is None:
+        return list(kernels)
+    existing = {(k.op_domain, k.__name__): k for k in kernels}
+    guards = [type(op, (_SizeGuard,), {"_limit": int(max_tensor_bytes),
+                                       "_base": existing.get(("", op))})
+              for op in OUTPUT_SIZE_GUARDS]
+    return [k for k in kernels if (k.op_domain, k.__name__) not in
+            {("", op) for op in OUTPUT_SIZE_GUARDS}] + guards
+

@@ -1,0 +1,355 @@
+"""onnxruntime's com.microsoft operators for qlinear's ONNX backend (``qlinear.backend``).
+
+Each class is an ``onnx.reference`` OpRun running the matching function of ``qlinear.contrib``;
+``KERNELS`` is appended to the backend's kernels and ``check_node`` is what ``check_model``
+asks about a com.microsoft node before anything runs. DynamicQuantizeLinear (ai.onnx) is
+replaced too: onnx.reference computes the ONNX formula, onnxruntime a different one
+(an all-zero input, the zero point's rounding), and the models that carry it are
+onnxruntime's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import onnx
+from onnx import helper
+from onnx.reference.op_run import OpRun
+
+from . import contrib as _c
+from . import prepare_qlinear_conv
+
+DOMAIN = "com.microsoft"
+_T = onnx.TensorProto
+_EIGHT_BIT = {_T.UINT8, _T.INT8}
+_FLOAT = {_T.FLOAT}
+
+# Operator → {input index: allowed element types}, checked where shape inference knows them.
+_INPUT_TYPES: dict[str, dict[int, set[int]]] = {
+    "QLinearAdd": {0: _EIGHT_BIT, 3: _EIGHT_BIT},
+    "QLinearMul": {0: _EIGHT_BIT, 3: _EIGHT_BIT},
+    "QLinearSigmoid": {0: _EIGHT_BIT},
+    "QLinearLeakyRelu": {0: _EIGHT_BIT},
+    "QLinearConcat": {1: _EIGHT_BIT},
+    "QLinearWhere": {1: _EIGHT_BIT, 4: _EIGHT_BIT},
+    "QLinearGlobalAveragePool": {0: _EIGHT_BIT},
+    "QLinearAveragePool": {0: _EIGHT_BIT},
+    "QLinearSoftmax": {0: _EIGHT_BIT},
+    "QGemm": {0: _EIGHT_BIT, 3: _EIGHT_BIT, 6: {_T.INT32}},
+    "QLinearConv": {0: _EIGHT_BIT, 3: _EIGHT_BIT, 8: {_T.INT32}},
+    "MatMulIntegerToFloat": {0: _EIGHT_BIT, 1: _EIGHT_BIT, 6: _FLOAT},
+    "DynamicQuantizeMatMul": {0: _FLOAT, 1: _EIGHT_BIT},
+    "QuantizeLinear": {0: _FLOAT, 2: _EIGHT_BIT | {_T.UINT16, _T.INT16}},
+    "DequantizeLinear": {0: _EIGHT_BIT | {_T.UINT16, _T.INT16, _T.INT32}},
+    # The float operators of quantized transformers (within float tolerance, not bit-exact).
+    "QAttention": {0: _EIGHT_BIT, 1: _EIGHT_BIT, 2: _FLOAT},
+    "Attention": {0: _FLOAT, 1: _FLOAT},
+    "EmbedLayerNormalization": {0: {_T.INT32}, 2: _FLOAT},
+    "SkipLayerNormalization": {0: _FLOAT, 1: _FLOAT},
+    "FastGelu": {0: _FLOAT},
+    "Gelu": {0: _FLOAT},
+}
+
+#: The com.microsoft operators (opset 1) the backend runs.
+OPS: set[str] = set(_INPUT_TYPES)
+
+
+def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
+    out = {}
+    for a in node.attribute:
+        val = helper.get_attribute_value(a)
+        out[a.name] = val.decode() if isinstance(val, bytes) else val
+    return out
+
+
+def version(node: onnx.NodeProto) -> int | None:
+    """The com.microsoft opset version of an operator qlinear runs (1), None for the others."""
+    return 1 if node.op_type in OPS else None
+
+
+def check_node(node: onnx.NodeProto, types: dict[str, int]) -> str | None:
+    """Why a com.microsoft node cannot run, or None."""
+    if node.op_type not in OPS:
+        return "com.microsoft operator not implemented by qlinear"
+    for i, allowed in _INPUT_TYPES[node.op_type].items():
+        if i < len(node.input) and node.input[i]:
+            t = types.get(node.input[i], 0)
+            if t and t not in allowed:
+                names = sorted(helper.tensor_dtype_to_np_dtype(a).name for a in allowed)
+                return (f"input {i} is {helper.tensor_dtype_to_np_dtype(t).name}; "
+                        f"supported: {', '.join(names)}")
+    attrs = _attrs(node)
+    if node.op_type == "QLinearSoftmax" and "opset" not in attrs:
+        return "the opset attribute is required"
+    if node.op_type == "QLinearConcat" and "axis" not in attrs:
+        return "the axis attribute is required"
+    if node.op_type == "QLinearAveragePool" and "kernel_shape" not in attrs:
+        return "the kernel_shape attribute is required"
+    if node.op_type in ("QAttention", "Attention"):
+        if "num_heads" not in attrs:
+            return "the num_heads attribute is required"
+        unsupported = [a for a in ("do_rotary", "past_present_share_buffer", "qkv_hidden_sizes", "rotary_embedding_dim")
+                       if attrs.get(a)]
+        extra_inputs = [i for i in node.input[5:] if i] if node.op_type == "Attention" else []
+        if unsupported or extra_inputs:
+            return f"not supported: {', '.join(unsupported + ['attention_bias/past_sequence_length'] * bool(extra_inputs))}"
+    return None
+
+
+class ContribOp(OpRun):
+    """Base: attributes of the node, error wrapping with node name, operator and version."""
+
+    op_domain = DOMAIN
+    version = 1
+
+    def __init__(self, onnx_node, run_params, schema=None):
+        super().__init__(onnx_node, run_params, schema)
+        self.given = _attrs(onnx_node)
+
+    def _call(self, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, TypeError) as e:
+            from .backend import NodeError
+
+            name = self.onnx_node.name or self.onnx_node.output[0]
+            raise NodeError(f"node {name!r} ({self.op_domain}.{self.onnx_node.op_type}-{self.version}): {e}") from e
+
+    #: Names of this node's inputs that are constants of the model; set by the backend's
+    #: QLinearRep. None (unknown): nothing is cached across runs.
+    constant_inputs: frozenset[str] | None = None
+    _key: tuple | None = None
+    _prepared: Any = None
+
+    def _prepared_for(self, factory, weights: tuple, positions: tuple[int, ...], **kwargs):
+        """factory(*weights, **kwargs), cached across runs only when every weight (inputs at
+        ``positions``) is a constant of the model, as the backend's own kernels do: a weight
+        fed as a graph input may be a reused buffer with new values, so it is prepared anew."""
+        names = [self.onnx_node.input[i] for i in positions
+                 if i < len(self.onnx_node.input) and self.onnx_node.input[i]]
+        constant = self.constant_inputs is not None and all(n in self.constant_inputs for n in names)
+        key = tuple(id(w) for w in weights)
+        if constant and key == self._key and self._prepared is not None:
+            return self._prepared
+        prepared = self._call(factory, *weights, **kwargs)
+        if constant:
+            self._prepared, self._key, self._alive = prepared, key, weights
+        return prepared
+
+    def _kw(self, *names: str) -> dict[str, Any]:
+        return {k: (list(self.given[k]) if isinstance(self.given[k], (list, tuple)) else self.given[k])
+                for k in names if k in self.given}
+
+
+class QLinearAdd(ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.qlinear_add, *args),)
+
+
+class QLinearMul(ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.qlinear_mul, *args),)
+
+
+class QLinearSigmoid(ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.qlinear_sigmoid, *args),)
+
+
+class QLinearLeakyRelu(ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.qlinear_leaky_relu, *args, **self._kw("alpha")),)
+
+
+class QLinearConcat(ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.qlinear_concat, *args, **self._kw("axis")),)
+
+
+class QLinearWhere(ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.qlinear_where, *args),)
+
+
+class QLinearGlobalAveragePool(ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.qlinear_global_average_pool, *args, **self._kw("channels_last")),)
+
+
+class QLinearAveragePool(ContribOp):
+    def _run(self, *args, **_):
+        kw = self._kw("kernel_shape", "auto_pad", "ceil_mode", "channels_last", "count_include_pad",
+                      "pads", "strides")
+        return (self._call(_c.qlinear_average_pool, *args, **kw),)
+
+
+class QLinearSoftmax(ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.qlinear_softmax, *args, **self._kw("opset", "axis")),)
+
+
+class QGemm(ContribOp):
+    """QGemm: a constant B is prepared once (``qlinear.contrib.prepare_qgemm``)."""
+
+    def _run(self, A, a_scale, a_zero_point, B, b_scale, b_zero_point, C=None, y_scale=None, y_zero_point=None, **_):
+        prepared = self._prepared_for(_c.prepare_qgemm, (B, b_scale, b_zero_point), (3, 4, 5), **self._kw("transB"))
+        return (self._call(prepared.run, A, a_scale, a_zero_point, C, y_scale, y_zero_point,
+                           **self._kw("alpha", "transA")),)
+
+
+class QLinearConv(ContribOp):
+    """com.microsoft QLinearConv: constant weights are prepared once (``prepare_qlinear_conv``)."""
+
+    def _run(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, **_):
+        kw = self._kw("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+        channels_last = self.given.get("channels_last", 0)
+        prepared = self._prepared_for(prepare_qlinear_conv, (w, w_scale, w_zero_point, B), (3, 4, 5, 8), **kw)
+        if channels_last:
+            if not isinstance(x, np.ndarray) or x.ndim < 3:
+                return (self._call(_c.qlinear_conv, x, x_scale, x_zero_point, w, w_scale, w_zero_point,
+                                   y_scale, y_zero_point, B, channels_last=1, **kw),)
+            x = np.moveaxis(x, -1, 1)
+        y = self._call(prepared.run, x, x_scale, x_zero_point, y_scale, y_zero_point)
+        return (np.moveaxis(y, 1, -1) if channels_last else y,)
+
+
+class MatMulIntegerToFloat(ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.matmul_integer_to_float, *args),)
+
+
+class DynamicQuantizeMatMul(ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.dynamic_quantize_matmul, *args),)
+
+
+class QuantizeLinear(ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.quantize_linear, *args, **self._kw("axis")),)
+
+
+class DequantizeLinear(ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.dequantize_linear, *args, **self._kw("axis")),)
+
+
+class QAttention(ContribOp):
+    def _run(self, *args, **_):
+        return self._call(_c.qattention, *args, **self._kw("num_heads", "unidirectional", "scale", "mask_filter_value"))
+
+
+class Attention(ContribOp):
+    def _run(self, *args, **_):
+        return self._call(_c.attention, *args, **self._kw("num_heads", "unidirectional", "scale", "mask_filter_value"))
+
+
+class EmbedLayerNormalization(ContribOp):
+    def _run(self, *args, **_):
+        return self._call(_c.embed_layer_normalization, *args, **self._kw("epsilon"))
+
+
+class SkipLayerNormalization(ContribOp):
+    def _run(self, *args, **_):
+        return self._call(_c.skip_layer_normalization, *args, **self._kw("epsilon"))
+
+
+class FastGelu(ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.fast_gelu, *args),)
+
+
+class Gelu(ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.gelu, *args),)
+
+
+class DynamicQuantizeLinear(ContribOp):
+    """ai.onnx DynamicQuantizeLinear computed as onnxruntime computes it."""
+
+    op_domain = ""
+    version = 11
+
+    def _run(self, x, **_):
+        return self._call(_c.dynamic_quantize_linear, x)
+
+
+KERNELS: list[type[OpRun]] = [
+    QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearConcat, QLinearWhere,
+    QLinearGlobalAveragePool, QLinearAveragePool, QLinearSoftmax, QGemm, QLinearConv,
+    MatMulIntegerToFloat, DynamicQuantizeMatMul, QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
+    QAttention, Attention, EmbedLayerNormalization, SkipLayerNormalization, FastGelu, Gelu,
+]
+
+
+# --------------------------------------------------------------------------- emulation
+
+
+def _saturating_product(a: np.ndarray, b: np.ndarray, a_zero_point: Any, b_zero_point: Any) -> np.ndarray:
+    """The integer product onnxruntime computes on x86 with AVX2 but without VNNI: 16-bit
+    saturated pair sums for uint8 x int8 (``qlinear.tools.ortsat``), exact for the others."""
+    from .tools import ortsat
+
+    acc = ortsat.emulate_matmul_integer(a, b, a_zero_point, b_zero_point)
+    return _q_matmul_integer(a, b, a_zero_point, b_zero_point) if acc is None else np.asarray(acc, np.int32)
+
+
+def _q_matmul_integer(*args):
+    from . import matmul_integer
+
+    return matmul_integer(*args)
+
+
+class _SaturatingQGemm(_c.PreparedQGemm):
+    def _accumulate(self, a: np.ndarray, a_zero_point: np.ndarray) -> np.ndarray:
+        return _saturating_product(a, self._b, a_zero_point, self._b_zero_point)
+
+
+def _emulating_qgemm_run(self, A, a_scale, a_zero_point, B, b_scale, b_zero_point, C=None, y_scale=None,
+                         y_zero_point=None, **_):
+    prepared = self._prepared_for(_SaturatingQGemm, (B, b_scale, b_zero_point), (3, 4, 5), **self._kw("transB"))
+    return (self._call(prepared.run, A, a_scale, a_zero_point, C, y_scale, y_zero_point,
+                       **self._kw("alpha", "transA")),)
+
+
+def _emulating_conv_run(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, **_):
+    exact = QLinearConv._run(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B)
+    from .tools import ortsat
+
+    channels_last = self.given.get("channels_last", 0)
+    xin = np.moveaxis(x, -1, 1) if channels_last else x
+    kw = self._kw("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+    y = self._call(ortsat.emulate, "QLinearConv", [xin, x_scale, x_zero_point, w, w_scale, w_zero_point,
+                                                    y_scale, y_zero_point, B], kw)
+    if y is None:
+        return exact
+    return (np.moveaxis(y, 1, -1) if channels_last else y,)
+
+
+def _emulating_mitf_run(self, *args, **_):
+    return (self._call(_c.gemm._matmul_integer_to_float_op, *args, product=_saturating_product),)
+
+
+def _emulating_dqmm_run(self, *args, **_):
+    return (self._call(_c.gemm._dynamic_quantize_matmul_op, *args, product=_saturating_product),)
+
+
+def _emulating_qattention_run(self, *args, **_):
+    kw = self._kw("num_heads", "unidirectional", "scale", "mask_filter_value")
+    return self._call(_c.transformer._qattention_op, *args, product=_saturating_product, **kw)
+
+
+def _emulating(base: type[ContribOp], run) -> type[ContribOp]:
+    return type(base.__name__, (base,), {"_run": run, "__doc__": base.__doc__, "__module__": __name__})
+
+
+#: The kernels swapped in by ``qlinear.backend.prepare(..., emulate="onnxruntime-avx2")``: the
+#: integer products of these operators as onnxruntime computes them on AVX2 without VNNI.
+EMULATING: dict[type[OpRun], type[OpRun]] = {
+    QGemm: _emulating(QGemm, _emulating_qgemm_run),
+    QLinearConv: _emulating(QLinearConv, _emulating_conv_run),
+    MatMulIntegerToFloat: _emulating(MatMulIntegerToFloat, _emulating_mitf_run),
+    DynamicQuantizeMatMul: _emulating(DynamicQuantizeMatMul, _emulating_dqmm_run),
+    QAttention: _emulating(QAttention, _emulating_qattention_run),
+}

@@ -1,0 +1,695 @@
+"""Vectorized float "glue" operators for the ONNX backend, and a leaner graph loop.
+
+onnx.reference's implementations of the float operators that sit between quantized layers
+are written for clarity: Conv loops over windows and channels, the pools over windows in
+Python, Resize in float64, unary operators copy their result once more with ``astype``. On
+real models those operators took most of qlinear's time (a QDQ MobileNetV2: float Conv
+~970 ms of ~935-1000 ms; onnxruntime runs the whole model in ~25 ms). This module replaces
+them with NumPy implementations of the same ONNX semantics:
+
+- ``Conv`` (every rank, group, pad, stride, dilation, auto_pad): one im2col matrix per group
+  and one BLAS matrix product (``np.matmul``); a 1x1 kernel without padding needs no im2col;
+  a depthwise kernel (one input channel per group) is a sum of weighted taps instead.
+- ``AveragePool`` (pads, strides, dilations, auto_pad, ceil_mode, count_include_pad),
+  ``GlobalAveragePool``, ``GlobalMaxPool``: sums of strided views, one divisor per window.
+- ``Resize`` (opset 11+, nearest and linear, coordinate modes half_pixel, asymmetric,
+  align_corners, pytorch_half_pixel, half_pixel_symmetric; every nearest_mode): source
+  coordinates in float64 as onnx.reference computes them, so nearest picks the same
+  elements (onnxruntime's float32 coordinates can pick the neighbour only where a coordinate
+  is within float32 rounding of a rounding boundary, see ``_resize_coords``); linear
+  interpolates one axis at a time. Cubic, antialias, axes, keep_aspect_ratio_policy,
+  tf_crop_and_resize and Resize-10 run as onnx.reference runs them.
+- ``Sigmoid``, ``Softmax`` (both axis semantics: opset 13+ one axis, opset < 13 the 2-D
+  coercion), ``LeakyRelu``, ``Relu`` without the extra copies; ``Reshape`` without
+  onnx.reference's per-call index arrays.
+
+Float arithmetic follows the operator definitions; the order of float32 operations is not
+always onnxruntime's (BLAS blocking in Conv, separable linear Resize), so results agree
+within float32 rounding (tests/test_backend_float.py pins the tolerances); data movement
+and selections (nearest Resize, GlobalMaxPool, Relu, LeakyRelu's select, Reshape) are exact. A node outside what
+is implemented here (another dtype, an attribute linked to a function's attribute, a mode
+listed above as delegated) runs as onnx.reference runs it.
+
+:class:`FastEvaluator` is ReferenceEvaluator with a leaner top-level ``run`` (2-3 us per
+node instead of 25-60): onnx.reference operators are called through ``_run`` with their
+attributes read once, elementwise binaries through their ufunc, Constant nodes once; each
+intermediate tensor is released after its last consumer (memory is reused instead of growing
+over the whole graph). Logging, shape-annotation checks and function attributes take
+ReferenceEvaluator's own ``run``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+import onnx
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
+
+__all__ = ["conv", "average_pool", "resize", "softmax", "sigmoid", "FLOAT_KERNELS",
+           "FastEvaluator"]
+
+_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+# --------------------------------------------------------------------------- geometry
+
+
+def _pads(spatial, kernel, strides, dilations, auto_pad, pads):
+    """Begin and end pads of every spatial axis from the ONNX attributes."""
+    nd = len(spatial)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        begin, end = [], []
+        for i in range(nd):
+            out = -(-spatial[i] // strides[i])
+            eff = (kernel[i] - 1) * dilations[i] + 1
+            total = max(0, (out - 1) * strides[i] + eff - spatial[i])
+            small, big = total // 2, total - total // 2
+            begin.append(small if auto_pad == "SAME_UPPER" else big)
+            end.append(big if auto_pad == "SAME_UPPER" else small)
+        return begin, end
+    if auto_pad == "VALID" or not pads:
+        return [0] * nd, [0] * nd
+    return list(pads[:nd]), list(pads[nd:])
+
+
+def _out_sizes(spatial, kernel, strides, dilations, pb, pe, ceil_mode=0):
+    out = []
+    for i in range(len(spatial)):
+        eff = (kernel[i] - 1) * dilations[i] + 1
+        span = spatial[i] + pb[i] + pe[i] - eff
+        o = (-(-span // strides[i]) if ceil_mode else span // strides[i]) + 1
+        if ceil_mode and (o - 1) * strides[i] >= spatial[i] + pb[i]:
+            o -= 1  # the last window would start in the end padding
+        out.append(max(o, 0))
+    return out
+
+
+def _tap_slices(off, out, strides, dilations):
+    """Index of the strided view that tap ``off`` of every output window reads."""
+    return tuple(slice(off[i] * dilations[i], off[i] * dilations[i] + (out[i] - 1) * strides[i] + 1,
+                       strides[i]) for i in range(len(out)))
+
+
+def _padded(x, pb, pe, extra=None, value=0):
+    nd = x.ndim - 2
+    extra = extra or [0] * nd
+    if not any(pb) and not any(pe) and not any(extra):
+        return x
+    return np.pad(x, [(0, 0), (0, 0)] + [(pb[i], pe[i] + extra[i]) for i in range(nd)],
+                  constant_values=value)
+
+
+def _geometry(x_shape, kernel, strides, dilations, pads, auto_pad):
+    nd = len(x_shape) - 2
+    spatial = list(x_shape[2:])
+    kernel = [int(k) for k in kernel]
+    strides = [int(s) for s in strides] if strides else [1] * nd
+    dilations = [int(d) for d in dilations] if dilations else [1] * nd
+    pb, pe = _pads(spatial, kernel, strides, dilations, auto_pad or "NOTSET", pads)
+    return spatial, kernel, strides, dilations, pb, pe
+
+
+# --------------------------------------------------------------------------- Conv
+
+
+def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, auto_pad: str = "NOTSET",
+         dilations=None, group: int = 1, kernel_shape=None, pads=None, strides=None) -> np.ndarray:
+    """ONNX Conv for float tensors of any rank: im2col per group and one matrix product.
+
+    float16 inputs are computed in float32 and rounded once at the end.
+    """
+    out_dtype = x.dtype
+    if x.dtype == np.float16:
+        x, w = x.astype(np.float32), w.astype(np.float32)
+        b = None if b is None else b.astype(np.float32)
+    if x.ndim < 3 or w.ndim != x.ndim:
+        raise ValueError(f"Conv: X has rank {x.ndim} and W rank {w.ndim}; both must be equal "
+                         "and at least 3")
+    n, c = x.shape[:2]
+    m, cg = w.shape[:2]
+    g = int(group)
+    if g < 1 or c != cg * g or m % g:
+        raise ValueError(f"Conv: X has {c} channels, W is {w.shape}, group={g}; needs "
+                         "C = W.shape[1] * group and M divisible by group")
+    kernel = kernel_shape if kernel_shape else w.shape[2:]
+    spatial, kernel, strides, dilations, pb, pe = _geometry(x.shape, kernel, strides, dilations,
+                                                            pads, auto_pad)
+    if list(kernel) != list(w.shape[2:]):
+        raise ValueError(f"Conv: kernel_shape {kernel} differs from W's spatial shape "
+                         f"{list(w.shape[2:])}")
+    nd = len(spatial)
+    out = _out_sizes(spatial, kernel, strides, dilations, pb, pe)
+    mg = m // g
+    ksize = math.prod(kernel)
+    p = math.prod(out)
+    dt = x.dtype
+    w = w.astype(dt, copy=False)
+    if cg == 1 and ksize > 1:
+        # depthwise (or channel multiplier): a weighted sum of taps, no im2col
+        xp = _padded(x, pb, pe)
+        if mg > 1:
+            xp = np.repeat(xp, mg, axis=1)  # output channel o reads input channel o // mg
+        wt = w.reshape(m, ksize)
+        y = np.zeros((n, m, *out), dtype=dt)
+        shape = (1, m) + (1,) * nd
+        for t, off in enumerate(itertools.product(*[range(k) for k in kernel])):
+            tap = xp[(slice(None), slice(None)) + _tap_slices(off, out, strides, dilations)]
+            y += wt[:, t].reshape(shape) * tap
+    else:
+        if ksize == 1 and not any(pb) and not any(pe):
+            xs = x[(slice(None), slice(None)) + tuple(slice(None, (out[i] - 1) * strides[i] + 1,
+                                                            strides[i]) for i in range(nd))]
+            cols = xs.reshape(n, g, cg, p).transpose(1, 2, 0, 3).reshape(g, cg, n * p)
+        else:
+            xp = _padded(x, pb, pe)
+            s = xp.strides
+            view = np.lib.stride_tricks.as_strided(
+                xp, shape=(n, g, cg, *kernel, *out),
+                strides=(s[0], s[1] * cg, s[1], *[s[2 + i] * dilations[i] for i in range(nd)],
+                         *[s[2 + i] * strides[i] for i in range(nd)]),
+                writeable=False)
+            order = (1, 2, *range(3, 3 + nd), 0, *range(3 + nd, 3 + 2 * nd))
+            cols = view.transpose(order).reshape(g, cg * ksize, n * p)
+        if g == 1:  # one 2-D product (a stacked matmul of one would loop in NumPy)
+            y = np.matmul(w.reshape(mg, cg * ksize), cols[0])[None]
+        else:
+            y = np.matmul(w.reshape(g, mg, cg * ksize), cols)  # (g, mg, n*p)
+        if n == 1:
+            y = y.reshape(1, m, *out)
+        else:
+            y = np.ascontiguousarray(y.reshape(g, mg, n, p).transpose(2, 0, 1, 3)).reshape(
+                n, m, *out)
+    if b is not None:
+        y += b.astype(dt, copy=False).reshape((1, m) + (1,) * nd)
+    return y.astype(out_dtype, copy=False)
+
+
+# --------------------------------------------------------------------------- pools
+
+
+def average_pool(x: np.ndarray, *, kernel_shape, strides=None, pads=None, dilations=None,
+                 auto_pad: str = "NOTSET", ceil_mode: int = 0,
+                 count_include_pad: int = 0) -> np.ndarray:
+    """ONNX AveragePool: the taps of every window summed in row-major order, then divided.
+
+    The divisor counts the taps inside the input (``count_include_pad=0``) or inside the
+    padded input (``=1``); taps past the end padding, which only ``ceil_mode`` creates, never
+    count.
+    """
+    spatial, kernel, strides, dilations, pb, pe = _geometry(x.shape, kernel_shape, strides,
+                                                            dilations, pads, auto_pad)
+    nd = len(spatial)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        # onnxruntime's pooling: total = (ceil(in / stride) - 1) * stride + kernel - in, split
+        # with C's truncating division (begin = total / 2 for SAME_UPPER,
+        # (total + 1) / 2 for SAME_LOWER) and NOT clamped at 0; a negative pad crops the input
+        # (a stride larger than the kernel centres the windows)
+        pb, pe = [], []
+        for i in range(nd):
+            total = (-(-spatial[i] // strides[i]) - 1) * strides[i] + kernel[i] - spatial[i]
+            pb.append(int(total / 2) if auto_pad == "SAME_UPPER" else int((total + 1) / 2))
+            pe.append(total - pb[-1])
+        crop = tuple(slice(max(0, -pb[i]), spatial[i] - max(0, -pe[i])) for i in range(nd))
+        x = x[(slice(None), slice(None)) + crop]
+        spatial = list(x.shape[2:])
+        pb, pe = [max(0, v) for v in pb], [max(0, v) for v in pe]
+    out = _out_sizes(spatial, kernel, strides, dilations, pb, pe, ceil_mode)
+    extra = [max(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
+                 - (spatial[i] + pb[i] + pe[i])) for i in range(nd)]
+    xp = _padded(x, pb, pe, extra)
+    y = np.zeros(x.shape[:2] + tuple(out), dtype=x.dtype)
+    counted = np.zeros([1, 1] + [spatial[i] + pb[i] + pe[i] + extra[i] for i in range(nd)],
+                       dtype=np.int64)
+    inside = tuple(slice(0, spatial[i] + pb[i] + pe[i]) if count_include_pad
+                   else slice(pb[i], pb[i] + spatial[i]) for i in range(nd))
+    counted[(0, 0) + inside] = 1
+    count = np.zeros([1, 1] + out, dtype=np.int64)
+    for off in itertools.product(*[range(k) for k in kernel]):
+        sl = (slice(None), slice(None)) + _tap_slices(off, out, strides, dilations)
+        y += xp[sl]
+        count += counted[sl]
+    with np.errstate(divide="ignore", invalid="ignore"):  # a window wholly in padding: NaN
+        y /= count.astype(x.dtype)
+    return y
+
+
+def global_average_pool(x: np.ndarray) -> np.ndarray:
+    n, c = x.shape[:2]
+    flat = np.ascontiguousarray(x).reshape(n, c, -1)
+    y = flat.mean(axis=2, dtype=np.float32 if x.dtype == np.float16 else x.dtype)
+    return y.astype(x.dtype, copy=False).reshape((n, c) + (1,) * (x.ndim - 2))
+
+
+def global_max_pool(x: np.ndarray) -> np.ndarray:
+    n, c = x.shape[:2]
+    return np.ascontiguousarray(x).reshape(n, c, -1).max(axis=2).reshape(
+        (n, c) + (1,) * (x.ndim - 2))
+
+
+# --------------------------------------------------------------------------- activations
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)), in place on one temporary.
+
+    Below x = -80 (float32: exp(-x) > 5e34, where 1/(1+e) loses the subnormal result's
+    digits or overflows to 0), exp(x) is the value to within rounding and is used instead.
+    """
+    t = x.dtype.type  # typed scalars: NumPy's Python-scalar promotion costs ~10 us a call
+    y = np.negative(x)
+    np.minimum(y, t(80), out=y)  # no overflow; x < -80 is recomputed below
+    np.exp(y, out=y)
+    y += t(1)
+    np.reciprocal(y, out=y)
+    low = x < t(-80)
+    if low.any():
+        y[low] = np.exp(x[low])
+    return y
+
+
+def softmax(x: np.ndarray, axis: int = -1, *, coerce_2d: bool = False) -> np.ndarray:
+    """Softmax along ``axis``; ``coerce_2d`` (opset < 13) over all axes from ``axis`` on."""
+    if x.size == 0:
+        return x.copy()
+    axis = axis + x.ndim if axis < 0 else axis
+    if coerce_2d:
+        shape = x.shape
+        lead = math.prod(shape[:axis])
+        return softmax(x.reshape(lead, -1), 1).reshape(shape)
+    k = x.shape[axis]
+    if k <= 8 and axis == x.ndim - 1 and x.ndim > 1:
+        # a short last axis (class scores): reductions over strided columns instead of
+        # NumPy's per-row reduction loop
+        cols = [x[..., i] for i in range(k)]
+        mx = cols[0].copy()
+        for col in cols[1:]:
+            np.maximum(mx, col, out=mx)
+        y = x - mx[..., None]
+        np.exp(y, out=y)
+        s = y[..., 0].copy()
+        for i in range(1, k):
+            s += y[..., i]
+        y /= s[..., None]
+        return y
+    y = x - x.max(axis=axis, keepdims=True)
+    np.exp(y, out=y)
+    y /= y.sum(axis=axis, keepdims=True)
+    return y
+
+
+def leaky_relu(x: np.ndarray, alpha: float) -> np.ndarray:
+    """``x if x >= 0 else alpha * x`` (onnxruntime's definition, its float32 product).
+
+    For 0 <= alpha <= 1 that is ``max(x, alpha * x)`` (for x >= 0, x >= alpha*x; for x < 0,
+    alpha*x >= x), and for alpha >= 1 ``min(x, alpha * x)``: two passes instead of a mask,
+    a product and a select. NaN propagates either way.
+    """
+    t = x.dtype.type
+    y = x * t(alpha)
+    if 0 <= alpha <= 1:
+        return np.maximum(x, y, out=y)
+    if alpha >= 1:
+        return np.minimum(x, y, out=y)
+    return np.where(x >= t(0), x, y)
+
+
+# --------------------------------------------------------------------------- Resize
+
+
+def _resize_coords(mode: str, n_out: int, n_in: int, scale: float) -> np.ndarray:
+    """Source coordinate of every output index along one axis, in float64.
+
+    float64, as onnx.reference computes them: at an exact tie (a coordinate whose true value
+    is a half-integer, e.g. 3.5 for 2 outputs from 7 inputs), a float32 evaluation lands one
+    ulp on either side depending on how the scale rounded, so the tie rule of nearest_mode
+    would not be applied. onnxruntime computes in float32 (and at such ties may pick the other
+    neighbour); everywhere else the index is the same.
+    """
+    y = np.arange(n_out, dtype=np.float64)
+    if mode == "asymmetric":
+        return y / scale
+    if mode == "half_pixel":
+        return (y + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (y + 0.5) / scale - 0.5 if n_out > 1 else np.zeros(n_out)
+    if mode == "align_corners":
+        # the integer output length, as onnxruntime (onnx.reference divides by scale * n_in - 1)
+        return y * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros(n_out)
+    if mode == "half_pixel_symmetric":
+        adjustment = n_out / (scale * n_in)
+        offset = n_in / 2 * (1 - adjustment)
+        return offset + (y + 0.5) / scale - 0.5
+    raise ValueError(f"Resize: coordinate_transformation_mode {mode!r} is not implemented here")
+
+
+def _nearest_index(xo: np.ndarray, nearest_mode: str, n_in: int) -> np.ndarray:
+    fl = np.floor(xo)
+    frac = xo - fl
+    if nearest_mode == "round_prefer_floor":
+        idx = fl + (frac > 0.5)
+    elif nearest_mode == "round_prefer_ceil":
+        idx = fl + (frac >= 0.5)
+    elif nearest_mode == "floor":
+        idx = fl
+    elif nearest_mode == "ceil":
+        idx = np.ceil(xo)
+    else:
+        raise ValueError(f"Resize: nearest_mode {nearest_mode!r} is not one of "
+                         "round_prefer_floor, round_prefer_ceil, floor, ceil")
+    return np.clip(idx, 0, n_in - 1).astype(np.intp)
+
+
+def resize(x: np.ndarray, *, scales=None, sizes=None, mode: str = "nearest",
+           coordinate_transformation_mode: str = "half_pixel",
+           nearest_mode: str = "round_prefer_floor") -> np.ndarray:
+    """ONNX Resize (opset 11+) for nearest and linear, without axes/antialias/aspect policy.
+
+    Output sizes: ``sizes``, or ``int(scale * input_dim)`` with the product in float32 as
+    onnxruntime computes it (``0.6f * 5`` is 3, and a float32 scale that rounded below
+    ``out / in`` still gives ``out``). The per-axis scale is the given one or ``out / in``.
+    An axis whose scale is 1 and length unchanged is left as it is; the others are resized
+    one axis at a time (a gather for nearest, two gathers and weights for linear).
+    """
+    r = x.ndim
+    if sizes is not None and np.asarray(sizes).size:
+        out = [int(v) for v in np.asarray(sizes).reshape(-1)]
+        if len(out) != r:
+            raise ValueError(f"Resize: sizes has {len(out)} values for a rank-{r} input")
+        if any(v < 0 for v in out):
+            raise ValueError(f"Resize: sizes must be non-negative, got {out}")
+        sc = [out[i] / x.shape[i] if x.shape[i] else 1.0 for i in range(r)]
+    elif scales is not None and np.asarray(scales).size:
+        s32 = np.asarray(scales, dtype=np.float32).reshape(-1)
+        if len(s32) != r:
+            raise ValueError(f"Resize: scales has {len(s32)} values for a rank-{r} input")
+        if not (s32 > 0).all():
+            raise ValueError(f"Resize: scales must be positive, got {s32.tolist()}")
+        out = [int(s32[i] * np.float32(x.shape[i])) for i in range(r)]
+        sc = [float(v) for v in s32]
+    else:
+        raise ValueError("Resize: one of scales and sizes must be given")
+    axes = [i for i in range(r) if not (sc[i] == 1 and out[i] == x.shape[i])]
+    if mode == "nearest":
+        y = x
+        for i in axes:  # one axis at a time: a gather of whole slabs
+            xo = _resize_coords(coordinate_transformation_mode, out[i], x.shape[i], sc[i])
+            y = np.take(y, _nearest_index(xo, nearest_mode, x.shape[i]), axis=i)
+        return y if axes else x.copy()
+    if mode != "linear":
+        raise ValueError(f"Resize: mode {mode!r} is not implemented here")
+    dt = x.dtype
+    work = np.float32 if dt == np.float16 else dt
+    y = x.astype(work, copy=False)
+    for i in axes:
+        n_in = x.shape[i]
+        xo = _resize_coords(coordinate_transformation_mode, out[i], n_in, sc[i])
+        xo = np.clip(xo, 0, n_in - 1)
+        i0 = np.minimum(xo.astype(np.intp), n_in - 1)
+        i1 = np.minimum(i0 + 1, n_in - 1)
+        w1 = xo - i0  # weight of i1
+        w0 = 1 - w1  # weight of i0 (i0 == i1 only at the last index, where w1 = 0)
+        shape = [1] * r
+        shape[i] = out[i]
+        y = (np.take(y, i0, axis=i) * w0.astype(work).reshape(shape)
+             + np.take(y, i1, axis=i) * w1.astype(work).reshape(shape))
+    return y.astype(dt, copy=False) if axes else x.copy()
+
+
+# --------------------------------------------------------------------------- OpRun classes
+
+
+def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
+    out = {}
+    for a in node.attribute:
+        v = helper.get_attribute_value(a)
+        out[a.name] = v.decode() if isinstance(v, bytes) else v
+    return out
+
+
+class _FloatOp(OpRun):
+    """Base: attributes parsed once; ``compute`` runs supported inputs, the rest delegates.
+
+    ``run`` is overridden (not ``_run``) so a call costs one Python frame, not OpRun's
+    attribute plumbing and output checks; a node with an attribute linked to a function's
+    attribute, or one ``supported`` refuses, runs as onnx.reference runs it.
+    """
+
+    op_domain = ""
+
+    def __init__(self, onnx_node, run_params, schema=None):
+        super().__init__(onnx_node, run_params, schema)
+        from onnx.reference.ops import load_op
+
+        opset = run_params["opsets"].get("", onnx.defs.onnx_opset_version())
+        self.version = onnx.defs.get_schema(onnx_node.op_type, opset, "").since_version
+        self.given = _attrs(onnx_node)
+        self._delegate = load_op("", onnx_node.op_type, self.version)(onnx_node, run_params)
+        self._linked = any(a.ref_attr_name for a in onnx_node.attribute)
+        self._static_ok = not self._linked and self.supported_node()
+
+    def supported_node(self) -> bool:
+        return True
+
+    def supported(self, *args) -> bool:
+        return args and getattr(args[0], "dtype", None) in _FLOATS
+
+    def run(self, *args, **kwargs):  # noqa: D102
+        if kwargs or not self._static_ok or not self.supported(*args):
+            return self._delegate.run(*args, **kwargs)
+        return (self.compute(*args),)
+
+    def _run(self, *args, **kwargs):  # run() does the work
+        raise NotImplementedError
+
+    def compute(self, *args):
+        raise NotImplementedError
+
+
+class Conv(_FloatOp):
+    def compute(self, x, w, b=None):
+        g = self.given
+        return conv(x, w, b, auto_pad=g.get("auto_pad", "NOTSET"), dilations=g.get("dilations"),
+                    group=g.get("group", 1), kernel_shape=g.get("kernel_shape"),
+                    pads=g.get("pads"), strides=g.get("strides"))
+
+    def supported(self, x, w, b=None):
+        return (getattr(x, "dtype", None) in _FLOATS and getattr(w, "dtype", None) == x.dtype
+                and (b is None or b.dtype == x.dtype))
+
+
+class AveragePool(_FloatOp):
+    def compute(self, x):
+        g = self.given
+        return average_pool(x, kernel_shape=g["kernel_shape"], strides=g.get("strides"),
+                            pads=g.get("pads"), dilations=g.get("dilations"),
+                            auto_pad=g.get("auto_pad", "NOTSET"), ceil_mode=g.get("ceil_mode", 0),
+                            count_include_pad=g.get("count_include_pad", 0))
+
+    def supported_node(self):
+        return "kernel_shape" in self.given
+
+
+class GlobalAveragePool(_FloatOp):
+    def compute(self, x):
+        return global_average_pool(x)
+
+
+class GlobalMaxPool(_FloatOp):
+    def compute(self, x):
+        return global_max_pool(x)
+
+
+class Sigmoid(_FloatOp):
+    def compute(self, x):
+        return sigmoid(x)
+
+
+class Softmax(_FloatOp):
+    def compute(self, x):
+        default = -1 if self.version >= 13 else 1
+        return softmax(x, self.given.get("axis", default), coerce_2d=self.version < 13)
+
+
+class LeakyRelu(_FloatOp):
+    def compute(self, x):
+        return leaky_relu(x, self.given.get("alpha", 0.01))
+
+
+class Relu(_FloatOp):
+    def compute(self, x):
+        return np.maximum(x, x.dtype.type(0))
+
+    def supported(self, *args):
+        return args and isinstance(args[0], np.ndarray) and args[0].dtype.kind in "fiu"
+
+
+class Resize(_FloatOp):
+    _MODES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel",
+              "half_pixel_symmetric")
+    _NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+    def supported_node(self):
+        g = self.given
+        return (self.version >= 11 and g.get("mode", "nearest") in ("nearest", "linear")
+                and g.get("coordinate_transformation_mode", "half_pixel") in self._MODES
+                and g.get("nearest_mode", "round_prefer_floor") in self._NEAREST
+                and not g.get("antialias", 0) and g.get("axes") is None
+                and g.get("keep_aspect_ratio_policy", "stretch") == "stretch")
+
+    def supported(self, x, *rest):
+        if not isinstance(x, np.ndarray):
+            return False
+        if self.given.get("mode", "nearest") == "nearest":
+            return True  # a selection: any element type
+        return x.dtype in _FLOATS
+
+    def compute(self, x, roi=None, scales=None, sizes=None):
+        g = self.given
+        return resize(x, scales=scales, sizes=sizes, mode=g.get("mode", "nearest"),
+                      coordinate_transformation_mode=g.get("coordinate_transformation_mode",
+                                                           "half_pixel"),
+                      nearest_mode=g.get("nearest_mode", "round_prefer_floor"))
+
+
+class Reshape(_FloatOp):
+    """A view with the new shape; 0 copies the input dimension unless ``allowzero`` (14+)."""
+
+    def supported(self, data, shape=None, *rest):
+        return isinstance(data, np.ndarray) and isinstance(shape, np.ndarray) \
+            and shape.dtype == np.int64 and shape.ndim == 1 and not rest
+
+    def compute(self, data, shape):
+        dims = shape.tolist()
+        if not self.given.get("allowzero", 0):
+            if len(dims) > data.ndim and 0 in dims[data.ndim:]:
+                return self._delegate.run(data, shape)[0]  # its error message
+            dims = [data.shape[i] if d == 0 else d for i, d in enumerate(dims)]
+        return data.reshape(dims)
+
+
+FLOAT_KERNELS: list[type[OpRun]] = [Conv, AveragePool, GlobalAveragePool, GlobalMaxPool, Sigmoid,
+                                    Softmax, LeakyRelu, Relu, Resize, Reshape]
+
+
+# --------------------------------------------------------------------------- graph loop
+
+
+class FastEvaluator(ReferenceEvaluator):
+    """ReferenceEvaluator whose top-level ``run`` is a lean loop over the nodes.
+
+    Same results as ReferenceEvaluator.run. When verbose logging, shape-annotation checks,
+    function attributes or nested bindings are in play, the original ``run`` is used.
+    Constant nodes (without linked attributes) are evaluated on the first run and reused.
+    Without ``intermediate=True``, a tensor is released after its last consumer.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._fast_plan = self._make_plan(list(self.rt_nodes_))
+        self._fast_consts: dict[int, Any] = {}
+        #: when a dict, each run adds every node's seconds under its operator type
+        self.node_seconds: dict[str, float] | None = None
+
+    def _make_plan(self, nodes):
+        """Per node: how to call it, inputs, outputs, and the tensors whose last consumer it is.
+
+        How to call: ``context`` (control flow: the node reads outer tensors), ``direct``
+        (an onnx.reference operator that keeps OpRun's generic ``run``: its ``_run`` is called
+        with the attribute values read once, skipping the per-call attribute plumbing),
+        ``binary`` (onnx.reference's elementwise NumPy binaries: the ufunc, after the same
+        dtype check), ``const`` (Constant: evaluated once) or ``run``.
+        """
+        from onnx.reference.ops._op import OpRunBinaryNumpy
+
+        subgraphs = any(node.need_context() for node in nodes)
+        last: dict[str, int] = {}
+        for i, node in enumerate(nodes):
+            for name in node.input:
+                last[name] = i
+        keep = set(self.output_names) | set(self.rt_inits_) | set(self.input_names) | {""}
+        drop: list[list[str]] = [[] for _ in nodes]
+        if not subgraphs:  # a subgraph may read any outer tensor: then keep everything
+            for name, i in last.items():
+                if name not in keep:
+                    drop[i].append(name)
+        plan = []
+        for i, node in enumerate(nodes):
+            how, extra = "run", None
+            plain = not node.has_linked_attribute and not getattr(node, "has_subgraph", False)
+            if node.need_context():
+                how = "context"
+            elif node.op_type == "Constant" and plain:
+                how = "const"
+            elif plain and type(node).run is OpRun.run:
+                how, extra = "direct", {a: getattr(node, a) for a in node.attributes_names_}
+            elif plain and isinstance(node, OpRunBinaryNumpy) and len(node.input) == 2 \
+                    and type(node)._run is OpRunBinaryNumpy._run:
+                how, extra = "binary", node.numpy_fct
+            plan.append((node, how, extra, list(node.input), list(node.output), drop[i]))
+        return plan
+
+    def run(self, output_names, feed_inputs, attributes=None, intermediate=False,  # type: ignore[override]
+            check_shape_annotations=None, _bindings=None):
+        if (attributes is not None or _bindings is not None or check_shape_annotations
+                or self.check_shape_annotations_ or self.verbose
+                or not isinstance(self.proto_, onnx.ModelProto)):
+            return super().run(output_names, feed_inputs, attributes=attributes,
+                               intermediate=intermediate,
+                               check_shape_annotations=check_shape_annotations,
+                               _bindings=_bindings)
+        if output_names is None:
+            output_names = self.output_names
+        plan = self._fast_plan
+        consts = self._fast_consts
+        results: dict[str, Any] = {"": None}
+        results.update(self.rt_inits_)
+        results.update(feed_inputs)
+        nodes = self.rt_nodes_  # may be a progress-bar wrapper around the same list
+        timing = self.node_seconds
+        for _, (pnode, how, extra, ins, outs, drop) in zip(nodes, plan):
+            if timing is not None:
+                t0 = time.perf_counter()
+            try:
+                inputs = [results[i] for i in ins]
+            except KeyError as e:
+                raise RuntimeError(f"Unable to find input {e.args[0]!r} in known results "
+                                   f"{sorted(results)}") from None
+            if how == "binary" and type(inputs[0]) is np.ndarray \
+                    and type(inputs[1]) is np.ndarray and inputs[0].dtype == inputs[1].dtype:
+                out = extra(inputs[0], inputs[1])
+                outputs = (out,) if out.dtype == inputs[0].dtype else pnode.run(*inputs)
+            elif how == "direct":
+                try:
+                    outputs = pnode._run(*inputs, **extra)
+                except (TypeError, AttributeError):
+                    outputs = pnode.run(*inputs)  # for OpRun's own error message
+                if type(outputs) is not tuple or any(type(o) is not np.ndarray for o in outputs):
+                    outputs = pnode._check_and_fix_outputs(outputs)
+            elif how == "const":
+                outputs = consts.get(id(pnode))
+                if outputs is None:
+                    outputs = consts[id(pnode)] = pnode.run()
+            elif how == "context":
+                outputs = pnode.run(*inputs, context=results)
+            else:
+                outputs = pnode.run(*inputs)
+            for name, value in zip(outs, outputs):
+                results[name] = value
+            if not intermediate:
+                for name in drop:
+                    results.pop(name, None)
+            if timing is not None:
+                timing[pnode.op_type] = timing.get(pnode.op_type, 0.0) + time.perf_counter() - t0
+        if intermediate:
+            return results
+        missing = [n for n in output_names if n not in results]
+        if missing:
+            raise RuntimeError(f"Unable to find output name {missing[0]!r} in {sorted(results)}")
+        return [results[n] for n in output_names]

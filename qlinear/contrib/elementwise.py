@@ -1,0 +1,247 @@
+"""QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearConcat, QLinearWhere
+(com.microsoft), as onnxruntime 1.32's x86-64 CPU kernels compute them (docs/contract.md)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import _params as p
+from ._arith import F32, cvt, fma, mlas_quantize, saturate
+
+# From this many outputs on, a binary operator is evaluated once for all 256 x 256 input
+# pairs and looked up: 65536 table entries cost less than the per-element float64 work.
+_PAIR_TABLE_MIN = 1 << 17
+_BYTES = np.arange(256, dtype=np.uint8)
+
+
+def _input0_is_span_scalar(shape0: tuple[int, ...], shape1: tuple[int, ...]) -> bool:
+    """Whether onnxruntime's broadcaster hands input 0 to the kernel as a scalar per span.
+
+    onnxruntime merges the innermost axes into spans; its first (innermost) merged axis is the
+    innermost axis where the output is not 1 (or the outermost common axis). When input 0 is
+    1 along it, every span pairs one element of input 0 with a run of input 1, and QLinearAdd
+    runs with the operands' roles swapped (input 0 is checked before input 1, so two
+    one-element inputs also count as "input 0 scalar"). A rank-0 input 1 against input 0 makes
+    input 0 the span scalar when input 0's last axis is 1.
+    """
+    r0, r1 = len(shape0), len(shape1)
+    if r0 == 0:
+        return True
+    if r1 == 0:
+        return shape0[-1] <= 1
+    common = min(r0, r1)
+    for i in range(1, common + 1):
+        d0, d1 = shape0[-i], shape1[-i]
+        if max(d0, d1) == 1 and i < common:
+            continue
+        return d0 <= 1
+    return False  # unreachable: the loop returns at the outermost common axis
+
+
+_PAIR_TABLES: dict[tuple, np.ndarray] = {}  # recent 256 x 256 tables by operator and parameters
+
+
+def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np.ndarray, b: np.ndarray,
+            shape: tuple[int, ...], key: tuple) -> np.ndarray:
+    """fn over the broadcast of a and b: directly, or through a 256 x 256 table for big outputs
+    (the same fn evaluated on every pair of 8-bit values, so the same bits). ``key`` names the
+    operator and every parameter fn depends on; a model's nodes reuse their tables across runs."""
+    size = int(np.prod(shape))
+    if size < _PAIR_TABLE_MIN:
+        a2, b2 = np.broadcast_arrays(a, b)
+        return fn(a2, b2)
+    table = _PAIR_TABLES.get(key)
+    if table is None:
+        av = _BYTES.view(a.dtype)
+        bv = _BYTES.view(b.dtype)
+        table = fn(av[:, None], bv[None, :]).reshape(-1)
+        table.flags.writeable = False
+        if len(_PAIR_TABLES) >= 256:
+            _PAIR_TABLES.clear()
+        _PAIR_TABLES[key] = table
+    index = np.left_shift(a.view(np.uint8), 8, dtype=np.uint16) | b.view(np.uint8)
+    return table[np.broadcast_to(index, shape) if index.shape != shape else index]
+
+
+def _binary_inputs(op, A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point):
+    a = p.tensor(op, "A", A)
+    b = p.tensor(op, "B", B)
+    p.same_dtype(op, "B", b, "A", a)
+    sa, za = p.qparams(op, "A_scale", A_scale, "A_zero_point", A_zero_point, "A", a.dtype)
+    sb, zb = p.qparams(op, "B_scale", B_scale, "B_zero_point", B_zero_point, "B", b.dtype)
+    sc, zc = p.qparams(op, "C_scale", C_scale, "C_zero_point", C_zero_point, "A", a.dtype, divides=True)
+    shape = p.broadcast_shape(op, "A and B", a.shape, b.shape)
+    return a, b, (sa, za), (sb, zb), (sc, zc), shape
+
+
+def qlinear_add(A: np.ndarray, A_scale: Any, A_zero_point: Any, B: np.ndarray, B_scale: Any,
+                B_zero_point: Any, C_scale: Any, C_zero_point: Any = None) -> np.ndarray:
+    """com.microsoft QLinearAdd: C = quantize(dequantize(A) + dequantize(B)), as MLAS's AVX2
+    kernel computes it (uint8 or int8; numpy broadcasting; per-tensor parameters).
+
+    With rA = f(A_scale / C_scale), rB = f(B_scale / C_scale) and
+    F = f(C_zp - fma(rA, A_zp, f(rB · B_zp))), C = sat(cvt(fma(a, rA, fma(b, rB, F)))), where
+    fma rounds once and cvt gives INT_MIN (hence the type's minimum) at |v| >= 2**31 or NaN.
+    Where onnxruntime's broadcaster treats A as the per-span scalar, A and B swap roles.
+    """
+    op = "qlinear_add"
+    a, b, (sa, za), (sb, zb), (sc, zc), shape = _binary_inputs(
+        op, A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point)
+    swap = _input0_is_span_scalar(a.shape, b.shape)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        ra, rb = F32(sa / sc), F32(sb / sc)
+        (r_first, z_first), (r_second, z_second) = ((rb, zb), (ra, za)) if swap else ((ra, za), (rb, zb))
+        folded = F32(F32(zc) - fma(r_first, F32(z_first), F32(r_second * F32(z_second))))
+
+    def add(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+        inner = fma(second.astype(F32), r_second, folded)
+        return saturate(cvt(fma(first.astype(F32), r_first, inner)), a.dtype)
+
+    key = ("add", a.dtype.str, swap, ra.tobytes(), rb.tobytes(), folded.tobytes())
+    if swap:
+        return _binary(lambda x, y: add(y, x), a, b, shape, key)
+    return _binary(add, a, b, shape, key)
+
+
+def qlinear_mul(A: np.ndarray, A_scale: Any, A_zero_point: Any, B: np.ndarray, B_scale: Any,
+                B_zero_point: Any, C_scale: Any, C_zero_point: Any = None) -> np.ndarray:
+    """com.microsoft QLinearMul: r = f(f(A_scale · B_scale) / C_scale),
+    C = sat(cvt(f(f((a - A_zp)(b - B_zp) · r) + C_zp))); the integer product is exact
+    (|.| <= 65536 < 2**24), no fma, same INT_MIN quirk as QLinearAdd."""
+    op = "qlinear_mul"
+    a, b, (sa, za), (sb, zb), (sc, zc), shape = _binary_inputs(
+        op, A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        r = F32(F32(sa * sb) / sc)
+
+    def mul(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        prod = ((x.astype(np.int32) - za) * (y.astype(np.int32) - zb)).astype(F32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return saturate(cvt(prod * r + F32(zc)), a.dtype)
+
+    return _binary(mul, a, b, shape, ("mul", a.dtype.str, za, zb, zc, r.tobytes()))
+
+
+# ----------------------------------------------------------------------------- table ops
+
+
+def lookup_table(x_dtype: np.dtype, x_scale: np.float32, x_zero_point: int,
+                 g: Callable[[np.ndarray], np.ndarray] | None,
+                 y_scale: np.float32, y_zero_point: int) -> np.ndarray:
+    """The 256-entry table onnxruntime builds, indexed by the input's byte:
+    MlasQuantizeLinear(g(f(x_scale · f(x - x_zero_point)))), g the identity when None."""
+    values = _BYTES.view(x_dtype).astype(F32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        deq = (values - F32(x_zero_point)) * x_scale
+    return mlas_quantize(deq if g is None else g(deq), y_scale, y_zero_point, x_dtype)
+
+
+def _apply_table(x: np.ndarray, table: np.ndarray) -> np.ndarray:
+    return table[x.view(np.uint8)]
+
+
+_LOGISTIC = {  # MLAS's rational approximation (mlas/lib/logistic.cpp), float32 constants
+    "alpha": [F32(4.37031012579801e-11), F32(1.15627324459942e-07), F32(6.08574864600143e-05),
+              F32(8.51377133304701e-03), F32(2.48287947061529e-01)],
+    "beta": [F32(6.10247389755681e-13), F32(5.76102136993427e-09), F32(6.29106785017040e-06),
+             F32(1.70198817374094e-03), F32(1.16817656904453e-01), F32(9.93151921023180e-01)],
+}
+
+
+def mlas_logistic(x: np.ndarray) -> np.ndarray:
+    """MLAS's logistic on AVX2+FMA (LogisticKernelFma3): clamp to [-18, 18], odd polynomial p
+    and even q by Horner's rule with fused multiply-adds, then max(0, f(f(p / q) + 0.5))."""
+    v = np.clip(np.asarray(x, F32), F32(-18), F32(18))
+    x2 = v * v
+    al, be = _LOGISTIC["alpha"], _LOGISTIC["beta"]
+    num = fma(x2, al[0], al[1])
+    for c in al[2:]:
+        num = fma(num, x2, c)
+    num = num * v
+    den = fma(x2, be[0], be[1])
+    for c in be[2:]:
+        den = fma(den, x2, c)
+    return np.maximum(F32(0), (num / den) + F32(0.5))
+
+
+def _unary_table_op(op, X, X_scale, X_zero_point, Y_scale, Y_zero_point, g):
+    x = p.tensor(op, "X", X)
+    sx, zx = p.qparams(op, "X_scale", X_scale, "X_zero_point", X_zero_point, "X", x.dtype)
+    sy, zy = p.qparams(op, "Y_scale", Y_scale, "Y_zero_point", Y_zero_point, "X", x.dtype, divides=True)
+    return _apply_table(x, lookup_table(x.dtype, sx, zx, g, sy, zy))
+
+
+def qlinear_sigmoid(X: np.ndarray, X_scale: Any, X_zero_point: Any, Y_scale: Any,
+                    Y_zero_point: Any = None) -> np.ndarray:
+    """com.microsoft QLinearSigmoid: a 256-entry table of MLAS's AVX2+FMA logistic
+    (``mlas_logistic``) between dequantization and MlasQuantizeLinear."""
+    return _unary_table_op("qlinear_sigmoid", X, X_scale, X_zero_point, Y_scale, Y_zero_point, mlas_logistic)
+
+
+def qlinear_leaky_relu(X: np.ndarray, X_scale: Any, X_zero_point: Any, Y_scale: Any,
+                       Y_zero_point: Any = None, *, alpha: float = 0.01) -> np.ndarray:
+    """com.microsoft QLinearLeakyRelu: table of v >= 0 ? v : f(alpha · v) (alpha as float32)."""
+    a = F32(alpha)
+
+    def leaky(v: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            return np.where(v >= 0, v, v * a)
+
+    return _unary_table_op("qlinear_leaky_relu", X, X_scale, X_zero_point, Y_scale, Y_zero_point, leaky)
+
+
+def _requantized(x: np.ndarray, scale: np.float32, zp: int, y_scale: np.float32, y_zp: int) -> np.ndarray:
+    """An input brought to the output's parameters: copied when they are the same (same scale
+    bits and zero point), else through the identity table."""
+    if np.float32(scale).tobytes() == np.float32(y_scale).tobytes() and zp == y_zp:
+        return x
+    return _apply_table(x, lookup_table(x.dtype, scale, zp, None, y_scale, y_zp))
+
+
+def qlinear_concat(Y_scale: Any, Y_zero_point: Any, *inputs: Any, axis: int) -> np.ndarray:
+    """com.microsoft QLinearConcat(Y_scale, Y_zero_point, X0, X0_scale, X0_zero_point, X1, ...):
+    each input requantized to Y's parameters by a table (or copied when its parameters are
+    Y's), then concatenated along ``axis``. The dtype is Y_zero_point's."""
+    op = "qlinear_concat"
+    if len(inputs) == 0 or len(inputs) % 3:
+        raise ValueError(f"{op}: inputs must be triples (tensor, scale, zero point); got {len(inputs)} values")
+    yzp = p.tensor(op, "Y_zero_point", Y_zero_point)
+    dtype = yzp.dtype
+    sy, zy = p.qparams(op, "Y_scale", Y_scale, "Y_zero_point", yzp, "Y", dtype, divides=True)
+    parts = []
+    for i in range(0, len(inputs), 3):
+        k = i // 3
+        x = p.tensor(op, f"input {k}", inputs[i])
+        if x.dtype != dtype:
+            raise TypeError(f"{op}: input {k} must have Y_zero_point's dtype {dtype}; got dtype {x.dtype}")
+        s, z = p.qparams(op, f"input {k}'s scale", inputs[i + 1], f"input {k}'s zero point",
+                         inputs[i + 2], f"input {k}", dtype)
+        parts.append((x if x.ndim else x.reshape(1), s, z))
+    first = parts[0][0]
+    ax = p.axis(op, axis, first.ndim)
+    for k, (x, _, _) in enumerate(parts):
+        if x.ndim != first.ndim or x.shape[:ax] + x.shape[ax + 1:] != first.shape[:ax] + first.shape[ax + 1:]:
+            raise ValueError(f"{op}: input {k} has shape {x.shape}; every input must have input 0's "
+                             f"shape {first.shape} except along axis {ax}")
+    converted = [_requantized(x, s, z, sy, zy) for x, s, z in parts]
+    return np.concatenate(converted, axis=ax)
+
+
+def qlinear_where(condition: np.ndarray, X: np.ndarray, x_scale: Any, x_zero_point: Any, Y: np.ndarray,
+                  y_scale: Any, y_zero_point: Any, z_scale: Any, z_zero_point: Any) -> np.ndarray:
+    """com.microsoft QLinearWhere: where(condition, X, Y) with X and Y requantized to Z's
+    parameters by tables (or copied when theirs are Z's); numpy broadcasting of all three."""
+    op = "qlinear_where"
+    if not isinstance(condition, (np.ndarray, np.generic)) or np.asarray(condition).dtype != np.bool_:
+        raise TypeError(f"{op}: condition must be a NumPy bool array; got "
+                        f"{getattr(condition, 'dtype', type(condition).__name__)}")
+    x = p.tensor(op, "X", X)
+    y = p.tensor(op, "Y", Y)
+    p.same_dtype(op, "Y", y, "X", x)
+    sx, zx = p.qparams(op, "x_scale", x_scale, "x_zero_point", x_zero_point, "X", x.dtype)
+    sy, zy = p.qparams(op, "y_scale", y_scale, "y_zero_point", y_zero_point, "Y", x.dtype)
+    sz, zz = p.qparams(op, "z_scale", z_scale, "z_zero_point", z_zero_point, "X", x.dtype, divides=True)
+    p.broadcast_shape(op, "condition, X and Y", np.shape(condition), x.shape, y.shape)
+    return np.where(condition, _requantized(x, sx, zx, sz, zz), _requantized(y, sy, zy, sz, zz))

@@ -1,0 +1,229 @@
+"""QLinearGlobalAveragePool, QLinearAveragePool and QLinearSoftmax (com.microsoft), as
+onnxruntime 1.32's CPU kernels compute them (docs/contract.md)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import _validate as v
+from . import _params as p
+from ._arith import F32, INT32_MIN, requantize_multiply, type_range
+
+
+def _wrap32(values: np.ndarray) -> np.ndarray:
+    return ((values + 2 ** 31) % 2 ** 32) - 2 ** 31
+
+
+def _to_channels_first(x: np.ndarray, channels_last: int) -> np.ndarray:
+    return np.moveaxis(x, -1, 1) if channels_last else x
+
+
+def _from_channels_first(y: np.ndarray, channels_last: int) -> np.ndarray:
+    return np.moveaxis(y, 1, -1) if channels_last else y
+
+
+def _global_average(op: str, x: np.ndarray, sx, zx, sy, zy) -> np.ndarray:
+    """x channels-first (N, C, spatial...) → (N, C, 1, ...): the integer path of MLAS."""
+    count = math.prod(x.shape[2:])
+    if count >= 2 ** 24:
+        raise ValueError(f"{op}: the pooled window has {count} elements; onnxruntime requires fewer than 2**24")
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        m = F32(sx / F32(sy * F32(count)))
+    if not (2.0 ** -32 <= m < 256.0):
+        raise ValueError(f"{op}: the requantization multiplier x_scale / (y_scale * {count}) = {m} "
+                         "is outside [2**-32, 256), which onnxruntime refuses")
+    spatial = tuple(range(2, x.ndim))
+    acc = _wrap32(x.sum(axis=spatial, dtype=np.int64, keepdims=True) - np.int64(zx) * count)
+    return requantize_multiply(acc.astype(F32), m, zy, x.dtype)
+
+
+def qlinear_global_average_pool(X: np.ndarray, x_scale: Any, x_zero_point: Any, y_scale: Any,
+                                y_zero_point: Any, *, channels_last: int = 0) -> np.ndarray:
+    """com.microsoft QLinearGlobalAveragePool: acc = wrap32(Σx - x_zp · n) over the n spatial
+    positions, m = f(x_scale / f(y_scale · f(n))), y = sat(rne(clamp(f(f(acc) · m))) + y_zp).
+    X is (N, C, spatial...), or (N, spatial..., C) with channels_last."""
+    op = "qlinear_global_average_pool"
+    x = p.tensor(op, "X", X)
+    cl = p.flag(op, "channels_last", channels_last)
+    if x.ndim < 3:
+        raise ValueError(f"{op}: X must have rank >= 3 (N, C, spatial...); got shape {x.shape}")
+    sx, zx = p.qparams(op, "x_scale", x_scale, "x_zero_point", x_zero_point, "X", x.dtype)
+    sy, zy = p.qparams(op, "y_scale", y_scale, "y_zero_point", y_zero_point, "X", x.dtype, divides=True)
+    y = _global_average(op, _to_channels_first(x, cl), sx, zx, sy, zy)
+    return _from_channels_first(y, cl)
+
+
+def _pool_geometry(op: str, spatial: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+                   pads: Sequence[int] | None, auto_pad: str, ceil_mode: int):
+    """(begin pads, end pads, output sizes) as onnxruntime's PoolAttributes computes them."""
+    nd = len(spatial)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        # onnxruntime does not clamp the needed padding at 0: with a kernel smaller than the
+        # stride it is negative, and C++'s truncating division makes a negative begin pad,
+        # which shifts every window right.
+        begin, end = [], []
+        for i in range(nd):
+            target = -(-spatial[i] // strides[i])
+            total = (target - 1) * strides[i] + kernel[i] - spatial[i]
+            head = int((total if auto_pad == "SAME_UPPER" else total + 1) / 2)
+            begin.append(head), end.append(total - head)
+    elif auto_pad == "VALID":
+        begin, end = [0] * nd, [0] * nd
+    elif auto_pad == "NOTSET":
+        pads = list(pads) if pads is not None else [0] * (2 * nd)
+        begin, end = pads[:nd], pads[nd:]
+    else:
+        raise ValueError(f"{op}: attribute auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID; got {auto_pad!r}")
+    out = []
+    for i in range(nd):
+        span = spatial[i] + begin[i] + end[i] - kernel[i]
+        if auto_pad == "NOTSET" and max(begin[i], end[i]) >= kernel[i]:
+            raise ValueError(f"{op}: pads {list(begin) + list(end)} must be smaller than kernel_shape "
+                             f"{list(kernel)} (onnxruntime's constraint)")
+        if span < 0:
+            raise ValueError(f"{op}: kernel_shape {list(kernel)} is larger than the padded input "
+                             f"{[spatial[j] + begin[j] + end[j] for j in range(nd)]}")
+        o = (-(-span // strides[i]) if ceil_mode else span // strides[i]) + 1
+        if ceil_mode and (o - 1) * strides[i] >= spatial[i] + begin[i]:
+            o -= 1  # the last window would start in the end padding
+        out.append(o)
+    return begin, end, out
+
+
+def qlinear_average_pool(X: np.ndarray, x_scale: Any, x_zero_point: Any, y_scale: Any, y_zero_point: Any = None,
+                         *, kernel_shape: Sequence[int], auto_pad: str = "NOTSET", ceil_mode: int = 0,
+                         channels_last: int = 0, count_include_pad: int = 0,
+                         pads: Sequence[int] | None = None, strides: Sequence[int] | None = None) -> np.ndarray:
+    """com.microsoft QLinearAveragePool.
+
+    A kernel covering the whole spatial extent with no padding takes the integer path of
+    QLinearGlobalAveragePool. Otherwise, in float32: d = f(x_scale · (x - x_zp)); each window's
+    valid taps summed in row-major order from 0; v = f(sum / count) with count the kernel size
+    (count_include_pad) or the valid taps; y = sat(cvt(f(f(v / y_scale) + y_zp))).
+    """
+    op = "qlinear_average_pool"
+    x = p.tensor(op, "X", X)
+    cl = p.flag(op, "channels_last", channels_last)
+    ceil = p.flag(op, "ceil_mode", ceil_mode)
+    include_pad = p.flag(op, "count_include_pad", count_include_pad)
+    if x.ndim < 3:
+        raise ValueError(f"{op}: X must have rank >= 3 (N, C, spatial...); got shape {x.shape}")
+    nd = x.ndim - 2
+    kernel = v.ints_attribute(op, "kernel_shape", kernel_shape, nd, 1, "one per spatial axis")
+    stride = v.ints_attribute(op, "strides", strides, nd, 1, "one per spatial axis") if strides is not None else (1,) * nd
+    if pads is not None:
+        pads = v.ints_attribute(op, "pads", pads, 2 * nd, 0, "begin and end per spatial axis")
+    sx, zx = p.qparams(op, "x_scale", x_scale, "x_zero_point", x_zero_point, "X", x.dtype)
+    sy, zy = p.qparams(op, "y_scale", y_scale, "y_zero_point", y_zero_point, "X", x.dtype, divides=True)
+    xc = _to_channels_first(x, cl)
+    spatial = xc.shape[2:]
+    begin, end, out = _pool_geometry(op, spatial, kernel, stride, pads, auto_pad, ceil)
+    if tuple(kernel) == tuple(spatial) and not any(begin) and not any(end):
+        y = _global_average(op, xc, sx, zx, sy, zy)
+        return _from_channels_first(y, cl)
+    for i in range(nd):
+        if begin[i] < 0:  # windows start past the input's beginning: drop what none reads
+            xc = xc[(slice(None), slice(None)) + (slice(None),) * i + (slice(-begin[i], None),)]
+            begin[i] = 0
+    spatial = xc.shape[2:]
+    with np.errstate(over="ignore", invalid="ignore"):
+        deq = (xc.astype(np.int32) - zx).astype(F32) * sx
+    # Windows may reach past the end padding (ceil_mode); pad enough zeros on both sides so
+    # every tap is a slice. Adding +0.0 leaves a float32 sum unchanged, and the sum starts at
+    # +0.0, so zero taps change nothing and the valid taps keep their row-major order.
+    extra = [max(0, (out[i] - 1) * stride[i] + kernel[i] - (spatial[i] + begin[i])) for i in range(nd)]
+    padded = np.pad(deq, [(0, 0), (0, 0)] + [(begin[i], extra[i]) for i in range(nd)])
+    total = np.zeros(xc.shape[:2] + tuple(out), dtype=F32)
+    for off in itertools.product(*[range(k) for k in kernel]):
+        sl = tuple(slice(off[i], off[i] + (out[i] - 1) * stride[i] + 1, stride[i]) for i in range(nd))
+        total += padded[(slice(None), slice(None)) + sl]
+    if include_pad:
+        count = np.full(tuple(out), F32(math.prod(kernel)))
+    else:
+        sizes = []
+        for i in range(nd):
+            start = np.arange(out[i]) * stride[i] - begin[i]
+            stop = np.minimum(start + kernel[i], spatial[i])
+            sizes.append(stop - np.maximum(start, 0))
+        count = np.ones((), dtype=np.int64)
+        for i, s in enumerate(sizes):
+            count = np.multiply.outer(count, s)
+        count = count.astype(F32)
+    lo, hi = type_range(x.dtype)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        q = (total / count) / sy + F32(zy)
+    ok = np.abs(q) < F32(2 ** 31)  # static_cast<int32_t> gives INT_MIN outside (and for NaN)
+    ints = np.where(ok, np.rint(np.where(ok, q, 0)), INT32_MIN).astype(np.int64)
+    y = np.clip(ints, lo, hi).astype(x.dtype)
+    return _from_channels_first(y, cl)
+
+
+# ----------------------------------------------------------------------------- softmax
+
+
+def softmax_table(x_scale: np.float32, reduce_len: int) -> np.ndarray:
+    """T[i] = float32(exp((i - 255 + shift) · x_scale)), exp in double (libm), where
+    shift = max(0, logf(f(FLT_MAX / reduce_len)) - 5) / x_scale keeps the row sums finite.
+
+    The logarithm is taken in float32 (C++ picks logf for a float argument): with a double log
+    the table moved by an ulp and 13 of 600k outputs differed from onnxruntime.
+    """
+    quotient = F32(np.finfo(F32).max / F32(reduce_len))
+    # logf modelled as the float32 rounding of the double log: CPU-independent (NumPy's own
+    # float32 log differs from it for 2.8% of the lengths up to 200,000; both matched
+    # onnxruntime on 6M outputs, the double log itself did not)
+    shift = max(0.0, float(F32(math.log(float(quotient)))) - 5.0) / float(x_scale)
+    xs = float(x_scale)
+    # The largest exponent, shift · x_scale = logf(...) - 5 <= 83.7, is far from double's overflow;
+    # the table is built with Python's math.exp (libm), not NumPy's vectorized exp.
+    return np.array([math.exp((i - 255 + shift) * xs) for i in range(256)], dtype=np.float64).astype(F32)
+
+
+def qlinear_softmax(X: np.ndarray, X_scale: Any, x_zero_point: Any, y_scale: Any, y_zero_point: Any,
+                    *, opset: int, axis: int = -1) -> np.ndarray:
+    """com.microsoft QLinearSoftmax.
+
+    Rows are the ``axis`` (opset >= 13) or everything from ``axis`` on, flattened (opset < 13).
+    The axis defaults to the schema's -1 for every opset (measured: onnxruntime does not switch
+    to ONNX Softmax-1's default of 1 below 13). Per row: e_j = T[x_j - max + 255]
+    (``softmax_table``), S = Σ e_j summed in order in float32, Y = floor(f(1 / y_scale)),
+    y_j = min(rne(e_j · Y / S) + y_zp, type max), where the product and quotient are computed in
+    double from the float32 e_j, Y and S (measured: 0 mismatches in 5.9M outputs; float32
+    arithmetic gave 1283 of 600k, and overflowed to inf where e_j · Y > FLT_MAX). x_zero_point
+    is not used.
+    """
+    op = "qlinear_softmax"
+    x = p.tensor(op, "X", X)
+    if not isinstance(opset, (int, np.integer)) or isinstance(opset, bool) or opset < 1:
+        raise ValueError(f"{op}: attribute opset must be a positive integer; got {opset!r}")
+    if x.ndim == 0:
+        raise ValueError(f"{op}: X must have rank >= 1; got a 0-d array")
+    sx, _ = p.qparams(op, "X_scale", X_scale, "x_zero_point", x_zero_point, "X", x.dtype)
+    if not sx > 0:
+        raise ValueError(f"{op}: X_scale must be positive (the exponent table divides by it); got {sx}")
+    sy, zy = p.qparams(op, "y_scale", y_scale, "y_zero_point", y_zero_point, "X", x.dtype,
+                       divides=True, required_zp=True)
+    ax = p.axis(op, axis, x.ndim)
+    if x.size == 0:
+        return np.empty(x.shape, x.dtype)
+    if opset < 13:
+        rows = x.reshape(math.prod(x.shape[:ax]), -1)
+    else:
+        rows = np.moveaxis(x, ax, -1).reshape(-1, x.shape[ax])
+    d = rows.shape[1]
+    table = softmax_table(sx, d)
+    r = rows.astype(np.int32)
+    e = table[r - r.max(axis=1, keepdims=True) + 255]
+    total = np.cumsum(e, axis=1, dtype=F32)[:, -1:]  # cumsum adds in order (no pairwise sum)
+    big_y = np.floor(F32(1) / sy)
+    q = np.rint((e.astype(np.float64) * float(big_y)) / total.astype(np.float64))
+    _, hi = type_range(x.dtype)
+    y = (np.minimum(q, float(hi - zy)) + zy).astype(x.dtype)  # q >= 0, so only the top clamps
+    if opset < 13:
+        return y.reshape(x.shape)
+    moved = list(np.moveaxis(x, ax, -1).shape)
+    return np.moveaxis(y.reshape(moved), -1, ax)

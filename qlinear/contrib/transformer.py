@@ -1,0 +1,252 @@
+"""The float operators of onnxruntime's quantized transformer models (com.microsoft): QAttention,
+Attention, EmbedLayerNormalization, SkipLayerNormalization, FastGelu, Gelu.
+
+onnxruntime runs these on MLAS float kernels (SGEMM blocking, vectorized exp/tanh/erf) whose
+rounding depends on the instruction set, so no bit pattern is promised: qlinear evaluates the
+formulas in float64 and rounds the result to float32 once, which is within float32 tolerance of
+onnxruntime (tests/test_contrib.py measures it). QAttention's Q/K/V projection is the exception
+where it can be exact: its integer product runs on qlinear's exact integer GEMM and is scaled
+as onnxruntime scales it, f(acc) · f(weight_scale · input_scale) + bias.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+import qlinear as _q
+
+from .. import _validate as v
+from . import _params as p
+
+F32 = np.float32
+F64 = np.float64
+
+_erf = np.vectorize(math.erf, otypes=[F64])
+
+
+def gelu(X: np.ndarray) -> np.ndarray:
+    """com.microsoft Gelu: x · Φ(x) = 0.5 · x · (1 + erf(x / √2))."""
+    x = p.float_tensor("gelu", "X", X).astype(F64)
+    return (0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))).astype(F32)
+
+
+def fast_gelu(X: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """com.microsoft FastGelu: the tanh approximation 0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))
+    of x = X + bias (bias broadcast along the last axis)."""
+    op = "fast_gelu"
+    x = p.float_tensor(op, "X", X).astype(F64)
+    if bias is not None:
+        b = p.float_tensor(op, "bias", bias)
+        if b.ndim != 1 or (x.ndim and b.shape[0] != x.shape[-1]):
+            raise ValueError(f"{op}: bias must be 1-D with X's last dimension ({x.shape[-1:]}); got shape {b.shape}")
+        x = x + b
+    return (0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))).astype(F32)
+
+
+def _hidden_param(op: str, name: str, value: Any, hidden: int) -> np.ndarray:
+    arr = p.float_tensor(op, name, value)
+    if arr.shape != (hidden,):
+        raise ValueError(f"{op}: {name} must be 1-D with the hidden size ({hidden},); got shape {arr.shape}")
+    return arr.astype(F64)
+
+
+def _layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray | None, epsilon: float):
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    inv_std = 1.0 / np.sqrt(var + epsilon)
+    y = (x - mean) * inv_std * gamma
+    if beta is not None:
+        y = y + beta
+    return y, mean, inv_std
+
+
+def skip_layer_normalization(input: np.ndarray, skip: np.ndarray, gamma: np.ndarray, beta: np.ndarray | None = None,
+                             bias: np.ndarray | None = None, *, epsilon: float = 1e-12
+                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """com.microsoft SkipLayerNormalization: s = input + skip (+ bias); LayerNorm of s over the
+    last axis with gamma (and beta). Returns (output, mean, inv_std_var, s); mean and
+    inv_std_var keep a trailing axis of 1."""
+    op = "skip_layer_normalization"
+    x = p.float_tensor(op, "input", input)
+    sk = p.float_tensor(op, "skip", skip)
+    if x.ndim < 2:
+        raise ValueError(f"{op}: input must have rank >= 2 (..., hidden); got shape {x.shape}")
+    try:
+        np.broadcast_to(sk, x.shape)
+    except ValueError:
+        raise ValueError(f"{op}: skip must broadcast to input's shape {x.shape}; got shape {sk.shape}") from None
+    hidden = x.shape[-1]
+    s = x.astype(F64) + sk
+    if bias is not None:
+        s = s + _hidden_param(op, "bias", bias, hidden)
+    s32 = s.astype(F32)
+    g = _hidden_param(op, "gamma", gamma, hidden)
+    b = None if beta is None else _hidden_param(op, "beta", beta, hidden)
+    y, mean, inv_std = _layer_norm(s, g, b, float(epsilon))
+    return y.astype(F32), mean.astype(F32), inv_std.astype(F32), s32
+
+
+def embed_layer_normalization(input_ids: np.ndarray, segment_ids: np.ndarray | None, word_embedding: np.ndarray,
+                              position_embedding: np.ndarray, segment_embedding: np.ndarray | None,
+                              gamma: np.ndarray, beta: np.ndarray, mask: np.ndarray | None = None,
+                              position_ids: np.ndarray | None = None, *, epsilon: float = 1e-12,
+                              mask_index_type: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """com.microsoft EmbedLayerNormalization: e = word[input_ids] + position[position_ids or
+    0..S-1] (+ segment[segment_ids]); output = LayerNorm(e); mask_index = the number of
+    non-zero mask entries per batch row (int32, zeros without a mask). Returns
+    (output, mask_index, e)."""
+    op = "embed_layer_normalization"
+    ids = v.integer_tensor(op, "input_ids", input_ids, (np.dtype(np.int32),))
+    if ids.ndim != 2:
+        raise ValueError(f"{op}: input_ids must be 2-D (batch, sequence); got shape {ids.shape}")
+    words = p.float_tensor(op, "word_embedding", word_embedding)
+    positions = p.float_tensor(op, "position_embedding", position_embedding)
+    hidden = words.shape[-1]
+    batch, seq = ids.shape
+
+    def gather(table: np.ndarray, index: np.ndarray, name: str) -> np.ndarray:
+        if index.size and (index.min() < 0 or index.max() >= table.shape[0]):
+            raise ValueError(f"{op}: {name} must index the {table.shape[0]} rows of its embedding; "
+                             f"got values in [{index.min()}, {index.max()}]")
+        return table[index].astype(F64)
+
+    e = gather(words, ids, "input_ids")
+    if position_ids is None:
+        pos = np.broadcast_to(np.arange(seq), (batch, seq))
+    else:
+        pos = np.broadcast_to(v.integer_tensor(op, "position_ids", position_ids,
+                                               (np.dtype(np.int32), np.dtype(np.int64))), (batch, seq))
+    e = e + gather(positions, pos, "position_ids")
+    if segment_embedding is not None and segment_ids is not None:
+        seg = v.integer_tensor(op, "segment_ids", segment_ids, (np.dtype(np.int32),))
+        e = e + gather(p.float_tensor(op, "segment_embedding", segment_embedding), seg, "segment_ids")
+    y, _, _ = _layer_norm(e, _hidden_param(op, "gamma", gamma, hidden), _hidden_param(op, "beta", beta, hidden),
+                          float(epsilon))
+    if mask is None:
+        mask_index = np.zeros(batch, np.int32)
+    else:
+        mask_index = (np.asarray(mask) != 0).sum(axis=-1).astype(np.int32)
+    return y.astype(F32), mask_index, e.astype(F32)
+
+
+def _attention_core(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, past: Any, unidirectional: int,
+                    scale: float, mask_filter_value: float) -> tuple[np.ndarray, np.ndarray]:
+    """Multi-head self-attention of a fused projection qkv (batch, seq, 3 · hidden), float64."""
+    batch, seq, three_h = qkv.shape
+    hidden = three_h // 3
+    if hidden % num_heads:
+        raise ValueError(f"{op}: the hidden size {hidden} must be divisible by num_heads ({num_heads})")
+    head = hidden // num_heads
+
+    def heads(t: np.ndarray) -> np.ndarray:  # (B, S, H) → (B, N, S, h)
+        return t.reshape(batch, seq, num_heads, head).transpose(0, 2, 1, 3)
+
+    q, k, vv = heads(qkv[..., :hidden]), heads(qkv[..., hidden:2 * hidden]), heads(qkv[..., 2 * hidden:])
+    past_len = 0
+    if past is not None:
+        pa = p.float_tensor(op, "past", past)
+        if pa.ndim != 5 or pa.shape[0] != 2 or pa.shape[1] != batch or pa.shape[2] != num_heads or pa.shape[4] != head:
+            raise ValueError(f"{op}: past must have shape (2, {batch}, {num_heads}, past_sequence, {head}); "
+                             f"got {pa.shape}")
+        past_len = pa.shape[3]
+        k = np.concatenate([pa[0].astype(F64), k], axis=2)
+        vv = np.concatenate([pa[1].astype(F64), vv], axis=2)
+    total = past_len + seq
+    present = np.stack([k, vv]).astype(F32)
+    s = scale if scale else 1.0 / math.sqrt(head)
+    scores = np.einsum("bnsh,bnth->bnst", q, k) * s
+    bias = np.zeros((batch, 1, seq, total), F64)
+    if mask_index is not None:
+        m = np.asarray(mask_index)
+        if m.ndim == 2 and m.shape == (batch, total):
+            bias += np.where(m > 0, 0.0, mask_filter_value)[:, None, None, :]
+        elif m.ndim == 3 and m.shape == (batch, seq, total):
+            bias += np.where(m > 0, 0.0, mask_filter_value)[:, None, :, :]
+        elif m.ndim == 1 and m.shape[0] in (batch, 2 * batch):
+            cols = np.arange(total)
+            end = m[:batch].reshape(batch, 1)
+            start = m[batch:].reshape(batch, 1) if m.shape[0] == 2 * batch else np.zeros((batch, 1), m.dtype)
+            keep = (cols[None, :] < end) & (cols[None, :] >= start)
+            bias += np.where(keep, 0.0, mask_filter_value)[:, None, None, :]
+        else:
+            raise ValueError(f"{op}: mask_index must have shape ({batch},), ({2 * batch},), ({batch}, {total}) "
+                             f"or ({batch}, {seq}, {total}); got {m.shape}")
+    if unidirectional:
+        future = np.arange(total)[None, :] > (past_len + np.arange(seq))[:, None]
+        bias += np.where(future, mask_filter_value, 0.0)[None, None]
+    scores = scores + bias
+    scores = scores - scores.max(axis=-1, keepdims=True)
+    probs = np.exp(scores)
+    probs /= probs.sum(axis=-1, keepdims=True)
+    out = np.einsum("bnst,bnth->bnsh", probs, vv).transpose(0, 2, 1, 3).reshape(batch, seq, hidden)
+    return out.astype(F32), present
+
+
+def _attention_attrs(op: str, num_heads: Any, unidirectional: Any) -> tuple[int, int]:
+    n = v.int_attribute(op, "num_heads", num_heads, 1)
+    return n, p.flag(op, "unidirectional", unidirectional)
+
+
+def attention(input: np.ndarray, weights: np.ndarray, bias: np.ndarray | None = None, mask_index: Any = None,
+              past: np.ndarray | None = None, attention_bias: np.ndarray | None = None,
+              past_sequence_length: Any = None, *, num_heads: int, unidirectional: int = 0, scale: float = 0.0,
+              mask_filter_value: float = -10000.0) -> tuple[np.ndarray, np.ndarray]:
+    """com.microsoft Attention (self-attention with a fused Q/K/V weight (hidden_in, 3 · hidden)):
+    qkv = input · weights + bias; per head softmax(q·kᵀ · scale + masks) · v, where scale defaults
+    to 1/√head_size, masked keys get mask_filter_value, unidirectional hides future keys and
+    past (2, B, N, P, h) is prepended to k and v. Returns (output, present)."""
+    op = "attention"
+    x = p.float_tensor(op, "input", input)
+    w = p.float_tensor(op, "weights", weights)
+    if x.ndim != 3 or w.ndim != 2 or w.shape[0] != x.shape[2] or w.shape[1] % 3:
+        raise ValueError(f"{op}: input must be (batch, sequence, hidden_in) and weights (hidden_in, 3 · hidden); "
+                         f"got {x.shape} and {w.shape}")
+    if attention_bias is not None:
+        raise ValueError(f"{op}: attention_bias is not supported")
+    n, uni = _attention_attrs(op, num_heads, unidirectional)
+    qkv = x.astype(F64) @ w.astype(F64)
+    if bias is not None:
+        qkv = qkv + _hidden_param(op, "bias", bias, w.shape[1])
+    return _attention_core(op, qkv, n, mask_index, past, uni, float(scale), float(mask_filter_value))
+
+
+def qattention(input: np.ndarray, weight: np.ndarray, bias: np.ndarray, input_scale: Any, weight_scale: Any,
+               mask_index: Any = None, input_zero_point: Any = None, weight_zero_point: Any = None,
+               past: np.ndarray | None = None, *, num_heads: int, unidirectional: int = 0, scale: float = 0.0,
+               mask_filter_value: float = -10000.0) -> tuple[np.ndarray, np.ndarray]:
+    """com.microsoft QAttention: qkv = f(f(acc) · f(weight_scale · input_scale)) + bias with
+    acc = Σ (input - input_zp)(weight - weight_zp) exact (weight scale and zero point per tensor
+    or per column), then the float attention of ``attention``. Returns (output, present)."""
+    return _qattention_op(input, weight, bias, input_scale, weight_scale, mask_index, input_zero_point,
+                          weight_zero_point, past, num_heads=num_heads, unidirectional=unidirectional,
+                          scale=scale, mask_filter_value=mask_filter_value)
+
+
+def _qattention_op(input, weight, bias, input_scale, weight_scale, mask_index=None, input_zero_point=None,
+                   weight_zero_point=None, past=None, *, num_heads, unidirectional=0, scale=0.0,
+                   mask_filter_value=-10000.0, product=_q.matmul_integer):
+    """``qattention`` with the integer product computed by ``product``."""
+    op = "qattention"
+    x = p.tensor(op, "input", input)
+    w = p.tensor(op, "weight", weight)
+    if x.ndim != 3 or w.ndim != 2 or w.shape[0] != x.shape[2] or w.shape[1] % 3:
+        raise ValueError(f"{op}: input must be (batch, sequence, hidden_in) and weight (hidden_in, 3 · hidden); "
+                         f"got {x.shape} and {w.shape}")
+    n, uni = _attention_attrs(op, num_heads, unidirectional)
+    sx, zx = p.qparams(op, "input_scale", input_scale, "input_zero_point", input_zero_point, "input", x.dtype)
+    cols = w.shape[1]
+    ws = v.scale(op, "weight_scale", weight_scale)
+    if ws.size not in (1, cols):
+        raise ValueError(f"{op}: weight_scale must have one element or {cols}; got shape {ws.shape}")
+    wz = np.zeros((), w.dtype) if weight_zero_point is None else v.zero_point(
+        op, "weight_zero_point", weight_zero_point, "weight", w.dtype)
+    if wz.size not in (1, cols):
+        raise ValueError(f"{op}: weight_zero_point must have one element or {cols}; got shape {wz.shape}")
+    acc = product(x, w, np.asarray(zx, x.dtype), wz.reshape(()) if wz.size == 1 else wz.reshape(cols))
+    with np.errstate(over="ignore"):
+        qkv = acc.astype(F32) * (ws.reshape(-1) * sx if ws.size > 1 else F32(ws.reshape(()) * sx))
+        qkv = qkv + _hidden_param(op, "bias", bias, cols).astype(F32)
+    return _attention_core(op, qkv.astype(F64), n, mask_index, past, uni, float(scale), float(mask_filter_value))

@@ -1,0 +1,512 @@
+"""The vectorized float operators of qlinear.backend_float against onnxruntime and onnx.reference.
+
+Every case is one node, run three ways: qlinear's backend, onnxruntime's CPU session and
+onnx.reference's ReferenceEvaluator (its own implementation, not qlinear's). Selections
+and data movement (nearest Resize, global max, Relu) must be identical; float arithmetic
+within float32 rounding of sums of the sizes involved.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import qlinear.backend as backend
+from qlinear import backend_float as bf
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _model(op, inputs, attrs, opset, consts=None, n_out=1):
+    """A one-node model: ``inputs`` are graph inputs, ``consts`` initializers."""
+    consts = consts or {}
+    names = list(inputs) + list(consts)
+    node = helper.make_node(op, names, [f"y{i}" for i in range(n_out)], **attrs)
+    g = helper.make_graph(
+        [node], "t",
+        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+         for k, v in inputs.items()],
+        [helper.make_empty_tensor_value_info(f"y{i}") for i in range(n_out)],
+        [numpy_helper.from_array(v, k) for k, v in consts.items() if v is not None])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _run_all(model, feeds):
+    q = backend.prepare(model).run(feeds)[0]
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    o = ort.InferenceSession(model.SerializeToString(), so,
+                             providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    try:
+        r = ReferenceEvaluator(model).run(None, feeds)[0]
+    except (ValueError, AssertionError):
+        # onnx.reference cannot run some valid cases (AveragePool with auto_pad SAME and a
+        # stride larger than the kernel: negative pads); onnxruntime still checks them
+        r = None
+    return q, o, r
+
+
+def _close(q, ref, scale, what, rtol=2e-6):
+    assert q.shape == ref.shape, (what, q.shape, ref.shape)
+    assert q.dtype == ref.dtype, (what, q.dtype, ref.dtype)
+    np.testing.assert_allclose(q, ref, rtol=rtol, atol=rtol * scale, err_msg=what)
+
+
+# --------------------------------------------------------------------------- Conv
+
+
+def _conv_cases():
+    rng = np.random.default_rng(10)
+    cases = []
+    for rank in (1, 2, 3):
+        for kind in ("dense", "group", "depthwise", "multiplier", "pointwise"):
+            for _ in range(5 if rank == 2 else 2):
+                n = int(rng.integers(1, 3))
+                g = {"dense": 1, "pointwise": int(rng.choice([1, 2])), "group": int(rng.choice([2, 3])),
+                     "depthwise": int(rng.integers(2, 6)), "multiplier": int(rng.integers(2, 4))}[kind]
+                cg = 1 if kind in ("depthwise", "multiplier") else int(rng.integers(1, 5))
+                mg = int(rng.integers(2, 4)) if kind == "multiplier" else (
+                    1 if kind == "depthwise" else int(rng.integers(1, 4)))
+                k = [1] * rank if kind == "pointwise" else [int(v) for v in rng.integers(1, 4, rank)]
+                spatial = [int(v) for v in rng.integers(4, 9 if rank < 3 else 6, rank)]
+                attrs = {"group": g}
+                auto = rng.choice(["NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"])
+                if rng.random() < 0.7 and kind != "pointwise":
+                    attrs["strides"] = [int(v) for v in rng.integers(1, 3, rank)]
+                if rng.random() < 0.4 and auto == "NOTSET" and kind != "pointwise":
+                    attrs["dilations"] = [int(v) for v in rng.integers(1, 3, rank)]
+                if auto == "NOTSET":
+                    if kind != "pointwise" or rng.random() < 0.5:
+                        attrs["pads"] = [int(v) for v in rng.integers(0, 3, 2 * rank)]
+                else:
+                    attrs["auto_pad"] = str(auto)
+                if rng.random() < 0.5:
+                    attrs["kernel_shape"] = k
+                x = rng.standard_normal((n, cg * g, *spatial)).astype(np.float32)
+                w = rng.standard_normal((mg * g, cg, *k)).astype(np.float32)
+                b = rng.standard_normal(mg * g).astype(np.float32) if rng.random() < 0.6 else None
+                cases.append((x, w, b, attrs))
+    return cases
+
+
+@pytest.mark.parametrize("case", range(len(_conv_cases())))
+def test_conv_matches_onnxruntime_and_reference(case):
+    x, w, b, attrs = _conv_cases()[case]
+    model = _model("Conv", {"x": x}, attrs, 13, {"w": w, **({"b": b} if b is not None else {})})
+    q, o, r = _run_all(model, {"x": x})
+    # each output sums C/group * prod(kernel) products of N(0,1) values
+    scale = float(np.sqrt(w[0].size)) + 1
+    _close(q, o, scale, f"onnxruntime {attrs}")
+    _close(q, r, scale, f"onnx.reference {attrs}")
+
+
+def test_conv_batch_and_float64_and_float16():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 4, 9, 7))
+    w = rng.standard_normal((6, 2, 3, 2))
+    attrs = dict(group=2, pads=[1, 0, 2, 1], strides=[2, 1], dilations=[1, 2])
+    y = bf.conv(x, w, None, **attrs)
+    ref = ReferenceEvaluator(_model("Conv", {"x": x}, attrs, 13, {"w": w})).run(None, {"x": x})[0]
+    assert y.dtype == np.float64
+    np.testing.assert_allclose(y, ref, rtol=1e-12, atol=1e-12)
+    y16 = bf.conv(x.astype(np.float16), w.astype(np.float16), None, **attrs)
+    assert y16.dtype == np.float16
+    np.testing.assert_allclose(y16.astype(np.float64), ref, rtol=1e-2, atol=5e-2)
+
+
+def test_conv_bad_shapes_raise():
+    x = np.zeros((1, 4, 5, 5), np.float32)
+    with pytest.raises(ValueError, match="group"):
+        bf.conv(x, np.zeros((3, 4, 3, 3), np.float32), group=2)
+    with pytest.raises(ValueError, match="kernel_shape"):
+        bf.conv(x, np.zeros((2, 4, 3, 3), np.float32), kernel_shape=[2, 2])
+
+
+# --------------------------------------------------------------------------- pools
+
+
+def _pool_cases():
+    rng = np.random.default_rng(20)
+    cases = []
+    for rank in (1, 2, 3):
+        for _ in range(14 if rank == 2 else 6):
+            k = [int(v) for v in rng.integers(1, 4, rank)]
+            spatial = [int(rng.integers(k[i] + 1, 10 if rank < 3 else 7)) for i in range(rank)]
+            attrs = {"kernel_shape": k}
+            auto = rng.choice(["NOTSET", "NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"])
+            if rng.random() < 0.7:
+                attrs["strides"] = [int(v) for v in rng.integers(1, 4, rank)]
+            if auto == "NOTSET":
+                if rng.random() < 0.7:
+                    # ONNX: pads smaller than the kernel
+                    attrs["pads"] = [int(rng.integers(0, k[i % rank])) for i in range(2 * rank)]
+                if rng.random() < 0.4:
+                    attrs["dilations"] = [int(v) for v in rng.integers(1, 3, rank)]
+            else:
+                attrs["auto_pad"] = str(auto)
+            # onnx.reference refuses ceil_mode with auto_pad (onnxruntime ignores it)
+            attrs["ceil_mode"] = int(rng.integers(0, 2)) if auto == "NOTSET" else 0
+            attrs["count_include_pad"] = int(rng.integers(0, 2))
+            x = rng.standard_normal((int(rng.integers(1, 3)), 3, *spatial)).astype(np.float32)
+            cases.append((x, attrs))
+    return cases
+
+
+@pytest.mark.parametrize("case", range(len(_pool_cases())))
+def test_average_pool_matches_onnxruntime_and_reference(case):
+    x, attrs = _pool_cases()[case]
+    model = _model("AveragePool", {"x": x}, attrs, 19)
+    q, o, r = _run_all(model, {"x": x})
+    _close(q, o, 1.0, f"onnxruntime {attrs}")
+    if r is not None or attrs.get("auto_pad", "NOTSET") == "NOTSET":
+        _close(q, r, 1.0, f"onnx.reference {attrs}")
+
+
+def test_average_pool_divisors_exactly():
+    """Ones in, so every output is (taps summed) / divisor: pins the divisor exactly."""
+    x = np.ones((1, 1, 5, 5), np.float32)
+    kw = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    assert np.array_equal(bf.average_pool(x, **kw, count_include_pad=0), np.ones((1, 1, 3, 3)))
+    inc = bf.average_pool(x, **kw, count_include_pad=1)
+    assert inc[0, 0, 0, 0] == np.float32(4 / 9) and inc[0, 0, 1, 1] == 1
+    # ceil_mode: the last window reaches past the end padding; those taps never count
+    y = bf.average_pool(np.ones((1, 1, 6), np.float32), kernel_shape=[3], strides=[2],
+                        pads=[1, 1], ceil_mode=1, count_include_pad=1)
+    assert y.shape == (1, 1, 4)
+    # (last window: input position 5, end pad 6, beyond 7: two counted taps)
+    assert np.array_equal(y[0, 0], np.float32([2 / 3, 1, 1, 1 / 2]))
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("shape", [(1, 8, 7, 7), (2, 3, 5), (1, 4, 3, 4, 5), (1, 1000, 1, 1)])
+def test_global_pools(op, shape):
+    x = np.random.default_rng(21).standard_normal(shape).astype(np.float32)
+    q, o, r = _run_all(_model(op, {"x": x}, {}, 13), {"x": x})
+    if op == "GlobalMaxPool":
+        assert np.array_equal(q, o)
+        if len(shape) == 4:  # onnx.reference reduces the wrong axes at other ranks
+            assert np.array_equal(q, r)
+    else:
+        _close(q, o, 1.0, op)
+        _close(q, r, 1.0, op)
+
+
+# --------------------------------------------------------------------------- activations
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 9, 9), (3, 1000), (7,)])
+def test_sigmoid(shape):
+    rng = np.random.default_rng(30)
+    x = (rng.standard_normal(shape) * 8).astype(np.float32)
+    x.reshape(-1)[:4] = [-100.0, 100.0, 0.0, -87.0]
+    q, o, r = _run_all(_model("Sigmoid", {"x": x}, {}, 13), {"x": x})
+    # onnxruntime's logistic is a polynomial approximation: a few float32 ulps of 1
+    np.testing.assert_allclose(q, o, rtol=0, atol=5e-7)
+    np.testing.assert_allclose(q, r, rtol=1e-6, atol=0)
+    assert not np.isnan(q).any()
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+@pytest.mark.parametrize("shape,axis", [((2, 3, 4, 5), None), ((2, 3, 4, 5), 1), ((2, 3, 4, 5), -1),
+                                        ((1, 16800, 2), -1), ((1, 16800, 2), 2), ((5, 7), 0),
+                                        ((3, 6, 4), -2), ((1, 300, 9), -1)])
+def test_softmax_both_axis_semantics(opset, shape, axis):
+    x = (np.random.default_rng(31).standard_normal(shape) * 4).astype(np.float32)
+    attrs = {} if axis is None else {"axis": axis}
+    model = _model("Softmax", {"x": x}, attrs, opset)
+    q, o, r = _run_all(model, {"x": x})
+    _close(q, o, 1.0, f"onnxruntime opset {opset} axis {axis}", rtol=2e-6)
+    if opset >= 13 or axis in (-1, len(shape) - 1):
+        # onnx.reference applies the opset-13 (one axis) semantics at every opset
+        _close(q, r, 1.0, f"onnx.reference axis {axis}", rtol=2e-6)
+
+
+@pytest.mark.parametrize("alpha", [0.01, 0.1, 0.2, 1.0, 1.5, 0.0, -0.3])
+def test_leaky_relu_and_relu_exact(alpha):
+    x = np.random.default_rng(32).standard_normal((2, 8, 11, 11)).astype(np.float32)
+    x.reshape(-1)[:3] = [0.0, -0.0, 1e-30]
+    q, o, _ = _run_all(_model("LeakyRelu", {"x": x}, {"alpha": alpha}, 13), {"x": x})
+    assert np.array_equal(q, o)
+    q, o, r = _run_all(_model("Relu", {"x": x}, {}, 14), {"x": x})
+    assert np.array_equal(q, o) and np.array_equal(q, r)
+    xi = np.arange(-5, 5, dtype=np.int8)
+    q, o, r = _run_all(_model("Relu", {"x": xi}, {}, 14), {"x": xi})
+    assert q.dtype == np.int8 and np.array_equal(q, o) and np.array_equal(q, r)
+
+
+# --------------------------------------------------------------------------- Resize
+
+
+_COORD = ["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel"]
+_NEAREST = ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]
+
+
+def _resize_targets():
+    # (input shape, scales or None, sizes or None)
+    return [((1, 3, 5, 7), [1, 1, 2, 2], None), ((1, 2, 6, 6), [1, 1, 0.5, 0.5], None),
+            ((1, 2, 5, 4), [1, 1, 3, 1.5], None), ((2, 3, 7, 9), [1, 1, 0.6, 1.7], None),
+            ((1, 3, 5, 7), None, [1, 3, 11, 3]), ((1, 2, 13, 10), None, [1, 2, 4, 21]),
+            ((1, 2, 9), [1, 1, 2.5], None), ((1, 2, 3, 4, 5), None, [1, 2, 5, 2, 8]),
+            ((1, 1, 1, 4), None, [1, 1, 3, 1])]
+
+
+def _ties(shape, scales, sizes, coord, nearest):
+    """Per axis, the output indices whose source coordinate is within float32 rounding of a
+    rounding boundary of ``nearest`` (a half-integer for the round modes, an integer for
+    floor/ceil): the exact coordinate or onnxruntime's float32 one lies on the boundary, or
+    the two lie on different sides. There onnxruntime may pick the other neighbour."""
+    from fractions import Fraction as F
+
+    ties = []
+    for i, n_in in enumerate(shape):
+        if sizes:
+            n_out, s = sizes[i], F(sizes[i], n_in)
+        else:
+            s = F(float(np.float32(scales[i])))
+            n_out = int(np.float32(scales[i]) * np.float32(n_in))
+        if s == 1 and n_out == n_in:
+            ties.append(set())
+            continue
+        axis = set()
+        for y in range(n_out):
+            if coord == "asymmetric":
+                xo = y / s
+            elif coord == "align_corners":
+                xo = F(y * (n_in - 1), n_out - 1) if n_out > 1 else F(0)
+            elif coord == "pytorch_half_pixel" and n_out == 1:
+                xo = F(0)
+            else:
+                xo = (y + F(1, 2)) / s - F(1, 2)
+            # the float32 formula onnxruntime's source shows
+            f = np.float32
+            s32 = f(n_out) / f(n_in) if sizes else f(scales[i])
+            if coord == "asymmetric":
+                x32 = f(y) / s32
+            elif coord == "align_corners":
+                x32 = f(y) * f(n_in - 1) / f(n_out - 1) if n_out > 1 else f(0)
+            elif coord == "pytorch_half_pixel" and n_out == 1:
+                x32 = f(0)
+            else:
+                x32 = (f(y) + f(0.5)) / s32 - f(0.5)
+            boundary = F(1, 2) if nearest.startswith("round") else F(0)
+            lo32, lo = np.floor(float(x32)), xo.numerator // xo.denominator
+            frac32, frac = F(float(x32)) - int(lo32), xo - lo
+            # near a boundary: the exact value is on it, or the float32 value is, or they
+            # sit on different sides of it
+            if F(float(x32)) != xo and (frac == boundary or frac32 == boundary or int(lo32) != lo
+                                        or (frac32 < boundary) != (frac < boundary)):
+                axis.add(y)
+        ties.append(axis)
+    return ties
+
+
+@pytest.mark.parametrize("target", range(len(_resize_targets())))
+@pytest.mark.parametrize("coord", _COORD)
+def test_resize_nearest_exact(target, coord):
+    shape, scales, sizes = _resize_targets()[target]
+    x = np.random.default_rng(40).standard_normal(shape).astype(np.float32)
+    for nearest in _NEAREST:
+        consts = {"roi": np.zeros(0, np.float32),
+                  "scales": np.float32(scales) if scales else np.zeros(0, np.float32)}
+        if sizes:
+            consts["sizes"] = np.int64(sizes)
+        attrs = dict(mode="nearest", coordinate_transformation_mode=coord, nearest_mode=nearest)
+        q, o, r = _run_all(_model("Resize", {"x": x}, attrs, 13, consts), {"x": x})
+        what = f"{shape} {scales} {sizes} {coord} {nearest}"
+        if coord != "align_corners" or sizes or all(
+                float(np.float32(s)) * n == int(float(np.float32(s)) * n)
+                for s, n in zip(scales, shape)):
+            # (onnx.reference's align_corners divides by scale * n_in - 1, not n_out - 1)
+            assert np.array_equal(q, r), "onnx.reference " + what
+        # onnxruntime: identical away from exact ties of the source coordinate
+        assert q.shape == o.shape, what
+        away = np.ones(q.shape, bool)
+        for axis, tie in enumerate(_ties(shape, scales, sizes, coord, nearest)):
+            sl = [slice(None)] * q.ndim
+            sl[axis] = sorted(tie)
+            away[tuple(sl)] = False
+        assert away.mean() > 0.5, what
+        assert np.array_equal(q[away], o[away]), "onnxruntime " + what
+
+
+@pytest.mark.parametrize("target", range(len(_resize_targets())))
+@pytest.mark.parametrize("coord", _COORD)
+def test_resize_linear(target, coord):
+    shape, scales, sizes = _resize_targets()[target]
+    x = np.random.default_rng(41).standard_normal(shape).astype(np.float32)
+    consts = {"roi": np.zeros(0, np.float32),
+              "scales": np.float32(scales) if scales else np.zeros(0, np.float32)}
+    if sizes:
+        consts["sizes"] = np.int64(sizes)
+    attrs = dict(mode="linear", coordinate_transformation_mode=coord)
+    model = _model("Resize", {"x": x}, attrs, 13, consts)
+    q, o, r = _run_all(model, {"x": x})
+    what = f"{shape} {scales} {sizes} {coord}"
+    if coord != "align_corners" or sizes or all(
+            float(np.float32(s)) * n == int(float(np.float32(s)) * n)
+            for s, n in zip(scales, shape)):
+        _close(q, r, 1.0, "onnx.reference " + what, rtol=2e-6)
+    if len(shape) == 4 or (len(shape) == 3 and coord != "pytorch_half_pixel"):
+        _close(q, o, 1.0, "onnxruntime " + what, rtol=2e-6)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_half_pixel_symmetric_opset19(mode):
+    x = np.random.default_rng(42).standard_normal((1, 2, 5, 7)).astype(np.float32)
+    for sizes in ([1, 2, 8, 4], [1, 2, 3, 13]):
+        consts = {"roi": np.zeros(0, np.float32), "scales": np.zeros(0, np.float32),
+                  "sizes": np.int64(sizes)}
+        attrs = dict(mode=mode, coordinate_transformation_mode="half_pixel_symmetric")
+        q, o, r = _run_all(_model("Resize", {"x": x}, attrs, 19, consts), {"x": x})
+        if mode == "nearest":
+            assert np.array_equal(q, o) and np.array_equal(q, r)
+        else:
+            _close(q, o, 1.0, str(sizes))
+            _close(q, r, 1.0, str(sizes))
+
+
+def test_resize_nearest_uint8_and_delegated_modes():
+    rng = np.random.default_rng(43)
+    x = rng.integers(0, 256, (1, 3, 4, 5)).astype(np.uint8)
+    consts = {"roi": np.zeros(0, np.float32), "scales": np.float32([1, 1, 2, 3])}
+    q, o, r = _run_all(_model("Resize", {"x": x}, {"mode": "nearest"}, 13, consts), {"x": x})
+    assert q.dtype == np.uint8 and np.array_equal(q, o) and np.array_equal(q, r)
+    # cubic is not implemented here: the node runs as onnx.reference runs it
+    xf = rng.standard_normal((1, 2, 4, 5)).astype(np.float32)
+    model = _model("Resize", {"x": xf}, {"mode": "cubic"}, 13, consts)
+    assert np.array_equal(backend.prepare(model).run({"x": xf})[0],
+                          ReferenceEvaluator(model).run(None, {"x": xf})[0])
+
+
+def test_resize_bad_scales_raise():
+    with pytest.raises(ValueError, match="scales"):
+        bf.resize(np.zeros((1, 1, 2, 2), np.float32), scales=np.float32([1, 1, 2]))
+    with pytest.raises(ValueError, match="positive"):
+        bf.resize(np.zeros((1, 1, 2, 2), np.float32), scales=np.float32([1, 1, 0, 2]))
+
+
+# --------------------------------------------------------------------------- graph loop
+
+
+def _chain_model():
+    """Constant -> Mul, Conv -> Sigmoid -> AveragePool, an If whose branch reads an outer tensor."""
+    rng = np.random.default_rng(50)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    then_g = helper.make_graph([helper.make_node("Identity", ["s"], ["branch"])], "then", [],
+                               [helper.make_empty_tensor_value_info("branch")])
+    else_g = helper.make_graph([helper.make_node("Neg", ["s"], ["branch"])], "else", [],
+                               [helper.make_empty_tensor_value_info("branch")])
+    nodes = [helper.make_node("Constant", [], ["c2"], value=two),
+             helper.make_node("Mul", ["x", "c2"], ["x2"]),
+             helper.make_node("Conv", ["x2", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c"], ["s"]),
+             helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+             helper.make_node("Greater", ["m", "c2"], ["cond"]),
+             helper.make_node("If", ["cond"], ["b"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("AveragePool", ["b"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+    g = helper.make_graph(nodes, "chain",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+def test_fast_evaluator_same_results_and_intermediates():
+    model = _chain_model()
+    rep = backend.prepare(model)
+    ref = ReferenceEvaluator(model)
+    for seed in range(3):
+        x = (np.random.default_rng(seed).standard_normal((1, 3, 8, 8)) * (1 + 2 * seed)).astype(
+            np.float32)
+        y = rep.run({"x": x})[0]
+        np.testing.assert_allclose(y, ref.run(None, {"x": x})[0], rtol=2e-6, atol=2e-6)
+        everything = rep.run_all({"x": x})
+        assert {"x", "w", "c2", "x2", "c", "s", "b", "y"} <= set(everything)
+        assert everything["c2"] == np.float32(2)
+
+
+def test_fast_evaluator_releases_intermediates_without_subgraphs():
+    model = _model("Sigmoid", {"x": np.zeros((2, 2), np.float32)}, {}, 13)
+    model.graph.node.append(helper.make_node("Relu", ["y0"], ["z"]))
+    model.graph.output[0].name = "z"
+    rep = backend.prepare(model)
+    plan = rep.evaluator._fast_plan
+    assert plan[1][5] == ["y0"]  # Relu is y0's last consumer: released after it
+    assert np.array_equal(rep.run({"x": np.zeros((2, 2), np.float32)})[0],
+                          np.full((2, 2), 0.5, np.float32))
+
+
+def test_fast_evaluator_dispatch_paths_match_reference_exactly():
+    """Binary ufuncs, direct ``_run`` calls (Concat, Cast, Transpose, Slice, Size), Div's
+    own ``_run``, Constant and a scalar-returning operator: the same arrays as onnx.reference."""
+    c = helper.make_tensor("c", TensorProto.INT64, [2], [3, -1])
+    nodes = [helper.make_node("Constant", [], ["shape"], value=c),
+             helper.make_node("Add", ["a", "b"], ["s"]),
+             helper.make_node("Sub", ["s", "b"], ["d"]),
+             helper.make_node("Div", ["ai", "bi"], ["q"]),
+             helper.make_node("Mul", ["ai", "bi"], ["p"]),
+             helper.make_node("Reshape", ["d", "shape"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["rt"], perm=[1, 0]),
+             helper.make_node("Concat", ["rt", "rt"], ["cat"], axis=0),
+             helper.make_node("Cast", ["cat"], ["ci"], to=TensorProto.INT32),
+             helper.make_node("Size", ["ci"], ["n"]),
+             helper.make_node("Slice", ["ci", "st", "en"], ["sl"])]
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph(
+        nodes, "paths",
+        [vi("a", TensorProto.FLOAT, [3, 4]), vi("b", TensorProto.FLOAT, [4]),
+         vi("ai", TensorProto.INT32, [5]), vi("bi", TensorProto.INT32, [5])],
+        [vi(n, TensorProto.UNDEFINED, None) for n in ("q", "p", "cat", "ci", "n", "sl")],
+        [numpy_helper.from_array(np.int64([1, 0]), "st"), numpy_helper.from_array(np.int64([4, 2]), "en")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    rng = np.random.default_rng(60)
+    feeds = {"a": rng.standard_normal((3, 4)).astype(np.float32) * 9,
+             "b": rng.standard_normal(4).astype(np.float32),
+             "ai": np.int32([7, -7, 9, -9, 0]), "bi": np.int32([2, 2, -4, -4, 3])}
+    rep = backend.prepare(m)
+    hows = {p[0].op_type: p[1] for p in rep.evaluator._fast_plan}
+    assert hows["Add"] == "binary" and hows["Transpose"] == "direct" and hows["Constant"] == "const"
+    ref = ReferenceEvaluator(m).run(None, feeds)
+    for _ in range(2):
+        got = rep.run(feeds)
+        for gq, gr in zip(got, ref):
+            assert gq.dtype == gr.dtype and gq.shape == gr.shape and np.array_equal(gq, gr)
+    assert list(got[0]) == [3, -3, -2, 2, 0]  # Div truncates toward zero
+
+
+def test_fast_evaluator_keeps_type_errors():
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"])], "bad",
+                          [vi("a", TensorProto.FLOAT, [2]), vi("b", TensorProto.DOUBLE, [2])],
+                          [vi("y", TensorProto.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    rep = backend.QLinearRep(m)  # (prepare's type check would refuse it before running)
+    with pytest.raises(Exception, match="type mismatch"):
+        rep.run({"a": np.ones(2, np.float32), "b": np.ones(2, np.float64)})
+
+
+@pytest.mark.parametrize("opset", [13, 14])
+@pytest.mark.parametrize("shape,allowzero", [([3, -1], 0), ([0, 4, -1], 0), ([2, 0, 2], 0),
+                                             ([0, 6, 2], 1), ([-1], 0), ([4, 0], 0)])
+def test_reshape_exact(opset, shape, allowzero):
+    x = np.arange(2 * 6 * 2, dtype=np.float32).reshape(2, 6, 2)
+    if allowzero:
+        if opset < 14:
+            return
+        x = np.zeros((0, 6, 2), np.float32)
+    attrs = {"allowzero": allowzero} if opset >= 14 else {}
+    model = _model("Reshape", {"x": x}, attrs, opset, {"s": np.int64(shape)})
+    q, o, r = _run_all(model, {"x": x})
+    assert q.shape == o.shape == r.shape and np.array_equal(q, o) and np.array_equal(q, r)

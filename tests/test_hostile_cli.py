@@ -1,0 +1,722 @@
+"""Hostile and huge model files, and the command-line details users trip on (issue 11), and
+the leniency onnxruntime has where it is harmless (issue 10, item 3).
+
+Every bad input ends in one line ``qlinear: error: ...`` and exit status 2: never a
+traceback, a hang or a blind allocation. The last test mutates a small model's bytes a few
+hundred times and holds every outcome to that rule.
+"""
+
+from __future__ import annotations
+
+import io
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+
+from qlinear import backend, bench, cli  # noqa: E402
+from qlinear.tools import model as tmodel  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _main(capsys, *argv):
+    rc = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _one_line_error(rc, out, err, *fragments):
+    lines = err.strip().splitlines()
+    assert rc == 2, (rc, out, err)
+    assert len(lines) == 1 and lines[0].startswith("qlinear: error: "), err
+    assert "Traceback" not in err
+    for f in fragments:
+        assert f in lines[0], (f, lines[0])
+    return lines[0]
+
+
+def _vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _out(name, rank, elem=T.FLOAT):
+    """An output of the given rank, every dimension symbolic."""
+    return helper.make_tensor_value_info(name, elem, [f"d{i}" for i in range(rank)])
+
+
+def _save(tmp_path, name, nodes, inputs, outputs, inits=(), opset=13, ir=8, **graph_kw):
+    m = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, list(inits), **graph_kw),
+                          opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = ir
+    path = tmp_path / name
+    path.write_bytes(m.SerializeToString())
+    return str(path)
+
+
+def _i64(v, name):
+    return numpy_helper.from_array(np.asarray(v, np.int64), name)
+
+
+# --------------------------------------------------------------------------- model files
+
+
+def test_fifo_is_refused_without_blocking(capsys, tmp_path):
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this platform")
+    fifo = tmp_path / "model.onnx"
+    os.mkfifo(fifo)
+    t = time.perf_counter()
+    _one_line_error(*_main(capsys, "run", fifo), "not a regular file")
+    assert time.perf_counter() - t < 5
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/null"])
+def test_device_is_refused(capsys, device):
+    if not os.path.exists(device):
+        pytest.skip(f"no {device}")
+    _one_line_error(*_main(capsys, "run", device), "not a regular file")
+
+
+def test_model_file_size_cap(capsys, tmp_path, monkeypatch):
+    path = tmp_path / "big.onnx"
+    path.write_bytes(b"\0" * 4096)
+    monkeypatch.setattr(tmodel, "MAX_MODEL_FILE_BYTES", 1000)
+    _one_line_error(*_main(capsys, "run", path), "larger than the largest model file")
+
+
+def _sparse_model(tmp_path, indices, dims=(2, 3), name="sparse.onnx", io_shape=None):
+    vals = numpy_helper.from_array(np.array([1.5, -2.0], np.float32), "w")
+    idx = numpy_helper.from_array(np.asarray(indices, np.int64), "w_idx")
+    sp = helper.make_sparse_tensor(vals, idx, list(dims))
+    return _save(tmp_path, name, [helper.make_node("Add", ["x", "w"], ["y"])],
+                 [_vi("x", T.FLOAT, list(io_shape or dims))],
+                 [_vi("y", T.FLOAT, list(io_shape or dims))], sparse_initializer=[sp])
+
+
+@pytest.mark.parametrize("indices", [[1, 5], [[0, 1], [1, 2]]], ids=["linear", "coordinates"])
+def test_sparse_initializer_runs(capsys, tmp_path, indices):
+    path = _sparse_model(tmp_path, indices)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.save(tmp_path / "x.npy", x)
+    rc, out, err = _main(capsys, "run", path, "--input", f"x={tmp_path / 'x.npy'}",
+                         "--output-dir", tmp_path / "out")
+    assert rc == 0, err
+    want = x.copy()
+    want.reshape(-1)[[1, 5]] += np.array([1.5, -2.0], np.float32)
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "y.npy"), want)
+
+
+@pytest.mark.parametrize("indices,fragment", [
+    ([1, 6], "outside the 6 elements"),
+    ([[0, 1], [2, 0]], "outside the shape"),
+    ([[0, 1, 0]], "do not match"),
+])
+def test_sparse_initializer_bad_indices(capsys, tmp_path, indices, fragment):
+    path = _sparse_model(tmp_path, indices)
+    _one_line_error(*_main(capsys, "run", path), "sparse initializer 'w'", fragment)
+
+
+def test_sparse_initializer_size_limit(capsys, tmp_path):
+    path = _sparse_model(tmp_path, [0, 1], dims=(1 << 20, 1 << 20), io_shape=("a", "b"))
+    _one_line_error(*_main(capsys, "run", path), "'w' declares 4.0 TiB")
+
+
+def test_unknown_element_types_are_named(capsys, tmp_path):
+    p1 = _save(tmp_path, "in61.onnx", [helper.make_node("Identity", ["x"], ["y"])],
+               [_vi("x", 61, [2])], [_vi("y", 61, [2])])
+    _one_line_error(*_main(capsys, "run", p1), "tensor 'x' has element type 61")
+    w = numpy_helper.from_array(np.ones(2, np.float32), "w")
+    w.data_type = 9999
+    p2 = _save(tmp_path, "init9999.onnx", [helper.make_node("Add", ["x", "w"], ["y"])],
+               [_vi("x", T.FLOAT, [2])], [_vi("y", T.FLOAT, [2])], [w])
+    _one_line_error(*_main(capsys, "run", p2), "initializer 'w' has element type 9999")
+    p3 = _save(tmp_path, "cast.onnx", [helper.make_node("Cast", ["x"], ["y"], to=77, name="c")],
+               [_vi("x", T.FLOAT, [2])], [_out("y", 1)])
+    _one_line_error(*_main(capsys, "run", p3), "node 'c' (Cast): attribute 'to' = 77")
+
+
+def test_non_utf8_string_attribute_names_its_node(capsys, tmp_path):
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv1")
+    a = onnx.AttributeProto(name="auto_pad", type=onnx.AttributeProto.STRING, s=b"\xff\xfe")
+    node.attribute.append(a)
+    path = _save(tmp_path, "utf8.onnx", [node], [_vi("x", T.FLOAT, [1, 1, 3, 3])], [_out("y", 4)],
+                 [numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "w")])
+    _one_line_error(*_main(capsys, "run", path), "node 'conv1' (Conv)", "'auto_pad'", "UTF-8")
+    # the Python API lists it among the nodes it refuses (not UnicodeDecodeError)
+    problems = backend.check_model(onnx.load(path))
+    assert [(p.node, p.op_type) for p in problems] == [("conv1", "Conv")]
+    assert "'auto_pad' is not valid UTF-8" in problems[0].reason
+
+
+@pytest.mark.parametrize("key,value", [("offset", "abc"), ("offset", "-4"), ("length", "1e3")])
+def test_external_data_numbers_are_checked(capsys, tmp_path, key, value):
+    t = numpy_helper.from_array(np.ones(4, np.float32), "w")
+    t.ClearField("raw_data")
+    t.data_location = T.EXTERNAL
+    for k, v in (("location", "w.bin"), (key, value)):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    (tmp_path / "w.bin").write_bytes(np.ones(4, np.float32).tobytes())
+    path = _save(tmp_path, "ext.onnx", [helper.make_node("Add", ["x", "w"], ["y"])],
+                 [_vi("x", T.FLOAT, [4])], [_vi("y", T.FLOAT, [4])], [t])
+    _one_line_error(*_main(capsys, "run", path), f"tensor 'w': external data {key} {value!r}")
+
+
+# --------------------------------------------------------------------------- while running
+
+
+def test_expand_to_4_gib_is_refused_before_allocating(capsys, tmp_path):
+    path = _save(tmp_path, "expand.onnx", [helper.make_node("Expand", ["x", "s"], ["y"], name="ex")],
+                 [_vi("x", T.FLOAT, [1])], [_out("y", 3)], [_i64([1024, 1024, 1024], "s")])
+    t = time.perf_counter()
+    _one_line_error(*_main(capsys, "run", path), "node 'ex' (Expand-13)", "[1024, 1024, 1024]",
+                    "4.0 GiB", "--max-tensor-bytes")
+    assert time.perf_counter() - t < 5
+
+
+def test_constant_of_shape_93_gib_is_refused(capsys, tmp_path):
+    path = _save(tmp_path, "cos.onnx", [helper.make_node("ConstantOfShape", ["s"], ["y"], name="c")],
+                 [], [_out("y", 3)], [_i64([5000, 5000, 1000], "s")])
+    _one_line_error(*_main(capsys, "run", path), "node 'c' (ConstantOfShape-9)", "93.1 GiB")
+
+
+def _guard_case(op, tmp_path):
+    """A model where ``op`` makes a 64 KiB float32 output from a tiny input."""
+    f = lambda v, n: numpy_helper.from_array(np.asarray(v, np.float32), n)  # noqa: E731
+    cases = {
+        "Tile": ([helper.make_node("Tile", ["x", "r"], ["y"], name="n")], [_i64([128, 128], "r")]),
+        "Pad": ([helper.make_node("Pad", ["x", "p"], ["y"], name="n")], [_i64([0, 0, 127, 127], "p")]),
+        "Resize": ([helper.make_node("Resize", ["x", "", "sc"], ["y"], name="n")],
+                   [f([128, 128], "sc")]),
+        "Range": ([helper.make_node("Range", ["a", "b", "d"], ["y"], name="n")],
+                  [f(0, "a"), f(16384, "b"), f(1, "d")]),
+        "OneHot": ([helper.make_node("OneHot", ["i", "depth", "v"], ["y"], name="n")],
+                   [_i64([0, 1], "i"), _i64(8192, "depth"), f([0, 1], "v")]),
+        "Add": ([helper.make_node("Add", ["col", "row"], ["y"], name="n")],
+                [f(np.zeros((128, 1)), "col"), f(np.zeros((1, 128)), "row")]),
+        "MatMul": ([helper.make_node("MatMul", ["col", "row"], ["y"], name="n")],
+                   [f(np.zeros((128, 1)), "col"), f(np.zeros((1, 128)), "row")]),
+    }
+    nodes, inits = cases[op]
+    inputs = [_vi("x", T.FLOAT, [1, 1])] if op in ("Tile", "Pad", "Resize") else []
+    rank = 1 if op == "Range" else 2
+    path = _save(tmp_path, f"{op}.onnx", nodes, inputs, [_out("y", rank)], inits, opset=18)
+    return path, ["--input", f"x={tmp_path / 'x.npy'}"] if inputs else []
+
+
+@pytest.mark.parametrize("op", ["Tile", "Pad", "Resize", "Range", "OneHot", "Add", "MatMul"])
+def test_size_guard_each_operator(capsys, tmp_path, op):
+    """Each guarded operator refuses an output over the limit and runs one at the limit, with
+    onnx.reference's own result (the guard only looks)."""
+    np.save(tmp_path / "x.npy", np.ones((1, 1), np.float32))
+    path, extra = _guard_case(op, tmp_path)
+    nbytes = 65536
+    _one_line_error(*_main(capsys, "run", path, *extra, "--max-tensor-bytes", nbytes - 1),
+                    f"node 'n' ({op}", "64.0 KiB")
+    rc, out, err = _main(capsys, "run", path, *extra, "--max-tensor-bytes", nbytes,
+                         "--output-dir", tmp_path / "o")
+    assert rc == 0, err
+    got = np.load(tmp_path / "o" / "y.npy")
+    assert got.nbytes == nbytes
+    from onnx.reference import ReferenceEvaluator
+
+    feeds = {"x": np.ones((1, 1), np.float32)} if extra else {}
+    want = ReferenceEvaluator(onnx.load(path)).run(None, feeds)[0]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_size_guard_conv_padding(capsys, tmp_path):
+    """Float Conv in onnx.reference pads its input first: 1x1 image, pads 1000 -> 16 MB."""
+    w = numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "w")
+    path = _save(tmp_path, "conv.onnx", [helper.make_node("Conv", ["x", "w"], ["y"], name="c",
+                                                          pads=[1000] * 4, strides=[1000] * 2)],
+                 [_vi("x", T.FLOAT, [1, 1, 1, 1])], [_out("y", 4)], [w])
+    _one_line_error(*_main(capsys, "run", path, "--max-tensor-bytes", 1 << 20),
+                    "node 'c' (Conv-11)", "[1, 1, 2001, 2001]", "15.3 MiB")
+    rc, out, err = _main(capsys, "run", path, "--max-tensor-bytes", 1 << 24, "--json")
+    assert rc == 0, err
+    assert json.loads(out)["outputs"][0]["shape"] == [1, 1, 3, 3]
+
+
+def test_size_guard_python_api(tmp_path):
+    path, _ = _guard_case("Add", tmp_path)
+    m = onnx.load(path)
+    with pytest.raises(backend.NodeError, match="node 'n' \\(Add-14\\).*64.0 KiB"):
+        backend.QLinearRep(m, max_tensor_bytes=1000).run({})
+    assert backend.QLinearRep(m).run({})[0].shape == (128, 128)  # no limit by default
+
+
+def _endless_loop(tmp_path):
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c2"]), helper.make_node("Identity", ["v"], ["v2"])],
+        "body", [_vi("i", T.INT64, []), _vi("c", T.BOOL, []), _vi("v", T.FLOAT, [1])],
+        [_vi("c2", T.BOOL, []), _vi("v2", T.FLOAT, [1])])
+    return _save(tmp_path, "loop.onnx",
+                 [helper.make_node("Loop", ["n", "cond", "x"], ["y"], body=body, name="loop")],
+                 [_vi("x", T.FLOAT, [1])], [_vi("y", T.FLOAT, [1])],
+                 [_i64(10**12, "n"), numpy_helper.from_array(np.array(True), "cond")])
+
+
+def test_timeout_ends_an_endless_loop(capsys, tmp_path):
+    path = _endless_loop(tmp_path)
+    t = time.perf_counter()
+    _one_line_error(*_main(capsys, "run", path, "--timeout", "0.5"), "--timeout 0.5 s")
+    assert time.perf_counter() - t < 5
+    _one_line_error(*_main(capsys, "run", path, "--timeout", "0"), "--timeout 0: must be")
+
+
+def test_run_time_error_names_its_node(capsys, tmp_path):
+    path = _save(tmp_path, "reshape.onnx", [helper.make_node("Reshape", ["x", "s"], ["y"],
+                                                             name="flat")],
+                 [_vi("x", T.FLOAT, [2, 3])], [_out("y", 2)], [_i64([4, -1], "s")])
+    _one_line_error(*_main(capsys, "run", path), "node 'flat' (Reshape): ValueError")
+
+
+# --------------------------------------------------------------------------- flags
+
+
+def _relu(tmp_path, shape=("N", 3, "H"), name="relu.onnx", ir=8):
+    return _save(tmp_path, name, [helper.make_node("Relu", ["x"], ["y"])],
+                 [_vi("x", T.FLOAT, list(shape))], [_vi("y", T.FLOAT, list(shape))], ir=ir)
+
+
+def test_output_dir_creates_only_the_normalized_folder(capsys, tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    (work / "a").mkdir(parents=True)
+    path = _relu(tmp_path)
+    monkeypatch.chdir(work)
+    rc, out, err = _main(capsys, "run", path, "--output-dir", "a/../out2/../../escaped")
+    assert rc == 0, err
+    assert sorted(os.listdir(work / "a")) == []  # no a/out2
+    assert sorted(os.listdir(tmp_path)) == ["escaped", "relu.onnx", "work"]
+    assert sorted(os.listdir(tmp_path / "escaped")) == ["outputs.json", "y.npy"]
+    _one_line_error(*_main(capsys, "run", path, "--output-dir", "a/x/y"), "a/x does not exist")
+    assert os.listdir(work / "a") == []
+
+
+def test_seed_must_be_non_negative(capsys, tmp_path):
+    _one_line_error(*_main(capsys, "run", _relu(tmp_path), "--seed", "-1"), "--seed -1")
+
+
+def test_save_inputs_and_reuse_them(capsys, tmp_path):
+    path = _relu(tmp_path)
+    rc, out, err = _main(capsys, "run", path, "--seed", "7", "--shape", "x=2x3x4",
+                         "--save-inputs", tmp_path / "saved", "--output-dir", tmp_path / "o1")
+    assert rc == 0, err
+    saved = np.load(tmp_path / "saved" / "inputs.npz")
+    assert list(saved.keys()) == ["x"] and saved["x"].shape == (2, 3, 4)
+    rc, out, err = _main(capsys, "run", path, "--input", tmp_path / "saved" / "inputs.npz",
+                         "--output-dir", tmp_path / "o2")
+    assert rc == 0, err
+    np.testing.assert_array_equal(np.load(tmp_path / "o1" / "y.npy"),
+                                  np.load(tmp_path / "o2" / "y.npy"))
+    # compare takes the same flags
+    rc, out, err = _main(capsys, "compare", path, "--input", tmp_path / "saved" / "inputs.npz",
+                         "--json")
+    assert rc == 0, err
+    rc, out, err = _main(capsys, "compare", path, "--shape", "x=1x3x2", "--save-inputs",
+                         tmp_path / "s2", "--json")
+    assert rc == 0, err
+    assert np.load(tmp_path / "s2" / "inputs.npz")["x"].shape == (1, 3, 2)
+
+
+def test_bench_errors_are_one_line(capsys):
+    _one_line_error(*_main(capsys, "bench", "--bogus"), "unrecognized arguments: --bogus")
+    _one_line_error(*_main(capsys, "bench", "--cases", "no-such-case-anywhere"),
+                    "no case matches 'no-such-case-anywhere'")
+    _one_line_error(*_main(capsys, "bench", "--repeat", "x"), "--repeat")
+
+
+def test_bench_json_version_and_chart(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    rc, out, err = _main(capsys, "bench", "--cases", "dequantize.1x3x224x224", "--repeat", "1",
+                         "--no-reference", "--output-dir", tmp_path / "b", "--json")
+    assert rc == 0, err
+    r = json.loads(out)
+    assert [c["name"] for c in r["results"]] == ["dequantize.1x3x224x224"]
+    assert "results.png not written: matplotlib is not installed" in err
+    assert not (tmp_path / "b" / "results.png").exists()
+    report = (tmp_path / "b" / "results.md").read_text()
+    assert "qlinear None" not in report and "qlinear 0." in report
+    # outside a git checkout there is no commit: the version alone, never 'None'
+    machine = dict(r["machine"], qlinear_commit=None)
+    assert bench._qlinear_version_text(machine) == f"qlinear {machine['qlinear']}"
+
+
+def test_plain_install_says_how_to_get_the_tools():
+    code = ("import sys; sys.modules['onnx'] = None; from qlinear.cli import main; "
+            "sys.exit(main(['run']))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        "qlinear: error: qlinear run needs the model tools, and the Python package 'onnx' is "
+        "not installed: pip install 'qlinear[tools]'"]
+    for argv in (["--help"], ["run", "--help"], ["--version"]):  # no onnx needed for these
+        code = ("import sys; sys.modules['onnx'] = None; from qlinear.cli import main; "
+                f"sys.exit(main({argv!r}))")
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 0 and not p.stderr, (argv, p.stderr)
+
+
+def test_test_extra_installs_only_what_tests_import():
+    tomllib = pytest.importorskip("tomllib")
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        extras = tomllib.load(f)["project"]["optional-dependencies"]
+    names = {re.split(r"[<>=!~ \[]", req)[0].lower() for req in extras["test"]}
+    assert "scikit-learn" not in names and "scipy" not in names
+    assert "scikit-learn" in {re.split(r"[<>=!~ \[]", r)[0] for r in extras["example"]}
+    tests_dir = os.path.join(REPO, "tests")
+    for name in os.listdir(tests_dir):
+        if name.endswith(".py"):
+            text = open(os.path.join(tests_dir, name)).read()
+            assert not re.search(r"^\s*(import|from)\s+(sklearn|scipy)\b", text, re.M), name
+
+
+def _readme_synopsis(text: str, command: str) -> str:
+    """The README bullet that documents ``qlinear COMMAND``."""
+    m = re.search(rf"^- `qlinear {command}\b.*?(?=^\S|^- `qlinear |\Z)", text, re.M | re.S)
+    assert m, f"README has no synopsis for qlinear {command}"
+    return m.group(0)
+
+
+def test_readme_synopses_list_every_flag():
+    text = open(os.path.join(REPO, "README.md")).read()
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    for command, p in sub.choices.items():
+        if command == "bench":
+            p = bench.build_parser()
+        synopsis = _readme_synopsis(text, command)
+        for action in p._actions:
+            flags = [o for o in action.option_strings if o.startswith("--") and o != "--help"]
+            if flags:
+                assert any(f in synopsis for f in flags), (command, flags)
+
+
+# --------------------------------------------------------------------------- inspect
+
+
+def test_inspect_counts_operators_and_refusals_without_running(capsys, tmp_path, monkeypatch):
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="r1"),
+             helper.make_node("Relu", ["r"], ["r2"], name="r2"),
+             helper.make_node("Frobnicate", ["r2"], ["y"], domain="com.example", name="f")]
+    m = helper.make_model(helper.make_graph(nodes, "g", [_vi("x", T.FLOAT, ["N", -1, 4])],
+                                            [_vi("y", T.FLOAT, None)]),
+                          opset_imports=[helper.make_opsetid("", 13),
+                                         helper.make_opsetid("com.example", 1)])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(m.SerializeToString())
+
+    def no_running(*a, **k):
+        raise AssertionError("inspect must not run the model")
+
+    monkeypatch.setattr(backend.QLinearRep, "__init__", no_running)
+    rc, out, err = _main(capsys, "inspect", path, "--json")
+    assert rc == 0, err
+    r = json.loads(out)
+    assert r["inputs"] == [{"name": "x", "dtype": "float32", "shape": ["N", "?", 4]}]
+    assert r["opsets"] == {"ai.onnx": 13, "com.example": 1}
+    ops = {(o["domain"], o["op_type"]): o for o in r["operators"]}
+    assert ops[("ai.onnx", "Relu")]["nodes"] == 2 and ops[("ai.onnx", "Relu")]["refused"] == 0
+    assert ops[("com.example", "Frobnicate")]["refused"] == 1
+    assert not r["supported"] and "Frobnicate ×1" in r["refusal"]
+    rc, out, err = _main(capsys, "inspect", path)
+    assert rc == 0 and "refuses 1" in out and "qlinear refuses:" in out
+    _one_line_error(*_main(capsys, "inspect", tmp_path / "nope.onnx"), "no such file")
+
+
+# --------------------------------------------------------------------------- lenient (issue 10)
+
+
+def test_dimensions_declared_minus_one_are_dynamic(capsys, tmp_path):
+    path = _relu(tmp_path, shape=(-1, 3))
+    rc, out, err = _main(capsys, "run", path)
+    assert rc == 0, err
+    np.save(tmp_path / "x.npy", np.ones((5, 3), np.float32))
+    rc, out, err = _main(capsys, "run", path, "--input", f"x={tmp_path / 'x.npy'}")
+    assert rc == 0, err
+    rc, out, err = _main(capsys, "run", path, "--shape", "x=7x3", "--json")
+    assert rc == 0 and json.loads(out)["inputs"][0]["shape"] == [7, 3]
+
+
+def test_ir3_initializers_outside_inputs_load(capsys, tmp_path):
+    path = _save(tmp_path, "ir3.onnx", [helper.make_node("Add", ["x", "w"], ["y"])],
+                 [_vi("x", T.FLOAT, [2])], [_vi("y", T.FLOAT, [2])],
+                 [numpy_helper.from_array(np.array([1, 2], np.float32), "w")], opset=8, ir=3)
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(onnx.load(path))  # what used to refuse it
+    np.save(tmp_path / "x.npy", np.array([10, 20], np.float32))
+    rc, out, err = _main(capsys, "run", path, "--input", f"x={tmp_path / 'x.npy'}",
+                         "--output-dir", tmp_path / "o")
+    assert rc == 0, err
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "y.npy"), [11, 22])
+    # everything else is still checked under IR 4's rules
+    bad = onnx.load(path)
+    bad.graph.node[0].op_type = "Add"
+    bad.graph.node[0].attribute.append(helper.make_attribute("bogus", 1))
+    onnx.save(bad, tmp_path / "bad.onnx")
+    _one_line_error(*_main(capsys, "run", tmp_path / "bad.onnx"), "invalid ONNX model")
+
+
+@pytest.mark.parametrize("arg,fragment", [
+    ("x=2x4x5", "declares [?, 3, ?]"),
+    ("x=2x3", "declares [?, 3, ?]"),
+    ("x=2xfoo", "'foo' is not a non-negative whole number"),
+    ("z=1", "no input 'z'"),
+    ("x", "expected NAME=DIMxDIM"),
+    ("x=65536x3x65536", "more than the limit"),
+])
+def test_shape_flag_errors(capsys, tmp_path, arg, fragment):
+    _one_line_error(*_main(capsys, "run", _relu(tmp_path), "--shape", arg), fragment)
+
+
+def test_shape_flag_fixes_symbolic_dims(capsys, tmp_path):
+    rc, out, err = _main(capsys, "run", _relu(tmp_path), "--shape", "x=2x3x5", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["inputs"][0]["shape"] == [2, 3, 5]
+
+
+def _scan_model(**attrs):
+    body = helper.make_graph([helper.make_node("Add", ["s", "e"], ["s2"]),
+                              helper.make_node("Identity", ["s2"], ["o"])], "body",
+                             [_vi("s", T.FLOAT, [2]), _vi("e", T.FLOAT, [2])],
+                             [_vi("s2", T.FLOAT, [2]), _vi("o", T.FLOAT, [2])])
+    node = helper.make_node("Scan", ["s0", "xs"], ["sN", "os"], body=body, num_scan_inputs=1,
+                            name="scan", **attrs)
+    return helper.make_model(helper.make_graph(
+        [node], "g", [_vi("s0", T.FLOAT, [2]), _vi("xs", T.FLOAT, [3, 2])],
+        [_vi("sN", T.FLOAT, [2]), _vi("os", T.FLOAT, [3, 2])]),
+        opset_imports=[helper.make_opsetid("", 16)])
+
+
+@pytest.mark.parametrize("attrs,fragment", [
+    ({"scan_output_directions": [1]}, "scan_output_directions all 0"),
+    ({"scan_input_directions": [1]}, "scan_input_directions all 0"),
+    ({"scan_output_axes": [1]}, "scan_output_axes all 0"),
+])
+def test_scan_onnx_reference_cannot_run_is_refused_up_front(attrs, fragment):
+    m = _scan_model(**attrs)
+    problems = backend.check_model(m)
+    assert [(p.node, p.op_type) for p in problems] == [("scan", "Scan")]
+    assert fragment in problems[0].reason
+    with pytest.raises(backend.UnsupportedModelError, match=fragment):
+        backend.prepare(m)
+
+
+def test_scan_that_onnx_reference_runs_still_runs():
+    m = _scan_model()
+    assert backend.check_model(m) == []
+    xs = np.arange(6, dtype=np.float32).reshape(3, 2)
+    s, os_ = backend.prepare(m).run({"s0": np.zeros(2, np.float32), "xs": xs})
+    np.testing.assert_array_equal(os_, np.cumsum(xs, axis=0))
+
+
+def test_unsupported_error_groups_and_counts_every_node(capsys, tmp_path):
+    ops = [("Sigmoidish", 58), ("Mulish", 58), ("Concatish", 19), ("Addish", 8)]
+    nodes, prev = [], "x"
+    for op, n in ops:
+        for i in range(n):
+            nodes.append(helper.make_node(op, [prev], [f"{op}{i}"], domain="com.example",
+                                          name=f"{op}_{i}"))
+            prev = f"{op}{i}"
+    m = helper.make_model(helper.make_graph(nodes, "g", [_vi("x", T.FLOAT, [1])],
+                                            [_vi(prev, T.FLOAT, [1])]),
+                          opset_imports=[helper.make_opsetid("", 13),
+                                         helper.make_opsetid("com.example", 1)])
+    onnx.save(m, tmp_path / "m.onnx")
+    line = _one_line_error(*_main(capsys, "run", tmp_path / "m.onnx"))
+    assert ("143 unsupported nodes: com.example.Sigmoidish ×58, com.example.Mulish ×58, "
+            "com.example.Concatish ×19, com.example.Addish ×8 (operator outside the standard "
+            "ONNX domains; e.g. nodes 'Sigmoidish_0', 'Mulish_0')") in line
+    assert len(line) < 400
+
+
+# --------------------------------------------------------------------------- fuzz
+
+
+def _fuzz_seed_model() -> bytes:
+    rng = np.random.default_rng(0)
+    w = rng.integers(-128, 128, (4, 2, 3, 3)).astype(np.int8)
+    f = lambda v, n: numpy_helper.from_array(np.asarray(v, np.float32), n)  # noqa: E731
+    inits = [f(0.05, "xs"), numpy_helper.from_array(np.array(128, np.uint8), "xz"),
+             numpy_helper.from_array(w, "w"), f(np.full(4, 0.01), "ws"),
+             numpy_helper.from_array(np.zeros(4, np.int8), "wz"), f(0.1, "ys"),
+             numpy_helper.from_array(np.array(3, np.uint8), "yz"), _i64([1, -1], "shp")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"], name="q"),
+             helper.make_node("QLinearConv", ["xq", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
+                              ["yq"], pads=[1] * 4, name="conv"),
+             helper.make_node("MaxPool", ["yq"], ["p"], kernel_shape=[2, 2], strides=[2, 2],
+                              name="pool"),
+             helper.make_node("DequantizeLinear", ["p", "ys", "yz"], ["pf"], name="dq"),
+             helper.make_node("Reshape", ["pf", "shp"], ["y"], name="flat")]
+    g = helper.make_graph(nodes, "fuzz", [_vi("x", T.FLOAT, ["N", 2, 6, 6])],
+                          [_vi("y", T.FLOAT, ["N", 36])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def _mutate(data: bytes, rng) -> bytes:
+    b = bytearray(data)
+    kind = int(rng.integers(0, 4))
+    if kind == 0:  # a few random bytes
+        for _ in range(int(rng.integers(1, 4))):
+            b[int(rng.integers(0, len(b)))] = int(rng.integers(0, 256))
+    elif kind == 1:  # truncated
+        b = b[: int(rng.integers(1, len(b)))]
+    elif kind == 2:  # bytes inserted
+        i = int(rng.integers(0, len(b)))
+        b[i:i] = bytes(rng.integers(0, 256, int(rng.integers(1, 8))).astype(np.uint8))
+    else:  # a small numeric change (a length, a dimension, a type, a varint bit)
+        i = int(rng.integers(0, len(b)))
+        b[i] = (b[i] + int(rng.choice([1, -1, 0x40, 0x80]))) % 256
+    return bytes(b)
+
+
+def test_fuzz_mutated_models_run_or_fail_in_one_line(tmp_path):
+    """400 seeded mutations of a small quantized model: each runs (exit 0) or ends in one
+    line ``qlinear: error:`` (exit 2) within the time limit: no traceback, no exception type
+    leaking from deep inside onnx or numpy, no hang, no allocation above the limit."""
+    base = _fuzz_seed_model()
+    rng = np.random.default_rng(20261123)
+    path = str(tmp_path / "m.onnx")
+    start = time.perf_counter()
+    outcomes = {0: 0, 2: 0}
+    for k in range(400):
+        data = _mutate(base, rng)
+        with open(path, "wb") as f:
+            f.write(data)
+        out, err = io.StringIO(), io.StringIO()
+        t = time.perf_counter()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = cli.main(["run", path, "--json", "--timeout", "5",
+                           "--max-tensor-bytes", str(1 << 24)])
+        assert time.perf_counter() - t < 6, k
+        e = err.getvalue().strip()
+        assert rc in (0, 2), (k, rc, e)
+        outcomes[rc] += 1
+        if rc == 2:
+            assert len(e.splitlines()) == 1 and e.startswith("qlinear: error: "), (k, e)
+            # a type name in front means an exception nobody turned into a sentence
+            assert not re.match(r"qlinear: error: (KeyError|AttributeError|IndexError|"
+                                r"UnicodeDecodeError|MemoryError|struct\.error)", e), (k, e)
+        else:
+            json.loads(out.getvalue())
+    assert outcomes[0] > 10 and outcomes[2] > 100  # the mutations reach both outcomes
+    assert time.perf_counter() - start < 60
+
+
+def test_tensor_data_shorter_or_longer_than_its_shape(capsys, tmp_path):
+    w = numpy_helper.from_array(np.ones((2, 3), np.float32), "w")
+    w.dims[:] = [3, 3]  # 24 bytes of data for 36
+    path = _save(tmp_path, "short.onnx", [helper.make_node("Add", ["x", "w"], ["y"])],
+                 [_vi("x", T.FLOAT, [3, 3])], [_vi("y", T.FLOAT, [3, 3])], [w])
+    _one_line_error(*_main(capsys, "run", path), "tensor 'w' of shape [3, 3] (float32) holds 24 "
+                    "bytes of data, not 36")
+    w = helper.make_tensor("w", T.INT64, [3], [1, 2, 3])
+    w.dims[:] = [4]
+    path = _save(tmp_path, "typed.onnx", [helper.make_node("Add", ["x", "w"], ["y"])],
+                 [_vi("x", T.INT64, [4])], [_vi("y", T.INT64, [4])], [w])
+    _one_line_error(*_main(capsys, "run", path), "holds 3 values, not 4")
+
+
+def test_names_that_are_not_utf8_are_named(capsys, tmp_path):
+    path = _relu(tmp_path)
+    data = open(path, "rb").read().replace(b"Relu", b"R\xc1lu")
+    (tmp_path / "bad.onnx").write_bytes(data)
+    _one_line_error(*_main(capsys, "run", tmp_path / "bad.onnx"), "op_type is not valid UTF-8")
+
+
+@pytest.mark.parametrize("node,fragment", [
+    (helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], auto_pad="SAME_UPPER",
+                      ceil_mode=1, name="n"), "ceil_mode with auto_pad SAME_UPPER"),
+    (helper.make_node("Resize", ["x", "", "sc"], ["y"], antialias=1, mode="nearest", name="n"),
+     "antialias with mode nearest"),
+])
+def test_other_onnx_reference_gaps_are_refused_up_front(node, fragment):
+    """What onnx.reference implements but fails on only when the node runs."""
+    m = helper.make_model(helper.make_graph(
+        [node], "g", [_vi("x", T.FLOAT, [1, 1, 4, 4])], [_vi("y", T.FLOAT, [1, 1, 4, 4])],
+        [numpy_helper.from_array(np.array([1, 1, 1, 1], np.float32), "sc")]),
+        opset_imports=[helper.make_opsetid("", 19)])
+    problems = backend.check_model(m)
+    assert len(problems) == 1 and fragment in problems[0].reason
+    from onnx.reference import ReferenceEvaluator
+
+    with pytest.raises(Exception):  # what the up-front check spares: a failure mid-run
+        ReferenceEvaluator(m).run(None, {"x": np.ones((1, 1, 4, 4), np.float32)})
+
+
+_EXTREMES = [0, -1, 1, 2, 3, 2**31, 2**62, -2**62]
+_OPS = ["QLinearConv", "MaxPool", "Reshape", "Expand", "Tile", "Pad", "Loop", "Scan", "If",
+        "ConstantOfShape", "Resize", "Conv", "Cast"]
+
+
+def _mutate_structure(base: bytes, rng) -> bytes:
+    """One field of the parsed model set to an extreme or wrong value."""
+    m = onnx.ModelProto()
+    m.ParseFromString(base)
+    g = m.graph
+    pick = lambda seq: seq[int(rng.integers(len(seq)))]  # noqa: E731
+    kind = int(rng.integers(0, 6))
+    if kind == 0:  # an attribute (pads, strides, kernel_shape, ...) to an extreme
+        node = pick(g.node)
+        if node.attribute:
+            a = pick(node.attribute)
+            if a.ints:
+                a.ints[int(rng.integers(len(a.ints)))] = int(rng.choice(_EXTREMES))
+            else:
+                a.i = int(rng.choice(_EXTREMES))
+    elif kind == 1:  # a dimension of an initializer
+        t = pick(g.initializer)
+        if t.dims:
+            t.dims[int(rng.integers(len(t.dims)))] = int(rng.choice(_EXTREMES))
+    elif kind == 2:  # another operator in a node's place
+        pick(g.node).op_type = str(rng.choice(_OPS))
+    elif kind == 3:  # a declared input dimension
+        pick(g.input[0].type.tensor_type.shape.dim).dim_value = int(rng.choice(_EXTREMES))
+    elif kind == 4:  # an element type, known or not
+        pick(g.initializer).data_type = int(rng.integers(0, 30))
+    else:  # the values of the Reshape's shape
+        g.initializer[-1].CopyFrom(numpy_helper.from_array(
+            np.array([int(rng.choice(_EXTREMES)) for _ in range(2)], np.int64), "shp"))
+    return m.SerializeToString()
+
+
+def test_fuzz_structured_mutations_run_or_fail_in_one_line(tmp_path):
+    """300 seeded mutations of fields (attributes, dimensions, operator types, element types,
+    shape values) to extreme or wrong values: each runs or ends in one line, in time."""
+    base = _fuzz_seed_model()
+    rng = np.random.default_rng(11)
+    path = str(tmp_path / "m.onnx")
+    start = time.perf_counter()
+    for k in range(300):
+        with open(path, "wb") as f:
+            f.write(_mutate_structure(base, rng))
+        out, err = io.StringIO(), io.StringIO()
+        t = time.perf_counter()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = cli.main(["run", path, "--json", "--timeout", "5",
+                           "--max-tensor-bytes", str(1 << 24)])
+        assert time.perf_counter() - t < 6, k
+        e = err.getvalue().strip()
+        assert rc in (0, 2), (k, rc, e)
+        if rc == 2:
+            assert len(e.splitlines()) == 1 and e.startswith("qlinear: error: "), (k, e)
+            assert not re.match(r"qlinear: error: (KeyError|AttributeError|UnicodeDecodeError|"
+                                r"MemoryError)", e), (k, e)
+    assert time.perf_counter() - start < 60
