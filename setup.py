@@ -21,6 +21,10 @@ from setuptools.command.build_ext import build_ext
 REQUIRE = os.environ.get("QLINEAR_REQUIRE_NATIVE", "") == "1"
 
 
+class NativeBuildError(RuntimeError):
+    """The native engine failed to build while QLINEAR_REQUIRE_NATIVE=1."""
+
+
 class OptionalBuildExt(build_ext):
     """Build the engine; on failure fall back to the NumPy engine unless it is required."""
 
@@ -37,8 +41,10 @@ class OptionalBuildExt(build_ext):
             self._fallback(exc)
 
     def _fallback(self, exc: Exception) -> None:
+        if isinstance(exc, NativeBuildError):
+            raise exc
         if REQUIRE:
-            raise RuntimeError(f"qlinear: the native engine failed to build (QLINEAR_REQUIRE_NATIVE=1): {exc}") from exc
+            raise NativeBuildError(f"qlinear: the native engine failed to build (QLINEAR_REQUIRE_NATIVE=1): {exc}") from exc
         msg = (f"qlinear: the native engine could not be built ({exc}); "
                "qlinear will run on its NumPy engine")
         print("WARNING: " + msg, file=sys.stderr)

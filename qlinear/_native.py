@@ -22,9 +22,14 @@ from typing import Any, Iterator
 try:
     from . import _qlnative as _C  # type: ignore[attr-defined]
     _IMPORT_ERROR: str | None = None
-except ImportError as exc:  # not built (no compiler at install time)
+except ImportError as exc:  # not built (no compiler at install time), or it does not load
     _C = None
-    _IMPORT_ERROR = str(exc)
+    _here = os.path.dirname(os.path.abspath(__file__))
+    if not any(name.startswith("_qlnative") for name in os.listdir(_here)):
+        _IMPORT_ERROR = ("the extension qlinear._qlnative was not built (no working C compiler when "
+                         "qlinear was installed; reinstall with one to get the native engine)")
+    else:
+        _IMPORT_ERROR = f"the extension qlinear._qlnative does not load: {exc}"
 
 ENGINES = ("native", "numpy")
 ISA_LEVELS = ("avx512vnni", "avxvnni", "avx2", "scalar")

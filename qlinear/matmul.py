@@ -271,13 +271,11 @@ class PreparedQLinearMatMul:
             raise TypeError(f"{op}: b_zero_point is required")
         self._b = _RightOperand(op, b, b_zero_point, owned=_owned)
         bs = v.scale(op, "b_scale", b_scale)
-        bzp = v.zero_point(op, "b_zero_point", b_zero_point, "b", self._b.matrix.dtype)
+        bzp = v.zero_point(op, "b_zero_point", b_zero_point, "b", self._b.dtype)
         v.same_shape(op, "b_scale", bs, "b_zero_point", bzp)
-        self.b_scale = _operand_param(op, "b_scale", bs, "b", self._b.b_shape)
-        if _owned:
-            self.b_scale = np.array(self.b_scale, copy=True)
-            if _native.native() is not None:
-                self._b.packed(_native.isa())  # pack once, now
+        self.b_scale = np.array(_operand_param(op, "b_scale", bs, "b", self._b.b_shape), copy=True)
+        if _owned and _native.native() is not None:
+            self._b.packed(_native.isa())  # pack once, now
 
     def run(self, a: np.ndarray, a_scale: Any, a_zero_point: Any, y_scale: Any, y_zero_point: Any) -> np.ndarray:
         """The quantized product; output dtype is y_zero_point's."""

@@ -93,7 +93,7 @@ def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, ax
     out = np.empty(x.shape, dtype=zp.dtype)
     shape3 = as_3d(x.shape, ax)
     C = _native.native()
-    if C is not None:
+    if C is not None and x.flags.c_contiguous:  # (a broadcast view goes block by block below)
         _native_elementwise(C, True, x, shape3, ax is not None, scale, zp_b, out)
         return out
     # NaN goes to T's min (in round_saturate_block), the value onnxruntime's CPU kernel gives.
@@ -127,7 +127,7 @@ def dequantize_linear(x: np.ndarray, x_scale: Any, x_zero_point: Any = None, *, 
     out = np.empty(x.shape, dtype=np.float32)
     shape3 = as_3d(x.shape, ax)
     C = _native.native()
-    if C is not None:
+    if C is not None and x.flags.c_contiguous:
         _native_elementwise(C, False, x, shape3, ax is not None, scale, zp, out)
         return out
     zp = zp.astype(np.float32)

@@ -81,3 +81,65 @@ def test_isa_the_cpu_lacks_is_an_error():
     assert f"QLINEAR_ISA='{missing[0]}': this CPU cannot run that level" in r.stderr
     with pytest.raises(ValueError, match="cannot run that level"):
         _native.set_isa(missing[0])
+
+
+def test_without_the_extension_the_numpy_engine_runs(tmp_path):
+    """A copy of the package without the compiled module (an install without a C compiler):
+    the NumPy engine runs and says why; QLINEAR_REQUIRE_NATIVE=1 makes the import fail."""
+    import shutil
+    pkg = tmp_path / "qlinear"
+    shutil.copytree(os.path.dirname(qlinear.__file__), pkg,
+                    ignore=shutil.ignore_patterns("_qlnative*", "__pycache__", "_native"))
+    code = (
+        "import sys\n"
+        "sys.meta_path = [m for m in sys.meta_path if 'editable' not in repr(m).lower()]\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "import numpy as np, qlinear\n"
+        f"assert qlinear.__file__.startswith({str(tmp_path)!r}), qlinear.__file__\n"
+        "i = qlinear.engine_info()\n"
+        "print(i['engine'], i['native_available'], i['native_error'])\n"
+        "print(qlinear.matmul_integer(np.ones((2, 3), np.uint8), np.ones((3, 2), np.int8)).tolist())\n"
+    )
+    r = _run(code)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("numpy False the extension qlinear._qlnative was not built")
+    assert lines[1] == "[[3, 3], [3, 3]]"
+    r = _run(code, QLINEAR_REQUIRE_NATIVE="1")
+    assert r.returncode != 0 and "QLINEAR_REQUIRE_NATIVE=1 but the native engine is not built" in r.stderr
+
+
+def test_concurrent_calls_from_python_threads():
+    """The GIL is released: calls from several Python threads run at once (one of them on the
+    pool, the others on their own thread) and all give the exact result."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import oracle
+    rng = np.random.default_rng(11)
+    a = rng.integers(0, 256, (97, 300)).astype(np.uint8)
+    b = rng.integers(-128, 128, (300, 70)).astype(np.int8)
+    want = oracle.matmul_integer(a, b, np.uint8(7), np.int8(-3))
+    prepared = qlinear.prepare_matmul_integer(b, np.int8(-3))
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: prepared.run(a, np.uint8(7)), range(16)))
+    for got in results:
+        np.testing.assert_array_equal(got, want)
+
+
+@needs_native
+def test_pool_survives_fork():
+    """A forked child (multiprocessing's default on Linux) rebuilds the pool on first use."""
+    code = (
+        "import os, numpy as np, qlinear\n"
+        "a = np.ones((300, 300), np.uint8); b = np.ones((300, 300), np.int8)\n"
+        "qlinear.set_num_threads(2); qlinear.matmul_integer(a, b)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    ok = int(qlinear.matmul_integer(a, b)[0, 0]) == 300\n"
+        "    os._exit(0 if ok else 3)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "print(os.waitstatus_to_exitcode(status))\n"
+    )
+    r = _run(code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0"

@@ -163,8 +163,9 @@ def test_prepared_forms_own_their_weights():
     assert_exact(pq.run(a, np.float32(0.02), np.uint8(3), np.float32(0.1), np.int8(0)), want_q)
 
 
+# sizes past the native engine's threading threshold (2**18 values) too, per tensor and per axis
 @pytest.mark.parametrize("shape,axis", [((3, 1000), 1), ((70000,), 0), ((5, 7, 2051), 2), ((2, 9, 4099), 1),
-                                        ((100001,), None)])
+                                        ((300001,), None), ((2, 140001), 0), ((70001, 4), 1)])
 @pytest.mark.parametrize("ydt", DTYPES_8)
 def test_quantize_dequantize_sizes_axes_specials(shape, axis, ydt):
     rng = np.random.default_rng(9)

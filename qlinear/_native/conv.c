@@ -889,6 +889,8 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, ql_dw_rows_fn ro
     if (d.scratch_bytes * (size_t)threads > workspace) return -3;
     d.scratch = (char *)malloc(d.scratch_bytes * (size_t)threads + 64);
     if (!d.scratch) return -1;
+    /* small convolutions stay on the calling thread (as ql_gemm does below 2^21 MACs) */
+    int run_threads = p->N * p->M * d.P * d.taps < ((int64_t)1 << 21) ? 1 : threads;
     if (d.plane_mode) {
         /* tap offsets in the plane, the same for every thread */
         int64_t *toff = (int64_t *)(d.scratch + d.off_toff);
@@ -903,7 +905,7 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, ql_dw_rows_fn ro
         }
         for (int th = 1; th < threads; th++)
             memcpy(d.scratch + (size_t)th * d.scratch_bytes + d.off_toff, toff, sizeof(int64_t) * (size_t)d.taps);
-        ql_parallel_for((ptrdiff_t)(p->N * p->C), threads, dw_plane_task, &d);
+        ql_parallel_for((ptrdiff_t)(p->N * p->C), run_threads, dw_plane_task, &d);
         free(d.scratch);
         return 0;
     }
@@ -914,7 +916,7 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, ql_dw_rows_fn ro
     if (blocks > d.orows) blocks = d.orows;
     d.rows_per_task = (d.orows + blocks - 1) / blocks;
     d.row_blocks = (d.orows + d.rows_per_task - 1) / d.rows_per_task;
-    ql_parallel_for((ptrdiff_t)(planes * d.row_blocks), threads, dw_task, &d);
+    ql_parallel_for((ptrdiff_t)(planes * d.row_blocks), run_threads, dw_task, &d);
     free(d.scratch);
     return 0;
 }

@@ -22,42 +22,51 @@ static void ql_epilogue_avx2(const ql_epilogue *ep, const int32_t *C, ptrdiff_t 
         ql_epilogue_scalar(ep, C, ldc, colsum, i0, j0, rows, cols);
         return;
     }
+    /* every field in a local: the byte stores below may alias anything, so the compiler would
+     * otherwise reload the struct after each of them */
+    const int quantized = ep->quantized, is_signed = ep->out_is_signed;
+    const int32_t *row_bias = ep->row_bias, *row_a = ep->row_a, *row_z = ep->row_z, *col_z = ep->col_z;
+    const ptrdiff_t row_s = ep->row_s, col_z_s = ep->col_z_s, out_rs = ep->out_rs;
+    const float *mult = ep->mult;
+    const ptrdiff_t mult_rs = ep->mult_rs, mult_cs = ep->mult_cs;
+    char *out8 = (char *)ep->out;
+    int32_t *out32 = (int32_t *)ep->out;
     const __m256 lo = _mm256_set1_ps(ep->lo), hi = _mm256_set1_ps(ep->hi);
     const __m256i zp = _mm256_set1_epi32(ep->zp);
+    const __m256i czb = _mm256_set1_epi32(row_a ? col_z[0] : 0);
     for (int r = 0; r < rows; r++) {
         ptrdiff_t i = i0 + r;
-        __m256i bias = _mm256_set1_epi32(ep->row_bias ? ep->row_bias[i] : 0);
-        __m256i ra = _mm256_setzero_si256(), rz = ra, czb = ra;
-        if (ep->row_a) {
-            ra = _mm256_set1_epi32(ep->row_a[i * ep->row_s]);
-            rz = _mm256_set1_epi32(ep->row_z[i * ep->row_s]);
-            czb = _mm256_set1_epi32(ep->col_z[0]);
+        const int32_t *crow = C + r * ldc;
+        __m256i bias = _mm256_set1_epi32(row_bias ? row_bias[i] : 0);
+        __m256i ra = _mm256_setzero_si256(), rz = ra;
+        if (row_a) {
+            ra = _mm256_set1_epi32(row_a[i * row_s]);
+            rz = _mm256_set1_epi32(row_z[i * row_s]);
         }
-        const float *mrow = ep->quantized ? ep->mult + i * ep->mult_rs : NULL;
+        const float *mrow = quantized ? mult + i * mult_rs : NULL;
         __m256 mb = _mm256_set1_ps(mrow ? mrow[0] : 0.0f);
         int c = 0;
         for (; c + 8 <= cols; c += 8) {
             ptrdiff_t j = j0 + c;
-            __m256i acc = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(C + r * ldc + c)), bias);
-            if (ep->row_a) {
-                __m256i cz = ep->col_z_s ? _mm256_loadu_si256((const __m256i *)(ep->col_z + j)) : czb;
+            __m256i acc = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(crow + c)), bias);
+            if (row_a) {
+                __m256i cz = col_z_s ? _mm256_loadu_si256((const __m256i *)(col_z + j)) : czb;
                 __m256i cs = _mm256_loadu_si256((const __m256i *)(colsum + c));
                 acc = _mm256_sub_epi32(acc, _mm256_add_epi32(_mm256_mullo_epi32(cz, ra),
                                                              _mm256_mullo_epi32(rz, cs)));
             }
-            if (!ep->quantized) {
-                _mm256_storeu_si256((__m256i *)((int32_t *)ep->out + i * ep->out_rs + j), acc);
+            if (!quantized) {
+                _mm256_storeu_si256((__m256i *)(out32 + i * out_rs + j), acc);
                 continue;
             }
-            __m256 m = ep->mult_cs ? _mm256_loadu_ps(mrow + j) : mb;
+            __m256 m = mult_cs ? _mm256_loadu_ps(mrow + j) : mb;
             __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), m);
             v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
             __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), zp);
-            store8_i32((char *)ep->out + i * ep->out_rs + j, ep->out_is_signed, q);
+            store8_i32(out8 + i * out_rs + j, is_signed, q);
         }
         if (c < cols)
-            ql_epilogue_scalar(ep, C + r * ldc + c, ldc, colsum ? colsum + c : NULL, (int)i,
-                               j0 + c, 1, cols - c);
+            ql_epilogue_scalar(ep, crow + c, ldc, colsum ? colsum + c : NULL, (int)i, j0 + c, 1, cols - c);
     }
 }
 

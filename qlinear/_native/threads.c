@@ -26,10 +26,22 @@ static pthread_cond_t cv_done = PTHREAD_COND_INITIALIZER;
 static int want_threads;          /* requested size (0: not yet decided) */
 static int n_workers;             /* running workers (pool size - 1) */
 static pthread_t *workers;
-static unsigned long generation;  /* bumped per job */
+static atomic_ulong generation;   /* bumped per job (under mu; read without it while spinning) */
 static unsigned long start_generation;  /* generation when the current workers were created */
 static int stopping;
-static int pending;               /* workers that have not finished the current job */
+static atomic_int pending;        /* workers that have not finished the current job (under mu) */
+static int sleepers;              /* workers blocked on cv_start */
+
+/* Spin this many pause instructions (about 20-40 us) before blocking: waking a sleeping
+ * thread costs tens of microseconds (more on a virtual CPU), which back-to-back calls of a
+ * layer would pay every time. Bounded, so an idle pool does not keep burning a CPU. */
+#define SPIN_LIMIT 2000
+
+static inline void cpu_relax(void) {
+#if QL_X86 && (defined(__GNUC__) || defined(__clang__))
+    __builtin_ia32_pause();
+#endif
+}
 static int atfork_done;
 
 static ql_task_fn job_fn;
@@ -63,7 +75,17 @@ static void *worker(void *arg) {
     pthread_mutex_lock(&mu);
     unsigned long seen = start_generation;  /* not `generation`: a job may already be posted */
     for (;;) {
-        while (generation == seen && !stopping) pthread_cond_wait(&cv_start, &mu);
+        if (generation == seen && !stopping) {
+            pthread_mutex_unlock(&mu);
+            for (int i = 0; i < SPIN_LIMIT && atomic_load_explicit(&generation, memory_order_acquire) == seen; i++)
+                cpu_relax();
+            pthread_mutex_lock(&mu);
+        }
+        while (generation == seen && !stopping) {
+            sleepers++;
+            pthread_cond_wait(&cv_start, &mu);
+            sleepers--;
+        }
         if (stopping) break;
         seen = generation;
         int mine = idx < job_threads;
@@ -79,6 +101,7 @@ static void *worker(void *arg) {
 static void stop_workers(void) {
     pthread_mutex_lock(&mu);
     stopping = 1;
+    generation++;  /* wakes spinning workers too */
     pthread_cond_broadcast(&cv_start);
     pthread_mutex_unlock(&mu);
     for (int i = 0; i < n_workers; i++) pthread_join(workers[i], NULL);
@@ -98,6 +121,7 @@ static void after_fork_child(void) {
     n_workers = 0;
     stopping = 0;
     pending = 0;
+    sleepers = 0;
 }
 
 /* with `submit` held: make the pool have want_threads - 1 workers */
@@ -143,9 +167,11 @@ void ql_parallel_for(ptrdiff_t n_tasks, int max_threads, ql_task_fn fn, void *ct
     atomic_store(&job_next, 0);
     pending = n_workers;
     generation++;
-    pthread_cond_broadcast(&cv_start);
+    if (sleepers) pthread_cond_broadcast(&cv_start);
     pthread_mutex_unlock(&mu);
     run_tasks(0);
+    for (int i = 0; i < SPIN_LIMIT && atomic_load_explicit(&pending, memory_order_acquire) > 0; i++)
+        cpu_relax();
     pthread_mutex_lock(&mu);
     while (pending > 0) pthread_cond_wait(&cv_done, &mu);
     pthread_mutex_unlock(&mu);
