@@ -9,6 +9,7 @@ in ``qlinear.contrib``.
 """
 
 from ._engine import set_workspace_limit, workspace_limit
+from ._native import engine_info, get_num_threads, set_num_threads
 from ._validate import max_output_bytes, set_max_output_bytes
 from .conv import (
     PreparedConvInteger,
@@ -46,6 +47,9 @@ __all__ = [
     "PreparedQLinearMatMul",
     "PreparedMatMulInteger",
     "set_workspace_limit",
+    "engine_info",
+    "set_num_threads",
+    "get_num_threads",
     "workspace_limit",
     "set_max_output_bytes",
     "max_output_bytes",

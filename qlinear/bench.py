@@ -535,6 +535,11 @@ def machine_description(threads: int) -> dict[str, Any]:
         "threads_per_engine": threads,
     }
     try:
+        from . import _native
+        info["qlinear_engine"] = _native.engine_info()
+    except Exception as e:  # noqa: BLE001 - the report says why
+        info["qlinear_engine"] = {"error": str(e)}
+    try:
         with open("/proc/cpuinfo") as f:
             cpuinfo = f.read()
         for line in cpuinfo.splitlines():

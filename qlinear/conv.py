@@ -11,16 +11,20 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from . import _native
 from . import _validate as v
-from ._engine import ConvKernel, conv_accumulate
-from ._geometry import ConvAttributes, check_conv_shapes
+from ._engine import ConvKernel, conv_accumulate, workspace_limit
+from ._geometry import ConvAttributes, ConvGeometry, check_conv_shapes
 from ._requant import multiplier, requantize_channels
 
 
 class _ConvWeights:
-    """Validated weights, attributes and the centered float32 GEMM matrix of one convolution."""
+    """Validated weights and attributes of one convolution, in each engine's form: the
+    centered float32 GEMM matrix (NumPy engine) and the packed weights per ISA level (native
+    engine), each built on first use."""
 
-    def __init__(self, op: str, w: Any, w_zero_point: Any, attributes: dict[str, Any]) -> None:
+    def __init__(self, op: str, w: Any, w_zero_point: Any, attributes: dict[str, Any],
+                 owned: bool = True) -> None:
         self.op = op
         w = v.integer_tensor(op, "w", w)
         if w.ndim < 3:
@@ -36,17 +40,40 @@ class _ConvWeights:
         self.w_zero_point = np.array(zp, copy=True)
         self.attributes = ConvAttributes.from_onnx(op, w.shape, **attributes)
         v.check_size(op, "the float32 copy of w", w.shape, 4)
-        centered = np.subtract(w, zp.reshape((-1,) + (1,) * (w.ndim - 1)), dtype=np.float32)
-        self.kernel = ConvKernel(centered, self.attributes.group)
+        # A prepared form keeps its own copies (never views of the caller's arrays); a plain
+        # call uses w once, while the caller waits.
+        self.w = np.array(w, copy=True) if owned else w
+        self._kernel: ConvKernel | None = None
+        self._native: dict[tuple[str, bool], np.ndarray] = {}
         # (x shape, x dtype, x_zero_point) → (validated zero point, geometry), for repeated calls.
         self._inputs = _Memo()
 
-    def accumulate(self, x: Any, x_zero_point: Any, bias: np.ndarray | None = None,
-                   out_dtype: type = np.int32,
+    @property
+    def kernel(self) -> ConvKernel:
+        """The NumPy engine's form of the weights (centered float32), built on first use."""
+        if self._kernel is None:
+            w, zp = self.w, self.w_zero_point
+            centered = np.subtract(w, zp.reshape((-1,) + (1,) * (w.ndim - 1)), dtype=np.float32)
+            self._kernel = ConvKernel(centered, self.attributes.group)
+        return self._kernel
+
+    def accumulate(self, checked: tuple, bias: np.ndarray | None = None, out_dtype: type = np.int32,
                    bias_bound: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-        """Validate x and its zero point; return ``conv_accumulate``'s (values, pending_bias):
-        wrap32(acc + bias) of shape (N, M, O1..On), int32, or converted to float32 (rounding
-        to nearest) for requantization, possibly with the bias still to add."""
+        """NumPy engine: return ``conv_accumulate``'s (values, pending_bias) for a checked
+        input (``check_input``): wrap32(acc + bias) of shape (N, M, O1..On), int32, or
+        converted to float32 (rounding to nearest) for requantization, possibly with the
+        bias still to add."""
+        x, zp, geom, compact = checked
+        if not compact:
+            compact.append(geom.compact(self.op, x.shape))
+        geom, gather = compact[0]
+        if gather is not None:  # extreme pads or strides: only the positions the windows read
+            x = gather.apply(x, zp)
+        return conv_accumulate(x, zp, self.kernel, geom, bias, out_dtype, bias_bound)
+
+    def check_input(self, x: Any, x_zero_point: Any) -> tuple[np.ndarray, np.ndarray, ConvGeometry, list]:
+        """Validate x and its zero point against the weights: (x, zero point, geometry, the
+        NumPy engine's compact geometry once derived)."""
         op = self.op
         x = v.integer_tensor(op, "x", x)
         zkey = ("absent",) if x_zero_point is None else v.param_key(x_zero_point)
@@ -62,11 +89,84 @@ class _ConvWeights:
             geom = self.attributes.geometry(x.shape[2:])
             v.check_size(op, "the output's int32 accumulator",
                          (x.shape[0], self.out_channels, *geom.out_spatial), 4)
-            known = self._inputs.put(key, (zp, *geom.compact(op, x.shape)))
-        zp, geom, gather = known
-        if gather is not None:  # extreme pads or strides: only the positions the windows read
-            x = gather.apply(x, zp)
-        return conv_accumulate(x, zp, self.kernel, geom, bias, out_dtype, bias_bound)
+            # the NumPy engine's compact geometry is derived on first use (``accumulate``)
+            known = self._inputs.put(key, (zp, geom, []))
+        zp, geom, compact = known
+        return x, zp, geom, compact
+
+    # -- native engine -----------------------------------------------------------------------
+    def native_fits(self, checked: tuple) -> bool:
+        """Whether the native engine takes this call (rank and sizes within its int64/int
+        arithmetic; the NumPy engine takes the rest)."""
+        x, geom = checked[0], checked[2]
+        if _native.native() is None or len(geom.kernel) > _NATIVE_MAX_RANK:
+            return False
+        if x.size == 0 or self.w.size == 0:  # empty batch, no channels: the NumPy engine's zeros
+            return False
+        k = self.w[0].size
+        extents = (n + b + e + s + (kk - 1) * d for n, b, e, s, kk, d in zip(
+            geom.in_spatial, geom.pads_begin, geom.pads_end, geom.strides, geom.kernel, geom.dilations))
+        return k <= _NATIVE_MAX_K and max(extents) <= _NATIVE_MAX_EXTENT
+
+    def native_weights(self, isa: str, depthwise: bool) -> np.ndarray:
+        """The weights in the native engine's form for ISA level ``isa``, built once per level:
+        packed GEMM rows (conv.c's ql_conv_pack_w), or centered int16 taps (M, taps) for the
+        depthwise kernel."""
+        key = (isa, depthwise)
+        got = self._native.get(key)
+        if got is None:
+            m = self.out_channels
+            w2 = np.ascontiguousarray(self.w.reshape(m, -1))
+            zp = np.ascontiguousarray(np.broadcast_to(self.w_zero_point.astype(np.int32).reshape(-1), (m,)))
+            if depthwise:
+                # |w - zp| <= 255: exact in int16
+                got = np.subtract(w2, zp[:, None].astype(np.int16), dtype=np.int16)
+            else:
+                C = _native._C
+                got = np.empty(C.conv_w_bytes(isa, m, w2.shape[1]), dtype=np.uint8)
+                C.conv_pack_w(isa, w2, _native.TYPE_CODES[w2.dtype.name], m, w2.shape[1], zp, got)
+            self._native[key] = got
+        return got
+
+    def run_native(self, checked: tuple, bias: np.ndarray | None = None, mult: np.ndarray | None = None,
+                   y_zero_point: np.ndarray | None = None) -> np.ndarray:
+        """The convolution on the native engine: int32 wrap32(acc + bias) (``mult`` None), or
+        requantized with the per-channel (or per-tensor) float32 multiplier and y_zero_point."""
+        x, zp, geom, _ = checked
+        C = _native._C
+        isa = C.get_isa()
+        n, c = x.shape[:2]
+        m, group = self.out_channels, self.attributes.group
+        depthwise = group > 1 and c == group
+        w = self.native_weights(isa, depthwise)
+        xc = np.ascontiguousarray(x)
+        if bias is not None:
+            bias = np.ascontiguousarray(bias, dtype=np.int32)
+        out_shape = (n, m, *geom.out_spatial)
+        if mult is None:
+            y = np.empty(out_shape, dtype=np.int32)
+            quantized, signed, yz, lo, hi, mm, ms = 0, 0, 0, 0.0, 0.0, _NO_MULT, 0
+        else:
+            y = np.empty(out_shape, dtype=y_zero_point.dtype)
+            info = np.iinfo(y_zero_point.dtype)
+            yz = int(y_zero_point)
+            quantized, signed, lo, hi = 1, int(info.min < 0), float(info.min - yz), float(info.max - yz)
+            mm = np.ascontiguousarray(mult, dtype=np.float32).reshape(-1)
+            ms = int(mm.size > 1)
+        C.conv(isa, int(depthwise), xc, _native.TYPE_CODES[xc.dtype.name], int(zp), (n, c, m, group),
+               geom.in_spatial, geom.out_spatial, geom.kernel, geom.strides, geom.dilations, geom.pads_begin,
+               w, y, quantized, signed, yz, lo, hi, mm, ms, bias, max(workspace_limit(), _NATIVE_MIN_WORKSPACE))
+        return y
+
+
+# The native engine's limits (qlinear/_native/conv.h, module.c); beyond them the NumPy engine runs.
+_NATIVE_MAX_RANK = 12
+_NATIVE_MAX_K = 1 << 29
+_NATIVE_MAX_EXTENT = 1 << 59
+# The native engine's scratch is per thread and bounded by constants (offset tables, a few
+# rows): it is always allowed this much, whatever the workspace limit.
+_NATIVE_MIN_WORKSPACE = 16 << 20
+_NO_MULT = np.ones(1, dtype=np.float32)
 
 
 class _Memo:
@@ -92,22 +192,26 @@ class _Memo:
 class PreparedConvInteger:
     """ConvInteger with constant weights pre-transformed once; call ``run`` per input."""
 
-    def __init__(self, w: np.ndarray, w_zero_point: Any = None, **attributes: Any) -> None:
-        self._weights = _ConvWeights("conv_integer", w, w_zero_point, attributes)
+    def __init__(self, w: np.ndarray, w_zero_point: Any = None, _owned: bool = True, **attributes: Any) -> None:
+        self._weights = _ConvWeights("conv_integer", w, w_zero_point, attributes, _owned)
 
     def run(self, x: np.ndarray, x_zero_point: Any = None) -> np.ndarray:
         """int32 y = wrap32(Σ (x - x_zero_point)(w - w_zero_point)), shape (N, M, O1..On)."""
-        return self._weights.accumulate(x, x_zero_point)[0]
+        checked = self._weights.check_input(x, x_zero_point)
+        if self._weights.native_fits(checked):
+            return self._weights.run_native(checked)
+        return self._weights.accumulate(checked)[0]
 
 
 class PreparedQLinearConv:
     """QLinearConv with constant weights, their scale/zero point and bias validated and pre-transformed."""
 
-    def __init__(self, w: np.ndarray, w_scale: Any, w_zero_point: Any, B: Any = None, **attributes: Any) -> None:
+    def __init__(self, w: np.ndarray, w_scale: Any, w_zero_point: Any, B: Any = None, _owned: bool = True,
+                 **attributes: Any) -> None:
         op = "qlinear_conv"
         if w_zero_point is None:
             raise TypeError(f"{op}: w_zero_point is required")
-        self._weights = _ConvWeights(op, w, w_zero_point, attributes)
+        self._weights = _ConvWeights(op, w, w_zero_point, attributes, _owned)
         m = self._weights.out_channels
         ws = v.per_channel(op, "w_scale", v.scale(op, "w_scale", w_scale), m, "output channel of w")
         v.same_shape(op, "w_scale", ws, "w_zero_point", self._weights.w_zero_point)
@@ -132,8 +236,11 @@ class PreparedQLinearConv:
         m, yzp = known
         if x_zero_point is None:
             raise TypeError(f"{op}: x_zero_point is required")
+        checked = self._weights.check_input(x, x_zero_point)
+        if self._weights.native_fits(checked):
+            return self._weights.run_native(checked, self.bias, m, yzp)
         # float32(wrap32(acc + B)), computed in place from here on: requantize.
-        values, bias = self._weights.accumulate(x, x_zero_point, self.bias, np.float32, self._bias_bound)
+        values, bias = self._weights.accumulate(checked, self.bias, np.float32, self._bias_bound)
         return requantize_channels(values, m, yzp, bias)
 
 
@@ -191,8 +298,8 @@ def conv_integer(
     tensor, w_zero_point per tensor or per output channel ([M]). Padded positions contribute 0.
     The sum is exact and wraps to int32 only at the end.
     """
-    return prepare_conv_integer(w, w_zero_point, auto_pad=auto_pad, dilations=dilations, group=group,
-                                kernel_shape=kernel_shape, pads=pads, strides=strides).run(x, x_zero_point)
+    return PreparedConvInteger(w, w_zero_point, _owned=False, auto_pad=auto_pad, dilations=dilations, group=group,
+                               kernel_shape=kernel_shape, pads=pads, strides=strides).run(x, x_zero_point)
 
 
 def qlinear_conv(
@@ -219,6 +326,6 @@ def qlinear_conv(
     y = sat(rne(float32(float32(acc) · m)) + y_zero_point), dtype of y_zero_point.
     w_scale / w_zero_point may be per output channel ([M]); zero points may differ per channel.
     """
-    return prepare_qlinear_conv(w, w_scale, w_zero_point, B, auto_pad=auto_pad, dilations=dilations, group=group,
-                                kernel_shape=kernel_shape, pads=pads, strides=strides).run(
+    return PreparedQLinearConv(w, w_scale, w_zero_point, B, _owned=False, auto_pad=auto_pad, dilations=dilations,
+                               group=group, kernel_shape=kernel_shape, pads=pads, strides=strides).run(
         x, x_scale, x_zero_point, y_scale, y_zero_point)

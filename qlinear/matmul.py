@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _native
 from . import _validate as v
 from ._engine import Reduction, dtype_bound, matmul_accumulate
 from ._requant import multiplier, round_saturate
@@ -42,9 +43,11 @@ def _operand_param(op: str, name: str, arr: np.ndarray, operand: str, shape: tup
 
 
 class _RightOperand:
-    """The validated, centered float32 ``b`` of a matmul (as a matrix: 1-D b becomes (K, 1))."""
+    """The validated ``b`` of a matmul (as a matrix: 1-D b becomes (K, 1)), ready for either
+    engine: centered float32 for the NumPy engine, packed panels for the native engine (per
+    ISA level and kernel, built on first use; prepared forms pack at construction)."""
 
-    def __init__(self, op: str, b: Any, b_zero_point: Any) -> None:
+    def __init__(self, op: str, b: Any, b_zero_point: Any, *, owned: bool = False) -> None:
         self.op = op
         b = v.integer_tensor(op, "b", b)
         if b.ndim == 0:
@@ -58,16 +61,24 @@ class _RightOperand:
             zp = _operand_param(op, "b_zero_point", v.zero_point(op, "b_zero_point", b_zero_point, "b", b.dtype), "b", b.shape)
         self.zero_point = np.array(zp, copy=True)  # owned: the caller may change its array later
         matrix = b[:, None] if b.ndim == 1 else b
-        self.centered = np.subtract(matrix, zp, dtype=np.float32)
-        # Each output (one column of one batch entry) sums over the K axis of b.
-        # An empty per-column zero point (N = 0) has no extreme: bound with a per-tensor 0.
-        bound_zp = np.asarray(zp) if np.asarray(zp).size else np.zeros((), b.dtype)
-        self.reduction = Reduction(self.centered, axis=-2, bound=dtype_bound(b.dtype, bound_zp))
+        # A prepared form keeps its own copy (never a view of the caller's array); a plain
+        # call uses b once, while the caller waits.
+        self.matrix = np.array(matrix, copy=True) if owned else matrix
+        self._numpy: tuple | None = None
+        self._packed: dict[tuple[str, int], tuple] = {}
 
-    def accumulate(self, a: Any, a_zero_point: Any,
-                   out_dtype: type = np.int32) -> tuple[np.ndarray, np.ndarray]:
-        """Validate a; return (accumulator of shape (batch..., M, N), a as given): int32
-        wrap32 values, or their float32 rounding (for requantization in place)."""
+    # -- NumPy engine ------------------------------------------------------------------------
+    def _numpy_form(self) -> tuple[np.ndarray, Reduction]:
+        if self._numpy is None:
+            centered = np.subtract(self.matrix, self.zero_point, dtype=np.float32)
+            # Each output (one column of one batch entry) sums over the K axis of b.
+            # An empty per-column zero point (N = 0) has no extreme: bound with a per-tensor 0.
+            zp = self.zero_point if self.zero_point.size else np.zeros((), self.matrix.dtype)
+            self._numpy = centered, Reduction(centered, axis=-2, bound=dtype_bound(self.matrix.dtype, zp))
+        return self._numpy
+
+    def check_a(self, a: Any, a_zero_point: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Validate a and its zero point against b: (a, a as a matrix, zero point)."""
         op = self.op
         a = v.integer_tensor(op, "a", a)
         if a.ndim == 0:
@@ -77,26 +88,58 @@ class _RightOperand:
         else:
             zp = _operand_param(op, "a_zero_point", v.zero_point(op, "a_zero_point", a_zero_point, "a", a.dtype), "a", a.shape)
         matrix = a[None, :] if a.ndim == 1 else a
-        b = self.centered
-        if matrix.shape[-1] != b.shape[-2]:
+        if matrix.shape[-1] != self.matrix.shape[-2]:
             raise ValueError(
                 f"{op}: a and b cannot be multiplied: a has shape {a.shape} (K = {matrix.shape[-1]}) "
-                f"but b has shape {self.b_shape} (K = {b.shape[-2]})"
+                f"but b has shape {self.b_shape} (K = {self.matrix.shape[-2]})"
             )
         try:
-            batch = np.broadcast_shapes(matrix.shape[:-2], b.shape[:-2])
+            batch = np.broadcast_shapes(matrix.shape[:-2], self.matrix.shape[:-2])
         except ValueError:
             raise ValueError(
                 f"{op}: the batch dimensions of a {a.shape[:-2]} and b {self.b_shape[:-2]} do not broadcast"
             ) from None
-        v.check_size(op, "the output's int32 accumulator", (*batch, matrix.shape[-2], b.shape[-1]), 4)
+        v.check_size(op, "the output's int32 accumulator", (*batch, matrix.shape[-2], self.matrix.shape[-1]), 4)
         v.check_size(op, "the float32 copy of a", a.shape, 4)
-        if 0 in matrix.shape or 0 in b.shape:
+        return a, matrix, zp
+
+    def accumulate(self, matrix: np.ndarray, zp: np.ndarray, out_dtype: type = np.int32) -> np.ndarray:
+        """NumPy engine: the accumulator of shape (batch..., M, N): int32 wrap32 values, or
+        their float32 rounding (for requantization in place)."""
+        if 0 in matrix.shape or 0 in self.matrix.shape:
             # Nothing to multiply: numpy.matmul's result, empty, or zeros when only K is 0 (an
             # empty sum); the engine's reshapes and bounds assume non-empty operands.
-            return np.zeros((*batch, matrix.shape[-2], b.shape[-1]), out_dtype), a
-        acc = matmul_accumulate(matrix, zp, b, self.reduction, out_dtype)
-        return acc, a
+            batch = np.broadcast_shapes(matrix.shape[:-2], self.matrix.shape[:-2])
+            return np.zeros((*batch, matrix.shape[-2], self.matrix.shape[-1]), out_dtype)
+        centered, reduction = self._numpy_form()
+        return matmul_accumulate(matrix, zp, centered, reduction, out_dtype)
+
+    # -- native engine -----------------------------------------------------------------------
+    def packed(self, isa: str) -> tuple:
+        """(which kernel, packed panels, column sums, zero points in the form's terms) for the
+        native engine at ISA level ``isa``; packed once per level."""
+        C = _native._C
+        fast = C.kernel_info(isa, 1) is not None and self._fits_fast_path()
+        key = (isa, int(fast))
+        got = self._packed.get(key)
+        if got is None:
+            got = _native_pack_b(isa, int(fast), self.matrix, self.zero_point)
+            self._packed[key] = got
+        return got
+
+    def _fits_fast_path(self) -> bool:
+        """Whether every b value in the byte kernels' s8 form (int8 as is, uint8 - 128) lies in
+        [-64, 64], which proves vpmaddubsw's int16 pair sums cannot saturate (2*255*64 <= 32767)."""
+        flag = getattr(self, "_fast", None)
+        if flag is None:
+            m = self.matrix
+            if m.size == 0:
+                flag = True
+            else:
+                lo, hi = (-64, 64) if m.dtype == np.int8 else (64, 192)
+                flag = bool(m.min() >= lo and m.max() <= hi)
+            self._fast = flag
+        return flag
 
     def finish(self, y: np.ndarray, a: np.ndarray) -> np.ndarray:
         """Drop the axes numpy.matmul drops for 1-D operands."""
@@ -107,30 +150,132 @@ class _RightOperand:
         return y
 
 
+def _native_pack_b(isa: str, which: int, matrix: np.ndarray, zp: np.ndarray) -> tuple:
+    C = _native._C
+    K, N = matrix.shape[-2:]
+    batch = matrix.shape[:-2]
+    Bb = int(np.prod(batch, dtype=np.int64))
+    b = np.ascontiguousarray(matrix).reshape(Bb, K, N)
+    if zp.ndim == 0:
+        zpa, zp_bs, zp_cs = np.array([int(zp)], dtype=np.int32), 0, 0
+    else:
+        zpa = np.ascontiguousarray(np.broadcast_to(zp, (*batch, 1, N)), dtype=np.int32).reshape(Bb, N)
+        zp_bs, zp_cs = N, 1
+    info = C.kernel_info(isa, which)
+    nr = info["nr"]
+    npad = -(-N // nr) * nr
+    packed = np.empty(Bb * C.packed_b_bytes(isa, which, K, N), dtype=np.uint8)
+    colsums = np.empty(Bb * npad if info["form"] == "u8s8" else 0, dtype=np.int32)
+    zcol = np.empty(Bb * N, dtype=np.int32)
+    C.pack_b(isa, which, b, _native.TYPE_CODES[b.dtype.name], Bb, K, N, K * N, N, 1,
+             zpa, zp_bs, zp_cs, packed, colsums, zcol)
+    return which, packed, colsums, zcol, Bb
+
+
+_NO_MULT = np.zeros(1, dtype=np.float32)
+_ZERO_IDX = np.zeros(1, dtype=np.int64)
+_TYPE = {np.dtype(np.uint8): 0, np.dtype(np.int8): 1}
+_RANGE = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
+
+
+def _native_matmul(right: _RightOperand, matrix: np.ndarray, zp: np.ndarray,
+                   m: np.ndarray | None = None, yzp: np.ndarray | None = None) -> np.ndarray:
+    """(a - zp) @ (b - b_zp) on the native engine: int32, or requantized with multiplier m
+    (broadcastable to the output) and output zero point yzp. Shapes as numpy.matmul."""
+    C = _native._C
+    isa = C.get_isa()
+    which, packed, colsums, zcol, Bb = right.packed(isa)
+    M, K = matrix.shape[-2:]
+    N = right.matrix.shape[-1]
+    a_batch, b_batch = matrix.shape[:-2], right.matrix.shape[:-2]
+    a = np.ascontiguousarray(matrix)
+    if not a_batch and not b_batch:  # the common case, kept short: one matrix times one
+        out_batch, rows, batches, Ba = (), M, 1, 1
+        a_idx = b_idx = _ZERO_IDX
+    else:
+        out_batch = np.broadcast_shapes(a_batch, b_batch)
+        Bout = int(np.prod(out_batch, dtype=np.int64))
+        if Bb == 1 and a_batch == out_batch:
+            # b is one matrix: every batch entry's rows form one taller GEMM
+            rows, batches, Ba = Bout * M, 1, 1
+            a_idx = b_idx = _ZERO_IDX
+        else:
+            rows, batches = M, Bout
+            Ba = int(np.prod(a_batch, dtype=np.int64))
+            a_idx = np.ascontiguousarray(np.broadcast_to(np.arange(Ba, dtype=np.int64).reshape(a_batch), out_batch)).ravel()
+            b_idx = np.ascontiguousarray(np.broadcast_to(np.arange(Bb, dtype=np.int64).reshape(b_batch), out_batch)).ravel()
+    # a's zero point: per tensor, or one per (batch entry, row)
+    if zp.ndim == 0:
+        zpa, zpa_bs, zpa_rs = np.array([zp], dtype=np.int32), 0, 0
+    else:
+        zpa = np.ascontiguousarray(np.broadcast_to(zp, (*out_batch, M, 1)), dtype=np.int32).reshape(-1)
+        zpa_bs, zpa_rs = (M, 1) if batches > 1 else (0, 1)
+    quantized = m is not None
+    if quantized:
+        mm = m if isinstance(m, np.ndarray) and m.dtype == np.float32 else np.asarray(m, dtype=np.float32)
+        if mm.size == 1:
+            mult, m_bs, m_rs, m_cs = mm.reshape(1), 0, 0, 0
+        else:
+            mm = mm.reshape((1,) * (len(out_batch) + 2 - mm.ndim) + mm.shape)
+            Mm, Nm = mm.shape[-2:]
+            batch_varies = any(d != 1 for d in mm.shape[:-2])
+            if rows != M and (batch_varies or Mm != 1):  # folded batches: a multiplier row per output row
+                mult = np.ascontiguousarray(np.broadcast_to(mm, (*out_batch, M, Nm)), dtype=np.float32).reshape(-1)
+                m_bs, m_rs = 0, Nm
+            elif batch_varies:
+                mult = np.ascontiguousarray(np.broadcast_to(mm, (*out_batch, Mm, Nm)), dtype=np.float32).reshape(-1)
+                m_bs, m_rs = Mm * Nm, (Nm if Mm > 1 else 0)
+            else:
+                mult = np.ascontiguousarray(mm, dtype=np.float32).reshape(-1)
+                m_bs, m_rs = 0, (Nm if Mm > 1 else 0)
+            m_cs = 1 if Nm > 1 else 0
+        out_dtype = yzp.dtype
+        qmin, qmax = _RANGE[out_dtype]
+        z = int(yzp)
+        lo, hi = float(qmin - z), float(qmax - z)
+        out = np.empty((*out_batch, M, N), dtype=out_dtype)
+        signed = int(qmin < 0)
+    else:
+        mult, m_bs, m_rs, m_cs, lo, hi, z, signed = _NO_MULT, 0, 0, 0, 0.0, 0.0, 0, 0
+        out = np.empty((*out_batch, M, N), dtype=np.int32)
+    C.matmul(isa, which, rows, N, K, batches, a, _TYPE[a.dtype], Ba, a_idx,
+             zpa, zpa_bs, zpa_rs, packed, colsums, zcol, Bb, b_idx, out, int(quantized), signed,
+             mult, m_bs, m_rs, m_cs, lo, hi, z)
+    return out
+
+
 class PreparedMatMulInteger:
     """MatMulInteger with a constant ``b`` pre-transformed once; call ``run`` per ``a``."""
 
-    def __init__(self, b: np.ndarray, b_zero_point: Any = None) -> None:
-        self._b = _RightOperand("matmul_integer", b, b_zero_point)
+    def __init__(self, b: np.ndarray, b_zero_point: Any = None, *, _owned: bool = True) -> None:
+        self._b = _RightOperand("matmul_integer", b, b_zero_point, owned=_owned)
+        if _owned and _native.native() is not None:
+            self._b.packed(_native.isa())  # pack once, now
 
     def run(self, a: np.ndarray, a_zero_point: Any = None) -> np.ndarray:
         """int32 wrap32((a - a_zero_point) @ (b - b_zero_point)) with numpy.matmul shapes."""
-        acc, a = self._b.accumulate(a, a_zero_point)
+        a, matrix, zp = self._b.check_a(a, a_zero_point)
+        if _native.native() is not None:
+            acc = _native_matmul(self._b, matrix, zp)
+        else:
+            acc = self._b.accumulate(matrix, zp)
         return self._b.finish(acc, a)
 
 
 class PreparedQLinearMatMul:
     """QLinearMatMul with a constant ``b`` and its scale/zero point validated and pre-transformed."""
 
-    def __init__(self, b: np.ndarray, b_scale: Any, b_zero_point: Any) -> None:
+    def __init__(self, b: np.ndarray, b_scale: Any, b_zero_point: Any, *, _owned: bool = True) -> None:
         op = "qlinear_matmul"
         if b_zero_point is None:
             raise TypeError(f"{op}: b_zero_point is required")
-        self._b = _RightOperand(op, b, b_zero_point)
+        self._b = _RightOperand(op, b, b_zero_point, owned=_owned)
         bs = v.scale(op, "b_scale", b_scale)
         bzp = v.zero_point(op, "b_zero_point", b_zero_point, "b", self._b.dtype)
         v.same_shape(op, "b_scale", bs, "b_zero_point", bzp)
         self.b_scale = np.array(_operand_param(op, "b_scale", bs, "b", self._b.b_shape), copy=True)
+        if _owned and _native.native() is not None:
+            self._b.packed(_native.isa())  # pack once, now
 
     def run(self, a: np.ndarray, a_scale: Any, a_zero_point: Any, y_scale: Any, y_zero_point: Any) -> np.ndarray:
         """The quantized product; output dtype is y_zero_point's."""
@@ -151,7 +296,10 @@ class PreparedQLinearMatMul:
                 m_shape = ()  # batches that do not broadcast: accumulate names them
             v.check_size(op, "the requantization multiplier", m_shape, 4)
         m = v.finite_multiplier(op, multiplier(a_s, self.b_scale, ys), "a_scale * b_scale / y_scale")
-        values, a_arr = self._b.accumulate(a_arr, a_zero_point, np.float32)
+        a_arr, matrix, zp = self._b.check_a(a_arr, a_zero_point)
+        if _native.native() is not None:
+            return self._b.finish(_native_matmul(self._b, matrix, zp, m, yzp), a_arr)
+        values = self._b.accumulate(matrix, zp, np.float32)
         # An infinite product saturates, a tiny one rounds to 0 or a denormal: float32 as it should.
         with np.errstate(over="ignore", under="ignore"):
             values *= m  # float32(float32(acc) * m), in place
@@ -175,7 +323,7 @@ def matmul_integer(a: np.ndarray, b: np.ndarray, a_zero_point: Any = None, b_zer
     numpy.matmul shape rules (1-D operands, broadcast batch dimensions); zero points per tensor,
     per row of a ([M] or [..., M, 1]) or per column of b ([N] or [..., 1, N]).
     """
-    return PreparedMatMulInteger(b, b_zero_point).run(a, a_zero_point)
+    return PreparedMatMulInteger(b, b_zero_point, _owned=False).run(a, a_zero_point)
 
 
 def qlinear_matmul(
@@ -193,4 +341,4 @@ def qlinear_matmul(
     acc = wrap32((a - a_zp) @ (b - b_zp)); m[i, j] = float32(float32(a_scale[i] · b_scale[j]) / y_scale);
     y = sat(rne(float32(float32(acc) · m)) + y_zero_point), dtype of y_zero_point.
     """
-    return PreparedQLinearMatMul(b, b_scale, b_zero_point).run(a, a_scale, a_zero_point, y_scale, y_zero_point)
+    return PreparedQLinearMatMul(b, b_scale, b_zero_point, _owned=False).run(a, a_scale, a_zero_point, y_scale, y_zero_point)

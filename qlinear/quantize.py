@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _native
 from . import _validate as v
 from ._elementwise import as_3d, run_blocked, scratch
 from ._requant import round_saturate_block, saturation_params
@@ -50,6 +51,19 @@ def _dequantize_block(x: np.ndarray, out: np.ndarray, scale: np.ndarray, zp: np.
     out *= scale
 
 
+def _native_elementwise(C, quantize: bool, x: np.ndarray, shape3: tuple[int, int, int], per_axis: bool,
+                        scale: np.ndarray, zp: np.ndarray, out: np.ndarray) -> None:
+    """Quantize (or dequantize) x, seen as (pre, C, post), into out on the native engine."""
+    x = np.ascontiguousarray(x)
+    s = np.ascontiguousarray(scale, dtype=np.float32).reshape(-1)
+    z = np.ascontiguousarray(zp, dtype=np.int32).reshape(-1)
+    code = _native.TYPE_CODES
+    if quantize:
+        C.quantize(C.get_isa(), x, code[x.dtype.name], *shape3, int(per_axis), s, z, out, code[out.dtype.name])
+    else:
+        C.dequantize(C.get_isa(), x, code[x.dtype.name], *shape3, int(per_axis), s, z, out)
+
+
 def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1) -> np.ndarray:
     """ONNX QuantizeLinear-10/13: y = sat_T(rne(float32(x / y_scale)) + y_zero_point).
 
@@ -78,6 +92,10 @@ def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, ax
     v.check_size(op, "the output", x.shape, zp.dtype.itemsize)  # x may be a broadcast view
     out = np.empty(x.shape, dtype=zp.dtype)
     shape3 = as_3d(x.shape, ax)
+    C = _native.native()
+    if C is not None and x.flags.c_contiguous:  # (a broadcast view goes block by block below)
+        _native_elementwise(C, True, x, shape3, ax is not None, scale, zp_b, out)
+        return out
     # NaN goes to T's min (in round_saturate_block), the value onnxruntime's CPU kernel gives.
     # x / tiny scale overflows to ±inf, which saturates; x / huge scale underflows to 0 or a
     # denormal, which rounds to 0: float32 arithmetic, not an error.
@@ -105,10 +123,14 @@ def dequantize_linear(x: np.ndarray, x_scale: Any, x_zero_point: Any = None, *, 
             raise ValueError(f"{op}: x_zero_point must be 0 when x is int32; got {zp.ravel()[zp.ravel() != 0][0]}")
     scale, ax = _axis_param(op, "x_scale", scale, x.shape, axis)
     zp, _ = _axis_param(op, "x_zero_point", zp, x.shape, axis)  # same shape as x_scale
-    zp = zp.astype(np.float32)
     v.check_size(op, "the output", x.shape, 4)  # x may be a broadcast view
     out = np.empty(x.shape, dtype=np.float32)
     shape3 = as_3d(x.shape, ax)
+    C = _native.native()
+    if C is not None and x.flags.c_contiguous:
+        _native_elementwise(C, False, x, shape3, ax is not None, scale, zp, out)
+        return out
+    zp = zp.astype(np.float32)
     # A huge scale overflows to ±inf, a tiny one underflows to 0 or a denormal, as float32 does.
     with np.errstate(over="ignore", under="ignore"):
         run_blocked(_dequantize_block, [x.reshape(shape3), out.reshape(shape3)], [scale, zp])

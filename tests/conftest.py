@@ -49,3 +49,54 @@ def call_untouched(fn, *args, **kwargs):
             assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), \
                 f"{fn.__name__} modified argument {i} in place"
     return result
+
+
+# ------------------------------------------------------------------------------------------
+# Engines and ISA levels: the matmul and quantize suites run on the NumPy engine and on the
+# native engine at every ISA level this CPU runs; the other levels are skipped, named.
+# ------------------------------------------------------------------------------------------
+import pytest  # noqa: E402
+
+from qlinear import _native  # noqa: E402
+
+ISA_LEVELS = ("avx512vnni", "avxvnni", "avx2", "scalar")
+# modules whose every test runs per engine level, and test_properties' matmul/quantize tests
+ENGINE_MODULES = {"test_matmul", "test_quantize", "test_native", "test_conv"}
+
+
+def engine_level_params():
+    params = [pytest.param("numpy", id="numpy")]
+    runs = _native.engine_info()["isas"]
+    for isa in ISA_LEVELS:
+        if not _native.available():
+            reason = f"native engine not built: {_native.engine_info().get('native_error')}"
+        elif isa not in runs:
+            reason = f"this CPU cannot run {isa} (it runs {', '.join(runs)})"
+        else:
+            reason = None
+        marks = [pytest.mark.skip(reason=reason)] if reason else []
+        params.append(pytest.param(f"native-{isa}", id=f"native-{isa}", marks=marks))
+    return params
+
+
+def pytest_generate_tests(metafunc):
+    module = metafunc.module.__name__.rsplit(".", 1)[-1]
+    name = metafunc.function.__name__
+    wanted = module in ENGINE_MODULES or (
+        module == "test_properties" and ("matmul" in name or "quantize" in name or "conv" in name))
+    if wanted and "engine_level" in metafunc.fixturenames:
+        metafunc.parametrize("engine_level", engine_level_params(), indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def engine_level(request):
+    """The engine (and ISA level) a parametrized test runs on; None: the default engine."""
+    level = getattr(request, "param", None)
+    if level is None:
+        yield None
+    elif level == "numpy":
+        with _native.use_engine("numpy"):
+            yield level
+    else:
+        with _native.use_isa(level.split("-", 1)[1]):
+            yield level

@@ -507,3 +507,128 @@ def test_stride_one_wide_images(spatial, kernel, attrs, layout):
     we = rand_extreme(rng, I8, w.shape)
     check_convint([xe, we, U8(0), I8(127)], kwargs)
     check_qconv([xe, 0.02, U8(0), we, 0.01, I8(127), np.float32(0.02 * 0.01 * 65025 * k / 240), I8(0)], kwargs)
+
+
+# ----------------------------------------------------------------------------- engine paths
+# Every test in this module runs on the NumPy engine and on the native engine at every ISA
+# level this CPU runs (tests/conftest.py). The cases below aim at the native engine's paths:
+# the im2col panel packer (contiguous runs, border segments, gathers), K blocks and tile
+# tails of the GEMM, and the depthwise kernel's plane mode, shared-row mode and gather mode.
+
+
+def _qconv_args(rng, x, w, *, per_channel=True, bias=True, wz=None, ydt=U8):
+    """Full-range QLinearConv arguments for x, w with differing per-channel zero points."""
+    m = w.shape[0]
+    k = int(np.prod(w.shape[1:]))
+    ws = rand_scale(rng, (m,)) if per_channel else rand_scale(rng, ())
+    if wz is None:
+        wz = rand_int(rng, w.dtype, (m,)) if per_channel else rand_int(rng, w.dtype, ())
+    xs = rand_scale(rng, ())
+    ys = np.float32(float(xs) * float(np.max(ws)) * 120.0 * np.sqrt(k))
+    args = [x, xs, rand_int(rng, x.dtype, ()), w, ws, wz, ys, rand_int(rng, ydt, ())]
+    if bias:
+        args.append(rand_int(rng, I32, (m,)))  # full int32 range: wraps
+    return args
+
+
+@pytest.mark.parametrize("case", [
+    # (x spatial, kernel, attributes): huge pads, strides far beyond the input, dilations
+    ((7,), (1,), dict(pads=[2**20, 2**20 - 3])),
+    ((9,), (3,), dict(pads=[2**20, 5], dilations=[2])),
+    ((300_001,), (2,), dict(strides=[100_000])),
+    ((3, 200_003), (1, 3), dict(strides=[1, 100_000], pads=[0, 1, 2, 100_001])),
+    ((5, 6), (1, 1), dict(pads=[0, 2**20, 0, 3])),
+], ids=["pads2^20", "pads2^20-dil", "stride1e5", "stride1e5-2d", "pads2^20-2d"])
+def test_huge_pads_and_strides(case, engine_level):
+    """No padded copy, no loop over the strides' product: exact and quick on the native
+    engine (the NumPy engine pads and strides in memory: native levels only)."""
+    if engine_level == "numpy":
+        pytest.skip("the NumPy engine materializes padded inputs; the native engine does not")
+    spatial, kernel, attrs = case
+    rng = np.random.default_rng([len(spatial), *kernel, 31])
+    for group, cg, mg in ((1, 2, 3), (2, 1, 1), (2, 2, 2)):
+        x = rand_int(rng, U8, (1, group * cg, *spatial))
+        w = rand_int(rng, I8, (group * mg, cg, *kernel))
+        kwargs = dict(attrs, group=group)
+        check_qconv(_qconv_args(rng, x, w), kwargs)
+        check_convint([x, w, U8(17), rand_int(rng, I8, (group * mg,))], kwargs)
+
+
+@pytest.mark.parametrize("cin,kernel", [
+    (2046, (1, 1)), (2048, (1, 1)), (2050, (1, 1)),       # around the native K block (2048)
+    (3071, (1, 1)), (3073, (1, 1)), (455, (3, 3)),        # one block vs several (K = 4095)
+    (4097, (1, 1)), (3, (1, 1)), (1, (1, 1)), (1, (3, 3)),
+])
+def test_reduction_lengths_around_block_sizes(cin, kernel):
+    rng = np.random.default_rng([cin, *kernel, 32])
+    x = rand_extreme(rng, U8, (1, cin, 3, 5))
+    w = rand_extreme(rng, I8, (7, cin, *kernel))
+    x[0, :, 0, 0] = 255   # pixel 0, channels 0/1: full-K same-sign sums far above 2**24
+    w[0], w[1] = -128, 127
+    kwargs = dict(pads=[kernel[0] // 2, kernel[1] // 2] * 2)
+    check_convint([x, w, U8(0), np.array([127, -128, 0, 5, 127, -128, 1], I8)], kwargs)
+    check_qconv(_qconv_args(rng, x, w), kwargs)
+
+
+@pytest.mark.parametrize("m,spatial", [(1, (1, 1)), (5, (3, 5)), (7, (4, 4)), (13, (1, 17)),
+                                       (6, (5, 7)), (12, (2, 33)), (19, (7, 9))])
+def test_tile_tails(m, spatial):
+    """Output channels around the micro-kernel's rows (6 on AVX2) and pixels around its
+    panel width (16), with pads so that panels straddle output rows and borders."""
+    rng = np.random.default_rng([m, *spatial, 33])
+    for xdt, wdt, ydt in ((U8, I8, U8), (I8, U8, I8), (I8, I8, U8)):
+        x = rand_int(rng, xdt, (2, 3, *spatial))
+        w = rand_int(rng, wdt, (m, 3, 2, 3))
+        kwargs = dict(pads=[1, 1, 0, 1])
+        check_qconv(_qconv_args(rng, x, w, ydt=ydt), kwargs)
+        check_convint([x, w, rand_int(rng, xdt, ()), rand_int(rng, wdt, (m,))], kwargs)
+
+
+@pytest.mark.parametrize("spatial,kernel,attrs,mult", [
+    ((9, 11), (7, 7), dict(pads=[3, 3, 3, 3]), 1),                     # 49 taps: several passes
+    ((6, 40), (3, 3), dict(strides=[2, 3], pads=[1, 0, 2, 1]), 1),      # strided: gather rows
+    ((2, 3000), (1, 3), dict(dilations=[1, 600], pads=[0, 0, 0, 7]), 1),  # plane mode, 1 row
+    ((2, 3000), (1, 3), dict(strides=[1, 5], dilations=[1, 600]), 1),   # stride 5: row mode, gathers
+    ((300, 301), (3, 3), dict(strides=[2, 2], pads=[1, 0, 1, 1]), 1),  # plane too large: gathers
+    ((2, 90000), (1, 4), dict(dilations=[1, 400], pads=[0, 1, 0, 2]), 1),  # span > 1024, row mode
+    ((300, 260), (3, 3), dict(pads=[1, 1, 1, 1]), 1),                  # plane too large: rows
+    ((2, 300), (2, 5), dict(auto_pad="SAME_UPPER"), 2),                # channel multiplier
+    ((5, 7), (3, 3), dict(auto_pad="SAME_LOWER", dilations=[2, 1]), 40),  # large multiplier
+    ((4, 5, 6), (3, 2, 3), dict(pads=[1, 0, 1, 1, 1, 2]), 1),         # 3-D, plane mode
+    ((4, 5, 6), (2, 2, 3), dict(strides=[2, 1, 2]), 3),                # 3-D, strided
+    ((70,), (5,), dict(pads=[2, 9]), 1),                               # 1-D
+    ((3, 2000), (3, 3), dict(pads=[1, 1, 1, 1]), 1),                   # rows longer than a segment
+])
+def test_depthwise_paths(spatial, kernel, attrs, mult):
+    rng = np.random.default_rng([len(spatial), *spatial, *kernel, mult, 34])
+    c = 3
+    for xdt, wdt, ydt in ((U8, I8, U8), (I8, U8, I8)):
+        x = rand_int(rng, xdt, (2, c, *spatial))
+        w = rand_int(rng, wdt, (c * mult, 1, *kernel))
+        kwargs = dict(attrs, group=c)
+        check_qconv(_qconv_args(rng, x, w, ydt=ydt), kwargs)
+        check_convint([x, w, rand_int(rng, xdt, ()), rand_int(rng, wdt, (c * mult,))], kwargs)
+    # extreme values: every tap product at 255 * 255
+    x = rand_extreme(rng, U8, (1, c, *spatial))
+    w = rand_extreme(rng, I8, (c * mult, 1, *kernel))
+    check_convint([x, w, U8(0), I8(127)], dict(attrs, group=c))
+
+
+def test_prepared_conv_owns_its_weights(engine_level):
+    """A prepared convolution keeps copies: changing the caller's arrays afterwards changes
+    nothing (the packed weights are built lazily, per engine and ISA level)."""
+    rng = np.random.default_rng(35)
+    for group, cg in ((1, 3), (3, 1)):
+        x = rand_int(rng, U8, (1, 3, 6, 6))
+        w = rand_int(rng, I8, (3, cg, 3, 3))
+        wz = rand_int(rng, I8, (3,))
+        ws = rand_scale(rng, (3,))
+        B = rand_int(rng, I32, (3,))
+        want = oracle.qlinear_conv(x, 0.02, U8(3), w, ws, wz, 0.5, U8(9), B, pads=[1, 1, 1, 1], group=group)
+        p = qlinear.prepare_qlinear_conv(w, ws, wz, B, pads=[1, 1, 1, 1], group=group)
+        pi = qlinear.prepare_conv_integer(w, wz, pads=[1, 1, 1, 1], group=group)
+        want_i = oracle.conv_integer(x, w, U8(3), wz, pads=[1, 1, 1, 1], group=group)
+        for arr in (w, wz, ws, B):
+            arr[...] = 0 if arr.dtype != np.float32 else 1.0
+        assert_exact(p.run(x, 0.02, U8(3), 0.5, U8(9)), want)
+        assert_exact(pi.run(x, U8(3)), want_i)

@@ -1,0 +1,173 @@
+"""The compiled engine (qlinear._qlnative): loading, engine and ISA selection, threads.
+
+Selection, read once at import and changeable at run time:
+
+- ``QLINEAR_ENGINE=native|numpy``: the engine (default: native when it was built);
+- ``QLINEAR_ISA=avx512vnni|avxvnni|avx2|scalar``: force an instruction-set level (default:
+  the best this CPU runs); a level this CPU cannot run is an error;
+- ``QLINEAR_NUM_THREADS=n`` or :func:`set_num_threads`: threads of the native engine
+  (default: the CPUs this process may use, ``os.sched_getaffinity``);
+- ``QLINEAR_REQUIRE_NATIVE=1``: importing qlinear fails if the native engine is missing (CI).
+
+The operators validate their inputs in Python, then hand this module's functions plain
+buffers; the NumPy engine (qlinear._engine) stays as the fallback and as a cross-check.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+try:
+    from . import _qlnative as _C  # type: ignore[attr-defined]
+    _IMPORT_ERROR: str | None = None
+except ImportError as exc:  # not built (no compiler at install time), or it does not load
+    _C = None
+    _here = os.path.dirname(os.path.abspath(__file__))
+    if not any(name.startswith("_qlnative") for name in os.listdir(_here)):
+        _IMPORT_ERROR = ("the extension qlinear._qlnative was not built (no working C compiler when "
+                         "qlinear was installed; reinstall with one to get the native engine)")
+    else:
+        _IMPORT_ERROR = f"the extension qlinear._qlnative does not load: {exc}"
+
+ENGINES = ("native", "numpy")
+ISA_LEVELS = ("avx512vnni", "avxvnni", "avx2", "scalar")
+
+# type codes shared with qlinear.h (QL_U8, QL_I8, QL_I32, QL_F32)
+TYPE_CODES = {"uint8": 0, "int8": 1, "int32": 2, "float32": 3}
+
+if os.environ.get("QLINEAR_REQUIRE_NATIVE", "") == "1" and _C is None:
+    raise ImportError(f"qlinear: QLINEAR_REQUIRE_NATIVE=1 but the native engine is not built: {_IMPORT_ERROR}")
+
+
+def available() -> bool:
+    """True when the compiled engine was built and loads."""
+    return _C is not None
+
+
+def _isas() -> list[str]:
+    return list(_C.info()["isas"]) if _C is not None else []
+
+
+def _check_engine(name: str, source: str) -> str:
+    if name not in ENGINES:
+        raise ValueError(f"qlinear: {source} must be one of {', '.join(ENGINES)}; got {name!r}")
+    if name == "native" and _C is None:
+        raise ValueError(f"qlinear: {source} is 'native' but the native engine is not built ({_IMPORT_ERROR})")
+    return name
+
+
+def _check_isa(name: str, source: str) -> str:
+    if _C is None:
+        raise ValueError(f"qlinear: {source}={name!r} needs the native engine, which is not built ({_IMPORT_ERROR})")
+    if name not in ISA_LEVELS:
+        raise ValueError(f"qlinear: {source} must be one of {', '.join(ISA_LEVELS)}; got {name!r}")
+    runs = _isas()
+    if name not in runs:
+        raise ValueError(f"qlinear: {source}={name!r}: this CPU cannot run that level; it runs {', '.join(runs)}")
+    return name
+
+
+def _positive_threads(n: Any, source: str) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
+        raise ValueError(f"qlinear: {source} must be an integer in [1, 1024]; got {n!r}")
+    return n
+
+
+_engine = "native" if _C is not None else "numpy"
+if os.environ.get("QLINEAR_ENGINE"):
+    _engine = _check_engine(os.environ["QLINEAR_ENGINE"], "QLINEAR_ENGINE")
+if _C is not None:
+    if os.environ.get("QLINEAR_ISA"):
+        _C.set_isa(_check_isa(os.environ["QLINEAR_ISA"], "QLINEAR_ISA"))
+    if os.environ.get("QLINEAR_NUM_THREADS"):
+        _env_threads = os.environ["QLINEAR_NUM_THREADS"].strip()
+        _C.set_threads(_positive_threads(int(_env_threads) if _env_threads.isdigit() else _env_threads,
+                                         "QLINEAR_NUM_THREADS"))
+_threads_numpy = None  # set_num_threads without the native engine: remembered only
+
+
+def engine() -> str:
+    """The selected engine: "native" or "numpy"."""
+    return _engine
+
+
+def isa() -> str | None:
+    """The selected ISA level of the native engine (None when it is not built)."""
+    return _C.get_isa() if _C is not None else None
+
+
+def native() -> Any:
+    """The compiled module when the native engine is selected, else None."""
+    return _C if _engine == "native" else None
+
+
+def set_engine(name: str) -> None:
+    """Select the engine ("native" or "numpy") for subsequent calls."""
+    global _engine
+    _engine = _check_engine(name, "engine")
+
+
+def set_isa(name: str) -> None:
+    """Select the native engine's ISA level (one this CPU runs)."""
+    _C.set_isa(_check_isa(name, "isa"))
+
+
+def set_num_threads(n: int) -> None:
+    """Threads the native engine uses per call (default: the CPUs this process may use)."""
+    global _threads_numpy
+    value = _positive_threads(n, "set_num_threads(n)")
+    if _C is not None:
+        _C.set_threads(value)
+    else:
+        _threads_numpy = value
+
+
+def get_num_threads() -> int:
+    """Threads the native engine uses per call."""
+    if _C is not None:
+        return int(_C.get_threads())
+    if _threads_numpy:
+        return _threads_numpy
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def engine_info() -> dict[str, Any]:
+    """What runs: ``engine``, ``isa`` (selected level), ``isas`` (every level this CPU runs,
+    best first), ``threads``, and for the native engine ``compiled``, ``cpu_flags``,
+    ``compiler``, ``emulated`` (a SIMDe test build); ``native_error`` when it is not built."""
+    info: dict[str, Any] = {"engine": _engine, "native_available": _C is not None}
+    if _C is None:
+        info.update(isa=None, isas=[], threads=get_num_threads(), native_error=_IMPORT_ERROR)
+        return info
+    c = _C.info()
+    info.update(isa=_C.get_isa(), isas=list(c["isas"]), threads=int(c["threads"]), compiled=c["compiled"],
+                cpu_flags=c["cpu_flags"], compiler=c["compiler"], emulated=bool(c["emulated"]))
+    return info
+
+
+@contextmanager
+def use_engine(name: str) -> Iterator[None]:
+    """Temporarily select an engine (tests, benchmarks)."""
+    global _engine
+    saved = _engine
+    set_engine(name)
+    try:
+        yield
+    finally:
+        _engine = saved
+
+
+@contextmanager
+def use_isa(name: str) -> Iterator[None]:
+    """Temporarily select the native engine and an ISA level (tests, benchmarks)."""
+    global _engine
+    saved_engine, saved_isa = _engine, _C.get_isa() if _C is not None else None
+    set_engine("native")
+    set_isa(name)
+    try:
+        yield
+    finally:
+        _engine = saved_engine
+        _C.set_isa(saved_isa)

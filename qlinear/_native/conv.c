@@ -1,0 +1,933 @@
+/* Convolutions on the native engine: QLinearConv and ConvInteger of every rank.
+ *
+ * Two paths, both exact in int32 (wrap32 only at the end, as the contract says):
+ *
+ * - GEMM path (any group): per image and group, C (Mg x P) = W (Mg x K) . im2col(x) (K x P)
+ *   through the core driver ql_gemm. W is packed once in the prepared object (ql_conv_pack_w);
+ *   the R operand is never materialized: im2col_pack writes one panel of nr output pixels at
+ *   a time straight from the NCHW input, in the kernel's operand form (I16: centered int16
+ *   [kp/2][nr][2]; U8S8: s8-form bytes [kp/4][nr][4] + per-pixel column sums). K runs c outer,
+ *   taps inner, i.e. w.reshape(M, -1)'s order. Padded positions read as x's zero point
+ *   (centered 0 in the I16 form, zR' in the U8S8 form, whose correction then cancels them).
+ * - Depthwise path (one input channel per group, any channel multiplier M/C): direct tap sums
+ *   per channel along output rows, on centered int16 rows, two taps per multiply-add
+ *   (|x - zx|, |w - zw| <= 255: a pair sum is at most 2 * 255 * 255 < 2^31, exact in int32).
+ *
+ * Geometry arrives resolved (pads at the beginning, strides, dilations, output shape) from
+ * qlinear/_geometry.py. Positions are computed in int64 from the output coordinate, never
+ * by walking padded or strided space, so huge pads and strides cost nothing; scratch is per
+ * thread, bounded by constants (and the caller's workspace limit), never proportional to the
+ * padded input.
+ */
+#include "qlinear.h"
+#include "conv.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#if QL_X86
+#include <emmintrin.h>   /* SSE2: the x86-64 baseline, no target attribute needed */
+#endif
+
+/* ---------------------------------------------------------------------------------------
+ * Shared geometry helpers
+ * ------------------------------------------------------------------------------------- */
+
+static int64_t prod(const int64_t *v, int n)
+{
+    int64_t r = 1;
+    for (int i = 0; i < n; i++) r *= v[i];
+    return r;
+}
+
+/* Value of an 8-bit element as an int. */
+static inline int32_t load8(const uint8_t *p, int type)
+{
+    return type == QL_U8 ? (int32_t)*p : (int32_t)(int8_t)*p;
+}
+
+/* Element strides of the spatial axes of one channel plane (innermost = 1). */
+static void plane_strides(const ql_conv_plan *p, ptrdiff_t *st)
+{
+    ptrdiff_t s = 1;
+    for (int a = p->nsp - 1; a >= 0; a--) {
+        st[a] = s;
+        s *= (ptrdiff_t)p->in[a];
+    }
+}
+
+/* dst[i] = x[pos0 + i*step] - zx for positions inside [0, n), 0 (centered padding) outside;
+ * i in [0, len). The valid range is solved arithmetically: no loop over padding or strides. */
+static void build_row_i16(const uint8_t *src, int type, int32_t zx, int64_t n, int64_t pos0,
+                          int64_t step, int16_t *dst, int64_t len)
+{
+    int64_t lo, hi;
+    if (pos0 >= 0) lo = 0;
+    else lo = (-pos0 + step - 1) / step;
+    if (pos0 >= n) hi = 0;
+    else hi = (n - pos0 + step - 1) / step;
+    if (lo > len) lo = len;
+    if (hi > len) hi = len;
+    if (hi < lo) hi = lo;
+    for (int64_t i = 0; i < lo; i++) dst[i] = 0;
+    if (hi > lo) {
+        const uint8_t *s = src + pos0 + lo * step;
+        int16_t *d = dst + lo;
+        int64_t cnt = hi - lo;
+        if (step == 1) {
+            /* contiguous: a plain widening loop the compiler vectorizes */
+            if (type == QL_U8) {
+                for (int64_t i = 0; i < cnt; i++) d[i] = (int16_t)((int32_t)s[i] - zx);
+            } else {
+                const int8_t *si = (const int8_t *)s;
+                for (int64_t i = 0; i < cnt; i++) d[i] = (int16_t)((int32_t)si[i] - zx);
+            }
+        } else {
+            for (int64_t i = 0; i < cnt; i++) d[i] = (int16_t)(load8(s + i * step, type) - zx);
+        }
+    }
+    for (int64_t i = hi; i < len; i++) dst[i] = 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Weights of the GEMM path: packed once (prepared object), per ISA form
+ * ------------------------------------------------------------------------------------- */
+
+static ptrdiff_t w_row_bytes(const ql_gemm_kernel *k, int K)
+{
+    int kp = ql_round_k(k, K);
+    return (ptrdiff_t)kp * (k->form == QL_FORM_I16 ? 2 : 1);
+}
+
+size_t ql_conv_w_bytes(const ql_gemm_kernel *k, int M, int K)
+{
+    size_t b = (size_t)M * (size_t)w_row_bytes(k, K);
+    if (k->form == QL_FORM_U8S8) b += 2 * sizeof(int32_t) * (size_t)M;
+    return b;
+}
+
+/* w: (M, K) 8-bit row-major; wzp: M int32 (per output channel, repeated if per tensor).
+ * dst layout: M rows of w_row_bytes; U8S8 form then int32 row_a[M] (rowsum(L') - K*zL'),
+ * int32 row_z[M] (zL'), the epilogue's corrections (wrap32). */
+void ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K,
+                    const int32_t *wzp, void *dst)
+{
+    int kp = ql_round_k(k, K);
+    ptrdiff_t ldl = w_row_bytes(k, K);
+    int32_t *rowsums = NULL;
+    if (k->form == QL_FORM_U8S8) rowsums = (int32_t *)((char *)dst + (size_t)M * (size_t)ldl);
+    ql_pack_L(w, w_type, K, 1, M, K, wzp, 1, k->form, dst, ldl, kp, rowsums);
+    if (k->form == QL_FORM_U8S8) {
+        int32_t *row_a = rowsums, *row_z = rowsums + M;
+        for (int i = 0; i < M; i++) {
+            int32_t zl = wzp[i] + (w_type == QL_I8 ? 128 : 0);   /* u8 form: int8 + 128 */
+            row_z[i] = zl;
+            row_a[i] = (int32_t)((uint32_t)row_a[i] - (uint32_t)K * (uint32_t)zl);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The im2col panel packer
+ * ------------------------------------------------------------------------------------- */
+
+/* Offset tables of a panel are kept when taps * nr entries stay below this (128 KiB). */
+#define TABLE_MAX_ENTRIES 16384
+
+typedef struct im2col_ctx {
+    const ql_conv_plan *p;
+    const uint8_t *xg;          /* image n, first channel of the group */
+    int64_t pix0;               /* output pixel of column 0 of this GEMM call */
+    int form, nr, kp, K;
+    int64_t taps, plane;        /* taps per channel; input elements per channel plane */
+    ptrdiff_t st[QL_CONV_MAXD]; /* element strides of the input plane's axes */
+    int use_table;
+    char *scratch;
+    size_t scratch_bytes;       /* per thread */
+    /* per-thread scratch layout (byte offsets) */
+    size_t off_table, off_start, off_base, off_seg, off_rows;
+} im2col_ctx;
+
+static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
+
+static void im2col_layout(im2col_ctx *c)
+{
+    const ql_conv_plan *p = c->p;
+    size_t o = 0;
+    c->use_table = c->taps * c->nr <= TABLE_MAX_ENTRIES;
+    c->off_table = o;
+    if (c->use_table) o += align64(sizeof(ptrdiff_t) * (size_t)(c->taps * c->nr));
+    c->off_start = o;
+    if (c->use_table) o += align64(sizeof(ptrdiff_t) * (size_t)c->taps);
+    c->off_base = o;
+    o += align64(sizeof(int64_t) * (size_t)c->nr * (size_t)p->nsp);
+    c->off_seg = o;
+    o += align64(sizeof(int) * (size_t)(c->nr + 2));
+    c->off_rows = o;
+    o += align64(4 * sizeof(int16_t) * (size_t)c->nr);
+    c->scratch_bytes = o;
+}
+
+/* tap index t -> tap coordinates (last axis fastest) */
+static void tap_coords(const ql_conv_plan *p, int64_t t, int64_t *tc)
+{
+    for (int a = p->nsp - 1; a >= 0; a--) {
+        tc[a] = t % p->k[a];
+        t /= p->k[a];
+    }
+}
+
+/* Offsets (in the channel plane) of tap tc for pixels [0, ncols), -1 where padded. */
+static void tap_offsets(const im2col_ctx *c, const int64_t *base, const int64_t *tc, int ncols,
+                        ptrdiff_t *off)
+{
+    const ql_conv_plan *p = c->p;
+    int nsp = p->nsp;
+    for (int j = 0; j < ncols; j++) {
+        const int64_t *b = base + (size_t)j * nsp;
+        ptrdiff_t o = 0;
+        int valid = 1;
+        for (int a = 0; a < nsp; a++) {
+            int64_t pos = b[a] + tc[a] * p->dil[a];
+            if (pos < 0 || pos >= p->in[a]) { valid = 0; break; }
+            o += (ptrdiff_t)pos * c->st[a];
+        }
+        off[j] = valid ? o : -1;
+    }
+}
+
+/* Widen n 8-bit values to centered int16 (contiguous source: a loop the compiler vectorizes). */
+static inline void widen_i16(const uint8_t *src, int type, int32_t zx, int16_t *d, int n)
+{
+    if (type == QL_U8) {
+        for (int j = 0; j < n; j++) d[j] = (int16_t)((int32_t)src[j] - zx);
+    } else {
+        const int8_t *si = (const int8_t *)src;
+        for (int j = 0; j < n; j++) d[j] = (int16_t)((int32_t)si[j] - zx);
+    }
+}
+
+/* Row (channel ch, tap t) of the panel as values of the form: I16 centered int16 (0 =
+ * padding), U8S8 s8-form bytes (padding = zR'). Columns [ncols, nr) are 0. Within a segment
+ * (pixels of one output row) a run whose two ends are valid and one element apart per pixel
+ * is contiguous in x (stride 1 along the last axis) and copied as such. */
+static void im2col_row(const im2col_ctx *c, char *s, int64_t ch, int64_t t, int ncols, void *dstv)
+{
+    const ql_conv_plan *p = c->p;
+    int nr = c->nr;
+    int type = p->x_type;
+    int32_t zx = p->x_zp;
+    const uint8_t *xc = c->xg + ch * c->plane;
+    const ptrdiff_t *off;
+    ptrdiff_t tmp[QL_MAX_NR];
+    ptrdiff_t start = -1;
+    if (c->use_table) {
+        off = (const ptrdiff_t *)(s + c->off_table) + t * nr;
+        start = ((const ptrdiff_t *)(s + c->off_start))[t];
+    } else {
+        int64_t tc[QL_CONV_MAXD];
+        tap_coords(p, t, tc);
+        tap_offsets(c, (const int64_t *)(s + c->off_base), tc, ncols, tmp);
+        off = tmp;
+    }
+    const int *seg = (const int *)(s + c->off_seg);
+    int nseg = seg[nr + 1];
+    if (c->form == QL_FORM_I16) {
+        int16_t *d = (int16_t *)dstv;
+        if (start >= 0) {
+            widen_i16(xc + start, type, zx, d, ncols);
+        } else {
+            for (int g = 0; g < nseg; g++) {
+                int j0 = seg[g], j1 = seg[g + 1];
+                /* the valid part of a segment: padding only at its two ends */
+                int ja = j0, jb = j1;
+                while (ja < jb && off[ja] < 0) d[ja++] = 0;
+                while (jb > ja && off[jb - 1] < 0) d[--jb] = 0;
+                if (jb > ja && off[jb - 1] - off[ja] == jb - 1 - ja) {
+                    widen_i16(xc + off[ja], type, zx, d + ja, jb - ja);
+                } else {
+                    for (int j = ja; j < jb; j++)
+                        d[j] = off[j] < 0 ? 0 : (int16_t)(load8(xc + off[j], type) - zx);
+                }
+            }
+        }
+        for (int j = ncols; j < nr; j++) d[j] = 0;
+    } else {
+        /* s8 form: int8 as is; uint8 ^ 0x80 (i.e. - 128). Padding: zR' = the zero point's form. */
+        int8_t *d = (int8_t *)dstv;
+        uint8_t flip = type == QL_U8 ? 0x80 : 0;
+        int8_t pad = (int8_t)(type == QL_U8 ? zx - 128 : zx);
+        if (start >= 0) {
+            const uint8_t *src = xc + start;
+            for (int j = 0; j < ncols; j++) d[j] = (int8_t)(src[j] ^ flip);
+        } else {
+            for (int j = 0; j < ncols; j++) d[j] = off[j] < 0 ? pad : (int8_t)(xc[off[j]] ^ flip);
+        }
+        for (int j = ncols; j < nr; j++) d[j] = 0;
+    }
+}
+
+#if QL_X86
+/* Two full contiguous rows straight into the I16 panel, 16 columns per step (SSE2, the x86-64
+ * baseline): widen, subtract the zero point (|x - zx| <= 255 fits int16), interleave. */
+static void pair_i16_sse2(const uint8_t *a, const uint8_t *b, int type, int32_t zx, int16_t *d, int nr)
+{
+    const __m128i z = _mm_set1_epi16((int16_t)zx);
+    for (int j = 0; j < nr; j += 16) {
+        __m128i va = _mm_loadu_si128((const __m128i *)(a + j));
+        __m128i vb = _mm_loadu_si128((const __m128i *)(b + j));
+        __m128i a0, a1, b0, b1;
+        if (type == QL_U8) {
+            const __m128i zero = _mm_setzero_si128();
+            a0 = _mm_unpacklo_epi8(va, zero); a1 = _mm_unpackhi_epi8(va, zero);
+            b0 = _mm_unpacklo_epi8(vb, zero); b1 = _mm_unpackhi_epi8(vb, zero);
+        } else {  /* sign extension: the byte in the high half, arithmetic shift down */
+            a0 = _mm_srai_epi16(_mm_unpacklo_epi8(va, va), 8); a1 = _mm_srai_epi16(_mm_unpackhi_epi8(va, va), 8);
+            b0 = _mm_srai_epi16(_mm_unpacklo_epi8(vb, vb), 8); b1 = _mm_srai_epi16(_mm_unpackhi_epi8(vb, vb), 8);
+        }
+        a0 = _mm_sub_epi16(a0, z); a1 = _mm_sub_epi16(a1, z);
+        b0 = _mm_sub_epi16(b0, z); b1 = _mm_sub_epi16(b1, z);
+        __m128i *o = (__m128i *)(d + 2 * j);
+        _mm_storeu_si128(o, _mm_unpacklo_epi16(a0, b0));
+        _mm_storeu_si128(o + 1, _mm_unpackhi_epi16(a0, b0));
+        _mm_storeu_si128(o + 2, _mm_unpacklo_epi16(a1, b1));
+        _mm_storeu_si128(o + 3, _mm_unpackhi_epi16(a1, b1));
+    }
+}
+#endif
+
+static inline void next_tap(int64_t *ch, int64_t *t, int64_t taps)
+{
+    if (++*t == taps) { *t = 0; ++*ch; }
+}
+
+/* ql_pack_R_fn: pack output pixels [pix0 + j0, + ncols) as one panel. */
+static void im2col_pack(void *vctx, int j0, int ncols, void *dst, int32_t *colsums, int thread)
+{
+    const im2col_ctx *c = (const im2col_ctx *)vctx;
+    const ql_conv_plan *p = c->p;
+    char *s = c->scratch + (size_t)thread * c->scratch_bytes;
+    int nsp = p->nsp, nr = c->nr;
+    /* first padded-input position of every pixel along every axis; segments = runs of
+     * pixels on one output row (seg[0..nseg], count at seg[nr + 1]) */
+    int64_t o[QL_CONV_MAXD];
+    int64_t pix = c->pix0 + j0;
+    for (int a = nsp - 1; a >= 0; a--) {
+        o[a] = pix % p->out[a];
+        pix /= p->out[a];
+    }
+    int64_t *base = (int64_t *)(s + c->off_base);
+    int *seg = (int *)(s + c->off_seg);
+    int nseg = 0;
+    seg[0] = 0;
+    for (int j = 0; j < ncols; j++) {
+        for (int a = 0; a < nsp; a++) base[(size_t)j * nsp + a] = o[a] * p->stride[a] - p->pad[a];
+        if (++o[nsp - 1] == p->out[nsp - 1]) {
+            o[nsp - 1] = 0;
+            seg[++nseg] = j + 1;
+            for (int a = nsp - 2; a >= 0; a--) {
+                if (++o[a] < p->out[a]) break;
+                o[a] = 0;
+            }
+        }
+    }
+    if (seg[nseg] != ncols) seg[++nseg] = ncols;
+    seg[nr + 1] = nseg;
+    if (c->use_table) {
+        ptrdiff_t *table = (ptrdiff_t *)(s + c->off_table);
+        ptrdiff_t *start = (ptrdiff_t *)(s + c->off_start);
+        int64_t tc[QL_CONV_MAXD];
+        for (int a = 0; a < nsp; a++) tc[a] = 0;
+        for (int64_t t = 0; t < c->taps; t++) {
+            ptrdiff_t *off = table + t * nr;
+            tap_offsets(c, base, tc, ncols, off);
+            /* a fully valid run of consecutive elements: copied as one contiguous row */
+            ptrdiff_t st0 = off[0];
+            for (int j = 0; j < ncols && st0 >= 0; j++)
+                if (off[j] != st0 + j) st0 = -1;
+            start[t] = st0;
+            for (int a = nsp - 1; a >= 0; a--) {
+                if (++tc[a] < p->k[a]) break;
+                tc[a] = 0;
+            }
+        }
+    }
+    int64_t ch = 0, t = 0;   /* row k = ch * taps + t */
+    if (c->form == QL_FORM_I16) {
+        int16_t *ra = (int16_t *)(s + c->off_rows), *rb = ra + nr;
+        int16_t *d = (int16_t *)dst;
+        const ptrdiff_t *start = c->use_table ? (const ptrdiff_t *)(s + c->off_start) : NULL;
+        for (int64_t k = 0; k < c->kp; k += 2) {
+            int16_t *dk = d + (size_t)k * nr;   /* [k/2][nr][2] */
+            int64_t ca = ch, ta = t;
+            next_tap(&ch, &t, c->taps);
+            int64_t cb = ch, tb = t;
+            next_tap(&ch, &t, c->taps);
+            int vb = k + 1 < c->K;
+#if QL_X86
+            if (start && vb && ncols == nr && nr % 16 == 0 && start[ta] >= 0 && start[tb] >= 0) {
+                pair_i16_sse2(c->xg + ca * c->plane + start[ta], c->xg + cb * c->plane + start[tb],
+                              p->x_type, p->x_zp, dk, nr);
+                continue;
+            }
+#endif
+            im2col_row(c, s, ca, ta, ncols, ra);
+            if (vb) im2col_row(c, s, cb, tb, ncols, rb);
+            else memset(rb, 0, sizeof(int16_t) * (size_t)nr);
+            int j = 0;
+#if QL_X86
+            for (; j + 8 <= nr; j += 8) {
+                __m128i va = _mm_loadu_si128((const __m128i *)(ra + j));
+                __m128i vb8 = _mm_loadu_si128((const __m128i *)(rb + j));
+                _mm_storeu_si128((__m128i *)(dk + 2 * j), _mm_unpacklo_epi16(va, vb8));
+                _mm_storeu_si128((__m128i *)(dk + 2 * j + 8), _mm_unpackhi_epi16(va, vb8));
+            }
+#endif
+            for (; j < nr; j++) {
+                dk[2 * j] = ra[j];
+                dk[2 * j + 1] = rb[j];
+            }
+        }
+    } else {
+        int8_t *r[4];
+        r[0] = (int8_t *)(s + c->off_rows);
+        for (int q = 1; q < 4; q++) r[q] = r[q - 1] + nr;
+        int8_t *d = (int8_t *)dst;
+        for (int j = 0; j < nr; j++) colsums[j] = 0;
+        for (int64_t k = 0; k < c->kp; k += 4) {
+            for (int q = 0; q < 4; q++) {
+                if (k + q < c->K) {
+                    im2col_row(c, s, ch, t, ncols, r[q]);
+                    next_tap(&ch, &t, c->taps);
+                } else {
+                    memset(r[q], 0, (size_t)nr);
+                }
+            }
+            int8_t *dk = d + (size_t)k * nr;    /* [k/4][nr][4] */
+            for (int j = 0; j < nr; j++) {
+                dk[4 * j] = r[0][j];
+                dk[4 * j + 1] = r[1][j];
+                dk[4 * j + 2] = r[2][j];
+                dk[4 * j + 3] = r[3][j];
+                /* rows k >= K are 0 and add nothing; padding columns are 0 */
+                colsums[j] += (int32_t)r[0][j] + r[1][j] + r[2][j] + r[3][j];
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The GEMM conv driver
+ * ------------------------------------------------------------------------------------- */
+
+/* Pixels per ql_gemm call: its sizes are int. */
+#define PIX_CHUNK ((int64_t)1 << 30)
+
+static void plan_epilogue(const ql_conv_plan *p, ql_epilogue *ep)
+{
+    memset(ep, 0, sizeof *ep);
+    ep->quantized = p->quantized;
+    ep->row_bias = p->bias;
+    ep->mult = p->mult;
+    ep->mult_rs = p->mult_s;
+    ep->mult_cs = 0;
+    ep->lo = p->lo;
+    ep->hi = p->hi;
+    ep->zp = p->y_zp;
+    ep->out_is_signed = p->y_signed;
+    ep->out_cs = 1;
+}
+
+int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern,
+                 const void *wpacked, size_t workspace)
+{
+    int64_t Cg = p->C / p->group, Mg = p->M / p->group;
+    int64_t taps = prod(p->k, p->nsp);
+    int64_t K64 = Cg * taps;
+    int64_t P = prod(p->out, p->nsp);
+    int64_t plane = prod(p->in, p->nsp);
+    if (K64 > INT_MAX / 2 || Mg > INT_MAX) return -2;
+    int K = (int)K64;
+    int kp = ql_round_k(kern, K);
+    ptrdiff_t ldl = w_row_bytes(kern, K);
+    size_t esize = p->quantized ? 1 : 4;
+    int threads = ql_num_threads();
+
+    im2col_ctx c;
+    memset(&c, 0, sizeof c);
+    c.p = p;
+    c.form = kern->form;
+    c.nr = kern->nr;
+    c.kp = kp;
+    c.K = K;
+    c.taps = taps;
+    c.plane = plane;
+    plane_strides(p, c.st);
+    im2col_layout(&c);
+    if (c.scratch_bytes * (size_t)threads > workspace) return -3;
+    c.scratch = (char *)malloc(c.scratch_bytes * (size_t)threads + 64);
+    if (!c.scratch) return -1;
+
+    const int32_t *row_a = NULL, *row_z = NULL;
+    if (kern->form == QL_FORM_U8S8) {
+        row_a = (const int32_t *)((const char *)wpacked + (size_t)p->M * (size_t)ldl);
+        row_z = row_a + p->M;
+    }
+    int32_t col_z = p->x_type == QL_U8 ? p->x_zp - 128 : p->x_zp;   /* zR' */
+    int rc = 0;
+    for (int64_t n = 0; n < p->N && rc == 0; n++) {
+        for (int64_t g = 0; g < p->group && rc == 0; g++) {
+            for (int64_t q0 = 0; q0 < P && rc == 0; q0 += PIX_CHUNK) {
+                int64_t np = P - q0 < PIX_CHUNK ? P - q0 : PIX_CHUNK;
+                ql_gemm_problem gp;
+                memset(&gp, 0, sizeof gp);
+                gp.kern = kern;
+                gp.M = (int)Mg;
+                gp.N = (int)np;
+                gp.K = K;
+                gp.kp = kp;
+                gp.L = (const char *)wpacked + (size_t)(g * Mg) * (size_t)ldl;
+                gp.ldl_bytes = ldl;
+                c.xg = (const uint8_t *)p->x + (size_t)((n * p->C + g * Cg) * plane);
+                c.pix0 = q0;
+                gp.pack_R = im2col_pack;
+                gp.pack_ctx = &c;
+                plan_epilogue(p, &gp.ep);
+                if (p->bias) gp.ep.row_bias = p->bias + g * Mg;
+                gp.ep.mult = p->mult + g * Mg * p->mult_s;
+                gp.ep.out = (char *)p->y + (size_t)((n * p->M + g * Mg) * P + q0) * esize;
+                gp.ep.out_rs = (ptrdiff_t)P;
+                if (kern->form == QL_FORM_U8S8) {
+                    gp.ep.row_a = row_a + g * Mg;
+                    gp.ep.row_z = row_z + g * Mg;
+                    gp.ep.row_s = 1;
+                    gp.ep.col_z = &col_z;
+                    gp.ep.col_z_s = 0;
+                }
+                gp.epilogue = isa->epilogue;
+                gp.threads = threads;
+                if (ql_gemm(&gp) != 0) rc = -1;
+            }
+        }
+    }
+    free(c.scratch);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Depthwise: direct tap sums along output rows
+ * ------------------------------------------------------------------------------------- */
+
+/* Rows collected before one pass of the row kernel (accumulators stay in registers). */
+#define DW_MAX_ROWS 32
+/* Output columns per segment (rounded to 16, the row kernels' block). */
+#define DW_SEG 256
+/* Stride-1 rows share one centered input row per outer tap when the last axis's dilated
+ * kernel extent is at most this; otherwise every tap gathers its own row. */
+#define DW_MAX_SPAN 1024
+/* Plane mode: padded planes of at most this many elements (int16: 128 KiB per thread), flat
+ * outputs per kernel pass. */
+#define DW_PLANE_MAX 65536
+#define DW_CHUNK 2048
+/* ... with strides at most this (outer strides: their product, the rows computed per output row) */
+#define DW_PLANE_MAX_STRIDE 4
+
+void ql_dw_rows_scalar(const int16_t *const *rows, const int16_t *w, int npairs, int32_t *acc,
+                       int nblocks, int accumulate)
+{
+    int n = nblocks * 16;
+    for (int i = 0; i < n; i++) {
+        uint32_t s = accumulate ? (uint32_t)acc[i] : 0u;
+        for (int q = 0; q < npairs; q++) {
+            /* |w|, |r| <= 255: the pair sum is below 2^17 in magnitude, exact in int32 */
+            int32_t v = (int32_t)w[2 * q] * rows[2 * q][i] + (int32_t)w[2 * q + 1] * rows[2 * q + 1][i];
+            s += (uint32_t)v;
+        }
+        acc[i] = (int32_t)s;
+    }
+}
+
+typedef struct dw_ctx {
+    const ql_conv_plan *p;
+    const ql_isa *isa;
+    ql_dw_rows_fn rows_fn;
+    const int16_t *wc;          /* (M, taps) centered int16 weights */
+    int64_t mult, taps, ktaps_outer, kw, orows, ow, plane, P, row_blocks, rows_per_task;
+    int shared;                 /* stride-1 shared-row mode */
+    int64_t seg, segr, span, buflen;
+    ptrdiff_t st[QL_CONV_MAXD];
+    char *scratch;
+    size_t scratch_bytes;
+    size_t off_bufs, off_acc, off_w, off_ptr, off_tap;
+    /* plane mode: the channel's centered, zero-padded plane, flat outputs q = sum o[a]*ps[a] */
+    int plane_mode;
+    int64_t ep_[QL_CONV_MAXD], ps[QL_CONV_MAXD], plane_len, qmax, chunk;
+    int64_t phases, phase_len;  /* last-axis stride s: s phase planes of phase_len elements */
+    size_t off_plane, off_toff, off_comp;
+} dw_ctx;
+
+static void dw_flush(const dw_ctx *d, char *s, int nrows, int64_t c, int first, int nblocks)
+{
+    const ql_conv_plan *p = d->p;
+    const int16_t **rows = (const int16_t **)(s + d->off_ptr);
+    const int64_t *tap = (const int64_t *)(s + d->off_tap);
+    int16_t *w = (int16_t *)(s + d->off_w);
+    int32_t *acc = (int32_t *)(s + d->off_acc);
+    int npairs = (nrows + 1) / 2;
+    if (nrows & 1) rows[nrows] = rows[0];   /* pairs with a zero weight */
+    (void)p;
+    for (int64_t j = 0; j < d->mult; j++) {
+        const int16_t *wo = d->wc + (size_t)((c * d->mult + j) * d->taps);
+        for (int r = 0; r < nrows; r++) w[r] = wo[tap[r]];
+        if (nrows & 1) w[nrows] = 0;
+        d->rows_fn(rows, w, npairs, acc + (size_t)j * (size_t)d->segr, nblocks, !first);
+    }
+}
+
+static void dw_task(void *vctx, ptrdiff_t task, int thread)
+{
+    dw_ctx *d = (dw_ctx *)vctx;
+    const ql_conv_plan *p = d->p;
+    int nsp = p->nsp, L = nsp - 1;
+    char *s = d->scratch + (size_t)thread * d->scratch_bytes;
+    int64_t rb = task % d->row_blocks;
+    int64_t nc = task / d->row_blocks;           /* n * C + c */
+    int64_t c = nc % p->C, n = nc / p->C;
+    const uint8_t *xc = (const uint8_t *)p->x + (size_t)(nc * d->plane);
+    int16_t *bufs = (int16_t *)(s + d->off_bufs);
+    const int16_t **rows = (const int16_t **)(s + d->off_ptr);
+    int64_t *tap = (int64_t *)(s + d->off_tap);
+    int32_t *acc = (int32_t *)(s + d->off_acc);
+    size_t esize = p->quantized ? 1 : 4;
+    ql_epilogue ep;
+    plan_epilogue(p, &ep);
+    ep.out_rs = (ptrdiff_t)d->P;
+    int64_t r0 = rb * d->rows_per_task;
+    int64_t r1 = r0 + d->rows_per_task < d->orows ? r0 + d->rows_per_task : d->orows;
+    int64_t in_last = p->in[L], s_last = p->stride[L], d_last = p->dil[L], pad_last = p->pad[L];
+    for (int64_t r = r0; r < r1; r++) {
+        /* outer output coordinates of row r */
+        int64_t o[QL_CONV_MAXD];
+        int64_t rr = r;
+        for (int a = L - 1; a >= 0; a--) {
+            o[a] = rr % p->out[a];
+            rr /= p->out[a];
+        }
+        for (int64_t ow0 = 0; ow0 < d->ow; ow0 += d->seg) {
+            int64_t len = d->ow - ow0 < d->seg ? d->ow - ow0 : d->seg;
+            int nblocks = (int)((len + 15) / 16);
+            int nrows = 0, nbufs = 0, first = 1;
+            int64_t tc[QL_CONV_MAXD];
+            for (int a = 0; a < L; a++) tc[a] = 0;
+            for (int64_t ot = 0; ot < d->ktaps_outer; ot++) {
+                /* input row of this outer tap; a padded row contributes nothing */
+                ptrdiff_t roff = 0;
+                int valid = 1;
+                for (int a = 0; a < L; a++) {
+                    int64_t pos = o[a] * p->stride[a] + tc[a] * p->dil[a] - p->pad[a];
+                    if (pos < 0 || pos >= p->in[a]) { valid = 0; break; }
+                    roff += (ptrdiff_t)pos * d->st[a];
+                }
+                if (valid) {
+                    const uint8_t *xrow = xc + roff;
+                    int64_t add = d->shared ? d->kw : 1;
+                    if (d->shared) {
+                        if (nrows + add > DW_MAX_ROWS) {
+                            dw_flush(d, s, nrows, c, first, nblocks);
+                            first = 0;
+                            nrows = nbufs = 0;
+                        }
+                        int16_t *b = bufs + (size_t)nbufs++ * (size_t)d->buflen;
+                        build_row_i16(xrow, p->x_type, p->x_zp, in_last, ow0 - pad_last, 1, b,
+                                      d->buflen);
+                        for (int64_t t = 0; t < d->kw; t++) {
+                            rows[nrows] = b + t * d_last;
+                            tap[nrows++] = ot * d->kw + t;
+                        }
+                    } else {
+                        for (int64_t t = 0; t < d->kw; t++) {
+                            if (nrows + 1 > DW_MAX_ROWS) {
+                                dw_flush(d, s, nrows, c, first, nblocks);
+                                first = 0;
+                                nrows = nbufs = 0;
+                            }
+                            int16_t *b = bufs + (size_t)nbufs++ * (size_t)d->buflen;
+                            build_row_i16(xrow, p->x_type, p->x_zp, in_last,
+                                          ow0 * s_last + t * d_last - pad_last, s_last, b, d->segr);
+                            rows[nrows] = b;
+                            tap[nrows++] = ot * d->kw + t;
+                        }
+                    }
+                }
+                for (int a = L - 1; a >= 0; a--) {
+                    if (++tc[a] < p->k[a]) break;
+                    tc[a] = 0;
+                }
+            }
+            if (nrows > 0) {
+                dw_flush(d, s, nrows, c, first, nblocks);
+                first = 0;
+            }
+            if (first) memset(acc, 0, sizeof(int32_t) * (size_t)d->segr * (size_t)d->mult);
+            ep.out = (char *)p->y + (size_t)((n * p->M) * d->P + r * d->ow + ow0) * esize;
+            d->isa->epilogue(&ep, acc, (ptrdiff_t)d->segr, NULL, (int)(c * d->mult), 0,
+                             (int)d->mult, (int)len);
+        }
+    }
+}
+
+
+/* Plane mode (stride 1 on every axis, small padded plane): the channel is widened once into a
+ * centered int16 plane zero-padded to extents ep_ (row-major strides ps); output o and tap t
+ * then read plane[q(o) + toff(t)] with q(o) = sum o[a]*ps[a]: every tap is one shifted
+ * contiguous row over a chunk of flat outputs, whatever the rank. Flat positions whose last
+ * coordinate lies beyond the output (the padded columns) are computed and dropped. */
+static void dw_plane_task(void *vctx, ptrdiff_t task, int thread)
+{
+    dw_ctx *d = (dw_ctx *)vctx;
+    const ql_conv_plan *p = d->p;
+    int nsp = p->nsp, L = nsp - 1;
+    char *s = d->scratch + (size_t)thread * d->scratch_bytes;
+    int64_t nc = task;                          /* n * C + c */
+    int64_t c = nc % p->C, n = nc / p->C;
+    const uint8_t *xc = (const uint8_t *)p->x + (size_t)(nc * d->plane);
+    int16_t *pl = (int16_t *)(s + d->off_plane);
+    const int64_t *toff = (const int64_t *)(s + d->off_toff);
+    const int16_t **rows = (const int16_t **)(s + d->off_ptr);
+    int64_t *tap = (int64_t *)(s + d->off_tap);
+    int32_t *acc = (int32_t *)(s + d->off_acc);
+    size_t esize = p->quantized ? 1 : 4;
+    /* the plane: zero, then every input row widened into place (outer coordinates walked
+     * as an odometer: no division per row) */
+    memset(pl, 0, sizeof(int16_t) * (size_t)d->plane_len);
+    int64_t in_rows = prod(p->in, L);
+    int64_t ic[QL_CONV_MAXD], dst = p->pad[L];
+    for (int a = 0; a < L; a++) {
+        ic[a] = 0;
+        dst += p->pad[a] * d->ps[a];
+    }
+    int64_t sl = d->phases;
+    for (int64_t r = 0; r < in_rows; r++) {
+        const uint8_t *src = xc + r * p->in[L];
+        if (sl == 1) {
+            widen_i16(src, p->x_type, p->x_zp, pl + dst, (int)p->in[L]);
+        } else {
+            /* padded column pc goes to phase pc % s, position pc / s (dst counts the pad) */
+            int64_t pc = p->pad[L], base = dst - p->pad[L];
+            int64_t ph = pc % sl, pos = pc / sl, i = 0;
+            if (sl == 2) {
+                /* stride 2: de-interleave even and odd padded columns (a loop the compiler
+                 * vectorizes), after at most one leading odd column */
+                if (ph == 1 && p->in[L] > 0) {
+                    pl[d->phase_len + base + pos] = (int16_t)(load8(src, p->x_type) - p->x_zp);
+                    i = 1; ph = 0; ++pos;
+                }
+                int64_t npair = (p->in[L] - i) / 2;
+                int16_t *d0 = pl + base + pos, *d1 = pl + d->phase_len + base + pos;
+                const uint8_t *s0 = src + i;
+                int32_t zx = p->x_zp;
+                if (p->x_type == QL_U8) {
+                    for (int64_t j = 0; j < npair; j++) {
+                        d0[j] = (int16_t)((int32_t)s0[2 * j] - zx);
+                        d1[j] = (int16_t)((int32_t)s0[2 * j + 1] - zx);
+                    }
+                } else {
+                    const int8_t *si = (const int8_t *)s0;
+                    for (int64_t j = 0; j < npair; j++) {
+                        d0[j] = (int16_t)((int32_t)si[2 * j] - zx);
+                        d1[j] = (int16_t)((int32_t)si[2 * j + 1] - zx);
+                    }
+                }
+                i += 2 * npair;
+                pos += npair;
+            }
+            for (; i < p->in[L]; i++) {
+                pl[ph * d->phase_len + base + pos] = (int16_t)(load8(src + i, p->x_type) - p->x_zp);
+                if (++ph == sl) { ph = 0; ++pos; }
+            }
+        }
+        for (int a = L - 1; a >= 0; a--) {
+            dst += d->ps[a];
+            if (++ic[a] < p->in[a]) break;
+            dst -= ic[a] * d->ps[a];
+            ic[a] = 0;
+        }
+    }
+    ql_epilogue ep;
+    plan_epilogue(p, &ep);
+    ep.out_rs = (ptrdiff_t)d->P;
+    char *yimg = (char *)p->y + (size_t)(n * p->M * d->P) * esize;
+    int32_t *comp = (int32_t *)(s + d->off_comp);
+    /* output rows (outer coordinates oc, flat start q_row in the plane, index orow) */
+    int64_t oc[QL_CONV_MAXD], q_row = 0, orow = 0, ow = p->out[L];
+    for (int a = 0; a < L; a++) oc[a] = 0;
+    for (int64_t q0 = 0; q0 < d->qmax; q0 += d->chunk) {
+        int64_t len = d->qmax - q0 < d->chunk ? d->qmax - q0 : d->chunk;
+        int64_t q1 = q0 + len;
+        int nblocks = (int)((len + 15) / 16);
+        for (int64_t t0 = 0; t0 < d->taps; t0 += DW_MAX_ROWS) {
+            int nrows = d->taps - t0 < DW_MAX_ROWS ? (int)(d->taps - t0) : DW_MAX_ROWS;
+            for (int r = 0; r < nrows; r++) {
+                rows[r] = pl + q0 + toff[t0 + r];
+                tap[r] = t0 + r;
+            }
+            dw_flush(d, s, nrows, c, t0 == 0, nblocks);
+        }
+        /* the chunk's outputs are one run of consecutive outputs: compact them (dropping the
+         * padded columns) and requantize/store them with one epilogue call */
+        int64_t cnt = 0, first = -1;
+        while (orow < d->orows && q_row < q1) {
+            int64_t a0 = q_row > q0 ? q_row : q0;
+            int64_t a1 = q_row + ow < q1 ? q_row + ow : q1;
+            if (a1 > a0) {
+                if (first < 0) first = orow * ow + (a0 - q_row);
+                for (int64_t j = 0; j < d->mult; j++)
+                    memcpy(comp + j * d->segr + cnt, acc + j * d->segr + (a0 - q0), sizeof(int32_t) * (size_t)(a1 - a0));
+                cnt += a1 - a0;
+            }
+            if (q_row + ow > q1) break;       /* the row continues in the next chunk */
+            orow++;
+            for (int a = L - 1; a >= 0; a--) {
+                q_row += p->stride[a] * d->ps[a];
+                if (++oc[a] < p->out[a]) break;
+                q_row -= oc[a] * p->stride[a] * d->ps[a];
+                oc[a] = 0;
+            }
+        }
+        if (cnt > 0) {
+            ep.out = yimg + (size_t)first * esize;
+            d->isa->epilogue(&ep, comp, (ptrdiff_t)d->segr, NULL, (int)(c * d->mult), 0, (int)d->mult, (int)cnt);
+        }
+    }
+}
+
+int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, ql_dw_rows_fn rows_fn,
+                      const int16_t *wc, size_t workspace)
+{
+    dw_ctx d;
+    memset(&d, 0, sizeof d);
+    int nsp = p->nsp, L = nsp - 1;
+    d.p = p;
+    d.isa = isa;
+    d.rows_fn = rows_fn;
+    d.wc = wc;
+    d.mult = p->M / p->C;
+    d.taps = prod(p->k, nsp);
+    d.kw = p->k[L];
+    d.ktaps_outer = d.taps / d.kw;
+    d.ow = p->out[L];
+    d.orows = prod(p->out, L);
+    d.plane = prod(p->in, nsp);
+    d.P = prod(p->out, nsp);
+    plane_strides(p, d.st);
+    if (p->M > INT_MAX) return -2;
+    d.span = (d.kw - 1) * p->dil[L];
+    d.shared = p->stride[L] == 1 && d.kw <= DW_MAX_ROWS && d.span <= DW_MAX_SPAN;
+    /* plane mode: a padded plane of at most DW_PLANE_MAX elements, the last axis split into
+     * `stride` phases (so that every tap reads a contiguous row), and outer strides small
+     * (rows between output rows are computed and dropped) */
+    int64_t plane_len = 1, outer_waste = 1;
+    d.plane_mode = 1;
+    for (int a = 0; a < nsp; a++) {
+        int64_t need = (p->out[a] - 1) * p->stride[a] + (p->k[a] - 1) * p->dil[a] + 1;
+        int64_t e = p->in[a] + p->pad[a];
+        if (need > e) e = need;
+        d.ep_[a] = e;
+        if (a < L) outer_waste *= p->stride[a];
+        if (e > DW_PLANE_MAX || p->stride[a] > DW_PLANE_MAX_STRIDE) d.plane_mode = 0;
+        else if (d.plane_mode) {
+            plane_len *= a == L ? (e + p->stride[a] - 1) / p->stride[a] : e;
+            if (plane_len > DW_PLANE_MAX) d.plane_mode = 0;
+        }
+    }
+    if (outer_waste > DW_PLANE_MAX_STRIDE) d.plane_mode = 0;
+    /* segment: up to DW_SEG columns (plane mode: DW_CHUNK flat outputs), fewer when the
+     * channel multiplier's accumulators grow */
+    int64_t seg = d.plane_mode ? DW_CHUNK : DW_SEG;
+    while (seg > 16 && d.mult * seg > 16384) seg /= 2;
+    if (d.plane_mode) {
+        /* phase planes: rows of ceil(e_L / s_L) elements */
+        d.phases = p->stride[L];
+        for (int a = nsp - 1; a >= 0; a--)
+            d.ps[a] = a == nsp - 1 ? 1 : d.ps[a + 1] * (a + 1 == L ? (d.ep_[L] + d.phases - 1) / d.phases : d.ep_[a + 1]);
+        d.qmax = 0;   /* one past the flat index of the last output */
+        for (int a = 0; a < L; a++) d.qmax += (p->out[a] - 1) * p->stride[a] * d.ps[a];
+        d.qmax += p->out[L];
+        if (seg > d.qmax) seg = d.qmax;
+        d.chunk = seg;
+        /* reads reach q + toff + 15 < qmax + max toff + 16 <= phase plane + 16 */
+        d.phase_len = plane_len + 32;
+        d.plane_len = d.phases * d.phase_len + 16;
+    } else if (seg > d.ow) {
+        seg = d.ow;
+    }
+    d.seg = seg;
+    d.segr = (seg + 15) / 16 * 16;
+    /* a shared row serves the taps' shifted windows: segr + span, + 16 spare */
+    d.buflen = d.plane_mode ? 0 : d.shared ? d.segr + d.span + 16 : d.segr;
+    d.off_bufs = 0;
+    size_t o = align64(sizeof(int16_t) * (size_t)DW_MAX_ROWS * (size_t)d.buflen);
+    d.off_acc = o;
+    o += align64(sizeof(int32_t) * (size_t)d.segr * (size_t)d.mult);
+    d.off_w = o;
+    o += align64(sizeof(int16_t) * (DW_MAX_ROWS + 2));
+    d.off_ptr = o;
+    o += align64(sizeof(void *) * (DW_MAX_ROWS + 2));
+    d.off_tap = o;
+    o += align64(sizeof(int64_t) * (DW_MAX_ROWS + 2));
+    if (d.plane_mode) {
+        d.off_plane = o;
+        o += align64(sizeof(int16_t) * (size_t)d.plane_len);
+        d.off_toff = o;
+        o += align64(sizeof(int64_t) * (size_t)d.taps);
+        d.off_comp = o;
+        o += align64(sizeof(int32_t) * (size_t)d.segr * (size_t)d.mult);
+        d.off_bufs = o;   /* unused in plane mode */
+    }
+    d.scratch_bytes = o;
+    int threads = ql_num_threads();
+    if (d.scratch_bytes * (size_t)threads > workspace) return -3;
+    d.scratch = (char *)malloc(d.scratch_bytes * (size_t)threads + 64);
+    if (!d.scratch) return -1;
+    /* small convolutions stay on the calling thread (as ql_gemm does below 2^21 MACs) */
+    int run_threads = p->N * p->M * d.P * d.taps < ((int64_t)1 << 21) ? 1 : threads;
+    if (d.plane_mode) {
+        /* tap offsets in the plane, the same for every thread */
+        int64_t *toff = (int64_t *)(d.scratch + d.off_toff);
+        for (int64_t t = 0; t < d.taps; t++) {
+            int64_t tc[QL_CONV_MAXD], off = 0;
+            tap_coords(p, t, tc);
+            for (int a = 0; a < L; a++) off += tc[a] * p->dil[a] * d.ps[a];
+            /* last axis: column o*s + t*d = (o + t*d / s)*s + (t*d % s): phase t*d % s */
+            int64_t col = tc[L] * p->dil[L];
+            off += col / d.phases + (col % d.phases) * d.phase_len;
+            toff[t] = off;
+        }
+        for (int th = 1; th < threads; th++)
+            memcpy(d.scratch + (size_t)th * d.scratch_bytes + d.off_toff, toff, sizeof(int64_t) * (size_t)d.taps);
+        ql_parallel_for((ptrdiff_t)(p->N * p->C), run_threads, dw_plane_task, &d);
+        free(d.scratch);
+        return 0;
+    }
+    /* tasks: (image, channel, block of output rows); enough blocks for every thread */
+    int64_t planes = p->N * p->C;
+    int64_t want = 4 * (int64_t)threads;
+    int64_t blocks = planes >= want ? 1 : (want + planes - 1) / planes;
+    if (blocks > d.orows) blocks = d.orows;
+    d.rows_per_task = (d.orows + blocks - 1) / blocks;
+    d.row_blocks = (d.orows + d.rows_per_task - 1) / d.rows_per_task;
+    ql_parallel_for((ptrdiff_t)(planes * d.row_blocks), run_threads, dw_task, &d);
+    free(d.scratch);
+    return 0;
+}
+
+/* The depthwise row kernel for an ISA level: every x86 level above scalar runs AVX2 (the
+ * VNNI levels' CPUs all have it), so they share conv_avx2.c's kernel. */
+ql_dw_rows_fn ql_conv_dw_rows(const ql_isa *isa)
+{
+#if QL_X86
+    if (isa != &ql_isa_scalar) return ql_dw_rows_avx2;
+#endif
+    (void)isa;
+    return ql_dw_rows_scalar;
+}

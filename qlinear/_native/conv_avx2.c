@@ -1,0 +1,45 @@
+/* AVX2 depthwise row kernel (conv.c's ql_dw_rows_fn). Compiled for AVX2 only (no FMA: the
+ * kernel is integer-only anyway); conv.c calls it only where the CPU runs AVX2. */
+#include "conv.h"
+
+#if QL_X86
+#pragma GCC push_options
+#pragma GCC target("avx2")
+#include <immintrin.h>
+
+/* 16 outputs per block. vpunpck{l,h}wd interleave two tap rows within 128-bit lanes, so the
+ * low product holds outputs 0-3 and 8-11, the high one 4-7 and 12-15; the accumulators keep
+ * that order and are permuted back once per block. vpmaddwd forms w0*r0 + w1*r1 exactly in
+ * int32 (|w|, |r| <= 255: the pair sum is below 2^17); vpaddd wraps, which is wrap32. */
+void ql_dw_rows_avx2(const int16_t *const *rows, const int16_t *w, int npairs, int32_t *acc,
+                     int nblocks, int accumulate)
+{
+    for (int b = 0; b < nblocks; b++) {
+        int i = b * 16;
+        __m256i lo, hi;
+        if (accumulate) {
+            __m256i a0 = _mm256_loadu_si256((const __m256i *)(acc + i));
+            __m256i a1 = _mm256_loadu_si256((const __m256i *)(acc + i + 8));
+            lo = _mm256_permute2x128_si256(a0, a1, 0x20);
+            hi = _mm256_permute2x128_si256(a0, a1, 0x31);
+        } else {
+            lo = _mm256_setzero_si256();
+            hi = _mm256_setzero_si256();
+        }
+        for (int q = 0; q < npairs; q++) {
+            __m256i ra = _mm256_loadu_si256((const __m256i *)(rows[2 * q] + i));
+            __m256i rb = _mm256_loadu_si256((const __m256i *)(rows[2 * q + 1] + i));
+            uint32_t wp = (uint16_t)w[2 * q] | ((uint32_t)(uint16_t)w[2 * q + 1] << 16);
+            __m256i wv = _mm256_set1_epi32((int)wp);
+            lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(ra, rb), wv));
+            hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(ra, rb), wv));
+        }
+        _mm256_storeu_si256((__m256i *)(acc + i), _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm256_storeu_si256((__m256i *)(acc + i + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+    }
+}
+
+#pragma GCC pop_options
+#else
+typedef int ql_conv_avx2_empty;   /* ISO C: a translation unit is not empty */
+#endif

@@ -1,0 +1,128 @@
+/* Runtime ISA dispatch: the ONLY file that names instruction-set levels.
+ *
+ * CPU features are read once (CPUID for what the CPU implements, XGETBV for what the OS
+ * saves on a context switch: a CPU with AVX-512 under an OS that does not save the ZMM state
+ * must not run AVX-512 code). The table lists, best first, every level that was compiled in
+ * and that this CPU and OS can run; the scalar level is always compiled and always runs.
+ *
+ * With -DQL_SIMDE (scripts/emulated_isa.sh) the AVX-512 VNNI and AVX-VNNI files are compiled
+ * against SIMDe's portable implementations of those intrinsics, so those levels are offered on
+ * any CPU with AVX2: a test build, never the shipped one.
+ */
+#include "qlinear.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#if QL_X86 && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#define QL_HAVE_CPUID 1
+#else
+#define QL_HAVE_CPUID 0
+#endif
+
+typedef struct {
+    int avx2, avxvnni, avx512vnni, fma;
+} ql_features;
+
+static ql_features feat;
+static int feat_done;
+static char flags_text[160];
+
+#if QL_HAVE_CPUID
+static unsigned long long ql_xgetbv0(void) {
+    unsigned int lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((unsigned long long)hi << 32) | lo;
+}
+#endif
+
+static void detect(void) {
+    if (feat_done) return;
+    memset(&feat, 0, sizeof feat);
+#if QL_HAVE_CPUID
+    unsigned int a, b, c, d, max_leaf = __get_cpuid_max(0, NULL);
+    if (max_leaf >= 7 && __get_cpuid(1, &a, &b, &c, &d)) {
+        int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, fma = (c >> 12) & 1;
+        unsigned long long xcr0 = osxsave ? ql_xgetbv0() : 0;
+        int os_ymm = (xcr0 & 0x6) == 0x6;            /* SSE + AVX state */
+        int os_zmm = os_ymm && (xcr0 & 0xE0) == 0xE0; /* opmask, ZMM0-15 high, ZMM16-31 */
+        unsigned int b7 = 0, c7 = 0, d7 = 0, a71 = 0, t;
+        __cpuid_count(7, 0, t, b7, c7, d7);
+        (void)d7;
+        if (t >= 1) __cpuid_count(7, 1, a71, b, c, d);
+        int avx2 = avx && os_ymm && ((b7 >> 5) & 1);
+        feat.avx2 = avx2;
+        feat.fma = fma && os_ymm;
+        feat.avxvnni = avx2 && ((a71 >> 4) & 1);
+        int f = (b7 >> 16) & 1, dq = (b7 >> 17) & 1, bw = (b7 >> 30) & 1, vl = (b7 >> 31) & 1;
+        feat.avx512vnni = avx2 && os_zmm && f && dq && bw && vl && ((c7 >> 11) & 1);
+    }
+#endif
+    snprintf(flags_text, sizeof flags_text, "%s%s%s%s",
+             feat.avx2 ? "avx2 " : "", feat.fma ? "fma " : "",
+             feat.avxvnni ? "avxvnni " : "", feat.avx512vnni ? "avx512vnni " : "");
+    size_t n = strlen(flags_text);
+    if (n && flags_text[n - 1] == ' ') flags_text[n - 1] = 0;
+    feat_done = 1;
+}
+
+#ifdef QL_SIMDE
+#define QL_EMULATED 1
+#else
+#define QL_EMULATED 0
+#endif
+
+typedef struct { const ql_isa *isa; int (*runs)(void); } ql_entry;
+
+#if QL_X86
+static int runs_avx512vnni(void) { return QL_EMULATED ? feat.avx2 : feat.avx512vnni; }
+static int runs_avxvnni(void) { return QL_EMULATED ? feat.avx2 : feat.avxvnni; }
+static int runs_avx2(void) { return feat.avx2; }
+#endif
+static int runs_always(void) { return 1; }
+
+static const ql_entry table[] = {
+#if QL_X86
+    {&ql_isa_avx512vnni, runs_avx512vnni},
+    {&ql_isa_avxvnni, runs_avxvnni},
+    {&ql_isa_avx2, runs_avx2},
+#endif
+    {&ql_isa_scalar, runs_always},
+};
+
+static const ql_isa *usable[8];
+static int n_usable = -1;
+
+static void build(void) {
+    if (n_usable >= 0) return;
+    detect();
+    int n = 0;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (table[i].runs()) usable[n++] = table[i].isa;
+    n_usable = n;
+}
+
+int ql_isa_count(void) { build(); return n_usable; }
+
+const ql_isa *ql_isa_get(int i) {
+    build();
+    return (i >= 0 && i < n_usable) ? usable[i] : NULL;
+}
+
+const ql_isa *ql_isa_by_name(const char *name) {
+    build();
+    for (int i = 0; i < n_usable; i++)
+        if (strcmp(usable[i]->name, name) == 0) return usable[i];
+    return NULL;
+}
+
+const char *ql_isa_compiled_names(void) {
+#if QL_X86
+    return QL_EMULATED ? "avx512vnni(simde),avxvnni(simde),avx2,scalar" : "avx512vnni,avxvnni,avx2,scalar";
+#else
+    return "scalar";
+#endif
+}
+
+const char *ql_cpu_flags(void) { detect(); return flags_text; }

@@ -1,0 +1,341 @@
+/* The portable GEMM driver: blocking, threading, the U8S8 corrections and the fused epilogue.
+ *
+ * C (M x N) = L (M x K) . R (K x N). L is packed as rows of kp elements; R as panels of nr
+ * columns (prepacked, or packed per panel by a callback into per-thread scratch). Work is cut
+ * into tasks (row block x column block); each task runs the micro-kernel over its tiles with
+ * the full K (no K blocking: one R panel, K x nr, is reused across a row block of L kept in
+ * L2), and the epilogue consumes every tile while it is hot in L1.
+ */
+#include "qlinear.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define L2_BUDGET (256 * 1024)   /* bytes of packed L per row block (Zen 3 L2: 512 KiB): few
+                                    row blocks, so the packed R streams from memory few times */
+#define KC_BYTES 65536          /* bytes of one K block of a panel: L2-resident (measured: smaller
+                                    blocks, L1-sized, were slower on Zen 3) */
+#define MIN_TASK_MACS (1 << 20)  /* below this (~15 us of one core), waking a second thread
+                                    costs about what it gives (measured on a 2-vCPU VM) */
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline ptrdiff_t pmin(ptrdiff_t a, ptrdiff_t b) { return a < b ? a : b; }
+
+typedef struct {
+    const ql_gemm_problem *p;
+    int mc, ppt, row_blocks, col_blocks, npanels;
+    int kc, nkb;                           /* K block (elements, multiple of kpack) and count */
+    size_t pbytes;
+    char *scratch; size_t scratch_stride;  /* per thread: [packed panel + colsums] [C block] */
+    size_t cblock_off, lblock_off;
+} gemm_ctx;
+
+static void gemm_task(void *vctx, ptrdiff_t t, int thread) {
+    gemm_ctx *g = (gemm_ctx *)vctx;
+    const ql_gemm_problem *p = g->p;
+    const ql_gemm_kernel *k = p->kern;
+    const int nr = k->nr;
+    const size_t es = k->form == QL_FORM_I16 ? 2 : 1;
+    int rb = (int)(t % g->row_blocks), cb = (int)(t / g->row_blocks);
+    int i_beg = rb * g->mc, i_end = imin(p->M, i_beg + g->mc);
+    int p_beg = cb * g->ppt, p_end = imin(g->npanels, p_beg + g->ppt);
+    int32_t Ct[QL_MAX_MR * QL_MAX_NR] __attribute__((aligned(64)));
+    char *s = g->scratch ? g->scratch + (size_t)thread * g->scratch_stride : NULL;
+    int32_t *Cb = s ? (int32_t *)(s + g->cblock_off) : NULL;  /* mc x nr, for K blocking */
+    /* row i of the block at Lb + (i - i_beg) * ldl */
+    const char *Lb;
+    if (p->pack_L) {
+        char *dst = s + g->lblock_off;
+        p->pack_L(p->pack_L_ctx, i_beg, i_end - i_beg, dst, thread);
+        Lb = dst;
+    } else {
+        Lb = (const char *)p->L + (ptrdiff_t)i_beg * p->ldl_bytes;
+    }
+    for (int pi = p_beg; pi < p_end; pi++) {
+        int j0 = pi * nr, ncols = imin(nr, p->N - j0);
+        const char *panel;
+        const int32_t *cs = NULL;
+        if (p->Rpacked) {
+            panel = (const char *)p->Rpacked + (size_t)pi * g->pbytes;
+            if (p->R_colsums) cs = p->R_colsums + j0;
+        } else {
+            int32_t *colsums = (int32_t *)(s + g->pbytes);
+            p->pack_R(p->pack_ctx, j0, ncols, s, colsums, thread);
+            panel = s;
+            cs = colsums;
+        }
+        if (g->nkb <= 1) {
+            /* the whole K at once: the tile goes straight to the epilogue */
+            for (int i = i_beg; i < i_end; i += k->mr) {
+                int rows = imin(k->mr, i_end - i);
+                k->kernel(Lb + (ptrdiff_t)(i - i_beg) * p->ldl_bytes, p->ldl_bytes, panel,
+                          p->kp, Ct, nr, rows);
+                p->epilogue(&p->ep, Ct, nr, cs, i, j0, rows, ncols);
+            }
+            continue;
+        }
+        /* K blocks: one block of the panel (kc x nr) stays in L1 while every row tile of the
+         * row block passes over it; partial sums are added (wrapping) into the C block */
+        for (int kb = 0; kb < g->nkb; kb++) {
+            int k0 = kb * g->kc, kl = imin(g->kc, p->kp - k0);
+            const char *pk = panel + (size_t)k0 * nr * es;
+            for (int i = i_beg; i < i_end; i += k->mr) {
+                int rows = imin(k->mr, i_end - i);
+                int32_t *cdst = Cb + (size_t)(i - i_beg) * nr;
+                if (kb == 0) {
+                    k->kernel(Lb + (ptrdiff_t)(i - i_beg) * p->ldl_bytes + (size_t)k0 * es,
+                              p->ldl_bytes, pk, kl, cdst, nr, rows);
+                } else {
+                    k->kernel(Lb + (ptrdiff_t)(i - i_beg) * p->ldl_bytes + (size_t)k0 * es,
+                              p->ldl_bytes, pk, kl, Ct, nr, rows);
+                    uint32_t *d = (uint32_t *)cdst;
+                    const uint32_t *src = (const uint32_t *)Ct;
+                    for (int e = 0; e < rows * nr; e++) d[e] += src[e];
+                }
+            }
+        }
+        for (int i = i_beg; i < i_end; i += k->mr) {
+            int rows = imin(k->mr, i_end - i);
+            p->epilogue(&p->ep, Cb + (size_t)(i - i_beg) * nr, nr, cs, i, j0, rows, ncols);
+        }
+    }
+}
+
+int ql_gemm(const ql_gemm_problem *p) {
+    const ql_gemm_kernel *k = p->kern;
+    if (p->M <= 0 || p->N <= 0) return 0;
+    if (p->pack_L && !p->Rpacked) return -1;
+    gemm_ctx g;
+    memset(&g, 0, sizeof g);
+    g.p = p;
+    g.npanels = (p->N + k->nr - 1) / k->nr;
+    g.pbytes = ql_panel_bytes(k, p->kp);
+    int threads = imin(p->threads, ql_num_threads());
+    double macs = (double)p->M * p->N * (p->K > 0 ? p->K : 1);
+    if (macs < 2.0 * MIN_TASK_MACS) threads = 1;
+    if (threads < 1) threads = 1;
+    size_t row_bytes = (size_t)p->kp * (k->form == QL_FORM_I16 ? 2 : 1);
+    int mc = (int)(L2_BUDGET / (row_bytes ? row_bytes : 1));
+    mc = mc / k->mr * k->mr;
+    if (mc < k->mr) mc = k->mr;
+    if (!p->Rpacked || mc > p->M) mc = (p->M + k->mr - 1) / k->mr * k->mr;
+    int target = threads > 1 ? 4 * threads : 1;
+    for (;;) {
+        g.row_blocks = (p->M + mc - 1) / mc;
+        int want_cols = p->pack_L ? 1 : (target + g.row_blocks - 1) / g.row_blocks;
+        g.col_blocks = imin(g.npanels, want_cols < 1 ? 1 : want_cols);
+        g.ppt = (g.npanels + g.col_blocks - 1) / g.col_blocks;
+        g.col_blocks = (g.npanels + g.ppt - 1) / g.ppt;
+        /* too few tasks for the threads: cut the rows finer (prepacked R only) */
+        if (g.row_blocks * g.col_blocks >= (p->pack_L ? target : 2 * threads) || !p->Rpacked || mc <= k->mr) break;
+        mc = (mc / 2 + k->mr - 1) / k->mr * k->mr;
+    }
+    /* equal row blocks: M = 128 with at most 102 rows a block is 66 + 62, not 102 + 26 */
+    {
+        int blocks = (p->M + mc - 1) / mc;
+        int even = (p->M + blocks - 1) / blocks;
+        mc = (even + k->mr - 1) / k->mr * k->mr;
+    }
+    g.mc = mc;
+    g.row_blocks = (p->M + mc - 1) / mc;
+    /* K block: about 8 KiB of panel (L1 holds it, the C block and a tile's L rows) */
+    size_t es = k->form == QL_FORM_I16 ? 2 : 1;
+    g.kc = (int)(KC_BYTES / ((size_t)k->nr * es)) / k->kpack * k->kpack;
+    if (g.kc < k->kpack) g.kc = k->kpack;
+    g.nkb = p->kp > g.kc + g.kc / 2 ? (p->kp + g.kc - 1) / g.kc : 1;
+    size_t panel_part = p->Rpacked ? 0 : (g.pbytes + (size_t)QL_MAX_NR * sizeof(int32_t) + 63) & ~(size_t)63;
+    size_t cblock = g.nkb > 1 ? ((size_t)mc * k->nr * sizeof(int32_t) + 63) & ~(size_t)63 : 0;
+    size_t lblock = p->pack_L ? ((size_t)mc * (size_t)p->ldl_bytes + 63) & ~(size_t)63 : 0;
+    g.cblock_off = panel_part;
+    g.lblock_off = panel_part + cblock;
+    g.scratch_stride = panel_part + cblock + lblock;
+    if (g.scratch_stride) {
+        g.scratch = aligned_alloc(64, g.scratch_stride * (size_t)threads);
+        if (!g.scratch) return -1;
+    }
+    ptrdiff_t tasks = (ptrdiff_t)g.row_blocks * g.col_blocks;
+    ql_parallel_for(tasks, threads, gemm_task, &g);
+    free(g.scratch);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * b packing
+ * ------------------------------------------------------------------------------------- */
+size_t ql_packed_b_bytes(const ql_gemm_kernel *kern, int K, int N) {
+    size_t npanels = (size_t)(N + kern->nr - 1) / kern->nr;
+    return npanels * ql_panel_bytes(kern, ql_round_k(kern, K));
+}
+
+typedef struct {
+    const ql_gemm_kernel *kern;
+    const void *b; int b_type; int K, N, kp, npanels;
+    ptrdiff_t bs, ks, cs;
+    const int32_t *zp; ptrdiff_t zp_bs, zp_cs;
+    char *packed; size_t entry_bytes, pbytes;
+    int32_t *colsums; int32_t *zcol;
+} packb_ctx;
+
+static void packb_task(void *vctx, ptrdiff_t t, int thread) {
+    (void)thread;
+    packb_ctx *c = (packb_ctx *)vctx;
+    const ql_gemm_kernel *k = c->kern;
+    ptrdiff_t e = t / c->npanels;
+    int pi = (int)(t % c->npanels);
+    int j0 = pi * k->nr, ncols = imin(k->nr, c->N - j0);
+    int npad = c->npanels * k->nr;
+    const char *src = (const char *)c->b + (e * c->bs + (ptrdiff_t)j0 * c->cs);  /* bytes = elements */
+    const int32_t *zp = c->zp + e * c->zp_bs + (ptrdiff_t)j0 * c->zp_cs;
+    int32_t *cs = c->colsums ? c->colsums + e * npad + j0 : NULL;
+    k->pack_R(src, c->b_type, c->ks, c->cs, c->K, ncols, zp, c->zp_cs, k->form, k->nr,
+                    c->packed + e * c->entry_bytes + (size_t)pi * c->pbytes, c->kp, cs);
+    if (c->zcol) {
+        int shift = (k->form == QL_FORM_U8S8 && c->b_type == QL_U8) ? 128 : 0;
+        for (int j = 0; j < ncols; j++) c->zcol[e * c->N + j0 + j] = zp[j * c->zp_cs] - shift;
+    }
+}
+
+void ql_pack_b(const ql_gemm_kernel *kern, const void *b, int b_type, ptrdiff_t Bb, int K, int N,
+               ptrdiff_t bs, ptrdiff_t ks, ptrdiff_t cs, const int32_t *zp, ptrdiff_t zp_bs,
+               ptrdiff_t zp_cs, void *packed, int32_t *colsums, int32_t *zcol, int threads) {
+    if (N <= 0) return;
+    packb_ctx c = {kern, b, b_type, K, N, ql_round_k(kern, K), (N + kern->nr - 1) / kern->nr,
+                   bs, ks, cs, zp, zp_bs, zp_cs, (char *)packed, ql_packed_b_bytes(kern, K, N),
+                   ql_panel_bytes(kern, ql_round_k(kern, K)), colsums, zcol};
+    ptrdiff_t tasks = Bb * c.npanels;
+    if ((double)Bb * K * N < (1 << 18)) threads = 1;
+    ql_parallel_for(tasks, threads, packb_task, &c);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * MatMulInteger / QLinearMatMul
+ * ------------------------------------------------------------------------------------- */
+typedef struct {
+    const ql_matmul *mm;
+    int kp; size_t ldl; size_t lbytes;     /* packed a: M rows of ldl bytes */
+    char *scratch; size_t scratch_stride;  /* per thread: packed a + rowsums + row_a + row_z */
+    int inner_threads;
+} mm_ctx;
+
+typedef struct {
+    const ql_matmul *mm; const void *a; const int32_t *zpa; char *Lp; size_t ldl; int kp;
+    int32_t *rowsums, *row_a, *row_z; int rows_per_task;
+} packa_ctx;
+
+/* pack rows r0.. of a into dst (row r0 at dst); U8S8: their rowsums, row_a, row_z */
+static void packa_rows_to(const packa_ctx *c, int r0, int rows, char *dst) {
+    const ql_matmul *mm = c->mm;
+    int form = mm->kern->form;
+    const char *src = (const char *)c->a + (ptrdiff_t)r0 * mm->K;
+    const int32_t *zp = c->zpa + (ptrdiff_t)r0 * mm->zpa_rs;
+    mm->kern->pack_L(src, mm->a_type, mm->K, 1, rows, mm->K, zp, mm->zpa_rs, form,
+              dst, (ptrdiff_t)c->ldl, c->kp,
+              form == QL_FORM_U8S8 ? c->rowsums + r0 : NULL);
+    if (form == QL_FORM_U8S8) {
+        int shift = mm->a_type == QL_I8 ? 128 : 0;
+        for (int r = r0; r < r0 + rows; r++) {
+            int32_t zl = c->zpa[(ptrdiff_t)r * mm->zpa_rs] + shift;   /* zL' */
+            c->row_z[r] = zl;
+            c->row_a[r] = (int32_t)((uint32_t)c->rowsums[r] - (uint32_t)mm->K * (uint32_t)zl);
+        }
+    }
+}
+
+static void packa_rows(const packa_ctx *c, int r0, int rows) {
+    packa_rows_to(c, r0, rows, c->Lp + (size_t)r0 * c->ldl);
+}
+
+static void packa_block(void *vctx, int i0, int rows, void *dst, int thread) {
+    (void)thread;
+    packa_rows_to((const packa_ctx *)vctx, i0, rows, (char *)dst);
+}
+
+static void packa_task(void *vctx, ptrdiff_t t, int thread) {
+    (void)thread;
+    packa_ctx *c = (packa_ctx *)vctx;
+    int r0 = (int)t * c->rows_per_task;
+    packa_rows(c, r0, imin(c->rows_per_task, c->mm->M - r0));
+}
+
+static void mm_batch(mm_ctx *x, ptrdiff_t bi, int thread, int threads) {
+    const ql_matmul *mm = x->mm;
+    const ql_gemm_kernel *k = mm->kern;
+    char *s = x->scratch + (size_t)thread * x->scratch_stride;
+    int32_t *rowsums = (int32_t *)(s + x->lbytes);
+    int32_t *row_a = rowsums + mm->M, *row_z = row_a + mm->M;
+    int64_t ai = mm->a_idx[bi], bidx = mm->b_idx[bi];
+    packa_ctx pc = {mm, (const char *)mm->a + (size_t)ai * mm->M * mm->K * 1,
+                    mm->zpa + bi * mm->zpa_bs, s, x->ldl, x->kp, rowsums, row_a, row_z, 0};
+    /* a tall a: each task packs its own row block (once, into L2) instead of a pass over all
+     * of a first, whose packed copy would no longer fit in cache */
+    size_t row_bytes = x->ldl;
+    int in_task = (size_t)mm->M * row_bytes > 2 * (size_t)L2_BUDGET && mm->N > 0;
+    if (in_task) {
+        /* packed inside ql_gemm */
+    } else if (threads > 1 && (double)mm->M * mm->K > (1 << 17)) {
+        pc.rows_per_task = (mm->M + 4 * threads - 1) / (4 * threads);
+        ql_parallel_for((mm->M + pc.rows_per_task - 1) / pc.rows_per_task, threads, packa_task, &pc);
+    } else {
+        packa_rows(&pc, 0, mm->M);
+    }
+    int npad = (mm->N + k->nr - 1) / k->nr * k->nr;
+    ql_gemm_problem p;
+    memset(&p, 0, sizeof p);
+    p.kern = k;
+    p.M = mm->M; p.N = mm->N; p.K = mm->K; p.kp = x->kp;
+    p.L = in_task ? NULL : s; p.ldl_bytes = (ptrdiff_t)x->ldl;
+    if (in_task) { p.pack_L = packa_block; p.pack_L_ctx = &pc; }
+    p.Rpacked = (const char *)mm->bpack + (size_t)bidx * ql_packed_b_bytes(k, mm->K, mm->N);
+    p.epilogue = mm->isa->epilogue;
+    p.threads = threads;
+    ql_epilogue *ep = &p.ep;
+    ep->quantized = mm->quantized;
+    size_t out_es = mm->quantized ? 1 : 4;
+    ep->out = (char *)mm->out + (size_t)bi * mm->M * mm->N * out_es;
+    ep->out_rs = mm->N; ep->out_cs = 1;
+    if (mm->quantized) {
+        ep->mult = mm->mult + bi * mm->m_bs;
+        ep->mult_rs = mm->m_rs; ep->mult_cs = mm->m_cs;
+        ep->lo = mm->lo; ep->hi = mm->hi; ep->zp = mm->yzp;
+        ep->out_is_signed = mm->out_is_signed;
+    }
+    if (k->form == QL_FORM_U8S8) {
+        p.R_colsums = mm->bcolsums + (size_t)bidx * npad;
+        ep->row_a = row_a; ep->row_z = row_z; ep->row_s = 1;
+        ep->col_z = mm->bzcol + (size_t)bidx * mm->N; ep->col_z_s = 1;
+    }
+    ql_gemm(&p);
+}
+
+static void mm_batch_task(void *vctx, ptrdiff_t t, int thread) {
+    mm_batch((mm_ctx *)vctx, t, thread, 1);
+}
+
+int ql_matmul_run(const ql_matmul *mm) {
+    const ql_gemm_kernel *k = mm->kern;
+    if (mm->batches <= 0 || mm->M <= 0 || mm->N <= 0) return 0;
+    mm_ctx x;
+    memset(&x, 0, sizeof x);
+    x.mm = mm;
+    x.kp = ql_round_k(k, mm->K);
+    size_t es = k->form == QL_FORM_I16 ? 2 : 1;
+    x.ldl = ((size_t)x.kp * es + 15) & ~(size_t)15;
+    if (x.ldl == 0) x.ldl = 16;
+    x.lbytes = ((size_t)mm->M * x.ldl + 63) & ~(size_t)63;
+    x.scratch_stride = (x.lbytes + 3 * (size_t)mm->M * sizeof(int32_t) + 63) & ~(size_t)63;
+    int threads = imin(mm->threads, ql_num_threads());
+    if (threads < 1) threads = 1;
+    /* many small products: one batch entry per task; otherwise threads inside each GEMM */
+    double per = (double)mm->M * mm->N * (mm->K ? mm->K : 1);
+    int by_batch = threads > 1 && mm->batches >= 2 * threads && per < (1 << 22);
+    int slots = by_batch ? threads : 1;
+    x.scratch = aligned_alloc(64, x.scratch_stride * (size_t)slots);
+    if (!x.scratch) return -1;
+    if (by_batch) {
+        ql_parallel_for(mm->batches, threads, mm_batch_task, &x);
+    } else {
+        for (ptrdiff_t bi = 0; bi < mm->batches; bi++) mm_batch(&x, bi, 0, threads);
+    }
+    free(x.scratch);
+    return 0;
+}

@@ -1,0 +1,208 @@
+/* AVX2 kernels (no FMA: nothing here multiplies floats and adds in one step).
+ *
+ * - avx2-i16 (exact, any 8-bit operands): centered int16 operands, vpmaddwd. Each pair
+ *   product sum is |l0*r0 + l1*r1| <= 2*255*255 < 2^31, exact; vpaddd wraps like wrap32.
+ * - avx2-u8s8 (fast path, only where packing proved every s8-form R value is within
+ *   [-64, 64]): vpmaddubsw forms l0*r0 + l1*r1 with l in [0, 255]: |sum| <= 2*255*64 = 32640
+ *   <= 32767, so its int16 saturation can never trigger; vpmaddwd by 1 widens pairs to int32.
+ */
+#include "qlinear.h"
+
+#if QL_X86
+#pragma GCC target("avx2")
+#include <immintrin.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------------
+ * avx2-i16: 6 rows x 16 columns, 12 ymm accumulators
+ * ------------------------------------------------------------------------------------- */
+#define I16_MR 6
+static void avx2_i16(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                     int32_t *C, ptrdiff_t ldc, int rows) {
+    const char *l[I16_MR];
+    for (int r = 0; r < I16_MR; r++)  /* missing tail rows re-read row 0; results dropped */
+        l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
+    const __m256i *R = (const __m256i *)Rpanel;
+    __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
+            c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    int groups = kp / 2;
+    for (int g = 0; g < groups; g++) {
+        __m256i b0 = _mm256_loadu_si256(R + 2 * g), b1 = _mm256_loadu_si256(R + 2 * g + 1);
+        __m256i a;
+        int32_t v;
+#define ROW(r, x0, x1)                                              \
+        memcpy(&v, l[r] + 4 * g, 4);                                \
+        a = _mm256_set1_epi32(v);                                   \
+        x0 = _mm256_add_epi32(x0, _mm256_madd_epi16(a, b0));        \
+        x1 = _mm256_add_epi32(x1, _mm256_madd_epi16(a, b1));
+        ROW(0, c00, c01) ROW(1, c10, c11) ROW(2, c20, c21)
+        ROW(3, c30, c31) ROW(4, c40, c41) ROW(5, c50, c51)
+#undef ROW
+    }
+    __m256i out[I16_MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+    for (int r = 0; r < rows; r++) {
+        _mm256_storeu_si256((__m256i *)(C + r * ldc), out[r][0]);
+        _mm256_storeu_si256((__m256i *)(C + r * ldc + 8), out[r][1]);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * avx2-u8s8 fast path: 4 rows x 16 columns (vpmaddubsw needs a register of 1s and temporaries)
+ * ------------------------------------------------------------------------------------- */
+#define U8_MR 4
+static void avx2_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                      int32_t *C, ptrdiff_t ldc, int rows) {
+    const char *l[U8_MR];
+    for (int r = 0; r < U8_MR; r++) l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
+    const __m256i *R = (const __m256i *)Rpanel;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
+            c30 = c00, c31 = c00;
+    int groups = kp / 4;
+    for (int g = 0; g < groups; g++) {
+        __m256i b0 = _mm256_loadu_si256(R + 2 * g), b1 = _mm256_loadu_si256(R + 2 * g + 1);
+        __m256i a;
+        int32_t v;
+#define ROW(r, x0, x1)                                                                        \
+        memcpy(&v, l[r] + 4 * g, 4);                                                          \
+        a = _mm256_set1_epi32(v);                                                             \
+        x0 = _mm256_add_epi32(x0, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b0), ones));     \
+        x1 = _mm256_add_epi32(x1, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b1), ones));
+        ROW(0, c00, c01) ROW(1, c10, c11) ROW(2, c20, c21) ROW(3, c30, c31)
+#undef ROW
+    }
+    __m256i out[U8_MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
+    for (int r = 0; r < rows; r++) {
+        _mm256_storeu_si256((__m256i *)(C + r * ldc), out[r][0]);
+        _mm256_storeu_si256((__m256i *)(C + r * ldc + 8), out[r][1]);
+    }
+}
+
+
+/* ---------------------------------------------------------------------------------------
+ * Packers (used by every x86 level): the portable ones' output, 16 or 32 values a step
+ * ------------------------------------------------------------------------------------- */
+void ql_pack_L_avx2(const void *src, int type, ptrdiff_t rs, ptrdiff_t ks, int rows, int K,
+                    const int32_t *zp, ptrdiff_t zp_s, int form, void *dst, ptrdiff_t ldl_bytes,
+                    int kp, int32_t *rowsums) {
+    if (ks != 1) {
+        ql_pack_L(src, type, rs, ks, rows, K, zp, zp_s, form, dst, ldl_bytes, kp, rowsums);
+        return;
+    }
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *s = (const uint8_t *)src + r * rs;
+        int k = 0;
+        if (form == QL_FORM_I16) {
+            /* centered int16: widen 16 bytes, subtract the row's zero point (|v| <= 255) */
+            int16_t *d = (int16_t *)((char *)dst + r * ldl_bytes);
+            int32_t z = zp ? zp[r * zp_s] : 0;
+            __m256i zv = _mm256_set1_epi16((int16_t)z);
+            for (; k + 16 <= K; k += 16) {
+                __m128i b = _mm_loadu_si128((const __m128i *)(s + k));
+                __m256i w = type == QL_U8 ? _mm256_cvtepu8_epi16(b) : _mm256_cvtepi8_epi16(b);
+                _mm256_storeu_si256((__m256i *)(d + k), _mm256_sub_epi16(w, zv));
+            }
+            for (; k < K; k++)
+                d[k] = (int16_t)((type == QL_U8 ? (int32_t)s[k] : (int32_t)(int8_t)s[k]) - z);
+            for (; k < kp; k++) d[k] = 0;
+        } else {
+            /* u8 form (int8 ^ 0x80), row sum by vpsadbw against zero (exact: |sum| < 2^31) */
+            uint8_t *d = (uint8_t *)dst + r * ldl_bytes;
+            uint8_t flip = type == QL_I8 ? 0x80 : 0;
+            __m256i fv = _mm256_set1_epi8((char)flip), acc = _mm256_setzero_si256();
+            for (; k + 32 <= K; k += 32) {
+                __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(s + k)), fv);
+                _mm256_storeu_si256((__m256i *)(d + k), v);
+                acc = _mm256_add_epi64(acc, _mm256_sad_epu8(v, _mm256_setzero_si256()));
+            }
+            uint64_t lanes[4];
+            _mm256_storeu_si256((__m256i *)lanes, acc);
+            uint32_t sum = (uint32_t)(lanes[0] + lanes[1] + lanes[2] + lanes[3]);
+            for (; k < K; k++) {
+                uint8_t v = s[k] ^ flip;
+                d[k] = v;
+                sum += v;
+            }
+            for (; k < kp; k++) d[k] = 0;
+            if (rowsums) rowsums[r] = (int32_t)sum;
+        }
+    }
+}
+
+void ql_pack_R_panel_avx2(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs, int K, int ncols,
+                          const int32_t *zp, ptrdiff_t zp_s, int form, int nr, void *dst, int kp,
+                          int32_t *colsums) {
+    /* full 16-column panels of contiguous rows; anything else takes the portable packer */
+    if (cs != 1 || nr % 16 != 0 || ncols != nr || (zp_s != 0 && zp_s != 1)) {
+        ql_pack_R_panel(src, type, ks, cs, K, ncols, zp, zp_s, form, nr, dst, kp, colsums);
+        return;
+    }
+    const uint8_t *s = (const uint8_t *)src;
+    if (form == QL_FORM_I16) {
+        if (nr != 16) {
+            ql_pack_R_panel(src, type, ks, cs, K, ncols, zp, zp_s, form, nr, dst, kp, colsums);
+            return;
+        }
+        /* rows k, k+1 widened, centered, interleaved into 16 (k, k+1) pairs: [nr][2] int16 */
+        __m256i zv;
+        if (zp_s == 0) {
+            zv = _mm256_set1_epi16((int16_t)(zp ? zp[0] : 0));
+        } else {
+            __m256i z0 = _mm256_loadu_si256((const __m256i *)zp), z1 = _mm256_loadu_si256((const __m256i *)(zp + 8));
+            zv = _mm256_permute4x64_epi64(_mm256_packs_epi32(z0, z1), 0xD8);  /* zp in int8/uint8 range */
+        }
+        int16_t *d = (int16_t *)dst;
+        for (int k = 0; k < kp; k += 2) {
+            __m256i r0 = _mm256_setzero_si256(), r1 = r0;
+            if (k < K) {
+                __m128i b = _mm_loadu_si128((const __m128i *)(s + (ptrdiff_t)k * ks));
+                r0 = _mm256_sub_epi16(type == QL_U8 ? _mm256_cvtepu8_epi16(b) : _mm256_cvtepi8_epi16(b), zv);
+            }
+            if (k + 1 < K) {
+                __m128i b = _mm_loadu_si128((const __m128i *)(s + (ptrdiff_t)(k + 1) * ks));
+                r1 = _mm256_sub_epi16(type == QL_U8 ? _mm256_cvtepu8_epi16(b) : _mm256_cvtepi8_epi16(b), zv);
+            }
+            __m256i lo = _mm256_unpacklo_epi16(r0, r1), hi = _mm256_unpackhi_epi16(r0, r1);
+            _mm256_storeu_si256((__m256i *)(d + (ptrdiff_t)k * 16), _mm256_permute2x128_si256(lo, hi, 0x20));
+            _mm256_storeu_si256((__m256i *)(d + (ptrdiff_t)k * 16 + 16), _mm256_permute2x128_si256(lo, hi, 0x31));
+        }
+        return;
+    }
+    /* U8S8: rows k..k+3 (s8 form) interleaved into 16-column groups of 4 bytes; column sums
+     * by vpmaddubsw(1, v) (|pair| <= 256) and vpmaddwd(1): exact */
+    const __m128i fv = _mm_set1_epi8((char)(type == QL_U8 ? 0x80 : 0)), one8 = _mm_set1_epi8(1),
+                  one16 = _mm_set1_epi16(1);
+    int8_t *d = (int8_t *)dst;
+    for (int c0 = 0; c0 < nr; c0 += 16) {
+        __m128i sum[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
+        for (int k = 0; k < kp; k += 4) {
+            __m128i r[4];
+            for (int t = 0; t < 4; t++)
+                r[t] = k + t < K ? _mm_xor_si128(_mm_loadu_si128((const __m128i *)(s + (ptrdiff_t)(k + t) * ks + c0)), fv)
+                                 : _mm_setzero_si128();
+            __m128i a01lo = _mm_unpacklo_epi8(r[0], r[1]), a01hi = _mm_unpackhi_epi8(r[0], r[1]);
+            __m128i a23lo = _mm_unpacklo_epi8(r[2], r[3]), a23hi = _mm_unpackhi_epi8(r[2], r[3]);
+            __m128i q[4] = {_mm_unpacklo_epi16(a01lo, a23lo), _mm_unpackhi_epi16(a01lo, a23lo),
+                            _mm_unpacklo_epi16(a01hi, a23hi), _mm_unpackhi_epi16(a01hi, a23hi)};
+            int8_t *o = d + (ptrdiff_t)(k / 4) * nr * 4 + c0 * 4;
+            for (int t = 0; t < 4; t++) {
+                _mm_storeu_si128((__m128i *)(o + 16 * t), q[t]);
+                sum[t] = _mm_add_epi32(sum[t], _mm_madd_epi16(_mm_maddubs_epi16(one8, q[t]), one16));
+            }
+        }
+        if (colsums)
+            for (int t = 0; t < 4; t++) _mm_storeu_si128((__m128i *)(colsums + c0 + 4 * t), sum[t]);
+    }
+}
+
+static const ql_gemm_kernel k_avx2_i16 = {"avx2-i16", I16_MR, 16, 2, QL_FORM_I16, avx2_i16,
+                                      ql_pack_L_avx2, ql_pack_R_panel_avx2};
+static const ql_gemm_kernel k_avx2_u8s8 = {"avx2-u8s8", U8_MR, 16, 4, QL_FORM_U8S8, avx2_u8s8,
+                                       ql_pack_L_avx2, ql_pack_R_panel_avx2};
+
+#include "simd_common_avx2.h"
+
+const ql_isa ql_isa_avx2 = {
+    "avx2", &k_avx2_i16, &k_avx2_u8s8, 0, ql_epilogue_avx2, ql_quantize_avx2, ql_dequantize_avx2,
+};
+#endif

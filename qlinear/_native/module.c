@@ -1,0 +1,486 @@
+/* CPython module qlinear._qlnative: argument parsing and buffers (the buffer protocol, no
+ * NumPy C API), the GIL released around every computation. Python (qlinear/_native.py)
+ * validates and plans; every buffer's size is checked here again so that a planning mistake
+ * raises instead of reading or writing out of bounds. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "qlinear.h"
+#include "conv.h"
+
+#include <limits.h>
+#include <string.h>
+
+static const ql_isa *current_isa;
+
+static const ql_isa *isa_arg(const char *name) {
+    const ql_isa *isa = ql_isa_by_name(name);
+    if (!isa) PyErr_Format(PyExc_ValueError, "qlinear native: ISA level '%s' is not available on this CPU", name);
+    return isa;
+}
+
+static const ql_gemm_kernel *kernel_arg(const char *isa_name, int which, const ql_isa **isa_out) {
+    const ql_isa *isa = isa_arg(isa_name);
+    if (!isa) return NULL;
+    const ql_gemm_kernel *k = which ? isa->fast : isa->exact;
+    if (!k) {
+        PyErr_Format(PyExc_ValueError, "qlinear native: ISA level '%s' has no %s kernel", isa_name,
+                     which ? "fast" : "exact");
+        return NULL;
+    }
+    if (isa_out) *isa_out = isa;
+    return k;
+}
+
+/* a contiguous buffer of at least `need` bytes */
+static int get_buf(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t need, const char *what) {
+    if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (view->len < need) {
+        PyErr_Format(PyExc_ValueError, "qlinear native: buffer %s has %zd bytes, needs %zd", what,
+                     view->len, need);
+        PyBuffer_Release(view);
+        view->obj = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+#define REL(v) do { if ((v).obj) PyBuffer_Release(&(v)); } while (0)
+
+static PyObject *m_info(PyObject *self, PyObject *args) {
+    (void)self; (void)args;
+    PyObject *isas = PyList_New(0);
+    if (!isas) return NULL;
+    for (int i = 0; i < ql_isa_count(); i++) {
+        PyObject *s = PyUnicode_FromString(ql_isa_get(i)->name);
+        if (!s || PyList_Append(isas, s) < 0) { Py_XDECREF(s); Py_DECREF(isas); return NULL; }
+        Py_DECREF(s);
+    }
+#if defined(__clang__)
+    const char *cc = "clang " __clang_version__;
+#elif defined(__GNUC__)
+    const char *cc = "gcc " __VERSION__;
+#else
+    const char *cc = "unknown";
+#endif
+#ifdef QL_SIMDE
+    int emulated = 1;
+#else
+    int emulated = 0;
+#endif
+    return Py_BuildValue("{s:N,s:s,s:s,s:s,s:i,s:O}", "isas", isas, "compiled", ql_isa_compiled_names(),
+                         "cpu_flags", ql_cpu_flags(), "compiler", cc, "threads", ql_num_threads(),
+                         "emulated", emulated ? Py_True : Py_False);
+}
+
+static PyObject *m_set_isa(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *name;
+    if (!PyArg_ParseTuple(args, "s", &name)) return NULL;
+    const ql_isa *isa = isa_arg(name);
+    if (!isa) return NULL;
+    current_isa = isa;
+    Py_RETURN_NONE;
+}
+
+static PyObject *m_get_isa(PyObject *self, PyObject *args) {
+    (void)self; (void)args;
+    if (!current_isa) current_isa = ql_isa_get(0);
+    return PyUnicode_FromString(current_isa->name);
+}
+
+static PyObject *m_set_threads(PyObject *self, PyObject *args) {
+    (void)self;
+    int n;
+    if (!PyArg_ParseTuple(args, "i", &n)) return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ql_set_num_threads(n);
+    Py_END_ALLOW_THREADS
+    if (rc) return PyErr_Format(PyExc_ValueError, "qlinear: the number of threads must be in [1, 1024]; got %d", n);
+    Py_RETURN_NONE;
+}
+
+static PyObject *m_get_threads(PyObject *self, PyObject *args) {
+    (void)self; (void)args;
+    return PyLong_FromLong(ql_num_threads());
+}
+
+static PyObject *m_kernel_info(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *isa; int which;
+    if (!PyArg_ParseTuple(args, "si", &isa, &which)) return NULL;
+    const ql_isa *is = isa_arg(isa);
+    if (!is) return NULL;
+    const ql_gemm_kernel *k = which ? is->fast : is->exact;
+    if (!k) Py_RETURN_NONE;
+    return Py_BuildValue("{s:s,s:i,s:i,s:i,s:s}", "name", k->name, "mr", k->mr, "nr", k->nr,
+                         "kpack", k->kpack, "form", k->form == QL_FORM_I16 ? "i16" : "u8s8");
+}
+
+static PyObject *m_packed_b_bytes(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *isa; int which, K, N;
+    if (!PyArg_ParseTuple(args, "siii", &isa, &which, &K, &N)) return NULL;
+    const ql_gemm_kernel *k = kernel_arg(isa, which, NULL);
+    if (!k) return NULL;
+    return PyLong_FromSize_t(ql_packed_b_bytes(k, K, N));
+}
+
+/* pack_b(isa, which, b, b_type, Bb, K, N, bs, ks, cs, zp, zp_bs, zp_cs, packed, colsums, zcol) */
+static PyObject *m_pack_b(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *isa; int which, b_type, K, N;
+    Py_ssize_t Bb, bs, ks, cs, zp_bs, zp_cs;
+    PyObject *ob, *ozp, *opk, *ocs, *ozc;
+    if (!PyArg_ParseTuple(args, "siOiniinnnOnnOOO", &isa, &which, &ob, &b_type, &Bb, &K, &N, &bs, &ks,
+                          &cs, &ozp, &zp_bs, &zp_cs, &opk, &ocs, &ozc))
+        return NULL;
+    const ql_gemm_kernel *k = kernel_arg(isa, which, NULL);
+    if (!k) return NULL;
+    if (K < 0 || N < 0 || Bb < 0 || (b_type != QL_U8 && b_type != QL_I8))
+        return PyErr_Format(PyExc_ValueError, "qlinear native: bad pack_b geometry");
+    Py_buffer b = {0}, zp = {0}, pk = {0}, csb = {0}, zc = {0};
+    Py_ssize_t npad = (N + k->nr - 1) / k->nr * k->nr;
+    Py_ssize_t blast = (Bb && K && N) ? (Bb - 1) * bs + (Py_ssize_t)(K ? K - 1 : 0) * ks + (N ? N - 1 : 0) * cs + 1 : 0;
+    Py_ssize_t zlast = (Bb && N) ? (Bb - 1) * zp_bs + (N ? N - 1 : 0) * zp_cs + 1 : 0;
+    PyObject *ret = NULL;
+    if (get_buf(ob, &b, 0, blast, "b") < 0 || get_buf(ozp, &zp, 0, zlast * 4, "b_zero_point") < 0 ||
+        get_buf(opk, &pk, 1, (Py_ssize_t)(Bb * ql_packed_b_bytes(k, K, N)), "packed") < 0 ||
+        get_buf(ocs, &csb, 1, k->form == QL_FORM_U8S8 ? Bb * npad * 4 : 0, "colsums") < 0 ||
+        get_buf(ozc, &zc, 1, Bb * N * 4, "zcol") < 0)
+        goto done;
+    if (bs < 0 || ks < 0 || cs < 0 || zp_bs < 0 || zp_cs < 0) {
+        PyErr_SetString(PyExc_ValueError, "qlinear native: negative strides");
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    ql_pack_b(k, b.buf, b_type, Bb, K, N, bs, ks, cs, (const int32_t *)zp.buf, zp_bs, zp_cs, pk.buf,
+              k->form == QL_FORM_U8S8 ? (int32_t *)csb.buf : NULL, (int32_t *)zc.buf, ql_num_threads());
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    REL(b); REL(zp); REL(pk); REL(csb); REL(zc);
+    return ret;
+}
+
+static int check_idx(const int64_t *idx, Py_ssize_t n, Py_ssize_t limit, const char *what) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= limit) {
+            PyErr_Format(PyExc_ValueError, "qlinear native: %s index out of range", what);
+            return -1;
+        }
+    return 0;
+}
+
+/* matmul(isa, which, M, N, K, batches, a, a_type, Ba, a_idx, zpa, zpa_bs, zpa_rs,
+ *        bpack, bcolsums, bzcol, Bb, b_idx, out, quantized, out_signed,
+ *        mult, m_bs, m_rs, m_cs, lo, hi, yzp) */
+static PyObject *m_matmul(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *isa_name; int which, M, N, K, a_type, quantized, out_signed, yzp;
+    Py_ssize_t batches, Ba, zpa_bs, zpa_rs, Bb, m_bs, m_rs, m_cs;
+    PyObject *oa, *oai, *ozpa, *obp, *obc, *obz, *obi, *oout, *omult;
+    float lo, hi;
+    if (!PyArg_ParseTuple(args, "siiiinOinOOnnOOOnOOiiOnnnffi", &isa_name, &which, &M, &N, &K, &batches,
+                          &oa, &a_type, &Ba, &oai, &ozpa, &zpa_bs, &zpa_rs, &obp, &obc, &obz, &Bb, &obi,
+                          &oout, &quantized, &out_signed, &omult, &m_bs, &m_rs, &m_cs, &lo, &hi, &yzp))
+        return NULL;
+    const ql_isa *isa;
+    const ql_gemm_kernel *k = kernel_arg(isa_name, which, &isa);
+    if (!k) return NULL;
+    if (M < 0 || N < 0 || K < 0 || batches < 0 || Ba < 0 || Bb < 0 || zpa_bs < 0 || zpa_rs < 0 ||
+        m_bs < 0 || m_rs < 0 || m_cs < 0 || (a_type != QL_U8 && a_type != QL_I8))
+        return PyErr_Format(PyExc_ValueError, "qlinear native: bad matmul geometry");
+    Py_buffer a = {0}, ai = {0}, zpa = {0}, bp = {0}, bc = {0}, bz = {0}, bi = {0}, out = {0}, mult = {0};
+    PyObject *ret = NULL;
+    Py_ssize_t npad = (N + k->nr - 1) / k->nr * k->nr;
+    Py_ssize_t zlast = (batches && M) ? (batches - 1) * zpa_bs + (M ? M - 1 : 0) * zpa_rs + 1 : 0;
+    Py_ssize_t mlast = (quantized && batches && M && N) ? (batches - 1) * m_bs + (M ? M - 1 : 0) * m_rs + (N ? N - 1 : 0) * m_cs + 1 : 0;
+    if (get_buf(oa, &a, 0, Ba * M * K, "a") < 0 || get_buf(oai, &ai, 0, batches * 8, "a_idx") < 0 ||
+        get_buf(ozpa, &zpa, 0, zlast * 4, "a_zero_point") < 0 ||
+        get_buf(obp, &bp, 0, (Py_ssize_t)(Bb * ql_packed_b_bytes(k, K, N)), "packed b") < 0 ||
+        get_buf(obc, &bc, 0, k->form == QL_FORM_U8S8 ? Bb * npad * 4 : 0, "b colsums") < 0 ||
+        get_buf(obz, &bz, 0, Bb * N * 4, "b zcol") < 0 || get_buf(obi, &bi, 0, batches * 8, "b_idx") < 0 ||
+        get_buf(oout, &out, 1, batches * M * N * (quantized ? 1 : 4), "out") < 0 ||
+        get_buf(omult, &mult, 0, mlast * 4, "multiplier") < 0)
+        goto done;
+    if (check_idx((const int64_t *)ai.buf, batches, Ba, "a") < 0 ||
+        check_idx((const int64_t *)bi.buf, batches, Bb, "b") < 0)
+        goto done;
+    ql_matmul mm;
+    memset(&mm, 0, sizeof mm);
+    mm.isa = isa; mm.kern = k; mm.M = M; mm.N = N; mm.K = K; mm.batches = batches;
+    mm.a = a.buf; mm.a_type = a_type; mm.a_idx = (const int64_t *)ai.buf;
+    mm.zpa = (const int32_t *)zpa.buf; mm.zpa_bs = zpa_bs; mm.zpa_rs = zpa_rs;
+    mm.bpack = bp.buf; mm.bcolsums = (const int32_t *)bc.buf; mm.bzcol = (const int32_t *)bz.buf;
+    mm.b_idx = (const int64_t *)bi.buf; mm.out = out.buf;
+    mm.quantized = quantized; mm.out_is_signed = out_signed;
+    mm.mult = (const float *)mult.buf; mm.m_bs = m_bs; mm.m_rs = m_rs; mm.m_cs = m_cs;
+    mm.lo = lo; mm.hi = hi; mm.yzp = yzp; mm.threads = ql_num_threads();
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ql_matmul_run(&mm);
+    Py_END_ALLOW_THREADS
+    if (rc) { PyErr_NoMemory(); goto done; }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    REL(a); REL(ai); REL(zpa); REL(bp); REL(bc); REL(bz); REL(bi); REL(out); REL(mult);
+    return ret;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * QuantizeLinear / DequantizeLinear over x seen as (pre, C, post), parameters per C (or 1)
+ * ------------------------------------------------------------------------------------- */
+typedef struct {
+    const ql_isa *isa; int quant;
+    const char *x; int x_type; size_t xes;
+    char *out; int out_type; size_t oes;
+    Py_ssize_t pre, C, post, chunk;   /* tasks: chunks of `chunk` elements of one (pre, c) run */
+    Py_ssize_t runs_per_row;
+    const float *scale; const int32_t *zp; int per_axis;
+} qd_ctx;
+
+static void qd_task(void *vctx, ptrdiff_t t, int thread) {
+    (void)thread;
+    qd_ctx *q = (qd_ctx *)vctx;
+    Py_ssize_t run_len, start, pc = 0;
+    const float *s; const int32_t *z; ptrdiff_t ss = 0;
+    if (q->per_axis && q->post == 1) {
+        /* axis last: runs of C elements with per-element parameters */
+        Py_ssize_t row = t / q->runs_per_row, part = t % q->runs_per_row;
+        start = row * q->C + part * q->chunk;
+        run_len = q->C - part * q->chunk < q->chunk ? q->C - part * q->chunk : q->chunk;
+        s = q->scale + part * q->chunk; z = q->zp + part * q->chunk; ss = 1;
+    } else if (q->per_axis) {
+        Py_ssize_t row = t / q->runs_per_row, part = t % q->runs_per_row;  /* row = pre*C + c */
+        pc = row % q->C;
+        start = row * q->post + part * q->chunk;
+        run_len = q->post - part * q->chunk < q->chunk ? q->post - part * q->chunk : q->chunk;
+        s = q->scale + pc; z = q->zp + pc;
+    } else {
+        Py_ssize_t total = q->pre * q->C * q->post;
+        start = t * q->chunk;
+        run_len = total - start < q->chunk ? total - start : q->chunk;
+        s = q->scale; z = q->zp;
+    }
+    if (q->quant)
+        q->isa->quantize(q->x + start * q->xes, q->x_type, run_len, s, ss, z, ss,
+                         q->out + start * q->oes, q->out_type);
+    else
+        q->isa->dequantize(q->x + start * q->xes, q->x_type, run_len, s, ss, z, ss,
+                           (float *)(q->out + start * q->oes));
+}
+
+/* quantize(isa, x, x_type, pre, C, post, per_axis, scale, zp, out, out_type) and
+ * dequantize(isa, x, x_type, pre, C, post, per_axis, scale, zp, out) */
+static PyObject *qd_common(PyObject *args, int quant) {
+    const char *isa_name; int x_type, per_axis, out_type = QL_F32;
+    Py_ssize_t pre, C, post;
+    PyObject *ox, *os, *oz, *oo;
+    if (quant) {
+        if (!PyArg_ParseTuple(args, "sOinnniOOOi", &isa_name, &ox, &x_type, &pre, &C, &post, &per_axis,
+                              &os, &oz, &oo, &out_type))
+            return NULL;
+    } else if (!PyArg_ParseTuple(args, "sOinnniOOO", &isa_name, &ox, &x_type, &pre, &C, &post, &per_axis,
+                                 &os, &oz, &oo)) {
+        return NULL;
+    }
+    const ql_isa *isa = isa_arg(isa_name);
+    if (!isa) return NULL;
+    if (pre < 0 || C < 0 || post < 0 || x_type < 0 || x_type > QL_F32 || out_type < 0 || out_type > QL_F32)
+        return PyErr_Format(PyExc_ValueError, "qlinear native: bad quantize geometry");
+    size_t xes = (x_type == QL_U8 || x_type == QL_I8) ? 1 : 4, oes = quant ? 1 : 4;
+    Py_ssize_t n = pre * C * post, np = per_axis ? C : 1;
+    Py_buffer x = {0}, s = {0}, z = {0}, o = {0};
+    PyObject *ret = NULL;
+    if (get_buf(ox, &x, 0, n * (Py_ssize_t)xes, "x") < 0 || get_buf(os, &s, 0, np * 4, "scale") < 0 ||
+        get_buf(oz, &z, 0, np * 4, "zero point") < 0 || get_buf(oo, &o, 1, n * (Py_ssize_t)oes, "out") < 0)
+        goto done;
+    if (n > 0) {
+        qd_ctx q = {isa, quant, (const char *)x.buf, x_type, xes, (char *)o.buf, out_type, oes,
+                    pre, C, post, 0, 1, (const float *)s.buf, (const int32_t *)z.buf, per_axis && np > 1};
+        Py_ssize_t tasks;
+        const Py_ssize_t chunk = 1 << 14;
+        int threads = n >= (1 << 18) ? ql_num_threads() : 1;  /* below: ~30 us on one core */
+        if (q.per_axis) {
+            Py_ssize_t len = post == 1 ? C : post;
+            q.chunk = len < chunk ? len : chunk;
+            q.runs_per_row = (len + q.chunk - 1) / q.chunk;
+            tasks = (post == 1 ? pre : pre * C) * q.runs_per_row;
+        } else {
+            q.chunk = chunk;
+            tasks = (n + chunk - 1) / chunk;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        ql_parallel_for(tasks, threads, qd_task, &q);
+        Py_END_ALLOW_THREADS
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    REL(x); REL(s); REL(z); REL(o);
+    return ret;
+}
+
+static PyObject *m_quantize(PyObject *self, PyObject *args) { (void)self; return qd_common(args, 1); }
+static PyObject *m_dequantize(PyObject *self, PyObject *args) { (void)self; return qd_common(args, 0); }
+
+
+/* ---------------------------------------------------------------------------------------
+ * Convolutions (conv.c): weights packed once per ISA level, then one call per convolution
+ * ------------------------------------------------------------------------------------- */
+static PyObject *m_conv_w_bytes(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *isa; int M, K;
+    if (!PyArg_ParseTuple(args, "sii", &isa, &M, &K)) return NULL;
+    const ql_gemm_kernel *k = kernel_arg(isa, 0, NULL);
+    if (!k) return NULL;
+    if (M < 0 || K < 1) return PyErr_Format(PyExc_ValueError, "qlinear native: bad conv weights shape");
+    return PyLong_FromSize_t(ql_conv_w_bytes(k, M, K));
+}
+
+/* conv_pack_w(isa, w, w_type, M, K, wzp int32[M], dst) */
+static PyObject *m_conv_pack_w(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *isa; int w_type, M, K;
+    PyObject *ow, *oz, *od;
+    if (!PyArg_ParseTuple(args, "sOiiiOO", &isa, &ow, &w_type, &M, &K, &oz, &od)) return NULL;
+    const ql_gemm_kernel *k = kernel_arg(isa, 0, NULL);
+    if (!k) return NULL;
+    if (M < 0 || K < 1 || (w_type != QL_U8 && w_type != QL_I8))
+        return PyErr_Format(PyExc_ValueError, "qlinear native: bad conv weights shape");
+    Py_buffer w = {0}, z = {0}, d = {0};
+    PyObject *ret = NULL;
+    if (get_buf(ow, &w, 0, (Py_ssize_t)M * K, "w") < 0 || get_buf(oz, &z, 0, (Py_ssize_t)M * 4, "w_zero_point") < 0 ||
+        get_buf(od, &d, 1, (Py_ssize_t)ql_conv_w_bytes(k, M, K), "packed w") < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    ql_conv_pack_w(k, w.buf, w_type, M, K, (const int32_t *)z.buf, d.buf);
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    REL(w); REL(z); REL(d);
+    return ret;
+}
+
+static int int64_tuple(PyObject *t, int n, int64_t *dst, int64_t lo, const char *what) {
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != n) {
+        PyErr_Format(PyExc_ValueError, "qlinear native: conv %s must be a tuple of %d ints", what, n);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(t, i));
+        if (v == -1 && PyErr_Occurred()) return -1;
+        /* positions are formed as o*stride + t*dilation - pad in int64: keep each term small */
+        if (v < lo || v > ((int64_t)1 << 60)) {
+            PyErr_Format(PyExc_ValueError, "qlinear native: conv %s value %lld out of range", what, v);
+            return -1;
+        }
+        dst[i] = (int64_t)v;
+    }
+    return 0;
+}
+
+/* conv(isa, depthwise, x, x_type, x_zp, (N, C, M, group), in, out, k, strides, dilations,
+ *      pads_begin, weights, y, quantized, y_signed, y_zp, lo, hi, mult, mult_s, bias|None,
+ *      workspace) */
+static PyObject *m_conv(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *isa_name;
+    int depthwise, x_type, x_zp, quantized, y_signed, y_zp;
+    PyObject *ox, *odims, *oin, *oout, *ok, *ost, *odl, *opd, *ow, *oy, *omult, *obias;
+    float lo, hi;
+    Py_ssize_t mult_s, workspace;
+    if (!PyArg_ParseTuple(args, "siOiiOOOOOOOOOiiiffOnOn", &isa_name, &depthwise, &ox, &x_type, &x_zp, &odims,
+                          &oin, &oout, &ok, &ost, &odl, &opd, &ow, &oy, &quantized, &y_signed, &y_zp, &lo, &hi,
+                          &omult, &mult_s, &obias, &workspace))
+        return NULL;
+    const ql_isa *isa;
+    const ql_gemm_kernel *k = kernel_arg(isa_name, 0, &isa);
+    if (!k) return NULL;
+    ql_conv_plan p;
+    memset(&p, 0, sizeof p);
+    int64_t dims[4];
+    if (!PyTuple_Check(oin)) return PyErr_Format(PyExc_ValueError, "qlinear native: conv in must be a tuple");
+    Py_ssize_t nsp = PyTuple_GET_SIZE(oin);
+    if (nsp < 1 || nsp > QL_CONV_MAXD)
+        return PyErr_Format(PyExc_ValueError, "qlinear native: conv rank %zd not supported", nsp);
+    p.nsp = (int)nsp;
+    if (int64_tuple(odims, 4, dims, 0, "dims") < 0 || int64_tuple(oin, p.nsp, p.in, 1, "in") < 0 ||
+        int64_tuple(oout, p.nsp, p.out, 1, "out") < 0 || int64_tuple(ok, p.nsp, p.k, 1, "kernel") < 0 ||
+        int64_tuple(ost, p.nsp, p.stride, 1, "strides") < 0 || int64_tuple(odl, p.nsp, p.dil, 1, "dilations") < 0 ||
+        int64_tuple(opd, p.nsp, p.pad, 0, "pads") < 0)
+        return NULL;
+    p.N = dims[0]; p.C = dims[1]; p.M = dims[2]; p.group = dims[3];
+    if (p.group < 1 || p.C % p.group || p.M % p.group || (x_type != QL_U8 && x_type != QL_I8) ||
+        (depthwise && p.C != p.group) || p.M > INT_MAX || p.C < 1)
+        return PyErr_Format(PyExc_ValueError, "qlinear native: bad conv channels");
+    int64_t plane = 1, P = 1, taps = 1;
+    for (int a = 0; a < p.nsp; a++) {
+        plane *= p.in[a]; P *= p.out[a]; taps *= p.k[a];
+        if (plane > ((int64_t)1 << 48) || P > ((int64_t)1 << 48) || taps > ((int64_t)1 << 40))
+            return PyErr_Format(PyExc_ValueError, "qlinear native: conv sizes out of range");
+    }
+    int64_t K = p.C / p.group * taps;
+    if (K > INT_MAX / 2) return PyErr_Format(PyExc_ValueError, "qlinear native: conv K out of range");
+    Py_buffer x = {0}, w = {0}, y = {0}, mult = {0}, bias = {0};
+    PyObject *ret = NULL;
+    Py_ssize_t wneed = depthwise ? (Py_ssize_t)(p.M * taps * 2) : (Py_ssize_t)ql_conv_w_bytes(k, (int)p.M, (int)K);
+    if (get_buf(ox, &x, 0, (Py_ssize_t)(p.N * p.C * plane), "x") < 0 ||
+        get_buf(ow, &w, 0, wneed, "packed w") < 0 ||
+        get_buf(oy, &y, 1, (Py_ssize_t)(p.N * p.M * P * (quantized ? 1 : 4)), "y") < 0 ||
+        get_buf(omult, &mult, 0, quantized ? (mult_s ? (Py_ssize_t)p.M * 4 : 4) : 0, "multiplier") < 0 ||
+        (obias != Py_None && get_buf(obias, &bias, 0, (Py_ssize_t)p.M * 4, "bias") < 0))
+        goto done;
+    p.x = x.buf; p.x_type = x_type; p.x_zp = x_zp;
+    p.y = y.buf; p.quantized = quantized; p.y_signed = y_signed; p.y_zp = y_zp; p.lo = lo; p.hi = hi;
+    p.mult = (const float *)mult.buf; p.mult_s = mult_s ? 1 : 0;
+    p.bias = obias != Py_None ? (const int32_t *)bias.buf : NULL;
+    int rc = 0;
+    if (p.N > 0 && p.M > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        if (depthwise)
+            rc = ql_conv_depthwise(&p, isa, ql_conv_dw_rows(isa), (const int16_t *)w.buf, (size_t)workspace);
+        else
+            rc = ql_conv_gemm(&p, isa, k, w.buf, (size_t)workspace);
+        Py_END_ALLOW_THREADS
+    }
+    if (rc == -1) PyErr_NoMemory();
+    else if (rc == -3) PyErr_Format(PyExc_MemoryError, "qlinear: convolution scratch exceeds the workspace limit (%zd bytes)", workspace);
+    else if (rc) PyErr_Format(PyExc_ValueError, "qlinear native: conv sizes out of range");
+    else { ret = Py_None; Py_INCREF(ret); }
+done:
+    REL(x); REL(w); REL(y); REL(mult); REL(bias);
+    return ret;
+}
+
+static PyMethodDef methods[] = {
+    {"info", m_info, METH_NOARGS, "ISA levels this CPU runs (best first), compiler, threads."},
+    {"set_isa", m_set_isa, METH_VARARGS, "Select the ISA level by name."},
+    {"get_isa", m_get_isa, METH_NOARGS, "The selected ISA level."},
+    {"set_threads", m_set_threads, METH_VARARGS, "Set the thread pool size."},
+    {"get_threads", m_get_threads, METH_NOARGS, "The thread pool size."},
+    {"kernel_info", m_kernel_info, METH_VARARGS, "GEMM kernel of an ISA (which: 0 exact, 1 fast)."},
+    {"packed_b_bytes", m_packed_b_bytes, METH_VARARGS, "Bytes of one packed b entry."},
+    {"pack_b", m_pack_b, METH_VARARGS, "Pack matmul b for a kernel."},
+    {"matmul", m_matmul, METH_VARARGS, "Batched matmul on packed b, fused epilogue."},
+    {"quantize", m_quantize, METH_VARARGS, "QuantizeLinear."},
+    {"dequantize", m_dequantize, METH_VARARGS, "DequantizeLinear."},
+    {"conv_w_bytes", m_conv_w_bytes, METH_VARARGS, "Bytes of packed conv weights."},
+    {"conv_pack_w", m_conv_pack_w, METH_VARARGS, "Pack conv weights (M, K) for an ISA's exact kernel."},
+    {"conv", m_conv, METH_VARARGS, "QLinearConv / ConvInteger on packed weights, fused epilogue."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_qlnative", "qlinear's compiled engine.", -1, methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__qlnative(void) {
+    current_isa = ql_isa_get(0);
+    return PyModule_Create(&moddef);
+}

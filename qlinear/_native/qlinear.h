@@ -1,0 +1,216 @@
+/* qlinear native engine: shared types and prototypes (see NATIVE-DESIGN.md, docs/engine.md).
+ *
+ * Arithmetic rules: accumulators are int32 with two's-complement wrap (done in uint32_t:
+ * signed overflow is undefined behaviour in C); the requantization epilogue is
+ * v = (float)acc; v = v * m; v = clamp(v, lo, hi); r = rne(v); y = r + zp, never fused
+ * (the build passes -ffp-contract=off).
+ */
+#ifndef QLINEAR_H
+#define QLINEAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define QL_X86 1
+#else
+#define QL_X86 0
+#endif
+
+/* ---------------------------------------------------------------------------------------
+ * Operand forms
+ * ------------------------------------------------------------------------------------- */
+enum { QL_FORM_I16 = 0, QL_FORM_U8S8 = 1 };
+/* element types of source operands */
+enum { QL_U8 = 0, QL_I8 = 1, QL_I32 = 2, QL_F32 = 3 };
+
+/* C tile (rows x nr int32, row stride ldc, overwritten) = sum over kp of L rows . R panel.
+ * L: `rows` packed rows, row r at (char*)L + r*ldl_bytes, kp elements of the form each.
+ * Rpanel: I16: [kp/2][nr][2] int16; U8S8: [kp/4][nr][4] bytes. kp is a multiple of kpack. */
+typedef void (*ql_kernel_fn)(const void *L, ptrdiff_t ldl_bytes, const void *Rpanel, int kp,
+                             int32_t *C, ptrdiff_t ldc, int rows);
+
+/* packers: see ql_pack_L / ql_pack_R_panel below for the contract */
+typedef void (*ql_pack_L_fn)(const void *src, int type, ptrdiff_t rs, ptrdiff_t ks, int rows, int K,
+                             const int32_t *zp, ptrdiff_t zp_s, int form, void *dst,
+                             ptrdiff_t ldl_bytes, int kp, int32_t *rowsums);
+typedef void (*ql_pack_R_panel_fn)(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs, int K,
+                                   int ncols, const int32_t *zp, ptrdiff_t zp_s, int form, int nr,
+                                   void *dst, int kp, int32_t *colsums);
+
+typedef struct ql_gemm_kernel {
+    const char *name;       /* "avx512vnni-u8s8", "avx2-i16", "scalar-i16", ... */
+    int mr, nr;             /* tile rows (L) and columns (R) */
+    int kpack;              /* k values per packed group: 2 (i16 forms) or 4 (byte forms) */
+    int form;               /* QL_FORM_I16 or QL_FORM_U8S8 */
+    ql_kernel_fn kernel;
+    /* packers for this kernel's form (SIMD where the level has them; same output as the
+     * portable ql_pack_L / ql_pack_R_panel, which they may call for the cases they skip) */
+    ql_pack_L_fn pack_L;
+    ql_pack_R_panel_fn pack_R;
+} ql_gemm_kernel;
+
+/* ---------------------------------------------------------------------------------------
+ * Epilogue: int32 tile -> output (int32, or requantized 8-bit)
+ * ------------------------------------------------------------------------------------- */
+typedef struct ql_epilogue {
+    int quantized;                 /* 0: int32 output (ConvInteger/MatMulInteger), 1: 8-bit */
+    const int32_t *row_bias;       /* per L row (conv bias B) or NULL */
+    const float *mult; ptrdiff_t mult_rs, mult_cs;   /* m[i,j] = mult[i*rs + j*cs] (0 = broadcast) */
+    float lo, hi; int32_t zp; int out_is_signed;     /* 8-bit output: clamp bounds, zero point, type */
+    void *out; ptrdiff_t out_rs, out_cs;             /* element strides of C in the output */
+    /* U8S8-form corrections (all NULL in the I16 form), added in wrap32:
+     *   acc[i,j] = C[i,j] - col_z[j]*row_a[i] - row_z[i]*colsum[j]
+     * row_a[i] = rowsum(L')[i] - K*zL'[i], row_z[i] = zL'[i], col_z[j] = zR'[j];
+     * colsum is passed per tile (it belongs to the packed R panel). Strides 0 = broadcast. */
+    const int32_t *row_a; const int32_t *row_z; ptrdiff_t row_s;
+    const int32_t *col_z; ptrdiff_t col_z_s;
+} ql_epilogue;
+
+/* Requantize/store one tile: C rows [0,rows) x cols [0,cols) of the product, which are output
+ * rows i0.. and columns j0..; colsum (U8S8 form only) = colsum(R') for these cols. */
+typedef void (*ql_epilogue_fn)(const ql_epilogue *ep, const int32_t *C, ptrdiff_t ldc,
+                               const int32_t *colsum, int i0, int j0, int rows, int cols);
+
+/* ---------------------------------------------------------------------------------------
+ * Quantize / Dequantize (contiguous runs; per-element parameters with stride 0 or 1)
+ * ------------------------------------------------------------------------------------- */
+/* y = sat_T(rne(float32(x / scale)) + zp); x float32 or int32 (converted first); NaN -> T's min */
+typedef void (*ql_quantize_fn)(const void *x, int x_type, ptrdiff_t n, const float *scale,
+                               ptrdiff_t scale_s, const int32_t *zp, ptrdiff_t zp_s,
+                               void *out, int out_type);
+/* y = float32(float32(x - zp) * scale); x uint8, int8 or int32 */
+typedef void (*ql_dequantize_fn)(const void *x, int x_type, ptrdiff_t n, const float *scale,
+                                 ptrdiff_t scale_s, const int32_t *zp, ptrdiff_t zp_s, float *out);
+
+/* ---------------------------------------------------------------------------------------
+ * One ISA level: its kernels (the table lives in dispatch.c)
+ * ------------------------------------------------------------------------------------- */
+typedef struct ql_isa {
+    const char *name;                  /* "avx512vnni", "avxvnni", "avx2", "scalar" */
+    const ql_gemm_kernel *exact;       /* always exact for 8-bit operands */
+    const ql_gemm_kernel *fast;        /* U8S8 kernel needing a proof (|R'| <= 64), or NULL */
+    int exact_is_u8s8;                 /* VNNI levels: exact kernel is the byte form */
+    ql_epilogue_fn epilogue;
+    ql_quantize_fn quantize;
+    ql_dequantize_fn dequantize;
+} ql_isa;
+
+/* dispatch.c */
+int ql_isa_count(void);                       /* levels compiled in and runnable, best first */
+const ql_isa *ql_isa_get(int i);
+const ql_isa *ql_isa_by_name(const char *name);  /* NULL when not runnable here */
+const char *ql_isa_compiled_names(void);     /* comma list of levels compiled in */
+const char *ql_cpu_flags(void);               /* detected features, for engine_info */
+
+/* threads.c: persistent pool; the caller participates; tasks claimed with an atomic counter */
+typedef void (*ql_task_fn)(void *ctx, ptrdiff_t task, int thread);
+/* thread indices passed to fn are < max(1, max_threads) */
+void ql_parallel_for(ptrdiff_t n_tasks, int max_threads, ql_task_fn fn, void *ctx);
+int ql_num_threads(void);
+int ql_set_num_threads(int n);                /* returns 0, or -1 (bad n / cannot start) */
+
+/* ---------------------------------------------------------------------------------------
+ * Packers (portable, form-driven; kernels_scalar.c)
+ * ------------------------------------------------------------------------------------- */
+/* Pack `rows` rows of L (element (r,k) at src + r*rs + k*ks, in elements of `type` u8/i8) into
+ * dst (row r at dst + r*ldl_bytes, kp elements). I16: value - zp[r*zp_s], padding 0.
+ * U8S8: u8 form (int8 ^ 0x80), padding 0; rowsums[r] = sum of the packed bytes (if non-NULL). */
+void ql_pack_L(const void *src, int type, ptrdiff_t rs, ptrdiff_t ks, int rows, int K,
+               const int32_t *zp, ptrdiff_t zp_s, int form, void *dst, ptrdiff_t ldl_bytes,
+               int kp, int32_t *rowsums);
+/* Pack up to nr columns (ncols) of R (element (k,c) at src + k*ks + c*cs) into one panel of
+ * the form: I16 [kp/2][nr][2] centered int16 (value - zp[c*zp_s]), U8S8 [kp/4][nr][4] s8 form
+ * (uint8 ^ 0x80); padding rows/columns are 0. colsums[c] = sum of the packed s8 values (U8S8,
+ * if non-NULL; zero for padding columns). */
+void ql_pack_R_panel(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs, int K, int ncols,
+                     const int32_t *zp, ptrdiff_t zp_s, int form, int nr, void *dst, int kp,
+                     int32_t *colsums);
+size_t ql_panel_bytes(const ql_gemm_kernel *k, int kp);   /* one packed R panel */
+#if QL_X86
+/* AVX2 packers (kernels_avx2.c), shared by every x86 level (each of them implies AVX2) */
+void ql_pack_L_avx2(const void *src, int type, ptrdiff_t rs, ptrdiff_t ks, int rows, int K,
+                    const int32_t *zp, ptrdiff_t zp_s, int form, void *dst, ptrdiff_t ldl_bytes,
+                    int kp, int32_t *rowsums);
+void ql_pack_R_panel_avx2(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs, int K, int ncols,
+                          const int32_t *zp, ptrdiff_t zp_s, int form, int nr, void *dst, int kp,
+                          int32_t *colsums);
+#endif
+int ql_round_k(const ql_gemm_kernel *k, int K);            /* kp: K rounded up to kpack */
+
+/* ---------------------------------------------------------------------------------------
+ * The GEMM driver (gemm.c): C (M x N) = L (M x K) . R (K x N), epilogue fused per tile
+ * ------------------------------------------------------------------------------------- */
+/* Per-call R panel packer (conv im2col, plain matmul): pack columns [j0, j0+ncols) (ncols <=
+ * nr) as one panel into dst, U8S8 colsums into colsums[0..nr). `thread` indexes scratch. */
+typedef void (*ql_pack_R_fn)(void *ctx, int j0, int ncols, void *dst, int32_t *colsums,
+                             int thread);
+
+typedef struct ql_gemm_problem {
+    const ql_gemm_kernel *kern;
+    int M, N, K, kp;
+    const void *L; ptrdiff_t ldl_bytes;         /* packed L rows */
+    /* R: prepacked panels (panel p at Rpacked + p*ql_panel_bytes, colsums[N rounded to nr])
+     * or a packer called per panel (Rpacked NULL) */
+    const void *Rpacked; const int32_t *R_colsums;
+    ql_pack_R_fn pack_R; void *pack_ctx;
+    /* optional (with Rpacked only): L packed per row block inside the task that uses it (L
+     * NULL), so a block is packed once and stays in L2: pack_L(ctx, i0, rows, dst, thread)
+     * writes rows i0.. with dst = row i0, row stride ldl_bytes. Tasks are then row blocks. */
+    void (*pack_L)(void *ctx, int i0, int rows, void *dst, int thread); void *pack_L_ctx;
+    ql_epilogue ep;
+    ql_epilogue_fn epilogue;
+    int threads;                                /* max threads for this call (<= pool size) */
+} ql_gemm_problem;
+
+/* Runs the problem (threads from the pool). Returns 0, or -1 when scratch cannot be allocated. */
+int ql_gemm(const ql_gemm_problem *p);
+
+#define QL_MAX_MR 16
+#define QL_MAX_NR 64
+
+/* ---------------------------------------------------------------------------------------
+ * MatMulInteger / QLinearMatMul (gemm.c): batches of a (packed per call) times packed b
+ * ------------------------------------------------------------------------------------- */
+/* Pack b (Bb entries, element (e,k,n) at b + e*bs + k*ks + n*cs) for kernel kern:
+ * packed + e*ql_packed_b_bytes: ceil(N/nr) panels; colsums + e*Npad (Npad = N rounded up to nr,
+ * U8S8 only; may be NULL for I16); zcol + e*N = zR' (the zero point in the form's terms:
+ * zR - 128 for uint8 b in U8S8, zR otherwise). zp element (e, n) at zp[e*zp_bs + n*zp_cs]. */
+size_t ql_packed_b_bytes(const ql_gemm_kernel *kern, int K, int N);
+void ql_pack_b(const ql_gemm_kernel *kern, const void *b, int b_type, ptrdiff_t Bb, int K, int N,
+               ptrdiff_t bs, ptrdiff_t ks, ptrdiff_t cs, const int32_t *zp, ptrdiff_t zp_bs,
+               ptrdiff_t zp_cs, void *packed, int32_t *colsums, int32_t *zcol, int threads);
+
+typedef struct ql_matmul {
+    const ql_isa *isa;
+    const ql_gemm_kernel *kern;
+    int M, N, K;
+    ptrdiff_t batches;                 /* output batch entries */
+    const void *a; int a_type;         /* C-contiguous (Ba, M, K) */
+    const int64_t *a_idx;              /* a entry of each output batch entry */
+    const int32_t *zpa; ptrdiff_t zpa_bs, zpa_rs;   /* zL of (batch, row) */
+    const void *bpack; const int32_t *bcolsums; const int32_t *bzcol;  /* from ql_pack_b */
+    const int64_t *b_idx;              /* packed b entry of each output batch entry */
+    void *out;                         /* C-contiguous (batches, M, N), int32 or 8-bit */
+    int quantized, out_is_signed;
+    const float *mult; ptrdiff_t m_bs, m_rs, m_cs;
+    float lo, hi; int32_t yzp;
+    int threads;
+} ql_matmul;
+int ql_matmul_run(const ql_matmul *mm);  /* 0, or -1 when scratch cannot be allocated */
+
+/* epilogue.c: the portable reference epilogue */
+void ql_epilogue_scalar(const ql_epilogue *ep, const int32_t *C, ptrdiff_t ldc,
+                        const int32_t *colsum, int i0, int j0, int rows, int cols);
+/* rne(v) for |v| < 2^31, under the default rounding mode (nearbyintf) */
+int32_t ql_rne(float v);
+
+/* per-ISA tables (each kernels_*.c defines its own; NULL-free only where compiled) */
+extern const ql_isa ql_isa_scalar;
+#if QL_X86
+extern const ql_isa ql_isa_avx2;
+extern const ql_isa ql_isa_avxvnni;
+extern const ql_isa ql_isa_avx512vnni;
+#endif
+
+#endif

@@ -1,0 +1,121 @@
+/* The 256-bit epilogue, QuantizeLinear and DequantizeLinear, included (as static functions)
+ * by each x86 kernel file after its #pragma GCC target, so each level carries its own copy.
+ * Bit-identical to epilogue.c / kernels_scalar.c:
+ *   cvtdq2ps == (float)int32 (round to nearest even), mulps == one float32 multiply,
+ *   maxps(v, lo) returns lo when v is NaN (the second operand), as `!(v >= lo)` does,
+ *   cvtps2dq rounds to nearest even under the default MXCSR, as nearbyintf does,
+ *   vpmulld keeps the low 32 bits of the product: the wrap32 product.
+ * After the clamp, values are integers of T's range, so the saturating packs never saturate. */
+#ifndef QL_SIMD_COMMON_AVX2_H
+#define QL_SIMD_COMMON_AVX2_H
+
+static inline void store8_i32(void *out, int is_signed, __m256i q) {
+    __m128i lo4 = _mm256_castsi256_si128(q), hi4 = _mm256_extracti128_si256(q, 1);
+    __m128i p16 = _mm_packs_epi32(lo4, hi4);    /* values within [-128, 255]: exact */
+    __m128i p8 = is_signed ? _mm_packs_epi16(p16, p16) : _mm_packus_epi16(p16, p16);
+    _mm_storel_epi64((__m128i *)out, p8);
+}
+
+static void ql_epilogue_avx2(const ql_epilogue *ep, const int32_t *C, ptrdiff_t ldc,
+                             const int32_t *colsum, int i0, int j0, int rows, int cols) {
+    if (ep->out_cs != 1 || (ep->quantized && ep->mult_cs > 1) || (ep->row_a && ep->col_z_s > 1)) {
+        ql_epilogue_scalar(ep, C, ldc, colsum, i0, j0, rows, cols);
+        return;
+    }
+    /* every field in a local: the byte stores below may alias anything, so the compiler would
+     * otherwise reload the struct after each of them */
+    const int quantized = ep->quantized, is_signed = ep->out_is_signed;
+    const int32_t *row_bias = ep->row_bias, *row_a = ep->row_a, *row_z = ep->row_z, *col_z = ep->col_z;
+    const ptrdiff_t row_s = ep->row_s, col_z_s = ep->col_z_s, out_rs = ep->out_rs;
+    const float *mult = ep->mult;
+    const ptrdiff_t mult_rs = ep->mult_rs, mult_cs = ep->mult_cs;
+    char *out8 = (char *)ep->out;
+    int32_t *out32 = (int32_t *)ep->out;
+    const __m256 lo = _mm256_set1_ps(ep->lo), hi = _mm256_set1_ps(ep->hi);
+    const __m256i zp = _mm256_set1_epi32(ep->zp);
+    const __m256i czb = _mm256_set1_epi32(row_a ? col_z[0] : 0);
+    for (int r = 0; r < rows; r++) {
+        ptrdiff_t i = i0 + r;
+        const int32_t *crow = C + r * ldc;
+        __m256i bias = _mm256_set1_epi32(row_bias ? row_bias[i] : 0);
+        __m256i ra = _mm256_setzero_si256(), rz = ra;
+        if (row_a) {
+            ra = _mm256_set1_epi32(row_a[i * row_s]);
+            rz = _mm256_set1_epi32(row_z[i * row_s]);
+        }
+        const float *mrow = quantized ? mult + i * mult_rs : NULL;
+        __m256 mb = _mm256_set1_ps(mrow ? mrow[0] : 0.0f);
+        int c = 0;
+        for (; c + 8 <= cols; c += 8) {
+            ptrdiff_t j = j0 + c;
+            __m256i acc = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(crow + c)), bias);
+            if (row_a) {
+                __m256i cz = col_z_s ? _mm256_loadu_si256((const __m256i *)(col_z + j)) : czb;
+                __m256i cs = _mm256_loadu_si256((const __m256i *)(colsum + c));
+                acc = _mm256_sub_epi32(acc, _mm256_add_epi32(_mm256_mullo_epi32(cz, ra),
+                                                             _mm256_mullo_epi32(rz, cs)));
+            }
+            if (!quantized) {
+                _mm256_storeu_si256((__m256i *)(out32 + i * out_rs + j), acc);
+                continue;
+            }
+            __m256 m = mult_cs ? _mm256_loadu_ps(mrow + j) : mb;
+            __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), m);
+            v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+            __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), zp);
+            store8_i32(out8 + i * out_rs + j, is_signed, q);
+        }
+        if (c < cols)
+            ql_epilogue_scalar(ep, crow + c, ldc, colsum ? colsum + c : NULL, (int)i, j0 + c, 1, cols - c);
+    }
+}
+
+static void ql_quantize_avx2(const void *x, int x_type, ptrdiff_t n, const float *scale,
+                             ptrdiff_t scale_s, const int32_t *zp, ptrdiff_t zp_s,
+                             void *out, int out_type) {
+    const int sgn = out_type == QL_I8;
+    const __m256 qmin = _mm256_set1_ps(sgn ? -128.0f : 0.0f), qmax = _mm256_set1_ps(sgn ? 127.0f : 255.0f);
+    __m256 sb = _mm256_set1_ps(scale[0]);
+    __m256i zb = _mm256_set1_epi32(zp[0]);
+    ptrdiff_t e = 0;
+    for (; e + 8 <= n; e += 8) {
+        __m256 xv = x_type == QL_F32 ? _mm256_loadu_ps((const float *)x + e)
+                  : _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)((const int32_t *)x + e)));
+        __m256 s = scale_s ? _mm256_loadu_ps(scale + e) : sb;
+        __m256i z = zp_s ? _mm256_loadu_si256((const __m256i *)(zp + e)) : zb;
+        __m256 zf = _mm256_cvtepi32_ps(z);
+        __m256 v = _mm256_div_ps(xv, s);   /* a true division, as the contract says */
+        v = _mm256_max_ps(v, _mm256_sub_ps(qmin, zf));   /* NaN and -inf -> T's min */
+        v = _mm256_min_ps(v, _mm256_sub_ps(qmax, zf));
+        store8_i32((char *)out + e, sgn, _mm256_add_epi32(_mm256_cvtps_epi32(v), z));
+    }
+    if (e < n)
+        ql_isa_scalar.quantize((const char *)x + e * 4, x_type, n - e, scale + e * scale_s, scale_s,
+                               zp + e * zp_s, zp_s, (char *)out + e, out_type);
+}
+
+static void ql_dequantize_avx2(const void *x, int x_type, ptrdiff_t n, const float *scale,
+                               ptrdiff_t scale_s, const int32_t *zp, ptrdiff_t zp_s, float *out) {
+    __m256 sb = _mm256_set1_ps(scale[0]);
+    __m256i zb = _mm256_set1_epi32(zp[0]);
+    ptrdiff_t e = 0;
+    size_t es = x_type == QL_I32 ? 4 : 1;
+    for (; e + 8 <= n; e += 8) {
+        __m256i xi;
+        if (x_type == QL_I32) {
+            xi = _mm256_loadu_si256((const __m256i *)((const int32_t *)x + e));
+        } else {
+            __m128i b8 = _mm_loadl_epi64((const __m128i *)((const char *)x + e));
+            xi = x_type == QL_U8 ? _mm256_cvtepu8_epi32(b8) : _mm256_cvtepi8_epi32(b8);
+        }
+        __m256i z = zp_s ? _mm256_loadu_si256((const __m256i *)(zp + e)) : zb;
+        __m256 s = scale_s ? _mm256_loadu_ps(scale + e) : sb;
+        /* 8-bit: x - zp exact in int32; int32 x: zp is 0 (validated), so x - zp == x */
+        _mm256_storeu_ps(out + e, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(xi, z)), s));
+    }
+    if (e < n)
+        ql_isa_scalar.dequantize((const char *)x + e * es, x_type, n - e, scale + e * scale_s,
+                                 scale_s, zp + e * zp_s, zp_s, out + e);
+}
+
+#endif

@@ -1,0 +1,145 @@
+"""Engine and ISA selection, threads, engine_info (the native engine's Python surface)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import qlinear
+from qlinear import _native
+
+needs_native = pytest.mark.skipif(not _native.available(), reason="native engine not built")
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("QLINEAR_")}
+    full.update(env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=120)
+
+
+def test_engine_info_keys():
+    info = qlinear.engine_info()
+    assert {"engine", "isa", "isas", "threads"} <= set(info)
+    assert info["engine"] in ("native", "numpy")
+    assert isinstance(info["threads"], int) and info["threads"] >= 1
+    if _native.available():
+        assert info["isas"][-1] == "scalar" and info["isa"] in info["isas"]
+        assert list(info["isas"]) == [i for i in ("avx512vnni", "avxvnni", "avx2", "scalar") if i in info["isas"]]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True, None, 5000])
+def test_set_num_threads_rejects(bad):
+    with pytest.raises(ValueError, match="set_num_threads"):
+        qlinear.set_num_threads(bad)
+
+
+def test_set_num_threads_round_trip():
+    saved = qlinear.get_num_threads()
+    try:
+        qlinear.set_num_threads(1)
+        assert qlinear.engine_info()["threads"] == 1
+        a = np.arange(60, dtype=np.uint8).reshape(6, 10)
+        b = np.arange(40, dtype=np.int8).reshape(10, 4)
+        one = qlinear.matmul_integer(a, b)
+        qlinear.set_num_threads(3)
+        np.testing.assert_array_equal(qlinear.matmul_integer(a, b), one)
+    finally:
+        qlinear.set_num_threads(saved)
+
+
+@needs_native
+def test_environment_selects_engine_isa_and_threads():
+    r = _run("import qlinear; i = qlinear.engine_info(); print(i['engine'], i['isa'], i['threads'])",
+             QLINEAR_ENGINE="numpy", QLINEAR_ISA="scalar", QLINEAR_NUM_THREADS="1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["numpy", "scalar", "1"]
+
+
+@needs_native
+@pytest.mark.parametrize("env,message", [
+    ({"QLINEAR_ISA": "avx9000"}, "QLINEAR_ISA must be one of avx512vnni, avxvnni, avx2, scalar; got 'avx9000'"),
+    ({"QLINEAR_ENGINE": "fast"}, "QLINEAR_ENGINE must be one of native, numpy; got 'fast'"),
+    ({"QLINEAR_NUM_THREADS": "0"}, "QLINEAR_NUM_THREADS must be an integer in [1, 1024]; got 0"),
+])
+def test_environment_errors_are_clear(env, message):
+    r = _run("import qlinear", **env)
+    assert r.returncode != 0
+    assert message in r.stderr
+
+
+@needs_native
+def test_isa_the_cpu_lacks_is_an_error():
+    missing = [i for i in ("avx512vnni", "avxvnni", "avx2") if i not in qlinear.engine_info()["isas"]]
+    if not missing:
+        pytest.skip("this CPU runs every level")
+    r = _run("import qlinear", QLINEAR_ISA=missing[0])
+    assert r.returncode != 0
+    assert f"QLINEAR_ISA='{missing[0]}': this CPU cannot run that level" in r.stderr
+    with pytest.raises(ValueError, match="cannot run that level"):
+        _native.set_isa(missing[0])
+
+
+def test_without_the_extension_the_numpy_engine_runs(tmp_path):
+    """A copy of the package without the compiled module (an install without a C compiler):
+    the NumPy engine runs and says why; QLINEAR_REQUIRE_NATIVE=1 makes the import fail."""
+    import shutil
+    pkg = tmp_path / "qlinear"
+    shutil.copytree(os.path.dirname(qlinear.__file__), pkg,
+                    ignore=shutil.ignore_patterns("_qlnative*", "__pycache__", "_native"))
+    code = (
+        "import sys\n"
+        "sys.meta_path = [m for m in sys.meta_path if 'editable' not in repr(m).lower()]\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "import numpy as np, qlinear\n"
+        f"assert qlinear.__file__.startswith({str(tmp_path)!r}), qlinear.__file__\n"
+        "i = qlinear.engine_info()\n"
+        "print(i['engine'], i['native_available'], i['native_error'])\n"
+        "print(qlinear.matmul_integer(np.ones((2, 3), np.uint8), np.ones((3, 2), np.int8)).tolist())\n"
+    )
+    r = _run(code)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("numpy False the extension qlinear._qlnative was not built")
+    assert lines[1] == "[[3, 3], [3, 3]]"
+    r = _run(code, QLINEAR_REQUIRE_NATIVE="1")
+    assert r.returncode != 0 and "QLINEAR_REQUIRE_NATIVE=1 but the native engine is not built" in r.stderr
+
+
+def test_concurrent_calls_from_python_threads():
+    """The GIL is released: calls from several Python threads run at once (one of them on the
+    pool, the others on their own thread) and all give the exact result."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import oracle
+    rng = np.random.default_rng(11)
+    a = rng.integers(0, 256, (97, 300)).astype(np.uint8)
+    b = rng.integers(-128, 128, (300, 70)).astype(np.int8)
+    want = oracle.matmul_integer(a, b, np.uint8(7), np.int8(-3))
+    prepared = qlinear.prepare_matmul_integer(b, np.int8(-3))
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: prepared.run(a, np.uint8(7)), range(16)))
+    for got in results:
+        np.testing.assert_array_equal(got, want)
+
+
+@needs_native
+def test_pool_survives_fork():
+    """A forked child (multiprocessing's default on Linux) rebuilds the pool on first use."""
+    code = (
+        "import os, numpy as np, qlinear\n"
+        "a = np.ones((300, 300), np.uint8); b = np.ones((300, 300), np.int8)\n"
+        "qlinear.set_num_threads(2); qlinear.matmul_integer(a, b)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    ok = int(qlinear.matmul_integer(a, b)[0, 0]) == 300\n"
+        "    os._exit(0 if ok else 3)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "print(os.waitstatus_to_exitcode(status))\n"
+    )
+    r = _run(code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0"

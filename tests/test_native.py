@@ -1,0 +1,200 @@
+"""Matmul and (de)quantize edge cases aimed at the native engine's blocking, tails, forms and
+threads, checked bit for bit against the oracle. Like test_matmul/test_quantize, every test
+runs on the NumPy engine and on the native engine at each ISA level this CPU runs (conftest)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import qlinear
+from qlinear import _native
+
+import oracle
+from conftest import ALL_8BIT_COMBOS, DTYPES_8, I8, U8, assert_exact, rand_int, rand_scale
+
+# K lengths around every packing group (2, 4) and a few multiples of the tile widths
+K_LENGTHS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 513]
+M_SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17]
+N_SIZES = [1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 49, 65]
+
+
+def _zp(rng, dtype, shape=()):
+    return rand_int(rng, dtype, shape)
+
+
+@pytest.mark.parametrize("adt,bdt,ydt", ALL_8BIT_COMBOS)
+def test_qlinear_matmul_tails_all_types(adt, bdt, ydt):
+    rng = np.random.default_rng([1, adt is U8, bdt is U8, ydt is U8])
+    for k in K_LENGTHS:
+        m, n = int(rng.choice(M_SIZES)), int(rng.choice(N_SIZES))
+        a, b = rand_int(rng, adt, (m, k)), rand_int(rng, bdt, (k, n))
+        args = (a, rand_scale(rng, (m, 1)), _zp(rng, adt, (m, 1)), b, rand_scale(rng, (n,)),
+                _zp(rng, bdt, (n,)), np.float32(rng.uniform(0.5, 2.0)), _zp(rng, ydt))
+        assert_exact(qlinear.qlinear_matmul(*args), oracle.qlinear_matmul(*args))
+
+
+@pytest.mark.parametrize("adt", DTYPES_8)
+@pytest.mark.parametrize("bdt", DTYPES_8)
+def test_matmul_integer_tails_per_row_and_column(adt, bdt):
+    rng = np.random.default_rng([2, adt is U8, bdt is U8])
+    for k in K_LENGTHS:
+        m, n = int(rng.choice(M_SIZES)), int(rng.choice(N_SIZES))
+        a, b = rand_int(rng, adt, (m, k)), rand_int(rng, bdt, (k, n))
+        for az, bz in [(None, None), (_zp(rng, adt), _zp(rng, bdt)),
+                       (_zp(rng, adt, (m,)), _zp(rng, bdt, (n,)))]:
+            assert_exact(qlinear.matmul_integer(a, b, az, bz), oracle.matmul_integer(a, b, az, bz))
+
+
+@pytest.mark.parametrize("adt,bdt", [(U8, I8), (I8, U8), (U8, U8), (I8, I8)])
+def test_large_blocks_and_threads(adt, bdt):
+    """Several row blocks, many panels, both threads; one and three threads agree."""
+    rng = np.random.default_rng(3)
+    m, k, n = 301, 700, 99
+    a, b = rand_int(rng, adt, (m, k)), rand_int(rng, bdt, (k, n))
+    az, bz = _zp(rng, adt, (m,)), _zp(rng, bdt, (n,))
+    want = oracle.matmul_integer(a, b, az, bz)
+    saved = qlinear.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            qlinear.set_num_threads(threads)
+            assert_exact(qlinear.matmul_integer(a, b, az, bz), want)
+    finally:
+        qlinear.set_num_threads(saved)
+    # K past the driver's K block (2048 int16 or 4096 bytes of a 16-column panel, times 1.5)
+    a, b = rand_int(rng, adt, (13, 6200)), rand_int(rng, bdt, (6200, 40))
+    az, bz = _zp(rng, adt, (13,)), _zp(rng, bdt, (40,))
+    assert_exact(qlinear.matmul_integer(a, b, az, bz), oracle.matmul_integer(a, b, az, bz))
+
+
+@pytest.mark.parametrize("adt,bdt", [(U8, I8), (I8, U8)])
+def test_tall_a_packed_per_row_block(adt, bdt):
+    """An a too large for L2 once packed is packed block by block inside the GEMM's tasks."""
+    rng = np.random.default_rng(4)
+    m, k, n = 1100, 600, 37  # packed a: 1.3 MB (int16), 660 KB (bytes), past 2 x 256 KiB
+    a, b = rand_int(rng, adt, (m, k)), rand_int(rng, bdt, (k, n))
+    az, bz = _zp(rng, adt, (m, 1)), _zp(rng, bdt, (n,))
+    assert_exact(qlinear.matmul_integer(a, b, az, bz), oracle.matmul_integer(a, b, az, bz))
+    args = (a, rand_scale(rng, (m, 1)), az, b, rand_scale(rng, (n,)), bz, np.float32(0.3), np.int8(-5))
+    assert_exact(qlinear.qlinear_matmul(*args), oracle.qlinear_matmul(*args))
+    b7 = rand_int(rng, I8, (k, 48), -64, 64)  # the avx2 fast path, too
+    assert_exact(qlinear.matmul_integer(a, b7, az), oracle.matmul_integer(a, b7, az))
+
+
+@pytest.mark.parametrize("k", [33000, 34000])
+def test_accumulators_near_and_past_the_int32_wrap(k):
+    """(255 - 0) * (-128 - 127) * 33000 = -2,145,825,000 (just inside int32); 34000 wraps."""
+    a = np.full((3, k), 255, dtype=U8)
+    a[1, ::7] = 0
+    b = np.full((k, 5), -128, dtype=I8)
+    b[::5, 2] = 127
+    for bz in (np.int8(127), np.array([127, 127, -128, 0, 5], dtype=I8)):
+        want = oracle.matmul_integer(a, b, np.uint8(0), bz)
+        assert_exact(qlinear.matmul_integer(a, b, np.uint8(0), bz), want)
+    # requantized: float32(acc) rounds above 2**24 and the multiplier is tiny
+    args = (a, np.float32(1e-4), np.uint8(0), b, np.float32(1e-4), np.int8(127), np.float32(2.0), np.int8(3))
+    assert_exact(qlinear.qlinear_matmul(*args), oracle.qlinear_matmul(*args))
+
+
+def test_accumulators_above_2_24_requantize_exactly():
+    rng = np.random.default_rng(5)
+    k = 2048
+    a = rand_int(rng, U8, (7, k), 200, 255)
+    b = rand_int(rng, I8, (k, 19), -128, -100)
+    args = (a, np.float32(0.013), np.uint8(3), b, np.float32(0.007), np.int8(5), np.float32(731.0), np.uint8(128))
+    assert_exact(qlinear.qlinear_matmul(*args), oracle.qlinear_matmul(*args))
+
+
+@pytest.mark.parametrize("bdt,lo,hi", [(I8, -64, 64), (U8, 64, 192)])
+def test_seven_bit_weights_fast_path(bdt, lo, hi):
+    """Weights whose s8 form is within [-64, 64] take avx2's vpmaddubsw kernel; one value
+    outside that range sends the same product to the exact kernel. Both exact."""
+    rng = np.random.default_rng(6)
+    for adt in DTYPES_8:
+        a = rand_int(rng, adt, (37, 300))
+        b = rand_int(rng, bdt, (300, 45), lo, hi)
+        b[0, 0], b[1, 1] = lo, hi  # the extremes, where saturation would first show
+        az, bz = _zp(rng, adt, (37, 1)), _zp(rng, bdt, (1, 45))
+        prepared = qlinear.prepare_matmul_integer(b, bz)
+        assert_exact(prepared.run(a, az), oracle.matmul_integer(a, b, az, bz))
+        assert prepared._b._fits_fast_path()
+        b2 = b.copy()
+        b2[5, 5] = lo - 1
+        assert not qlinear.prepare_matmul_integer(b2, bz)._b._fits_fast_path()
+        assert_exact(qlinear.matmul_integer(a, b2, az, bz), oracle.matmul_integer(a, b2, az, bz))
+        # the largest pair sums vpmaddubsw could form: 255 * 64 * 2 and 255 * -64 * 2
+        a_max = np.full((4, 8), 255 if adt is U8 else 127, dtype=adt)
+        b_ext = np.full((8, 16), hi, dtype=bdt)
+        b_ext[:, 8:] = lo
+        assert_exact(qlinear.matmul_integer(a_max, b_ext), oracle.matmul_integer(a_max, b_ext))
+
+
+def test_batched_broadcast_per_row_and_column():
+    rng = np.random.default_rng(7)
+    for a_shape, b_shape, az_shape, bz_shape in [
+        ((2, 3, 5, 20), (3, 20, 17), (2, 1, 5, 1), (3, 1, 17)),
+        ((4, 6, 33), (33, 9), (4, 6, 1), (9,)),
+        ((6, 33), (5, 33, 9), (6, 1), (5, 1, 9)),
+        ((33,), (2, 33, 9), (), (2, 1, 9)),
+        ((3, 1, 6, 12), (1, 4, 12, 18), (3, 1, 6, 1), (1, 4, 1, 18)),
+        ((7, 12), (12,), (7, 1), ()),
+    ]:
+        a, b = rand_int(rng, U8, a_shape), rand_int(rng, I8, b_shape)
+        az, bz = _zp(rng, U8, az_shape), _zp(rng, I8, bz_shape)
+        assert_exact(qlinear.matmul_integer(a, b, az, bz), oracle.matmul_integer(a, b, az, bz))
+        sa = rand_scale(rng, az_shape)
+        sb = rand_scale(rng, bz_shape)
+        args = (a, sa, az, b, sb, bz, np.float32(0.05), np.uint8(100))
+        assert_exact(qlinear.qlinear_matmul(*args), oracle.qlinear_matmul(*args))
+
+
+def test_prepared_forms_own_their_weights():
+    rng = np.random.default_rng(8)
+    a, b = rand_int(rng, U8, (9, 40)), rand_int(rng, I8, (40, 21))
+    bz, bs = _zp(rng, I8, (21,)), rand_scale(rng, (21,))
+    want_i = oracle.matmul_integer(a, b, np.uint8(3), bz)
+    want_q = oracle.qlinear_matmul(a, np.float32(0.02), np.uint8(3), b, bs, bz, np.float32(0.1), np.int8(0))
+    pi = qlinear.prepare_matmul_integer(b, bz)
+    pq = qlinear.prepare_qlinear_matmul(b, bs, bz)
+    b[:] = 0
+    bz[:] = 0
+    bs[:] = 1.0
+    assert_exact(pi.run(a, np.uint8(3)), want_i)
+    assert_exact(pq.run(a, np.float32(0.02), np.uint8(3), np.float32(0.1), np.int8(0)), want_q)
+
+
+# sizes past the native engine's threading threshold (2**18 values) too, per tensor and per axis
+@pytest.mark.parametrize("shape,axis", [((3, 1000), 1), ((70000,), 0), ((5, 7, 2051), 2), ((2, 9, 4099), 1),
+                                        ((300001,), None), ((2, 140001), 0), ((70001, 4), 1)])
+@pytest.mark.parametrize("ydt", DTYPES_8)
+def test_quantize_dequantize_sizes_axes_specials(shape, axis, ydt):
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal(shape) * 60).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[::97] = np.nan
+    flat[1::89] = np.inf
+    flat[2::83] = -np.inf
+    flat[3::79] = 0.5  # ties
+    flat[4::73] = -2.5
+    c = 1 if axis is None else shape[axis]
+    scale = rand_scale(rng, (c,), 0.1, 2.0) if axis is not None else np.float32(0.75)
+    zp = _zp(rng, ydt, (c,)) if axis is not None else ydt(7)
+    kw = {} if axis is None else {"axis": axis}
+    q = qlinear.quantize_linear(x, scale, zp, **kw)
+    assert_exact(q, oracle.quantize_linear(x, scale, zp, **kw))
+    assert_exact(qlinear.dequantize_linear(q, scale, zp, **kw), oracle.dequantize_linear(q, scale, zp, **kw))
+    xi = rng.integers(-2**31, 2**31 - 1, size=shape, dtype=np.int64).astype(np.int32)
+    assert_exact(qlinear.quantize_linear(xi, scale, zp, **kw), oracle.quantize_linear(xi, scale, zp, **kw))
+    zeros = np.zeros_like(np.asarray(zp), dtype=np.int32)
+    assert_exact(qlinear.dequantize_linear(xi, scale, zeros, **kw), oracle.dequantize_linear(xi, scale, zeros, **kw))
+
+
+def test_engine_level_is_selected(engine_level):
+    if engine_level is None:
+        pytest.skip("no engine level")
+    info = qlinear.engine_info()
+    if engine_level == "numpy":
+        assert info["engine"] == "numpy"
+    else:
+        assert info["engine"] == "native" and info["isa"] == engine_level.split("-", 1)[1]
+        assert _native.native() is not None
