@@ -108,25 +108,47 @@ class _ConvWeights:
             geom.in_spatial, geom.pads_begin, geom.pads_end, geom.strides, geom.kernel, geom.dilations))
         return k <= _NATIVE_MAX_K and max(extents) <= _NATIVE_MAX_EXTENT
 
-    def native_weights(self, isa: str, depthwise: bool) -> np.ndarray:
-        """The weights in the native engine's form for ISA level ``isa``, built once per level:
-        packed GEMM rows (conv.c's ql_conv_pack_w), or centered int16 taps (M, taps) for the
-        depthwise kernel."""
-        key = (isa, depthwise)
+    def native_weights(self, isa: str, kind: int) -> np.ndarray:
+        """The weights in the native engine's form for ISA level ``isa`` and path ``kind``
+        (``_GEMM``, ``_GEMM_FAST``, ``_DEPTHWISE``), built once per level and path: packed GEMM
+        rows (conv.c's ql_conv_pack_w), or centered int16 taps (M, taps) for the depthwise
+        kernel."""
+        key = (isa, kind)
         got = self._native.get(key)
         if got is None:
             m = self.out_channels
             w2 = np.ascontiguousarray(self.w.reshape(m, -1))
             zp = np.ascontiguousarray(np.broadcast_to(self.w_zero_point.astype(np.int32).reshape(-1), (m,)))
-            if depthwise:
+            if kind == _DEPTHWISE:
                 # |w - zp| <= 255: exact in int16
                 got = np.subtract(w2, zp[:, None].astype(np.int16), dtype=np.int16)
             else:
                 C = _native._C
-                got = np.empty(C.conv_w_bytes(isa, m, w2.shape[1]), dtype=np.uint8)
-                C.conv_pack_w(isa, w2, _native.TYPE_CODES[w2.dtype.name], m, w2.shape[1], zp, got)
+                got = np.empty(C.conv_w_bytes(isa, kind, m, w2.shape[1]), dtype=np.uint8)
+                C.conv_pack_w(isa, kind, w2, _native.TYPE_CODES[w2.dtype.name], m, w2.shape[1], zp, got)
             self._native[key] = got
         return got
+
+    def fits_fast_path(self) -> bool:
+        """Whether every centered weight w - w_zero_point lies in [-64, 64]: then the byte
+        kernels' int16 pair sums |x'·(w - zw) + x'·(w - zw)| <= 2·255·64 = 32640 cannot
+        saturate (x' = x in its u8 form, [0, 255]), which proves the fast path exact."""
+        flag = getattr(self, "_fast", None)
+        if flag is None:
+            w = self.w.reshape(self.out_channels, -1)
+            zp = self.w_zero_point.astype(np.int16).reshape(-1, 1)
+            flag = w.size == 0 or bool(np.abs(np.subtract(w, zp, dtype=np.int16)).max() <= _FAST_BOUND)
+            self._fast = flag
+        return flag
+
+    def native_kind(self, isa: str, depthwise: bool) -> int:
+        """The native path for this call: depthwise, the GEMM's fast path (a level that has
+        one, weights proven within its bound) or the exact GEMM."""
+        if depthwise:
+            return _DEPTHWISE
+        if _native._C.kernel_info(isa, _GEMM_FAST) is not None and self.fits_fast_path():
+            return _GEMM_FAST
+        return _GEMM
 
     def run_native(self, checked: tuple, bias: np.ndarray | None = None, mult: np.ndarray | None = None,
                    y_zero_point: np.ndarray | None = None) -> np.ndarray:
@@ -137,8 +159,8 @@ class _ConvWeights:
         isa = C.get_isa()
         n, c = x.shape[:2]
         m, group = self.out_channels, self.attributes.group
-        depthwise = group > 1 and c == group
-        w = self.native_weights(isa, depthwise)
+        kind = self.native_kind(isa, group > 1 and c == group)
+        w = self.native_weights(isa, kind)
         xc = np.ascontiguousarray(x)
         if bias is not None:
             bias = np.ascontiguousarray(bias, dtype=np.int32)
@@ -153,11 +175,16 @@ class _ConvWeights:
             quantized, signed, lo, hi = 1, int(info.min < 0), float(info.min - yz), float(info.max - yz)
             mm = np.ascontiguousarray(mult, dtype=np.float32).reshape(-1)
             ms = int(mm.size > 1)
-        C.conv(isa, int(depthwise), xc, _native.TYPE_CODES[xc.dtype.name], int(zp), (n, c, m, group),
+        C.conv(isa, kind, xc, _native.TYPE_CODES[xc.dtype.name], int(zp), (n, c, m, group),
                geom.in_spatial, geom.out_spatial, geom.kernel, geom.strides, geom.dilations, geom.pads_begin,
                w, y, quantized, signed, yz, lo, hi, mm, ms, bias, max(workspace_limit(), _NATIVE_MIN_WORKSPACE))
         return y
 
+
+# Native paths (module.c's conv kinds): the exact GEMM, the depthwise kernel, the GEMM's
+# 7-bit fast path (conv.c's QL_FORM_S8U8), and the fast path's bound on |w - w_zero_point|.
+_GEMM, _DEPTHWISE, _GEMM_FAST = 0, 1, 2
+_FAST_BOUND = 64
 
 # The native engine's limits (qlinear/_native/conv.h, module.c); beyond them the NumPy engine runs.
 _NATIVE_MAX_RANK = 12

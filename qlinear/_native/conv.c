@@ -102,18 +102,40 @@ static ptrdiff_t w_row_bytes(const ql_gemm_kernel *k, int K)
 size_t ql_conv_w_bytes(const ql_gemm_kernel *k, int M, int K)
 {
     size_t b = (size_t)M * (size_t)w_row_bytes(k, K);
-    if (k->form == QL_FORM_U8S8) b += 2 * sizeof(int32_t) * (size_t)M;
+    if (k->form != QL_FORM_I16) b += 2 * sizeof(int32_t) * (size_t)M;
     return b;
 }
 
 /* w: (M, K) 8-bit row-major; wzp: M int32 (per output channel, repeated if per tensor).
- * dst layout: M rows of w_row_bytes; U8S8 form then int32 row_a[M] (rowsum(L') - K*zL'),
- * int32 row_z[M] (zL'), the epilogue's corrections (wrap32). */
-void ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K,
-                    const int32_t *wzp, void *dst)
+ * dst layout: M rows of w_row_bytes, then int32 row_a[M], int32 row_z[M]:
+ * - U8S8 form: rows in the u8 form, row_a = rowsum(L') - K*zL', row_z = zL' (the epilogue's
+ *   corrections, wrap32);
+ * - S8U8 form (fast path): rows = w - wzp as int8, which must lie in [-64, 64] (else -1, nothing
+ *   usable written); row_a = sum of the row (|sum| <= 64 K < 2^31), row_z = 0. The per-call
+ *   correction is then one term per row: - zx' * row_a (ql_conv_gemm). */
+int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K,
+                   const int32_t *wzp, void *dst)
 {
     int kp = ql_round_k(k, K);
     ptrdiff_t ldl = w_row_bytes(k, K);
+    if (k->form == QL_FORM_S8U8) {
+        int32_t *row_a = (int32_t *)((char *)dst + (size_t)M * (size_t)ldl), *row_z = row_a + M;
+        for (int i = 0; i < M; i++) {
+            const uint8_t *src = (const uint8_t *)w + (size_t)i * (size_t)K;
+            int8_t *d = (int8_t *)dst + (size_t)i * (size_t)ldl;
+            int32_t sum = 0;
+            for (int kk = 0; kk < K; kk++) {
+                int32_t v = load8(src + kk, w_type) - wzp[i];
+                if (v < -64 || v > 64) return -1;
+                d[kk] = (int8_t)v;
+                sum += v;
+            }
+            for (int kk = K; kk < kp; kk++) d[kk] = 0;
+            row_a[i] = sum;
+            row_z[i] = 0;
+        }
+        return 0;
+    }
     int32_t *rowsums = NULL;
     if (k->form == QL_FORM_U8S8) rowsums = (int32_t *)((char *)dst + (size_t)M * (size_t)ldl);
     ql_pack_L(w, w_type, K, 1, M, K, wzp, 1, k->form, dst, ldl, kp, rowsums);
@@ -125,6 +147,7 @@ void ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, i
             row_a[i] = (int32_t)((uint32_t)row_a[i] - (uint32_t)K * (uint32_t)zl);
         }
     }
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -142,6 +165,7 @@ typedef struct im2col_ctx {
     int64_t taps, plane;        /* taps per channel; input elements per channel plane */
     ptrdiff_t st[QL_CONV_MAXD]; /* element strides of the input plane's axes */
     int use_table;
+    uint8_t flip;               /* byte forms: raw byte ^ flip = the form's byte */
     char *scratch;
     size_t scratch_bytes;       /* per thread */
     /* per-thread scratch layout (byte offsets) */
@@ -253,18 +277,51 @@ static void im2col_row(const im2col_ctx *c, char *s, int64_t ch, int64_t t, int 
         }
         for (int j = ncols; j < nr; j++) d[j] = 0;
     } else {
-        /* s8 form: int8 as is; uint8 ^ 0x80 (i.e. - 128). Padding: zR' = the zero point's form. */
-        int8_t *d = (int8_t *)dstv;
-        uint8_t flip = type == QL_U8 ? 0x80 : 0;
-        int8_t pad = (int8_t)(type == QL_U8 ? zx - 128 : zx);
+        /* byte forms: the RAW bytes of x (the packer applies the form's flip); padding = the
+         * zero point's raw byte, so that it becomes zR' (U8S8) or zx' (S8U8) like x does;
+         * columns [ncols, nr) = flip (0 in the form) */
+        uint8_t *d = (uint8_t *)dstv;
+        uint8_t padv = (uint8_t)zx;
         if (start >= 0) {
-            const uint8_t *src = xc + start;
-            for (int j = 0; j < ncols; j++) d[j] = (int8_t)(src[j] ^ flip);
+            memcpy(d, xc + start, (size_t)ncols);
         } else {
-            for (int j = 0; j < ncols; j++) d[j] = off[j] < 0 ? pad : (int8_t)(xc[off[j]] ^ flip);
+            for (int g = 0; g < nseg; g++) {
+                int ja = seg[g], jb = seg[g + 1];
+                while (ja < jb && off[ja] < 0) d[ja++] = padv;
+                while (jb > ja && off[jb - 1] < 0) d[--jb] = padv;
+                if (jb > ja && off[jb - 1] - off[ja] == jb - 1 - ja) {
+                    memcpy(d + ja, xc + off[ja], (size_t)(jb - ja));
+                } else {
+                    for (int j = ja; j < jb; j++) d[j] = off[j] < 0 ? padv : xc[off[j]];
+                }
+            }
         }
-        for (int j = ncols; j < nr; j++) d[j] = 0;
+        for (int j = ncols; j < nr; j++) d[j] = c->flip;
     }
+}
+
+/* Four byte rows (raw bytes) into the [nr][4] group of a byte-form panel, each byte ^ flip. */
+static void interleave4(const uint8_t *const *src, uint8_t flip, uint8_t *dk, int nr)
+{
+    int j = 0;
+#if QL_X86
+    const __m128i f = _mm_set1_epi8((char)flip);
+    for (; j + 16 <= nr; j += 16) {
+        __m128i a = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[0] + j)), f);
+        __m128i b = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[1] + j)), f);
+        __m128i c = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[2] + j)), f);
+        __m128i e = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[3] + j)), f);
+        __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
+        __m128i ce0 = _mm_unpacklo_epi8(c, e), ce1 = _mm_unpackhi_epi8(c, e);
+        __m128i *o = (__m128i *)(dk + 4 * j);
+        _mm_storeu_si128(o, _mm_unpacklo_epi16(ab0, ce0));
+        _mm_storeu_si128(o + 1, _mm_unpackhi_epi16(ab0, ce0));
+        _mm_storeu_si128(o + 2, _mm_unpacklo_epi16(ab1, ce1));
+        _mm_storeu_si128(o + 3, _mm_unpackhi_epi16(ab1, ce1));
+    }
+#endif
+    for (; j < nr; j++)
+        for (int q = 0; q < 4; q++) dk[4 * j + q] = (uint8_t)(src[q][j] ^ flip);
 }
 
 #if QL_X86
@@ -389,29 +446,36 @@ static void im2col_pack(void *vctx, int j0, int ncols, void *dst, int32_t *colsu
             }
         }
     } else {
-        int8_t *r[4];
-        r[0] = (int8_t *)(s + c->off_rows);
+        /* byte forms: 4 rows per group; a row that is one full contiguous run of x is read in
+         * place, the others are gathered into scratch first */
+        uint8_t *r[4];
+        r[0] = (uint8_t *)(s + c->off_rows);
         for (int q = 1; q < 4; q++) r[q] = r[q - 1] + nr;
-        int8_t *d = (int8_t *)dst;
-        for (int j = 0; j < nr; j++) colsums[j] = 0;
+        const uint8_t *src[4];
+        const ptrdiff_t *start = c->use_table && ncols == nr ? (const ptrdiff_t *)(s + c->off_start) : NULL;
+        uint8_t *d = (uint8_t *)dst;
+        int sums = c->form == QL_FORM_U8S8;
+        if (sums)
+            for (int j = 0; j < nr; j++) colsums[j] = 0;
         for (int64_t k = 0; k < c->kp; k += 4) {
             for (int q = 0; q < 4; q++) {
                 if (k + q < c->K) {
-                    im2col_row(c, s, ch, t, ncols, r[q]);
+                    if (start && start[t] >= 0) {
+                        src[q] = c->xg + ch * c->plane + start[t];
+                    } else {
+                        im2col_row(c, s, ch, t, ncols, r[q]);
+                        src[q] = r[q];
+                    }
                     next_tap(&ch, &t, c->taps);
                 } else {
-                    memset(r[q], 0, (size_t)nr);
+                    memset(r[q], c->flip, (size_t)nr);   /* 0 in the form */
+                    src[q] = r[q];
                 }
             }
-            int8_t *dk = d + (size_t)k * nr;    /* [k/4][nr][4] */
-            for (int j = 0; j < nr; j++) {
-                dk[4 * j] = r[0][j];
-                dk[4 * j + 1] = r[1][j];
-                dk[4 * j + 2] = r[2][j];
-                dk[4 * j + 3] = r[3][j];
-                /* rows k >= K are 0 and add nothing; padding columns are 0 */
-                colsums[j] += (int32_t)r[0][j] + r[1][j] + r[2][j] + r[3][j];
-            }
+            interleave4(src, c->flip, d + (size_t)k * nr, nr);   /* [k/4][nr][4] */
+            if (sums)   /* U8S8: per-pixel sums of the s8-form values (padding columns: 0) */
+                for (int j = 0; j < nr; j++)
+                    for (int q = 0; q < 4; q++) colsums[j] += (int8_t)(src[q][j] ^ c->flip);
         }
     }
 }
@@ -462,6 +526,8 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
     c.K = K;
     c.taps = taps;
     c.plane = plane;
+    /* byte forms: U8S8 wants s8-form bytes (uint8 ^ 0x80), S8U8 u8-form ones (int8 ^ 0x80) */
+    c.flip = (p->x_type == QL_U8) != (kern->form == QL_FORM_S8U8) ? 0x80 : 0;
     plane_strides(p, c.st);
     im2col_layout(&c);
     if (c.scratch_bytes * (size_t)threads > workspace) return -3;
@@ -474,6 +540,17 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
         row_z = row_a + p->M;
     }
     int32_t col_z = p->x_type == QL_U8 ? p->x_zp - 128 : p->x_zp;   /* zR' */
+    /* S8U8 (fast path): C = sum x'(w - zw) over K, padding read as zx'; the result is
+     * C - zx' * sum(w - zw): folded with the bias into one per-row term, in wrap32 */
+    int32_t *fast_bias = NULL;
+    if (kern->form == QL_FORM_S8U8) {
+        const int32_t *wsum = (const int32_t *)((const char *)wpacked + (size_t)p->M * (size_t)ldl);
+        uint32_t zxu = (uint32_t)(p->x_type == QL_I8 ? p->x_zp + 128 : p->x_zp);   /* zx' */
+        fast_bias = (int32_t *)malloc(sizeof(int32_t) * (size_t)p->M);
+        if (!fast_bias) { free(c.scratch); return -1; }
+        for (int64_t i = 0; i < p->M; i++)
+            fast_bias[i] = (int32_t)((p->bias ? (uint32_t)p->bias[i] : 0u) - zxu * (uint32_t)wsum[i]);
+    }
     int rc = 0;
     for (int64_t n = 0; n < p->N && rc == 0; n++) {
         for (int64_t g = 0; g < p->group && rc == 0; g++) {
@@ -494,6 +571,7 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
                 gp.pack_ctx = &c;
                 plan_epilogue(p, &gp.ep);
                 if (p->bias) gp.ep.row_bias = p->bias + g * Mg;
+                if (fast_bias) gp.ep.row_bias = fast_bias + g * Mg;
                 gp.ep.mult = p->mult + g * Mg * p->mult_s;
                 gp.ep.out = (char *)p->y + (size_t)((n * p->M + g * Mg) * P + q0) * esize;
                 gp.ep.out_rs = (ptrdiff_t)P;
@@ -511,6 +589,7 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
         }
     }
     free(c.scratch);
+    free(fast_bias);
     return rc;
 }
 
@@ -801,15 +880,14 @@ static void dw_plane_task(void *vctx, ptrdiff_t task, int thread)
     }
 }
 
-int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, ql_dw_rows_fn rows_fn,
-                      const int16_t *wc, size_t workspace)
+int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc, size_t workspace)
 {
     dw_ctx d;
     memset(&d, 0, sizeof d);
     int nsp = p->nsp, L = nsp - 1;
     d.p = p;
     d.isa = isa;
-    d.rows_fn = rows_fn;
+    d.rows_fn = isa->dw_rows;   /* the level's row kernel (its table, dispatch.c) */
     d.wc = wc;
     d.mult = p->M / p->C;
     d.taps = prod(p->k, nsp);
@@ -919,15 +997,4 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, ql_dw_rows_fn ro
     ql_parallel_for((ptrdiff_t)(planes * d.row_blocks), run_threads, dw_task, &d);
     free(d.scratch);
     return 0;
-}
-
-/* The depthwise row kernel for an ISA level: every x86 level above scalar runs AVX2 (the
- * VNNI levels' CPUs all have it), so they share conv_avx2.c's kernel. */
-ql_dw_rows_fn ql_conv_dw_rows(const ql_isa *isa)
-{
-#if QL_X86
-    if (isa != &ql_isa_scalar) return ql_dw_rows_avx2;
-#endif
-    (void)isa;
-    return ql_dw_rows_scalar;
 }

@@ -5,6 +5,10 @@
  * - avx2-u8s8 (fast path, only where packing proved every s8-form R value is within
  *   [-64, 64]): vpmaddubsw forms l0*r0 + l1*r1 with l in [0, 255]: |sum| <= 2*255*64 = 32640
  *   <= 32767, so its int16 saturation can never trigger; vpmaddwd by 1 widens pairs to int32.
+ * - avx2-s8u8 (convolutions' fast path, only where packing proved every centered weight
+ *   w - zw is within [-64, 64]): the same instructions with the roles swapped: L (weights,
+ *   broadcast) is the signed operand, the im2col panel (u8 form, [0, 255]) the unsigned one;
+ *   the same bound 2*255*64 = 32640 holds.
  */
 #include "qlinear.h"
 
@@ -78,6 +82,36 @@ static void avx2_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
     }
 }
 
+/* ---------------------------------------------------------------------------------------
+ * avx2-s8u8 (conv fast path): 4 rows x 16 columns; vpmaddubsw(unsigned panel, signed weights)
+ * ------------------------------------------------------------------------------------- */
+static void avx2_s8u8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                      int32_t *C, ptrdiff_t ldc, int rows) {
+    const char *l[U8_MR];
+    for (int r = 0; r < U8_MR; r++) l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
+    const __m256i *R = (const __m256i *)Rpanel;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
+            c30 = c00, c31 = c00;
+    int groups = kp / 4;
+    for (int g = 0; g < groups; g++) {
+        __m256i b0 = _mm256_loadu_si256(R + 2 * g), b1 = _mm256_loadu_si256(R + 2 * g + 1);
+        __m256i a;
+        int32_t v;
+#define ROW(r, x0, x1)                                                                        \
+        memcpy(&v, l[r] + 4 * g, 4);                                                          \
+        a = _mm256_set1_epi32(v);                                                             \
+        x0 = _mm256_add_epi32(x0, _mm256_madd_epi16(_mm256_maddubs_epi16(b0, a), ones));     \
+        x1 = _mm256_add_epi32(x1, _mm256_madd_epi16(_mm256_maddubs_epi16(b1, a), ones));
+        ROW(0, c00, c01) ROW(1, c10, c11) ROW(2, c20, c21) ROW(3, c30, c31)
+#undef ROW
+    }
+    __m256i out[U8_MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
+    for (int r = 0; r < rows; r++) {
+        _mm256_storeu_si256((__m256i *)(C + r * ldc), out[r][0]);
+        _mm256_storeu_si256((__m256i *)(C + r * ldc + 8), out[r][1]);
+    }
+}
 
 /* ---------------------------------------------------------------------------------------
  * Packers (used by every x86 level): the portable ones' output, 16 or 32 values a step
@@ -200,9 +234,13 @@ static const ql_gemm_kernel k_avx2_i16 = {"avx2-i16", I16_MR, 16, 2, QL_FORM_I16
 static const ql_gemm_kernel k_avx2_u8s8 = {"avx2-u8s8", U8_MR, 16, 4, QL_FORM_U8S8, avx2_u8s8,
                                        ql_pack_L_avx2, ql_pack_R_panel_avx2};
 
+/* conv fast path: L and R packed by conv.c (centered int8 weights, u8-form im2col panels) */
+static const ql_gemm_kernel k_avx2_s8u8 = {"avx2-s8u8", U8_MR, 16, 4, QL_FORM_S8U8, avx2_s8u8, NULL, NULL};
+
 #include "simd_common_avx2.h"
 
 const ql_isa ql_isa_avx2 = {
     "avx2", &k_avx2_i16, &k_avx2_u8s8, 0, ql_epilogue_avx2, ql_quantize_avx2, ql_dequantize_avx2,
+    &k_avx2_s8u8, ql_dw_rows_avx2,
 };
 #endif

@@ -22,10 +22,11 @@ static const ql_isa *isa_arg(const char *name) {
 static const ql_gemm_kernel *kernel_arg(const char *isa_name, int which, const ql_isa **isa_out) {
     const ql_isa *isa = isa_arg(isa_name);
     if (!isa) return NULL;
-    const ql_gemm_kernel *k = which ? isa->fast : isa->exact;
+    /* which: 0 exact, 1 the matmul fast path, 2 the convolutions' fast path (S8U8 form) */
+    const ql_gemm_kernel *k = which == 2 ? isa->conv_fast : which ? isa->fast : isa->exact;
     if (!k) {
         PyErr_Format(PyExc_ValueError, "qlinear native: ISA level '%s' has no %s kernel", isa_name,
-                     which ? "fast" : "exact");
+                     which == 2 ? "conv fast" : which ? "fast" : "exact");
         return NULL;
     }
     if (isa_out) *isa_out = isa;
@@ -113,7 +114,7 @@ static PyObject *m_kernel_info(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "si", &isa, &which)) return NULL;
     const ql_isa *is = isa_arg(isa);
     if (!is) return NULL;
-    const ql_gemm_kernel *k = which ? is->fast : is->exact;
+    const ql_gemm_kernel *k = which == 2 ? is->conv_fast : which ? is->fast : is->exact;
     if (!k) Py_RETURN_NONE;
     return Py_BuildValue("{s:s,s:i,s:i,s:i,s:s}", "name", k->name, "mr", k->mr, "nr", k->nr,
                          "kpack", k->kpack, "form", k->form == QL_FORM_I16 ? "i16" : "u8s8");
@@ -123,6 +124,7 @@ static PyObject *m_packed_b_bytes(PyObject *self, PyObject *args) {
     (void)self;
     const char *isa; int which, K, N;
     if (!PyArg_ParseTuple(args, "siii", &isa, &which, &K, &N)) return NULL;
+    if (which != 0 && which != 1) return PyErr_Format(PyExc_ValueError, "qlinear native: matmul kernel %d", which);
     const ql_gemm_kernel *k = kernel_arg(isa, which, NULL);
     if (!k) return NULL;
     return PyLong_FromSize_t(ql_packed_b_bytes(k, K, N));
@@ -137,6 +139,7 @@ static PyObject *m_pack_b(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "siOiniinnnOnnOOO", &isa, &which, &ob, &b_type, &Bb, &K, &N, &bs, &ks,
                           &cs, &ozp, &zp_bs, &zp_cs, &opk, &ocs, &ozc))
         return NULL;
+    if (which != 0 && which != 1) return PyErr_Format(PyExc_ValueError, "qlinear native: matmul kernel %d", which);
     const ql_gemm_kernel *k = kernel_arg(isa, which, NULL);
     if (!k) return NULL;
     if (K < 0 || N < 0 || Bb < 0 || (b_type != QL_U8 && b_type != QL_I8))
@@ -189,6 +192,7 @@ static PyObject *m_matmul(PyObject *self, PyObject *args) {
                           &oout, &quantized, &out_signed, &omult, &m_bs, &m_rs, &m_cs, &lo, &hi, &yzp))
         return NULL;
     const ql_isa *isa;
+    if (which != 0 && which != 1) return PyErr_Format(PyExc_ValueError, "qlinear native: matmul kernel %d", which);
     const ql_gemm_kernel *k = kernel_arg(isa_name, which, &isa);
     if (!k) return NULL;
     if (M < 0 || N < 0 || K < 0 || batches < 0 || Ba < 0 || Bb < 0 || zpa_bs < 0 || zpa_rs < 0 ||
@@ -335,21 +339,23 @@ static PyObject *m_dequantize(PyObject *self, PyObject *args) { (void)self; retu
  * ------------------------------------------------------------------------------------- */
 static PyObject *m_conv_w_bytes(PyObject *self, PyObject *args) {
     (void)self;
-    const char *isa; int M, K;
-    if (!PyArg_ParseTuple(args, "sii", &isa, &M, &K)) return NULL;
-    const ql_gemm_kernel *k = kernel_arg(isa, 0, NULL);
+    const char *isa; int which, M, K;
+    if (!PyArg_ParseTuple(args, "siii", &isa, &which, &M, &K)) return NULL;
+    if (which != 0 && which != 2) return PyErr_Format(PyExc_ValueError, "qlinear native: conv kernel %d", which);
+    const ql_gemm_kernel *k = kernel_arg(isa, which, NULL);
     if (!k) return NULL;
     if (M < 0 || K < 1) return PyErr_Format(PyExc_ValueError, "qlinear native: bad conv weights shape");
     return PyLong_FromSize_t(ql_conv_w_bytes(k, M, K));
 }
 
-/* conv_pack_w(isa, w, w_type, M, K, wzp int32[M], dst) */
+/* conv_pack_w(isa, which (0 exact, 2 fast), w, w_type, M, K, wzp int32[M], dst) */
 static PyObject *m_conv_pack_w(PyObject *self, PyObject *args) {
     (void)self;
-    const char *isa; int w_type, M, K;
+    const char *isa; int which, w_type, M, K;
     PyObject *ow, *oz, *od;
-    if (!PyArg_ParseTuple(args, "sOiiiOO", &isa, &ow, &w_type, &M, &K, &oz, &od)) return NULL;
-    const ql_gemm_kernel *k = kernel_arg(isa, 0, NULL);
+    if (!PyArg_ParseTuple(args, "siOiiiOO", &isa, &which, &ow, &w_type, &M, &K, &oz, &od)) return NULL;
+    if (which != 0 && which != 2) return PyErr_Format(PyExc_ValueError, "qlinear native: conv kernel %d", which);
+    const ql_gemm_kernel *k = kernel_arg(isa, which, NULL);
     if (!k) return NULL;
     if (M < 0 || K < 1 || (w_type != QL_U8 && w_type != QL_I8))
         return PyErr_Format(PyExc_ValueError, "qlinear native: bad conv weights shape");
@@ -358,9 +364,14 @@ static PyObject *m_conv_pack_w(PyObject *self, PyObject *args) {
     if (get_buf(ow, &w, 0, (Py_ssize_t)M * K, "w") < 0 || get_buf(oz, &z, 0, (Py_ssize_t)M * 4, "w_zero_point") < 0 ||
         get_buf(od, &d, 1, (Py_ssize_t)ql_conv_w_bytes(k, M, K), "packed w") < 0)
         goto done;
+    int rc;
     Py_BEGIN_ALLOW_THREADS
-    ql_conv_pack_w(k, w.buf, w_type, M, K, (const int32_t *)z.buf, d.buf);
+    rc = ql_conv_pack_w(k, w.buf, w_type, M, K, (const int32_t *)z.buf, d.buf);
     Py_END_ALLOW_THREADS
+    if (rc) {
+        PyErr_SetString(PyExc_ValueError, "qlinear native: conv weights outside the fast path's bound");
+        goto done;
+    }
     ret = Py_None;
     Py_INCREF(ret);
 done:
@@ -386,22 +397,24 @@ static int int64_tuple(PyObject *t, int n, int64_t *dst, int64_t lo, const char 
     return 0;
 }
 
-/* conv(isa, depthwise, x, x_type, x_zp, (N, C, M, group), in, out, k, strides, dilations,
+/* conv(isa, kind (0 GEMM exact, 1 depthwise, 2 GEMM fast path), x, x_type, x_zp, (N, C, M, group), in, out, k, strides, dilations,
  *      pads_begin, weights, y, quantized, y_signed, y_zp, lo, hi, mult, mult_s, bias|None,
  *      workspace) */
 static PyObject *m_conv(PyObject *self, PyObject *args) {
     (void)self;
     const char *isa_name;
-    int depthwise, x_type, x_zp, quantized, y_signed, y_zp;
+    int kind, x_type, x_zp, quantized, y_signed, y_zp;
     PyObject *ox, *odims, *oin, *oout, *ok, *ost, *odl, *opd, *ow, *oy, *omult, *obias;
     float lo, hi;
     Py_ssize_t mult_s, workspace;
-    if (!PyArg_ParseTuple(args, "siOiiOOOOOOOOOiiiffOnOn", &isa_name, &depthwise, &ox, &x_type, &x_zp, &odims,
+    if (!PyArg_ParseTuple(args, "siOiiOOOOOOOOOiiiffOnOn", &isa_name, &kind, &ox, &x_type, &x_zp, &odims,
                           &oin, &oout, &ok, &ost, &odl, &opd, &ow, &oy, &quantized, &y_signed, &y_zp, &lo, &hi,
                           &omult, &mult_s, &obias, &workspace))
         return NULL;
+    if (kind < 0 || kind > 2) return PyErr_Format(PyExc_ValueError, "qlinear native: conv kind %d", kind);
+    int depthwise = kind == 1;
     const ql_isa *isa;
-    const ql_gemm_kernel *k = kernel_arg(isa_name, 0, &isa);
+    const ql_gemm_kernel *k = kernel_arg(isa_name, kind == 2 ? 2 : 0, &isa);
     if (!k) return NULL;
     ql_conv_plan p;
     memset(&p, 0, sizeof p);
@@ -445,7 +458,7 @@ static PyObject *m_conv(PyObject *self, PyObject *args) {
     if (p.N > 0 && p.M > 0) {
         Py_BEGIN_ALLOW_THREADS
         if (depthwise)
-            rc = ql_conv_depthwise(&p, isa, ql_conv_dw_rows(isa), (const int16_t *)w.buf, (size_t)workspace);
+            rc = ql_conv_depthwise(&p, isa, (const int16_t *)w.buf, (size_t)workspace);
         else
             rc = ql_conv_gemm(&p, isa, k, w.buf, (size_t)workspace);
         Py_END_ALLOW_THREADS

@@ -20,7 +20,10 @@
 /* ---------------------------------------------------------------------------------------
  * Operand forms
  * ------------------------------------------------------------------------------------- */
-enum { QL_FORM_I16 = 0, QL_FORM_U8S8 = 1 };
+/* QL_FORM_S8U8 (convolutions' 7-bit fast path): L rows are centered weights w - zw as int8,
+ * proven within [-64, 64] when packed; R panels are u8-form bytes (uint8 as is, int8 ^ 0x80),
+ * [kp/4][nr][4], no column sums (the weights are centered, so only a per-row term remains). */
+enum { QL_FORM_I16 = 0, QL_FORM_U8S8 = 1, QL_FORM_S8U8 = 2 };
 /* element types of source operands */
 enum { QL_U8 = 0, QL_I8 = 1, QL_I32 = 2, QL_F32 = 3 };
 
@@ -83,6 +86,12 @@ typedef void (*ql_quantize_fn)(const void *x, int x_type, ptrdiff_t n, const flo
 typedef void (*ql_dequantize_fn)(const void *x, int x_type, ptrdiff_t n, const float *scale,
                                  ptrdiff_t scale_s, const int32_t *zp, ptrdiff_t zp_s, float *out);
 
+/* Depthwise convolution row kernel: acc[i] (+)= sum over pairs q of
+ * w[2q]*rows[2q][i] + w[2q+1]*rows[2q+1][i] for i < 16*nblocks (wrap32), rows centered int16,
+ * weights centered int16. */
+typedef void (*ql_dw_rows_fn)(const int16_t *const *rows, const int16_t *w, int npairs,
+                              int32_t *acc, int nblocks, int accumulate);
+
 /* ---------------------------------------------------------------------------------------
  * One ISA level: its kernels (the table lives in dispatch.c)
  * ------------------------------------------------------------------------------------- */
@@ -94,6 +103,9 @@ typedef struct ql_isa {
     ql_epilogue_fn epilogue;
     ql_quantize_fn quantize;
     ql_dequantize_fn dequantize;
+    /* convolutions */
+    const ql_gemm_kernel *conv_fast;   /* QL_FORM_S8U8 kernel (7-bit weights as L), or NULL */
+    ql_dw_rows_fn dw_rows;             /* depthwise row kernel */
 } ql_isa;
 
 /* dispatch.c */
@@ -135,7 +147,12 @@ void ql_pack_L_avx2(const void *src, int type, ptrdiff_t rs, ptrdiff_t ks, int r
 void ql_pack_R_panel_avx2(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs, int K, int ncols,
                           const int32_t *zp, ptrdiff_t zp_s, int form, int nr, void *dst, int kp,
                           int32_t *colsums);
+/* depthwise row kernels (conv_avx2.c; portable one in conv.c) */
+void ql_dw_rows_avx2(const int16_t *const *rows, const int16_t *w, int npairs, int32_t *acc,
+                     int nblocks, int accumulate);
 #endif
+void ql_dw_rows_scalar(const int16_t *const *rows, const int16_t *w, int npairs, int32_t *acc,
+                       int nblocks, int accumulate);
 int ql_round_k(const ql_gemm_kernel *k, int K);            /* kp: K rounded up to kpack */
 
 /* ---------------------------------------------------------------------------------------
