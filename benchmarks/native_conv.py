@@ -33,15 +33,18 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--cases", default=",".join(CASES))
+    p.add_argument("--weight-bits", type=int, default=8, choices=(7, 8),
+                   help="7: int8 weights in [-64, 64), where qlinear's 7-bit fast path applies")
     args = p.parse_args()
     threads = args.threads if args.wall else 1
     clock = time.perf_counter if args.wall else time.thread_time
     qlinear.set_num_threads(threads)
     info = qlinear.engine_info()
     print(f"qlinear engine {info['engine']} isa {info['isa']}, {threads} thread(s) each, "
-          f"{'wall clock' if args.wall else 'CPU time of the calling thread'}, best of {args.repeat}; "
+          f"{'wall clock' if args.wall else 'CPU time of the calling thread'}, best of {args.repeat}, "
+          f"{args.weight_bits}-bit weights; "
           f"load average {os.getloadavg()[0]:.1f}")
-    by_name = {c.name: c for c in bench.all_cases()}
+    by_name = {c.name: c for c in bench.all_cases(args.weight_bits)}
     for name in args.cases.split(","):
         case = by_name[name]
         built = case.build(np.random.default_rng(0))

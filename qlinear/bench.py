@@ -31,6 +31,7 @@ import argparse
 import dataclasses
 import datetime
 import fnmatch
+import functools
 import json
 import math
 import os
@@ -116,11 +117,12 @@ def _onnx_model(op: str, inputs: list[tuple[str, np.ndarray, bool]], out_dtype: 
     return model
 
 
-def conv_case(name: str, n: int, c: int, spatial: tuple[int, ...], m: int,
+def _conv_case(name: str, n: int, c: int, spatial: tuple[int, ...], m: int,
               kernel: tuple[int, ...], *, strides: tuple[int, ...] | None = None,
               pads: tuple[int, ...] | None = None, group: int = 1, op: str = "QLinearConv",
-              quick: bool = False, batch8_resnet: bool = False) -> Case:
+              quick: bool = False, batch8_resnet: bool = False, weight_bits: int = 8) -> Case:
     rank = len(spatial)
+    wlo, whi = -(1 << (weight_bits - 1)), 1 << (weight_bits - 1)   # int8 weights in [wlo, whi)
     # Per-channel weight scales for 2-D layers (as quantized CNNs use); per-tensor elsewhere,
     # because onnx.reference handles per-channel scales only for 2-D convolutions.
     per_channel = rank == 2
@@ -145,7 +147,7 @@ def conv_case(name: str, n: int, c: int, spatial: tuple[int, ...], m: int,
                      group=group)
         reduction = cg * math.prod(kernel)
         if op == "QLinearConv":
-            w = rng.integers(-128, 128, (m, cg) + kernel, dtype=np.int8)
+            w = rng.integers(wlo, whi, (m, cg) + kernel, dtype=np.int8)
             x_scale = np.float32(0.02)
             if per_channel:
                 w_scale = rng.uniform(0.002, 0.02, m).astype(np.float32)
@@ -171,7 +173,7 @@ def conv_case(name: str, n: int, c: int, spatial: tuple[int, ...], m: int,
                 return qlinear.qlinear_conv(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp,
                                             bias, **attrs)
         else:  # ConvInteger
-            w = rng.integers(-128, 128, (m, cg) + kernel, dtype=np.int8)
+            w = rng.integers(wlo, whi, (m, cg) + kernel, dtype=np.int8)
             w_zp = np.int8(0)
             model = _onnx_model(op, [("x", x, False), ("w", w, True),
                                      ("x_zero_point", np.array(x_zp), True),
@@ -312,7 +314,12 @@ MOBILENETV2_PW = [(32, 112, 16), (16, 112, 96), (96, 56, 24), (24, 56, 144), (14
                   (160, 7, 960), (960, 7, 160), (960, 7, 320), (320, 7, 1280)]
 
 
-def all_cases() -> list[Case]:
+conv_case = _conv_case
+
+
+def all_cases(weight_bits: int = 8) -> list[Case]:
+    """Every case; convolutions with int8 weights of ``weight_bits`` bits (7: within [-64, 64))."""
+    conv_case = functools.partial(_conv_case, weight_bits=weight_bits)
     cases: list[Case] = []
     for batch in (1, 8):
         for name, c, h, m, k, s in RESNET50_LAYERS:
