@@ -89,6 +89,26 @@ static void build_row_i16(const uint8_t *src, int type, int32_t zx, int64_t n, i
     for (int64_t i = hi; i < len; i++) dst[i] = 0;
 }
 
+/* tap index t -> tap coordinates (last axis fastest) */
+static void tap_coords(const ql_conv_plan *p, int64_t t, int64_t *tc)
+{
+    for (int a = p->nsp - 1; a >= 0; a--) {
+        tc[a] = t % p->k[a];
+        t /= p->k[a];
+    }
+}
+
+/* Widen n 8-bit values to centered int16 (contiguous source: a loop the compiler vectorizes). */
+static inline void widen_i16(const uint8_t *src, int type, int32_t zx, int16_t *d, int n)
+{
+    if (type == QL_U8) {
+        for (int j = 0; j < n; j++) d[j] = (int16_t)((int32_t)src[j] - zx);
+    } else {
+        const int8_t *si = (const int8_t *)src;
+        for (int j = 0; j < n; j++) d[j] = (int16_t)((int32_t)si[j] - zx);
+    }
+}
+
 /* ---------------------------------------------------------------------------------------
  * Weights of the GEMM path: packed once (prepared object), per ISA form
  * ------------------------------------------------------------------------------------- */
@@ -152,10 +172,18 @@ int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, in
 
 /* ---------------------------------------------------------------------------------------
  * The im2col panel packer
+ *
+ * One panel = nr consecutive output pixels (flat index), cut into segments: runs of pixels on
+ * one output row (along the last axis). For a row k = (channel, tap) of the panel, a segment
+ * reads one input row: its outer coordinates are the same for every pixel of the segment
+ * (valid or entirely padding), and along the last axis the positions are pos0 + j*stride, whose
+ * valid range is solved arithmetically. So a row costs O(segments) bookkeeping plus one copy
+ * (contiguous for stride 1), never a per-element table. Rows are built as RAW bytes of x
+ * (padding = the zero point's raw byte); the form's packer then widens and centers them (I16)
+ * or flips them to the form's byte (U8S8, S8U8) while interleaving. A row that is one fully
+ * valid contiguous run of x (the whole panel on one output row, stride 1) is not copied at all:
+ * the interleaver reads x in place.
  * ------------------------------------------------------------------------------------- */
-
-/* Offset tables of a panel are kept when taps * nr entries stay below this (128 KiB). */
-#define TABLE_MAX_ENTRIES 16384
 
 typedef struct im2col_ctx {
     const ql_conv_plan *p;
@@ -164,12 +192,12 @@ typedef struct im2col_ctx {
     int form, nr, kp, K;
     int64_t taps, plane;        /* taps per channel; input elements per channel plane */
     ptrdiff_t st[QL_CONV_MAXD]; /* element strides of the input plane's axes */
-    int use_table;
     uint8_t flip;               /* byte forms: raw byte ^ flip = the form's byte */
+    uint8_t tail;               /* raw byte that becomes 0 in the form (columns >= ncols) */
     char *scratch;
     size_t scratch_bytes;       /* per thread */
     /* per-thread scratch layout (byte offsets) */
-    size_t off_table, off_start, off_base, off_seg, off_rows;
+    size_t off_base, off_seg, off_rows;
 } im2col_ctx;
 
 static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
@@ -178,129 +206,98 @@ static void im2col_layout(im2col_ctx *c)
 {
     const ql_conv_plan *p = c->p;
     size_t o = 0;
-    c->use_table = c->taps * c->nr <= TABLE_MAX_ENTRIES;
-    c->off_table = o;
-    if (c->use_table) o += align64(sizeof(ptrdiff_t) * (size_t)(c->taps * c->nr));
-    c->off_start = o;
-    if (c->use_table) o += align64(sizeof(ptrdiff_t) * (size_t)c->taps);
     c->off_base = o;
-    o += align64(sizeof(int64_t) * (size_t)c->nr * (size_t)p->nsp);
+    o += align64(sizeof(int64_t) * (size_t)(c->nr + 1) * (size_t)p->nsp);
     c->off_seg = o;
     o += align64(sizeof(int) * (size_t)(c->nr + 2));
     c->off_rows = o;
-    o += align64(4 * sizeof(int16_t) * (size_t)c->nr);
+    o += align64(4 * (size_t)c->nr);   /* up to 4 raw byte rows */
     c->scratch_bytes = o;
 }
 
-/* tap index t -> tap coordinates (last axis fastest) */
-static void tap_coords(const ql_conv_plan *p, int64_t t, int64_t *tc)
-{
-    for (int a = p->nsp - 1; a >= 0; a--) {
-        tc[a] = t % p->k[a];
-        t /= p->k[a];
-    }
-}
-
-/* Offsets (in the channel plane) of tap tc for pixels [0, ncols), -1 where padded. */
-static void tap_offsets(const im2col_ctx *c, const int64_t *base, const int64_t *tc, int ncols,
-                        ptrdiff_t *off)
+/* Row (channel ch, tap coordinates tc) of the panel as raw bytes of x: returns a pointer to
+ * ncols bytes that are either x itself (one fully valid contiguous run) or d, filled with
+ * padding = the zero point's raw byte; columns [ncols, nr) of d are c->tail. */
+static const uint8_t *im2col_row(const im2col_ctx *c, const char *s, int64_t ch, const int64_t *tc,
+                                 int ncols, uint8_t *d)
 {
     const ql_conv_plan *p = c->p;
-    int nsp = p->nsp;
-    for (int j = 0; j < ncols; j++) {
-        const int64_t *b = base + (size_t)j * nsp;
+    int nsp = p->nsp, L = nsp - 1, nr = c->nr;
+    const int64_t *base = (const int64_t *)(s + c->off_base);
+    const int *seg = (const int *)(s + c->off_seg);
+    int nseg = seg[nr + 1];
+    const uint8_t *xc = c->xg + ch * c->plane;
+    uint8_t padv = (uint8_t)p->x_zp;
+    int64_t step = p->stride[L], n = p->in[L];
+    for (int g = 0; g < nseg; g++) {
+        int j0 = seg[g], len = seg[g + 1] - j0;
+        const int64_t *b = base + (size_t)j0 * nsp;
         ptrdiff_t o = 0;
         int valid = 1;
-        for (int a = 0; a < nsp; a++) {
+        for (int a = 0; a < L; a++) {
             int64_t pos = b[a] + tc[a] * p->dil[a];
             if (pos < 0 || pos >= p->in[a]) { valid = 0; break; }
             o += (ptrdiff_t)pos * c->st[a];
         }
-        off[j] = valid ? o : -1;
-    }
-}
-
-/* Widen n 8-bit values to centered int16 (contiguous source: a loop the compiler vectorizes). */
-static inline void widen_i16(const uint8_t *src, int type, int32_t zx, int16_t *d, int n)
-{
-    if (type == QL_U8) {
-        for (int j = 0; j < n; j++) d[j] = (int16_t)((int32_t)src[j] - zx);
-    } else {
-        const int8_t *si = (const int8_t *)src;
-        for (int j = 0; j < n; j++) d[j] = (int16_t)((int32_t)si[j] - zx);
-    }
-}
-
-/* Row (channel ch, tap t) of the panel as values of the form: I16 centered int16 (0 =
- * padding), U8S8 s8-form bytes (padding = zR'). Columns [ncols, nr) are 0. Within a segment
- * (pixels of one output row) a run whose two ends are valid and one element apart per pixel
- * is contiguous in x (stride 1 along the last axis) and copied as such. */
-static void im2col_row(const im2col_ctx *c, char *s, int64_t ch, int64_t t, int ncols, void *dstv)
-{
-    const ql_conv_plan *p = c->p;
-    int nr = c->nr;
-    int type = p->x_type;
-    int32_t zx = p->x_zp;
-    const uint8_t *xc = c->xg + ch * c->plane;
-    const ptrdiff_t *off;
-    ptrdiff_t tmp[QL_MAX_NR];
-    ptrdiff_t start = -1;
-    if (c->use_table) {
-        off = (const ptrdiff_t *)(s + c->off_table) + t * nr;
-        start = ((const ptrdiff_t *)(s + c->off_start))[t];
-    } else {
-        int64_t tc[QL_CONV_MAXD];
-        tap_coords(p, t, tc);
-        tap_offsets(c, (const int64_t *)(s + c->off_base), tc, ncols, tmp);
-        off = tmp;
-    }
-    const int *seg = (const int *)(s + c->off_seg);
-    int nseg = seg[nr + 1];
-    if (c->form == QL_FORM_I16) {
-        int16_t *d = (int16_t *)dstv;
-        if (start >= 0) {
-            widen_i16(xc + start, type, zx, d, ncols);
-        } else {
-            for (int g = 0; g < nseg; g++) {
-                int j0 = seg[g], j1 = seg[g + 1];
-                /* the valid part of a segment: padding only at its two ends */
-                int ja = j0, jb = j1;
-                while (ja < jb && off[ja] < 0) d[ja++] = 0;
-                while (jb > ja && off[jb - 1] < 0) d[--jb] = 0;
-                if (jb > ja && off[jb - 1] - off[ja] == jb - 1 - ja) {
-                    widen_i16(xc + off[ja], type, zx, d + ja, jb - ja);
-                } else {
-                    for (int j = ja; j < jb; j++)
-                        d[j] = off[j] < 0 ? 0 : (int16_t)(load8(xc + off[j], type) - zx);
-                }
-            }
+        if (!valid) {
+            memset(d + j0, padv, (size_t)len);
+            continue;
         }
-        for (int j = ncols; j < nr; j++) d[j] = 0;
-    } else {
-        /* byte forms: the RAW bytes of x (the packer applies the form's flip); padding = the
-         * zero point's raw byte, so that it becomes zR' (U8S8) or zx' (S8U8) like x does;
-         * columns [ncols, nr) = flip (0 in the form) */
-        uint8_t *d = (uint8_t *)dstv;
-        uint8_t padv = (uint8_t)zx;
-        if (start >= 0) {
-            memcpy(d, xc + start, (size_t)ncols);
+        /* last axis: positions pos0 + i*step, valid for i in [lo, hi) */
+        int64_t pos0 = b[L] + tc[L] * p->dil[L], lo, hi;
+        lo = pos0 >= 0 ? 0 : (-pos0 + step - 1) / step;
+        hi = pos0 >= n ? 0 : (n - pos0 + step - 1) / step;
+        if (lo > len) lo = len;
+        if (hi > len) hi = len;
+        if (hi < lo) hi = lo;
+        if (step == 1) {
+            if (nseg == 1 && lo == 0 && hi == len && ncols == nr) return xc + o + pos0;
+            memcpy(d + j0 + lo, xc + o + pos0 + lo, (size_t)(hi - lo));
         } else {
-            for (int g = 0; g < nseg; g++) {
-                int ja = seg[g], jb = seg[g + 1];
-                while (ja < jb && off[ja] < 0) d[ja++] = padv;
-                while (jb > ja && off[jb - 1] < 0) d[--jb] = padv;
-                if (jb > ja && off[jb - 1] - off[ja] == jb - 1 - ja) {
-                    memcpy(d + ja, xc + off[ja], (size_t)(jb - ja));
-                } else {
-                    for (int j = ja; j < jb; j++) d[j] = off[j] < 0 ? padv : xc[off[j]];
-                }
-            }
+            for (int64_t i = lo; i < hi; i++) d[j0 + i] = xc[o + pos0 + i * step];
         }
-        for (int j = ncols; j < nr; j++) d[j] = c->flip;
+        memset(d + j0, padv, (size_t)lo);
+        memset(d + j0 + hi, padv, (size_t)(len - hi));
+    }
+    for (int j = ncols; j < nr; j++) d[j] = c->tail;
+    return d;
+}
+
+/* Two raw rows into one [nr][2] group of the I16 panel: widened, minus x's zero point
+ * (|x - zx| <= 255 fits int16), interleaved. */
+static void pair_i16(const uint8_t *a, const uint8_t *b, int type, int32_t zx, int16_t *d, int nr)
+{
+    int j = 0;
+#if QL_X86
+    const __m128i z = _mm_set1_epi16((int16_t)zx);   /* SSE2: the x86-64 baseline */
+    for (; j + 16 <= nr; j += 16) {
+        __m128i va = _mm_loadu_si128((const __m128i *)(a + j));
+        __m128i vb = _mm_loadu_si128((const __m128i *)(b + j));
+        __m128i a0, a1, b0, b1;
+        if (type == QL_U8) {
+            const __m128i zero = _mm_setzero_si128();
+            a0 = _mm_unpacklo_epi8(va, zero); a1 = _mm_unpackhi_epi8(va, zero);
+            b0 = _mm_unpacklo_epi8(vb, zero); b1 = _mm_unpackhi_epi8(vb, zero);
+        } else {  /* sign extension: the byte in the high half, arithmetic shift down */
+            a0 = _mm_srai_epi16(_mm_unpacklo_epi8(va, va), 8); a1 = _mm_srai_epi16(_mm_unpackhi_epi8(va, va), 8);
+            b0 = _mm_srai_epi16(_mm_unpacklo_epi8(vb, vb), 8); b1 = _mm_srai_epi16(_mm_unpackhi_epi8(vb, vb), 8);
+        }
+        a0 = _mm_sub_epi16(a0, z); a1 = _mm_sub_epi16(a1, z);
+        b0 = _mm_sub_epi16(b0, z); b1 = _mm_sub_epi16(b1, z);
+        __m128i *o = (__m128i *)(d + 2 * j);
+        _mm_storeu_si128(o, _mm_unpacklo_epi16(a0, b0));
+        _mm_storeu_si128(o + 1, _mm_unpackhi_epi16(a0, b0));
+        _mm_storeu_si128(o + 2, _mm_unpacklo_epi16(a1, b1));
+        _mm_storeu_si128(o + 3, _mm_unpackhi_epi16(a1, b1));
+    }
+#endif
+    for (; j < nr; j++) {
+        d[2 * j] = (int16_t)(load8(a + j, type) - zx);
+        d[2 * j + 1] = (int16_t)(load8(b + j, type) - zx);
     }
 }
 
-/* Four byte rows (raw bytes) into the [nr][4] group of a byte-form panel, each byte ^ flip. */
+/* Four raw rows into one [nr][4] group of a byte-form panel, each byte ^ flip. */
 static void interleave4(const uint8_t *const *src, uint8_t flip, uint8_t *dk, int nr)
 {
     int j = 0;
@@ -324,37 +321,13 @@ static void interleave4(const uint8_t *const *src, uint8_t flip, uint8_t *dk, in
         for (int q = 0; q < 4; q++) dk[4 * j + q] = (uint8_t)(src[q][j] ^ flip);
 }
 
-#if QL_X86
-/* Two full contiguous rows straight into the I16 panel, 16 columns per step (SSE2, the x86-64
- * baseline): widen, subtract the zero point (|x - zx| <= 255 fits int16), interleave. */
-static void pair_i16_sse2(const uint8_t *a, const uint8_t *b, int type, int32_t zx, int16_t *d, int nr)
+/* next row k: (channel, tap index, tap coordinates), the last axis fastest */
+static inline void next_tap(const ql_conv_plan *p, int64_t *ch, int64_t *t, int64_t *tc, int64_t taps)
 {
-    const __m128i z = _mm_set1_epi16((int16_t)zx);
-    for (int j = 0; j < nr; j += 16) {
-        __m128i va = _mm_loadu_si128((const __m128i *)(a + j));
-        __m128i vb = _mm_loadu_si128((const __m128i *)(b + j));
-        __m128i a0, a1, b0, b1;
-        if (type == QL_U8) {
-            const __m128i zero = _mm_setzero_si128();
-            a0 = _mm_unpacklo_epi8(va, zero); a1 = _mm_unpackhi_epi8(va, zero);
-            b0 = _mm_unpacklo_epi8(vb, zero); b1 = _mm_unpackhi_epi8(vb, zero);
-        } else {  /* sign extension: the byte in the high half, arithmetic shift down */
-            a0 = _mm_srai_epi16(_mm_unpacklo_epi8(va, va), 8); a1 = _mm_srai_epi16(_mm_unpackhi_epi8(va, va), 8);
-            b0 = _mm_srai_epi16(_mm_unpacklo_epi8(vb, vb), 8); b1 = _mm_srai_epi16(_mm_unpackhi_epi8(vb, vb), 8);
-        }
-        a0 = _mm_sub_epi16(a0, z); a1 = _mm_sub_epi16(a1, z);
-        b0 = _mm_sub_epi16(b0, z); b1 = _mm_sub_epi16(b1, z);
-        __m128i *o = (__m128i *)(d + 2 * j);
-        _mm_storeu_si128(o, _mm_unpacklo_epi16(a0, b0));
-        _mm_storeu_si128(o + 1, _mm_unpackhi_epi16(a0, b0));
-        _mm_storeu_si128(o + 2, _mm_unpacklo_epi16(a1, b1));
-        _mm_storeu_si128(o + 3, _mm_unpackhi_epi16(a1, b1));
+    for (int a = p->nsp - 1; a >= 0; a--) {
+        if (++tc[a] < p->k[a]) break;
+        tc[a] = 0;
     }
-}
-#endif
-
-static inline void next_tap(int64_t *ch, int64_t *t, int64_t taps)
-{
     if (++*t == taps) { *t = 0; ++*ch; }
 }
 
@@ -390,69 +363,27 @@ static void im2col_pack(void *vctx, int j0, int ncols, void *dst, int32_t *colsu
     }
     if (seg[nseg] != ncols) seg[++nseg] = ncols;
     seg[nr + 1] = nseg;
-    if (c->use_table) {
-        ptrdiff_t *table = (ptrdiff_t *)(s + c->off_table);
-        ptrdiff_t *start = (ptrdiff_t *)(s + c->off_start);
-        int64_t tc[QL_CONV_MAXD];
-        for (int a = 0; a < nsp; a++) tc[a] = 0;
-        for (int64_t t = 0; t < c->taps; t++) {
-            ptrdiff_t *off = table + t * nr;
-            tap_offsets(c, base, tc, ncols, off);
-            /* a fully valid run of consecutive elements: copied as one contiguous row */
-            ptrdiff_t st0 = off[0];
-            for (int j = 0; j < ncols && st0 >= 0; j++)
-                if (off[j] != st0 + j) st0 = -1;
-            start[t] = st0;
-            for (int a = nsp - 1; a >= 0; a--) {
-                if (++tc[a] < p->k[a]) break;
-                tc[a] = 0;
-            }
-        }
-    }
-    int64_t ch = 0, t = 0;   /* row k = ch * taps + t */
+    int64_t ch = 0, t = 0, tc[QL_CONV_MAXD];   /* row k = ch * taps + t */
+    for (int a = 0; a < nsp; a++) tc[a] = 0;
+    uint8_t *r[4];
+    r[0] = (uint8_t *)(s + c->off_rows);
+    for (int q = 1; q < 4; q++) r[q] = r[q - 1] + nr;
+    const uint8_t *src[4];
     if (c->form == QL_FORM_I16) {
-        int16_t *ra = (int16_t *)(s + c->off_rows), *rb = ra + nr;
         int16_t *d = (int16_t *)dst;
-        const ptrdiff_t *start = c->use_table ? (const ptrdiff_t *)(s + c->off_start) : NULL;
         for (int64_t k = 0; k < c->kp; k += 2) {
-            int16_t *dk = d + (size_t)k * nr;   /* [k/2][nr][2] */
-            int64_t ca = ch, ta = t;
-            next_tap(&ch, &t, c->taps);
-            int64_t cb = ch, tb = t;
-            next_tap(&ch, &t, c->taps);
-            int vb = k + 1 < c->K;
-#if QL_X86
-            if (start && vb && ncols == nr && nr % 16 == 0 && start[ta] >= 0 && start[tb] >= 0) {
-                pair_i16_sse2(c->xg + ca * c->plane + start[ta], c->xg + cb * c->plane + start[tb],
-                              p->x_type, p->x_zp, dk, nr);
-                continue;
+            for (int q = 0; q < 2; q++) {
+                if (k + q < c->K) {
+                    src[q] = im2col_row(c, s, ch, tc, ncols, r[q]);
+                    next_tap(p, &ch, &t, tc, c->taps);
+                } else {
+                    memset(r[q], c->tail, (size_t)nr);   /* 0 once centered */
+                    src[q] = r[q];
+                }
             }
-#endif
-            im2col_row(c, s, ca, ta, ncols, ra);
-            if (vb) im2col_row(c, s, cb, tb, ncols, rb);
-            else memset(rb, 0, sizeof(int16_t) * (size_t)nr);
-            int j = 0;
-#if QL_X86
-            for (; j + 8 <= nr; j += 8) {
-                __m128i va = _mm_loadu_si128((const __m128i *)(ra + j));
-                __m128i vb8 = _mm_loadu_si128((const __m128i *)(rb + j));
-                _mm_storeu_si128((__m128i *)(dk + 2 * j), _mm_unpacklo_epi16(va, vb8));
-                _mm_storeu_si128((__m128i *)(dk + 2 * j + 8), _mm_unpackhi_epi16(va, vb8));
-            }
-#endif
-            for (; j < nr; j++) {
-                dk[2 * j] = ra[j];
-                dk[2 * j + 1] = rb[j];
-            }
+            pair_i16(src[0], src[1], p->x_type, p->x_zp, d + (size_t)k * nr, nr);   /* [k/2][nr][2] */
         }
     } else {
-        /* byte forms: 4 rows per group; a row that is one full contiguous run of x is read in
-         * place, the others are gathered into scratch first */
-        uint8_t *r[4];
-        r[0] = (uint8_t *)(s + c->off_rows);
-        for (int q = 1; q < 4; q++) r[q] = r[q - 1] + nr;
-        const uint8_t *src[4];
-        const ptrdiff_t *start = c->use_table && ncols == nr ? (const ptrdiff_t *)(s + c->off_start) : NULL;
         uint8_t *d = (uint8_t *)dst;
         int sums = c->form == QL_FORM_U8S8;
         if (sums)
@@ -460,15 +391,10 @@ static void im2col_pack(void *vctx, int j0, int ncols, void *dst, int32_t *colsu
         for (int64_t k = 0; k < c->kp; k += 4) {
             for (int q = 0; q < 4; q++) {
                 if (k + q < c->K) {
-                    if (start && start[t] >= 0) {
-                        src[q] = c->xg + ch * c->plane + start[t];
-                    } else {
-                        im2col_row(c, s, ch, t, ncols, r[q]);
-                        src[q] = r[q];
-                    }
-                    next_tap(&ch, &t, c->taps);
+                    src[q] = im2col_row(c, s, ch, tc, ncols, r[q]);
+                    next_tap(p, &ch, &t, tc, c->taps);
                 } else {
-                    memset(r[q], c->flip, (size_t)nr);   /* 0 in the form */
+                    memset(r[q], c->tail, (size_t)nr);   /* 0 in the form */
                     src[q] = r[q];
                 }
             }
@@ -526,8 +452,10 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
     c.K = K;
     c.taps = taps;
     c.plane = plane;
-    /* byte forms: U8S8 wants s8-form bytes (uint8 ^ 0x80), S8U8 u8-form ones (int8 ^ 0x80) */
+    /* byte forms: U8S8 wants s8-form bytes (uint8 ^ 0x80), S8U8 u8-form ones (int8 ^ 0x80);
+     * the I16 form centers on x's zero point, so its "zero" raw byte is that zero point */
     c.flip = (p->x_type == QL_U8) != (kern->form == QL_FORM_S8U8) ? 0x80 : 0;
+    c.tail = kern->form == QL_FORM_I16 ? (uint8_t)p->x_zp : c.flip;
     plane_strides(p, c.st);
     im2col_layout(&c);
     if (c.scratch_bytes * (size_t)threads > workspace) return -3;
