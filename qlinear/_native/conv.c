@@ -196,9 +196,18 @@ typedef struct im2col_ctx {
     uint8_t tail;               /* raw byte that becomes 0 in the form (columns >= ncols) */
     char *scratch;
     size_t scratch_bytes;       /* per thread */
+    int use_plans;              /* per-panel tap plans kept (taps * (nr + 1) <= PLAN_MAX) */
     /* per-thread scratch layout (byte offsets) */
-    size_t off_base, off_seg, off_rows;
+    size_t off_base, off_seg, off_rows, off_plan, off_direct;
 } im2col_ctx;
+
+/* One segment of one tap: x positions off + i*stride (in the channel plane) for the segment's
+ * pixels i in [lo, hi), padding elsewhere (lo = hi = 0 when an outer axis reads padding). */
+typedef struct seg_plan { ptrdiff_t off; int lo, hi; } seg_plan;
+
+/* Tap plans are computed once per panel (they do not depend on the channel) when
+ * taps * (nr + 1) entries stay below this (128 KiB); longer kernels plan per row. */
+#define PLAN_MAX 8192
 
 static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
 
@@ -212,22 +221,24 @@ static void im2col_layout(im2col_ctx *c)
     o += align64(sizeof(int) * (size_t)(c->nr + 2));
     c->off_rows = o;
     o += align64(4 * (size_t)c->nr);   /* up to 4 raw byte rows */
+    c->use_plans = c->taps * (c->nr + 1) <= PLAN_MAX;
+    c->off_plan = o;
+    o += align64(sizeof(seg_plan) * (size_t)(c->use_plans ? c->taps * (c->nr + 1) : c->nr + 1));
+    c->off_direct = o;
+    o += align64(sizeof(ptrdiff_t) * (size_t)(c->use_plans ? c->taps : 1));
     c->scratch_bytes = o;
 }
 
-/* Row (channel ch, tap coordinates tc) of the panel as raw bytes of x: returns a pointer to
- * ncols bytes that are either x itself (one fully valid contiguous run) or d, filled with
- * padding = the zero point's raw byte; columns [ncols, nr) of d are c->tail. */
-static const uint8_t *im2col_row(const im2col_ctx *c, const char *s, int64_t ch, const int64_t *tc,
-                                 int ncols, uint8_t *d)
+/* The segment plans of tap tc for this panel (plan[0..nseg)); returns the offset of the
+ * tap's row in the plane when it is one fully valid contiguous run of all nr pixels (read in
+ * place), else -1. */
+static ptrdiff_t plan_tap(const im2col_ctx *c, const char *s, const int64_t *tc, int ncols, seg_plan *plan)
 {
     const ql_conv_plan *p = c->p;
     int nsp = p->nsp, L = nsp - 1, nr = c->nr;
     const int64_t *base = (const int64_t *)(s + c->off_base);
     const int *seg = (const int *)(s + c->off_seg);
     int nseg = seg[nr + 1];
-    const uint8_t *xc = c->xg + ch * c->plane;
-    uint8_t padv = (uint8_t)p->x_zp;
     int64_t step = p->stride[L], n = p->in[L];
     for (int g = 0; g < nseg; g++) {
         int j0 = seg[g], len = seg[g + 1] - j0;
@@ -239,10 +250,8 @@ static const uint8_t *im2col_row(const im2col_ctx *c, const char *s, int64_t ch,
             if (pos < 0 || pos >= p->in[a]) { valid = 0; break; }
             o += (ptrdiff_t)pos * c->st[a];
         }
-        if (!valid) {
-            memset(d + j0, padv, (size_t)len);
-            continue;
-        }
+        plan[g].off = 0; plan[g].lo = 0; plan[g].hi = 0;
+        if (!valid) continue;
         /* last axis: positions pos0 + i*step, valid for i in [lo, hi) */
         int64_t pos0 = b[L] + tc[L] * p->dil[L], lo, hi;
         lo = pos0 >= 0 ? 0 : (-pos0 + step - 1) / step;
@@ -250,14 +259,59 @@ static const uint8_t *im2col_row(const im2col_ctx *c, const char *s, int64_t ch,
         if (lo > len) lo = len;
         if (hi > len) hi = len;
         if (hi < lo) hi = lo;
+        plan[g].off = o + (ptrdiff_t)pos0;
+        plan[g].lo = (int)lo;
+        plan[g].hi = (int)hi;
+    }
+    if (nseg == 1 && step == 1 && ncols == nr && plan[0].lo == 0 && plan[0].hi == nr) return plan[0].off;
+    return -1;
+}
+
+/* Row (channel ch, tap t) of the panel as raw bytes of x: a pointer to nr bytes, either x
+ * itself (direct >= 0: one fully valid contiguous run) or d, filled from the tap's plans with
+ * padding = the zero point's raw byte and columns [ncols, nr) = c->tail. */
+static const uint8_t *im2col_row(const im2col_ctx *c, const char *s, int64_t ch, const seg_plan *plan,
+                                 ptrdiff_t direct, int ncols, uint8_t *d)
+{
+    const ql_conv_plan *p = c->p;
+    int nr = c->nr;
+    const uint8_t *xc = c->xg + ch * c->plane;
+    if (direct >= 0) return xc + direct;
+    const int *seg = (const int *)(s + c->off_seg);
+    int nseg = seg[nr + 1];
+    uint8_t padv = (uint8_t)p->x_zp;
+    ptrdiff_t step = (ptrdiff_t)p->stride[p->nsp - 1];
+    for (int g = 0; g < nseg; g++) {
+        int j0 = seg[g], len = seg[g + 1] - j0, lo = plan[g].lo, hi = plan[g].hi;
+        uint8_t *dd = d + j0;
+        int i = 0;
+        for (; i < lo; i++) dd[i] = padv;
         if (step == 1) {
-            if (nseg == 1 && lo == 0 && hi == len && ncols == nr) return xc + o + pos0;
-            memcpy(d + j0 + lo, xc + o + pos0 + lo, (size_t)(hi - lo));
+            const uint8_t *src = xc + plan[g].off;   /* valid at [lo, hi) */
+            /* 8-byte moves (the last one overlapping), then single bytes */
+            if (hi - i >= 8) {
+                for (; i + 8 <= hi; i += 8) memcpy(dd + i, src + i, 8);
+                if (i < hi) memcpy(dd + hi - 8, src + hi - 8, 8);
+                i = hi;
+            }
+            for (; i < hi; i++) dd[i] = src[i];
         } else {
-            for (int64_t i = lo; i < hi; i++) d[j0 + i] = xc[o + pos0 + i * step];
+#if QL_X86
+            /* stride 2 (a 7x7 s2 stem): 16 outputs from 32 bytes, even bytes kept (SSE2);
+             * only where the 32 bytes lie inside the channel plane */
+            if (step == 2) {
+                const __m128i lo8 = _mm_set1_epi16(0x00FF);
+                for (; i + 16 <= hi && plan[g].off + 2 * (ptrdiff_t)i + 32 <= (ptrdiff_t)c->plane; i += 16) {
+                    const uint8_t *q = xc + plan[g].off + 2 * (ptrdiff_t)i;
+                    __m128i v0 = _mm_and_si128(_mm_loadu_si128((const __m128i *)q), lo8);
+                    __m128i v1 = _mm_and_si128(_mm_loadu_si128((const __m128i *)(q + 16)), lo8);
+                    _mm_storeu_si128((__m128i *)(dd + i), _mm_packus_epi16(v0, v1));
+                }
+            }
+#endif
+            for (; i < hi; i++) dd[i] = xc[plan[g].off + (ptrdiff_t)i * step];
         }
-        memset(d + j0, padv, (size_t)lo);
-        memset(d + j0 + hi, padv, (size_t)(len - hi));
+        for (; i < len; i++) dd[i] = padv;
     }
     for (int j = ncols; j < nr; j++) d[j] = c->tail;
     return d;
@@ -365,17 +419,40 @@ static void im2col_pack(void *vctx, int j0, int ncols, void *dst, int32_t *colsu
     seg[nr + 1] = nseg;
     int64_t ch = 0, t = 0, tc[QL_CONV_MAXD];   /* row k = ch * taps + t */
     for (int a = 0; a < nsp; a++) tc[a] = 0;
+    seg_plan *plans = (seg_plan *)(s + c->off_plan);
+    ptrdiff_t *direct = (ptrdiff_t *)(s + c->off_direct);
+    size_t pstride = (size_t)nr + 1;
+    if (c->use_plans) {
+        /* every tap's plans once: rows of all channels reuse them */
+        for (int64_t u = 0; u < c->taps; u++) {
+            direct[u] = plan_tap(c, s, tc, ncols, plans + (size_t)u * pstride);
+            next_tap(p, &ch, &t, tc, c->taps);
+        }
+        ch = 0;
+        t = 0;
+    }
     uint8_t *r[4];
     r[0] = (uint8_t *)(s + c->off_rows);
     for (int q = 1; q < 4; q++) r[q] = r[q - 1] + nr;
     const uint8_t *src[4];
+    /* row k = (ch, t): with plans, a direct row is a pointer into x and anything else is
+     * built from the tap's plans (no coordinates needed); without, planned per row */
+#define ROW(dstrow)                                                                                  \
+    (c->use_plans ? (direct[t] >= 0 ? c->xg + ch * c->plane + direct[t]                               \
+                                    : im2col_row(c, s, ch, plans + (size_t)t * pstride, -1, ncols, dstrow)) \
+                  : im2col_row(c, s, ch, plans, plan_tap(c, s, tc, ncols, plans), ncols, dstrow))
+#define NEXT()                                                                                       \
+    do {                                                                                             \
+        if (c->use_plans) { if (++t == c->taps) { t = 0; ++ch; } }                                    \
+        else next_tap(p, &ch, &t, tc, c->taps);                                                      \
+    } while (0)
     if (c->form == QL_FORM_I16) {
         int16_t *d = (int16_t *)dst;
         for (int64_t k = 0; k < c->kp; k += 2) {
             for (int q = 0; q < 2; q++) {
                 if (k + q < c->K) {
-                    src[q] = im2col_row(c, s, ch, tc, ncols, r[q]);
-                    next_tap(p, &ch, &t, tc, c->taps);
+                    src[q] = ROW(r[q]);
+                    NEXT();
                 } else {
                     memset(r[q], c->tail, (size_t)nr);   /* 0 once centered */
                     src[q] = r[q];
@@ -391,8 +468,8 @@ static void im2col_pack(void *vctx, int j0, int ncols, void *dst, int32_t *colsu
         for (int64_t k = 0; k < c->kp; k += 4) {
             for (int q = 0; q < 4; q++) {
                 if (k + q < c->K) {
-                    src[q] = im2col_row(c, s, ch, tc, ncols, r[q]);
-                    next_tap(p, &ch, &t, tc, c->taps);
+                    src[q] = ROW(r[q]);
+                    NEXT();
                 } else {
                     memset(r[q], c->tail, (size_t)nr);   /* 0 in the form */
                     src[q] = r[q];
@@ -404,6 +481,8 @@ static void im2col_pack(void *vctx, int j0, int ncols, void *dst, int32_t *colsu
                     for (int q = 0; q < 4; q++) colsums[j] += (int8_t)(src[q][j] ^ c->flip);
         }
     }
+#undef ROW
+#undef NEXT
 }
 
 /* ---------------------------------------------------------------------------------------
