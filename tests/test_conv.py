@@ -632,3 +632,96 @@ def test_prepared_conv_owns_its_weights(engine_level):
             arr[...] = 0 if arr.dtype != np.float32 else 1.0
         assert_exact(p.run(x, 0.02, U8(3), 0.5, U8(9)), want)
         assert_exact(pi.run(x, U8(3)), want_i)
+
+
+# ----------------------------------------------------------------------------- 7-bit fast path
+
+
+def _seven_bit(rng, wdt, shape, m, spread=64):
+    """Weights within ``spread`` of per-channel zero points (the convolution's fast path
+    needs |w - w_zero_point| <= 64) and those zero points."""
+    info = np.iinfo(wdt)
+    wz = rng.integers(info.min + spread, info.max - spread, m, endpoint=True).astype(wdt)
+    d = rng.integers(-spread, spread, shape, endpoint=True)
+    return (wz.reshape((m,) + (1,) * (len(shape) - 1)).astype(np.int32) + d).astype(wdt), wz
+
+
+def _conv_kind(w, wz, **attrs):
+    """The native path a prepared convolution takes (conv.py's kinds), at the current level."""
+    from qlinear import _native, conv
+    if _native.native() is None:
+        return None
+    p = qlinear.prepare_conv_integer(w, wz, **attrs)._weights
+    return p.native_kind(_native._C.get_isa(), False)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_seven_bit_weights_random_geometry(seed):
+    """Weights on the fast path's side of its bound, around differing per-channel zero points,
+    every type combination, random 1-3-D geometry (strides, dilations, pads, auto_pad, groups)."""
+    rng = np.random.default_rng([seed, 40])
+    nsp = 1 + seed % 3
+    auto_pad = AUTO_PADS[seed % 4]
+    size, kernel, strides, dilations, pads = random_geometry(rng, nsp, auto_pad, max_size=9)
+    group = 1 + seed % 2
+    xdt, wdt, ydt = ALL_8BIT_COMBOS[seed % len(ALL_8BIT_COMBOS)]
+    m = group * int(rng.integers(1, 9))
+    cin = group * int(rng.integers(1, 6))
+    x = rand_int(rng, xdt, (2, cin, *size))
+    w, wz = _seven_bit(rng, wdt, (m, cin // group, *kernel), m)
+    kwargs = dict(auto_pad=auto_pad, kernel_shape=kernel, strides=strides, dilations=dilations, group=group)
+    if pads is not None:
+        kwargs["pads"] = pads
+    check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), kwargs)
+    check_convint([x, w, rand_int(rng, xdt, ()), wz], kwargs)
+
+
+@pytest.mark.parametrize("m,spatial,kernel,attrs", [
+    (1, (1, 1), (1, 1), {}),
+    (5, (3, 5), (2, 3), dict(pads=[1, 1, 0, 1])),
+    (4, (56, 56), (3, 3), dict(pads=[1, 1, 1, 1])),            # straddling panels, borders
+    (9, (17, 33), (3, 3), dict(pads=[1, 1, 1, 1])),            # 4-row kernel tails, odd widths
+    (13, (1, 17), (1, 3), dict(pads=[0, 2, 0, 2])),
+    (3, (29, 31), (7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3])),   # stem: stride 2
+    (6, (20, 45), (3, 3), dict(strides=[3, 2], pads=[0, 1, 2, 0])),
+    (7, (11, 40), (3, 3), dict(dilations=[2, 3], pads=[2, 3, 2, 3])),
+    (17, (5, 7), (1, 1), dict(strides=[2, 2])),
+])
+def test_seven_bit_tails_borders_strides(m, spatial, kernel, attrs):
+    """Channel counts around the fast kernel's 4 rows, pixels around its 16-column panels,
+    borders, strides (the stride-2 copy), dilations; K around its groups of 4."""
+    rng = np.random.default_rng([m, *spatial, *kernel, 41])
+    for cin in (1, 3, 4, 5):
+        for xdt, wdt in ((U8, I8), (I8, U8), (I8, I8), (U8, U8)):
+            x = rand_int(rng, xdt, (1, cin, *spatial))
+            w, wz = _seven_bit(rng, wdt, (m, cin, *kernel), m)
+            check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
+        check_qconv(_qconv_args(rng, x, w, wz=wz), attrs)
+
+
+@pytest.mark.parametrize("xdt", [U8, I8])
+@pytest.mark.parametrize("wdt", [I8, U8])
+@pytest.mark.parametrize("delta,fast", [(64, True), (-64, True), (65, False), (-65, False)])
+def test_seven_bit_bound_extremes(xdt, wdt, delta, fast):
+    """Every weight at w_zero_point + delta and x at its extremes: the pair sums reach
+    2*255*64 = 32640 (the int16 limit is 32767) at the bound; one past it (65) the exact kernel
+    must run, since vpmaddubsw would saturate there (2*255*65 = 33150)."""
+    rng = np.random.default_rng([int(delta) & 0xFF, 42])
+    info = np.iinfo(wdt)
+    zw = info.min + 65 if delta > 0 else info.max - 65
+    w = np.full((6, 8, 3, 3), zw + delta, dtype=wdt)
+    w[1] = zw + delta * (1 if delta > 0 else 1)  # same sign everywhere: no cancellation
+    w[2, ::2] = zw - np.sign(delta)               # a few of the other sign
+    wz = np.full(6, zw, dtype=wdt)
+    xinfo = np.iinfo(xdt)
+    for xz, fill in ((xinfo.min, xinfo.max), (xinfo.max, xinfo.min)):
+        # x' (x in its u8 form) at 255 or 0, x - zx at +-255: the largest products
+        x = np.full((1, 8, 9, 18), fill, dtype=xdt)
+        x[0, :, 4, 5] = xz
+        kwargs = dict(pads=[1, 1, 1, 1])
+        check_convint([x, w, xdt(xz), wz], kwargs)
+        check_qconv(_qconv_args(rng, x, w, wz=wz), kwargs)
+    kind = _conv_kind(w, wz, pads=[1, 1, 1, 1])
+    from qlinear import _native
+    if kind is not None and _native._C.kernel_info(_native._C.get_isa(), 2) is not None:
+        assert (kind == 2) == fast
