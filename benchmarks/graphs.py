@@ -309,6 +309,9 @@ def table(directory: Path | None, repeat: int, only: str | None = None) -> list[
         so = ort.SessionOptions()
         so.intra_op_num_threads = 2
         so.inter_op_num_threads = 1
+        # onnxruntime's workers spin after each run: in the interleaved rounds that spinning
+        # took a core from qlinear's next (2-thread) run; qlinear.bench turns it off too
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         blob = str(src) if isinstance(src, Path) else model.SerializeToString()
         sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
         t = _interleaved_ms({"qlinear": lambda: rep.run(feeds),
@@ -375,6 +378,9 @@ def main(argv=None) -> int:
         so = ort.SessionOptions()
         so.intra_op_num_threads = 2
         so.inter_op_num_threads = 1
+        # onnxruntime's workers spin after each run: in the interleaved rounds that spinning
+        # took a core from qlinear's next (2-thread) run; qlinear.bench turns it off too
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         blob = str(src) if isinstance(src, Path) else model.SerializeToString()
         engines = {"qlinear": lambda: rep.run(feeds)}
         try:

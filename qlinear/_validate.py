@@ -295,10 +295,14 @@ def int32_bias(op: str, value: Any, out_channels: int) -> np.ndarray:
 def param_key(value: Any) -> tuple | None:
     """A hashable key for a one-element parameter's type and value (None for anything else),
     so that prepared operators can reuse what they derived from the same scales and zero points."""
-    if isinstance(value, (np.ndarray, np.generic)):
+    if type(value) is np.ndarray or isinstance(value, np.generic):   # the common cases, first
+        if value.size != 1:
+            return None
+        return value.dtype, value.shape, value.tobytes()  # the bits: -0.0 is not 0.0
+    if isinstance(value, np.ndarray):   # subclasses
         if value.size != 1 or isinstance(value, np.ma.MaskedArray):  # refused when validated
             return None
-        return value.dtype.str, value.shape, value.tobytes()  # the bits: -0.0 is not 0.0
+        return value.dtype, value.shape, value.tobytes()
     if isinstance(value, float):
         return float, math.copysign(1.0, value), value
     if isinstance(value, int):

@@ -47,6 +47,9 @@ class _ConvWeights:
         self._native: dict[tuple[str, bool], np.ndarray] = {}
         # (x shape, x dtype, x_zero_point) → (validated zero point, geometry), for repeated calls.
         self._inputs = _Memo()
+        # (ISA level, x shape, x dtype) → the native engine's call arguments (``run_native``).
+        self._plans = _Memo()
+        self._fits: tuple | None = None   # (geometry, native_fits's answer) of the last call
 
     @property
     def kernel(self) -> ConvKernel:
@@ -99,9 +102,19 @@ class _ConvWeights:
         """Whether the native engine takes this call (rank and sizes within its int64/int
         arithmetic; the NumPy engine takes the rest)."""
         x, geom = checked[0], checked[2]
-        if _native.native() is None or len(geom.kernel) > _NATIVE_MAX_RANK:
+        if _native.native() is None:
             return False
         if x.size == 0 or self.w.size == 0:  # empty batch, no channels: the NumPy engine's zeros
+            return False
+        known = self._fits
+        if known is not None and known[0] is geom:   # the memoized geometry of a repeated call
+            return known[1]
+        fits = self._native_fits(geom)
+        self._fits = (geom, fits)
+        return fits
+
+    def _native_fits(self, geom: ConvGeometry) -> bool:
+        if len(geom.kernel) > _NATIVE_MAX_RANK:
             return False
         k = self.w[0].size
         extents = (n + b + e + s + (kk - 1) * d for n, b, e, s, kk, d in zip(
@@ -146,7 +159,7 @@ class _ConvWeights:
         one, weights proven within its bound) or the exact GEMM."""
         if depthwise:
             return _DEPTHWISE
-        if _native._C.kernel_info(isa, _GEMM_FAST) is not None and self.fits_fast_path():
+        if _has_conv_fast(isa) and self.fits_fast_path():
             return _GEMM_FAST
         return _GEMM
 
@@ -157,29 +170,45 @@ class _ConvWeights:
         x, zp, geom, _ = checked
         C = _native._C
         isa = C.get_isa()
+        # The call's constant arguments, derived once per (level, input) and reused while the
+        # memoized geometry, zero point and requantization parameters are the same objects
+        # (``_Memo`` hands out the same ones for the same values): a repeated call only
+        # allocates y and crosses into C.
+        key = (isa, x.shape, x.dtype)
+        plan = self._plans.get(key)
+        if plan is None or plan[0] is not geom or plan[1] is not zp or plan[2] is not mult \
+                or plan[3] is not y_zero_point:
+            plan = self._plans.put(key, (geom, zp, mult, y_zero_point) + self._native_plan(isa, x, zp, geom, mult,
+                                                                                           y_zero_point))
+        kind, w, out_shape, y_dtype, head, tail = plan[4:]
+        y = np.empty(out_shape, dtype=y_dtype)
+        if bias is not None:
+            bias = np.ascontiguousarray(bias, dtype=np.int32)
+        C.conv(isa, kind, np.ascontiguousarray(x), *head, w, y, *tail, bias,
+               max(workspace_limit(), _NATIVE_MIN_WORKSPACE))
+        return y
+
+    def _native_plan(self, isa: str, x: np.ndarray, zp: np.ndarray, geom: ConvGeometry,
+                     mult: np.ndarray | None, y_zero_point: np.ndarray | None) -> tuple:
+        """(kind, packed weights, output shape, output dtype, C.conv's arguments before the
+        weights and between y and the bias) for ``run_native``."""
         n, c = x.shape[:2]
         m, group = self.out_channels, self.attributes.group
         kind = self.native_kind(isa, group > 1 and c == group)
         w = self.native_weights(isa, kind)
-        xc = np.ascontiguousarray(x)
-        if bias is not None:
-            bias = np.ascontiguousarray(bias, dtype=np.int32)
         out_shape = (n, m, *geom.out_spatial)
         if mult is None:
-            y = np.empty(out_shape, dtype=np.int32)
-            quantized, signed, yz, lo, hi, mm, ms = 0, 0, 0, 0.0, 0.0, _NO_MULT, 0
+            y_dtype = np.dtype(np.int32)
+            tail = (0, 0, 0, 0.0, 0.0, _NO_MULT, 0)
         else:
-            y = np.empty(out_shape, dtype=y_zero_point.dtype)
-            info = np.iinfo(y_zero_point.dtype)
+            y_dtype = y_zero_point.dtype
+            info = np.iinfo(y_dtype)
             yz = int(y_zero_point)
-            quantized, signed, lo, hi = 1, int(info.min < 0), float(info.min - yz), float(info.max - yz)
             mm = np.ascontiguousarray(mult, dtype=np.float32).reshape(-1)
-            ms = int(mm.size > 1)
-        C.conv(isa, kind, xc, _native.TYPE_CODES[xc.dtype.name], int(zp), (n, c, m, group),
-               geom.in_spatial, geom.out_spatial, geom.kernel, geom.strides, geom.dilations, geom.pads_begin,
-               w, y, quantized, signed, yz, lo, hi, mm, ms, bias, max(workspace_limit(), _NATIVE_MIN_WORKSPACE))
-        return y
-
+            tail = (1, int(info.min < 0), yz, float(info.min - yz), float(info.max - yz), mm, int(mm.size > 1))
+        head = (_native.TYPE_CODES[x.dtype.name], int(zp), (n, c, m, group), geom.in_spatial, geom.out_spatial,
+                geom.kernel, geom.strides, geom.dilations, geom.pads_begin)
+        return kind, w, out_shape, y_dtype, head, tail
 
 # Native paths (module.c's conv kinds): the exact GEMM, the depthwise kernel, the GEMM's
 # 7-bit fast path (conv.c's QL_FORM_S8U8), and the fast path's bound on |w - w_zero_point|.
@@ -193,6 +222,15 @@ _NATIVE_MAX_EXTENT = 1 << 59
 # The native engine's scratch is per thread and bounded by constants (offset tables, a few
 # rows): it is always allowed this much, whatever the workspace limit.
 _NATIVE_MIN_WORKSPACE = 16 << 20
+_CONV_FAST: dict[str, bool] = {}
+
+
+def _has_conv_fast(isa: str) -> bool:
+    """Whether ISA level ``isa`` has the convolutions' fast-path kernel (asked once per level)."""
+    got = _CONV_FAST.get(isa)
+    if got is None:
+        got = _CONV_FAST[isa] = _native._C.kernel_info(isa, _GEMM_FAST) is not None
+    return got
 _NO_MULT = np.ones(1, dtype=np.float32)
 
 

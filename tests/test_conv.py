@@ -725,3 +725,21 @@ def test_seven_bit_bound_extremes(xdt, wdt, delta, fast):
     from qlinear import _native
     if kind is not None and _native._C.kernel_info(_native._C.get_isa(), 2) is not None:
         assert (kind == 2) == fast
+
+
+def test_prepared_conv_repeated_calls_with_changing_parameters():
+    """Repeated calls reuse the derived call arguments only while shapes, zero points and
+    scales stay the same: alternating them gives the oracle's answer every time."""
+    rng = np.random.default_rng(43)
+    w = rand_int(rng, I8, (5, 3, 3, 3))
+    ws, wz, b = rand_scale(rng, (5,)), rand_int(rng, I8, (5,)), rand_int(rng, I32, (5,))
+    p = qlinear.prepare_qlinear_conv(w, ws, wz, b, pads=[1, 1, 1, 1])
+    xs = [rand_int(rng, U8, (1, 3, 6, 7)), rand_int(rng, U8, (2, 3, 4, 9)), rand_int(rng, I8, (1, 3, 6, 7))]
+    params = [(np.float32(0.02), 3, np.float32(40.0), np.uint8(7)),
+              (np.float32(0.03), 200, np.float32(25.0), np.int8(-3))]
+    for r in range(12):
+        x = xs[r % 3]
+        xsc, xz, ys, yz = params[(r // 3) % 2]
+        xz = x.dtype.type(xz if x.dtype == U8 else xz - 128)
+        want = oracle.qlinear_conv(x, xsc, xz, w, ws, wz, ys, yz, b, pads=[1, 1, 1, 1])
+        assert_exact(p.run(x, xsc, xz, ys, yz), want)
