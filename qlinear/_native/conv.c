@@ -887,8 +887,237 @@ static void dw_plane_task(void *vctx, ptrdiff_t task, int thread)
     }
 }
 
+/* ---------------------------------------------------------------------------------------
+ * Depthwise, channels-last (2-D, one output channel per input channel, small planes): the
+ * NCHW planes of 16 channels are transposed once into a zero-padded plane of positions of 16
+ * centered int16 (X), so that the kernel works on 16 channels per vector whatever the plane's
+ * width, and per output row the accumulators [ow][16] are transposed back for the epilogue.
+ * Per-channel work (widening a 7x7 plane, one epilogue call) was what bounded the NCHW path on
+ * small planes.
+ * ------------------------------------------------------------------------------------- */
+
+/* padded plane positions of at most this many (X: 32 bytes each, 128 KiB), taps <= 2*32 */
+#define DWCL_MAX_POS 4096
+#define DWCL_MAX_TAPS 64
+/* output pixels per epilogue call */
+#define DWCL_CHUNK 256
+
+void ql_dw_cl_scalar(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs,
+                     ptrdiff_t step, int ow, int32_t *acc)
+{
+    for (int o = 0; o < ow; o++) {
+        const int16_t *xo = X + (ptrdiff_t)o * step * 16;
+        for (int c = 0; c < 16; c++) {
+            uint32_t sum = 0;
+            for (int t = 0; t < 2 * npairs; t++)   /* |w|, |x| <= 255: each product exact */
+                sum += (uint32_t)((int32_t)wt[16 * t + c] * xo[toff[t] * 16 + c]);
+            acc[16 * o + c] = (int32_t)sum;
+        }
+    }
+}
+
+typedef struct dwcl_ctx {
+    const ql_conv_plan *p;
+    const ql_isa *isa;
+    const int16_t *wc;          /* (M, taps) centered int16 weights */
+    int64_t H, W, hp, wp, taps, blocks, P;
+    int npairs;
+    char *scratch;
+    size_t scratch_bytes, off_x, off_t, off_w, off_toff, off_acc, off_comp;
+} dwcl_ctx;
+
+#if QL_X86
+/* 16 positions x 16 channels (rows src + c*cs, 16 bytes each) to 16 positions of 16 centered
+ * int16 (dst, 32 bytes apart): a byte transpose by SSE2 unpacks, then widened; bytes ^ flip
+ * are uint8, minus zxu (|x - zx| <= 255 fits int16) */
+static void transpose16_i16(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zxu, int16_t *dst)
+{
+    const __m128i f = _mm_set1_epi8((char)flip), z = _mm_set1_epi16((int16_t)zxu), zero = _mm_setzero_si128();
+    __m128i r[16], u[16];
+    for (int c = 0; c < 16; c++) r[c] = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src + c * cs)), f);
+    for (int c = 0; c < 8; c++) {   /* u[c]: positions 0-7 of channels 2c, 2c+1; u[c+8]: 8-15 */
+        u[c] = _mm_unpacklo_epi8(r[2 * c], r[2 * c + 1]);
+        u[c + 8] = _mm_unpackhi_epi8(r[2 * c], r[2 * c + 1]);
+    }
+    for (int h = 0; h < 2; h++) {
+        __m128i *v = u + 8 * h, a[8], b[8];
+        for (int c = 0; c < 4; c++) {   /* a[c]: positions 0-3 of channels 4c..4c+3; a[c+4]: 4-7 */
+            a[c] = _mm_unpacklo_epi16(v[2 * c], v[2 * c + 1]);
+            a[c + 4] = _mm_unpackhi_epi16(v[2 * c], v[2 * c + 1]);
+        }
+        /* b[4g + 2c + e]: positions 4g + 2e, 4g + 2e + 1 of channels 8c..8c+7 */
+        for (int g = 0; g < 2; g++)
+            for (int c = 0; c < 2; c++) {
+                b[4 * g + 2 * c] = _mm_unpacklo_epi32(a[4 * g + 2 * c], a[4 * g + 2 * c + 1]);
+                b[4 * g + 2 * c + 1] = _mm_unpackhi_epi32(a[4 * g + 2 * c], a[4 * g + 2 * c + 1]);
+            }
+        for (int g = 0; g < 2; g++)
+            for (int e = 0; e < 2; e++) {
+                __m128i p0 = _mm_unpacklo_epi64(b[4 * g + e], b[4 * g + 2 + e]);   /* one position, 16 ch */
+                __m128i p1 = _mm_unpackhi_epi64(b[4 * g + e], b[4 * g + 2 + e]);
+                int16_t *o0 = dst + 16 * (8 * h + 4 * g + 2 * e), *o1 = o0 + 16;
+                _mm_storeu_si128((__m128i *)o0, _mm_sub_epi16(_mm_unpacklo_epi8(p0, zero), z));
+                _mm_storeu_si128((__m128i *)(o0 + 8), _mm_sub_epi16(_mm_unpackhi_epi8(p0, zero), z));
+                _mm_storeu_si128((__m128i *)o1, _mm_sub_epi16(_mm_unpacklo_epi8(p1, zero), z));
+                _mm_storeu_si128((__m128i *)(o1 + 8), _mm_sub_epi16(_mm_unpackhi_epi8(p1, zero), z));
+            }
+    }
+}
+#endif
+
+/* X: channels c0..c0+nch-1 of image n, centered (x - zx), at padded positions
+ * (ih + pad_h) * wp + iw + pad_w; 0 elsewhere. The planes are transposed in flat runs of 16
+ * positions (rows of any width) into T ([H*W][16]), then T's rows are placed into X. */
+static void dwcl_fill(const dwcl_ctx *d, int64_t n, int64_t c0, int nch, int16_t *X, int16_t *T)
+{
+    const ql_conv_plan *p = d->p;
+    memset(X, 0, sizeof(int16_t) * 16 * (size_t)(d->hp * d->wp));
+    int64_t plane = d->H * d->W;
+    const uint8_t *xb = (const uint8_t *)p->x + (size_t)((n * p->C + c0) * plane);
+    /* int8 x: x - zx = (x ^ 0x80) - (zx + 128), so both types widen as uint8 */
+    uint8_t flip = p->x_type == QL_I8 ? 0x80 : 0;
+    int32_t zxu = p->x_type == QL_I8 ? p->x_zp + 128 : p->x_zp;
+    int64_t q = 0;
+#if QL_X86
+    if (nch == 16)
+        for (; q + 16 <= plane; q += 16) transpose16_i16(xb + q, (ptrdiff_t)plane, flip, zxu, T + 16 * q);
+#endif
+    if (q < plane) {
+        memset(T + 16 * q, 0, sizeof(int16_t) * 16 * (size_t)(plane - q));
+        for (int c = 0; c < nch; c++) {
+            const uint8_t *src = xb + c * plane;
+            for (int64_t j = q; j < plane; j++) T[16 * j + c] = (int16_t)((int32_t)(src[j] ^ flip) - zxu);
+        }
+    }
+    for (int64_t ih = 0; ih < d->H; ih++)
+        memcpy(X + 16 * (size_t)((ih + p->pad[0]) * d->wp + p->pad[1]), T + 16 * (size_t)(ih * d->W),
+               sizeof(int16_t) * 16 * (size_t)d->W);
+}
+
+/* comp[c][j] = acc[j][c] for c < nch, j < cols (4x4 int32 blocks by SSE2 unpacks) */
+static void dwcl_untranspose(const int32_t *acc, int nch, int cols, int32_t *comp)
+{
+    int j = 0;
+#if QL_X86
+    if (nch == 16)
+        for (; j + 4 <= cols; j += 4)
+            for (int c = 0; c < 16; c += 4) {
+                __m128i r0 = _mm_loadu_si128((const __m128i *)(acc + 16 * j + c));
+                __m128i r1 = _mm_loadu_si128((const __m128i *)(acc + 16 * (j + 1) + c));
+                __m128i r2 = _mm_loadu_si128((const __m128i *)(acc + 16 * (j + 2) + c));
+                __m128i r3 = _mm_loadu_si128((const __m128i *)(acc + 16 * (j + 3) + c));
+                __m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpackhi_epi32(r0, r1);
+                __m128i t2 = _mm_unpacklo_epi32(r2, r3), t3 = _mm_unpackhi_epi32(r2, r3);
+                _mm_storeu_si128((__m128i *)(comp + (size_t)c * cols + j), _mm_unpacklo_epi64(t0, t2));
+                _mm_storeu_si128((__m128i *)(comp + (size_t)(c + 1) * cols + j), _mm_unpackhi_epi64(t0, t2));
+                _mm_storeu_si128((__m128i *)(comp + (size_t)(c + 2) * cols + j), _mm_unpacklo_epi64(t1, t3));
+                _mm_storeu_si128((__m128i *)(comp + (size_t)(c + 3) * cols + j), _mm_unpackhi_epi64(t1, t3));
+            }
+#endif
+    for (int c = 0; c < nch; c++)
+        for (int jj = j; jj < cols; jj++) comp[(size_t)c * cols + jj] = acc[16 * (size_t)jj + c];
+}
+
+static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
+{
+    const dwcl_ctx *d = (const dwcl_ctx *)vctx;
+    const ql_conv_plan *p = d->p;
+    char *s = d->scratch + (size_t)thread * d->scratch_bytes;
+    int64_t n = task / d->blocks, c0 = (task % d->blocks) * 16;
+    int nch = (int)(p->C - c0 < 16 ? p->C - c0 : 16);
+    int16_t *X = (int16_t *)(s + d->off_x);
+    int16_t *wt = (int16_t *)(s + d->off_w);
+    ptrdiff_t *toff = (ptrdiff_t *)(s + d->off_toff);
+    int32_t *acc = (int32_t *)(s + d->off_acc), *comp = (int32_t *)(s + d->off_comp);
+    dwcl_fill(d, n, c0, nch, X, (int16_t *)(s + d->off_t));
+    /* weights [2*npairs][16]: channel tails and the padding tap are 0 */
+    memset(wt, 0, sizeof(int16_t) * 32 * (size_t)d->npairs);
+    for (int c = 0; c < nch; c++)
+        for (int64_t t = 0; t < d->taps; t++) wt[16 * t + c] = d->wc[(c0 + c) * d->taps + t];
+    for (int64_t t = 0; t < 2 * d->npairs; t++) {
+        int64_t tt = t < d->taps ? t : 0, kh = tt / p->k[1], kw = tt % p->k[1];
+        toff[t] = (ptrdiff_t)(kh * p->dil[0] * d->wp + kw * p->dil[1]);
+    }
+    ql_epilogue ep;
+    plan_epilogue(p, &ep);
+    ep.out_rs = (ptrdiff_t)d->P;
+    size_t esize = p->quantized ? 1 : 4;
+    ep.out = (char *)p->y + (size_t)(n * p->M * d->P) * esize;
+    int64_t OH = p->out[0], OW = p->out[1];
+    /* chunks of whole output rows, at most DWCL_CHUNK pixels (at least one row) */
+    int64_t rows_per = DWCL_CHUNK / OW;
+    if (rows_per < 1) rows_per = 1;
+    for (int64_t oh0 = 0; oh0 < OH; oh0 += rows_per) {
+        int64_t nrow = OH - oh0 < rows_per ? OH - oh0 : rows_per;
+        for (int64_t r = 0; r < nrow; r++) {
+            const int16_t *xrow = X + 16 * (size_t)((oh0 + r) * p->stride[0] * d->wp);
+            d->isa->dw_cl(xrow, toff, wt, d->npairs, (ptrdiff_t)p->stride[1], (int)OW, acc + 16 * (size_t)(r * OW));
+        }
+        int cols = (int)(nrow * OW);
+        dwcl_untranspose(acc, nch, cols, comp);
+        d->isa->epilogue(&ep, comp, cols, NULL, (int)c0, (int)(oh0 * OW), nch, cols);
+    }
+}
+
+/* The channels-last path when it applies (returns 1 after running it, 0 to take the others,
+ * negative on error). */
+static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc, size_t workspace)
+{
+    if (p->nsp != 2 || p->M != p->C || p->C < 8 || !isa->dw_cl) return 0;
+    dwcl_ctx d;
+    memset(&d, 0, sizeof d);
+    d.p = p;
+    d.isa = isa;
+    d.wc = wc;
+    d.H = p->in[0];
+    d.W = p->in[1];
+    d.taps = p->k[0] * p->k[1];
+    if (d.taps > DWCL_MAX_TAPS) return 0;
+    d.npairs = (int)((d.taps + 1) / 2);
+    /* padded extents: what the input and its begin pads cover, and what the windows reach */
+    int64_t e[2];
+    for (int a = 0; a < 2; a++) {
+        int64_t need = (p->out[a] - 1) * p->stride[a] + (p->k[a] - 1) * p->dil[a] + 1;
+        e[a] = p->in[a] + p->pad[a];
+        if (need > e[a]) e[a] = need;
+        if (e[a] > DWCL_MAX_POS) return 0;
+    }
+    d.hp = e[0];
+    d.wp = e[1];
+    if (d.hp * d.wp > DWCL_MAX_POS) return 0;
+    d.P = p->out[0] * p->out[1];
+    d.blocks = (p->C + 15) / 16;
+    int64_t chunk = DWCL_CHUNK > p->out[1] ? DWCL_CHUNK / p->out[1] * p->out[1] : p->out[1];
+    size_t o = 0;
+    d.off_x = o;
+    o += align64(sizeof(int16_t) * 16 * (size_t)(d.hp * d.wp));
+    d.off_t = o;
+    o += align64(sizeof(int16_t) * 16 * (size_t)(d.H * d.W));
+    d.off_w = o;
+    o += align64(sizeof(int16_t) * 32 * (size_t)d.npairs);
+    d.off_toff = o;
+    o += align64(sizeof(ptrdiff_t) * 2 * (size_t)d.npairs);
+    d.off_acc = o;
+    o += align64(sizeof(int32_t) * 16 * (size_t)chunk);
+    d.off_comp = o;
+    o += align64(sizeof(int32_t) * 16 * (size_t)chunk);
+    d.scratch_bytes = o;
+    int threads = ql_num_threads();
+    if (d.scratch_bytes * (size_t)threads > workspace) return 0;
+    d.scratch = (char *)malloc(d.scratch_bytes * (size_t)threads + 64);
+    if (!d.scratch) return -1;
+    int run_threads = p->N * p->M * d.P * d.taps < ((int64_t)1 << 21) ? 1 : threads;
+    ql_parallel_for((ptrdiff_t)(p->N * d.blocks), run_threads, dwcl_task, &d);
+    free(d.scratch);
+    return 1;
+}
+
 int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc, size_t workspace)
 {
+    {
+        int rc = dwcl_run(p, isa, wc, workspace);
+        if (rc) return rc < 0 ? rc : 0;
+    }
     dw_ctx d;
     memset(&d, 0, sizeof d);
     int nsp = p->nsp, L = nsp - 1;

@@ -1,4 +1,4 @@
-/* AVX2 depthwise row kernel (conv.c's ql_dw_rows_fn). Compiled for AVX2 only (no FMA: the
+/* AVX2 depthwise kernels (qlinear.h's ql_dw_rows_fn and ql_dw_cl_fn). Compiled for AVX2 only (no FMA: the
  * kernel is integer-only anyway); conv.c calls it only where the CPU runs AVX2. */
 #include "conv.h"
 
@@ -36,6 +36,36 @@ void ql_dw_rows_avx2(const int16_t *const *rows, const int16_t *w, int npairs, i
         }
         _mm256_storeu_si256((__m256i *)(acc + i), _mm256_permute2x128_si256(lo, hi, 0x20));
         _mm256_storeu_si256((__m256i *)(acc + i + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+    }
+}
+
+/* Channels-last depthwise: 16 channels = one ymm of centered int16 per position. Two taps'
+ * vectors are interleaved by vpunpck{l,h}wd (within 128-bit lanes: the low product holds
+ * channels 0-3 and 8-11, the high one 4-7 and 12-15), multiplied by the weights interleaved the
+ * same way with vpmaddwd (|x - zx|, |w - zw| <= 255: a pair sum is below 2^17, exact) and
+ * added in int32 (wrap32); the order is restored once per output. */
+void ql_dw_cl_avx2(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs,
+                   ptrdiff_t step, int ow, int32_t *acc)
+{
+    enum { MAXP = 32 };
+    __m256i wl[MAXP], wh[MAXP];
+    for (int q = 0; q < npairs && q < MAXP; q++) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(wt + 32 * q));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(wt + 32 * q + 16));
+        wl[q] = _mm256_unpacklo_epi16(a, b);
+        wh[q] = _mm256_unpackhi_epi16(a, b);
+    }
+    for (int o = 0; o < ow; o++) {
+        const int16_t *xo = X + (ptrdiff_t)o * step * 16;
+        __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+        for (int q = 0; q < npairs; q++) {
+            __m256i a = _mm256_loadu_si256((const __m256i *)(xo + toff[2 * q] * 16));
+            __m256i b = _mm256_loadu_si256((const __m256i *)(xo + toff[2 * q + 1] * 16));
+            lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wl[q]));
+            hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wh[q]));
+        }
+        _mm256_storeu_si256((__m256i *)(acc + 16 * o), _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm256_storeu_si256((__m256i *)(acc + 16 * o + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
     }
 }
 

@@ -241,6 +241,6 @@ static const ql_gemm_kernel k_avx2_s8u8 = {"avx2-s8u8", U8_MR, 16, 4, QL_FORM_S8
 
 const ql_isa ql_isa_avx2 = {
     "avx2", &k_avx2_i16, &k_avx2_u8s8, 0, ql_epilogue_avx2, ql_quantize_avx2, ql_dequantize_avx2,
-    &k_avx2_s8u8, ql_dw_rows_avx2,
+    &k_avx2_s8u8, ql_dw_rows_avx2, ql_dw_cl_avx2,
 };
 #endif

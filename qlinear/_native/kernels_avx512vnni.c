@@ -53,6 +53,6 @@ static const ql_gemm_kernel k_avx512vnni = {"avx512vnni-u8s8", Z_MR, 32, 4, QL_F
 
 const ql_isa ql_isa_avx512vnni = {
     "avx512vnni", &k_avx512vnni, NULL, 1, ql_epilogue_avx2, ql_quantize_avx2, ql_dequantize_avx2,
-    NULL, ql_dw_rows_avx2,
+    NULL, ql_dw_rows_avx2, ql_dw_cl_avx2,
 };
 #endif

@@ -59,6 +59,6 @@ static const ql_gemm_kernel k_avxvnni = {"avxvnni-u8s8", VNNI_MR, 16, 4, QL_FORM
 
 const ql_isa ql_isa_avxvnni = {
     "avxvnni", &k_avxvnni, NULL, 1, ql_epilogue_avx2, ql_quantize_avx2, ql_dequantize_avx2,
-    NULL, ql_dw_rows_avx2,
+    NULL, ql_dw_rows_avx2, ql_dw_cl_avx2,
 };
 #endif

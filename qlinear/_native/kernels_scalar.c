@@ -170,5 +170,5 @@ static void dequantize_scalar(const void *x, int x_type, ptrdiff_t n, const floa
 
 const ql_isa ql_isa_scalar = {
     "scalar", &k_scalar_i16, NULL, 0, ql_epilogue_scalar, quantize_scalar, dequantize_scalar,
-    NULL, ql_dw_rows_scalar,
+    NULL, ql_dw_rows_scalar, ql_dw_cl_scalar,
 };

@@ -92,6 +92,13 @@ typedef void (*ql_dequantize_fn)(const void *x, int x_type, ptrdiff_t n, const f
 typedef void (*ql_dw_rows_fn)(const int16_t *const *rows, const int16_t *w, int npairs,
                               int32_t *acc, int nblocks, int accumulate);
 
+/* Depthwise channels-last kernel (small 2-D planes, blocks of 16 channels): for output
+ * o < ow, acc[o][c] = sum over taps t < 2*npairs of wt[t][c] * X[(o*step + toff[t])*16 + c]
+ * (wrap32), X centered int16 positions of 16 channels, wt centered int16 (a padding tap has
+ * weight 0 and any valid toff). */
+typedef void (*ql_dw_cl_fn)(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs,
+                            ptrdiff_t step, int ow, int32_t *acc);
+
 /* ---------------------------------------------------------------------------------------
  * One ISA level: its kernels (the table lives in dispatch.c)
  * ------------------------------------------------------------------------------------- */
@@ -106,6 +113,7 @@ typedef struct ql_isa {
     /* convolutions */
     const ql_gemm_kernel *conv_fast;   /* QL_FORM_S8U8 kernel (7-bit weights as L), or NULL */
     ql_dw_rows_fn dw_rows;             /* depthwise row kernel */
+    ql_dw_cl_fn dw_cl;                 /* depthwise channels-last kernel */
 } ql_isa;
 
 /* dispatch.c */
@@ -150,7 +158,11 @@ void ql_pack_R_panel_avx2(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs,
 /* depthwise row kernels (conv_avx2.c; portable one in conv.c) */
 void ql_dw_rows_avx2(const int16_t *const *rows, const int16_t *w, int npairs, int32_t *acc,
                      int nblocks, int accumulate);
+void ql_dw_cl_avx2(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs,
+                   ptrdiff_t step, int ow, int32_t *acc);
 #endif
+void ql_dw_cl_scalar(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs,
+                     ptrdiff_t step, int ow, int32_t *acc);
 void ql_dw_rows_scalar(const int16_t *const *rows, const int16_t *w, int npairs, int32_t *acc,
                        int nblocks, int accumulate);
 int ql_round_k(const ql_gemm_kernel *k, int K);            /* kp: K rounded up to kpack */
