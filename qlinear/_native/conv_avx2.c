@@ -44,6 +44,24 @@ void ql_dw_rows_avx2(const int16_t *const *rows, const int16_t *w, int npairs, i
  * channels 0-3 and 8-11, the high one 4-7 and 12-15), multiplied by the weights interleaved the
  * same way with vpmaddwd (|x - zx|, |w - zw| <= 255: a pair sum is below 2^17, exact) and
  * added in int32 (wrap32); the order is restored once per output. */
+static inline __attribute__((always_inline)) void dw_cl_body(const int16_t *X, const ptrdiff_t *toff,
+                                                             const __m256i *wl, const __m256i *wh, int np,
+                                                             ptrdiff_t step, int ow, int32_t *acc)
+{
+    for (int o = 0; o < ow; o++) {
+        const int16_t *xo = X + (ptrdiff_t)o * step * 16;
+        __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+        for (int q = 0; q < np; q++) {
+            __m256i a = _mm256_loadu_si256((const __m256i *)(xo + toff[2 * q] * 16));
+            __m256i b = _mm256_loadu_si256((const __m256i *)(xo + toff[2 * q + 1] * 16));
+            lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wl[q]));
+            hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wh[q]));
+        }
+        _mm256_storeu_si256((__m256i *)(acc + 16 * o), _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm256_storeu_si256((__m256i *)(acc + 16 * o + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+    }
+}
+
 void ql_dw_cl_avx2(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs,
                    ptrdiff_t step, int ow, int32_t *acc)
 {
@@ -55,18 +73,11 @@ void ql_dw_cl_avx2(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, i
         wl[q] = _mm256_unpacklo_epi16(a, b);
         wh[q] = _mm256_unpackhi_epi16(a, b);
     }
-    for (int o = 0; o < ow; o++) {
-        const int16_t *xo = X + (ptrdiff_t)o * step * 16;
-        __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
-        for (int q = 0; q < npairs; q++) {
-            __m256i a = _mm256_loadu_si256((const __m256i *)(xo + toff[2 * q] * 16));
-            __m256i b = _mm256_loadu_si256((const __m256i *)(xo + toff[2 * q + 1] * 16));
-            lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wl[q]));
-            hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wh[q]));
-        }
-        _mm256_storeu_si256((__m256i *)(acc + 16 * o), _mm256_permute2x128_si256(lo, hi, 0x20));
-        _mm256_storeu_si256((__m256i *)(acc + 16 * o + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
-    }
+    /* 3x3 (5 pairs) and 2x2 / 1x3 / 3x1 (2 pairs) unrolled: weights and tap offsets stay in
+     * registers; other kernels loop over their pairs */
+    if (npairs == 5) dw_cl_body(X, toff, wl, wh, 5, step, ow, acc);
+    else if (npairs == 2) dw_cl_body(X, toff, wl, wh, 2, step, ow, acc);
+    else dw_cl_body(X, toff, wl, wh, npairs, step, ow, acc);
 }
 
 #pragma GCC pop_options
