@@ -197,6 +197,8 @@ typedef struct im2col_ctx {
     char *scratch;
     size_t scratch_bytes;       /* per thread */
     int use_plans;              /* per-panel tap plans kept (taps * (nr + 1) <= PLAN_MAX) */
+    int flat;                   /* pointwise (every kernel extent 1, stride 1, no pads): the
+                                   output plane is the input plane, rows run across output rows */
     /* per-thread scratch layout (byte offsets) */
     size_t off_base, off_seg, off_rows, off_plan, off_direct;
 } im2col_ctx;
@@ -422,7 +424,11 @@ static void im2col_pack(void *vctx, int j0, int ncols, void *dst, int32_t *colsu
     seg_plan *plans = (seg_plan *)(s + c->off_plan);
     ptrdiff_t *direct = (ptrdiff_t *)(s + c->off_direct);
     size_t pstride = (size_t)nr + 1;
-    if (c->use_plans) {
+    if (c->flat && ncols == nr) {
+        /* pointwise: one tap, and pixels j0.. are x positions j0.. of every channel */
+        plans[0].off = 0; plans[0].lo = 0; plans[0].hi = 0;
+        direct[0] = (ptrdiff_t)(c->pix0 + j0);
+    } else if (c->use_plans) {
         /* every tap's plans once: rows of all channels reuse them */
         for (int64_t u = 0; u < c->taps; u++) {
             direct[u] = plan_tap(c, s, tc, ncols, plans + (size_t)u * pstride);
@@ -535,6 +541,9 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
      * the I16 form centers on x's zero point, so its "zero" raw byte is that zero point */
     c.flip = (p->x_type == QL_U8) != (kern->form == QL_FORM_S8U8) ? 0x80 : 0;
     c.tail = kern->form == QL_FORM_I16 ? (uint8_t)p->x_zp : c.flip;
+    c.flat = 1;
+    for (int a = 0; a < p->nsp; a++)
+        if (p->k[a] != 1 || p->stride[a] != 1 || p->pad[a] != 0 || p->out[a] != p->in[a]) c.flat = 0;
     plane_strides(p, c.st);
     im2col_layout(&c);
     if (c.scratch_bytes * (size_t)threads > workspace) return -3;
