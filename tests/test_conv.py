@@ -743,3 +743,47 @@ def test_prepared_conv_repeated_calls_with_changing_parameters():
         xz = x.dtype.type(xz if x.dtype == U8 else xz - 128)
         want = oracle.qlinear_conv(x, xsc, xz, w, ws, wz, ys, yz, b, pads=[1, 1, 1, 1])
         assert_exact(p.run(x, xsc, xz, ys, yz), want)
+
+
+@pytest.mark.parametrize("spatial", [(1, 1), (3, 5), (7, 9), (1, 17), (5, 56), (2, 3, 11)])
+@pytest.mark.parametrize("seven_bit", [False, True])
+def test_pointwise_panels_across_output_rows(spatial, seven_bit):
+    """1x1, stride 1, no pads: panels of 16 pixels read x in place across output rows; the
+    last panel is partial."""
+    rng = np.random.default_rng([*spatial, seven_bit, 44])
+    for xdt, wdt in ((U8, I8), (I8, U8)):
+        x = rand_int(rng, xdt, (2, 5, *spatial))
+        shape = (7, 5) + (1,) * len(spatial)
+        w, wz = _seven_bit(rng, wdt, shape, 7) if seven_bit else (rand_int(rng, wdt, shape), rand_int(rng, wdt, (7,)))
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], {})
+        check_qconv(_qconv_args(rng, x, w, wz=wz), {})
+
+
+@pytest.mark.parametrize("c", [8, 15, 16, 17, 33])
+@pytest.mark.parametrize("spatial,kernel,attrs", [
+    ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1])),
+    ((14, 14), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+    ((5, 23), (3, 3), dict(pads=[0, 2, 1, 0], strides=[1, 3])),
+    ((9, 16), (5, 5), dict(pads=[2, 2, 2, 2], dilations=[1, 2])),
+    ((11, 13), (7, 7), dict(pads=[3, 3, 3, 3])),               # 49 taps: 25 pairs, one padding tap
+    ((6, 6), (2, 2), {}),
+    ((3, 40), (1, 3), dict(pads=[0, 1, 0, 1])),
+    ((62, 62), (3, 3), dict(pads=[1, 1, 1, 1])),               # 64 x 64 padded: the largest plane
+    ((63, 63), (3, 3), dict(pads=[1, 1, 1, 1])),               # one past: the per-channel path
+    ((10, 10), (9, 9), dict(pads=[4, 4, 4, 4])),               # 81 taps: the per-channel path
+])
+def test_depthwise_channels_last(c, spatial, kernel, attrs):
+    """The channels-last depthwise path: channel counts around its blocks of 16, widths
+    below and above 16 (scalar and SIMD transposes), strides, dilations, pads, kernels up to
+    its 64 taps, and the planes just inside and outside its size limit."""
+    rng = np.random.default_rng([c, *spatial, *kernel, 45])
+    kwargs = dict(attrs, group=c)
+    for xdt, wdt, ydt in ((U8, I8, U8), (I8, U8, I8), (I8, I8, U8)):
+        x = rand_int(rng, xdt, (2, c, *spatial))
+        w = rand_int(rng, wdt, (c, 1, *kernel))
+        check_qconv(_qconv_args(rng, x, w, ydt=ydt), kwargs)
+        check_convint([x, w, rand_int(rng, xdt, ()), rand_int(rng, wdt, (c,))], kwargs)
+    x = rand_extreme(rng, U8, (1, c, *spatial))
+    w = rand_extreme(rng, I8, (c, 1, *kernel))
+    check_convint([x, w, U8(0), I8(127)], kwargs)
+    check_convint([x, w, U8(255), I8(-128)], kwargs)
