@@ -768,14 +768,17 @@ def test_pointwise_panels_across_output_rows(spatial, seven_bit):
     ((11, 13), (7, 7), dict(pads=[3, 3, 3, 3])),               # 49 taps: 25 pairs, one padding tap
     ((6, 6), (2, 2), {}),
     ((3, 40), (1, 3), dict(pads=[0, 1, 0, 1])),
-    ((62, 62), (3, 3), dict(pads=[1, 1, 1, 1])),               # 64 x 64 padded: the largest plane
-    ((63, 63), (3, 3), dict(pads=[1, 1, 1, 1])),               # one past: the per-channel path
+    ((62, 62), (3, 3), dict(pads=[1, 1, 1, 1])),               # 64 x 64 padded: one band
+    ((63, 63), (3, 3), dict(pads=[1, 1, 1, 1])),               # one row more: two bands
+    ((112, 112), (3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),  # bands, stride 2
+    ((40, 45), (3, 3), dict(pads=[50, 1, 3, 1])),              # bands of padding only
+    ((2, 1400), (3, 3), dict(pads=[1, 1, 1, 1])),              # 3 rows of 1402: per-channel path
     ((10, 10), (9, 9), dict(pads=[4, 4, 4, 4])),               # 81 taps: the per-channel path
 ])
 def test_depthwise_channels_last(c, spatial, kernel, attrs):
     """The channels-last depthwise path: channel counts around its blocks of 16, widths
     below and above 16 (scalar and SIMD transposes), strides, dilations, pads, kernels up to
-    its 64 taps, and the planes just inside and outside its size limit."""
+    its 64 taps, planes in one band, in bands (halo rows, bands of padding only) and too wide."""
     rng = np.random.default_rng([c, *spatial, *kernel, 45])
     kwargs = dict(attrs, group=c)
     for xdt, wdt, ydt in ((U8, I8, U8), (I8, U8, I8), (I8, I8, U8)):

@@ -905,7 +905,8 @@ static void dw_plane_task(void *vctx, ptrdiff_t task, int thread)
  * small planes.
  * ------------------------------------------------------------------------------------- */
 
-/* padded plane positions of at most this many (X: 32 bytes each, 128 KiB), taps <= 2*32 */
+/* X holds at most this many padded positions (32 bytes each, 128 KiB): the whole plane, or
+ * bands of output rows for taller planes; taps <= 2*32 */
 #define DWCL_MAX_POS 4096
 #define DWCL_MAX_TAPS 64
 /* output pixels per epilogue call */
@@ -930,6 +931,7 @@ typedef struct dwcl_ctx {
     const ql_isa *isa;
     const int16_t *wc;          /* (M, taps) centered int16 weights */
     int64_t H, W, hp, wp, taps, blocks, P;
+    int64_t band, xrows;        /* output rows per band, padded input rows they read */
     int npairs;
     char *scratch;
     size_t scratch_bytes, off_x, off_t, off_w, off_toff, off_acc, off_comp;
@@ -974,32 +976,39 @@ static void transpose16_i16(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int3
 }
 #endif
 
-/* X: channels c0..c0+nch-1 of image n, centered (x - zx), at padded positions
- * (ih + pad_h) * wp + iw + pad_w; 0 elsewhere. The planes are transposed in flat runs of 16
- * positions (rows of any width) into T ([H*W][16]), then T's rows are placed into X. */
-static void dwcl_fill(const dwcl_ctx *d, int64_t n, int64_t c0, int nch, int16_t *X, int16_t *T)
+/* X (xr rows of wp positions): padded rows pr0 .. pr0 + xr - 1 of channels c0..c0+nch-1 of
+ * image n, centered (x - zx), 0 at padding. The band's input rows are one flat run of each
+ * channel plane: transposed 16 positions at a time (rows of any width) into T, then T's rows
+ * are placed into X. */
+static void dwcl_fill(const dwcl_ctx *d, int64_t n, int64_t c0, int nch, int64_t pr0, int64_t xr,
+                      int16_t *X, int16_t *T)
 {
     const ql_conv_plan *p = d->p;
-    memset(X, 0, sizeof(int16_t) * 16 * (size_t)(d->hp * d->wp));
+    memset(X, 0, sizeof(int16_t) * 16 * (size_t)(xr * d->wp));
     int64_t plane = d->H * d->W;
-    const uint8_t *xb = (const uint8_t *)p->x + (size_t)((n * p->C + c0) * plane);
+    int64_t ih_a = pr0 - p->pad[0], ih_b = pr0 + xr - p->pad[0];
+    if (ih_a < 0) ih_a = 0;
+    if (ih_b > d->H) ih_b = d->H;
+    if (ih_b <= ih_a) return;
+    int64_t q0 = ih_a * d->W, len = (ih_b - ih_a) * d->W;
+    const uint8_t *xb = (const uint8_t *)p->x + (size_t)((n * p->C + c0) * plane + q0);
     /* int8 x: x - zx = (x ^ 0x80) - (zx + 128), so both types widen as uint8 */
     uint8_t flip = p->x_type == QL_I8 ? 0x80 : 0;
     int32_t zxu = p->x_type == QL_I8 ? p->x_zp + 128 : p->x_zp;
     int64_t q = 0;
 #if QL_X86
     if (nch == 16)
-        for (; q + 16 <= plane; q += 16) transpose16_i16(xb + q, (ptrdiff_t)plane, flip, zxu, T + 16 * q);
+        for (; q + 16 <= len; q += 16) transpose16_i16(xb + q, (ptrdiff_t)plane, flip, zxu, T + 16 * q);
 #endif
-    if (q < plane) {
-        memset(T + 16 * q, 0, sizeof(int16_t) * 16 * (size_t)(plane - q));
+    if (q < len) {
+        memset(T + 16 * q, 0, sizeof(int16_t) * 16 * (size_t)(len - q));
         for (int c = 0; c < nch; c++) {
             const uint8_t *src = xb + c * plane;
-            for (int64_t j = q; j < plane; j++) T[16 * j + c] = (int16_t)((int32_t)(src[j] ^ flip) - zxu);
+            for (int64_t j = q; j < len; j++) T[16 * j + c] = (int16_t)((int32_t)(src[j] ^ flip) - zxu);
         }
     }
-    for (int64_t ih = 0; ih < d->H; ih++)
-        memcpy(X + 16 * (size_t)((ih + p->pad[0]) * d->wp + p->pad[1]), T + 16 * (size_t)(ih * d->W),
+    for (int64_t ih = ih_a; ih < ih_b; ih++)
+        memcpy(X + 16 * (size_t)((ih + p->pad[0] - pr0) * d->wp + p->pad[1]), T + 16 * (size_t)((ih - ih_a) * d->W),
                sizeof(int16_t) * 16 * (size_t)d->W);
 }
 
@@ -1038,7 +1047,6 @@ static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
     int16_t *wt = (int16_t *)(s + d->off_w);
     ptrdiff_t *toff = (ptrdiff_t *)(s + d->off_toff);
     int32_t *acc = (int32_t *)(s + d->off_acc), *comp = (int32_t *)(s + d->off_comp);
-    dwcl_fill(d, n, c0, nch, X, (int16_t *)(s + d->off_t));
     /* weights [2*npairs][16]: channel tails and the padding tap are 0 */
     memset(wt, 0, sizeof(int16_t) * 32 * (size_t)d->npairs);
     for (int c = 0; c < nch; c++)
@@ -1056,15 +1064,21 @@ static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
     /* chunks of whole output rows, at most DWCL_CHUNK pixels (at least one row) */
     int64_t rows_per = DWCL_CHUNK / OW;
     if (rows_per < 1) rows_per = 1;
-    for (int64_t oh0 = 0; oh0 < OH; oh0 += rows_per) {
-        int64_t nrow = OH - oh0 < rows_per ? OH - oh0 : rows_per;
-        for (int64_t r = 0; r < nrow; r++) {
-            const int16_t *xrow = X + 16 * (size_t)((oh0 + r) * p->stride[0] * d->wp);
-            d->isa->dw_cl(xrow, toff, wt, d->npairs, (ptrdiff_t)p->stride[1], (int)OW, acc + 16 * (size_t)(r * OW));
+    for (int64_t b0 = 0; b0 < OH; b0 += d->band) {
+        /* a band of output rows and the padded input rows it reads (halo rows read twice) */
+        int64_t b1 = OH - b0 < d->band ? OH : b0 + d->band, pr0 = b0 * p->stride[0];
+        int64_t xr = (b1 - 1 - b0) * p->stride[0] + (p->k[0] - 1) * p->dil[0] + 1;
+        dwcl_fill(d, n, c0, nch, pr0, xr, X, (int16_t *)(s + d->off_t));
+        for (int64_t oh0 = b0; oh0 < b1; oh0 += rows_per) {
+            int64_t nrow = b1 - oh0 < rows_per ? b1 - oh0 : rows_per;
+            for (int64_t r = 0; r < nrow; r++) {
+                const int16_t *xrow = X + 16 * (size_t)((oh0 + r) * p->stride[0] - pr0) * (size_t)d->wp;
+                d->isa->dw_cl(xrow, toff, wt, d->npairs, (ptrdiff_t)p->stride[1], (int)OW, acc + 16 * (size_t)(r * OW));
+            }
+            int cols = (int)(nrow * OW);
+            dwcl_untranspose(acc, nch, cols, comp);
+            d->isa->epilogue(&ep, comp, cols, NULL, (int)c0, (int)(oh0 * OW), nch, cols);
         }
-        int cols = (int)(nrow * OW);
-        dwcl_untranspose(acc, nch, cols, comp);
-        d->isa->epilogue(&ep, comp, cols, NULL, (int)c0, (int)(oh0 * OW), nch, cols);
     }
 }
 
@@ -1089,19 +1103,25 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
         int64_t need = (p->out[a] - 1) * p->stride[a] + (p->k[a] - 1) * p->dil[a] + 1;
         e[a] = p->in[a] + p->pad[a];
         if (need > e[a]) e[a] = need;
-        if (e[a] > DWCL_MAX_POS) return 0;
     }
+    if (e[1] > DWCL_MAX_POS || (p->k[0] - 1) * p->dil[0] + 1 > DWCL_MAX_POS) return 0;
     d.hp = e[0];
     d.wp = e[1];
-    if (d.hp * d.wp > DWCL_MAX_POS) return 0;
+    /* bands of output rows whose padded input rows fit DWCL_MAX_POS positions (at least one
+     * output row; the whole plane when it fits) */
+    int64_t span = (p->k[0] - 1) * p->dil[0] + 1;
+    if (span * d.wp > DWCL_MAX_POS) return 0;
+    d.band = (DWCL_MAX_POS / d.wp - span) / p->stride[0] + 1;
+    if (d.band > p->out[0]) d.band = p->out[0];
+    d.xrows = (d.band - 1) * p->stride[0] + span;
     d.P = p->out[0] * p->out[1];
     d.blocks = (p->C + 15) / 16;
     int64_t chunk = DWCL_CHUNK > p->out[1] ? DWCL_CHUNK / p->out[1] * p->out[1] : p->out[1];
     size_t o = 0;
     d.off_x = o;
-    o += align64(sizeof(int16_t) * 16 * (size_t)(d.hp * d.wp));
+    o += align64(sizeof(int16_t) * 16 * (size_t)(d.xrows * d.wp));
     d.off_t = o;
-    o += align64(sizeof(int16_t) * 16 * (size_t)(d.H * d.W));
+    o += align64(sizeof(int16_t) * 16 * (size_t)(d.xrows * d.W));
     d.off_w = o;
     o += align64(sizeof(int16_t) * 32 * (size_t)d.npairs);
     d.off_toff = o;
