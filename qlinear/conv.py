@@ -149,8 +149,12 @@ class _ConvWeights:
         flag = getattr(self, "_fast", None)
         if flag is None:
             w = self.w.reshape(self.out_channels, -1)
-            zp = self.w_zero_point.astype(np.int16).reshape(-1, 1)
-            flag = w.size == 0 or bool(np.abs(np.subtract(w, zp, dtype=np.int16)).max() <= _FAST_BOUND)
+            if w.size == 0:
+                flag = True
+            else:   # per-row extremes (fast reductions on 8-bit data) against the row's zero point
+                zp = np.broadcast_to(self.w_zero_point.astype(np.int32).reshape(-1), (w.shape[0],))
+                flag = bool(np.all(w.max(axis=1).astype(np.int32) - zp <= _FAST_BOUND)
+                            and np.all(zp - w.min(axis=1).astype(np.int32) <= _FAST_BOUND))
             self._fast = flag
         return flag
 

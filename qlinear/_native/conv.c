@@ -143,13 +143,26 @@ int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, in
         for (int i = 0; i < M; i++) {
             const uint8_t *src = (const uint8_t *)w + (size_t)i * (size_t)K;
             int8_t *d = (int8_t *)dst + (size_t)i * (size_t)ldl;
-            int32_t sum = 0;
-            for (int kk = 0; kk < K; kk++) {
-                int32_t v = load8(src + kk, w_type) - wzp[i];
-                if (v < -64 || v > 64) return -1;
-                d[kk] = (int8_t)v;
-                sum += v;
+            int32_t sum = 0, z = wzp[i];
+            int bad = 0;
+            /* no early exit: a loop the compiler vectorizes; the verdict comes after the row */
+            if (w_type == QL_U8) {
+                for (int kk = 0; kk < K; kk++) {
+                    int32_t v = (int32_t)src[kk] - z;
+                    bad |= (v < -64) | (v > 64);
+                    d[kk] = (int8_t)v;
+                    sum += v;
+                }
+            } else {
+                const int8_t *si = (const int8_t *)src;
+                for (int kk = 0; kk < K; kk++) {
+                    int32_t v = (int32_t)si[kk] - z;
+                    bad |= (v < -64) | (v > 64);
+                    d[kk] = (int8_t)v;
+                    sum += v;
+                }
             }
+            if (bad) return -1;
             for (int kk = K; kk < kp; kk++) d[kk] = 0;
             row_a[i] = sum;
             row_z[i] = 0;
