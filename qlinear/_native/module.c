@@ -459,7 +459,34 @@ done:
     return ret;
 }
 
+/* kernel_peak(isa, which, reps, tasks, threads) -> multiply-adds done (peak.c) */
+long long ql_kernel_peak(const ql_gemm_kernel *k, long reps, int tasks, int threads);
+static PyObject *m_kernel_peak(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *isa; int which, tasks, threads; long reps;
+    if (!PyArg_ParseTuple(args, "silii", &isa, &which, &reps, &tasks, &threads)) return NULL;
+    const ql_gemm_kernel *k = kernel_arg(isa, which, NULL);
+    if (!k) return NULL;
+    if (reps < 1 || tasks < 1 || threads < 1)
+        return PyErr_Format(PyExc_ValueError, "qlinear native: kernel_peak needs positive counts");
+    long long macs;
+    Py_BEGIN_ALLOW_THREADS
+    macs = ql_kernel_peak(k, reps, tasks, threads);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLongLong(macs);
+}
+
+/* outbuf.c: pooled output buffers */
+PyObject *ql_py_empty(PyObject *self, PyObject *args);
+PyObject *ql_py_pool_stats(PyObject *self, PyObject *args);
+PyObject *ql_py_pool_clear(PyObject *self, PyObject *args);
+int ql_outbuf_init(void);
+
 static PyMethodDef methods[] = {
+    {"kernel_peak", m_kernel_peak, METH_VARARGS, "Run a micro-kernel on L1-resident operands (peak rate)."},
+    {"empty", ql_py_empty, METH_VARARGS, "An output buffer of n bytes from the bounded output pool."},
+    {"pool_stats", ql_py_pool_stats, METH_NOARGS, "(cached bytes, cached blocks, min bytes, max MiB) of the output pool."},
+    {"pool_clear", ql_py_pool_clear, METH_NOARGS, "Free the output pool's cached blocks."},
     {"info", m_info, METH_NOARGS, "ISA levels this CPU runs (best first), compiler, threads."},
     {"set_isa", m_set_isa, METH_VARARGS, "Select the ISA level by name."},
     {"get_isa", m_get_isa, METH_NOARGS, "The selected ISA level."},
@@ -482,5 +509,6 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_qlnative", "qlinear
 
 PyMODINIT_FUNC PyInit__qlnative(void) {
     current_isa = ql_isa_get(0);
+    if (ql_outbuf_init() < 0) return NULL;
     return PyModule_Create(&moddef);
 }
