@@ -233,11 +233,11 @@ def _native_matmul(right: _RightOperand, matrix: np.ndarray, zp: np.ndarray,
         qmin, qmax = _RANGE[out_dtype]
         z = int(yzp)
         lo, hi = float(qmin - z), float(qmax - z)
-        out = np.empty((*out_batch, M, N), dtype=out_dtype)
+        out = _native.empty((*out_batch, M, N), out_dtype)
         signed = int(qmin < 0)
     else:
         mult, m_bs, m_rs, m_cs, lo, hi, z, signed = _NO_MULT, 0, 0, 0, 0.0, 0.0, 0, 0
-        out = np.empty((*out_batch, M, N), dtype=np.int32)
+        out = _native.empty((*out_batch, M, N), np.int32)
     C.matmul(isa, which, rows, N, K, batches, a, _TYPE[a.dtype], Ba, a_idx,
              zpa, zpa_bs, zpa_rs, packed, colsums, zcol, Bb, b_idx, out, int(quantized), signed,
              mult, m_bs, m_rs, m_cs, lo, hi, z)

@@ -242,6 +242,7 @@ typedef struct {
     Py_ssize_t pre, C, post, chunk;   /* tasks: chunks of `chunk` elements of one (pre, c) run */
     Py_ssize_t runs_per_row;
     const float *scale; const int32_t *zp; int per_axis;
+    int stream;                       /* dequantize: non-temporal stores (huge outputs) */
 } qd_ctx;
 
 static void qd_task(void *vctx, ptrdiff_t t, int thread) {
@@ -272,7 +273,7 @@ static void qd_task(void *vctx, ptrdiff_t t, int thread) {
                          q->out + start * q->oes, q->out_type);
     else
         q->isa->dequantize(q->x + start * q->xes, q->x_type, run_len, s, ss, z, ss,
-                           (float *)(q->out + start * q->oes));
+                           (float *)(q->out + start * q->oes), q->stream);
 }
 
 /* quantize(isa, x, x_type, pre, C, post, per_axis, scale, zp, out, out_type) and
@@ -302,7 +303,9 @@ static PyObject *qd_common(PyObject *args, int quant) {
         goto done;
     if (n > 0) {
         qd_ctx q = {isa, quant, (const char *)x.buf, x_type, xes, (char *)o.buf, out_type, oes,
-                    pre, C, post, 0, 1, (const float *)s.buf, (const int32_t *)z.buf, per_axis && np > 1};
+                    pre, C, post, 0, 1, (const float *)s.buf, (const int32_t *)z.buf, per_axis && np > 1,
+                    /* an output of 16 MiB or more does not stay in the caches anyway: stream it */
+                    !quant && n * (Py_ssize_t)oes >= ((Py_ssize_t)16 << 20)};
         Py_ssize_t tasks;
         const Py_ssize_t chunk = 1 << 14;
         int threads = n >= (1 << 18) ? ql_num_threads() : 1;  /* below: ~30 us on one core */
