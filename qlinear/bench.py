@@ -456,13 +456,12 @@ def _peak_extra_memory(fn: Callable[[], Any]) -> tuple[int, str]:
     On Linux: the resident-set high-water mark (VmHWM, reset through /proc/self/clear_refs)
     above the resident size before the call, which sees the native engine's C allocations
     (tracemalloc does not). Elsewhere: tracemalloc's peak (NumPy's allocations only).
-    Cached buffers (the NumPy engine's scratch, the native engine's output pool) are dropped
-    first, so that the call allocates everything it uses.
+    The native engine's output pool is emptied first, so that the call allocates everything
+    it uses.
     """
     try:
-        from qlinear import _engine, _native
+        from qlinear import _native
 
-        getattr(_engine, "clear_scratch", lambda: None)()
         if _native.available() and hasattr(_native._C, "pool_clear"):
             _native._C.pool_clear()
     except ImportError:
