@@ -1,9 +1,11 @@
 """The workspace limit holds on a large convolution, measured from outside NumPy's accounting.
 
 tracemalloc does not see the native engine's C allocations, so each case runs in a child
-process that measures its peak resident set (``resource.getrusage(...).ru_maxrss``, its
-high-water mark reset through /proc/self/clear_refs once the inputs exist) around one
-QLinearConv call: the peak above the resident set before the call, minus the output, must
+process that measures its peak resident set (VmHWM in /proc/self/status, the high-water mark
+reset through /proc/self/clear_refs once the inputs exist) around one QLinearConv call.
+(Not ``getrusage(...).ru_maxrss``: after fork and exec it also carries the parent's peak, the
+size of the whole pytest process.) The peak above the resident set before the call, minus
+the output, must
 stay within the workspace limit (plus, on the NumPy engine, one image's float32 padded copy,
 the floor of its tiling, and a fixed allowance for the interpreter's own noise).
 """
@@ -20,7 +22,10 @@ import pytest
 from qlinear import _native
 
 CHILD = r"""
-import ctypes, json, resource, sys
+import ctypes, json, sys
+# no transparent huge pages: with them, touching one byte of a 2 MiB-aligned region (a
+# thread's malloc arena, say) makes 2 MiB resident, which is noise here, not workspace
+ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE
 import numpy as np
 import qlinear
 engine, limit = sys.argv[1], int(sys.argv[2])
@@ -36,12 +41,12 @@ p.run(x[:1], *args)  # first-call work (packing, lazy imports) out of the way
 ctypes.CDLL("libc.so.6").malloc_trim(0)
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # the peak resident set restarts from the current one
-def rss_kib():
+def status_kib(field):
     with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-before = rss_kib()
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+before = status_kib("VmRSS")
 y = p.run(x, *args)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak = status_kib("VmHWM")
 print(json.dumps({"above": (peak - before) * 1024 - y.nbytes, "output": y.nbytes,
                   "padded_image": 4 * c * (h + 2) ** 2, "accumulator": 4 * y.size}))
 """
