@@ -810,7 +810,11 @@ def markdown_report(results: list[dict[str, Any]], summary: dict[str, Any],
                  f"threads per engine; {_qlinear_version_text(machine)}, numpy "
                  f"{machine.get('numpy')}, onnxruntime {machine.get('onnxruntime')}, onnx "
                  f"{machine.get('onnx')}. Median of at least {args.repeat} interleaved runs "
-                 "(more for fast cases). See machine.md.")
+                 "(more for fast cases). Load average (1 min) "
+                 f"{_fmt((machine.get('load_average') or [None])[0], '.1f')} at the start, "
+                 f"{_fmt((machine.get('load_average_end') or [None])[0], '.1f')} at the end "
+                 "(ratios of a shared machine's runs are reliable only at low load). "
+                 "See machine.md.")
     lines += ["", "## Summary", ""]
     for group, label in (("conv", "Convolutions (QLinearConv, ConvInteger)"),
                          ("matmul", "Matrix products (QLinearMatMul, MatMulInteger)"),
@@ -851,7 +855,9 @@ def markdown_report(results: list[dict[str, Any]], summary: dict[str, Any],
         lines.append(f"- All {al['cases']} cases: geometric mean of qlinear/onnxruntime time "
                      f"**{al['geomean_qlinear_over_onnxruntime']:.2f}**; above 1.5: "
                      f"{len(al['cases_above_1_5'])}"
-                     + (f" ({', '.join(al['cases_above_1_5'])})" if al['cases_above_1_5'] else "")
+                     + (f" ({', '.join(al['cases_above_1_5'][:8])}"
+                        + (", ..." if len(al['cases_above_1_5']) > 8 else "") + ")"
+                        if al['cases_above_1_5'] else "")
                      + ".")
     pl = summary.get("plain")
     if pl:
