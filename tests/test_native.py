@@ -250,3 +250,29 @@ def test_output_pool_reuses_released_outputs_only():
     assert 0 < blocks <= 8 and cached <= max_mib * 2**20
     C.pool_clear()
     assert C.pool_stats()[:2] == (0, 0)
+
+
+def test_kernel_peak_runs_every_kernel(engine_level):
+    """The micro-kernel loop behind qlinear bench's peak: every kernel of the level runs on
+    its L1-resident operands and reports the multiply-adds done (tasks x reps x mr x nr x 256)."""
+    if engine_level in (None, "numpy"):
+        pytest.skip("native levels only")
+    C = _native._C
+    isa = engine_level.split("-", 1)[1]
+    for which in (0, 1):
+        info = C.kernel_info(isa, which)
+        if info is None:
+            continue
+        assert C.kernel_peak(isa, which, 3, 5, 2) == 5 * 3 * info["mr"] * info["nr"] * 256
+    with pytest.raises(ValueError):
+        C.kernel_peak(isa, 0, 0, 1, 1)
+
+
+def test_bench_measures_the_peak():
+    if _native.native() is None:
+        pytest.skip("needs the native engine")
+    from qlinear.bench import measure_peak
+
+    got = measure_peak(2, seconds=0.002, trials=2)
+    assert got["isa"] == _native.isa()
+    assert got["kernels"]["exact"]["gmacs_1t"] > 0 and got["peak_gmacs"] > 0
