@@ -103,3 +103,43 @@ def test_numpy_convolution_in_image_groups_is_exact(monkeypatch):
     finally:
         qlinear.set_workspace_limit(saved)
     assert_exact(got, oracle.qlinear_conv(*args, pads=[1, 0, 1, 2]))
+
+
+PADS_CHILD = r"""
+import ctypes, json, sys
+ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE
+import numpy as np
+import qlinear
+qlinear._native.set_engine(sys.argv[1])
+x = (np.arange(64 * 16, dtype=np.int64) % 251).astype(np.uint8).reshape(1, 64, 4, 4)
+w = np.ones((8, 64, 3, 3), np.int8)
+attrs = dict(pads=[3000] * 4, strides=[3000] * 2)
+qlinear.conv_integer(x, w, np.uint8(7))  # first-call work out of the way
+ctypes.CDLL("libc.so.6").malloc_trim(0)
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")
+def status_kib(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+before = status_kib("VmRSS")
+y = qlinear.conv_integer(x, w, np.uint8(7), **attrs)
+print(json.dumps({"above": (status_kib("VmHWM") - before) * 1024, "shape": list(y.shape)}))
+"""
+
+
+@pytest.mark.parametrize("engine", ["native", "numpy"])
+def test_no_padded_copy_on_either_engine(engine):
+    """pads and strides of 3000 around a 64-channel 4x4 image (3x3 kernel): a padded copy would
+    take 64 x 6004² elements (2.3 GB as int8, 9 GB as float32), and a loop over the padded
+    positions would take minutes. Both engines read only the 3x3 grid of windows. (The values
+    are checked against the oracle in test_hostile.py and test_conv.py.)"""
+    if engine == "native" and not _native.available():
+        pytest.skip("the native engine is not built")
+    if not os.access("/proc/self/clear_refs", os.W_OK):
+        pytest.skip("needs Linux's /proc/self/clear_refs to reset the peak resident set")
+    out = subprocess.run([sys.executable, "-c", PADS_CHILD, engine], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["shape"] == [1, 8, 3, 3]
+    assert got["above"] <= NOISE, got
