@@ -60,7 +60,7 @@ static void pool_put(void *p, size_t size) {
     void *drop = p;
     pthread_mutex_lock(&pool_mu);
     if (size >= POOL_MIN && size <= POOL_BYTES) {
-        /* evict the oldest-placed blocks (lowest slots first) until this one fits */
+        /* evict cached blocks (lowest slots first) until this one fits */
         for (int i = 0; i < POOL_SLOTS && pool_bytes + size > POOL_BYTES; i++)
             if (pool[i].ptr) {
                 free(pool[i].ptr);
