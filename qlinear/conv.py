@@ -186,7 +186,7 @@ class _ConvWeights:
             plan = self._plans.put(key, (geom, zp, mult, y_zero_point) + self._native_plan(isa, x, zp, geom, mult,
                                                                                            y_zero_point))
         kind, w, out_shape, y_dtype, head, tail = plan[4:]
-        y = np.empty(out_shape, dtype=y_dtype)
+        y = _native.empty(out_shape, y_dtype)   # 1 MiB and more: from the output pool
         if bias is not None:
             bias = np.ascontiguousarray(bias, dtype=np.int32)
         C.conv(isa, kind, np.ascontiguousarray(x), *head, w, y, *tail, bias,
