@@ -46,6 +46,7 @@ from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
 import qlinear as _q
+from qlinear import _blas
 from qlinear import backend_contrib as _contrib
 from qlinear.backend_float import FLOAT_KERNELS, FastEvaluator  # float glue ops, lean graph loop
 
@@ -832,14 +833,16 @@ class QLinearRep(BackendRep):
     def run(self, inputs, progress: bool | None = False, **kwargs) -> tuple[np.ndarray, ...]:  # type: ignore[override]
         """Outputs in graph order. ``progress=None`` shows a bar on a terminal's stderr."""
         feeds = self._feeds(inputs)
-        return tuple(self._named(lambda: self._with_progress(
-            lambda: self.evaluator.run(None, feeds), progress)))
+        with _blas.single_threaded():
+            return tuple(self._named(lambda: self._with_progress(
+                lambda: self.evaluator.run(None, feeds), progress)))
 
     def run_all(self, inputs, progress: bool | None = False) -> dict[str, Any]:
         """Every tensor of the graph (inputs, initializers, intermediates, outputs) by name."""
         feeds = self._feeds(inputs)
-        return self._named(lambda: self._with_progress(
-            lambda: self.evaluator.run(None, feeds, intermediate=True), progress))
+        with _blas.single_threaded():
+            return self._named(lambda: self._with_progress(
+                lambda: self.evaluator.run(None, feeds, intermediate=True), progress))
 
     def _with_progress(self, fn, enabled):
         if enabled is False:

@@ -52,6 +52,8 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
+from . import _blas
+
 __all__ = ["conv", "average_pool", "resize", "softmax", "sigmoid", "FLOAT_KERNELS",
            "FastEvaluator"]
 
@@ -178,7 +180,7 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, auto_pad:
             order = (1, 2, *range(3, 3 + nd), 0, *range(3 + nd, 3 + 2 * nd))
             cols = view.transpose(order).reshape(g, cg * ksize, n * p)
         if g == 1:  # one 2-D product (a stacked matmul of one would loop in NumPy)
-            y = np.matmul(w.reshape(mg, cg * ksize), cols[0])[None]
+            y = _blas.matmul(w.reshape(mg, cg * ksize), cols[0])[None]
         else:
             y = np.matmul(w.reshape(g, mg, cg * ksize), cols)  # (g, mg, n*p)
         if n == 1:

@@ -599,3 +599,29 @@ def test_reshape_exact(opset, shape, allowzero):
     model = _model("Reshape", {"x": x}, attrs, opset, {"s": np.int64(shape)})
     q, o, r = _run_all(model, {"x": x})
     assert q.shape == o.shape == r.shape and np.array_equal(q, o) and np.array_equal(q, r)
+
+
+# ---------------------------------------------------------------- float products while running
+
+
+@pytest.mark.parametrize("m,k,n", [(24, 96, 3136), (512, 64, 196), (3, 2000, 900), (7, 5, 3)])
+def test_split_matmul_matches_numpy(m, k, n):
+    """Inside a run, large float products are split into blocks over threads (qlinear._blas);
+    every block is an ordinary SGEMM, so the product agrees with NumPy's to float rounding,
+    and OpenBLAS's thread setting is restored afterwards."""
+    from qlinear import _blas
+
+    rng = np.random.default_rng(m + k + n)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    h = _blas._openblas()
+    before = h[1]() if h else None
+    with _blas.single_threaded():
+        if h:
+            assert h[1]() == 1
+        got = _blas.matmul(a, b)
+    if h:
+        assert h[1]() == before
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    assert got.shape == (m, n) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
