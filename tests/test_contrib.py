@@ -180,6 +180,71 @@ def test_binary_int_min_quirk(dtype):
     assert want[0] == np.iinfo(dtype).min
 
 
+
+def _engines():
+    """Every way qlinear computes the element-wise operators here: the NumPy engine and each
+    ISA level of the compiled one (scalar = the portable C code, avx2 = its AVX2+FMA kernels)."""
+    from qlinear import _native
+
+    out = [("numpy", lambda: _native.use_engine("numpy"))]
+    if _native.available():
+        out += [(f"native-{isa}", lambda isa=isa: _native.use_isa(isa))
+                for isa in _native.engine_info()["isas"]]
+    return out
+
+
+# sizes around the kernels' 16-element steps, their tails, and the threaded chunks (64 Ki)
+NATIVE_SIZES = [1, 2, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 255, 257, 65535, 65537, 3 * 65536 + 5]
+
+
+@pytest.mark.parametrize("op,fn", [("QLinearAdd", c.qlinear_add), ("QLinearMul", c.qlinear_mul)])
+@pytest.mark.parametrize("dtype", [U8, I8])
+def test_binary_sizes_and_engines_match_ort(op, fn, dtype):
+    """Full-range operands of every size class, a vector against a vector, a one-element
+    operand on either side, and a broadcast that is materialized; tiny and huge output scales
+    (values past 2**31 convert to INT_MIN, hence the type's minimum) inside the vector body."""
+    rng = np.random.default_rng([dtype == I8, op == "QLinearMul", 5])
+    cases = []
+    for n in NATIVE_SIZES:
+        cases += [((n,), (n,)), ((1,), (n,)), ((n,), ())]
+    cases += [((3, 1, 40), (3, 33, 40)), ((2, 17, 1), (1, 17, 9))]
+    for i, (sa, sb) in enumerate(cases):
+        ins = _binary_inputs(rng, dtype, sa, sb)
+        if i % 5 == 3:
+            ins[6] = ("Cs", F(1e-9))  # products far beyond 2**31
+        elif i % 5 == 4:
+            ins[6] = ("Cs", F(50.0))  # everything near the zero point
+        want = run_node(op, ins, out_dtypes=(dtype,))[0]
+        for name, use in _engines():
+            with use():
+                got = fn(*[v for _, v in ins])
+            assert got.dtype == want.dtype and got.shape == want.shape, (name, sa, sb)
+            assert_exact(got, want)
+
+
+@pytest.mark.parametrize("dtype", [U8, I8])
+def test_table_ops_sizes_and_engines_match_ort(dtype):
+    """The 256-entry tables applied by every engine at sizes around the native loop's 4-byte
+    steps and the threaded chunks (QLinearSigmoid, QLinearLeakyRelu, QLinearConcat's
+    requantization), every input byte present."""
+    rng = np.random.default_rng([dtype == I8, 12])
+    for n in [63, 64, 65, 67, 256, 1 << 19, (1 << 19) + 3]:
+        x = rand_int(rng, dtype, (n,))
+        x[:256] = np.arange(256, dtype=np.uint8).view(dtype)[:min(n, 256)] if n >= 256 else x[:256]
+        ins = [("X", x), ("Xs", scale(rng, 1e-3, 0.4)), ("Xz", zp(rng, dtype)), ("Ys", scale(rng, 1e-3, 0.05)),
+               ("Yz", zp(rng, dtype))]
+        want_s = run_node("QLinearSigmoid", ins, out_dtypes=(dtype,))[0]
+        want_l = run_node("QLinearLeakyRelu", ins, {"alpha": 0.1}, out_dtypes=(dtype,))[0]
+        y_scale, y_zp = scale(rng), zp(rng, dtype)
+        cat = [("Ys", y_scale), ("Yz", y_zp), ("X0", x), ("S0", ins[1][1]), ("Z0", ins[2][1]),
+               ("X1", x[:5].copy()), ("S1", y_scale), ("Z1", y_zp)]
+        want_c = run_node("QLinearConcat", cat, {"axis": 0}, out_dtypes=(dtype,))[0]
+        for name, use in _engines():
+            with use():
+                assert_exact(c.qlinear_sigmoid(*[v for _, v in ins]), want_s)
+                assert_exact(c.qlinear_leaky_relu(*[v for _, v in ins], alpha=0.1), want_l)
+                assert_exact(c.qlinear_concat(*[v for _, v in cat], axis=0), want_c)
+
 # ----------------------------------------------------------------------------- table ops
 
 
