@@ -47,6 +47,7 @@ from onnx.reference.op_run import OpRun
 
 import qlinear as _q
 from qlinear import _blas
+from qlinear.quantize import PreparedDequantize, PreparedQuantize
 from qlinear import backend_contrib as _contrib
 from qlinear.backend_float import FLOAT_KERNELS, FastEvaluator  # float glue ops, lean graph loop
 
@@ -440,6 +441,19 @@ class _QLinearOp(OpRun):
             self._weights_ref = weights  # keep the arrays alive so ids stay unique
         return self._prepared
 
+    def _prepared_params(self, cls, scale, zero_point, axis):
+        """``cls(scale, zero_point, axis=axis)`` built once when both are constants of the model
+        (the same array objects on every run), else None (the caller validates per call)."""
+        names = self.onnx_node.input[1:3]
+        if self.constant_inputs is None or not all(n in self.constant_inputs for n in names if n):
+            return None
+        key = (id(scale), id(zero_point))
+        if self._cache_key != key or self._prepared is None:
+            self._prepared = self._call(cls, scale, zero_point, axis=axis)
+            self._cache_key = key
+            self._weights_ref = (scale, zero_point)  # keep the arrays alive so ids stay unique
+        return self._prepared
+
     def _check_float32(self, what: str, v) -> None:
         if v is not None and np.asarray(v).dtype != np.float32:
             raise self._fail(f"{what} is {np.asarray(v).dtype}; qlinear implements the float32 "
@@ -477,6 +491,9 @@ class QuantizeLinear(_QLinearOp):
                 raise self._fail("output_dtype and y_zero_point's type differ")
         if self.version == 10 and np.asarray(y_scale).size != 1:
             raise self._fail("QuantizeLinear-10 takes a scalar y_scale (per-axis needs opset 13)")
+        prepared = self._prepared_params(PreparedQuantize, y_scale, y_zero_point, g.get("axis", 1))
+        if prepared is not None:
+            return (self._call(prepared.run, x),)
         return (self._call(_q.quantize_linear, x, y_scale, y_zero_point, axis=g.get("axis", 1)),)
 
 
@@ -493,6 +510,9 @@ class DequantizeLinear(_QLinearOp):
         self._check_float32("x_scale", x_scale)
         if self.version == 10 and np.asarray(x_scale).size != 1:
             raise self._fail("DequantizeLinear-10 takes a scalar x_scale (per-axis needs opset 13)")
+        prepared = self._prepared_params(PreparedDequantize, x_scale, x_zero_point, g.get("axis", 1))
+        if prepared is not None:
+            return (self._call(prepared.run, x),)
         return (self._call(_q.dequantize_linear, x, x_scale, x_zero_point, axis=g.get("axis", 1)),)
 
 

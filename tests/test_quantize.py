@@ -293,3 +293,45 @@ def test_non_contiguous_and_readonly_inputs():
     for qv in (q[::2, ::2, ::-1], np.asfortranarray(q[:, :4])):
         check_dq(qv, scale, np.arange(4).astype(I8), axis=1)
         check_dq(qv, F32(0.3), I8(9))
+
+
+# ----------------------------------------------------------- prepared forms (the backend's)
+
+
+@pytest.mark.parametrize("zdt", [U8, I8])
+def test_prepared_quantize_and_dequantize_match_the_oracle(zdt):
+    """The backend's QuantizeLinear/DequantizeLinear with constant parameters validate them
+    once (qlinear.quantize.PreparedQuantize / PreparedDequantize); their fast path and every
+    fallback (per axis, views, int32 x, the NumPy engine) give the oracle's bits."""
+    from qlinear import _native
+    from qlinear.quantize import PreparedDequantize, PreparedQuantize
+
+    rng = np.random.default_rng([zdt == I8, 21])
+    engines = ["numpy"] + (["native"] if _native.available() else [])
+    for n in (1, 7, 64, 1000, 70000):
+        x = (rng.standard_normal(n) * 300).astype(np.float32)
+        x[: min(n, 4)] = np.array([np.nan, np.inf, -np.inf, 0.5], np.float32)[: min(n, 4)]
+        s = np.array(rng.uniform(0.01, 2), np.float32)
+        z = rand_int(rng, zdt, ())
+        q, d = PreparedQuantize(s, z), PreparedDequantize(s, z)
+        want_q = oracle.quantize_linear(x, s, z)
+        for name in engines:
+            with _native.use_engine(name):
+                for view in (x, x[::2], x.reshape(1, -1)):
+                    assert_exact(q.run(view), oracle.quantize_linear(view, s, z))
+                got = q.run(x)
+                assert_exact(got, want_q)
+                assert_exact(d.run(got), oracle.dequantize_linear(got, s, z))
+                assert_exact(d.run(got[::3]), oracle.dequantize_linear(got[::3], s, z))
+    # per axis and int32 inputs take the plain functions
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    s = rng.uniform(0.01, 1, 3).astype(np.float32)
+    z = rand_int(rng, zdt, (3,))
+    got = PreparedQuantize(s, z, axis=1).run(x)
+    assert_exact(got, oracle.quantize_linear(x, s, z, axis=1))
+    assert_exact(PreparedDequantize(s, z, axis=1).run(got), oracle.dequantize_linear(got, s, z, axis=1))
+    xi = rng.integers(-1000, 1000, 10).astype(np.int32)
+    assert_exact(PreparedDequantize(np.float32(0.5), None).run(xi), oracle.dequantize_linear(xi, np.float32(0.5), None))
+    # a wrong zero point type is refused as dequantize_linear refuses it
+    with pytest.raises(TypeError, match="dequantize_linear"):
+        PreparedDequantize(np.float32(0.5), np.zeros((), U8)).run(np.zeros(3, I8))
