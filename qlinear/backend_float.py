@@ -576,6 +576,11 @@ class Reshape(_FloatOp):
         return data.reshape(dims)
 
 
+#: Operators never folded into constants: their outputs differ between runs on the same
+#: inputs (random generators) or they have effects beyond their outputs.
+_NOT_FOLDABLE = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+                           "Multinomial", "Bernoulli", "Dropout"})
+
 FLOAT_KERNELS: list[type[OpRun]] = [Conv, AveragePool, GlobalAveragePool, GlobalMaxPool, Sigmoid,
                                     Softmax, LeakyRelu, Relu, Resize, Reshape]
 
@@ -622,6 +627,13 @@ class FastEvaluator(ReferenceEvaluator):
                 if name not in keep:
                     drop[i].append(name)
         plan = []
+        # Tensors with the same value on every run: initializers that no feed can replace (a
+        # graph input's initializer is only its default), then the outputs of Constant nodes
+        # and of deterministic nodes that read only such tensors (evaluated on the first run
+        # and reused, as onnxruntime folds constants when it loads a model: a DequantizeLinear
+        # of a constant weight, a Shape-free chain of Reshape constants, ...).
+        graph_inputs = set(self.input_names)
+        constant = {n for n in self.rt_inits_ if n not in graph_inputs} if not subgraphs else set()
         for i, node in enumerate(nodes):
             how, extra, check = "run", None, None
             impl = node
@@ -642,7 +654,12 @@ class FastEvaluator(ReferenceEvaluator):
             if how in ("context", "const") or (how == "run" and check is not None):
                 impl = node  # the guard's own run() checks (context and Constant: unguarded)
                 check = None
-            plan.append((impl, how, extra, list(node.input), list(node.output), drop[i], check))
+            fold = (how not in ("context", "const") and plain and impl.op_type not in _NOT_FOLDABLE
+                    and all(n in constant for n in node.input if n))
+            if fold or how == "const":
+                constant.update(n for n in node.output if n)
+            plan.append((impl, how, extra, list(node.input), list(node.output), drop[i], check,
+                         fold))
         return plan
 
     def run(self, output_names, feed_inputs, attributes=None, intermediate=False,  # type: ignore[override]
@@ -663,9 +680,17 @@ class FastEvaluator(ReferenceEvaluator):
         results.update(feed_inputs)
         nodes = self.rt_nodes_  # may be a progress-bar wrapper around the same list
         timing = self.node_seconds
-        for _, (pnode, how, extra, ins, outs, drop, check) in zip(nodes, plan):
+        for _, (pnode, how, extra, ins, outs, drop, check, fold) in zip(nodes, plan):
             if timing is not None:
                 t0 = time.perf_counter()
+            if fold:
+                outputs = consts.get(id(pnode))
+                if outputs is not None:
+                    for name, value in zip(outs, outputs):
+                        results[name] = value
+                    if timing is not None:
+                        timing[pnode.op_type] = timing.get(pnode.op_type, 0.0) + time.perf_counter() - t0
+                    continue
             try:
                 inputs = [results[i] for i in ins]
             except KeyError as e:
@@ -695,6 +720,12 @@ class FastEvaluator(ReferenceEvaluator):
                 outputs = pnode.run(*inputs, context=results)
             else:
                 outputs = pnode.run(*inputs)
+            if fold:
+                # read-only: a consumer writing into a cached tensor would change later runs
+                for o in outputs:
+                    if isinstance(o, np.ndarray):
+                        o.flags.writeable = False
+                consts[id(pnode)] = outputs
             for name, value in zip(outs, outputs):
                 results[name] = value
             if not intermediate:
