@@ -35,6 +35,7 @@ semantics: a node whose input types turn out, at run time, to fall outside the f
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -614,18 +615,37 @@ def max_pool(x, *, kernel_shape, strides=None, pads=None, dilations=None,
 
     Padded positions hold the type's minimum (-inf for floats), so they never win. A maximum
     is exact, so this is bit-identical to onnxruntime for integers and for NaN-free floats
-    (a NaN in a window propagates to that output).
+    (a NaN in a window propagates to that output). The geometry is computed once per input
+    shape and attributes (``_max_pool_plan``).
     """
+    tup = lambda v: tuple(int(i) for i in v) if v is not None else None  # noqa: E731
+    pad_width, taps, out = _max_pool_plan(tuple(x.shape), tup(kernel_shape), tup(strides), tup(pads),
+                                          tup(dilations), str(auto_pad), int(ceil_mode))
+    lo = np.iinfo(x.dtype).min if x.dtype.kind in "iu" else -np.inf
+    if 0 in out:
+        return np.full(out, lo, dtype=x.dtype)
+    xp = np.pad(x, pad_width, constant_values=lo) if pad_width is not None else x
+    y = np.array(xp[taps[0]], dtype=x.dtype)  # the first tap (a copy: y is written below)
+    for sl in taps[1:]:
+        np.maximum(y, xp[sl], out=y)
+    return y
+
+
+@functools.lru_cache(maxsize=256)
+def _max_pool_plan(shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode):
+    """(np.pad widths or None when every window lies inside x, the taps' index tuples, the
+    output shape) of a MaxPool."""
     import itertools
 
     from qlinear.tools.ortsat import explicit_pads
 
-    nd = x.ndim - 2
-    spatial = list(x.shape[2:])
+    nd = len(shape) - 2
+    spatial = list(shape[2:])
     kernel = list(kernel_shape)
     strides = list(strides) if strides else [1] * nd
     dilations = list(dilations) if dilations else [1] * nd
-    pb, pe = explicit_pads(spatial, kernel, strides, dilations, auto_pad, pads)
+    pb, pe = explicit_pads(spatial, kernel, strides, dilations, auto_pad,
+                           list(pads) if pads is not None else None)
     out = []
     for i in range(nd):
         eff = (kernel[i] - 1) * dilations[i] + 1
@@ -636,15 +656,14 @@ def max_pool(x, *, kernel_shape, strides=None, pads=None, dilations=None,
         out.append(max(o, 0))
     extra = [max(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
                  - (spatial[i] + pb[i] + pe[i])) for i in range(nd)]
-    lo = np.iinfo(x.dtype).min if np.issubdtype(x.dtype, np.integer) else -np.inf
-    xp = np.pad(x, [(0, 0), (0, 0)] + [(pb[i], pe[i] + extra[i]) for i in range(nd)],
-                constant_values=lo)
-    y = np.full(x.shape[:2] + tuple(out), lo, dtype=x.dtype)
-    for off in itertools.product(*[range(k) for k in kernel]):
-        sl = tuple(slice(off[i] * dilations[i], off[i] * dilations[i] + (out[i] - 1) * strides[i] + 1,
-                         strides[i]) for i in range(nd))
-        np.maximum(y, xp[(slice(None), slice(None)) + sl], out=y)
-    return y
+    pad_width = None
+    if any(pb) or any(pe) or any(extra):
+        pad_width = [(0, 0), (0, 0)] + [(pb[i], pe[i] + extra[i]) for i in range(nd)]
+    taps = [(slice(None), slice(None)) + tuple(
+                slice(off[i] * dilations[i], off[i] * dilations[i] + (out[i] - 1) * strides[i] + 1,
+                      strides[i]) for i in range(nd))
+            for off in itertools.product(*[range(k) for k in kernel])]
+    return pad_width, taps, tuple(shape[:2]) + tuple(out)
 
 
 class MaxPool(OpRun):
@@ -662,11 +681,12 @@ class MaxPool(OpRun):
         self.version = node_version("MaxPool", "", opset)
         self.given = _attrs(onnx_node)
         self._float = load_op("", "MaxPool", self.version)(onnx_node, run_params)
+        self._with_indices = len([o for o in onnx_node.output if o]) > 1
 
     def run(self, *args, **kwargs):  # noqa: D102
         x = args[0]
-        with_indices = len([o for o in self.onnx_node.output if o]) > 1
-        is_integer = np.issubdtype(np.asarray(x).dtype, np.integer)
+        with_indices = self._with_indices
+        is_integer = np.asarray(x).dtype.kind in "iu"
         if with_indices and not is_integer:
             return self._float.run(*args, **kwargs)
         name = self.onnx_node.name or self.onnx_node.output[0]
