@@ -445,11 +445,17 @@ def test_dynamic_quantize_linear_matches_ort():
     cases = [np.zeros(5, F), np.full(4, 3.0, F), np.full(4, -2.0, F), np.array([np.nan, 1, -1], F),
              np.array([1e-30, -1e-30], F)]
     cases += [(rng.standard_normal((3, 7)) * rng.uniform(1e-3, 100) + rng.uniform(-5, 5)).astype(F) for _ in range(60)]
+    # sizes around the native kernel's vector steps, infinities and NaN inside, 3-D views
+    cases += [(rng.standard_normal(n) * 10).astype(F) for n in (1, 15, 16, 17, 33, 1000)]
+    cases += [np.array([np.inf, 1, -3, 0.5] * 5, F), np.array([-np.inf, 2, np.nan] * 7, F),
+              (rng.standard_normal((2, 6, 5)) * 4).astype(F)[:, ::2]]
     for x in cases:
-        want = run_node("DynamicQuantizeLinear", [("x", x)], domain="", out_dtypes=(U8, F, U8))
-        got = c.dynamic_quantize_linear(x)
-        for g, w in zip(got, want):
-            assert_exact(np.asarray(g), np.asarray(w))
+        want = run_node("DynamicQuantizeLinear", [("x", np.ascontiguousarray(x))], domain="", out_dtypes=(U8, F, U8))
+        for _, use in _engines():
+            with use():
+                got = c.dynamic_quantize_linear(x)
+            for g, w in zip(got, want):
+                assert_exact(np.asarray(g), np.asarray(w))
 
 
 @pytest.mark.parametrize("dtype", [U8, I8, np.uint16, np.int16])
