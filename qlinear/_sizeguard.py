@@ -272,6 +272,10 @@ def with_size_guards(kernels: Sequence[type[OpRun]], max_tensor_bytes: int | Non
     guards = [type(op, (_SizeGuard,), {"_limit": int(max_tensor_bytes),
                                        "_base": existing.get(("", op))})
               for op in OUTPUT_SIZE_GUARDS]
-    return [k for k in kernels if (k.op_domain, k.__name__) not in
-            {("", op) for op in OUTPUT_SIZE_GUARDS}] + guards
+    from qlinear import _control
+
+    # Loop and Scan grow their scan outputs one slice per iteration: counted as they grow
+    replaced = {("", op) for op in OUTPUT_SIZE_GUARDS} | {("", "Loop"), ("", "Scan")}
+    return ([k for k in kernels if (k.op_domain, k.__name__) not in replaced] + guards
+            + _control.limited(max_tensor_bytes))
 

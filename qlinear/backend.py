@@ -822,13 +822,15 @@ class QLinearRep(BackendRep):
         """``max_tensor_bytes``: refuse (NodeError) before an operator whose output size
         depends on input values or broadcasting (Expand, ConstantOfShape, Tile, Pad, Resize,
         Range, OneHot, MatMul, elementwise operators) would allocate more; None: no limit."""
+        from qlinear._control import CONTROL_KERNELS
         from qlinear._sizeguard import with_size_guards
 
         model = inline_functions(model)
         self.model = model
         self.emulate = emulate
         self.evaluator = FastEvaluator(
-            model, new_ops=with_size_guards(kernels_for(emulate) + FLOAT_KERNELS, max_tensor_bytes))
+            model, new_ops=with_size_guards(kernels_for(emulate) + FLOAT_KERNELS + CONTROL_KERNELS,
+                                     max_tensor_bytes))
         self.evaluator.rt_nodes_ = _TrackedNodes(self.evaluator.rt_nodes_)
         # Constant weights (initializers, Constant outputs) are prepared once and cached.
         constants = {i.name for i in model.graph.initializer} | {

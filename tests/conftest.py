@@ -55,6 +55,21 @@ def call_untouched(fn, *args, **kwargs):
 # Engines and ISA levels: the matmul and quantize suites run on the NumPy engine and on the
 # native engine at every ISA level this CPU runs; the other levels are skipped, named.
 # ------------------------------------------------------------------------------------------
+
+def shared_models_dir() -> "str | None":
+    """The folder of real quantized models (``shared/models``): $QLINEAR_MODELS if set, else
+    ``<repo>/../shared/models`` (how the project's machines lay it out), else
+    ``/work/shared/models``; None when none exists (the tests using it then skip)."""
+    import os
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    candidates = [os.environ.get("QLINEAR_MODELS"),
+                  os.path.join(os.path.dirname(repo), "shared", "models"), "/work/shared/models"]
+    for d in candidates:
+        if d and os.path.isdir(d):
+            return d
+    return None
+
 import pytest  # noqa: E402
 
 from qlinear import _native  # noqa: E402

@@ -313,3 +313,53 @@ def test_old_opset_per_axis_refused():
                [_init("s", np.ones(3, np.float32))], opset=10)
     with pytest.raises(backend.NodeError, match="DequantizeLinear-10"):
         backend.prepare(m).run([np.zeros((2, 3), np.uint8)])
+
+
+def _loop_model(slice_shape, trips, with_cond=True, carried=True):
+    """Loop: carries v (v + 1 per trip) and stacks a scan output of ``slice_shape`` (v
+    broadcast onto it plus the iteration number), ``trips`` trips (None: M omitted, the
+    condition turns false when i reaches 2)."""
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node("Add", ["v", "one"], ["v2"]),
+             helper.make_node("Cast", ["i"], ["fi"], to=T.FLOAT),
+             helper.make_node("Add", ["v2", "fi"], ["s0"]),
+             helper.make_node("Expand", ["s0", "shape"], ["slice"]),
+             helper.make_node("Less", ["i", "two"], ["c2"])]
+    inits = [_init("one", np.float32(1)), _init("shape", np.array(slice_shape, np.int64)),
+             _init("two", np.int64(2))]
+    body = helper.make_graph(nodes, "body", [vi("i", T.INT64, []), vi("c", T.BOOL, []),
+                                             vi("v", T.FLOAT, [])],
+                             [vi("c2", T.BOOL, []), vi("v2", T.FLOAT, []),
+                              vi("slice", T.FLOAT, list(slice_shape))], inits)
+    outer = [_init("cond", np.array(True))]
+    m_in = ""
+    if trips is not None:
+        outer.append(_init("M", np.int64(trips)))
+        m_in = "M"
+    loop = helper.make_node("Loop", [m_in, "cond" if with_cond else "", "x"], ["vf", "ys"],
+                            body=body)
+    return _model([loop], [vi("x", T.FLOAT, [])],
+                  [vi("vf", T.FLOAT, []), vi("ys", T.FLOAT, None)], outer, opset=16)
+
+
+@pytest.mark.parametrize("slice_shape", [(), (3,), (2, 3), (2, 1, 4)])
+@pytest.mark.parametrize("trips,with_cond", [(4, False), (5, True), (None, True), (0, True)])
+def test_loop_stacks_scan_outputs_as_onnxruntime(slice_shape, trips, with_cond):
+    # onnx.reference concatenates slices of rank >= 2 ((2, 3) x 4 trips -> (8, 3)); the
+    # operator stacks them ((4, 2, 3)), as onnxruntime does
+    m = _loop_model(slice_shape, trips, with_cond)
+    feeds = {"x": np.array(0.5, np.float32)}
+    want = _ort(m, feeds)
+    got = backend.prepare(m).run(feeds)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.shape, w.shape)
+        assert np.array_equal(g, w)
+
+
+def test_onnx_reference_loop_still_concatenates():
+    # the reason for qlinear._control.Loop: when onnx.reference stacks like the operator,
+    # this test fails and the override can go
+    m = _loop_model((2, 3), 4, True)  # 3 trips: the condition stops it
+    got = ReferenceEvaluator(m).run(None, {"x": np.array(0.5, np.float32)})[1]
+    assert got.shape == (6, 3)
+    assert backend.prepare(m).run({"x": np.array(0.5, np.float32)})[1].shape == (3, 2, 3)

@@ -46,7 +46,11 @@ def _run_all(model, feeds):
     o = ort.InferenceSession(model.SerializeToString(), so,
                              providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     try:
-        r = ReferenceEvaluator(model).run(None, feeds)[0]
+        # onnx.reference's Sigmoid computes exp(x) of large |x| (overflow warnings, right
+        # results: the branch np.where drops divides inf by inf); qlinear's own call above runs
+        # with warnings enabled
+        with np.errstate(over="ignore", invalid="ignore"):
+            r = ReferenceEvaluator(model).run(None, feeds)[0]
     except (ValueError, AssertionError):
         # onnx.reference cannot run some valid cases (AveragePool with auto_pad SAME and a
         # stride larger than the kernel: negative pads); onnxruntime still checks them
@@ -429,7 +433,9 @@ def test_fast_evaluator_same_results_and_intermediates():
         x = (np.random.default_rng(seed).standard_normal((1, 3, 8, 8)) * (1 + 2 * seed)).astype(
             np.float32)
         y = rep.run({"x": x})[0]
-        np.testing.assert_allclose(y, ref.run(None, {"x": x})[0], rtol=2e-6, atol=2e-6)
+        with np.errstate(over="ignore", invalid="ignore"):  # onnx.reference's Sigmoid
+            want = ref.run(None, {"x": x})[0]
+        np.testing.assert_allclose(y, want, rtol=2e-6, atol=2e-6)
         everything = rep.run_all({"x": x})
         assert {"x", "w", "c2", "x2", "c", "s", "b", "y"} <= set(everything)
         assert everything["c2"] == np.float32(2)

@@ -604,8 +604,9 @@ from onnx import helper, numpy_helper  # noqa: E402
 
 import qlinear.backend as backend  # noqa: E402
 from qlinear.tools import ortsat  # noqa: E402
+from conftest import shared_models_dir  # noqa: E402
 
-MODELS = Path(os.environ.get("QLINEAR_MODELS", "/work/shared/models"))
+MODELS = Path(shared_models_dir() or os.environ.get("QLINEAR_MODELS", "shared/models"))
 
 
 def _model(name: str) -> Path:

@@ -278,6 +278,58 @@ def test_timeout_ends_an_endless_loop(capsys, tmp_path):
     _one_line_error(*_main(capsys, "run", path, "--timeout", "0"), "--timeout 0: must be")
 
 
+def _growing_loop(tmp_path, trips):
+    """A Loop whose scan output gains a 64 KiB slice (128x128 float32) per iteration."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c2"]),
+         helper.make_node("ConstantOfShape", ["shape"], ["slice"],
+                          value=helper.make_tensor("v", T.FLOAT, [1], [1.0]))],
+        "body", [_vi("i", T.INT64, []), _vi("c", T.BOOL, [])],
+        [_vi("c2", T.BOOL, []), _vi("slice", T.FLOAT, [128, 128])],
+        initializer=[_i64([128, 128], "shape")])
+    return _save(tmp_path, "grow.onnx",
+                 [helper.make_node("Loop", ["n", "cond"], ["y"], body=body, name="grow")],
+                 [], [_vi("y", T.FLOAT, ["t", 128, 128])],
+                 [_i64(trips, "n"), numpy_helper.from_array(np.array(True), "cond")])
+
+
+def _growing_scan(tmp_path, rows):
+    """A Scan over ``rows`` rows whose scan output is a 64 KiB slice per row."""
+    body = helper.make_graph(
+        [helper.make_node("Expand", ["r", "shape"], ["slice"])],
+        "body", [_vi("r", T.FLOAT, [1])], [_vi("slice", T.FLOAT, [128, 128])],
+        initializer=[_i64([128, 128], "shape")])
+    return _save(tmp_path, "scan.onnx",
+                 [helper.make_node("Scan", ["x"], ["y"], body=body, num_scan_inputs=1,
+                                   name="sweep")],
+                 [_vi("x", T.FLOAT, [rows, 1])], [_vi("y", T.FLOAT, [rows, 128, 128])])
+
+
+def test_loop_and_scan_outputs_are_size_guarded_while_they_grow(capsys, tmp_path):
+    # a 10^12-trip Loop stacking 64 KiB per iteration stops at the limit (1 MiB: 17th slice),
+    # not after exhausting memory; the message names the node, the body output and the sizes
+    loop = _growing_loop(tmp_path, 10**12)
+    t = time.perf_counter()
+    line = _one_line_error(*_main(capsys, "run", loop, "--max-tensor-bytes", str(2**20)),
+                           "node 'grow' (Loop): scan output 0 (body output 'slice')",
+                           "after 17 iterations", "limit of 1.0 MiB")
+    assert time.perf_counter() - t < 10, line
+    with pytest.raises(backend.NodeError, match="'sweep' \\(Scan\\).*after 17 iterations"):
+        backend.QLinearRep(onnx.load(_growing_scan(tmp_path, 1000)),
+                           max_tensor_bytes=2**20).run({"x": np.ones((1000, 1), np.float32)})
+    # under the limit the same graphs run and give the stacked outputs; the running totals
+    # start again on every run (a second run is not refused)
+    rep = backend.QLinearRep(onnx.load(_growing_loop(tmp_path, 16)), max_tensor_bytes=2**20)
+    for _ in range(2):
+        y = rep.run({})[0]
+        assert y.shape == (16, 128, 128) and np.all(y == 1)
+    rep = backend.QLinearRep(onnx.load(_growing_scan(tmp_path, 16)), max_tensor_bytes=2**20)
+    x = np.arange(16, dtype=np.float32).reshape(16, 1)
+    for _ in range(2):
+        y = rep.run({"x": x})[0]
+        assert y.shape == (16, 128, 128) and np.array_equal(y[:, 0, 0], x[:, 0])
+
+
 def test_run_time_error_names_its_node(capsys, tmp_path):
     path = _save(tmp_path, "reshape.onnx", [helper.make_node("Reshape", ["x", "s"], ["y"],
                                                              name="flat")],

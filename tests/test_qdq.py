@@ -21,6 +21,7 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
+from conftest import shared_models_dir  # noqa: E402
 from qlinear import backend  # noqa: E402
 from qlinear.qdq import FUSED_OPS, fuse_qdq  # noqa: E402
 from qdq_models import I8, U8, Builder, op_counts, ort_optimized, ort_run  # noqa: E402
@@ -612,8 +613,7 @@ def test_prepare_rejects_bad_qdq_mode():
 
 # --------------------------------------------------------------------------- real models
 
-MODELS_DIR = os.environ.get("QLINEAR_MODELS", os.path.join(
-    os.path.dirname(__file__), "..", "..", "..", "shared", "models"))
+MODELS_DIR = shared_models_dir() or os.environ.get("QLINEAR_MODELS", "shared/models")
 QDQ_MODELS = ["mnist_cntk_ortstatic_qdq", "mobilenetv2-7_qdq_opset10",
               "ultraface_rfb320_ortstatic_qdq", "retinaface_vitisai_qdq"]
 

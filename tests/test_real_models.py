@@ -38,14 +38,14 @@ from qlinear import cli, qdq  # noqa: E402
 from qlinear.tools import compare, ortsat  # noqa: E402
 from qlinear.tools.model import load_model, random_inputs  # noqa: E402
 
+from conftest import shared_models_dir  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _models_dir() -> Path | None:
-    for d in (REPO.parent / "shared" / "models", Path("/work/shared/models")):
-        if d.is_dir():
-            return d
-    return None
+    d = shared_models_dir()
+    return Path(d) if d else None
 
 
 MODELS_DIR = _models_dir()
