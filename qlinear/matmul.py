@@ -65,7 +65,7 @@ class _RightOperand:
         # call uses b once, while the caller waits.
         self.matrix = np.array(matrix, copy=True) if owned else matrix
         self._numpy: tuple | None = None
-        self._packed: dict[tuple[str, int], tuple] = {}
+        self._packed: dict[Any, tuple] = {}  # by (isa, kernel), and by isa: the kernel chosen
 
     # -- NumPy engine ------------------------------------------------------------------------
     def _numpy_form(self) -> tuple[np.ndarray, Reduction]:
@@ -118,6 +118,9 @@ class _RightOperand:
     def packed(self, isa: str) -> tuple:
         """(which kernel, packed panels, column sums, zero points in the form's terms) for the
         native engine at ISA level ``isa``; packed once per level."""
+        got = self._packed.get(isa)  # the usual case: packed on an earlier call
+        if got is not None:
+            return got
         C = _native._C
         fast = C.kernel_info(isa, 1) is not None and self._fits_fast_path()
         key = (isa, int(fast))
@@ -125,6 +128,7 @@ class _RightOperand:
         if got is None:
             got = _native_pack_b(isa, int(fast), self.matrix, self.zero_point)
             self._packed[key] = got
+        self._packed[isa] = got
         return got
 
     def _fits_fast_path(self) -> bool:
