@@ -891,3 +891,51 @@ def test_emulated_contrib_operators_match_onnxruntime_nodes():
         want = _ort_session(m).run(None, feeds)[0]
         assert_exact(backend.prepare(m, emulate="onnxruntime-avx2").run(feeds)[0], want)
         assert not np.array_equal(backend.prepare(m).run(feeds)[0], want), op  # the saturation shows
+
+
+@pytest.mark.parametrize("bzp", ["per tensor", "per column", "absent"])
+def test_backend_prepared_products_match_functions_and_onnxruntime(bzp):
+    """MatMulIntegerToFloat and DynamicQuantizeMatMul with a constant B pack it once in the
+    backend; B fed as a graph input is packed per run. Both give the functions' bits (checked
+    against onnxruntime above) and onnxruntime's own (7-bit B: exact on every x86)."""
+    rng = np.random.default_rng([("per tensor", "per column", "absent").index(bzp), 71])
+    k, n = 24, 10
+    b = rng.integers(-64, 64, (k, n)).astype(I8)
+    zb = {"per tensor": np.array(3, I8), "per column": rng.integers(-5, 5, n).astype(I8), "absent": None}[bzp]
+    bs = rng.uniform(0.01, 0.1, n).astype(F)
+    bias = rng.standard_normal(n).astype(F)
+    a = rng.integers(0, 256, (2, 3, k)).astype(U8)
+    af = (rng.standard_normal((2, 3, k)) * 3).astype(F)
+    sa, za = np.array(0.05, F), np.array(7, U8)
+    for const_b in (True, False):
+        inits = [numpy_helper.from_array(v, nm) for nm, v in
+                 [("bs", bs), ("bias", bias), ("sa", sa), ("za", za)] + ([("zb", zb)] if zb is not None else [])]
+        if const_b:
+            inits.append(numpy_helper.from_array(b, "B"))
+        zb_name = "zb" if zb is not None else ""
+        nodes = [helper.make_node("MatMulIntegerToFloat", ["A", "B", "sa", "bs", "za", zb_name, "bias"], ["Y1"],
+                                  domain="com.microsoft"),
+                 helper.make_node("DynamicQuantizeMatMul", ["AF", "B", "bs", zb_name, "bias"], ["Y2"],
+                                  domain="com.microsoft")]
+        ins = [helper.make_tensor_value_info("A", onnx.TensorProto.UINT8, list(a.shape)),
+               helper.make_tensor_value_info("AF", onnx.TensorProto.FLOAT, list(af.shape))]
+        if not const_b:
+            ins.append(helper.make_tensor_value_info("B", onnx.TensorProto.INT8, [k, n]))
+        outs = [helper.make_tensor_value_info(y, onnx.TensorProto.FLOAT, None) for y in ("Y1", "Y2")]
+        m = helper.make_model(helper.make_graph(nodes, "products", ins, outs, inits),
+                              opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+        m.ir_version = 8
+        feeds = {"A": a, "AF": af, **({} if const_b else {"B": b})}
+        rep = backend.prepare(m)
+        want1 = c.matmul_integer_to_float(a, b, sa, bs, za, zb, bias)
+        want2 = c.dynamic_quantize_matmul(af, b, bs, zb, bias)
+        ort_out = _ort_session(m).run(None, feeds)
+        for _ in range(2):  # the second run reuses the packed B
+            y1, y2 = rep.run(feeds)
+            assert_exact(y1, want1)
+            assert_exact(y2, want2)
+            assert_exact(y1, ort_out[0])
+            assert_exact(y2, ort_out[1])
+        # the constant B was prepared once and kept; a fed B never is
+        kept = [rt._prepared is not None for rt in rep.evaluator.rt_nodes_]
+        assert kept == [const_b, const_b]
