@@ -78,6 +78,49 @@ def single_threaded() -> Iterator[None]:
                 setter(_saved)
 
 
+def batched_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.matmul`` of stacks ``a`` (G, M, K) and ``b`` (G, K, N) (a grouped Conv's products):
+    inside :func:`single_threaded`, large stacks are split into blocks of whole entries over the
+    threads, every entry an ordinary SGEMM as ``np.matmul`` computes it."""
+    g, m, k = a.shape
+    n = b.shape[2]
+    nt = threads()
+    if nt <= 1 or _users == 0 or g < 2 or g * m * k * n < SPLIT_MIN_MACS:
+        return np.matmul(a, b)
+    out = np.empty((g, m, n), np.result_type(a, b))
+    tiles = min(g, 2 * nt)
+    bounds = [g * i // tiles for i in range(tiles + 1)]
+    _run_tiles(tiles, nt, lambda i: np.matmul(a[bounds[i]:bounds[i + 1]], b[bounds[i]:bounds[i + 1]],
+                                              out=out[bounds[i]:bounds[i + 1]]))
+    return out
+
+
+def _run_tiles(tiles: int, nt: int, fn) -> None:
+    """fn(i) for i in range(tiles), claimed one at a time by the caller and nt - 1 helpers."""
+    global _pool
+    claim = iter(range(tiles))
+    claim_lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with claim_lock:
+                i = next(claim, None)
+            if i is None:
+                return
+            fn(i)
+
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="qlinear-blas")
+        pool = _pool
+    helpers = [pool.submit(work) for _ in range(nt - 1)]
+    try:
+        work()
+    finally:
+        for h in helpers:
+            h.result()
+
+
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b`` for 2-D float arrays; a large product inside :func:`single_threaded` is split
     into row blocks of ``a`` (or column blocks of ``b`` when ``a`` has few rows) computed
@@ -94,30 +137,13 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     length = m if by_rows else n
     tiles = 2 * nt  # claimed one at a time: a thread slowed by other load takes fewer
     bounds = [length * i // tiles for i in range(tiles + 1)]
-    claim = iter(range(tiles))
-    claim_lock = threading.Lock()
 
-    def work() -> None:
-        while True:
-            with claim_lock:
-                i = next(claim, None)
-            if i is None:
-                return
-            s = slice(bounds[i], bounds[i + 1])
-            if by_rows:
-                np.matmul(a[s], b, out=out[s])
-            else:
-                out[:, s] = np.matmul(a, b[:, s])
+    def block(i: int) -> None:
+        s = slice(bounds[i], bounds[i + 1])
+        if by_rows:
+            np.matmul(a[s], b, out=out[s])
+        else:
+            out[:, s] = np.matmul(a, b[:, s])
 
-    global _pool
-    with _lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="qlinear-blas")
-        pool = _pool
-    helpers = [pool.submit(work) for _ in range(nt - 1)]
-    try:
-        work()
-    finally:
-        for h in helpers:
-            h.result()
+    _run_tiles(tiles, nt, block)
     return out

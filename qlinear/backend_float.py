@@ -182,7 +182,7 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, auto_pad:
         if g == 1:  # one 2-D product (a stacked matmul of one would loop in NumPy)
             y = _blas.matmul(w.reshape(mg, cg * ksize), cols[0])[None]
         else:
-            y = np.matmul(w.reshape(g, mg, cg * ksize), cols)  # (g, mg, n*p)
+            y = _blas.batched_matmul(w.reshape(g, mg, cg * ksize), cols)  # (g, mg, n*p)
         if n == 1:
             y = y.reshape(1, m, *out)
         else:

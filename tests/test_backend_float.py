@@ -669,3 +669,19 @@ def test_constant_subgraphs_fold_once_and_inputs_never_fold():
     assert not np.array_equal(y - y0, yb - y0b)  # a new random draw each run
     cached = rep.run_all({"x": x})["wf"]
     assert not cached.flags.writeable
+
+
+@pytest.mark.parametrize("g,m,k,n", [(8, 16, 72, 6400), (2, 3, 5, 7), (16, 8, 144, 1600)])
+def test_split_batched_matmul_matches_numpy(g, m, k, n):
+    """A grouped Conv's stacked products, split into blocks of whole groups over threads inside
+    a run (qlinear._blas.batched_matmul): each group an ordinary SGEMM."""
+    from qlinear import _blas
+
+    rng = np.random.default_rng(g * m + k)
+    a = rng.standard_normal((g, m, k)).astype(np.float32)
+    b = rng.standard_normal((g, k, n)).astype(np.float32)
+    with _blas.single_threaded():
+        got = _blas.batched_matmul(a, b)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    assert got.shape == (g, m, n) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
