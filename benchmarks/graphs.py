@@ -293,6 +293,7 @@ def table(directory: Path | None, repeat: int, only: str | None = None) -> list[
     lines = ["| model | format | operators | compare | compare --emulate onnxruntime-avx2 | "
              "quantized nodes differing on onnxruntime's inputs | qlinear ms | onnxruntime ms | "
              "ratio |", "|---|---|---|---|---|---|---|---|---|"]
+    print("\n".join(lines), flush=True)
     ratios = []
     for name, src in models(directory):
         if only and only not in name:
