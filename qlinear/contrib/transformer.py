@@ -54,12 +54,17 @@ def _hidden_param(op: str, name: str, value: Any, hidden: int) -> np.ndarray:
 
 
 def _layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray | None, epsilon: float):
-    mean = x.mean(axis=-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    # the operations of x.mean and ((x - mean) ** 2).mean (a pairwise sum by add.reduce, then a
+    # division by the count), without their per-call Python overhead
+    n = x.shape[-1]
+    mean = np.add.reduce(x, axis=-1, keepdims=True) / n
+    d = x - mean
+    var = np.add.reduce(np.square(d), axis=-1, keepdims=True) / n
     inv_std = 1.0 / np.sqrt(var + epsilon)
-    y = (x - mean) * inv_std * gamma
+    y = d * inv_std
+    y *= gamma
     if beta is not None:
-        y = y + beta
+        y += beta
     return y, mean, inv_std
 
 
@@ -74,10 +79,11 @@ def skip_layer_normalization(input: np.ndarray, skip: np.ndarray, gamma: np.ndar
     sk = p.float_tensor(op, "skip", skip)
     if x.ndim < 2:
         raise ValueError(f"{op}: input must have rank >= 2 (..., hidden); got shape {x.shape}")
-    try:
-        np.broadcast_to(sk, x.shape)
-    except ValueError:
-        raise ValueError(f"{op}: skip must broadcast to input's shape {x.shape}; got shape {sk.shape}") from None
+    if sk.shape != x.shape:  # (the usual case, equal shapes, needs no check)
+        try:
+            np.broadcast_to(sk, x.shape)
+        except ValueError:
+            raise ValueError(f"{op}: skip must broadcast to input's shape {x.shape}; got shape {sk.shape}") from None
     hidden = x.shape[-1]
     s = x.astype(F64) + sk
     if bias is not None:
