@@ -147,3 +147,16 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
     _run_tiles(tiles, nt, block)
     return out
+
+
+def split_channels(channels: int, work: int, fn) -> None:
+    """fn(c0, c1) over blocks of channels [0, channels): inside :func:`single_threaded` and with
+    ``work`` (element operations) large enough, blocks are claimed by the caller and helper
+    threads (NumPy releases the GIL inside ufuncs on large arrays); else one call."""
+    nt = threads()
+    if nt <= 1 or _users == 0 or channels < 2 or work < SPLIT_MIN_MACS:
+        fn(0, channels)
+        return
+    tiles = min(channels, 2 * nt)
+    bounds = [channels * i // tiles for i in range(tiles + 1)]
+    _run_tiles(tiles, nt, lambda i: fn(bounds[i], bounds[i + 1]))

@@ -160,10 +160,20 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, auto_pad:
             xp = np.repeat(xp, mg, axis=1)  # output channel o reads input channel o // mg
         wt = w.reshape(m, ksize)
         y = np.zeros((n, m, *out), dtype=dt)
-        shape = (1, m) + (1,) * nd
-        for t, off in enumerate(itertools.product(*[range(k) for k in kernel])):
-            tap = xp[(slice(None), slice(None)) + _tap_slices(off, out, strides, dilations)]
-            y += wt[:, t].reshape(shape) * tap
+        taps = [_tap_slices(off, out, strides, dilations)
+                for off in itertools.product(*[range(k) for k in kernel])]
+
+        def channels(c0: int, c1: int) -> None:
+            # the taps of channels [c0, c1) added in order into y, through one reused product
+            # buffer (a temporary per tap costs an allocation and its page faults)
+            yc = y[:, c0:c1]
+            tmp = np.empty_like(yc)
+            shape = (1, c1 - c0) + (1,) * nd
+            for t, sl in enumerate(taps):
+                np.multiply(wt[c0:c1, t].reshape(shape), xp[(slice(None), slice(c0, c1)) + sl], out=tmp)
+                yc += tmp
+
+        _blas.split_channels(m, y.size * ksize, channels)
     else:
         if ksize == 1 and not any(pb) and not any(pe):
             xs = x[(slice(None), slice(None)) + tuple(slice(None, (out[i] - 1) * strides[i] + 1,
