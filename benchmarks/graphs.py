@@ -282,7 +282,8 @@ def table(directory: Path | None, repeat: int, only: str | None = None) -> list[
     """The docs/models.md table: per model its format, operators, ``qlinear compare``'s
     verdict against onnxruntime's normal session (exact kernels, and ``--emulate
     onnxruntime-avx2`` where onnxruntime saturates here), the nodes that differ on
-    onnxruntime's own inputs, and warm medians of both engines (2 threads, batch 1), interleaved, and of qlinear run alone."""
+    onnxruntime's own inputs, and warm medians of both engines (2 threads, batch 1),
+    interleaved, and of qlinear run alone."""
     import onnxruntime as ort
 
     import qlinear.backend as backend
