@@ -138,6 +138,12 @@ def dequantize_linear(x: np.ndarray, x_scale: Any, x_zero_point: Any = None, *, 
     return out
 
 
+def _real_array(x: np.ndarray) -> bool:
+    """Contiguous, or a view without a broadcast axis (stride 0), which the fast paths copy to
+    a contiguous array first (a broadcast view takes the plain functions and their checks)."""
+    return x.flags.c_contiguous or 0 not in x.strides
+
+
 # Type codes of the native engine by dtype (a dict lookup; ``dtype.name`` costs microseconds).
 _CODES = {np.dtype(k): c for k, c in _native.TYPE_CODES.items()}
 
@@ -168,8 +174,11 @@ class PreparedQuantize:
     def run(self, x: np.ndarray) -> np.ndarray:
         C = _native.native()
         if (C is None or not self._per_tensor or type(x) is not np.ndarray
-                or x.dtype != np.float32 or not x.flags.c_contiguous):
+                or x.dtype != np.float32 or not _real_array(x)):
             return quantize_linear(x, *self._args, axis=self._axis)
+        if not x.flags.c_contiguous:  # a transposed or strided view: copied first
+            v.check_size("quantize_linear", "a contiguous copy of x", x.shape, 4)
+            x = np.ascontiguousarray(x)
         # x is a real contiguous float32 array, so the output (a quarter of its bytes) needs no
         # size check
         out = np.empty(x.shape, dtype=self.dtype)
@@ -200,11 +209,13 @@ class PreparedDequantize:
 
     def run(self, x: np.ndarray) -> np.ndarray:
         C = _native.native()
-        if (C is None or not self._fast or type(x) is not np.ndarray or not x.flags.c_contiguous
+        if (C is None or not self._fast or type(x) is not np.ndarray or not _real_array(x)
                 or x.dtype not in _EIGHT_BIT
                 or (self._zp_dtype is not None and x.dtype != self._zp_dtype)):
             return dequantize_linear(x, *self._args, axis=self._axis)
         v.check_size("dequantize_linear", "the output", x.shape, 4)
+        if not x.flags.c_contiguous:  # a transposed or strided view: copied first (a quarter
+            x = np.ascontiguousarray(x)  # of the output's bytes, checked above)
         out = np.empty(x.shape, dtype=np.float32)
         C.dequantize(C.get_isa(), x, _CODES[x.dtype], 1, 1, x.size, 0, self._scale, self._zp, out)
         return out

@@ -335,3 +335,24 @@ def test_prepared_quantize_and_dequantize_match_the_oracle(zdt):
     # a wrong zero point type is refused as dequantize_linear refuses it
     with pytest.raises(TypeError, match="dequantize_linear"):
         PreparedDequantize(np.float32(0.5), np.zeros((), U8)).run(np.zeros(3, I8))
+
+
+def test_prepared_forms_take_transposed_views_and_refuse_huge_strided_ones():
+    """A transposed activation (a view, as onnx.reference's Transpose returns) goes through the
+    prepared fast path after a copy, with the oracle's bits; a sliding-window view far larger
+    than its buffer is refused by the size limit before any copy."""
+    from numpy.lib.stride_tricks import as_strided
+
+    from qlinear.quantize import PreparedDequantize, PreparedQuantize
+
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((3, 40, 7)) * 50).astype(np.float32).transpose(2, 0, 1)
+    s, z = np.array(0.3, np.float32), np.array(9, U8)
+    q = PreparedQuantize(s, z).run(x)
+    assert_exact(q, oracle.quantize_linear(x, s, z))
+    assert_exact(PreparedDequantize(s, z).run(q.transpose(1, 2, 0)),
+                 oracle.dequantize_linear(q.transpose(1, 2, 0), s, z))
+    base = np.zeros(1000, np.float32)
+    huge = as_strided(base, shape=(1 << 20, 1 << 20), strides=(4, 4))
+    with pytest.raises(ValueError, match="quantize_linear"):
+        PreparedQuantize(s, z).run(huge)
