@@ -1,53 +1,25 @@
-"""Element-wise passes (quantize, dequantize, round-and-saturate) in large blocks, on all cores
-for large tensors.
+"""Element-wise passes (quantize, dequantize, round-and-saturate) of the NumPy engine, in blocks.
 
 A tensor is seen as (pre, C, post) where per-axis parameters run along C (per-tensor
 parameters: C = 1). Each block of at most ``BLOCK`` elements goes through every pass of its
-kernel before the next block starts. Results are the same bits as one whole-array pass: every
-operation is element-wise.
-
-Measured on the 2-core benchmark machine (16M-element QuantizeLinear, six NumPy passes per
-block): blocks of 1 Mi elements ran at 14 ms single-threaded, 256 Ki at 14 ms and 64 Ki at
-25 ms (NumPy's cost per call outweighs any cache gain; the 32 MiB L3 holds a 1 Mi block's
-passes). Threads pay only with few, large tasks: every handoff of the GIL between two threads
-that call NumPy back to back costs a thread wake-up, which is slow in this VM (~0.1-0.3 ms).
-A pool task per 256 Ki block made the 16M case *slower* (24 ms) than one thread; one task per
-thread, each running its share of 1 Mi blocks, took 8.4 ms. Below 1 Mi elements one thread
-does all (0.9 ms single against 0.65 ms split at 1 Mi, a loss below that).
+kernel before the next block starts, so the temporaries are one block, never the whole
+tensor. Results are the same bits as one whole-array pass: every operation is element-wise.
+(Blocks of 1 Mi elements: NumPy's cost per call stays small against the work, and a block's
+passes stay in the caches.) One thread: the native engine is the fast, threaded path; this
+one stays the plain second implementation.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 import numpy as np
 
 BLOCK = 1 << 20
-# From this many elements on, the blocks are shared among the threads, one task per thread.
-PARALLEL_MIN = 1 << 21
 
 _local = threading.local()
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _threads() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def _get_pool() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=_threads(), thread_name_prefix="qlinear-ew")
-        return _pool
 
 
 def scratch(shape: tuple[int, ...]) -> np.ndarray:
@@ -87,30 +59,8 @@ def run_blocked(kernel: Callable[..., None], arrays: Sequence[np.ndarray], param
     total = pre * c * post
     if total == 0:
         return
-    if total <= BLOCK and total < PARALLEL_MIN:  # the common case: one call, no slicing
+    if total <= BLOCK:  # the common case: one call, no slicing
         kernel(*arrays, *params)
         return
-    threads = _threads() if total >= PARALLEL_MIN else 1
-    blocks = _blocks(pre, c, post, min(BLOCK, -(-total // threads)))
-    threads = min(threads, len(blocks))
-
-    def share(i: int) -> None:
-        for block in blocks[i::threads]:
-            kernel(*(a[block] for a in arrays), *(p if p.ndim == 0 else p[block[1]] for p in params))
-
-    if threads == 1:
-        share(0)
-        return
-    errors = np.geterr()  # NumPy's error state is per thread: the helpers take the caller's
-
-    def helper(i: int) -> None:
-        with np.errstate(**errors):
-            share(i)
-
-    pool = _get_pool()
-    helpers = [pool.submit(helper, i) for i in range(1, threads)]
-    try:
-        share(0)
-    finally:
-        for h in helpers:
-            h.result()
+    for block in _blocks(pre, c, post, BLOCK):
+        kernel(*(a[block] for a in arrays), *(p if p.ndim == 0 else p[block[1]] for p in params))

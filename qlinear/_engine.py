@@ -25,14 +25,8 @@ Batches and large images are processed in tiles so that the scratch memory stays
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import math
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from typing import Iterator
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -56,211 +50,28 @@ _DW_GEMM_MAX_LENGTH = 1024
 _DW_METHOD: str | None = None
 
 
-# ------------------------------------------------------------------------------------------
-# Threads: OpenBLAS single-threaded inside the engine, GEMMs split over our own threads
-# ------------------------------------------------------------------------------------------
-#
-# By default GEMMs use OpenBLAS's own threads (as many as it is allowed: threadpoolctl,
-# OPENBLAS_NUM_THREADS). Opt-in alternative, QLINEAR_GEMM_THREADS=pool: OpenBLAS
-# single-threaded inside the engine and each GEMM split into tiles claimed one by one by a
-# small pool of threads. Measured on the 2-core benchmark machine: while other processes
-# competed for the cores, OpenBLAS's statically split threads stalled (a 2 ms GEMM took
-# 15-50 ms) and the pool degraded gracefully; on a quieter machine OpenBLAS's threads were
-# faster (ResNet/BERT quick suite: geometric mean 1.7-1.8x onnxruntime against 2.3-3.5x
-# with the pool), hence the default.
-
-def _find_openblas() -> tuple | None:
-    """(set_num_threads, get_num_threads) of the OpenBLAS NumPy uses, through ctypes."""
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "openblas" in line.lower()}
-    except OSError:
-        return None
-    for path in sorted(paths):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for prefix, suffix in (("scipy_openblas", "64_"), ("scipy_openblas", ""),
-                               ("openblas", "64_"), ("openblas", "")):
-            try:
-                setter = getattr(lib, f"{prefix}_set_num_threads{suffix}")
-                getter = getattr(lib, f"{prefix}_get_num_threads{suffix}")
-            except AttributeError:
-                continue
-            setter.argtypes, setter.restype = [ctypes.c_int], None
-            getter.argtypes, getter.restype = [], ctypes.c_int
-            return setter, getter
-    return None
-
-
-_blas = _find_openblas() if os.environ.get("QLINEAR_GEMM_THREADS") == "pool" else None
-_blas_lock = threading.Lock()
-_blas_users = 0
-_blas_saved = 1
-_threads = 1  # GEMM threads of the calls in progress
-_pool: ThreadPoolExecutor | None = None
-_pool_size = 0
-# A GEMM is split when it has at least this many multiply-adds per thread.
-_MIN_SPLIT_MACS = 1 << 18
-# Above this many multiply-adds per tile, more tiles than threads (dynamic balancing).
-_TILE_MACS = 1 << 24
-
-
-@contextmanager
-def engine_threads() -> Iterator[None]:
-    """Within: OpenBLAS single-threaded, GEMMs split over the engine's pool (re-entrant)."""
-    global _blas_users, _blas_saved, _threads
-    if _blas is None:
-        yield
-        return
-    setter, getter = _blas
-    with _blas_lock:
-        if _blas_users == 0:
-            _blas_saved = max(1, int(getter()))
-            _threads = _blas_saved
-            if _blas_saved > 1:
-                setter(1)
-        _blas_users += 1
-    try:
-        yield
-    finally:
-        with _blas_lock:
-            _blas_users -= 1
-            if _blas_users == 0:
-                if _blas_saved > 1:
-                    setter(_blas_saved)
-                _threads = 1
-
-
-def _get_pool(threads: int) -> ThreadPoolExecutor:
-    global _pool, _pool_size
-    with _blas_lock:
-        if _pool is None or _pool_size != threads - 1:
-            if _pool is not None:
-                _pool.shutdown(wait=False)
-            _pool = ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="qlinear")
-            _pool_size = threads - 1
-        return _pool
-
-
-def _with_engine_threads(fn):
-    """Run an engine entry point inside ``engine_threads()``."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with engine_threads():
-            return fn(*args, **kwargs)
-    return wrapper
-
-
-def _tile_bounds(a: np.ndarray, b: np.ndarray, out_shape: tuple[int, ...]):
-    """How to split a product among the engine's threads: (by_cols, bounds) or None."""
-    threads = _threads
-    if threads <= 1:
-        return None
-    rows, k, cols = a.shape[-2], a.shape[-1], b.shape[-1]
-    macs = math.prod(out_shape) * k
-    if macs < 2 * _MIN_SPLIT_MACS:
-        return None
-    # Row tiles split best when each keeps >= 64 rows (measured: column tiles of a
-    # 128 x 768 x 768 product did not run concurrently); columns otherwise.
-    by_cols = rows < 64 * threads and cols > rows
-    length = cols if by_cols else rows
-    # One tile per thread at least; more (claimed dynamically) only when tiles stay large
-    # enough for single-threaded SGEMM to run at full speed.
-    tiles = min(4 * threads, max(threads, macs // _TILE_MACS), max(1, length // 16))
-    if tiles <= 1:
-        return None
-    return by_cols, [length * i // tiles for i in range(tiles + 1)]
-
-
-def _run_tiles(bounds: list[int], fn) -> None:
-    """fn(slice) for every tile, tiles claimed one at a time by the caller and the pool."""
-    tiles = len(bounds) - 1
-    claim = iter(range(tiles))
-    lock = threading.Lock()
-
-    def work() -> None:
-        while True:
-            with lock:
-                i = next(claim, None)
-            if i is None:
-                return
-            fn(slice(bounds[i], bounds[i + 1]))
-
-    pool = _get_pool(_threads)
-    helpers = [pool.submit(work) for _ in range(min(_threads - 1, tiles - 1))]
-    try:
-        work()
-    finally:
-        for h in helpers:
-            h.result()
-
-
 def _out_shape(a: np.ndarray, b: np.ndarray) -> tuple[int, ...]:
     return (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
 
 
 def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """numpy.matmul(a, b, out=out), split into tiles over the engine's threads when large.
-
-    Tiles cut the output along its rows or columns (whichever is longer); each tile is an
-    independent SGEMM over the full reduction, so the result is bit-identical to one call.
-    """
-    if out is None:
-        out = np.empty(_out_shape(a, b), dtype=np.result_type(a, b))
-    split = _tile_bounds(a, b, out.shape)
-    if split is None:
-        return np.matmul(a, b, out=out)
-    by_cols, bounds = split
-
-    def tile(t: slice) -> None:
-        if by_cols:
-            np.matmul(a, b[..., t], out=out[..., t])
-        else:
-            np.matmul(a[..., t, :], b, out=out[..., t, :])
-
-    _run_tiles(bounds, tile)
-    return out
+    """numpy.matmul(a, b, out=out): one BLAS call with the BLAS's own threads (the native
+    engine is the fast path; this engine stays plain)."""
+    return np.matmul(a, b, out=out)
 
 
 # ------------------------------------------------------------------------------------------
-# Scratch buffers, reused across calls
+# Temporaries
 # ------------------------------------------------------------------------------------------
 #
-# Measured in this VM: fresh memory costs ~3 us per 4 KiB page at first touch (~0.75 ms per
-# MiB). In a 64-channel 3x3 convolution on 56x56 the fresh padded input, column and
-# accumulator buffers took 0.8 + 1.8 + 0.5 ms against 2.1 ms for all the rest. So the
-# engine's temporaries come from a small per-thread pool, keyed by role, shape and geometry,
-# least recently used out beyond _SCRATCH_BYTES. Padded buffers are only ever written in
-# their interior, so a buffer reused for the same geometry still has zero padding.
+# Every temporary is allocated per call (and reused across the tiles of that call only); the
+# workspace limit bounds them. (An earlier pool kept them across calls, which only saved
+# first-touch page faults: speed the native engine now provides.)
 
-_scratch_local = threading.local()
-_SCRATCH_BYTES = 64 << 20
-
-
-def _scratch(role: str, shape: tuple[int, ...], zeroed: bool = False, key: object = None,
-             dtype: type = np.float32) -> np.ndarray:
-    """A buffer for ``role``, reused across calls (zero-filled when first made if ``zeroed``)."""
-    pool = getattr(_scratch_local, "pool", None)
-    if pool is None:
-        pool = _scratch_local.pool = {}
-    k = (role, shape, dtype, key)
-    arr = pool.pop(k, None)
-    if arr is None:
-        arr = np.zeros(shape, dtype=dtype) if zeroed else np.empty(shape, dtype=dtype)
-        pool[k] = arr  # dicts keep insertion order: the last entry is the most recent
-        total = sum(a.nbytes for a in pool.values())
-        while total > _SCRATCH_BYTES and len(pool) > 1:
-            total -= pool.pop(next(iter(pool))).nbytes
-    else:
-        pool[k] = arr
-    return arr
-
-
-def clear_scratch() -> None:
-    """Drop this thread's scratch buffers (the benchmark measures memory from scratch)."""
-    _scratch_local.pool = {}
+def _buffer(shape: tuple[int, ...], zeroed: bool = False) -> np.ndarray:
+    """A float32 temporary of ``shape``; zero-filled if ``zeroed`` (padded buffers are only
+    ever written in their interior, so their padding stays the centered zero point, 0)."""
+    return np.zeros(shape, dtype=np.float32) if zeroed else np.empty(shape, dtype=np.float32)
 
 
 def set_workspace_limit(nbytes: int) -> None:
@@ -416,29 +227,13 @@ def _chunked_int32(a: np.ndarray, b: np.ndarray, plan: list[tuple[int, int]]) ->
     addition wraps modulo 2**32, which is exactly wrap32 of the full sum.
     """
     acc = np.empty(_out_shape(a, b), dtype=np.int32)
-
-    def run(a_t: np.ndarray, b_t: np.ndarray, acc_t: np.ndarray) -> None:
-        part = None
-        for i, (k0, k1) in enumerate(plan):
-            part = np.matmul(a_t[..., k0:k1], b_t[..., k0:k1, :], out=part)
-            if i == 0:
-                np.copyto(acc_t, part, casting="unsafe")
-            else:
-                acc_t += part.astype(np.int32)
-
-    split = _tile_bounds(a, b, acc.shape)
-    if split is None:
-        run(a, b, acc)
-        return acc
-    by_cols, bounds = split
-
-    def tile(t: slice) -> None:
-        if by_cols:
-            run(a, b[..., t], acc[..., t])
+    part = None
+    for i, (k0, k1) in enumerate(plan):
+        part = np.matmul(a[..., k0:k1], b[..., k0:k1, :], out=part)
+        if i == 0:
+            np.copyto(acc, part, casting="unsafe")
         else:
-            run(a[..., t, :], b, acc[..., t, :])
-
-    _run_tiles(bounds, tile)
+            acc += part.astype(np.int32)
     return acc
 
 
@@ -466,7 +261,6 @@ def finish_accumulator(acc: np.ndarray, bias: np.ndarray | None, bias_axis_shape
 # Matrix products
 # ------------------------------------------------------------------------------------------
 
-@_with_engine_threads
 def matmul_accumulate(a: np.ndarray, a_zero_point: np.ndarray, b_centered: np.ndarray,
                       reduction: Reduction, out_dtype: type) -> np.ndarray:
     """(a - a_zero_point) @ b_centered, exact: int32 wrap32 values, or their float32 rounding.
@@ -480,7 +274,7 @@ def matmul_accumulate(a: np.ndarray, a_zero_point: np.ndarray, b_centered: np.nd
     if plan is None or len(plan) > 1:  # the actual data may allow fewer chunks
         a_bound = value_bound(a, a_zero_point)
         plan = reduction.chunks(a_bound)
-    centered = np.subtract(a, a_zero_point, out=_scratch("a", a.shape), dtype=np.float32)
+    centered = np.subtract(a, a_zero_point, out=_buffer(a.shape), dtype=np.float32)
     if b_centered.ndim == 2 and centered.ndim > 2:
         # One large GEMM instead of one per batch entry: rows of all batches share b.
         rows = centered.reshape(-1, centered.shape[-1])
@@ -490,11 +284,8 @@ def matmul_accumulate(a: np.ndarray, a_zero_point: np.ndarray, b_centered: np.nd
     if plan is None:
         acc = _float64_int32(rows, b_centered, reduction.accumulator_bound(a_bound))
     elif len(plan) == 1:
-        # Exact: every value is an integer <= 2**24. For float32 the caller requantizes
-        # into a new output, so a reused buffer will do.
-        scratch = (_scratch("out", _out_shape(rows, b_centered))
-                   if out_dtype is np.float32 else None)
-        acc = gemm(rows, b_centered, out=scratch)
+        # Exact: every value is an integer <= 2**24.
+        acc = gemm(rows, b_centered)
         if out_dtype is np.int32:
             acc = acc.astype(np.int32)
     else:
@@ -556,7 +347,6 @@ class ConvKernel:
         return self._shift_weights
 
 
-@_with_engine_threads
 def conv_accumulate(x: np.ndarray, x_zero_point: np.ndarray, kernel: ConvKernel,
                     geom: ConvGeometry, bias: np.ndarray | None, out_dtype: type,
                     bias_bound: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
@@ -568,7 +358,7 @@ def conv_accumulate(x: np.ndarray, x_zero_point: np.ndarray, kernel: ConvKernel,
 
     - ``out_dtype`` int32: int32 wrap32(acc + bias), pending_bias None;
     - ``out_dtype`` float32: float32(wrap32(acc + bias)), what requantization starts from
-      (possibly a scratch buffer, valid until the next engine call in this thread). When the
+      (a temporary the caller may requantize in place). When the
       whole sum is exact in float32 the bias is left to the caller as a float32 ``pending_bias``
       to add block by block during requantization: float32(acc) + float32(B) is then the exact
       integer acc + B. Otherwise pending_bias is None.
@@ -591,11 +381,7 @@ def conv_accumulate(x: np.ndarray, x_zero_point: np.ndarray, kernel: ConvKernel,
     # float32(acc) + float32(B) is the exact integer acc + B, which needs no wrap.
     exact_f32 = plan is not None and len(plan) == 1 and acc_bound + bias_bound <= F32_EXACT
     work_dtype = np.float32 if exact_f32 else np.int32
-    if exact_f32 and out_dtype is np.float32:
-        # Requantization reads this and writes a new output: a reused buffer will do.
-        out = _scratch("out", (n, m, pixels))
-    else:
-        out = np.empty((n, m, pixels), dtype=work_dtype)
+    out = np.empty((n, m, pixels), dtype=work_dtype)
     if out.size and kernel.kdim:
         flat = _FlatLayout.make(geom, kernel, x.shape[1]) if kernel.taps > 1 else None
         if kernel.depthwise and exact_f32:
@@ -634,13 +420,13 @@ def _centered_input(x: np.ndarray, zp: np.ndarray, n0: int, n1: int, geom: ConvG
     if pointwise:
         src = x[(slice(n0, n1), slice(None), *(slice(None, None, s) for s in geom.strides))]
         if buf is None or buf.shape != src.shape:
-            buf = _scratch("x", src.shape)
+            buf = _buffer(src.shape)
         np.subtract(src, zp32, out=buf, casting="unsafe")
         return buf
     shape = (n1 - n0, x.shape[1], *geom.padded_spatial)
     if buf is None or buf.shape != shape:
         # The pads stay 0 (= x_zero_point centered): only the interior is ever written.
-        buf = _scratch("xpad", shape, zeroed=True, key=geom)
+        buf = _buffer(shape, zeroed=True)
     interior = tuple(slice(b, b + size) for b, size in zip(geom.pads_begin, geom.in_spatial))
     np.subtract(x[n0:n1], zp32, out=buf[(slice(None), slice(None), *interior)], casting="unsafe")
     return buf
@@ -708,7 +494,7 @@ def _im2col_gemm(x: np.ndarray, zp: np.ndarray, kernel: ConvKernel, geom: ConvGe
             else:
                 shape = (group, kdim, nt, tp)
                 if colbuf is None or colbuf.size < math.prod(shape):
-                    colbuf = _scratch("cols", (math.prod(shape),))
+                    colbuf = _buffer((math.prod(shape),))
                 cols4 = colbuf[:math.prod(shape)].reshape(shape)
                 # (nt, group, Cg, k..., O1 tile, O2...) → (group, Cg, k..., nt, O1 tile, O2...)
                 win = windows[(slice(None),) * (2 + 1 + len(geom.kernel)) + (slice(o0, o1),)]
@@ -767,7 +553,7 @@ def _depthwise(x: np.ndarray, zp: np.ndarray, kernel: ConvKernel, geom: ConvGeom
             dst = out[n0:n1].reshape(nt, group, mg, *out_spatial)[
                 (slice(None),) * 3 + (slice(o0, o1),)]
             if tmp is None or tmp.shape != dst.shape:
-                tmp = _scratch("tmp", dst.shape)
+                tmp = _buffer(dst.shape)
             for t, idx in enumerate(np.ndindex(*geom.kernel)):
                 # (nt, group, 1, O1 tile, O2...) view: broadcast over the Mg outputs of a group
                 src = windows[(slice(None), slice(None), slice(None), *idx, slice(o0, o1))]
@@ -847,7 +633,7 @@ class _FlatLayout:
         padding."""
         c = x.shape[1]
         if buf is None:
-            buf = _scratch("flat", (self.phases, c, self.buffer), zeroed=True, key=geom)
+            buf = _buffer((self.phases, c, self.buffer), zeroed=True)
         zp32 = np.float32(int(zp))
         for phase, src, dst in self._fills:
             grid = buf[phase, :, :self.total].reshape(c, *self.phase_shape)
@@ -882,12 +668,12 @@ def _depthwise_flat(x: np.ndarray, zp: np.ndarray, kernel: ConvKernel, geom: Con
     method = _DW_METHOD or ("gemm" if length <= _DW_GEMM_MAX_LENGTH else "taps")
     if method == "gemm":
         w = kernel.channel_tap_weights()  # (C, 1, taps)
-        cols = _scratch("cols", (c, kernel.taps, length))
-        acc = _scratch("acc", (c, 1, length))
+        cols = _buffer((c, kernel.taps, length))
+        acc = _buffer((c, 1, length))
     else:
         w = kernel.tap_weights.reshape(kernel.taps, c, 1)  # (taps, C, 1)
-        acc = _scratch("acc", (c, length))
-        tmp = _scratch("tmp", (c, length))
+        acc = _buffer((c, length))
+        tmp = _buffer((c, length))
     buf = None
     for i in range(n):
         buf = flat.centered(x, zp, i, geom, buf)
@@ -919,9 +705,9 @@ def _shifted_gemm(x: np.ndarray, zp: np.ndarray, kernel: ConvKernel, geom: ConvG
     kl = geom.kernel[-1]
     weights = kernel.shift_weights()  # (lead taps, M, C * kl)
     length, cl = flat.length, flat.cols_length
-    cols = _scratch("cols", (c, kl, cl))
-    acc = _scratch("acc", (m, length))
-    tmp = _scratch("tmp", (m, length))
+    cols = _buffer((c, kl, cl))
+    acc = _buffer((m, length))
+    tmp = _buffer((m, length))
     buf = None
     for i in range(n):
         buf = flat.centered(x, zp, i, geom, buf)

@@ -15,9 +15,12 @@ buffers; the NumPy engine (qlinear._engine) stays as the fallback and as a cross
 
 from __future__ import annotations
 
+import math
 import os
 from contextlib import contextmanager
 from typing import Any, Iterator
+
+import numpy as np
 
 try:
     from . import _qlnative as _C  # type: ignore[attr-defined]
@@ -131,6 +134,27 @@ def get_num_threads() -> int:
     if _threads_numpy:
         return _threads_numpy
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+_POOL_MIN = 1 << 20  # outputs from this many bytes on come from the pool (outbuf.c's POOL_MIN)
+
+
+def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialized output array, like numpy.empty.
+
+    With the native engine, outputs of 1 MiB or more live in memory from a bounded pool
+    (qlinear/_native/outbuf.c, at most 8 blocks and 256 MiB kept): when the array and every
+    view of it are gone, the memory goes back to the pool and the next output of about the
+    same size reuses it, without the page faults and zeroing of fresh memory (a 64 MiB output
+    costs about as much to fault in as to compute). The array is an ordinary writable
+    ndarray whose ``base`` is the buffer object.
+    """
+    dt = np.dtype(dtype)
+    count = math.prod(shape)
+    nbytes = count * dt.itemsize
+    if _C is None or nbytes < _POOL_MIN:
+        return np.empty(shape, dt)
+    return np.frombuffer(_C.empty(nbytes), dtype=dt, count=count).reshape(shape)
 
 
 def engine_info() -> dict[str, Any]:

@@ -78,15 +78,17 @@ def _bias_scale_round_saturate_block(values: np.ndarray, out: np.ndarray, bias: 
 
 
 def requantize_channels(values: np.ndarray, multiplier: np.ndarray, y_zero_point: np.ndarray,
-                        bias: np.ndarray | None = None) -> np.ndarray:
+                        bias: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
     """sat_T(rne((values + bias) · multiplier) + y_zero_point) for float32 ``values`` of shape
     (N, M, ...) (overwritten), a per-tensor (0-d) or per-channel ((M,)) float32 multiplier and
     an optional float32 bias per channel ((M,)) whose sums with ``values`` are exact.
 
     The bias addition and the multiplication run block by block with the rounding, while each
-    block is in cache.
+    block is in cache. ``out``: where to write (a contiguous array of values' shape and
+    y_zero_point's dtype), a new array if None.
     """
-    out = np.empty(values.shape, dtype=y_zero_point.dtype)
+    if out is None:
+        out = np.empty(values.shape, dtype=y_zero_point.dtype)
     per_channel = multiplier.ndim == 1 or bias is not None
     shape3 = as_3d(values.shape, 1 if per_channel else None)
     scale = multiplier.reshape(-1, 1) if multiplier.ndim == 1 else multiplier.reshape(())

@@ -306,6 +306,27 @@ def param_key(value: Any) -> tuple | None:
     return None
 
 
+class Memo:
+    """What a prepared operator derived from validated call parameters, keyed by their values
+    (``param_key``), so that repeated calls with the same ones skip the work. Bounded: cleared
+    when it holds 16 entries. A None key (a parameter of several elements) is never stored."""
+
+    _SIZE = 16
+
+    def __init__(self) -> None:
+        self._items: dict[tuple, Any] = {}
+
+    def get(self, key: tuple | None) -> Any:
+        return None if key is None else self._items.get(key)
+
+    def put(self, key: tuple | None, value: Any) -> Any:
+        if key is not None:
+            if len(self._items) >= self._SIZE:
+                self._items.clear()
+            self._items[key] = value
+        return value
+
+
 def finite_multiplier(op: str, multiplier: np.ndarray, names: str) -> np.ndarray:
     """The requantization multiplier must be finite: inf · 0 would make NaN, which has no integer."""
     if not np.all(np.isfinite(multiplier)):

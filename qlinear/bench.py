@@ -17,9 +17,13 @@ qlinear, onnxruntime and the plain function are timed interleaved (one run of ea
 turn, the order rotating), so background load on a shared machine hits all of them alike;
 the reported time is the median. All engines use the same number of threads (OpenBLAS
 limited through threadpoolctl, or through OPENBLAS_NUM_THREADS in a child process when
-threadpoolctl is not installed). Peak extra memory is measured with tracemalloc (NumPy
-reports its allocations to it) around one separate call of the prepared form, output
-included.
+threadpoolctl is not installed). Peak extra memory is the resident-set high-water mark
+(Linux; tracemalloc elsewhere) of one separate call of the prepared form, output included.
+
+Before the cases, the bench measures this CPU's int8 peak with qlinear's own micro-kernels
+on L1-resident operands (``measure_peak``: on AVX2 the exact vpmaddwd kernel and the
+vpmaddubsw fast kernel, on VNNI levels vpdpbusd) and reports every case's GMAC/s as a
+percentage of the exact kernel's peak.
 
 Outputs (in ``--output-dir``): ``results.md`` (table and summary), ``results.json``,
 ``results.png`` (chart) and ``machine.md`` (machine description).
@@ -62,6 +66,7 @@ class Case:
     build: Callable[[np.random.Generator], "Built"]
     quick: bool = False  # part of the --quick subset
     batch8_resnet: bool = False  # the workspace-limit target applies to these
+    types: str = ""  # operand types of the products ("u8s8": uint8 activations, int8 weights)
 
 
 @dataclasses.dataclass
@@ -72,6 +77,27 @@ class Built:
     model: Any  # onnx.ModelProto
     prepare: Callable[[], Callable[[], np.ndarray]]  # builds the prepared qlinear callable
     plain: Callable[[], np.ndarray]  # the plain qlinear function call
+
+
+# operand types: (activations / a, weights / b)
+_TYPES = {"u8s8": (np.dtype(np.uint8), np.dtype(np.int8)),
+          "u8u8": (np.dtype(np.uint8), np.dtype(np.uint8)),
+          "s8s8": (np.dtype(np.int8), np.dtype(np.int8))}
+
+
+def _types_note(types: str) -> str:
+    return "" if types == "u8s8" else f" ({types[:2]}x{types[2:]})"
+
+
+def _full_range(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """Uniform values over the whole range of the 8-bit dtype (what exactness must cover)."""
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max + 1, shape, dtype=dtype)
+
+
+def _mid_zero_point(rng: np.random.Generator, dtype: np.dtype) -> np.generic:
+    lo = 100 if dtype == np.uint8 else -28
+    return dtype.type(rng.integers(lo, lo + 56))
 
 
 def _conv_out(size: int, k: int, s: int, d: int, pb: int, pe: int) -> int:
@@ -119,7 +145,7 @@ def _onnx_model(op: str, inputs: list[tuple[str, np.ndarray, bool]], out_dtype: 
 def conv_case(name: str, n: int, c: int, spatial: tuple[int, ...], m: int,
               kernel: tuple[int, ...], *, strides: tuple[int, ...] | None = None,
               pads: tuple[int, ...] | None = None, group: int = 1, op: str = "QLinearConv",
-              quick: bool = False, batch8_resnet: bool = False) -> Case:
+              quick: bool = False, batch8_resnet: bool = False, types: str = "u8s8") -> Case:
     rank = len(spatial)
     # Per-channel weight scales for 2-D layers (as quantized CNNs use); per-tensor elsewhere,
     # because onnx.reference handles per-channel scales only for 2-D convolutions.
@@ -131,6 +157,7 @@ def conv_case(name: str, n: int, c: int, spatial: tuple[int, ...], m: int,
     cg = c // group
     macs = n * m * math.prod(out) * cg * math.prod(kernel)
     k_str = "x".join(map(str, kernel))
+    x_dt, w_dt = _TYPES[types]
     shape = (f"{n}x{c}x{'x'.join(map(str, spatial))} * {m}x{cg}x{k_str}"
              + (f" s{strides[0]}" if max(strides) > 1 else "")
              + (f" g{group}" if group > 1 else "")
@@ -139,21 +166,22 @@ def conv_case(name: str, n: int, c: int, spatial: tuple[int, ...], m: int,
     def build(rng: np.random.Generator) -> Built:
         import qlinear
 
-        x = rng.integers(0, 256, (n, c) + spatial, dtype=np.uint8)
-        x_zp = np.uint8(rng.integers(100, 156))
+        x = _full_range(rng, (n, c) + spatial, x_dt)
+        x_zp = _mid_zero_point(rng, x_dt)
         attrs = dict(kernel_shape=list(kernel), pads=list(pads), strides=list(strides),
                      group=group)
         reduction = cg * math.prod(kernel)
         if op == "QLinearConv":
-            w = rng.integers(-128, 128, (m, cg) + kernel, dtype=np.int8)
+            w = _full_range(rng, (m, cg) + kernel, w_dt)
             x_scale = np.float32(0.02)
+            w_zero = 0 if w_dt == np.int8 else 128
             if per_channel:
                 w_scale = rng.uniform(0.002, 0.02, m).astype(np.float32)
-                w_zp = np.zeros(m, np.int8)
+                w_zp = np.full(m, w_zero, w_dt)
             else:
-                w_scale, w_zp = np.array(0.01, np.float32), np.array(0, np.int8)
+                w_scale, w_zp = np.array(0.01, np.float32), np.array(w_zero, w_dt)
             y_scale = _requant_scale(x_scale, w_scale, reduction)
-            y_zp = np.uint8(128)
+            y_zp = x_dt.type(128 if x_dt == np.uint8 else 0)
             bias = rng.integers(-20000, 20000, m, dtype=np.int32)
             model = _onnx_model(op, [("x", x, False), ("x_scale", np.array(x_scale), True),
                                      ("x_zero_point", np.array(x_zp), True), ("w", w, True),
@@ -161,7 +189,7 @@ def conv_case(name: str, n: int, c: int, spatial: tuple[int, ...], m: int,
                                      ("w_zero_point", np.asarray(w_zp), True),
                                      ("y_scale", np.array(y_scale), True),
                                      ("y_zero_point", np.array(y_zp), True), ("B", bias, True)],
-                                np.uint8, attrs)
+                                x_dt, attrs)
 
             def prepare():
                 p = qlinear.prepare_qlinear_conv(w, w_scale, w_zp, bias, **attrs)
@@ -171,8 +199,8 @@ def conv_case(name: str, n: int, c: int, spatial: tuple[int, ...], m: int,
                 return qlinear.qlinear_conv(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp,
                                             bias, **attrs)
         else:  # ConvInteger
-            w = rng.integers(-128, 128, (m, cg) + kernel, dtype=np.int8)
-            w_zp = np.int8(0)
+            w = _full_range(rng, (m, cg) + kernel, w_dt)
+            w_zp = w_dt.type(0 if w_dt == np.int8 else 128)
             model = _onnx_model(op, [("x", x, False), ("w", w, True),
                                      ("x_zero_point", np.array(x_zp), True),
                                      ("w_zero_point", np.array(w_zp), True)], np.int32, attrs)
@@ -185,36 +213,39 @@ def conv_case(name: str, n: int, c: int, spatial: tuple[int, ...], m: int,
                 return qlinear.conv_integer(x, w, x_zp, w_zp, **attrs)
         return Built({"x": x}, model, prepare, plain)
 
-    return Case(name, "conv", op, shape, macs, build, quick, batch8_resnet)
+    return Case(name, "conv", op, shape + _types_note(types), macs, build, quick,
+                batch8_resnet, types)
 
 
 def matmul_case(name: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...], *,
-                op: str = "QLinearMatMul", b_const: bool = True, quick: bool = False) -> Case:
+                op: str = "QLinearMatMul", b_const: bool = True, quick: bool = False,
+                types: str = "u8s8") -> Case:
     batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
     m, k = a_shape[-2:]
     n = b_shape[-1]
     macs = math.prod(batch) * m * k * n
     shape = f"{'x'.join(map(str, a_shape))} * {'x'.join(map(str, b_shape))}" + (
-        "" if b_const else " (b variable)")
+        "" if b_const else " (b variable)") + _types_note(types)
+    a_dt, b_dt = _TYPES[types]
 
     def build(rng: np.random.Generator) -> Built:
         import qlinear
 
-        a = rng.integers(0, 256, a_shape, dtype=np.uint8)
-        b = rng.integers(-128, 128, b_shape, dtype=np.int8)
-        a_zp = np.uint8(rng.integers(100, 156))
-        b_zp = np.int8(0)
+        a = _full_range(rng, a_shape, a_dt)
+        b = _full_range(rng, b_shape, b_dt)
+        a_zp = _mid_zero_point(rng, a_dt)
+        b_zp = b_dt.type(0 if b_dt == np.int8 else 128)
         feeds = {"a": a} if b_const else {"a": a, "b": b}
         if op == "QLinearMatMul":
             a_scale, b_scale = np.float32(0.02), np.float32(0.01)
             y_scale = _requant_scale(a_scale, np.array([b_scale]), k)
-            y_zp = np.uint8(128)
+            y_zp = a_dt.type(128 if a_dt == np.uint8 else 0)
             model = _onnx_model(op, [("a", a, False), ("a_scale", np.array(a_scale), True),
                                      ("a_zero_point", np.array(a_zp), True), ("b", b, b_const),
                                      ("b_scale", np.array(b_scale), True),
                                      ("b_zero_point", np.array(b_zp), True),
                                      ("y_scale", np.array(y_scale), True),
-                                     ("y_zero_point", np.array(y_zp), True)], np.uint8, {})
+                                     ("y_zero_point", np.array(y_zp), True)], a_dt, {})
 
             def plain():
                 return qlinear.qlinear_matmul(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp)
@@ -239,7 +270,7 @@ def matmul_case(name: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...], *
                 return lambda: p.run(a, a_zp)
         return Built(feeds, model, prepare, plain)
 
-    return Case(name, "matmul", op, shape, macs, build, quick)
+    return Case(name, "matmul", op, shape, macs, build, quick, types=types)
 
 
 # onnx.reference implements DequantizeLinear from opset 19 on; 19 keeps opset 13's semantics
@@ -331,6 +362,12 @@ def all_cases() -> list[Case]:
                            quick=True))
     cases.append(conv_case("convinteger.resnet50.l1.3x3", 1, 64, (56, 56), 64, (3, 3),
                            op="ConvInteger", quick=True))
+    # the other operand types (onnxruntime is slower there) on the same 3x3 layer
+    for types in ("u8u8", "s8s8"):
+        cases.append(conv_case(f"types.{types}.resnet50.l1.3x3", 1, 64, (56, 56), 64, (3, 3),
+                               types=types, quick=True))
+    # a tiny layer: the fixed cost of one prepared call (validation, planning, dispatch)
+    cases.append(conv_case("tiny.qlinearconv.1x8x8x8.k3", 1, 8, (8, 8), 8, (3, 3), quick=True))
     cases += [
         matmul_case("bert.qkv.128x768x768", (128, 768), (768, 768), quick=True),
         matmul_case("bert.ffn1.128x768x3072", (128, 768), (768, 3072)),
@@ -341,6 +378,15 @@ def all_cases() -> list[Case]:
         matmul_case("bert.attn.context", (12, 128, 128), (12, 128, 64), b_const=False),
         matmul_case("broadcast.4x1x64x256*3x256x128", (4, 1, 64, 256), (3, 256, 128)),
         matmul_case("matmulinteger.bert.ffn1", (128, 768), (768, 3072), op="MatMulInteger",
+                    quick=True),
+        matmul_case("types.u8u8.bert.qkv", (128, 768), (768, 768), types="u8u8", quick=True),
+        matmul_case("types.s8s8.bert.qkv", (128, 768), (768, 768), types="s8s8", quick=True),
+        matmul_case("types.u8u8.matmulinteger.bert.qkv", (128, 768), (768, 768),
+                    op="MatMulInteger", types="u8u8"),
+        matmul_case("types.s8s8.matmulinteger.bert.qkv", (128, 768), (768, 768),
+                    op="MatMulInteger", types="s8s8"),
+        matmul_case("tiny.qlinearmatmul.4x64x64", (4, 64), (64, 64), quick=True),
+        matmul_case("tiny.matmulinteger.4x64x64", (4, 64), (64, 64), op="MatMulInteger",
                     quick=True),
         quant_case("quantize.1x3x224x224", (1, 3, 224, 224), "QuantizeLinear", quick=True),
         quant_case("quantize.16M", (16 << 20,), "QuantizeLinear"),
@@ -393,18 +439,57 @@ def _time_once(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t0
 
 
-def _peak_extra_memory(fn: Callable[[], Any]) -> int:
-    """Peak bytes allocated (traced by tracemalloc, NumPy included) during one call.
+def _status_kib(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
-    qlinear's engine keeps scratch buffers between calls: they are dropped first, so that
-    the call allocates (and this counts) everything it uses.
+
+def _peak_extra_memory(fn: Callable[[], Any]) -> tuple[int, str]:
+    """Peak bytes one call adds to the process, output included, and how it was measured.
+
+    On Linux: the resident-set high-water mark (VmHWM, reset through /proc/self/clear_refs)
+    above the resident size before the call, which sees the native engine's C allocations
+    (tracemalloc does not). Elsewhere: tracemalloc's peak (NumPy's allocations only).
+    The native engine's output pool is emptied first, so that the call allocates everything
+    it uses.
     """
     try:
-        from qlinear import _engine
+        from qlinear import _native
 
-        getattr(_engine, "clear_scratch", lambda: None)()
+        if _native.available() and hasattr(_native._C, "pool_clear"):
+            _native._C.pool_clear()
     except ImportError:
         pass
+    try:
+        import ctypes
+
+        # return freed heap pages to the OS first: memory the allocator kept from earlier
+        # calls would otherwise be reused without raising the resident set
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak RSS to the current RSS
+        base = _status_kib("VmRSS")
+        if base is not None:
+            out = fn()
+            peak = _status_kib("VmHWM")
+            del out
+            if peak is not None:
+                return max(0, peak - base) * 1024, "rss"
+    except OSError:
+        pass
+    return _peak_traced(fn), "tracemalloc"
+
+
+def _peak_traced(fn: Callable[[], Any]) -> int:
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
@@ -465,7 +550,7 @@ def _run_reference(case: Case, built: Built, ours: np.ndarray, repeat: int, budg
 
 def run_case(case: Case, *, repeat: int, threads: int, reference: bool,
              reference_budget: float, reference_rate: dict[str, float],
-             seed: int) -> dict[str, Any]:
+             seed: int, peak: float | None = None) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     built = case.build(rng)
     t0 = time.perf_counter()
@@ -499,7 +584,7 @@ def run_case(case: Case, *, repeat: int, threads: int, reference: bool,
         "time_s": {name: float(np.median(ts)) for name, ts in times.items()},
         "time_min_s": {name: float(np.min(ts)) for name, ts in times.items()},
     }
-    result["peak_extra_bytes"] = _peak_extra_memory(qfn)
+    result["peak_extra_bytes"], result["peak_extra_how"] = _peak_extra_memory(qfn)
     result["output_bytes"] = int(outputs["qlinear"].nbytes)
     result["vs_onnxruntime"] = _compare(outputs["qlinear"], outputs["onnxruntime"])
     plain_cmp = _compare(outputs["qlinear"], outputs["qlinear_plain"])
@@ -518,6 +603,11 @@ def run_case(case: Case, *, repeat: int, threads: int, reference: bool,
     result["reference_over_qlinear"] = ref["time_s"] / tq if ref.get("status") == "ok" else None
     result["gmacs_qlinear"] = case.macs / tq / 1e9 if case.macs else None
     result["gmacs_onnxruntime"] = case.macs / to / 1e9 if case.macs else None
+    result["plain_over_onnxruntime"] = result["time_s"]["qlinear_plain"] / to
+    result["pct_peak_qlinear"] = (100 * result["gmacs_qlinear"] / peak
+                                  if peak and result["gmacs_qlinear"] else None)
+    result["pct_peak_onnxruntime"] = (100 * result["gmacs_onnxruntime"] / peak
+                                      if peak and result["gmacs_onnxruntime"] else None)
     return result
 
 
@@ -606,6 +696,45 @@ def _workspace_limit() -> int:
     return 256 * MIB
 
 
+def measure_peak(threads: int, seconds: float = 0.1, trials: int = 5) -> dict[str, Any]:
+    """The int8 multiply-add peak of this CPU as qlinear's own micro-kernels reach it.
+
+    Each kernel of the selected ISA level (exact: vpmaddwd on AVX2, vpdpbusd on the VNNI
+    levels; fast: AVX2's vpmaddubsw, used where packing proves it cannot saturate) runs on
+    operands that stay in L1, on 1 and on ``threads`` threads; the best of ``trials`` runs of
+    about ``seconds`` each is the peak (memory and packing excluded: a ceiling). Cases report
+    their GMAC/s as a percentage of the exact kernel's peak at ``threads`` threads.
+    """
+    from qlinear import _native
+
+    C = _native.native()
+    if C is None:
+        return {"isa": None, "note": "the native engine is not selected: no kernel peak"}
+    isa = C.get_isa()
+    out: dict[str, Any] = {"isa": isa, "kernels": {}}
+    for which, role in ((0, "exact"), (1, "fast")):
+        info = C.kernel_info(isa, which)
+        if info is None:
+            continue
+        row: dict[str, Any] = {"kernel": info["name"]}
+        for t in sorted({1, threads}):
+            reps = 200
+            C.kernel_peak(isa, which, reps, 4 * t, t)  # warm-up (and the pool's threads)
+            best = 0.0
+            for _ in range(trials):
+                t0 = time.perf_counter()
+                macs = C.kernel_peak(isa, which, reps, 4 * t, t)
+                dt = time.perf_counter() - t0
+                best = max(best, macs / dt / 1e9)
+                # size the next trial to about `seconds`
+                reps = max(1, int(reps * seconds / max(dt, 1e-6)))
+            row[f"gmacs_{t}t"] = best
+        out["kernels"][role] = row
+    out["threads"] = threads
+    out["peak_gmacs"] = out["kernels"]["exact"][f"gmacs_{threads}t"]
+    return out
+
+
 def _geomean(values: list[float]) -> float | None:
     values = [v for v in values if v is not None and v > 0]
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
@@ -640,6 +769,21 @@ def summarize(results: list[dict[str, Any]], workspace: int) -> dict[str, Any]:
                        "max_peak_extra_bytes": worst["peak_extra_bytes"], "worst": worst["name"],
                        "within_limit": worst["peak_extra_bytes"] <= workspace}
     s["differ_onnxruntime_cases"] = sum(1 for r in results if r["vs_onnxruntime"]["differ"])
+    products = [r for r in results if r["group"] != "quant" and not r["name"].startswith("tiny.")]
+    if products:
+        worst = max(products, key=lambda r: r["plain_over_onnxruntime"])
+        s["plain"] = {"cases": len(products),
+                      "geomean_plain_over_onnxruntime":
+                          _geomean([r["plain_over_onnxruntime"] for r in products]),
+                      "worst": worst["name"], "worst_ratio": worst["plain_over_onnxruntime"],
+                      "cases_above_1_3": sum(r["plain_over_onnxruntime"] > 1.3 for r in products)}
+    s["all"] = {"cases": len(results),
+                "geomean_qlinear_over_onnxruntime":
+                    _geomean([r["qlinear_over_onnxruntime"] for r in results]),
+                "cases_above_1_5": [r["name"] for r in results
+                                    if r["qlinear_over_onnxruntime"] > 1.5]}
+    s["tiny"] = {r["name"]: r["time_s"]["qlinear"] for r in results
+                 if r["name"].startswith("tiny.")}
     return s
 
 
@@ -666,7 +810,11 @@ def markdown_report(results: list[dict[str, Any]], summary: dict[str, Any],
                  f"threads per engine; {_qlinear_version_text(machine)}, numpy "
                  f"{machine.get('numpy')}, onnxruntime {machine.get('onnxruntime')}, onnx "
                  f"{machine.get('onnx')}. Median of at least {args.repeat} interleaved runs "
-                 "(more for fast cases). See machine.md.")
+                 "(more for fast cases). Load average (1 min) "
+                 f"{_fmt((machine.get('load_average') or [None])[0], '.1f')} at the start, "
+                 f"{_fmt((machine.get('load_average_end') or [None])[0], '.1f')} at the end "
+                 "(ratios of a shared machine's runs are reliable only at low load). "
+                 "See machine.md.")
     lines += ["", "## Summary", ""]
     for group, label in (("conv", "Convolutions (QLinearConv, ConvInteger)"),
                          ("matmul", "Matrix products (QLinearMatMul, MatMulInteger)"),
@@ -692,18 +840,51 @@ def markdown_report(results: list[dict[str, Any]], summary: dict[str, Any],
                      f"{mem['max_peak_extra_bytes'] / MIB:.1f} MiB ({mem['worst']}), workspace "
                      f"limit {mem['workspace_limit_bytes'] / MIB:.0f} MiB: "
                      f"{'within' if mem['within_limit'] else 'ABOVE'} the limit.")
+    pk = machine.get("int8_peak") or {}
+    if pk.get("kernels"):
+        parts = []
+        for role, row in pk["kernels"].items():
+            rates = ", ".join(f"{row[k]:.0f} GMAC/s on {k[6:-1]} thread{'s' if k != 'gmacs_1t' else ''}"
+                              for k in row if k.startswith("gmacs_"))
+            parts.append(f"{role} kernel {row['kernel']}: {rates}")
+        lines.append(f"- int8 peak of this CPU, measured by qlinear's micro-kernels on L1-resident "
+                     f"operands ({pk['isa']}): " + "; ".join(parts) + ". *% peak* columns are "
+                     f"relative to the exact kernel's {pk['peak_gmacs']:.0f} GMAC/s.")
+    al = summary.get("all")
+    if al:
+        lines.append(f"- All {al['cases']} cases: geometric mean of qlinear/onnxruntime time "
+                     f"**{al['geomean_qlinear_over_onnxruntime']:.2f}**; above 1.5: "
+                     f"{len(al['cases_above_1_5'])}"
+                     + (f" ({', '.join(al['cases_above_1_5'][:8])}"
+                        + (", ..." if len(al['cases_above_1_5']) > 8 else "") + ")"
+                        if al['cases_above_1_5'] else "")
+                     + ".")
+    pl = summary.get("plain")
+    if pl:
+        lines.append(f"- Plain calls (weights passed every call, no prepare) against "
+                     f"onnxruntime's prepacked session, {pl['cases']} convolution and matrix "
+                     f"cases: geometric mean **{pl['geomean_plain_over_onnxruntime']:.2f}**, "
+                     f"worst {pl['worst_ratio']:.2f} ({pl['worst']}), "
+                     f"{pl['cases_above_1_3']} above 1.3.")
+    for name, t in (summary.get("tiny") or {}).items():
+        lines.append(f"- {name}: one prepared call {_fmt_t(t)}.")
     lines.append(f"- Cases where onnxruntime's output differs from qlinear's (exact by "
                  f"construction): {summary['differ_onnxruntime_cases']} of {len(results)}.")
     lines += ["", "## Cases", "",
               "Times are medians. *ort/ql* is qlinear time over onnxruntime time (lower is "
               "better for qlinear); *ref/ql* is onnx.reference time over qlinear time. "
-              "*plain* is the unprepared function (prepares the weights on every call). "
-              "*peak MiB* is the extra memory of one qlinear call, output included. *ort "
+              "*plain* is the unprepared function (prepares the weights on every call); "
+              "*plain/ort* its time over onnxruntime's (prepacked) time. *% peak* is GMAC/s "
+              "over the exact kernel's measured peak (onnxruntime's AVX2 u8xs8 kernel "
+              "saturates and can pass it). "
+              "*peak MiB* is the extra memory of one qlinear call, output included (resident "
+              "set high-water mark on Linux). *ort "
               "differs* counts output elements where onnxruntime differs from qlinear "
               "(max difference in brackets).", "",
               "| case | op | shapes | qlinear | plain | onnxruntime | onnx.reference | ql/ort "
-              "| ref/ql | GMAC/s ql | GMAC/s ort | peak MiB | ort differs |",
-              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| plain/ort | ref/ql | GMAC/s ql | GMAC/s ort | % peak ql | % peak ort "
+              "| peak MiB | ort differs |",
+              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         t = r["time_s"]
         ref_r = r["reference"]
@@ -727,8 +908,10 @@ def markdown_report(results: list[dict[str, Any]], summary: dict[str, Any],
         lines.append(
             f"| {r['name']} | {r['op']} | {r['shape']} | {_fmt_t(t['qlinear'])} | "
             f"{_fmt_t(t['qlinear_plain'])} | {_fmt_t(t['onnxruntime'])} | {ref_s} | "
-            f"{r['qlinear_over_onnxruntime']:.2f} | {_fmt(r['reference_over_qlinear'], '.0f')} | "
+            f"{r['qlinear_over_onnxruntime']:.2f} | {r['plain_over_onnxruntime']:.2f} | "
+            f"{_fmt(r['reference_over_qlinear'], '.0f')} | "
             f"{_fmt(r['gmacs_qlinear'], '.1f')} | {_fmt(r['gmacs_onnxruntime'], '.1f')} | "
+            f"{_fmt(r['pct_peak_qlinear'], '.0f')} | {_fmt(r['pct_peak_onnxruntime'], '.0f')} | "
             f"{r['peak_extra_bytes'] / MIB:.1f} | {diff_s} |")
     lines.append("")
     return "\n".join(lines)
@@ -909,6 +1092,8 @@ def _main(argv: list[str] | None = None) -> int:
         raise BenchError(f"cannot import qlinear: {e}") from None
 
     machine = machine_description(args.threads)
+    machine["int8_peak"] = measure_peak(args.threads)
+    peak = machine["int8_peak"].get("peak_gmacs")
     results: list[dict[str, Any]] = []
     reference_rate: dict[str, float] = {}
     start = time.perf_counter()
@@ -917,7 +1102,7 @@ def _main(argv: list[str] | None = None) -> int:
     for i, case in enumerate(cases, 1):
         r = run_case(case, repeat=args.repeat, threads=args.threads,
                      reference=not args.no_reference, reference_budget=args.reference_budget,
-                     reference_rate=reference_rate, seed=args.seed + i)
+                     reference_rate=reference_rate, seed=args.seed + i, peak=peak)
         results.append(r)
         ref = r["reference"]
         ref_s = (_fmt_t(ref["time_s"]) if ref["status"] == "ok" else ref["status"])

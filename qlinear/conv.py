@@ -7,6 +7,7 @@ exactly one code path.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -239,9 +240,24 @@ class PreparedQLinearConv:
         checked = self._weights.check_input(x, x_zero_point)
         if self._weights.native_fits(checked):
             return self._weights.run_native(checked, self.bias, m, yzp)
-        # float32(wrap32(acc + B)), computed in place from here on: requantize.
-        values, bias = self._weights.accumulate(checked, self.bias, np.float32, self._bias_bound)
-        return requantize_channels(values, m, yzp, bias)
+        # float32(wrap32(acc + B)), computed in place from here on: requantize. The float32
+        # accumulator is 4 bytes per output value: images go in groups whose accumulator takes
+        # at most half the workspace limit (the other half: the engine's padded copies and
+        # column tiles), each requantized into its slice of the output.
+        x, zp, geom, compact = checked
+        n = x.shape[0]
+        per_image = 4 * self._weights.out_channels * math.prod(geom.out_spatial)
+        step = max(1, workspace_limit() // max(1, 2 * per_image))
+        if n <= step:
+            values, bias = self._weights.accumulate(checked, self.bias, np.float32, self._bias_bound)
+            return requantize_channels(values, m, yzp, bias)
+        y = np.empty((n, self._weights.out_channels, *geom.out_spatial), dtype=yzp.dtype)
+        for n0 in range(0, n, step):
+            part = (x[n0:n0 + step], zp, geom, compact)
+            values, bias = self._weights.accumulate(part, self.bias, np.float32, self._bias_bound)
+            requantize_channels(values, m, yzp, bias, out=y[n0:n0 + step])
+            del values
+        return y
 
 
 def prepare_conv_integer(

@@ -65,7 +65,7 @@ class _RightOperand:
         # call uses b once, while the caller waits.
         self.matrix = np.array(matrix, copy=True) if owned else matrix
         self._numpy: tuple | None = None
-        self._packed: dict[Any, tuple] = {}  # by (isa, kernel), and by isa: the kernel chosen
+        self._packed: dict[str, tuple] = {}  # ISA level -> packed form (kernel chosen per level)
 
     # -- NumPy engine ------------------------------------------------------------------------
     def _numpy_form(self) -> tuple[np.ndarray, Reduction]:
@@ -94,7 +94,8 @@ class _RightOperand:
                 f"but b has shape {self.b_shape} (K = {self.matrix.shape[-2]})"
             )
         try:
-            batch = np.broadcast_shapes(matrix.shape[:-2], self.matrix.shape[:-2])
+            batch = (np.broadcast_shapes(matrix.shape[:-2], self.matrix.shape[:-2])
+                     if matrix.ndim > 2 or self.matrix.ndim > 2 else ())
         except ValueError:
             raise ValueError(
                 f"{op}: the batch dimensions of a {a.shape[:-2]} and b {self.b_shape[:-2]} do not broadcast"
@@ -118,17 +119,11 @@ class _RightOperand:
     def packed(self, isa: str) -> tuple:
         """(which kernel, packed panels, column sums, zero points in the form's terms) for the
         native engine at ISA level ``isa``; packed once per level."""
-        got = self._packed.get(isa)  # the usual case: packed on an earlier call
-        if got is not None:
-            return got
-        C = _native._C
-        fast = C.kernel_info(isa, 1) is not None and self._fits_fast_path()
-        key = (isa, int(fast))
-        got = self._packed.get(key)
+        got = self._packed.get(isa)
         if got is None:
+            fast = _native._C.kernel_info(isa, 1) is not None and self._fits_fast_path()
             got = _native_pack_b(isa, int(fast), self.matrix, self.zero_point)
-            self._packed[key] = got
-        self._packed[isa] = got
+            self._packed[isa] = got
         return got
 
     def _fits_fast_path(self) -> bool:
@@ -237,11 +232,11 @@ def _native_matmul(right: _RightOperand, matrix: np.ndarray, zp: np.ndarray,
         qmin, qmax = _RANGE[out_dtype]
         z = int(yzp)
         lo, hi = float(qmin - z), float(qmax - z)
-        out = np.empty((*out_batch, M, N), dtype=out_dtype)
+        out = _native.empty((*out_batch, M, N), out_dtype)
         signed = int(qmin < 0)
     else:
         mult, m_bs, m_rs, m_cs, lo, hi, z, signed = _NO_MULT, 0, 0, 0, 0.0, 0.0, 0, 0
-        out = np.empty((*out_batch, M, N), dtype=np.int32)
+        out = _native.empty((*out_batch, M, N), np.int32)
     C.matmul(isa, which, rows, N, K, batches, a, _TYPE[a.dtype], Ba, a_idx,
              zpa, zpa_bs, zpa_rs, packed, colsums, zcol, Bb, b_idx, out, int(quantized), signed,
              mult, m_bs, m_rs, m_cs, lo, hi, z)
@@ -278,6 +273,7 @@ class PreparedQLinearMatMul:
         bzp = v.zero_point(op, "b_zero_point", b_zero_point, "b", self._b.dtype)
         v.same_shape(op, "b_scale", bs, "b_zero_point", bzp)
         self.b_scale = np.array(_operand_param(op, "b_scale", bs, "b", self._b.b_shape), copy=True)
+        self._params = v.Memo()
         if _owned and _native.native() is not None:
             self._b.packed(_native.isa())  # pack once, now
 
@@ -287,19 +283,34 @@ class PreparedQLinearMatMul:
         if a_zero_point is None:
             raise TypeError(f"{op}: a_zero_point is required")
         a_arr = v.integer_tensor(op, "a", a)
-        a_s = v.scale(op, "a_scale", a_scale)
-        azp = v.zero_point(op, "a_zero_point", a_zero_point, "a", a_arr.dtype)
-        v.same_shape(op, "a_scale", a_s, "a_zero_point", azp)
-        a_s = _operand_param(op, "a_scale", a_s, "a", a_arr.shape)
-        ys = v.per_tensor(op, "y_scale", v.nonzero_scale(op, "y_scale", y_scale))
-        yzp = v.per_tensor(op, "y_zero_point", v.output_zero_point(op, "y_zero_point", y_zero_point))
-        if a_s.ndim and self.b_scale.ndim:  # per row and per column: the multiplier is a matrix
-            try:
-                m_shape = np.broadcast_shapes(a_s.shape, self.b_scale.shape)
-            except ValueError:
-                m_shape = ()  # batches that do not broadcast: accumulate names them
-            v.check_size(op, "the requantization multiplier", m_shape, 4)
-        m = v.finite_multiplier(op, multiplier(a_s, self.b_scale, ys), "a_scale * b_scale / y_scale")
+        # Per-tensor a_scale, y_scale and y_zero_point (the usual case) are validated and turned
+        # into the multiplier once per distinct value (keyed by their bits, never by the caller's
+        # arrays); a per-row a_scale is validated on every call.
+        keys = (v.param_key(a_scale), v.param_key(y_scale), v.param_key(y_zero_point))
+        key = None if None in keys else keys
+        known = self._params.get(key)
+        if known is None:
+            a_s = v.scale(op, "a_scale", a_scale)
+            azp = v.zero_point(op, "a_zero_point", a_zero_point, "a", a_arr.dtype)
+            v.same_shape(op, "a_scale", a_s, "a_zero_point", azp)
+            a_s = _operand_param(op, "a_scale", a_s, "a", a_arr.shape)
+            ys = v.per_tensor(op, "y_scale", v.nonzero_scale(op, "y_scale", y_scale))
+            yzp = v.per_tensor(op, "y_zero_point", v.output_zero_point(op, "y_zero_point", y_zero_point))
+            yzp = np.array(yzp, copy=True)  # memoized by value: never a view of the caller's array
+            if a_s.ndim and self.b_scale.ndim:  # per row and per column: the multiplier is a matrix
+                try:
+                    m_shape = np.broadcast_shapes(a_s.shape, self.b_scale.shape)
+                except ValueError:
+                    m_shape = ()  # batches that do not broadcast: accumulate names them
+                v.check_size(op, "the requantization multiplier", m_shape, 4)
+            m = v.finite_multiplier(op, multiplier(a_s, self.b_scale, ys), "a_scale * b_scale / y_scale")
+            known = self._params.put(key, (m, yzp))
+        else:
+            # a one-element a_scale: its zero point must be one element too (ONNX: same shape)
+            if getattr(a_zero_point, "size", 1) != 1:
+                azp = v.zero_point(op, "a_zero_point", a_zero_point, "a", a_arr.dtype)
+                v.same_shape(op, "a_scale", np.asarray(a_scale), "a_zero_point", azp)
+        m, yzp = known
         a_arr, matrix, zp = self._b.check_a(a_arr, a_zero_point)
         if _native.native() is not None:
             return self._b.finish(_native_matmul(self._b, matrix, zp, m, yzp), a_arr)

@@ -91,12 +91,13 @@ def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, ax
     scale, ax = _axis_param(op, "y_scale", scale, x.shape, axis)
     zp_b, _ = _axis_param(op, "y_zero_point", zp, x.shape, axis)  # same shape as y_scale
     v.check_size(op, "the output", x.shape, zp.dtype.itemsize)  # x may be a broadcast view
-    out = np.empty(x.shape, dtype=zp.dtype)
     shape3 = as_3d(x.shape, ax)
     C = _native.native()
     if C is not None and x.flags.c_contiguous:  # (a broadcast view goes block by block below)
+        out = _native.empty(x.shape, zp.dtype)
         _native_elementwise(C, True, x, shape3, ax is not None, scale, zp_b, out)
         return out
+    out = np.empty(x.shape, dtype=zp.dtype)
     # NaN goes to T's min (in round_saturate_block), the value onnxruntime's CPU kernel gives.
     # x / tiny scale overflows to ±inf, which saturates; x / huge scale underflows to 0 or a
     # denormal, which rounds to 0: float32 arithmetic, not an error.
@@ -125,12 +126,13 @@ def dequantize_linear(x: np.ndarray, x_scale: Any, x_zero_point: Any = None, *, 
     scale, ax = _axis_param(op, "x_scale", scale, x.shape, axis)
     zp, _ = _axis_param(op, "x_zero_point", zp, x.shape, axis)  # same shape as x_scale
     v.check_size(op, "the output", x.shape, 4)  # x may be a broadcast view
-    out = np.empty(x.shape, dtype=np.float32)
     shape3 = as_3d(x.shape, ax)
     C = _native.native()
     if C is not None and x.flags.c_contiguous:
+        out = _native.empty(x.shape, np.float32)
         _native_elementwise(C, False, x, shape3, ax is not None, scale, zp, out)
         return out
+    out = np.empty(x.shape, dtype=np.float32)
     zp = zp.astype(np.float32)
     # A huge scale overflows to ±inf, a tiny one underflows to 0 or a denormal, as float32 does.
     with np.errstate(over="ignore", under="ignore"):
@@ -151,9 +153,10 @@ _CODES = {np.dtype(k): c for k, c in _native.TYPE_CODES.items()}
 class PreparedQuantize:
     """``quantize_linear(x, y_scale, y_zero_point, axis=axis)`` with the parameters validated
     once (the backend's QuantizeLinear nodes whose scale and zero point are model constants):
-    ``run(x)`` gives the same bits. A per-tensor quantization of a contiguous float32 ``x`` goes
-    straight to the native kernel; anything else (per axis, another dtype, a view, the NumPy
-    engine) takes :func:`quantize_linear` itself, with its checks and messages."""
+    ``run(x)`` gives the same bits. A per-tensor quantization of a float32 ``x`` (a strided or
+    transposed view copied first) goes straight to the native kernel; anything else (per axis,
+    another dtype, a broadcast view, the NumPy engine) takes :func:`quantize_linear` itself,
+    with its checks and messages."""
 
     def __init__(self, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1):
         op = "quantize_linear"
@@ -188,9 +191,9 @@ class PreparedQuantize:
 
 class PreparedDequantize:
     """``dequantize_linear(x, x_scale, x_zero_point, axis=axis)`` with the parameters validated
-    once: ``run(x)`` gives the same bits; a per-tensor dequantization of a contiguous 8-bit ``x``
-    of the zero point's dtype goes straight to the native kernel, anything else takes
-    :func:`dequantize_linear`."""
+    once: ``run(x)`` gives the same bits; a per-tensor dequantization of an 8-bit ``x`` of the
+    zero point's dtype (a strided or transposed view copied first) goes straight to the native
+    kernel, anything else takes :func:`dequantize_linear`."""
 
     def __init__(self, x_scale: Any, x_zero_point: Any = None, *, axis: int = 1):
         op = "dequantize_linear"

@@ -1,7 +1,8 @@
-"""Blocked, multithreaded element-wise passes give the bits of the oracle on every block layout.
+"""The NumPy engine's blocked element-wise passes give the bits of the oracle on every block layout.
 
-Tensors large enough for several blocks and the thread pool, in each (pre, C, post) shape the
-blocking distinguishes: post longer than a block, channels spanning blocks, many small rows.
+Tensors large enough for several blocks, in each (pre, C, post) shape the blocking
+distinguishes: post longer than a block, channels spanning blocks, many small rows. (The
+native engine's Quantize/Dequantize are checked in test_native.py and test_quantize.py.)
 """
 
 import warnings
@@ -12,14 +13,16 @@ import pytest
 import oracle
 import qlinear
 from conftest import assert_exact, rand_int
-from qlinear import _elementwise
+from qlinear import _elementwise, _native
+
 
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
-    """Blocks of 64 Ki elements and threads from 128 Ki on, so that every layout below is cut
-    into many blocks shared among the threads (the defaults need tensors 16x larger)."""
+    """The NumPy engine, with blocks of 64 Ki elements, so that every layout below is cut into
+    many blocks (the default needs tensors 16x larger)."""
     monkeypatch.setattr(_elementwise, "BLOCK", 1 << 16)
-    monkeypatch.setattr(_elementwise, "PARALLEL_MIN", 1 << 17)
+    with _native.use_engine("numpy"):
+        yield
 
 
 LAYOUTS = [
@@ -42,7 +45,7 @@ def _params(rng, shape, axis, dtype):
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 def test_quantize_blocked_equals_oracle(shape, axis, dtype):
     rng = np.random.default_rng(7)
-    assert np.prod(shape) >= _elementwise.PARALLEL_MIN  # the threaded path runs
+    assert np.prod(shape) >= 8 * _elementwise.BLOCK  # several blocks
     x = (rng.standard_normal(shape) * 200).astype(np.float32)
     flat = x.reshape(-1)
     flat[::9973] = np.nan
@@ -75,7 +78,7 @@ def test_non_contiguous_input():
 
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_conv_requantization_blocked_equals_oracle(per_channel):
-    """A convolution output large enough for several requantization blocks and threads,
+    """A convolution output large enough for several requantization blocks,
     per-tensor and per-channel (the multiplier runs along the blocks' channel axis)."""
     rng = np.random.default_rng(10)
     x = rand_int(rng, np.uint8, (2, 3, 300, 300))
@@ -86,13 +89,13 @@ def test_conv_requantization_blocked_equals_oracle(per_channel):
     b = rng.integers(-3000, 3000, 6).astype(np.int32)
     args = (x, np.float32(0.02), np.uint8(120), w, w_scale, w_zp, np.float32(0.05), np.int8(-3), b)
     got = qlinear.qlinear_conv(*args)
-    assert got.size >= _elementwise.PARALLEL_MIN
+    assert got.size >= 8 * _elementwise.BLOCK
     assert_exact(got, oracle.qlinear_conv(*args))
 
 
-def test_helper_threads_keep_the_callers_error_state():
-    """Overflow to inf saturates silently on every thread: NumPy's error state is per thread,
-    so the helpers must take the operator's ``errstate(over="ignore")``."""
+def test_overflow_saturates_silently_in_every_block():
+    """Overflow to inf saturates silently in every block (the operator's
+    ``errstate(over="ignore")`` covers them all): no warning, even when warnings are errors."""
     x = np.full(1 << 18, 3e38, dtype=np.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -198,3 +198,81 @@ def test_engine_level_is_selected(engine_level):
     else:
         assert info["engine"] == "native" and info["isa"] == engine_level.split("-", 1)[1]
         assert _native.native() is not None
+
+
+# Outputs of 16 MiB or more are written with non-temporal stores (a 32-byte aligned body after a
+# scalar head): per tensor, and per axis with runs that start at unaligned addresses.
+@pytest.mark.parametrize("xdt", [np.uint8, np.int8, np.int32])
+@pytest.mark.parametrize("shape,axis", [((4 * 2**20 + 13,), None), ((3, 1398107), 0)])
+def test_dequantize_streamed_outputs(xdt, shape, axis):
+    rng = np.random.default_rng(11)
+    info = np.iinfo(xdt)
+    x = rng.integers(info.min, info.max, size=shape, dtype=np.int64).astype(xdt)
+    c = 1 if axis is None else shape[axis]
+    scale = rand_scale(rng, (c,), 0.01, 3.0) if axis is not None else np.float32(0.37)
+    if xdt == np.int32:
+        zp = np.zeros(c, np.int32) if axis is not None else np.int32(0)
+    else:
+        zp = _zp(rng, xdt, (c,)) if axis is not None else xdt(-3 if xdt == np.int8 else 200)
+    kw = {} if axis is None else {"axis": axis}
+    assert_exact(qlinear.dequantize_linear(x, scale, zp, **kw), oracle.dequantize_linear(x, scale, zp, **kw))
+
+
+def test_output_pool_reuses_released_outputs_only():
+    if _native.native() is None:
+        pytest.skip("the output pool belongs to the native engine")
+    C = _native._C
+    C.pool_clear()
+    x = np.arange(2**20, dtype=np.int64).astype(np.uint8)  # a 4 MiB float32 output
+    want = oracle.dequantize_linear(x, np.float32(0.5), np.uint8(3))
+    a = qlinear.dequantize_linear(x, np.float32(0.5), np.uint8(3))
+    b = qlinear.dequantize_linear(x, np.float32(0.5), np.uint8(3))
+    assert not np.shares_memory(a, b)  # both alive: never one block
+    assert_exact(a, want)
+    assert_exact(b, want)
+    address = a.ctypes.data
+    view = a[10:]
+    del a
+    assert C.pool_stats()[1] == 0  # the view keeps a's block out of the pool
+    c = qlinear.dequantize_linear(x, np.float32(0.25), np.uint8(0))
+    assert c.ctypes.data != address and not np.shares_memory(c, b)
+    assert_exact(view, want[10:])
+    del view
+    assert C.pool_stats()[:2] == (4 * 2**20, 1)  # released now
+    d = qlinear.dequantize_linear(x, np.float32(0.5), np.uint8(3))
+    assert d.ctypes.data == address and C.pool_stats()[1] == 0  # reused, and out of the pool
+    assert_exact(d, want)
+    assert_exact(c, oracle.dequantize_linear(x, np.float32(0.25), np.uint8(0)))
+    # bounded: many sizes leave at most 8 blocks and 256 MiB cached
+    for n in range(1, 40, 3):
+        qlinear.dequantize_linear(np.zeros(n * 2**20 + 7, np.uint8), np.float32(1.0))
+    cached, blocks, _, max_mib = C.pool_stats()
+    assert 0 < blocks <= 8 and cached <= max_mib * 2**20
+    C.pool_clear()
+    assert C.pool_stats()[:2] == (0, 0)
+
+
+def test_kernel_peak_runs_every_kernel(engine_level):
+    """The micro-kernel loop behind qlinear bench's peak: every kernel of the level runs on
+    its L1-resident operands and reports the multiply-adds done (tasks x reps x mr x nr x 256)."""
+    if engine_level in (None, "numpy"):
+        pytest.skip("native levels only")
+    C = _native._C
+    isa = engine_level.split("-", 1)[1]
+    for which in (0, 1):
+        info = C.kernel_info(isa, which)
+        if info is None:
+            continue
+        assert C.kernel_peak(isa, which, 3, 5, 2) == 5 * 3 * info["mr"] * info["nr"] * 256
+    with pytest.raises(ValueError):
+        C.kernel_peak(isa, 0, 0, 1, 1)
+
+
+def test_bench_measures_the_peak():
+    if _native.native() is None:
+        pytest.skip("needs the native engine")
+    from qlinear.bench import measure_peak
+
+    got = measure_peak(2, seconds=0.002, trials=2)
+    assert got["isa"] == _native.isa()
+    assert got["kernels"]["exact"]["gmacs_1t"] > 0 and got["peak_gmacs"] > 0

@@ -159,7 +159,9 @@ static void quantize_scalar(const void *x, int x_type, ptrdiff_t n, const float 
 }
 
 static void dequantize_scalar(const void *x, int x_type, ptrdiff_t n, const float *scale,
-                              ptrdiff_t scale_s, const int32_t *zp, ptrdiff_t zp_s, float *out) {
+                              ptrdiff_t scale_s, const int32_t *zp, ptrdiff_t zp_s, float *out,
+                              int stream) {
+    (void)stream;
     for (ptrdiff_t e = 0; e < n; e++) {
         int64_t xv = x_type == QL_U8 ? ((const uint8_t *)x)[e]
                    : x_type == QL_I8 ? ((const int8_t *)x)[e] : ((const int32_t *)x)[e];

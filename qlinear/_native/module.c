@@ -243,6 +243,7 @@ typedef struct {
     Py_ssize_t pre, C, post, chunk;   /* tasks: chunks of `chunk` elements of one (pre, c) run */
     Py_ssize_t runs_per_row;
     const float *scale; const int32_t *zp; int per_axis;
+    int stream;                       /* dequantize: non-temporal stores (huge outputs) */
 } qd_ctx;
 
 static void qd_task(void *vctx, ptrdiff_t t, int thread) {
@@ -273,7 +274,7 @@ static void qd_task(void *vctx, ptrdiff_t t, int thread) {
                          q->out + start * q->oes, q->out_type);
     else
         q->isa->dequantize(q->x + start * q->xes, q->x_type, run_len, s, ss, z, ss,
-                           (float *)(q->out + start * q->oes));
+                           (float *)(q->out + start * q->oes), q->stream);
 }
 
 /* quantize(isa, x, x_type, pre, C, post, per_axis, scale, zp, out, out_type) and
@@ -303,7 +304,9 @@ static PyObject *qd_common(PyObject *args, int quant) {
         goto done;
     if (n > 0) {
         qd_ctx q = {isa, quant, (const char *)x.buf, x_type, xes, (char *)o.buf, out_type, oes,
-                    pre, C, post, 0, 1, (const float *)s.buf, (const int32_t *)z.buf, per_axis && np > 1};
+                    pre, C, post, 0, 1, (const float *)s.buf, (const int32_t *)z.buf, per_axis && np > 1,
+                    /* an output of 16 MiB or more does not stay in the caches anyway: stream it */
+                    !quant && n * (Py_ssize_t)oes >= ((Py_ssize_t)16 << 20)};
         Py_ssize_t tasks;
         const Py_ssize_t chunk = 1 << 14;
         int threads = n >= (1 << 18) ? ql_num_threads() : 1;  /* below: ~30 us on one core */
@@ -543,7 +546,34 @@ done:
     return ret;
 }
 
+/* kernel_peak(isa, which, reps, tasks, threads) -> multiply-adds done (peak.c) */
+long long ql_kernel_peak(const ql_gemm_kernel *k, long reps, int tasks, int threads);
+static PyObject *m_kernel_peak(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *isa; int which, tasks, threads; long reps;
+    if (!PyArg_ParseTuple(args, "silii", &isa, &which, &reps, &tasks, &threads)) return NULL;
+    const ql_gemm_kernel *k = kernel_arg(isa, which, NULL);
+    if (!k) return NULL;
+    if (reps < 1 || tasks < 1 || threads < 1)
+        return PyErr_Format(PyExc_ValueError, "qlinear native: kernel_peak needs positive counts");
+    long long macs;
+    Py_BEGIN_ALLOW_THREADS
+    macs = ql_kernel_peak(k, reps, tasks, threads);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLongLong(macs);
+}
+
+/* outbuf.c: pooled output buffers */
+PyObject *ql_py_empty(PyObject *self, PyObject *args);
+PyObject *ql_py_pool_stats(PyObject *self, PyObject *args);
+PyObject *ql_py_pool_clear(PyObject *self, PyObject *args);
+int ql_outbuf_init(void);
+
 static PyMethodDef methods[] = {
+    {"kernel_peak", m_kernel_peak, METH_VARARGS, "Run a micro-kernel on L1-resident operands (peak rate)."},
+    {"empty", ql_py_empty, METH_VARARGS, "An output buffer of n bytes from the bounded output pool."},
+    {"pool_stats", ql_py_pool_stats, METH_NOARGS, "(cached bytes, cached blocks, min bytes, max MiB) of the output pool."},
+    {"pool_clear", ql_py_pool_clear, METH_NOARGS, "Free the output pool's cached blocks."},
     {"info", m_info, METH_NOARGS, "ISA levels this CPU runs (best first), compiler, threads."},
     {"set_isa", m_set_isa, METH_VARARGS, "Select the ISA level by name."},
     {"get_isa", m_get_isa, METH_NOARGS, "The selected ISA level."},
@@ -568,5 +598,6 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_qlnative", "qlinear
 
 PyMODINIT_FUNC PyInit__qlnative(void) {
     current_isa = ql_isa_get(0);
+    if (ql_outbuf_init() < 0) return NULL;
     return PyModule_Create(&moddef);
 }

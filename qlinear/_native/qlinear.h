@@ -79,9 +79,12 @@ typedef void (*ql_epilogue_fn)(const ql_epilogue *ep, const int32_t *C, ptrdiff_
 typedef void (*ql_quantize_fn)(const void *x, int x_type, ptrdiff_t n, const float *scale,
                                ptrdiff_t scale_s, const int32_t *zp, ptrdiff_t zp_s,
                                void *out, int out_type);
-/* y = float32(float32(x - zp) * scale); x uint8, int8 or int32 */
+/* y = float32(float32(x - zp) * scale); x uint8, int8 or int32. stream: the whole output is
+ * far larger than the caches, so it may be written with non-temporal stores (no read for
+ * ownership of lines that are only overwritten); the values are the same either way. */
 typedef void (*ql_dequantize_fn)(const void *x, int x_type, ptrdiff_t n, const float *scale,
-                                 ptrdiff_t scale_s, const int32_t *zp, ptrdiff_t zp_s, float *out);
+                                 ptrdiff_t scale_s, const int32_t *zp, ptrdiff_t zp_s, float *out,
+                                 int stream);
 
 /* ---------------------------------------------------------------------------------------
  * One ISA level: its kernels (the table lives in dispatch.c)

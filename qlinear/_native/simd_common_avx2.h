@@ -95,11 +95,31 @@ static void ql_quantize_avx2(const void *x, int x_type, ptrdiff_t n, const float
 }
 
 static void ql_dequantize_avx2(const void *x, int x_type, ptrdiff_t n, const float *scale,
-                               ptrdiff_t scale_s, const int32_t *zp, ptrdiff_t zp_s, float *out) {
+                               ptrdiff_t scale_s, const int32_t *zp, ptrdiff_t zp_s, float *out,
+                               int stream) {
     __m256 sb = _mm256_set1_ps(scale[0]);
     __m256i zb = _mm256_set1_epi32(zp[0]);
     ptrdiff_t e = 0;
     size_t es = x_type == QL_I32 ? 4 : 1;
+    /* non-temporal stores need 32-byte aligned addresses: the scalar path does the head */
+    ptrdiff_t head = stream ? (ptrdiff_t)(((32 - ((uintptr_t)out & 31)) & 31) / 4) : 0;
+    if (stream && (((uintptr_t)out & 3) == 0) && head < n) {
+        if (head)
+            ql_isa_scalar.dequantize(x, x_type, head, scale, scale_s, zp, zp_s, out, 0);
+        for (e = head; e + 8 <= n; e += 8) {
+            __m256i xi;
+            if (x_type == QL_I32) {
+                xi = _mm256_loadu_si256((const __m256i *)((const int32_t *)x + e));
+            } else {
+                __m128i b8 = _mm_loadl_epi64((const __m128i *)((const char *)x + e));
+                xi = x_type == QL_U8 ? _mm256_cvtepu8_epi32(b8) : _mm256_cvtepi8_epi32(b8);
+            }
+            __m256i z = zp_s ? _mm256_loadu_si256((const __m256i *)(zp + e)) : zb;
+            __m256 s = scale_s ? _mm256_loadu_ps(scale + e) : sb;
+            _mm256_stream_ps(out + e, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(xi, z)), s));
+        }
+        _mm_sfence();  /* order the streamed lines before the caller's (and other threads') reads */
+    }
     for (; e + 8 <= n; e += 8) {
         __m256i xi;
         if (x_type == QL_I32) {
@@ -115,7 +135,7 @@ static void ql_dequantize_avx2(const void *x, int x_type, ptrdiff_t n, const flo
     }
     if (e < n)
         ql_isa_scalar.dequantize((const char *)x + e * es, x_type, n - e, scale + e * scale_s,
-                                 scale_s, zp + e * zp_s, zp_s, out + e);
+                                 scale_s, zp + e * zp_s, zp_s, out + e, 0);
 }
 
 #endif

@@ -1,0 +1,145 @@
+"""The workspace limit holds on a large convolution, measured from outside NumPy's accounting.
+
+tracemalloc does not see the native engine's C allocations, so each case runs in a child
+process that measures its peak resident set (VmHWM in /proc/self/status, the high-water mark
+reset through /proc/self/clear_refs once the inputs exist) around one QLinearConv call.
+(Not ``getrusage(...).ru_maxrss``: after fork and exec it also carries the parent's peak, the
+size of the whole pytest process.) The peak above the resident set before the call, minus
+the output, must
+stay within the workspace limit (plus, on the NumPy engine, one image's float32 padded copy,
+the floor of its tiling, and a fixed allowance for the interpreter's own noise).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from qlinear import _native
+
+CHILD = r"""
+import ctypes, json, sys
+# no transparent huge pages: with them, touching one byte of a 2 MiB-aligned region (a
+# thread's malloc arena, say) makes 2 MiB resident, which is noise here, not workspace
+ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE
+import numpy as np
+import qlinear
+engine, limit = sys.argv[1], int(sys.argv[2])
+qlinear._native.set_engine(engine)
+qlinear.set_workspace_limit(limit)
+rng = np.random.default_rng(0)
+n, c, h, m = 16, 64, 56, 64
+x = rng.integers(0, 256, (n, c, h, h), dtype=np.uint8)
+w = rng.integers(-128, 128, (m, c, 3, 3), dtype=np.int8)
+p = qlinear.prepare_qlinear_conv(w, np.float32(0.01), np.int8(0), pads=[1, 1, 1, 1])
+args = (np.float32(0.02), np.uint8(128), np.float32(4.0), np.uint8(128))
+p.run(x[:1], *args)  # first-call work (packing, lazy imports) out of the way
+ctypes.CDLL("libc.so.6").malloc_trim(0)
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the peak resident set restarts from the current one
+def status_kib(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+before = status_kib("VmRSS")
+y = p.run(x, *args)
+peak = status_kib("VmHWM")
+print(json.dumps({"above": (peak - before) * 1024 - y.nbytes, "output": y.nbytes,
+                  "padded_image": 4 * c * (h + 2) ** 2, "accumulator": 4 * y.size}))
+"""
+
+LIMIT = 4 << 20
+NOISE = 3 << 20  # the interpreter's and allocator's own resident growth during a call
+
+
+def _measure(engine: str) -> dict:
+    if not os.access("/proc/self/clear_refs", os.W_OK):
+        pytest.skip("needs Linux's /proc/self/clear_refs to reset the peak resident set")
+    env = dict(os.environ, QLINEAR_NUM_THREADS="2")
+    out = subprocess.run([sys.executable, "-c", CHILD, engine, str(LIMIT)], capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_native_convolution_stays_within_the_workspace_limit():
+    if not _native.available():
+        pytest.skip("the native engine is not built")
+    got = _measure("native")
+    assert got["above"] <= LIMIT + NOISE, got
+
+
+def test_numpy_convolution_stays_within_the_workspace_limit():
+    got = _measure("numpy")
+    # the whole float32 accumulator (12.8 MiB here) would not fit: images go in groups
+    assert got["accumulator"] > LIMIT + got["padded_image"] + NOISE
+    assert got["above"] <= LIMIT + got["padded_image"] + NOISE, got
+
+
+def test_numpy_convolution_in_image_groups_is_exact(monkeypatch):
+    """The NumPy engine's grouping of images under a small limit (several groups, a short last
+    one) gives the oracle's bits, per-channel parameters and bias included."""
+    import numpy as np
+
+    import oracle
+    import qlinear
+    from conftest import assert_exact
+
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 256, (7, 5, 9, 9), dtype=np.uint8)
+    w = rng.integers(-128, 128, (6, 5, 3, 3), dtype=np.int8)
+    w_scale = rng.uniform(0.001, 0.02, 6).astype(np.float32)
+    w_zp = rng.integers(-5, 5, 6).astype(np.int8)
+    bias = rng.integers(-2**31, 2**31 - 1, 6, dtype=np.int64).astype(np.int32)
+    args = (x, np.float32(0.03), np.uint8(120), w, w_scale, w_zp, np.float32(0.2), np.int8(-3), bias)
+    saved = qlinear.workspace_limit()
+    qlinear.set_workspace_limit(2 * 4 * 6 * 81 * 3)  # three images' accumulators per group
+    try:
+        with _native.use_engine("numpy"):
+            got = qlinear.qlinear_conv(*args, pads=[1, 0, 1, 2])
+    finally:
+        qlinear.set_workspace_limit(saved)
+    assert_exact(got, oracle.qlinear_conv(*args, pads=[1, 0, 1, 2]))
+
+
+PADS_CHILD = r"""
+import ctypes, json, sys
+ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE
+import numpy as np
+import qlinear
+qlinear._native.set_engine(sys.argv[1])
+x = (np.arange(64 * 16, dtype=np.int64) % 251).astype(np.uint8).reshape(1, 64, 4, 4)
+w = np.ones((8, 64, 3, 3), np.int8)
+attrs = dict(pads=[3000] * 4, strides=[3000] * 2)
+qlinear.conv_integer(x, w, np.uint8(7))  # first-call work out of the way
+ctypes.CDLL("libc.so.6").malloc_trim(0)
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")
+def status_kib(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+before = status_kib("VmRSS")
+y = qlinear.conv_integer(x, w, np.uint8(7), **attrs)
+print(json.dumps({"above": (status_kib("VmHWM") - before) * 1024, "shape": list(y.shape)}))
+"""
+
+
+@pytest.mark.parametrize("engine", ["native", "numpy"])
+def test_no_padded_copy_on_either_engine(engine):
+    """pads and strides of 3000 around a 64-channel 4x4 image (3x3 kernel): a padded copy would
+    take 64 x 6004² elements (2.3 GB as int8, 9 GB as float32), and a loop over the padded
+    positions would take minutes. Both engines read only the 3x3 grid of windows. (The values
+    are checked against the oracle in test_hostile.py and test_conv.py.)"""
+    if engine == "native" and not _native.available():
+        pytest.skip("the native engine is not built")
+    if not os.access("/proc/self/clear_refs", os.W_OK):
+        pytest.skip("needs Linux's /proc/self/clear_refs to reset the peak resident set")
+    out = subprocess.run([sys.executable, "-c", PADS_CHILD, engine], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["shape"] == [1, 8, 3, 3]
+    assert got["above"] <= NOISE, got
