@@ -33,11 +33,38 @@ _pool: ThreadPoolExecutor | None = None
 SPLIT_MIN_MACS = 1 << 21
 
 
+def _find_openblas() -> tuple | None:
+    """(set_num_threads, get_num_threads) of the OpenBLAS NumPy uses, through ctypes: the
+    library mapped into this process (Linux ``/proc/self/maps``), under the symbol names of
+    scipy-openblas (NumPy's wheels) or a plain OpenBLAS. None when there is none."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "openblas" in line.lower()}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix, suffix in (("scipy_openblas", "64_"), ("scipy_openblas", ""),
+                               ("openblas", "64_"), ("openblas", "")):
+            try:
+                setter = getattr(lib, f"{prefix}_set_num_threads{suffix}")
+                getter = getattr(lib, f"{prefix}_get_num_threads{suffix}")
+            except AttributeError:
+                continue
+            setter.argtypes, setter.restype = [ctypes.c_int], None
+            getter.argtypes, getter.restype = [], ctypes.c_int
+            return setter, getter
+    return None
+
+
 def _openblas():
     global _handle
     if _handle is False:
-        from ._engine import _find_openblas
-
         _handle = _find_openblas()
     return _handle
 
