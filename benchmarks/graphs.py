@@ -282,7 +282,8 @@ def table(directory: Path | None, repeat: int, only: str | None = None) -> list[
     """The docs/models.md table: per model its format, operators, ``qlinear compare``'s
     verdict against onnxruntime's normal session (exact kernels, and ``--emulate
     onnxruntime-avx2`` where onnxruntime saturates here), the nodes that differ on
-    onnxruntime's own inputs, and warm medians of both engines (2 threads, batch 1)."""
+    onnxruntime's own inputs, and warm medians of both engines (2 threads, batch 1),
+    interleaved, and of each engine run alone."""
     import onnxruntime as ort
 
     import qlinear.backend as backend
@@ -292,8 +293,10 @@ def table(directory: Path | None, repeat: int, only: str | None = None) -> list[
     formats = _formats(directory)
     lines = ["| model | format | operators | compare | compare --emulate onnxruntime-avx2 | "
              "quantized nodes differing on onnxruntime's inputs | qlinear ms | onnxruntime ms | "
-             "ratio |", "|---|---|---|---|---|---|---|---|---|"]
-    ratios = []
+             "ratio | alone: qlinear ms | alone: onnxruntime ms | alone: ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    print("\n".join(lines), flush=True)
+    ratios, alone_ratios = [], []
     for name, src in models(directory):
         if only and only not in name:
             continue
@@ -317,15 +320,24 @@ def table(directory: Path | None, repeat: int, only: str | None = None) -> list[
         t = _interleaved_ms({"qlinear": lambda: rep.run(feeds),
                              "onnxruntime": lambda: sess.run(None, feeds)}, repeat)
         ratios.append(t["qlinear"] / t["onnxruntime"])
+        # each engine again without the other in between: onnxruntime's intra-op threads keep
+        # spinning for a while after each run and take a core from the next qlinear run; a
+        # pause lets them park first
+        time.sleep(0.5)
+        alone = _median_ms(lambda: rep.run(feeds), repeat)
+        ort_alone = _median_ms(lambda: sess.run(None, feeds), repeat)
+        alone_ratios.append(alone / ort_alone)
         fmt = formats.get(name, "QOperator (synthetic, 7-bit weights)" if "synthetic" in name
                           else "?")
         lines.append(f"| {name} | {fmt} | {_ops_summary(model)} | {_verdict_text(plain)} | "
                      f"{_verdict_text(emu) if emu else 'n/a (exact here)'} | {own_differ} | "
-                     f"{t['qlinear']:.2f} | {t['onnxruntime']:.2f} | {ratios[-1]:.2f} |")
+                     f"{t['qlinear']:.2f} | {t['onnxruntime']:.2f} | {ratios[-1]:.2f} | {alone:.2f} | "
+                     f"{ort_alone:.2f} | {alone_ratios[-1]:.2f} |")
         print(lines[-1], flush=True)
     if ratios:
         g = float(np.exp(np.mean(np.log(ratios))))
-        lines.append(f"\ngeometric mean qlinear/onnxruntime: {g:.2f}")
+        ga = float(np.exp(np.mean(np.log(alone_ratios))))
+        lines.append(f"\ngeometric mean qlinear/onnxruntime: {g:.2f} interleaved, {ga:.2f} alone")
         print(lines[-1])
     return lines
 

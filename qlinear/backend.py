@@ -35,6 +35,7 @@ semantics: a node whose input types turn out, at run time, to fall outside the f
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -46,6 +47,8 @@ from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
 import qlinear as _q
+from qlinear import _blas
+from qlinear.quantize import PreparedDequantize, PreparedQuantize
 from qlinear import backend_contrib as _contrib
 from qlinear.backend_float import FLOAT_KERNELS, FastEvaluator  # float glue ops, lean graph loop
 
@@ -439,6 +442,19 @@ class _QLinearOp(OpRun):
             self._weights_ref = weights  # keep the arrays alive so ids stay unique
         return self._prepared
 
+    def _prepared_params(self, cls, scale, zero_point, axis):
+        """``cls(scale, zero_point, axis=axis)`` built once when both are constants of the model
+        (the same array objects on every run), else None (the caller validates per call)."""
+        names = self.onnx_node.input[1:3]
+        if self.constant_inputs is None or not all(n in self.constant_inputs for n in names if n):
+            return None
+        key = (id(scale), id(zero_point))
+        if self._cache_key != key or self._prepared is None:
+            self._prepared = self._call(cls, scale, zero_point, axis=axis)
+            self._cache_key = key
+            self._weights_ref = (scale, zero_point)  # keep the arrays alive so ids stay unique
+        return self._prepared
+
     def _check_float32(self, what: str, v) -> None:
         if v is not None and np.asarray(v).dtype != np.float32:
             raise self._fail(f"{what} is {np.asarray(v).dtype}; qlinear implements the float32 "
@@ -476,6 +492,9 @@ class QuantizeLinear(_QLinearOp):
                 raise self._fail("output_dtype and y_zero_point's type differ")
         if self.version == 10 and np.asarray(y_scale).size != 1:
             raise self._fail("QuantizeLinear-10 takes a scalar y_scale (per-axis needs opset 13)")
+        prepared = self._prepared_params(PreparedQuantize, y_scale, y_zero_point, g.get("axis", 1))
+        if prepared is not None:
+            return (self._call(prepared.run, x),)
         return (self._call(_q.quantize_linear, x, y_scale, y_zero_point, axis=g.get("axis", 1)),)
 
 
@@ -492,6 +511,9 @@ class DequantizeLinear(_QLinearOp):
         self._check_float32("x_scale", x_scale)
         if self.version == 10 and np.asarray(x_scale).size != 1:
             raise self._fail("DequantizeLinear-10 takes a scalar x_scale (per-axis needs opset 13)")
+        prepared = self._prepared_params(PreparedDequantize, x_scale, x_zero_point, g.get("axis", 1))
+        if prepared is not None:
+            return (self._call(prepared.run, x),)
         return (self._call(_q.dequantize_linear, x, x_scale, x_zero_point, axis=g.get("axis", 1)),)
 
 
@@ -593,18 +615,37 @@ def max_pool(x, *, kernel_shape, strides=None, pads=None, dilations=None,
 
     Padded positions hold the type's minimum (-inf for floats), so they never win. A maximum
     is exact, so this is bit-identical to onnxruntime for integers and for NaN-free floats
-    (a NaN in a window propagates to that output).
+    (a NaN in a window propagates to that output). The geometry is computed once per input
+    shape and attributes (``_max_pool_plan``).
     """
+    tup = lambda v: tuple(int(i) for i in v) if v is not None else None  # noqa: E731
+    pad_width, taps, out = _max_pool_plan(tuple(x.shape), tup(kernel_shape), tup(strides), tup(pads),
+                                          tup(dilations), str(auto_pad), int(ceil_mode))
+    lo = np.iinfo(x.dtype).min if x.dtype.kind in "iu" else -np.inf
+    if 0 in out:
+        return np.full(out, lo, dtype=x.dtype)
+    xp = np.pad(x, pad_width, constant_values=lo) if pad_width is not None else x
+    y = np.array(xp[taps[0]], dtype=x.dtype)  # the first tap (a copy: y is written below)
+    for sl in taps[1:]:
+        np.maximum(y, xp[sl], out=y)
+    return y
+
+
+@functools.lru_cache(maxsize=256)
+def _max_pool_plan(shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode):
+    """(np.pad widths or None when every window lies inside x, the taps' index tuples, the
+    output shape) of a MaxPool."""
     import itertools
 
     from qlinear.tools.ortsat import explicit_pads
 
-    nd = x.ndim - 2
-    spatial = list(x.shape[2:])
+    nd = len(shape) - 2
+    spatial = list(shape[2:])
     kernel = list(kernel_shape)
     strides = list(strides) if strides else [1] * nd
     dilations = list(dilations) if dilations else [1] * nd
-    pb, pe = explicit_pads(spatial, kernel, strides, dilations, auto_pad, pads)
+    pb, pe = explicit_pads(spatial, kernel, strides, dilations, auto_pad,
+                           list(pads) if pads is not None else None)
     out = []
     for i in range(nd):
         eff = (kernel[i] - 1) * dilations[i] + 1
@@ -615,15 +656,14 @@ def max_pool(x, *, kernel_shape, strides=None, pads=None, dilations=None,
         out.append(max(o, 0))
     extra = [max(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
                  - (spatial[i] + pb[i] + pe[i])) for i in range(nd)]
-    lo = np.iinfo(x.dtype).min if np.issubdtype(x.dtype, np.integer) else -np.inf
-    xp = np.pad(x, [(0, 0), (0, 0)] + [(pb[i], pe[i] + extra[i]) for i in range(nd)],
-                constant_values=lo)
-    y = np.full(x.shape[:2] + tuple(out), lo, dtype=x.dtype)
-    for off in itertools.product(*[range(k) for k in kernel]):
-        sl = tuple(slice(off[i] * dilations[i], off[i] * dilations[i] + (out[i] - 1) * strides[i] + 1,
-                         strides[i]) for i in range(nd))
-        np.maximum(y, xp[(slice(None), slice(None)) + sl], out=y)
-    return y
+    pad_width = None
+    if any(pb) or any(pe) or any(extra):
+        pad_width = [(0, 0), (0, 0)] + [(pb[i], pe[i] + extra[i]) for i in range(nd)]
+    taps = [(slice(None), slice(None)) + tuple(
+                slice(off[i] * dilations[i], off[i] * dilations[i] + (out[i] - 1) * strides[i] + 1,
+                      strides[i]) for i in range(nd))
+            for off in itertools.product(*[range(k) for k in kernel])]
+    return pad_width, taps, tuple(shape[:2]) + tuple(out)
 
 
 class MaxPool(OpRun):
@@ -641,11 +681,12 @@ class MaxPool(OpRun):
         self.version = node_version("MaxPool", "", opset)
         self.given = _attrs(onnx_node)
         self._float = load_op("", "MaxPool", self.version)(onnx_node, run_params)
+        self._with_indices = len([o for o in onnx_node.output if o]) > 1
 
     def run(self, *args, **kwargs):  # noqa: D102
         x = args[0]
-        with_indices = len([o for o in self.onnx_node.output if o]) > 1
-        is_integer = np.issubdtype(np.asarray(x).dtype, np.integer)
+        with_indices = self._with_indices
+        is_integer = np.asarray(x).dtype.kind in "iu"
         if with_indices and not is_integer:
             return self._float.run(*args, **kwargs)
         name = self.onnx_node.name or self.onnx_node.output[0]
@@ -834,14 +875,16 @@ class QLinearRep(BackendRep):
     def run(self, inputs, progress: bool | None = False, **kwargs) -> tuple[np.ndarray, ...]:  # type: ignore[override]
         """Outputs in graph order. ``progress=None`` shows a bar on a terminal's stderr."""
         feeds = self._feeds(inputs)
-        return tuple(self._named(lambda: self._with_progress(
-            lambda: self.evaluator.run(None, feeds), progress)))
+        with _blas.single_threaded():
+            return tuple(self._named(lambda: self._with_progress(
+                lambda: self.evaluator.run(None, feeds), progress)))
 
     def run_all(self, inputs, progress: bool | None = False) -> dict[str, Any]:
         """Every tensor of the graph (inputs, initializers, intermediates, outputs) by name."""
         feeds = self._feeds(inputs)
-        return self._named(lambda: self._with_progress(
-            lambda: self.evaluator.run(None, feeds, intermediate=True), progress))
+        with _blas.single_threaded():
+            return self._named(lambda: self._with_progress(
+                lambda: self.evaluator.run(None, feeds, intermediate=True), progress))
 
     def _with_progress(self, fn, enabled):
         if enabled is False:

@@ -19,7 +19,9 @@ from onnx import helper
 from onnx.reference.op_run import OpRun
 
 from . import contrib as _c
-from . import prepare_qlinear_conv
+from . import prepare_matmul_integer, prepare_qlinear_conv
+from .contrib import gemm as _gemm
+from .contrib import transformer as _transformer
 
 DOMAIN = "com.microsoft"
 _T = onnx.TensorProto
@@ -216,13 +218,25 @@ class QLinearConv(ContribOp):
 
 
 class MatMulIntegerToFloat(ContribOp):
+    """MatMulIntegerToFloat: a constant B is packed once for the native GEMM."""
+
     def _run(self, *args, **_):
-        return (self._call(_c.matmul_integer_to_float, *args),)
+        product = self._prepared_for(_prepared_product, (args[1], _arg(args, 5)), (1, 5)) \
+            if len(args) > 1 else None
+        if product is None:
+            return (self._call(_c.matmul_integer_to_float, *args),)
+        return (self._call(_gemm._matmul_integer_to_float_op, *args, product=product),)
 
 
 class DynamicQuantizeMatMul(ContribOp):
+    """DynamicQuantizeMatMul: a constant B is packed once for the native GEMM."""
+
     def _run(self, *args, **_):
-        return (self._call(_c.dynamic_quantize_matmul, *args),)
+        product = self._prepared_for(_prepared_product, (args[1], _arg(args, 3)), (1, 3)) \
+            if len(args) > 1 else None
+        if product is None:
+            return (self._call(_c.dynamic_quantize_matmul, *args),)
+        return (self._call(_gemm._dynamic_quantize_matmul_op, *args, product=product),)
 
 
 class QuantizeLinear(ContribOp):
@@ -235,9 +249,41 @@ class DequantizeLinear(ContribOp):
         return (self._call(_c.dequantize_linear, *args, **self._kw("axis")),)
 
 
+def _arg(args: tuple, i: int) -> Any:
+    return args[i] if len(args) > i else None
+
+
+def _prepared_product(w: np.ndarray, weight_zero_point: Any):
+    """An integer product with a constant right operand packed once (a product function
+    ``product(a, w, a_zero_point, w_zero_point)`` as QAttention, MatMulIntegerToFloat and
+    DynamicQuantizeMatMul take it, the operand and its zero point already bound), or None where
+    they are not in the forms those operators accept (their own checks then report)."""
+    if not isinstance(w, np.ndarray) or w.ndim != 2:
+        return None
+    wz = None
+    if weight_zero_point is not None:
+        wz = np.asarray(weight_zero_point)
+        if wz.size not in (1, w.shape[1]) or (wz.size > 1 and wz.shape not in ((w.shape[1],), (1, w.shape[1]))):
+            return None
+        wz = wz.reshape(()) if wz.size == 1 else wz.reshape(w.shape[1])
+    try:
+        prepared = prepare_matmul_integer(w, wz)
+    except (ValueError, TypeError):
+        return None
+    return lambda x, _w, a_zero_point, _wz: prepared.run(x, a_zero_point)
+
+
 class QAttention(ContribOp):
+    """QAttention: a constant weight is packed once for the native GEMM."""
+
     def _run(self, *args, **_):
-        return self._call(_c.qattention, *args, **self._kw("num_heads", "unidirectional", "scale", "mask_filter_value"))
+        kw = self._kw("num_heads", "unidirectional", "scale", "mask_filter_value")
+        product = None
+        if len(args) > 1:
+            product = self._prepared_for(_prepared_product, (args[1], args[7] if len(args) > 7 else None), (1, 7))
+        if product is None:
+            return self._call(_c.qattention, *args, **kw)
+        return self._call(_transformer._qattention_op, *args, product=product, **kw)
 
 
 class Attention(ContribOp):

@@ -52,6 +52,8 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
+from . import _blas
+
 __all__ = ["conv", "average_pool", "resize", "softmax", "sigmoid", "FLOAT_KERNELS",
            "FastEvaluator"]
 
@@ -158,10 +160,20 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, auto_pad:
             xp = np.repeat(xp, mg, axis=1)  # output channel o reads input channel o // mg
         wt = w.reshape(m, ksize)
         y = np.zeros((n, m, *out), dtype=dt)
-        shape = (1, m) + (1,) * nd
-        for t, off in enumerate(itertools.product(*[range(k) for k in kernel])):
-            tap = xp[(slice(None), slice(None)) + _tap_slices(off, out, strides, dilations)]
-            y += wt[:, t].reshape(shape) * tap
+        taps = [_tap_slices(off, out, strides, dilations)
+                for off in itertools.product(*[range(k) for k in kernel])]
+
+        def channels(c0: int, c1: int) -> None:
+            # the taps of channels [c0, c1) added in order into y, through one reused product
+            # buffer (a temporary per tap costs an allocation and its page faults)
+            yc = y[:, c0:c1]
+            tmp = np.empty_like(yc)
+            shape = (1, c1 - c0) + (1,) * nd
+            for t, sl in enumerate(taps):
+                np.multiply(wt[c0:c1, t].reshape(shape), xp[(slice(None), slice(c0, c1)) + sl], out=tmp)
+                yc += tmp
+
+        _blas.split_channels(m, y.size * ksize, channels)
     else:
         if ksize == 1 and not any(pb) and not any(pe):
             xs = x[(slice(None), slice(None)) + tuple(slice(None, (out[i] - 1) * strides[i] + 1,
@@ -178,9 +190,9 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, auto_pad:
             order = (1, 2, *range(3, 3 + nd), 0, *range(3 + nd, 3 + 2 * nd))
             cols = view.transpose(order).reshape(g, cg * ksize, n * p)
         if g == 1:  # one 2-D product (a stacked matmul of one would loop in NumPy)
-            y = np.matmul(w.reshape(mg, cg * ksize), cols[0])[None]
+            y = _blas.matmul(w.reshape(mg, cg * ksize), cols[0])[None]
         else:
-            y = np.matmul(w.reshape(g, mg, cg * ksize), cols)  # (g, mg, n*p)
+            y = _blas.batched_matmul(w.reshape(g, mg, cg * ksize), cols)  # (g, mg, n*p)
         if n == 1:
             y = y.reshape(1, m, *out)
         else:
@@ -574,6 +586,11 @@ class Reshape(_FloatOp):
         return data.reshape(dims)
 
 
+#: Operators never folded into constants: their outputs differ between runs on the same
+#: inputs (random generators) or they have effects beyond their outputs.
+_NOT_FOLDABLE = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+                           "Multinomial", "Bernoulli", "Dropout"})
+
 FLOAT_KERNELS: list[type[OpRun]] = [Conv, AveragePool, GlobalAveragePool, GlobalMaxPool, Sigmoid,
                                     Softmax, LeakyRelu, Relu, Resize, Reshape]
 
@@ -620,6 +637,13 @@ class FastEvaluator(ReferenceEvaluator):
                 if name not in keep:
                     drop[i].append(name)
         plan = []
+        # Tensors with the same value on every run: initializers that no feed can replace (a
+        # graph input's initializer is only its default), then the outputs of Constant nodes
+        # and of deterministic nodes that read only such tensors (evaluated on the first run
+        # and reused, as onnxruntime folds constants when it loads a model: a DequantizeLinear
+        # of a constant weight, a Shape-free chain of Reshape constants, ...).
+        graph_inputs = set(self.input_names)
+        constant = {n for n in self.rt_inits_ if n not in graph_inputs} if not subgraphs else set()
         for i, node in enumerate(nodes):
             how, extra, check = "run", None, None
             impl = node
@@ -640,7 +664,12 @@ class FastEvaluator(ReferenceEvaluator):
             if how in ("context", "const") or (how == "run" and check is not None):
                 impl = node  # the guard's own run() checks (context and Constant: unguarded)
                 check = None
-            plan.append((impl, how, extra, list(node.input), list(node.output), drop[i], check))
+            fold = (how not in ("context", "const") and plain and impl.op_type not in _NOT_FOLDABLE
+                    and all(n in constant for n in node.input if n))
+            if fold or how == "const":
+                constant.update(n for n in node.output if n)
+            plan.append((impl, how, extra, list(node.input), list(node.output), drop[i], check,
+                         fold))
         return plan
 
     def run(self, output_names, feed_inputs, attributes=None, intermediate=False,  # type: ignore[override]
@@ -661,9 +690,17 @@ class FastEvaluator(ReferenceEvaluator):
         results.update(feed_inputs)
         nodes = self.rt_nodes_  # may be a progress-bar wrapper around the same list
         timing = self.node_seconds
-        for _, (pnode, how, extra, ins, outs, drop, check) in zip(nodes, plan):
+        for _, (pnode, how, extra, ins, outs, drop, check, fold) in zip(nodes, plan):
             if timing is not None:
                 t0 = time.perf_counter()
+            if fold:
+                outputs = consts.get(id(pnode))
+                if outputs is not None:
+                    for name, value in zip(outs, outputs):
+                        results[name] = value
+                    if timing is not None:
+                        timing[pnode.op_type] = timing.get(pnode.op_type, 0.0) + time.perf_counter() - t0
+                    continue
             try:
                 inputs = [results[i] for i in ins]
             except KeyError as e:
@@ -693,6 +730,12 @@ class FastEvaluator(ReferenceEvaluator):
                 outputs = pnode.run(*inputs, context=results)
             else:
                 outputs = pnode.run(*inputs)
+            if fold:
+                # read-only: a consumer writing into a cached tensor would change later runs
+                for o in outputs:
+                    if isinstance(o, np.ndarray):
+                        o.flags.writeable = False
+                consts[id(pnode)] = outputs
             for name, value in zip(outs, outputs):
                 results[name] = value
             if not intermediate:

@@ -12,6 +12,7 @@ from ._elementwise import as_3d, run_blocked, scratch
 from ._requant import round_saturate_block, saturation_params
 
 _QUANTIZABLE = (np.dtype(np.float32), np.dtype(np.int32))
+_EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
 
 
 def _axis_param(op: str, name: str, arr: np.ndarray, x_shape: tuple[int, ...], axis: Any) -> tuple[np.ndarray, int | None]:
@@ -137,3 +138,88 @@ def dequantize_linear(x: np.ndarray, x_scale: Any, x_zero_point: Any = None, *, 
     with np.errstate(over="ignore", under="ignore"):
         run_blocked(_dequantize_block, [x.reshape(shape3), out.reshape(shape3)], [scale, zp])
     return out
+
+
+def _real_array(x: np.ndarray) -> bool:
+    """Contiguous, or a view without a broadcast axis (stride 0), which the fast paths copy to
+    a contiguous array first (a broadcast view takes the plain functions and their checks)."""
+    return x.flags.c_contiguous or 0 not in x.strides
+
+
+# Type codes of the native engine by dtype (a dict lookup; ``dtype.name`` costs microseconds).
+_CODES = {np.dtype(k): c for k, c in _native.TYPE_CODES.items()}
+
+
+class PreparedQuantize:
+    """``quantize_linear(x, y_scale, y_zero_point, axis=axis)`` with the parameters validated
+    once (the backend's QuantizeLinear nodes whose scale and zero point are model constants):
+    ``run(x)`` gives the same bits. A per-tensor quantization of a float32 ``x`` (a strided or
+    transposed view copied first) goes straight to the native kernel; anything else (per axis,
+    another dtype, a broadcast view, the NumPy engine) takes :func:`quantize_linear` itself,
+    with its checks and messages."""
+
+    def __init__(self, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1):
+        op = "quantize_linear"
+        scale = v.nonzero_scale(op, "y_scale", y_scale)
+        if y_zero_point is None:
+            zp = np.zeros(scale.shape, dtype=np.uint8)
+        else:
+            zp = v.output_zero_point(op, "y_zero_point", y_zero_point)
+            v.same_shape(op, "y_scale", scale, "y_zero_point", zp)
+        self._args = (y_scale, y_zero_point)
+        self._axis = axis
+        self._per_tensor = scale.size == 1
+        self._scale = np.ascontiguousarray(scale, dtype=np.float32).reshape(-1)[:1]
+        self._zp = np.ascontiguousarray(zp, dtype=np.int32).reshape(-1)[:1]
+        self.dtype = zp.dtype
+        self._code = _CODES[zp.dtype]
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        C = _native.native()
+        if (C is None or not self._per_tensor or type(x) is not np.ndarray
+                or x.dtype != np.float32 or not _real_array(x)):
+            return quantize_linear(x, *self._args, axis=self._axis)
+        if not x.flags.c_contiguous:  # a transposed or strided view: copied first
+            v.check_size("quantize_linear", "a contiguous copy of x", x.shape, 4)
+            x = np.ascontiguousarray(x)
+        # x is a real contiguous float32 array, so the output (a quarter of its bytes) needs no
+        # size check
+        out = np.empty(x.shape, dtype=self.dtype)
+        C.quantize(C.get_isa(), x, 3, 1, 1, x.size, 0, self._scale, self._zp, out, self._code)
+        return out
+
+
+class PreparedDequantize:
+    """``dequantize_linear(x, x_scale, x_zero_point, axis=axis)`` with the parameters validated
+    once: ``run(x)`` gives the same bits; a per-tensor dequantization of an 8-bit ``x`` of the
+    zero point's dtype (a strided or transposed view copied first) goes straight to the native
+    kernel, anything else takes :func:`dequantize_linear`."""
+
+    def __init__(self, x_scale: Any, x_zero_point: Any = None, *, axis: int = 1):
+        op = "dequantize_linear"
+        scale = v.scale(op, "x_scale", x_scale)
+        zp = None
+        if isinstance(x_zero_point, np.ndarray) and x_zero_point.dtype in _EIGHT_BIT:
+            zp = x_zero_point
+        self._args = (x_scale, x_zero_point)
+        self._axis = axis
+        # the fast path needs one scale and, if given, one 8-bit zero point (an int32 zero
+        # point, a per-axis one or anything unusual goes through dequantize_linear's checks)
+        self._fast = scale.size == 1 and (x_zero_point is None or (zp is not None and zp.size == 1))
+        self._zp_dtype = zp.dtype if zp is not None else None
+        self._scale = np.ascontiguousarray(scale, dtype=np.float32).reshape(-1)[:1]
+        self._zp = np.ascontiguousarray(zp if zp is not None else np.zeros(1), dtype=np.int32).reshape(-1)[:1]
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        C = _native.native()
+        if (C is None or not self._fast or type(x) is not np.ndarray or not _real_array(x)
+                or x.dtype not in _EIGHT_BIT
+                or (self._zp_dtype is not None and x.dtype != self._zp_dtype)):
+            return dequantize_linear(x, *self._args, axis=self._axis)
+        v.check_size("dequantize_linear", "the output", x.shape, 4)
+        if not x.flags.c_contiguous:  # a transposed or strided view: copied first (a quarter
+            x = np.ascontiguousarray(x)  # of the output's bytes, checked above)
+        out = np.empty(x.shape, dtype=np.float32)
+        C.dequantize(C.get_isa(), x, _CODES[x.dtype], 1, 1, x.size, 0, self._scale, self._zp, out)
+        return out
+

@@ -605,3 +605,83 @@ def test_reshape_exact(opset, shape, allowzero):
     model = _model("Reshape", {"x": x}, attrs, opset, {"s": np.int64(shape)})
     q, o, r = _run_all(model, {"x": x})
     assert q.shape == o.shape == r.shape and np.array_equal(q, o) and np.array_equal(q, r)
+
+
+# ---------------------------------------------------------------- float products while running
+
+
+@pytest.mark.parametrize("m,k,n", [(24, 96, 3136), (512, 64, 196), (3, 2000, 900), (7, 5, 3)])
+def test_split_matmul_matches_numpy(m, k, n):
+    """Inside a run, large float products are split into blocks over threads (qlinear._blas);
+    every block is an ordinary SGEMM, so the product agrees with NumPy's to float rounding,
+    and OpenBLAS's thread setting is restored afterwards."""
+    from qlinear import _blas
+
+    rng = np.random.default_rng(m + k + n)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    h = _blas._openblas()
+    before = h[1]() if h else None
+    with _blas.single_threaded():
+        if h:
+            assert h[1]() == 1
+        got = _blas.matmul(a, b)
+    if h:
+        assert h[1]() == before
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    assert got.shape == (m, n) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+def test_constant_subgraphs_fold_once_and_inputs_never_fold():
+    """Nodes reading only constants (a DequantizeLinear of a weight, the Add after it) run on
+    the first run only and their outputs are reused read-only; a graph input's initializer is
+    only a default (a feed replaces it), so nothing reading it folds; random operators never
+    fold."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    import qlinear.backend as backend
+
+    w = numpy_helper.from_array(np.array([1, 2, 3], np.uint8), "w")
+    s = numpy_helper.from_array(np.array(0.5, np.float32), "s")
+    d = numpy_helper.from_array(np.ones(3, np.float32), "d")  # also a graph input: a default
+    nodes = [helper.make_node("DequantizeLinear", ["w", "s"], ["wf"]),
+             helper.make_node("Add", ["wf", "wf"], ["w2"]),
+             helper.make_node("Add", ["w2", "d"], ["wd"]),
+             helper.make_node("RandomUniform", [], ["r"], shape=[3]),
+             helper.make_node("Add", ["x", "wd"], ["y0"]),
+             helper.make_node("Add", ["y0", "r"], ["y"])]
+    g = helper.make_graph(nodes, "fold",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+                           helper.make_tensor_value_info("d", TensorProto.FLOAT, [3])],
+                          [helper.make_tensor_value_info("y0", TensorProto.FLOAT, [3]),
+                           helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])], [w, s, d])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    rep = backend.prepare(m, qdq="literal")  # as written (fusion would duplicate the DQ)
+    folded = {rt.onnx_node.output[0] for rt, *rest in zip(rep.evaluator.rt_nodes_, rep.evaluator._fast_plan)
+              if rest[0][-1]}
+    assert folded == {"wf", "w2"}
+    x = np.zeros(3, np.float32)
+    y0, y = rep.run({"x": x})
+    np.testing.assert_array_equal(y0, [2, 3, 4])
+    y0b, yb = rep.run({"x": x, "d": np.full(3, 10, np.float32)})
+    np.testing.assert_array_equal(y0b, [11, 12, 13])
+    assert not np.array_equal(y - y0, yb - y0b)  # a new random draw each run
+    cached = rep.run_all({"x": x})["wf"]
+    assert not cached.flags.writeable
+
+
+@pytest.mark.parametrize("g,m,k,n", [(8, 16, 72, 6400), (2, 3, 5, 7), (16, 8, 144, 1600)])
+def test_split_batched_matmul_matches_numpy(g, m, k, n):
+    """A grouped Conv's stacked products, split into blocks of whole groups over threads inside
+    a run (qlinear._blas.batched_matmul): each group an ordinary SGEMM."""
+    from qlinear import _blas
+
+    rng = np.random.default_rng(g * m + k)
+    a = rng.standard_normal((g, m, k)).astype(np.float32)
+    b = rng.standard_normal((g, k, n)).astype(np.float32)
+    with _blas.single_threaded():
+        got = _blas.batched_matmul(a, b)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    assert got.shape == (g, m, n) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))

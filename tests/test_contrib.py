@@ -180,6 +180,71 @@ def test_binary_int_min_quirk(dtype):
     assert want[0] == np.iinfo(dtype).min
 
 
+
+def _engines():
+    """Every way qlinear computes the element-wise operators here: the NumPy engine and each
+    ISA level of the compiled one (scalar = the portable C code, avx2 = its AVX2+FMA kernels)."""
+    from qlinear import _native
+
+    out = [("numpy", lambda: _native.use_engine("numpy"))]
+    if _native.available():
+        out += [(f"native-{isa}", lambda isa=isa: _native.use_isa(isa))
+                for isa in _native.engine_info()["isas"]]
+    return out
+
+
+# sizes around the kernels' 16-element steps, their tails, and the threaded chunks (64 Ki)
+NATIVE_SIZES = [1, 2, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 255, 257, 65535, 65537, 3 * 65536 + 5]
+
+
+@pytest.mark.parametrize("op,fn", [("QLinearAdd", c.qlinear_add), ("QLinearMul", c.qlinear_mul)])
+@pytest.mark.parametrize("dtype", [U8, I8])
+def test_binary_sizes_and_engines_match_ort(op, fn, dtype):
+    """Full-range operands of every size class, a vector against a vector, a one-element
+    operand on either side, and a broadcast that is materialized; tiny and huge output scales
+    (values past 2**31 convert to INT_MIN, hence the type's minimum) inside the vector body."""
+    rng = np.random.default_rng([dtype == I8, op == "QLinearMul", 5])
+    cases = []
+    for n in NATIVE_SIZES:
+        cases += [((n,), (n,)), ((1,), (n,)), ((n,), ())]
+    cases += [((3, 1, 40), (3, 33, 40)), ((2, 17, 1), (1, 17, 9))]
+    for i, (sa, sb) in enumerate(cases):
+        ins = _binary_inputs(rng, dtype, sa, sb)
+        if i % 5 == 3:
+            ins[6] = ("Cs", F(1e-9))  # products far beyond 2**31
+        elif i % 5 == 4:
+            ins[6] = ("Cs", F(50.0))  # everything near the zero point
+        want = run_node(op, ins, out_dtypes=(dtype,))[0]
+        for name, use in _engines():
+            with use():
+                got = fn(*[v for _, v in ins])
+            assert got.dtype == want.dtype and got.shape == want.shape, (name, sa, sb)
+            assert_exact(got, want)
+
+
+@pytest.mark.parametrize("dtype", [U8, I8])
+def test_table_ops_sizes_and_engines_match_ort(dtype):
+    """The 256-entry tables applied by every engine at sizes around the native loop's 4-byte
+    steps and the threaded chunks (QLinearSigmoid, QLinearLeakyRelu, QLinearConcat's
+    requantization), every input byte present."""
+    rng = np.random.default_rng([dtype == I8, 12])
+    for n in [63, 64, 65, 67, 256, 1 << 19, (1 << 19) + 3]:
+        x = rand_int(rng, dtype, (n,))
+        x[:256] = np.arange(256, dtype=np.uint8).view(dtype)[:min(n, 256)] if n >= 256 else x[:256]
+        ins = [("X", x), ("Xs", scale(rng, 1e-3, 0.4)), ("Xz", zp(rng, dtype)), ("Ys", scale(rng, 1e-3, 0.05)),
+               ("Yz", zp(rng, dtype))]
+        want_s = run_node("QLinearSigmoid", ins, out_dtypes=(dtype,))[0]
+        want_l = run_node("QLinearLeakyRelu", ins, {"alpha": 0.1}, out_dtypes=(dtype,))[0]
+        y_scale, y_zp = scale(rng), zp(rng, dtype)
+        cat = [("Ys", y_scale), ("Yz", y_zp), ("X0", x), ("S0", ins[1][1]), ("Z0", ins[2][1]),
+               ("X1", x[:5].copy()), ("S1", y_scale), ("Z1", y_zp)]
+        want_c = run_node("QLinearConcat", cat, {"axis": 0}, out_dtypes=(dtype,))[0]
+        for name, use in _engines():
+            with use():
+                assert_exact(c.qlinear_sigmoid(*[v for _, v in ins]), want_s)
+                assert_exact(c.qlinear_leaky_relu(*[v for _, v in ins], alpha=0.1), want_l)
+                assert_exact(c.qlinear_concat(*[v for _, v in cat], axis=0), want_c)
+
 # ----------------------------------------------------------------------------- table ops
 
 
@@ -380,11 +445,17 @@ def test_dynamic_quantize_linear_matches_ort():
     cases = [np.zeros(5, F), np.full(4, 3.0, F), np.full(4, -2.0, F), np.array([np.nan, 1, -1], F),
              np.array([1e-30, -1e-30], F)]
     cases += [(rng.standard_normal((3, 7)) * rng.uniform(1e-3, 100) + rng.uniform(-5, 5)).astype(F) for _ in range(60)]
+    # sizes around the native kernel's vector steps, infinities and NaN inside, 3-D views
+    cases += [(rng.standard_normal(n) * 10).astype(F) for n in (1, 15, 16, 17, 33, 1000)]
+    cases += [np.array([np.inf, 1, -3, 0.5] * 5, F), np.array([-np.inf, 2, np.nan] * 7, F),
+              (rng.standard_normal((2, 6, 5)) * 4).astype(F)[:, ::2]]
     for x in cases:
-        want = run_node("DynamicQuantizeLinear", [("x", x)], domain="", out_dtypes=(U8, F, U8))
-        got = c.dynamic_quantize_linear(x)
-        for g, w in zip(got, want):
-            assert_exact(np.asarray(g), np.asarray(w))
+        want = run_node("DynamicQuantizeLinear", [("x", np.ascontiguousarray(x))], domain="", out_dtypes=(U8, F, U8))
+        for _, use in _engines():
+            with use():
+                got = c.dynamic_quantize_linear(x)
+            for g, w in zip(got, want):
+                assert_exact(np.asarray(g), np.asarray(w))
 
 
 @pytest.mark.parametrize("dtype", [U8, I8, np.uint16, np.int16])
@@ -820,3 +891,51 @@ def test_emulated_contrib_operators_match_onnxruntime_nodes():
         want = _ort_session(m).run(None, feeds)[0]
         assert_exact(backend.prepare(m, emulate="onnxruntime-avx2").run(feeds)[0], want)
         assert not np.array_equal(backend.prepare(m).run(feeds)[0], want), op  # the saturation shows
+
+
+@pytest.mark.parametrize("bzp", ["per tensor", "per column", "absent"])
+def test_backend_prepared_products_match_functions_and_onnxruntime(bzp):
+    """MatMulIntegerToFloat and DynamicQuantizeMatMul with a constant B pack it once in the
+    backend; B fed as a graph input is packed per run. Both give the functions' bits (checked
+    against onnxruntime above) and onnxruntime's own (7-bit B: exact on every x86)."""
+    rng = np.random.default_rng([("per tensor", "per column", "absent").index(bzp), 71])
+    k, n = 24, 10
+    b = rng.integers(-64, 64, (k, n)).astype(I8)
+    zb = {"per tensor": np.array(3, I8), "per column": rng.integers(-5, 5, n).astype(I8), "absent": None}[bzp]
+    bs = rng.uniform(0.01, 0.1, n).astype(F)
+    bias = rng.standard_normal(n).astype(F)
+    a = rng.integers(0, 256, (2, 3, k)).astype(U8)
+    af = (rng.standard_normal((2, 3, k)) * 3).astype(F)
+    sa, za = np.array(0.05, F), np.array(7, U8)
+    for const_b in (True, False):
+        inits = [numpy_helper.from_array(v, nm) for nm, v in
+                 [("bs", bs), ("bias", bias), ("sa", sa), ("za", za)] + ([("zb", zb)] if zb is not None else [])]
+        if const_b:
+            inits.append(numpy_helper.from_array(b, "B"))
+        zb_name = "zb" if zb is not None else ""
+        nodes = [helper.make_node("MatMulIntegerToFloat", ["A", "B", "sa", "bs", "za", zb_name, "bias"], ["Y1"],
+                                  domain="com.microsoft"),
+                 helper.make_node("DynamicQuantizeMatMul", ["AF", "B", "bs", zb_name, "bias"], ["Y2"],
+                                  domain="com.microsoft")]
+        ins = [helper.make_tensor_value_info("A", onnx.TensorProto.UINT8, list(a.shape)),
+               helper.make_tensor_value_info("AF", onnx.TensorProto.FLOAT, list(af.shape))]
+        if not const_b:
+            ins.append(helper.make_tensor_value_info("B", onnx.TensorProto.INT8, [k, n]))
+        outs = [helper.make_tensor_value_info(y, onnx.TensorProto.FLOAT, None) for y in ("Y1", "Y2")]
+        m = helper.make_model(helper.make_graph(nodes, "products", ins, outs, inits),
+                              opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+        m.ir_version = 8
+        feeds = {"A": a, "AF": af, **({} if const_b else {"B": b})}
+        rep = backend.prepare(m)
+        want1 = c.matmul_integer_to_float(a, b, sa, bs, za, zb, bias)
+        want2 = c.dynamic_quantize_matmul(af, b, bs, zb, bias)
+        ort_out = _ort_session(m).run(None, feeds)
+        for _ in range(2):  # the second run reuses the packed B
+            y1, y2 = rep.run(feeds)
+            assert_exact(y1, want1)
+            assert_exact(y2, want2)
+            assert_exact(y1, ort_out[0])
+            assert_exact(y2, ort_out[1])
+        # the constant B was prepared once and kept; a fed B never is
+        kept = [rt._prepared is not None for rt in rep.evaluator.rt_nodes_]
+        assert kept == [const_b, const_b]

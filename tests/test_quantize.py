@@ -293,3 +293,66 @@ def test_non_contiguous_and_readonly_inputs():
     for qv in (q[::2, ::2, ::-1], np.asfortranarray(q[:, :4])):
         check_dq(qv, scale, np.arange(4).astype(I8), axis=1)
         check_dq(qv, F32(0.3), I8(9))
+
+
+# ----------------------------------------------------------- prepared forms (the backend's)
+
+
+@pytest.mark.parametrize("zdt", [U8, I8])
+def test_prepared_quantize_and_dequantize_match_the_oracle(zdt):
+    """The backend's QuantizeLinear/DequantizeLinear with constant parameters validate them
+    once (qlinear.quantize.PreparedQuantize / PreparedDequantize); their fast path and every
+    fallback (per axis, views, int32 x, the NumPy engine) give the oracle's bits."""
+    from qlinear import _native
+    from qlinear.quantize import PreparedDequantize, PreparedQuantize
+
+    rng = np.random.default_rng([zdt == I8, 21])
+    engines = ["numpy"] + (["native"] if _native.available() else [])
+    for n in (1, 7, 64, 1000, 70000):
+        x = (rng.standard_normal(n) * 300).astype(np.float32)
+        x[: min(n, 4)] = np.array([np.nan, np.inf, -np.inf, 0.5], np.float32)[: min(n, 4)]
+        s = np.array(rng.uniform(0.01, 2), np.float32)
+        z = rand_int(rng, zdt, ())
+        q, d = PreparedQuantize(s, z), PreparedDequantize(s, z)
+        want_q = oracle.quantize_linear(x, s, z)
+        for name in engines:
+            with _native.use_engine(name):
+                for view in (x, x[::2], x.reshape(1, -1)):
+                    assert_exact(q.run(view), oracle.quantize_linear(view, s, z))
+                got = q.run(x)
+                assert_exact(got, want_q)
+                assert_exact(d.run(got), oracle.dequantize_linear(got, s, z))
+                assert_exact(d.run(got[::3]), oracle.dequantize_linear(got[::3], s, z))
+    # per axis and int32 inputs take the plain functions
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    s = rng.uniform(0.01, 1, 3).astype(np.float32)
+    z = rand_int(rng, zdt, (3,))
+    got = PreparedQuantize(s, z, axis=1).run(x)
+    assert_exact(got, oracle.quantize_linear(x, s, z, axis=1))
+    assert_exact(PreparedDequantize(s, z, axis=1).run(got), oracle.dequantize_linear(got, s, z, axis=1))
+    xi = rng.integers(-1000, 1000, 10).astype(np.int32)
+    assert_exact(PreparedDequantize(np.float32(0.5), None).run(xi), oracle.dequantize_linear(xi, np.float32(0.5), None))
+    # a wrong zero point type is refused as dequantize_linear refuses it
+    with pytest.raises(TypeError, match="dequantize_linear"):
+        PreparedDequantize(np.float32(0.5), np.zeros((), U8)).run(np.zeros(3, I8))
+
+
+def test_prepared_forms_take_transposed_views_and_refuse_huge_strided_ones():
+    """A transposed activation (a view, as onnx.reference's Transpose returns) goes through the
+    prepared fast path after a copy, with the oracle's bits; a sliding-window view far larger
+    than its buffer is refused by the size limit before any copy."""
+    from numpy.lib.stride_tricks import as_strided
+
+    from qlinear.quantize import PreparedDequantize, PreparedQuantize
+
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((3, 40, 7)) * 50).astype(np.float32).transpose(2, 0, 1)
+    s, z = np.array(0.3, np.float32), np.array(9, U8)
+    q = PreparedQuantize(s, z).run(x)
+    assert_exact(q, oracle.quantize_linear(x, s, z))
+    assert_exact(PreparedDequantize(s, z).run(q.transpose(1, 2, 0)),
+                 oracle.dequantize_linear(q.transpose(1, 2, 0), s, z))
+    base = np.zeros(1000, np.float32)
+    huge = as_strided(base, shape=(1 << 20, 1 << 20), strides=(4, 4))
+    with pytest.raises(ValueError, match="quantize_linear"):
+        PreparedQuantize(s, z).run(huge)

@@ -10,6 +10,7 @@
  * any CPU with AVX2: a test build, never the shipped one.
  */
 #include "qlinear.h"
+#include "elementwise.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -126,3 +127,15 @@ const char *ql_isa_compiled_names(void) {
 }
 
 const char *ql_cpu_flags(void) { detect(); return flags_text; }
+
+const ql_ew_kernels *ql_ew_for(const ql_isa *isa) {
+    detect();
+#if QL_X86
+    /* every x86 level above scalar implies AVX2; the FMA kernels also need FMA3 (always
+     * present with AVX2 on shipped CPUs, but the CPUID bit is separate) */
+    if (isa && isa != &ql_isa_scalar && feat.avx2 && feat.fma) return &ql_ew_avx2fma;
+#else
+    (void)isa;
+#endif
+    return &ql_ew_scalar;
+}

@@ -7,6 +7,7 @@
 
 #include "qlinear.h"
 #include "conv.h"
+#include "elementwise.h"
 
 #include <limits.h>
 #include <string.h>
@@ -475,6 +476,89 @@ done:
     return ret;
 }
 
+
+/* ---------------------------------------------------------------------------------------
+ * Element-wise com.microsoft kernels: QLinearAdd, QLinearMul, 256-entry tables
+ * ------------------------------------------------------------------------------------- */
+typedef struct {
+    const ql_ew_kernels *k; int mul;
+    const uint8_t *p, *q; ptrdiff_t ps, qs;
+    float f0, f1, f2; int32_t z0, z1; int is_signed;
+    const uint8_t *table;
+    uint8_t *out; Py_ssize_t n, chunk;
+} ew_ctx;
+
+static void ew_task(void *vctx, ptrdiff_t t, int thread) {
+    (void)thread;
+    ew_ctx *c = (ew_ctx *)vctx;
+    Py_ssize_t start = t * c->chunk, len = c->n - start < c->chunk ? c->n - start : c->chunk;
+    if (c->table)
+        ql_lut_u8(c->p + start, len, c->table, c->out + start);
+    else if (c->mul)
+        c->k->qmul(c->p + start * c->ps, c->ps, c->q + start * c->qs, c->qs, len, c->z0, c->z1,
+                   c->f0, c->f1, c->is_signed, c->out + start);
+    else
+        c->k->qadd(c->p + start * c->ps, c->ps, c->q + start * c->qs, c->qs, len, c->f0, c->f1,
+                   c->f2, c->is_signed, c->out + start);
+}
+
+static void ew_run(ew_ctx *c, Py_ssize_t min_parallel) {
+    c->chunk = 1 << 16;
+    Py_ssize_t tasks = (c->n + c->chunk - 1) / c->chunk;
+    int threads = c->n >= min_parallel ? ql_num_threads() : 1;  /* below: a few us on one core */
+    if (c->n <= 0) return;
+    Py_BEGIN_ALLOW_THREADS
+    ql_parallel_for(tasks, threads, ew_task, c);
+    Py_END_ALLOW_THREADS
+}
+
+/* qbinary(isa, mul, p, p_scalar, q, q_scalar, n, f0, f1, f2, z0, z1, signed, out)
+ * add: out = sat(cvt(fma(p, f0, fma(q, f1, f2))));
+ * mul: out = sat(cvt(f(f((p - z0)(q - z1)) * f0) + f1)) */
+static PyObject *m_qbinary(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *isa_name; int mul, p_scalar, q_scalar, is_signed; Py_ssize_t n;
+    float f0, f1, f2; int z0, z1;
+    PyObject *op, *oq, *oo;
+    if (!PyArg_ParseTuple(args, "siOpOpnfffiipO", &isa_name, &mul, &op, &p_scalar, &oq, &q_scalar, &n,
+                          &f0, &f1, &f2, &z0, &z1, &is_signed, &oo))
+        return NULL;
+    const ql_isa *isa = isa_arg(isa_name);
+    if (!isa) return NULL;
+    if (n < 0) return PyErr_Format(PyExc_ValueError, "qlinear native: negative length");
+    Py_buffer p = {0}, q = {0}, o = {0};
+    PyObject *ret = NULL;
+    if (get_buf(op, &p, 0, p_scalar ? 1 : n, "p") < 0 || get_buf(oq, &q, 0, q_scalar ? 1 : n, "q") < 0 ||
+        get_buf(oo, &o, 1, n, "out") < 0)
+        goto done;
+    ew_ctx c = {ql_ew_for(isa), mul, (const uint8_t *)p.buf, (const uint8_t *)q.buf, p_scalar ? 0 : 1,
+                q_scalar ? 0 : 1, f0, f1, f2, z0, z1, is_signed, NULL, (uint8_t *)o.buf, n, 0};
+    ew_run(&c, 1 << 17);
+    ret = Py_None; Py_INCREF(ret);
+done:
+    REL(p); REL(q); REL(o);
+    return ret;
+}
+
+/* lut(x, table, out): out[i] = table[x[i]] over len(out) bytes */
+static PyObject *m_lut(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *ox, *ot, *oo;
+    if (!PyArg_ParseTuple(args, "OOO", &ox, &ot, &oo)) return NULL;
+    Py_buffer x = {0}, t = {0}, o = {0};
+    PyObject *ret = NULL;
+    if (get_buf(oo, &o, 1, 0, "out") < 0 || get_buf(ox, &x, 0, o.len, "x") < 0 ||
+        get_buf(ot, &t, 0, 256, "table") < 0)
+        goto done;
+    ew_ctx c = {NULL, 0, (const uint8_t *)x.buf, NULL, 1, 0, 0, 0, 0, 0, 0, 0, (const uint8_t *)t.buf,
+                (uint8_t *)o.buf, o.len, 0};
+    ew_run(&c, 1 << 19);
+    ret = Py_None; Py_INCREF(ret);
+done:
+    REL(x); REL(t); REL(o);
+    return ret;
+}
+
 /* kernel_peak(isa, which, reps, tasks, threads) -> multiply-adds done (peak.c) */
 long long ql_kernel_peak(const ql_gemm_kernel *k, long reps, int tasks, int threads);
 static PyObject *m_kernel_peak(PyObject *self, PyObject *args) {
@@ -517,6 +601,8 @@ static PyMethodDef methods[] = {
     {"conv_w_bytes", m_conv_w_bytes, METH_VARARGS, "Bytes of packed conv weights."},
     {"conv_pack_w", m_conv_pack_w, METH_VARARGS, "Pack conv weights (M, K) for an ISA's exact kernel."},
     {"conv", m_conv, METH_VARARGS, "QLinearConv / ConvInteger on packed weights, fused epilogue."},
+    {"qbinary", m_qbinary, METH_VARARGS, "QLinearAdd / QLinearMul (com.microsoft) on bytes."},
+    {"lut", m_lut, METH_VARARGS, "Byte table lookup (QLinearSigmoid, QLinearLeakyRelu, requantization)."},
     {NULL, NULL, 0, NULL},
 };
 

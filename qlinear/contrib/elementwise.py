@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
+from .. import _native
 from . import _params as p
 from ._arith import F32, cvt, fma, mlas_quantize, saturate
 
@@ -65,6 +66,31 @@ def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np.ndarray, b
     return table[np.broadcast_to(index, shape) if index.shape != shape else index]
 
 
+def _flat_operand(x: np.ndarray, shape: tuple[int, ...], size: int) -> tuple[np.ndarray, bool]:
+    """An operand as the native kernels take it: (bytes, is_scalar). One element is a
+    broadcast scalar; an operand as large as the output is its own contiguous run; any other
+    broadcast is materialized (an 8-bit copy, cheap next to the float arithmetic)."""
+    if x.size == 1:
+        return x.reshape(-1).view(np.uint8), True
+    if x.size != size:
+        x = np.broadcast_to(x, shape)
+    return np.ascontiguousarray(x).reshape(-1).view(np.uint8), False
+
+
+def _native_binary(C, mul: bool, first: np.ndarray, second: np.ndarray, shape: tuple[int, ...],
+                   dtype: np.dtype, f0, f1, f2, z0: int, z1: int) -> np.ndarray:
+    """QLinearAdd / QLinearMul on the compiled kernels (qlinear/_native/elementwise*.c): the
+    same float32 operations in the same order, fma as an explicit fused multiply-add."""
+    size = int(np.prod(shape))
+    out = np.empty(shape, dtype)
+    if size:
+        fp, ps = _flat_operand(first, shape, size)
+        fq, qs = _flat_operand(second, shape, size)
+        C.qbinary(C.get_isa(), int(mul), fp, ps, fq, qs, size, float(f0), float(f1), float(f2),
+                  int(z0), int(z1), dtype == np.int8, out.reshape(-1).view(np.uint8))
+    return out
+
+
 def _binary_inputs(op, A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point):
     a = p.tensor(op, "A", A)
     b = p.tensor(op, "B", B)
@@ -94,6 +120,10 @@ def qlinear_add(A: np.ndarray, A_scale: Any, A_zero_point: Any, B: np.ndarray, B
         ra, rb = F32(sa / sc), F32(sb / sc)
         (r_first, z_first), (r_second, z_second) = ((rb, zb), (ra, za)) if swap else ((ra, za), (rb, zb))
         folded = F32(F32(zc) - fma(r_first, F32(z_first), F32(r_second * F32(z_second))))
+    C = _native.native()
+    if C is not None:
+        first, second = (b, a) if swap else (a, b)
+        return _native_binary(C, False, first, second, shape, a.dtype, r_first, r_second, folded, 0, 0)
 
     def add(first: np.ndarray, second: np.ndarray) -> np.ndarray:
         inner = fma(second.astype(F32), r_second, folded)
@@ -115,6 +145,9 @@ def qlinear_mul(A: np.ndarray, A_scale: Any, A_zero_point: Any, B: np.ndarray, B
         op, A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         r = F32(F32(sa * sb) / sc)
+    C = _native.native()
+    if C is not None:
+        return _native_binary(C, True, a, b, shape, a.dtype, r, F32(zc), 0.0, za, zb)
 
     def mul(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         prod = ((x.astype(np.int32) - za) * (y.astype(np.int32) - zb)).astype(F32)
@@ -139,7 +172,34 @@ def lookup_table(x_dtype: np.dtype, x_scale: np.float32, x_zero_point: int,
 
 
 def _apply_table(x: np.ndarray, table: np.ndarray) -> np.ndarray:
-    return table[x.view(np.uint8)]
+    C = _native.native()
+    if C is None or x.size < 64:
+        return table[x.view(np.uint8)]
+    out = np.empty(x.shape, table.dtype)
+    C.lut(np.ascontiguousarray(x).reshape(-1).view(np.uint8), table.view(np.uint8),
+          out.reshape(-1).view(np.uint8))
+    return out
+
+
+_TABLES: dict[tuple, np.ndarray] = {}  # recent tables by operator and parameters
+
+
+def cached_table(kind: str, x_dtype: np.dtype, x_scale: np.float32, x_zero_point: int,
+                 y_scale: np.float32, y_zero_point: int, alpha: np.float32 = F32(0)) -> np.ndarray:
+    """:func:`lookup_table` for ``kind`` "identity", "sigmoid" or "leaky_relu" (``alpha``),
+    remembered by its exact parameters (the bits of the float32 scales): a model's nodes
+    build their tables once instead of on every run."""
+    key = (kind, np.dtype(x_dtype).str, F32(x_scale).tobytes(), int(x_zero_point),
+           F32(y_scale).tobytes(), int(y_zero_point), F32(alpha).tobytes())
+    table = _TABLES.get(key)
+    if table is None:
+        g = {"identity": None, "sigmoid": mlas_logistic, "leaky_relu": _leaky(F32(alpha))}[kind]
+        table = lookup_table(x_dtype, x_scale, x_zero_point, g, y_scale, y_zero_point)
+        table.flags.writeable = False
+        if len(_TABLES) >= 1024:
+            _TABLES.clear()
+        _TABLES[key] = table
+    return table
 
 
 _LOGISTIC = {  # MLAS's rational approximation (mlas/lib/logistic.cpp), float32 constants
@@ -166,30 +226,33 @@ def mlas_logistic(x: np.ndarray) -> np.ndarray:
     return np.maximum(F32(0), (num / den) + F32(0.5))
 
 
-def _unary_table_op(op, X, X_scale, X_zero_point, Y_scale, Y_zero_point, g):
+def _unary_table_op(op, X, X_scale, X_zero_point, Y_scale, Y_zero_point, kind, alpha=F32(0)):
     x = p.tensor(op, "X", X)
     sx, zx = p.qparams(op, "X_scale", X_scale, "X_zero_point", X_zero_point, "X", x.dtype)
     sy, zy = p.qparams(op, "Y_scale", Y_scale, "Y_zero_point", Y_zero_point, "X", x.dtype, divides=True)
-    return _apply_table(x, lookup_table(x.dtype, sx, zx, g, sy, zy))
+    return _apply_table(x, cached_table(kind, x.dtype, sx, zx, sy, zy, alpha))
+
+
+def _leaky(a: np.float32) -> Callable[[np.ndarray], np.ndarray]:
+    def leaky(v: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            return np.where(v >= 0, v, v * a)
+
+    return leaky
 
 
 def qlinear_sigmoid(X: np.ndarray, X_scale: Any, X_zero_point: Any, Y_scale: Any,
                     Y_zero_point: Any = None) -> np.ndarray:
     """com.microsoft QLinearSigmoid: a 256-entry table of MLAS's AVX2+FMA logistic
     (``mlas_logistic``) between dequantization and MlasQuantizeLinear."""
-    return _unary_table_op("qlinear_sigmoid", X, X_scale, X_zero_point, Y_scale, Y_zero_point, mlas_logistic)
+    return _unary_table_op("qlinear_sigmoid", X, X_scale, X_zero_point, Y_scale, Y_zero_point, "sigmoid")
 
 
 def qlinear_leaky_relu(X: np.ndarray, X_scale: Any, X_zero_point: Any, Y_scale: Any,
                        Y_zero_point: Any = None, *, alpha: float = 0.01) -> np.ndarray:
     """com.microsoft QLinearLeakyRelu: table of v >= 0 ? v : f(alpha · v) (alpha as float32)."""
-    a = F32(alpha)
-
-    def leaky(v: np.ndarray) -> np.ndarray:
-        with np.errstate(over="ignore"):
-            return np.where(v >= 0, v, v * a)
-
-    return _unary_table_op("qlinear_leaky_relu", X, X_scale, X_zero_point, Y_scale, Y_zero_point, leaky)
+    return _unary_table_op("qlinear_leaky_relu", X, X_scale, X_zero_point, Y_scale, Y_zero_point,
+                           "leaky_relu", F32(alpha))
 
 
 def _requantized(x: np.ndarray, scale: np.float32, zp: int, y_scale: np.float32, y_zp: int) -> np.ndarray:
@@ -197,7 +260,7 @@ def _requantized(x: np.ndarray, scale: np.float32, zp: int, y_scale: np.float32,
     bits and zero point), else through the identity table."""
     if np.float32(scale).tobytes() == np.float32(y_scale).tobytes() and zp == y_zp:
         return x
-    return _apply_table(x, lookup_table(x.dtype, scale, zp, None, y_scale, y_zp))
+    return _apply_table(x, cached_table("identity", x.dtype, scale, zp, y_scale, y_zp))
 
 
 def qlinear_concat(Y_scale: Any, Y_zero_point: Any, *inputs: Any, axis: int) -> np.ndarray:

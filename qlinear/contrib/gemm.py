@@ -12,6 +12,7 @@ import numpy as np
 import qlinear as _q
 
 from .. import _validate as v
+from .. import _native
 from . import _params as p
 from ._arith import F32, mlas_quantize, requantize_multiply, type_range
 
@@ -169,19 +170,37 @@ def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     arr = p.float_tensor(op, "x", x)
     lo_x = hi_x = F32(0)
     if arr.size:
-        lo_x, hi_x = F32(arr.min()), F32(arr.max())
-        if np.isnan(lo_x) or np.isnan(hi_x):  # NaN is ignored (fmin/fmax skip it; all NaN: 0)
+        lo_x, hi_x = arr.min(), arr.max()
+        if lo_x != lo_x or hi_x != hi_x:  # NaN is ignored (fmin/fmax skip it; all NaN: 0)
             flat = arr.reshape(-1)
             lo_x, hi_x = F32(np.fmin.reduce(flat)), F32(np.fmax.reduce(flat))
-            if np.isnan(lo_x):
+            if lo_x != lo_x:
                 lo_x = hi_x = F32(0)
-    mn = min(lo_x, F32(0))
-    mx = max(hi_x, F32(0))
+    zero = F32(0)
+    mn = zero if zero < lo_x else lo_x  # min(lo_x, 0) and max(hi_x, 0), first operand on ties
+    mx = zero if zero > hi_x else hi_x
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         scale = F32(1) if mx == mn else F32(F32(mx - mn) / F32(255))
-        initial = F32(F32(0) - F32(mn / scale))
-    zp = int(np.rint(np.clip(initial, F32(0), F32(255))))
-    y = mlas_quantize(arr, scale, zp, np.dtype(np.uint8))
+        initial = F32(zero - F32(mn / scale))
+    if zero <= initial <= F32(255):
+        zp = round(float(initial))  # Python's round: half to even, exact on a float
+    elif initial != initial:
+        # NaN (an infinite input makes the scale infinite and mn / scale NaN): onnxruntime's
+        # clamp returns the upper bound (measured: [-inf, 2] and [inf, -inf] give 255)
+        zp = 255
+    else:
+        zp = int(np.rint(np.clip(initial, zero, F32(255))))
+    C = _native.native()
+    if C is not None and arr.dtype == F32:
+        # MlasQuantizeLinear equals ONNX QuantizeLinear here: one float32 division, clamping
+        # to [0 - zp, 255 - zp] before rounding equals saturating after (integer bounds), and
+        # NaN goes to 0 in both; the native kernel computes the latter
+        y = np.empty(arr.shape, np.uint8)
+        flat = np.ascontiguousarray(arr).reshape(-1)
+        C.quantize(C.get_isa(), flat, 3, 1, 1, flat.size, 0, np.array([scale], F32),
+                   np.array([zp], np.int32), y.reshape(-1), 0)
+    else:
+        y = mlas_quantize(arr, scale, zp, np.dtype(np.uint8))
     return y, np.asarray(scale, F32), np.asarray(zp, np.uint8)
 
 

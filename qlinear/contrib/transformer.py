@@ -54,12 +54,17 @@ def _hidden_param(op: str, name: str, value: Any, hidden: int) -> np.ndarray:
 
 
 def _layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray | None, epsilon: float):
-    mean = x.mean(axis=-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    # the operations of x.mean and ((x - mean) ** 2).mean (a pairwise sum by add.reduce, then a
+    # division by the count), without their per-call Python overhead
+    n = x.shape[-1]
+    mean = np.add.reduce(x, axis=-1, keepdims=True) / n
+    d = x - mean
+    var = np.add.reduce(np.square(d), axis=-1, keepdims=True) / n
     inv_std = 1.0 / np.sqrt(var + epsilon)
-    y = (x - mean) * inv_std * gamma
+    y = d * inv_std
+    y *= gamma
     if beta is not None:
-        y = y + beta
+        y += beta
     return y, mean, inv_std
 
 
@@ -74,10 +79,11 @@ def skip_layer_normalization(input: np.ndarray, skip: np.ndarray, gamma: np.ndar
     sk = p.float_tensor(op, "skip", skip)
     if x.ndim < 2:
         raise ValueError(f"{op}: input must have rank >= 2 (..., hidden); got shape {x.shape}")
-    try:
-        np.broadcast_to(sk, x.shape)
-    except ValueError:
-        raise ValueError(f"{op}: skip must broadcast to input's shape {x.shape}; got shape {sk.shape}") from None
+    if sk.shape != x.shape:  # (the usual case, equal shapes, needs no check)
+        try:
+            np.broadcast_to(sk, x.shape)
+        except ValueError:
+            raise ValueError(f"{op}: skip must broadcast to input's shape {x.shape}; got shape {sk.shape}") from None
     hidden = x.shape[-1]
     s = x.astype(F64) + sk
     if bias is not None:
@@ -157,31 +163,30 @@ def _attention_core(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, p
     total = past_len + seq
     present = np.stack([k, vv]).astype(F32)
     s = scale if scale else 1.0 / math.sqrt(head)
-    scores = np.einsum("bnsh,bnth->bnst", q, k) * s
-    bias = np.zeros((batch, 1, seq, total), F64)
+    scores = np.matmul(q, k.swapaxes(-1, -2))
+    scores *= s
     if mask_index is not None:
         m = np.asarray(mask_index)
         if m.ndim == 2 and m.shape == (batch, total):
-            bias += np.where(m > 0, 0.0, mask_filter_value)[:, None, None, :]
+            scores += np.where(m > 0, 0.0, mask_filter_value)[:, None, None, :]
         elif m.ndim == 3 and m.shape == (batch, seq, total):
-            bias += np.where(m > 0, 0.0, mask_filter_value)[:, None, :, :]
+            scores += np.where(m > 0, 0.0, mask_filter_value)[:, None, :, :]
         elif m.ndim == 1 and m.shape[0] in (batch, 2 * batch):
             cols = np.arange(total)
             end = m[:batch].reshape(batch, 1)
             start = m[batch:].reshape(batch, 1) if m.shape[0] == 2 * batch else np.zeros((batch, 1), m.dtype)
             keep = (cols[None, :] < end) & (cols[None, :] >= start)
-            bias += np.where(keep, 0.0, mask_filter_value)[:, None, None, :]
+            scores += np.where(keep, 0.0, mask_filter_value)[:, None, None, :]
         else:
             raise ValueError(f"{op}: mask_index must have shape ({batch},), ({2 * batch},), ({batch}, {total}) "
                              f"or ({batch}, {seq}, {total}); got {m.shape}")
     if unidirectional:
         future = np.arange(total)[None, :] > (past_len + np.arange(seq))[:, None]
-        bias += np.where(future, mask_filter_value, 0.0)[None, None]
-    scores = scores + bias
-    scores = scores - scores.max(axis=-1, keepdims=True)
-    probs = np.exp(scores)
+        scores += np.where(future, mask_filter_value, 0.0)
+    scores -= scores.max(axis=-1, keepdims=True)
+    probs = np.exp(scores, out=scores)
     probs /= probs.sum(axis=-1, keepdims=True)
-    out = np.einsum("bnst,bnth->bnsh", probs, vv).transpose(0, 2, 1, 3).reshape(batch, seq, hidden)
+    out = np.matmul(probs, vv).transpose(0, 2, 1, 3).reshape(batch, seq, hidden)
     return out.astype(F32), present
 
 

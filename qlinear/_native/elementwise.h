@@ -1,0 +1,52 @@
+/* Element-wise kernels of onnxruntime's com.microsoft operators (QLinearAdd, QLinearMul, and
+ * the 256-entry tables of QLinearSigmoid / QLinearLeakyRelu / QLinearConcat / QLinearWhere),
+ * bit for bit as onnxruntime 1.32's x86-64 kernels compute them (docs/contract.md).
+ *
+ * 8-bit data are passed as bytes; `is_signed` says whether they are int8. An operand with
+ * stride 0 is one value broadcast over the run, stride 1 a run of n values. */
+#ifndef QLINEAR_ELEMENTWISE_H
+#define QLINEAR_ELEMENTWISE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qlinear.h"
+
+/* QLinearAdd: y = sat(cvt(fma(p, rp, fma(q, rq, folded)))); cvt is cvtps2dq (round half to
+ * even; NaN or |v| >= 2^31 give INT_MIN, hence the type's minimum after saturation). */
+typedef void (*ql_qadd_fn)(const uint8_t *p, ptrdiff_t ps, const uint8_t *q, ptrdiff_t qs,
+                           ptrdiff_t n, float rp, float rq, float folded, int is_signed,
+                           uint8_t *out);
+/* QLinearMul: y = sat(cvt(f(f((a - za)(b - zb)) * r) + zc)), no fused multiply-add. */
+typedef void (*ql_qmul_fn)(const uint8_t *a, ptrdiff_t as, const uint8_t *b, ptrdiff_t bs,
+                           ptrdiff_t n, int32_t za, int32_t zb, float r, float zc, int is_signed,
+                           uint8_t *out);
+
+typedef struct ql_ew_kernels {
+    const char *name;  /* "scalar", "avx2-fma" */
+    ql_qadd_fn qadd;
+    ql_qmul_fn qmul;
+} ql_ew_kernels;
+
+extern const ql_ew_kernels ql_ew_scalar;
+#if QL_X86
+extern const ql_ew_kernels ql_ew_avx2fma;
+#endif
+
+/* dispatch.c: the element-wise kernels for an ISA level (the scalar level gets the portable
+ * ones; an x86 level gets AVX2+FMA ones when the CPU has FMA, else the portable ones) */
+const ql_ew_kernels *ql_ew_for(const ql_isa *isa);
+
+/* y[i] = table[x[i]] (portable: a byte gather does not vectorize profitably on AVX2) */
+void ql_lut_u8(const uint8_t *x, ptrdiff_t n, const uint8_t *table, uint8_t *out);
+
+/* shared by the kernels' tails: cvtps2dq then saturation to [lo, hi] */
+static inline int32_t ql_cvt_sat(float v, int32_t lo, int32_t hi) {
+    if (!(v > -2147483648.0f && v < 2147483648.0f)) return lo; /* INT_MIN (also NaN) saturates low */
+    /* lo and hi are integers: clamping before rounding equals saturating after */
+    if (v < (float)lo) v = (float)lo;
+    if (v > (float)hi) v = (float)hi;
+    return ql_rne(v);
+}
+
+#endif
