@@ -30,3 +30,29 @@ def test_readme_examples_print_what_they_claim():
         assert len(printed) == len(expected)
         for got, want in zip(printed, expected):
             assert " ".join(got.split()) == " ".join(want.split())
+
+
+def test_readme_synopses_name_every_flag():
+    """Every option of every `qlinear` subcommand appears in the README's synopsis of that
+    subcommand (the paragraph starting with `qlinear NAME`)."""
+    import argparse
+
+    import pytest
+
+    pytest.importorskip("onnx")
+    from qlinear import cli
+
+    text = README.read_text()
+    parser = cli.build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    missing = []
+    for name, sub in subs.choices.items():
+        # the README's bullet for this command: from "`qlinear NAME" to the next command's
+        # bullet or the next blank line
+        m = re.search(rf"`qlinear {name}\b.*?(?=\n- `qlinear |\n\n|\Z)", text, flags=re.S)
+        assert m, f"README has no synopsis of `qlinear {name}`"
+        for action in sub._actions:
+            for opt in action.option_strings:
+                if opt.startswith("--") and opt != "--help" and opt not in m.group(0):
+                    missing.append(f"{name} {opt}")
+    assert not missing, missing
