@@ -7,6 +7,7 @@ or per column of ``b`` ([N] or [..., 1, N]). The prepared classes pre-transform 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -94,7 +95,7 @@ class _RightOperand:
                 f"but b has shape {self.b_shape} (K = {self.matrix.shape[-2]})"
             )
         try:
-            batch = (np.broadcast_shapes(matrix.shape[:-2], self.matrix.shape[:-2])
+            batch = (_broadcast_batch(matrix.shape[:-2], self.matrix.shape[:-2])
                      if matrix.ndim > 2 or self.matrix.ndim > 2 else ())
         except ValueError:
             raise ValueError(
@@ -110,7 +111,7 @@ class _RightOperand:
         if 0 in matrix.shape or 0 in self.matrix.shape:
             # Nothing to multiply: numpy.matmul's result, empty, or zeros when only K is 0 (an
             # empty sum); the engine's reshapes and bounds assume non-empty operands.
-            batch = np.broadcast_shapes(matrix.shape[:-2], self.matrix.shape[:-2])
+            batch = _broadcast_batch(matrix.shape[:-2], self.matrix.shape[:-2])
             return np.zeros((*batch, matrix.shape[-2], self.matrix.shape[-1]), out_dtype)
         centered, reduction = self._numpy_form()
         return matmul_accumulate(matrix, zp, centered, reduction, out_dtype)
@@ -121,7 +122,7 @@ class _RightOperand:
         native engine at ISA level ``isa``; packed once per level."""
         got = self._packed.get(isa)
         if got is None:
-            fast = _native._C.kernel_info(isa, 1) is not None and self._fits_fast_path()
+            fast = _kernel_info(isa, 1) is not None and self._fits_fast_path()
             got = _native_pack_b(isa, int(fast), self.matrix, self.zero_point)
             self._packed[isa] = got
         return got
@@ -149,26 +150,51 @@ class _RightOperand:
         return y
 
 
+def _broadcast_batch(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """numpy.broadcast_shapes(a, b), without its cost (a few microseconds a call, paid per
+    plain call) when the batch shapes are equal, as in attention's per-head products."""
+    return a if a == b else np.broadcast_shapes(a, b)
+
+
+_KERNEL_INFO: dict[tuple[str, int], dict | None] = {}
+
+
+def _kernel_info(isa: str, which: int) -> dict | None:
+    """The native kernel_info(isa, which), asked once per level and kernel (it is constant)."""
+    key = (isa, which)
+    if key not in _KERNEL_INFO:
+        _KERNEL_INFO[key] = _native._C.kernel_info(isa, which)
+    return _KERNEL_INFO[key]
+
+
 def _native_pack_b(isa: str, which: int, matrix: np.ndarray, zp: np.ndarray) -> tuple:
     C = _native._C
     K, N = matrix.shape[-2:]
     batch = matrix.shape[:-2]
-    Bb = int(np.prod(batch, dtype=np.int64))
+    Bb = math.prod(batch)  # shape entries: Python ints, the product exact
     b = np.ascontiguousarray(matrix).reshape(Bb, K, N)
     if zp.ndim == 0:
         zpa, zp_bs, zp_cs = np.array([int(zp)], dtype=np.int32), 0, 0
     else:
         zpa = np.ascontiguousarray(np.broadcast_to(zp, (*batch, 1, N)), dtype=np.int32).reshape(Bb, N)
         zp_bs, zp_cs = N, 1
-    info = C.kernel_info(isa, which)
+    info = _kernel_info(isa, which)
     nr = info["nr"]
     npad = -(-N // nr) * nr
     packed = np.empty(Bb * C.packed_b_bytes(isa, which, K, N), dtype=np.uint8)
     colsums = np.empty(Bb * npad if info["form"] == "u8s8" else 0, dtype=np.int32)
     zcol = np.empty(Bb * N, dtype=np.int32)
-    C.pack_b(isa, which, b, _native.TYPE_CODES[b.dtype.name], Bb, K, N, K * N, N, 1,
+    C.pack_b(isa, which, b, _TYPE[b.dtype], Bb, K, N, K * N, N, 1,
              zpa, zp_bs, zp_cs, packed, colsums, zcol)
     return which, packed, colsums, zcol, Bb
+
+
+def _batch_index(batch: tuple[int, ...], count: int, out_batch: tuple[int, ...]) -> np.ndarray:
+    """For each output batch entry (C order), the index of the operand's matrix it reads."""
+    index = np.arange(count, dtype=np.int64)
+    if batch == out_batch:  # no broadcasting: entry i reads matrix i
+        return index
+    return np.ascontiguousarray(np.broadcast_to(index.reshape(batch), out_batch)).ravel()
 
 
 _NO_MULT = np.zeros(1, dtype=np.float32)
@@ -192,17 +218,17 @@ def _native_matmul(right: _RightOperand, matrix: np.ndarray, zp: np.ndarray,
         out_batch, rows, batches, Ba = (), M, 1, 1
         a_idx = b_idx = _ZERO_IDX
     else:
-        out_batch = np.broadcast_shapes(a_batch, b_batch)
-        Bout = int(np.prod(out_batch, dtype=np.int64))
+        out_batch = _broadcast_batch(a_batch, b_batch)
+        Bout = math.prod(out_batch)
         if Bb == 1 and a_batch == out_batch:
             # b is one matrix: every batch entry's rows form one taller GEMM
             rows, batches, Ba = Bout * M, 1, 1
             a_idx = b_idx = _ZERO_IDX
         else:
             rows, batches = M, Bout
-            Ba = int(np.prod(a_batch, dtype=np.int64))
-            a_idx = np.ascontiguousarray(np.broadcast_to(np.arange(Ba, dtype=np.int64).reshape(a_batch), out_batch)).ravel()
-            b_idx = np.ascontiguousarray(np.broadcast_to(np.arange(Bb, dtype=np.int64).reshape(b_batch), out_batch)).ravel()
+            Ba = math.prod(a_batch)
+            a_idx = _batch_index(a_batch, Ba, out_batch)
+            b_idx = a_idx if b_batch == a_batch else _batch_index(b_batch, Bb, out_batch)
     # a's zero point: per tensor, or one per (batch entry, row)
     if zp.ndim == 0:
         zpa, zpa_bs, zpa_rs = np.array([zp], dtype=np.int32), 0, 0

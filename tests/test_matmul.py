@@ -398,3 +398,46 @@ def test_per_row_per_column_large_k_extremes(k):
     for ydt in (U8, I8):
         ys = np.float32(float(a_s.max()) * float(b_s.max()) * 255 * 255 * k / 4 / 100)
         check_qmm(a, a_s, a_z, b, b_s, b_z, ys, ydt(0))
+
+
+# ----------------------------------------------------------------------------- batched products
+
+
+@pytest.mark.parametrize("batches", range(1, 14))
+def test_batched_equal_and_broadcast_batches(batches):
+    """Attention-like batched products (b variable, as many a as b matrices: batch entry i
+    reads matrix i of each), 1..13 of them, odd M/N/K, full-range values, every type
+    combination over two counts; per-row a and per-column b parameters that vary per batch entry; and the
+    same counts with b's batch broadcast against a's. On one thread and on two (small products
+    are split over batch entries, larger ones within each product)."""
+    rng = np.random.default_rng([batches, 97])
+    saved = qlinear.get_num_threads()
+    for threads in (1, 2):
+        qlinear.set_num_threads(threads)
+        try:
+            # half the type combinations per count (all of them over two counts)
+            for i, (adt, bdt, ydt) in enumerate(ALL_8BIT_COMBOS[batches % 2::2]):
+                m, k, n = (int(v) for v in rng.integers(1, 24, 3))
+                if i == 0:  # a few full tiles and odd tails of every dimension
+                    m, k, n = (151, 101, 139) if batches <= 2 else (37, 67, 35)
+                    # (1-2 products of 2.1M MACs: on two threads, threads within each product)
+                rand = rand_extreme if i == 1 else rand_int
+                a = rand(rng, adt, (batches, m, k))
+                b = rand(rng, bdt, (batches, k, n))
+                a_s, a_z = rand_scale(rng, (batches, m, 1)), rand_int(rng, adt, (batches, m, 1))
+                b_s, b_z = rand_scale(rng, (batches, 1, n)), rand_int(rng, bdt, (batches, 1, n))
+                y_s = y_scale_for(rng, a_s, b_s, k)
+                y_z = rand_int(rng, ydt, ())
+                check_qmm(a, a_s, a_z, b, b_s, b_z, y_s, y_z)
+                check_qmm(a, np.float32(0.02), adt(3), b, np.float32(0.01), bdt(1), y_s, y_z)
+                check_mmi(a, b, a_z, b_z)
+                # broadcasting: a [2, batches, M, K] against b [batches, K, N] and [1, K, N]
+                # (row parameters take a's full rank: [2, batches, M, 1])
+                a2 = rand(rng, adt, (2, batches, m, k))
+                a2_s = np.ascontiguousarray(np.broadcast_to(a_s, (2, batches, m, 1)))
+                a2_z = rand_int(rng, adt, (2, batches, m, 1))
+                check_qmm(a2, a2_s, a2_z, b, b_s, b_z, y_s, y_z)
+                check_mmi(a2, b[:1], a2_z, b_z[:1])
+                check_mmi(a2[:, :1], b, a2_z[:, :1], b_z)
+        finally:
+            qlinear.set_num_threads(saved)
