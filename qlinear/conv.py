@@ -139,7 +139,8 @@ class _ConvWeights:
             else:
                 C = _native._C
                 got = np.empty(C.conv_w_bytes(isa, kind, m, w2.shape[1]), dtype=np.uint8)
-                C.conv_pack_w(isa, kind, w2, _native.TYPE_CODES[w2.dtype.name], m, w2.shape[1], zp, got)
+                taps = int(np.prod(self.w.shape[2:], dtype=np.int64))   # K = C/group * taps
+                C.conv_pack_w(isa, kind, w2, _native.TYPE_CODES[w2.dtype.name], m, w2.shape[1], taps, zp, got)
             self._native[key] = got
         return got
 

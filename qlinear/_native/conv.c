@@ -126,15 +126,50 @@ size_t ql_conv_w_bytes(const ql_gemm_kernel *k, int M, int K)
     return b;
 }
 
-/* w: (M, K) 8-bit row-major; wzp: M int32 (per output channel, repeated if per tensor).
+int ql_conv_grouped(const ql_gemm_kernel *k, int64_t K, int64_t taps)
+{
+    return taps > 1 && K % taps == 0 && (K / taps) % k->kpack == 0;
+}
+
+/* w: (M, K) 8-bit row-major, K = Cg * taps in w.reshape(M, -1)'s order (channel outer, taps
+ * inner); wzp: M int32 (per output channel, repeated if per tensor).
+ * Grouped order (ql_conv_grouped: Cg a multiple of kpack, more than one tap): the row is
+ * permuted first to k' = (c / kpack * taps + t) * kpack + c % kpack, so that one k-group of
+ * the kernel holds kpack channels at ONE tap, which the implicit GEMM reads as one 4-byte
+ * position of its padded copy. Both paths use that order (the im2col packer follows it);
+ * K' = K, and the row sums below do not depend on the order.
  * dst layout: M rows of w_row_bytes, then int32 row_a[M], int32 row_z[M]:
  * - U8S8 form: rows in the u8 form, row_a = rowsum(L') - K*zL', row_z = zL' (the epilogue's
  *   corrections, wrap32);
  * - S8U8 form (fast path): rows = w - wzp as int8, which must lie in [-64, 64] (else -1, nothing
  *   usable written); row_a = sum of the row (|sum| <= 64 K < 2^31), row_z = 0. The per-call
- *   correction is then one term per row: - zx' * row_a (ql_conv_gemm). */
-int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K,
+ *   correction is then one term per row: - zx' * row_a (ql_conv_gemm).
+ * Returns 0, -1 (fast bound) or -2 (out of memory). */
+static int pack_w_rows(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K,
+                       const int32_t *wzp, void *dst);
+
+int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K, int64_t taps,
                    const int32_t *wzp, void *dst)
+{
+    if (!ql_conv_grouped(k, K, taps)) return pack_w_rows(k, w, w_type, M, K, wzp, dst);
+    int64_t kpk = k->kpack, cb = K / taps / kpk;
+    uint8_t *perm = (uint8_t *)malloc((size_t)M * (size_t)K);
+    if (!perm) return -2;
+    for (int i = 0; i < M; i++) {
+        const uint8_t *src = (const uint8_t *)w + (size_t)i * (size_t)K;
+        uint8_t *d = perm + (size_t)i * (size_t)K;
+        for (int64_t q = 0; q < cb; q++)
+            for (int64_t t = 0; t < taps; t++)
+                for (int64_t r = 0; r < kpk; r++)
+                    d[(q * taps + t) * kpk + r] = src[(q * kpk + r) * taps + t];
+    }
+    int rc = pack_w_rows(k, perm, w_type, M, K, wzp, dst);
+    free(perm);
+    return rc;
+}
+
+static int pack_w_rows(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K,
+                       const int32_t *wzp, void *dst)
 {
     int kp = ql_round_k(k, K);
     ptrdiff_t ldl = w_row_bytes(k, K);
@@ -212,6 +247,8 @@ typedef struct im2col_ctx {
     int use_plans;              /* per-panel tap plans kept (taps * (nr + 1) <= PLAN_MAX) */
     int flat;                   /* pointwise (every kernel extent 1, stride 1, no pads): the
                                    output plane is the input plane, rows run across output rows */
+    int grouped;                /* weights in the grouped order (ql_conv_grouped): k-group G =
+                                   (channel block G / taps, tap G % taps), kpack channels each */
     /* per-thread scratch layout (byte offsets) */
     size_t off_base, off_seg, off_rows, off_plan, off_direct;
 } im2col_ctx;
@@ -465,6 +502,36 @@ static void im2col_pack(void *vctx, int j0, int ncols, void *dst, int32_t *colsu
         if (c->use_plans) { if (++t == c->taps) { t = 0; ++ch; } }                                    \
         else next_tap(p, &ch, &t, tc, c->taps);                                                      \
     } while (0)
+    if (c->grouped) {
+        /* k-group G: channels kpk*(G / taps) + q (q < kpk, all < Cg: Cg is a multiple of kpk) at
+         * tap G % taps; one plan serves the group's kpk rows */
+        int kpk = c->form == QL_FORM_I16 ? 2 : 4, sums = c->form == QL_FORM_U8S8;
+        if (sums)
+            for (int j = 0; j < nr; j++) colsums[j] = 0;
+        for (int64_t G = 0; G < (int64_t)c->kp / kpk; G++) {
+            int64_t cq = G / c->taps, tt = G % c->taps;
+            const seg_plan *pl;
+            ptrdiff_t dr;
+            if (c->use_plans) {
+                pl = plans + (size_t)tt * pstride;
+                dr = direct[tt];
+            } else {
+                tap_coords(p, tt, tc);
+                pl = plans;
+                dr = plan_tap(c, s, tc, ncols, plans);
+            }
+            for (int q = 0; q < kpk; q++) src[q] = im2col_row(c, s, cq * kpk + q, pl, dr, ncols, r[q]);
+            if (kpk == 2) {
+                pair_i16(src[0], src[1], p->x_type, p->x_zp, (int16_t *)dst + (size_t)G * 2 * nr, nr);
+            } else {
+                interleave4(src, c->flip, (uint8_t *)dst + (size_t)G * 4 * nr, nr);
+                if (sums)
+                    for (int j = 0; j < nr; j++)
+                        for (int q = 0; q < 4; q++) colsums[j] += (int8_t)(src[q][j] ^ c->flip);
+            }
+        }
+        return;
+    }
     if (c->form == QL_FORM_I16) {
         int16_t *d = (int16_t *)dst;
         for (int64_t k = 0; k < c->kp; k += 2) {
@@ -554,6 +621,7 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
      * the I16 form centers on x's zero point, so its "zero" raw byte is that zero point */
     c.flip = (p->x_type == QL_U8) != (kern->form == QL_FORM_S8U8) ? 0x80 : 0;
     c.tail = kern->form == QL_FORM_I16 ? (uint8_t)p->x_zp : c.flip;
+    c.grouped = ql_conv_grouped(kern, K, taps);
     c.flat = 1;
     for (int a = 0; a < p->nsp; a++)
         if (p->k[a] != 1 || p->stride[a] != 1 || p->pad[a] != 0 || p->out[a] != p->in[a]) c.flat = 0;

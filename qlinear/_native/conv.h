@@ -22,9 +22,12 @@ typedef struct ql_conv_plan {
 
 
 size_t ql_conv_w_bytes(const ql_gemm_kernel *k, int M, int K);
-/* 0, or -1 when k is a QL_FORM_S8U8 kernel and some w - wzp lies outside [-64, 64] (the
- * caller checks first; this is the proof's last line, never a saturating product) */
-int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K,
+/* Whether weights of K = Cg * taps per row are packed in the grouped order (conv.c) */
+int ql_conv_grouped(const ql_gemm_kernel *k, int64_t K, int64_t taps);
+/* 0, -1 when k is a QL_FORM_S8U8 kernel and some w - wzp lies outside [-64, 64] (the
+ * caller checks first; this is the proof's last line, never a saturating product), -2 when
+ * out of memory. taps: kernel taps per channel (K = C/group * taps). */
+int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K, int64_t taps,
                    const int32_t *wzp, void *dst);
 /* 0, -1 (out of memory), -2 (sizes beyond int), -3 (scratch above the workspace limit) */
 int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern,

@@ -21,17 +21,19 @@
  * avx2-i16: 6 rows x 16 columns, 12 ymm accumulators
  * ------------------------------------------------------------------------------------- */
 #define I16_MR 6
-static void avx2_i16(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
-                     int32_t *C, ptrdiff_t ldc, int rows) {
+/* The body of both variants: group g's two operand vectors at `base + 64 g` (a packed panel,
+ * off NULL: the compiler drops the table) or at `base + off[g]` (implicit GEMM). */
+static inline __attribute__((always_inline)) void
+avx2_i16_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
+              int32_t *C, ptrdiff_t ldc, int rows) {
     const char *l[I16_MR];
     for (int r = 0; r < I16_MR; r++)  /* missing tail rows re-read row 0; results dropped */
         l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
-    const __m256i *R = (const __m256i *)Rpanel;
     __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
             c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-    int groups = kp / 2;
     for (int g = 0; g < groups; g++) {
-        __m256i b0 = _mm256_loadu_si256(R + 2 * g), b1 = _mm256_loadu_si256(R + 2 * g + 1);
+        const char *src = off ? base + off[g] : base + (ptrdiff_t)64 * g;
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)src), b1 = _mm256_loadu_si256((const __m256i *)(src + 32));
         __m256i a;
         int32_t v;
 #define ROW(r, x0, x1)                                              \
@@ -48,6 +50,16 @@ static void avx2_i16(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
         _mm256_storeu_si256((__m256i *)(C + r * ldc), out[r][0]);
         _mm256_storeu_si256((__m256i *)(C + r * ldc + 8), out[r][1]);
     }
+}
+
+static void avx2_i16(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                     int32_t *C, ptrdiff_t ldc, int rows) {
+    avx2_i16_body(L, ldl, (const char *)Rpanel, NULL, kp / 2, C, ldc, rows);
+}
+
+static void avx2_i16_ik(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
+                        int32_t *C, ptrdiff_t ldc, int rows) {
+    avx2_i16_body(L, ldl, base, off, groups, C, ldc, rows);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -83,19 +95,19 @@ static void avx2_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
 }
 
 /* ---------------------------------------------------------------------------------------
- * avx2-s8u8 (conv fast path): 4 rows x 16 columns; vpmaddubsw(unsigned panel, signed weights)
+ * avx2-s8u8 (conv fast path): 4 rows x 16 columns; vpmaddubsw(unsigned operand, signed weights)
  * ------------------------------------------------------------------------------------- */
-static void avx2_s8u8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
-                      int32_t *C, ptrdiff_t ldc, int rows) {
+static inline __attribute__((always_inline)) void
+avx2_s8u8_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
+               int32_t *C, ptrdiff_t ldc, int rows) {
     const char *l[U8_MR];
     for (int r = 0; r < U8_MR; r++) l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
-    const __m256i *R = (const __m256i *)Rpanel;
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
             c30 = c00, c31 = c00;
-    int groups = kp / 4;
     for (int g = 0; g < groups; g++) {
-        __m256i b0 = _mm256_loadu_si256(R + 2 * g), b1 = _mm256_loadu_si256(R + 2 * g + 1);
+        const char *src = off ? base + off[g] : base + (ptrdiff_t)64 * g;
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)src), b1 = _mm256_loadu_si256((const __m256i *)(src + 32));
         __m256i a;
         int32_t v;
 #define ROW(r, x0, x1)                                                                        \
@@ -111,6 +123,16 @@ static void avx2_s8u8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
         _mm256_storeu_si256((__m256i *)(C + r * ldc), out[r][0]);
         _mm256_storeu_si256((__m256i *)(C + r * ldc + 8), out[r][1]);
     }
+}
+
+static void avx2_s8u8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                      int32_t *C, ptrdiff_t ldc, int rows) {
+    avx2_s8u8_body(L, ldl, (const char *)Rpanel, NULL, kp / 4, C, ldc, rows);
+}
+
+static void avx2_s8u8_ik(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
+                         int32_t *C, ptrdiff_t ldc, int rows) {
+    avx2_s8u8_body(L, ldl, base, off, groups, C, ldc, rows);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -230,12 +252,13 @@ void ql_pack_R_panel_avx2(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs,
 }
 
 static const ql_gemm_kernel k_avx2_i16 = {"avx2-i16", I16_MR, 16, 2, QL_FORM_I16, avx2_i16,
-                                      ql_pack_L_avx2, ql_pack_R_panel_avx2};
+                                      ql_pack_L_avx2, ql_pack_R_panel_avx2, avx2_i16_ik};
 static const ql_gemm_kernel k_avx2_u8s8 = {"avx2-u8s8", U8_MR, 16, 4, QL_FORM_U8S8, avx2_u8s8,
                                        ql_pack_L_avx2, ql_pack_R_panel_avx2};
 
 /* conv fast path: L and R packed by conv.c (centered int8 weights, u8-form im2col panels) */
-static const ql_gemm_kernel k_avx2_s8u8 = {"avx2-s8u8", U8_MR, 16, 4, QL_FORM_S8U8, avx2_s8u8, NULL, NULL};
+static const ql_gemm_kernel k_avx2_s8u8 = {"avx2-s8u8", U8_MR, 16, 4, QL_FORM_S8U8, avx2_s8u8, NULL, NULL,
+                                           avx2_s8u8_ik};
 
 #include "simd_common_avx2.h"
 

@@ -352,16 +352,17 @@ static PyObject *m_conv_w_bytes(PyObject *self, PyObject *args) {
     return PyLong_FromSize_t(ql_conv_w_bytes(k, M, K));
 }
 
-/* conv_pack_w(isa, which (0 exact, 2 fast), w, w_type, M, K, wzp int32[M], dst) */
+/* conv_pack_w(isa, which (0 exact, 2 fast), w, w_type, M, K, taps, wzp int32[M], dst) */
 static PyObject *m_conv_pack_w(PyObject *self, PyObject *args) {
     (void)self;
     const char *isa; int which, w_type, M, K;
+    long long taps;
     PyObject *ow, *oz, *od;
-    if (!PyArg_ParseTuple(args, "siOiiiOO", &isa, &which, &ow, &w_type, &M, &K, &oz, &od)) return NULL;
+    if (!PyArg_ParseTuple(args, "siOiiiLOO", &isa, &which, &ow, &w_type, &M, &K, &taps, &oz, &od)) return NULL;
     if (which != 0 && which != 2) return PyErr_Format(PyExc_ValueError, "qlinear native: conv kernel %d", which);
     const ql_gemm_kernel *k = kernel_arg(isa, which, NULL);
     if (!k) return NULL;
-    if (M < 0 || K < 1 || (w_type != QL_U8 && w_type != QL_I8))
+    if (M < 0 || K < 1 || taps < 1 || K % taps || (w_type != QL_U8 && w_type != QL_I8))
         return PyErr_Format(PyExc_ValueError, "qlinear native: bad conv weights shape");
     Py_buffer w = {0}, z = {0}, d = {0};
     PyObject *ret = NULL;
@@ -370,8 +371,12 @@ static PyObject *m_conv_pack_w(PyObject *self, PyObject *args) {
         goto done;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = ql_conv_pack_w(k, w.buf, w_type, M, K, (const int32_t *)z.buf, d.buf);
+    rc = ql_conv_pack_w(k, w.buf, w_type, M, K, (int64_t)taps, (const int32_t *)z.buf, d.buf);
     Py_END_ALLOW_THREADS
+    if (rc == -2) {
+        PyErr_NoMemory();
+        goto done;
+    }
     if (rc) {
         PyErr_SetString(PyExc_ValueError, "qlinear native: conv weights outside the fast path's bound");
         goto done;

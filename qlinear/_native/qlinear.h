@@ -33,6 +33,16 @@ enum { QL_U8 = 0, QL_I8 = 1, QL_I32 = 2, QL_F32 = 3 };
 typedef void (*ql_kernel_fn)(const void *L, ptrdiff_t ldl_bytes, const void *Rpanel, int kp,
                              int32_t *C, ptrdiff_t ldc, int rows);
 
+/* Implicit-GEMM micro-kernel (convolutions, conv.c's implicit path): C tile (rows x
+ * QL_IK_NR int32, row stride ldc, overwritten) = sum over k-groups g < groups of L rows' group
+ * g (kpack elements at L + row*ldl_bytes + g*kpack*esize) times the operand of group g, read
+ * at base + off[g] (bytes): QL_IK_NR columns x kpack values in the form, [QL_IK_NR][kpack]
+ * (the layout of one group of a packed panel with nr = QL_IK_NR: 64 bytes in both forms).
+ * The operand is not packed per tile: the offsets point into a padded copy of the input. */
+#define QL_IK_NR 16
+typedef void (*ql_ikernel_fn)(const void *L, ptrdiff_t ldl_bytes, const char *base, const ptrdiff_t *off,
+                              int groups, int32_t *C, ptrdiff_t ldc, int rows);
+
 /* packers: see ql_pack_L / ql_pack_R_panel below for the contract */
 typedef void (*ql_pack_L_fn)(const void *src, int type, ptrdiff_t rs, ptrdiff_t ks, int rows, int K,
                              const int32_t *zp, ptrdiff_t zp_s, int form, void *dst,
@@ -51,6 +61,9 @@ typedef struct ql_gemm_kernel {
      * portable ql_pack_L / ql_pack_R_panel, which they may call for the cases they skip) */
     ql_pack_L_fn pack_L;
     ql_pack_R_panel_fn pack_R;
+    /* implicit-GEMM variant of `kernel` (I16 and S8U8 forms), or NULL: convolutions then
+     * take the im2col path */
+    ql_ikernel_fn ikernel;
 } ql_gemm_kernel;
 
 /* ---------------------------------------------------------------------------------------
