@@ -593,6 +593,263 @@ static void plan_epilogue(const ql_conv_plan *p, ql_epilogue *ep)
     ep->out_cs = 1;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * Implicit GEMM (1-D and 2-D convolutions, levels whose kernel has an ikernel)
+ *
+ * Instead of packing an im2col panel per tile of 16 pixels (K x 16 values written for every
+ * tile: 9x the input for a 3x3 kernel), the input of one (image, group) is copied ONCE into
+ * the kernel's operand form, padded, with the k-interleave built in: channel blocks of kpack
+ * channels (I16: 2 channels as centered int16, S8U8: 4 channels as u8-form bytes), each a set
+ * of phase planes of Hph x Wph positions of 4 bytes (kpack values). Phase plane (fh, fw)
+ * holds padded positions (fh + sh*i, fw + sw*j), so that the output pixel (oh, ow) and tap
+ * (kh, kw) read position (oh + kh*dh / sh, ow + kw*dw / sw) of phase ((kh*dh) % sh,
+ * (kw*dw) % sw): unit stride along the output row for every stride and dilation; only the
+ * phases some tap reads are built (a 1x1 stride-2 convolution builds one).
+ * Output pixels are numbered q = oh*Wph + ow over the phase plane's width; a tile is 16
+ * consecutive q, so tap t of channel block b reads the 64 contiguous bytes at position
+ * q0 + off(b, t): the kernel's operand for k-group G = b*taps + t (the grouped weight order)
+ * with no packing at all. Columns with ow >= OW (the Wph - OW positions at the end of each
+ * row, and the tail of the last tile) are computed on whatever the copy holds there and
+ * dropped: the epilogue stores only the runs of real pixels.
+ * Padding holds x's zero point in the form: 0 centered (I16), zx' (S8U8, cancelled by the
+ * per-row correction - zx' * sum(w - zw), as in the im2col path). A 1x1 kernel with Cg not a
+ * multiple of kpack pads the last block's missing channels the same way; their weights are
+ * the packed rows' zero padding, so they add nothing.
+ * ------------------------------------------------------------------------------------- */
+
+#define IG_MAX_STRIDE 4                 /* phases per axis: bounded tables */
+#define IG_COPY_MAX ((size_t)64 << 20)  /* bytes of one padded copy, whatever the workspace */
+
+typedef struct ig_ctx {
+    const ql_conv_plan *p;
+    const ql_gemm_kernel *kern;
+    ql_epilogue_fn epilogue;
+    int kpk, groups, mr;
+    int64_t taps, Cg;
+    int64_t H, W, OH, OW, sh, sw, ph, pw;  /* 2-D view (a 1-D convolution: H = OH = 1) */
+    int64_t Hph, Wph, PL, BS;              /* phase plane extents; positions per plane, per block */
+    int nblk;                              /* channel blocks */
+    int nfh, nfw;                          /* used phases per axis */
+    int64_t fh[IG_MAX_STRIDE], fw[IG_MAX_STRIDE];
+    int64_t Q, ntiles;                     /* flat outputs q < Q; tiles of 16 */
+    char *copy;                            /* nblk * BS positions + slack, 4 bytes each */
+    ptrdiff_t *off;                        /* groups byte offsets */
+    const uint8_t *xg;                     /* image n, group g: first channel */
+    uint8_t flip;                          /* S8U8: raw byte ^ flip = u8 form */
+    /* GEMM tasks */
+    const char *L; ptrdiff_t ldl;
+    ql_epilogue ep;
+    int Mg, mc, row_blocks;
+    int64_t tpt, tile_blocks;
+    char *scratch; size_t scratch_bytes;   /* per thread: kpk raw rows of Wph bytes */
+} ig_ctx;
+
+/* dst[j] = x[pos0 + j*step] for j in [0, len) where the position lies in [0, n), padv
+ * elsewhere (raw bytes; the valid range solved arithmetically, as in build_row_i16) */
+static void gather_raw(const uint8_t *src, int64_t n, int64_t pos0, int64_t step, uint8_t padv,
+                       uint8_t *dst, int64_t len)
+{
+    int64_t lo = pos0 >= 0 ? 0 : (-pos0 + step - 1) / step;
+    int64_t hi = pos0 >= n ? 0 : (n - pos0 + step - 1) / step;
+    if (lo > len) lo = len;
+    if (hi > len) hi = len;
+    if (hi < lo) hi = lo;
+    memset(dst, padv, (size_t)lo);
+    if (step == 1) {
+        memcpy(dst + lo, src + pos0 + lo, (size_t)(hi - lo));
+    } else {
+        for (int64_t j = lo; j < hi; j++) dst[j] = src[pos0 + j * step];
+    }
+    memset(dst + hi, padv, (size_t)(len - hi));
+}
+
+/* Copy task: channel block b, every used phase, every row. */
+static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
+{
+    const ig_ctx *c = (const ig_ctx *)vctx;
+    const ql_conv_plan *p = c->p;
+    uint8_t *raw = (uint8_t *)c->scratch + (size_t)thread * c->scratch_bytes;
+    uint8_t padv = (uint8_t)p->x_zp;   /* raw byte of x's zero point (its own type) */
+    const uint8_t *rows[4];
+    int64_t plane = c->H * c->W;
+    for (int a = 0; a < c->nfh; a++)
+        for (int e = 0; e < c->nfw; e++) {
+            char *dplane = c->copy + 4 * (size_t)(b * c->BS + (a * c->nfw + e) * c->PL);
+            for (int64_t i = 0; i < c->Hph; i++) {
+                int64_t ih = c->fh[a] + c->sh * i - c->ph;
+                for (int q = 0; q < c->kpk; q++) {
+                    int64_t ch = (int64_t)b * c->kpk + q;
+                    uint8_t *d = raw + (size_t)q * (size_t)c->Wph;
+                    if (ch >= c->Cg || ih < 0 || ih >= c->H) memset(d, padv, (size_t)c->Wph);
+                    else gather_raw(c->xg + ch * plane + ih * c->W, c->W, c->fw[e] - c->pw, c->sw, padv, d, c->Wph);
+                    rows[q] = d;
+                }
+                char *drow = dplane + 4 * (size_t)(i * c->Wph);
+                if (c->kpk == 2) pair_i16(rows[0], rows[1], p->x_type, p->x_zp, (int16_t *)drow, (int)c->Wph);
+                else interleave4(rows, c->flip, (uint8_t *)drow, (int)c->Wph);
+            }
+        }
+}
+
+/* GEMM task: row block x block of tiles; each tile's C goes to the epilogue in runs of real
+ * output pixels. */
+static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
+{
+    const ig_ctx *c = (const ig_ctx *)vctx;
+    (void)thread;
+    int rb = (int)(task % c->row_blocks);
+    int64_t tb = task / c->row_blocks;
+    int i_beg = rb * c->mc, i_end = c->Mg < i_beg + c->mc ? c->Mg : i_beg + c->mc;
+    int64_t t_beg = tb * c->tpt, t_end = c->ntiles < t_beg + c->tpt ? c->ntiles : t_beg + c->tpt;
+    int32_t Ct[QL_MAX_MR * QL_IK_NR] __attribute__((aligned(64)));
+    for (int64_t t = t_beg; t < t_end; t++) {
+        int64_t q0 = t * QL_IK_NR;
+        const char *base = c->copy + 4 * (size_t)q0;
+        for (int i = i_beg; i < i_end; i += c->mr) {
+            int rows = i_end - i < c->mr ? i_end - i : c->mr;
+            c->kern->ikernel(c->L + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, c->groups, Ct, QL_IK_NR, rows);
+            /* runs of q with ow < OW (and q < Q) */
+            int64_t q = q0, qe = q0 + QL_IK_NR < c->Q ? q0 + QL_IK_NR : c->Q;
+            while (q < qe) {
+                int64_t oh = q / c->Wph, ow = q % c->Wph;
+                if (ow >= c->OW) { q = (oh + 1) * c->Wph; continue; }
+                int64_t len = c->OW - ow < qe - q ? c->OW - ow : qe - q;
+                c->epilogue(&c->ep, Ct + (q - q0), QL_IK_NR, NULL, i, (int)(oh * c->OW + ow), rows, (int)len);
+                q += len;
+            }
+        }
+    }
+}
+
+/* Runs the convolution on the implicit path when it applies: returns 1 (done), 0 (not taken:
+ * the caller runs the im2col path) or -1 (out of memory). fast_bias: the S8U8 per-row term. */
+static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern, const void *wpacked,
+                  const int32_t *fast_bias, size_t workspace)
+{
+    if (!kern->ikernel || p->nsp > 2 || kern->form == QL_FORM_U8S8) return 0;
+    ig_ctx c;
+    memset(&c, 0, sizeof c);
+    c.p = p;
+    c.kern = kern;
+    c.epilogue = isa->epilogue;
+    c.kpk = kern->kpack;
+    c.mr = kern->mr;
+    c.Cg = p->C / p->group;
+    c.taps = prod(p->k, p->nsp);
+    int64_t K = c.Cg * c.taps;
+    /* the grouped order (or one tap, where both orders are the channel order) */
+    if (c.taps > 1 && !ql_conv_grouped(kern, K, c.taps)) return 0;
+    int two = p->nsp == 2;
+    int64_t kh = two ? p->k[0] : 1, kw = p->k[p->nsp - 1];
+    int64_t dh = two ? p->dil[0] : 1, dw = p->dil[p->nsp - 1];
+    c.H = two ? p->in[0] : 1; c.W = p->in[p->nsp - 1];
+    c.OH = two ? p->out[0] : 1; c.OW = p->out[p->nsp - 1];
+    c.sh = two ? p->stride[0] : 1; c.sw = p->stride[p->nsp - 1];
+    c.ph = two ? p->pad[0] : 0; c.pw = p->pad[p->nsp - 1];
+    if (c.sh > IG_MAX_STRIDE || c.sw > IG_MAX_STRIDE) return 0;
+    /* padded extents (what the input and its begin pads cover, and what the windows reach),
+     * each below 2^61 (module.c bounds every term by 2^60); phase planes ceil(e / s) */
+    int64_t eh = c.H + c.ph, ew = c.W + c.pw;
+    int64_t nh = (c.OH - 1) * c.sh + (kh - 1) * dh + 1, nw = (c.OW - 1) * c.sw + (kw - 1) * dw + 1;
+    if (nh > eh) eh = nh;
+    if (nw > ew) ew = nw;
+    c.Hph = (eh + c.sh - 1) / c.sh;
+    c.Wph = (ew + c.sw - 1) / c.sw;
+    /* the copy must stay small: huge pads, strides or dilations (far more positions than the
+     * input and the output together) take the im2col path, which never materializes padding.
+     * After this check every product below is below 2^40. */
+    int64_t P = c.OH * c.OW;
+    if (c.Hph > ((int64_t)1 << 24) || c.Wph > ((int64_t)1 << 24) ||
+        c.Hph * c.Wph > 2 * (c.H * c.W + P) + 4096)
+        return 0;
+    int used_h[IG_MAX_STRIDE] = {0}, used_w[IG_MAX_STRIDE] = {0};
+    for (int64_t t = 0; t < kh; t++) used_h[(t * dh) % c.sh] = 1;
+    for (int64_t t = 0; t < kw; t++) used_w[(t * dw) % c.sw] = 1;
+    int idx_h[IG_MAX_STRIDE], idx_w[IG_MAX_STRIDE];
+    for (int f = 0; f < IG_MAX_STRIDE; f++) {
+        idx_h[f] = used_h[f] ? c.nfh : -1;
+        if (used_h[f]) c.fh[c.nfh++] = f;
+        idx_w[f] = used_w[f] ? c.nfw : -1;
+        if (used_w[f]) c.fw[c.nfw++] = f;
+    }
+    c.PL = c.Hph * c.Wph;
+    c.BS = (int64_t)c.nfh * c.nfw * c.PL;
+    c.nblk = (int)((c.Cg + c.kpk - 1) / c.kpk);
+    c.Q = (c.OH - 1) * c.Wph + c.OW;
+    c.ntiles = (c.Q + QL_IK_NR - 1) / QL_IK_NR;
+    /* computed columns against real ones: the Wph - OW dropped positions per row and the last
+     * tile's tail. Small planes (7x7: 64 columns for 49 pixels) waste too much: im2col. */
+    if (c.ntiles * QL_IK_NR * 4 > P * 5) return 0;
+    int kp = ql_round_k(kern, (int)K);
+    c.groups = kp / c.kpk;   /* = nblk * taps in both orders */
+    /* tap offsets (positions) within a channel block; the largest read is position
+     * (nblk - 1) * BS + max toff + ntiles * 16 - 1: the copy is that long (slack zeroed) */
+    int64_t toff_max = 0;
+    size_t off_bytes = sizeof(ptrdiff_t) * (size_t)c.groups;
+    c.off = (ptrdiff_t *)malloc(off_bytes);
+    if (!c.off) return -1;
+    for (int64_t t = 0; t < c.taps; t++) {
+        int64_t th = t / kw, tw = t % kw, rh = th * dh, rw = tw * dw;
+        int64_t toff = (idx_h[rh % c.sh] * c.nfw + idx_w[rw % c.sw]) * c.PL + rh / c.sh * c.Wph + rw / c.sw;
+        if (toff > toff_max) toff_max = toff;
+        for (int b = 0; b < c.nblk; b++) c.off[(int64_t)b * c.taps + t] = (ptrdiff_t)(4 * (b * c.BS + toff));
+    }
+    int64_t positions = (int64_t)c.nblk * c.BS, reach = (int64_t)(c.nblk - 1) * c.BS + toff_max + c.ntiles * QL_IK_NR;
+    if (reach > positions) positions = reach;
+    size_t copy_bytes = 4 * (size_t)positions;
+    int threads = ql_num_threads();
+    c.scratch_bytes = align64(4 * (size_t)c.Wph);
+    if (copy_bytes > IG_COPY_MAX || copy_bytes + c.scratch_bytes * (size_t)threads > workspace) {
+        free(c.off);
+        return 0;
+    }
+    c.copy = (char *)malloc(copy_bytes + 64);
+    c.scratch = (char *)malloc(c.scratch_bytes * (size_t)threads + 64);
+    if (!c.copy || !c.scratch) { free(c.copy); free(c.scratch); free(c.off); return -1; }
+    /* the slack past the planes is read only for dropped columns; zeroed so every read is of
+     * defined bytes (any value is harmless: columns are independent) */
+    memset(c.copy + 4 * (size_t)(c.nblk * c.BS), 0, copy_bytes - 4 * (size_t)(c.nblk * c.BS));
+    c.flip = p->x_type == QL_I8 ? 0x80 : 0;
+    c.Mg = (int)(p->M / p->group);
+    ptrdiff_t ldl = w_row_bytes(kern, (int)K);
+    c.ldl = ldl;
+    /* threads: none for small convolutions (as ql_gemm: 2^21 MACs); row blocks of at most
+     * 256 KiB of packed weights (L2); enough tasks for every thread */
+    double macs = (double)c.Mg * (double)P * (double)K;
+    int run_threads = macs < (double)(1 << 21) ? 1 : threads;
+    int mc = (int)((256 * 1024) / (size_t)ldl) / c.mr * c.mr;
+    if (mc < c.mr) mc = c.mr;
+    if (mc > c.Mg) mc = c.Mg;
+    c.row_blocks = (c.Mg + mc - 1) / mc;
+    mc = (c.Mg + c.row_blocks - 1) / c.row_blocks;   /* equal blocks */
+    mc = (mc + c.mr - 1) / c.mr * c.mr;
+    c.mc = mc;
+    c.row_blocks = (c.Mg + mc - 1) / mc;
+    int64_t target = run_threads > 1 ? 4 * run_threads : 1;
+    c.tile_blocks = (target + c.row_blocks - 1) / c.row_blocks;
+    if (c.tile_blocks > c.ntiles) c.tile_blocks = c.ntiles;
+    c.tpt = (c.ntiles + c.tile_blocks - 1) / c.tile_blocks;
+    c.tile_blocks = (c.ntiles + c.tpt - 1) / c.tpt;
+    size_t esize = p->quantized ? 1 : 4;
+    for (int64_t n = 0; n < p->N; n++)
+        for (int64_t g = 0; g < p->group; g++) {
+            c.xg = (const uint8_t *)p->x + (size_t)((n * p->C + g * c.Cg) * c.H * c.W);
+            ql_parallel_for((ptrdiff_t)c.nblk, c.nblk > 1 ? run_threads : 1, ig_copy_task, &c);
+            c.L = (const char *)wpacked + (size_t)(g * c.Mg) * (size_t)ldl;
+            plan_epilogue(p, &c.ep);
+            if (p->bias) c.ep.row_bias = p->bias + g * c.Mg;
+            if (fast_bias) c.ep.row_bias = fast_bias + g * c.Mg;
+            c.ep.mult = p->mult + g * c.Mg * p->mult_s;
+            c.ep.out = (char *)p->y + (size_t)((n * p->M + g * c.Mg) * P) * esize;
+            c.ep.out_rs = (ptrdiff_t)P;
+            ql_parallel_for((ptrdiff_t)(c.row_blocks * c.tile_blocks), run_threads, ig_gemm_task, &c);
+        }
+    free(c.copy);
+    free(c.scratch);
+    free(c.off);
+    return 1;
+}
+
 int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern,
                  const void *wpacked, size_t workspace)
 {
@@ -647,6 +904,14 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
         if (!fast_bias) { free(c.scratch); return -1; }
         for (int64_t i = 0; i < p->M; i++)
             fast_bias[i] = (int32_t)((p->bias ? (uint32_t)p->bias[i] : 0u) - zxu * (uint32_t)wsum[i]);
+    }
+    {
+        int ig = ig_run(p, isa, kern, wpacked, fast_bias, workspace);
+        if (ig) {
+            free(c.scratch);
+            free(fast_bias);
+            return ig < 0 ? -1 : 0;
+        }
     }
     int rc = 0;
     for (int64_t n = 0; n < p->N && rc == 0; n++) {

@@ -9,6 +9,8 @@
 #ifndef QL_SIMD_COMMON_AVX2_H
 #define QL_SIMD_COMMON_AVX2_H
 
+#include <string.h>
+
 static inline void store8_i32(void *out, int is_signed, __m256i q) {
     __m128i lo4 = _mm256_castsi256_si128(q), hi4 = _mm256_extracti128_si256(q, 1);
     __m128i p16 = _mm_packs_epi32(lo4, hi4);    /* values within [-128, 255]: exact */
@@ -65,8 +67,43 @@ static void ql_epilogue_avx2(const ql_epilogue *ep, const int32_t *C, ptrdiff_t 
             __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), zp);
             store8_i32(out8 + i * out_rs + j, is_signed, q);
         }
-        if (c < cols)
-            ql_epilogue_scalar(ep, crow + c, ldc, colsum ? colsum + c : NULL, (int)i, j0 + c, 1, cols - c);
+        if (c < cols) {
+            /* 1-7 columns left: the same instructions on copies padded to 8 lanes, only the
+             * real lanes stored (the implicit conv path's runs end anywhere) */
+            int n = cols - c;
+            ptrdiff_t j = j0 + c;
+            int32_t tcv[8] = {0}, tcs[8] = {0}, tcz[8] = {0}, t32[8];
+            float tm[8] = {0};
+            uint8_t t8[8];
+            memcpy(tcv, crow + c, sizeof(int32_t) * (size_t)n);
+            __m256i acc = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)tcv), bias);
+            if (row_a) {
+                __m256i cz = czb;
+                if (col_z_s) {
+                    memcpy(tcz, col_z + j, sizeof(int32_t) * (size_t)n);
+                    cz = _mm256_loadu_si256((const __m256i *)tcz);
+                }
+                memcpy(tcs, colsum + c, sizeof(int32_t) * (size_t)n);
+                __m256i cs = _mm256_loadu_si256((const __m256i *)tcs);
+                acc = _mm256_sub_epi32(acc, _mm256_add_epi32(_mm256_mullo_epi32(cz, ra),
+                                                             _mm256_mullo_epi32(rz, cs)));
+            }
+            if (!quantized) {
+                _mm256_storeu_si256((__m256i *)t32, acc);
+                memcpy(out32 + i * out_rs + j, t32, sizeof(int32_t) * (size_t)n);
+                continue;
+            }
+            __m256 m = mb;
+            if (mult_cs) {
+                memcpy(tm, mrow + j, sizeof(float) * (size_t)n);
+                m = _mm256_loadu_ps(tm);
+            }
+            __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), m);
+            v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+            __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), zp);
+            store8_i32(t8, is_signed, q);
+            memcpy(out8 + i * out_rs + j, t8, (size_t)n);
+        }
     }
 }
 
