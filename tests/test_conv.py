@@ -790,3 +790,71 @@ def test_depthwise_channels_last(c, spatial, kernel, attrs):
     w = rand_extreme(rng, I8, (c, 1, *kernel))
     check_convint([x, w, U8(0), I8(127)], kwargs)
     check_convint([x, w, U8(255), I8(-128)], kwargs)
+
+
+# (x spatial, kernel, attributes, input channels, group): the implicit GEMM's cases (conv.c's
+# ig_run: 1-D/2-D, channels per group a multiple of the kernel's k-group (2 exact, 4 7-bit),
+# more than one tap), and the im2col path's for what it declines
+_IMPLICIT_CASES = [
+    ((9, 21), (3, 3), dict(pads=[1, 1, 1, 1]), 4, 1),                    # row tails: 21 = 16 + 5
+    ((17, 30), (3, 3), dict(strides=[2, 2], pads=[1, 0, 0, 1]), 8, 1),   # stride 2, asymmetric pads
+    ((12, 35), (5, 5), dict(pads=[2, 2, 2, 2], dilations=[2, 1]), 4, 1),
+    ((23, 29), (7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3]), 4, 1),   # a stem: 4 phase planes
+    ((26, 32), (3, 3), dict(strides=[3, 3], pads=[1, 2, 0, 1]), 8, 2),   # stride 3, two groups
+    ((11, 40), (3, 3), dict(dilations=[2, 3], pads=[2, 3, 2, 3]), 12, 1),
+    ((14, 33), (3, 3), dict(strides=[1, 3], pads=[0, 1, 2, 0]), 8, 1),   # mixed strides
+    ((8, 70), (2, 4), dict(pads=[0, 1, 1, 2], strides=[2, 1]), 4, 2),    # even kernel, one h phase
+    ((90,), (3,), dict(pads=[1, 2], strides=[2]), 8, 1),                 # 1-D
+    ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 8, 1),                     # 7x7: too many dropped columns
+    ((10, 10), (3, 3), dict(pads=[300, 300, 300, 300], dilations=[300, 300]), 4, 1),  # copy too large
+    ((16, 19), (3, 3), dict(pads=[1, 1, 1, 1]), 6, 1),                   # 6 channels: grouped for 2, not 4
+    ((16, 19), (3, 3), dict(pads=[1, 1, 1, 1]), 3, 1),                   # 3 channels: im2col
+]
+
+
+def _takes_implicit(spatial, kernel, attrs, cin, group, seven_bit):
+    """Whether conv.c's implicit GEMM takes the case on the avx2 and scalar levels (the exact
+    kernels' k-group is 2 channels, avx2's 7-bit kernel's 4; the scalar level has no 7-bit
+    kernel), from the path rules documented in docs/engine.md."""
+    from qlinear import _native
+    cg = cin // group
+    level = _native._C.get_isa()
+    kpack = 4 if seven_bit and level == "avx2" else 2
+    if level not in ("avx2", "scalar") or cg % kpack:
+        return False
+    return spatial not in ((7, 7), (10, 10))
+
+
+@pytest.mark.parametrize("case", range(len(_IMPLICIT_CASES)))
+@pytest.mark.parametrize("seven_bit", [False, True])
+def test_implicit_gemm_paths(case, seven_bit, engine_level):
+    """The implicit GEMM (padded phase-plane copy read in place by the kernel) against the
+    oracle at every level: kernels 2x4-7x7, strides 1-3, dilations, asymmetric pads, 1-D,
+    groups, batch 2, rows not a multiple of the 16-pixel tile, output channels around the
+    kernels' row tiles, all 8 type combinations, differing per-channel zero points, full-range
+    int32 bias (wraps), full-range and 7-bit weights; and that the path was taken (or, for
+    the cases it declines, that the im2col path ran)."""
+    from qlinear import _native
+    spatial, kernel, attrs, cin, group = _IMPLICIT_CASES[case]
+    rng = np.random.default_rng([case, seven_bit, 45])
+    native = engine_level != "numpy" and _native.native() is not None
+    for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+        m = group * (3 + 2 * ((r + case) % 4))   # 3, 5, 7, 9 per group: tails of 4 and 6
+        shape = (m, cin // group, *kernel)
+        x = rand_int(rng, xdt, (2, cin, *spatial))
+        x.flat[::7] = np.iinfo(xdt).min         # extremes of x
+        x.flat[3::11] = np.iinfo(xdt).max
+        if seven_bit:
+            w, wz = _seven_bit(rng, wdt, shape, m)
+        else:
+            w, wz = rand_extreme(rng, wdt, shape), rand_int(rng, wdt, (m,))
+        kw = dict(attrs, group=group)
+        before = _native._C.conv_path_counts() if native else None
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), kw)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], kw)
+        if native:
+            after = _native._C.conv_path_counts()
+            took = after[0] - before[0], after[1] - before[1]
+            want_fast = seven_bit and _conv_kind(w, wz, **kw) == 2
+            implicit = _takes_implicit(spatial, kernel, attrs, cin, group, want_fast)
+            assert took == ((2, 0) if implicit else (0, 2)), (took, implicit)

@@ -619,6 +619,9 @@ static void plan_epilogue(const ql_conv_plan *p, ql_epilogue *ep)
 
 #define IG_MAX_STRIDE 4                 /* phases per axis: bounded tables */
 #define IG_COPY_MAX ((size_t)64 << 20)  /* bytes of one padded copy, whatever the workspace */
+#ifndef IG_KC_BYTES
+#define IG_KC_BYTES 16384               /* a tile's operand per K block: L1 with the weights' rows */
+#endif
 
 typedef struct ig_ctx {
     const ql_conv_plan *p;
@@ -642,6 +645,8 @@ typedef struct ig_ctx {
     int Mg, mc, row_blocks;
     int64_t tpt, tile_blocks;
     char *scratch; size_t scratch_bytes;   /* per thread: kpk raw rows of Wph bytes */
+    int kgroups;                           /* k-groups per K block */
+    char *cblock; size_t cblock_bytes;     /* per thread: mc x 16 int32 partial sums */
 } ig_ctx;
 
 /* dst[j] = x[pos0 + j*step] for j in [0, len) where the position lies in [0, n), padv
@@ -691,34 +696,75 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
         }
 }
 
+/* Epilogue of one row tile of tile q0: runs of q with ow < OW (and q < Q). */
+static void ig_store(const ig_ctx *c, const int32_t *Ct, int64_t q0, int i, int rows)
+{
+    int64_t q = q0, qe = q0 + QL_IK_NR < c->Q ? q0 + QL_IK_NR : c->Q;
+    while (q < qe) {
+        int64_t oh = q / c->Wph, ow = q % c->Wph;
+        if (ow >= c->OW) { q = (oh + 1) * c->Wph; continue; }
+        int64_t len = c->OW - ow < qe - q ? c->OW - ow : qe - q;
+        c->epilogue(&c->ep, Ct + (q - q0), QL_IK_NR, NULL, i, (int)(oh * c->OW + ow), rows, (int)len);
+        q += len;
+    }
+}
+
 /* GEMM task: row block x block of tiles; each tile's C goes to the epilogue in runs of real
- * output pixels. */
+ * output pixels. K blocks of at most c->kgroups k-groups: the operand a tile reads (64 bytes
+ * per k-group, scattered over the copy) stays in L1 while every row tile passes over it;
+ * partial sums add (wrapping) into the thread's C block. */
 static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
 {
     const ig_ctx *c = (const ig_ctx *)vctx;
-    (void)thread;
     int rb = (int)(task % c->row_blocks);
     int64_t tb = task / c->row_blocks;
     int i_beg = rb * c->mc, i_end = c->Mg < i_beg + c->mc ? c->Mg : i_beg + c->mc;
     int64_t t_beg = tb * c->tpt, t_end = c->ntiles < t_beg + c->tpt ? c->ntiles : t_beg + c->tpt;
     int32_t Ct[QL_MAX_MR * QL_IK_NR] __attribute__((aligned(64)));
+    int32_t *Cb = (int32_t *)(c->cblock + (size_t)thread * c->cblock_bytes);
+    size_t es = c->kern->form == QL_FORM_I16 ? 2 : 1;
     for (int64_t t = t_beg; t < t_end; t++) {
         int64_t q0 = t * QL_IK_NR;
         const char *base = c->copy + 4 * (size_t)q0;
-        for (int i = i_beg; i < i_end; i += c->mr) {
-            int rows = i_end - i < c->mr ? i_end - i : c->mr;
-            c->kern->ikernel(c->L + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, c->groups, Ct, QL_IK_NR, rows);
-            /* runs of q with ow < OW (and q < Q) */
-            int64_t q = q0, qe = q0 + QL_IK_NR < c->Q ? q0 + QL_IK_NR : c->Q;
-            while (q < qe) {
-                int64_t oh = q / c->Wph, ow = q % c->Wph;
-                if (ow >= c->OW) { q = (oh + 1) * c->Wph; continue; }
-                int64_t len = c->OW - ow < qe - q ? c->OW - ow : qe - q;
-                c->epilogue(&c->ep, Ct + (q - q0), QL_IK_NR, NULL, i, (int)(oh * c->OW + ow), rows, (int)len);
-                q += len;
+        if (c->kgroups >= c->groups) {
+            for (int i = i_beg; i < i_end; i += c->mr) {
+                int rows = i_end - i < c->mr ? i_end - i : c->mr;
+                c->kern->ikernel(c->L + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, c->groups, Ct, QL_IK_NR, rows);
+                ig_store(c, Ct, q0, i, rows);
+            }
+            continue;
+        }
+        for (int g0 = 0; g0 < c->groups; g0 += c->kgroups) {
+            int gn = c->groups - g0 < c->kgroups ? c->groups - g0 : c->kgroups;
+            const char *Lk = c->L + (size_t)g0 * (size_t)c->kpk * es;
+            for (int i = i_beg; i < i_end; i += c->mr) {
+                int rows = i_end - i < c->mr ? i_end - i : c->mr;
+                int32_t *cb = Cb + (size_t)(i - i_beg) * QL_IK_NR;
+                if (g0 == 0) {
+                    c->kern->ikernel(Lk + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, gn, cb, QL_IK_NR, rows);
+                } else {
+                    c->kern->ikernel(Lk + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off + g0, gn, Ct, QL_IK_NR, rows);
+                    uint32_t *d = (uint32_t *)cb;
+                    const uint32_t *src = (const uint32_t *)Ct;
+                    for (int e = 0; e < rows * QL_IK_NR; e++) d[e] += src[e];
+                }
             }
         }
+        for (int i = i_beg; i < i_end; i += c->mr) {
+            int rows = i_end - i < c->mr ? i_end - i : c->mr;
+            ig_store(c, Cb + (size_t)(i - i_beg) * QL_IK_NR, q0, i, rows);
+        }
     }
+}
+
+/* Calls that took each GEMM path (implicit, im2col): a diagnostic the tests read to prove
+ * which path their cases exercised (relaxed atomics: calls may come from several threads). */
+static long long ig_calls[2];
+
+void ql_conv_path_counts(long long *implicit, long long *im2col)
+{
+    *implicit = __atomic_load_n(&ig_calls[0], __ATOMIC_RELAXED);
+    *im2col = __atomic_load_n(&ig_calls[1], __ATOMIC_RELAXED);
 }
 
 /* Runs the convolution on the implicit path when it applies: returns 1 (done), 0 (not taken:
@@ -727,6 +773,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
                   const int32_t *fast_bias, size_t workspace)
 {
     if (!kern->ikernel || p->nsp > 2 || kern->form == QL_FORM_U8S8) return 0;
+    if (getenv("QL_IG_OFF")) return 0;
     ig_ctx c;
     memset(&c, 0, sizeof c);
     c.p = p;
@@ -739,6 +786,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     int64_t K = c.Cg * c.taps;
     /* the grouped order (or one tap, where both orders are the channel order) */
     if (c.taps > 1 && !ql_conv_grouped(kern, K, c.taps)) return 0;
+    if (c.taps == 1 && !getenv("QL_IG_1X1")) return 0;
     int two = p->nsp == 2;
     int64_t kh = two ? p->k[0] : 1, kw = p->k[p->nsp - 1];
     int64_t dh = two ? p->dil[0] : 1, dw = p->dil[p->nsp - 1];
@@ -830,6 +878,18 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     if (c.tile_blocks > c.ntiles) c.tile_blocks = c.ntiles;
     c.tpt = (c.ntiles + c.tile_blocks - 1) / c.tile_blocks;
     c.tile_blocks = (c.ntiles + c.tpt - 1) / c.tpt;
+    /* K blocks: IG_KC_BYTES of a tile's operand (64 bytes per k-group) */
+    c.kgroups = IG_KC_BYTES / 64;
+    if (getenv("QL_IG_KC")) c.kgroups = atoi(getenv("QL_IG_KC")) / 64;
+    if (c.groups > c.kgroups + c.kgroups / 2) {
+        int nkb = (c.groups + c.kgroups - 1) / c.kgroups;   /* equal blocks */
+        c.kgroups = (c.groups + nkb - 1) / nkb;
+        c.cblock_bytes = align64(sizeof(int32_t) * QL_IK_NR * (size_t)c.mc);
+        c.cblock = (char *)malloc(c.cblock_bytes * (size_t)threads + 64);
+        if (!c.cblock) { free(c.copy); free(c.scratch); free(c.off); return -1; }
+    } else {
+        c.kgroups = c.groups;
+    }
     size_t esize = p->quantized ? 1 : 4;
     for (int64_t n = 0; n < p->N; n++)
         for (int64_t g = 0; g < p->group; g++) {
@@ -847,6 +907,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     free(c.copy);
     free(c.scratch);
     free(c.off);
+    free(c.cblock);
     return 1;
 }
 
@@ -907,6 +968,7 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
     }
     {
         int ig = ig_run(p, isa, kern, wpacked, fast_bias, workspace);
+        __atomic_add_fetch(&ig_calls[ig ? 0 : 1], 1, __ATOMIC_RELAXED);
         if (ig) {
             free(c.scratch);
             free(fast_bias);

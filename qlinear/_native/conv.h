@@ -32,6 +32,8 @@ int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, in
 /* 0, -1 (out of memory), -2 (sizes beyond int), -3 (scratch above the workspace limit) */
 int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern,
                  const void *wpacked, size_t workspace);
+/* Calls of ql_conv_gemm that ran the implicit GEMM and the im2col path (diagnostics) */
+void ql_conv_path_counts(long long *implicit, long long *im2col);
 int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc, size_t workspace);
 
 #endif

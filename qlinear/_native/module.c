@@ -587,7 +587,16 @@ PyObject *ql_py_pool_stats(PyObject *self, PyObject *args);
 PyObject *ql_py_pool_clear(PyObject *self, PyObject *args);
 int ql_outbuf_init(void);
 
+/* conv_path_counts() -> (implicit, im2col): GEMM-path convolutions run so far on each path */
+static PyObject *m_conv_path_counts(PyObject *self, PyObject *args) {
+    (void)self; (void)args;
+    long long a, b;
+    ql_conv_path_counts(&a, &b);
+    return Py_BuildValue("(LL)", a, b);
+}
+
 static PyMethodDef methods[] = {
+    {"conv_path_counts", m_conv_path_counts, METH_NOARGS, "GEMM convolutions run on the implicit and im2col paths."},
     {"kernel_peak", m_kernel_peak, METH_VARARGS, "Run a micro-kernel on L1-resident operands (peak rate)."},
     {"empty", ql_py_empty, METH_VARARGS, "An output buffer of n bytes from the bounded output pool."},
     {"pool_stats", ql_py_pool_stats, METH_NOARGS, "(cached bytes, cached blocks, min bytes, max MiB) of the output pool."},
