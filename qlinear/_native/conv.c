@@ -620,7 +620,7 @@ static void plan_epilogue(const ql_conv_plan *p, ql_epilogue *ep)
 #define IG_MAX_STRIDE 4                 /* phases per axis: bounded tables */
 #define IG_COPY_MAX ((size_t)64 << 20)  /* bytes of one padded copy, whatever the workspace */
 #ifndef IG_KC_BYTES
-#define IG_KC_BYTES 16384               /* a tile's operand per K block: L1 with the weights' rows */
+#define IG_KC_BYTES 65536               /* a tile's operand per K block (measured: 8-64 KiB alike) */
 #endif
 
 typedef struct ig_ctx {
@@ -631,6 +631,7 @@ typedef struct ig_ctx {
     int64_t taps, Cg;
     int64_t H, W, OH, OW, sh, sw, ph, pw;  /* 2-D view (a 1-D convolution: H = OH = 1) */
     int64_t Hph, Wph, PL, BS;              /* phase plane extents; positions per plane, per block */
+    int64_t Wr;                            /* Wph rounded up to 16: positions interleaved per row */
     int nblk;                              /* channel blocks */
     int nfh, nfw;                          /* used phases per axis */
     int64_t fh[IG_MAX_STRIDE], fw[IG_MAX_STRIDE];
@@ -646,6 +647,7 @@ typedef struct ig_ctx {
     int64_t tpt, tile_blocks;
     char *scratch; size_t scratch_bytes;   /* per thread: kpk raw rows of Wph bytes */
     int kgroups;                           /* k-groups per K block */
+    int fused;                             /* ikernel_ep stores the tiles */
     char *cblock; size_t cblock_bytes;     /* per thread: mc x 16 int32 partial sums */
 } ig_ctx;
 
@@ -684,35 +686,50 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
                 int64_t ih = c->fh[a] + c->sh * i - c->ph;
                 for (int q = 0; q < c->kpk; q++) {
                     int64_t ch = (int64_t)b * c->kpk + q;
-                    uint8_t *d = raw + (size_t)q * (size_t)c->Wph;
-                    if (ch >= c->Cg || ih < 0 || ih >= c->H) memset(d, padv, (size_t)c->Wph);
-                    else gather_raw(c->xg + ch * plane + ih * c->W, c->W, c->fw[e] - c->pw, c->sw, padv, d, c->Wph);
+                    uint8_t *d = raw + (size_t)q * (size_t)c->Wr;
+                    if (ch >= c->Cg || ih < 0 || ih >= c->H) memset(d, padv, (size_t)c->Wr);
+                    else gather_raw(c->xg + ch * plane + ih * c->W, c->W, c->fw[e] - c->pw, c->sw, padv, d, c->Wr);
                     rows[q] = d;
                 }
                 char *drow = dplane + 4 * (size_t)(i * c->Wph);
-                if (c->kpk == 2) pair_i16(rows[0], rows[1], p->x_type, p->x_zp, (int16_t *)drow, (int)c->Wph);
-                else interleave4(rows, c->flip, (uint8_t *)drow, (int)c->Wph);
+                if (c->kpk == 2) pair_i16(rows[0], rows[1], p->x_type, p->x_zp, (int16_t *)drow, (int)c->Wr);
+                else interleave4(rows, c->flip, (uint8_t *)drow, (int)c->Wr);
             }
+            /* the plane's spare (written past its last row, never read for a kept column) */
+            memset(dplane + 4 * (size_t)(c->Hph * c->Wph), 0, 4 * (size_t)(c->PL - c->Hph * c->Wph));
         }
 }
 
-/* Epilogue of one row tile of tile q0: runs of q with ow < OW (and q < Q). */
-static void ig_store(const ig_ctx *c, const int32_t *Ct, int64_t q0, int i, int rows)
+/* The runs of tile q0: columns q with ow < OW (and q < Q), by output pixel; a run continues
+ * across an output row's end when the next row follows with no dropped column (Wph == OW). */
+static void ig_runs(const ig_ctx *c, int64_t q0, ql_ik_runs *rn)
 {
     int64_t q = q0, qe = q0 + QL_IK_NR < c->Q ? q0 + QL_IK_NR : c->Q;
+    rn->n = 0;
     while (q < qe) {
         int64_t oh = q / c->Wph, ow = q % c->Wph;
         if (ow >= c->OW) { q = (oh + 1) * c->Wph; continue; }
-        int64_t len = c->OW - ow < qe - q ? c->OW - ow : qe - q;
-        c->epilogue(&c->ep, Ct + (q - q0), QL_IK_NR, NULL, i, (int)(oh * c->OW + ow), rows, (int)len);
+        int64_t len = c->Wph == c->OW ? qe - q : (c->OW - ow < qe - q ? c->OW - ow : qe - q);
+        rn->col[rn->n] = (int)(q - q0);
+        rn->len[rn->n] = (int)len;
+        rn->pix[rn->n] = (ptrdiff_t)(oh * c->OW + ow);
+        rn->n++;
         q += len;
     }
 }
 
+/* The level's epilogue on one row tile's C, run by run. */
+static void ig_store(const ig_ctx *c, const int32_t *Ct, const ql_ik_runs *rn, int i, int rows)
+{
+    for (int k = 0; k < rn->n; k++)
+        c->epilogue(&c->ep, Ct + rn->col[k], QL_IK_NR, NULL, i, (int)rn->pix[k], rows, rn->len[k]);
+}
+
 /* GEMM task: row block x block of tiles; each tile's C goes to the epilogue in runs of real
- * output pixels. K blocks of at most c->kgroups k-groups: the operand a tile reads (64 bytes
- * per k-group, scattered over the copy) stays in L1 while every row tile passes over it;
- * partial sums add (wrapping) into the thread's C block. */
+ * output pixels (straight from the accumulators where the kernel has ikernel_ep). K blocks of
+ * at most c->kgroups k-groups: the operand a tile reads (64 bytes per k-group, scattered over
+ * the copy) stays in L1 while every row tile passes over it; partial sums add (wrapping)
+ * into the thread's C block. */
 static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
 {
     const ig_ctx *c = (const ig_ctx *)vctx;
@@ -723,14 +740,20 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
     int32_t Ct[QL_MAX_MR * QL_IK_NR] __attribute__((aligned(64)));
     int32_t *Cb = (int32_t *)(c->cblock + (size_t)thread * c->cblock_bytes);
     size_t es = c->kern->form == QL_FORM_I16 ? 2 : 1;
+    ql_ik_runs rn;
     for (int64_t t = t_beg; t < t_end; t++) {
         int64_t q0 = t * QL_IK_NR;
         const char *base = c->copy + 4 * (size_t)q0;
+        ig_runs(c, q0, &rn);
         if (c->kgroups >= c->groups) {
             for (int i = i_beg; i < i_end; i += c->mr) {
                 int rows = i_end - i < c->mr ? i_end - i : c->mr;
+                if (c->fused) {
+                    c->kern->ikernel_ep(c->L + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, c->groups, &c->ep, &rn, i, rows);
+                    continue;
+                }
                 c->kern->ikernel(c->L + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, c->groups, Ct, QL_IK_NR, rows);
-                ig_store(c, Ct, q0, i, rows);
+                ig_store(c, Ct, &rn, i, rows);
             }
             continue;
         }
@@ -752,7 +775,7 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
         }
         for (int i = i_beg; i < i_end; i += c->mr) {
             int rows = i_end - i < c->mr ? i_end - i : c->mr;
-            ig_store(c, Cb + (size_t)(i - i_beg) * QL_IK_NR, q0, i, rows);
+            ig_store(c, Cb + (size_t)(i - i_beg) * QL_IK_NR, &rn, i, rows);
         }
     }
 }
@@ -820,7 +843,14 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         idx_w[f] = used_w[f] ? c.nfw : -1;
         if (used_w[f]) c.fw[c.nfw++] = f;
     }
-    c.PL = c.Hph * c.Wph;
+    /* planes and blocks start on 64-byte lines (16 positions): a tile's operand of one tap
+     * is then one aligned line when the tap's offset is (1x1 kernels: every k-group), and
+     * the L1 footprint of a tile is not doubled by lines split between k-groups. Rows are
+     * interleaved Wr = Wph rounded up to 16 positions at a time (SIMD without tails): the
+     * positions past a row's end are the next row's, written after it, or for the plane's
+     * last row the plane's own 16-position spare, zeroed after the plane is written. */
+    c.Wr = (c.Wph + 15) / 16 * 16;
+    c.PL = (c.Hph * c.Wph + 16 + 15) / 16 * 16;
     c.BS = (int64_t)c.nfh * c.nfw * c.PL;
     c.nblk = (int)((c.Cg + c.kpk - 1) / c.kpk);
     c.Q = (c.OH - 1) * c.Wph + c.OW;
@@ -846,12 +876,12 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     if (reach > positions) positions = reach;
     size_t copy_bytes = 4 * (size_t)positions;
     int threads = ql_num_threads();
-    c.scratch_bytes = align64(4 * (size_t)c.Wph);
+    c.scratch_bytes = align64(4 * (size_t)c.Wr);
     if (copy_bytes > IG_COPY_MAX || copy_bytes + c.scratch_bytes * (size_t)threads > workspace) {
         free(c.off);
         return 0;
     }
-    c.copy = (char *)malloc(copy_bytes + 64);
+    c.copy = (char *)aligned_alloc(64, (copy_bytes + 63) / 64 * 64);
     c.scratch = (char *)malloc(c.scratch_bytes * (size_t)threads + 64);
     if (!c.copy || !c.scratch) { free(c.copy); free(c.scratch); free(c.off); return -1; }
     /* the slack past the planes is read only for dropped columns; zeroed so every read is of
@@ -890,6 +920,9 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     } else {
         c.kgroups = c.groups;
     }
+    /* the fused epilogue: the whole K at once, the level's own epilogue (which ikernel_ep
+     * reproduces), no U8S8 corrections (these forms have none), per-row multipliers */
+    c.fused = c.kgroups >= c.groups && kern->ikernel_ep != NULL && !getenv("QL_IG_NOFUSE");
     size_t esize = p->quantized ? 1 : 4;
     for (int64_t n = 0; n < p->N; n++)
         for (int64_t g = 0; g < p->group; g++) {

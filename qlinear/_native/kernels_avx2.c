@@ -25,7 +25,7 @@
  * off NULL: the compiler drops the table) or at `base + off[g]` (implicit GEMM). */
 static inline __attribute__((always_inline)) void
 avx2_i16_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
-              int32_t *C, ptrdiff_t ldc, int rows) {
+              int rows, __m256i (*out)[2]) {
     const char *l[I16_MR];
     for (int r = 0; r < I16_MR; r++)  /* missing tail rows re-read row 0; results dropped */
         l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
@@ -45,7 +45,11 @@ avx2_i16_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *o
         ROW(3, c30, c31) ROW(4, c40, c41) ROW(5, c50, c51)
 #undef ROW
     }
-    __m256i out[I16_MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+    out[0][0] = c00; out[0][1] = c01; out[1][0] = c10; out[1][1] = c11; out[2][0] = c20; out[2][1] = c21;
+    out[3][0] = c30; out[3][1] = c31; out[4][0] = c40; out[4][1] = c41; out[5][0] = c50; out[5][1] = c51;
+}
+
+static inline __attribute__((always_inline)) void store_tile(__m256i (*out)[2], int32_t *C, ptrdiff_t ldc, int rows) {
     for (int r = 0; r < rows; r++) {
         _mm256_storeu_si256((__m256i *)(C + r * ldc), out[r][0]);
         _mm256_storeu_si256((__m256i *)(C + r * ldc + 8), out[r][1]);
@@ -54,12 +58,16 @@ avx2_i16_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *o
 
 static void avx2_i16(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
                      int32_t *C, ptrdiff_t ldc, int rows) {
-    avx2_i16_body(L, ldl, (const char *)Rpanel, NULL, kp / 2, C, ldc, rows);
+    __m256i out[I16_MR][2];
+    avx2_i16_body(L, ldl, (const char *)Rpanel, NULL, kp / 2, rows, out);
+    store_tile(out, C, ldc, rows);
 }
 
 static void avx2_i16_ik(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
                         int32_t *C, ptrdiff_t ldc, int rows) {
-    avx2_i16_body(L, ldl, base, off, groups, C, ldc, rows);
+    __m256i out[I16_MR][2];
+    avx2_i16_body(L, ldl, base, off, groups, rows, out);
+    store_tile(out, C, ldc, rows);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -99,7 +107,7 @@ static void avx2_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
  * ------------------------------------------------------------------------------------- */
 static inline __attribute__((always_inline)) void
 avx2_s8u8_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
-               int32_t *C, ptrdiff_t ldc, int rows) {
+               int rows, __m256i (*out)[2]) {
     const char *l[U8_MR];
     for (int r = 0; r < U8_MR; r++) l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
     const __m256i ones = _mm256_set1_epi16(1);
@@ -118,21 +126,22 @@ avx2_s8u8_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *
         ROW(0, c00, c01) ROW(1, c10, c11) ROW(2, c20, c21) ROW(3, c30, c31)
 #undef ROW
     }
-    __m256i out[U8_MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
-    for (int r = 0; r < rows; r++) {
-        _mm256_storeu_si256((__m256i *)(C + r * ldc), out[r][0]);
-        _mm256_storeu_si256((__m256i *)(C + r * ldc + 8), out[r][1]);
-    }
+    out[0][0] = c00; out[0][1] = c01; out[1][0] = c10; out[1][1] = c11;
+    out[2][0] = c20; out[2][1] = c21; out[3][0] = c30; out[3][1] = c31;
 }
 
 static void avx2_s8u8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
                       int32_t *C, ptrdiff_t ldc, int rows) {
-    avx2_s8u8_body(L, ldl, (const char *)Rpanel, NULL, kp / 4, C, ldc, rows);
+    __m256i out[U8_MR][2];
+    avx2_s8u8_body(L, ldl, (const char *)Rpanel, NULL, kp / 4, rows, out);
+    store_tile(out, C, ldc, rows);
 }
 
 static void avx2_s8u8_ik(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
                          int32_t *C, ptrdiff_t ldc, int rows) {
-    avx2_s8u8_body(L, ldl, base, off, groups, C, ldc, rows);
+    __m256i out[U8_MR][2];
+    avx2_s8u8_body(L, ldl, base, off, groups, rows, out);
+    store_tile(out, C, ldc, rows);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -251,14 +260,89 @@ void ql_pack_R_panel_avx2(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs,
     }
 }
 
+/* ---------------------------------------------------------------------------------------
+ * Implicit-GEMM kernels with the epilogue applied from the accumulators (ql_ikernel_ep_fn):
+ * ql_epilogue_avx2's instructions (vpaddd bias, cvtdq2ps, mulps, maxps lo, minps hi,
+ * cvtps2dq, vpaddd zp, saturating packs of in-range values) on the 16 columns of each row,
+ * then the runs' bytes stored (a whole-tile run: one 16-byte store)
+ * ------------------------------------------------------------------------------------- */
+static inline __attribute__((always_inline)) void
+ik_epilogue(__m256i (*out)[2], const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+    const int32_t *row_bias = ep->row_bias;
+    const ptrdiff_t out_rs = ep->out_rs;
+    const int whole = rn->n == 1 && rn->len[0] == QL_IK_NR;
+    if (!ep->quantized) {
+        int32_t *o = (int32_t *)ep->out + (ptrdiff_t)i0 * out_rs;
+        for (int r = 0; r < rows; r++) {
+            __m256i bias = _mm256_set1_epi32(row_bias ? row_bias[i0 + r] : 0);
+            __m256i a0 = _mm256_add_epi32(out[r][0], bias), a1 = _mm256_add_epi32(out[r][1], bias);
+            int32_t *orow = o + r * out_rs;
+            if (whole) {
+                _mm256_storeu_si256((__m256i *)(orow + rn->pix[0]), a0);
+                _mm256_storeu_si256((__m256i *)(orow + rn->pix[0] + 8), a1);
+                continue;
+            }
+            int32_t t[QL_IK_NR];
+            _mm256_storeu_si256((__m256i *)t, a0);
+            _mm256_storeu_si256((__m256i *)(t + 8), a1);
+            for (int k = 0; k < rn->n; k++)
+                memcpy(orow + rn->pix[k], t + rn->col[k], sizeof(int32_t) * (size_t)rn->len[k]);
+        }
+        return;
+    }
+    const int is_signed = ep->out_is_signed;
+    const float *mult = ep->mult;
+    const ptrdiff_t mult_rs = ep->mult_rs;
+    char *o = (char *)ep->out + (ptrdiff_t)i0 * out_rs;
+    const __m256 lo = _mm256_set1_ps(ep->lo), hi = _mm256_set1_ps(ep->hi);
+    const __m256i zp = _mm256_set1_epi32(ep->zp);
+    for (int r = 0; r < rows; r++) {
+        __m256 m = _mm256_set1_ps(mult[(ptrdiff_t)(i0 + r) * mult_rs]);
+        __m256i bias = _mm256_set1_epi32(row_bias ? row_bias[i0 + r] : 0);
+        __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(out[r][0], bias)), m);
+        __m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(out[r][1], bias)), m);
+        v0 = _mm256_min_ps(_mm256_max_ps(v0, lo), hi);
+        v1 = _mm256_min_ps(_mm256_max_ps(v1, lo), hi);
+        __m256i q0 = _mm256_add_epi32(_mm256_cvtps_epi32(v0), zp);
+        __m256i q1 = _mm256_add_epi32(_mm256_cvtps_epi32(v1), zp);
+        /* 16 values within T's range: the saturating packs are exact */
+        __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
+        __m128i a = _mm256_castsi256_si128(p16), b = _mm256_extracti128_si256(p16, 1);
+        __m128i p8 = is_signed ? _mm_packs_epi16(a, b) : _mm_packus_epi16(a, b);
+        char *orow = o + r * out_rs;
+        if (whole) {
+            _mm_storeu_si128((__m128i *)(orow + rn->pix[0]), p8);
+            continue;
+        }
+        uint8_t t[QL_IK_NR];
+        _mm_storeu_si128((__m128i *)t, p8);
+        for (int k = 0; k < rn->n; k++) memcpy(orow + rn->pix[k], t + rn->col[k], (size_t)rn->len[k]);
+    }
+}
+
+static void avx2_i16_ik_ep(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
+                           const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+    __m256i out[I16_MR][2];
+    avx2_i16_body(L, ldl, base, off, groups, rows, out);
+    ik_epilogue(out, ep, rn, i0, rows);
+}
+
+static void avx2_s8u8_ik_ep(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
+                            const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+    __m256i out[U8_MR][2];
+    avx2_s8u8_body(L, ldl, base, off, groups, rows, out);
+    ik_epilogue(out, ep, rn, i0, rows);
+}
+
 static const ql_gemm_kernel k_avx2_i16 = {"avx2-i16", I16_MR, 16, 2, QL_FORM_I16, avx2_i16,
-                                      ql_pack_L_avx2, ql_pack_R_panel_avx2, avx2_i16_ik};
+                                      ql_pack_L_avx2, ql_pack_R_panel_avx2, avx2_i16_ik,
+                                      avx2_i16_ik_ep};
 static const ql_gemm_kernel k_avx2_u8s8 = {"avx2-u8s8", U8_MR, 16, 4, QL_FORM_U8S8, avx2_u8s8,
                                        ql_pack_L_avx2, ql_pack_R_panel_avx2};
 
 /* conv fast path: L and R packed by conv.c (centered int8 weights, u8-form im2col panels) */
 static const ql_gemm_kernel k_avx2_s8u8 = {"avx2-s8u8", U8_MR, 16, 4, QL_FORM_S8U8, avx2_s8u8, NULL, NULL,
-                                           avx2_s8u8_ik};
+                                           avx2_s8u8_ik, avx2_s8u8_ik_ep};
 
 #include "simd_common_avx2.h"
 

@@ -51,6 +51,22 @@ typedef void (*ql_pack_R_panel_fn)(const void *src, int type, ptrdiff_t ks, ptrd
                                    int ncols, const int32_t *zp, ptrdiff_t zp_s, int form, int nr,
                                    void *dst, int kp, int32_t *colsums);
 
+/* Where the QL_IK_NR columns of an implicit tile go: n runs of len[k] columns starting at
+ * tile column col[k], output pixel pix[k] (consecutive pixels within a run). */
+typedef struct ql_ik_runs {
+    int n;
+    int col[QL_IK_NR], len[QL_IK_NR];
+    ptrdiff_t pix[QL_IK_NR];
+} ql_ik_runs;
+struct ql_epilogue;
+/* ikernel with the epilogue applied straight from the accumulators: the tile's rows i0..
+ * (rows < mr) requantized (or stored as int32) like the level's epilogue would, into the
+ * runs' pixels. Only for epilogues without U8S8 corrections, out_cs == 1 and per-row (or
+ * broadcast) multipliers. */
+typedef void (*ql_ikernel_ep_fn)(const void *L, ptrdiff_t ldl_bytes, const char *base, const ptrdiff_t *off,
+                                 int groups, const struct ql_epilogue *ep, const ql_ik_runs *runs, int i0,
+                                 int rows);
+
 typedef struct ql_gemm_kernel {
     const char *name;       /* "avx512vnni-u8s8", "avx2-i16", "scalar-i16", ... */
     int mr, nr;             /* tile rows (L) and columns (R) */
@@ -64,6 +80,7 @@ typedef struct ql_gemm_kernel {
     /* implicit-GEMM variant of `kernel` (I16 and S8U8 forms), or NULL: convolutions then
      * take the im2col path */
     ql_ikernel_fn ikernel;
+    ql_ikernel_ep_fn ikernel_ep;   /* optional (NULL: ikernel, then the level's epilogue) */
 } ql_gemm_kernel;
 
 /* ---------------------------------------------------------------------------------------
