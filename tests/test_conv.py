@@ -858,3 +858,24 @@ def test_implicit_gemm_paths(case, seven_bit, engine_level):
             want_fast = seven_bit and _conv_kind(w, wz, **kw) == 2
             implicit = _takes_implicit(spatial, kernel, attrs, cin, group, want_fast)
             assert took == ((2, 0) if implicit else (0, 2)), (took, implicit)
+
+
+@pytest.mark.parametrize("seven_bit", [False, True])
+def test_implicit_gemm_k_blocks(seven_bit, engine_level):
+    """A reduction the implicit path cuts into K blocks (704 channels x 3x3 = 6336: 3168 exact
+    k-groups, 1584 7-bit ones, above 1.5 blocks of 1024): partial sums added in wrap32, then the
+    epilogue; x and w at their extremes so that the sums reach past 2^24 and the bias wraps."""
+    from qlinear import _native
+    rng = np.random.default_rng([seven_bit, 46])
+    for xdt, wdt, ydt in ((U8, I8, U8), (I8, U8, I8)):
+        x = rand_extreme(rng, xdt, (1, 704, 4, 17))
+        if seven_bit:
+            w, wz = _seven_bit(rng, wdt, (5, 704, 3, 3), 5)
+        else:
+            w, wz = rand_extreme(rng, wdt, (5, 704, 3, 3)), rand_int(rng, wdt, (5,))
+        kw = dict(pads=[1, 1, 1, 1])
+        before = _native._C.conv_path_counts() if engine_level != "numpy" else None
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), kw)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], kw)
+        if before is not None and _native._C.get_isa() in ("avx2", "scalar"):
+            assert _native._C.conv_path_counts()[0] - before[0] == 2
