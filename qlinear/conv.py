@@ -138,8 +138,8 @@ class _ConvWeights:
                 got = np.subtract(w2, zp[:, None].astype(np.int16), dtype=np.int16)
             else:
                 C = _native._C
-                got = np.empty(C.conv_w_bytes(isa, kind, m, w2.shape[1]), dtype=np.uint8)
                 taps = int(np.prod(self.w.shape[2:], dtype=np.int64))   # K = C/group * taps
+                got = np.empty(C.conv_w_bytes(isa, kind, m, w2.shape[1], taps), dtype=np.uint8)
                 C.conv_pack_w(isa, kind, w2, _native.TYPE_CODES[w2.dtype.name], m, w2.shape[1], taps, zp, got)
             self._native[key] = got
         return got

@@ -807,20 +807,24 @@ _IMPLICIT_CASES = [
     ((90,), (3,), dict(pads=[1, 2], strides=[2]), 8, 1),                 # 1-D
     ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 8, 1),                     # 7x7: too many dropped columns
     ((10, 10), (3, 3), dict(pads=[300, 300, 300, 300], dilations=[300, 300]), 4, 1),  # copy too large
-    ((16, 19), (3, 3), dict(pads=[1, 1, 1, 1]), 6, 1),                   # 6 channels: grouped for 2, not 4
-    ((16, 19), (3, 3), dict(pads=[1, 1, 1, 1]), 3, 1),                   # 3 channels: im2col
+    ((16, 19), (3, 3), dict(pads=[1, 1, 1, 1]), 6, 1),                   # 6 channels: 4-blocks padded to 8
+    ((16, 19), (3, 3), dict(pads=[1, 1, 1, 1]), 3, 1),                   # a stem's 3 channels: padded to 4
+    ((16, 19), (3, 3), dict(pads=[1, 1, 1, 1]), 5, 1),                   # 5: padded to 6 (exact), im2col (7-bit)
+    ((16, 19), (3, 3), dict(pads=[1, 1, 1, 1]), 1, 1),                   # 1 channel: im2col
 ]
 
 
 def _takes_implicit(spatial, kernel, attrs, cin, group, seven_bit):
     """Whether conv.c's implicit GEMM takes the case on the avx2 and scalar levels (the exact
-    kernels' k-group is 2 channels, avx2's 7-bit kernel's 4; the scalar level has no 7-bit
-    kernel), from the path rules documented in docs/engine.md."""
+    kernels' k-group is 2 channels, avx2's 7-bit kernel's 4, channels padded up to it when that
+    adds at most a third; the scalar level has no 7-bit kernel), from the path rules documented
+    in docs/engine.md."""
     from qlinear import _native
     cg = cin // group
     level = _native._C.get_isa()
     kpack = 4 if seven_bit and level == "avx2" else 2
-    if level not in ("avx2", "scalar") or cg % kpack:
+    blocks = -(-cg // kpack)
+    if level not in ("avx2", "scalar") or 3 * blocks * kpack > 4 * cg:   # padding: at most 1/3 more
         return False
     return spatial not in ((7, 7), (10, 10))
 

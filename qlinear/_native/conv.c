@@ -119,25 +119,39 @@ static ptrdiff_t w_row_bytes(const ql_gemm_kernel *k, int K)
     return (ptrdiff_t)kp * (k->form == QL_FORM_I16 ? 2 : 1);
 }
 
-size_t ql_conv_w_bytes(const ql_gemm_kernel *k, int M, int K)
+int ql_conv_grouped(const ql_gemm_kernel *k, int64_t K, int64_t taps)
 {
-    size_t b = (size_t)M * (size_t)w_row_bytes(k, K);
+    if (taps <= 1 || K % taps) return 0;
+    int64_t cg = K / taps, kpk = k->kpack, cb = (cg + kpk - 1) / kpk;
+    if (cg % kpk == 0) return 1;
+    /* channels padded up to a multiple of kpack (a stem's 3 channels: 4): only for kernels
+     * with an implicit variant, which the padding lets read the copy in place, and at most a
+     * third more multiply-adds */
+    return k->ikernel != NULL && 3 * cb * kpk <= 4 * cg;
+}
+
+int64_t ql_conv_wk(const ql_gemm_kernel *k, int64_t K, int64_t taps)
+{
+    if (!ql_conv_grouped(k, K, taps)) return K;
+    int64_t kpk = k->kpack;
+    return (K / taps + kpk - 1) / kpk * kpk * taps;   /* <= 4/3 K */
+}
+
+size_t ql_conv_w_bytes(const ql_gemm_kernel *k, int M, int K, int64_t taps)
+{
+    size_t b = (size_t)M * (size_t)w_row_bytes(k, (int)ql_conv_wk(k, K, taps));
     if (k->form != QL_FORM_I16) b += 2 * sizeof(int32_t) * (size_t)M;
     return b;
 }
 
-int ql_conv_grouped(const ql_gemm_kernel *k, int64_t K, int64_t taps)
-{
-    return taps > 1 && K % taps == 0 && (K / taps) % k->kpack == 0;
-}
-
 /* w: (M, K) 8-bit row-major, K = Cg * taps in w.reshape(M, -1)'s order (channel outer, taps
  * inner); wzp: M int32 (per output channel, repeated if per tensor).
- * Grouped order (ql_conv_grouped: Cg a multiple of kpack, more than one tap): the row is
- * permuted first to k' = (c / kpack * taps + t) * kpack + c % kpack, so that one k-group of
- * the kernel holds kpack channels at ONE tap, which the implicit GEMM reads as one 4-byte
- * position of its padded copy. Both paths use that order (the im2col packer follows it);
- * K' = K, and the row sums below do not depend on the order.
+ * Grouped order (ql_conv_grouped: more than one tap, Cg a multiple of kpack or padded up to
+ * one): the row is permuted first to k' = (c / kpack * taps + t) * kpack + c % kpack, so that
+ * one k-group of the kernel holds kpack channels at ONE tap, which the implicit GEMM reads as
+ * one 4-byte position of its padded copy. Both paths use that order (the im2col packer
+ * follows it); the row has K' = ql_conv_wk entries (channels padded with the zero point,
+ * centered 0), and the row sums below do not depend on the order or the padding.
  * dst layout: M rows of w_row_bytes, then int32 row_a[M], int32 row_z[M]:
  * - U8S8 form: rows in the u8 form, row_a = rowsum(L') - K*zL', row_z = zL' (the epilogue's
  *   corrections, wrap32);
@@ -152,18 +166,20 @@ int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, in
                    const int32_t *wzp, void *dst)
 {
     if (!ql_conv_grouped(k, K, taps)) return pack_w_rows(k, w, w_type, M, K, wzp, dst);
-    int64_t kpk = k->kpack, cb = K / taps / kpk;
-    uint8_t *perm = (uint8_t *)malloc((size_t)M * (size_t)K);
+    int64_t kpk = k->kpack, cg = K / taps, cb = (cg + kpk - 1) / kpk, Kw = ql_conv_wk(k, K, taps);
+    uint8_t *perm = (uint8_t *)malloc((size_t)M * (size_t)Kw);
     if (!perm) return -2;
     for (int i = 0; i < M; i++) {
         const uint8_t *src = (const uint8_t *)w + (size_t)i * (size_t)K;
-        uint8_t *d = perm + (size_t)i * (size_t)K;
+        uint8_t *d = perm + (size_t)i * (size_t)Kw;
+        /* padding channels hold the row's zero point: centered, they are 0 in every form */
+        uint8_t zraw = (uint8_t)wzp[i];
         for (int64_t q = 0; q < cb; q++)
             for (int64_t t = 0; t < taps; t++)
                 for (int64_t r = 0; r < kpk; r++)
-                    d[(q * taps + t) * kpk + r] = src[(q * kpk + r) * taps + t];
+                    d[(q * taps + t) * kpk + r] = q * kpk + r < cg ? src[(q * kpk + r) * taps + t] : zraw;
     }
-    int rc = pack_w_rows(k, perm, w_type, M, K, wzp, dst);
+    int rc = pack_w_rows(k, perm, w_type, M, (int)Kw, wzp, dst);
     free(perm);
     return rc;
 }
@@ -249,6 +265,7 @@ typedef struct im2col_ctx {
                                    output plane is the input plane, rows run across output rows */
     int grouped;                /* weights in the grouped order (ql_conv_grouped): k-group G =
                                    (channel block G / taps, tap G % taps), kpack channels each */
+    int64_t Cg;                 /* channels per group (grouped: blocks past it are padding) */
     /* per-thread scratch layout (byte offsets) */
     size_t off_base, off_seg, off_rows, off_plan, off_direct;
 } im2col_ctx;
@@ -503,8 +520,8 @@ static void im2col_pack(void *vctx, int j0, int ncols, void *dst, int32_t *colsu
         else next_tap(p, &ch, &t, tc, c->taps);                                                      \
     } while (0)
     if (c->grouped) {
-        /* k-group G: channels kpk*(G / taps) + q (q < kpk, all < Cg: Cg is a multiple of kpk) at
-         * tap G % taps; one plan serves the group's kpk rows */
+        /* k-group G: channels kpk*(G / taps) + q (q < kpk; those >= Cg are padding) at tap
+         * G % taps; one plan serves the group's kpk rows */
         int kpk = c->form == QL_FORM_I16 ? 2 : 4, sums = c->form == QL_FORM_U8S8;
         if (sums)
             for (int j = 0; j < nr; j++) colsums[j] = 0;
@@ -520,7 +537,14 @@ static void im2col_pack(void *vctx, int j0, int ncols, void *dst, int32_t *colsu
                 pl = plans;
                 dr = plan_tap(c, s, tc, ncols, plans);
             }
-            for (int q = 0; q < kpk; q++) src[q] = im2col_row(c, s, cq * kpk + q, pl, dr, ncols, r[q]);
+            for (int q = 0; q < kpk; q++) {
+                if (cq * kpk + q < c->Cg) {
+                    src[q] = im2col_row(c, s, cq * kpk + q, pl, dr, ncols, r[q]);
+                } else {   /* a padding channel (zero weights): 0 in the form */
+                    memset(r[q], c->tail, (size_t)nr);
+                    src[q] = r[q];
+                }
+            }
             if (kpk == 2) {
                 pair_i16(src[0], src[1], p->x_type, p->x_zp, (int16_t *)dst + (size_t)G * 2 * nr, nr);
             } else {
@@ -858,7 +882,8 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     /* computed columns against real ones: the Wph - OW dropped positions per row and the last
      * tile's tail. Small planes (7x7: 64 columns for 49 pixels) waste too much: im2col. */
     if (c.ntiles * QL_IK_NR * 4 > P * 5) return 0;
-    int kp = ql_round_k(kern, (int)K);
+    int Kw = (int)ql_conv_wk(kern, K, c.taps);   /* packed rows: channels padded to nblk * kpk */
+    int kp = ql_round_k(kern, Kw);
     c.groups = kp / c.kpk;   /* = nblk * taps in both orders */
     /* tap offsets (positions) within a channel block; the largest read is position
      * (nblk - 1) * BS + max toff + ntiles * 16 - 1: the copy is that long (slack zeroed) */
@@ -889,7 +914,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     memset(c.copy + 4 * (size_t)(c.nblk * c.BS), 0, copy_bytes - 4 * (size_t)(c.nblk * c.BS));
     c.flip = p->x_type == QL_I8 ? 0x80 : 0;
     c.Mg = (int)(p->M / p->group);
-    ptrdiff_t ldl = w_row_bytes(kern, (int)K);
+    ptrdiff_t ldl = w_row_bytes(kern, Kw);
     c.ldl = ldl;
     /* threads: none for small convolutions (as ql_gemm: 2^21 MACs); row blocks of at most
      * 256 KiB of packed weights (L2); enough tasks for every thread */
@@ -953,7 +978,7 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
     int64_t P = prod(p->out, p->nsp);
     int64_t plane = prod(p->in, p->nsp);
     if (K64 > INT_MAX / 2 || Mg > INT_MAX) return -2;
-    int K = (int)K64;
+    int K = (int)ql_conv_wk(kern, K64, taps);   /* the packed rows' length (<= 4/3 K64) */
     int kp = ql_round_k(kern, K);
     ptrdiff_t ldl = w_row_bytes(kern, K);
     size_t esize = p->quantized ? 1 : 4;
@@ -972,7 +997,8 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
      * the I16 form centers on x's zero point, so its "zero" raw byte is that zero point */
     c.flip = (p->x_type == QL_U8) != (kern->form == QL_FORM_S8U8) ? 0x80 : 0;
     c.tail = kern->form == QL_FORM_I16 ? (uint8_t)p->x_zp : c.flip;
-    c.grouped = ql_conv_grouped(kern, K, taps);
+    c.grouped = ql_conv_grouped(kern, K64, taps);
+    c.Cg = Cg;
     c.flat = 1;
     for (int a = 0; a < p->nsp; a++)
         if (p->k[a] != 1 || p->stride[a] != 1 || p->pad[a] != 0 || p->out[a] != p->in[a]) c.flat = 0;

@@ -21,7 +21,10 @@ typedef struct ql_conv_plan {
 } ql_conv_plan;
 
 
-size_t ql_conv_w_bytes(const ql_gemm_kernel *k, int M, int K);
+/* Bytes of packed weights: M rows of K = C/group * taps (as ql_conv_pack_w lays them out) */
+size_t ql_conv_w_bytes(const ql_gemm_kernel *k, int M, int K, int64_t taps);
+/* Entries per packed row: K, or the grouped order's K with channels padded to kpack */
+int64_t ql_conv_wk(const ql_gemm_kernel *k, int64_t K, int64_t taps);
 /* Whether weights of K = Cg * taps per row are packed in the grouped order (conv.c) */
 int ql_conv_grouped(const ql_gemm_kernel *k, int64_t K, int64_t taps);
 /* 0, -1 when k is a QL_FORM_S8U8 kernel and some w - wzp lies outside [-64, 64] (the

@@ -344,12 +344,14 @@ static PyObject *m_dequantize(PyObject *self, PyObject *args) { (void)self; retu
 static PyObject *m_conv_w_bytes(PyObject *self, PyObject *args) {
     (void)self;
     const char *isa; int which, M, K;
-    if (!PyArg_ParseTuple(args, "siii", &isa, &which, &M, &K)) return NULL;
+    long long taps;
+    if (!PyArg_ParseTuple(args, "siiiL", &isa, &which, &M, &K, &taps)) return NULL;
     if (which != 0 && which != 2) return PyErr_Format(PyExc_ValueError, "qlinear native: conv kernel %d", which);
     const ql_gemm_kernel *k = kernel_arg(isa, which, NULL);
     if (!k) return NULL;
-    if (M < 0 || K < 1) return PyErr_Format(PyExc_ValueError, "qlinear native: bad conv weights shape");
-    return PyLong_FromSize_t(ql_conv_w_bytes(k, M, K));
+    if (M < 0 || K < 1 || taps < 1 || K % taps)
+        return PyErr_Format(PyExc_ValueError, "qlinear native: bad conv weights shape");
+    return PyLong_FromSize_t(ql_conv_w_bytes(k, M, K, (int64_t)taps));
 }
 
 /* conv_pack_w(isa, which (0 exact, 2 fast), w, w_type, M, K, taps, wzp int32[M], dst) */
@@ -367,7 +369,7 @@ static PyObject *m_conv_pack_w(PyObject *self, PyObject *args) {
     Py_buffer w = {0}, z = {0}, d = {0};
     PyObject *ret = NULL;
     if (get_buf(ow, &w, 0, (Py_ssize_t)M * K, "w") < 0 || get_buf(oz, &z, 0, (Py_ssize_t)M * 4, "w_zero_point") < 0 ||
-        get_buf(od, &d, 1, (Py_ssize_t)ql_conv_w_bytes(k, M, K), "packed w") < 0)
+        get_buf(od, &d, 1, (Py_ssize_t)ql_conv_w_bytes(k, M, K, (int64_t)taps), "packed w") < 0)
         goto done;
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -452,7 +454,7 @@ static PyObject *m_conv(PyObject *self, PyObject *args) {
     if (K > INT_MAX / 2) return PyErr_Format(PyExc_ValueError, "qlinear native: conv K out of range");
     Py_buffer x = {0}, w = {0}, y = {0}, mult = {0}, bias = {0};
     PyObject *ret = NULL;
-    Py_ssize_t wneed = depthwise ? (Py_ssize_t)(p.M * taps * 2) : (Py_ssize_t)ql_conv_w_bytes(k, (int)p.M, (int)K);
+    Py_ssize_t wneed = depthwise ? (Py_ssize_t)(p.M * taps * 2) : (Py_ssize_t)ql_conv_w_bytes(k, (int)p.M, (int)K, taps);
     if (get_buf(ox, &x, 0, (Py_ssize_t)(p.N * p.C * plane), "x") < 0 ||
         get_buf(ow, &w, 0, wneed, "packed w") < 0 ||
         get_buf(oy, &y, 1, (Py_ssize_t)(p.N * p.M * P * (quantized ? 1 : 4)), "y") < 0 ||
