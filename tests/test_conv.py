@@ -811,6 +811,9 @@ _IMPLICIT_CASES = [
     ((16, 19), (3, 3), dict(pads=[1, 1, 1, 1]), 3, 1),                   # a stem's 3 channels: padded to 4
     ((16, 19), (3, 3), dict(pads=[1, 1, 1, 1]), 5, 1),                   # 5: padded to 6 (exact), im2col (7-bit)
     ((16, 19), (3, 3), dict(pads=[1, 1, 1, 1]), 1, 1),                   # 1 channel: im2col
+    ((9, 21), (1, 1), {}, 5, 1),                                         # pointwise: one run, 5 channels
+    ((15, 22), (1, 1), dict(strides=[2, 2]), 6, 1),                      # pointwise stride 2: one phase
+    ((6, 37), (1, 1), dict(pads=[1, 0, 2, 0]), 3, 1),                    # pointwise, rows of padding
 ]
 
 
@@ -824,7 +827,9 @@ def _takes_implicit(spatial, kernel, attrs, cin, group, seven_bit):
     level = _native._C.get_isa()
     kpack = 4 if seven_bit and level == "avx2" else 2
     blocks = -(-cg // kpack)
-    if level not in ("avx2", "scalar") or 3 * blocks * kpack > 4 * cg:   # padding: at most 1/3 more
+    if level not in ("avx2", "scalar"):
+        return False
+    if kernel != (1, 1) and 3 * blocks * kpack > 4 * cg:   # channel padding: at most 1/3 more
         return False
     return spatial not in ((7, 7), (10, 10))
 

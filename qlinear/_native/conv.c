@@ -703,10 +703,40 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
     uint8_t padv = (uint8_t)p->x_zp;   /* raw byte of x's zero point (its own type) */
     const uint8_t *rows[4];
     int64_t plane = c->H * c->W;
+    /* rows with no padding, stride or dropped column along w (a pointwise kernel): the input
+     * rows ph.. and the plane's rows are both one run, interleaved straight from x in multiples
+     * of 16 positions (the rest through a raw row). Padding rows above are written before the
+     * run, those below after it (each one's spill lands in rows written later). */
+    int64_t bulk0 = 0, bulk1 = 0;
+    if (c->sh == 1 && c->sw == 1 && c->pw == 0 && c->Wph == c->W && ((int64_t)b + 1) * c->kpk <= c->Cg) {
+        bulk0 = c->ph;
+        bulk1 = c->ph + c->H < c->Hph ? c->ph + c->H : c->Hph;
+    }
     for (int a = 0; a < c->nfh; a++)
         for (int e = 0; e < c->nfw; e++) {
             char *dplane = c->copy + 4 * (size_t)(b * c->BS + (a * c->nfw + e) * c->PL);
             for (int64_t i = 0; i < c->Hph; i++) {
+                if (i == bulk0 && bulk1 > bulk0) {
+                    int64_t n = (bulk1 - bulk0) * c->W, n16 = n / 16 * 16;
+                    char *d0 = dplane + 4 * (size_t)(bulk0 * c->Wph);
+                    for (int q = 0; q < c->kpk; q++) rows[q] = c->xg + ((int64_t)b * c->kpk + q) * plane;
+                    if (n16 > 0) {
+                        if (c->kpk == 2) pair_i16(rows[0], rows[1], p->x_type, p->x_zp, (int16_t *)d0, (int)n16);
+                        else interleave4(rows, c->flip, (uint8_t *)d0, (int)n16);
+                    }
+                    if (n > n16) {
+                        for (int q = 0; q < c->kpk; q++) {
+                            uint8_t *d = raw + (size_t)q * (size_t)c->Wr;
+                            gather_raw(rows[q] + n16, n - n16, 0, 1, padv, d, 16);
+                            rows[q] = d;
+                        }
+                        char *d1 = d0 + 4 * (size_t)n16;
+                        if (c->kpk == 2) pair_i16(rows[0], rows[1], p->x_type, p->x_zp, (int16_t *)d1, 16);
+                        else interleave4(rows, c->flip, (uint8_t *)d1, 16);
+                    }
+                    i = bulk1 - 1;
+                    continue;
+                }
                 int64_t ih = c->fh[a] + c->sh * i - c->ph;
                 for (int q = 0; q < c->kpk; q++) {
                     int64_t ch = (int64_t)b * c->kpk + q;
@@ -833,7 +863,6 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     int64_t K = c.Cg * c.taps;
     /* the grouped order (or one tap, where both orders are the channel order) */
     if (c.taps > 1 && !ql_conv_grouped(kern, K, c.taps)) return 0;
-    if (c.taps == 1 && !getenv("QL_IG_1X1")) return 0;
     int two = p->nsp == 2;
     int64_t kh = two ? p->k[0] : 1, kw = p->k[p->nsp - 1];
     int64_t dh = two ? p->dil[0] : 1, dw = p->dil[p->nsp - 1];
