@@ -908,9 +908,11 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     c.nblk = (int)((c.Cg + c.kpk - 1) / c.kpk);
     c.Q = (c.OH - 1) * c.Wph + c.OW;
     c.ntiles = (c.Q + QL_IK_NR - 1) / QL_IK_NR;
-    /* computed columns against real ones: the Wph - OW dropped positions per row and the last
-     * tile's tail. Small planes (7x7: 64 columns for 49 pixels) waste too much: im2col. */
-    if (c.ntiles * QL_IK_NR * 4 > P * 5) return 0;
+    /* computed columns: the Wph - OW dropped positions per row and the last tile's tail,
+     * against the im2col path's ceil(P / 16) panels (whose last one is computed whole too):
+     * at most a quarter more tiles (a 7x7 plane: 4 tiles, 4 panels; a plane 3 wide with pads
+     * of 1, 5 positions a row: too many) */
+    if (c.ntiles * 4 > (P + QL_IK_NR - 1) / QL_IK_NR * 5) return 0;
     int Kw = (int)ql_conv_wk(kern, K, c.taps);   /* packed rows: channels padded to nblk * kpk */
     int kp = ql_round_k(kern, Kw);
     c.groups = kp / c.kpk;   /* = nblk * taps in both orders */
