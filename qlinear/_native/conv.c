@@ -850,7 +850,6 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
                   const int32_t *fast_bias, size_t workspace)
 {
     if (!kern->ikernel || p->nsp > 2 || kern->form == QL_FORM_U8S8) return 0;
-    if (getenv("QL_IG_OFF")) return 0;
     ig_ctx c;
     memset(&c, 0, sizeof c);
     c.p = p;
@@ -966,7 +965,6 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     c.tile_blocks = (c.ntiles + c.tpt - 1) / c.tpt;
     /* K blocks: IG_KC_BYTES of a tile's operand (64 bytes per k-group) */
     c.kgroups = IG_KC_BYTES / 64;
-    if (getenv("QL_IG_KC")) c.kgroups = atoi(getenv("QL_IG_KC")) / 64;
     if (c.groups > c.kgroups + c.kgroups / 2) {
         int nkb = (c.groups + c.kgroups - 1) / c.kgroups;   /* equal blocks */
         c.kgroups = (c.groups + nkb - 1) / nkb;
@@ -978,7 +976,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     }
     /* the fused epilogue: the whole K at once, the level's own epilogue (which ikernel_ep
      * reproduces), no U8S8 corrections (these forms have none), per-row multipliers */
-    c.fused = c.kgroups >= c.groups && kern->ikernel_ep != NULL && !getenv("QL_IG_NOFUSE");
+    c.fused = c.kgroups >= c.groups && kern->ikernel_ep != NULL;
     size_t esize = p->quantized ? 1 : 4;
     for (int64_t n = 0; n < p->N; n++)
         for (int64_t g = 0; g < p->group; g++) {
