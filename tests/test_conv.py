@@ -815,6 +815,7 @@ _IMPLICIT_CASES = [
     ((9, 21), (1, 1), {}, 5, 1),                                         # pointwise: one run, 5 channels
     ((15, 22), (1, 1), dict(strides=[2, 2]), 6, 1),                      # pointwise stride 2: one phase
     ((6, 37), (1, 1), dict(pads=[1, 0, 2, 0]), 3, 1),                    # pointwise, rows of padding
+    ((40, 40), (1, 1), {}, 208, 1),   # pointwise copy above 512 KiB exact (im2col), 7-bit below
 ]
 
 
@@ -832,6 +833,8 @@ def _takes_implicit(spatial, kernel, attrs, cin, group, seven_bit):
         return False
     if kernel != (1, 1) and 3 * blocks * kpack > 4 * cg:   # channel padding: at most 1/3 more
         return False
+    if kernel == (1, 1) and not attrs and blocks * 4 * (-(-(spatial[0] * spatial[1] + 16) // 16) * 16) > 512 << 10:
+        return False   # a pointwise copy larger than L2
     return spatial not in ((40, 3), (10, 10))
 
 
