@@ -996,7 +996,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     }
     /* the fused epilogue: the whole K at once, the level's own epilogue (which ikernel_ep
      * reproduces), no U8S8 corrections (these forms have none), per-row multipliers */
-    c.fused = c.kgroups >= c.groups && kern->ikernel_ep != NULL;
+    int fused = c.kgroups >= c.groups && kern->ikernel_ep != NULL;
     size_t esize = p->quantized ? 1 : 4;
     for (int64_t n = 0; n < p->N; n++)
         for (int64_t g = 0; g < p->group; g++) {
@@ -1009,6 +1009,9 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
             c.ep.mult = p->mult + g * c.Mg * p->mult_s;
             c.ep.out = (char *)p->y + (size_t)((n * p->M + g * c.Mg) * P) * esize;
             c.ep.out_rs = (ptrdiff_t)P;
+            /* what ikernel_ep supports (always so here: the forms have no corrections, the
+             * multipliers are per output channel, NCHW rows are contiguous) */
+            c.fused = fused && c.ep.out_cs == 1 && c.ep.mult_cs == 0 && !c.ep.row_a;
             ql_parallel_for((ptrdiff_t)(c.row_blocks * c.tile_blocks), run_threads, ig_gemm_task, &c);
         }
     free(c.copy);
