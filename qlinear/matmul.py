@@ -65,6 +65,7 @@ class _RightOperand:
         # A prepared form keeps its own copy (never a view of the caller's array); a plain
         # call uses b once, while the caller waits.
         self.matrix = np.array(matrix, copy=True) if owned else matrix
+        self.owned = owned
         self._numpy: tuple | None = None
         self._packed: dict[str, tuple] = {}  # ISA level -> packed form (kernel chosen per level)
 
@@ -126,6 +127,29 @@ class _RightOperand:
             got = _native_pack_b(isa, int(fast), self.matrix, self.zero_point)
             self._packed[isa] = got
         return got
+
+    def raw(self, isa: str) -> tuple:
+        """A plain call's b for the native engine at ISA level ``isa``, which packs it inside
+        the GEMM (each thread the panels it uses): (which kernel, b as C-contiguous (Bb, K, N),
+        its zero point as int32 with batch and column strides, Bb). The fast kernel is chosen
+        from this call's b by one native pass over it (``bytes_within``)."""
+        C = _native._C
+        m = self.matrix
+        K, N = m.shape[-2:]
+        batch = m.shape[:-2]
+        Bb = math.prod(batch)  # shape entries: Python ints, the product exact
+        b = np.ascontiguousarray(m)
+        # the s8 form of b (int8 as is, uint8 - 128) within [-64, 64]: in the u8 form, [64, 192]
+        fast = _kernel_info(isa, 1) is not None and C.bytes_within(b, _TYPE[b.dtype], 64, 192)
+        zp = self.zero_point
+        if zp.ndim == 0:
+            zpa, zp_bs, zp_cs = np.array([zp], dtype=np.int32), 0, 0
+        elif zp.ndim == 2:  # (1, N): one row for every batch entry
+            zpa, zp_bs, zp_cs = zp.astype(np.int32).reshape(-1), 0, 1
+        else:
+            zpa = np.ascontiguousarray(np.broadcast_to(zp, (*batch, 1, N)), dtype=np.int32).reshape(Bb, N)
+            zp_bs, zp_cs = N, 1
+        return int(fast), b, zpa, zp_bs, zp_cs, Bb
 
     def _fits_fast_path(self) -> bool:
         """Whether every b value in the byte kernels' s8 form (int8 as is, uint8 - 128) lies in
@@ -209,7 +233,10 @@ def _native_matmul(right: _RightOperand, matrix: np.ndarray, zp: np.ndarray,
     (broadcastable to the output) and output zero point yzp. Shapes as numpy.matmul."""
     C = _native._C
     isa = C.get_isa()
-    which, packed, colsums, zcol, Bb = right.packed(isa)
+    if right.owned:
+        which, packed, colsums, zcol, Bb = right.packed(isa)
+    else:  # a plain call: b is packed inside the GEMM, panel by panel
+        which, braw, bzp, bzp_bs, bzp_cs, Bb = right.raw(isa)
     M, K = matrix.shape[-2:]
     N = right.matrix.shape[-1]
     a_batch, b_batch = matrix.shape[:-2], right.matrix.shape[:-2]
@@ -263,9 +290,14 @@ def _native_matmul(right: _RightOperand, matrix: np.ndarray, zp: np.ndarray,
     else:
         mult, m_bs, m_rs, m_cs, lo, hi, z, signed = _NO_MULT, 0, 0, 0, 0.0, 0.0, 0, 0
         out = _native.empty((*out_batch, M, N), np.int32)
-    C.matmul(isa, which, rows, N, K, batches, a, _TYPE[a.dtype], Ba, a_idx,
-             zpa, zpa_bs, zpa_rs, packed, colsums, zcol, Bb, b_idx, out, int(quantized), signed,
-             mult, m_bs, m_rs, m_cs, lo, hi, z)
+    if right.owned:
+        C.matmul(isa, which, rows, N, K, batches, a, _TYPE[a.dtype], Ba, a_idx,
+                 zpa, zpa_bs, zpa_rs, packed, colsums, zcol, Bb, b_idx, out, int(quantized), signed,
+                 mult, m_bs, m_rs, m_cs, lo, hi, z)
+    else:
+        C.matmul_raw(isa, which, rows, N, K, batches, a, _TYPE[a.dtype], Ba, a_idx,
+                     zpa, zpa_bs, zpa_rs, braw, _TYPE[braw.dtype], Bb, b_idx, bzp, bzp_bs, bzp_cs,
+                     out, int(quantized), signed, mult, m_bs, m_rs, m_cs, lo, hi, z)
     return out
 
 
