@@ -39,11 +39,12 @@ class _ConvWeights:
             zp = v.per_channel(op, "w_zero_point", zp, self.out_channels, "output channel of w")
         # Copies: a prepared operator owns what it keeps (the caller may change its arrays).
         self.w_zero_point = np.array(zp, copy=True)
-        self.attributes = ConvAttributes.from_onnx(op, w.shape, **attributes)
+        self.attributes = _conv_attributes(op, w.shape, attributes)
         v.check_size(op, "the float32 copy of w", w.shape, 4)
         # A prepared form keeps its own copies (never views of the caller's arrays); a plain
         # call uses w once, while the caller waits.
         self.w = np.array(w, copy=True) if owned else w
+        self.owned = owned
         self._kernel: ConvKernel | None = None
         self._native: dict[tuple[str, bool], np.ndarray] = {}
         # (x shape, x dtype, x_zero_point) → (validated zero point, geometry), for repeated calls.
@@ -51,6 +52,10 @@ class _ConvWeights:
         # (ISA level, x shape, x dtype) → the native engine's call arguments (``run_native``).
         self._plans = _Memo()
         self._fits: tuple | None = None   # (geometry, native_fits's answer) of the last call
+        # The last native call's arguments (``run_native``), and what makes them reusable by
+        # the next call without validating again (``remember``, ``repeat``).
+        self._call: tuple | None = None
+        self._last: tuple | None = None
 
     @property
     def kernel(self) -> ConvKernel:
@@ -90,7 +95,7 @@ class _ConvWeights:
             else:
                 zp = v.per_tensor(op, "x_zero_point", v.zero_point(op, "x_zero_point", x_zero_point, "x", x.dtype))
                 zp = np.array(zp, copy=True)  # memoized by value: never a view of the caller's array
-            geom = self.attributes.geometry(x.shape[2:])
+            geom = _geometry(self.attributes, x.shape[2:])
             v.check_size(op, "the output's int32 accumulator",
                          (x.shape[0], self.out_channels, *geom.out_spatial), 4)
             # the NumPy engine's compact geometry is derived on first use (``accumulate``)
@@ -139,9 +144,21 @@ class _ConvWeights:
             else:
                 C = _native._C
                 got = np.empty(C.conv_w_bytes(isa, kind, m, w2.shape[1]), dtype=np.uint8)
-                C.conv_pack_w(isa, kind, w2, _native.TYPE_CODES[w2.dtype.name], m, w2.shape[1], zp, got)
+                C.conv_pack_w(isa, kind, w2, _native.DTYPE_CODES[w2.dtype], m, w2.shape[1], zp, got)
             self._native[key] = got
         return got
+
+    def plain_weights(self, isa: str) -> tuple[int, bytes]:
+        """A plain call's weights for the GEMM path at ISA level ``isa``, packed for this call
+        only (never kept: the caller may change w before the next one): (kind, packed). One
+        native pass (conv.c's ql_conv_pack_w_auto), on the threads, packs them in the fast
+        path's form while proving the same bound as ``fits_fast_path``, and in the exact form
+        from the first row outside it."""
+        m = self.out_channels
+        w2 = np.ascontiguousarray(self.w).reshape(m, -1)
+        zp = self.w_zero_point
+        zp = np.full(m, int(zp), np.int32) if zp.ndim == 0 else zp.astype(np.int32)
+        return _native._C.conv_pack_w_auto(isa, w2, _native.DTYPE_CODES[w2.dtype], m, w2.shape[1], zp)
 
     def fits_fast_path(self) -> bool:
         """Whether every centered weight w - w_zero_point lies in [-64, 64]: then the byte
@@ -191,6 +208,39 @@ class _ConvWeights:
             bias = np.ascontiguousarray(bias, dtype=np.int32)
         C.conv(isa, kind, np.ascontiguousarray(x), *head, w, y, *tail, bias,
                max(workspace_limit(), _NATIVE_MIN_WORKSPACE))
+        if self.owned:
+            self._call = (isa, kind, w, out_shape, y_dtype, head, tail, bias)
+        return y
+
+    def remember(self, x: np.ndarray, params: tuple) -> None:
+        """After a native call of a prepared form (``run_native``) with input x and call
+        parameters ``params`` (scales, zero points): if every parameter is immutable (a NumPy
+        scalar, a Python number, None), the next call passing the very same objects, and an x
+        of the same type, dtype object and shape, has been validated already (identity of
+        immutable objects proves equal values) and reuses the arguments (``repeat``)."""
+        if self._call is not None and all(p is None or type(p) in (int, float) or isinstance(p, np.generic)
+                                          for p in params):
+            self._last = (x.shape, x.dtype, params, self._call, v.max_output_bytes())
+        else:
+            self._last = None
+
+    def repeat(self, x: Any, params: tuple) -> np.ndarray | None:
+        """The output of a call that repeats the remembered one (see ``remember``), or None
+        (then the call takes the full path)."""
+        last = self._last
+        if (last is None or type(x) is not np.ndarray or x.dtype is not last[1] or x.shape != last[0]
+                or last[4] != v.max_output_bytes()):   # a lowered size limit: checked again
+            return None
+        for given, known in zip(params, last[2]):
+            if given is not known:
+                return None
+        C = _native.native()
+        isa, kind, w, out_shape, y_dtype, head, tail, bias = last[3]
+        if C is None or C.get_isa() != isa:
+            return None
+        y = _native.empty(out_shape, y_dtype)
+        C.conv(isa, kind, x if x.flags.c_contiguous else np.ascontiguousarray(x), *head, w, y, *tail, bias,
+               max(workspace_limit(), _NATIVE_MIN_WORKSPACE))
         return y
 
     def _native_plan(self, isa: str, x: np.ndarray, zp: np.ndarray, geom: ConvGeometry,
@@ -199,8 +249,12 @@ class _ConvWeights:
         weights and between y and the bias) for ``run_native``."""
         n, c = x.shape[:2]
         m, group = self.out_channels, self.attributes.group
-        kind = self.native_kind(isa, group > 1 and c == group)
-        w = self.native_weights(isa, kind)
+        depthwise = group > 1 and c == group
+        if self.owned or depthwise:
+            kind = self.native_kind(isa, depthwise)
+            w = self.native_weights(isa, kind)
+        else:  # a plain call: the path is chosen from this call's weights while packing them
+            kind, w = self.plain_weights(isa)
         out_shape = (n, m, *geom.out_spatial)
         if mult is None:
             y_dtype = np.dtype(np.int32)
@@ -211,7 +265,7 @@ class _ConvWeights:
             yz = int(y_zero_point)
             mm = np.ascontiguousarray(mult, dtype=np.float32).reshape(-1)
             tail = (1, int(info.min < 0), yz, float(info.min - yz), float(info.max - yz), mm, int(mm.size > 1))
-        head = (_native.TYPE_CODES[x.dtype.name], int(zp), (n, c, m, group), geom.in_spatial, geom.out_spatial,
+        head = (_native.DTYPE_CODES[x.dtype], int(zp), (n, c, m, group), geom.in_spatial, geom.out_spatial,
                 geom.kernel, geom.strides, geom.dilations, geom.pads_begin)
         return kind, w, out_shape, y_dtype, head, tail
 
@@ -237,6 +291,50 @@ def _has_conv_fast(isa: str) -> bool:
         got = _CONV_FAST[isa] = _native._C.kernel_info(isa, _GEMM_FAST) is not None
     return got
 _NO_MULT = np.ones(1, dtype=np.float32)
+
+
+# Validated attributes and geometries, keyed by values (shapes, attribute values with their
+# types: never by an array), so that plain calls of the same layer skip re-deriving them.
+_ATTRIBUTES: dict[tuple, ConvAttributes] = {}
+_GEOMETRIES: dict[tuple, ConvGeometry] = {}
+_SHAPE_MEMO_SIZE = 64
+
+
+def _value_key(value: Any) -> tuple | None:
+    """A hashable key for an attribute's value and type(s), or None (not memoized): a list or
+    tuple of plain values is keyed element by element with their types (1, 1.0, True and
+    numpy.int64(1) are different keys: they validate differently)."""
+    if value is None or type(value) in (int, str, bytes):
+        return (type(value), value)
+    if type(value) in (list, tuple) and all(type(e) is int for e in value):
+        return (type(value), tuple(value))
+    return None
+
+
+def _conv_attributes(op: str, w_shape: tuple[int, ...], attributes: dict[str, Any]) -> ConvAttributes:
+    """ConvAttributes.from_onnx, memoized by value (it depends on nothing else)."""
+    keys = tuple((name, _value_key(value)) for name, value in attributes.items())
+    key = None if any(k is None for _, k in keys) else (op, w_shape, keys)
+    got = _ATTRIBUTES.get(key) if key is not None else None
+    if got is None:
+        got = ConvAttributes.from_onnx(op, w_shape, **attributes)
+        if key is not None:
+            if len(_ATTRIBUTES) >= _SHAPE_MEMO_SIZE:
+                _ATTRIBUTES.clear()
+            _ATTRIBUTES[key] = got
+    return got
+
+
+def _geometry(attributes: ConvAttributes, in_spatial: tuple[int, ...]) -> ConvGeometry:
+    """attributes.geometry(in_spatial), memoized by value (a frozen dataclass and a shape)."""
+    key = (attributes, in_spatial)
+    got = _GEOMETRIES.get(key)
+    if got is None:
+        got = attributes.geometry(in_spatial)
+        if len(_GEOMETRIES) >= _SHAPE_MEMO_SIZE:
+            _GEOMETRIES.clear()
+        _GEOMETRIES[key] = got
+    return got
 
 
 class _Memo:
@@ -267,9 +365,14 @@ class PreparedConvInteger:
 
     def run(self, x: np.ndarray, x_zero_point: Any = None) -> np.ndarray:
         """int32 y = wrap32(Σ (x - x_zero_point)(w - w_zero_point)), shape (N, M, O1..On)."""
+        y = self._weights.repeat(x, (x_zero_point,))
+        if y is not None:
+            return y
         checked = self._weights.check_input(x, x_zero_point)
         if self._weights.native_fits(checked):
-            return self._weights.run_native(checked)
+            y = self._weights.run_native(checked)
+            self._weights.remember(x, (x_zero_point,))
+            return y
         return self._weights.accumulate(checked)[0]
 
 
@@ -285,15 +388,21 @@ class PreparedQLinearConv:
         m = self._weights.out_channels
         ws = v.per_channel(op, "w_scale", v.scale(op, "w_scale", w_scale), m, "output channel of w")
         v.same_shape(op, "w_scale", ws, "w_zero_point", self._weights.w_zero_point)
-        self.w_scale = np.array(ws, copy=True)  # owned copies, not views of the caller's arrays
-        self.bias = None if B is None else np.array(v.int32_bias(op, B, m), copy=True)
-        self._bias_bound = 0 if B is None else int(np.abs(self.bias.astype(np.int64)).max(initial=0))
+        # owned copies, not views of the caller's arrays (a plain call uses them once, while
+        # the caller waits; its max |B| is found only if the NumPy engine needs it)
+        self.w_scale = np.array(ws, copy=True) if _owned else ws
+        self.bias = None if B is None else np.array(v.int32_bias(op, B, m), copy=_owned)
+        self._bias_bound = 0 if B is None else (
+            int(np.abs(self.bias.astype(np.int64)).max(initial=0)) if _owned else None)
         # (x_scale, y_scale, y_zero_point) → (multiplier, y_zero_point), for repeated calls.
         self._params = _Memo()
 
     def run(self, x: np.ndarray, x_scale: Any, x_zero_point: Any, y_scale: Any, y_zero_point: Any) -> np.ndarray:
         """The quantized convolution of x; output dtype is y_zero_point's, shape (N, M, O1..On)."""
         op = "qlinear_conv"
+        y = self._weights.repeat(x, (x_scale, x_zero_point, y_scale, y_zero_point))
+        if y is not None:
+            return y
         keys = (v.param_key(x_scale), v.param_key(y_scale), v.param_key(y_zero_point))
         known = self._params.get(None if None in keys else keys)
         if known is None:
@@ -308,7 +417,9 @@ class PreparedQLinearConv:
             raise TypeError(f"{op}: x_zero_point is required")
         checked = self._weights.check_input(x, x_zero_point)
         if self._weights.native_fits(checked):
-            return self._weights.run_native(checked, self.bias, m, yzp)
+            y = self._weights.run_native(checked, self.bias, m, yzp)
+            self._weights.remember(x, (x_scale, x_zero_point, y_scale, y_zero_point))
+            return y
         # float32(wrap32(acc + B)), computed in place from here on: requantize. The float32
         # accumulator is 4 bytes per output value: images go in groups whose accumulator takes
         # at most half the workspace limit (the other half: the engine's padded copies and

@@ -125,3 +125,180 @@ def test_plain_matmul_leaves_its_inputs_alone():
     assert_exact(qlinear.matmul_integer(a, b, np.uint8(3)), oracle.matmul_integer(a, b, np.uint8(3)))
     b[7, 5] = before[7, 5]
     assert_exact(qlinear.matmul_integer(a, b, np.uint8(3)), first)
+
+
+# ---------------------------------------------------------------------------------------------
+# Convolutions: a plain call packs its weights per call, choosing the 7-bit path from them
+# ---------------------------------------------------------------------------------------------
+
+def _conv_both(x, xs, xz, w, ws, wz, ys, yz, bias, **attrs):
+    """QLinearConv plain and prepared, and ConvInteger plain, each against the oracle."""
+    want = oracle.qlinear_conv(x, xs, xz, w, ws, wz, ys, yz, bias, **attrs)
+    assert_exact(qlinear.qlinear_conv(x, xs, xz, w, ws, wz, ys, yz, bias, **attrs), want)
+    assert_exact(qlinear.prepare_qlinear_conv(w, ws, wz, bias, **attrs).run(x, xs, xz, ys, yz), want)
+    assert_exact(qlinear.conv_integer(x, w, xz, wz, **attrs), oracle.conv_integer(x, w, xz, wz, **attrs))
+
+
+def _centered_weights(rng, dtype, shape, zp, bound):
+    """Weights with w - zp[row] within [-bound, bound] (and inside the dtype), both ends used."""
+    info = np.iinfo(dtype)
+    m = shape[0]
+    zps = np.broadcast_to(np.asarray(zp, dtype=np.int64).reshape(-1), (m,))
+    w = np.empty(shape, dtype=dtype)
+    for i in range(m):
+        lo, hi = max(info.min, int(zps[i]) - bound), min(info.max, int(zps[i]) + bound)
+        row = rng.integers(lo, hi, size=shape[1:], endpoint=True)
+        row.flat[0], row.flat[-1] = lo, hi
+        w[i] = row
+    return w
+
+
+@pytest.mark.parametrize("xdt,wdt,ydt", ALL_8BIT_COMBOS)
+def test_plain_conv_seven_bit_boundary_all_types(xdt, wdt, ydt, threads):
+    """Weights within 64 of their (per-channel) zero point take the 7-bit path, one weight at
+    65 (first, middle or last row) the exact one: plain and prepared agree with the oracle.
+    Large enough (M·K >= 2^18) for the packing to be shared by the threads."""
+    rng = np.random.default_rng([20, xdt is U8, wdt is U8, ydt is U8, threads])
+    m, c, k = 72, 128, 3
+    x = rand_int(rng, xdt, (1, c, 7, 6))
+    wz = rand_int(rng, wdt, (m,), -60 if wdt == I8 else 70, 60 if wdt == I8 else 185)
+    w7 = _centered_weights(rng, wdt, (m, c, k, k), wz, 64)
+    args = dict(pads=[1, 0, 1, 2])
+    xs, ws, ys = rand_scale(rng), rand_scale(rng, (m,)), np.float32(rng.uniform(0.5, 4.0))
+    xz, yz = rand_int(rng, xdt, ()), rand_int(rng, ydt, ())
+    bias = rand_int(rng, np.int32, (m,), -50000, 50000)
+    _conv_both(x, xs, xz, w7, ws, wz, ys, yz, bias, **args)
+    for row in (0, m // 2, m - 1):
+        w = w7.copy()
+        z = int(wz[row])
+        if z + 65 <= np.iinfo(wdt).max:
+            w[row, c // 2, 1, 2] = z + 65
+        else:
+            w[row, c // 2, 1, 2] = z - 65
+        _conv_both(x, xs, xz, w, ws, wz, ys, yz, bias, **args)
+    full = rand_int(rng, wdt, (m, c, k, k))
+    _conv_both(x, xs, xz, full, ws, wz, ys, yz, None, **args)
+
+
+@pytest.mark.parametrize("shape,attrs", [
+    ((2, 6, 9, 11), dict(kernel=(5, 3), strides=[2, 1], pads=[2, 1, 0, 1])),
+    ((1, 33, 13), dict(kernel=(4,), dilations=[2], group=3)),
+    ((1, 17, 5, 5), dict(kernel=(1, 1))),
+    ((1, 4, 3, 4, 5), dict(kernel=(2, 2, 3), auto_pad="SAME_UPPER")),
+])
+def test_plain_conv_geometries(shape, attrs, threads):
+    """Grouped, strided, dilated, auto-padded, pointwise and 3-D plain convolutions, per-tensor
+    zero point, 7-bit and full-range weights, and repeated plain calls of one layer (its
+    attributes and geometry are memoized by value) whose weights change in place."""
+    rng = np.random.default_rng([21, len(shape), threads])
+    attrs = dict(attrs)
+    kernel = attrs.pop("kernel")
+    group = attrs.get("group", 1)
+    c = shape[1]
+    m = 2 * group * 3
+    x = rand_int(rng, U8, shape)
+    for wdt in DTYPES_8:
+        wz = rand_int(rng, wdt, ())
+        w = _centered_weights(rng, wdt, (m, c // group) + kernel, wz, 64)
+        args = (rand_scale(rng), rand_int(rng, U8, ()), w, rand_scale(rng), wz,
+                np.float32(0.9), rand_int(rng, I8, ()))
+        for _ in range(2):
+            want = oracle.qlinear_conv(x, *args, None, **attrs)
+            assert_exact(qlinear.qlinear_conv(x, *args, **attrs), want)
+            w[...] = rand_int(rng, wdt, w.shape)          # the same array, now full range
+            want = oracle.qlinear_conv(x, *args, None, **attrs)
+            assert_exact(qlinear.qlinear_conv(x, *args, **attrs), want)
+            w[...] = _centered_weights(rng, wdt, w.shape, wz, 64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Prepared forms: a call repeating the last one's parameter objects skips re-validation
+# ---------------------------------------------------------------------------------------------
+
+def test_prepared_repeat_calls_stay_exact_and_validated():
+    """A prepared call whose parameters are the very same immutable objects as the last
+    call's reuses its arguments; anything else takes the full path: new values of x, mutated
+    0-d parameter arrays, another dtype, another shape, a non-contiguous x, a lowered size
+    limit, another ISA level, bad inputs (the same errors as the first call)."""
+    rng = np.random.default_rng(22)
+    w, wz = rand_int(rng, I8, (6, 4, 3, 3)), np.int8(0)
+    ws, xs, ys, xz, yz = np.float32(0.02), np.float32(0.05), np.float32(0.7), np.uint8(9), np.int8(-3)
+    pc = qlinear.prepare_qlinear_conv(w, ws, wz, pads=[1, 1, 1, 1])
+    pi = qlinear.prepare_conv_integer(w, wz, pads=[1, 1, 1, 1])
+    b, bs, bz = rand_int(rng, I8, (30, 7)), np.float32(0.03), np.int8(1)
+    pq = qlinear.prepare_qlinear_matmul(b, bs, bz)
+    pm = qlinear.prepare_matmul_integer(b, bz)
+    for _ in range(3):
+        x = rand_int(rng, U8, (2, 4, 5, 6))
+        assert_exact(pc.run(x, xs, xz, ys, yz), oracle.qlinear_conv(x, xs, xz, w, ws, wz, ys, yz, pads=[1, 1, 1, 1]))
+        assert_exact(pi.run(x, xz), oracle.conv_integer(x, w, xz, wz, pads=[1, 1, 1, 1]))
+        a = rand_int(rng, U8, (3, 5, 30))
+        assert_exact(pq.run(a, xs, xz, ys, yz), oracle.qlinear_matmul(a, xs, xz, b, bs, bz, ys, yz))
+        assert_exact(pm.run(a, xz), oracle.matmul_integer(a, b, xz, bz))
+    # a 0-d array parameter changed in place between calls
+    xza = np.array(9, dtype=np.uint8)
+    x, a = rand_int(rng, U8, (2, 4, 5, 6)), rand_int(rng, U8, (3, 5, 30))
+    for value in (9, 200):
+        xza[...] = value
+        assert_exact(pc.run(x, xs, xza, ys, yz), oracle.qlinear_conv(x, xs, xza, w, ws, wz, ys, yz, pads=[1, 1, 1, 1]))
+        assert_exact(pi.run(x, xza), oracle.conv_integer(x, w, xza, wz, pads=[1, 1, 1, 1]))
+        assert_exact(pq.run(a, xs, xza, ys, yz), oracle.qlinear_matmul(a, xs, xza, b, bs, bz, ys, yz))
+        assert_exact(pm.run(a, xza), oracle.matmul_integer(a, b, xza, bz))
+    pc.run(x, xs, xz, ys, yz), pq.run(a, xs, xz, ys, yz), pm.run(a, xz), pi.run(x, xz)
+    # another shape, a non-contiguous input, an int8 input with the same parameter objects
+    x2, a2 = rand_int(rng, U8, (1, 4, 8, 3)), rand_int(rng, U8, (4, 30))
+    assert_exact(pc.run(x2, xs, xz, ys, yz), oracle.qlinear_conv(x2, xs, xz, w, ws, wz, ys, yz, pads=[1, 1, 1, 1]))
+    assert_exact(pq.run(a2, xs, xz, ys, yz), oracle.qlinear_matmul(a2, xs, xz, b, bs, bz, ys, yz))
+    xt = rand_int(rng, U8, (2, 4, 6, 5)).transpose(0, 1, 3, 2)
+    assert_exact(pc.run(xt, xs, xz, ys, yz), oracle.qlinear_conv(xt, xs, xz, w, ws, wz, ys, yz, pads=[1, 1, 1, 1]))
+    at = rand_int(rng, U8, (4, 30, 4)).transpose(0, 2, 1)[:, :3]
+    assert_exact(pm.run(at, xz), oracle.matmul_integer(at, b, xz, bz))
+    with pytest.raises(TypeError, match="x_zero_point must have the dtype of x"):
+        pc.run(x2.view(I8), xs, xz, ys, yz)
+    with pytest.raises(TypeError, match="a_zero_point must have the dtype of a"):
+        pm.run(a.view(I8), xz)
+    with pytest.raises(TypeError, match="qlinear_conv: x must not be a masked array"):
+        pc.run(np.ma.masked_array(x2), xs, xz, ys, yz)
+    with pytest.raises(TypeError, match="qlinear_matmul: a must be a NumPy array"):
+        pq.run(a2.tolist(), xs, xz, ys, yz)
+    # a lowered size limit is checked again
+    from qlinear import _validate
+    pc.run(x2, xs, xz, ys, yz), pq.run(a2, xs, xz, ys, yz)
+    saved = _validate.max_output_bytes()
+    try:
+        qlinear.set_max_output_bytes(16)
+        with pytest.raises(ValueError, match="above the limit"):
+            pq.run(a2, xs, xz, ys, yz)
+    finally:
+        qlinear.set_max_output_bytes(saved)
+    # another ISA level between two calls
+    from qlinear import _native
+    if _native.available():
+        for isa in qlinear.engine_info()["isas"]:
+            with _native.use_isa(isa):
+                assert_exact(pc.run(x2, xs, xz, ys, yz), oracle.qlinear_conv(x2, xs, xz, w, ws, wz, ys, yz, pads=[1, 1, 1, 1]))
+                assert_exact(pq.run(a2, xs, xz, ys, yz), oracle.qlinear_matmul(a2, xs, xz, b, bs, bz, ys, yz))
+
+
+@pytest.mark.parametrize("xdt", DTYPES_8)
+@pytest.mark.parametrize("wdt", DTYPES_8)
+def test_plain_conv_weights_just_past_the_bound_are_exact(xdt, wdt, threads):
+    """The case the 7-bit bound exists for: x at its largest u8-form value everywhere and a
+    pair of adjacent weights (k = 0, 1 of a row) 65 and 64 above (below) the zero point, whose
+    byte-kernel pair sum 255·65 + 255·64 = 32895 would leave int16. A plain call must see the
+    65 and take the exact kernel; with 64 and 64 the fast path is exact (32640)."""
+    rng = np.random.default_rng([23, xdt is U8, wdt is U8, threads])
+    m, c = 40, 80
+    x = np.full((1, c, 6, 6), 255 if xdt == U8 else 127, dtype=xdt)
+    wz = np.uint8(128) if wdt == U8 else np.int8(0)
+    for sign in (1, -1):
+        for first in (64, 65):
+            w = _centered_weights(rng, wdt, (m, c, 1, 2), wz, 64)
+            row = int(rng.integers(m))
+            v0 = int(wz) + sign * first
+            if not np.iinfo(wdt).min <= v0 <= np.iinfo(wdt).max:
+                continue
+            w[row, 0, 0, 0], w[row, 0, 0, 1] = v0, int(wz) + sign * 64
+            want = oracle.conv_integer(x, w, None, wz)
+            assert_exact(qlinear.conv_integer(x, w, None, wz), want)
+            assert_exact(qlinear.prepare_conv_integer(w, wz).run(x), want)

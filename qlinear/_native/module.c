@@ -427,6 +427,37 @@ done:
     return ret;
 }
 
+/* conv_pack_w_auto(isa, w, w_type, M, K, wzp int32[M]) -> (kind, packed bytes): kind 2, the
+ * fast path's form (the weights proven within its bound while packing), or 0, the exact form.
+ * A plain call's weights, packed per call into a new bytes object. */
+static PyObject *m_conv_pack_w_auto(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *isa_name; int w_type, M, K;
+    PyObject *ow, *oz, *od = NULL;
+    if (!PyArg_ParseTuple(args, "sOiiiO", &isa_name, &ow, &w_type, &M, &K, &oz)) return NULL;
+    const ql_isa *isa = isa_arg(isa_name);
+    if (!isa) return NULL;
+    if (M < 0 || K < 1 || (w_type != QL_U8 && w_type != QL_I8))
+        return PyErr_Format(PyExc_ValueError, "qlinear native: bad conv weights shape");
+    size_t need = ql_conv_w_bytes(isa->exact, M, K);
+    if (isa->conv_fast && ql_conv_w_bytes(isa->conv_fast, M, K) > need) need = ql_conv_w_bytes(isa->conv_fast, M, K);
+    Py_buffer w = {0}, z = {0};
+    PyObject *ret = NULL;
+    if (get_buf(ow, &w, 0, (Py_ssize_t)M * K, "w") < 0 || get_buf(oz, &z, 0, (Py_ssize_t)M * 4, "w_zero_point") < 0)
+        goto done;
+    od = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)need);   /* filled here, before anyone sees it */
+    if (!od) goto done;
+    int kind;
+    char *dst = PyBytes_AS_STRING(od);
+    Py_BEGIN_ALLOW_THREADS
+    kind = ql_conv_pack_w_auto(isa, w.buf, w_type, M, K, (const int32_t *)z.buf, dst, ql_num_threads());
+    Py_END_ALLOW_THREADS
+    ret = Py_BuildValue("iN", kind, od);
+done:
+    REL(w); REL(z);
+    return ret;
+}
+
 static int int64_tuple(PyObject *t, int n, int64_t *dst, int64_t lo, const char *what) {
     if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != n) {
         PyErr_Format(PyExc_ValueError, "qlinear native: conv %s must be a tuple of %d ints", what, n);
@@ -646,6 +677,7 @@ static PyMethodDef methods[] = {
     {"dequantize", m_dequantize, METH_VARARGS, "DequantizeLinear."},
     {"conv_w_bytes", m_conv_w_bytes, METH_VARARGS, "Bytes of packed conv weights."},
     {"conv_pack_w", m_conv_pack_w, METH_VARARGS, "Pack conv weights (M, K) for an ISA's exact kernel."},
+    {"conv_pack_w_auto", m_conv_pack_w_auto, METH_VARARGS, "Pack a plain call's conv weights: the 7-bit form if they fit, else exact."},
     {"conv", m_conv, METH_VARARGS, "QLinearConv / ConvInteger on packed weights, fused epilogue."},
     {"qbinary", m_qbinary, METH_VARARGS, "QLinearAdd / QLinearMul (com.microsoft) on bytes."},
     {"lut", m_lut, METH_VARARGS, "Byte table lookup (QLinearSigmoid, QLinearLeakyRelu, requantization)."},
