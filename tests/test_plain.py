@@ -302,3 +302,46 @@ def test_plain_conv_weights_just_past_the_bound_are_exact(xdt, wdt, threads):
             want = oracle.conv_integer(x, w, None, wz)
             assert_exact(qlinear.conv_integer(x, w, None, wz), want)
             assert_exact(qlinear.prepare_conv_integer(w, wz).run(x), want)
+
+
+def test_quantize_dequantize_repeat_calls():
+    """Per-tensor Quantize/Dequantize calls repeating the last call's parameter objects go
+    straight to the kernel: new x values, a 0-d array parameter changed in place, another x
+    dtype or layout, a lowered size limit and bad inputs all still give the contract's answer."""
+    rng = np.random.default_rng(24)
+    s, z = np.float32(0.05), np.uint8(117)
+    for _ in range(3):
+        xf = rng.standard_normal((2, 3, 9, 7), dtype=np.float32) * 4
+        assert_exact(qlinear.quantize_linear(xf, s, z), oracle.quantize_linear(xf, s, z))
+        xq = rand_int(rng, U8, (2, 3, 9, 7))
+        assert_exact(qlinear.dequantize_linear(xq, s, z), oracle.dequantize_linear(xq, s, z))
+        assert_exact(qlinear.quantize_linear(xf, 0.25), oracle.quantize_linear(xf, 0.25))
+        assert_exact(qlinear.dequantize_linear(xq, 0.25), oracle.dequantize_linear(xq, 0.25))
+    za = np.array(5, dtype=np.uint8)
+    for value in (5, 250):
+        za[...] = value
+        assert_exact(qlinear.quantize_linear(xf, s, za), oracle.quantize_linear(xf, s, za))
+        assert_exact(qlinear.dequantize_linear(xq, s, za), oracle.dequantize_linear(xq, s, za))
+    qlinear.dequantize_linear(xq, 0.25), qlinear.quantize_linear(xf, 0.25)
+    xi = rand_int(rng, np.int32, (5, 4), -(1 << 30), 1 << 30)
+    assert_exact(qlinear.dequantize_linear(xi, 0.25), oracle.dequantize_linear(xi, 0.25))
+    assert_exact(qlinear.quantize_linear(xi, 0.25), oracle.quantize_linear(xi, 0.25))
+    xt = xf.transpose(0, 1, 3, 2)
+    qlinear.quantize_linear(xf, s, z)
+    assert_exact(qlinear.quantize_linear(xt, s, z), oracle.quantize_linear(xt, s, z))
+    qlinear.dequantize_linear(xq, s, z)
+    with pytest.raises(TypeError, match="dequantize_linear: x_zero_point must have the dtype of x"):
+        qlinear.dequantize_linear(xq.view(I8), s, z)
+    with pytest.raises(TypeError, match="dequantize_linear: x must not be a masked array"):
+        qlinear.dequantize_linear(np.ma.masked_array(xq), s, z)
+    with pytest.raises(TypeError, match="quantize_linear: x must have dtype float32 or int32"):
+        qlinear.quantize_linear(xf.astype(np.float64), s, z)
+    saved = qlinear.max_output_bytes()
+    try:
+        qlinear.set_max_output_bytes(64)
+        with pytest.raises(ValueError, match="above the limit"):
+            qlinear.dequantize_linear(xq, s, z)
+        with pytest.raises(ValueError, match="above the limit"):
+            qlinear.quantize_linear(xf, s, z)
+    finally:
+        qlinear.set_max_output_bytes(saved)
