@@ -56,6 +56,7 @@ class _ConvWeights:
         # the next call without validating again (``remember``, ``repeat``).
         self._call: tuple | None = None
         self._last: tuple | None = None
+        self.native_geometry: ConvGeometry | None = None
 
     @property
     def kernel(self) -> ConvKernel:
@@ -158,7 +159,7 @@ class _ConvWeights:
         w2 = np.ascontiguousarray(self.w).reshape(m, -1)
         zp = self.w_zero_point
         zp = np.full(m, int(zp), np.int32) if zp.ndim == 0 else zp.astype(np.int32)
-        return _native._C.conv_pack_w_auto(isa, w2, _native.DTYPE_CODES[w2.dtype], m, w2.shape[1], zp)
+        return _pack_plain(_native._C, isa, w2, zp)
 
     def fits_fast_path(self) -> bool:
         """Whether every centered weight w - w_zero_point lies in [-64, 64]: then the byte
@@ -192,6 +193,7 @@ class _ConvWeights:
         x, zp, geom, _ = checked
         C = _native._C
         isa = C.get_isa()
+        self.native_geometry = geom   # what a plain call's lean path reuses (``_lean_remember``)
         # The call's constant arguments, derived once per (level, input) and reused while the
         # memoized geometry, zero point and requantization parameters are the same objects
         # (``_Memo`` hands out the same ones for the same values): a repeated call only
@@ -494,8 +496,16 @@ def conv_integer(
     tensor, w_zero_point per tensor or per output channel ([M]). Padded positions contribute 0.
     The sum is exact and wraps to int32 only at the end.
     """
-    return PreparedConvInteger(w, w_zero_point, _owned=False, auto_pad=auto_pad, dilations=dilations, group=group,
-                               kernel_shape=kernel_shape, pads=pads, strides=strides).run(x, x_zero_point)
+    attributes = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+                      strides=strides)
+    key = _lean_key("conv_integer", x, w, attributes)
+    y = _lean_conv(key, x, x_zero_point, w, w_zero_point)
+    if y is not None:
+        return y
+    p = PreparedConvInteger(w, w_zero_point, _owned=False, **attributes)
+    y = p.run(x, x_zero_point)
+    _lean_remember(key, p._weights)
+    return y
 
 
 def qlinear_conv(
@@ -522,6 +532,150 @@ def qlinear_conv(
     y = sat(rne(float32(float32(acc) · m)) + y_zero_point), dtype of y_zero_point.
     w_scale / w_zero_point may be per output channel ([M]); zero points may differ per channel.
     """
-    return PreparedQLinearConv(w, w_scale, w_zero_point, B, _owned=False, auto_pad=auto_pad, dilations=dilations,
-                               group=group, kernel_shape=kernel_shape, pads=pads, strides=strides).run(
-        x, x_scale, x_zero_point, y_scale, y_zero_point)
+    attributes = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+                      strides=strides)
+    key = _lean_key("qlinear_conv", x, w, attributes)
+    y = _lean_conv(key, x, x_zero_point, w, w_zero_point, (x_scale, w_scale, y_scale, y_zero_point, B))
+    if y is not None:
+        return y
+    p = PreparedQLinearConv(w, w_scale, w_zero_point, B, _owned=False, **attributes)
+    y = p.run(x, x_scale, x_zero_point, y_scale, y_zero_point)
+    _lean_remember(key, p._weights)
+    return y
+
+
+# ---------------------------------------------------------------------------------------------
+# The lean path of plain calls
+#
+# A plain call validates and plans everything, like a prepared form's first call. What depends
+# only on shapes, dtypes and attribute values (the geometry, the shape checks, the size limit's
+# verdict) is then remembered by those values (``_lean_remember``), never by an array; a later
+# plain call with equal ones checks only what may differ (its parameters' types, shapes and
+# values: finite scales, a nonzero y_scale, a finite multiplier, the bias) in a few
+# operations and goes to the native engine. Anything unusual (Python numbers as parameters,
+# subclasses, another engine, a parameter that fails a check) takes the full path, which
+# raises the usual errors. Measured: the full path's Python costs 0.2-0.4 ms per call right
+# after a large convolution (cold caches), a third of what packing the weights costs.
+# ---------------------------------------------------------------------------------------------
+_LEAN: dict[tuple, tuple] = {}
+
+
+def _lean_key(op: str, x: Any, w: Any, attributes: dict[str, Any]) -> tuple | None:
+    if type(x) is not np.ndarray or type(w) is not np.ndarray:
+        return None
+    akey = tuple(_value_key(value) for value in attributes.values())
+    if None in akey:
+        return None
+    return (op, x.shape, x.dtype, w.shape, w.dtype, akey, v.max_output_bytes())
+
+
+def _lean_remember(key: tuple | None, weights: _ConvWeights) -> None:
+    """After a plain call that ran natively (full path): remember its shape-derived plan."""
+    geom = weights.native_geometry
+    if key is None or geom is None:
+        return
+    if len(_LEAN) >= _SHAPE_MEMO_SIZE:
+        _LEAN.clear()
+    x_shape, w_shape = key[1], key[3]
+    n, c = x_shape[:2]
+    m, group = w_shape[0], weights.attributes.group
+    depthwise = group > 1 and c == group
+    _LEAN[key] = (depthwise, (n, c, m, group), geom.in_spatial, geom.out_spatial, geom.kernel, geom.strides,
+                  geom.dilations, geom.pads_begin, (n, m, *geom.out_spatial))
+
+
+def _one(p: Any, dtype: np.dtype) -> bool:
+    """A one-element parameter of exactly ``dtype``: a NumPy scalar or a plain ndarray."""
+    return (type(p) is dtype.type or (type(p) is np.ndarray and p.size == 1)) and p.dtype is dtype
+
+
+def _lean_conv(key: tuple | None, x: np.ndarray, x_zp: Any, w: np.ndarray, w_zp: Any,
+               quant: tuple | None = None) -> np.ndarray | None:
+    """A plain call by the lean path (see above), or None: the full path takes it."""
+    plan = _LEAN.get(key) if key is not None else None
+    if plan is None:
+        return None
+    C = _native.native()
+    if C is None:
+        return None
+    depthwise, dims, in_sp, out_sp, kern, strides, dil, pads, out_shape = plan
+    xd, wd = x.dtype, w.dtype
+    m = dims[2]
+    if x_zp is None:
+        if quant is not None:
+            return None
+        zx = 0
+    elif _one(x_zp, xd):
+        zx = x_zp.item()
+    else:
+        return None
+    if _one(w_zp, wd):
+        wzp = np.full(m, w_zp.item(), np.int32)
+    elif w_zp is None and quant is None:
+        wzp = np.zeros(m, np.int32)
+    elif type(w_zp) is np.ndarray and w_zp.dtype is wd and w_zp.shape == (m,):
+        wzp = w_zp.astype(np.int32)
+    else:
+        return None
+    bias = None
+    if quant is None:
+        tail = (0, 0, 0, 0.0, 0.0, _NO_MULT, 0)
+    else:
+        x_scale, w_scale, y_scale, y_zp, bias = quant
+        f32 = _F32
+        if not (_one(x_scale, f32) and _one(y_scale, f32) and (type(y_zp) is np.ndarray or isinstance(y_zp, np.generic))
+                and y_zp.dtype in v.EIGHT_BIT and y_zp.size == 1 and type(w_scale) in (np.ndarray, np.float32)
+                and w_scale.dtype is f32):
+            return None
+        if not ((w_scale.size == 1 and w_zp.size == 1) or (w_scale.shape == (m,) and w_zp.shape == (m,))):
+            return None   # per tensor both, or per channel both, of shape (M,)
+        if bias is not None and (type(bias) is not np.ndarray or bias.dtype is not _I32 or bias.shape != (m,)):
+            return None
+        xs, ys = x_scale.reshape(()), y_scale.reshape(())
+        if not (math.isfinite(xs) and math.isfinite(ys) and ys != 0):
+            return None
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            if not np.isfinite(w_scale).all():
+                return None
+            mult = multiplier(xs, w_scale.reshape(-1) if w_scale.size > 1 else w_scale.reshape(()), ys)
+        if not np.isfinite(mult).all():
+            return None
+        yd = y_zp.dtype
+        info = _RANGES[yd]
+        yz = y_zp.item()
+        mm = np.ascontiguousarray(mult, dtype=np.float32).reshape(-1)
+        tail = (1, int(info[0] < 0), yz, float(info[0] - yz), float(info[1] - yz), mm, int(mm.size > 1))
+        if bias is not None and not bias.flags.c_contiguous:
+            bias = np.ascontiguousarray(bias)
+    isa = C.get_isa()
+    w2 = np.ascontiguousarray(w).reshape(m, -1)
+    if depthwise:
+        kind, wp = _DEPTHWISE, np.subtract(w2, wzp[:, None].astype(np.int16), dtype=np.int16)
+    else:
+        kind, wp = _pack_plain(C, isa, w2, wzp)
+    y = _native.empty(out_shape, yd if quant is not None else np.int32)
+    C.conv(isa, kind, np.ascontiguousarray(x), _native.DTYPE_CODES[xd], zx, dims, in_sp, out_sp, kern, strides,
+           dil, pads, wp, y, *tail, bias, max(workspace_limit(), _NATIVE_MIN_WORKSPACE))
+    return y
+
+
+_F32, _I32 = np.dtype(np.float32), np.dtype(np.int32)
+_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
+
+
+def _pack_plain(C: Any, isa: str, w2: np.ndarray, zp: np.ndarray) -> tuple[int, Any]:
+    """A plain call's GEMM weights (w as (M, K), zero points int32 [M]), packed for this call
+    only (never kept: the caller may change w before the next one): (kind, packed). One native
+    pass (conv.c's ql_conv_pack_w_auto), on the threads, packs them in the fast path's form
+    while proving the same bound as ``_ConvWeights.fits_fast_path``, and in the exact form from
+    the first row outside it."""
+    m, k = w2.shape
+    need = C.conv_w_bytes(isa, _GEMM, m, k)
+    if _has_conv_fast(isa):
+        need = max(need, C.conv_w_bytes(isa, _GEMM_FAST, m, k))
+    # from 1 MiB on, a block of the output pool (reused by the next call, without fresh
+    # memory's page faults); smaller ones are left to malloc
+    args = (isa, w2, _native.DTYPE_CODES[w2.dtype], m, k, zp)
+    if need >= _native._POOL_MIN:
+        return C.conv_pack_w_auto(*args, C.empty(need))
+    return C.conv_pack_w_auto(*args)

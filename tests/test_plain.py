@@ -345,3 +345,86 @@ def test_quantize_dequantize_repeat_calls():
             qlinear.quantize_linear(xf, s, z)
     finally:
         qlinear.set_max_output_bytes(saved)
+
+
+def _error_of(fn):
+    try:
+        fn()
+    except (TypeError, ValueError) as e:
+        return type(e), str(e)
+    return None
+
+
+def test_plain_conv_lean_path_same_answers_and_errors():
+    """Repeated plain calls of one layer take the lean path (shape-derived plan remembered by
+    value); every parameter is still checked per call: a bad one raises exactly the error the
+    first (full-path) call raises, and good ones of every accepted form give the oracle's bits."""
+    from qlinear import conv as conv_mod
+    rng = np.random.default_rng(25)
+    m = 6
+    x = rand_int(rng, U8, (1, 4, 7, 7))
+    w = rand_int(rng, I8, (m, 4, 3, 3))
+    good = dict(x=x, x_scale=np.float32(0.05), x_zero_point=np.uint8(7), w=w, w_scale=rand_scale(rng, (m,)),
+                w_zero_point=rand_int(rng, I8, (m,)), y_scale=np.float32(0.3), y_zero_point=np.int8(2),
+                B=rand_int(rng, np.int32, (m,), -900, 900))
+    attrs = dict(pads=[1, 1, 0, 2], strides=[1, 2])
+
+    def run(**changes):
+        a = {**good, **changes}
+        return qlinear.qlinear_conv(a["x"], a["x_scale"], a["x_zero_point"], a["w"], a["w_scale"], a["w_zero_point"],
+                                    a["y_scale"], a["y_zero_point"], a["B"], **attrs)
+
+    def want(**changes):
+        a = {**good, **changes}
+        return oracle.qlinear_conv(a["x"], a["x_scale"], a["x_zero_point"], a["w"], a["w_scale"], a["w_zero_point"],
+                                   a["y_scale"], a["y_zero_point"], a["B"], **attrs)
+
+    fine = [dict(), dict(B=None), dict(x_zero_point=np.array(200, dtype=U8)), dict(x_scale=np.array([0.01], np.float32)),
+            dict(w_scale=np.float32(0.02), w_zero_point=np.int8(-3)), dict(w_scale=np.array([0.02], np.float32),
+                                                                           w_zero_point=np.array([5], np.int8)),
+            dict(y_zero_point=np.uint8(130)), dict(y_zero_point=np.array([[4]], np.int8)),
+            dict(w=_centered_weights(rng, I8, (m, 4, 3, 3), 0, 64), w_zero_point=np.zeros(m, np.int8)),
+            dict(x=rand_int(rng, U8, (1, 4, 7, 7))), dict(x_scale=0.05), dict(x_zero_point=7),
+            dict(B=rand_int(rng, np.int32, (2 * m,))[::2])]
+    for changes in fine:
+        for _ in range(2):      # the second call takes the lean path
+            assert_exact(run(**changes), want(**changes))
+    bad = [dict(x_scale=np.float32(np.inf)), dict(x_scale=np.float32(np.nan)), dict(y_scale=np.float32(0)),
+           dict(y_scale=np.float32(-np.inf)), dict(x_scale=np.float32(3e38), y_scale=np.float32(1e-30)),
+           dict(w_scale=np.full(m, np.inf, np.float32)), dict(w_scale=rand_scale(rng, (m + 1,))),
+           dict(w_scale=rand_scale(rng, (m,)), w_zero_point=np.int8(0)),
+           dict(w_scale=np.float32(0.1), w_zero_point=rand_int(rng, I8, (m,))),
+           dict(w_zero_point=rand_int(rng, U8, (m,))), dict(w_zero_point=None), dict(x_zero_point=np.int8(1)),
+           dict(x_zero_point=None), dict(x_zero_point=np.array([1, 2], U8)), dict(y_zero_point=5),
+           dict(y_zero_point=np.int32(5)), dict(y_zero_point=np.array([1, 2], np.int8)),
+           dict(x_scale=np.float64(0.05)), dict(x_scale=np.array([0.1, 0.2], np.float32)),
+           dict(B=rand_int(rng, np.int64, (m,), -9, 9)), dict(B=rand_int(rng, np.int32, (m + 1,))),
+           dict(B=[1] * m), dict(x=x.astype(I8)), dict(x=np.ma.masked_array(x)), dict(w=w.astype(U8)),
+           dict(x_scale=np.ma.masked_array(np.float32(0.05)))]
+    for changes in bad:
+        run()                                   # the layer's plan is remembered
+        warm = _error_of(lambda: run(**changes))
+        conv_mod._LEAN.clear()
+        cold = _error_of(lambda: run(**changes))
+        if cold is None:   # accepted (another valid form): the same bits either way
+            assert warm is None
+            assert_exact(run(**changes), want(**changes))
+        else:
+            assert warm == cold, changes
+    # ConvInteger: absent zero points, per-channel, a 0-d array changed in place
+    z = np.array(3, dtype=U8)
+    for value in (3, 250):
+        z[...] = value
+        for _ in range(2):
+            assert_exact(qlinear.conv_integer(x, w, z, **attrs), oracle.conv_integer(x, w, z, **attrs))
+            assert_exact(qlinear.conv_integer(x, w, None, good["w_zero_point"], **attrs),
+                         oracle.conv_integer(x, w, None, good["w_zero_point"], **attrs))
+    qlinear.conv_integer(x, w, z, **attrs)
+    warm = _error_of(lambda: qlinear.conv_integer(x, w, np.int8(3), **attrs))
+    conv_mod._LEAN.clear()
+    assert warm == _error_of(lambda: qlinear.conv_integer(x, w, np.int8(3), **attrs)) is not None
+    # depthwise through the lean path
+    xd, wd = rand_int(rng, U8, (1, 5, 6, 6)), rand_int(rng, U8, (5, 1, 3, 3))
+    for _ in range(2):
+        assert_exact(qlinear.conv_integer(xd, wd, np.uint8(4), np.uint8(120), group=5),
+                     oracle.conv_integer(xd, wd, np.uint8(4), np.uint8(120), group=5))

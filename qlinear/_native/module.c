@@ -427,34 +427,44 @@ done:
     return ret;
 }
 
-/* conv_pack_w_auto(isa, w, w_type, M, K, wzp int32[M]) -> (kind, packed bytes): kind 2, the
+/* conv_pack_w_auto(isa, w, w_type, M, K, wzp int32[M][, dst]) -> (kind, packed): kind 2, the
  * fast path's form (the weights proven within its bound while packing), or 0, the exact form.
- * A plain call's weights, packed per call into a new bytes object. */
+ * A plain call's weights, packed per call into dst (writable, conv_w_bytes of both kernels
+ * at least) or, without dst, a new bytes object. */
 static PyObject *m_conv_pack_w_auto(PyObject *self, PyObject *args) {
     (void)self;
     const char *isa_name; int w_type, M, K;
     PyObject *ow, *oz, *od = NULL;
-    if (!PyArg_ParseTuple(args, "sOiiiO", &isa_name, &ow, &w_type, &M, &K, &oz)) return NULL;
+    PyObject *odst = NULL;
+    if (!PyArg_ParseTuple(args, "sOiiiO|O", &isa_name, &ow, &w_type, &M, &K, &oz, &odst)) return NULL;
     const ql_isa *isa = isa_arg(isa_name);
     if (!isa) return NULL;
     if (M < 0 || K < 1 || (w_type != QL_U8 && w_type != QL_I8))
         return PyErr_Format(PyExc_ValueError, "qlinear native: bad conv weights shape");
     size_t need = ql_conv_w_bytes(isa->exact, M, K);
     if (isa->conv_fast && ql_conv_w_bytes(isa->conv_fast, M, K) > need) need = ql_conv_w_bytes(isa->conv_fast, M, K);
-    Py_buffer w = {0}, z = {0};
+    Py_buffer w = {0}, z = {0}, d = {0};
     PyObject *ret = NULL;
     if (get_buf(ow, &w, 0, (Py_ssize_t)M * K, "w") < 0 || get_buf(oz, &z, 0, (Py_ssize_t)M * 4, "w_zero_point") < 0)
         goto done;
-    od = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)need);   /* filled here, before anyone sees it */
-    if (!od) goto done;
+    char *dst;
+    if (odst) {
+        if (get_buf(odst, &d, 1, (Py_ssize_t)need, "packed w") < 0) goto done;
+        dst = (char *)d.buf;
+        od = odst;
+        Py_INCREF(od);
+    } else {
+        od = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)need);   /* filled here, before anyone sees it */
+        if (!od) goto done;
+        dst = PyBytes_AS_STRING(od);
+    }
     int kind;
-    char *dst = PyBytes_AS_STRING(od);
     Py_BEGIN_ALLOW_THREADS
     kind = ql_conv_pack_w_auto(isa, w.buf, w_type, M, K, (const int32_t *)z.buf, dst, ql_num_threads());
     Py_END_ALLOW_THREADS
     ret = Py_BuildValue("iN", kind, od);
 done:
-    REL(w); REL(z);
+    REL(w); REL(z); REL(d);
     return ret;
 }
 
