@@ -333,6 +333,7 @@ def _native_matmul(right: _RightOperand, matrix: np.ndarray, zp: np.ndarray,
         C.matmul_raw(isa, which, rows, N, K, batches, a, _TYPE[a.dtype], Ba, a_idx,
                      zpa, zpa_bs, zpa_rs, braw, _TYPE[braw.dtype], Bb, b_idx, bzp, bzp_bs, bzp_cs,
                      out, int(quantized), signed, mult, m_bs, m_rs, m_cs, lo, hi, z)
+        right.call = (rows, N, K, batches, Ba, a_idx, Bb, b_idx, out.shape)  # ``_lean_remember``
     return out
 
 
@@ -441,7 +442,14 @@ def matmul_integer(a: np.ndarray, b: np.ndarray, a_zero_point: Any = None, b_zer
     numpy.matmul shape rules (1-D operands, broadcast batch dimensions); zero points per tensor,
     per row of a ([M] or [..., M, 1]) or per column of b ([N] or [..., 1, N]).
     """
-    return PreparedMatMulInteger(b, b_zero_point, _owned=False).run(a, a_zero_point)
+    key = _lean_key("matmul_integer", a, b)
+    y = _lean_matmul(key, a, b, a_zero_point, b_zero_point)
+    if y is not None:
+        return y
+    p = PreparedMatMulInteger(b, b_zero_point, _owned=False)
+    y = p.run(a, a_zero_point)
+    _lean_remember(key, p._b)
+    return y
 
 
 def qlinear_matmul(
@@ -459,4 +467,107 @@ def qlinear_matmul(
     acc = wrap32((a - a_zp) @ (b - b_zp)); m[i, j] = float32(float32(a_scale[i] · b_scale[j]) / y_scale);
     y = sat(rne(float32(float32(acc) · m)) + y_zero_point), dtype of y_zero_point.
     """
-    return PreparedQLinearMatMul(b, b_scale, b_zero_point, _owned=False).run(a, a_scale, a_zero_point, y_scale, y_zero_point)
+    key = _lean_key("qlinear_matmul", a, b)
+    y = _lean_matmul(key, a, b, a_zero_point, b_zero_point, (a_scale, b_scale, y_scale, y_zero_point))
+    if y is not None:
+        return y
+    p = PreparedQLinearMatMul(b, b_scale, b_zero_point, _owned=False)
+    y = p.run(a, a_scale, a_zero_point, y_scale, y_zero_point)
+    _lean_remember(key, p._b)
+    return y
+
+
+# ---------------------------------------------------------------------------------------------
+# The lean path of plain calls (as for convolutions, qlinear/conv.py): what depends only on the
+# operands' shapes and dtypes (the shape checks, the size limit's verdict, the batch indices) is
+# remembered by those values after a plain call ran natively; a later plain call with equal
+# ones and per-tensor parameters checks the parameters (types, shapes, finite scales, a
+# nonzero y_scale, a finite multiplier) in a few operations and calls the native engine. Per-row
+# or per-column parameters and anything unusual take the full path, which raises the usual
+# errors.
+# ---------------------------------------------------------------------------------------------
+_LEAN: dict[tuple, tuple] = {}
+_LEAN_SIZE = 64
+
+
+def _lean_key(op: str, a: Any, b: Any) -> tuple | None:
+    if type(a) is not np.ndarray or type(b) is not np.ndarray:
+        return None
+    return (op, a.shape, a.dtype, b.shape, b.dtype, v.max_output_bytes())
+
+
+def _lean_remember(key: tuple | None, right: _RightOperand) -> None:
+    if key is None or right.call is None:
+        return
+    if len(_LEAN) >= _LEAN_SIZE:
+        _LEAN.clear()
+    _LEAN[key] = right.call
+
+
+def _one(p: Any, dtype: np.dtype) -> bool:
+    """A one-element parameter of exactly ``dtype``: a NumPy scalar or a plain ndarray."""
+    return (type(p) is dtype.type or (type(p) is np.ndarray and p.size == 1)) and p.dtype is dtype
+
+
+_F32 = np.dtype(np.float32)
+
+
+def _lean_matmul(key: tuple | None, a: np.ndarray, b: np.ndarray, a_zp: Any, b_zp: Any,
+                 quant: tuple | None = None) -> np.ndarray | None:
+    """A plain call by the lean path (see above), or None: the full path takes it."""
+    plan = _LEAN.get(key) if key is not None else None
+    if plan is None:
+        return None
+    C = _native.native()
+    if C is None:
+        return None
+    ad, bd = a.dtype, b.dtype
+    if a_zp is None and quant is None:
+        za = 0
+    elif _one(a_zp, ad):
+        za = a_zp.item()
+    else:
+        return None
+    if b_zp is None and quant is None:
+        zb = 0
+    elif _one(b_zp, bd):
+        zb = b_zp.item()
+    else:
+        return None
+    rows, N, K, batches, Ba, a_idx, Bb, b_idx, out_shape = plan
+    if quant is None:
+        quantized, signed, mult, lo, hi, z, out_dtype = 0, 0, _NO_MULT, 0.0, 0.0, 0, _I32
+    else:
+        a_scale, b_scale, y_scale, y_zp = quant
+        if not (_one(a_scale, _F32) and _one(b_scale, _F32) and _one(y_scale, _F32)
+                and (type(y_zp) is np.ndarray or isinstance(y_zp, np.generic)) and y_zp.dtype in _RANGE
+                and y_zp.size == 1):
+            return None
+        sa, sb, sy = a_scale.reshape(()), b_scale.reshape(()), y_scale.reshape(())
+        if not (math.isfinite(sa) and math.isfinite(sb) and math.isfinite(sy) and sy != 0):
+            return None
+        with np.errstate(over="ignore", under="ignore"):
+            m = multiplier(sa, sb, sy)
+        if not math.isfinite(m):
+            return None
+        out_dtype = y_zp.dtype
+        qmin, qmax = _RANGE[out_dtype]
+        z = y_zp.item()
+        quantized, signed, lo, hi = 1, int(qmin < 0), float(qmin - z), float(qmax - z)
+        mult = np.array([m], dtype=np.float32)
+    isa = C.get_isa()
+    bc = np.ascontiguousarray(b)
+    # the s8 form of b (int8 as is, uint8 - 128) within [-64, 64]: in the u8 form, [64, 192]
+    which = int(_kernel_info(isa, 1) is not None and C.bytes_within(bc, _TYPE[bd], 64, 192))
+    out = _native.empty(out_shape, out_dtype)
+    C.matmul_raw(isa, which, rows, N, K, batches, np.ascontiguousarray(a), _TYPE[ad], Ba, a_idx,
+                 np.array([za], dtype=np.int32), 0, 0, bc, _TYPE[bd], Bb, b_idx, np.array([zb], dtype=np.int32),
+                 0, 0, out, quantized, signed, mult, 0, 0, 0, lo, hi, z)
+    if b.ndim == 1:   # the axes numpy.matmul drops for 1-D operands (``_RightOperand.finish``)
+        out = out[..., 0]
+    if a.ndim == 1:
+        out = out[..., 0, :] if b.ndim > 1 else out[..., 0]
+    return out
+
+
+_I32 = np.dtype(np.int32)

@@ -428,3 +428,56 @@ def test_plain_conv_lean_path_same_answers_and_errors():
     for _ in range(2):
         assert_exact(qlinear.conv_integer(xd, wd, np.uint8(4), np.uint8(120), group=5),
                      oracle.conv_integer(xd, wd, np.uint8(4), np.uint8(120), group=5))
+
+
+def test_plain_matmul_lean_path_same_answers_and_errors():
+    """Repeated plain products of one shape take the lean path; every parameter is still
+    checked per call (the same errors as the full path's) and every accepted form gives the
+    oracle's bits, 1-D and batched operands included."""
+    from qlinear import matmul as mm_mod
+    rng = np.random.default_rng(26)
+    for a_shape, b_shape in [((9, 40), (40, 13)), ((40,), (40, 13)), ((9, 40), (40,)), ((2, 3, 5, 40), (3, 40, 6))]:
+        a, b = rand_int(rng, U8, a_shape), rand_int(rng, I8, b_shape)
+        good = dict(a=a, a_scale=np.float32(0.05), a_zero_point=np.uint8(7), b=b, b_scale=np.float32(0.02),
+                    b_zero_point=np.int8(-2), y_scale=np.float32(0.3), y_zero_point=np.int8(2))
+        names = list(good)
+
+        def run(**changes):
+            g = {**good, **changes}
+            return qlinear.qlinear_matmul(*(g[k] for k in names))
+
+        def want(**changes):
+            g = {**good, **changes}
+            return oracle.qlinear_matmul(*(g[k] for k in names))
+
+        fine = [dict(), dict(a_zero_point=np.array(200, dtype=U8)), dict(b_scale=np.array([0.5], np.float32)),
+                dict(y_zero_point=np.uint8(130)), dict(b=_seven_bit(rng, I8, b_shape)),
+                dict(a=rand_int(rng, U8, a_shape)), dict(a_scale=0.05), dict(b_zero_point=-2),
+                dict(a=rand_int(rng, U8, a_shape[:-1] + (80,))[..., ::2])]
+        for changes in fine:
+            for _ in range(2):
+                assert_exact(run(**changes), want(**changes))
+            for _ in range(2):
+                g = {**good, **changes}
+                assert_exact(qlinear.matmul_integer(g["a"], g["b"], g["a_zero_point"], g["b_zero_point"]),
+                             oracle.matmul_integer(g["a"], g["b"], g["a_zero_point"], g["b_zero_point"]))
+        bad = [dict(a_scale=np.float32(np.inf)), dict(y_scale=np.float32(0)), dict(b_scale=np.float32(np.nan)),
+               dict(a_scale=np.float32(3e38), y_scale=np.float32(1e-30)), dict(a_zero_point=np.int8(1)),
+               dict(b_zero_point=np.uint8(1)), dict(a_zero_point=None), dict(b_zero_point=None),
+               dict(y_zero_point=5), dict(y_zero_point=np.int32(1)), dict(a_scale=np.float64(0.5)),
+               dict(b_scale=np.array([0.1, 0.2], np.float32)), dict(a=a.astype(I8)), dict(b=b.astype(U8)),
+               dict(a=np.ma.masked_array(a)), dict(y_zero_point=np.array([1, 2], np.int8))]
+        for changes in bad:
+            run()
+            warm = _error_of(lambda: run(**changes))
+            mm_mod._LEAN.clear()
+            cold = _error_of(lambda: run(**changes))
+            if cold is None:
+                assert warm is None
+                assert_exact(run(**changes), want(**changes))
+            else:
+                assert warm == cold, changes
+        qlinear.matmul_integer(a, b, np.uint8(1), np.int8(2))
+        warm = _error_of(lambda: qlinear.matmul_integer(a, b, np.int8(1), np.int8(2)))
+        mm_mod._LEAN.clear()
+        assert warm == _error_of(lambda: qlinear.matmul_integer(a, b, np.int8(1), np.int8(2))) is not None
