@@ -23,6 +23,7 @@
 #include "conv.h"
 
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #if QL_X86
@@ -158,41 +159,17 @@ size_t ql_conv_w_bytes(const ql_gemm_kernel *k, int M, int K, int64_t taps)
  * - S8U8 form (fast path): rows = w - wzp as int8, which must lie in [-64, 64] (else -1, nothing
  *   usable written); row_a = sum of the row (|sum| <= 64 K < 2^31), row_z = 0. The per-call
  *   correction is then one term per row: - zx' * row_a (ql_conv_gemm).
- * Returns 0, -1 (fast bound) or -2 (out of memory). */
-static int pack_w_rows(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K,
-                       const int32_t *wzp, void *dst);
-
-int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K, int64_t taps,
-                   const int32_t *wzp, void *dst)
-{
-    if (!ql_conv_grouped(k, K, taps)) return pack_w_rows(k, w, w_type, M, K, wzp, dst);
-    int64_t kpk = k->kpack, cg = K / taps, cb = (cg + kpk - 1) / kpk, Kw = ql_conv_wk(k, K, taps);
-    uint8_t *perm = (uint8_t *)malloc((size_t)M * (size_t)Kw);
-    if (!perm) return -2;
-    for (int i = 0; i < M; i++) {
-        const uint8_t *src = (const uint8_t *)w + (size_t)i * (size_t)K;
-        uint8_t *d = perm + (size_t)i * (size_t)Kw;
-        /* padding channels hold the row's zero point: centered, they are 0 in every form */
-        uint8_t zraw = (uint8_t)wzp[i];
-        for (int64_t q = 0; q < cb; q++)
-            for (int64_t t = 0; t < taps; t++)
-                for (int64_t r = 0; r < kpk; r++)
-                    d[(q * taps + t) * kpk + r] = q * kpk + r < cg ? src[(q * kpk + r) * taps + t] : zraw;
-    }
-    int rc = pack_w_rows(k, perm, w_type, M, (int)Kw, wzp, dst);
-    free(perm);
-    return rc;
-}
-
-static int pack_w_rows(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K,
-                       const int32_t *wzp, void *dst)
+ * Rows [i0, i1) only (the layout is the whole M's), so threads can share the work; w0 is row
+ * i0 of the source (rows K apart). Returns 0 or -1 (the fast path's bound). */
+static int pack_w_rows(const ql_gemm_kernel *k, const void *w0, int w_type, int M, int K,
+                       const int32_t *wzp, void *dst, int i0, int i1)
 {
     int kp = ql_round_k(k, K);
     ptrdiff_t ldl = w_row_bytes(k, K);
+    int32_t *row_a = (int32_t *)((char *)dst + (size_t)M * (size_t)ldl), *row_z = row_a + M;
     if (k->form == QL_FORM_S8U8) {
-        int32_t *row_a = (int32_t *)((char *)dst + (size_t)M * (size_t)ldl), *row_z = row_a + M;
-        for (int i = 0; i < M; i++) {
-            const uint8_t *src = (const uint8_t *)w + (size_t)i * (size_t)K;
+        for (int i = i0; i < i1; i++) {
+            const uint8_t *src = (const uint8_t *)w0 + (size_t)(i - i0) * (size_t)K;
             int8_t *d = (int8_t *)dst + (size_t)i * (size_t)ldl;
             int32_t sum = 0, z = wzp[i];
             int bad = 0;
@@ -220,18 +197,121 @@ static int pack_w_rows(const ql_gemm_kernel *k, const void *w, int w_type, int M
         }
         return 0;
     }
-    int32_t *rowsums = NULL;
-    if (k->form == QL_FORM_U8S8) rowsums = (int32_t *)((char *)dst + (size_t)M * (size_t)ldl);
-    ql_pack_L(w, w_type, K, 1, M, K, wzp, 1, k->form, dst, ldl, kp, rowsums);
+    /* the level's packer (SIMD where it has one; the portable one's output) */
+    ql_pack_L_fn pack = k->pack_L ? k->pack_L : ql_pack_L;
+    char *d0 = (char *)dst + (size_t)i0 * (size_t)ldl;
+    pack(w0, w_type, K, 1, i1 - i0, K, wzp + i0, 1, k->form, d0, ldl, kp,
+         k->form == QL_FORM_U8S8 ? row_a + i0 : NULL);
     if (k->form == QL_FORM_U8S8) {
-        int32_t *row_a = rowsums, *row_z = rowsums + M;
-        for (int i = 0; i < M; i++) {
+        for (int i = i0; i < i1; i++) {
             int32_t zl = wzp[i] + (w_type == QL_I8 ? 128 : 0);   /* u8 form: int8 + 128 */
             row_z[i] = zl;
             row_a[i] = (int32_t)((uint32_t)row_a[i] - (uint32_t)K * (uint32_t)zl);
         }
     }
     return 0;
+}
+
+/* Rows [i0, i1) of w (M x K, channel outer, taps inner) in the grouped order into dst (rows of
+ * Kw = ql_conv_wk entries); padding channels hold the row's zero point (centered: 0 in every
+ * form). */
+static void permute_rows(const ql_gemm_kernel *k, const void *w, int K, int64_t taps, const int32_t *wzp,
+                         int i0, int i1, uint8_t *dst)
+{
+    int64_t kpk = k->kpack, cg = K / taps, cb = (cg + kpk - 1) / kpk, Kw = ql_conv_wk(k, K, taps);
+    for (int i = i0; i < i1; i++) {
+        const uint8_t *src = (const uint8_t *)w + (size_t)i * (size_t)K;
+        uint8_t *d = dst + (size_t)(i - i0) * (size_t)Kw;
+        uint8_t zraw = (uint8_t)wzp[i];
+        for (int64_t q = 0; q < cb; q++)
+            for (int64_t t = 0; t < taps; t++)
+                for (int64_t r = 0; r < kpk; r++)
+                    d[(q * taps + t) * kpk + r] = q * kpk + r < cg ? src[(q * kpk + r) * taps + t] : zraw;
+    }
+}
+
+int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K, int64_t taps,
+                   const int32_t *wzp, void *dst)
+{
+    if (!ql_conv_grouped(k, K, taps)) return pack_w_rows(k, w, w_type, M, K, wzp, dst, 0, M);
+    int64_t Kw = ql_conv_wk(k, K, taps);
+    uint8_t *perm = (uint8_t *)malloc((size_t)M * (size_t)Kw + 1);
+    if (!perm) return -2;
+    permute_rows(k, w, K, taps, wzp, 0, M, perm);
+    int rc = pack_w_rows(k, perm, w_type, M, (int)Kw, wzp, dst, 0, M);
+    free(perm);
+    return rc;
+}
+
+/* A plain call's weights, packed per call in one pass over w: the fast path's form while every
+ * row fits its bound (the proof is made while packing; the first row outside stops every
+ * thread), else the exact form. Rows shared over the threads in blocks (grouped order: each
+ * block of 4 rows permuted into the thread's buffer first). */
+typedef struct {
+    const ql_gemm_kernel *k; const void *w; int w_type, M, K; const int32_t *wzp; void *dst;
+    int rows_per_task;
+    atomic_int outside;
+    int64_t taps; int grouped, Kw; uint8_t *perm;   /* grouped: 4 rows of Kw per thread */
+} packw_ctx;
+
+static void packw_task(void *vctx, ptrdiff_t t, int thread)
+{
+    packw_ctx *c = (packw_ctx *)vctx;
+    if (atomic_load_explicit(&c->outside, memory_order_relaxed)) return;
+    int i0 = (int)t * c->rows_per_task, i1 = i0 + c->rows_per_task < c->M ? i0 + c->rows_per_task : c->M;
+    /* blocks of 4 rows, so that a row outside the bound stops the others soon */
+    for (int i = i0; i < i1; i += 4) {
+        int ie = i + 4 < i1 ? i + 4 : i1, rc;
+        if (c->grouped) {
+            uint8_t *buf = c->perm + (size_t)thread * 4 * (size_t)c->Kw;
+            permute_rows(c->k, c->w, c->K, c->taps, c->wzp, i, ie, buf);
+            rc = pack_w_rows(c->k, buf, c->w_type, c->M, c->Kw, c->wzp, c->dst, i, ie);
+        } else {
+            rc = pack_w_rows(c->k, (const uint8_t *)c->w + (size_t)i * (size_t)c->K, c->w_type, c->M, c->K,
+                             c->wzp, c->dst, i, ie);
+        }
+        if (rc) {
+            atomic_store_explicit(&c->outside, 1, memory_order_relaxed);
+            return;
+        }
+        if (atomic_load_explicit(&c->outside, memory_order_relaxed)) return;
+    }
+}
+
+/* 0, -1 (a row outside the fast bound), -2 (out of memory) */
+static int pack_w_threads(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K, int64_t taps,
+                          const int32_t *wzp, void *dst, int threads)
+{
+    packw_ctx c;
+    memset(&c, 0, sizeof c);
+    c.k = k; c.w = w; c.w_type = w_type; c.M = M; c.K = K; c.wzp = wzp; c.dst = dst;
+    atomic_init(&c.outside, 0);
+    c.taps = taps;
+    c.grouped = ql_conv_grouped(k, K, taps);
+    c.Kw = (int)ql_conv_wk(k, K, taps);
+    if ((int64_t)M * K < (1 << 18)) threads = 1;   /* below: tens of microseconds */
+    if (threads < 1) threads = 1;
+    if (c.grouped) {
+        c.perm = (uint8_t *)malloc((size_t)threads * 4 * (size_t)c.Kw + 1);
+        if (!c.perm) return -2;
+    }
+    int tasks = threads > 1 ? 4 * threads : 1;
+    c.rows_per_task = (M + tasks - 1) / tasks;
+    if (c.rows_per_task < 1) c.rows_per_task = 1;
+    ql_parallel_for((M + c.rows_per_task - 1) / c.rows_per_task, threads, packw_task, &c);
+    free(c.perm);
+    return atomic_load(&c.outside) ? -1 : 0;
+}
+
+int ql_conv_pack_w_auto(const ql_isa *isa, const void *w, int w_type, int M, int K, int64_t taps,
+                        const int32_t *wzp, void *dst, int threads)
+{
+    if (isa->conv_fast) {
+        int rc = pack_w_threads(isa->conv_fast, w, w_type, M, K, taps, wzp, dst, threads);
+        if (rc == 0) return 2;
+        if (rc == -2) return -2;
+    }
+    return pack_w_threads(isa->exact, w, w_type, M, K, taps, wzp, dst, threads) == -2 ? -2 : 0;
 }
 
 /* ---------------------------------------------------------------------------------------

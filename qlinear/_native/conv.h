@@ -32,6 +32,11 @@ int ql_conv_grouped(const ql_gemm_kernel *k, int64_t K, int64_t taps);
  * out of memory. taps: kernel taps per channel (K = C/group * taps). */
 int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K, int64_t taps,
                    const int32_t *wzp, void *dst);
+/* A plain call's weights: packed for isa->conv_fast when every w - wzp lies in [-64, 64] (then
+ * returns 2), else for isa->exact (returns 0), -2 when out of memory; dst holds
+ * max(ql_conv_w_bytes) of the two. */
+int ql_conv_pack_w_auto(const ql_isa *isa, const void *w, int w_type, int M, int K, int64_t taps,
+                        const int32_t *wzp, void *dst, int threads);
 /* 0, -1 (out of memory), -2 (sizes beyond int), -3 (scratch above the workspace limit) */
 int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern,
                  const void *wpacked, size_t workspace);
