@@ -23,6 +23,7 @@
 #include "conv.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #if QL_X86
@@ -626,6 +627,41 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
  * Depthwise: direct tap sums along output rows
  * ------------------------------------------------------------------------------------- */
 
+/* Scratch kept between calls (one block, at most DW_CACHE_MAX bytes, taken by one call at a
+ * time: a concurrent call, e.g. from another Python thread, allocates its own). Why: a few
+ * hundred KiB freed after every call go back to the OS (glibc trims the heap or unmaps the
+ * block) and come back as page faults on the next call, which cost a 112x112 layer more
+ * than its arithmetic. */
+#define DW_CACHE_MAX ((size_t)8 << 20)
+static pthread_mutex_t dw_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *dw_cache;
+static size_t dw_cache_bytes;
+
+static char *dw_scratch_get(size_t n, int *cached)
+{
+    *cached = 0;
+    n += 64;   /* slack past the last buffer, as before the cache */
+    if (n <= DW_CACHE_MAX && pthread_mutex_trylock(&dw_cache_mu) == 0) {
+        if (dw_cache_bytes < n) {
+            free(dw_cache);
+            dw_cache = (char *)malloc(n);
+            dw_cache_bytes = dw_cache ? n : 0;
+        }
+        if (dw_cache) {
+            *cached = 1;
+            return dw_cache;
+        }
+        pthread_mutex_unlock(&dw_cache_mu);
+    }
+    return (char *)malloc(n);
+}
+
+static void dw_scratch_put(char *s, int cached)
+{
+    if (cached) pthread_mutex_unlock(&dw_cache_mu);
+    else free(s);
+}
+
 /* Rows collected before one pass of the row kernel (accumulators stay in registers). */
 #define DW_MAX_ROWS 32
 /* Output columns per segment (rounded to 16, the row kernels' block). */
@@ -926,7 +962,7 @@ static void dw_plane_task(void *vctx, ptrdiff_t task, int thread)
 #define DWCL_CHUNK 256
 
 void ql_dw_cl_scalar(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs,
-                     ptrdiff_t step, int ow, int32_t *acc)
+                     ptrdiff_t step, int ow, const ql_dw_q *q, void *out)
 {
     for (int o = 0; o < ow; o++) {
         const int16_t *xo = X + (ptrdiff_t)o * step * 16;
@@ -934,7 +970,16 @@ void ql_dw_cl_scalar(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt,
             uint32_t sum = 0;
             for (int t = 0; t < 2 * npairs; t++)   /* |w|, |x| <= 255: each product exact */
                 sum += (uint32_t)((int32_t)wt[16 * t + c] * xo[toff[t] * 16 + c]);
-            acc[16 * o + c] = (int32_t)sum;
+            if (!q) {
+                ((int32_t *)out)[16 * o + c] = (int32_t)sum;
+                continue;
+            }
+            /* epilogue.c's arithmetic: wrap32 bias, one float32 multiply, clamp, nearest even */
+            sum += (uint32_t)q->bias[c];
+            float v = (float)(int32_t)sum * q->mult[c];
+            if (!(v >= q->lo)) v = q->lo;
+            if (v > q->hi) v = q->hi;
+            ((uint8_t *)out)[16 * o + c] = (uint8_t)(ql_rne(v) + q->zp);   /* in T's range */
         }
     }
 }
@@ -951,63 +996,113 @@ typedef struct dwcl_ctx {
 } dwcl_ctx;
 
 #if QL_X86
-/* 16 positions x 16 channels (rows src + c*cs, 16 bytes each) to 16 positions of 16 centered
- * int16 (dst, 32 bytes apart): a byte transpose by SSE2 unpacks, then widened; bytes ^ flip
- * are uint8, minus zxu (|x - zx| <= 255 fits int16) */
-static void transpose16_i16(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zxu, int16_t *dst)
+/* out[k] byte c = r[c] byte k: a 16 x 16 byte transpose by SSE2 unpacks */
+static inline void transpose16_u8(const __m128i r[16], __m128i out[16])
 {
-    const __m128i f = _mm_set1_epi8((char)flip), z = _mm_set1_epi16((int16_t)zxu), zero = _mm_setzero_si128();
-    __m128i r[16], u[16];
-    for (int c = 0; c < 16; c++) r[c] = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src + c * cs)), f);
-    for (int c = 0; c < 8; c++) {   /* u[c]: positions 0-7 of channels 2c, 2c+1; u[c+8]: 8-15 */
+    __m128i u[16];
+    for (int c = 0; c < 8; c++) {   /* u[c]: bytes 0-7 of rows 2c, 2c+1 interleaved; u[c+8]: 8-15 */
         u[c] = _mm_unpacklo_epi8(r[2 * c], r[2 * c + 1]);
         u[c + 8] = _mm_unpackhi_epi8(r[2 * c], r[2 * c + 1]);
     }
     for (int h = 0; h < 2; h++) {
         __m128i *v = u + 8 * h, a[8], b[8];
-        for (int c = 0; c < 4; c++) {   /* a[c]: positions 0-3 of channels 4c..4c+3; a[c+4]: 4-7 */
+        for (int c = 0; c < 4; c++) {   /* a[c]: bytes 0-3 of rows 4c..4c+3; a[c+4]: 4-7 */
             a[c] = _mm_unpacklo_epi16(v[2 * c], v[2 * c + 1]);
             a[c + 4] = _mm_unpackhi_epi16(v[2 * c], v[2 * c + 1]);
         }
-        /* b[4g + 2c + e]: positions 4g + 2e, 4g + 2e + 1 of channels 8c..8c+7 */
+        /* b[4g + 2c + e]: bytes 4g + 2e, 4g + 2e + 1 of rows 8c..8c+7 */
         for (int g = 0; g < 2; g++)
             for (int c = 0; c < 2; c++) {
                 b[4 * g + 2 * c] = _mm_unpacklo_epi32(a[4 * g + 2 * c], a[4 * g + 2 * c + 1]);
                 b[4 * g + 2 * c + 1] = _mm_unpackhi_epi32(a[4 * g + 2 * c], a[4 * g + 2 * c + 1]);
             }
         for (int g = 0; g < 2; g++)
-            for (int e = 0; e < 2; e++) {
-                __m128i p0 = _mm_unpacklo_epi64(b[4 * g + e], b[4 * g + 2 + e]);   /* one position, 16 ch */
-                __m128i p1 = _mm_unpackhi_epi64(b[4 * g + e], b[4 * g + 2 + e]);
-                int16_t *o0 = dst + 16 * (8 * h + 4 * g + 2 * e), *o1 = o0 + 16;
-                _mm_storeu_si128((__m128i *)o0, _mm_sub_epi16(_mm_unpacklo_epi8(p0, zero), z));
-                _mm_storeu_si128((__m128i *)(o0 + 8), _mm_sub_epi16(_mm_unpackhi_epi8(p0, zero), z));
-                _mm_storeu_si128((__m128i *)o1, _mm_sub_epi16(_mm_unpacklo_epi8(p1, zero), z));
-                _mm_storeu_si128((__m128i *)(o1 + 8), _mm_sub_epi16(_mm_unpackhi_epi8(p1, zero), z));
+            for (int e = 0; e < 2; e++) {   /* byte k = 8h + 4g + 2e (and k + 1) of all 16 rows */
+                out[8 * h + 4 * g + 2 * e] = _mm_unpacklo_epi64(b[4 * g + e], b[4 * g + 2 + e]);
+                out[8 * h + 4 * g + 2 * e + 1] = _mm_unpackhi_epi64(b[4 * g + e], b[4 * g + 2 + e]);
             }
+    }
+}
+
+/* 16 positions x 16 channels (rows src + c*cs, 16 bytes each) to 16 positions of 16 centered
+ * int16 (dst, 32 bytes apart): the byte transpose, then widened; bytes ^ flip are uint8,
+ * minus zxu (|x - zx| <= 255 fits int16) */
+static void transpose16_i16(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zxu, int16_t *dst)
+{
+    const __m128i f = _mm_set1_epi8((char)flip), z = _mm_set1_epi16((int16_t)zxu), zero = _mm_setzero_si128();
+    __m128i r[16], t[16];
+    for (int c = 0; c < 16; c++) r[c] = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src + c * cs)), f);
+    transpose16_u8(r, t);
+    for (int k = 0; k < 16; k++) {
+        _mm_storeu_si128((__m128i *)(dst + 16 * k), _mm_sub_epi16(_mm_unpacklo_epi8(t[k], zero), z));
+        _mm_storeu_si128((__m128i *)(dst + 16 * k + 8), _mm_sub_epi16(_mm_unpackhi_epi8(t[k], zero), z));
     }
 }
 #endif
 
+/* Requantized bytes Q [cols][16] (positions of 16 channels) to the output planes: channel c's
+ * positions go to y + c*P (c < nch), 16 positions per byte transpose. */
+static void dwcl_store_q(const uint8_t *Q, int nch, int cols, uint8_t *y, ptrdiff_t P)
+{
+    int j = 0;
+#if QL_X86
+    __m128i r[16], t[16];
+    for (; j + 16 <= cols; j += 16) {
+        for (int k = 0; k < 16; k++) r[k] = _mm_loadu_si128((const __m128i *)(Q + 16 * (size_t)(j + k)));
+        transpose16_u8(r, t);
+        for (int c = 0; c < nch; c++) _mm_storeu_si128((__m128i *)(y + c * P + j), t[c]);
+    }
+#endif
+    for (int c = 0; c < nch; c++)
+        for (int jj = j; jj < cols; jj++) y[c * P + jj] = Q[16 * (size_t)jj + c];
+}
+
 /* X (xr rows of wp positions): padded rows pr0 .. pr0 + xr - 1 of channels c0..c0+nch-1 of
- * image n, centered (x - zx), 0 at padding. The band's input rows are one flat run of each
- * channel plane: transposed 16 positions at a time (rows of any width) into T, then T's rows
- * are placed into X. */
+ * image n, centered (x - zx), 0 at padding (only the padding is zeroed). Rows of at least 16
+ * positions are transposed straight into place, 16 positions at a time (the last block of a
+ * row overlaps the one before: the same values written twice); narrower rows are one flat run
+ * of each channel plane, transposed 16 positions at a time into T, whose rows are then
+ * placed into X; channel blocks of fewer than 16 go element by element. */
 static void dwcl_fill(const dwcl_ctx *d, int64_t n, int64_t c0, int nch, int64_t pr0, int64_t xr,
                       int16_t *X, int16_t *T)
 {
     const ql_conv_plan *p = d->p;
-    memset(X, 0, sizeof(int16_t) * 16 * (size_t)(xr * d->wp));
-    int64_t plane = d->H * d->W;
+    const size_t rowe = 16 * (size_t)d->wp;   /* int16 elements per X row */
+    int64_t plane = d->H * d->W, W = d->W;
     int64_t ih_a = pr0 - p->pad[0], ih_b = pr0 + xr - p->pad[0];
     if (ih_a < 0) ih_a = 0;
     if (ih_b > d->H) ih_b = d->H;
-    if (ih_b <= ih_a) return;
-    int64_t q0 = ih_a * d->W, len = (ih_b - ih_a) * d->W;
+    if (ih_b <= ih_a) {
+        memset(X, 0, sizeof(int16_t) * rowe * (size_t)xr);
+        return;
+    }
+    /* X rows xa..xb-1 hold input rows ih_a..ih_b-1; their columns pad[1]..pad[1]+W-1 */
+    int64_t xa = ih_a + p->pad[0] - pr0, xb_ = ih_b + p->pad[0] - pr0, lp = p->pad[1], rp = d->wp - lp - W;
+    memset(X, 0, sizeof(int16_t) * rowe * (size_t)xa);
+    memset(X + rowe * (size_t)xb_, 0, sizeof(int16_t) * rowe * (size_t)(xr - xb_));
+    for (int64_t r = xa; r < xb_; r++) {
+        memset(X + rowe * (size_t)r, 0, sizeof(int16_t) * 16 * (size_t)lp);
+        memset(X + rowe * (size_t)r + 16 * (size_t)(lp + W), 0, sizeof(int16_t) * 16 * (size_t)rp);
+    }
+    int64_t q0 = ih_a * W, len = (ih_b - ih_a) * W;
     const uint8_t *xb = (const uint8_t *)p->x + (size_t)((n * p->C + c0) * plane + q0);
     /* int8 x: x - zx = (x ^ 0x80) - (zx + 128), so both types widen as uint8 */
     uint8_t flip = p->x_type == QL_I8 ? 0x80 : 0;
     int32_t zxu = p->x_type == QL_I8 ? p->x_zp + 128 : p->x_zp;
+#if QL_X86
+    if (nch == 16 && W >= 16) {
+        for (int64_t r = xa; r < xb_; r++) {
+            const uint8_t *src = xb + (r - xa) * W;
+            int16_t *dst = X + rowe * (size_t)r + 16 * (size_t)lp;
+            for (int64_t w0 = 0;; w0 += 16) {
+                if (w0 + 16 > W) w0 = W - 16;
+                transpose16_i16(src + w0, (ptrdiff_t)plane, flip, zxu, dst + 16 * w0);
+                if (w0 + 16 >= W) break;
+            }
+        }
+        return;
+    }
+#endif
     int64_t q = 0;
 #if QL_X86
     if (nch == 16)
@@ -1020,9 +1115,8 @@ static void dwcl_fill(const dwcl_ctx *d, int64_t n, int64_t c0, int nch, int64_t
             for (int64_t j = q; j < len; j++) T[16 * j + c] = (int16_t)((int32_t)(src[j] ^ flip) - zxu);
         }
     }
-    for (int64_t ih = ih_a; ih < ih_b; ih++)
-        memcpy(X + 16 * (size_t)((ih + p->pad[0] - pr0) * d->wp + p->pad[1]), T + 16 * (size_t)((ih - ih_a) * d->W),
-               sizeof(int16_t) * 16 * (size_t)d->W);
+    for (int64_t r = xa; r < xb_; r++)
+        memcpy(X + rowe * (size_t)r + 16 * (size_t)lp, T + 16 * (size_t)((r - xa) * W), sizeof(int16_t) * 16 * (size_t)W);
 }
 
 /* comp[c][j] = acc[j][c] for c < nch, j < cols (4x4 int32 blocks by SSE2 unpacks) */
@@ -1073,6 +1167,22 @@ static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
     ep.out_rs = (ptrdiff_t)d->P;
     size_t esize = p->quantized ? 1 : 4;
     ep.out = (char *)p->y + (size_t)(n * p->M * d->P) * esize;
+    /* 8-bit output: the requantization runs in the kernel (channels beyond nch: bias 0,
+     * multiplier 0), which writes bytes [pixel][16] for dwcl_store_q */
+    ql_dw_q q, *qp = NULL;
+    if (p->quantized) {
+        memset(&q, 0, sizeof q);
+        for (int c = 0; c < nch; c++) {
+            q.bias[c] = p->bias ? p->bias[c0 + c] : 0;
+            q.mult[c] = p->mult[(c0 + c) * p->mult_s];
+        }
+        q.lo = p->lo;
+        q.hi = p->hi;
+        q.zp = p->y_zp;
+        q.is_signed = p->y_signed;
+        qp = &q;
+    }
+    uint8_t *ych = (uint8_t *)p->y + (size_t)((n * p->M + c0) * d->P);
     int64_t OH = p->out[0], OW = p->out[1];
     /* chunks of whole output rows, at most DWCL_CHUNK pixels (at least one row) */
     int64_t rows_per = DWCL_CHUNK / OW;
@@ -1086,9 +1196,15 @@ static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
             int64_t nrow = b1 - oh0 < rows_per ? b1 - oh0 : rows_per;
             for (int64_t r = 0; r < nrow; r++) {
                 const int16_t *xrow = X + 16 * (size_t)((oh0 + r) * p->stride[0] - pr0) * (size_t)d->wp;
-                d->isa->dw_cl(xrow, toff, wt, d->npairs, (ptrdiff_t)p->stride[1], (int)OW, acc + 16 * (size_t)(r * OW));
+                d->isa->dw_cl(xrow, toff, wt, d->npairs, (ptrdiff_t)p->stride[1], (int)OW, qp,
+                              qp ? (void *)((uint8_t *)acc + 16 * (size_t)(r * OW))
+                                 : (void *)(acc + 16 * (size_t)(r * OW)));
             }
             int cols = (int)(nrow * OW);
+            if (qp) {
+                dwcl_store_q((const uint8_t *)acc, nch, cols, ych + oh0 * OW, (ptrdiff_t)d->P);
+                continue;
+            }
             dwcl_untranspose(acc, nch, cols, comp);
             d->isa->epilogue(&ep, comp, cols, NULL, (int)c0, (int)(oh0 * OW), nch, cols);
         }
@@ -1133,8 +1249,8 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
     size_t o = 0;
     d.off_x = o;
     o += align64(sizeof(int16_t) * 16 * (size_t)(d.xrows * d.wp));
-    d.off_t = o;
-    o += align64(sizeof(int16_t) * 16 * (size_t)(d.xrows * d.W));
+    d.off_t = o;   /* T: only for rows narrower than 16 and channel blocks below 16 */
+    if (!QL_X86 || d.W < 16 || p->C % 16 != 0) o += align64(sizeof(int16_t) * 16 * (size_t)(d.xrows * d.W));
     d.off_w = o;
     o += align64(sizeof(int16_t) * 32 * (size_t)d.npairs);
     d.off_toff = o;
@@ -1146,11 +1262,12 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
     d.scratch_bytes = o;
     int threads = ql_num_threads();
     if (d.scratch_bytes * (size_t)threads > workspace) return 0;
-    d.scratch = (char *)malloc(d.scratch_bytes * (size_t)threads + 64);
+    int cached;
+    d.scratch = dw_scratch_get(d.scratch_bytes * (size_t)threads, &cached);
     if (!d.scratch) return -1;
     int run_threads = p->N * p->M * d.P * d.taps < ((int64_t)1 << 21) ? 1 : threads;
     ql_parallel_for((ptrdiff_t)(p->N * d.blocks), run_threads, dwcl_task, &d);
-    free(d.scratch);
+    dw_scratch_put(d.scratch, cached);
     return 1;
 }
 
@@ -1243,7 +1360,8 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *w
     d.scratch_bytes = o;
     int threads = ql_num_threads();
     if (d.scratch_bytes * (size_t)threads > workspace) return -3;
-    d.scratch = (char *)malloc(d.scratch_bytes * (size_t)threads + 64);
+    int cached;
+    d.scratch = dw_scratch_get(d.scratch_bytes * (size_t)threads, &cached);
     if (!d.scratch) return -1;
     /* small convolutions stay on the calling thread (as ql_gemm does below 2^21 MACs) */
     int run_threads = p->N * p->M * d.P * d.taps < ((int64_t)1 << 21) ? 1 : threads;
@@ -1262,7 +1380,7 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *w
         for (int th = 1; th < threads; th++)
             memcpy(d.scratch + (size_t)th * d.scratch_bytes + d.off_toff, toff, sizeof(int64_t) * (size_t)d.taps);
         ql_parallel_for((ptrdiff_t)(p->N * p->C), run_threads, dw_plane_task, &d);
-        free(d.scratch);
+        dw_scratch_put(d.scratch, cached);
         return 0;
     }
     /* tasks: (image, channel, block of output rows); enough blocks for every thread */
@@ -1273,6 +1391,6 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *w
     d.rows_per_task = (d.orows + blocks - 1) / blocks;
     d.row_blocks = (d.orows + d.rows_per_task - 1) / d.rows_per_task;
     ql_parallel_for((ptrdiff_t)(planes * d.row_blocks), run_threads, dw_task, &d);
-    free(d.scratch);
+    dw_scratch_put(d.scratch, cached);
     return 0;
 }

@@ -43,41 +43,88 @@ void ql_dw_rows_avx2(const int16_t *const *rows, const int16_t *w, int npairs, i
  * vectors are interleaved by vpunpck{l,h}wd (within 128-bit lanes: the low product holds
  * channels 0-3 and 8-11, the high one 4-7 and 12-15), multiplied by the weights interleaved the
  * same way with vpmaddwd (|x - zx|, |w - zw| <= 255: a pair sum is below 2^17, exact) and
- * added in int32 (wrap32); the order is restored once per output. */
+ * added in int32 (wrap32). The int32 form restores the channel order per output; the fused
+ * requantization instead carries bias and multiplier in the accumulators' order, and
+ * vpackssdw of the low and high results puts the 16 channels back in order (as int16). */
 static inline __attribute__((always_inline)) void dw_cl_body(const int16_t *X, const ptrdiff_t *toff,
                                                              const __m256i *wl, const __m256i *wh, int np,
-                                                             ptrdiff_t step, int ow, int32_t *acc)
+                                                             ptrdiff_t step, int ow, const ql_dw_q *q,
+                                                             int is_signed, void *out)
 {
+    /* byte offsets of the taps, in locals: the stores below may alias toff otherwise */
+    ptrdiff_t tb[64];
+    for (int t = 0; t < 2 * np; t++) tb[t] = toff[t] * 32;
+    const char *xb = (const char *)X;
+    const ptrdiff_t ostep = step * 32;
+    __m256i blo = _mm256_setzero_si256(), bhi = blo, zp = blo;
+    __m256 mlo = _mm256_setzero_ps(), mhi = mlo, flo = mlo, fhi = mlo;
+    if (q) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)q->bias), b1 = _mm256_loadu_si256((const __m256i *)(q->bias + 8));
+        __m256 m0 = _mm256_loadu_ps(q->mult), m1 = _mm256_loadu_ps(q->mult + 8);
+        blo = _mm256_permute2x128_si256(b0, b1, 0x20);   /* channels 0-3, 8-11 */
+        bhi = _mm256_permute2x128_si256(b0, b1, 0x31);   /* channels 4-7, 12-15 */
+        mlo = _mm256_permute2f128_ps(m0, m1, 0x20);
+        mhi = _mm256_permute2f128_ps(m0, m1, 0x31);
+        flo = _mm256_set1_ps(q->lo);
+        fhi = _mm256_set1_ps(q->hi);
+        zp = _mm256_set1_epi32(q->zp);
+    }
     for (int o = 0; o < ow; o++) {
-        const int16_t *xo = X + (ptrdiff_t)o * step * 16;
+        const char *xo = xb + (ptrdiff_t)o * ostep;
         __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
-        for (int q = 0; q < np; q++) {
-            __m256i a = _mm256_loadu_si256((const __m256i *)(xo + toff[2 * q] * 16));
-            __m256i b = _mm256_loadu_si256((const __m256i *)(xo + toff[2 * q + 1] * 16));
-            lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wl[q]));
-            hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wh[q]));
+        for (int k = 0; k < np; k++) {
+            __m256i a = _mm256_loadu_si256((const __m256i *)(xo + tb[2 * k]));
+            __m256i b = _mm256_loadu_si256((const __m256i *)(xo + tb[2 * k + 1]));
+            lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wl[k]));
+            hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wh[k]));
         }
-        _mm256_storeu_si256((__m256i *)(acc + 16 * o), _mm256_permute2x128_si256(lo, hi, 0x20));
-        _mm256_storeu_si256((__m256i *)(acc + 16 * o + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+        if (!q) {
+            int32_t *acc = (int32_t *)out + 16 * o;
+            _mm256_storeu_si256((__m256i *)acc, _mm256_permute2x128_si256(lo, hi, 0x20));
+            _mm256_storeu_si256((__m256i *)(acc + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+            continue;
+        }
+        /* as simd_common_avx2.h's epilogue: wrap32 add, cvtdq2ps, one mulps, clamp (maxps
+         * first: NaN goes to lo), cvtps2dq (nearest even), + zp; the results lie in the output
+         * type's range, so the saturating packs are exact */
+        __m256 vlo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(lo, blo)), mlo);
+        __m256 vhi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(hi, bhi)), mhi);
+        vlo = _mm256_min_ps(_mm256_max_ps(vlo, flo), fhi);
+        vhi = _mm256_min_ps(_mm256_max_ps(vhi, flo), fhi);
+        __m256i ilo = _mm256_add_epi32(_mm256_cvtps_epi32(vlo), zp);
+        __m256i ihi = _mm256_add_epi32(_mm256_cvtps_epi32(vhi), zp);
+        __m256i p16 = _mm256_packs_epi32(ilo, ihi);   /* channels 0-7 | 8-15, int16 */
+        __m128i a = _mm256_castsi256_si128(p16), b = _mm256_extracti128_si256(p16, 1);
+        __m128i p8 = is_signed ? _mm_packs_epi16(a, b) : _mm_packus_epi16(a, b);
+        _mm_storeu_si128((__m128i *)((uint8_t *)out + 16 * o), p8);
     }
 }
 
+static inline __attribute__((always_inline)) void dw_cl_np(const int16_t *X, const ptrdiff_t *toff,
+                                                           const __m256i *wl, const __m256i *wh, int np,
+                                                           ptrdiff_t step, int ow, const ql_dw_q *q, void *out)
+{
+    if (!q) dw_cl_body(X, toff, wl, wh, np, step, ow, NULL, 0, out);
+    else if (q->is_signed) dw_cl_body(X, toff, wl, wh, np, step, ow, q, 1, out);
+    else dw_cl_body(X, toff, wl, wh, np, step, ow, q, 0, out);
+}
+
 void ql_dw_cl_avx2(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs,
-                   ptrdiff_t step, int ow, int32_t *acc)
+                   ptrdiff_t step, int ow, const ql_dw_q *q, void *out)
 {
     enum { MAXP = 32 };
     __m256i wl[MAXP], wh[MAXP];
-    for (int q = 0; q < npairs && q < MAXP; q++) {
-        __m256i a = _mm256_loadu_si256((const __m256i *)(wt + 32 * q));
-        __m256i b = _mm256_loadu_si256((const __m256i *)(wt + 32 * q + 16));
-        wl[q] = _mm256_unpacklo_epi16(a, b);
-        wh[q] = _mm256_unpackhi_epi16(a, b);
+    for (int k = 0; k < npairs && k < MAXP; k++) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(wt + 32 * k));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(wt + 32 * k + 16));
+        wl[k] = _mm256_unpacklo_epi16(a, b);
+        wh[k] = _mm256_unpackhi_epi16(a, b);
     }
-    /* 3x3 (5 pairs) and 2x2 / 1x3 / 3x1 (2 pairs) unrolled: weights and tap offsets stay in
-     * registers; other kernels loop over their pairs */
-    if (npairs == 5) dw_cl_body(X, toff, wl, wh, 5, step, ow, acc);
-    else if (npairs == 2) dw_cl_body(X, toff, wl, wh, 2, step, ow, acc);
-    else dw_cl_body(X, toff, wl, wh, npairs, step, ow, acc);
+    /* 3x3 (5 pairs) and 2x2 / 1x3 / 3x1 (2 pairs) unrolled: tap offsets stay in registers;
+     * other kernels loop over their pairs */
+    if (npairs == 5) dw_cl_np(X, toff, wl, wh, 5, step, ow, q, out);
+    else if (npairs == 2) dw_cl_np(X, toff, wl, wh, 2, step, ow, q, out);
+    else dw_cl_np(X, toff, wl, wh, npairs < MAXP ? npairs : MAXP, step, ow, q, out);
 }
 
 #pragma GCC pop_options
