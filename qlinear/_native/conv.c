@@ -662,6 +662,12 @@ static void dw_scratch_put(char *s, int cached)
     else free(s);
 }
 
+/* Depthwise convolutions of at least this many MACs use every thread (as ql_gemm does).
+ * Overridable at build time for measurements (-DDW_MIN_PAR=...). */
+#ifndef DW_MIN_PAR
+#define DW_MIN_PAR ((int64_t)1 << 21)
+#endif
+
 /* Rows collected before one pass of the row kernel (accumulators stay in registers). */
 #define DW_MAX_ROWS 32
 /* Output columns per segment (rounded to 16, the row kernels' block). */
@@ -1265,7 +1271,7 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
     int cached;
     d.scratch = dw_scratch_get(d.scratch_bytes * (size_t)threads, &cached);
     if (!d.scratch) return -1;
-    int run_threads = p->N * p->M * d.P * d.taps < ((int64_t)1 << 21) ? 1 : threads;
+    int run_threads = p->N * p->M * d.P * d.taps < DW_MIN_PAR ? 1 : threads;
     ql_parallel_for((ptrdiff_t)(p->N * d.blocks), run_threads, dwcl_task, &d);
     dw_scratch_put(d.scratch, cached);
     return 1;
@@ -1364,7 +1370,7 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *w
     d.scratch = dw_scratch_get(d.scratch_bytes * (size_t)threads, &cached);
     if (!d.scratch) return -1;
     /* small convolutions stay on the calling thread (as ql_gemm does below 2^21 MACs) */
-    int run_threads = p->N * p->M * d.P * d.taps < ((int64_t)1 << 21) ? 1 : threads;
+    int run_threads = p->N * p->M * d.P * d.taps < DW_MIN_PAR ? 1 : threads;
     if (d.plane_mode) {
         /* tap offsets in the plane, the same for every thread */
         int64_t *toff = (int64_t *)(d.scratch + d.off_toff);
