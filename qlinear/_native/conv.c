@@ -997,6 +997,8 @@ typedef struct dwcl_ctx {
     int64_t H, W, hp, wp, taps, blocks, P;
     int64_t band, xrows;        /* output rows per band, padded input rows they read */
     int npairs;
+    /* the fill's 16 x 16 transpose: the AVX2 one on levels whose kernel is AVX2 */
+    void (*t16)(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zxu, int16_t *dst);
     char *scratch;
     size_t scratch_bytes, off_x, off_t, off_w, off_toff, off_acc, off_comp;
 } dwcl_ctx;
@@ -1102,7 +1104,7 @@ static void dwcl_fill(const dwcl_ctx *d, int64_t n, int64_t c0, int nch, int64_t
             int16_t *dst = X + rowe * (size_t)r + 16 * (size_t)lp;
             for (int64_t w0 = 0;; w0 += 16) {
                 if (w0 + 16 > W) w0 = W - 16;
-                transpose16_i16(src + w0, (ptrdiff_t)plane, flip, zxu, dst + 16 * w0);
+                d->t16(src + w0, (ptrdiff_t)plane, flip, zxu, dst + 16 * w0);
                 if (w0 + 16 >= W) break;
             }
         }
@@ -1112,7 +1114,7 @@ static void dwcl_fill(const dwcl_ctx *d, int64_t n, int64_t c0, int nch, int64_t
     int64_t q = 0;
 #if QL_X86
     if (nch == 16)
-        for (; q + 16 <= len; q += 16) transpose16_i16(xb + q, (ptrdiff_t)plane, flip, zxu, T + 16 * q);
+        for (; q + 16 <= len; q += 16) d->t16(xb + q, (ptrdiff_t)plane, flip, zxu, T + 16 * q);
 #endif
     if (q < len) {
         memset(T + 16 * q, 0, sizeof(int16_t) * 16 * (size_t)(len - q));
@@ -1229,6 +1231,9 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
     d.wc = wc;
     d.H = p->in[0];
     d.W = p->in[1];
+#if QL_X86
+    d.t16 = isa->dw_cl == ql_dw_cl_avx2 ? ql_dw_t16_avx2 : transpose16_i16;
+#endif
     d.taps = p->k[0] * p->k[1];
     if (d.taps > DWCL_MAX_TAPS) return 0;
     d.npairs = (int)((d.taps + 1) / 2);

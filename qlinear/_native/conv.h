@@ -29,6 +29,10 @@ int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, in
 /* 0, -1 (out of memory), -2 (sizes beyond int), -3 (scratch above the workspace limit) */
 int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern,
                  const void *wpacked, size_t workspace);
+#if QL_X86
+/* conv_avx2.c: the channels-last fill's 16 x 16 transpose (conv.c's transpose16_i16) */
+void ql_dw_t16_avx2(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zxu, int16_t *dst);
+#endif
 int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc, size_t workspace);
 
 #endif

@@ -127,6 +127,45 @@ void ql_dw_cl_avx2(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, i
     else dw_cl_np(X, toff, wl, wh, npairs < MAXP ? npairs : MAXP, step, ow, q, out);
 }
 
+/* The channels-last fill (conv.c's transpose16_i16, same contract): 16 positions x 16
+ * channels of bytes (rows src + c*cs) to 16 positions of 16 centered int16 (dst, 32 bytes
+ * apart). Channels c and c + 8 share a ymm (lanes 0 and 1), so each in-lane unpack stage
+ * transposes both halves at once: three stages leave, per lane, one position's 8 channels per
+ * qword, which widening against zero turns into that position's 16 int16 (lane 0: channels
+ * 0-7, lane 1: 8-15). bytes ^ flip are uint8, minus zxu: |x - zx| <= 255 fits int16. */
+void ql_dw_t16_avx2(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zxu, int16_t *dst)
+{
+    const __m256i f = _mm256_set1_epi8((char)flip), z = _mm256_set1_epi16((int16_t)zxu), zero = _mm256_setzero_si256();
+    __m256i r[8], a[8], b[8];
+    for (int i = 0; i < 8; i++) {
+        __m256i v = _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(src + i * cs)));
+        v = _mm256_inserti128_si256(v, _mm_loadu_si128((const __m128i *)(src + (i + 8) * cs)), 1);
+        r[i] = _mm256_xor_si256(v, f);
+    }
+    /* a[j] (a[j + 4]): positions 0-7 (8-15) of channels 2j, 2j + 1, a word per position */
+    for (int j = 0; j < 4; j++) {
+        a[j] = _mm256_unpacklo_epi8(r[2 * j], r[2 * j + 1]);
+        a[j + 4] = _mm256_unpackhi_epi8(r[2 * j], r[2 * j + 1]);
+    }
+    /* b[4h + 2g + m]: positions 8h + 4g .. + 3 of channels 4m .. 4m + 3, a dword per position */
+    for (int h = 0; h < 2; h++)
+        for (int m = 0; m < 2; m++) {
+            b[4 * h + m] = _mm256_unpacklo_epi16(a[4 * h + 2 * m], a[4 * h + 2 * m + 1]);
+            b[4 * h + 2 + m] = _mm256_unpackhi_epi16(a[4 * h + 2 * m], a[4 * h + 2 * m + 1]);
+        }
+    for (int h = 0; h < 2; h++)
+        for (int g = 0; g < 2; g++) {
+            /* qwords: positions k, k + 1 (and k + 2, k + 3) of channels 0-7, k = 8h + 4g */
+            __m256i lo = _mm256_unpacklo_epi32(b[4 * h + 2 * g], b[4 * h + 2 * g + 1]);
+            __m256i hi = _mm256_unpackhi_epi32(b[4 * h + 2 * g], b[4 * h + 2 * g + 1]);
+            int16_t *o = dst + 16 * (8 * h + 4 * g);
+            _mm256_storeu_si256((__m256i *)o, _mm256_sub_epi16(_mm256_unpacklo_epi8(lo, zero), z));
+            _mm256_storeu_si256((__m256i *)(o + 16), _mm256_sub_epi16(_mm256_unpackhi_epi8(lo, zero), z));
+            _mm256_storeu_si256((__m256i *)(o + 32), _mm256_sub_epi16(_mm256_unpacklo_epi8(hi, zero), z));
+            _mm256_storeu_si256((__m256i *)(o + 48), _mm256_sub_epi16(_mm256_unpackhi_epi8(hi, zero), z));
+        }
+}
+
 #pragma GCC pop_options
 #else
 typedef int ql_conv_avx2_empty;   /* ISO C: a translation unit is not empty */
