@@ -56,7 +56,7 @@ static inline __attribute__((always_inline)) void dw_cl_body(const int16_t *X, c
     for (int t = 0; t < 2 * np; t++) tb[t] = toff[t] * 32;
     const char *xb = (const char *)X;
     const ptrdiff_t ostep = step * 32;
-    __m256i blo = _mm256_setzero_si256(), bhi = blo, zp = blo;
+    __m256i blo = _mm256_setzero_si256(), bhi = blo, zp = blo;   /* zp: int16 lanes */
     __m256 mlo = _mm256_setzero_ps(), mhi = mlo, flo = mlo, fhi = mlo;
     if (q) {
         __m256i b0 = _mm256_loadu_si256((const __m256i *)q->bias), b1 = _mm256_loadu_si256((const __m256i *)(q->bias + 8));
@@ -67,11 +67,12 @@ static inline __attribute__((always_inline)) void dw_cl_body(const int16_t *X, c
         mhi = _mm256_permute2f128_ps(m0, m1, 0x31);
         flo = _mm256_set1_ps(q->lo);
         fhi = _mm256_set1_ps(q->hi);
-        zp = _mm256_set1_epi32(q->zp);
+        zp = _mm256_set1_epi16((int16_t)q->zp);
     }
     for (int o = 0; o < ow; o++) {
         const char *xo = xb + (ptrdiff_t)o * ostep;
-        __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+        /* the bias starts the sum (wrap32 addition is associative: the same acc + bias) */
+        __m256i lo = blo, hi = bhi;
         for (int k = 0; k < np; k++) {
             __m256i a = _mm256_loadu_si256((const __m256i *)(xo + tb[2 * k]));
             __m256i b = _mm256_loadu_si256((const __m256i *)(xo + tb[2 * k + 1]));
@@ -84,16 +85,16 @@ static inline __attribute__((always_inline)) void dw_cl_body(const int16_t *X, c
             _mm256_storeu_si256((__m256i *)(acc + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
             continue;
         }
-        /* as simd_common_avx2.h's epilogue: wrap32 add, cvtdq2ps, one mulps, clamp (maxps
-         * first: NaN goes to lo), cvtps2dq (nearest even), + zp; the results lie in the output
-         * type's range, so the saturating packs are exact */
-        __m256 vlo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(lo, blo)), mlo);
-        __m256 vhi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(hi, bhi)), mhi);
+        /* as simd_common_avx2.h's epilogue: cvtdq2ps, one mulps, clamp to [lo, hi] (maxps
+         * first: NaN goes to lo), cvtps2dq (nearest even), + zp. lo = qmin - zp and
+         * hi = qmax - zp lie in [-255, 255]: vpackssdw is exact, the int16 + zp lands in
+         * [qmin, qmax] (no int16 overflow) and the byte pack is exact too */
+        __m256 vlo = _mm256_mul_ps(_mm256_cvtepi32_ps(lo), mlo);
+        __m256 vhi = _mm256_mul_ps(_mm256_cvtepi32_ps(hi), mhi);
         vlo = _mm256_min_ps(_mm256_max_ps(vlo, flo), fhi);
         vhi = _mm256_min_ps(_mm256_max_ps(vhi, flo), fhi);
-        __m256i ilo = _mm256_add_epi32(_mm256_cvtps_epi32(vlo), zp);
-        __m256i ihi = _mm256_add_epi32(_mm256_cvtps_epi32(vhi), zp);
-        __m256i p16 = _mm256_packs_epi32(ilo, ihi);   /* channels 0-7 | 8-15, int16 */
+        __m256i p16 = _mm256_packs_epi32(_mm256_cvtps_epi32(vlo), _mm256_cvtps_epi32(vhi));
+        p16 = _mm256_add_epi16(p16, zp);   /* channels 0-7 | 8-15, int16 */
         __m128i a = _mm256_castsi256_si128(p16), b = _mm256_extracti128_si256(p16, 1);
         __m128i p8 = is_signed ? _mm_packs_epi16(a, b) : _mm_packus_epi16(a, b);
         _mm_storeu_si128((__m128i *)((uint8_t *)out + 16 * o), p8);
