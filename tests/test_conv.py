@@ -745,6 +745,51 @@ def test_prepared_conv_repeated_calls_with_changing_parameters():
         assert_exact(p.run(x, xsc, xz, ys, yz), want)
 
 
+def test_prepared_conv_repeated_identical_calls():
+    """A call repeating the last one's parameter objects skips their validation (NumPy scalars
+    and Python numbers only): x changed in place, a new x of the same shape, a non-contiguous
+    or byte-swapped x, 0-d array parameters written in place between calls, a change of
+    engine: the oracle's answer every time."""
+    from qlinear import _native
+
+    rng = np.random.default_rng(46)
+    w = rand_int(rng, I8, (16, 1, 3, 3))
+    ws, wz = rand_scale(rng, (16,)), rand_int(rng, I8, (16,))
+    b = rng.integers(-20000, 20000, 16, dtype=I32)   # outputs mostly unsaturated: changes show
+    kw = dict(pads=[1, 1, 1, 1], group=16)
+    p = qlinear.prepare_qlinear_conv(w, ws, wz, b, **kw)
+    pi = qlinear.prepare_conv_integer(w, wz, **kw)
+    xsc, xz, ys, yz = np.float32(0.02), np.uint8(3), np.float32(20.0), np.uint8(127)
+    x = rand_int(rng, U8, (1, 16, 6, 7))
+
+    def check(x, xsc=xsc, xz=xz, ys=ys, yz=yz):
+        assert_exact(p.run(x, xsc, xz, ys, yz), oracle.qlinear_conv(x, xsc, xz, w, ws, wz, ys, yz, b, **kw))
+        assert_exact(pi.run(x, xz), oracle.conv_integer(x, w, xz, wz, **kw))
+        assert_exact(pi.run(x), oracle.conv_integer(x, w, U8(0), wz, **kw))
+
+    for _ in range(2):
+        check(x)
+        x[...] = rand_int(rng, U8, x.shape)                       # written in place
+        check(x)
+        check(rand_int(rng, U8, x.shape))                         # another array
+        check(np.asfortranarray(rand_int(rng, U8, x.shape)))      # not contiguous
+        check(rand_int(rng, U8, x.shape).astype(np.dtype(U8).newbyteorder()))
+        check(x, 0.02, 3, 20.0, yz)                               # Python numbers
+        for one in (dict(xsc=np.float32(0.03)), dict(xz=np.uint8(5)), dict(ys=np.float32(30.0)),
+                    dict(yz=np.uint8(9))):                        # one parameter changed
+            check(x, **one)
+            check(x)
+    z0, s0 = np.array(3, U8), np.array(20.0, np.float32)          # 0-d arrays: mutable
+    check(x, xsc, z0, s0, yz)
+    z0[...] = 200
+    s0[...] = 30.0
+    check(x, xsc, z0, s0, yz)
+    check(x)
+    with _native.use_engine("numpy"):
+        check(x)
+    check(x)
+
+
 @pytest.mark.parametrize("spatial", [(1, 1), (3, 5), (7, 9), (1, 17), (5, 56), (2, 3, 11)])
 @pytest.mark.parametrize("seven_bit", [False, True])
 def test_pointwise_panels_across_output_rows(spatial, seven_bit):
