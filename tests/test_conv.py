@@ -745,6 +745,35 @@ def test_prepared_conv_repeated_calls_with_changing_parameters():
         assert_exact(p.run(x, xsc, xz, ys, yz), want)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape,kernel,attrs,mult", [
+    ((2, 64, 48, 48), (3, 3), dict(pads=[1, 1, 1, 1]), 1),                 # channels-last, 2.6M MACs
+    ((2, 40, 96, 70), (3, 3), dict(pads=[0, 1, 1, 0], strides=[2, 1]), 1),  # bands, C % 16 != 0
+    ((1, 24, 5, 4200), (3, 3), dict(pads=[1, 1, 1, 1]), 1),                # too wide: row path
+    ((2, 12, 36, 36), (5, 5), dict(pads=[2, 2, 2, 2]), 3),                 # multiplier: plane mode
+    ((2, 16, 70000), (3,), dict(pads=[1, 1], strides=[2]), 1),             # 1-D, gathers
+])
+def test_depthwise_threads_all_types(shape, kernel, attrs, mult, threads):
+    """Depthwise layers above the threading threshold (2^21 MACs) on every path, on 1 and 2
+    threads, every type combination (half of them per thread count), full-range values
+    around differing per-channel zero points, full-range int32 biases."""
+    rng = np.random.default_rng([*shape, *kernel, mult, threads, 47])
+    c = shape[1]
+    kwargs = dict(attrs, group=c)
+    saved = qlinear.get_num_threads()
+    qlinear.set_num_threads(threads)
+    try:
+        for i, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS[threads - 1::2]):
+            x = rand_int(rng, xdt, shape)
+            w = rand_int(rng, wdt, (c * mult, 1, *kernel))
+            args = _qconv_args(rng, x, w, ydt=ydt)
+            check_qconv(args, kwargs)
+            if i % 2 == 0:
+                check_convint(as_convint_args(args), kwargs)
+    finally:
+        qlinear.set_num_threads(saved)
+
+
 def test_prepared_conv_repeated_identical_calls():
     """A call repeating the last one's parameter objects skips their validation (NumPy scalars
     and Python numbers only): x changed in place, a new x of the same shape, a non-contiguous
