@@ -967,17 +967,18 @@ static void dw_plane_task(void *vctx, ptrdiff_t task, int thread)
 /* output pixels per epilogue call */
 #define DWCL_CHUNK 256
 
-void ql_dw_cl_scalar(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs,
-                     ptrdiff_t step, int ow, const ql_dw_q *q, void *out)
+void ql_dw_cl_scalar(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs, ptrdiff_t step,
+                     ptrdiff_t row_step, int rows, int ow, const ql_dw_q *q, void *out)
 {
-    for (int o = 0; o < ow; o++) {
-        const int16_t *xo = X + (ptrdiff_t)o * step * 16;
+    for (int ro = 0; ro < rows * ow; ro++) {
+        int r = ro / ow, o = ro % ow;
+        const int16_t *xo = X + ((ptrdiff_t)r * row_step + (ptrdiff_t)o * step) * 16;
         for (int c = 0; c < 16; c++) {
             uint32_t sum = 0;
             for (int t = 0; t < 2 * npairs; t++)   /* |w|, |x| <= 255: each product exact */
                 sum += (uint32_t)((int32_t)wt[16 * t + c] * xo[toff[t] * 16 + c]);
             if (!q) {
-                ((int32_t *)out)[16 * o + c] = (int32_t)sum;
+                ((int32_t *)out)[16 * ro + c] = (int32_t)sum;
                 continue;
             }
             /* epilogue.c's arithmetic: wrap32 bias, one float32 multiply, clamp, nearest even */
@@ -985,7 +986,7 @@ void ql_dw_cl_scalar(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt,
             float v = (float)(int32_t)sum * q->mult[c];
             if (!(v >= q->lo)) v = q->lo;
             if (v > q->hi) v = q->hi;
-            ((uint8_t *)out)[16 * o + c] = (uint8_t)(ql_rne(v) + q->zp);   /* in T's range */
+            ((uint8_t *)out)[16 * ro + c] = (uint8_t)(ql_rne(v) + q->zp);   /* in T's range */
         }
     }
 }
@@ -997,10 +998,11 @@ typedef struct dwcl_ctx {
     int64_t H, W, hp, wp, taps, blocks, P;
     int64_t band, xrows;        /* output rows per band, padded input rows they read */
     int npairs;
+    ptrdiff_t toff[DWCL_MAX_TAPS];   /* tap offsets in X positions (the padding tap: 0) */
     /* the fill's 16 x 16 transpose: the AVX2 one on levels whose kernel is AVX2 */
     void (*t16)(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zxu, int16_t *dst);
     char *scratch;
-    size_t scratch_bytes, off_x, off_t, off_w, off_toff, off_acc, off_comp;
+    size_t scratch_bytes, off_x, off_t, off_w, off_acc, off_comp;
 } dwcl_ctx;
 
 #if QL_X86
@@ -1160,16 +1162,11 @@ static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
     int nch = (int)(p->C - c0 < 16 ? p->C - c0 : 16);
     int16_t *X = (int16_t *)(s + d->off_x);
     int16_t *wt = (int16_t *)(s + d->off_w);
-    ptrdiff_t *toff = (ptrdiff_t *)(s + d->off_toff);
     int32_t *acc = (int32_t *)(s + d->off_acc), *comp = (int32_t *)(s + d->off_comp);
     /* weights [2*npairs][16]: channel tails and the padding tap are 0 */
     memset(wt, 0, sizeof(int16_t) * 32 * (size_t)d->npairs);
     for (int c = 0; c < nch; c++)
         for (int64_t t = 0; t < d->taps; t++) wt[16 * t + c] = d->wc[(c0 + c) * d->taps + t];
-    for (int64_t t = 0; t < 2 * d->npairs; t++) {
-        int64_t tt = t < d->taps ? t : 0, kh = tt / p->k[1], kw = tt % p->k[1];
-        toff[t] = (ptrdiff_t)(kh * p->dil[0] * d->wp + kw * p->dil[1]);
-    }
     ql_epilogue ep;
     plan_epilogue(p, &ep);
     ep.out_rs = (ptrdiff_t)d->P;
@@ -1202,12 +1199,9 @@ static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
         dwcl_fill(d, n, c0, nch, pr0, xr, X, (int16_t *)(s + d->off_t));
         for (int64_t oh0 = b0; oh0 < b1; oh0 += rows_per) {
             int64_t nrow = b1 - oh0 < rows_per ? b1 - oh0 : rows_per;
-            for (int64_t r = 0; r < nrow; r++) {
-                const int16_t *xrow = X + 16 * (size_t)((oh0 + r) * p->stride[0] - pr0) * (size_t)d->wp;
-                d->isa->dw_cl(xrow, toff, wt, d->npairs, (ptrdiff_t)p->stride[1], (int)OW, qp,
-                              qp ? (void *)((uint8_t *)acc + 16 * (size_t)(r * OW))
-                                 : (void *)(acc + 16 * (size_t)(r * OW)));
-            }
+            const int16_t *xrow = X + 16 * (size_t)(oh0 * p->stride[0] - pr0) * (size_t)d->wp;
+            d->isa->dw_cl(xrow, d->toff, wt, d->npairs, (ptrdiff_t)p->stride[1], (ptrdiff_t)(p->stride[0] * d->wp),
+                          (int)nrow, (int)OW, qp, acc);   /* int32 or bytes */
             int cols = (int)(nrow * OW);
             if (qp) {
                 dwcl_store_q((const uint8_t *)acc, nch, cols, ych + oh0 * OW, (ptrdiff_t)d->P);
@@ -1256,6 +1250,10 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
     d.xrows = (d.band - 1) * p->stride[0] + span;
     d.P = p->out[0] * p->out[1];
     d.blocks = (p->C + 15) / 16;
+    for (int64_t t = 0; t < 2 * d.npairs; t++) {
+        int64_t tt = t < d.taps ? t : 0, kh = tt / p->k[1], kw = tt % p->k[1];
+        d.toff[t] = (ptrdiff_t)(kh * p->dil[0] * d.wp + kw * p->dil[1]);
+    }
     int64_t chunk = DWCL_CHUNK > p->out[1] ? DWCL_CHUNK / p->out[1] * p->out[1] : p->out[1];
     size_t o = 0;
     d.off_x = o;
@@ -1264,8 +1262,6 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
     if (!QL_X86 || d.W < 16 || p->C % 16 != 0) o += align64(sizeof(int16_t) * 16 * (size_t)(d.xrows * d.W));
     d.off_w = o;
     o += align64(sizeof(int16_t) * 32 * (size_t)d.npairs);
-    d.off_toff = o;
-    o += align64(sizeof(ptrdiff_t) * 2 * (size_t)d.npairs);
     d.off_acc = o;
     o += align64(sizeof(int32_t) * 16 * (size_t)chunk);
     d.off_comp = o;

@@ -48,8 +48,8 @@ void ql_dw_rows_avx2(const int16_t *const *rows, const int16_t *w, int npairs, i
  * vpackssdw of the low and high results puts the 16 channels back in order (as int16). */
 static inline __attribute__((always_inline)) void dw_cl_body(const int16_t *X, const ptrdiff_t *toff,
                                                              const __m256i *wl, const __m256i *wh, int np,
-                                                             ptrdiff_t step, int ow, const ql_dw_q *q,
-                                                             int is_signed, void *out)
+                                                             ptrdiff_t step, ptrdiff_t row_step, int rows, int ow,
+                                                             const ql_dw_q *q, int is_signed, void *out)
 {
     /* byte offsets of the taps, in locals: the stores below may alias toff otherwise */
     ptrdiff_t tb[64];
@@ -69,8 +69,9 @@ static inline __attribute__((always_inline)) void dw_cl_body(const int16_t *X, c
         fhi = _mm256_set1_ps(q->hi);
         zp = _mm256_set1_epi16((int16_t)q->zp);
     }
-    for (int o = 0; o < ow; o++) {
-        const char *xo = xb + (ptrdiff_t)o * ostep;
+    for (int r = 0; r < rows; r++)
+    for (int o = 0, ro = r * ow; o < ow; o++, ro++) {
+        const char *xo = xb + (ptrdiff_t)r * row_step * 32 + (ptrdiff_t)o * ostep;
         /* the bias starts the sum (wrap32 addition is associative: the same acc + bias) */
         __m256i lo = blo, hi = bhi;
         for (int k = 0; k < np; k++) {
@@ -80,7 +81,7 @@ static inline __attribute__((always_inline)) void dw_cl_body(const int16_t *X, c
             hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wh[k]));
         }
         if (!q) {
-            int32_t *acc = (int32_t *)out + 16 * o;
+            int32_t *acc = (int32_t *)out + 16 * ro;
             _mm256_storeu_si256((__m256i *)acc, _mm256_permute2x128_si256(lo, hi, 0x20));
             _mm256_storeu_si256((__m256i *)(acc + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
             continue;
@@ -97,21 +98,22 @@ static inline __attribute__((always_inline)) void dw_cl_body(const int16_t *X, c
         p16 = _mm256_add_epi16(p16, zp);   /* channels 0-7 | 8-15, int16 */
         __m128i a = _mm256_castsi256_si128(p16), b = _mm256_extracti128_si256(p16, 1);
         __m128i p8 = is_signed ? _mm_packs_epi16(a, b) : _mm_packus_epi16(a, b);
-        _mm_storeu_si128((__m128i *)((uint8_t *)out + 16 * o), p8);
+        _mm_storeu_si128((__m128i *)((uint8_t *)out + 16 * ro), p8);
     }
 }
 
 static inline __attribute__((always_inline)) void dw_cl_np(const int16_t *X, const ptrdiff_t *toff,
                                                            const __m256i *wl, const __m256i *wh, int np,
-                                                           ptrdiff_t step, int ow, const ql_dw_q *q, void *out)
+                                                           ptrdiff_t step, ptrdiff_t row_step, int rows, int ow,
+                                                           const ql_dw_q *q, void *out)
 {
-    if (!q) dw_cl_body(X, toff, wl, wh, np, step, ow, NULL, 0, out);
-    else if (q->is_signed) dw_cl_body(X, toff, wl, wh, np, step, ow, q, 1, out);
-    else dw_cl_body(X, toff, wl, wh, np, step, ow, q, 0, out);
+    if (!q) dw_cl_body(X, toff, wl, wh, np, step, row_step, rows, ow, NULL, 0, out);
+    else if (q->is_signed) dw_cl_body(X, toff, wl, wh, np, step, row_step, rows, ow, q, 1, out);
+    else dw_cl_body(X, toff, wl, wh, np, step, row_step, rows, ow, q, 0, out);
 }
 
-void ql_dw_cl_avx2(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs,
-                   ptrdiff_t step, int ow, const ql_dw_q *q, void *out)
+void ql_dw_cl_avx2(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs, ptrdiff_t step,
+                   ptrdiff_t row_step, int rows, int ow, const ql_dw_q *q, void *out)
 {
     enum { MAXP = 32 };
     __m256i wl[MAXP], wh[MAXP];
@@ -123,9 +125,9 @@ void ql_dw_cl_avx2(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, i
     }
     /* 3x3 (5 pairs) and 2x2 / 1x3 / 3x1 (2 pairs) unrolled: tap offsets stay in registers;
      * other kernels loop over their pairs */
-    if (npairs == 5) dw_cl_np(X, toff, wl, wh, 5, step, ow, q, out);
-    else if (npairs == 2) dw_cl_np(X, toff, wl, wh, 2, step, ow, q, out);
-    else dw_cl_np(X, toff, wl, wh, npairs < MAXP ? npairs : MAXP, step, ow, q, out);
+    if (npairs == 5) dw_cl_np(X, toff, wl, wh, 5, step, row_step, rows, ow, q, out);
+    else if (npairs == 2) dw_cl_np(X, toff, wl, wh, 2, step, row_step, rows, ow, q, out);
+    else dw_cl_np(X, toff, wl, wh, npairs < MAXP ? npairs : MAXP, step, row_step, rows, ow, q, out);
 }
 
 /* The channels-last fill (conv.c's transpose16_i16, same contract): 16 positions x 16
