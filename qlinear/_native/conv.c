@@ -995,6 +995,7 @@ typedef struct dwcl_ctx {
     const ql_conv_plan *p;
     const ql_isa *isa;
     const int16_t *wc;          /* (M, taps) centered int16 weights */
+    const int16_t *wcl;         /* their channels-last form [blocks][2*npairs][16] */
     int64_t H, W, hp, wp, taps, blocks, P;
     int64_t band, xrows;        /* output rows per band, padded input rows they read */
     int npairs;
@@ -1002,7 +1003,7 @@ typedef struct dwcl_ctx {
     /* the fill's 16 x 16 transpose: the AVX2 one on levels whose kernel is AVX2 */
     void (*t16)(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zxu, int16_t *dst);
     char *scratch;
-    size_t scratch_bytes, off_x, off_t, off_w, off_acc, off_comp;
+    size_t scratch_bytes, off_x, off_t, off_acc, off_comp;
 } dwcl_ctx;
 
 #if QL_X86
@@ -1115,8 +1116,13 @@ static void dwcl_fill(const dwcl_ctx *d, int64_t n, int64_t c0, int nch, int64_t
 #endif
     int64_t q = 0;
 #if QL_X86
-    if (nch == 16)
+    if (nch == 16 && len >= 16) {
         for (; q + 16 <= len; q += 16) d->t16(xb + q, (ptrdiff_t)plane, flip, zxu, T + 16 * q);
+        if (q < len) {   /* the last 16 positions (overlapping the block before) */
+            d->t16(xb + len - 16, (ptrdiff_t)plane, flip, zxu, T + 16 * (len - 16));
+            q = len;
+        }
+    }
 #endif
     if (q < len) {
         memset(T + 16 * q, 0, sizeof(int16_t) * 16 * (size_t)(len - q));
@@ -1161,25 +1167,23 @@ static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
     int64_t n = task / d->blocks, c0 = (task % d->blocks) * 16;
     int nch = (int)(p->C - c0 < 16 ? p->C - c0 : 16);
     int16_t *X = (int16_t *)(s + d->off_x);
-    int16_t *wt = (int16_t *)(s + d->off_w);
     int32_t *acc = (int32_t *)(s + d->off_acc), *comp = (int32_t *)(s + d->off_comp);
-    /* weights [2*npairs][16]: channel tails and the padding tap are 0 */
-    memset(wt, 0, sizeof(int16_t) * 32 * (size_t)d->npairs);
-    for (int c = 0; c < nch; c++)
-        for (int64_t t = 0; t < d->taps; t++) wt[16 * t + c] = d->wc[(c0 + c) * d->taps + t];
+    /* the block's weights [2*npairs][16] (channel tails and the padding tap are 0) */
+    const int16_t *wt = d->wcl + (size_t)(task % d->blocks) * 32 * (size_t)d->npairs;
     ql_epilogue ep;
-    plan_epilogue(p, &ep);
-    ep.out_rs = (ptrdiff_t)d->P;
     size_t esize = p->quantized ? 1 : 4;
-    ep.out = (char *)p->y + (size_t)(n * p->M * d->P) * esize;
+    if (!p->quantized) {
+        plan_epilogue(p, &ep);
+        ep.out_rs = (ptrdiff_t)d->P;
+        ep.out = (char *)p->y + (size_t)(n * p->M * d->P) * esize;
+    }
     /* 8-bit output: the requantization runs in the kernel (channels beyond nch: bias 0,
      * multiplier 0), which writes bytes [pixel][16] for dwcl_store_q */
     ql_dw_q q, *qp = NULL;
     if (p->quantized) {
-        memset(&q, 0, sizeof q);
-        for (int c = 0; c < nch; c++) {
-            q.bias[c] = p->bias ? p->bias[c0 + c] : 0;
-            q.mult[c] = p->mult[(c0 + c) * p->mult_s];
+        for (int c = 0; c < 16; c++) {
+            q.bias[c] = c < nch && p->bias ? p->bias[c0 + c] : 0;
+            q.mult[c] = c < nch ? p->mult[(c0 + c) * p->mult_s] : 0.0f;
         }
         q.lo = p->lo;
         q.hi = p->hi;
@@ -1215,7 +1219,7 @@ static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
 
 /* The channels-last path when it applies (returns 1 after running it, 0 to take the others,
  * negative on error). */
-static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc, size_t workspace)
+static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc, size_t w_elems, size_t workspace)
 {
     if (p->nsp != 2 || p->M != p->C || p->C < 8 || !isa->dw_cl) return 0;
     dwcl_ctx d;
@@ -1250,6 +1254,10 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
     d.xrows = (d.band - 1) * p->stride[0] + span;
     d.P = p->out[0] * p->out[1];
     d.blocks = (p->C + 15) / 16;
+    /* the channels-last weights, when the caller passed them after wc (conv.h) */
+    size_t wct = (size_t)(p->M * d.taps), wcl = (size_t)d.blocks * 32 * (size_t)d.npairs;
+    if (w_elems < wct + wcl) return 0;   /* not passed: the other paths */
+    d.wcl = wc + wct;
     for (int64_t t = 0; t < 2 * d.npairs; t++) {
         int64_t tt = t < d.taps ? t : 0, kh = tt / p->k[1], kw = tt % p->k[1];
         d.toff[t] = (ptrdiff_t)(kh * p->dil[0] * d.wp + kw * p->dil[1]);
@@ -1260,8 +1268,6 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
     o += align64(sizeof(int16_t) * 16 * (size_t)(d.xrows * d.wp));
     d.off_t = o;   /* T: only for rows narrower than 16 and channel blocks below 16 */
     if (!QL_X86 || d.W < 16 || p->C % 16 != 0) o += align64(sizeof(int16_t) * 16 * (size_t)(d.xrows * d.W));
-    d.off_w = o;
-    o += align64(sizeof(int16_t) * 32 * (size_t)d.npairs);
     d.off_acc = o;
     o += align64(sizeof(int32_t) * 16 * (size_t)chunk);
     d.off_comp = o;
@@ -1278,10 +1284,11 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
     return 1;
 }
 
-int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc, size_t workspace)
+int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc, size_t w_elems,
+                      size_t workspace)
 {
     {
-        int rc = dwcl_run(p, isa, wc, workspace);
+        int rc = dwcl_run(p, isa, wc, w_elems, workspace);
         if (rc) return rc < 0 ? rc : 0;
     }
     dw_ctx d;

@@ -462,7 +462,7 @@ static PyObject *m_conv(PyObject *self, PyObject *args) {
     if (p.N > 0 && p.M > 0) {
         Py_BEGIN_ALLOW_THREADS
         if (depthwise)
-            rc = ql_conv_depthwise(&p, isa, (const int16_t *)w.buf, (size_t)workspace);
+            rc = ql_conv_depthwise(&p, isa, (const int16_t *)w.buf, (size_t)w.len / 2, (size_t)workspace);
         else
             rc = ql_conv_gemm(&p, isa, k, w.buf, (size_t)workspace);
         Py_END_ALLOW_THREADS
