@@ -44,6 +44,7 @@ class _ConvWeights:
         # A prepared form keeps its own copies (never views of the caller's arrays); a plain
         # call uses w once, while the caller waits.
         self.w = np.array(w, copy=True) if owned else w
+        self._owned = owned   # a prepared form (kept for many calls), not a plain call
         self._kernel: ConvKernel | None = None
         self._native: dict[tuple[str, bool], np.ndarray] = {}
         # (x shape, x dtype, x_zero_point) → (validated zero point, geometry), for repeated calls.
@@ -137,9 +138,11 @@ class _ConvWeights:
                 # |w - zp| <= 255: exact in int16
                 got = np.subtract(w2, zp[:, None].astype(np.int16), dtype=np.int16)
                 taps = got.shape[1]
-                if self.w.ndim == 4 and m == self.attributes.group and taps <= _DW_CL_MAX_TAPS:
-                    # followed by the channels-last kernel's form (conv.h): blocks of 16
-                    # channels, taps padded to pairs, [block][tap][channel], zeros beyond
+                if self._owned and self.w.ndim == 4 and m == self.attributes.group and taps <= _DW_CL_MAX_TAPS:
+                    # prepared forms: followed by the channels-last kernel's form (conv.h),
+                    # blocks of 16 channels, taps padded to pairs, [block][tap][channel],
+                    # zeros beyond (a plain call's weights are used once: conv.c gathers
+                    # each block's instead, cheaper than building this)
                     cl = np.zeros((-(-m // 16) * 16, taps + taps % 2), dtype=np.int16)
                     cl[:m, :taps] = got
                     cl = cl.reshape(-1, 16, cl.shape[1]).transpose(0, 2, 1)

@@ -767,7 +767,9 @@ def test_depthwise_threads_all_types(shape, kernel, attrs, mult, threads):
             x = rand_int(rng, xdt, shape)
             w = rand_int(rng, wdt, (c * mult, 1, *kernel))
             args = _qconv_args(rng, x, w, ydt=ydt)
-            check_qconv(args, kwargs)
+            got = check_qconv(args, kwargs)
+            x, xs, xz, w, ws, wz, ys, yz, b = args
+            assert_exact(qlinear.prepare_qlinear_conv(w, ws, wz, b, **kwargs).run(x, xs, xz, ys, yz), got)
             if i % 2 == 0:
                 check_convint(as_convint_args(args), kwargs)
     finally:
@@ -858,8 +860,14 @@ def test_depthwise_channels_last(c, spatial, kernel, attrs):
     for xdt, wdt, ydt in ((U8, I8, U8), (I8, U8, I8), (I8, I8, U8)):
         x = rand_int(rng, xdt, (2, c, *spatial))
         w = rand_int(rng, wdt, (c, 1, *kernel))
-        check_qconv(_qconv_args(rng, x, w, ydt=ydt), kwargs)
-        check_convint([x, w, rand_int(rng, xdt, ()), rand_int(rng, wdt, (c,))], kwargs)
+        args = _qconv_args(rng, x, w, ydt=ydt)
+        got = check_qconv(args, kwargs)
+        # the prepared form (weights also in the channels-last kernel's layout)
+        x, xs, xz, w, ws, wz, ys, yz, b = args
+        assert_exact(qlinear.prepare_qlinear_conv(w, ws, wz, b, **kwargs).run(x, xs, xz, ys, yz), got)
+        args = [x, w, rand_int(rng, xdt, ()), rand_int(rng, wdt, (c,))]
+        got = check_convint(args, kwargs)
+        assert_exact(qlinear.prepare_conv_integer(w, args[3], **kwargs).run(x, args[2]), got)
     x = rand_extreme(rng, U8, (1, c, *spatial))
     w = rand_extreme(rng, I8, (c, 1, *kernel))
     check_convint([x, w, U8(0), I8(127)], kwargs)

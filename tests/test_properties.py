@@ -178,12 +178,17 @@ def depthwise_cases(draw):
 @given(depthwise_cases())
 def test_depthwise_conv_equals_oracle(case):
     args, kwargs, threads = case
-    x, _, xz, w, _, wz = args[:6]
     saved = qlinear.get_num_threads()
     qlinear.set_num_threads(threads)
     try:
-        assert_exact(qlinear.qlinear_conv(*args, **kwargs), oracle.qlinear_conv(*args, **kwargs))
-        assert_exact(qlinear.conv_integer(x, w, xz, wz, **kwargs), oracle.conv_integer(x, w, xz, wz, **kwargs))
+        want = oracle.qlinear_conv(*args, **kwargs)
+        assert_exact(qlinear.qlinear_conv(*args, **kwargs), want)
+        # prepared forms (their own weight layouts: conv.py's native_weights)
+        x, xs, xz, w, ws, wz, ys, yz, b = args
+        assert_exact(qlinear.prepare_qlinear_conv(w, ws, wz, b, **kwargs).run(x, xs, xz, ys, yz), want)
+        want = oracle.conv_integer(x, w, xz, wz, **kwargs)
+        assert_exact(qlinear.conv_integer(x, w, xz, wz, **kwargs), want)
+        assert_exact(qlinear.prepare_conv_integer(w, wz, **kwargs).run(x, xz), want)
     finally:
         qlinear.set_num_threads(saved)
 

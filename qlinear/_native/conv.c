@@ -995,7 +995,7 @@ typedef struct dwcl_ctx {
     const ql_conv_plan *p;
     const ql_isa *isa;
     const int16_t *wc;          /* (M, taps) centered int16 weights */
-    const int16_t *wcl;         /* their channels-last form [blocks][2*npairs][16] */
+    const int16_t *wcl;         /* their channels-last form [blocks][2*npairs][16], or NULL */
     int64_t H, W, hp, wp, taps, blocks, P;
     int64_t band, xrows;        /* output rows per band, padded input rows they read */
     int npairs;
@@ -1003,7 +1003,7 @@ typedef struct dwcl_ctx {
     /* the fill's 16 x 16 transpose: the AVX2 one on levels whose kernel is AVX2 */
     void (*t16)(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zxu, int16_t *dst);
     char *scratch;
-    size_t scratch_bytes, off_x, off_t, off_acc, off_comp;
+    size_t scratch_bytes, off_x, off_t, off_w, off_acc, off_comp;
 } dwcl_ctx;
 
 #if QL_X86
@@ -1168,8 +1168,18 @@ static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
     int nch = (int)(p->C - c0 < 16 ? p->C - c0 : 16);
     int16_t *X = (int16_t *)(s + d->off_x);
     int32_t *acc = (int32_t *)(s + d->off_acc), *comp = (int32_t *)(s + d->off_comp);
-    /* the block's weights [2*npairs][16] (channel tails and the padding tap are 0) */
-    const int16_t *wt = d->wcl + (size_t)(task % d->blocks) * 32 * (size_t)d->npairs;
+    /* the block's weights [2*npairs][16] (channel tails and the padding tap are 0): in the
+     * channels-last form when the caller passed it, else gathered from (M, taps) */
+    const int16_t *wt;
+    if (d->wcl) {
+        wt = d->wcl + (size_t)(task % d->blocks) * 32 * (size_t)d->npairs;
+    } else {
+        int16_t *wg = (int16_t *)(s + d->off_w);
+        memset(wg, 0, sizeof(int16_t) * 32 * (size_t)d->npairs);
+        for (int c = 0; c < nch; c++)
+            for (int64_t t = 0; t < d->taps; t++) wg[16 * t + c] = d->wc[(c0 + c) * d->taps + t];
+        wt = wg;
+    }
     ql_epilogue ep;
     size_t esize = p->quantized ? 1 : 4;
     if (!p->quantized) {
@@ -1256,8 +1266,7 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
     d.blocks = (p->C + 15) / 16;
     /* the channels-last weights, when the caller passed them after wc (conv.h) */
     size_t wct = (size_t)(p->M * d.taps), wcl = (size_t)d.blocks * 32 * (size_t)d.npairs;
-    if (w_elems < wct + wcl) return 0;   /* not passed: the other paths */
-    d.wcl = wc + wct;
+    d.wcl = w_elems >= wct + wcl ? wc + wct : NULL;
     for (int64_t t = 0; t < 2 * d.npairs; t++) {
         int64_t tt = t < d.taps ? t : 0, kh = tt / p->k[1], kw = tt % p->k[1];
         d.toff[t] = (ptrdiff_t)(kh * p->dil[0] * d.wp + kw * p->dil[1]);
@@ -1268,6 +1277,8 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
     o += align64(sizeof(int16_t) * 16 * (size_t)(d.xrows * d.wp));
     d.off_t = o;   /* T: only for rows narrower than 16 and channel blocks below 16 */
     if (!QL_X86 || d.W < 16 || p->C % 16 != 0) o += align64(sizeof(int16_t) * 16 * (size_t)(d.xrows * d.W));
+    d.off_w = o;
+    o += align64(sizeof(int16_t) * 32 * (size_t)d.npairs);
     d.off_acc = o;
     o += align64(sizeof(int32_t) * 16 * (size_t)chunk);
     d.off_comp = o;

@@ -35,7 +35,7 @@ void ql_dw_t16_avx2(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zxu,
 #endif
 /* wc: (M, taps) centered int16 weights, w_elems int16 in all; when 2-D with M == C and at most
  * 64 taps, they may be followed by the channels-last form (ceil(M/16), 2*ceil(taps/2), 16)
- * (channels beyond M and the padding tap 0): the channels-last path runs only with it */
+ * (channels beyond M and the padding tap 0), used when w_elems covers it */
 int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc, size_t w_elems,
                       size_t workspace);
 
