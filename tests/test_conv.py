@@ -749,6 +749,7 @@ def test_prepared_conv_repeated_calls_with_changing_parameters():
 @pytest.mark.parametrize("shape,kernel,attrs,mult", [
     ((2, 64, 48, 48), (3, 3), dict(pads=[1, 1, 1, 1]), 1),                 # channels-last, 2.6M MACs
     ((2, 40, 96, 70), (3, 3), dict(pads=[0, 1, 1, 0], strides=[2, 1]), 1),  # bands, C % 16 != 0
+    ((1, 32, 101, 90), (3, 3), dict(pads=[1, 1, 1, 1]), 1),               # 2 blocks: rows split
     ((1, 24, 5, 4200), (3, 3), dict(pads=[1, 1, 1, 1]), 1),                # too wide: row path
     ((2, 12, 36, 36), (5, 5), dict(pads=[2, 2, 2, 2]), 3),                 # multiplier: plane mode
     ((2, 16, 70000), (3,), dict(pads=[1, 1], strides=[2]), 1),             # 1-D, gathers

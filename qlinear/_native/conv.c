@@ -998,6 +998,7 @@ typedef struct dwcl_ctx {
     const int16_t *wcl;         /* their channels-last form [blocks][2*npairs][16], or NULL */
     int64_t H, W, hp, wp, taps, blocks, P;
     int64_t band, xrows;        /* output rows per band, padded input rows they read */
+    int64_t group_rows, band_groups;   /* output rows per task (whole bands), groups per plane */
     int npairs;
     ptrdiff_t toff[DWCL_MAX_TAPS];   /* tap offsets in X positions (the padding tap: 0) */
     /* the fill's 16 x 16 transpose: the AVX2 one on levels whose kernel is AVX2 */
@@ -1164,7 +1165,9 @@ static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
     const dwcl_ctx *d = (const dwcl_ctx *)vctx;
     const ql_conv_plan *p = d->p;
     char *s = d->scratch + (size_t)thread * d->scratch_bytes;
-    int64_t n = task / d->blocks, c0 = (task % d->blocks) * 16;
+    /* task: (image, block of 16 channels, group of bands) */
+    int64_t bg = task % d->band_groups, blk = task / d->band_groups % d->blocks;
+    int64_t n = task / d->band_groups / d->blocks, c0 = blk * 16;
     int nch = (int)(p->C - c0 < 16 ? p->C - c0 : 16);
     int16_t *X = (int16_t *)(s + d->off_x);
     int32_t *acc = (int32_t *)(s + d->off_acc), *comp = (int32_t *)(s + d->off_comp);
@@ -1172,7 +1175,7 @@ static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
      * channels-last form when the caller passed it, else gathered from (M, taps) */
     const int16_t *wt;
     if (d->wcl) {
-        wt = d->wcl + (size_t)(task % d->blocks) * 32 * (size_t)d->npairs;
+        wt = d->wcl + (size_t)blk * 32 * (size_t)d->npairs;
     } else {
         int16_t *wg = (int16_t *)(s + d->off_w);
         memset(wg, 0, sizeof(int16_t) * 32 * (size_t)d->npairs);
@@ -1206,9 +1209,10 @@ static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
     /* chunks of whole output rows, at most DWCL_CHUNK pixels (at least one row) */
     int64_t rows_per = DWCL_CHUNK / OW;
     if (rows_per < 1) rows_per = 1;
-    for (int64_t b0 = 0; b0 < OH; b0 += d->band) {
+    int64_t g0 = bg * d->group_rows, g1 = g0 + d->group_rows < OH ? g0 + d->group_rows : OH;
+    for (int64_t b0 = g0; b0 < g1; b0 += d->band) {
         /* a band of output rows and the padded input rows it reads (halo rows read twice) */
-        int64_t b1 = OH - b0 < d->band ? OH : b0 + d->band, pr0 = b0 * p->stride[0];
+        int64_t b1 = g1 - b0 < d->band ? g1 : b0 + d->band, pr0 = b0 * p->stride[0];
         int64_t xr = (b1 - 1 - b0) * p->stride[0] + (p->k[0] - 1) * p->dil[0] + 1;
         dwcl_fill(d, n, c0, nch, pr0, xr, X, (int16_t *)(s + d->off_t));
         for (int64_t oh0 = b0; oh0 < b1; oh0 += rows_per) {
@@ -1290,7 +1294,17 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
     d.scratch = dw_scratch_get(d.scratch_bytes * (size_t)threads, &cached);
     if (!d.scratch) return -1;
     int run_threads = p->N * p->M * d.P * d.taps < DW_MIN_PAR ? 1 : threads;
-    ql_parallel_for((ptrdiff_t)(p->N * d.blocks), run_threads, dwcl_task, &d);
+    /* tasks: (image, channel block, group of output rows); the rows are split only when there
+     * are too few blocks to keep every thread busy to the end (each split re-reads the
+     * kernel's halo rows) */
+    d.group_rows = p->out[0];
+    if (run_threads > 1 && p->N * d.blocks < 4 * (int64_t)run_threads) {
+        int64_t parts = (4 * (int64_t)run_threads + p->N * d.blocks - 1) / (p->N * d.blocks);
+        d.group_rows = (p->out[0] + parts - 1) / parts;
+        if (d.group_rows < d.band) d.band = d.group_rows;
+    }
+    d.band_groups = (p->out[0] + d.group_rows - 1) / d.group_rows;
+    ql_parallel_for((ptrdiff_t)(p->N * d.blocks * d.band_groups), run_threads, dwcl_task, &d);
     dw_scratch_put(d.scratch, cached);
     return 1;
 }
