@@ -1115,11 +1115,13 @@ static void dwcl_store_q(const uint8_t *Q, int nch, int cols, uint8_t *y, ptrdif
     int j = 0;
 #if QL_X86
     __m128i r[16], t[16];
-    for (; j + 16 <= cols; j += 16) {
+    for (; j < cols && cols >= 16; j += 16) {
+        if (j + 16 > cols) j = cols - 16;   /* the last 16 (overlapping: the same bytes again) */
         for (int k = 0; k < 16; k++) r[k] = _mm_loadu_si128((const __m128i *)(Q + 16 * (size_t)(j + k)));
         transpose16_u8(r, t);
         for (int c = 0; c < nch; c++) _mm_storeu_si128((__m128i *)(y + c * P + j), t[c]);
     }
+    if (cols >= 16) return;
 #endif
     for (int c = 0; c < nch; c++)
         for (int jj = j; jj < cols; jj++) y[c * P + jj] = Q[16 * (size_t)jj + c];
