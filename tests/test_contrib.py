@@ -193,8 +193,9 @@ def _engines():
     return out
 
 
-# sizes around the kernels' 16-element steps, their tails, and the threaded chunks (64 Ki)
-NATIVE_SIZES = [1, 2, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 255, 257, 65535, 65537, 3 * 65536 + 5]
+# sizes around the AVX2 kernels' 32-element steps, their tails, and the threaded chunks (64 Ki)
+NATIVE_SIZES = [1, 2, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 95, 96, 97, 255, 257, 65535, 65537,
+                3 * 65536 + 5]
 
 
 @pytest.mark.parametrize("op,fn", [("QLinearAdd", c.qlinear_add), ("QLinearMul", c.qlinear_mul)])
@@ -207,7 +208,7 @@ def test_binary_sizes_and_engines_match_ort(op, fn, dtype):
     cases = []
     for n in NATIVE_SIZES:
         cases += [((n,), (n,)), ((1,), (n,)), ((n,), ())]
-    cases += [((3, 1, 40), (3, 33, 40)), ((2, 17, 1), (1, 17, 9))]
+    cases += [((3, 1, 40), (3, 33, 40)), ((2, 17, 1), (1, 17, 9)), ((1,), ()), ((), (1, 1))]
     for i, (sa, sb) in enumerate(cases):
         ins = _binary_inputs(rng, dtype, sa, sb)
         if i % 5 == 3:
@@ -220,6 +221,41 @@ def test_binary_sizes_and_engines_match_ort(op, fn, dtype):
                 got = fn(*[v for _, v in ins])
             assert got.dtype == want.dtype and got.shape == want.shape, (name, sa, sb)
             assert_exact(got, want)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("mul", [0, 1])
+@pytest.mark.parametrize("dtype", [U8, I8])
+def test_native_binary_forms_match_portable_kernel(threads, mul, dtype):
+    """The AVX2 kernels, one loop per operand form (two runs, a broadcast first operand, a
+    broadcast second operand, both broadcast) and signedness, against the portable C kernel
+    (itself checked against onnxruntime above) through the raw entry point: every form at
+    sizes around the 32-element step and the 64 Ki threaded chunks, on 1 and 2 threads, with
+    output scales that saturate, round near the zero point and overflow int32."""
+    from qlinear import _native
+
+    if not _native.available() or "avx2" not in _native.engine_info()["isas"]:
+        pytest.skip("needs the native engine with the AVX2 level")
+    C = _native._C
+    rng = np.random.default_rng([threads, mul, dtype == I8, 21])
+    saved = _native.get_num_threads()
+    _native.set_num_threads(threads)
+    try:
+        for n in [1, 31, 32, 33, 64, 95, 97, 65535, 65536 + 33, 2 * 65536 + 7]:
+            for ps, qs in [(False, False), (True, False), (False, True), (True, True)]:
+                p = rand_int(rng, dtype, (1 if ps else n,)).view(np.uint8)
+                q = rand_int(rng, dtype, (1 if qs else n,)).view(np.uint8)
+                for f0, f1, f2 in [(0.37, 1.3, -17.25), (1e9, 3e9, 0.5), (0.01, 0.02, 3.0)]:
+                    z0, z1 = (int(rng.integers(-128, 128)), int(rng.integers(-128, 128))) if dtype == I8 \
+                        else (int(rng.integers(0, 256)), int(rng.integers(0, 256)))
+                    outs = {}
+                    for isa in ("scalar", "avx2"):
+                        out = np.full(n, 77, np.uint8)
+                        C.qbinary(isa, mul, p, ps, q, qs, n, f0, f1, f2, z0, z1, dtype == I8, out)
+                        outs[isa] = out
+                    assert_exact(outs["avx2"], outs["scalar"])
+    finally:
+        _native.set_num_threads(saved)
 
 
 @pytest.mark.parametrize("dtype", [U8, I8])
