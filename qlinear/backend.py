@@ -619,8 +619,30 @@ def max_pool(x, *, kernel_shape, strides=None, pads=None, dilations=None,
     shape and attributes (``_max_pool_plan``).
     """
     tup = lambda v: tuple(int(i) for i in v) if v is not None else None  # noqa: E731
-    pad_width, taps, out = _max_pool_plan(tuple(x.shape), tup(kernel_shape), tup(strides), tup(pads),
-                                          tup(dilations), str(auto_pad), int(ceil_mode))
+    key = (tuple(x.shape), tup(kernel_shape), tup(strides), tup(pads), tup(dilations), str(auto_pad),
+           int(ceil_mode))
+    if x.ndim == 4 and x.dtype in _NP_EIGHT_BIT:
+        from qlinear import _native
+
+        C = _native.native()
+        if C is not None:
+            # the compiled byte kernel (qlinear/_native/pool.c): same windows, same maximum
+            kernel, strides2, dilations2, pb, out = _max_pool_geometry(*key)
+            if not (len(kernel) == len(strides2) == len(dilations2) == len(pb) == 2
+                    and min(kernel + strides2 + dilations2) >= 1 and min(pb) >= 0):
+                return _max_pool_numpy(x, key)  # malformed attributes: reported there as before
+            y = _native.empty(out, x.dtype)
+            n, c, h, w = x.shape
+            C.maxpool2d(np.ascontiguousarray(x).reshape(-1).view(np.uint8), y.reshape(-1).view(np.uint8),
+                        n * c, h, w, out[2], out[3], kernel[0], kernel[1], strides2[0], strides2[1],
+                        dilations2[0], dilations2[1], pb[0], pb[1], x.dtype == np.int8)
+            return y
+    return _max_pool_numpy(x, key)
+
+
+def _max_pool_numpy(x: np.ndarray, key: tuple) -> np.ndarray:
+    """max_pool in NumPy: a running maximum over the taps' strided views of the padded input."""
+    pad_width, taps, out = _max_pool_plan(*key)
     lo = np.iinfo(x.dtype).min if x.dtype.kind in "iu" else -np.inf
     if 0 in out:
         return np.full(out, lo, dtype=x.dtype)
@@ -632,11 +654,8 @@ def max_pool(x, *, kernel_shape, strides=None, pads=None, dilations=None,
 
 
 @functools.lru_cache(maxsize=256)
-def _max_pool_plan(shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode):
-    """(np.pad widths or None when every window lies inside x, the taps' index tuples, the
-    output shape) of a MaxPool."""
-    import itertools
-
+def _max_pool_geometry(shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode):
+    """(kernel, strides, dilations, begin pads, output shape) of a MaxPool, every value explicit."""
     from qlinear.tools.ortsat import explicit_pads
 
     nd = len(shape) - 2
@@ -654,6 +673,22 @@ def _max_pool_plan(shape, kernel_shape, strides, pads, dilations, auto_pad, ceil
         if ceil_mode and (o - 1) * strides[i] >= spatial[i] + pb[i]:
             o -= 1  # the last window would start in the end padding
         out.append(max(o, 0))
+    return tuple(kernel), tuple(strides), tuple(dilations), tuple(pb), tuple(shape[:2]) + tuple(out)
+
+
+@functools.lru_cache(maxsize=256)
+def _max_pool_plan(shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode):
+    """(np.pad widths or None when every window lies inside x, the taps' index tuples, the
+    output shape) of a MaxPool."""
+    import itertools
+
+    kernel, strides, dilations, pb, out_shape = _max_pool_geometry(
+        shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
+    nd = len(shape) - 2
+    spatial = list(shape[2:])
+    out = list(out_shape[2:])
+    pe = [max(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - spatial[i] - pb[i])
+          for i in range(nd)]
     extra = [max(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
                  - (spatial[i] + pb[i] + pe[i])) for i in range(nd)]
     pad_width = None

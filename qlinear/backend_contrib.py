@@ -145,14 +145,45 @@ class ContribOp(OpRun):
                 for k in names if k in self.given}
 
 
-class QLinearAdd(ContribOp):
+class _QLinearBinary(ContribOp):
+    """QLinearAdd / QLinearMul: when the six scales and zero points are constants of the model,
+    they are validated and folded once per node and tensor dtype (``PreparedBinary``); each
+    run then checks only A and B. Parameters fed at run time go through the public function
+    on every run (a fed buffer may hold new values)."""
+
+    _op = "add"
+    _bin_key: tuple | None = None
+    _bin: Any = None
+
+    def _binary(self, args: tuple):
+        if len(args) not in (7, 8) or not isinstance(args[0], np.ndarray):
+            return None
+        names = [n for i, n in enumerate(self.onnx_node.input) if i in (1, 2, 4, 5, 6, 7) and n]
+        if self.constant_inputs is None or not all(n in self.constant_inputs for n in names):
+            return None
+        params = (args[1], args[2], args[4], args[5], args[6], _arg(args, 7))
+        key = (args[0].dtype, *map(id, params))
+        if key != self._bin_key or self._bin is None:
+            if args[0].dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
+                return None  # the public function reports the bad tensor
+            self._bin = self._call(_c.prepare_qlinear_binary, self._op, args[0].dtype, *params)
+            self._bin_key, self._bin_alive = key, params  # the arrays kept alive: ids stay unique
+        return self._bin
+
     def _run(self, *args, **_):
-        return (self._call(_c.qlinear_add, *args),)
+        prepared = self._binary(args)
+        if prepared is None:
+            fn = _c.qlinear_mul if self._op == "mul" else _c.qlinear_add
+            return (self._call(fn, *args),)
+        return (self._call(prepared.run, args[0], args[3]),)
 
 
-class QLinearMul(ContribOp):
-    def _run(self, *args, **_):
-        return (self._call(_c.qlinear_mul, *args),)
+class QLinearAdd(_QLinearBinary):
+    _op = "add"
+
+
+class QLinearMul(_QLinearBinary):
+    _op = "mul"
 
 
 class QLinearSigmoid(ContribOp):
