@@ -848,6 +848,84 @@ def test_backend_weight_fed_as_input_is_not_cached_stale():
     assert node_rt._prepared is prepared
 
 
+def _ort_model_run(m, feeds):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("dtype", [U8, I8])
+def test_backend_binary_params_prepared_once_and_never_stale(op, dtype):
+    """QLinearAdd / QLinearMul in the backend: constant scales and zero points are validated and
+    folded once per node (the prepared object is reused run after run), while a scale or zero
+    point fed as a graph input is read anew on every run, including the same buffer refilled
+    with other values; every run equals onnxruntime. Shapes change between runs (each pair
+    remembered separately), a one-element operand on either side, a non-contiguous operand."""
+    T = onnx.TensorProto
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    rng = np.random.default_rng([dtype == I8, op == "QLinearMul", 71])
+    node = helper.make_node(op, ["a", "as", "az", "b", "bs", "bz", "cs", "cz"], ["y"], domain="com.microsoft")
+    params = {"as": F(0.03), "az": zp(rng, dtype), "bs": F(0.05), "bz": zp(rng, dtype), "cs": F(0.07),
+              "cz": zp(rng, dtype)}
+    x_info = [helper.make_tensor_value_info(n, elem, None) for n in ("a", "b")]
+    consts = [numpy_helper.from_array(np.asarray(v), n) for n, v in params.items()]
+    m = _ms_model(node, x_info, [helper.make_tensor_value_info("y", elem, None)], consts)
+    rep = backend.prepare(m)
+    rt = [n for n in rep.evaluator.rt_nodes_ if n.onnx_node.op_type == op][0]
+    prepared = None
+    for sa, sb in [((2, 3, 33), (2, 3, 33)), ((1,), (5, 40)), ((7, 9), ()), ((2, 3, 33), (1, 3, 1)),
+                   ((2, 3, 33), (2, 3, 33)), ((6, 70), (6, 70))]:
+        a, b = rand_int(rng, dtype, sa), rand_int(rng, dtype, sb)
+        if sa == (6, 70):
+            a = rand_int(rng, dtype, (70, 6)).T  # a transposed view
+        got = rep.run({"a": a, "b": b})[0]
+        want = _ort_model_run(m, {"a": np.ascontiguousarray(a), "b": b})[0]
+        assert_exact(got, want)
+        assert rt._bin is not None and (prepared is None or rt._bin is prepared)
+        prepared = rt._bin
+    # every parameter fed as a graph input, the same buffers refilled between runs
+    fed = {n: np.array(v) for n, v in params.items()}
+    infos = x_info + [helper.make_tensor_value_info(n, T.FLOAT if n.endswith("s") else elem, [])
+                      for n in fed]
+    m2 = _ms_model(node, infos, [helper.make_tensor_value_info("y", elem, None)])
+    rep2 = backend.prepare(m2)
+    a, b = rand_int(rng, dtype, (4, 50)), rand_int(rng, dtype, (4, 50))
+    outs = []
+    for scale_c in (0.07, 0.011, 0.3):
+        fed["cs"][...] = F(scale_c)
+        fed["az"][...] = zp(rng, dtype)
+        got = rep2.run({"a": a, "b": b, **fed})[0]
+        assert_exact(got, _ort_model_run(m2, {"a": a, "b": b, **fed})[0])
+        outs.append(got)
+    assert not np.array_equal(outs[0], outs[1])
+    rt2 = [n for n in rep2.evaluator.rt_nodes_ if n.onnx_node.op_type == op][0]
+    assert rt2._bin is None  # nothing cached for fed parameters
+
+
+def test_backend_binary_prepared_path_reports_bad_inputs():
+    """The prepared path hands anything it does not take to the public function: a dtype other
+    than the zero points', mixed dtypes, a float tensor, all named errors."""
+    T = onnx.TensorProto
+    node = helper.make_node("QLinearAdd", ["a", "as", "az", "b", "bs", "bz", "cs", "cz"], ["y"],
+                            domain="com.microsoft", name="add1")
+    consts = [numpy_helper.from_array(np.asarray(v), n) for n, v in
+              [("as", F(0.1)), ("az", np.uint8(3)), ("bs", F(0.2)), ("bz", np.uint8(5)), ("cs", F(0.3)),
+               ("cz", np.uint8(7))]]
+    m = _ms_model(node, [helper.make_tensor_value_info(n, T.UINT8, None) for n in "ab"],
+                  [helper.make_tensor_value_info("y", T.UINT8, None)], consts)
+    rep = backend.prepare(m)
+    good = np.arange(6, dtype=np.uint8)
+    rep.run({"a": good, "b": good})
+    for a, b, words in [(good.view(np.int8), good.view(np.int8), "A_zero_point must have the dtype of A"),
+                        (good, good.view(np.int8), "B must have the dtype of A"),
+                        (good.astype(F), good, "A must have dtype")]:
+        with pytest.raises(backend.NodeError, match=f"add1.*{words}"):
+            rep.run({"a": a, "b": b})
+    assert_exact(rep.run({"a": good, "b": good})[0],
+                 c.qlinear_add(good, F(0.1), np.uint8(3), good, F(0.2), np.uint8(5), F(0.3), np.uint8(7)))
+
+
 def test_backend_refuses_unsupported_contrib_nodes_up_front():
     T = onnx.TensorProto
     nodes = [helper.make_node("QLinearAdd", ["x", "s", "z", "x", "s", "z", "s", "z"], ["y"], domain="com.microsoft", name="add16"),

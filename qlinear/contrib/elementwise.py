@@ -188,7 +188,7 @@ class PreparedBinary:
                  B_zero_point: Any, C_scale: Any, C_zero_point: Any = None):
         if op not in ("add", "mul"):
             raise ValueError(f"PreparedBinary: op must be 'add' or 'mul'; got {op!r}")
-        self._mul = op == "mul"
+        self._mul = int(op == "mul")
         self._fn = qlinear_mul if self._mul else qlinear_add
         name = f"qlinear_{op}"
         self.dtype = np.dtype(dtype)
@@ -231,14 +231,21 @@ class PreparedBinary:
             pa, za, pb, zb, pc, zc = self._params
             return self._fn(A, pa, za, B, pb, zb, pc, zc)
         shape, size, swap = self._plan(A.shape, B.shape)
-        out = _native.empty(shape, self.dtype)
+        out = np.empty(shape, self.dtype)
         if size:
             first, second = (B, A) if swap else (A, B)
-            fp, ps = _flat_operand(first, shape, size)
-            fq, qs = _flat_operand(second, shape, size)
+            # a C-contiguous operand as large as the output is handed over as it is (the
+            # kernel reads its bytes through the buffer protocol); anything else is flattened
+            if first.size == size and first.flags.c_contiguous:
+                fp, ps = first, False
+            else:
+                fp, ps = _flat_operand(first, shape, size)
+            if second.size == size and second.flags.c_contiguous:
+                fq, qs = second, False
+            else:
+                fq, qs = _flat_operand(second, shape, size)
             f0, f1, f2, z0, z1 = self._args[swap]
-            C.qbinary(C.get_isa(), int(self._mul), fp, ps, fq, qs, size, f0, f1, f2, z0, z1,
-                      self._signed, out.reshape(-1).view(np.uint8))
+            C.qbinary(C.get_isa(), self._mul, fp, ps, fq, qs, size, f0, f1, f2, z0, z1, self._signed, out)
         return out
 
 
