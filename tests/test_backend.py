@@ -200,6 +200,35 @@ def test_max_pool_with_padding(dtype):
         assert_exact(backend.prepare(m).run([x])[0], _ort(m, {"x": x})[0])
 
 
+def test_quantize_dequantize_fast_path_checks_x_and_never_goes_stale():
+    """QuantizeLinear / DequantizeLinear with constant parameters take a short path after the
+    first run; it still refuses an x of another dtype (same message as the first run), and
+    a scale fed as a graph input (the same buffer refilled) is read anew on every run."""
+    x_info = helper.make_tensor_value_info("x", T.FLOAT, None)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq")]
+    out = [helper.make_tensor_value_info("y", T.FLOAT, None)]
+    m = _model(nodes, [x_info], out, [_init("s", np.float32(0.05)), _init("z", np.uint8(100))])
+    rep = backend.prepare(m, qdq="literal")
+    rng = np.random.default_rng(31)
+    for _ in range(3):
+        x = rng.normal(size=(3, 17)).astype(np.float32)
+        assert_exact(rep.run([x])[0], _ort(m, {"x": x})[0])
+    with pytest.raises(backend.NodeError, match="'q'.*input x is float64"):
+        rep.run([x.astype(np.float64)])
+    assert_exact(rep.run([x])[0], _ort(m, {"x": x})[0])
+    s = np.array(0.05, np.float32)
+    m2 = _model(nodes, [x_info, helper.make_tensor_value_info("s", T.FLOAT, [])], out, [_init("z", np.uint8(100))])
+    rep2 = backend.prepare(m2, qdq="literal")
+    got = []
+    for scale in (0.05, 0.2, 0.01):
+        s[...] = scale
+        y = rep2.run({"x": x, "s": s})[0]
+        assert_exact(y, _ort(m2, {"x": x, "s": s})[0])
+        got.append(y)
+    assert not np.array_equal(got[0], got[1])
+
+
 def _max_pool_oracle(x, kernel, strides, dilations, pb, out_hw):
     """MaxPool by its definition, window by window in int64: the maximum of the taps inside
     the plane, the type's minimum for a window with none (independent of both kernels)."""
