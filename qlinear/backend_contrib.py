@@ -20,6 +20,7 @@ from onnx.reference.op_run import OpRun
 
 from . import contrib as _c
 from . import prepare_matmul_integer, prepare_qlinear_conv
+from .contrib import elementwise as _elementwise
 from .contrib import gemm as _gemm
 from .contrib import transformer as _transformer
 
@@ -194,14 +195,50 @@ class QLinearMul(_QLinearBinary):
     _op = "mul"
 
 
-class QLinearSigmoid(ContribOp):
+class _QLinearTableOp(ContribOp):
+    """QLinearSigmoid / QLinearLeakyRelu: when the four scales and zero points are constants of
+    the model, the node keeps its validated 256-entry table (per X dtype) and each run is one
+    table lookup; parameters fed at run time go through the public function every run."""
+
+    _kind = "sigmoid"
+    _table: Any = None
+    _table_params: tuple | None = None
+    _table_dtype: Any = None
+    _constant_params: bool | None = None
+
+    def _public(self, args):
+        if self._kind == "sigmoid":
+            return self._call(_c.qlinear_sigmoid, *args)
+        return self._call(_c.qlinear_leaky_relu, *args, **self._kw("alpha"))
+
     def _run(self, *args, **_):
-        return (self._call(_c.qlinear_sigmoid, *args),)
+        x = args[0] if args else None
+        if type(x) is not np.ndarray or len(args) not in (4, 5):
+            return (self._public(args),)
+        params = (args[1], args[2], args[3], _arg(args, 4))
+        p = self._table_params
+        if p is not None and params[0] is p[0] and params[1] is p[1] and params[2] is p[2] \
+                and params[3] is p[3] and x.dtype == self._table_dtype:
+            return (_elementwise.apply_table(x, self._table),)
+        if self._constant_params is None:
+            if self.constant_inputs is None:
+                return (self._public(args),)
+            names = [n for n in self.onnx_node.input[1:5] if n]
+            self._constant_params = all(n in self.constant_inputs for n in names)
+        if not self._constant_params or x.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
+            return (self._public(args),)
+        alpha = float(self.given.get("alpha", 0.01)) if self._kind == "leaky_relu" else 0.0
+        self._table = self._call(_elementwise.unary_table, self._kind, x.dtype, *params, alpha=alpha)
+        self._table_params, self._table_dtype = params, x.dtype  # kept alive: the same objects each run
+        return (_elementwise.apply_table(x, self._table),)
 
 
-class QLinearLeakyRelu(ContribOp):
-    def _run(self, *args, **_):
-        return (self._call(_c.qlinear_leaky_relu, *args, **self._kw("alpha")),)
+class QLinearSigmoid(_QLinearTableOp):
+    _kind = "sigmoid"
+
+
+class QLinearLeakyRelu(_QLinearTableOp):
+    _kind = "leaky_relu"
 
 
 class QLinearConcat(ContribOp):

@@ -903,6 +903,47 @@ def test_backend_binary_params_prepared_once_and_never_stale(op, dtype):
     assert rt2._bin is None  # nothing cached for fed parameters
 
 
+@pytest.mark.parametrize("op", ["QLinearSigmoid", "QLinearLeakyRelu"])
+def test_backend_table_ops_prepared_once_and_never_stale(op):
+    """QLinearSigmoid / QLinearLeakyRelu in the backend: with constant parameters the node keeps
+    its table (the same one run after run, every run equal to onnxruntime); a model whose
+    scale and zero point are graph inputs, refilled in place between runs, follows the new
+    values; an X of another dtype than the zero points' is refused by name."""
+    T = onnx.TensorProto
+    attrs = {"alpha": 0.3} if op == "QLinearLeakyRelu" else {}
+    node = helper.make_node(op, ["x", "xs", "xz", "ys", "yz"], ["y"], domain="com.microsoft", name="t1", **attrs)
+    rng = np.random.default_rng(73)
+    for dtype in (U8, I8):
+        elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        params = {"xs": F(0.04), "xz": zp(rng, dtype), "ys": F(0.02), "yz": zp(rng, dtype)}
+        consts = [numpy_helper.from_array(np.asarray(v), n) for n, v in params.items()]
+        m = _ms_model(node, [helper.make_tensor_value_info("x", elem, None)],
+                      [helper.make_tensor_value_info("y", elem, None)], consts)
+        rep = backend.prepare(m)
+        rt = [n for n in rep.evaluator.rt_nodes_ if n.onnx_node.op_type == op][0]
+        table = None
+        for shape in [(3, 50), (7,), (2, 3, 40)]:
+            x = rand_int(rng, dtype, shape)
+            assert_exact(rep.run({"x": x})[0], _ort_model_run(m, {"x": x})[0])
+            assert rt._table is not None and (table is None or rt._table is table)
+            table = rt._table
+        other = x.view(I8 if dtype == U8 else U8)
+        with pytest.raises(backend.NodeError, match="t1.*X_zero_point must have the dtype of X"):
+            rep.run({"x": other})
+        fed = {n: np.array(v) for n, v in params.items()}
+        infos = [helper.make_tensor_value_info("x", elem, None)] + [
+            helper.make_tensor_value_info(n, T.FLOAT if n.endswith("s") else elem, []) for n in fed]
+        m2 = _ms_model(node, infos, [helper.make_tensor_value_info("y", elem, None)])
+        rep2 = backend.prepare(m2)
+        x = rand_int(rng, dtype, (4, 64))
+        outs = []
+        for ys in (0.02, 0.005):
+            fed["ys"][...] = F(ys)
+            outs.append(rep2.run({"x": x, **fed})[0])
+            assert_exact(outs[-1], _ort_model_run(m2, {"x": x, **fed})[0])
+        assert not np.array_equal(outs[0], outs[1])
+
+
 def test_backend_binary_prepared_path_reports_bad_inputs():
     """The prepared path hands anything it does not take to the public function: a dtype other
     than the zero points', mixed dtypes, a float tensor, all named errors."""

@@ -326,11 +326,25 @@ def mlas_logistic(x: np.ndarray) -> np.ndarray:
     return np.maximum(F32(0), (num / den) + F32(0.5))
 
 
+def unary_table(kind: str, dtype: np.dtype, X_scale: Any, X_zero_point: Any, Y_scale: Any,
+                Y_zero_point: Any = None, alpha: float = 0.0) -> np.ndarray:
+    """The validated 256-entry table of QLinearSigmoid (``kind`` "sigmoid") or QLinearLeakyRelu
+    ("leaky_relu") for X of ``dtype``: what those functions apply, indexed by X's byte (the
+    backend keeps one per node when the parameters are model constants)."""
+    op = {"sigmoid": "qlinear_sigmoid", "leaky_relu": "qlinear_leaky_relu"}[kind]
+    sx, zx = p.qparams(op, "X_scale", X_scale, "X_zero_point", X_zero_point, "X", dtype)
+    sy, zy = p.qparams(op, "Y_scale", Y_scale, "Y_zero_point", Y_zero_point, "X", dtype, divides=True)
+    return cached_table(kind, dtype, sx, zx, sy, zy, F32(alpha))
+
+
+def apply_table(x: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """table[x] for an 8-bit array x of the table's dtype (unchecked: see :func:`unary_table`)."""
+    return _apply_table(x, table)
+
+
 def _unary_table_op(op, X, X_scale, X_zero_point, Y_scale, Y_zero_point, kind, alpha=F32(0)):
     x = p.tensor(op, "X", X)
-    sx, zx = p.qparams(op, "X_scale", X_scale, "X_zero_point", X_zero_point, "X", x.dtype)
-    sy, zy = p.qparams(op, "Y_scale", Y_scale, "Y_zero_point", Y_zero_point, "X", x.dtype, divides=True)
-    return _apply_table(x, cached_table(kind, x.dtype, sx, zx, sy, zy, alpha))
+    return _apply_table(x, unary_table(kind, x.dtype, X_scale, X_zero_point, Y_scale, Y_zero_point, alpha))
 
 
 def _leaky(a: np.float32) -> Callable[[np.ndarray], np.ndarray]:
