@@ -629,25 +629,42 @@ def max_pool(x, *, kernel_shape, strides=None, pads=None, dilations=None,
     shape and attributes (``_max_pool_plan``).
     """
     tup = lambda v: tuple(int(i) for i in v) if v is not None else None  # noqa: E731
-    key = (tuple(x.shape), tup(kernel_shape), tup(strides), tup(pads), tup(dilations), str(auto_pad),
-           int(ceil_mode))
+    return _max_pool(x, (tup(kernel_shape), tup(strides), tup(pads), tup(dilations), str(auto_pad),
+                         int(ceil_mode)))
+
+
+def _max_pool(x: np.ndarray, attrs: tuple) -> np.ndarray:
+    """max_pool with the attributes as a tuple (kernel, strides, pads, dilations, auto_pad,
+    ceil_mode), each a tuple of ints or None: the compiled byte kernel for 8-bit NCHW input,
+    the NumPy formulation otherwise."""
+    key = (x.shape, *attrs)
     if x.ndim == 4 and x.dtype in _NP_EIGHT_BIT:
         from qlinear import _native
 
         C = _native.native()
-        if C is not None:
+        plan = _max_pool_native_plan(*key) if C is not None else None
+        if plan is not None:
             # the compiled byte kernel (qlinear/_native/pool.c): same windows, same maximum
-            kernel, strides2, dilations2, pb, out = _max_pool_geometry(*key)
-            if not (len(kernel) == len(strides2) == len(dilations2) == len(pb) == 2
-                    and min(kernel + strides2 + dilations2) >= 1 and min(pb) >= 0):
-                return _max_pool_numpy(x, key)  # malformed attributes: reported there as before
+            out, geometry = plan
             y = _native.empty(out, x.dtype)
-            n, c, h, w = x.shape
-            C.maxpool2d(np.ascontiguousarray(x).reshape(-1).view(np.uint8), y.reshape(-1).view(np.uint8),
-                        n * c, h, w, out[2], out[3], kernel[0], kernel[1], strides2[0], strides2[1],
-                        dilations2[0], dilations2[1], pb[0], pb[1], x.dtype == np.int8)
+            C.maxpool2d(x if x.flags.c_contiguous else np.ascontiguousarray(x), y, *geometry,
+                        x.dtype == np.int8)
             return y
     return _max_pool_numpy(x, key)
+
+
+@functools.lru_cache(maxsize=256)
+def _max_pool_native_plan(shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode):
+    """(output shape, the native kernel's geometry arguments) of an NCHW MaxPool, or None when
+    the attributes are malformed (the NumPy formulation then reports them as before)."""
+    kernel, strides2, dilations2, pb, out = _max_pool_geometry(shape, kernel_shape, strides, pads,
+                                                               dilations, auto_pad, ceil_mode)
+    if not (len(kernel) == len(strides2) == len(dilations2) == len(pb) == 2
+            and min(kernel + strides2 + dilations2) >= 1 and min(pb) >= 0):
+        return None
+    n, c, h, w = shape
+    return out, (n * c, h, w, out[2], out[3], kernel[0], kernel[1], strides2[0], strides2[1],
+                 dilations2[0], dilations2[1], pb[0], pb[1])
 
 
 def _max_pool_numpy(x: np.ndarray, key: tuple) -> np.ndarray:
@@ -727,22 +744,27 @@ class MaxPool(OpRun):
         self.given = _attrs(onnx_node)
         self._float = load_op("", "MaxPool", self.version)(onnx_node, run_params)
         self._with_indices = len([o for o in onnx_node.output if o]) > 1
+        self._attr_key: tuple | None = None
 
     def run(self, *args, **kwargs):  # noqa: D102
         x = args[0]
+        if type(x) is not np.ndarray:
+            x = np.asarray(x)
         with_indices = self._with_indices
-        is_integer = np.asarray(x).dtype.kind in "iu"
-        if with_indices and not is_integer:
-            return self._float.run(*args, **kwargs)
-        name = self.onnx_node.name or self.onnx_node.output[0]
         if with_indices:
+            if x.dtype.kind not in "iu":
+                return self._float.run(*args, **kwargs)
+            name = self.onnx_node.name or self.onnx_node.output[0]
             raise NodeError(f"node {name!r} (MaxPool-{self.version}): the Indices output is not "
                             "supported for integer inputs")
-        g = self.given
-        y = max_pool(np.asarray(x), kernel_shape=g["kernel_shape"], strides=g.get("strides"),
-                             pads=g.get("pads"), dilations=g.get("dilations"),
-                             auto_pad=g.get("auto_pad", "NOTSET"), ceil_mode=g.get("ceil_mode", 0))
-        return (y,)
+        key = self._attr_key
+        if key is None:
+            g = self.given
+            tup = lambda v: tuple(int(i) for i in v) if v is not None else None  # noqa: E731
+            key = (tup(g["kernel_shape"]), tup(g.get("strides")), tup(g.get("pads")), tup(g.get("dilations")),
+                   str(g.get("auto_pad", "NOTSET")), int(g.get("ceil_mode", 0)))
+            self._attr_key = key  # the attributes as max_pool reads them, converted once
+        return (_max_pool(x, key),)
 
     def _run(self, *args, **kwargs):  # run() above does the work
         raise NotImplementedError
