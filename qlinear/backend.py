@@ -647,7 +647,7 @@ def _max_pool(x: np.ndarray, attrs: tuple) -> np.ndarray:
             # the compiled byte kernel (qlinear/_native/pool.c): same windows, same maximum
             out, geometry = plan
             y = _native.empty(out, x.dtype)
-            C.maxpool2d(x if x.flags.c_contiguous else np.ascontiguousarray(x), y, *geometry,
+            C.maxpool2d(C.get_isa(), x if x.flags.c_contiguous else np.ascontiguousarray(x), y, *geometry,
                         x.dtype == np.int8)
             return y
     return _max_pool_numpy(x, key)

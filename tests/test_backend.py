@@ -266,7 +266,7 @@ def test_native_max_pool_matches_oracle_and_numpy(dtype, threads):
             k = [int(v) for v in rng.integers(1, 5, 2)]
             st = [int(v) for v in rng.integers(1, 5, 2)]
             dl = [int(v) for v in rng.integers(1, 3, 2)]
-            hw = [int(v) for v in rng.integers(1, 40 if i % 3 else 80, 2)]
+            hw = [int(v) for v in rng.integers(1, 40 if i % 3 else 150, 2)]
             pads = [int(rng.integers(0, k[j % 2])) for j in range(4)]
             attrs = dict(kernel_shape=k, strides=st, dilations=dl, pads=pads, ceil_mode=int(i % 2))
             if i % 7 == 6:
@@ -276,16 +276,20 @@ def test_native_max_pool_matches_oracle_and_numpy(dtype, threads):
                    tuple(attrs.get("dilations", ())) or None, attrs.get("auto_pad", "NOTSET"),
                    attrs.get("ceil_mode", 0))
             kernel, strides, dilations, pb, out = backend._max_pool_geometry(*key)
-            got = backend.max_pool(x, **attrs)
-            assert_exact(got, _max_pool_oracle(x, kernel, strides, dilations, pb, out[2:]))
-            assert_exact(got, backend._max_pool_numpy(x, key))
+            want = _max_pool_oracle(x, kernel, strides, dilations, pb, out[2:])
+            assert_exact(backend._max_pool_numpy(x, key), want)
+            for isa in _native.engine_info()["isas"]:  # the row step of every level
+                with _native.use_isa(isa):
+                    assert_exact(backend.max_pool(x, **attrs), want)
         # ResNet-50's two MaxPools (3x3 stride 2 pad 1 on 112x112, a 7x7 window over 7x7)
         for shape, attrs in [((1, 64, 112, 112), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)),
                              ((1, 2048, 7, 7), dict(kernel_shape=[7, 7]))]:
             x = rand_int(rng, dtype, shape)
             key = (shape, tuple(attrs["kernel_shape"]), tuple(attrs.get("strides", ())) or None,
                    tuple(attrs.get("pads", ())) or None, None, "NOTSET", 0)
-            assert_exact(backend.max_pool(x, **attrs), backend._max_pool_numpy(x, key))
+            for isa in _native.engine_info()["isas"]:
+                with _native.use_isa(isa):
+                    assert_exact(backend.max_pool(x, **attrs), backend._max_pool_numpy(x, key))
     finally:
         _native.set_num_threads(saved)
 
@@ -299,16 +303,16 @@ def test_native_max_pool_refuses_bad_geometry():
     C = _native._C
     x, y = np.zeros(16, np.uint8), np.zeros(4, np.uint8)
     good = [1, 4, 4, 2, 2, 2, 2, 2, 2, 1, 1, 0, 0]
-    C.maxpool2d(x, y, *good, False)
+    C.maxpool2d("scalar", x, y, *good, False)
     for i, bad in [(5, 0), (7, 0), (9, 0), (11, -1), (1, -1), (0, 1 << 50)]:
         args = list(good)
         args[i] = bad
         with pytest.raises(ValueError, match="maxpool2d"):
-            C.maxpool2d(x, y, *args, False)
+            C.maxpool2d("scalar", x, y, *args, False)
     with pytest.raises(ValueError, match="buffer x"):
-        C.maxpool2d(x, y, 1, 5, 4, 2, 2, 2, 2, 2, 2, 1, 1, 0, 0, False)
+        C.maxpool2d("scalar", x, y, 1, 5, 4, 2, 2, 2, 2, 2, 2, 1, 1, 0, 0, False)
     with pytest.raises(ValueError, match="buffer y"):
-        C.maxpool2d(x, y, 1, 4, 4, 3, 2, 2, 2, 2, 2, 1, 1, 0, 0, False)
+        C.maxpool2d("scalar", x, y, 1, 4, 4, 3, 2, 2, 2, 2, 2, 1, 1, 0, 0, False)
 
 
 # --------------------------------------------------------------------------- float operators

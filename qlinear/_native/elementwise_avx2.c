@@ -145,6 +145,46 @@ static void qmul_avx2(const uint8_t *a, ptrdiff_t as, const uint8_t *b, ptrdiff_
     table[is_signed != 0][form_of(as, bs)](a, b, n, za, zb, r, zc, out);
 }
 
-const ql_ew_kernels ql_ew_avx2fma = {"avx2-fma", qadd_avx2, qmul_avx2};
+/* MaxPool's row step, 64 then 32 bytes a step (vpmaxub); the rest as the portable code does it
+ * in 16-byte steps, the last one overlapping (the same maxima written again) */
+static void maxrows_avx2(uint8_t *restrict dst, const uint8_t *const *src, ptrdiff_t m, ptrdiff_t n,
+                         uint8_t bias) {
+    const __m256i vb = _mm256_set1_epi8((char)bias);
+    ptrdiff_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m256i a = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(src[0] + i)), vb);
+        __m256i b = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(src[0] + i + 32)), vb);
+        for (ptrdiff_t k = 1; k < m; k++) {
+            a = _mm256_max_epu8(a, _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(src[k] + i)), vb));
+            b = _mm256_max_epu8(b, _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(src[k] + i + 32)), vb));
+        }
+        _mm256_storeu_si256((__m256i *)(dst + i), a);
+        _mm256_storeu_si256((__m256i *)(dst + i + 32), b);
+    }
+    for (; i + 32 <= n; i += 32) {
+        __m256i a = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(src[0] + i)), vb);
+        for (ptrdiff_t k = 1; k < m; k++)
+            a = _mm256_max_epu8(a, _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(src[k] + i)), vb));
+        _mm256_storeu_si256((__m256i *)(dst + i), a);
+    }
+    if (i < n) {
+        const uint8_t *rest[64];
+        if (m <= 64) {  /* the sources moved to the rest (the common case: kernels of a few taps) */
+            for (ptrdiff_t k = 0; k < m; k++) rest[k] = src[k] + i;
+            ql_maxrows_portable(dst + i, rest, m, n - i, bias);
+        } else {
+            for (; i < n; i++) {
+                uint8_t v = (uint8_t)(src[0][i] ^ bias);
+                for (ptrdiff_t k = 1; k < m; k++) {
+                    uint8_t w = (uint8_t)(src[k][i] ^ bias);
+                    v = v > w ? v : w;
+                }
+                dst[i] = v;
+            }
+        }
+    }
+}
+
+const ql_ew_kernels ql_ew_avx2fma = {"avx2-fma", qadd_avx2, qmul_avx2, maxrows_avx2};
 
 #endif

@@ -559,11 +559,12 @@ done:
     return ret;
 }
 
-/* maxpool2d(x, y, planes, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl, signed): MaxPool of
+/* maxpool2d(isa, x, y, planes, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl, signed): MaxPool of
  * 8-bit planes (pool.c); every geometry value is checked here, so any call stays in bounds */
 int ql_maxpool2d_u8(const uint8_t *x, uint8_t *y, ptrdiff_t planes, ptrdiff_t H, ptrdiff_t W, ptrdiff_t OH,
                     ptrdiff_t OW, ptrdiff_t kh, ptrdiff_t kw, ptrdiff_t sh, ptrdiff_t sw, ptrdiff_t dh,
-                    ptrdiff_t dw, ptrdiff_t pt, ptrdiff_t pl, int is_signed, int threads);
+                    ptrdiff_t dw, ptrdiff_t pt, ptrdiff_t pl, int is_signed, const ql_ew_kernels *k,
+                    int threads);
 
 /* *r = a * b for a, b >= 0, unless it exceeds Py_ssize_t (then 0) */
 static int mul_fits(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *r) {
@@ -574,12 +575,15 @@ static int mul_fits(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *r) {
 
 static PyObject *m_maxpool2d(PyObject *self, PyObject *args) {
     (void)self;
+    const char *isa_name;
     PyObject *ox, *oy;
     Py_ssize_t g[13];
     int is_signed;
-    if (!PyArg_ParseTuple(args, "OOnnnnnnnnnnnnnp", &ox, &oy, &g[0], &g[1], &g[2], &g[3], &g[4], &g[5], &g[6],
-                          &g[7], &g[8], &g[9], &g[10], &g[11], &g[12], &is_signed))
+    if (!PyArg_ParseTuple(args, "sOOnnnnnnnnnnnnnp", &isa_name, &ox, &oy, &g[0], &g[1], &g[2], &g[3], &g[4],
+                          &g[5], &g[6], &g[7], &g[8], &g[9], &g[10], &g[11], &g[12], &is_signed))
         return NULL;
+    const ql_isa *isa = isa_arg(isa_name);
+    if (!isa) return NULL;
     Py_ssize_t planes = g[0], H = g[1], W = g[2], OH = g[3], OW = g[4];
     const Py_ssize_t lim = (Py_ssize_t)1 << 40;  /* far beyond any real plane; no overflow below */
     for (int i = 0; i < 13; i++)
@@ -599,7 +603,7 @@ static PyObject *m_maxpool2d(PyObject *self, PyObject *args) {
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = ql_maxpool2d_u8((const uint8_t *)x.buf, (uint8_t *)y.buf, planes, H, W, OH, OW, g[5], g[6], g[7],
-                         g[8], g[9], g[10], g[11], g[12], is_signed, ql_num_threads());
+                         g[8], g[9], g[10], g[11], g[12], is_signed, ql_ew_for(isa), ql_num_threads());
     Py_END_ALLOW_THREADS
     if (rc) PyErr_NoMemory();
     else { ret = Py_None; Py_INCREF(ret); }

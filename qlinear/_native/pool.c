@@ -16,7 +16,7 @@
  * width. A window covering its whole plane (a global MaxPool) is a plain reduction. Planes are
  * shared by the threads.
  */
-#include "qlinear.h"
+#include "elementwise.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +26,7 @@
 #endif
 
 typedef struct {
+    const ql_ew_kernels *k; /* the row maximum of the selected ISA level */
     const uint8_t *x;
     uint8_t *y;
     ptrdiff_t planes, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl;
@@ -37,43 +38,6 @@ typedef struct {
     uint8_t bias;           /* 0x80 for int8, 0 for uint8 */
     int failed;             /* a task could not allocate its scratch */
 } mp_ctx;
-
-/* dst[i] = max over k < m of (src[k][i] ^ bias) for i < n (m >= 1): one pass, each source
- * read once, the destination written once */
-static void max_rows(uint8_t *restrict dst, const uint8_t *const *src, ptrdiff_t m, ptrdiff_t n, uint8_t bias) {
-    ptrdiff_t i = 0;
-#if QL_X86
-    const __m128i vb = _mm_set1_epi8((char)bias);
-    for (; i + 32 <= n; i += 32) {
-        __m128i a = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[0] + i)), vb);
-        __m128i b = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[0] + i + 16)), vb);
-        for (ptrdiff_t k = 1; k < m; k++) {
-            a = _mm_max_epu8(a, _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[k] + i)), vb));
-            b = _mm_max_epu8(b, _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[k] + i + 16)), vb));
-        }
-        _mm_storeu_si128((__m128i *)(dst + i), a);
-        _mm_storeu_si128((__m128i *)(dst + i + 16), b);
-    }
-    /* the rest in 16-byte steps, the last one overlapping what is done (the same maxima
-     * written again: dst never overlaps a source) */
-    while (i < n && n >= 16) {
-        if (i + 16 > n) i = n - 16;
-        __m128i a = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[0] + i)), vb);
-        for (ptrdiff_t k = 1; k < m; k++)
-            a = _mm_max_epu8(a, _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[k] + i)), vb));
-        _mm_storeu_si128((__m128i *)(dst + i), a);
-        i += 16;
-    }
-#endif
-    for (; i < n; i++) {
-        uint8_t v = (uint8_t)(src[0][i] ^ bias);
-        for (ptrdiff_t k = 1; k < m; k++) {
-            uint8_t w = (uint8_t)(src[k][i] ^ bias);
-            v = v > w ? v : w;
-        }
-        dst[i] = v;
-    }
-}
 
 static void copy_biased(uint8_t *restrict dst, const uint8_t *restrict src, ptrdiff_t n, uint8_t bias) {
     for (ptrdiff_t i = 0; i < n; i++) dst[i] = (uint8_t)(src[i] ^ bias);
@@ -157,7 +121,7 @@ static void mp_task(void *vctx, ptrdiff_t t, int thread) {
                     ptrdiff_t iy = (o0 + b) * c->sh - c->pt + ky * c->dh;
                     if (iy >= 0 && iy < c->H) srcs[m++] = plane + iy * W;
                 }
-                if (m) max_rows(row, srcs, m, W, c->bias);
+                if (m) c->k->maxrows(row, srcs, m, W, c->bias);
                 else memset(row, 0, (size_t)W);  /* no row inside: the minimum */
             }
             /* columns: phases of the rows laid end to end, then one maximum per tap */
@@ -177,7 +141,7 @@ static void mp_task(void *vctx, ptrdiff_t t, int thread) {
                 ptrdiff_t tap = kx * c->dw;
                 srcs[kx] = phase0 + (tap % sw) * stride + tap / sw;
             }
-            max_rows(acc, srcs, c->kw, nb * P, 0);
+            c->k->maxrows(acc, srcs, c->kw, nb * P, 0);
             uint8_t *out = c->y + (p * c->OH + o0) * OW;
             for (ptrdiff_t b = 0; b < nb; b++) {
                 if (c->bias) copy_biased(out + b * OW, acc + b * P, OW, c->bias);
@@ -191,9 +155,10 @@ static void mp_task(void *vctx, ptrdiff_t t, int thread) {
 
 int ql_maxpool2d_u8(const uint8_t *x, uint8_t *y, ptrdiff_t planes, ptrdiff_t H, ptrdiff_t W, ptrdiff_t OH,
                     ptrdiff_t OW, ptrdiff_t kh, ptrdiff_t kw, ptrdiff_t sh, ptrdiff_t sw, ptrdiff_t dh,
-                    ptrdiff_t dw, ptrdiff_t pt, ptrdiff_t pl, int is_signed, int threads) {
+                    ptrdiff_t dw, ptrdiff_t pt, ptrdiff_t pl, int is_signed, const ql_ew_kernels *k,
+                    int threads) {
     if (planes <= 0 || OH <= 0 || OW <= 0) return 0;
-    mp_ctx c = {x, y, planes, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl, 0, 0, 0, 0, 0,
+    mp_ctx c = {k, x, y, planes, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl, 0, 0, 0, 0, 0,
                 (uint8_t)(is_signed ? 0x80 : 0), 0};
     /* one window over the whole plane, nothing else: a reduction (W, H >= 1: else no tap) */
     c.global = OH == 1 && OW == 1 && pt == 0 && pl == 0 && dh == 1 && dw == 1 && kh >= H && kw >= W &&
