@@ -533,7 +533,7 @@ static PyObject *m_qbinary(PyObject *self, PyObject *args) {
         goto done;
     ew_ctx c = {ql_ew_for(isa), mul, (const uint8_t *)p.buf, (const uint8_t *)q.buf, p_scalar ? 0 : 1,
                 q_scalar ? 0 : 1, f0, f1, f2, z0, z1, is_signed, NULL, (uint8_t *)o.buf, n, 0};
-    ew_run(&c, 1 << 16);  /* from 64 Ki elements (about 10 us on one core) on, shared */
+    ew_run(&c, 1 << 17);
     ret = Py_None; Py_INCREF(ret);
 done:
     REL(p); REL(q); REL(o);

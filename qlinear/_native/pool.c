@@ -176,6 +176,9 @@ int ql_maxpool2d_u8(const uint8_t *x, uint8_t *y, ptrdiff_t planes, ptrdiff_t H,
     /* tasks of about 64 KiB of work, at least one plane each */
     c.per_task = work >= (1 << 16) ? 1 : (1 << 16) / (work > 0 ? work : 1);
     ptrdiff_t tasks = (planes + c.per_task - 1) / c.per_task;
+    /* threads from 256 KiB of work on (below, about 40 us on one core: a hand-off to a core
+     * that is busy elsewhere costs more than it saves) */
+    if ((double)planes * work < (double)(1 << 18)) threads = 1;
     ql_parallel_for(tasks, tasks > 1 ? threads : 1, mp_task, &c);
     return c.failed ? -1 : 0;
 }
