@@ -39,6 +39,8 @@ ISA_LEVELS = ("avx512vnni", "avxvnni", "avx2", "scalar")
 
 # type codes shared with qlinear.h (QL_U8, QL_I8, QL_I32, QL_F32)
 TYPE_CODES = {"uint8": 0, "int8": 1, "int32": 2, "float32": 3}
+# the same keyed by dtype objects (dtype.name builds a string on every use: per-call cost)
+DTYPE_CODES = {np.dtype(name): code for name, code in TYPE_CODES.items()}
 
 if os.environ.get("QLINEAR_REQUIRE_NATIVE", "") == "1" and _C is None:
     raise ImportError(f"qlinear: QLINEAR_REQUIRE_NATIVE=1 but the native engine is not built: {_IMPORT_ERROR}")

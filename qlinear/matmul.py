@@ -65,6 +65,9 @@ class _RightOperand:
         # A prepared form keeps its own copy (never a view of the caller's array); a plain
         # call uses b once, while the caller waits.
         self.matrix = np.array(matrix, copy=True) if owned else matrix
+        self.owned = owned
+        self.call: tuple | None = None   # the last native call's arguments (``_native_matmul``)
+        self._last: tuple | None = None  # ``remember``
         self._numpy: tuple | None = None
         self._packed: dict[str, tuple] = {}  # ISA level -> packed form (kernel chosen per level)
 
@@ -126,6 +129,59 @@ class _RightOperand:
             got = _native_pack_b(isa, int(fast), self.matrix, self.zero_point)
             self._packed[isa] = got
         return got
+
+    def raw(self, isa: str) -> tuple:
+        """A plain call's b for the native engine at ISA level ``isa``, which packs it inside
+        the GEMM (each thread the panels it uses): (which kernel, b as C-contiguous (Bb, K, N),
+        its zero point as int32 with batch and column strides, Bb). The fast kernel is chosen
+        from this call's b by one native pass over it (``bytes_within``)."""
+        C = _native._C
+        m = self.matrix
+        K, N = m.shape[-2:]
+        batch = m.shape[:-2]
+        Bb = math.prod(batch)  # shape entries: Python ints, the product exact
+        b = np.ascontiguousarray(m)
+        # the s8 form of b (int8 as is, uint8 - 128) within [-64, 64]: in the u8 form, [64, 192]
+        fast = _kernel_info(isa, 1) is not None and C.bytes_within(b, _TYPE[b.dtype], 64, 192)
+        zp = self.zero_point
+        if zp.ndim == 0:
+            zpa, zp_bs, zp_cs = np.array([zp], dtype=np.int32), 0, 0
+        elif zp.ndim == 2:  # (1, N): one row for every batch entry
+            zpa, zp_bs, zp_cs = zp.astype(np.int32).reshape(-1), 0, 1
+        else:
+            zpa = np.ascontiguousarray(np.broadcast_to(zp, (*batch, 1, N)), dtype=np.int32).reshape(Bb, N)
+            zp_bs, zp_cs = N, 1
+        return int(fast), b, zpa, zp_bs, zp_cs, Bb
+
+    def remember(self, a: np.ndarray, params: tuple) -> None:
+        """After a prepared form's native call (``_native_matmul``) with input a and call
+        parameters ``params`` (scales, zero points): if every parameter is immutable (a NumPy
+        scalar, a Python number, None), the next call passing the very same objects, and an a
+        of the same type, dtype object and shape, has been validated already (identity of
+        immutable objects proves equal values) and reuses the arguments (``repeat``)."""
+        if self.call is not None and all(p is None or type(p) in (int, float) or isinstance(p, np.generic)
+                                         for p in params):
+            self._last = (a.shape, a.dtype, params, self.call, v.max_output_bytes())
+        else:
+            self._last = None
+
+    def repeat(self, a: Any, params: tuple) -> np.ndarray | None:
+        """The output of a call that repeats the remembered one (see ``remember``), or None
+        (then the call takes the full path)."""
+        last = self._last
+        if (last is None or type(a) is not np.ndarray or a.dtype is not last[1] or a.shape != last[0]
+                or last[4] != v.max_output_bytes()):   # a lowered size limit: checked again
+            return None
+        for given, known in zip(params, last[2]):
+            if given is not known:
+                return None
+        C = _native.native()
+        head, mid, tail, out_shape, out_dtype = last[3]
+        if C is None or C.get_isa() != head[0]:
+            return None
+        out = _native.empty(out_shape, out_dtype)
+        C.matmul(*head, a if a.flags.c_contiguous else np.ascontiguousarray(a), *mid, out, *tail)
+        return self.finish(out, a)
 
     def _fits_fast_path(self) -> bool:
         """Whether every b value in the byte kernels' s8 form (int8 as is, uint8 - 128) lies in
@@ -206,10 +262,14 @@ _RANGE = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
 def _native_matmul(right: _RightOperand, matrix: np.ndarray, zp: np.ndarray,
                    m: np.ndarray | None = None, yzp: np.ndarray | None = None) -> np.ndarray:
     """(a - zp) @ (b - b_zp) on the native engine: int32, or requantized with multiplier m
-    (broadcastable to the output) and output zero point yzp. Shapes as numpy.matmul."""
+    (broadcastable to the output) and output zero point yzp. Shapes as numpy.matmul. A
+    prepared form's call leaves its arguments in ``right.call`` (see ``_RightOperand.repeat``)."""
     C = _native._C
     isa = C.get_isa()
-    which, packed, colsums, zcol, Bb = right.packed(isa)
+    if right.owned:
+        which, packed, colsums, zcol, Bb = right.packed(isa)
+    else:  # a plain call: b is packed inside the GEMM, panel by panel
+        which, braw, bzp, bzp_bs, bzp_cs, Bb = right.raw(isa)
     M, K = matrix.shape[-2:]
     N = right.matrix.shape[-1]
     a_batch, b_batch = matrix.shape[:-2], right.matrix.shape[:-2]
@@ -263,9 +323,17 @@ def _native_matmul(right: _RightOperand, matrix: np.ndarray, zp: np.ndarray,
     else:
         mult, m_bs, m_rs, m_cs, lo, hi, z, signed = _NO_MULT, 0, 0, 0, 0.0, 0.0, 0, 0
         out = _native.empty((*out_batch, M, N), np.int32)
-    C.matmul(isa, which, rows, N, K, batches, a, _TYPE[a.dtype], Ba, a_idx,
-             zpa, zpa_bs, zpa_rs, packed, colsums, zcol, Bb, b_idx, out, int(quantized), signed,
-             mult, m_bs, m_rs, m_cs, lo, hi, z)
+    if right.owned:
+        head = (isa, which, rows, N, K, batches)
+        mid = (_TYPE[a.dtype], Ba, a_idx, zpa, zpa_bs, zpa_rs, packed, colsums, zcol, Bb, b_idx)
+        tail = (int(quantized), signed, mult, m_bs, m_rs, m_cs, lo, hi, z)
+        C.matmul(*head, a, *mid, out, *tail)
+        right.call = (head, mid, tail, out.shape, out.dtype)
+    else:
+        C.matmul_raw(isa, which, rows, N, K, batches, a, _TYPE[a.dtype], Ba, a_idx,
+                     zpa, zpa_bs, zpa_rs, braw, _TYPE[braw.dtype], Bb, b_idx, bzp, bzp_bs, bzp_cs,
+                     out, int(quantized), signed, mult, m_bs, m_rs, m_cs, lo, hi, z)
+        right.call = (rows, N, K, batches, Ba, a_idx, Bb, b_idx, out.shape)  # ``_lean_remember``
     return out
 
 
@@ -279,9 +347,13 @@ class PreparedMatMulInteger:
 
     def run(self, a: np.ndarray, a_zero_point: Any = None) -> np.ndarray:
         """int32 wrap32((a - a_zero_point) @ (b - b_zero_point)) with numpy.matmul shapes."""
+        y = self._b.repeat(a, (a_zero_point,))
+        if y is not None:
+            return y
         a, matrix, zp = self._b.check_a(a, a_zero_point)
         if _native.native() is not None:
             acc = _native_matmul(self._b, matrix, zp)
+            self._b.remember(a, (a_zero_point,))
         else:
             acc = self._b.accumulate(matrix, zp)
         return self._b.finish(acc, a)
@@ -306,6 +378,10 @@ class PreparedQLinearMatMul:
     def run(self, a: np.ndarray, a_scale: Any, a_zero_point: Any, y_scale: Any, y_zero_point: Any) -> np.ndarray:
         """The quantized product; output dtype is y_zero_point's."""
         op = "qlinear_matmul"
+        params = (a_scale, a_zero_point, y_scale, y_zero_point)
+        y = self._b.repeat(a, params)
+        if y is not None:
+            return y
         if a_zero_point is None:
             raise TypeError(f"{op}: a_zero_point is required")
         a_arr = v.integer_tensor(op, "a", a)
@@ -339,7 +415,9 @@ class PreparedQLinearMatMul:
         m, yzp = known
         a_arr, matrix, zp = self._b.check_a(a_arr, a_zero_point)
         if _native.native() is not None:
-            return self._b.finish(_native_matmul(self._b, matrix, zp, m, yzp), a_arr)
+            y = self._b.finish(_native_matmul(self._b, matrix, zp, m, yzp), a_arr)
+            self._b.remember(a_arr, params)
+            return y
         values = self._b.accumulate(matrix, zp, np.float32)
         # An infinite product saturates, a tiny one rounds to 0 or a denormal: float32 as it should.
         with np.errstate(over="ignore", under="ignore"):
@@ -364,7 +442,14 @@ def matmul_integer(a: np.ndarray, b: np.ndarray, a_zero_point: Any = None, b_zer
     numpy.matmul shape rules (1-D operands, broadcast batch dimensions); zero points per tensor,
     per row of a ([M] or [..., M, 1]) or per column of b ([N] or [..., 1, N]).
     """
-    return PreparedMatMulInteger(b, b_zero_point, _owned=False).run(a, a_zero_point)
+    key = _lean_key("matmul_integer", a, b)
+    y = _lean_matmul(key, a, b, a_zero_point, b_zero_point)
+    if y is not None:
+        return y
+    p = PreparedMatMulInteger(b, b_zero_point, _owned=False)
+    y = p.run(a, a_zero_point)
+    _lean_remember(key, p._b)
+    return y
 
 
 def qlinear_matmul(
@@ -382,4 +467,107 @@ def qlinear_matmul(
     acc = wrap32((a - a_zp) @ (b - b_zp)); m[i, j] = float32(float32(a_scale[i] · b_scale[j]) / y_scale);
     y = sat(rne(float32(float32(acc) · m)) + y_zero_point), dtype of y_zero_point.
     """
-    return PreparedQLinearMatMul(b, b_scale, b_zero_point, _owned=False).run(a, a_scale, a_zero_point, y_scale, y_zero_point)
+    key = _lean_key("qlinear_matmul", a, b)
+    y = _lean_matmul(key, a, b, a_zero_point, b_zero_point, (a_scale, b_scale, y_scale, y_zero_point))
+    if y is not None:
+        return y
+    p = PreparedQLinearMatMul(b, b_scale, b_zero_point, _owned=False)
+    y = p.run(a, a_scale, a_zero_point, y_scale, y_zero_point)
+    _lean_remember(key, p._b)
+    return y
+
+
+# ---------------------------------------------------------------------------------------------
+# The lean path of plain calls (as for convolutions, qlinear/conv.py): what depends only on the
+# operands' shapes and dtypes (the shape checks, the size limit's verdict, the batch indices) is
+# remembered by those values after a plain call ran natively; a later plain call with equal
+# ones and per-tensor parameters checks the parameters (types, shapes, finite scales, a
+# nonzero y_scale, a finite multiplier) in a few operations and calls the native engine. Per-row
+# or per-column parameters and anything unusual take the full path, which raises the usual
+# errors.
+# ---------------------------------------------------------------------------------------------
+_LEAN: dict[tuple, tuple] = {}
+_LEAN_SIZE = 64
+
+
+def _lean_key(op: str, a: Any, b: Any) -> tuple | None:
+    if type(a) is not np.ndarray or type(b) is not np.ndarray:
+        return None
+    return (op, a.shape, a.dtype, b.shape, b.dtype, v.max_output_bytes())
+
+
+def _lean_remember(key: tuple | None, right: _RightOperand) -> None:
+    if key is None or right.call is None:
+        return
+    if len(_LEAN) >= _LEAN_SIZE:
+        _LEAN.clear()
+    _LEAN[key] = right.call
+
+
+def _one(p: Any, dtype: np.dtype) -> bool:
+    """A one-element parameter of exactly ``dtype``: a NumPy scalar or a plain ndarray."""
+    return (type(p) is dtype.type or (type(p) is np.ndarray and p.size == 1)) and p.dtype is dtype
+
+
+_F32 = np.dtype(np.float32)
+
+
+def _lean_matmul(key: tuple | None, a: np.ndarray, b: np.ndarray, a_zp: Any, b_zp: Any,
+                 quant: tuple | None = None) -> np.ndarray | None:
+    """A plain call by the lean path (see above), or None: the full path takes it."""
+    plan = _LEAN.get(key) if key is not None else None
+    if plan is None:
+        return None
+    C = _native.native()
+    if C is None:
+        return None
+    ad, bd = a.dtype, b.dtype
+    if a_zp is None and quant is None:
+        za = 0
+    elif _one(a_zp, ad):
+        za = a_zp.item()
+    else:
+        return None
+    if b_zp is None and quant is None:
+        zb = 0
+    elif _one(b_zp, bd):
+        zb = b_zp.item()
+    else:
+        return None
+    rows, N, K, batches, Ba, a_idx, Bb, b_idx, out_shape = plan
+    if quant is None:
+        quantized, signed, mult, lo, hi, z, out_dtype = 0, 0, _NO_MULT, 0.0, 0.0, 0, _I32
+    else:
+        a_scale, b_scale, y_scale, y_zp = quant
+        if not (_one(a_scale, _F32) and _one(b_scale, _F32) and _one(y_scale, _F32)
+                and (type(y_zp) is np.ndarray or isinstance(y_zp, np.generic)) and y_zp.dtype in _RANGE
+                and y_zp.size == 1):
+            return None
+        sa, sb, sy = a_scale.reshape(()), b_scale.reshape(()), y_scale.reshape(())
+        if not (math.isfinite(sa) and math.isfinite(sb) and math.isfinite(sy) and sy != 0):
+            return None
+        with np.errstate(over="ignore", under="ignore"):
+            m = multiplier(sa, sb, sy)
+        if not math.isfinite(m):
+            return None
+        out_dtype = y_zp.dtype
+        qmin, qmax = _RANGE[out_dtype]
+        z = y_zp.item()
+        quantized, signed, lo, hi = 1, int(qmin < 0), float(qmin - z), float(qmax - z)
+        mult = np.array([m], dtype=np.float32)
+    isa = C.get_isa()
+    bc = np.ascontiguousarray(b)
+    # the s8 form of b (int8 as is, uint8 - 128) within [-64, 64]: in the u8 form, [64, 192]
+    which = int(_kernel_info(isa, 1) is not None and C.bytes_within(bc, _TYPE[bd], 64, 192))
+    out = _native.empty(out_shape, out_dtype)
+    C.matmul_raw(isa, which, rows, N, K, batches, np.ascontiguousarray(a), _TYPE[ad], Ba, a_idx,
+                 np.array([za], dtype=np.int32), 0, 0, bc, _TYPE[bd], Bb, b_idx, np.array([zb], dtype=np.int32),
+                 0, 0, out, quantized, signed, mult, 0, 0, 0, lo, hi, z)
+    if b.ndim == 1:   # the axes numpy.matmul drops for 1-D operands (``_RightOperand.finish``)
+        out = out[..., 0]
+    if a.ndim == 1:
+        out = out[..., 0, :] if b.ndim > 1 else out[..., 0]
+    return out
+
+
+_I32 = np.dtype(np.int32)

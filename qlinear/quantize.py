@@ -53,16 +53,59 @@ def _dequantize_block(x: np.ndarray, out: np.ndarray, scale: np.ndarray, zp: np.
 
 
 def _native_elementwise(C, quantize: bool, x: np.ndarray, shape3: tuple[int, int, int], per_axis: bool,
-                        scale: np.ndarray, zp: np.ndarray, out: np.ndarray) -> None:
-    """Quantize (or dequantize) x, seen as (pre, C, post), into out on the native engine."""
+                        scale: np.ndarray, zp: np.ndarray, out: np.ndarray, scale_arg: Any = None,
+                        zp_arg: Any = None) -> None:
+    """Quantize (or dequantize) x, seen as (pre, C, post), into out on the native engine
+    (``scale_arg``, ``zp_arg``: the caller's parameters, remembered for ``_repeat``)."""
     x = np.ascontiguousarray(x)
     s = np.ascontiguousarray(scale, dtype=np.float32).reshape(-1)
     z = np.ascontiguousarray(zp, dtype=np.int32).reshape(-1)
-    code = _native.TYPE_CODES
+    code = _native.DTYPE_CODES
     if quantize:
-        C.quantize(C.get_isa(), x, code[x.dtype.name], *shape3, int(per_axis), s, z, out, code[out.dtype.name])
+        C.quantize(C.get_isa(), x, code[x.dtype], *shape3, int(per_axis), s, z, out, code[out.dtype])
     else:
-        C.dequantize(C.get_isa(), x, code[x.dtype.name], *shape3, int(per_axis), s, z, out)
+        C.dequantize(C.get_isa(), x, code[x.dtype], *shape3, int(per_axis), s, z, out)
+    if not per_axis:
+        _remember(quantize, x.dtype, scale_arg, zp_arg, s, z, out.dtype)
+
+
+# The last per-tensor call's parameters, by identity: a call passing the very same immutable
+# objects (NumPy scalars, Python numbers, None; identity proves equal, already validated
+# values) and a contiguous x of the same dtype object goes straight to the kernel. Never an
+# array: a 0-d array could be changed between calls.
+_last: dict[bool, tuple] = {}
+
+
+def _immutable(p: Any) -> bool:
+    return p is None or type(p) in (int, float) or isinstance(p, np.generic)
+
+
+def _remember(quantize: bool, x_dtype: np.dtype, scale_arg: Any, zp_arg: Any, s: np.ndarray,
+              z: np.ndarray, out_dtype: np.dtype) -> None:
+    if _immutable(scale_arg) and _immutable(zp_arg):
+        _last[quantize] = (scale_arg, zp_arg, x_dtype, s, z, out_dtype, v.max_output_bytes())
+    else:
+        _last.pop(quantize, None)
+
+
+def _repeat(quantize: bool, x: Any, scale_arg: Any, zp_arg: Any) -> np.ndarray | None:
+    """The output of a per-tensor call repeating the last one's parameter objects, or None."""
+    last = _last.get(quantize)
+    if (last is None or type(x) is not np.ndarray or scale_arg is not last[0] or zp_arg is not last[1]
+            or x.dtype is not last[2] or not x.flags.c_contiguous or last[6] != v.max_output_bytes()):
+        return None
+    C = _native.native()
+    if C is None:
+        return None
+    out_dtype = last[5]
+    v.check_size("quantize_linear" if quantize else "dequantize_linear", "the output", x.shape, out_dtype.itemsize)
+    out = _native.empty(x.shape, out_dtype)
+    code = _native.DTYPE_CODES
+    if quantize:
+        C.quantize(C.get_isa(), x, code[x.dtype], 1, 1, x.size, 0, last[3], last[4], out, code[out_dtype])
+    else:
+        C.dequantize(C.get_isa(), x, code[x.dtype], 1, 1, x.size, 0, last[3], last[4], out)
+    return out
 
 
 def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1) -> np.ndarray:
@@ -74,6 +117,9 @@ def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, ax
     y_zero_point are per tensor, or 1-D along ``axis`` (opset 13, negative axis allowed).
     """
     op = "quantize_linear"
+    out = _repeat(True, x, y_scale, y_zero_point)
+    if out is not None:
+        return out
     if not isinstance(x, (np.ndarray, np.generic)):
         raise TypeError(f"{op}: x must be a NumPy array of dtype float32 or int32; got a Python {type(x).__name__}")
     x = v.as_array(op, "x", x)
@@ -95,7 +141,7 @@ def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, ax
     C = _native.native()
     if C is not None and x.flags.c_contiguous:  # (a broadcast view goes block by block below)
         out = _native.empty(x.shape, zp.dtype)
-        _native_elementwise(C, True, x, shape3, ax is not None, scale, zp_b, out)
+        _native_elementwise(C, True, x, shape3, ax is not None, scale, zp_b, out, y_scale, y_zero_point)
         return out
     out = np.empty(x.shape, dtype=zp.dtype)
     # NaN goes to T's min (in round_saturate_block), the value onnxruntime's CPU kernel gives.
@@ -114,6 +160,9 @@ def dequantize_linear(x: np.ndarray, x_scale: Any, x_zero_point: Any = None, *, 
     float32 rounds to nearest above 2**24). Per tensor, or 1-D along ``axis`` (opset 13).
     """
     op = "dequantize_linear"
+    out = _repeat(False, x, x_scale, x_zero_point)
+    if out is not None:
+        return out
     x = v.integer_tensor(op, "x", x, v.DEQUANTIZABLE)
     scale = v.scale(op, "x_scale", x_scale)
     if x_zero_point is None:
@@ -130,7 +179,7 @@ def dequantize_linear(x: np.ndarray, x_scale: Any, x_zero_point: Any = None, *, 
     C = _native.native()
     if C is not None and x.flags.c_contiguous:
         out = _native.empty(x.shape, np.float32)
-        _native_elementwise(C, False, x, shape3, ax is not None, scale, zp, out)
+        _native_elementwise(C, False, x, shape3, ax is not None, scale, zp, out, x_scale, x_zero_point)
         return out
     out = np.empty(x.shape, dtype=np.float32)
     zp = zp.astype(np.float32)

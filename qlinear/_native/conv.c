@@ -23,6 +23,7 @@
 #include "conv.h"
 
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #if QL_X86
@@ -132,15 +133,16 @@ size_t ql_conv_w_bytes(const ql_gemm_kernel *k, int M, int K)
  *   corrections, wrap32);
  * - S8U8 form (fast path): rows = w - wzp as int8, which must lie in [-64, 64] (else -1, nothing
  *   usable written); row_a = sum of the row (|sum| <= 64 K < 2^31), row_z = 0. The per-call
- *   correction is then one term per row: - zx' * row_a (ql_conv_gemm). */
-int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K,
-                   const int32_t *wzp, void *dst)
+ *   correction is then one term per row: - zx' * row_a (ql_conv_gemm).
+ * Rows [i0, i1) only (the layout is the whole M's), so threads can share the work. */
+static int pack_w_rows(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K,
+                       const int32_t *wzp, void *dst, int i0, int i1)
 {
     int kp = ql_round_k(k, K);
     ptrdiff_t ldl = w_row_bytes(k, K);
+    int32_t *row_a = (int32_t *)((char *)dst + (size_t)M * (size_t)ldl), *row_z = row_a + M;
     if (k->form == QL_FORM_S8U8) {
-        int32_t *row_a = (int32_t *)((char *)dst + (size_t)M * (size_t)ldl), *row_z = row_a + M;
-        for (int i = 0; i < M; i++) {
+        for (int i = i0; i < i1; i++) {
             const uint8_t *src = (const uint8_t *)w + (size_t)i * (size_t)K;
             int8_t *d = (int8_t *)dst + (size_t)i * (size_t)ldl;
             int32_t sum = 0, z = wzp[i];
@@ -169,17 +171,71 @@ int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, in
         }
         return 0;
     }
-    int32_t *rowsums = NULL;
-    if (k->form == QL_FORM_U8S8) rowsums = (int32_t *)((char *)dst + (size_t)M * (size_t)ldl);
-    ql_pack_L(w, w_type, K, 1, M, K, wzp, 1, k->form, dst, ldl, kp, rowsums);
+    /* the level's packer (SIMD where it has one; the portable one's output) */
+    ql_pack_L_fn pack = k->pack_L ? k->pack_L : ql_pack_L;
+    char *d0 = (char *)dst + (size_t)i0 * (size_t)ldl;
+    const uint8_t *w0 = (const uint8_t *)w + (size_t)i0 * (size_t)K;
+    pack(w0, w_type, K, 1, i1 - i0, K, wzp + i0, 1, k->form, d0, ldl, kp,
+         k->form == QL_FORM_U8S8 ? row_a + i0 : NULL);
     if (k->form == QL_FORM_U8S8) {
-        int32_t *row_a = rowsums, *row_z = rowsums + M;
-        for (int i = 0; i < M; i++) {
+        for (int i = i0; i < i1; i++) {
             int32_t zl = wzp[i] + (w_type == QL_I8 ? 128 : 0);   /* u8 form: int8 + 128 */
             row_z[i] = zl;
             row_a[i] = (int32_t)((uint32_t)row_a[i] - (uint32_t)K * (uint32_t)zl);
         }
     }
+    return 0;
+}
+
+int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K,
+                   const int32_t *wzp, void *dst)
+{
+    return pack_w_rows(k, w, w_type, M, K, wzp, dst, 0, M);
+}
+
+/* A plain call's weights, packed per call in one pass over w: the fast path's form while every
+ * row fits its bound (the proof is made while packing; the first row outside stops every
+ * thread), else the exact form. Rows shared over the threads in blocks. */
+typedef struct {
+    const ql_gemm_kernel *k; const void *w; int w_type, M, K; const int32_t *wzp; void *dst;
+    int rows_per_task;
+    atomic_int outside;
+} packw_ctx;
+
+static void packw_task(void *vctx, ptrdiff_t t, int thread)
+{
+    (void)thread;
+    packw_ctx *c = (packw_ctx *)vctx;
+    if (atomic_load_explicit(&c->outside, memory_order_relaxed)) return;
+    int i0 = (int)t * c->rows_per_task, i1 = i0 + c->rows_per_task < c->M ? i0 + c->rows_per_task : c->M;
+    /* blocks of 4 rows, so that a row outside the bound stops the others soon */
+    for (int i = i0; i < i1; i += 4) {
+        if (pack_w_rows(c->k, c->w, c->w_type, c->M, c->K, c->wzp, c->dst, i, i + 4 < i1 ? i + 4 : i1)) {
+            atomic_store_explicit(&c->outside, 1, memory_order_relaxed);
+            return;
+        }
+        if (atomic_load_explicit(&c->outside, memory_order_relaxed)) return;
+    }
+}
+
+static int pack_w_threads(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K,
+                          const int32_t *wzp, void *dst, int threads)
+{
+    packw_ctx c = {k, w, w_type, M, K, wzp, dst, 0, 0};
+    if ((int64_t)M * K < (1 << 18)) threads = 1;   /* below: tens of microseconds */
+    int tasks = threads > 1 ? 4 * threads : 1;
+    c.rows_per_task = (M + tasks - 1) / tasks;
+    if (c.rows_per_task < 1) c.rows_per_task = 1;
+    ql_parallel_for((M + c.rows_per_task - 1) / c.rows_per_task, threads, packw_task, &c);
+    return atomic_load(&c.outside) ? -1 : 0;
+}
+
+int ql_conv_pack_w_auto(const ql_isa *isa, const void *w, int w_type, int M, int K,
+                        const int32_t *wzp, void *dst, int threads)
+{
+    if (isa->conv_fast && pack_w_threads(isa->conv_fast, w, w_type, M, K, wzp, dst, threads) == 0)
+        return 2;
+    pack_w_threads(isa->exact, w, w_type, M, K, wzp, dst, threads);
     return 0;
 }
 

@@ -26,6 +26,10 @@ size_t ql_conv_w_bytes(const ql_gemm_kernel *k, int M, int K);
  * caller checks first; this is the proof's last line, never a saturating product) */
 int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K,
                    const int32_t *wzp, void *dst);
+/* A plain call's weights: packed for isa->conv_fast when every w - wzp lies in [-64, 64] (then
+ * returns 2), else for isa->exact (returns 0); dst holds max(ql_conv_w_bytes) of the two. */
+int ql_conv_pack_w_auto(const ql_isa *isa, const void *w, int w_type, int M, int K,
+                        const int32_t *wzp, void *dst, int threads);
 /* 0, -1 (out of memory), -2 (sizes beyond int), -3 (scratch above the workspace limit) */
 int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern,
                  const void *wpacked, size_t workspace);

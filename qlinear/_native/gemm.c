@@ -8,6 +8,7 @@
  */
 #include "qlinear.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -213,9 +214,26 @@ void ql_pack_b(const ql_gemm_kernel *kern, const void *b, int b_type, ptrdiff_t 
 typedef struct {
     const ql_matmul *mm;
     int kp; size_t ldl; size_t lbytes;     /* packed a: M rows of ldl bytes */
-    char *scratch; size_t scratch_stride;  /* per thread: packed a + rowsums + row_a + row_z */
+    char *scratch; size_t scratch_stride;  /* per thread: packed a + rowsums + row_a + row_z
+                                              (+ zR' per column: raw b, U8S8 form) */
+    size_t zcol_off;
     int inner_threads;
 } mm_ctx;
+
+/* raw b (a plain call): one panel packed by the GEMM task that uses it */
+typedef struct {
+    const ql_gemm_kernel *kern;
+    const char *b; int b_type; ptrdiff_t ks; int K, kp;
+    const int32_t *zp; ptrdiff_t zp_cs;
+} rawb_ctx;
+
+static void rawb_panel(void *vctx, int j0, int ncols, void *dst, int32_t *colsums, int thread) {
+    (void)thread;
+    const rawb_ctx *c = (const rawb_ctx *)vctx;
+    const ql_gemm_kernel *k = c->kern;
+    k->pack_R(c->b + j0, c->b_type, c->ks, 1, c->K, ncols, c->zp + (ptrdiff_t)j0 * c->zp_cs, c->zp_cs,
+              k->form, k->nr, dst, c->kp, colsums);
+}
 
 typedef struct {
     const ql_matmul *mm; const void *a; const int32_t *zpa; char *Lp; size_t ldl; int kp;
@@ -257,7 +275,7 @@ static void packa_task(void *vctx, ptrdiff_t t, int thread) {
     packa_rows(c, r0, imin(c->rows_per_task, c->mm->M - r0));
 }
 
-static void mm_batch(mm_ctx *x, ptrdiff_t bi, int thread, int threads) {
+static int mm_batch(mm_ctx *x, ptrdiff_t bi, int thread, int threads) {
     const ql_matmul *mm = x->mm;
     const ql_gemm_kernel *k = mm->kern;
     char *s = x->scratch + (size_t)thread * x->scratch_stride;
@@ -269,7 +287,7 @@ static void mm_batch(mm_ctx *x, ptrdiff_t bi, int thread, int threads) {
     /* a tall a: each task packs its own row block (once, into L2) instead of a pass over all
      * of a first, whose packed copy would no longer fit in cache */
     size_t row_bytes = x->ldl;
-    int in_task = (size_t)mm->M * row_bytes > 2 * (size_t)L2_BUDGET && mm->N > 0;
+    int in_task = (size_t)mm->M * row_bytes > 2 * (size_t)L2_BUDGET && mm->N > 0 && mm->bpack;
     if (in_task) {
         /* packed inside ql_gemm */
     } else if (threads > 1 && (double)mm->M * mm->K > (1 << 17)) {
@@ -285,7 +303,15 @@ static void mm_batch(mm_ctx *x, ptrdiff_t bi, int thread, int threads) {
     p.M = mm->M; p.N = mm->N; p.K = mm->K; p.kp = x->kp;
     p.L = in_task ? NULL : s; p.ldl_bytes = (ptrdiff_t)x->ldl;
     if (in_task) { p.pack_L = packa_block; p.pack_L_ctx = &pc; }
-    p.Rpacked = (const char *)mm->bpack + (size_t)bidx * ql_packed_b_bytes(k, mm->K, mm->N);
+    rawb_ctx rb;
+    if (mm->bpack) {
+        p.Rpacked = (const char *)mm->bpack + (size_t)bidx * ql_packed_b_bytes(k, mm->K, mm->N);
+    } else {
+        rb.kern = k; rb.b = (const char *)mm->braw + bidx * mm->b_bs; rb.b_type = mm->b_type;
+        rb.ks = mm->b_ks; rb.K = mm->K; rb.kp = x->kp;
+        rb.zp = mm->bzp + bidx * mm->bzp_bs; rb.zp_cs = mm->bzp_cs;
+        p.pack_R = rawb_panel; p.pack_ctx = &rb;
+    }
     p.epilogue = mm->isa->epilogue;
     p.threads = threads;
     ql_epilogue *ep = &p.ep;
@@ -300,15 +326,38 @@ static void mm_batch(mm_ctx *x, ptrdiff_t bi, int thread, int threads) {
         ep->out_is_signed = mm->out_is_signed;
     }
     if (k->form == QL_FORM_U8S8) {
-        p.R_colsums = mm->bcolsums + (size_t)bidx * npad;
         ep->row_a = row_a; ep->row_z = row_z; ep->row_s = 1;
-        ep->col_z = mm->bzcol + (size_t)bidx * mm->N; ep->col_z_s = 1;
+        if (mm->bpack) {
+            p.R_colsums = mm->bcolsums + (size_t)bidx * npad;
+            ep->col_z = mm->bzcol + (size_t)bidx * mm->N; ep->col_z_s = 1;
+        } else {
+            /* zR' = zR - 128 for uint8 b (its s8 form), zR for int8 b; colsums come per panel */
+            int32_t *zc = (int32_t *)(s + x->zcol_off);
+            int shift = mm->b_type == QL_U8 ? 128 : 0;
+            int nz = mm->bzp_cs ? mm->N : 1;
+            for (int j = 0; j < nz; j++) zc[j] = rb.zp[(ptrdiff_t)j * mm->bzp_cs] - shift;
+            ep->col_z = zc; ep->col_z_s = mm->bzp_cs ? 1 : 0;
+        }
     }
-    ql_gemm(&p);
+    return ql_gemm(&p);
 }
 
+typedef struct { mm_ctx *x; atomic_int failed; } mm_tasks;
+
 static void mm_batch_task(void *vctx, ptrdiff_t t, int thread) {
-    mm_batch((mm_ctx *)vctx, t, thread, 1);
+    mm_tasks *m = (mm_tasks *)vctx;
+    if (mm_batch(m->x, t, thread, 1) != 0) atomic_store(&m->failed, 1);
+}
+
+/* Raw b packed whole before the GEMMs (as a prepared form does) instead of panel by panel in
+ * the tasks: when a is tall, the in-task form would stream all of the packed a once per panel
+ * (the row blocks share the panel); when b entries are reused by several output batch entries
+ * with few rows each, they would be packed again for each. */
+#define RAW_L_MAX (1 << 20)    /* bytes of packed a above which b is packed first */
+
+static int raw_prepacked(const ql_matmul *mm, size_t ldl) {
+    if ((size_t)mm->M * ldl > RAW_L_MAX) return 1;
+    return mm->batches > mm->Bb && mm->M < 32;
 }
 
 int ql_matmul_run(const ql_matmul *mm) {
@@ -322,20 +371,78 @@ int ql_matmul_run(const ql_matmul *mm) {
     x.ldl = ((size_t)x.kp * es + 15) & ~(size_t)15;
     if (x.ldl == 0) x.ldl = 16;
     x.lbytes = ((size_t)mm->M * x.ldl + 63) & ~(size_t)63;
-    x.scratch_stride = (x.lbytes + 3 * (size_t)mm->M * sizeof(int32_t) + 63) & ~(size_t)63;
+    x.zcol_off = x.lbytes + 3 * (size_t)mm->M * sizeof(int32_t);
+    x.scratch_stride = (x.zcol_off + (size_t)mm->N * sizeof(int32_t) + 63) & ~(size_t)63;
     int threads = imin(mm->threads, ql_num_threads());
     if (threads < 1) threads = 1;
+    ql_matmul pre;           /* raw b packed first (raw_prepacked): the prepared form's call */
+    void *packed = NULL;
+    int32_t *colsums = NULL, *zcol = NULL;
+    if (!mm->bpack && raw_prepacked(mm, x.ldl)) {
+        int npad = (mm->N + k->nr - 1) / k->nr * k->nr;
+        packed = malloc(mm->Bb * ql_packed_b_bytes(k, mm->K, mm->N) + 1);
+        colsums = malloc(sizeof(int32_t) * (size_t)(mm->Bb * npad) + 1);
+        zcol = malloc(sizeof(int32_t) * (size_t)(mm->Bb * mm->N) + 1);
+        if (!packed || !colsums || !zcol) { free(packed); free(colsums); free(zcol); return -1; }
+        ql_pack_b(k, mm->braw, mm->b_type, mm->Bb, mm->K, mm->N, mm->b_bs, mm->b_ks, 1, mm->bzp,
+                  mm->bzp_bs, mm->bzp_cs, packed, k->form == QL_FORM_U8S8 ? colsums : NULL, zcol,
+                  threads);
+        pre = *mm;
+        pre.bpack = packed; pre.bcolsums = colsums; pre.bzcol = zcol;
+        mm = &pre;
+        x.mm = mm;
+    }
     /* many small products: one batch entry per task; otherwise threads inside each GEMM */
     double per = (double)mm->M * mm->N * (mm->K ? mm->K : 1);
     int by_batch = threads > 1 && mm->batches >= 2 * threads && per < (1 << 22);
     int slots = by_batch ? threads : 1;
+    int rc = 0;
     x.scratch = aligned_alloc(64, x.scratch_stride * (size_t)slots);
-    if (!x.scratch) return -1;
-    if (by_batch) {
-        ql_parallel_for(mm->batches, threads, mm_batch_task, &x);
+    if (!x.scratch) {
+        rc = -1;
+    } else if (by_batch) {
+        mm_tasks t = {&x, 0};
+        ql_parallel_for(mm->batches, threads, mm_batch_task, &t);
+        rc = atomic_load(&t.failed) ? -1 : 0;
     } else {
-        for (ptrdiff_t bi = 0; bi < mm->batches; bi++) mm_batch(&x, bi, 0, threads);
+        for (ptrdiff_t bi = 0; bi < mm->batches && rc == 0; bi++) rc = mm_batch(&x, bi, 0, threads);
     }
     free(x.scratch);
-    return 0;
+    free(packed); free(colsums); free(zcol);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The 7-bit proofs of plain calls
+ * ------------------------------------------------------------------------------------- */
+#define WITHIN_BLOCK 16384
+
+typedef struct {
+    const uint8_t *x; ptrdiff_t n; uint8_t flip, lo, hi;
+    atomic_int outside;
+} within_ctx;
+
+static void within_task(void *vctx, ptrdiff_t t, int thread) {
+    (void)thread;
+    within_ctx *c = (within_ctx *)vctx;
+    if (atomic_load_explicit(&c->outside, memory_order_relaxed)) return;
+    ptrdiff_t b = t * WITHIN_BLOCK, e = pmin(c->n, b + WITHIN_BLOCK);
+    /* running minimum and maximum: a loop the compiler vectorizes (pminub / pmaxub) */
+    uint8_t mn = 255, mx = 0;
+    for (ptrdiff_t i = b; i < e; i++) {
+        uint8_t v = (uint8_t)(c->x[i] ^ c->flip);
+        mn = v < mn ? v : mn;
+        mx = v > mx ? v : mx;
+    }
+    if (mn < c->lo || mx > c->hi) atomic_store_explicit(&c->outside, 1, memory_order_relaxed);
+}
+
+int ql_bytes_within(const void *x, int type, ptrdiff_t n, int lo, int hi, int threads) {
+    if (n <= 0) return 1;
+    if (lo > hi || hi < 0 || lo > 255) return 0;
+    within_ctx c = {(const uint8_t *)x, n, (uint8_t)(type == QL_I8 ? 0x80 : 0),
+                    (uint8_t)(lo < 0 ? 0 : lo), (uint8_t)(hi > 255 ? 255 : hi), 0};
+    if (n < (1 << 20)) threads = 1;   /* below: tens of microseconds on one core */
+    ql_parallel_for((n + WITHIN_BLOCK - 1) / WITHIN_BLOCK, threads, within_task, &c);
+    return !atomic_load(&c.outside);
 }

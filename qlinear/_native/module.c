@@ -181,34 +181,53 @@ static int check_idx(const int64_t *idx, Py_ssize_t n, Py_ssize_t limit, const c
 
 /* matmul(isa, which, M, N, K, batches, a, a_type, Ba, a_idx, zpa, zpa_bs, zpa_rs,
  *        bpack, bcolsums, bzcol, Bb, b_idx, out, quantized, out_signed,
- *        mult, m_bs, m_rs, m_cs, lo, hi, yzp) */
-static PyObject *m_matmul(PyObject *self, PyObject *args) {
-    (void)self;
-    const char *isa_name; int which, M, N, K, a_type, quantized, out_signed, yzp;
-    Py_ssize_t batches, Ba, zpa_bs, zpa_rs, Bb, m_bs, m_rs, m_cs;
-    PyObject *oa, *oai, *ozpa, *obp, *obc, *obz, *obi, *oout, *omult;
+ *        mult, m_bs, m_rs, m_cs, lo, hi, yzp): b packed by pack_b (a prepared form);
+ * matmul_raw(isa, which, M, N, K, batches, a, a_type, Ba, a_idx, zpa, zpa_bs, zpa_rs,
+ *        b, b_type, Bb, b_idx, bzp, bzp_bs, bzp_cs, out, quantized, out_signed,
+ *        mult, m_bs, m_rs, m_cs, lo, hi, yzp): b as given, C-contiguous (Bb, K, N), packed
+ *        inside the GEMM (a plain call) */
+static PyObject *mm_common(PyObject *args, int raw) {
+    const char *isa_name; int which, M, N, K, a_type, b_type = QL_U8, quantized, out_signed, yzp;
+    Py_ssize_t batches, Ba, zpa_bs, zpa_rs, Bb, m_bs, m_rs, m_cs, bzp_bs = 0, bzp_cs = 0;
+    PyObject *oa, *oai, *ozpa, *obp = NULL, *obc = NULL, *obz = NULL, *obi, *oout, *omult;
     float lo, hi;
-    if (!PyArg_ParseTuple(args, "siiiinOinOOnnOOOnOOiiOnnnffi", &isa_name, &which, &M, &N, &K, &batches,
-                          &oa, &a_type, &Ba, &oai, &ozpa, &zpa_bs, &zpa_rs, &obp, &obc, &obz, &Bb, &obi,
-                          &oout, &quantized, &out_signed, &omult, &m_bs, &m_rs, &m_cs, &lo, &hi, &yzp))
+    if (raw) {
+        if (!PyArg_ParseTuple(args, "siiiinOinOOnnOinOOnnOiiOnnnffi", &isa_name, &which, &M, &N, &K,
+                              &batches, &oa, &a_type, &Ba, &oai, &ozpa, &zpa_bs, &zpa_rs, &obp, &b_type,
+                              &Bb, &obi, &obz, &bzp_bs, &bzp_cs, &oout, &quantized, &out_signed, &omult,
+                              &m_bs, &m_rs, &m_cs, &lo, &hi, &yzp))
+            return NULL;
+    } else if (!PyArg_ParseTuple(args, "siiiinOinOOnnOOOnOOiiOnnnffi", &isa_name, &which, &M, &N, &K, &batches,
+                                 &oa, &a_type, &Ba, &oai, &ozpa, &zpa_bs, &zpa_rs, &obp, &obc, &obz, &Bb, &obi,
+                                 &oout, &quantized, &out_signed, &omult, &m_bs, &m_rs, &m_cs, &lo, &hi, &yzp)) {
         return NULL;
+    }
     const ql_isa *isa;
     if (which != 0 && which != 1) return PyErr_Format(PyExc_ValueError, "qlinear native: matmul kernel %d", which);
     const ql_gemm_kernel *k = kernel_arg(isa_name, which, &isa);
     if (!k) return NULL;
     if (M < 0 || N < 0 || K < 0 || batches < 0 || Ba < 0 || Bb < 0 || zpa_bs < 0 || zpa_rs < 0 ||
-        m_bs < 0 || m_rs < 0 || m_cs < 0 || (a_type != QL_U8 && a_type != QL_I8))
+        m_bs < 0 || m_rs < 0 || m_cs < 0 || bzp_bs < 0 || bzp_cs < 0 ||
+        (a_type != QL_U8 && a_type != QL_I8) || (b_type != QL_U8 && b_type != QL_I8))
         return PyErr_Format(PyExc_ValueError, "qlinear native: bad matmul geometry");
     Py_buffer a = {0}, ai = {0}, zpa = {0}, bp = {0}, bc = {0}, bz = {0}, bi = {0}, out = {0}, mult = {0};
     PyObject *ret = NULL;
     Py_ssize_t npad = (N + k->nr - 1) / k->nr * k->nr;
     Py_ssize_t zlast = (batches && M) ? (batches - 1) * zpa_bs + (M ? M - 1 : 0) * zpa_rs + 1 : 0;
     Py_ssize_t mlast = (quantized && batches && M && N) ? (batches - 1) * m_bs + (M ? M - 1 : 0) * m_rs + (N ? N - 1 : 0) * m_cs + 1 : 0;
+    Py_ssize_t bzlast = (Bb && N) ? (Bb - 1) * bzp_bs + (N - 1) * bzp_cs + 1 : 0;
     if (get_buf(oa, &a, 0, Ba * M * K, "a") < 0 || get_buf(oai, &ai, 0, batches * 8, "a_idx") < 0 ||
-        get_buf(ozpa, &zpa, 0, zlast * 4, "a_zero_point") < 0 ||
-        get_buf(obp, &bp, 0, (Py_ssize_t)(Bb * ql_packed_b_bytes(k, K, N)), "packed b") < 0 ||
-        get_buf(obc, &bc, 0, k->form == QL_FORM_U8S8 ? Bb * npad * 4 : 0, "b colsums") < 0 ||
-        get_buf(obz, &bz, 0, Bb * N * 4, "b zcol") < 0 || get_buf(obi, &bi, 0, batches * 8, "b_idx") < 0 ||
+        get_buf(ozpa, &zpa, 0, zlast * 4, "a_zero_point") < 0)
+        goto done;
+    if (raw) {
+        if (get_buf(obp, &bp, 0, Bb * K * N, "b") < 0 || get_buf(obz, &bz, 0, bzlast * 4, "b_zero_point") < 0)
+            goto done;
+    } else if (get_buf(obp, &bp, 0, (Py_ssize_t)(Bb * ql_packed_b_bytes(k, K, N)), "packed b") < 0 ||
+               get_buf(obc, &bc, 0, k->form == QL_FORM_U8S8 ? Bb * npad * 4 : 0, "b colsums") < 0 ||
+               get_buf(obz, &bz, 0, Bb * N * 4, "b zcol") < 0) {
+        goto done;
+    }
+    if (get_buf(obi, &bi, 0, batches * 8, "b_idx") < 0 ||
         get_buf(oout, &out, 1, batches * M * N * (quantized ? 1 : 4), "out") < 0 ||
         get_buf(omult, &mult, 0, mlast * 4, "multiplier") < 0)
         goto done;
@@ -220,7 +239,13 @@ static PyObject *m_matmul(PyObject *self, PyObject *args) {
     mm.isa = isa; mm.kern = k; mm.M = M; mm.N = N; mm.K = K; mm.batches = batches;
     mm.a = a.buf; mm.a_type = a_type; mm.a_idx = (const int64_t *)ai.buf;
     mm.zpa = (const int32_t *)zpa.buf; mm.zpa_bs = zpa_bs; mm.zpa_rs = zpa_rs;
-    mm.bpack = bp.buf; mm.bcolsums = (const int32_t *)bc.buf; mm.bzcol = (const int32_t *)bz.buf;
+    if (raw) {
+        mm.braw = bp.buf; mm.b_type = b_type; mm.b_bs = (ptrdiff_t)K * N; mm.b_ks = N;
+        mm.bzp = (const int32_t *)bz.buf; mm.bzp_bs = bzp_bs; mm.bzp_cs = bzp_cs;
+    } else {
+        mm.bpack = bp.buf; mm.bcolsums = (const int32_t *)bc.buf; mm.bzcol = (const int32_t *)bz.buf;
+    }
+    mm.Bb = Bb;
     mm.b_idx = (const int64_t *)bi.buf; mm.out = out.buf;
     mm.quantized = quantized; mm.out_is_signed = out_signed;
     mm.mult = (const float *)mult.buf; mm.m_bs = m_bs; mm.m_rs = m_rs; mm.m_cs = m_cs;
@@ -235,6 +260,25 @@ static PyObject *m_matmul(PyObject *self, PyObject *args) {
 done:
     REL(a); REL(ai); REL(zpa); REL(bp); REL(bc); REL(bz); REL(bi); REL(out); REL(mult);
     return ret;
+}
+
+static PyObject *m_matmul(PyObject *self, PyObject *args) { (void)self; return mm_common(args, 0); }
+static PyObject *m_matmul_raw(PyObject *self, PyObject *args) { (void)self; return mm_common(args, 1); }
+
+/* bytes_within(x, type, lo, hi) -> bool: every byte of x, in the u8 form, within [lo, hi] */
+static PyObject *m_bytes_within(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *ox; int type, lo, hi;
+    if (!PyArg_ParseTuple(args, "Oiii", &ox, &type, &lo, &hi)) return NULL;
+    if (type != QL_U8 && type != QL_I8) return PyErr_Format(PyExc_ValueError, "qlinear native: bytes_within type %d", type);
+    Py_buffer x = {0};
+    if (get_buf(ox, &x, 0, 0, "x") < 0) return NULL;
+    int ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = ql_bytes_within(x.buf, type, x.len, lo, hi, ql_num_threads());
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&x);
+    return PyBool_FromLong(ok);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -378,6 +422,47 @@ static PyObject *m_conv_pack_w(PyObject *self, PyObject *args) {
     }
     ret = Py_None;
     Py_INCREF(ret);
+done:
+    REL(w); REL(z); REL(d);
+    return ret;
+}
+
+/* conv_pack_w_auto(isa, w, w_type, M, K, wzp int32[M][, dst]) -> (kind, packed): kind 2, the
+ * fast path's form (the weights proven within its bound while packing), or 0, the exact form.
+ * A plain call's weights, packed per call into dst (writable, conv_w_bytes of both kernels
+ * at least) or, without dst, a new bytes object. */
+static PyObject *m_conv_pack_w_auto(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *isa_name; int w_type, M, K;
+    PyObject *ow, *oz, *od = NULL;
+    PyObject *odst = NULL;
+    if (!PyArg_ParseTuple(args, "sOiiiO|O", &isa_name, &ow, &w_type, &M, &K, &oz, &odst)) return NULL;
+    const ql_isa *isa = isa_arg(isa_name);
+    if (!isa) return NULL;
+    if (M < 0 || K < 1 || (w_type != QL_U8 && w_type != QL_I8))
+        return PyErr_Format(PyExc_ValueError, "qlinear native: bad conv weights shape");
+    size_t need = ql_conv_w_bytes(isa->exact, M, K);
+    if (isa->conv_fast && ql_conv_w_bytes(isa->conv_fast, M, K) > need) need = ql_conv_w_bytes(isa->conv_fast, M, K);
+    Py_buffer w = {0}, z = {0}, d = {0};
+    PyObject *ret = NULL;
+    if (get_buf(ow, &w, 0, (Py_ssize_t)M * K, "w") < 0 || get_buf(oz, &z, 0, (Py_ssize_t)M * 4, "w_zero_point") < 0)
+        goto done;
+    char *dst;
+    if (odst) {
+        if (get_buf(odst, &d, 1, (Py_ssize_t)need, "packed w") < 0) goto done;
+        dst = (char *)d.buf;
+        od = odst;
+        Py_INCREF(od);
+    } else {
+        od = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)need);   /* filled here, before anyone sees it */
+        if (!od) goto done;
+        dst = PyBytes_AS_STRING(od);
+    }
+    int kind;
+    Py_BEGIN_ALLOW_THREADS
+    kind = ql_conv_pack_w_auto(isa, w.buf, w_type, M, K, (const int32_t *)z.buf, dst, ql_num_threads());
+    Py_END_ALLOW_THREADS
+    ret = Py_BuildValue("iN", kind, od);
 done:
     REL(w); REL(z); REL(d);
     return ret;
@@ -649,10 +734,13 @@ static PyMethodDef methods[] = {
     {"packed_b_bytes", m_packed_b_bytes, METH_VARARGS, "Bytes of one packed b entry."},
     {"pack_b", m_pack_b, METH_VARARGS, "Pack matmul b for a kernel."},
     {"matmul", m_matmul, METH_VARARGS, "Batched matmul on packed b, fused epilogue."},
+    {"matmul_raw", m_matmul_raw, METH_VARARGS, "Batched matmul on b as given (packed inside the GEMM)."},
+    {"bytes_within", m_bytes_within, METH_VARARGS, "Whether every byte (u8 form) lies in [lo, hi]."},
     {"quantize", m_quantize, METH_VARARGS, "QuantizeLinear."},
     {"dequantize", m_dequantize, METH_VARARGS, "DequantizeLinear."},
     {"conv_w_bytes", m_conv_w_bytes, METH_VARARGS, "Bytes of packed conv weights."},
     {"conv_pack_w", m_conv_pack_w, METH_VARARGS, "Pack conv weights (M, K) for an ISA's exact kernel."},
+    {"conv_pack_w_auto", m_conv_pack_w_auto, METH_VARARGS, "Pack a plain call's conv weights: the 7-bit form if they fit, else exact."},
     {"conv", m_conv, METH_VARARGS, "QLinearConv / ConvInteger on packed weights, fused epilogue."},
     {"qbinary", m_qbinary, METH_VARARGS, "QLinearAdd / QLinearMul (com.microsoft) on bytes."},
     {"lut", m_lut, METH_VARARGS, "Byte table lookup (QLinearSigmoid, QLinearLeakyRelu, requantization)."},

@@ -222,7 +222,14 @@ typedef struct ql_matmul {
     const int64_t *a_idx;              /* a entry of each output batch entry */
     const int32_t *zpa; ptrdiff_t zpa_bs, zpa_rs;   /* zL of (batch, row) */
     const void *bpack; const int32_t *bcolsums; const int32_t *bzcol;  /* from ql_pack_b */
-    const int64_t *b_idx;              /* packed b entry of each output batch entry */
+    /* or (bpack NULL) b as given, a plain call's: entry e element (k, n) at
+     * braw + e*b_bs + k*b_ks + n, zero point (e, n) at bzp[e*bzp_bs + n*bzp_cs]. Its panels are
+     * then packed inside the GEMM tasks, each by the thread that uses it, into that thread's
+     * cache-resident scratch (no packed copy of b is written and read back); ql_matmul_run
+     * packs it whole first where that is cheaper (a tall a, b entries reused across batches). */
+    const void *braw; int b_type; ptrdiff_t b_bs, b_ks; const int32_t *bzp; ptrdiff_t bzp_bs, bzp_cs;
+    ptrdiff_t Bb;                      /* b entries (raw b) */
+    const int64_t *b_idx;              /* b entry of each output batch entry */
     void *out;                         /* C-contiguous (batches, M, N), int32 or 8-bit */
     int quantized, out_is_signed;
     const float *mult; ptrdiff_t m_bs, m_rs, m_cs;
@@ -230,6 +237,11 @@ typedef struct ql_matmul {
     int threads;
 } ql_matmul;
 int ql_matmul_run(const ql_matmul *mm);  /* 0, or -1 when scratch cannot be allocated */
+
+/* Whether every byte of the contiguous n-byte buffer, in the u8 form (uint8 as is, int8 ^ 0x80),
+ * lies in [lo, hi]: the 7-bit proofs of plain calls (b in [-64, 64] as s8: [64, 192] as u8),
+ * one pass, stopping at the first block outside, on up to `threads` threads. */
+int ql_bytes_within(const void *x, int type, ptrdiff_t n, int lo, int hi, int threads);
 
 /* epilogue.c: the portable reference epilogue */
 void ql_epilogue_scalar(const ql_epilogue *ep, const int32_t *C, ptrdiff_t ldc,

@@ -1,0 +1,81 @@
+"""A/B of plain calls: this tree's qlinear against another build of it, in one process.
+
+The other build is a copy of an older commit's ``qlinear`` package renamed ``qlinear_before``
+(with its compiled extension) on PYTHONPATH:
+
+    git archive <commit> | tar -x -C /tmp/before && (cd /tmp/before && python setup.py build_ext --inplace)
+    mkdir /tmp/before-pkg && cp -r /tmp/before/qlinear /tmp/before-pkg/qlinear_before
+    PYTHONPATH=/tmp/before-pkg python benchmarks/plain_ab.py [--cases a,b] [--repeat 30]
+
+Per case: onnxruntime (prepacked session), the plain call before and after, interleaved, 1
+thread each, CPU time of the calling thread, medians; ratios to onnxruntime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+
+import numpy as np
+
+import qlinear
+import qlinear_before  # type: ignore[import-not-found]
+from qlinear import bench
+
+from native_plain import CASES
+
+
+def _call(fn_name: str, module, closure: dict, op: str):
+    if op == "QLinearConv":
+        c = closure
+        return lambda: module.qlinear_conv(c["x"], c["x_scale"], c["x_zp"], c["w"], c["w_scale"], c["w_zp"],
+                                           c["y_scale"], c["y_zp"], c["bias"], **c["attrs"])
+    if op == "QLinearMatMul":
+        c = closure
+        return lambda: module.qlinear_matmul(c["a"], c["a_scale"], c["a_zp"], c["b"], c["b_scale"], c["b_zp"],
+                                             c["y_scale"], c["y_zp"])
+    if op == "MatMulInteger":
+        c = closure
+        return lambda: module.matmul_integer(c["a"], c["b"], c["a_zp"], c["b_zp"])
+    raise ValueError(op)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeat", type=int, default=30)
+    p.add_argument("--cases", default=",".join(CASES))
+    args = p.parse_args()
+    qlinear.set_num_threads(1)
+    qlinear_before.set_num_threads(1)
+    print(f"1 thread each, CPU time of the calling thread, median of {args.repeat}; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    by_name = {c.name: c for c in bench.all_cases()}
+    before, after = [], []
+    for name in args.cases.split(","):
+        case = by_name[name]
+        built = case.build(np.random.default_rng(0))
+        closure = {n: c.cell_contents for n, c in zip(built.plain.__code__.co_freevars, built.plain.__closure__)}
+        sess = bench._ort_session(built.model, 1)
+        fns = {"ort": lambda: sess.run(None, built.feeds),
+               "before": _call("plain", qlinear_before, closure, case.op),
+               "after": _call("plain", qlinear, closure, case.op)}
+        outs = {k: f() for k, f in fns.items() if k != "ort"}
+        assert np.array_equal(outs["before"], outs["after"]), name
+        ts = {k: [] for k in fns}
+        for _ in range(args.repeat):
+            for k, f in fns.items():
+                t0 = time.thread_time(); f(); ts[k].append(time.thread_time() - t0)  # noqa: E702
+        t = {k: float(np.median(v)) for k, v in ts.items()}
+        before.append(t["before"] / t["ort"])
+        after.append(t["after"] / t["ort"])
+        print(f"{name:28s} ort {t['ort'] * 1e3:7.3f} ms  plain before {t['before'] * 1e3:7.3f} ms ({before[-1]:.2f})  "
+              f"after {t['after'] * 1e3:7.3f} ms ({after[-1]:.2f})", flush=True)
+    g = lambda r: math.exp(sum(map(math.log, r)) / len(r))  # noqa: E731
+    print(f"plain/onnxruntime geometric mean: before {g(before):.2f}, after {g(after):.2f}; "
+          f"load average {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,483 @@
+"""Plain calls (weights passed on every call, nothing prepared) against the prepared forms and
+the oracle, bit for bit. On the native engine a plain matmul packs b inside the GEMM tasks
+(each thread the panels it uses) or, for a tall a or b entries reused across batches, whole
+first; a plain convolution packs its weights per call, choosing the 7-bit path from the given
+weights. These tests aim at those decisions: both sides of every threshold and of the 7-bit
+bound, K around the driver's blocks, odd tails, all type combinations, per-row / per-column
+parameters, broadcast batches, one and two threads. Every test runs on the NumPy engine and on
+the native engine at each ISA level this CPU runs (conftest)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import qlinear
+
+import oracle
+from conftest import ALL_8BIT_COMBOS, DTYPES_8, I8, U8, assert_exact, rand_int, rand_scale
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    saved = qlinear.get_num_threads()
+    qlinear.set_num_threads(request.param)
+    try:
+        yield request.param
+    finally:
+        qlinear.set_num_threads(saved)
+
+
+def _seven_bit(rng, dtype, shape, edge=True):
+    """Values whose s8 form (int8 as is, uint8 - 128) lies in [-64, 64], both ends included."""
+    lo, hi = (-64, 64) if dtype == I8 else (64, 192)
+    v = rand_int(rng, dtype, shape, lo, hi)
+    if edge and v.size >= 2:
+        v.flat[0], v.flat[-1] = lo, hi
+    return v
+
+
+def _matmul_both(a, b, az, bz):
+    """MatMulInteger plain and prepared, each checked against the oracle."""
+    want = oracle.matmul_integer(a, b, az, bz)
+    assert_exact(qlinear.matmul_integer(a, b, az, bz), want)
+    assert_exact(qlinear.prepare_matmul_integer(b, bz).run(a, az), want)
+
+
+# K around the driver's K block (2048 int16 or 4096 bytes of a 16-column panel; blocked from
+# 1.5 blocks on), odd tails in M and N
+@pytest.mark.parametrize("k", [1, 3, 2047, 2048, 3071, 3072, 3073, 4095, 4096, 6143, 6145])
+def test_plain_matmul_k_blocks(k, threads):
+    rng = np.random.default_rng([10, k, threads])
+    for adt, bdt in [(U8, I8), (I8, U8)]:
+        a, b = rand_int(rng, adt, (13, k)), rand_int(rng, bdt, (k, 37))
+        _matmul_both(a, b, rand_int(rng, adt, (13,)), rand_int(rng, bdt, (37,)))
+        b7 = _seven_bit(rng, bdt, (k, 37))
+        _matmul_both(a, b7, rand_int(rng, adt, ()), None)
+
+
+@pytest.mark.parametrize("adt,bdt,ydt", ALL_8BIT_COMBOS)
+def test_plain_qlinear_matmul_all_types_both_paths(adt, bdt, ydt, threads):
+    """Full-range and 7-bit b (both ends of the bound, and one value past it), per-row a and
+    per-column b parameters, sizes that take both threads and several panels per task."""
+    rng = np.random.default_rng([11, adt is U8, bdt is U8, ydt is U8, threads])
+    m, k, n = 67, 301, 131
+    a = rand_int(rng, adt, (m, k))
+    lo, hi = (-64, 64) if bdt == I8 else (64, 192)
+    b7 = _seven_bit(rng, bdt, (k, n))
+    past = b7.copy()
+    past[k // 2, n - 1] = hi + 1           # one value outside: the exact kernel
+    below = b7.copy()
+    below[3, 0] = lo - 1
+    for b in (rand_int(rng, bdt, (k, n)), b7, past, below):
+        args = (a, rand_scale(rng, (m, 1)), rand_int(rng, adt, (m, 1)), b, rand_scale(rng, (n,)),
+                rand_int(rng, bdt, (n,)), np.float32(rng.uniform(0.5, 4.0)), rand_int(rng, ydt, ()))
+        want = oracle.qlinear_matmul(*args)
+        assert_exact(qlinear.qlinear_matmul(*args), want)
+        assert_exact(qlinear.prepare_qlinear_matmul(*args[3:6]).run(*args[:3], *args[6:]), want)
+
+
+@pytest.mark.parametrize("m", [1, 5, 31, 32, 700])
+def test_plain_matmul_tall_a_and_reused_b(m, threads):
+    """Either side of the native engine's choice to pack b whole first: a tall a (packed a
+    above 1 MiB: 700 rows of K = 800 int16) and b entries reused by several batch entries of
+    few rows (M < 32); with batch-varying per-column zero points."""
+    rng = np.random.default_rng([12, m, threads])
+    for adt, bdt in [(U8, I8), (I8, I8), (U8, U8)]:
+        k = 800
+        a, b = rand_int(rng, adt, (m, k)), rand_int(rng, bdt, (k, 45))
+        _matmul_both(a, b, rand_int(rng, adt, ()), rand_int(rng, bdt, (45,)))
+        # a (4, 1, m, 40) x b (3, 40, 33): every b entry used by 4 output entries
+        a4, b3 = rand_int(rng, adt, (4, 1, min(m, 40), 40)), rand_int(rng, bdt, (3, 40, 33))
+        _matmul_both(a4, b3, None, rand_int(rng, bdt, (3, 1, 33)))
+        _matmul_both(a4, _seven_bit(rng, bdt, (3, 40, 33)), rand_int(rng, adt, ()), rand_int(rng, bdt, (33,)))
+
+
+@pytest.mark.parametrize("adt", DTYPES_8)
+@pytest.mark.parametrize("bdt", DTYPES_8)
+def test_plain_matmul_batches_and_layouts(adt, bdt, threads):
+    """Broadcast batches, 1-D operands, a transposed (non-contiguous) b, per-row and
+    per-column parameters broadcast over batches, b variable per batch entry."""
+    rng = np.random.default_rng([13, adt is U8, bdt is U8, threads])
+    cases = [((2, 3, 9, 70), (3, 70, 21)), ((5, 17, 64), (64, 50)), ((70,), (70, 19)),
+             ((9, 70), (70,)), ((12, 20, 33), (12, 33, 20)), ((1, 6, 40), (6, 1, 40, 18))]
+    for a_shape, b_shape in cases:
+        a, b = rand_int(rng, adt, a_shape), rand_int(rng, bdt, b_shape)
+        n = b_shape[-1] if len(b_shape) > 1 else 1
+        bz = rand_int(rng, bdt, (n,)) if len(b_shape) > 1 else rand_int(rng, bdt, ())
+        _matmul_both(a, b, rand_int(rng, adt, ()), bz)
+    a, bt = rand_int(rng, adt, (11, 90)), rand_int(rng, bdt, (60, 90)).T   # b not contiguous
+    _matmul_both(a, bt, rand_int(rng, adt, (11,)), rand_int(rng, bdt, (60,)))
+    args = (rand_int(rng, adt, (3, 10, 50)), rand_scale(rng, (3, 10, 1)), rand_int(rng, adt, (3, 10, 1)),
+            rand_int(rng, bdt, (3, 50, 17)), rand_scale(rng, (3, 1, 17)), rand_int(rng, bdt, (3, 1, 17)),
+            np.float32(0.75), rand_int(rng, adt, ()))
+    assert_exact(qlinear.qlinear_matmul(*args), oracle.qlinear_matmul(*args))
+
+
+def test_plain_matmul_leaves_its_inputs_alone():
+    """The weights are read, never cached or written: a changed b gives the new product."""
+    rng = np.random.default_rng(14)
+    a, b = rand_int(rng, U8, (20, 300)), _seven_bit(rng, I8, (300, 40))
+    before = b.copy()
+    first = qlinear.matmul_integer(a, b, np.uint8(3))
+    assert_exact(b, before)
+    b[7, 5] = -128                       # now outside the 7-bit bound, same array object
+    assert_exact(qlinear.matmul_integer(a, b, np.uint8(3)), oracle.matmul_integer(a, b, np.uint8(3)))
+    b[7, 5] = before[7, 5]
+    assert_exact(qlinear.matmul_integer(a, b, np.uint8(3)), first)
+
+
+# ---------------------------------------------------------------------------------------------
+# Convolutions: a plain call packs its weights per call, choosing the 7-bit path from them
+# ---------------------------------------------------------------------------------------------
+
+def _conv_both(x, xs, xz, w, ws, wz, ys, yz, bias, **attrs):
+    """QLinearConv plain and prepared, and ConvInteger plain, each against the oracle."""
+    want = oracle.qlinear_conv(x, xs, xz, w, ws, wz, ys, yz, bias, **attrs)
+    assert_exact(qlinear.qlinear_conv(x, xs, xz, w, ws, wz, ys, yz, bias, **attrs), want)
+    assert_exact(qlinear.prepare_qlinear_conv(w, ws, wz, bias, **attrs).run(x, xs, xz, ys, yz), want)
+    assert_exact(qlinear.conv_integer(x, w, xz, wz, **attrs), oracle.conv_integer(x, w, xz, wz, **attrs))
+
+
+def _centered_weights(rng, dtype, shape, zp, bound):
+    """Weights with w - zp[row] within [-bound, bound] (and inside the dtype), both ends used."""
+    info = np.iinfo(dtype)
+    m = shape[0]
+    zps = np.broadcast_to(np.asarray(zp, dtype=np.int64).reshape(-1), (m,))
+    w = np.empty(shape, dtype=dtype)
+    for i in range(m):
+        lo, hi = max(info.min, int(zps[i]) - bound), min(info.max, int(zps[i]) + bound)
+        row = rng.integers(lo, hi, size=shape[1:], endpoint=True)
+        row.flat[0], row.flat[-1] = lo, hi
+        w[i] = row
+    return w
+
+
+@pytest.mark.parametrize("xdt,wdt,ydt", ALL_8BIT_COMBOS)
+def test_plain_conv_seven_bit_boundary_all_types(xdt, wdt, ydt, threads):
+    """Weights within 64 of their (per-channel) zero point take the 7-bit path, one weight at
+    65 (first, middle or last row) the exact one: plain and prepared agree with the oracle.
+    Large enough (M·K >= 2^18) for the packing to be shared by the threads."""
+    rng = np.random.default_rng([20, xdt is U8, wdt is U8, ydt is U8, threads])
+    m, c, k = 72, 128, 3
+    x = rand_int(rng, xdt, (1, c, 7, 6))
+    wz = rand_int(rng, wdt, (m,), -60 if wdt == I8 else 70, 60 if wdt == I8 else 185)
+    w7 = _centered_weights(rng, wdt, (m, c, k, k), wz, 64)
+    args = dict(pads=[1, 0, 1, 2])
+    xs, ws, ys = rand_scale(rng), rand_scale(rng, (m,)), np.float32(rng.uniform(0.5, 4.0))
+    xz, yz = rand_int(rng, xdt, ()), rand_int(rng, ydt, ())
+    bias = rand_int(rng, np.int32, (m,), -50000, 50000)
+    _conv_both(x, xs, xz, w7, ws, wz, ys, yz, bias, **args)
+    for row in (0, m // 2, m - 1):
+        w = w7.copy()
+        z = int(wz[row])
+        if z + 65 <= np.iinfo(wdt).max:
+            w[row, c // 2, 1, 2] = z + 65
+        else:
+            w[row, c // 2, 1, 2] = z - 65
+        _conv_both(x, xs, xz, w, ws, wz, ys, yz, bias, **args)
+    full = rand_int(rng, wdt, (m, c, k, k))
+    _conv_both(x, xs, xz, full, ws, wz, ys, yz, None, **args)
+
+
+@pytest.mark.parametrize("shape,attrs", [
+    ((2, 6, 9, 11), dict(kernel=(5, 3), strides=[2, 1], pads=[2, 1, 0, 1])),
+    ((1, 33, 13), dict(kernel=(4,), dilations=[2], group=3)),
+    ((1, 17, 5, 5), dict(kernel=(1, 1))),
+    ((1, 4, 3, 4, 5), dict(kernel=(2, 2, 3), auto_pad="SAME_UPPER")),
+])
+def test_plain_conv_geometries(shape, attrs, threads):
+    """Grouped, strided, dilated, auto-padded, pointwise and 3-D plain convolutions, per-tensor
+    zero point, 7-bit and full-range weights, and repeated plain calls of one layer (its
+    attributes and geometry are memoized by value) whose weights change in place."""
+    rng = np.random.default_rng([21, len(shape), threads])
+    attrs = dict(attrs)
+    kernel = attrs.pop("kernel")
+    group = attrs.get("group", 1)
+    c = shape[1]
+    m = 2 * group * 3
+    x = rand_int(rng, U8, shape)
+    for wdt in DTYPES_8:
+        wz = rand_int(rng, wdt, ())
+        w = _centered_weights(rng, wdt, (m, c // group) + kernel, wz, 64)
+        args = (rand_scale(rng), rand_int(rng, U8, ()), w, rand_scale(rng), wz,
+                np.float32(0.9), rand_int(rng, I8, ()))
+        for _ in range(2):
+            want = oracle.qlinear_conv(x, *args, None, **attrs)
+            assert_exact(qlinear.qlinear_conv(x, *args, **attrs), want)
+            w[...] = rand_int(rng, wdt, w.shape)          # the same array, now full range
+            want = oracle.qlinear_conv(x, *args, None, **attrs)
+            assert_exact(qlinear.qlinear_conv(x, *args, **attrs), want)
+            w[...] = _centered_weights(rng, wdt, w.shape, wz, 64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Prepared forms: a call repeating the last one's parameter objects skips re-validation
+# ---------------------------------------------------------------------------------------------
+
+def test_prepared_repeat_calls_stay_exact_and_validated():
+    """A prepared call whose parameters are the very same immutable objects as the last
+    call's reuses its arguments; anything else takes the full path: new values of x, mutated
+    0-d parameter arrays, another dtype, another shape, a non-contiguous x, a lowered size
+    limit, another ISA level, bad inputs (the same errors as the first call)."""
+    rng = np.random.default_rng(22)
+    w, wz = rand_int(rng, I8, (6, 4, 3, 3)), np.int8(0)
+    ws, xs, ys, xz, yz = np.float32(0.02), np.float32(0.05), np.float32(0.7), np.uint8(9), np.int8(-3)
+    pc = qlinear.prepare_qlinear_conv(w, ws, wz, pads=[1, 1, 1, 1])
+    pi = qlinear.prepare_conv_integer(w, wz, pads=[1, 1, 1, 1])
+    b, bs, bz = rand_int(rng, I8, (30, 7)), np.float32(0.03), np.int8(1)
+    pq = qlinear.prepare_qlinear_matmul(b, bs, bz)
+    pm = qlinear.prepare_matmul_integer(b, bz)
+    for _ in range(3):
+        x = rand_int(rng, U8, (2, 4, 5, 6))
+        assert_exact(pc.run(x, xs, xz, ys, yz), oracle.qlinear_conv(x, xs, xz, w, ws, wz, ys, yz, pads=[1, 1, 1, 1]))
+        assert_exact(pi.run(x, xz), oracle.conv_integer(x, w, xz, wz, pads=[1, 1, 1, 1]))
+        a = rand_int(rng, U8, (3, 5, 30))
+        assert_exact(pq.run(a, xs, xz, ys, yz), oracle.qlinear_matmul(a, xs, xz, b, bs, bz, ys, yz))
+        assert_exact(pm.run(a, xz), oracle.matmul_integer(a, b, xz, bz))
+    # a 0-d array parameter changed in place between calls
+    xza = np.array(9, dtype=np.uint8)
+    x, a = rand_int(rng, U8, (2, 4, 5, 6)), rand_int(rng, U8, (3, 5, 30))
+    for value in (9, 200):
+        xza[...] = value
+        assert_exact(pc.run(x, xs, xza, ys, yz), oracle.qlinear_conv(x, xs, xza, w, ws, wz, ys, yz, pads=[1, 1, 1, 1]))
+        assert_exact(pi.run(x, xza), oracle.conv_integer(x, w, xza, wz, pads=[1, 1, 1, 1]))
+        assert_exact(pq.run(a, xs, xza, ys, yz), oracle.qlinear_matmul(a, xs, xza, b, bs, bz, ys, yz))
+        assert_exact(pm.run(a, xza), oracle.matmul_integer(a, b, xza, bz))
+    pc.run(x, xs, xz, ys, yz), pq.run(a, xs, xz, ys, yz), pm.run(a, xz), pi.run(x, xz)
+    # another shape, a non-contiguous input, an int8 input with the same parameter objects
+    x2, a2 = rand_int(rng, U8, (1, 4, 8, 3)), rand_int(rng, U8, (4, 30))
+    assert_exact(pc.run(x2, xs, xz, ys, yz), oracle.qlinear_conv(x2, xs, xz, w, ws, wz, ys, yz, pads=[1, 1, 1, 1]))
+    assert_exact(pq.run(a2, xs, xz, ys, yz), oracle.qlinear_matmul(a2, xs, xz, b, bs, bz, ys, yz))
+    xt = rand_int(rng, U8, (2, 4, 6, 5)).transpose(0, 1, 3, 2)
+    assert_exact(pc.run(xt, xs, xz, ys, yz), oracle.qlinear_conv(xt, xs, xz, w, ws, wz, ys, yz, pads=[1, 1, 1, 1]))
+    at = rand_int(rng, U8, (4, 30, 4)).transpose(0, 2, 1)[:, :3]
+    assert_exact(pm.run(at, xz), oracle.matmul_integer(at, b, xz, bz))
+    with pytest.raises(TypeError, match="x_zero_point must have the dtype of x"):
+        pc.run(x2.view(I8), xs, xz, ys, yz)
+    with pytest.raises(TypeError, match="a_zero_point must have the dtype of a"):
+        pm.run(a.view(I8), xz)
+    with pytest.raises(TypeError, match="qlinear_conv: x must not be a masked array"):
+        pc.run(np.ma.masked_array(x2), xs, xz, ys, yz)
+    with pytest.raises(TypeError, match="qlinear_matmul: a must be a NumPy array"):
+        pq.run(a2.tolist(), xs, xz, ys, yz)
+    # a lowered size limit is checked again
+    from qlinear import _validate
+    pc.run(x2, xs, xz, ys, yz), pq.run(a2, xs, xz, ys, yz)
+    saved = _validate.max_output_bytes()
+    try:
+        qlinear.set_max_output_bytes(16)
+        with pytest.raises(ValueError, match="above the limit"):
+            pq.run(a2, xs, xz, ys, yz)
+    finally:
+        qlinear.set_max_output_bytes(saved)
+    # another ISA level between two calls
+    from qlinear import _native
+    if _native.available():
+        for isa in qlinear.engine_info()["isas"]:
+            with _native.use_isa(isa):
+                assert_exact(pc.run(x2, xs, xz, ys, yz), oracle.qlinear_conv(x2, xs, xz, w, ws, wz, ys, yz, pads=[1, 1, 1, 1]))
+                assert_exact(pq.run(a2, xs, xz, ys, yz), oracle.qlinear_matmul(a2, xs, xz, b, bs, bz, ys, yz))
+
+
+@pytest.mark.parametrize("xdt", DTYPES_8)
+@pytest.mark.parametrize("wdt", DTYPES_8)
+def test_plain_conv_weights_just_past_the_bound_are_exact(xdt, wdt, threads):
+    """The case the 7-bit bound exists for: x at its largest u8-form value everywhere and a
+    pair of adjacent weights (k = 0, 1 of a row) 65 and 64 above (below) the zero point, whose
+    byte-kernel pair sum 255·65 + 255·64 = 32895 would leave int16. A plain call must see the
+    65 and take the exact kernel; with 64 and 64 the fast path is exact (32640)."""
+    rng = np.random.default_rng([23, xdt is U8, wdt is U8, threads])
+    m, c = 40, 80
+    x = np.full((1, c, 6, 6), 255 if xdt == U8 else 127, dtype=xdt)
+    wz = np.uint8(128) if wdt == U8 else np.int8(0)
+    for sign in (1, -1):
+        for first in (64, 65):
+            w = _centered_weights(rng, wdt, (m, c, 1, 2), wz, 64)
+            row = int(rng.integers(m))
+            v0 = int(wz) + sign * first
+            if not np.iinfo(wdt).min <= v0 <= np.iinfo(wdt).max:
+                continue
+            w[row, 0, 0, 0], w[row, 0, 0, 1] = v0, int(wz) + sign * 64
+            want = oracle.conv_integer(x, w, None, wz)
+            assert_exact(qlinear.conv_integer(x, w, None, wz), want)
+            assert_exact(qlinear.prepare_conv_integer(w, wz).run(x), want)
+
+
+def test_quantize_dequantize_repeat_calls():
+    """Per-tensor Quantize/Dequantize calls repeating the last call's parameter objects go
+    straight to the kernel: new x values, a 0-d array parameter changed in place, another x
+    dtype or layout, a lowered size limit and bad inputs all still give the contract's answer."""
+    rng = np.random.default_rng(24)
+    s, z = np.float32(0.05), np.uint8(117)
+    for _ in range(3):
+        xf = rng.standard_normal((2, 3, 9, 7), dtype=np.float32) * 4
+        assert_exact(qlinear.quantize_linear(xf, s, z), oracle.quantize_linear(xf, s, z))
+        xq = rand_int(rng, U8, (2, 3, 9, 7))
+        assert_exact(qlinear.dequantize_linear(xq, s, z), oracle.dequantize_linear(xq, s, z))
+        assert_exact(qlinear.quantize_linear(xf, 0.25), oracle.quantize_linear(xf, 0.25))
+        assert_exact(qlinear.dequantize_linear(xq, 0.25), oracle.dequantize_linear(xq, 0.25))
+    za = np.array(5, dtype=np.uint8)
+    for value in (5, 250):
+        za[...] = value
+        assert_exact(qlinear.quantize_linear(xf, s, za), oracle.quantize_linear(xf, s, za))
+        assert_exact(qlinear.dequantize_linear(xq, s, za), oracle.dequantize_linear(xq, s, za))
+    qlinear.dequantize_linear(xq, 0.25), qlinear.quantize_linear(xf, 0.25)
+    xi = rand_int(rng, np.int32, (5, 4), -(1 << 30), 1 << 30)
+    assert_exact(qlinear.dequantize_linear(xi, 0.25), oracle.dequantize_linear(xi, 0.25))
+    assert_exact(qlinear.quantize_linear(xi, 0.25), oracle.quantize_linear(xi, 0.25))
+    xt = xf.transpose(0, 1, 3, 2)
+    qlinear.quantize_linear(xf, s, z)
+    assert_exact(qlinear.quantize_linear(xt, s, z), oracle.quantize_linear(xt, s, z))
+    qlinear.dequantize_linear(xq, s, z)
+    with pytest.raises(TypeError, match="dequantize_linear: x_zero_point must have the dtype of x"):
+        qlinear.dequantize_linear(xq.view(I8), s, z)
+    with pytest.raises(TypeError, match="dequantize_linear: x must not be a masked array"):
+        qlinear.dequantize_linear(np.ma.masked_array(xq), s, z)
+    with pytest.raises(TypeError, match="quantize_linear: x must have dtype float32 or int32"):
+        qlinear.quantize_linear(xf.astype(np.float64), s, z)
+    saved = qlinear.max_output_bytes()
+    try:
+        qlinear.set_max_output_bytes(64)
+        with pytest.raises(ValueError, match="above the limit"):
+            qlinear.dequantize_linear(xq, s, z)
+        with pytest.raises(ValueError, match="above the limit"):
+            qlinear.quantize_linear(xf, s, z)
+    finally:
+        qlinear.set_max_output_bytes(saved)
+
+
+def _error_of(fn):
+    try:
+        fn()
+    except (TypeError, ValueError) as e:
+        return type(e), str(e)
+    return None
+
+
+def test_plain_conv_lean_path_same_answers_and_errors():
+    """Repeated plain calls of one layer take the lean path (shape-derived plan remembered by
+    value); every parameter is still checked per call: a bad one raises exactly the error the
+    first (full-path) call raises, and good ones of every accepted form give the oracle's bits."""
+    from qlinear import conv as conv_mod
+    rng = np.random.default_rng(25)
+    m = 6
+    x = rand_int(rng, U8, (1, 4, 7, 7))
+    w = rand_int(rng, I8, (m, 4, 3, 3))
+    good = dict(x=x, x_scale=np.float32(0.05), x_zero_point=np.uint8(7), w=w, w_scale=rand_scale(rng, (m,)),
+                w_zero_point=rand_int(rng, I8, (m,)), y_scale=np.float32(0.3), y_zero_point=np.int8(2),
+                B=rand_int(rng, np.int32, (m,), -900, 900))
+    attrs = dict(pads=[1, 1, 0, 2], strides=[1, 2])
+
+    def run(**changes):
+        a = {**good, **changes}
+        return qlinear.qlinear_conv(a["x"], a["x_scale"], a["x_zero_point"], a["w"], a["w_scale"], a["w_zero_point"],
+                                    a["y_scale"], a["y_zero_point"], a["B"], **attrs)
+
+    def want(**changes):
+        a = {**good, **changes}
+        return oracle.qlinear_conv(a["x"], a["x_scale"], a["x_zero_point"], a["w"], a["w_scale"], a["w_zero_point"],
+                                   a["y_scale"], a["y_zero_point"], a["B"], **attrs)
+
+    fine = [dict(), dict(B=None), dict(x_zero_point=np.array(200, dtype=U8)), dict(x_scale=np.array([0.01], np.float32)),
+            dict(w_scale=np.float32(0.02), w_zero_point=np.int8(-3)), dict(w_scale=np.array([0.02], np.float32),
+                                                                           w_zero_point=np.array([5], np.int8)),
+            dict(y_zero_point=np.uint8(130)), dict(y_zero_point=np.array([[4]], np.int8)),
+            dict(w=_centered_weights(rng, I8, (m, 4, 3, 3), 0, 64), w_zero_point=np.zeros(m, np.int8)),
+            dict(x=rand_int(rng, U8, (1, 4, 7, 7))), dict(x_scale=0.05), dict(x_zero_point=7),
+            dict(B=rand_int(rng, np.int32, (2 * m,))[::2])]
+    for changes in fine:
+        for _ in range(2):      # the second call takes the lean path
+            assert_exact(run(**changes), want(**changes))
+    bad = [dict(x_scale=np.float32(np.inf)), dict(x_scale=np.float32(np.nan)), dict(y_scale=np.float32(0)),
+           dict(y_scale=np.float32(-np.inf)), dict(x_scale=np.float32(3e38), y_scale=np.float32(1e-30)),
+           dict(w_scale=np.full(m, np.inf, np.float32)), dict(w_scale=rand_scale(rng, (m + 1,))),
+           dict(w_scale=rand_scale(rng, (m,)), w_zero_point=np.int8(0)),
+           dict(w_scale=np.float32(0.1), w_zero_point=rand_int(rng, I8, (m,))),
+           dict(w_zero_point=rand_int(rng, U8, (m,))), dict(w_zero_point=None), dict(x_zero_point=np.int8(1)),
+           dict(x_zero_point=None), dict(x_zero_point=np.array([1, 2], U8)), dict(y_zero_point=5),
+           dict(y_zero_point=np.int32(5)), dict(y_zero_point=np.array([1, 2], np.int8)),
+           dict(x_scale=np.float64(0.05)), dict(x_scale=np.array([0.1, 0.2], np.float32)),
+           dict(B=rand_int(rng, np.int64, (m,), -9, 9)), dict(B=rand_int(rng, np.int32, (m + 1,))),
+           dict(B=[1] * m), dict(x=x.astype(I8)), dict(x=np.ma.masked_array(x)), dict(w=w.astype(U8)),
+           dict(x_scale=np.ma.masked_array(np.float32(0.05)))]
+    for changes in bad:
+        run()                                   # the layer's plan is remembered
+        warm = _error_of(lambda: run(**changes))
+        conv_mod._LEAN.clear()
+        cold = _error_of(lambda: run(**changes))
+        if cold is None:   # accepted (another valid form): the same bits either way
+            assert warm is None
+            assert_exact(run(**changes), want(**changes))
+        else:
+            assert warm == cold, changes
+    # ConvInteger: absent zero points, per-channel, a 0-d array changed in place
+    z = np.array(3, dtype=U8)
+    for value in (3, 250):
+        z[...] = value
+        for _ in range(2):
+            assert_exact(qlinear.conv_integer(x, w, z, **attrs), oracle.conv_integer(x, w, z, **attrs))
+            assert_exact(qlinear.conv_integer(x, w, None, good["w_zero_point"], **attrs),
+                         oracle.conv_integer(x, w, None, good["w_zero_point"], **attrs))
+    qlinear.conv_integer(x, w, z, **attrs)
+    warm = _error_of(lambda: qlinear.conv_integer(x, w, np.int8(3), **attrs))
+    conv_mod._LEAN.clear()
+    assert warm == _error_of(lambda: qlinear.conv_integer(x, w, np.int8(3), **attrs)) is not None
+    # depthwise through the lean path
+    xd, wd = rand_int(rng, U8, (1, 5, 6, 6)), rand_int(rng, U8, (5, 1, 3, 3))
+    for _ in range(2):
+        assert_exact(qlinear.conv_integer(xd, wd, np.uint8(4), np.uint8(120), group=5),
+                     oracle.conv_integer(xd, wd, np.uint8(4), np.uint8(120), group=5))
+
+
+def test_plain_matmul_lean_path_same_answers_and_errors():
+    """Repeated plain products of one shape take the lean path; every parameter is still
+    checked per call (the same errors as the full path's) and every accepted form gives the
+    oracle's bits, 1-D and batched operands included."""
+    from qlinear import matmul as mm_mod
+    rng = np.random.default_rng(26)
+    for a_shape, b_shape in [((9, 40), (40, 13)), ((40,), (40, 13)), ((9, 40), (40,)), ((2, 3, 5, 40), (3, 40, 6))]:
+        a, b = rand_int(rng, U8, a_shape), rand_int(rng, I8, b_shape)
+        good = dict(a=a, a_scale=np.float32(0.05), a_zero_point=np.uint8(7), b=b, b_scale=np.float32(0.02),
+                    b_zero_point=np.int8(-2), y_scale=np.float32(0.3), y_zero_point=np.int8(2))
+        names = list(good)
+
+        def run(**changes):
+            g = {**good, **changes}
+            return qlinear.qlinear_matmul(*(g[k] for k in names))
+
+        def want(**changes):
+            g = {**good, **changes}
+            return oracle.qlinear_matmul(*(g[k] for k in names))
+
+        fine = [dict(), dict(a_zero_point=np.array(200, dtype=U8)), dict(b_scale=np.array([0.5], np.float32)),
+                dict(y_zero_point=np.uint8(130)), dict(b=_seven_bit(rng, I8, b_shape)),
+                dict(a=rand_int(rng, U8, a_shape)), dict(a_scale=0.05), dict(b_zero_point=-2),
+                dict(a=rand_int(rng, U8, a_shape[:-1] + (80,))[..., ::2])]
+        for changes in fine:
+            for _ in range(2):
+                assert_exact(run(**changes), want(**changes))
+            for _ in range(2):
+                g = {**good, **changes}
+                assert_exact(qlinear.matmul_integer(g["a"], g["b"], g["a_zero_point"], g["b_zero_point"]),
+                             oracle.matmul_integer(g["a"], g["b"], g["a_zero_point"], g["b_zero_point"]))
+        bad = [dict(a_scale=np.float32(np.inf)), dict(y_scale=np.float32(0)), dict(b_scale=np.float32(np.nan)),
+               dict(a_scale=np.float32(3e38), y_scale=np.float32(1e-30)), dict(a_zero_point=np.int8(1)),
+               dict(b_zero_point=np.uint8(1)), dict(a_zero_point=None), dict(b_zero_point=None),
+               dict(y_zero_point=5), dict(y_zero_point=np.int32(1)), dict(a_scale=np.float64(0.5)),
+               dict(b_scale=np.array([0.1, 0.2], np.float32)), dict(a=a.astype(I8)), dict(b=b.astype(U8)),
+               dict(a=np.ma.masked_array(a)), dict(y_zero_point=np.array([1, 2], np.int8))]
+        for changes in bad:
+            run()
+            warm = _error_of(lambda: run(**changes))
+            mm_mod._LEAN.clear()
+            cold = _error_of(lambda: run(**changes))
+            if cold is None:
+                assert warm is None
+                assert_exact(run(**changes), want(**changes))
+            else:
+                assert warm == cold, changes
+        qlinear.matmul_integer(a, b, np.uint8(1), np.int8(2))
+        warm = _error_of(lambda: qlinear.matmul_integer(a, b, np.int8(1), np.int8(2)))
+        mm_mod._LEAN.clear()
+        assert warm == _error_of(lambda: qlinear.matmul_integer(a, b, np.int8(1), np.int8(2))) is not None
