@@ -475,6 +475,12 @@ class _QLinearOp(OpRun):
 
 class QuantizeLinear(_QLinearOp):
     def _run(self, x, y_scale, y_zero_point=None, **_):
+        prepared = self._prepared
+        if prepared is not None and type(x) is np.ndarray and x.dtype == np.float32 \
+                and y_scale is self._weights_ref[0] and y_zero_point is self._weights_ref[1]:
+            # the same constant parameters as when ``prepared`` was built: every check below
+            # passed then and depends only on them and the attributes (x checked here)
+            return (self._call(prepared.run, x),)
         g = self.given
         if g.get("block_size", 0) or g.get("precision", 0):
             raise self._fail("block_size and precision attributes are not supported")
@@ -500,6 +506,10 @@ class QuantizeLinear(_QLinearOp):
 
 class DequantizeLinear(_QLinearOp):
     def _run(self, x, x_scale, x_zero_point=None, **_):
+        prepared = self._prepared
+        if prepared is not None and type(x) is np.ndarray and x.dtype in _NP_EIGHT_BIT \
+                and x_scale is self._weights_ref[0] and x_zero_point is self._weights_ref[1]:
+            return (self._call(prepared.run, x),)  # as in QuantizeLinear._run
         g = self.given
         if g.get("block_size", 0):
             raise self._fail("block_size is not supported")
@@ -619,8 +629,47 @@ def max_pool(x, *, kernel_shape, strides=None, pads=None, dilations=None,
     shape and attributes (``_max_pool_plan``).
     """
     tup = lambda v: tuple(int(i) for i in v) if v is not None else None  # noqa: E731
-    pad_width, taps, out = _max_pool_plan(tuple(x.shape), tup(kernel_shape), tup(strides), tup(pads),
-                                          tup(dilations), str(auto_pad), int(ceil_mode))
+    return _max_pool(x, (tup(kernel_shape), tup(strides), tup(pads), tup(dilations), str(auto_pad),
+                         int(ceil_mode)))
+
+
+def _max_pool(x: np.ndarray, attrs: tuple) -> np.ndarray:
+    """max_pool with the attributes as a tuple (kernel, strides, pads, dilations, auto_pad,
+    ceil_mode), each a tuple of ints or None: the compiled byte kernel for 8-bit NCHW input,
+    the NumPy formulation otherwise."""
+    key = (x.shape, *attrs)
+    if x.ndim == 4 and x.dtype in _NP_EIGHT_BIT:
+        from qlinear import _native
+
+        C = _native.native()
+        plan = _max_pool_native_plan(*key) if C is not None else None
+        if plan is not None:
+            # the compiled byte kernel (qlinear/_native/pool.c): same windows, same maximum
+            out, geometry = plan
+            y = _native.empty(out, x.dtype)
+            C.maxpool2d(C.get_isa(), x if x.flags.c_contiguous else np.ascontiguousarray(x), y, *geometry,
+                        x.dtype == np.int8)
+            return y
+    return _max_pool_numpy(x, key)
+
+
+@functools.lru_cache(maxsize=256)
+def _max_pool_native_plan(shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode):
+    """(output shape, the native kernel's geometry arguments) of an NCHW MaxPool, or None when
+    the attributes are malformed (the NumPy formulation then reports them as before)."""
+    kernel, strides2, dilations2, pb, out = _max_pool_geometry(shape, kernel_shape, strides, pads,
+                                                               dilations, auto_pad, ceil_mode)
+    if not (len(kernel) == len(strides2) == len(dilations2) == len(pb) == 2
+            and min(kernel + strides2 + dilations2) >= 1 and min(pb) >= 0):
+        return None
+    n, c, h, w = shape
+    return out, (n * c, h, w, out[2], out[3], kernel[0], kernel[1], strides2[0], strides2[1],
+                 dilations2[0], dilations2[1], pb[0], pb[1])
+
+
+def _max_pool_numpy(x: np.ndarray, key: tuple) -> np.ndarray:
+    """max_pool in NumPy: a running maximum over the taps' strided views of the padded input."""
+    pad_width, taps, out = _max_pool_plan(*key)
     lo = np.iinfo(x.dtype).min if x.dtype.kind in "iu" else -np.inf
     if 0 in out:
         return np.full(out, lo, dtype=x.dtype)
@@ -632,11 +681,8 @@ def max_pool(x, *, kernel_shape, strides=None, pads=None, dilations=None,
 
 
 @functools.lru_cache(maxsize=256)
-def _max_pool_plan(shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode):
-    """(np.pad widths or None when every window lies inside x, the taps' index tuples, the
-    output shape) of a MaxPool."""
-    import itertools
-
+def _max_pool_geometry(shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode):
+    """(kernel, strides, dilations, begin pads, output shape) of a MaxPool, every value explicit."""
     from qlinear.tools.ortsat import explicit_pads
 
     nd = len(shape) - 2
@@ -654,6 +700,22 @@ def _max_pool_plan(shape, kernel_shape, strides, pads, dilations, auto_pad, ceil
         if ceil_mode and (o - 1) * strides[i] >= spatial[i] + pb[i]:
             o -= 1  # the last window would start in the end padding
         out.append(max(o, 0))
+    return tuple(kernel), tuple(strides), tuple(dilations), tuple(pb), tuple(shape[:2]) + tuple(out)
+
+
+@functools.lru_cache(maxsize=256)
+def _max_pool_plan(shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode):
+    """(np.pad widths or None when every window lies inside x, the taps' index tuples, the
+    output shape) of a MaxPool."""
+    import itertools
+
+    kernel, strides, dilations, pb, out_shape = _max_pool_geometry(
+        shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
+    nd = len(shape) - 2
+    spatial = list(shape[2:])
+    out = list(out_shape[2:])
+    pe = [max(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - spatial[i] - pb[i])
+          for i in range(nd)]
     extra = [max(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
                  - (spatial[i] + pb[i] + pe[i])) for i in range(nd)]
     pad_width = None
@@ -682,22 +744,27 @@ class MaxPool(OpRun):
         self.given = _attrs(onnx_node)
         self._float = load_op("", "MaxPool", self.version)(onnx_node, run_params)
         self._with_indices = len([o for o in onnx_node.output if o]) > 1
+        self._attr_key: tuple | None = None
 
     def run(self, *args, **kwargs):  # noqa: D102
         x = args[0]
+        if type(x) is not np.ndarray:
+            x = np.asarray(x)
         with_indices = self._with_indices
-        is_integer = np.asarray(x).dtype.kind in "iu"
-        if with_indices and not is_integer:
-            return self._float.run(*args, **kwargs)
-        name = self.onnx_node.name or self.onnx_node.output[0]
         if with_indices:
+            if x.dtype.kind not in "iu":
+                return self._float.run(*args, **kwargs)
+            name = self.onnx_node.name or self.onnx_node.output[0]
             raise NodeError(f"node {name!r} (MaxPool-{self.version}): the Indices output is not "
                             "supported for integer inputs")
-        g = self.given
-        y = max_pool(np.asarray(x), kernel_shape=g["kernel_shape"], strides=g.get("strides"),
-                             pads=g.get("pads"), dilations=g.get("dilations"),
-                             auto_pad=g.get("auto_pad", "NOTSET"), ceil_mode=g.get("ceil_mode", 0))
-        return (y,)
+        key = self._attr_key
+        if key is None:
+            g = self.given
+            tup = lambda v: tuple(int(i) for i in v) if v is not None else None  # noqa: E731
+            key = (tup(g["kernel_shape"]), tup(g.get("strides")), tup(g.get("pads")), tup(g.get("dilations")),
+                   str(g.get("auto_pad", "NOTSET")), int(g.get("ceil_mode", 0)))
+            self._attr_key = key  # the attributes as max_pool reads them, converted once
+        return (_max_pool(x, key),)
 
     def _run(self, *args, **kwargs):  # run() above does the work
         raise NotImplementedError

@@ -20,6 +20,7 @@ from onnx.reference.op_run import OpRun
 
 from . import contrib as _c
 from . import prepare_matmul_integer, prepare_qlinear_conv
+from .contrib import elementwise as _elementwise
 from .contrib import gemm as _gemm
 from .contrib import transformer as _transformer
 
@@ -145,24 +146,99 @@ class ContribOp(OpRun):
                 for k in names if k in self.given}
 
 
-class QLinearAdd(ContribOp):
+class _QLinearBinary(ContribOp):
+    """QLinearAdd / QLinearMul: when the six scales and zero points are constants of the model,
+    they are validated and folded once per node and tensor dtype (``PreparedBinary``); each
+    run then checks only A and B. Parameters fed at run time go through the public function
+    on every run (a fed buffer may hold new values)."""
+
+    _op = "add"
+    _bin: Any = None
+    _bin_params: tuple | None = None  # the six parameter objects _bin was prepared from
+    _constant_params: bool | None = None  # all six are constants of the model (decided once)
+
+    def _binary(self, args: tuple):
+        if len(args) not in (7, 8) or type(args[0]) is not np.ndarray:
+            return None
+        if self._constant_params is None:
+            names = [n for i, n in enumerate(self.onnx_node.input) if i in (1, 2, 4, 5, 6, 7) and n]
+            if self.constant_inputs is None:
+                return None  # not set up by the backend (yet): nothing is cached
+            self._constant_params = all(n in self.constant_inputs for n in names)
+        if not self._constant_params:
+            return None
+        p, prepared = self._bin_params, self._bin
+        if p is not None and args[1] is p[0] and args[2] is p[1] and args[4] is p[2] and args[5] is p[3] \
+                and args[6] is p[4] and (args[7] if len(args) > 7 else None) is p[5] \
+                and args[0].dtype == prepared.dtype:
+            return prepared
+        if args[0].dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
+            return None  # the public function reports the bad tensor
+        params = (args[1], args[2], args[4], args[5], args[6], _arg(args, 7))
+        self._bin = self._call(_c.prepare_qlinear_binary, self._op, args[0].dtype, *params)
+        self._bin_params = params  # kept alive: the same objects on every run of the model
+        return self._bin
+
     def _run(self, *args, **_):
-        return (self._call(_c.qlinear_add, *args),)
+        prepared = self._binary(args)
+        if prepared is None:
+            fn = _c.qlinear_mul if self._op == "mul" else _c.qlinear_add
+            return (self._call(fn, *args),)
+        return (self._call(prepared.run, args[0], args[3]),)
 
 
-class QLinearMul(ContribOp):
+class QLinearAdd(_QLinearBinary):
+    _op = "add"
+
+
+class QLinearMul(_QLinearBinary):
+    _op = "mul"
+
+
+class _QLinearTableOp(ContribOp):
+    """QLinearSigmoid / QLinearLeakyRelu: when the four scales and zero points are constants of
+    the model, the node keeps its validated 256-entry table (per X dtype) and each run is one
+    table lookup; parameters fed at run time go through the public function every run."""
+
+    _kind = "sigmoid"
+    _table: Any = None
+    _table_params: tuple | None = None
+    _table_dtype: Any = None
+    _constant_params: bool | None = None
+
+    def _public(self, args):
+        if self._kind == "sigmoid":
+            return self._call(_c.qlinear_sigmoid, *args)
+        return self._call(_c.qlinear_leaky_relu, *args, **self._kw("alpha"))
+
     def _run(self, *args, **_):
-        return (self._call(_c.qlinear_mul, *args),)
+        x = args[0] if args else None
+        if type(x) is not np.ndarray or len(args) not in (4, 5):
+            return (self._public(args),)
+        params = (args[1], args[2], args[3], _arg(args, 4))
+        p = self._table_params
+        if p is not None and params[0] is p[0] and params[1] is p[1] and params[2] is p[2] \
+                and params[3] is p[3] and x.dtype == self._table_dtype:
+            return (_elementwise.apply_table(x, self._table),)
+        if self._constant_params is None:
+            if self.constant_inputs is None:
+                return (self._public(args),)
+            names = [n for n in self.onnx_node.input[1:5] if n]
+            self._constant_params = all(n in self.constant_inputs for n in names)
+        if not self._constant_params or x.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
+            return (self._public(args),)
+        alpha = float(self.given.get("alpha", 0.01)) if self._kind == "leaky_relu" else 0.0
+        self._table = self._call(_elementwise.unary_table, self._kind, x.dtype, *params, alpha=alpha)
+        self._table_params, self._table_dtype = params, x.dtype  # kept alive: the same objects each run
+        return (_elementwise.apply_table(x, self._table),)
 
 
-class QLinearSigmoid(ContribOp):
-    def _run(self, *args, **_):
-        return (self._call(_c.qlinear_sigmoid, *args),)
+class QLinearSigmoid(_QLinearTableOp):
+    _kind = "sigmoid"
 
 
-class QLinearLeakyRelu(ContribOp):
-    def _run(self, *args, **_):
-        return (self._call(_c.qlinear_leaky_relu, *args, **self._kw("alpha")),)
+class QLinearLeakyRelu(_QLinearTableOp):
+    _kind = "leaky_relu"
 
 
 class QLinearConcat(ContribOp):

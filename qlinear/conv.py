@@ -142,6 +142,16 @@ class _ConvWeights:
             if kind == _DEPTHWISE:
                 # |w - zp| <= 255: exact in int16
                 got = np.subtract(w2, zp[:, None].astype(np.int16), dtype=np.int16)
+                taps = got.shape[1]
+                if self.owned and self.w.ndim == 4 and m == self.attributes.group and taps <= _DW_CL_MAX_TAPS:
+                    # prepared forms: followed by the channels-last kernel's form (conv.h),
+                    # blocks of 16 channels, taps padded to pairs, [block][tap][channel],
+                    # zeros beyond (a plain call's weights are used once: conv.c gathers
+                    # each block's instead, cheaper than building this)
+                    cl = np.zeros((-(-m // 16) * 16, taps + taps % 2), dtype=np.int16)
+                    cl[:m, :taps] = got
+                    cl = cl.reshape(-1, 16, cl.shape[1]).transpose(0, 2, 1)
+                    got = np.concatenate([got.ravel(), cl.ravel()])
             else:
                 C = _native._C
                 taps = int(np.prod(self.w.shape[2:], dtype=np.int64))   # K = C/group * taps
@@ -276,6 +286,8 @@ class _ConvWeights:
 # 7-bit fast path (conv.c's QL_FORM_S8U8), and the fast path's bound on |w - w_zero_point|.
 _GEMM, _DEPTHWISE, _GEMM_FAST = 0, 1, 2
 _FAST_BOUND = 64
+# conv.c's DWCL_MAX_TAPS: the channels-last depthwise kernel's largest kernel
+_DW_CL_MAX_TAPS = 64
 
 # The native engine's limits (qlinear/_native/conv.h, module.c); beyond them the NumPy engine runs.
 _NATIVE_MAX_RANK = 12

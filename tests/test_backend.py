@@ -200,6 +200,121 @@ def test_max_pool_with_padding(dtype):
         assert_exact(backend.prepare(m).run([x])[0], _ort(m, {"x": x})[0])
 
 
+def test_quantize_dequantize_fast_path_checks_x_and_never_goes_stale():
+    """QuantizeLinear / DequantizeLinear with constant parameters take a short path after the
+    first run; it still refuses an x of another dtype (same message as the first run), and
+    a scale fed as a graph input (the same buffer refilled) is read anew on every run."""
+    x_info = helper.make_tensor_value_info("x", T.FLOAT, None)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq")]
+    out = [helper.make_tensor_value_info("y", T.FLOAT, None)]
+    m = _model(nodes, [x_info], out, [_init("s", np.float32(0.05)), _init("z", np.uint8(100))])
+    rep = backend.prepare(m, qdq="literal")
+    rng = np.random.default_rng(31)
+    for _ in range(3):
+        x = rng.normal(size=(3, 17)).astype(np.float32)
+        assert_exact(rep.run([x])[0], _ort(m, {"x": x})[0])
+    with pytest.raises(backend.NodeError, match="'q'.*input x is float64"):
+        rep.run([x.astype(np.float64)])
+    assert_exact(rep.run([x])[0], _ort(m, {"x": x})[0])
+    s = np.array(0.05, np.float32)
+    m2 = _model(nodes, [x_info, helper.make_tensor_value_info("s", T.FLOAT, [])], out, [_init("z", np.uint8(100))])
+    rep2 = backend.prepare(m2, qdq="literal")
+    got = []
+    for scale in (0.05, 0.2, 0.01):
+        s[...] = scale
+        y = rep2.run({"x": x, "s": s})[0]
+        assert_exact(y, _ort(m2, {"x": x, "s": s})[0])
+        got.append(y)
+    assert not np.array_equal(got[0], got[1])
+
+
+def _max_pool_oracle(x, kernel, strides, dilations, pb, out_hw):
+    """MaxPool by its definition, window by window in int64: the maximum of the taps inside
+    the plane, the type's minimum for a window with none (independent of both kernels)."""
+    lo = np.iinfo(x.dtype).min
+    n, c, h, w = x.shape
+    y = np.full((n, c) + tuple(out_hw), lo, np.int64)
+    xi = x.astype(np.int64)
+    for oy in range(out_hw[0]):
+        for ox in range(out_hw[1]):
+            for ky in range(kernel[0]):
+                iy = oy * strides[0] - pb[0] + ky * dilations[0]
+                for kx in range(kernel[1]):
+                    ix = ox * strides[1] - pb[1] + kx * dilations[1]
+                    if 0 <= iy < h and 0 <= ix < w:
+                        y[:, :, oy, ox] = np.maximum(y[:, :, oy, ox], xi[:, :, iy, ix])
+    return y.astype(x.dtype)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_native_max_pool_matches_oracle_and_numpy(dtype, threads):
+    """The compiled byte MaxPool (qlinear/_native/pool.c) against the definition and against the
+    NumPy formulation it replaces, on random geometries: kernels 1-4 per axis, strides 1-4
+    (the stride-2 SSE2 split and the generic one), dilations, pads up to the kernel, ceil_mode,
+    auto_pad, planes narrower and wider than a vector, full-range values, 1 and 2 threads."""
+    from qlinear import _native
+
+    if not _native.available():
+        pytest.skip("needs the native engine")
+    rng = np.random.default_rng([np.dtype(dtype).itemsize, dtype == np.int8, threads, 8])
+    saved = _native.get_num_threads()
+    _native.set_num_threads(threads)
+    try:
+        for i in range(60):
+            k = [int(v) for v in rng.integers(1, 5, 2)]
+            st = [int(v) for v in rng.integers(1, 5, 2)]
+            dl = [int(v) for v in rng.integers(1, 3, 2)]
+            hw = [int(v) for v in rng.integers(1, 40 if i % 3 else 150, 2)]
+            pads = [int(rng.integers(0, k[j % 2])) for j in range(4)]
+            attrs = dict(kernel_shape=k, strides=st, dilations=dl, pads=pads, ceil_mode=int(i % 2))
+            if i % 7 == 6:
+                attrs = dict(kernel_shape=k, strides=st, auto_pad=["SAME_UPPER", "SAME_LOWER", "VALID"][i % 3])
+            x = rand_int(rng, dtype, (int(rng.integers(1, 3)), int(rng.integers(1, 6)), *hw))
+            key = (x.shape, tuple(k), tuple(st), tuple(attrs.get("pads", ())) or None,
+                   tuple(attrs.get("dilations", ())) or None, attrs.get("auto_pad", "NOTSET"),
+                   attrs.get("ceil_mode", 0))
+            kernel, strides, dilations, pb, out = backend._max_pool_geometry(*key)
+            want = _max_pool_oracle(x, kernel, strides, dilations, pb, out[2:])
+            assert_exact(backend._max_pool_numpy(x, key), want)
+            for isa in _native.engine_info()["isas"]:  # the row step of every level
+                with _native.use_isa(isa):
+                    assert_exact(backend.max_pool(x, **attrs), want)
+        # ResNet-50's two MaxPools (3x3 stride 2 pad 1 on 112x112, a 7x7 window over 7x7)
+        for shape, attrs in [((1, 64, 112, 112), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)),
+                             ((1, 2048, 7, 7), dict(kernel_shape=[7, 7]))]:
+            x = rand_int(rng, dtype, shape)
+            key = (shape, tuple(attrs["kernel_shape"]), tuple(attrs.get("strides", ())) or None,
+                   tuple(attrs.get("pads", ())) or None, None, "NOTSET", 0)
+            for isa in _native.engine_info()["isas"]:
+                with _native.use_isa(isa):
+                    assert_exact(backend.max_pool(x, **attrs), backend._max_pool_numpy(x, key))
+    finally:
+        _native.set_num_threads(saved)
+
+
+def test_native_max_pool_refuses_bad_geometry():
+    """The raw entry point checks every geometry value and buffer size itself."""
+    from qlinear import _native
+
+    if not _native.available():
+        pytest.skip("needs the native engine")
+    C = _native._C
+    x, y = np.zeros(16, np.uint8), np.zeros(4, np.uint8)
+    good = [1, 4, 4, 2, 2, 2, 2, 2, 2, 1, 1, 0, 0]
+    C.maxpool2d("scalar", x, y, *good, False)
+    for i, bad in [(5, 0), (7, 0), (9, 0), (11, -1), (1, -1), (0, 1 << 50)]:
+        args = list(good)
+        args[i] = bad
+        with pytest.raises(ValueError, match="maxpool2d"):
+            C.maxpool2d("scalar", x, y, *args, False)
+    with pytest.raises(ValueError, match="buffer x"):
+        C.maxpool2d("scalar", x, y, 1, 5, 4, 2, 2, 2, 2, 2, 2, 1, 1, 0, 0, False)
+    with pytest.raises(ValueError, match="buffer y"):
+        C.maxpool2d("scalar", x, y, 1, 4, 4, 3, 2, 2, 2, 2, 2, 1, 1, 0, 0, False)
+
+
 # --------------------------------------------------------------------------- float operators
 
 

@@ -193,8 +193,9 @@ def _engines():
     return out
 
 
-# sizes around the kernels' 16-element steps, their tails, and the threaded chunks (64 Ki)
-NATIVE_SIZES = [1, 2, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 255, 257, 65535, 65537, 3 * 65536 + 5]
+# sizes around the AVX2 kernels' 32-element steps, their tails, and the threaded chunks (64 Ki)
+NATIVE_SIZES = [1, 2, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 95, 96, 97, 255, 257, 65535, 65537,
+                3 * 65536 + 5]
 
 
 @pytest.mark.parametrize("op,fn", [("QLinearAdd", c.qlinear_add), ("QLinearMul", c.qlinear_mul)])
@@ -207,7 +208,7 @@ def test_binary_sizes_and_engines_match_ort(op, fn, dtype):
     cases = []
     for n in NATIVE_SIZES:
         cases += [((n,), (n,)), ((1,), (n,)), ((n,), ())]
-    cases += [((3, 1, 40), (3, 33, 40)), ((2, 17, 1), (1, 17, 9))]
+    cases += [((3, 1, 40), (3, 33, 40)), ((2, 17, 1), (1, 17, 9)), ((1,), ()), ((), (1, 1))]
     for i, (sa, sb) in enumerate(cases):
         ins = _binary_inputs(rng, dtype, sa, sb)
         if i % 5 == 3:
@@ -220,6 +221,41 @@ def test_binary_sizes_and_engines_match_ort(op, fn, dtype):
                 got = fn(*[v for _, v in ins])
             assert got.dtype == want.dtype and got.shape == want.shape, (name, sa, sb)
             assert_exact(got, want)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("mul", [0, 1])
+@pytest.mark.parametrize("dtype", [U8, I8])
+def test_native_binary_forms_match_portable_kernel(threads, mul, dtype):
+    """The AVX2 kernels, one loop per operand form (two runs, a broadcast first operand, a
+    broadcast second operand, both broadcast) and signedness, against the portable C kernel
+    (itself checked against onnxruntime above) through the raw entry point: every form at
+    sizes around the 32-element step and the 64 Ki threaded chunks, on 1 and 2 threads, with
+    output scales that saturate, round near the zero point and overflow int32."""
+    from qlinear import _native
+
+    if not _native.available() or "avx2" not in _native.engine_info()["isas"]:
+        pytest.skip("needs the native engine with the AVX2 level")
+    C = _native._C
+    rng = np.random.default_rng([threads, mul, dtype == I8, 21])
+    saved = _native.get_num_threads()
+    _native.set_num_threads(threads)
+    try:
+        for n in [1, 31, 32, 33, 64, 95, 97, 65535, 65536 + 33, 2 * 65536 + 7]:
+            for ps, qs in [(False, False), (True, False), (False, True), (True, True)]:
+                p = rand_int(rng, dtype, (1 if ps else n,)).view(np.uint8)
+                q = rand_int(rng, dtype, (1 if qs else n,)).view(np.uint8)
+                for f0, f1, f2 in [(0.37, 1.3, -17.25), (1e9, 3e9, 0.5), (0.01, 0.02, 3.0)]:
+                    z0, z1 = (int(rng.integers(-128, 128)), int(rng.integers(-128, 128))) if dtype == I8 \
+                        else (int(rng.integers(0, 256)), int(rng.integers(0, 256)))
+                    outs = {}
+                    for isa in ("scalar", "avx2"):
+                        out = np.full(n, 77, np.uint8)
+                        C.qbinary(isa, mul, p, ps, q, qs, n, f0, f1, f2, z0, z1, dtype == I8, out)
+                        outs[isa] = out
+                    assert_exact(outs["avx2"], outs["scalar"])
+    finally:
+        _native.set_num_threads(saved)
 
 
 @pytest.mark.parametrize("dtype", [U8, I8])
@@ -810,6 +846,125 @@ def test_backend_weight_fed_as_input_is_not_cached_stale():
     assert prepared is not None
     assert_exact(rep.run({"a": a})[0], c.qgemm(a, F(0.1), np.uint8(3), b, F(0.2), np.uint8(5), transB=1))
     assert node_rt._prepared is prepared
+
+
+def _ort_model_run(m, feeds):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("dtype", [U8, I8])
+def test_backend_binary_params_prepared_once_and_never_stale(op, dtype):
+    """QLinearAdd / QLinearMul in the backend: constant scales and zero points are validated and
+    folded once per node (the prepared object is reused run after run), while a scale or zero
+    point fed as a graph input is read anew on every run, including the same buffer refilled
+    with other values; every run equals onnxruntime. Shapes change between runs (each pair
+    remembered separately), a one-element operand on either side, a non-contiguous operand."""
+    T = onnx.TensorProto
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    rng = np.random.default_rng([dtype == I8, op == "QLinearMul", 71])
+    node = helper.make_node(op, ["a", "as", "az", "b", "bs", "bz", "cs", "cz"], ["y"], domain="com.microsoft")
+    params = {"as": F(0.03), "az": zp(rng, dtype), "bs": F(0.05), "bz": zp(rng, dtype), "cs": F(0.07),
+              "cz": zp(rng, dtype)}
+    x_info = [helper.make_tensor_value_info(n, elem, None) for n in ("a", "b")]
+    consts = [numpy_helper.from_array(np.asarray(v), n) for n, v in params.items()]
+    m = _ms_model(node, x_info, [helper.make_tensor_value_info("y", elem, None)], consts)
+    rep = backend.prepare(m)
+    rt = [n for n in rep.evaluator.rt_nodes_ if n.onnx_node.op_type == op][0]
+    prepared = None
+    for sa, sb in [((2, 3, 33), (2, 3, 33)), ((1,), (5, 40)), ((7, 9), ()), ((2, 3, 33), (1, 3, 1)),
+                   ((2, 3, 33), (2, 3, 33)), ((6, 70), (6, 70))]:
+        a, b = rand_int(rng, dtype, sa), rand_int(rng, dtype, sb)
+        if sa == (6, 70):
+            a = rand_int(rng, dtype, (70, 6)).T  # a transposed view
+        got = rep.run({"a": a, "b": b})[0]
+        want = _ort_model_run(m, {"a": np.ascontiguousarray(a), "b": b})[0]
+        assert_exact(got, want)
+        assert rt._bin is not None and (prepared is None or rt._bin is prepared)
+        prepared = rt._bin
+    # every parameter fed as a graph input, the same buffers refilled between runs
+    fed = {n: np.array(v) for n, v in params.items()}
+    infos = x_info + [helper.make_tensor_value_info(n, T.FLOAT if n.endswith("s") else elem, [])
+                      for n in fed]
+    m2 = _ms_model(node, infos, [helper.make_tensor_value_info("y", elem, None)])
+    rep2 = backend.prepare(m2)
+    a, b = rand_int(rng, dtype, (4, 50)), rand_int(rng, dtype, (4, 50))
+    outs = []
+    for scale_c in (0.07, 0.011, 0.3):
+        fed["cs"][...] = F(scale_c)
+        fed["az"][...] = zp(rng, dtype)
+        got = rep2.run({"a": a, "b": b, **fed})[0]
+        assert_exact(got, _ort_model_run(m2, {"a": a, "b": b, **fed})[0])
+        outs.append(got)
+    assert not np.array_equal(outs[0], outs[1])
+    rt2 = [n for n in rep2.evaluator.rt_nodes_ if n.onnx_node.op_type == op][0]
+    assert rt2._bin is None  # nothing cached for fed parameters
+
+
+@pytest.mark.parametrize("op", ["QLinearSigmoid", "QLinearLeakyRelu"])
+def test_backend_table_ops_prepared_once_and_never_stale(op):
+    """QLinearSigmoid / QLinearLeakyRelu in the backend: with constant parameters the node keeps
+    its table (the same one run after run, every run equal to onnxruntime); a model whose
+    scale and zero point are graph inputs, refilled in place between runs, follows the new
+    values; an X of another dtype than the zero points' is refused by name."""
+    T = onnx.TensorProto
+    attrs = {"alpha": 0.3} if op == "QLinearLeakyRelu" else {}
+    node = helper.make_node(op, ["x", "xs", "xz", "ys", "yz"], ["y"], domain="com.microsoft", name="t1", **attrs)
+    rng = np.random.default_rng(73)
+    for dtype in (U8, I8):
+        elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        params = {"xs": F(0.04), "xz": zp(rng, dtype), "ys": F(0.02), "yz": zp(rng, dtype)}
+        consts = [numpy_helper.from_array(np.asarray(v), n) for n, v in params.items()]
+        m = _ms_model(node, [helper.make_tensor_value_info("x", elem, None)],
+                      [helper.make_tensor_value_info("y", elem, None)], consts)
+        rep = backend.prepare(m)
+        rt = [n for n in rep.evaluator.rt_nodes_ if n.onnx_node.op_type == op][0]
+        table = None
+        for shape in [(3, 50), (7,), (2, 3, 40)]:
+            x = rand_int(rng, dtype, shape)
+            assert_exact(rep.run({"x": x})[0], _ort_model_run(m, {"x": x})[0])
+            assert rt._table is not None and (table is None or rt._table is table)
+            table = rt._table
+        other = x.view(I8 if dtype == U8 else U8)
+        with pytest.raises(backend.NodeError, match="t1.*X_zero_point must have the dtype of X"):
+            rep.run({"x": other})
+        fed = {n: np.array(v) for n, v in params.items()}
+        infos = [helper.make_tensor_value_info("x", elem, None)] + [
+            helper.make_tensor_value_info(n, T.FLOAT if n.endswith("s") else elem, []) for n in fed]
+        m2 = _ms_model(node, infos, [helper.make_tensor_value_info("y", elem, None)])
+        rep2 = backend.prepare(m2)
+        x = rand_int(rng, dtype, (4, 64))
+        outs = []
+        for ys in (0.02, 0.005):
+            fed["ys"][...] = F(ys)
+            outs.append(rep2.run({"x": x, **fed})[0])
+            assert_exact(outs[-1], _ort_model_run(m2, {"x": x, **fed})[0])
+        assert not np.array_equal(outs[0], outs[1])
+
+
+def test_backend_binary_prepared_path_reports_bad_inputs():
+    """The prepared path hands anything it does not take to the public function: a dtype other
+    than the zero points', mixed dtypes, a float tensor, all named errors."""
+    T = onnx.TensorProto
+    node = helper.make_node("QLinearAdd", ["a", "as", "az", "b", "bs", "bz", "cs", "cz"], ["y"],
+                            domain="com.microsoft", name="add1")
+    consts = [numpy_helper.from_array(np.asarray(v), n) for n, v in
+              [("as", F(0.1)), ("az", np.uint8(3)), ("bs", F(0.2)), ("bz", np.uint8(5)), ("cs", F(0.3)),
+               ("cz", np.uint8(7))]]
+    m = _ms_model(node, [helper.make_tensor_value_info(n, T.UINT8, None) for n in "ab"],
+                  [helper.make_tensor_value_info("y", T.UINT8, None)], consts)
+    rep = backend.prepare(m)
+    good = np.arange(6, dtype=np.uint8)
+    rep.run({"a": good, "b": good})
+    for a, b, words in [(good.view(np.int8), good.view(np.int8), "A_zero_point must have the dtype of A"),
+                        (good, good.view(np.int8), "B must have the dtype of A"),
+                        (good.astype(F), good, "A must have dtype")]:
+        with pytest.raises(backend.NodeError, match=f"add1.*{words}"):
+            rep.run({"a": a, "b": b})
+    assert_exact(rep.run({"a": good, "b": good})[0],
+                 c.qlinear_add(good, F(0.1), np.uint8(3), good, F(0.2), np.uint8(5), F(0.3), np.uint8(7)))
 
 
 def test_backend_refuses_unsupported_contrib_nodes_up_front():

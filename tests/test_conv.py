@@ -745,6 +745,83 @@ def test_prepared_conv_repeated_calls_with_changing_parameters():
         assert_exact(p.run(x, xsc, xz, ys, yz), want)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape,kernel,attrs,mult", [
+    ((2, 64, 48, 48), (3, 3), dict(pads=[1, 1, 1, 1]), 1),                 # channels-last, 2.6M MACs
+    ((2, 40, 96, 70), (3, 3), dict(pads=[0, 1, 1, 0], strides=[2, 1]), 1),  # bands, C % 16 != 0
+    ((1, 32, 101, 90), (3, 3), dict(pads=[1, 1, 1, 1]), 1),               # 2 blocks: rows split
+    ((1, 24, 5, 4200), (3, 3), dict(pads=[1, 1, 1, 1]), 1),                # too wide: row path
+    ((2, 12, 36, 36), (5, 5), dict(pads=[2, 2, 2, 2]), 3),                 # multiplier: plane mode
+    ((2, 16, 70000), (3,), dict(pads=[1, 1], strides=[2]), 1),             # 1-D, gathers
+])
+def test_depthwise_threads_all_types(shape, kernel, attrs, mult, threads):
+    """Depthwise layers above the threading threshold (2^21 MACs) on every path, on 1 and 2
+    threads, every type combination (half of them per thread count), full-range values
+    around differing per-channel zero points, full-range int32 biases."""
+    rng = np.random.default_rng([*shape, *kernel, mult, threads, 47])
+    c = shape[1]
+    kwargs = dict(attrs, group=c)
+    saved = qlinear.get_num_threads()
+    qlinear.set_num_threads(threads)
+    try:
+        for i, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS[threads - 1::2]):
+            x = rand_int(rng, xdt, shape)
+            w = rand_int(rng, wdt, (c * mult, 1, *kernel))
+            args = _qconv_args(rng, x, w, ydt=ydt)
+            got = check_qconv(args, kwargs)
+            x, xs, xz, w, ws, wz, ys, yz, b = args
+            assert_exact(qlinear.prepare_qlinear_conv(w, ws, wz, b, **kwargs).run(x, xs, xz, ys, yz), got)
+            if i % 2 == 0:
+                check_convint(as_convint_args(args), kwargs)
+    finally:
+        qlinear.set_num_threads(saved)
+
+
+def test_prepared_conv_repeated_identical_calls():
+    """A call repeating the last one's parameter objects skips their validation (NumPy scalars
+    and Python numbers only): x changed in place, a new x of the same shape, a non-contiguous
+    or byte-swapped x, 0-d array parameters written in place between calls, a change of
+    engine: the oracle's answer every time."""
+    from qlinear import _native
+
+    rng = np.random.default_rng(46)
+    w = rand_int(rng, I8, (16, 1, 3, 3))
+    ws, wz = rand_scale(rng, (16,)), rand_int(rng, I8, (16,))
+    b = rng.integers(-20000, 20000, 16, dtype=I32)   # outputs mostly unsaturated: changes show
+    kw = dict(pads=[1, 1, 1, 1], group=16)
+    p = qlinear.prepare_qlinear_conv(w, ws, wz, b, **kw)
+    pi = qlinear.prepare_conv_integer(w, wz, **kw)
+    xsc, xz, ys, yz = np.float32(0.02), np.uint8(3), np.float32(20.0), np.uint8(127)
+    x = rand_int(rng, U8, (1, 16, 6, 7))
+
+    def check(x, xsc=xsc, xz=xz, ys=ys, yz=yz):
+        assert_exact(p.run(x, xsc, xz, ys, yz), oracle.qlinear_conv(x, xsc, xz, w, ws, wz, ys, yz, b, **kw))
+        assert_exact(pi.run(x, xz), oracle.conv_integer(x, w, xz, wz, **kw))
+        assert_exact(pi.run(x), oracle.conv_integer(x, w, U8(0), wz, **kw))
+
+    for _ in range(2):
+        check(x)
+        x[...] = rand_int(rng, U8, x.shape)                       # written in place
+        check(x)
+        check(rand_int(rng, U8, x.shape))                         # another array
+        check(np.asfortranarray(rand_int(rng, U8, x.shape)))      # not contiguous
+        check(rand_int(rng, U8, x.shape).astype(np.dtype(U8).newbyteorder()))
+        check(x, 0.02, 3, 20.0, yz)                               # Python numbers
+        for one in (dict(xsc=np.float32(0.03)), dict(xz=np.uint8(5)), dict(ys=np.float32(30.0)),
+                    dict(yz=np.uint8(9))):                        # one parameter changed
+            check(x, **one)
+            check(x)
+    z0, s0 = np.array(3, U8), np.array(20.0, np.float32)          # 0-d arrays: mutable
+    check(x, xsc, z0, s0, yz)
+    z0[...] = 200
+    s0[...] = 30.0
+    check(x, xsc, z0, s0, yz)
+    check(x)
+    with _native.use_engine("numpy"):
+        check(x)
+    check(x)
+
+
 @pytest.mark.parametrize("spatial", [(1, 1), (3, 5), (7, 9), (1, 17), (5, 56), (2, 3, 11)])
 @pytest.mark.parametrize("seven_bit", [False, True])
 def test_pointwise_panels_across_output_rows(spatial, seven_bit):
@@ -784,8 +861,14 @@ def test_depthwise_channels_last(c, spatial, kernel, attrs):
     for xdt, wdt, ydt in ((U8, I8, U8), (I8, U8, I8), (I8, I8, U8)):
         x = rand_int(rng, xdt, (2, c, *spatial))
         w = rand_int(rng, wdt, (c, 1, *kernel))
-        check_qconv(_qconv_args(rng, x, w, ydt=ydt), kwargs)
-        check_convint([x, w, rand_int(rng, xdt, ()), rand_int(rng, wdt, (c,))], kwargs)
+        args = _qconv_args(rng, x, w, ydt=ydt)
+        got = check_qconv(args, kwargs)
+        # the prepared form (weights also in the channels-last kernel's layout)
+        x, xs, xz, w, ws, wz, ys, yz, b = args
+        assert_exact(qlinear.prepare_qlinear_conv(w, ws, wz, b, **kwargs).run(x, xs, xz, ys, yz), got)
+        args = [x, w, rand_int(rng, xdt, ()), rand_int(rng, wdt, (c,))]
+        got = check_convint(args, kwargs)
+        assert_exact(qlinear.prepare_conv_integer(w, args[3], **kwargs).run(x, args[2]), got)
     x = rand_extreme(rng, U8, (1, c, *spatial))
     w = rand_extreme(rng, I8, (c, 1, *kernel))
     check_convint([x, w, U8(0), I8(127)], kwargs)

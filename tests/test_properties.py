@@ -119,6 +119,80 @@ def test_grouped_conv_is_concatenation_of_groups(case):
     assert_exact(whole, np.concatenate(parts, axis=1))
 
 
+@st.composite
+def depthwise_cases(draw):
+    """Depthwise convolutions (group = C): channel counts around the channels-last path's
+    blocks of 16, channel multipliers, 1-D/2-D/3-D, kernels up to 7 wide, strides and
+    dilations 1-3, asymmetric pads (some far beyond the kernel), widths around 16 and the
+    row kernels' blocks, all 8 type combinations, full-range / 7-bit / extreme weights around
+    differing per-channel zero points, biases near the int32 wrap, batch 1-2, 1 or 2 threads."""
+    nsp = draw(st.sampled_from([2, 2, 2, 1, 3]))
+    c = draw(st.sampled_from([1, 3, 7, 8, 15, 16, 17, 31, 32, 33]))
+    mult = draw(st.sampled_from([1, 1, 1, 2, 3]))
+    kmax = {1: 7, 2: 7, 3: 3}[nsp]
+    kernel = draw(st.lists(st.integers(1, kmax), min_size=nsp, max_size=nsp))
+    strides = draw(st.lists(st.integers(1, 3), min_size=nsp, max_size=nsp))
+    dilations = draw(st.lists(st.integers(1, 3), min_size=nsp, max_size=nsp))
+    far = draw(st.booleans())
+    pads = draw(st.lists(st.integers(0, 40 if far else 3), min_size=2 * nsp, max_size=2 * nsp))
+    size = []
+    for i in range(nsp):
+        span = (kernel[i] - 1) * dilations[i] + 1
+        low = max(1, span - pads[i] - pads[nsp + i])
+        top = 40 if i == nsp - 1 and nsp < 3 else (12 if nsp == 2 else 5)
+        size.append(draw(st.integers(low, low + top)))
+    batch = draw(st.integers(1, 2))
+    xdt, wdt, ydt = draw(dtype8), draw(dtype8), draw(dtype8)
+    style = draw(st.sampled_from(["full", "seven_bit", "extreme"]))
+    bias = draw(st.sampled_from([None, "small", "wrap"]))
+    threads = draw(st.integers(1, 2))
+    seed = draw(st.integers(0, 2**32 - 1))
+
+    rng = np.random.default_rng(seed)
+    m = c * mult
+    x = values(rng, xdt, (batch, c, *size), "extreme" if style == "extreme" else "full")
+    wshape = (m, 1, *kernel)
+    if style == "seven_bit":   # |w - wz| <= 64 around per-channel zero points
+        info = np.iinfo(wdt)
+        wz = rng.integers(info.min + 64, info.max - 64, m, endpoint=True).astype(wdt)
+        w = (wz.reshape(m, *(1,) * (nsp + 1)).astype(np.int32)
+             + rng.integers(-64, 64, wshape, endpoint=True)).astype(wdt)
+    else:
+        w = values(rng, wdt, wshape, style)
+        wz = rand_int(rng, wdt, (m,))
+    ws = rng.uniform(1e-3, 5e-2, (m,)).astype(np.float32)
+    xs = np.float32(rng.uniform(1e-3, 5e-2))
+    k = int(np.prod(kernel))
+    ys = np.float32(float(xs) * float(np.max(ws)) * 120 * np.sqrt(k) * rng.uniform(0.2, 4))
+    B = None
+    if bias == "small":
+        B = rand_int(rng, I32, (m,), -30000, 30000)
+    elif bias == "wrap":   # within 2^16 of the int32 limits: accumulators wrap past them
+        B = (rng.choice([-2**31, 2**31 - 2**16], m) + rng.integers(0, 2**16, m)).astype(I32)
+    args = [x, xs, rand_int(rng, xdt, ()), w, ws, wz, ys, rand_int(rng, ydt, ()), B]
+    kwargs = dict(group=c, strides=strides, dilations=dilations, pads=pads)
+    return args, kwargs, threads
+
+
+@settings(max_examples=120, **SETTINGS)
+@given(depthwise_cases())
+def test_depthwise_conv_equals_oracle(case):
+    args, kwargs, threads = case
+    saved = qlinear.get_num_threads()
+    qlinear.set_num_threads(threads)
+    try:
+        want = oracle.qlinear_conv(*args, **kwargs)
+        assert_exact(qlinear.qlinear_conv(*args, **kwargs), want)
+        # prepared forms (their own weight layouts: conv.py's native_weights)
+        x, xs, xz, w, ws, wz, ys, yz, b = args
+        assert_exact(qlinear.prepare_qlinear_conv(w, ws, wz, b, **kwargs).run(x, xs, xz, ys, yz), want)
+        want = oracle.conv_integer(x, w, xz, wz, **kwargs)
+        assert_exact(qlinear.conv_integer(x, w, xz, wz, **kwargs), want)
+        assert_exact(qlinear.prepare_conv_integer(w, wz, **kwargs).run(x, xz), want)
+    finally:
+        qlinear.set_num_threads(saved)
+
+
 # ----------------------------------------------------------------------------- matmul
 
 

@@ -23,6 +23,7 @@
 #include "conv.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1212,6 +1213,47 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
  * Depthwise: direct tap sums along output rows
  * ------------------------------------------------------------------------------------- */
 
+/* Scratch kept between calls (one block, at most DW_CACHE_MAX bytes, taken by one call at a
+ * time: a concurrent call, e.g. from another Python thread, allocates its own). Why: a few
+ * hundred KiB freed after every call go back to the OS (glibc trims the heap or unmaps the
+ * block) and come back as page faults on the next call, which cost a 112x112 layer more
+ * than its arithmetic. */
+#define DW_CACHE_MAX ((size_t)8 << 20)
+static pthread_mutex_t dw_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *dw_cache;
+static size_t dw_cache_bytes;
+
+static char *dw_scratch_get(size_t n, int *cached)
+{
+    *cached = 0;
+    n += 64;   /* slack past the last buffer, as before the cache */
+    if (n <= DW_CACHE_MAX && pthread_mutex_trylock(&dw_cache_mu) == 0) {
+        if (dw_cache_bytes < n) {
+            free(dw_cache);
+            dw_cache = (char *)malloc(n);
+            dw_cache_bytes = dw_cache ? n : 0;
+        }
+        if (dw_cache) {
+            *cached = 1;
+            return dw_cache;
+        }
+        pthread_mutex_unlock(&dw_cache_mu);
+    }
+    return (char *)malloc(n);
+}
+
+static void dw_scratch_put(char *s, int cached)
+{
+    if (cached) pthread_mutex_unlock(&dw_cache_mu);
+    else free(s);
+}
+
+/* Depthwise convolutions of at least this many MACs use every thread (as ql_gemm does).
+ * Overridable at build time for measurements (-DDW_MIN_PAR=...). */
+#ifndef DW_MIN_PAR
+#define DW_MIN_PAR ((int64_t)1 << 21)
+#endif
+
 /* Rows collected before one pass of the row kernel (accumulators stay in registers). */
 #define DW_MAX_ROWS 32
 /* Output columns per segment (rounded to 16, the row kernels' block). */
@@ -1511,16 +1553,26 @@ static void dw_plane_task(void *vctx, ptrdiff_t task, int thread)
 /* output pixels per epilogue call */
 #define DWCL_CHUNK 256
 
-void ql_dw_cl_scalar(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs,
-                     ptrdiff_t step, int ow, int32_t *acc)
+void ql_dw_cl_scalar(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs, ptrdiff_t step,
+                     ptrdiff_t row_step, int rows, int ow, const ql_dw_q *q, void *out)
 {
-    for (int o = 0; o < ow; o++) {
-        const int16_t *xo = X + (ptrdiff_t)o * step * 16;
+    for (int ro = 0; ro < rows * ow; ro++) {
+        int r = ro / ow, o = ro % ow;
+        const int16_t *xo = X + ((ptrdiff_t)r * row_step + (ptrdiff_t)o * step) * 16;
         for (int c = 0; c < 16; c++) {
             uint32_t sum = 0;
             for (int t = 0; t < 2 * npairs; t++)   /* |w|, |x| <= 255: each product exact */
                 sum += (uint32_t)((int32_t)wt[16 * t + c] * xo[toff[t] * 16 + c]);
-            acc[16 * o + c] = (int32_t)sum;
+            if (!q) {
+                ((int32_t *)out)[16 * ro + c] = (int32_t)sum;
+                continue;
+            }
+            /* epilogue.c's arithmetic: wrap32 bias, one float32 multiply, clamp, nearest even */
+            sum += (uint32_t)q->bias[c];
+            float v = (float)(int32_t)sum * q->mult[c];
+            if (!(v >= q->lo)) v = q->lo;
+            if (v > q->hi) v = q->hi;
+            ((uint8_t *)out)[16 * ro + c] = (uint8_t)(ql_rne(v) + q->zp);   /* in T's range */
         }
     }
 }
@@ -1529,75 +1581,137 @@ typedef struct dwcl_ctx {
     const ql_conv_plan *p;
     const ql_isa *isa;
     const int16_t *wc;          /* (M, taps) centered int16 weights */
+    const int16_t *wcl;         /* their channels-last form [blocks][2*npairs][16], or NULL */
     int64_t H, W, hp, wp, taps, blocks, P;
     int64_t band, xrows;        /* output rows per band, padded input rows they read */
+    int64_t group_rows, band_groups;   /* output rows per task (whole bands), groups per plane */
     int npairs;
+    ptrdiff_t toff[DWCL_MAX_TAPS];   /* tap offsets in X positions (the padding tap: 0) */
+    /* the fill's 16 x 16 transpose: the AVX2 one on levels whose kernel is AVX2 */
+    void (*t16)(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zxu, int16_t *dst);
     char *scratch;
-    size_t scratch_bytes, off_x, off_t, off_w, off_toff, off_acc, off_comp;
+    size_t scratch_bytes, off_x, off_t, off_w, off_acc, off_comp;
 } dwcl_ctx;
 
 #if QL_X86
-/* 16 positions x 16 channels (rows src + c*cs, 16 bytes each) to 16 positions of 16 centered
- * int16 (dst, 32 bytes apart): a byte transpose by SSE2 unpacks, then widened; bytes ^ flip
- * are uint8, minus zxu (|x - zx| <= 255 fits int16) */
-static void transpose16_i16(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zxu, int16_t *dst)
+/* out[k] byte c = r[c] byte k: a 16 x 16 byte transpose by SSE2 unpacks */
+static inline void transpose16_u8(const __m128i r[16], __m128i out[16])
 {
-    const __m128i f = _mm_set1_epi8((char)flip), z = _mm_set1_epi16((int16_t)zxu), zero = _mm_setzero_si128();
-    __m128i r[16], u[16];
-    for (int c = 0; c < 16; c++) r[c] = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src + c * cs)), f);
-    for (int c = 0; c < 8; c++) {   /* u[c]: positions 0-7 of channels 2c, 2c+1; u[c+8]: 8-15 */
+    __m128i u[16];
+    for (int c = 0; c < 8; c++) {   /* u[c]: bytes 0-7 of rows 2c, 2c+1 interleaved; u[c+8]: 8-15 */
         u[c] = _mm_unpacklo_epi8(r[2 * c], r[2 * c + 1]);
         u[c + 8] = _mm_unpackhi_epi8(r[2 * c], r[2 * c + 1]);
     }
     for (int h = 0; h < 2; h++) {
         __m128i *v = u + 8 * h, a[8], b[8];
-        for (int c = 0; c < 4; c++) {   /* a[c]: positions 0-3 of channels 4c..4c+3; a[c+4]: 4-7 */
+        for (int c = 0; c < 4; c++) {   /* a[c]: bytes 0-3 of rows 4c..4c+3; a[c+4]: 4-7 */
             a[c] = _mm_unpacklo_epi16(v[2 * c], v[2 * c + 1]);
             a[c + 4] = _mm_unpackhi_epi16(v[2 * c], v[2 * c + 1]);
         }
-        /* b[4g + 2c + e]: positions 4g + 2e, 4g + 2e + 1 of channels 8c..8c+7 */
+        /* b[4g + 2c + e]: bytes 4g + 2e, 4g + 2e + 1 of rows 8c..8c+7 */
         for (int g = 0; g < 2; g++)
             for (int c = 0; c < 2; c++) {
                 b[4 * g + 2 * c] = _mm_unpacklo_epi32(a[4 * g + 2 * c], a[4 * g + 2 * c + 1]);
                 b[4 * g + 2 * c + 1] = _mm_unpackhi_epi32(a[4 * g + 2 * c], a[4 * g + 2 * c + 1]);
             }
         for (int g = 0; g < 2; g++)
-            for (int e = 0; e < 2; e++) {
-                __m128i p0 = _mm_unpacklo_epi64(b[4 * g + e], b[4 * g + 2 + e]);   /* one position, 16 ch */
-                __m128i p1 = _mm_unpackhi_epi64(b[4 * g + e], b[4 * g + 2 + e]);
-                int16_t *o0 = dst + 16 * (8 * h + 4 * g + 2 * e), *o1 = o0 + 16;
-                _mm_storeu_si128((__m128i *)o0, _mm_sub_epi16(_mm_unpacklo_epi8(p0, zero), z));
-                _mm_storeu_si128((__m128i *)(o0 + 8), _mm_sub_epi16(_mm_unpackhi_epi8(p0, zero), z));
-                _mm_storeu_si128((__m128i *)o1, _mm_sub_epi16(_mm_unpacklo_epi8(p1, zero), z));
-                _mm_storeu_si128((__m128i *)(o1 + 8), _mm_sub_epi16(_mm_unpackhi_epi8(p1, zero), z));
+            for (int e = 0; e < 2; e++) {   /* byte k = 8h + 4g + 2e (and k + 1) of all 16 rows */
+                out[8 * h + 4 * g + 2 * e] = _mm_unpacklo_epi64(b[4 * g + e], b[4 * g + 2 + e]);
+                out[8 * h + 4 * g + 2 * e + 1] = _mm_unpackhi_epi64(b[4 * g + e], b[4 * g + 2 + e]);
             }
+    }
+}
+
+/* 16 positions x 16 channels (rows src + c*cs, 16 bytes each) to 16 positions of 16 centered
+ * int16 (dst, 32 bytes apart): the byte transpose, then widened; bytes ^ flip are uint8,
+ * minus zxu (|x - zx| <= 255 fits int16) */
+static void transpose16_i16(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zxu, int16_t *dst)
+{
+    const __m128i f = _mm_set1_epi8((char)flip), z = _mm_set1_epi16((int16_t)zxu), zero = _mm_setzero_si128();
+    __m128i r[16], t[16];
+    for (int c = 0; c < 16; c++) r[c] = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src + c * cs)), f);
+    transpose16_u8(r, t);
+    for (int k = 0; k < 16; k++) {
+        _mm_storeu_si128((__m128i *)(dst + 16 * k), _mm_sub_epi16(_mm_unpacklo_epi8(t[k], zero), z));
+        _mm_storeu_si128((__m128i *)(dst + 16 * k + 8), _mm_sub_epi16(_mm_unpackhi_epi8(t[k], zero), z));
     }
 }
 #endif
 
+/* Requantized bytes Q [cols][16] (positions of 16 channels) to the output planes: channel c's
+ * positions go to y + c*P (c < nch), 16 positions per byte transpose. */
+static void dwcl_store_q(const uint8_t *Q, int nch, int cols, uint8_t *y, ptrdiff_t P)
+{
+    int j = 0;
+#if QL_X86
+    __m128i r[16], t[16];
+    for (; j < cols && cols >= 16; j += 16) {
+        if (j + 16 > cols) j = cols - 16;   /* the last 16 (overlapping: the same bytes again) */
+        for (int k = 0; k < 16; k++) r[k] = _mm_loadu_si128((const __m128i *)(Q + 16 * (size_t)(j + k)));
+        transpose16_u8(r, t);
+        for (int c = 0; c < nch; c++) _mm_storeu_si128((__m128i *)(y + c * P + j), t[c]);
+    }
+    if (cols >= 16) return;
+#endif
+    for (int c = 0; c < nch; c++)
+        for (int jj = j; jj < cols; jj++) y[c * P + jj] = Q[16 * (size_t)jj + c];
+}
+
 /* X (xr rows of wp positions): padded rows pr0 .. pr0 + xr - 1 of channels c0..c0+nch-1 of
- * image n, centered (x - zx), 0 at padding. The band's input rows are one flat run of each
- * channel plane: transposed 16 positions at a time (rows of any width) into T, then T's rows
- * are placed into X. */
+ * image n, centered (x - zx), 0 at padding (only the padding is zeroed). Rows of at least 16
+ * positions are transposed straight into place, 16 positions at a time (the last block of a
+ * row overlaps the one before: the same values written twice); narrower rows are one flat run
+ * of each channel plane, transposed 16 positions at a time into T, whose rows are then
+ * placed into X; channel blocks of fewer than 16 go element by element. */
 static void dwcl_fill(const dwcl_ctx *d, int64_t n, int64_t c0, int nch, int64_t pr0, int64_t xr,
                       int16_t *X, int16_t *T)
 {
     const ql_conv_plan *p = d->p;
-    memset(X, 0, sizeof(int16_t) * 16 * (size_t)(xr * d->wp));
-    int64_t plane = d->H * d->W;
+    const size_t rowe = 16 * (size_t)d->wp;   /* int16 elements per X row */
+    int64_t plane = d->H * d->W, W = d->W;
     int64_t ih_a = pr0 - p->pad[0], ih_b = pr0 + xr - p->pad[0];
     if (ih_a < 0) ih_a = 0;
     if (ih_b > d->H) ih_b = d->H;
-    if (ih_b <= ih_a) return;
-    int64_t q0 = ih_a * d->W, len = (ih_b - ih_a) * d->W;
+    if (ih_b <= ih_a) {
+        memset(X, 0, sizeof(int16_t) * rowe * (size_t)xr);
+        return;
+    }
+    /* X rows xa..xb-1 hold input rows ih_a..ih_b-1; their columns pad[1]..pad[1]+W-1 */
+    int64_t xa = ih_a + p->pad[0] - pr0, xb_ = ih_b + p->pad[0] - pr0, lp = p->pad[1], rp = d->wp - lp - W;
+    memset(X, 0, sizeof(int16_t) * rowe * (size_t)xa);
+    memset(X + rowe * (size_t)xb_, 0, sizeof(int16_t) * rowe * (size_t)(xr - xb_));
+    for (int64_t r = xa; r < xb_; r++) {
+        memset(X + rowe * (size_t)r, 0, sizeof(int16_t) * 16 * (size_t)lp);
+        memset(X + rowe * (size_t)r + 16 * (size_t)(lp + W), 0, sizeof(int16_t) * 16 * (size_t)rp);
+    }
+    int64_t q0 = ih_a * W, len = (ih_b - ih_a) * W;
     const uint8_t *xb = (const uint8_t *)p->x + (size_t)((n * p->C + c0) * plane + q0);
     /* int8 x: x - zx = (x ^ 0x80) - (zx + 128), so both types widen as uint8 */
     uint8_t flip = p->x_type == QL_I8 ? 0x80 : 0;
     int32_t zxu = p->x_type == QL_I8 ? p->x_zp + 128 : p->x_zp;
+#if QL_X86
+    if (nch == 16 && W >= 16) {
+        for (int64_t r = xa; r < xb_; r++) {
+            const uint8_t *src = xb + (r - xa) * W;
+            int16_t *dst = X + rowe * (size_t)r + 16 * (size_t)lp;
+            for (int64_t w0 = 0;; w0 += 16) {
+                if (w0 + 16 > W) w0 = W - 16;
+                d->t16(src + w0, (ptrdiff_t)plane, flip, zxu, dst + 16 * w0);
+                if (w0 + 16 >= W) break;
+            }
+        }
+        return;
+    }
+#endif
     int64_t q = 0;
 #if QL_X86
-    if (nch == 16)
-        for (; q + 16 <= len; q += 16) transpose16_i16(xb + q, (ptrdiff_t)plane, flip, zxu, T + 16 * q);
+    if (nch == 16 && len >= 16) {
+        for (; q + 16 <= len; q += 16) d->t16(xb + q, (ptrdiff_t)plane, flip, zxu, T + 16 * q);
+        if (q < len) {   /* the last 16 positions (overlapping the block before) */
+            d->t16(xb + len - 16, (ptrdiff_t)plane, flip, zxu, T + 16 * (len - 16));
+            q = len;
+        }
+    }
 #endif
     if (q < len) {
         memset(T + 16 * q, 0, sizeof(int16_t) * 16 * (size_t)(len - q));
@@ -1606,9 +1720,8 @@ static void dwcl_fill(const dwcl_ctx *d, int64_t n, int64_t c0, int nch, int64_t
             for (int64_t j = q; j < len; j++) T[16 * j + c] = (int16_t)((int32_t)(src[j] ^ flip) - zxu);
         }
     }
-    for (int64_t ih = ih_a; ih < ih_b; ih++)
-        memcpy(X + 16 * (size_t)((ih + p->pad[0] - pr0) * d->wp + p->pad[1]), T + 16 * (size_t)((ih - ih_a) * d->W),
-               sizeof(int16_t) * 16 * (size_t)d->W);
+    for (int64_t r = xa; r < xb_; r++)
+        memcpy(X + rowe * (size_t)r + 16 * (size_t)lp, T + 16 * (size_t)((r - xa) * W), sizeof(int16_t) * 16 * (size_t)W);
 }
 
 /* comp[c][j] = acc[j][c] for c < nch, j < cols (4x4 int32 blocks by SSE2 unpacks) */
@@ -1640,41 +1753,66 @@ static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
     const dwcl_ctx *d = (const dwcl_ctx *)vctx;
     const ql_conv_plan *p = d->p;
     char *s = d->scratch + (size_t)thread * d->scratch_bytes;
-    int64_t n = task / d->blocks, c0 = (task % d->blocks) * 16;
+    /* task: (image, block of 16 channels, group of bands) */
+    int64_t bg = task % d->band_groups, blk = task / d->band_groups % d->blocks;
+    int64_t n = task / d->band_groups / d->blocks, c0 = blk * 16;
     int nch = (int)(p->C - c0 < 16 ? p->C - c0 : 16);
     int16_t *X = (int16_t *)(s + d->off_x);
-    int16_t *wt = (int16_t *)(s + d->off_w);
-    ptrdiff_t *toff = (ptrdiff_t *)(s + d->off_toff);
     int32_t *acc = (int32_t *)(s + d->off_acc), *comp = (int32_t *)(s + d->off_comp);
-    /* weights [2*npairs][16]: channel tails and the padding tap are 0 */
-    memset(wt, 0, sizeof(int16_t) * 32 * (size_t)d->npairs);
-    for (int c = 0; c < nch; c++)
-        for (int64_t t = 0; t < d->taps; t++) wt[16 * t + c] = d->wc[(c0 + c) * d->taps + t];
-    for (int64_t t = 0; t < 2 * d->npairs; t++) {
-        int64_t tt = t < d->taps ? t : 0, kh = tt / p->k[1], kw = tt % p->k[1];
-        toff[t] = (ptrdiff_t)(kh * p->dil[0] * d->wp + kw * p->dil[1]);
+    /* the block's weights [2*npairs][16] (channel tails and the padding tap are 0): in the
+     * channels-last form when the caller passed it, else gathered from (M, taps) */
+    const int16_t *wt;
+    if (d->wcl) {
+        wt = d->wcl + (size_t)blk * 32 * (size_t)d->npairs;
+    } else {
+        int16_t *wg = (int16_t *)(s + d->off_w);
+        memset(wg, 0, sizeof(int16_t) * 32 * (size_t)d->npairs);
+        for (int c = 0; c < nch; c++)
+            for (int64_t t = 0; t < d->taps; t++) wg[16 * t + c] = d->wc[(c0 + c) * d->taps + t];
+        wt = wg;
     }
     ql_epilogue ep;
-    plan_epilogue(p, &ep);
-    ep.out_rs = (ptrdiff_t)d->P;
     size_t esize = p->quantized ? 1 : 4;
-    ep.out = (char *)p->y + (size_t)(n * p->M * d->P) * esize;
+    if (!p->quantized) {
+        plan_epilogue(p, &ep);
+        ep.out_rs = (ptrdiff_t)d->P;
+        ep.out = (char *)p->y + (size_t)(n * p->M * d->P) * esize;
+    }
+    /* 8-bit output: the requantization runs in the kernel (channels beyond nch: bias 0,
+     * multiplier 0), which writes bytes [pixel][16] for dwcl_store_q */
+    ql_dw_q q, *qp = NULL;
+    if (p->quantized) {
+        for (int c = 0; c < 16; c++) {
+            q.bias[c] = c < nch && p->bias ? p->bias[c0 + c] : 0;
+            q.mult[c] = c < nch ? p->mult[(c0 + c) * p->mult_s] : 0.0f;
+        }
+        q.lo = p->lo;
+        q.hi = p->hi;
+        q.zp = p->y_zp;
+        q.is_signed = p->y_signed;
+        qp = &q;
+    }
+    uint8_t *ych = (uint8_t *)p->y + (size_t)((n * p->M + c0) * d->P);
     int64_t OH = p->out[0], OW = p->out[1];
     /* chunks of whole output rows, at most DWCL_CHUNK pixels (at least one row) */
     int64_t rows_per = DWCL_CHUNK / OW;
     if (rows_per < 1) rows_per = 1;
-    for (int64_t b0 = 0; b0 < OH; b0 += d->band) {
+    int64_t g0 = bg * d->group_rows, g1 = g0 + d->group_rows < OH ? g0 + d->group_rows : OH;
+    for (int64_t b0 = g0; b0 < g1; b0 += d->band) {
         /* a band of output rows and the padded input rows it reads (halo rows read twice) */
-        int64_t b1 = OH - b0 < d->band ? OH : b0 + d->band, pr0 = b0 * p->stride[0];
+        int64_t b1 = g1 - b0 < d->band ? g1 : b0 + d->band, pr0 = b0 * p->stride[0];
         int64_t xr = (b1 - 1 - b0) * p->stride[0] + (p->k[0] - 1) * p->dil[0] + 1;
         dwcl_fill(d, n, c0, nch, pr0, xr, X, (int16_t *)(s + d->off_t));
         for (int64_t oh0 = b0; oh0 < b1; oh0 += rows_per) {
             int64_t nrow = b1 - oh0 < rows_per ? b1 - oh0 : rows_per;
-            for (int64_t r = 0; r < nrow; r++) {
-                const int16_t *xrow = X + 16 * (size_t)((oh0 + r) * p->stride[0] - pr0) * (size_t)d->wp;
-                d->isa->dw_cl(xrow, toff, wt, d->npairs, (ptrdiff_t)p->stride[1], (int)OW, acc + 16 * (size_t)(r * OW));
-            }
+            const int16_t *xrow = X + 16 * (size_t)(oh0 * p->stride[0] - pr0) * (size_t)d->wp;
+            d->isa->dw_cl(xrow, d->toff, wt, d->npairs, (ptrdiff_t)p->stride[1], (ptrdiff_t)(p->stride[0] * d->wp),
+                          (int)nrow, (int)OW, qp, acc);   /* int32 or bytes */
             int cols = (int)(nrow * OW);
+            if (qp) {
+                dwcl_store_q((const uint8_t *)acc, nch, cols, ych + oh0 * OW, (ptrdiff_t)d->P);
+                continue;
+            }
             dwcl_untranspose(acc, nch, cols, comp);
             d->isa->epilogue(&ep, comp, cols, NULL, (int)c0, (int)(oh0 * OW), nch, cols);
         }
@@ -1683,7 +1821,7 @@ static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
 
 /* The channels-last path when it applies (returns 1 after running it, 0 to take the others,
  * negative on error). */
-static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc, size_t workspace)
+static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc, size_t w_elems, size_t workspace)
 {
     if (p->nsp != 2 || p->M != p->C || p->C < 8 || !isa->dw_cl) return 0;
     dwcl_ctx d;
@@ -1693,6 +1831,9 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
     d.wc = wc;
     d.H = p->in[0];
     d.W = p->in[1];
+#if QL_X86
+    d.t16 = isa->dw_cl == ql_dw_cl_avx2 ? ql_dw_t16_avx2 : transpose16_i16;
+#endif
     d.taps = p->k[0] * p->k[1];
     if (d.taps > DWCL_MAX_TAPS) return 0;
     d.npairs = (int)((d.taps + 1) / 2);
@@ -1715,16 +1856,21 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
     d.xrows = (d.band - 1) * p->stride[0] + span;
     d.P = p->out[0] * p->out[1];
     d.blocks = (p->C + 15) / 16;
+    /* the channels-last weights, when the caller passed them after wc (conv.h) */
+    size_t wct = (size_t)(p->M * d.taps), wcl = (size_t)d.blocks * 32 * (size_t)d.npairs;
+    d.wcl = w_elems >= wct + wcl ? wc + wct : NULL;
+    for (int64_t t = 0; t < 2 * d.npairs; t++) {
+        int64_t tt = t < d.taps ? t : 0, kh = tt / p->k[1], kw = tt % p->k[1];
+        d.toff[t] = (ptrdiff_t)(kh * p->dil[0] * d.wp + kw * p->dil[1]);
+    }
     int64_t chunk = DWCL_CHUNK > p->out[1] ? DWCL_CHUNK / p->out[1] * p->out[1] : p->out[1];
     size_t o = 0;
     d.off_x = o;
     o += align64(sizeof(int16_t) * 16 * (size_t)(d.xrows * d.wp));
-    d.off_t = o;
-    o += align64(sizeof(int16_t) * 16 * (size_t)(d.xrows * d.W));
+    d.off_t = o;   /* T: only for rows narrower than 16 and channel blocks below 16 */
+    if (!QL_X86 || d.W < 16 || p->C % 16 != 0) o += align64(sizeof(int16_t) * 16 * (size_t)(d.xrows * d.W));
     d.off_w = o;
     o += align64(sizeof(int16_t) * 32 * (size_t)d.npairs);
-    d.off_toff = o;
-    o += align64(sizeof(ptrdiff_t) * 2 * (size_t)d.npairs);
     d.off_acc = o;
     o += align64(sizeof(int32_t) * 16 * (size_t)chunk);
     d.off_comp = o;
@@ -1732,18 +1878,30 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
     d.scratch_bytes = o;
     int threads = ql_num_threads();
     if (d.scratch_bytes * (size_t)threads > workspace) return 0;
-    d.scratch = (char *)malloc(d.scratch_bytes * (size_t)threads + 64);
+    int cached;
+    d.scratch = dw_scratch_get(d.scratch_bytes * (size_t)threads, &cached);
     if (!d.scratch) return -1;
-    int run_threads = p->N * p->M * d.P * d.taps < ((int64_t)1 << 21) ? 1 : threads;
-    ql_parallel_for((ptrdiff_t)(p->N * d.blocks), run_threads, dwcl_task, &d);
-    free(d.scratch);
+    int run_threads = p->N * p->M * d.P * d.taps < DW_MIN_PAR ? 1 : threads;
+    /* tasks: (image, channel block, group of output rows); the rows are split only when there
+     * are too few blocks to keep every thread busy to the end (each split re-reads the
+     * kernel's halo rows) */
+    d.group_rows = p->out[0];
+    if (run_threads > 1 && p->N * d.blocks < 4 * (int64_t)run_threads) {
+        int64_t parts = (4 * (int64_t)run_threads + p->N * d.blocks - 1) / (p->N * d.blocks);
+        d.group_rows = (p->out[0] + parts - 1) / parts;
+        if (d.group_rows < d.band) d.band = d.group_rows;
+    }
+    d.band_groups = (p->out[0] + d.group_rows - 1) / d.group_rows;
+    ql_parallel_for((ptrdiff_t)(p->N * d.blocks * d.band_groups), run_threads, dwcl_task, &d);
+    dw_scratch_put(d.scratch, cached);
     return 1;
 }
 
-int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc, size_t workspace)
+int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc, size_t w_elems,
+                      size_t workspace)
 {
     {
-        int rc = dwcl_run(p, isa, wc, workspace);
+        int rc = dwcl_run(p, isa, wc, w_elems, workspace);
         if (rc) return rc < 0 ? rc : 0;
     }
     dw_ctx d;
@@ -1829,10 +1987,11 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *w
     d.scratch_bytes = o;
     int threads = ql_num_threads();
     if (d.scratch_bytes * (size_t)threads > workspace) return -3;
-    d.scratch = (char *)malloc(d.scratch_bytes * (size_t)threads + 64);
+    int cached;
+    d.scratch = dw_scratch_get(d.scratch_bytes * (size_t)threads, &cached);
     if (!d.scratch) return -1;
     /* small convolutions stay on the calling thread (as ql_gemm does below 2^21 MACs) */
-    int run_threads = p->N * p->M * d.P * d.taps < ((int64_t)1 << 21) ? 1 : threads;
+    int run_threads = p->N * p->M * d.P * d.taps < DW_MIN_PAR ? 1 : threads;
     if (d.plane_mode) {
         /* tap offsets in the plane, the same for every thread */
         int64_t *toff = (int64_t *)(d.scratch + d.off_toff);
@@ -1848,7 +2007,7 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *w
         for (int th = 1; th < threads; th++)
             memcpy(d.scratch + (size_t)th * d.scratch_bytes + d.off_toff, toff, sizeof(int64_t) * (size_t)d.taps);
         ql_parallel_for((ptrdiff_t)(p->N * p->C), run_threads, dw_plane_task, &d);
-        free(d.scratch);
+        dw_scratch_put(d.scratch, cached);
         return 0;
     }
     /* tasks: (image, channel, block of output rows); enough blocks for every thread */
@@ -1859,6 +2018,6 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *w
     d.rows_per_task = (d.orows + blocks - 1) / blocks;
     d.row_blocks = (d.orows + d.rows_per_task - 1) / d.rows_per_task;
     ql_parallel_for((ptrdiff_t)(planes * d.row_blocks), run_threads, dw_task, &d);
-    free(d.scratch);
+    dw_scratch_put(d.scratch, cached);
     return 0;
 }

@@ -43,41 +43,241 @@ void ql_dw_rows_avx2(const int16_t *const *rows, const int16_t *w, int npairs, i
  * vectors are interleaved by vpunpck{l,h}wd (within 128-bit lanes: the low product holds
  * channels 0-3 and 8-11, the high one 4-7 and 12-15), multiplied by the weights interleaved the
  * same way with vpmaddwd (|x - zx|, |w - zw| <= 255: a pair sum is below 2^17, exact) and
- * added in int32 (wrap32); the order is restored once per output. */
+ * added in int32 (wrap32). The int32 form restores the channel order per output; the fused
+ * requantization instead carries bias and multiplier in the accumulators' order, and
+ * vpackssdw of the low and high results puts the 16 channels back in order (as int16). */
+/* The fused requantization's constants, in the accumulators' lane order (bias 0 and no
+ * requantization for int32 output) */
+typedef struct { __m256i blo, bhi, zp; __m256 mlo, mhi, flo, fhi; } dw_qregs;
+
+static inline __attribute__((always_inline)) dw_qregs dw_qregs_load(const ql_dw_q *q)
+{
+    dw_qregs k;
+    k.blo = k.bhi = k.zp = _mm256_setzero_si256();   /* zp: int16 lanes */
+    k.mlo = k.mhi = k.flo = k.fhi = _mm256_setzero_ps();
+    if (q) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)q->bias), b1 = _mm256_loadu_si256((const __m256i *)(q->bias + 8));
+        __m256 m0 = _mm256_loadu_ps(q->mult), m1 = _mm256_loadu_ps(q->mult + 8);
+        k.blo = _mm256_permute2x128_si256(b0, b1, 0x20);   /* channels 0-3, 8-11 */
+        k.bhi = _mm256_permute2x128_si256(b0, b1, 0x31);   /* channels 4-7, 12-15 */
+        k.mlo = _mm256_permute2f128_ps(m0, m1, 0x20);
+        k.mhi = _mm256_permute2f128_ps(m0, m1, 0x31);
+        k.flo = _mm256_set1_ps(q->lo);
+        k.fhi = _mm256_set1_ps(q->hi);
+        k.zp = _mm256_set1_epi16((int16_t)q->zp);
+    }
+    return k;
+}
+
+/* Output ro of a chunk: int32 accumulators in channel order, or the requantized bytes */
+static inline __attribute__((always_inline)) void dw_cl_out(__m256i lo, __m256i hi, const dw_qregs *k,
+                                                            const ql_dw_q *q, int is_signed, void *out, ptrdiff_t ro)
+{
+    if (!q) {
+        int32_t *acc = (int32_t *)out + 16 * ro;
+        _mm256_storeu_si256((__m256i *)acc, _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm256_storeu_si256((__m256i *)(acc + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+        return;
+    }
+    /* as simd_common_avx2.h's epilogue: cvtdq2ps, one mulps, clamp to [lo, hi] (maxps
+     * first: NaN goes to lo), cvtps2dq (nearest even), + zp. lo = qmin - zp and
+     * hi = qmax - zp lie in [-255, 255]: vpackssdw is exact, the int16 + zp lands in
+     * [qmin, qmax] (no int16 overflow) and the byte pack is exact too */
+    __m256 vlo = _mm256_mul_ps(_mm256_cvtepi32_ps(lo), k->mlo);
+    __m256 vhi = _mm256_mul_ps(_mm256_cvtepi32_ps(hi), k->mhi);
+    vlo = _mm256_min_ps(_mm256_max_ps(vlo, k->flo), k->fhi);
+    vhi = _mm256_min_ps(_mm256_max_ps(vhi, k->flo), k->fhi);
+    __m256i p16 = _mm256_packs_epi32(_mm256_cvtps_epi32(vlo), _mm256_cvtps_epi32(vhi));
+    p16 = _mm256_add_epi16(p16, k->zp);   /* channels 0-7 | 8-15, int16 */
+    __m128i a = _mm256_castsi256_si128(p16), b = _mm256_extracti128_si256(p16, 1);
+    __m128i p8 = is_signed ? _mm_packs_epi16(a, b) : _mm_packus_epi16(a, b);
+    _mm_storeu_si128((__m128i *)((uint8_t *)out + 16 * ro), p8);
+}
+
 static inline __attribute__((always_inline)) void dw_cl_body(const int16_t *X, const ptrdiff_t *toff,
                                                              const __m256i *wl, const __m256i *wh, int np,
-                                                             ptrdiff_t step, int ow, int32_t *acc)
+                                                             ptrdiff_t step, ptrdiff_t row_step, int rows, int ow,
+                                                             const ql_dw_q *q, int is_signed, void *out)
 {
-    for (int o = 0; o < ow; o++) {
-        const int16_t *xo = X + (ptrdiff_t)o * step * 16;
-        __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
-        for (int q = 0; q < np; q++) {
-            __m256i a = _mm256_loadu_si256((const __m256i *)(xo + toff[2 * q] * 16));
-            __m256i b = _mm256_loadu_si256((const __m256i *)(xo + toff[2 * q + 1] * 16));
-            lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wl[q]));
-            hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wh[q]));
+    /* byte offsets of the taps, in locals: the stores below may alias toff otherwise */
+    ptrdiff_t tb[64];
+    for (int t = 0; t < 2 * np; t++) tb[t] = toff[t] * 32;
+    const char *xb = (const char *)X;
+    const ptrdiff_t ostep = step * 32;
+    dw_qregs k = dw_qregs_load(q);
+    for (int r = 0; r < rows; r++)
+    for (int o = 0, ro = r * ow; o < ow; o++, ro++) {
+        const char *xo = xb + (ptrdiff_t)r * row_step * 32 + (ptrdiff_t)o * ostep;
+        /* the bias starts the sum (wrap32 addition is associative: the same acc + bias) */
+        __m256i lo = k.blo, hi = k.bhi;
+        for (int j = 0; j < np; j++) {
+            __m256i a = _mm256_loadu_si256((const __m256i *)(xo + tb[2 * j]));
+            __m256i b = _mm256_loadu_si256((const __m256i *)(xo + tb[2 * j + 1]));
+            lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wl[j]));
+            hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wh[j]));
         }
-        _mm256_storeu_si256((__m256i *)(acc + 16 * o), _mm256_permute2x128_si256(lo, hi, 0x20));
-        _mm256_storeu_si256((__m256i *)(acc + 16 * o + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+        dw_cl_out(lo, hi, &k, q, is_signed, out, ro);
     }
 }
 
-void ql_dw_cl_avx2(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs,
-                   ptrdiff_t step, int ow, int32_t *acc)
+static inline __attribute__((always_inline)) void dw_cl_np(const int16_t *X, const ptrdiff_t *toff,
+                                                           const __m256i *wl, const __m256i *wh, int np,
+                                                           ptrdiff_t step, ptrdiff_t row_step, int rows, int ow,
+                                                           const ql_dw_q *q, void *out)
 {
+    if (!q) dw_cl_body(X, toff, wl, wh, np, step, row_step, rows, ow, NULL, 0, out);
+    else if (q->is_signed) dw_cl_body(X, toff, wl, wh, np, step, row_step, rows, ow, q, 1, out);
+    else dw_cl_body(X, toff, wl, wh, np, step, row_step, rows, ow, q, 0, out);
+}
+
+/* 3x3, stride 1, dilation 1, two output rows at a time: rows r and r + 1 read input rows
+ * r .. r + 3, so horizontal pairs U(i) = (x[i][o], x[i][o+1]) serve both outputs, and the
+ * third column is paired vertically, V(i) = (x[i][o+2], x[i+1][o+2]):
+ *   out r     = U(r)·(w00,w01) + U(r+1)·(w10,w11) + U(r+2)·(w20,w21) + V(r)·(w02,w12)   + V(r+2)·(w22,0)
+ *   out r + 1 = U(r+1)·(w00,w01) + U(r+2)·(w10,w11) + U(r+3)·(w20,w21) + V(r+1)·(w02,w12) + V(r+2)·(0,w22)
+ * 7 interleaved pairs and 12 loads per two outputs instead of 10 and 20; the same vpmaddwd
+ * pair sums (|x|, |w| <= 255: below 2^17, exact) and wrap32 additions as dw_cl_body. */
+static inline __attribute__((always_inline)) void dw_cl_3x3_body(const int16_t *X, const int16_t *wt, ptrdiff_t pitch,
+                                                                 int rows, int ow, const ql_dw_q *q,
+                                                                 int is_signed, void *out)
+{
+#define QL_W(t) _mm256_loadu_si256((const __m256i *)(wt + 16 * (t)))
+    const __m256i zero = _mm256_setzero_si256();
+    __m256i wl[6], wh[6];   /* (w00,w01), (w10,w11), (w20,w21), (w02,w12), (w22,0), (0,w22) */
+    for (int kh = 0; kh < 3; kh++) {
+        wl[kh] = _mm256_unpacklo_epi16(QL_W(3 * kh), QL_W(3 * kh + 1));
+        wh[kh] = _mm256_unpackhi_epi16(QL_W(3 * kh), QL_W(3 * kh + 1));
+    }
+    wl[3] = _mm256_unpacklo_epi16(QL_W(2), QL_W(5));
+    wh[3] = _mm256_unpackhi_epi16(QL_W(2), QL_W(5));
+    wl[4] = _mm256_unpacklo_epi16(QL_W(8), zero);
+    wh[4] = _mm256_unpackhi_epi16(QL_W(8), zero);
+    wl[5] = _mm256_unpacklo_epi16(zero, QL_W(8));
+    wh[5] = _mm256_unpackhi_epi16(zero, QL_W(8));
+#undef QL_W
+    dw_qregs k = dw_qregs_load(q);
+    const ptrdiff_t pb = pitch * 32;
+    int r = 0;
+    for (; r + 1 < rows; r += 2) {
+        const char *x0 = (const char *)X + (ptrdiff_t)r * pb;
+        for (int o = 0; o < ow; o++) {
+            const char *xo = x0 + (ptrdiff_t)o * 32;
+            __m256i l0 = k.blo, h0 = k.bhi, l1 = k.blo, h1 = k.bhi;
+            __m256i c[4];
+            for (int i = 0; i < 4; i++) {
+                const char *xi = xo + i * pb;
+                __m256i a = _mm256_loadu_si256((const __m256i *)xi);
+                __m256i b = _mm256_loadu_si256((const __m256i *)(xi + 32));
+                c[i] = _mm256_loadu_si256((const __m256i *)(xi + 64));
+                __m256i ul = _mm256_unpacklo_epi16(a, b), uh = _mm256_unpackhi_epi16(a, b);
+                if (i < 3) {   /* U(r + i): row i of out r */
+                    l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(ul, wl[i]));
+                    h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(uh, wh[i]));
+                }
+                if (i > 0) {   /* row i - 1 of out r + 1 */
+                    l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(ul, wl[i - 1]));
+                    h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(uh, wh[i - 1]));
+                }
+            }
+            __m256i v0l = _mm256_unpacklo_epi16(c[0], c[1]), v0h = _mm256_unpackhi_epi16(c[0], c[1]);
+            __m256i v1l = _mm256_unpacklo_epi16(c[1], c[2]), v1h = _mm256_unpackhi_epi16(c[1], c[2]);
+            __m256i v2l = _mm256_unpacklo_epi16(c[2], c[3]), v2h = _mm256_unpackhi_epi16(c[2], c[3]);
+            l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(v0l, wl[3]));
+            h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(v0h, wh[3]));
+            l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(v2l, wl[4]));
+            h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(v2h, wh[4]));
+            l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(v1l, wl[3]));
+            h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(v1h, wh[3]));
+            l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(v2l, wl[5]));
+            h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(v2h, wh[5]));
+            dw_cl_out(l0, h0, &k, q, is_signed, out, (ptrdiff_t)r * ow + o);
+            dw_cl_out(l1, h1, &k, q, is_signed, out, (ptrdiff_t)(r + 1) * ow + o);
+        }
+    }
+    if (r < rows) {   /* an odd last row: the general body (taps in t = 3*kh + kw order) */
+        static const ptrdiff_t t9[9] = {0, 1, 2, 0, 1, 2, 0, 1, 2};
+        ptrdiff_t toff[10];
+        for (int t = 0; t < 9; t++) toff[t] = t9[t] + (t / 3) * pitch;
+        toff[9] = 0;
+        __m256i gl[5], gh[5];
+        for (int p = 0; p < 5; p++) {
+            __m256i a = _mm256_loadu_si256((const __m256i *)(wt + 32 * p));
+            __m256i b = _mm256_loadu_si256((const __m256i *)(wt + 32 * p + 16));
+            gl[p] = _mm256_unpacklo_epi16(a, b);
+            gh[p] = _mm256_unpackhi_epi16(a, b);
+        }
+        char *o8 = (char *)out + (ptrdiff_t)r * ow * 16 * (q ? 1 : 4);
+        dw_cl_body(X + (ptrdiff_t)r * pitch * 16, toff, gl, gh, 5, 1, pitch, 1, ow, q, is_signed, o8);
+    }
+}
+
+void ql_dw_cl_avx2(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs, ptrdiff_t step,
+                   ptrdiff_t row_step, int rows, int ow, const ql_dw_q *q, void *out)
+{
+    /* dense 3x3 with stride 1 (output rows one input row apart): the two-row body */
+    if (npairs == 5 && step == 1 && rows > 1) {
+        ptrdiff_t P = row_step;
+        int dense = toff[9] == 0;
+        for (int t = 0; t < 9; t++) dense &= toff[t] == (t % 3) + (t / 3) * P;
+        if (dense) {
+            if (!q) dw_cl_3x3_body(X, wt, P, rows, ow, NULL, 0, out);
+            else if (q->is_signed) dw_cl_3x3_body(X, wt, P, rows, ow, q, 1, out);
+            else dw_cl_3x3_body(X, wt, P, rows, ow, q, 0, out);
+            return;
+        }
+    }
     enum { MAXP = 32 };
     __m256i wl[MAXP], wh[MAXP];
-    for (int q = 0; q < npairs && q < MAXP; q++) {
-        __m256i a = _mm256_loadu_si256((const __m256i *)(wt + 32 * q));
-        __m256i b = _mm256_loadu_si256((const __m256i *)(wt + 32 * q + 16));
-        wl[q] = _mm256_unpacklo_epi16(a, b);
-        wh[q] = _mm256_unpackhi_epi16(a, b);
+    for (int k = 0; k < npairs && k < MAXP; k++) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(wt + 32 * k));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(wt + 32 * k + 16));
+        wl[k] = _mm256_unpacklo_epi16(a, b);
+        wh[k] = _mm256_unpackhi_epi16(a, b);
     }
-    /* 3x3 (5 pairs) and 2x2 / 1x3 / 3x1 (2 pairs) unrolled: weights and tap offsets stay in
-     * registers; other kernels loop over their pairs */
-    if (npairs == 5) dw_cl_body(X, toff, wl, wh, 5, step, ow, acc);
-    else if (npairs == 2) dw_cl_body(X, toff, wl, wh, 2, step, ow, acc);
-    else dw_cl_body(X, toff, wl, wh, npairs, step, ow, acc);
+    /* 3x3 (5 pairs) and 2x2 / 1x3 / 3x1 (2 pairs) unrolled: tap offsets stay in registers;
+     * other kernels loop over their pairs */
+    if (npairs == 5) dw_cl_np(X, toff, wl, wh, 5, step, row_step, rows, ow, q, out);
+    else if (npairs == 2) dw_cl_np(X, toff, wl, wh, 2, step, row_step, rows, ow, q, out);
+    else dw_cl_np(X, toff, wl, wh, npairs < MAXP ? npairs : MAXP, step, row_step, rows, ow, q, out);
+}
+
+/* The channels-last fill (conv.c's transpose16_i16, same contract): 16 positions x 16
+ * channels of bytes (rows src + c*cs) to 16 positions of 16 centered int16 (dst, 32 bytes
+ * apart). Channels c and c + 8 share a ymm (lanes 0 and 1), so each in-lane unpack stage
+ * transposes both halves at once: three stages leave, per lane, one position's 8 channels per
+ * qword, which widening against zero turns into that position's 16 int16 (lane 0: channels
+ * 0-7, lane 1: 8-15). bytes ^ flip are uint8, minus zxu: |x - zx| <= 255 fits int16. */
+void ql_dw_t16_avx2(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zxu, int16_t *dst)
+{
+    const __m256i f = _mm256_set1_epi8((char)flip), z = _mm256_set1_epi16((int16_t)zxu), zero = _mm256_setzero_si256();
+    __m256i r[8], a[8], b[8];
+    for (int i = 0; i < 8; i++) {
+        __m256i v = _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(src + i * cs)));
+        v = _mm256_inserti128_si256(v, _mm_loadu_si128((const __m128i *)(src + (i + 8) * cs)), 1);
+        r[i] = _mm256_xor_si256(v, f);
+    }
+    /* a[j] (a[j + 4]): positions 0-7 (8-15) of channels 2j, 2j + 1, a word per position */
+    for (int j = 0; j < 4; j++) {
+        a[j] = _mm256_unpacklo_epi8(r[2 * j], r[2 * j + 1]);
+        a[j + 4] = _mm256_unpackhi_epi8(r[2 * j], r[2 * j + 1]);
+    }
+    /* b[4h + 2g + m]: positions 8h + 4g .. + 3 of channels 4m .. 4m + 3, a dword per position */
+    for (int h = 0; h < 2; h++)
+        for (int m = 0; m < 2; m++) {
+            b[4 * h + m] = _mm256_unpacklo_epi16(a[4 * h + 2 * m], a[4 * h + 2 * m + 1]);
+            b[4 * h + 2 + m] = _mm256_unpackhi_epi16(a[4 * h + 2 * m], a[4 * h + 2 * m + 1]);
+        }
+    for (int h = 0; h < 2; h++)
+        for (int g = 0; g < 2; g++) {
+            /* qwords: positions k, k + 1 (and k + 2, k + 3) of channels 0-7, k = 8h + 4g */
+            __m256i lo = _mm256_unpacklo_epi32(b[4 * h + 2 * g], b[4 * h + 2 * g + 1]);
+            __m256i hi = _mm256_unpackhi_epi32(b[4 * h + 2 * g], b[4 * h + 2 * g + 1]);
+            int16_t *o = dst + 16 * (8 * h + 4 * g);
+            _mm256_storeu_si256((__m256i *)o, _mm256_sub_epi16(_mm256_unpacklo_epi8(lo, zero), z));
+            _mm256_storeu_si256((__m256i *)(o + 16), _mm256_sub_epi16(_mm256_unpackhi_epi8(lo, zero), z));
+            _mm256_storeu_si256((__m256i *)(o + 32), _mm256_sub_epi16(_mm256_unpacklo_epi8(hi, zero), z));
+            _mm256_storeu_si256((__m256i *)(o + 48), _mm256_sub_epi16(_mm256_unpackhi_epi8(hi, zero), z));
+        }
 }
 
 #pragma GCC pop_options

@@ -22,11 +22,20 @@ typedef void (*ql_qmul_fn)(const uint8_t *a, ptrdiff_t as, const uint8_t *b, ptr
                            ptrdiff_t n, int32_t za, int32_t zb, float r, float zc, int is_signed,
                            uint8_t *out);
 
+/* MaxPool's row step (pool.c): dst[i] = max over k < m of (src[k][i] ^ bias) for i < n, bytes
+ * compared unsigned (m >= 1; dst overlaps no source) */
+typedef void (*ql_maxrows_fn)(uint8_t *dst, const uint8_t *const *src, ptrdiff_t m, ptrdiff_t n,
+                              uint8_t bias);
+
 typedef struct ql_ew_kernels {
     const char *name;  /* "scalar", "avx2-fma" */
     ql_qadd_fn qadd;
     ql_qmul_fn qmul;
+    ql_maxrows_fn maxrows;
 } ql_ew_kernels;
+
+/* the portable row maximum (SSE2 on x86-64, whose baseline it is; C elsewhere) */
+void ql_maxrows_portable(uint8_t *dst, const uint8_t *const *src, ptrdiff_t m, ptrdiff_t n, uint8_t bias);
 
 extern const ql_ew_kernels ql_ew_scalar;
 #if QL_X86

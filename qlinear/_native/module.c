@@ -561,7 +561,7 @@ static PyObject *m_conv(PyObject *self, PyObject *args) {
     if (p.N > 0 && p.M > 0) {
         Py_BEGIN_ALLOW_THREADS
         if (depthwise)
-            rc = ql_conv_depthwise(&p, isa, (const int16_t *)w.buf, (size_t)workspace);
+            rc = ql_conv_depthwise(&p, isa, (const int16_t *)w.buf, (size_t)w.len / 2, (size_t)workspace);
         else
             rc = ql_conv_gemm(&p, isa, k, w.buf, (size_t)workspace);
         Py_END_ALLOW_THREADS
@@ -658,6 +658,59 @@ done:
     return ret;
 }
 
+/* maxpool2d(isa, x, y, planes, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl, signed): MaxPool of
+ * 8-bit planes (pool.c); every geometry value is checked here, so any call stays in bounds */
+int ql_maxpool2d_u8(const uint8_t *x, uint8_t *y, ptrdiff_t planes, ptrdiff_t H, ptrdiff_t W, ptrdiff_t OH,
+                    ptrdiff_t OW, ptrdiff_t kh, ptrdiff_t kw, ptrdiff_t sh, ptrdiff_t sw, ptrdiff_t dh,
+                    ptrdiff_t dw, ptrdiff_t pt, ptrdiff_t pl, int is_signed, const ql_ew_kernels *k,
+                    int threads);
+
+/* *r = a * b for a, b >= 0, unless it exceeds Py_ssize_t (then 0) */
+static int mul_fits(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *r) {
+    if (a && b > PY_SSIZE_T_MAX / a) return 0;
+    *r = a * b;
+    return 1;
+}
+
+static PyObject *m_maxpool2d(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *isa_name;
+    PyObject *ox, *oy;
+    Py_ssize_t g[13];
+    int is_signed;
+    if (!PyArg_ParseTuple(args, "sOOnnnnnnnnnnnnnp", &isa_name, &ox, &oy, &g[0], &g[1], &g[2], &g[3], &g[4],
+                          &g[5], &g[6], &g[7], &g[8], &g[9], &g[10], &g[11], &g[12], &is_signed))
+        return NULL;
+    const ql_isa *isa = isa_arg(isa_name);
+    if (!isa) return NULL;
+    Py_ssize_t planes = g[0], H = g[1], W = g[2], OH = g[3], OW = g[4];
+    const Py_ssize_t lim = (Py_ssize_t)1 << 40;  /* far beyond any real plane; no overflow below */
+    for (int i = 0; i < 13; i++)
+        if (g[i] < (i >= 5 && i < 11 ? 1 : 0) || g[i] > lim)
+            return PyErr_Format(PyExc_ValueError, "qlinear native: maxpool2d geometry value %d out of range (%zd)",
+                                i, g[i]);
+    Py_ssize_t xn, yn, t1, t2;
+    /* the buffer sizes and the scratch row's span (OW * sw + kw * dw) must fit Py_ssize_t */
+    if (!mul_fits(planes, H, &t1) || !mul_fits(t1, W, &xn) || !mul_fits(planes, OH, &t2) ||
+        !mul_fits(t2, OW, &yn) || !mul_fits(OW, g[8], &t1) || !mul_fits(g[6], g[10], &t2) ||
+        t1 > ((Py_ssize_t)1 << 60) || t2 > ((Py_ssize_t)1 << 60) || !mul_fits(OH, g[7], &t1) ||
+        !mul_fits(g[5], g[9], &t2) || t1 > ((Py_ssize_t)1 << 60) || t2 > ((Py_ssize_t)1 << 60))
+        return PyErr_Format(PyExc_ValueError, "qlinear native: maxpool2d sizes overflow");
+    Py_buffer x = {0}, y = {0};
+    PyObject *ret = NULL;
+    if (get_buf(ox, &x, 0, xn, "x") < 0 || get_buf(oy, &y, 1, yn, "y") < 0) goto done;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ql_maxpool2d_u8((const uint8_t *)x.buf, (uint8_t *)y.buf, planes, H, W, OH, OW, g[5], g[6], g[7],
+                         g[8], g[9], g[10], g[11], g[12], is_signed, ql_ew_for(isa), ql_num_threads());
+    Py_END_ALLOW_THREADS
+    if (rc) PyErr_NoMemory();
+    else { ret = Py_None; Py_INCREF(ret); }
+done:
+    REL(x); REL(y);
+    return ret;
+}
+
 /* kernel_peak(isa, which, reps, tasks, threads) -> multiply-adds done (peak.c) */
 long long ql_kernel_peak(const ql_gemm_kernel *k, long reps, int tasks, int threads);
 static PyObject *m_kernel_peak(PyObject *self, PyObject *args) {
@@ -714,6 +767,7 @@ static PyMethodDef methods[] = {
     {"conv", m_conv, METH_VARARGS, "QLinearConv / ConvInteger on packed weights, fused epilogue."},
     {"qbinary", m_qbinary, METH_VARARGS, "QLinearAdd / QLinearMul (com.microsoft) on bytes."},
     {"lut", m_lut, METH_VARARGS, "Byte table lookup (QLinearSigmoid, QLinearLeakyRelu, requantization)."},
+    {"maxpool2d", m_maxpool2d, METH_VARARGS, "MaxPool of uint8 / int8 planes (two spatial axes)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -125,12 +125,27 @@ typedef void (*ql_dequantize_fn)(const void *x, int x_type, ptrdiff_t n, const f
 typedef void (*ql_dw_rows_fn)(const int16_t *const *rows, const int16_t *w, int npairs,
                               int32_t *acc, int nblocks, int accumulate);
 
-/* Depthwise channels-last kernel (small 2-D planes, blocks of 16 channels): for output
- * o < ow, acc[o][c] = sum over taps t < 2*npairs of wt[t][c] * X[(o*step + toff[t])*16 + c]
- * (wrap32), X centered int16 positions of 16 channels, wt centered int16 (a padding tap has
- * weight 0 and any valid toff). */
+/* Requantization of one block of 16 channels, fused into the channels-last depthwise kernel:
+ * y[c] = sat(rne(float32(wrap32(acc[c] + bias[c])) * mult[c]) + zp), the contract's arithmetic
+ * (epilogue.c's, clamped to [lo, hi] = [qmin - zp, qmax - zp] before rounding). Channels
+ * beyond the block's end have bias 0 and mult 0 (their outputs are computed and dropped). */
+typedef struct ql_dw_q {
+    int32_t bias[16];
+    float mult[16];
+    float lo, hi;
+    int32_t zp;
+    int is_signed;                 /* int8 output (else uint8) */
+} ql_dw_q;
+
+/* Depthwise channels-last kernel (small 2-D planes, blocks of 16 channels): for output row
+ * r < rows and column o < ow, acc[r][o][c] = sum over taps t < 2*npairs of
+ * wt[t][c] * X[(r*row_step + o*step + toff[t])*16 + c] (wrap32), X centered int16 positions of
+ * 16 channels, wt centered int16 (a padding tap has weight 0 and any valid toff). q NULL: out
+ * is int32 acc [rows*ow][16]; else out is the requantized bytes [rows*ow][16] (int8 or uint8,
+ * q->is_signed). */
 typedef void (*ql_dw_cl_fn)(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs,
-                            ptrdiff_t step, int ow, int32_t *acc);
+                            ptrdiff_t step, ptrdiff_t row_step, int rows, int ow, const ql_dw_q *q,
+                            void *out);
 
 /* ---------------------------------------------------------------------------------------
  * One ISA level: its kernels (the table lives in dispatch.c)
@@ -191,11 +206,11 @@ void ql_pack_R_panel_avx2(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs,
 /* depthwise row kernels (conv_avx2.c; portable one in conv.c) */
 void ql_dw_rows_avx2(const int16_t *const *rows, const int16_t *w, int npairs, int32_t *acc,
                      int nblocks, int accumulate);
-void ql_dw_cl_avx2(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs,
-                   ptrdiff_t step, int ow, int32_t *acc);
+void ql_dw_cl_avx2(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs, ptrdiff_t step,
+                   ptrdiff_t row_step, int rows, int ow, const ql_dw_q *q, void *out);
 #endif
-void ql_dw_cl_scalar(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs,
-                     ptrdiff_t step, int ow, int32_t *acc);
+void ql_dw_cl_scalar(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs, ptrdiff_t step,
+                   ptrdiff_t row_step, int rows, int ow, const ql_dw_q *q, void *out);
 void ql_dw_rows_scalar(const int16_t *const *rows, const int16_t *w, int npairs, int32_t *acc,
                        int nblocks, int accumulate);
 int ql_round_k(const ql_gemm_kernel *k, int K);            /* kp: K rounded up to kpack */

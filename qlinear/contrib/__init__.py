@@ -8,6 +8,8 @@ com.microsoft operators").
 """
 
 from .elementwise import (
+    PreparedBinary,
+    prepare_qlinear_binary,
     qlinear_add,
     qlinear_concat,
     qlinear_leaky_relu,
@@ -39,6 +41,8 @@ from .transformer import (
 __all__ = [
     "qlinear_add",
     "qlinear_mul",
+    "prepare_qlinear_binary",
+    "PreparedBinary",
     "qlinear_sigmoid",
     "qlinear_leaky_relu",
     "qlinear_concat",

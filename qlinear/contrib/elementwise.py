@@ -102,6 +102,23 @@ def _binary_inputs(op, A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_sca
     return a, b, (sa, za), (sb, zb), (sc, zc), shape
 
 
+def _add_constants(a_params: tuple, b_params: tuple, c_params: tuple, swap: bool):
+    """QLinearAdd's float32 constants (rA, rB, F) for the operand order onnxruntime uses:
+    F = f(C_zp - fma(r_first, z_first, f(r_second · z_second))), first = B when ``swap``."""
+    (sa, za), (sb, zb), (sc, zc) = a_params, b_params, c_params
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        ra, rb = F32(sa / sc), F32(sb / sc)
+        (r_first, z_first), (r_second, z_second) = ((rb, zb), (ra, za)) if swap else ((ra, za), (rb, zb))
+        folded = F32(F32(zc) - fma(r_first, F32(z_first), F32(r_second * F32(z_second))))
+    return ra, rb, folded
+
+
+def _mul_constant(a_params: tuple, b_params: tuple, c_params: tuple) -> np.float32:
+    """QLinearMul's r = f(f(A_scale · B_scale) / C_scale)."""
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        return F32(F32(a_params[0] * b_params[0]) / c_params[0])
+
+
 def qlinear_add(A: np.ndarray, A_scale: Any, A_zero_point: Any, B: np.ndarray, B_scale: Any,
                 B_zero_point: Any, C_scale: Any, C_zero_point: Any = None) -> np.ndarray:
     """com.microsoft QLinearAdd: C = quantize(dequantize(A) + dequantize(B)), as MLAS's AVX2
@@ -116,10 +133,8 @@ def qlinear_add(A: np.ndarray, A_scale: Any, A_zero_point: Any, B: np.ndarray, B
     a, b, (sa, za), (sb, zb), (sc, zc), shape = _binary_inputs(
         op, A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point)
     swap = _input0_is_span_scalar(a.shape, b.shape)
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        ra, rb = F32(sa / sc), F32(sb / sc)
-        (r_first, z_first), (r_second, z_second) = ((rb, zb), (ra, za)) if swap else ((ra, za), (rb, zb))
-        folded = F32(F32(zc) - fma(r_first, F32(z_first), F32(r_second * F32(z_second))))
+    ra, rb, folded = _add_constants((sa, za), (sb, zb), (sc, zc), swap)
+    r_first, r_second = (rb, ra) if swap else (ra, rb)
     C = _native.native()
     if C is not None:
         first, second = (b, a) if swap else (a, b)
@@ -143,8 +158,7 @@ def qlinear_mul(A: np.ndarray, A_scale: Any, A_zero_point: Any, B: np.ndarray, B
     op = "qlinear_mul"
     a, b, (sa, za), (sb, zb), (sc, zc), shape = _binary_inputs(
         op, A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point)
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        r = F32(F32(sa * sb) / sc)
+    r = _mul_constant((sa, za), (sb, zb), (sc, zc))
     C = _native.native()
     if C is not None:
         return _native_binary(C, True, a, b, shape, a.dtype, r, F32(zc), 0.0, za, zb)
@@ -155,6 +169,92 @@ def qlinear_mul(A: np.ndarray, A_scale: Any, A_zero_point: Any, B: np.ndarray, B
             return saturate(cvt(prod * r + F32(zc)), a.dtype)
 
     return _binary(mul, a, b, shape, ("mul", a.dtype.str, za, zb, zc, r.tobytes()))
+
+
+class PreparedBinary:
+    """QLinearAdd or QLinearMul with its six per-tensor parameters validated and folded once,
+    for an ONNX graph whose scales and zero points are constants (qlinear.backend caches one
+    per node): ``run(A, B)`` then only checks the tensors and runs the kernel.
+
+    The parameters are validated as :func:`qlinear_add` / :func:`qlinear_mul` validate them,
+    for tensors of ``dtype``; ``run`` takes the prepared path only for two NumPy arrays of
+    exactly that dtype on the native engine, and hands anything else (another dtype, a
+    Python list, the NumPy engine) to the public function with the original parameters, which
+    validates everything and gives the same result or error. The output shape and operand
+    order are remembered per pair of input shapes.
+    """
+
+    def __init__(self, op: str, dtype: np.dtype, A_scale: Any, A_zero_point: Any, B_scale: Any,
+                 B_zero_point: Any, C_scale: Any, C_zero_point: Any = None):
+        if op not in ("add", "mul"):
+            raise ValueError(f"PreparedBinary: op must be 'add' or 'mul'; got {op!r}")
+        self._mul = int(op == "mul")
+        self._fn = qlinear_mul if self._mul else qlinear_add
+        name = f"qlinear_{op}"
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
+            raise TypeError(f"{name}: A must have dtype uint8 or int8; got dtype {self.dtype}")
+        self._params = (A_scale, A_zero_point, B_scale, B_zero_point, C_scale, C_zero_point)
+        pa = p.qparams(name, "A_scale", A_scale, "A_zero_point", A_zero_point, "A", self.dtype)
+        pb = p.qparams(name, "B_scale", B_scale, "B_zero_point", B_zero_point, "B", self.dtype)
+        pc = p.qparams(name, "C_scale", C_scale, "C_zero_point", C_zero_point, "A", self.dtype, divides=True)
+        self._signed = self.dtype == np.int8
+        if self._mul:
+            # kernel arguments: f0 = r, f1 = C_zp, f2 unused, z0 = A_zp, z1 = B_zp
+            self._args = {False: (float(_mul_constant(pa, pb, pc)), float(F32(pc[1])), 0.0, pa[1], pb[1])}
+        else:
+            # f0 = r_first, f1 = r_second, f2 = F; the order depends on the shapes (swap)
+            self._args = {}
+            for swap in (False, True):
+                ra, rb, folded = _add_constants(pa, pb, pc, swap)
+                r_first, r_second = (rb, ra) if swap else (ra, rb)
+                self._args[swap] = (float(r_first), float(r_second), float(folded), 0, 0)
+        self._plans: dict[tuple, tuple] = {}
+
+    def _plan(self, sa: tuple[int, ...], sb: tuple[int, ...]) -> tuple:
+        plan = self._plans.get((sa, sb))
+        if plan is None:
+            name = "qlinear_mul" if self._mul else "qlinear_add"
+            shape = p.broadcast_shape(name, "A and B", sa, sb)
+            swap = False if self._mul else _input0_is_span_scalar(sa, sb)
+            plan = (shape, int(np.prod(shape)), swap)
+            if len(self._plans) >= 64:
+                self._plans.clear()
+            self._plans[(sa, sb)] = plan
+        return plan
+
+    def run(self, A: Any, B: Any) -> np.ndarray:
+        """QLinearAdd / QLinearMul of A and B with the prepared parameters."""
+        C = _native.native()
+        if C is None or type(A) is not np.ndarray or type(B) is not np.ndarray \
+                or A.dtype != self.dtype or B.dtype != self.dtype:
+            pa, za, pb, zb, pc, zc = self._params
+            return self._fn(A, pa, za, B, pb, zb, pc, zc)
+        shape, size, swap = self._plan(A.shape, B.shape)
+        out = np.empty(shape, self.dtype)
+        if size:
+            first, second = (B, A) if swap else (A, B)
+            # a C-contiguous operand as large as the output is handed over as it is (the
+            # kernel reads its bytes through the buffer protocol); anything else is flattened
+            if first.size == size and first.flags.c_contiguous:
+                fp, ps = first, False
+            else:
+                fp, ps = _flat_operand(first, shape, size)
+            if second.size == size and second.flags.c_contiguous:
+                fq, qs = second, False
+            else:
+                fq, qs = _flat_operand(second, shape, size)
+            f0, f1, f2, z0, z1 = self._args[swap]
+            C.qbinary(C.get_isa(), self._mul, fp, ps, fq, qs, size, f0, f1, f2, z0, z1, self._signed, out)
+        return out
+
+
+def prepare_qlinear_binary(op: str, dtype: Any, A_scale: Any, A_zero_point: Any, B_scale: Any,
+                           B_zero_point: Any, C_scale: Any, C_zero_point: Any = None) -> PreparedBinary:
+    """A :class:`PreparedBinary` for ``op`` "add" (QLinearAdd) or "mul" (QLinearMul) on
+    ``dtype`` (uint8 or int8) tensors: the parameters validated and folded once."""
+    return PreparedBinary(op, np.dtype(dtype), A_scale, A_zero_point, B_scale, B_zero_point, C_scale,
+                          C_zero_point)
 
 
 # ----------------------------------------------------------------------------- table ops
@@ -226,11 +326,25 @@ def mlas_logistic(x: np.ndarray) -> np.ndarray:
     return np.maximum(F32(0), (num / den) + F32(0.5))
 
 
+def unary_table(kind: str, dtype: np.dtype, X_scale: Any, X_zero_point: Any, Y_scale: Any,
+                Y_zero_point: Any = None, alpha: float = 0.0) -> np.ndarray:
+    """The validated 256-entry table of QLinearSigmoid (``kind`` "sigmoid") or QLinearLeakyRelu
+    ("leaky_relu") for X of ``dtype``: what those functions apply, indexed by X's byte (the
+    backend keeps one per node when the parameters are model constants)."""
+    op = {"sigmoid": "qlinear_sigmoid", "leaky_relu": "qlinear_leaky_relu"}[kind]
+    sx, zx = p.qparams(op, "X_scale", X_scale, "X_zero_point", X_zero_point, "X", dtype)
+    sy, zy = p.qparams(op, "Y_scale", Y_scale, "Y_zero_point", Y_zero_point, "X", dtype, divides=True)
+    return cached_table(kind, dtype, sx, zx, sy, zy, F32(alpha))
+
+
+def apply_table(x: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """table[x] for an 8-bit array x of the table's dtype (unchecked: see :func:`unary_table`)."""
+    return _apply_table(x, table)
+
+
 def _unary_table_op(op, X, X_scale, X_zero_point, Y_scale, Y_zero_point, kind, alpha=F32(0)):
     x = p.tensor(op, "X", X)
-    sx, zx = p.qparams(op, "X_scale", X_scale, "X_zero_point", X_zero_point, "X", x.dtype)
-    sy, zy = p.qparams(op, "Y_scale", Y_scale, "Y_zero_point", Y_zero_point, "X", x.dtype, divides=True)
-    return _apply_table(x, cached_table(kind, x.dtype, sx, zx, sy, zy, alpha))
+    return _apply_table(x, unary_table(kind, x.dtype, X_scale, X_zero_point, Y_scale, Y_zero_point, alpha))
 
 
 def _leaky(a: np.float32) -> Callable[[np.ndarray], np.ndarray]:

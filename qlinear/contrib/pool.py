@@ -3,6 +3,7 @@ onnxruntime 1.32's CPU kernels compute them (docs/contract.md)."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from typing import Any, Sequence
@@ -183,6 +184,15 @@ def softmax_table(x_scale: np.float32, reduce_len: int) -> np.ndarray:
     return np.array([math.exp((i - 255 + shift) * xs) for i in range(256)], dtype=np.float64).astype(F32)
 
 
+@functools.lru_cache(maxsize=256)
+def _cached_softmax_table(scale_bits: bytes, reduce_len: int) -> np.ndarray:
+    """softmax_table remembered by the float32 scale's bits and the row length (a model's
+    node builds its 256 libm exponentials once instead of on every run); read-only."""
+    table = softmax_table(np.frombuffer(scale_bits, F32)[0], reduce_len)
+    table.flags.writeable = False
+    return table
+
+
 def qlinear_softmax(X: np.ndarray, X_scale: Any, x_zero_point: Any, y_scale: Any, y_zero_point: Any,
                     *, opset: int, axis: int = -1) -> np.ndarray:
     """com.microsoft QLinearSoftmax.
@@ -215,7 +225,7 @@ def qlinear_softmax(X: np.ndarray, X_scale: Any, x_zero_point: Any, y_scale: Any
     else:
         rows = np.moveaxis(x, ax, -1).reshape(-1, x.shape[ax])
     d = rows.shape[1]
-    table = softmax_table(sx, d)
+    table = _cached_softmax_table(F32(sx).tobytes(), d)
     r = rows.astype(np.int32)
     e = table[r - r.max(axis=1, keepdims=True) + 255]
     total = np.cumsum(e, axis=1, dtype=F32)[:, -1:]  # cumsum adds in order (no pairwise sum)
