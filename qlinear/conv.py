@@ -55,7 +55,7 @@ class _ConvWeights:
         # The last native call's arguments (``run_native``), and what makes them reusable by
         # the next call without validating again (``remember``, ``repeat``).
         self._call: tuple | None = None
-        self._last: tuple | None = None
+        self._last = v.RepeatMemo()
         self.native_geometry: ConvGeometry | None = None
 
     @property
@@ -227,28 +227,17 @@ class _ConvWeights:
 
     def remember(self, x: np.ndarray, params: tuple) -> None:
         """After a native call of a prepared form (``run_native``) with input x and call
-        parameters ``params`` (scales, zero points): if every parameter is immutable (a NumPy
-        scalar, a Python number, None), the next call passing the very same objects, and an x
-        of the same type, dtype object and shape, has been validated already (identity of
-        immutable objects proves equal values) and reuses the arguments (``repeat``)."""
-        if self._call is not None and all(p is None or type(p) in (int, float) or isinstance(p, np.generic)
-                                          for p in params):
-            self._last = (x.shape, x.dtype, params, self._call, v.max_output_bytes())
-        else:
-            self._last = None
+        parameters ``params``: keep its arguments for ``repeat`` (see ``v.RepeatMemo``)."""
+        self._last.remember(x, params, self._call)
 
     def repeat(self, x: Any, params: tuple) -> np.ndarray | None:
         """The output of a call that repeats the remembered one (see ``remember``), or None
         (then the call takes the full path)."""
-        last = self._last
-        if (last is None or type(x) is not np.ndarray or x.dtype is not last[1] or x.shape != last[0]
-                or last[4] != v.max_output_bytes()):   # a lowered size limit: checked again
+        call = self._last.recall(x, params)
+        if call is None:
             return None
-        for given, known in zip(params, last[2]):
-            if given is not known:
-                return None
         C = _native.native()
-        isa, kind, w, out_shape, y_dtype, head, tail, bias = last[3]
+        isa, kind, w, out_shape, y_dtype, head, tail, bias = call
         if C is None or C.get_isa() != isa:
             return None
         y = _native.empty(out_shape, y_dtype)

@@ -67,7 +67,7 @@ class _RightOperand:
         self.matrix = np.array(matrix, copy=True) if owned else matrix
         self.owned = owned
         self.call: tuple | None = None   # the last native call's arguments (``_native_matmul``)
-        self._last: tuple | None = None  # ``remember``
+        self._last = v.RepeatMemo()  # ``remember``
         self._numpy: tuple | None = None
         self._packed: dict[str, tuple] = {}  # ISA level -> packed form (kernel chosen per level)
 
@@ -155,28 +155,17 @@ class _RightOperand:
 
     def remember(self, a: np.ndarray, params: tuple) -> None:
         """After a prepared form's native call (``_native_matmul``) with input a and call
-        parameters ``params`` (scales, zero points): if every parameter is immutable (a NumPy
-        scalar, a Python number, None), the next call passing the very same objects, and an a
-        of the same type, dtype object and shape, has been validated already (identity of
-        immutable objects proves equal values) and reuses the arguments (``repeat``)."""
-        if self.call is not None and all(p is None or type(p) in (int, float) or isinstance(p, np.generic)
-                                         for p in params):
-            self._last = (a.shape, a.dtype, params, self.call, v.max_output_bytes())
-        else:
-            self._last = None
+        parameters ``params``: keep its arguments for ``repeat`` (see ``v.RepeatMemo``)."""
+        self._last.remember(a, params, self.call)
 
     def repeat(self, a: Any, params: tuple) -> np.ndarray | None:
         """The output of a call that repeats the remembered one (see ``remember``), or None
         (then the call takes the full path)."""
-        last = self._last
-        if (last is None or type(a) is not np.ndarray or a.dtype is not last[1] or a.shape != last[0]
-                or last[4] != v.max_output_bytes()):   # a lowered size limit: checked again
+        call = self._last.recall(a, params)
+        if call is None:
             return None
-        for given, known in zip(params, last[2]):
-            if given is not known:
-                return None
         C = _native.native()
-        head, mid, tail, out_shape, out_dtype = last[3]
+        head, mid, tail, out_shape, out_dtype = call
         if C is None or C.get_isa() != head[0]:
             return None
         out = _native.empty(out_shape, out_dtype)
