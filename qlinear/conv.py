@@ -48,9 +48,9 @@ class _ConvWeights:
         self._kernel: ConvKernel | None = None
         self._native: dict[tuple[str, bool], np.ndarray] = {}
         # (x shape, x dtype, x_zero_point) → (validated zero point, geometry), for repeated calls.
-        self._inputs = _Memo()
+        self._inputs = v.Memo()
         # (ISA level, x shape, x dtype) → the native engine's call arguments (``run_native``).
-        self._plans = _Memo()
+        self._plans = v.Memo()
         self._fits: tuple | None = None   # (geometry, native_fits's answer) of the last call
         # The last native call's arguments (``run_native``), and what makes them reusable by
         # the next call without validating again (``remember``, ``repeat``).
@@ -207,7 +207,7 @@ class _ConvWeights:
         self.native_geometry = geom   # what a plain call's lean path reuses (``_lean_remember``)
         # The call's constant arguments, derived once per (level, input) and reused while the
         # memoized geometry, zero point and requantization parameters are the same objects
-        # (``_Memo`` hands out the same ones for the same values): a repeated call only
+        # (``v.Memo`` hands out the same ones for the same values): a repeated call only
         # allocates y and crosses into C.
         key = (isa, x.shape, x.dtype)
         plan = self._plans.get(key)
@@ -341,26 +341,6 @@ def _geometry(attributes: ConvAttributes, in_spatial: tuple[int, ...]) -> ConvGe
     return got
 
 
-class _Memo:
-    """What a prepared operator derived from validated call parameters, keyed by their values
-    (``_validate.param_key``), so that repeated calls with the same ones skip the work."""
-
-    _SIZE = 16
-
-    def __init__(self) -> None:
-        self._items: dict[tuple, Any] = {}
-
-    def get(self, key: tuple | None) -> Any:
-        return None if key is None else self._items.get(key)
-
-    def put(self, key: tuple | None, value: Any) -> Any:
-        if key is not None:
-            if len(self._items) >= self._SIZE:
-                self._items.clear()
-            self._items[key] = value
-        return value
-
-
 class PreparedConvInteger:
     """ConvInteger with constant weights pre-transformed once; call ``run`` per input."""
 
@@ -399,7 +379,7 @@ class PreparedQLinearConv:
         self._bias_bound = 0 if B is None else (
             int(np.abs(self.bias.astype(np.int64)).max(initial=0)) if _owned else None)
         # (x_scale, y_scale, y_zero_point) → (multiplier, y_zero_point), for repeated calls.
-        self._params = _Memo()
+        self._params = v.Memo()
 
     def run(self, x: np.ndarray, x_scale: Any, x_zero_point: Any, y_scale: Any, y_zero_point: Any) -> np.ndarray:
         """The quantized convolution of x; output dtype is y_zero_point's, shape (N, M, O1..On)."""
