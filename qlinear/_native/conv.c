@@ -755,6 +755,7 @@ typedef struct ig_ctx {
     int kgroups;                           /* k-groups per K block */
     int fused;                             /* ikernel_ep stores the tiles */
     char *cblock; size_t cblock_bytes;     /* per thread: mc x 16 int32 partial sums */
+    char *xt; size_t xt_bytes; ptrdiff_t xs;   /* per thread: the dot tail's gathered columns */
 } ig_ctx;
 
 /* dst[j] = x[pos0 + j*step] for j in [0, len) where the position lies in [0, n), padv
@@ -875,6 +876,18 @@ static void ig_store(const ig_ctx *c, const int32_t *Ct, const ql_ik_runs *rn, i
         c->epilogue(&c->ep, Ct + rn->col[k], QL_IK_NR, NULL, i, (int)rn->pix[k], rows, rn->len[k]);
 }
 
+/* The last tile's w real columns as contiguous k runs for the dot kernel: column c, k-group
+ * g at xt + c*xs + 4g (both forms hold one k-group of one position in 4 bytes), zero-padded
+ * to xs (a multiple of 32 bytes). */
+static void ig_gather(const ig_ctx *c, const char *base, int w, char *xt)
+{
+    for (int j = 0; j < w; j++) {
+        char *d = xt + j * c->xs;
+        for (int g = 0; g < c->groups; g++) memcpy(d + 4 * (ptrdiff_t)g, base + c->off[g] + 4 * j, 4);
+        memset(d + 4 * (ptrdiff_t)c->groups, 0, (size_t)(c->xs - 4 * (ptrdiff_t)c->groups));
+    }
+}
+
 /* GEMM task: row block x block of tiles; each tile's C goes to the epilogue in runs of real
  * output pixels (straight from the accumulators where the kernel has ikernel_ep). K blocks of
  * at most c->kgroups k-groups: the operand a tile reads (64 bytes per k-group, scattered over
@@ -895,14 +908,37 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
         int64_t q0 = t * QL_IK_NR;
         const char *base = c->copy + 4 * (size_t)q0;
         ig_runs(c, q0, &rn);
+        /* the last tile with at most tail_nr columns (q < Q) left: the narrow kernels (the
+         * runs lie within them); a 7x7 plane's 49 = 3*16 + 1 */
+        if (c->xt && c->Q - q0 <= QL_DOT_NR) {
+            /* at most QL_DOT_NR real columns (the whole K at once): gathered once, then dot
+             * products of the row block's rows with them, the level's epilogue on the runs */
+            int w = (int)(c->Q - q0);
+            char *xt = c->xt + (size_t)thread * c->xt_bytes;
+            ig_gather(c, base, w, xt);
+            for (int i = i_beg; i < i_end; i += c->mr) {
+                int rows = i_end - i < c->mr ? i_end - i : c->mr;
+                c->kern->dot(c->L + (ptrdiff_t)i * c->ldl, c->ldl, xt, c->xs, 4 * c->groups, w, Ct, QL_IK_NR, rows);
+                ig_store(c, Ct, &rn, i, rows);
+            }
+            ql_tail_count(2);
+            continue;
+        }
+        ql_ikernel_fn ik = c->kern->ikernel;
+        ql_ikernel_ep_fn ike = c->kern->ikernel_ep;
+        if (c->Q - q0 <= c->kern->tail_nr && c->kern->ikernel_tail) {
+            ik = c->kern->ikernel_tail;
+            ike = c->kern->ikernel_ep_tail;
+            ql_tail_count(0);
+        }
         if (c->kgroups >= c->groups) {
             for (int i = i_beg; i < i_end; i += c->mr) {
                 int rows = i_end - i < c->mr ? i_end - i : c->mr;
-                if (c->fused) {
-                    c->kern->ikernel_ep(c->L + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, c->groups, &c->ep, &rn, i, rows);
+                if (c->fused && ike) {
+                    ike(c->L + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, c->groups, &c->ep, &rn, i, rows);
                     continue;
                 }
-                c->kern->ikernel(c->L + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, c->groups, Ct, QL_IK_NR, rows);
+                ik(c->L + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, c->groups, Ct, QL_IK_NR, rows);
                 ig_store(c, Ct, &rn, i, rows);
             }
             continue;
@@ -914,9 +950,9 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
                 int rows = i_end - i < c->mr ? i_end - i : c->mr;
                 int32_t *cb = Cb + (size_t)(i - i_beg) * QL_IK_NR;
                 if (g0 == 0) {
-                    c->kern->ikernel(Lk + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, gn, cb, QL_IK_NR, rows);
+                    ik(Lk + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, gn, cb, QL_IK_NR, rows);
                 } else {
-                    c->kern->ikernel(Lk + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off + g0, gn, Ct, QL_IK_NR, rows);
+                    ik(Lk + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off + g0, gn, Ct, QL_IK_NR, rows);
                     uint32_t *d = (uint32_t *)cb;
                     const uint32_t *src = (const uint32_t *)Ct;
                     for (int e = 0; e < rows * QL_IK_NR; e++) d[e] += src[e];
@@ -1075,6 +1111,14 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     } else {
         c.kgroups = c.groups;
     }
+    /* the dot tail: a last tile of at most QL_DOT_NR real columns, the whole K at once */
+    int64_t wlast = c.Q - (c.ntiles - 1) * QL_IK_NR;
+    if (kern->dot && wlast <= QL_DOT_NR && c.kgroups >= c.groups) {
+        c.xs = (ptrdiff_t)((4 * (size_t)c.groups + 31) / 32 * 32);
+        c.xt_bytes = align64((size_t)wlast * (size_t)c.xs);
+        c.xt = (char *)malloc(c.xt_bytes * (size_t)threads + 64);
+        if (!c.xt) { free(c.copy); free(c.scratch); free(c.off); free(c.cblock); return -1; }
+    }
     /* the fused epilogue: the whole K at once, the level's own epilogue (which ikernel_ep
      * reproduces), no U8S8 corrections (these forms have none), per-row multipliers */
     int fused = c.kgroups >= c.groups && kern->ikernel_ep != NULL;
@@ -1099,6 +1143,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     free(c.scratch);
     free(c.off);
     free(c.cblock);
+    free(c.xt);
     return 1;
 }
 

@@ -25,7 +25,7 @@
  * off NULL: the compiler drops the table) or at `base + off[g]` (implicit GEMM). */
 static inline __attribute__((always_inline)) void
 avx2_i16_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
-              int rows, __m256i (*out)[2]) {
+              int rows, __m256i (*out)[2], const int nb) {
     const char *l[I16_MR];
     for (int r = 0; r < I16_MR; r++)  /* missing tail rows re-read row 0; results dropped */
         l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
@@ -33,20 +33,23 @@ avx2_i16_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *o
             c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     for (int g = 0; g < groups; g++) {
         const char *src = off ? base + off[g] : base + (ptrdiff_t)64 * g;
-        __m256i b0 = _mm256_loadu_si256((const __m256i *)src), b1 = _mm256_loadu_si256((const __m256i *)(src + 32));
+        /* nb == 1 (the 8-column tail): only the group's first 32 bytes are read */
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)src),
+                b1 = nb > 1 ? _mm256_loadu_si256((const __m256i *)(src + 32)) : b0;
         __m256i a;
         int32_t v;
-#define ROW(r, x0, x1)                                              \
-        memcpy(&v, l[r] + 4 * g, 4);                                \
-        a = _mm256_set1_epi32(v);                                   \
-        x0 = _mm256_add_epi32(x0, _mm256_madd_epi16(a, b0));        \
-        x1 = _mm256_add_epi32(x1, _mm256_madd_epi16(a, b1));
+#define ROW(r, x0, x1)                                                      \
+        memcpy(&v, l[r] + 4 * g, 4);                                        \
+        a = _mm256_set1_epi32(v);                                           \
+        x0 = _mm256_add_epi32(x0, _mm256_madd_epi16(a, b0));                \
+        if (nb > 1) x1 = _mm256_add_epi32(x1, _mm256_madd_epi16(a, b1));
         ROW(0, c00, c01) ROW(1, c10, c11) ROW(2, c20, c21)
         ROW(3, c30, c31) ROW(4, c40, c41) ROW(5, c50, c51)
 #undef ROW
     }
     out[0][0] = c00; out[0][1] = c01; out[1][0] = c10; out[1][1] = c11; out[2][0] = c20; out[2][1] = c21;
     out[3][0] = c30; out[3][1] = c31; out[4][0] = c40; out[4][1] = c41; out[5][0] = c50; out[5][1] = c51;
+    /* the tail's columns 8..15 (never accumulated: still zero) */
 }
 
 static inline __attribute__((always_inline)) void store_tile(__m256i (*out)[2], int32_t *C, ptrdiff_t ldc, int rows) {
@@ -56,17 +59,34 @@ static inline __attribute__((always_inline)) void store_tile(__m256i (*out)[2], 
     }
 }
 
+/* Full 16-column tiles, and the 8-column tail (ql_gemm_kernel.tail_nr): a panel's or tile's
+ * last columns when at most 8 of them are real. The tail reads the same operand layout (the
+ * first half of each group's 64 bytes) and writes zeros in columns 8..15 of C. */
 static void avx2_i16(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
                      int32_t *C, ptrdiff_t ldc, int rows) {
     __m256i out[I16_MR][2];
-    avx2_i16_body(L, ldl, (const char *)Rpanel, NULL, kp / 2, rows, out);
+    avx2_i16_body(L, ldl, (const char *)Rpanel, NULL, kp / 2, rows, out, 2);
+    store_tile(out, C, ldc, rows);
+}
+
+static void avx2_i16_t8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                        int32_t *C, ptrdiff_t ldc, int rows) {
+    __m256i out[I16_MR][2];
+    avx2_i16_body(L, ldl, (const char *)Rpanel, NULL, kp / 2, rows, out, 1);
     store_tile(out, C, ldc, rows);
 }
 
 static void avx2_i16_ik(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
                         int32_t *C, ptrdiff_t ldc, int rows) {
     __m256i out[I16_MR][2];
-    avx2_i16_body(L, ldl, base, off, groups, rows, out);
+    avx2_i16_body(L, ldl, base, off, groups, rows, out, 2);
+    store_tile(out, C, ldc, rows);
+}
+
+static void avx2_i16_ik_t8(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
+                           int32_t *C, ptrdiff_t ldc, int rows) {
+    __m256i out[I16_MR][2];
+    avx2_i16_body(L, ldl, base, off, groups, rows, out, 1);
     store_tile(out, C, ldc, rows);
 }
 
@@ -74,8 +94,9 @@ static void avx2_i16_ik(const void *L, ptrdiff_t ldl, const char *base, const pt
  * avx2-u8s8 fast path: 4 rows x 16 columns (vpmaddubsw needs a register of 1s and temporaries)
  * ------------------------------------------------------------------------------------- */
 #define U8_MR 4
-static void avx2_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
-                      int32_t *C, ptrdiff_t ldc, int rows) {
+static inline __attribute__((always_inline)) void
+avx2_u8s8_body(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp, int rows, __m256i (*out)[2],
+               const int nb) {
     const char *l[U8_MR];
     for (int r = 0; r < U8_MR; r++) l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
     const __m256i *R = (const __m256i *)Rpanel;
@@ -84,22 +105,33 @@ static void avx2_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
             c30 = c00, c31 = c00;
     int groups = kp / 4;
     for (int g = 0; g < groups; g++) {
-        __m256i b0 = _mm256_loadu_si256(R + 2 * g), b1 = _mm256_loadu_si256(R + 2 * g + 1);
+        __m256i b0 = _mm256_loadu_si256(R + 2 * g), b1 = nb > 1 ? _mm256_loadu_si256(R + 2 * g + 1) : b0;
         __m256i a;
         int32_t v;
-#define ROW(r, x0, x1)                                                                        \
-        memcpy(&v, l[r] + 4 * g, 4);                                                          \
-        a = _mm256_set1_epi32(v);                                                             \
-        x0 = _mm256_add_epi32(x0, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b0), ones));     \
-        x1 = _mm256_add_epi32(x1, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b1), ones));
+#define ROW(r, x0, x1)                                                                                \
+        memcpy(&v, l[r] + 4 * g, 4);                                                                  \
+        a = _mm256_set1_epi32(v);                                                                     \
+        x0 = _mm256_add_epi32(x0, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b0), ones));             \
+        if (nb > 1) x1 = _mm256_add_epi32(x1, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b1), ones));
         ROW(0, c00, c01) ROW(1, c10, c11) ROW(2, c20, c21) ROW(3, c30, c31)
 #undef ROW
     }
-    __m256i out[U8_MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
-    for (int r = 0; r < rows; r++) {
-        _mm256_storeu_si256((__m256i *)(C + r * ldc), out[r][0]);
-        _mm256_storeu_si256((__m256i *)(C + r * ldc + 8), out[r][1]);
-    }
+    out[0][0] = c00; out[0][1] = c01; out[1][0] = c10; out[1][1] = c11;
+    out[2][0] = c20; out[2][1] = c21; out[3][0] = c30; out[3][1] = c31;
+}
+
+static void avx2_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                      int32_t *C, ptrdiff_t ldc, int rows) {
+    __m256i out[U8_MR][2];
+    avx2_u8s8_body(L, ldl, Rpanel, kp, rows, out, 2);
+    store_tile(out, C, ldc, rows);
+}
+
+static void avx2_u8s8_t8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                         int32_t *C, ptrdiff_t ldc, int rows) {
+    __m256i out[U8_MR][2];
+    avx2_u8s8_body(L, ldl, Rpanel, kp, rows, out, 1);
+    store_tile(out, C, ldc, rows);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -107,7 +139,7 @@ static void avx2_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
  * ------------------------------------------------------------------------------------- */
 static inline __attribute__((always_inline)) void
 avx2_s8u8_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
-               int rows, __m256i (*out)[2]) {
+               int rows, __m256i (*out)[2], const int nb) {
     const char *l[U8_MR];
     for (int r = 0; r < U8_MR; r++) l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
     const __m256i ones = _mm256_set1_epi16(1);
@@ -115,14 +147,15 @@ avx2_s8u8_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *
             c30 = c00, c31 = c00;
     for (int g = 0; g < groups; g++) {
         const char *src = off ? base + off[g] : base + (ptrdiff_t)64 * g;
-        __m256i b0 = _mm256_loadu_si256((const __m256i *)src), b1 = _mm256_loadu_si256((const __m256i *)(src + 32));
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)src),
+                b1 = nb > 1 ? _mm256_loadu_si256((const __m256i *)(src + 32)) : b0;
         __m256i a;
         int32_t v;
-#define ROW(r, x0, x1)                                                                        \
-        memcpy(&v, l[r] + 4 * g, 4);                                                          \
-        a = _mm256_set1_epi32(v);                                                             \
-        x0 = _mm256_add_epi32(x0, _mm256_madd_epi16(_mm256_maddubs_epi16(b0, a), ones));     \
-        x1 = _mm256_add_epi32(x1, _mm256_madd_epi16(_mm256_maddubs_epi16(b1, a), ones));
+#define ROW(r, x0, x1)                                                                                \
+        memcpy(&v, l[r] + 4 * g, 4);                                                                  \
+        a = _mm256_set1_epi32(v);                                                                     \
+        x0 = _mm256_add_epi32(x0, _mm256_madd_epi16(_mm256_maddubs_epi16(b0, a), ones));             \
+        if (nb > 1) x1 = _mm256_add_epi32(x1, _mm256_madd_epi16(_mm256_maddubs_epi16(b1, a), ones));
         ROW(0, c00, c01) ROW(1, c10, c11) ROW(2, c20, c21) ROW(3, c30, c31)
 #undef ROW
     }
@@ -133,15 +166,100 @@ avx2_s8u8_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *
 static void avx2_s8u8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
                       int32_t *C, ptrdiff_t ldc, int rows) {
     __m256i out[U8_MR][2];
-    avx2_s8u8_body(L, ldl, (const char *)Rpanel, NULL, kp / 4, rows, out);
+    avx2_s8u8_body(L, ldl, (const char *)Rpanel, NULL, kp / 4, rows, out, 2);
+    store_tile(out, C, ldc, rows);
+}
+
+static void avx2_s8u8_t8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                         int32_t *C, ptrdiff_t ldc, int rows) {
+    __m256i out[U8_MR][2];
+    avx2_s8u8_body(L, ldl, (const char *)Rpanel, NULL, kp / 4, rows, out, 1);
     store_tile(out, C, ldc, rows);
 }
 
 static void avx2_s8u8_ik(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
                          int32_t *C, ptrdiff_t ldc, int rows) {
     __m256i out[U8_MR][2];
-    avx2_s8u8_body(L, ldl, base, off, groups, rows, out);
+    avx2_s8u8_body(L, ldl, base, off, groups, rows, out, 2);
     store_tile(out, C, ldc, rows);
+}
+
+static void avx2_s8u8_ik_t8(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
+                            int32_t *C, ptrdiff_t ldc, int rows) {
+    __m256i out[U8_MR][2];
+    avx2_s8u8_body(L, ldl, base, off, groups, rows, out, 1);
+    store_tile(out, C, ldc, rows);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Dot kernels (ql_dot_fn) for the last few columns of a tile: up to 6 rows x 2 columns a
+ * pass, 32 bytes of k at a time from each L row and each gathered column, horizontal sums
+ * at the end. The same products as the tile kernels (I16: vpmaddwd; S8U8: vpmaddubsw of the
+ * u8-form column and the weights proven within [-64, 64], then vpmaddwd by 1), so the same
+ * bounds; only the order of the wrapping int32 additions differs, and wrap32 addition is
+ * associative and commutative, so the sums are the same.
+ * ------------------------------------------------------------------------------------- */
+#define DOT_MR 6
+static inline __attribute__((always_inline)) __m256i dot_prod(__m256i l, __m256i x, const int s8u8) {
+    return s8u8 ? _mm256_madd_epi16(_mm256_maddubs_epi16(x, l), _mm256_set1_epi16(1)) : _mm256_madd_epi16(l, x);
+}
+
+static inline __attribute__((always_inline)) int32_t hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+static inline __attribute__((always_inline)) void
+avx2_dot_body(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
+              int32_t *C, ptrdiff_t ldc, int rows, const int s8u8) {
+    const char *l[DOT_MR];
+    for (int r = 0; r < DOT_MR; r++)  /* missing rows re-read row 0; results dropped */
+        l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
+    int n32 = kbytes / 32, rem = kbytes % 32;
+    /* the rows' last partial 32 bytes, zero-padded (an L row is read only within kbytes) */
+    __m256i ltail[DOT_MR];
+    for (int r = 0; r < DOT_MR; r++) {
+        uint8_t t[32] = {0};
+        memcpy(t, l[r] + (ptrdiff_t)n32 * 32, (size_t)rem);
+        ltail[r] = _mm256_loadu_si256((const __m256i *)t);
+    }
+    for (int c0 = 0; c0 < ncols; c0 += 2) {
+        const int two = c0 + 1 < ncols;
+        const char *x0 = (const char *)X + c0 * xs, *x1 = two ? x0 + xs : x0;
+        __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
+                a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
+        for (int k = 0; k <= n32; k++) {
+            if (k == n32 && rem == 0) break;
+            /* columns are zero-padded to a multiple of 32 bytes: the last load is in bounds */
+            __m256i v0 = _mm256_loadu_si256((const __m256i *)(x0 + 32 * (ptrdiff_t)k));
+            __m256i v1 = _mm256_loadu_si256((const __m256i *)(x1 + 32 * (ptrdiff_t)k));
+            __m256i w;
+#define ROW(r, y0, y1)                                                                     \
+            w = k < n32 ? _mm256_loadu_si256((const __m256i *)(l[r] + 32 * (ptrdiff_t)k)) : ltail[r]; \
+            y0 = _mm256_add_epi32(y0, dot_prod(w, v0, s8u8));                               \
+            y1 = _mm256_add_epi32(y1, dot_prod(w, v1, s8u8));
+            ROW(0, a00, a01) ROW(1, a10, a11) ROW(2, a20, a21)
+            ROW(3, a30, a31) ROW(4, a40, a41) ROW(5, a50, a51)
+#undef ROW
+        }
+        __m256i acc[DOT_MR][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
+        for (int r = 0; r < rows; r++) {
+            C[r * ldc + c0] = hsum_epi32(acc[r][0]);
+            if (two) C[r * ldc + c0 + 1] = hsum_epi32(acc[r][1]);
+        }
+    }
+}
+
+static void avx2_i16_dot(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
+                         int32_t *C, ptrdiff_t ldc, int rows) {
+    avx2_dot_body(L, ldl, X, xs, kbytes, ncols, C, ldc, rows, 0);
+}
+
+static void avx2_s8u8_dot(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
+                          int32_t *C, ptrdiff_t ldc, int rows) {
+    avx2_dot_body(L, ldl, X, xs, kbytes, ncols, C, ldc, rows, 1);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -323,26 +441,43 @@ ik_epilogue(__m256i (*out)[2], const ql_epilogue *ep, const ql_ik_runs *rn, int 
 static void avx2_i16_ik_ep(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
                            const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
     __m256i out[I16_MR][2];
-    avx2_i16_body(L, ldl, base, off, groups, rows, out);
+    avx2_i16_body(L, ldl, base, off, groups, rows, out, 2);
+    ik_epilogue(out, ep, rn, i0, rows);
+}
+
+/* the tails: runs end before column 8 (the upper accumulators are zero and dropped) */
+static void avx2_i16_ik_ep_t8(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
+                              const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+    __m256i out[I16_MR][2];
+    avx2_i16_body(L, ldl, base, off, groups, rows, out, 1);
     ik_epilogue(out, ep, rn, i0, rows);
 }
 
 static void avx2_s8u8_ik_ep(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
                             const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
     __m256i out[U8_MR][2];
-    avx2_s8u8_body(L, ldl, base, off, groups, rows, out);
+    avx2_s8u8_body(L, ldl, base, off, groups, rows, out, 2);
+    ik_epilogue(out, ep, rn, i0, rows);
+}
+
+static void avx2_s8u8_ik_ep_t8(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
+                               const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+    __m256i out[U8_MR][2];
+    avx2_s8u8_body(L, ldl, base, off, groups, rows, out, 1);
     ik_epilogue(out, ep, rn, i0, rows);
 }
 
 static const ql_gemm_kernel k_avx2_i16 = {"avx2-i16", I16_MR, 16, 2, QL_FORM_I16, avx2_i16,
                                       ql_pack_L_avx2, ql_pack_R_panel_avx2, avx2_i16_ik,
-                                      avx2_i16_ik_ep};
+                                      avx2_i16_ik_ep, 8, avx2_i16_t8, avx2_i16_ik_t8, avx2_i16_ik_ep_t8,
+                                      avx2_i16_dot};
 static const ql_gemm_kernel k_avx2_u8s8 = {"avx2-u8s8", U8_MR, 16, 4, QL_FORM_U8S8, avx2_u8s8,
-                                       ql_pack_L_avx2, ql_pack_R_panel_avx2};
+                                       ql_pack_L_avx2, ql_pack_R_panel_avx2, NULL, NULL, 8, avx2_u8s8_t8};
 
 /* conv fast path: L and R packed by conv.c (centered int8 weights, u8-form im2col panels) */
 static const ql_gemm_kernel k_avx2_s8u8 = {"avx2-s8u8", U8_MR, 16, 4, QL_FORM_S8U8, avx2_s8u8, NULL, NULL,
-                                           avx2_s8u8_ik, avx2_s8u8_ik_ep};
+                                           avx2_s8u8_ik, avx2_s8u8_ik_ep, 8, avx2_s8u8_t8, avx2_s8u8_ik_t8,
+                                           avx2_s8u8_ik_ep_t8, avx2_s8u8_dot};
 
 #include "simd_common_avx2.h"
 
