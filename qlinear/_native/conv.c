@@ -918,7 +918,12 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
             ig_gather(c, base, w, xt);
             for (int i = i_beg; i < i_end; i += c->mr) {
                 int rows = i_end - i < c->mr ? i_end - i : c->mr;
-                c->kern->dot(c->L + (ptrdiff_t)i * c->ldl, c->ldl, xt, c->xs, 4 * c->groups, w, Ct, QL_IK_NR, rows);
+                const char *Li = c->L + (ptrdiff_t)i * c->ldl;
+                if (c->fused && c->kern->dot_ep) {
+                    c->kern->dot_ep(Li, c->ldl, xt, c->xs, 4 * c->groups, w, &c->ep, &rn, i, rows);
+                    continue;
+                }
+                c->kern->dot(Li, c->ldl, xt, c->xs, 4 * c->groups, w, Ct, QL_IK_NR, rows);
                 ig_store(c, Ct, &rn, i, rows);
             }
             ql_tail_count(2);

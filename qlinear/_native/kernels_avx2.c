@@ -211,9 +211,20 @@ static inline __attribute__((always_inline)) int32_t hsum_epi32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
+/* 8 vectors' horizontal sums as one vector: lane j = sum of v[j]'s lanes (vphaddd adds
+ * without saturation, wrapping like every other int32 addition here) */
+static inline __attribute__((always_inline)) __m256i hsum8(__m256i v0, __m256i v1, __m256i v2, __m256i v3,
+                                                          __m256i v4, __m256i v5, __m256i v6, __m256i v7) {
+    __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+    __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v4, v5), _mm256_hadd_epi32(v6, v7));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20), _mm256_permute2x128_si256(h0, h1, 0x31));
+}
+
+/* The product of up to DOT_MR rows and ncols <= 8 columns into t[r][c] (t zeroed by the
+ * caller; columns >= ncols stay 0). */
 static inline __attribute__((always_inline)) void
 avx2_dot_body(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
-              int32_t *C, ptrdiff_t ldc, int rows, const int s8u8) {
+              int32_t (*t)[8], int rows, const int s8u8) {
     const char *l[DOT_MR];
     for (int r = 0; r < DOT_MR; r++)  /* missing rows re-read row 0; results dropped */
         l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
@@ -221,17 +232,16 @@ avx2_dot_body(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kby
     /* the rows' last partial 32 bytes, zero-padded (an L row is read only within kbytes) */
     __m256i ltail[DOT_MR];
     for (int r = 0; r < DOT_MR; r++) {
-        uint8_t t[32] = {0};
-        memcpy(t, l[r] + (ptrdiff_t)n32 * 32, (size_t)rem);
-        ltail[r] = _mm256_loadu_si256((const __m256i *)t);
+        uint8_t b[32] = {0};
+        if (rem) memcpy(b, l[r] + (ptrdiff_t)n32 * 32, (size_t)rem);
+        ltail[r] = _mm256_loadu_si256((const __m256i *)b);
     }
     for (int c0 = 0; c0 < ncols; c0 += 2) {
         const int two = c0 + 1 < ncols;
         const char *x0 = (const char *)X + c0 * xs, *x1 = two ? x0 + xs : x0;
         __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
                 a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
-        for (int k = 0; k <= n32; k++) {
-            if (k == n32 && rem == 0) break;
+        for (int k = 0; k < n32 + (rem != 0); k++) {
             /* columns are zero-padded to a multiple of 32 bytes: the last load is in bounds */
             __m256i v0 = _mm256_loadu_si256((const __m256i *)(x0 + 32 * (ptrdiff_t)k));
             __m256i v1 = _mm256_loadu_si256((const __m256i *)(x1 + 32 * (ptrdiff_t)k));
@@ -244,22 +254,33 @@ avx2_dot_body(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kby
             ROW(3, a30, a31) ROW(4, a40, a41) ROW(5, a50, a51)
 #undef ROW
         }
-        __m256i acc[DOT_MR][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
+        int32_t s[16];
+        const __m256i z = _mm256_setzero_si256();
+        _mm256_storeu_si256((__m256i *)s, hsum8(a00, a01, a10, a11, a20, a21, a30, a31));
+        _mm256_storeu_si256((__m256i *)(s + 8), hsum8(a40, a41, a50, a51, z, z, z, z));
         for (int r = 0; r < rows; r++) {
-            C[r * ldc + c0] = hsum_epi32(acc[r][0]);
-            if (two) C[r * ldc + c0 + 1] = hsum_epi32(acc[r][1]);
+            t[r][c0] = s[2 * r];
+            if (two) t[r][c0 + 1] = s[2 * r + 1];
         }
     }
 }
 
+static inline __attribute__((always_inline)) void
+avx2_dot_store(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
+               int32_t *C, ptrdiff_t ldc, int rows, const int s8u8) {
+    int32_t t[DOT_MR][8] = {{0}};
+    avx2_dot_body(L, ldl, X, xs, kbytes, ncols, t, rows, s8u8);
+    for (int r = 0; r < rows; r++) memcpy(C + r * ldc, t[r], sizeof(int32_t) * (size_t)ncols);
+}
+
 static void avx2_i16_dot(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
                          int32_t *C, ptrdiff_t ldc, int rows) {
-    avx2_dot_body(L, ldl, X, xs, kbytes, ncols, C, ldc, rows, 0);
+    avx2_dot_store(L, ldl, X, xs, kbytes, ncols, C, ldc, rows, 0);
 }
 
 static void avx2_s8u8_dot(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
                           int32_t *C, ptrdiff_t ldc, int rows) {
-    avx2_dot_body(L, ldl, X, xs, kbytes, ncols, C, ldc, rows, 1);
+    avx2_dot_store(L, ldl, X, xs, kbytes, ncols, C, ldc, rows, 1);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -467,17 +488,42 @@ static void avx2_s8u8_ik_ep_t8(const void *L, ptrdiff_t ldl, const char *base, c
     ik_epilogue(out, ep, rn, i0, rows);
 }
 
+/* the dot kernels with the fused epilogue: the sums as the low 8 columns of a tile */
+static inline __attribute__((always_inline)) void
+avx2_dot_ep(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
+            const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows, const int s8u8) {
+    int32_t t[DOT_MR][8] = {{0}};
+    avx2_dot_body(L, ldl, X, xs, kbytes, ncols, t, rows, s8u8);
+    __m256i out[DOT_MR][2];
+    for (int r = 0; r < DOT_MR; r++) {
+        out[r][0] = _mm256_loadu_si256((const __m256i *)t[r]);
+        out[r][1] = _mm256_setzero_si256();
+    }
+    ik_epilogue(out, ep, rn, i0, rows);
+}
+
+static void avx2_i16_dot_ep(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
+                            const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+    avx2_dot_ep(L, ldl, X, xs, kbytes, ncols, ep, rn, i0, rows, 0);
+}
+
+static void avx2_s8u8_dot_ep(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
+                             const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+    avx2_dot_ep(L, ldl, X, xs, kbytes, ncols, ep, rn, i0, rows, 1);
+}
+
 static const ql_gemm_kernel k_avx2_i16 = {"avx2-i16", I16_MR, 16, 2, QL_FORM_I16, avx2_i16,
                                       ql_pack_L_avx2, ql_pack_R_panel_avx2, avx2_i16_ik,
                                       avx2_i16_ik_ep, 8, avx2_i16_t8, avx2_i16_ik_t8, avx2_i16_ik_ep_t8,
-                                      avx2_i16_dot};
+                                      avx2_i16_dot, avx2_i16_dot_ep};
 static const ql_gemm_kernel k_avx2_u8s8 = {"avx2-u8s8", U8_MR, 16, 4, QL_FORM_U8S8, avx2_u8s8,
                                        ql_pack_L_avx2, ql_pack_R_panel_avx2, NULL, NULL, 8, avx2_u8s8_t8};
 
 /* conv fast path: L and R packed by conv.c (centered int8 weights, u8-form im2col panels) */
 static const ql_gemm_kernel k_avx2_s8u8 = {"avx2-s8u8", U8_MR, 16, 4, QL_FORM_S8U8, avx2_s8u8, NULL, NULL,
                                            avx2_s8u8_ik, avx2_s8u8_ik_ep, 8, avx2_s8u8_t8, avx2_s8u8_ik_t8,
-                                           avx2_s8u8_ik_ep_t8, avx2_s8u8_dot};
+                                           avx2_s8u8_ik_ep_t8, avx2_s8u8_dot,
+                                           avx2_s8u8_dot_ep};
 
 #include "simd_common_avx2.h"
 

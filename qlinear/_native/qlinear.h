@@ -52,6 +52,13 @@ typedef void (*ql_ikernel_fn)(const void *L, ptrdiff_t ldl_bytes, const char *ba
 typedef void (*ql_dot_fn)(const void *L, ptrdiff_t ldl_bytes, const void *X, ptrdiff_t xs_bytes,
                           int kbytes, int ncols, int32_t *C, ptrdiff_t ldc, int rows);
 
+struct ql_epilogue;
+struct ql_ik_runs;
+/* dot with the epilogue applied from the sums, as ikernel_ep does (runs below ncols) */
+typedef void (*ql_dot_ep_fn)(const void *L, ptrdiff_t ldl_bytes, const void *X, ptrdiff_t xs_bytes,
+                             int kbytes, int ncols, const struct ql_epilogue *ep,
+                             const struct ql_ik_runs *runs, int i0, int rows);
+
 /* packers: see ql_pack_L / ql_pack_R_panel below for the contract */
 typedef void (*ql_pack_L_fn)(const void *src, int type, ptrdiff_t rs, ptrdiff_t ks, int rows, int K,
                              const int32_t *zp, ptrdiff_t zp_s, int form, void *dst,
@@ -104,6 +111,7 @@ typedef struct ql_gemm_kernel {
      * the last tile's few real columns (a 7x7 plane's 49th) and runs this instead of a tile
      * of tail_nr or nr columns: the arithmetic of the real columns only. */
     ql_dot_fn dot;
+    ql_dot_ep_fn dot_ep;           /* dot with ikernel_ep's epilogue (optional) */
 } ql_gemm_kernel;
 
 /* ---------------------------------------------------------------------------------------
