@@ -517,7 +517,8 @@ static const ql_gemm_kernel k_avx2_i16 = {"avx2-i16", I16_MR, 16, 2, QL_FORM_I16
                                       avx2_i16_ik_ep, 8, avx2_i16_t8, avx2_i16_ik_t8, avx2_i16_ik_ep_t8,
                                       avx2_i16_dot, avx2_i16_dot_ep};
 static const ql_gemm_kernel k_avx2_u8s8 = {"avx2-u8s8", U8_MR, 16, 4, QL_FORM_U8S8, avx2_u8s8,
-                                       ql_pack_L_avx2, ql_pack_R_panel_avx2, NULL, NULL, 8, avx2_u8s8_t8};
+                                       ql_pack_L_avx2, ql_pack_R_panel_avx2, NULL, NULL, 8, avx2_u8s8_t8,
+                                       NULL, NULL, NULL, NULL};
 
 /* conv fast path: L and R packed by conv.c (centered int8 weights, u8-form im2col panels) */
 static const ql_gemm_kernel k_avx2_s8u8 = {"avx2-s8u8", U8_MR, 16, 4, QL_FORM_S8U8, avx2_s8u8, NULL, NULL,
