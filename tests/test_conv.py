@@ -1033,15 +1033,21 @@ def test_narrow_tails_pointwise(seven_bit, engine_level):
             assert (implicit_t8 > 0) == (last <= 8) and dot == 0, (n, implicit_t8, dot)
 
 
-@pytest.mark.parametrize("spatial,pads", [((2, 3), [1, 1, 1, 1]), ((5, 5), [1, 1, 1, 1]),
-                                          ((3, 6), [1, 1, 1, 1]), ((7, 7), [0, 0, 0, 0]),
-                                          ((14, 14), [0, 0, 0, 0])])
+@pytest.mark.parametrize("spatial,pads", [((2, 3), [1, 1, 1, 1]), ((2, 11), [1, 1, 1, 1]),
+                                          ((3, 6), [1, 1, 1, 1]), ((7, 7), [1, 1, 1, 1]),
+                                          ((7, 7), [0, 0, 0, 0]), ((14, 14), [0, 0, 0, 0]),
+                                          ((40, 3), [1, 1, 1, 1])])
 def test_narrow_tails_planes(spatial, pads, engine_level):
     """2-D planes whose last tile is narrow, with the padded row width's dropped columns inside
-    it (3x3, pads 1: the runs split around them) and 7x7 / 14x14 planes, every type
+    it (3x3, pads 1: the runs split around them), a 7x7 plane with pads of 1 (row-aligned tiles
+    of 2 output rows, the last one row of 7 columns: a dot tile), 7x7 / 14x14 planes and a
+    plane 3 wide (the im2col path: 120 pixels, a last packed panel of 8 columns), every type
     combination, 7-bit and full-range weights."""
-    rng = np.random.default_rng([*spatial, 48])
+    from qlinear import _native
+    native = engine_level != "numpy" and _native.native() is not None
+    rng = np.random.default_rng([*spatial, *pads, 48])
     kernel = (3, 3) if any(pads) else (1, 1)
+    before = _native._C.tail_counts() if native else None
     for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
         m = 4 + r
         x = rand_int(rng, xdt, (1, 6, *spatial))
@@ -1052,28 +1058,42 @@ def test_narrow_tails_planes(spatial, pads, engine_level):
             w, wz = rand_extreme(rng, wdt, shape), rand_int(rng, wdt, (m,))
         check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), dict(pads=pads))
         check_convint([x, w, rand_int(rng, xdt, ()), wz], dict(pads=pads))
+    if native and _native._C.get_isa() == "avx2":
+        _, packed, dot = _tail_delta(before)
+        if spatial == (40, 3):
+            assert packed > 0 and dot == 0
+        else:
+            assert dot > 0 and packed == 0
 
 
 @pytest.mark.parametrize("seven_bit", [False, True])
 def test_narrow_tails_k_blocks(seven_bit, engine_level):
-    """A reduction the implicit path cuts into K blocks (3200 channels: 1600 exact k-groups;
-    6200: 1550 7-bit ones) on 1 x n planes with a last tile of 5 and 13 columns: the 8-column
-    tile kernels add partial sums (their columns 8..15 written as 0), no dot kernel; x and w at
-    their extremes so that the sums pass 2^24."""
+    """Reductions the implicit path cuts into K blocks (3200 channels 1x1: 1600 exact k-groups;
+    6200: 1550 7-bit ones; 352 / 704 channels 3x3 on a 7x7 plane with pads of 1) with a last
+    tile of 5, 13 and 7 columns: on avx2 the dot kernel over the whole K for the narrow ones,
+    on the scalar level the 8-column tile kernel adding partial sums (its columns 8..15 written
+    as 0); x and w at their extremes so that the sums pass 2^24."""
     from qlinear import _native
     native = engine_level != "numpy" and _native.native() is not None
     rng = np.random.default_rng([seven_bit, 49])
-    cin = 6200 if seven_bit else 3200
-    for n, (xdt, wdt, ydt) in ((21, (U8, I8, U8)), (13, (I8, U8, I8)), (5, (I8, I8, U8))):
-        x = rand_extreme(rng, xdt, (1, cin, 1, n))
-        shape = (3, cin, 1, 1)
+    cases = (((1, 21), (1, 1), {}, (U8, I8, U8)), ((1, 13), (1, 1), {}, (I8, U8, I8)),
+             ((1, 5), (1, 1), {}, (I8, I8, U8)), ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), (U8, U8, I8)))
+    for spatial, kernel, attrs, (xdt, wdt, ydt) in cases:
+        cin = (6200 if seven_bit else 3200) if kernel == (1, 1) else (704 if seven_bit else 352)
+        x = rand_extreme(rng, xdt, (1, cin, *spatial))
+        shape = (3, cin, *kernel)
         if seven_bit:
             w, wz = _seven_bit(rng, wdt, shape, 3)
         else:
             w, wz = rand_extreme(rng, wdt, shape), rand_int(rng, wdt, (3,))
         before = _native._C.tail_counts() if native else None
-        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), {})
-        check_convint([x, w, rand_int(rng, xdt, ()), wz], {})
-        if native and _native._C.get_isa() == "avx2":
-            implicit_t8, _, dot = _tail_delta(before)
-            assert dot == 0 and (implicit_t8 > 0) == (n % 16 <= 8), (n, implicit_t8, dot)
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
+        if not native:
+            continue
+        implicit_t8, _, dot = _tail_delta(before)
+        narrow = spatial != (1, 13)
+        if _native._C.get_isa() == "avx2":
+            assert implicit_t8 == 0 and (dot > 0) == narrow, (spatial, implicit_t8, dot)
+        elif _native._C.get_isa() == "scalar" and not seven_bit and kernel == (1, 1):
+            assert dot == 0 and (implicit_t8 > 0) == narrow, (spatial, implicit_t8, dot)

@@ -742,6 +742,7 @@ typedef struct ig_ctx {
     int nfh, nfw;                          /* used phases per axis */
     int64_t fh[IG_MAX_STRIDE], fw[IG_MAX_STRIDE];
     int64_t Q, ntiles;                     /* flat outputs q < Q; tiles of 16 */
+    int64_t tstride;                       /* q between tiles' starts: 16, or r output rows */
     char *copy;                            /* nblk * BS positions + slack, 4 bytes each */
     ptrdiff_t *off;                        /* groups byte offsets */
     const uint8_t *xg;                     /* image n, group g: first channel */
@@ -756,6 +757,7 @@ typedef struct ig_ctx {
     int fused;                             /* ikernel_ep stores the tiles */
     char *cblock; size_t cblock_bytes;     /* per thread: mc x 16 int32 partial sums */
     char *xt; size_t xt_bytes; ptrdiff_t xs;   /* per thread: the dot tail's gathered columns */
+    int ep_ok;                             /* the epilogue is one ikernel_ep / dot_ep support */
 } ig_ctx;
 
 /* dst[j] = x[pos0 + j*step] for j in [0, len) where the position lies in [0, n), padv
@@ -855,7 +857,8 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
  * across an output row's end when the next row follows with no dropped column (Wph == OW). */
 static void ig_runs(const ig_ctx *c, int64_t q0, ql_ik_runs *rn)
 {
-    int64_t q = q0, qe = q0 + QL_IK_NR < c->Q ? q0 + QL_IK_NR : c->Q;
+    int64_t span = c->tstride < QL_IK_NR ? c->tstride : QL_IK_NR;
+    int64_t q = q0, qe = q0 + span < c->Q ? q0 + span : c->Q;
     rn->n = 0;
     while (q < qe) {
         int64_t oh = q / c->Wph, ow = q % c->Wph;
@@ -905,21 +908,25 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
     size_t es = c->kern->form == QL_FORM_I16 ? 2 : 1;
     ql_ik_runs rn;
     for (int64_t t = t_beg; t < t_end; t++) {
-        int64_t q0 = t * QL_IK_NR;
+        int64_t q0 = t * c->tstride;
         const char *base = c->copy + 4 * (size_t)q0;
         ig_runs(c, q0, &rn);
-        /* the last tile with at most tail_nr columns (q < Q) left: the narrow kernels (the
-         * runs lie within them); a 7x7 plane's 49 = 3*16 + 1 */
-        if (c->xt && c->Q - q0 <= QL_DOT_NR) {
-            /* at most QL_DOT_NR real columns (the whole K at once): gathered once, then dot
-             * products of the row block's rows with them, the level's epilogue on the runs */
-            int w = (int)(c->Q - q0);
+        /* the tile's columns: 16, fewer for row-aligned tiles, and the last tile's rest */
+        int64_t wt = c->tstride < QL_IK_NR ? c->tstride : QL_IK_NR;
+        if (c->Q - q0 < wt) wt = c->Q - q0;
+        /* a tile with at most tail_nr or QL_DOT_NR columns: the narrow kernels (the runs lie
+         * within them); a 7x7 plane's 49 = 3*16 + 1 */
+        if (c->xt && wt <= QL_DOT_NR) {
+            /* gathered once, then dot products of the row block's rows with them over the
+             * whole K (K blocks or not: the gathered columns are contiguous), the level's
+             * epilogue on the runs */
+            int w = (int)wt;
             char *xt = c->xt + (size_t)thread * c->xt_bytes;
             ig_gather(c, base, w, xt);
             for (int i = i_beg; i < i_end; i += c->mr) {
                 int rows = i_end - i < c->mr ? i_end - i : c->mr;
                 const char *Li = c->L + (ptrdiff_t)i * c->ldl;
-                if (c->fused && c->kern->dot_ep) {
+                if (c->ep_ok && c->kern->dot_ep) {
                     c->kern->dot_ep(Li, c->ldl, xt, c->xs, 4 * c->groups, w, &c->ep, &rn, i, rows);
                     continue;
                 }
@@ -931,7 +938,7 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
         }
         ql_ikernel_fn ik = c->kern->ikernel;
         ql_ikernel_ep_fn ike = c->kern->ikernel_ep;
-        if (c->Q - q0 <= c->kern->tail_nr && c->kern->ikernel_tail) {
+        if (wt <= c->kern->tail_nr && c->kern->ikernel_tail) {
             ik = c->kern->ikernel_tail;
             ike = c->kern->ikernel_ep_tail;
             ql_tail_count(0);
@@ -1044,6 +1051,25 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     c.nblk = (int)((c.Cg + c.kpk - 1) / c.kpk);
     c.Q = (c.OH - 1) * c.Wph + c.OW;
     c.ntiles = (c.Q + QL_IK_NR - 1) / QL_IK_NR;
+    c.tstride = QL_IK_NR;
+    /* Row-aligned tiles: on a plane with dropped columns (Wph > OW) and rows of at most 16,
+     * a tile may start every r output rows instead of every 16 q, r the most rows whose real
+     * columns fit 16 ((r - 1) Wph + OW <= 16); the q between a tile's 16 columns and the next
+     * tile's start are dropped columns. Taken when it costs fewer tile-equivalents, a last
+     * tile of at most QL_DOT_NR columns counted as half a tile: a 7x7 plane with pads of 1
+     * (Wph 9): tiles of rows 0-1, 2-3, 4-5 and 6, the last 7 columns wide (a dot tile),
+     * against 16-q tiles whose last has 13 real columns. */
+    if (c.Wph > c.OW && c.OW <= QL_IK_NR && kern->dot) {
+        int64_t r = (QL_IK_NR - c.OW) / c.Wph + 1, nt = (c.OH + r - 1) / r;
+        int64_t wl = (c.OH - (nt - 1) * r - 1) * c.Wph + c.OW;
+        int64_t wl16 = c.Q - (c.ntiles - 1) * QL_IK_NR;
+        int64_t cost = 2 * (nt - 1) + (wl <= QL_DOT_NR ? 1 : 2);
+        int64_t cost16 = 2 * (c.ntiles - 1) + (wl16 <= QL_DOT_NR ? 1 : 2);
+        if (cost < cost16) {
+            c.tstride = r * c.Wph;
+            c.ntiles = nt;
+        }
+    }
     /* computed columns: the Wph - OW dropped positions per row and the last tile's tail,
      * against the im2col path's ceil(P / 16) panels (whose last one is computed whole too):
      * at most a quarter more tiles (a 7x7 plane: 4 tiles, 4 panels; a plane 3 wide with pads
@@ -1053,7 +1079,8 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     int kp = ql_round_k(kern, Kw);
     c.groups = kp / c.kpk;   /* = nblk * taps in both orders */
     /* tap offsets (positions) within a channel block; the largest read is position
-     * (nblk - 1) * BS + max toff + ntiles * 16 - 1: the copy is that long (slack zeroed) */
+     * (nblk - 1) * BS + max toff + (ntiles - 1) * tstride + 15: the copy is that long (slack
+     * zeroed) */
     int64_t toff_max = 0;
     size_t off_bytes = sizeof(ptrdiff_t) * (size_t)c.groups;
     c.off = (ptrdiff_t *)malloc(off_bytes);
@@ -1064,7 +1091,8 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         if (toff > toff_max) toff_max = toff;
         for (int b = 0; b < c.nblk; b++) c.off[(int64_t)b * c.taps + t] = (ptrdiff_t)(4 * (b * c.BS + toff));
     }
-    int64_t positions = (int64_t)c.nblk * c.BS, reach = (int64_t)(c.nblk - 1) * c.BS + toff_max + c.ntiles * QL_IK_NR;
+    int64_t positions = (int64_t)c.nblk * c.BS,
+            reach = (int64_t)(c.nblk - 1) * c.BS + toff_max + (c.ntiles - 1) * c.tstride + QL_IK_NR;
     if (reach > positions) positions = reach;
     size_t copy_bytes = 4 * (size_t)positions;
     int threads = ql_num_threads();
@@ -1116,9 +1144,11 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     } else {
         c.kgroups = c.groups;
     }
-    /* the dot tail: a last tile of at most QL_DOT_NR real columns, the whole K at once */
-    int64_t wlast = c.Q - (c.ntiles - 1) * QL_IK_NR;
-    if (kern->dot && wlast <= QL_DOT_NR && c.kgroups >= c.groups) {
+    /* the dot tail: a last tile of at most QL_DOT_NR columns (only the last can be: a tile
+     * stride below 16 is above 8, see the row-aligned tiles) */
+    int64_t wlast = c.Q - (c.ntiles - 1) * c.tstride;
+    if (wlast > QL_IK_NR) wlast = QL_IK_NR;
+    if (kern->dot && wlast <= QL_DOT_NR) {
         c.xs = (ptrdiff_t)((4 * (size_t)c.groups + 31) / 32 * 32);
         c.xt_bytes = align64((size_t)wlast * (size_t)c.xs);
         c.xt = (char *)malloc(c.xt_bytes * (size_t)threads + 64);
@@ -1141,7 +1171,8 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
             c.ep.out_rs = (ptrdiff_t)P;
             /* what ikernel_ep supports (always so here: the forms have no corrections, the
              * multipliers are per output channel, NCHW rows are contiguous) */
-            c.fused = fused && c.ep.out_cs == 1 && c.ep.mult_cs == 0 && !c.ep.row_a;
+            c.ep_ok = c.ep.out_cs == 1 && c.ep.mult_cs == 0 && !c.ep.row_a;
+            c.fused = fused && c.ep_ok;
             ql_parallel_for((ptrdiff_t)(c.row_blocks * c.tile_blocks), run_threads, ig_gemm_task, &c);
         }
     free(c.copy);

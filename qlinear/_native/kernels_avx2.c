@@ -59,9 +59,10 @@ static inline __attribute__((always_inline)) void store_tile(__m256i (*out)[2], 
     }
 }
 
-/* Full 16-column tiles, and the 8-column tail (ql_gemm_kernel.tail_nr): a panel's or tile's
- * last columns when at most 8 of them are real. The tail reads the same operand layout (the
- * first half of each group's 64 bytes) and writes zeros in columns 8..15 of C. */
+/* Full 16-column tiles, and the 8-column tail (ql_gemm_kernel.tail_nr): a packed panel's last
+ * columns when at most 8 of them are real. The tail reads the same operand layout (the first
+ * half of each group's 64 bytes) and writes zeros in columns 8..15 of C. (The implicit path's
+ * narrow last tiles take the dot kernels below instead.) */
 static void avx2_i16(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
                      int32_t *C, ptrdiff_t ldc, int rows) {
     __m256i out[I16_MR][2];
@@ -80,13 +81,6 @@ static void avx2_i16_ik(const void *L, ptrdiff_t ldl, const char *base, const pt
                         int32_t *C, ptrdiff_t ldc, int rows) {
     __m256i out[I16_MR][2];
     avx2_i16_body(L, ldl, base, off, groups, rows, out, 2);
-    store_tile(out, C, ldc, rows);
-}
-
-static void avx2_i16_ik_t8(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
-                           int32_t *C, ptrdiff_t ldc, int rows) {
-    __m256i out[I16_MR][2];
-    avx2_i16_body(L, ldl, base, off, groups, rows, out, 1);
     store_tile(out, C, ldc, rows);
 }
 
@@ -181,13 +175,6 @@ static void avx2_s8u8_ik(const void *L, ptrdiff_t ldl, const char *base, const p
                          int32_t *C, ptrdiff_t ldc, int rows) {
     __m256i out[U8_MR][2];
     avx2_s8u8_body(L, ldl, base, off, groups, rows, out, 2);
-    store_tile(out, C, ldc, rows);
-}
-
-static void avx2_s8u8_ik_t8(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
-                            int32_t *C, ptrdiff_t ldc, int rows) {
-    __m256i out[U8_MR][2];
-    avx2_s8u8_body(L, ldl, base, off, groups, rows, out, 1);
     store_tile(out, C, ldc, rows);
 }
 
@@ -466,25 +453,10 @@ static void avx2_i16_ik_ep(const void *L, ptrdiff_t ldl, const char *base, const
     ik_epilogue(out, ep, rn, i0, rows);
 }
 
-/* the tails: runs end before column 8 (the upper accumulators are zero and dropped) */
-static void avx2_i16_ik_ep_t8(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
-                              const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
-    __m256i out[I16_MR][2];
-    avx2_i16_body(L, ldl, base, off, groups, rows, out, 1);
-    ik_epilogue(out, ep, rn, i0, rows);
-}
-
 static void avx2_s8u8_ik_ep(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
                             const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
     __m256i out[U8_MR][2];
     avx2_s8u8_body(L, ldl, base, off, groups, rows, out, 2);
-    ik_epilogue(out, ep, rn, i0, rows);
-}
-
-static void avx2_s8u8_ik_ep_t8(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
-                               const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
-    __m256i out[U8_MR][2];
-    avx2_s8u8_body(L, ldl, base, off, groups, rows, out, 1);
     ik_epilogue(out, ep, rn, i0, rows);
 }
 
@@ -514,7 +486,7 @@ static void avx2_s8u8_dot_ep(const void *L, ptrdiff_t ldl, const void *X, ptrdif
 
 static const ql_gemm_kernel k_avx2_i16 = {"avx2-i16", I16_MR, 16, 2, QL_FORM_I16, avx2_i16,
                                       ql_pack_L_avx2, ql_pack_R_panel_avx2, avx2_i16_ik,
-                                      avx2_i16_ik_ep, 8, avx2_i16_t8, avx2_i16_ik_t8, avx2_i16_ik_ep_t8,
+                                      avx2_i16_ik_ep, 8, avx2_i16_t8, NULL, NULL,
                                       avx2_i16_dot, avx2_i16_dot_ep};
 static const ql_gemm_kernel k_avx2_u8s8 = {"avx2-u8s8", U8_MR, 16, 4, QL_FORM_U8S8, avx2_u8s8,
                                        ql_pack_L_avx2, ql_pack_R_panel_avx2, NULL, NULL, 8, avx2_u8s8_t8,
@@ -522,8 +494,7 @@ static const ql_gemm_kernel k_avx2_u8s8 = {"avx2-u8s8", U8_MR, 16, 4, QL_FORM_U8
 
 /* conv fast path: L and R packed by conv.c (centered int8 weights, u8-form im2col panels) */
 static const ql_gemm_kernel k_avx2_s8u8 = {"avx2-s8u8", U8_MR, 16, 4, QL_FORM_S8U8, avx2_s8u8, NULL, NULL,
-                                           avx2_s8u8_ik, avx2_s8u8_ik_ep, 8, avx2_s8u8_t8, avx2_s8u8_ik_t8,
-                                           avx2_s8u8_ik_ep_t8, avx2_s8u8_dot,
+                                           avx2_s8u8_ik, avx2_s8u8_ik_ep, 8, avx2_s8u8_t8, NULL, NULL, avx2_s8u8_dot,
                                            avx2_s8u8_dot_ep};
 
 #include "simd_common_avx2.h"

@@ -102,7 +102,8 @@ typedef struct ql_gemm_kernel {
      * ikernel / ikernel_ep (full nr- or QL_IK_NR-wide panels and groups, of which only the
      * first tail_nr columns are read); columns [0, tail_nr) of C are the product's, columns
      * [tail_nr, nr) are written as 0 (ikernel_ep_tail: runs must end before tail_nr).
-     * They save the arithmetic of the dropped columns: a 7x7 plane is 49 = 3*16 + 1 columns. */
+     * They save the arithmetic of the dropped columns: a 7x7 plane is 49 = 3*16 + 1 columns.
+     * (avx2 has kernel_tail only: its implicit narrow tiles run `dot`, which costs less.) */
     int tail_nr;
     ql_kernel_fn kernel_tail;
     ql_ikernel_fn ikernel_tail;
