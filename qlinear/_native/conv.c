@@ -756,7 +756,7 @@ typedef struct ig_ctx {
     int kgroups;                           /* k-groups per K block */
     int fused;                             /* ikernel_ep stores the tiles */
     char *cblock; size_t cblock_bytes;     /* per thread: mc x 16 int32 partial sums */
-    char *xt; size_t xt_bytes; ptrdiff_t xs;   /* per thread: the dot tail's gathered columns */
+    char *xt; size_t xt_bytes; ptrdiff_t xs;   /* the dot tail's gathered columns (shared) */
     int ep_ok;                             /* the epilogue is one ikernel_ep / dot_ep support */
 } ig_ctx;
 
@@ -921,8 +921,7 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
              * whole K (K blocks or not: the gathered columns are contiguous), the level's
              * epilogue on the runs */
             int w = (int)wt;
-            char *xt = c->xt + (size_t)thread * c->xt_bytes;
-            ig_gather(c, base, w, xt);
+            const char *xt = c->xt;   /* gathered by ig_run after the copy */
             for (int i = i_beg; i < i_end; i += c->mr) {
                 int rows = i_end - i < c->mr ? i_end - i : c->mr;
                 const char *Li = c->L + (ptrdiff_t)i * c->ldl;
@@ -1151,7 +1150,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     if (kern->dot && wlast <= QL_DOT_NR) {
         c.xs = (ptrdiff_t)((4 * (size_t)c.groups + 31) / 32 * 32);
         c.xt_bytes = align64((size_t)wlast * (size_t)c.xs);
-        c.xt = (char *)malloc(c.xt_bytes * (size_t)threads + 64);
+        c.xt = (char *)malloc(c.xt_bytes + 64);
         if (!c.xt) { free(c.copy); free(c.scratch); free(c.off); free(c.cblock); return -1; }
     }
     /* the fused epilogue: the whole K at once, the level's own epilogue (which ikernel_ep
@@ -1162,6 +1161,8 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         for (int64_t g = 0; g < p->group; g++) {
             c.xg = (const uint8_t *)p->x + (size_t)((n * p->C + g * c.Cg) * c.H * c.W);
             ql_parallel_for((ptrdiff_t)c.nblk, c.nblk > 1 ? run_threads : 1, ig_copy_task, &c);
+            /* the narrow last tile's columns, gathered once for every task */
+            if (c.xt) ig_gather(&c, c.copy + 4 * (size_t)((c.ntiles - 1) * c.tstride), (int)wlast, c.xt);
             c.L = (const char *)wpacked + (size_t)(g * c.Mg) * (size_t)ldl;
             plan_epilogue(p, &c.ep);
             if (p->bias) c.ep.row_bias = p->bias + g * c.Mg;

@@ -187,6 +187,7 @@ static void avx2_s8u8_ik(const void *L, ptrdiff_t ldl, const char *base, const p
  * associative and commutative, so the sums are the same.
  * ------------------------------------------------------------------------------------- */
 #define DOT_MR 6
+#define DOT_KC 2048                     /* bytes of k per chunk */
 static inline __attribute__((always_inline)) __m256i dot_prod(__m256i l, __m256i x, const int s8u8) {
     return s8u8 ? _mm256_madd_epi16(_mm256_maddubs_epi16(x, l), _mm256_set1_epi16(1)) : _mm256_madd_epi16(l, x);
 }
@@ -223,31 +224,48 @@ avx2_dot_body(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kby
         if (rem) memcpy(b, l[r] + (ptrdiff_t)n32 * 32, (size_t)rem);
         ltail[r] = _mm256_loadu_si256((const __m256i *)b);
     }
+    /* k in chunks of DOT_KC bytes, every column pair over a chunk before the next one: the
+     * chunk of the 6 rows (12 KiB) stays in L1 across the pairs (a 3x3 512-channel row is
+     * 9 KiB: 6 of them do not fit); the pairs' accumulators wait in acc between chunks */
+    __m256i acc[QL_DOT_NR / 2][2 * DOT_MR];
+    for (int p = 0; p < QL_DOT_NR / 2; p++)
+        for (int e = 0; e < 2 * DOT_MR; e++) acc[p][e] = _mm256_setzero_si256();
+    const int nk = n32 + (rem != 0);
+    for (int k0 = 0; k0 < nk; k0 += DOT_KC / 32) {
+        const int k1 = nk - k0 < DOT_KC / 32 ? nk : k0 + DOT_KC / 32;
+        for (int c0 = 0; c0 < ncols; c0 += 2) {
+            const int two = c0 + 1 < ncols;
+            const char *x0 = (const char *)X + c0 * xs, *x1 = two ? x0 + xs : x0;
+            __m256i *ap = acc[c0 / 2];
+            __m256i a00 = ap[0], a01 = ap[1], a10 = ap[2], a11 = ap[3], a20 = ap[4], a21 = ap[5],
+                    a30 = ap[6], a31 = ap[7], a40 = ap[8], a41 = ap[9], a50 = ap[10], a51 = ap[11];
+            for (int k = k0; k < k1; k++) {
+                /* columns are zero-padded to a multiple of 32 bytes: the last load is in bounds */
+                __m256i v0 = _mm256_loadu_si256((const __m256i *)(x0 + 32 * (ptrdiff_t)k));
+                __m256i v1 = _mm256_loadu_si256((const __m256i *)(x1 + 32 * (ptrdiff_t)k));
+                __m256i w;
+#define ROW(r, y0, y1)                                                                     \
+                w = k < n32 ? _mm256_loadu_si256((const __m256i *)(l[r] + 32 * (ptrdiff_t)k)) : ltail[r]; \
+                y0 = _mm256_add_epi32(y0, dot_prod(w, v0, s8u8));                           \
+                y1 = _mm256_add_epi32(y1, dot_prod(w, v1, s8u8));
+                ROW(0, a00, a01) ROW(1, a10, a11) ROW(2, a20, a21)
+                ROW(3, a30, a31) ROW(4, a40, a41) ROW(5, a50, a51)
+#undef ROW
+            }
+            ap[0] = a00; ap[1] = a01; ap[2] = a10; ap[3] = a11; ap[4] = a20; ap[5] = a21;
+            ap[6] = a30; ap[7] = a31; ap[8] = a40; ap[9] = a41; ap[10] = a50; ap[11] = a51;
+        }
+    }
     for (int c0 = 0; c0 < ncols; c0 += 2) {
         const int two = c0 + 1 < ncols;
-        const char *x0 = (const char *)X + c0 * xs, *x1 = two ? x0 + xs : x0;
-        __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
-                a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
-        for (int k = 0; k < n32 + (rem != 0); k++) {
-            /* columns are zero-padded to a multiple of 32 bytes: the last load is in bounds */
-            __m256i v0 = _mm256_loadu_si256((const __m256i *)(x0 + 32 * (ptrdiff_t)k));
-            __m256i v1 = _mm256_loadu_si256((const __m256i *)(x1 + 32 * (ptrdiff_t)k));
-            __m256i w;
-#define ROW(r, y0, y1)                                                                     \
-            w = k < n32 ? _mm256_loadu_si256((const __m256i *)(l[r] + 32 * (ptrdiff_t)k)) : ltail[r]; \
-            y0 = _mm256_add_epi32(y0, dot_prod(w, v0, s8u8));                               \
-            y1 = _mm256_add_epi32(y1, dot_prod(w, v1, s8u8));
-            ROW(0, a00, a01) ROW(1, a10, a11) ROW(2, a20, a21)
-            ROW(3, a30, a31) ROW(4, a40, a41) ROW(5, a50, a51)
-#undef ROW
-        }
-        int32_t s[16];
+        const __m256i *ap = acc[c0 / 2];
+        int32_t sv[16];
         const __m256i z = _mm256_setzero_si256();
-        _mm256_storeu_si256((__m256i *)s, hsum8(a00, a01, a10, a11, a20, a21, a30, a31));
-        _mm256_storeu_si256((__m256i *)(s + 8), hsum8(a40, a41, a50, a51, z, z, z, z));
+        _mm256_storeu_si256((__m256i *)sv, hsum8(ap[0], ap[1], ap[2], ap[3], ap[4], ap[5], ap[6], ap[7]));
+        _mm256_storeu_si256((__m256i *)(sv + 8), hsum8(ap[8], ap[9], ap[10], ap[11], z, z, z, z));
         for (int r = 0; r < rows; r++) {
-            t[r][c0] = s[2 * r];
-            if (two) t[r][c0 + 1] = s[2 * r + 1];
+            t[r][c0] = sv[2 * r];
+            if (two) t[r][c0 + 1] = sv[2 * r + 1];
         }
     }
 }
