@@ -1147,9 +1147,11 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
      * stride below 16 is above 8, see the row-aligned tiles) */
     int64_t wlast = c.Q - (c.ntiles - 1) * c.tstride;
     if (wlast > QL_IK_NR) wlast = QL_IK_NR;
-    if (kern->dot && wlast <= QL_DOT_NR) {
-        c.xs = (ptrdiff_t)((4 * (size_t)c.groups + 31) / 32 * 32);
-        c.xt_bytes = align64((size_t)wlast * (size_t)c.xs);
+    size_t xs = (4 * (size_t)c.groups + 31) / 32 * 32, xt_bytes = align64((size_t)wlast * xs);
+    /* (within the workspace limit with the copy and the scratch; else full tiles) */
+    if (kern->dot && wlast <= QL_DOT_NR && copy_bytes + c.scratch_bytes * (size_t)threads + xt_bytes <= workspace) {
+        c.xs = (ptrdiff_t)xs;
+        c.xt_bytes = xt_bytes;
         c.xt = (char *)malloc(c.xt_bytes + 64);
         if (!c.xt) { free(c.copy); free(c.scratch); free(c.off); free(c.cblock); return -1; }
     }
