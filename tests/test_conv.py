@@ -889,6 +889,8 @@ _IMPLICIT_CASES = [
     ((8, 70), (2, 4), dict(pads=[0, 1, 1, 2], strides=[2, 1]), 4, 2),    # even kernel, one h phase
     ((90,), (3,), dict(pads=[1, 2], strides=[2]), 8, 1),                 # 1-D
     ((9, 75), (3, 3), dict(strides=[2, 2], pads=[1, 0, 1, 2]), 4, 1),    # stride-2 rows of 16+ (SIMD gather)
+    ((9, 11), (3, 3), dict(strides=[2, 2], pads=[0, 1, 1, 0]), 8, 1),    # stride 2, rows below 16 bytes
+    ((21, 37), (3, 3), dict(strides=[4, 4], pads=[1, 3, 2, 1]), 8, 1),   # stride 4: 4 column phases
     ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 8, 1),                     # 7x7: 4 tiles like 4 panels
     ((40, 3), (3, 3), dict(pads=[1, 1, 1, 1]), 8, 1),                    # 3 wide: too many dropped columns
     ((10, 10), (3, 3), dict(pads=[300, 300, 300, 300], dilations=[300, 300]), 4, 1),  # copy too large
