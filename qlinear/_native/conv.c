@@ -817,8 +817,8 @@ static inline void copy_row(uint8_t *dst, const uint8_t *src, int64_t n)
     memcpy(dst, src, (size_t)n);
 }
 
-/* dst[j] = r[j * step] for j < len (a column phase of a padded raw row; r readable up to
- * (len + 16) * step bytes, see ig_run's scratch layout) */
+/* dst[j] = r[j * step] for j < len (a column phase of a padded raw row): reads r[0, step * len)
+ * (len a multiple of 16 for the SIMD step; ig_run sizes the raw rows for fw + sw * Wr bytes) */
 static void split_phase(const uint8_t *r, int64_t step, uint8_t *dst, int64_t len)
 {
     int64_t j = 0;
