@@ -889,6 +889,8 @@ _IMPLICIT_CASES = [
     ((8, 70), (2, 4), dict(pads=[0, 1, 1, 2], strides=[2, 1]), 4, 2),    # even kernel, one h phase
     ((90,), (3,), dict(pads=[1, 2], strides=[2]), 8, 1),                 # 1-D
     ((9, 75), (3, 3), dict(strides=[2, 2], pads=[1, 0, 1, 2]), 4, 1),    # stride-2 rows of 16+ (SIMD gather)
+    ((9, 11), (3, 3), dict(strides=[2, 2], pads=[0, 1, 1, 0]), 8, 1),    # stride 2, rows below 16 bytes
+    ((21, 37), (3, 3), dict(strides=[4, 4], pads=[1, 3, 2, 1]), 8, 1),   # stride 4: 4 column phases
     ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 8, 1),                     # 7x7: 4 tiles like 4 panels
     ((40, 3), (3, 3), dict(pads=[1, 1, 1, 1]), 8, 1),                    # 3 wide: too many dropped columns
     ((10, 10), (3, 3), dict(pads=[300, 300, 300, 300], dilations=[300, 300]), 4, 1),  # copy too large
@@ -959,17 +961,18 @@ def test_implicit_gemm_paths(case, seven_bit, engine_level):
 
 @pytest.mark.parametrize("seven_bit", [False, True])
 def test_implicit_gemm_k_blocks(seven_bit, engine_level):
-    """A reduction the implicit path cuts into K blocks (704 channels x 3x3 = 6336: 3168 exact
-    k-groups, 1584 7-bit ones, above 1.5 blocks of 1024): partial sums added in wrap32, then the
-    epilogue; x and w at their extremes so that the sums reach past 2^24 and the bias wraps."""
+    """A reduction the implicit path cuts into K blocks (1376 channels x 3x3 = 12384: 6192 exact
+    k-groups, 3096 7-bit ones, above the 3072 that run unblocked): partial sums added in wrap32,
+    then the epilogue; x and w at their extremes so that the sums reach past 2^24 and the bias
+    wraps."""
     from qlinear import _native
     rng = np.random.default_rng([seven_bit, 46])
     for xdt, wdt, ydt in ((U8, I8, U8), (I8, U8, I8)):
-        x = rand_extreme(rng, xdt, (1, 704, 4, 17))
+        x = rand_extreme(rng, xdt, (1, 1376, 4, 17))
         if seven_bit:
-            w, wz = _seven_bit(rng, wdt, (5, 704, 3, 3), 5)
+            w, wz = _seven_bit(rng, wdt, (5, 1376, 3, 3), 5)
         else:
-            w, wz = rand_extreme(rng, wdt, (5, 704, 3, 3)), rand_int(rng, wdt, (5,))
+            w, wz = rand_extreme(rng, wdt, (5, 1376, 3, 3)), rand_int(rng, wdt, (5,))
         kw = dict(pads=[1, 1, 1, 1])
         before = _native._C.conv_path_counts() if engine_level != "numpy" else None
         check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), kw)
@@ -1068,18 +1071,20 @@ def test_narrow_tails_planes(spatial, pads, engine_level):
 
 @pytest.mark.parametrize("seven_bit", [False, True])
 def test_narrow_tails_k_blocks(seven_bit, engine_level):
-    """Reductions the implicit path cuts into K blocks (3200 channels 1x1: 1600 exact k-groups;
-    6200: 1550 7-bit ones; 352 / 704 channels 3x3 on a 7x7 plane with pads of 1) with a last
-    tile of 5, 13 and 7 columns: on avx2 the dot kernel over the whole K for the narrow ones,
+    """Reductions the implicit path cuts into K blocks (above 3072 k-groups: 704 channels 3x3,
+    3168 exact k-groups; 1376, 3096 7-bit ones; a pointwise copy that long would exceed L2 and
+    take the im2col path) on 1 x 8, 1 x 13, 1 x 5 and 7 x 7 planes with pads of 1 (a last tile
+    of 8, 13, 5 and 7 columns): on avx2 the dot kernel over the whole K for the narrow ones,
     on the scalar level the 8-column tile kernel adding partial sums (its columns 8..15 written
     as 0); x and w at their extremes so that the sums pass 2^24."""
     from qlinear import _native
     native = engine_level != "numpy" and _native.native() is not None
     rng = np.random.default_rng([seven_bit, 49])
-    cases = (((1, 21), (1, 1), {}, (U8, I8, U8)), ((1, 13), (1, 1), {}, (I8, U8, I8)),
-             ((1, 5), (1, 1), {}, (I8, I8, U8)), ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), (U8, U8, I8)))
-    for spatial, kernel, attrs, (xdt, wdt, ydt) in cases:
-        cin = (6200 if seven_bit else 3200) if kernel == (1, 1) else (704 if seven_bit else 352)
+    pads = dict(pads=[1, 1, 1, 1])
+    cases = (((1, 8), (U8, I8, U8)), ((1, 13), (I8, U8, I8)), ((1, 5), (I8, I8, U8)), ((7, 7), (U8, U8, I8)))
+    for spatial, (xdt, wdt, ydt) in cases:
+        kernel, attrs = (3, 3), pads
+        cin = 1376 if seven_bit else 704
         x = rand_extreme(rng, xdt, (1, cin, *spatial))
         shape = (3, cin, *kernel)
         if seven_bit:
@@ -1087,13 +1092,17 @@ def test_narrow_tails_k_blocks(seven_bit, engine_level):
         else:
             w, wz = rand_extreme(rng, wdt, shape), rand_int(rng, wdt, (3,))
         before = _native._C.tail_counts() if native else None
+        paths = _native._C.conv_path_counts() if native else None
         check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
         check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
         if not native:
             continue
+        if _native._C.get_isa() in ("avx2", "scalar"):
+            assert _native._C.conv_path_counts()[0] - paths[0] == 2   # the implicit path
         implicit_t8, _, dot = _tail_delta(before)
         narrow = spatial != (1, 13)
         if _native._C.get_isa() == "avx2":
             assert implicit_t8 == 0 and (dot > 0) == narrow, (spatial, implicit_t8, dot)
-        elif _native._C.get_isa() == "scalar" and not seven_bit and kernel == (1, 1):
-            assert dot == 0 and (implicit_t8 > 0) == narrow, (spatial, implicit_t8, dot)
+        elif _native._C.get_isa() == "scalar" and not seven_bit:
+            # no dot kernel there, so no row-aligned tiles: 7x7's last tile has 13 columns
+            assert dot == 0 and (implicit_t8 > 0) == (narrow and spatial != (7, 7)), (spatial, implicit_t8, dot)
