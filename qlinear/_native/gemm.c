@@ -26,6 +26,7 @@ typedef struct {
     const ql_gemm_problem *p;
     int mc, ppt, row_blocks, col_blocks, npanels;
     int kc, nkb;                           /* K block (elements, multiple of kpack) and count */
+    int fused;                             /* kernel_ep replaces kernel + epilogue */
     size_t pbytes;
     char *scratch; size_t scratch_stride;  /* per thread: [packed panel + colsums] [C block] */
     size_t cblock_off, lblock_off;
@@ -69,6 +70,11 @@ static void gemm_task(void *vctx, ptrdiff_t t, int thread) {
             /* the whole K at once: the tile goes straight to the epilogue */
             for (int i = i_beg; i < i_end; i += k->mr) {
                 int rows = imin(k->mr, i_end - i);
+                if (g->fused) {
+                    k->kernel_ep(Lb + (ptrdiff_t)(i - i_beg) * p->ldl_bytes, p->ldl_bytes, panel,
+                                 p->kp, &p->ep, cs, i, j0, rows, ncols);
+                    continue;
+                }
                 k->kernel(Lb + (ptrdiff_t)(i - i_beg) * p->ldl_bytes, p->ldl_bytes, panel,
                           p->kp, Ct, nr, rows);
                 p->epilogue(&p->ep, Ct, nr, cs, i, j0, rows, ncols);
@@ -144,6 +150,9 @@ int ql_gemm(const ql_gemm_problem *p) {
     g.kc = (int)(KC_BYTES / ((size_t)k->nr * es)) / k->kpack * k->kpack;
     if (g.kc < k->kpack) g.kc = k->kpack;
     g.nkb = p->kp > g.kc + g.kc / 2 ? (p->kp + g.kc - 1) / g.kc : 1;
+    /* the fused kernel applies its level's epilogue: only where the caller says `epilogue` is
+     * that one (allow_fused) */
+    g.fused = g.nkb == 1 && k->kernel_ep != NULL && p->allow_fused;
     size_t panel_part = p->Rpacked ? 0 : (g.pbytes + (size_t)QL_MAX_NR * sizeof(int32_t) + 63) & ~(size_t)63;
     size_t cblock = g.nkb > 1 ? ((size_t)mc * k->nr * sizeof(int32_t) + 63) & ~(size_t)63 : 0;
     size_t lblock = p->pack_L ? ((size_t)mc * (size_t)p->ldl_bytes + 63) & ~(size_t)63 : 0;
@@ -313,6 +322,7 @@ static int mm_batch(mm_ctx *x, ptrdiff_t bi, int thread, int threads) {
         p.pack_R = rawb_panel; p.pack_ctx = &rb;
     }
     p.epilogue = mm->isa->epilogue;
+    p.allow_fused = 1;   /* the level's own epilogue, which kernel_ep applies */
     p.threads = threads;
     ql_epilogue *ep = &p.ep;
     ep->quantized = mm->quantized;

@@ -334,9 +334,12 @@ static void avx2_s8u8_ik_ep(const void *L, ptrdiff_t ldl, const char *base, cons
     ik_epilogue(out, ep, rn, i0, rows);
 }
 
+static void avx2_i16_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                        const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols);
+
 static const ql_gemm_kernel k_avx2_i16 = {"avx2-i16", I16_MR, 16, 2, QL_FORM_I16, avx2_i16,
                                       ql_pack_L_avx2, ql_pack_R_panel_avx2, avx2_i16_ik,
-                                      avx2_i16_ik_ep};
+                                      avx2_i16_ik_ep, avx2_i16_ep};
 static const ql_gemm_kernel k_avx2_u8s8 = {"avx2-u8s8", U8_MR, 16, 4, QL_FORM_U8S8, avx2_u8s8,
                                        ql_pack_L_avx2, ql_pack_R_panel_avx2};
 
@@ -345,6 +348,96 @@ static const ql_gemm_kernel k_avx2_s8u8 = {"avx2-s8u8", U8_MR, 16, 4, QL_FORM_S8
                                            avx2_s8u8_ik, avx2_s8u8_ik_ep};
 
 #include "simd_common_avx2.h"
+
+/* ---------------------------------------------------------------------------------------
+ * avx2-i16 with the epilogue fused (kernel_ep, matmuls): the tile's accumulators go through
+ * ql_epilogue_avx2's instructions (vpaddd bias, cvtdq2ps, mulps, maxps lo, minps hi,
+ * cvtps2dq, vpaddd zp, saturating packs of in-range values) straight from the registers, one
+ * 16-byte (or two 32-byte) store per row: no int32 tile written and read back. Short tiles
+ * (the last rows of M) run a 4- or 2-row body instead of 6 rows of which some are dropped.
+ * ------------------------------------------------------------------------------------- */
+static inline __attribute__((always_inline)) void
+i16_rows_body(const char *L, ptrdiff_t ldl, const char *R, int groups, const int mr, int rows,
+              __m256i (*out)[2]) {
+    const char *l[I16_MR];
+    __m256i c[I16_MR][2];
+    for (int r = 0; r < mr; r++) {
+        l[r] = L + (r < rows ? r : 0) * ldl;   /* a missing row re-reads row 0; dropped */
+        c[r][0] = c[r][1] = _mm256_setzero_si256();
+    }
+    for (int g = 0; g < groups; g++) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)(R + (ptrdiff_t)64 * g));
+        __m256i b1 = _mm256_loadu_si256((const __m256i *)(R + (ptrdiff_t)64 * g + 32));
+        for (int r = 0; r < mr; r++) {
+            int32_t v;
+            memcpy(&v, l[r] + 4 * g, 4);
+            __m256i a = _mm256_set1_epi32(v);
+            c[r][0] = _mm256_add_epi32(c[r][0], _mm256_madd_epi16(a, b0));
+            c[r][1] = _mm256_add_epi32(c[r][1], _mm256_madd_epi16(a, b1));
+        }
+    }
+    for (int r = 0; r < mr; r++) {
+        out[r][0] = c[r][0];
+        out[r][1] = c[r][1];
+    }
+}
+
+static void avx2_i16_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                        const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols) {
+    __m256i out[I16_MR][2];
+    int groups = kp / 2;
+    if (rows > 4)
+        avx2_i16_body(L, ldl, (const char *)Rpanel, NULL, groups, rows, out);
+    else if (rows > 2)
+        i16_rows_body((const char *)L, ldl, (const char *)Rpanel, groups, 4, rows, out);
+    else
+        i16_rows_body((const char *)L, ldl, (const char *)Rpanel, groups, 2, rows, out);
+    if (cols != 16 || ep->out_cs != 1 || ep->row_a || (ep->quantized && ep->mult_cs > 1)) {
+        int32_t Ct[I16_MR * 16] __attribute__((aligned(32)));
+        store_tile(out, Ct, 16, rows);
+        ql_epilogue_avx2(ep, Ct, 16, colsum, i0, j0, rows, cols);
+        return;
+    }
+    const int32_t *row_bias = ep->row_bias;
+    const ptrdiff_t out_rs = ep->out_rs;
+    if (!ep->quantized) {
+        int32_t *o = (int32_t *)ep->out + (ptrdiff_t)i0 * out_rs + j0;
+        for (int r = 0; r < rows; r++) {
+            __m256i bias = _mm256_set1_epi32(row_bias ? row_bias[i0 + r] : 0);
+            _mm256_storeu_si256((__m256i *)(o + r * out_rs), _mm256_add_epi32(out[r][0], bias));
+            _mm256_storeu_si256((__m256i *)(o + r * out_rs + 8), _mm256_add_epi32(out[r][1], bias));
+        }
+        return;
+    }
+    const int is_signed = ep->out_is_signed;
+    const float *mult = ep->mult;
+    const ptrdiff_t mult_rs = ep->mult_rs, mult_cs = ep->mult_cs;
+    char *o = (char *)ep->out + (ptrdiff_t)i0 * out_rs + j0;
+    const __m256 lo = _mm256_set1_ps(ep->lo), hi = _mm256_set1_ps(ep->hi);
+    const __m256i zp = _mm256_set1_epi32(ep->zp);
+    for (int r = 0; r < rows; r++) {
+        const float *mrow = mult + (ptrdiff_t)(i0 + r) * mult_rs;
+        __m256 m0, m1;
+        if (mult_cs) {   /* per column (mult_cs == 1) */
+            m0 = _mm256_loadu_ps(mrow + j0);
+            m1 = _mm256_loadu_ps(mrow + j0 + 8);
+        } else {
+            m0 = m1 = _mm256_set1_ps(mrow[0]);
+        }
+        __m256i bias = _mm256_set1_epi32(row_bias ? row_bias[i0 + r] : 0);
+        __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(out[r][0], bias)), m0);
+        __m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(out[r][1], bias)), m1);
+        v0 = _mm256_min_ps(_mm256_max_ps(v0, lo), hi);
+        v1 = _mm256_min_ps(_mm256_max_ps(v1, lo), hi);
+        __m256i q0 = _mm256_add_epi32(_mm256_cvtps_epi32(v0), zp);
+        __m256i q1 = _mm256_add_epi32(_mm256_cvtps_epi32(v1), zp);
+        /* 16 values within T's range: the saturating packs are exact */
+        __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
+        __m128i a = _mm256_castsi256_si128(p16), b = _mm256_extracti128_si256(p16, 1);
+        __m128i p8 = is_signed ? _mm_packs_epi16(a, b) : _mm_packus_epi16(a, b);
+        _mm_storeu_si128((__m128i *)(o + r * out_rs), p8);
+    }
+}
 
 const ql_isa ql_isa_avx2 = {
     "avx2", &k_avx2_i16, &k_avx2_u8s8, 0, ql_epilogue_avx2, ql_quantize_avx2, ql_dequantize_avx2,

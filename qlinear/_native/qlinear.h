@@ -81,6 +81,13 @@ typedef struct ql_gemm_kernel {
      * take the im2col path */
     ql_ikernel_fn ikernel;
     ql_ikernel_ep_fn ikernel_ep;   /* optional (NULL: ikernel, then the level's epilogue) */
+    /* optional: `kernel` and the level's epilogue in one call, the tile's accumulators
+     * requantized (or stored) straight from the registers; the same result as `kernel` then
+     * the level's epilogue on the tile (rows < mr at output row i0, cols <= nr at column j0).
+     * Used by the GEMM driver when K is not blocked and the problem allows it (allow_fused). */
+    void (*kernel_ep)(const void *L, ptrdiff_t ldl_bytes, const void *Rpanel, int kp,
+                      const struct ql_epilogue *ep, const int32_t *colsum, int i0, int j0,
+                      int rows, int cols);
 } ql_gemm_kernel;
 
 /* ---------------------------------------------------------------------------------------
@@ -237,6 +244,8 @@ typedef struct ql_gemm_problem {
     void (*pack_L)(void *ctx, int i0, int rows, void *dst, int thread); void *pack_L_ctx;
     ql_epilogue ep;
     ql_epilogue_fn epilogue;
+    int allow_fused;                            /* 1: the kernel's kernel_ep may replace kernel +
+                                                   `epilogue` (which must be the level's own) */
     int threads;                                /* max threads for this call (<= pool size) */
 } ql_gemm_problem;
 
