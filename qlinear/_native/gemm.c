@@ -129,12 +129,17 @@ int ql_gemm(const ql_gemm_problem *p) {
     int target = threads > 1 ? 4 * threads : 1;
     for (;;) {
         g.row_blocks = (p->M + mc - 1) / mc;
-        int want_cols = p->pack_L ? 1 : (target + g.row_blocks - 1) / g.row_blocks;
+        /* L packed per task (pack_L) is packed again by each column block of its rows: cheap
+         * (one pass over mc rows) next to streaming all of R once more per extra row block,
+         * which a split by rows alone costs (K = 3072, M = 128, 2 threads: 11 row blocks of
+         * 12 rows, each reading the whole 4.7 MB of packed R, against 4 x 2 tasks). Only in
+         * the I16 form: a U8S8 pack_L also writes the rows' sums, shared by the column blocks */
+        int want_cols = p->pack_L && k->form != QL_FORM_I16 ? 1 : (target + g.row_blocks - 1) / g.row_blocks;
         g.col_blocks = imin(g.npanels, want_cols < 1 ? 1 : want_cols);
         g.ppt = (g.npanels + g.col_blocks - 1) / g.col_blocks;
         g.col_blocks = (g.npanels + g.ppt - 1) / g.ppt;
         /* too few tasks for the threads: cut the rows finer (prepacked R only) */
-        if (g.row_blocks * g.col_blocks >= (p->pack_L ? target : 2 * threads) || !p->Rpacked || mc <= k->mr) break;
+        if (g.row_blocks * g.col_blocks >= (want_cols == 1 && p->pack_L ? target : 2 * threads) || !p->Rpacked || mc <= k->mr) break;
         mc = (mc / 2 + k->mr - 1) / k->mr * k->mr;
     }
     /* equal row blocks: M = 128 with at most 102 rows a block is 66 + 62, not 102 + 26 */

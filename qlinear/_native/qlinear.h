@@ -240,7 +240,8 @@ typedef struct ql_gemm_problem {
     ql_pack_R_fn pack_R; void *pack_ctx;
     /* optional (with Rpacked only): L packed per row block inside the task that uses it (L
      * NULL), so a block is packed once and stays in L2: pack_L(ctx, i0, rows, dst, thread)
-     * writes rows i0.. with dst = row i0, row stride ldl_bytes. Tasks are then row blocks. */
+     * writes rows i0.. with dst = row i0, row stride ldl_bytes. Each task packs its
+     * rows (a row block split by columns packs them once per column block). */
     void (*pack_L)(void *ctx, int i0, int rows, void *dst, int thread); void *pack_L_ctx;
     ql_epilogue ep;
     ql_epilogue_fn epilogue;
