@@ -151,16 +151,22 @@ def test_batched_broadcast_per_row_and_column():
 @pytest.mark.parametrize("adt,bdt,ydt", ALL_8BIT_COMBOS)
 def test_fused_epilogue_every_tile_shape(adt, bdt, ydt):
     """The GEMM's fused epilogue (kernel and requantization in one call, 6-, 4- and 2-row
-    bodies for the last rows of M) on every row count of a tile, full 16-column tiles and
-    narrower ones, per-tensor and per-column b scales, per-row a scales, outputs clamped at
-    both ends and int32 outputs; prepared and plain, one and two threads."""
+    bodies for the last rows of M; the 7-bit kernel's with its U8S8 corrections) on every row
+    count of a tile, full 16-column tiles and narrower ones, per-tensor and per-column b
+    scales and zero points, per-row a ones, outputs clamped at both ends and int32 outputs;
+    prepared and plain, one and two threads."""
     rng = np.random.default_rng([12, adt is U8, bdt is U8, ydt is U8])
     saved = qlinear.get_num_threads()
     try:
         for m in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 128):
             k = int(rng.choice([2, 3, 64, 130]))
             n = int(rng.choice([16, 32, 40, 17]))
-            a, b = rand_int(rng, adt, (m, k)), rand_int(rng, bdt, (k, n))
+            a = rand_int(rng, adt, (m, k))
+            # half of the cases with b in the 7-bit range of avx2's vpmaddubsw kernel (its
+            # fused epilogue applies the U8S8 corrections), the others full range
+            seven = m % 4 in (1, 2)
+            lo, hi = ((-64, 64) if bdt is I8 else (64, 192)) if seven else (None, None)
+            b = rand_int(rng, bdt, (k, n), lo, hi)
             per_col, per_row = m % 2 == 1, m % 3 == 0
             bz = _zp(rng, bdt, (n,)) if per_col else _zp(rng, bdt)
             az = _zp(rng, adt, (m, 1)) if per_row else _zp(rng, adt)
