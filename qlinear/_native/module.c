@@ -698,8 +698,13 @@ static PyObject *m_conv_plain(PyObject *self, PyObject *args) {
     int ws_n = quantized ? (int)(ws.len / 4) : 0;
     /* scratch: int32 zero points [M], multipliers [M], then the packed weights (64-byte aligned) */
     size_t head = ((size_t)M * 8 + 63) & ~(size_t)63, wbytes;
+    /* depthwise, 2-D, one channel per group, at most 64 taps (conv.c's DWCL_MAX_TAPS): the
+     * centered taps followed by the channels-last kernel's form, as a prepared form keeps them
+     * (conv.h: blocks of 16 channels, taps padded to pairs, [block][tap][channel], zeros beyond) */
+    int64_t cl_taps = taps + (taps & 1), cl_blocks = (p.M + 15) / 16;
+    int with_cl = depthwise && p.nsp == 2 && p.M == p.group && taps <= 64;
     if (depthwise) {
-        wbytes = (size_t)p.M * (size_t)taps * 2;
+        wbytes = (size_t)p.M * (size_t)taps * 2 + (with_cl ? (size_t)(cl_blocks * 16 * cl_taps) * 2 : 0);
     } else {
         wbytes = ql_conv_w_bytes(isa->exact, M, (int)K, taps);
         if (isa->conv_fast && ql_conv_w_bytes(isa->conv_fast, M, (int)K, taps) > wbytes)
@@ -757,7 +762,21 @@ static PyObject *m_conv_plain(PyObject *self, PyObject *args) {
             else
                 for (int64_t t = 0; t < taps; t++) d[t] = (int16_t)((int32_t)(int8_t)s[t] - z);
         }
-        if (p.N > 0 && p.M > 0) rc = ql_conv_depthwise(&p, isa, wc, (size_t)p.M * (size_t)taps, (size_t)workspace);
+        size_t w_elems = (size_t)p.M * (size_t)taps;
+        if (with_cl) {
+            int16_t *cl = wc + w_elems;
+            memset(cl, 0, (size_t)(cl_blocks * 16 * cl_taps) * 2);
+            for (int64_t b = 0; b < cl_blocks; b++) {
+                int nch = M - 16 * b < 16 ? (int)(M - 16 * b) : 16;
+                for (int64_t t = 0; t < taps; t++) {
+                    int16_t *d = cl + ((size_t)b * (size_t)cl_taps + (size_t)t) * 16;
+                    const int16_t *s = wc + (size_t)(16 * b) * (size_t)taps + (size_t)t;
+                    for (int c = 0; c < nch; c++) d[c] = s[(size_t)c * (size_t)taps];
+                }
+            }
+            w_elems += (size_t)(cl_blocks * 16 * cl_taps);
+        }
+        if (p.N > 0 && p.M > 0) rc = ql_conv_depthwise(&p, isa, wc, w_elems, (size_t)workspace);
     } else {
         kind = ql_conv_pack_w_auto(isa, w.buf, w_type, M, (int)K, taps, wzp, wp, ql_num_threads());
         if (kind == -2) rc = -1;
