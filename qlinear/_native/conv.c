@@ -253,8 +253,8 @@ static int pack_w_rows(const ql_gemm_kernel *k, const void *w0, int w_type, int 
  * centered 0 in every form. The result is what pack_w_rows makes of the permuted row (the
  * layout, row sums and the fast path's verdict do not depend on the order: sums and the bound
  * are taken over the source row, contiguously, while it is in L1).
- * Interleaving: per block q of kpack channels, chunks of 8 taps; on x86 (SSE2, the baseline) a
- * chunk is loaded as 8 bytes per channel and interleaved with unpack instructions. A chunk may
+ * Interleaving: per block q of kpack channels, chunks of 16 taps; on x86 (SSE2, the baseline) a
+ * chunk is loaded as 16 bytes per channel and interleaved with unpack instructions. A chunk may
  * read past its block (into the same row's later channels) and write past it (into entries the
  * same row's later chunks overwrite); the bounds below keep both inside the row, and what is
  * left (the row's last taps) is done element by element. */
@@ -272,19 +272,21 @@ grouped_i16_body(const uint8_t *s, int w_type, int64_t cg, int64_t taps, int32_t
         int16_t *dq = d + 2 * q * taps;
         int64_t t = 0;
 #if QL_X86
-        for (; t < taps && (2 * q + 1) * taps + t + 8 <= n_in && 2 * (q * taps + t) + 16 <= n_out; t += 8) {
-            __m128i ab = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(a + t)),
-                                           _mm_loadl_epi64((const __m128i *)(b + t)));   /* a0 b0 a1 b1 .. */
-            __m128i lo, hi;
-            if (w_type == QL_U8) {
-                lo = _mm_unpacklo_epi8(ab, zero);
-                hi = _mm_unpackhi_epi8(ab, zero);
-            } else {   /* each byte doubled into a 16-bit lane, shifted back arithmetically */
-                lo = _mm_srai_epi16(_mm_unpacklo_epi8(ab, ab), 8);
-                hi = _mm_srai_epi16(_mm_unpackhi_epi8(ab, ab), 8);
+        /* 16 taps a chunk: 16-byte loads of both channels, vpunpck{l,h}bw pairs them, and only the
+         * 4-tap quarters holding valid taps are widened and stored */
+        for (; t < taps && (2 * q + 1) * taps + t + 16 <= n_in &&
+               2 * (q * taps + t) + 8 * ((taps - t < 16 ? taps - t : 16) + 3) / 4 <= n_out; t += 16) {
+            __m128i va = _mm_loadu_si128((const __m128i *)(a + t)), vb = _mm_loadu_si128((const __m128i *)(b + t));
+            __m128i p[2] = {_mm_unpacklo_epi8(va, vb), _mm_unpackhi_epi8(va, vb)};   /* a0 b0 a1 b1 .. */
+            int64_t n = taps - t < 16 ? taps - t : 16;
+            for (int h = 0; h < 4 && 4 * h < n; h++) {
+                __m128i v = p[h >> 1], wv;
+                if (w_type == QL_U8)
+                    wv = (h & 1) ? _mm_unpackhi_epi8(v, zero) : _mm_unpacklo_epi8(v, zero);
+                else   /* each byte doubled into a 16-bit lane, shifted back arithmetically */
+                    wv = _mm_srai_epi16((h & 1) ? _mm_unpackhi_epi8(v, v) : _mm_unpacklo_epi8(v, v), 8);
+                _mm_storeu_si128((__m128i *)(dq + 2 * t + 8 * h), _mm_sub_epi16(wv, zv));   /* |v| <= 255 */
             }
-            _mm_storeu_si128((__m128i *)(dq + 2 * t), _mm_sub_epi16(lo, zv));      /* |v| <= 255 */
-            _mm_storeu_si128((__m128i *)(dq + 2 * t + 8), _mm_sub_epi16(hi, zv));
         }
 #endif
         if (t >= taps) continue;
@@ -325,14 +327,21 @@ grouped_b_body(const uint8_t *s, int64_t cg, int64_t taps, uint8_t fx, uint8_t s
         uint8_t *dq = d + 4 * q * taps;
         int64_t t = 0;
 #if QL_X86
-        for (; t < taps && (4 * q + 3) * taps + t + 8 <= n_in && 4 * (q * taps + t) + 32 <= n_out; t += 8) {
-            __m128i ab = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(a + t)),
-                                           _mm_loadl_epi64((const __m128i *)(a + taps + t)));
-            __m128i cd = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(a + 2 * taps + t)),
-                                           _mm_loadl_epi64((const __m128i *)(a + 3 * taps + t)));
-            __m128i lo = _mm_unpacklo_epi16(ab, cd), hi = _mm_unpackhi_epi16(ab, cd);   /* a0 b0 c0 d0 a1 .. */
-            _mm_storeu_si128((__m128i *)(dq + 4 * t), _mm_sub_epi8(_mm_xor_si128(lo, fv), sv));
-            _mm_storeu_si128((__m128i *)(dq + 4 * t + 16), _mm_sub_epi8(_mm_xor_si128(hi, fv), sv));
+        /* 16 taps a chunk: 16-byte loads of the 4 channels, interleaved by bytes then by pairs;
+         * only the 4-tap quarters holding valid taps are stored */
+        for (; t < taps && (4 * q + 3) * taps + t + 16 <= n_in &&
+               4 * (q * taps + t) + 16 * ((taps - t < 16 ? taps - t : 16) + 3) / 4 <= n_out; t += 16) {
+            __m128i va = _mm_loadu_si128((const __m128i *)(a + t)), vb = _mm_loadu_si128((const __m128i *)(a + taps + t));
+            __m128i vc = _mm_loadu_si128((const __m128i *)(a + 2 * taps + t)),
+                    vd = _mm_loadu_si128((const __m128i *)(a + 3 * taps + t));
+            __m128i ab[2] = {_mm_unpacklo_epi8(va, vb), _mm_unpackhi_epi8(va, vb)};
+            __m128i cd[2] = {_mm_unpacklo_epi8(vc, vd), _mm_unpackhi_epi8(vc, vd)};
+            int64_t n = taps - t < 16 ? taps - t : 16;
+            for (int h = 0; h < 4 && 4 * h < n; h++) {
+                __m128i v = (h & 1) ? _mm_unpackhi_epi16(ab[h >> 1], cd[h >> 1])
+                                    : _mm_unpacklo_epi16(ab[h >> 1], cd[h >> 1]);   /* a0 b0 c0 d0 a1 .. */
+                _mm_storeu_si128((__m128i *)(dq + 4 * t + 16 * h), _mm_sub_epi8(_mm_xor_si128(v, fv), sv));
+            }
         }
 #endif
         for (; t < taps; t++)
