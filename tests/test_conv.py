@@ -889,6 +889,8 @@ _IMPLICIT_CASES = [
     ((8, 70), (2, 4), dict(pads=[0, 1, 1, 2], strides=[2, 1]), 4, 2),    # even kernel, one h phase
     ((90,), (3,), dict(pads=[1, 2], strides=[2]), 8, 1),                 # 1-D
     ((9, 75), (3, 3), dict(strides=[2, 2], pads=[1, 0, 1, 2]), 4, 1),    # stride-2 rows of 16+ (SIMD gather)
+    ((9, 11), (3, 3), dict(strides=[2, 2], pads=[0, 1, 1, 0]), 8, 1),    # stride 2, rows below 16 bytes
+    ((21, 37), (3, 3), dict(strides=[4, 4], pads=[1, 3, 2, 1]), 8, 1),   # stride 4: 4 column phases
     ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 8, 1),                     # 7x7: 4 tiles like 4 panels
     ((40, 3), (3, 3), dict(pads=[1, 1, 1, 1]), 8, 1),                    # 3 wide: too many dropped columns
     ((10, 10), (3, 3), dict(pads=[300, 300, 300, 300], dilations=[300, 300]), 4, 1),  # copy too large
@@ -959,17 +961,18 @@ def test_implicit_gemm_paths(case, seven_bit, engine_level):
 
 @pytest.mark.parametrize("seven_bit", [False, True])
 def test_implicit_gemm_k_blocks(seven_bit, engine_level):
-    """A reduction the implicit path cuts into K blocks (704 channels x 3x3 = 6336: 3168 exact
-    k-groups, 1584 7-bit ones, above 1.5 blocks of 1024): partial sums added in wrap32, then the
-    epilogue; x and w at their extremes so that the sums reach past 2^24 and the bias wraps."""
+    """A reduction the implicit path cuts into K blocks (1376 channels x 3x3 = 12384: 6192 exact
+    k-groups, 3096 7-bit ones, above the 3072 that run unblocked): partial sums added in wrap32,
+    then the epilogue; x and w at their extremes so that the sums reach past 2^24 and the bias
+    wraps."""
     from qlinear import _native
     rng = np.random.default_rng([seven_bit, 46])
     for xdt, wdt, ydt in ((U8, I8, U8), (I8, U8, I8)):
-        x = rand_extreme(rng, xdt, (1, 704, 4, 17))
+        x = rand_extreme(rng, xdt, (1, 1376, 4, 17))
         if seven_bit:
-            w, wz = _seven_bit(rng, wdt, (5, 704, 3, 3), 5)
+            w, wz = _seven_bit(rng, wdt, (5, 1376, 3, 3), 5)
         else:
-            w, wz = rand_extreme(rng, wdt, (5, 704, 3, 3)), rand_int(rng, wdt, (5,))
+            w, wz = rand_extreme(rng, wdt, (5, 1376, 3, 3)), rand_int(rng, wdt, (5,))
         kw = dict(pads=[1, 1, 1, 1])
         before = _native._C.conv_path_counts() if engine_level != "numpy" else None
         check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), kw)

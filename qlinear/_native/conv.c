@@ -899,6 +899,17 @@ static void plan_epilogue(const ql_conv_plan *p, ql_epilogue *ep)
 #ifndef IG_KC_BYTES
 #define IG_KC_BYTES 65536               /* a tile's operand per K block (measured: 8-64 KiB alike) */
 #endif
+/* Reductions of more k-groups than this are cut into K blocks. Below it the whole K runs at
+ * once, which lets the epilogue run from the accumulators (ikernel_ep): measured on
+ * ResNet-50's 512-channel 3x3 layers (2304 exact k-groups, 144 KiB of a tile's operand),
+ * 3-8% faster unblocked than in blocks of 64 KiB (1 thread, best of 40, interleaved builds). */
+#ifndef IG_KBLOCK_GROUPS
+#define IG_KBLOCK_GROUPS 3072
+#endif
+
+/* the scratch block kept between calls (defined with the depthwise path, its first user) */
+static char *dw_scratch_get(size_t n, int *cached);
+static void dw_scratch_put(char *s, int cached);
 
 typedef struct ig_ctx {
     const ql_conv_plan *p;
@@ -909,6 +920,7 @@ typedef struct ig_ctx {
     int64_t H, W, OH, OW, sh, sw, ph, pw;  /* 2-D view (a 1-D convolution: H = OH = 1) */
     int64_t Hph, Wph, PL, BS;              /* phase plane extents; positions per plane, per block */
     int64_t Wr;                            /* Wph rounded up to 16: positions interleaved per row */
+    int64_t RW;                            /* bytes of a padded raw row (ig_copy_task) */
     int nblk;                              /* channel blocks */
     int nfh, nfw;                          /* used phases per axis */
     int64_t fh[IG_MAX_STRIDE], fw[IG_MAX_STRIDE];
@@ -961,13 +973,55 @@ static void gather_raw(const uint8_t *src, int64_t n, int64_t pos0, int64_t step
     memset(dst + hi, padv, (size_t)(len - hi));
 }
 
-/* Copy task: channel block b, every used phase, every row. */
+/* The n bytes at src to dst (SSE2 16-byte moves, the last one overlapping; n >= 16), inline:
+ * the rows are short (7 to 56 bytes in ResNet-50), where a libc call costs more than the copy. */
+static inline void copy_row(uint8_t *dst, const uint8_t *src, int64_t n)
+{
+#if QL_X86
+    if (n >= 16) {
+        int64_t j = 0;
+        for (; j + 16 <= n; j += 16) _mm_storeu_si128((__m128i *)(dst + j), _mm_loadu_si128((const __m128i *)(src + j)));
+        if (j < n) _mm_storeu_si128((__m128i *)(dst + n - 16), _mm_loadu_si128((const __m128i *)(src + n - 16)));
+        return;
+    }
+#endif
+    memcpy(dst, src, (size_t)n);
+}
+
+/* dst[j] = r[j * step] for j < len (a column phase of a padded raw row): reads r[0, step * len)
+ * (len a multiple of 16 for the SIMD step; ig_run sizes the raw rows for fw + sw * Wr bytes) */
+static void split_phase(const uint8_t *r, int64_t step, uint8_t *dst, int64_t len)
+{
+    int64_t j = 0;
+#if QL_X86
+    if (step == 2) {   /* 16 outputs from 32 bytes: even bytes kept (SSE2) */
+        const __m128i lo8 = _mm_set1_epi16(0x00FF);
+        for (; j < len; j += 16) {
+            __m128i v0 = _mm_and_si128(_mm_loadu_si128((const __m128i *)(r + 2 * j)), lo8);
+            __m128i v1 = _mm_and_si128(_mm_loadu_si128((const __m128i *)(r + 2 * j + 16)), lo8);
+            _mm_storeu_si128((__m128i *)(dst + j), _mm_packus_epi16(v0, v1));
+        }
+        return;
+    }
+#endif
+    for (; j < len; j++) dst[j] = r[j * step];
+}
+
+/* Copy task: channel block b, every used phase, every row.
+ * Each input row of the block's kpk channels is copied once into a padded raw row (the padded
+ * row's columns u = x's column u - pw; the padding columns hold x's zero point, written once per
+ * task: only the valid span is overwritten row after row), split into the used column phases
+ * (none to split for stride 1; 16 positions a step for stride 2) and interleaved into each
+ * phase plane's row. Rows entirely in the padding are the form's zero written directly. */
 static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
 {
     const ig_ctx *c = (const ig_ctx *)vctx;
     const ql_conv_plan *p = c->p;
     uint8_t *raw = (uint8_t *)c->scratch + (size_t)thread * c->scratch_bytes;
     uint8_t padv = (uint8_t)p->x_zp;   /* raw byte of x's zero point (its own type) */
+    /* the form's value of a padding position, as a byte filling all 4 of its bytes: I16 0
+     * (x - zx centered), S8U8 the zero point's u8-form byte */
+    uint8_t zbyte = c->kpk == 2 ? 0 : (uint8_t)(padv ^ c->flip);
     const uint8_t *rows[4];
     int64_t plane = c->H * c->W;
     /* rows with no padding, stride or dropped column along w (a pointwise kernel): the input
@@ -979,44 +1033,64 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
         bulk0 = c->ph;
         bulk1 = c->ph + c->H < c->Hph ? c->ph + c->H : c->Hph;
     }
+    /* scratch: kpk padded raw rows of RW bytes, then kpk x nfw phase rows of Wr bytes */
+    uint8_t *prow = raw + (size_t)c->kpk * (size_t)c->RW;
+    for (int q = 0; q < c->kpk; q++) memset(raw + (size_t)q * (size_t)c->RW, padv, (size_t)c->RW);
     for (int a = 0; a < c->nfh; a++)
-        for (int e = 0; e < c->nfw; e++) {
-            char *dplane = c->copy + 4 * (size_t)(b * c->BS + (a * c->nfw + e) * c->PL);
-            for (int64_t i = 0; i < c->Hph; i++) {
-                if (i == bulk0 && bulk1 > bulk0) {
-                    int64_t n = (bulk1 - bulk0) * c->W, n16 = n / 16 * 16;
-                    char *d0 = dplane + 4 * (size_t)(bulk0 * c->Wph);
-                    for (int q = 0; q < c->kpk; q++) rows[q] = c->xg + ((int64_t)b * c->kpk + q) * plane;
-                    if (n16 > 0) {
-                        if (c->kpk == 2) pair_i16(rows[0], rows[1], p->x_type, p->x_zp, (int16_t *)d0, (int)n16);
-                        else interleave4(rows, c->flip, (uint8_t *)d0, (int)n16);
-                    }
-                    if (n > n16) {
-                        for (int q = 0; q < c->kpk; q++) {
-                            uint8_t *d = raw + (size_t)q * (size_t)c->Wr;
-                            gather_raw(rows[q] + n16, n - n16, 0, 1, padv, d, 16);
-                            rows[q] = d;
-                        }
-                        char *d1 = d0 + 4 * (size_t)n16;
-                        if (c->kpk == 2) pair_i16(rows[0], rows[1], p->x_type, p->x_zp, (int16_t *)d1, 16);
-                        else interleave4(rows, c->flip, (uint8_t *)d1, 16);
-                    }
-                    i = bulk1 - 1;
-                    continue;
+        for (int64_t i = 0; i < c->Hph; i++) {
+            if (i == bulk0 && bulk1 > bulk0) {
+                int64_t n = (bulk1 - bulk0) * c->W, n16 = n / 16 * 16;
+                char *d0 = c->copy + 4 * (size_t)(b * c->BS + bulk0 * c->Wph);
+                for (int q = 0; q < c->kpk; q++) rows[q] = c->xg + ((int64_t)b * c->kpk + q) * plane;
+                if (n16 > 0) {
+                    if (c->kpk == 2) pair_i16(rows[0], rows[1], p->x_type, p->x_zp, (int16_t *)d0, (int)n16);
+                    else interleave4(rows, c->flip, (uint8_t *)d0, (int)n16);
                 }
-                int64_t ih = c->fh[a] + c->sh * i - c->ph;
+                if (n > n16) {
+                    for (int q = 0; q < c->kpk; q++) {
+                        uint8_t *d = prow + (size_t)q * (size_t)c->Wr;
+                        gather_raw(rows[q] + n16, n - n16, 0, 1, padv, d, 16);
+                        rows[q] = d;
+                    }
+                    char *d1 = d0 + 4 * (size_t)n16;
+                    if (c->kpk == 2) pair_i16(rows[0], rows[1], p->x_type, p->x_zp, (int16_t *)d1, 16);
+                    else interleave4(rows, c->flip, (uint8_t *)d1, 16);
+                }
+                i = bulk1 - 1;
+                continue;
+            }
+            int64_t ih = c->fh[a] + c->sh * i - c->ph;
+            if (ih < 0 || ih >= c->H) {
+                for (int e = 0; e < c->nfw; e++)
+                    memset(c->copy + 4 * (size_t)(b * c->BS + (a * c->nfw + e) * c->PL + i * c->Wph), zbyte,
+                           4 * (size_t)c->Wr);
+                continue;
+            }
+            /* channels past Cg (the last block of a 1x1 kernel) keep their all-padding rows */
+            for (int q = 0; q < c->kpk; q++) {
+                int64_t ch = (int64_t)b * c->kpk + q;
+                if (ch < c->Cg) copy_row(raw + (size_t)q * (size_t)c->RW + c->pw, c->xg + ch * plane + ih * c->W, c->W);
+            }
+            for (int e = 0; e < c->nfw; e++) {
                 for (int q = 0; q < c->kpk; q++) {
-                    int64_t ch = (int64_t)b * c->kpk + q;
-                    uint8_t *d = raw + (size_t)q * (size_t)c->Wr;
-                    if (ch >= c->Cg || ih < 0 || ih >= c->H) memset(d, padv, (size_t)c->Wr);
-                    else gather_raw(c->xg + ch * plane + ih * c->W, c->W, c->fw[e] - c->pw, c->sw, padv, d, c->Wr);
-                    rows[q] = d;
+                    const uint8_t *r = raw + (size_t)q * (size_t)c->RW + c->fw[e];
+                    if (c->sw == 1) {
+                        rows[q] = r;
+                    } else {
+                        uint8_t *d = prow + (size_t)q * (size_t)c->Wr;
+                        split_phase(r, c->sw, d, c->Wr);
+                        rows[q] = d;
+                    }
                 }
-                char *drow = dplane + 4 * (size_t)(i * c->Wph);
+                char *drow = c->copy + 4 * (size_t)(b * c->BS + (a * c->nfw + e) * c->PL + i * c->Wph);
                 if (c->kpk == 2) pair_i16(rows[0], rows[1], p->x_type, p->x_zp, (int16_t *)drow, (int)c->Wr);
                 else interleave4(rows, c->flip, (uint8_t *)drow, (int)c->Wr);
             }
-            /* the plane's spare (written past its last row, never read for a kept column) */
+        }
+    /* each plane's spare (written past its last row, never read for a kept column) */
+    for (int a = 0; a < c->nfh; a++)
+        for (int e = 0; e < c->nfw; e++) {
+            char *dplane = c->copy + 4 * (size_t)(b * c->BS + (a * c->nfw + e) * c->PL);
             memset(dplane + 4 * (size_t)(c->Hph * c->Wph), 0, 4 * (size_t)(c->PL - c->Hph * c->Wph));
         }
 }
@@ -1170,7 +1244,13 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
      * last row the plane's own 16-position spare, zeroed after the plane is written. */
     c.Wr = (c.Wph + 15) / 16 * 16;
     c.PL = (c.Hph * c.Wph + 16 + 15) / 16 * 16;
+    /* ... and an odd number of lines apart (planes of a block, and blocks): a tile reads every
+     * block (and its planes) at the same offsets, which at a multiple of 4 KiB apart would all
+     * fall in the same sets of the 8-way L1 (4 KiB per way) and evict each other (measured: a
+     * 28x28 stride-2 layer with blocks of 4 KiB, 14% slower) */
+    if (c.nfh * c.nfw > 1 && c.PL / 16 % 2 == 0) c.PL += 16;
     c.BS = (int64_t)c.nfh * c.nfw * c.PL;
+    if (c.BS / 16 % 2 == 0) c.BS += 16;
     c.nblk = (int)((c.Cg + c.kpk - 1) / c.kpk);
     c.Q = (c.OH - 1) * c.Wph + c.OW;
     c.ntiles = (c.Q + QL_IK_NR - 1) / QL_IK_NR;
@@ -1198,7 +1278,11 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     if (reach > positions) positions = reach;
     size_t copy_bytes = 4 * (size_t)positions;
     int threads = ql_num_threads();
-    c.scratch_bytes = align64(4 * (size_t)c.Wr);
+    /* per thread (ig_copy_task): kpk padded raw rows of RW bytes (a column phase fw < sw reads
+     * up to fw + sw * Wr bytes, stride 2's SIMD split too; the valid columns end at pw + W <=
+     * sw * Wph), then kpk phase rows of Wr bytes */
+    c.RW = (int64_t)align64((size_t)(c.sw * (c.Wr + 1)));
+    c.scratch_bytes = align64((size_t)c.kpk * (size_t)(c.RW + c.Wr));
     /* a pointwise kernel reads each copied byte once per row tile, like a packed panel: a copy
      * larger than L2 costs a round trip through L3 that the im2col path's per-panel packing
      * (read in place, used at once) does not (measured: 256 channels of 56x56, exact: 1.6 MB,
@@ -1208,9 +1292,18 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         free(c.off);
         return 0;
     }
-    c.copy = (char *)aligned_alloc(64, (copy_bytes + 63) / 64 * 64);
+    /* the copy in the scratch kept between calls (dw_scratch_get: a fresh block of this size
+     * costs page faults on every call, measured 0.2 ms on a 56x56 layer), on a 64-byte line */
+    int copy_cached;
+    char *copy_mem = dw_scratch_get(copy_bytes + 64, &copy_cached);
+    c.copy = copy_mem ? (char *)(((uintptr_t)copy_mem + 63) & ~(uintptr_t)63) : NULL;
     c.scratch = (char *)malloc(c.scratch_bytes * (size_t)threads + 64);
-    if (!c.copy || !c.scratch) { free(c.copy); free(c.scratch); free(c.off); return -1; }
+    if (!c.copy || !c.scratch) {
+        if (copy_mem) dw_scratch_put(copy_mem, copy_cached);
+        free(c.scratch);
+        free(c.off);
+        return -1;
+    }
     /* the slack past the planes is read only for dropped columns; zeroed so every read is of
      * defined bytes (any value is harmless: columns are independent) */
     memset(c.copy + 4 * (size_t)(c.nblk * c.BS), 0, copy_bytes - 4 * (size_t)(c.nblk * c.BS));
@@ -1235,14 +1328,14 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     if (c.tile_blocks > c.ntiles) c.tile_blocks = c.ntiles;
     c.tpt = (c.ntiles + c.tile_blocks - 1) / c.tile_blocks;
     c.tile_blocks = (c.ntiles + c.tpt - 1) / c.tpt;
-    /* K blocks: IG_KC_BYTES of a tile's operand (64 bytes per k-group) */
+    /* K blocks (past IG_KBLOCK_GROUPS): IG_KC_BYTES of a tile's operand (64 bytes per k-group) */
     c.kgroups = IG_KC_BYTES / 64;
-    if (c.groups > c.kgroups + c.kgroups / 2) {
+    if (c.groups > IG_KBLOCK_GROUPS) {
         int nkb = (c.groups + c.kgroups - 1) / c.kgroups;   /* equal blocks */
         c.kgroups = (c.groups + nkb - 1) / nkb;
         c.cblock_bytes = align64(sizeof(int32_t) * QL_IK_NR * (size_t)c.mc);
         c.cblock = (char *)malloc(c.cblock_bytes * (size_t)threads + 64);
-        if (!c.cblock) { free(c.copy); free(c.scratch); free(c.off); return -1; }
+        if (!c.cblock) { dw_scratch_put(copy_mem, copy_cached); free(c.scratch); free(c.off); return -1; }
     } else {
         c.kgroups = c.groups;
     }
@@ -1266,7 +1359,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
             c.fused = fused && c.ep.out_cs == 1 && c.ep.mult_cs == 0 && !c.ep.row_a;
             ql_parallel_for((ptrdiff_t)(c.row_blocks * c.tile_blocks), run_threads, ig_gemm_task, &c);
         }
-    free(c.copy);
+    dw_scratch_put(copy_mem, copy_cached);
     free(c.scratch);
     free(c.off);
     free(c.cblock);
@@ -1385,7 +1478,8 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
  * ------------------------------------------------------------------------------------- */
 
 /* Scratch kept between calls (one block, at most DW_CACHE_MAX bytes, taken by one call at a
- * time: a concurrent call, e.g. from another Python thread, allocates its own). Why: a few
+ * time: a concurrent call, e.g. from another Python thread, allocates its own; the depthwise
+ * paths' scratch and the implicit GEMM's padded copy). Why: a few
  * hundred KiB freed after every call go back to the OS (glibc trims the heap or unmaps the
  * block) and come back as page faults on the next call, which cost a 112x112 layer more
  * than its arithmetic. */
@@ -1398,7 +1492,13 @@ static char *dw_scratch_get(size_t n, int *cached)
 {
     *cached = 0;
     n += 64;   /* slack past the last buffer, as before the cache */
+#if defined(__SANITIZE_ADDRESS__)
+    /* under AddressSanitizer every call gets a block of its own size: a read past what the
+     * call asked for is then reported, not hidden inside a larger block kept from before */
+    if (0) {
+#else
     if (n <= DW_CACHE_MAX && pthread_mutex_trylock(&dw_cache_mu) == 0) {
+#endif
         if (dw_cache_bytes < n) {
             free(dw_cache);
             dw_cache = (char *)malloc(n);
