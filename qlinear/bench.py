@@ -14,8 +14,13 @@ MobileNetV2, BERT-base) plus a few synthetic ones. Each engine sees the same inp
   one run is estimated to exceed a time budget (the table says so).
 
 qlinear, onnxruntime and the plain function are timed interleaved (one run of each in
-turn, the order rotating), so background load on a shared machine hits all of them alike;
-the reported time is the median. All engines use the same number of threads (OpenBLAS
+turn), so background load on a shared machine hits all of them alike; the reported time is
+the median. The rounds alternate between (prepared, plain, onnxruntime) and (plain, prepared,
+onnxruntime), so that the two qlinear calls each follow onnxruntime and each other equally
+often: a call right after another qlinear call finds the thread pool's worker still spinning,
+one after onnxruntime (whose workers block at once) has to wake it, 15-25 us on this 2-vCPU
+VM, and a rotating order let the plain call follow a qlinear call in 2 rounds of 3 and the
+prepared one in 1 of 3 (docs/benchmarks.md, "Interleaving order"). All engines use the same number of threads (OpenBLAS
 limited through threadpoolctl, or through OPENBLAS_NUM_THREADS in a child process when
 threadpoolctl is not installed). Peak extra memory is the resident-set high-water mark
 (Linux; tracemalloc elsewhere) of one separate call of the prepared form, output included.
@@ -588,10 +593,12 @@ def run_case(case: Case, *, repeat: int, threads: int, reference: bool,
     # Fast cases get more runs so that their medians are as stable as the slow ones'.
     n_runs = max(repeat, min(200, int(1.0 / max(max(warm.values()), 1e-6))))
     times: dict[str, list[float]] = {name: [] for name in engines}
-    names = list(engines)
+    # see the module docstring: prepared and plain swap places every other round, so each
+    # follows onnxruntime and the other qlinear call equally often
+    orders = (["qlinear", "qlinear_plain", "onnxruntime"],
+              ["qlinear_plain", "qlinear", "onnxruntime"])
     for r in range(n_runs):
-        for i in range(len(names)):
-            name = names[(r + i) % len(names)]
+        for name in orders[r % 2]:
             times[name].append(_time_once(engines[name]))
     result: dict[str, Any] = {
         "name": case.name, "group": case.group, "op": case.op, "shape": case.shape,

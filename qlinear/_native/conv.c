@@ -1463,6 +1463,7 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
                     gp.ep.col_z_s = 0;
                 }
                 gp.epilogue = isa->epilogue;
+                gp.allow_fused = 1;   /* the level's own epilogue: kernel_ep may apply it */
                 gp.threads = threads;
                 if (ql_gemm(&gp) != 0) rc = -1;
             }

@@ -26,6 +26,7 @@ typedef struct {
     const ql_gemm_problem *p;
     int mc, ppt, row_blocks, col_blocks, npanels;
     int kc, nkb;                           /* K block (elements, multiple of kpack) and count */
+    int fused;                             /* kernel_ep replaces kernel + epilogue */
     size_t pbytes;
     char *scratch; size_t scratch_stride;  /* per thread: [packed panel + colsums] [C block] */
     size_t cblock_off, lblock_off;
@@ -69,6 +70,11 @@ static void gemm_task(void *vctx, ptrdiff_t t, int thread) {
             /* the whole K at once: the tile goes straight to the epilogue */
             for (int i = i_beg; i < i_end; i += k->mr) {
                 int rows = imin(k->mr, i_end - i);
+                if (g->fused) {
+                    k->kernel_ep(Lb + (ptrdiff_t)(i - i_beg) * p->ldl_bytes, p->ldl_bytes, panel,
+                                 p->kp, &p->ep, cs, i, j0, rows, ncols);
+                    continue;
+                }
                 k->kernel(Lb + (ptrdiff_t)(i - i_beg) * p->ldl_bytes, p->ldl_bytes, panel,
                           p->kp, Ct, nr, rows);
                 p->epilogue(&p->ep, Ct, nr, cs, i, j0, rows, ncols);
@@ -123,12 +129,17 @@ int ql_gemm(const ql_gemm_problem *p) {
     int target = threads > 1 ? 4 * threads : 1;
     for (;;) {
         g.row_blocks = (p->M + mc - 1) / mc;
-        int want_cols = p->pack_L ? 1 : (target + g.row_blocks - 1) / g.row_blocks;
+        /* L packed per task (pack_L) is packed again by each column block of its rows: cheap
+         * (one pass over mc rows) next to streaming all of R once more per extra row block,
+         * which a split by rows alone costs (K = 3072, M = 128, 2 threads: 11 row blocks of
+         * 12 rows, each reading the whole 4.7 MB of packed R, against 4 x 2 tasks). Only in
+         * the I16 form: a U8S8 pack_L also writes the rows' sums, shared by the column blocks */
+        int want_cols = p->pack_L && k->form != QL_FORM_I16 ? 1 : (target + g.row_blocks - 1) / g.row_blocks;
         g.col_blocks = imin(g.npanels, want_cols < 1 ? 1 : want_cols);
         g.ppt = (g.npanels + g.col_blocks - 1) / g.col_blocks;
         g.col_blocks = (g.npanels + g.ppt - 1) / g.ppt;
         /* too few tasks for the threads: cut the rows finer (prepacked R only) */
-        if (g.row_blocks * g.col_blocks >= (p->pack_L ? target : 2 * threads) || !p->Rpacked || mc <= k->mr) break;
+        if (g.row_blocks * g.col_blocks >= (want_cols == 1 && p->pack_L ? target : 2 * threads) || !p->Rpacked || mc <= k->mr) break;
         mc = (mc / 2 + k->mr - 1) / k->mr * k->mr;
     }
     /* equal row blocks: M = 128 with at most 102 rows a block is 66 + 62, not 102 + 26 */
@@ -144,6 +155,9 @@ int ql_gemm(const ql_gemm_problem *p) {
     g.kc = (int)(KC_BYTES / ((size_t)k->nr * es)) / k->kpack * k->kpack;
     if (g.kc < k->kpack) g.kc = k->kpack;
     g.nkb = p->kp > g.kc + g.kc / 2 ? (p->kp + g.kc - 1) / g.kc : 1;
+    /* the fused kernel applies its level's epilogue: only where the caller says `epilogue` is
+     * that one (allow_fused) */
+    g.fused = g.nkb == 1 && k->kernel_ep != NULL && p->allow_fused;
     size_t panel_part = p->Rpacked ? 0 : (g.pbytes + (size_t)QL_MAX_NR * sizeof(int32_t) + 63) & ~(size_t)63;
     size_t cblock = g.nkb > 1 ? ((size_t)mc * k->nr * sizeof(int32_t) + 63) & ~(size_t)63 : 0;
     size_t lblock = p->pack_L ? ((size_t)mc * (size_t)p->ldl_bytes + 63) & ~(size_t)63 : 0;
@@ -313,6 +327,7 @@ static int mm_batch(mm_ctx *x, ptrdiff_t bi, int thread, int threads) {
         p.pack_R = rawb_panel; p.pack_ctx = &rb;
     }
     p.epilogue = mm->isa->epilogue;
+    p.allow_fused = 1;   /* the level's own epilogue, which kernel_ep applies */
     p.threads = threads;
     ql_epilogue *ep = &p.ep;
     ep->quantized = mm->quantized;

@@ -89,15 +89,13 @@ static void avx2_i16_ik(const void *L, ptrdiff_t ldl, const char *base, const pt
  * avx2-u8s8 fast path: 4 rows x 16 columns (vpmaddubsw needs a register of 1s and temporaries)
  * ------------------------------------------------------------------------------------- */
 #define U8_MR 4
-static void avx2_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
-                      int32_t *C, ptrdiff_t ldc, int rows) {
+static inline __attribute__((always_inline)) void
+avx2_u8s8_body(const void *L, ptrdiff_t ldl, const __m256i *R, int groups, int rows, __m256i (*out)[2]) {
     const char *l[U8_MR];
     for (int r = 0; r < U8_MR; r++) l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
-    const __m256i *R = (const __m256i *)Rpanel;
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
             c30 = c00, c31 = c00;
-    int groups = kp / 4;
     for (int g = 0; g < groups; g++) {
         __m256i b0 = _mm256_loadu_si256(R + 2 * g), b1 = _mm256_loadu_si256(R + 2 * g + 1);
         __m256i a;
@@ -110,11 +108,15 @@ static void avx2_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
         ROW(0, c00, c01) ROW(1, c10, c11) ROW(2, c20, c21) ROW(3, c30, c31)
 #undef ROW
     }
-    __m256i out[U8_MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
-    for (int r = 0; r < rows; r++) {
-        _mm256_storeu_si256((__m256i *)(C + r * ldc), out[r][0]);
-        _mm256_storeu_si256((__m256i *)(C + r * ldc + 8), out[r][1]);
-    }
+    out[0][0] = c00; out[0][1] = c01; out[1][0] = c10; out[1][1] = c11;
+    out[2][0] = c20; out[2][1] = c21; out[3][0] = c30; out[3][1] = c31;
+}
+
+static void avx2_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                      int32_t *C, ptrdiff_t ldc, int rows) {
+    __m256i out[U8_MR][2];
+    avx2_u8s8_body(L, ldl, (const __m256i *)Rpanel, kp / 4, rows, out);
+    store_tile(out, C, ldc, rows);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -350,17 +352,163 @@ static void avx2_s8u8_ik_ep(const void *L, ptrdiff_t ldl, const char *base, cons
     ik_epilogue(out, ep, rn, i0, rows);
 }
 
+static void avx2_i16_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                        const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols);
+
 static const ql_gemm_kernel k_avx2_i16 = {"avx2-i16", I16_MR, 16, 2, QL_FORM_I16, avx2_i16,
                                       ql_pack_L_avx2, ql_pack_R_panel_avx2, avx2_i16_ik,
-                                      avx2_i16_ik_ep};
+                                      avx2_i16_ik_ep, avx2_i16_ep};
+static void avx2_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                         const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols);
 static const ql_gemm_kernel k_avx2_u8s8 = {"avx2-u8s8", U8_MR, 16, 4, QL_FORM_U8S8, avx2_u8s8,
-                                       ql_pack_L_avx2, ql_pack_R_panel_avx2};
+                                       ql_pack_L_avx2, ql_pack_R_panel_avx2, NULL, NULL, avx2_u8s8_ep};
 
 /* conv fast path: L and R packed by conv.c (centered int8 weights, u8-form im2col panels) */
 static const ql_gemm_kernel k_avx2_s8u8 = {"avx2-s8u8", U8_MR, 16, 4, QL_FORM_S8U8, avx2_s8u8, NULL, NULL,
                                            avx2_s8u8_ik, avx2_s8u8_ik_ep};
 
 #include "simd_common_avx2.h"
+
+/* ---------------------------------------------------------------------------------------
+ * avx2-i16 with the epilogue fused (kernel_ep, matmuls): the tile's accumulators go through
+ * ql_epilogue_avx2's instructions (vpaddd bias, cvtdq2ps, mulps, maxps lo, minps hi,
+ * cvtps2dq, vpaddd zp, saturating packs of in-range values) straight from the registers, one
+ * 16-byte (or two 32-byte) store per row: no int32 tile written and read back. Short tiles
+ * (the last rows of M) run a 4- or 2-row body instead of 6 rows of which some are dropped.
+ * ------------------------------------------------------------------------------------- */
+static inline __attribute__((always_inline)) void
+i16_rows_body(const char *L, ptrdiff_t ldl, const char *R, int groups, const int mr, int rows,
+              __m256i (*out)[2]) {
+    const char *l[I16_MR];
+    __m256i c[I16_MR][2];
+    for (int r = 0; r < mr; r++) {
+        l[r] = L + (r < rows ? r : 0) * ldl;   /* a missing row re-reads row 0; dropped */
+        c[r][0] = c[r][1] = _mm256_setzero_si256();
+    }
+    for (int g = 0; g < groups; g++) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)(R + (ptrdiff_t)64 * g));
+        __m256i b1 = _mm256_loadu_si256((const __m256i *)(R + (ptrdiff_t)64 * g + 32));
+        for (int r = 0; r < mr; r++) {
+            int32_t v;
+            memcpy(&v, l[r] + 4 * g, 4);
+            __m256i a = _mm256_set1_epi32(v);
+            c[r][0] = _mm256_add_epi32(c[r][0], _mm256_madd_epi16(a, b0));
+            c[r][1] = _mm256_add_epi32(c[r][1], _mm256_madd_epi16(a, b1));
+        }
+    }
+    for (int r = 0; r < mr; r++) {
+        out[r][0] = c[r][0];
+        out[r][1] = c[r][1];
+    }
+}
+
+/* The register epilogue of a full 16-column tile (cols == 16, out_cs == 1, multipliers per
+ * tensor, row or column, column zero points per tensor or column); the caller checked that.
+ * U8S8 form (row_a set): acc -= col_z * row_a + row_z * colsum, vpmulld keeping the low 32
+ * bits (wrap32), as ql_epilogue_avx2 computes it. */
+static inline __attribute__((always_inline)) void
+tile_epilogue(__m256i (*out)[2], const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows) {
+    const int32_t *row_bias = ep->row_bias, *row_a = ep->row_a, *row_z = ep->row_z;
+    const ptrdiff_t out_rs = ep->out_rs, row_s = ep->row_s;
+    __m256i cz0 = _mm256_setzero_si256(), cz1 = cz0, cs0 = cz0, cs1 = cz0;
+    if (row_a) {
+        if (ep->col_z_s) {
+            cz0 = _mm256_loadu_si256((const __m256i *)(ep->col_z + j0));
+            cz1 = _mm256_loadu_si256((const __m256i *)(ep->col_z + j0 + 8));
+        } else {
+            cz0 = cz1 = _mm256_set1_epi32(ep->col_z[0]);
+        }
+        cs0 = _mm256_loadu_si256((const __m256i *)colsum);
+        cs1 = _mm256_loadu_si256((const __m256i *)(colsum + 8));
+    }
+    for (int r = 0; r < rows; r++) {
+        ptrdiff_t i = i0 + r;
+        __m256i bias = _mm256_set1_epi32(row_bias ? row_bias[i] : 0);
+        out[r][0] = _mm256_add_epi32(out[r][0], bias);
+        out[r][1] = _mm256_add_epi32(out[r][1], bias);
+        if (row_a) {
+            __m256i ra = _mm256_set1_epi32(row_a[i * row_s]), rz = _mm256_set1_epi32(row_z[i * row_s]);
+            out[r][0] = _mm256_sub_epi32(out[r][0], _mm256_add_epi32(_mm256_mullo_epi32(cz0, ra),
+                                                                     _mm256_mullo_epi32(rz, cs0)));
+            out[r][1] = _mm256_sub_epi32(out[r][1], _mm256_add_epi32(_mm256_mullo_epi32(cz1, ra),
+                                                                     _mm256_mullo_epi32(rz, cs1)));
+        }
+    }
+    if (!ep->quantized) {
+        int32_t *o = (int32_t *)ep->out + (ptrdiff_t)i0 * out_rs + j0;
+        for (int r = 0; r < rows; r++) {
+            _mm256_storeu_si256((__m256i *)(o + r * out_rs), out[r][0]);
+            _mm256_storeu_si256((__m256i *)(o + r * out_rs + 8), out[r][1]);
+        }
+        return;
+    }
+    const int is_signed = ep->out_is_signed;
+    const float *mult = ep->mult;
+    const ptrdiff_t mult_rs = ep->mult_rs, mult_cs = ep->mult_cs;
+    char *o = (char *)ep->out + (ptrdiff_t)i0 * out_rs + j0;
+    const __m256 lo = _mm256_set1_ps(ep->lo), hi = _mm256_set1_ps(ep->hi);
+    const __m256i zp = _mm256_set1_epi32(ep->zp);
+    for (int r = 0; r < rows; r++) {
+        const float *mrow = mult + (ptrdiff_t)(i0 + r) * mult_rs;
+        __m256 m0, m1;
+        if (mult_cs) {   /* per column (mult_cs == 1) */
+            m0 = _mm256_loadu_ps(mrow + j0);
+            m1 = _mm256_loadu_ps(mrow + j0 + 8);
+        } else {
+            m0 = m1 = _mm256_set1_ps(mrow[0]);
+        }
+        __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(out[r][0]), m0);
+        __m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(out[r][1]), m1);
+        v0 = _mm256_min_ps(_mm256_max_ps(v0, lo), hi);
+        v1 = _mm256_min_ps(_mm256_max_ps(v1, lo), hi);
+        __m256i q0 = _mm256_add_epi32(_mm256_cvtps_epi32(v0), zp);
+        __m256i q1 = _mm256_add_epi32(_mm256_cvtps_epi32(v1), zp);
+        /* 16 values within T's range: the saturating packs are exact */
+        __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
+        __m128i a = _mm256_castsi256_si128(p16), b = _mm256_extracti128_si256(p16, 1);
+        __m128i p8 = is_signed ? _mm_packs_epi16(a, b) : _mm_packus_epi16(a, b);
+        _mm_storeu_si128((__m128i *)(o + r * out_rs), p8);
+    }
+}
+
+/* whether tile_epilogue applies; else the tile is stored and ql_epilogue_avx2 runs */
+static inline int tile_epilogue_ok(const ql_epilogue *ep, int cols) {
+    return cols == 16 && ep->out_cs == 1 && (!ep->quantized || ep->mult_cs <= 1) &&
+           (!ep->row_a || ep->col_z_s <= 1);
+}
+
+static void avx2_i16_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                        const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols) {
+    __m256i out[I16_MR][2];
+    int groups = kp / 2;
+    if (rows > 4)
+        avx2_i16_body(L, ldl, (const char *)Rpanel, NULL, groups, rows, out);
+    else if (rows > 2)
+        i16_rows_body((const char *)L, ldl, (const char *)Rpanel, groups, 4, rows, out);
+    else
+        i16_rows_body((const char *)L, ldl, (const char *)Rpanel, groups, 2, rows, out);
+    if (!tile_epilogue_ok(ep, cols)) {
+        int32_t Ct[I16_MR * 16] __attribute__((aligned(32)));
+        store_tile(out, Ct, 16, rows);
+        ql_epilogue_avx2(ep, Ct, 16, colsum, i0, j0, rows, cols);
+        return;
+    }
+    tile_epilogue(out, ep, colsum, i0, j0, rows);
+}
+
+/* avx2-u8s8 (the 7-bit fast path) with the epilogue fused, its U8S8 corrections included */
+static void avx2_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                         const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols) {
+    __m256i out[U8_MR][2];
+    avx2_u8s8_body(L, ldl, (const __m256i *)Rpanel, kp / 4, rows, out);
+    if (!tile_epilogue_ok(ep, cols)) {
+        int32_t Ct[U8_MR * 16] __attribute__((aligned(32)));
+        store_tile(out, Ct, 16, rows);
+        ql_epilogue_avx2(ep, Ct, 16, colsum, i0, j0, rows, cols);
+        return;
+    }
+    tile_epilogue(out, ep, colsum, i0, j0, rows);
+}
 
 const ql_isa ql_isa_avx2 = {
     "avx2", &k_avx2_i16, &k_avx2_u8s8, 0, ql_epilogue_avx2, ql_quantize_avx2, ql_dequantize_avx2,

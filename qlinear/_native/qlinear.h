@@ -81,6 +81,13 @@ typedef struct ql_gemm_kernel {
      * take the im2col path */
     ql_ikernel_fn ikernel;
     ql_ikernel_ep_fn ikernel_ep;   /* optional (NULL: ikernel, then the level's epilogue) */
+    /* optional: `kernel` and the level's epilogue in one call, the tile's accumulators
+     * requantized (or stored) straight from the registers; the same result as `kernel` then
+     * the level's epilogue on the tile (rows < mr at output row i0, cols <= nr at column j0).
+     * Used by the GEMM driver when K is not blocked and the problem allows it (allow_fused). */
+    void (*kernel_ep)(const void *L, ptrdiff_t ldl_bytes, const void *Rpanel, int kp,
+                      const struct ql_epilogue *ep, const int32_t *colsum, int i0, int j0,
+                      int rows, int cols);
 } ql_gemm_kernel;
 
 /* ---------------------------------------------------------------------------------------
@@ -233,10 +240,13 @@ typedef struct ql_gemm_problem {
     ql_pack_R_fn pack_R; void *pack_ctx;
     /* optional (with Rpacked only): L packed per row block inside the task that uses it (L
      * NULL), so a block is packed once and stays in L2: pack_L(ctx, i0, rows, dst, thread)
-     * writes rows i0.. with dst = row i0, row stride ldl_bytes. Tasks are then row blocks. */
+     * writes rows i0.. with dst = row i0, row stride ldl_bytes. Each task packs its
+     * rows (a row block split by columns packs them once per column block). */
     void (*pack_L)(void *ctx, int i0, int rows, void *dst, int thread); void *pack_L_ctx;
     ql_epilogue ep;
     ql_epilogue_fn epilogue;
+    int allow_fused;                            /* 1: the kernel's kernel_ep may replace kernel +
+                                                   `epilogue` (which must be the level's own) */
     int threads;                                /* max threads for this call (<= pool size) */
 } ql_gemm_problem;
 
