@@ -126,7 +126,9 @@ class _ConvWeights:
         k = self.w[0].size
         extents = (n + b + e + s + (kk - 1) * d for n, b, e, s, kk, d in zip(
             geom.in_spatial, geom.pads_begin, geom.pads_end, geom.strides, geom.kernel, geom.dilations))
-        return k <= _NATIVE_MAX_K and max(extents) <= _NATIVE_MAX_EXTENT
+        # a dilation of a 1-tap axis adds nothing to the extent, yet module.c refuses any value
+        # above 2^60: bound each one too (the NumPy engine takes the rest)
+        return k <= _NATIVE_MAX_K and max(extents) <= _NATIVE_MAX_EXTENT and max(geom.dilations) <= _NATIVE_MAX_EXTENT
 
     def native_weights(self, isa: str, kind: int) -> np.ndarray:
         """The weights in the native engine's form for ISA level ``isa`` and path ``kind``

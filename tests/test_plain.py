@@ -450,6 +450,19 @@ def test_conv_grouped_pack_layout():
                         assert_exact(tail[:m], centered.sum(axis=1).astype(np.int32))
                         assert_exact(tail[m:], np.zeros(m, np.int32))
 
+
+def test_conv_huge_dilation_of_a_one_tap_axis():
+    """A dilation far beyond the native engine's int64 bounds on an axis with one tap adds nothing
+    to the window: plain and prepared calls give the oracle's answer (found by test_hostile's
+    fuzz: the native engine used to get the call and refuse the dilation with its own error)."""
+    rng = np.random.default_rng(32)
+    x, w = rand_int(rng, U8, (1, 2, 3, 4)), rand_int(rng, I8, (3, 2, 1, 2))
+    attrs = dict(dilations=[1 << 62, 2])
+    want = oracle.conv_integer(x, w, np.uint8(5), None, **attrs)
+    for _ in range(2):
+        assert_exact(qlinear.conv_integer(x, w, np.uint8(5), **attrs), want)
+    assert_exact(qlinear.prepare_conv_integer(w, **attrs).run(x, np.uint8(5)), want)
+
 def test_quantize_dequantize_repeat_calls():
     """Per-tensor Quantize/Dequantize calls repeating the last call's parameter objects go
     straight to the kernel: new x values, a 0-d array parameter changed in place, another x
