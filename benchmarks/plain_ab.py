@@ -32,6 +32,9 @@ def _call(fn_name: str, module, closure: dict, op: str):
         c = closure
         return lambda: module.qlinear_conv(c["x"], c["x_scale"], c["x_zp"], c["w"], c["w_scale"], c["w_zp"],
                                            c["y_scale"], c["y_zp"], c["bias"], **c["attrs"])
+    if op == "ConvInteger":
+        c = closure
+        return lambda: module.conv_integer(c["x"], c["w"], c["x_zp"], c["w_zp"], **c["attrs"])
     if op == "QLinearMatMul":
         c = closure
         return lambda: module.qlinear_matmul(c["a"], c["a_scale"], c["a_zp"], c["b"], c["b_scale"], c["b_zp"],

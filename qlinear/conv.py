@@ -126,7 +126,9 @@ class _ConvWeights:
         k = self.w[0].size
         extents = (n + b + e + s + (kk - 1) * d for n, b, e, s, kk, d in zip(
             geom.in_spatial, geom.pads_begin, geom.pads_end, geom.strides, geom.kernel, geom.dilations))
-        return k <= _NATIVE_MAX_K and max(extents) <= _NATIVE_MAX_EXTENT
+        # a dilation of a 1-tap axis adds nothing to the extent, yet module.c refuses any value
+        # above 2^60: bound each one too (the NumPy engine takes the rest)
+        return k <= _NATIVE_MAX_K and max(extents) <= _NATIVE_MAX_EXTENT and max(geom.dilations) <= _NATIVE_MAX_EXTENT
 
     def native_weights(self, isa: str, kind: int) -> np.ndarray:
         """The weights in the native engine's form for ISA level ``isa`` and path ``kind``
@@ -478,12 +480,12 @@ def conv_integer(
     tensor, w_zero_point per tensor or per output channel ([M]). Padded positions contribute 0.
     The sum is exact and wraps to int32 only at the end.
     """
-    attributes = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
-                      strides=strides)
-    key = _lean_key("conv_integer", x, w, attributes)
+    key = _lean_key("conv_integer", x, w, auto_pad, dilations, group, kernel_shape, pads, strides)
     y = _lean_conv(key, x, x_zero_point, w, w_zero_point)
     if y is not None:
         return y
+    attributes = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+                      strides=strides)
     p = PreparedConvInteger(w, w_zero_point, _owned=False, **attributes)
     y = p.run(x, x_zero_point)
     _lean_remember(key, p._weights)
@@ -514,12 +516,12 @@ def qlinear_conv(
     y = sat(rne(float32(float32(acc) · m)) + y_zero_point), dtype of y_zero_point.
     w_scale / w_zero_point may be per output channel ([M]); zero points may differ per channel.
     """
-    attributes = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
-                      strides=strides)
-    key = _lean_key("qlinear_conv", x, w, attributes)
+    key = _lean_key("qlinear_conv", x, w, auto_pad, dilations, group, kernel_shape, pads, strides)
     y = _lean_conv(key, x, x_zero_point, w, w_zero_point, (x_scale, w_scale, y_scale, y_zero_point, B))
     if y is not None:
         return y
+    attributes = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+                      strides=strides)
     p = PreparedQLinearConv(w, w_scale, w_zero_point, B, _owned=False, **attributes)
     y = p.run(x, x_scale, x_zero_point, y_scale, y_zero_point)
     _lean_remember(key, p._weights)
@@ -542,10 +544,29 @@ def qlinear_conv(
 _LEAN: dict[tuple, tuple] = {}
 
 
-def _lean_key(op: str, x: Any, w: Any, attributes: dict[str, Any]) -> tuple | None:
-    if type(x) is not np.ndarray or type(w) is not np.ndarray:
+def _ints_key(value: Any) -> tuple | None:
+    """_value_key of a list-of-ints attribute (or None), in fewer operations: it runs per call."""
+    if value is None:
+        return _NONE_KEY
+    t = type(value)
+    if t is list or t is tuple:
+        for e in value:
+            if type(e) is not int:
+                return None
+        return (t, tuple(value))
+    return None
+
+
+_NONE_KEY = (type(None), None)
+
+
+def _lean_key(op: str, x: Any, w: Any, auto_pad: Any, dilations: Any, group: Any, kernel_shape: Any, pads: Any,
+              strides: Any) -> tuple | None:
+    """The key of a plain call's shape-derived plan: op, shapes, dtypes, attribute values with
+    their types (as ``_value_key``), the size limit; None when something is not keyable."""
+    if type(x) is not np.ndarray or type(w) is not np.ndarray or type(auto_pad) is not str or type(group) is not int:
         return None
-    akey = tuple(_value_key(value) for value in attributes.values())
+    akey = (auto_pad, group, _ints_key(dilations), _ints_key(kernel_shape), _ints_key(pads), _ints_key(strides))
     if None in akey:
         return None
     return (op, x.shape, x.dtype, w.shape, w.dtype, akey, v.max_output_bytes())
@@ -562,7 +583,7 @@ def _lean_remember(key: tuple | None, weights: _ConvWeights) -> None:
     n, c = x_shape[:2]
     m, group = w_shape[0], weights.attributes.group
     depthwise = group > 1 and c == group
-    _LEAN[key] = (depthwise, (n, c, m, group), geom.in_spatial, geom.out_spatial, geom.kernel, geom.strides,
+    _LEAN[key] = (int(depthwise), (n, c, m, group), geom.in_spatial, geom.out_spatial, geom.kernel, geom.strides,
                   geom.dilations, geom.pads_begin, (n, m, *geom.out_spatial))
 
 
@@ -573,7 +594,10 @@ def _one(p: Any, dtype: np.dtype) -> bool:
 
 def _lean_conv(key: tuple | None, x: np.ndarray, x_zp: Any, w: np.ndarray, w_zp: Any,
                quant: tuple | None = None) -> np.ndarray | None:
-    """A plain call by the lean path (see above), or None: the full path takes it."""
+    """A plain call by the lean path (see above), or None: the full path takes it. Python checks
+    the parameters' types and shapes; module.c's conv_plain does the rest in one crossing: the
+    multiplier (in float32, refusing one that is not finite: None, then the full path raises),
+    the weights packed as the full path packs them, and the convolution."""
     plan = _LEAN.get(key) if key is not None else None
     if plan is None:
         return None
@@ -591,54 +615,45 @@ def _lean_conv(key: tuple | None, x: np.ndarray, x_zp: Any, w: np.ndarray, w_zp:
         zx = x_zp.item()
     else:
         return None
-    if _one(w_zp, wd):
-        wzp = np.full(m, w_zp.item(), np.int32)
-    elif w_zp is None and quant is None:
-        wzp = np.zeros(m, np.int32)
-    elif type(w_zp) is np.ndarray and w_zp.dtype is wd and w_zp.shape == (m,):
-        wzp = w_zp.astype(np.int32)
-    else:
+    if w_zp is None:
+        if quant is not None:
+            return None
+    elif not ((type(w_zp) is np.ndarray or type(w_zp) is wd.type) and w_zp.dtype is wd
+              and (w_zp.size == 1 or w_zp.shape == (m,))):
         return None
-    bias = None
+    elif type(w_zp) is np.ndarray and not w_zp.flags.c_contiguous:
+        w_zp = np.ascontiguousarray(w_zp)
     if quant is None:
-        tail = (0, 0, 0, 0.0, 0.0, _NO_MULT, 0)
+        bias = w_scale = None
+        yd, quantized, signed, yz, lo, hi, xs, ys = _I32, 0, 0, 0, 0.0, 0.0, 0.0, 0.0
     else:
         x_scale, w_scale, y_scale, y_zp, bias = quant
         f32 = _F32
         if not (_one(x_scale, f32) and _one(y_scale, f32) and (type(y_zp) is np.ndarray or isinstance(y_zp, np.generic))
-                and y_zp.dtype in v.EIGHT_BIT and y_zp.size == 1 and type(w_scale) in (np.ndarray, np.float32)
+                and y_zp.dtype in _RANGES and y_zp.size == 1 and (type(w_scale) is np.ndarray or type(w_scale) is np.float32)
                 and w_scale.dtype is f32):
             return None
         if not ((w_scale.size == 1 and w_zp.size == 1) or (w_scale.shape == (m,) and w_zp.shape == (m,))):
             return None   # per tensor both, or per channel both, of shape (M,)
-        if bias is not None and (type(bias) is not np.ndarray or bias.dtype is not _I32 or bias.shape != (m,)):
-            return None
-        xs, ys = x_scale.reshape(()), y_scale.reshape(())
-        if not (math.isfinite(xs) and math.isfinite(ys) and ys != 0):
-            return None
-        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-            if not np.isfinite(w_scale).all():
+        if bias is not None:
+            if type(bias) is not np.ndarray or bias.dtype is not _I32 or bias.shape != (m,):
                 return None
-            mult = multiplier(xs, w_scale.reshape(-1) if w_scale.size > 1 else w_scale.reshape(()), ys)
-        if not np.isfinite(mult).all():
-            return None
+            if not bias.flags.c_contiguous:
+                bias = np.ascontiguousarray(bias)
+        if type(w_scale) is np.ndarray and not w_scale.flags.c_contiguous:
+            w_scale = np.ascontiguousarray(w_scale)
         yd = y_zp.dtype
-        info = _RANGES[yd]
+        qmin, qmax = _RANGES[yd]
         yz = y_zp.item()
-        mm = np.ascontiguousarray(mult, dtype=np.float32).reshape(-1)
-        tail = (1, int(info[0] < 0), yz, float(info[0] - yz), float(info[1] - yz), mm, int(mm.size > 1))
-        if bias is not None and not bias.flags.c_contiguous:
-            bias = np.ascontiguousarray(bias)
-    isa = C.get_isa()
-    w2 = np.ascontiguousarray(w).reshape(m, -1)
-    if depthwise:
-        kind, wp = _DEPTHWISE, np.subtract(w2, wzp[:, None].astype(np.int16), dtype=np.int16)
-    else:
-        kind, wp = _pack_plain(C, isa, w2, wzp, math.prod(w.shape[2:]))
-    y = _native.empty(out_shape, yd if quant is not None else np.int32)
-    C.conv(isa, kind, np.ascontiguousarray(x), _native.DTYPE_CODES[xd], zx, dims, in_sp, out_sp, kern, strides,
-           dil, pads, wp, y, *tail, bias, max(workspace_limit(), _NATIVE_MIN_WORKSPACE))
-    return y
+        quantized, signed, lo, hi, xs, ys = 1, int(qmin < 0), float(qmin - yz), float(qmax - yz), x_scale.item(), \
+            y_scale.item()
+    y = _native.empty(out_shape, yd)
+    kind = C.conv_plain(C.get_isa(), depthwise, x if x.flags.c_contiguous else np.ascontiguousarray(x),
+                        _native.DTYPE_CODES[xd], zx, dims, in_sp, out_sp, kern, strides, dil, pads,
+                        w if w.flags.c_contiguous else np.ascontiguousarray(w), _native.DTYPE_CODES[wd], w_zp, y,
+                        quantized, signed, yz, lo, hi, xs, w_scale, ys, bias,
+                        max(workspace_limit(), _NATIVE_MIN_WORKSPACE))
+    return None if kind is None else y
 
 
 _F32, _I32 = np.dtype(np.float32), np.dtype(np.int32)

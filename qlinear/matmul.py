@@ -532,25 +532,23 @@ def _lean_matmul(key: tuple | None, a: np.ndarray, b: np.ndarray, a_zp: Any, b_z
                 and (type(y_zp) is np.ndarray or isinstance(y_zp, np.generic)) and y_zp.dtype in _RANGE
                 and y_zp.size == 1):
             return None
-        sa, sb, sy = a_scale.reshape(()), b_scale.reshape(()), y_scale.reshape(())
-        if not (math.isfinite(sa) and math.isfinite(sb) and math.isfinite(sy) and sy != 0):
-            return None
-        with np.errstate(over="ignore", under="ignore"):
-            m = multiplier(sa, sb, sy)
-        if not math.isfinite(m):
+        # float32(float32(a_scale * b_scale) / y_scale) in C (module.c's multiplier): None when a
+        # scale or the result is not finite or y_scale is 0; the full path then raises
+        m = C.multiplier(a_scale.item(), b_scale.item(), y_scale.item())
+        if m is None:
             return None
         out_dtype = y_zp.dtype
         qmin, qmax = _RANGE[out_dtype]
         z = y_zp.item()
         quantized, signed, lo, hi = 1, int(qmin < 0), float(qmin - z), float(qmax - z)
-        mult = np.array([m], dtype=np.float32)
+        mult = np.float32(m)   # exact: m is a float32 value; a NumPy scalar is a 4-byte buffer
     isa = C.get_isa()
-    bc = np.ascontiguousarray(b)
+    bc = b if b.flags.c_contiguous else np.ascontiguousarray(b)
     # the s8 form of b (int8 as is, uint8 - 128) within [-64, 64]: in the u8 form, [64, 192]
     which = int(_kernel_info(isa, 1) is not None and C.bytes_within(bc, _TYPE[bd], 64, 192))
     out = _native.empty(out_shape, out_dtype)
-    C.matmul_raw(isa, which, rows, N, K, batches, np.ascontiguousarray(a), _TYPE[ad], Ba, a_idx,
-                 np.array([za], dtype=np.int32), 0, 0, bc, _TYPE[bd], Bb, b_idx, np.array([zb], dtype=np.int32),
+    C.matmul_raw(isa, which, rows, N, K, batches, a if a.flags.c_contiguous else np.ascontiguousarray(a), _TYPE[ad],
+                 Ba, a_idx, np.int32(za), 0, 0, bc, _TYPE[bd], Bb, b_idx, np.int32(zb),
                  0, 0, out, quantized, signed, mult, 0, 0, 0, lo, hi, z)
     if b.ndim == 1:   # the axes numpy.matmul drops for 1-D operands (``_RightOperand.finish``)
         out = out[..., 0]

@@ -304,6 +304,165 @@ def test_plain_conv_weights_just_past_the_bound_are_exact(xdt, wdt, threads):
             assert_exact(qlinear.prepare_conv_integer(w, wz).run(x), want)
 
 
+
+def _plain_twice(x, xs, xz, w, ws, wz, ys, yz, bias, **attrs):
+    """QLinearConv and ConvInteger plain, each called twice (the second call takes the lean
+    path, one native crossing), and the prepared form, all against the oracle."""
+    want = oracle.qlinear_conv(x, xs, xz, w, ws, wz, ys, yz, bias, **attrs)
+    want_i = oracle.conv_integer(x, w, xz, wz, **attrs)
+    for _ in range(2):
+        assert_exact(qlinear.qlinear_conv(x, xs, xz, w, ws, wz, ys, yz, bias, **attrs), want)
+        assert_exact(qlinear.conv_integer(x, w, xz, wz, **attrs), want_i)
+    assert_exact(qlinear.prepare_qlinear_conv(w, ws, wz, bias, **attrs).run(x, xs, xz, ys, yz), want)
+
+
+# Channels per group around the packed forms' k-groups (2 int16 values, 4 bytes: the grouped
+# order's blocks, padded when Cg is not a multiple) and the tap counts the packer unrolls (3, 9,
+# 27, 49) or not (2, 25), 1-D to 3-D
+@pytest.mark.parametrize("cg,kernel", [(1, (3, 3)), (2, (3,)), (3, (7, 7)), (4, (3, 3)), (5, (2,)), (6, (3, 3)),
+                                       (7, (5, 5)), (8, (3, 3, 3)), (12, (3, 3)), (17, (3,)), (36, (3, 3))])
+def test_plain_conv_grouped_order_channels_and_taps(cg, kernel, threads):
+    """Weights packed in the grouped order (kpack channels at one tap per k-group, channels
+    padded with the zero point), straight from w: 7-bit and full-range weights (both native
+    kernels), per-channel zero points, both weight types, one group and three."""
+    rng = np.random.default_rng([27, cg, len(kernel), kernel[0], threads])
+    spatial = tuple(k + 3 for k in kernel)
+    for group in (1, 3):
+        m = 5 * group
+        x = rand_int(rng, U8, (1, cg * group) + spatial)
+        for wdt in DTYPES_8:
+            wz = rand_int(rng, wdt, (m,), -60 if wdt == I8 else 70, 60 if wdt == I8 else 185)
+            args = dict(group=group, pads=[1] * len(kernel) + [0] * len(kernel))
+            xs, ws, ys = rand_scale(rng), rand_scale(rng, (m,)), np.float32(rng.uniform(0.5, 4.0))
+            xz, yz = rand_int(rng, U8, ()), rand_int(rng, I8, ())
+            bias = rand_int(rng, np.int32, (m,), -50000, 50000)
+            for w in (_centered_weights(rng, wdt, (m, cg) + kernel, wz, 64), rand_int(rng, wdt, (m, cg) + kernel)):
+                _plain_twice(x, xs, xz, w, ws, wz, ys, yz, bias, **args)
+
+
+@pytest.mark.parametrize("xdt,wdt,ydt", ALL_8BIT_COMBOS)
+def test_plain_conv_lean_path_all_types(xdt, wdt, ydt, threads):
+    """Every type combination through the lean path (module.c's conv_plain) with per-tensor and
+    per-channel parameters, 7-bit and full-range weights, a grouped-order 3x3 layer large enough
+    (M·K >= 2^18) for the packing to be shared by the threads and a pointwise one."""
+    rng = np.random.default_rng([28, xdt is U8, wdt is U8, ydt is U8, threads])
+    for m, c, kernel in ((64, 456, (3, 3)), (24, 40, (1, 1))):
+        x = rand_int(rng, xdt, (1, c, 4, 5))
+        for per_channel in (False, True):
+            if per_channel:
+                wz = rand_int(rng, wdt, (m,), -60 if wdt == I8 else 70, 60 if wdt == I8 else 185)
+                ws = rand_scale(rng, (m,))
+            else:
+                wz, ws = rand_int(rng, wdt, ()), rand_scale(rng)
+            xs, ys = rand_scale(rng), np.float32(rng.uniform(0.5, 4.0))
+            xz, yz = rand_int(rng, xdt, ()), rand_int(rng, ydt, ())
+            bias = rand_int(rng, np.int32, (m,), -50000, 50000)
+            for w in (_centered_weights(rng, wdt, (m, c) + kernel, wz, 64), rand_int(rng, wdt, (m, c) + kernel)):
+                _plain_twice(x, xs, xz, w, ws, wz, ys, yz, bias, pads=[1, 0, 0, 1])
+
+
+@pytest.mark.parametrize("kernel", [(3, 3), (5, 5), (1, 2)])
+def test_plain_depthwise_lean_path(kernel, threads):
+    """Depthwise plain calls (the lean path centers the taps and lays out the channels-last
+    kernel's form per call): channel counts past a block of 16, odd and even tap counts, both
+    weight types, per-channel zero points."""
+    rng = np.random.default_rng([29, kernel[0], kernel[1], threads])
+    for c in (8, 20, 33):
+        x = rand_int(rng, U8, (2, c, 9, 8))
+        for wdt in DTYPES_8:
+            wz = rand_int(rng, wdt, (c,))
+            w = rand_int(rng, wdt, (c, 1) + kernel)
+            xs, ws, ys = rand_scale(rng), rand_scale(rng, (c,)), np.float32(rng.uniform(0.05, 0.5))
+            _plain_twice(x, xs, rand_int(rng, U8, ()), w, ws, wz, ys, rand_int(rng, U8, ()),
+                         rand_int(rng, np.int32, (c,), -9000, 9000), group=c, pads=[1, 0, 2, 1])
+
+
+def test_plain_multiplier_float32_corners():
+    """The lean paths form the requantization multiplier in C (module.c's multiplier, conv_plain):
+    float32(float32(x_scale * w_scale) / y_scale) bit for bit as NumPy's float32 arithmetic,
+    denormal and zero results included; infinite or NaN results refused (None)."""
+    from qlinear import _native
+    if not _native.available():
+        pytest.skip("the native engine is not built")
+    rng = np.random.default_rng(30)
+    vals = np.concatenate([rng.uniform(-3, 3, 200), 10.0 ** rng.uniform(-40, 38, 400),
+                           [1e-45, 1.4e-45, 1e-38, 3e38, 3.4e38, -0.0, 0.0, 1.0]]).astype(np.float32)
+    trip = rng.choice(vals, (3000, 3))
+    with np.errstate(all="ignore"):
+        want = (trip[:, 0] * trip[:, 1]) / trip[:, 2]
+    for (a, b, c), m in zip(trip, want):
+        got = _native._C.multiplier(float(a), float(b), float(c))
+        if not np.isfinite(m) or c == 0:
+            assert got is None, (a, b, c)
+        else:
+            assert got is not None and np.float32(got).tobytes() == m.tobytes(), (a, b, c, got, m)
+    # through the lean path: a multiplier that underflows to a denormal, and one to zero
+    x, w = rand_int(rng, U8, (1, 3, 5, 5)), rand_int(rng, I8, (4, 3, 3, 3))
+    for xs, ys in ((np.float32(1e-20), np.float32(1e18)), (np.float32(1e-30), np.float32(1e30))):
+        _plain_twice(x, xs, np.uint8(3), w, np.float32(0.5), np.int8(1), ys, np.uint8(9), None)
+
+
+def test_conv_grouped_pack_layout():
+    """The grouped order's packed bytes (conv.c's pack_w_grouped, prepared and plain alike)
+    against a NumPy construction of the layout conv.c documents: k' = (c / kpack * taps + t) *
+    kpack + c % kpack, padding channels centered 0; I16 rows w - zw as int16; the 7-bit form's
+    rows w - zw as int8 followed by the row sums and zeros."""
+    from qlinear import _native
+    if not _native.available():
+        pytest.skip("the native engine is not built")
+    C = _native._C
+    rng = np.random.default_rng(31)
+    for isa in qlinear.engine_info()["isas"]:
+        for which in (0, 2):
+            info = C.kernel_info(isa, which)
+            if info is None or (info["form"] != "i16" and which != 2):
+                continue   # the VNNI levels' exact U8S8 form: covered by the emulated runs
+            kpk = info["kpack"]
+            for cg, taps in ((4, 9), (6, 9), (3, 49), (8, 2), (5, 25), (12, 27), (3, 3)):
+                m, k = 7, cg * taps
+                for wdt in DTYPES_8:
+                    wz = rand_int(rng, wdt, (m,), -60 if wdt == I8 else 70, 60 if wdt == I8 else 185)
+                    w = _centered_weights(rng, wdt, (m, k), wz, 64)
+                    z32 = wz.astype(np.int32)
+                    out = np.empty(C.conv_w_bytes(isa, which, m, k, taps), np.uint8)
+                    C.conv_pack_w(isa, which, w, _native.DTYPE_CODES[w.dtype], m, k, taps, z32, out)
+                    esize = 2 if info["form"] == "i16" else 1
+                    cb = -(-cg // kpk)
+                    rows = out.size - (0 if esize == 2 else 8 * m)
+                    # conv.c's ql_conv_grouped for kernels with an implicit variant (every one
+                    # tested here: avx2-i16, avx2-s8u8, scalar-i16)
+                    grouped = taps > 1 and (cg % kpk == 0 or 3 * cb * kpk <= 4 * cg)
+                    centered = w.astype(np.int32) - z32[:, None]
+                    if grouped:
+                        src = np.zeros((m, cb * kpk, taps), np.int32)
+                        src[:, :cg] = centered.reshape(m, cg, taps)
+                        perm = src.reshape(m, cb, kpk, taps).transpose(0, 1, 3, 2).reshape(m, -1)
+                    else:
+                        perm = centered
+                    kp = rows // m // esize
+                    want = np.zeros((m, kp), np.int32)
+                    want[:, :perm.shape[1]] = perm
+                    if esize == 2:
+                        assert_exact(out.view(np.int16).reshape(m, kp), want.astype(np.int16))
+                    else:
+                        assert_exact(out[:rows].view(np.int8).reshape(m, kp), want.astype(np.int8))
+                        tail = out[rows:].view(np.int32)
+                        assert_exact(tail[:m], centered.sum(axis=1).astype(np.int32))
+                        assert_exact(tail[m:], np.zeros(m, np.int32))
+
+
+def test_conv_huge_dilation_of_a_one_tap_axis():
+    """A dilation far beyond the native engine's int64 bounds on an axis with one tap adds nothing
+    to the window: plain and prepared calls give the oracle's answer (found by test_hostile's
+    fuzz: the native engine used to get the call and refuse the dilation with its own error)."""
+    rng = np.random.default_rng(32)
+    x, w = rand_int(rng, U8, (1, 2, 3, 4)), rand_int(rng, I8, (3, 2, 1, 2))
+    attrs = dict(dilations=[1 << 62, 2])
+    want = oracle.conv_integer(x, w, np.uint8(5), None, **attrs)
+    for _ in range(2):
+        assert_exact(qlinear.conv_integer(x, w, np.uint8(5), **attrs), want)
+    assert_exact(qlinear.prepare_conv_integer(w, **attrs).run(x, np.uint8(5)), want)
+
 def test_quantize_dequantize_repeat_calls():
     """Per-tensor Quantize/Dequantize calls repeating the last call's parameter objects go
     straight to the kernel: new x values, a 0-d array parameter changed in place, another x

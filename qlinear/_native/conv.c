@@ -146,6 +146,57 @@ size_t ql_conv_w_bytes(const ql_gemm_kernel *k, int M, int K, int64_t taps)
     return b;
 }
 
+/* sum of n bytes in the u8 form (raw ^ flip), wrap32 (as pack_L's row sums) */
+static uint32_t sum_u8form(const uint8_t *s, int64_t n, uint8_t flip)
+{
+    uint32_t sum = 0;
+    int64_t j = 0;
+#if QL_X86
+    const __m128i fv = _mm_set1_epi8((char)flip), zero = _mm_setzero_si128();
+    __m128i acc = zero;
+    for (; j + 16 <= n; j += 16)   /* vpsadbw: 8-byte sums in 64-bit lanes (low 32 bits: wrap32) */
+        acc = _mm_add_epi64(acc, _mm_sad_epu8(_mm_xor_si128(_mm_loadu_si128((const __m128i *)(s + j)), fv), zero));
+    sum = (uint32_t)_mm_cvtsi128_si32(acc) + (uint32_t)_mm_cvtsi128_si32(_mm_unpackhi_epi64(acc, acc));
+#endif
+    for (; j < n; j++) sum += (uint8_t)(s[j] ^ flip);
+    return sum;
+}
+
+/* The fast path's row (S8U8 form) from n source bytes: every w - z in [-64, 64] (else -1, with
+ * nothing usable written), d[j] = w - z as int8 (d NULL: the bound and the sum only), *sum = the
+ * sum of w - z (wrap32). In the u8 form (u = w ^ flip, zu = z + flip: both in [0, 255]) the
+ * bound is u in [zu - 64, zu + 64] (clamped to [0, 255]) and w - z = u - zu, so on x86 16 bytes
+ * a step: vpmaxub/vpminub clamp (a byte that moves is outside), vpsubb, vpsadbw for the sum. */
+static int s8u8_row(const uint8_t *s, int64_t n, int w_type, int32_t z, int8_t *d, int32_t *sum)
+{
+    int32_t flip = w_type == QL_I8 ? 128 : 0, zu = z + flip;
+    int32_t lo = zu - 64 < 0 ? 0 : zu - 64, hi = zu + 64 > 255 ? 255 : zu + 64;
+    uint32_t usum = 0;
+    int bad = 0;
+    int64_t j = 0;
+#if QL_X86
+    const __m128i fv = _mm_set1_epi8((char)flip), lov = _mm_set1_epi8((char)lo), hiv = _mm_set1_epi8((char)hi),
+                  zv = _mm_set1_epi8((char)zu), zero = _mm_setzero_si128();
+    __m128i acc = zero, out = zero;
+    for (; j + 16 <= n; j += 16) {
+        __m128i u = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(s + j)), fv);
+        out = _mm_or_si128(out, _mm_xor_si128(u, _mm_min_epu8(_mm_max_epu8(u, lov), hiv)));
+        acc = _mm_add_epi64(acc, _mm_sad_epu8(u, zero));
+        if (d) _mm_storeu_si128((__m128i *)(d + j), _mm_sub_epi8(u, zv));
+    }
+    bad = _mm_movemask_epi8(_mm_cmpeq_epi8(out, zero)) != 0xFFFF;
+    usum = (uint32_t)_mm_cvtsi128_si32(acc) + (uint32_t)_mm_cvtsi128_si32(_mm_unpackhi_epi64(acc, acc));
+#endif
+    for (; j < n; j++) {
+        int32_t u = (int32_t)(uint8_t)(s[j] ^ (uint8_t)flip);
+        bad |= (u < lo) | (u > hi);
+        usum += (uint32_t)u;
+        if (d) d[j] = (int8_t)(u - zu);
+    }
+    *sum = (int32_t)(usum - (uint32_t)n * (uint32_t)zu);
+    return bad ? -1 : 0;
+}
+
 /* w: (M, K) 8-bit row-major, K = Cg * taps in w.reshape(M, -1)'s order (channel outer, taps
  * inner); wzp: M int32 (per output channel, repeated if per tensor).
  * Grouped order (ql_conv_grouped: more than one tap, Cg a multiple of kpack or padded up to
@@ -172,26 +223,8 @@ static int pack_w_rows(const ql_gemm_kernel *k, const void *w0, int w_type, int 
         for (int i = i0; i < i1; i++) {
             const uint8_t *src = (const uint8_t *)w0 + (size_t)(i - i0) * (size_t)K;
             int8_t *d = (int8_t *)dst + (size_t)i * (size_t)ldl;
-            int32_t sum = 0, z = wzp[i];
-            int bad = 0;
-            /* no early exit: a loop the compiler vectorizes; the verdict comes after the row */
-            if (w_type == QL_U8) {
-                for (int kk = 0; kk < K; kk++) {
-                    int32_t v = (int32_t)src[kk] - z;
-                    bad |= (v < -64) | (v > 64);
-                    d[kk] = (int8_t)v;
-                    sum += v;
-                }
-            } else {
-                const int8_t *si = (const int8_t *)src;
-                for (int kk = 0; kk < K; kk++) {
-                    int32_t v = (int32_t)si[kk] - z;
-                    bad |= (v < -64) | (v > 64);
-                    d[kk] = (int8_t)v;
-                    sum += v;
-                }
-            }
-            if (bad) return -1;
+            int32_t sum;
+            if (s8u8_row(src, K, w_type, wzp[i], d, &sum)) return -1;
             for (int kk = K; kk < kp; kk++) d[kk] = 0;
             row_a[i] = sum;
             row_z[i] = 0;
@@ -213,64 +246,208 @@ static int pack_w_rows(const ql_gemm_kernel *k, const void *w0, int w_type, int 
     return 0;
 }
 
-/* Rows [i0, i1) of w (M x K, channel outer, taps inner) in the grouped order into dst (rows of
- * Kw = ql_conv_wk entries); padding channels hold the row's zero point (centered: 0 in every
- * form). */
-static void permute_rows(const ql_gemm_kernel *k, const void *w, int K, int64_t taps, const int32_t *wzp,
-                         int i0, int i1, uint8_t *dst)
+/* Grouped order, packed straight from w (no permuted copy): rows [i0, i1) of w (M x K, channel
+ * outer, taps inner; w points at row 0) in the form of kernel k, rows of Kw = ql_conv_wk entries.
+ * Entry k' = (q * taps + t) * kpack + r of a row is channel c = q * kpack + r at tap t, i.e.
+ * source byte c * taps + t; channels c >= Cg (padding up to kpack) hold the row's zero point,
+ * centered 0 in every form. The result is what pack_w_rows makes of the permuted row (the
+ * layout, row sums and the fast path's verdict do not depend on the order: sums and the bound
+ * are taken over the source row, contiguously, while it is in L1).
+ * Interleaving: per block q of kpack channels, chunks of 16 taps; on x86 (SSE2, the baseline) a
+ * chunk is loaded as 16 bytes per channel and interleaved with unpack instructions. A chunk may
+ * read past its block (into the same row's later channels) and write past it (into entries the
+ * same row's later chunks overwrite); the bounds below keep both inside the row, and what is
+ * left (the row's last taps) is done element by element. */
+
+/* I16 form (kpack 2): d[(q * taps + t) * 2 + r] = w[(2q + r) * taps + t] - z as int16 */
+static inline __attribute__((always_inline)) void
+grouped_i16_body(const uint8_t *s, int w_type, int64_t cg, int64_t taps, int32_t z, int16_t *d)
 {
-    int64_t kpk = k->kpack, cg = K / taps, cb = (cg + kpk - 1) / kpk, Kw = ql_conv_wk(k, K, taps);
-    for (int i = i0; i < i1; i++) {
-        const uint8_t *src = (const uint8_t *)w + (size_t)i * (size_t)K;
-        uint8_t *d = dst + (size_t)(i - i0) * (size_t)Kw;
-        uint8_t zraw = (uint8_t)wzp[i];
-        for (int64_t q = 0; q < cb; q++)
-            for (int64_t t = 0; t < taps; t++)
-                for (int64_t r = 0; r < kpk; r++)
-                    d[(q * taps + t) * kpk + r] = q * kpk + r < cg ? src[(q * kpk + r) * taps + t] : zraw;
+    int64_t full = cg / 2, cb = (cg + 1) / 2, n_in = cg * taps, n_out = 2 * cb * taps;
+#if QL_X86
+    const __m128i zv = _mm_set1_epi16((int16_t)z), zero = _mm_setzero_si128();
+#endif
+    for (int64_t q = 0; q < full; q++) {
+        const uint8_t *a = s + 2 * q * taps, *b = a + taps;
+        int16_t *dq = d + 2 * q * taps;
+        int64_t t = 0;
+#if QL_X86
+        /* 16 taps a chunk: 16-byte loads of both channels, vpunpck{l,h}bw pairs them, and only the
+         * 4-tap quarters holding valid taps are widened and stored */
+        for (; t < taps && (2 * q + 1) * taps + t + 16 <= n_in &&
+               2 * (q * taps + t) + 8 * ((taps - t < 16 ? taps - t : 16) + 3) / 4 <= n_out; t += 16) {
+            __m128i va = _mm_loadu_si128((const __m128i *)(a + t)), vb = _mm_loadu_si128((const __m128i *)(b + t));
+            __m128i p[2] = {_mm_unpacklo_epi8(va, vb), _mm_unpackhi_epi8(va, vb)};   /* a0 b0 a1 b1 .. */
+            int64_t n = taps - t < 16 ? taps - t : 16;
+            for (int h = 0; h < 4 && 4 * h < n; h++) {
+                __m128i v = p[h >> 1], wv;
+                if (w_type == QL_U8)
+                    wv = (h & 1) ? _mm_unpackhi_epi8(v, zero) : _mm_unpacklo_epi8(v, zero);
+                else   /* each byte doubled into a 16-bit lane, shifted back arithmetically */
+                    wv = _mm_srai_epi16((h & 1) ? _mm_unpackhi_epi8(v, v) : _mm_unpacklo_epi8(v, v), 8);
+                _mm_storeu_si128((__m128i *)(dq + 2 * t + 8 * h), _mm_sub_epi16(wv, zv));   /* |v| <= 255 */
+            }
+        }
+#endif
+        if (t >= taps) continue;
+        if (w_type == QL_U8) {
+            for (; t < taps; t++) {
+                dq[2 * t] = (int16_t)((int32_t)a[t] - z);
+                dq[2 * t + 1] = (int16_t)((int32_t)b[t] - z);
+            }
+        } else {
+            for (; t < taps; t++) {
+                dq[2 * t] = (int16_t)((int32_t)(int8_t)a[t] - z);
+                dq[2 * t + 1] = (int16_t)((int32_t)(int8_t)b[t] - z);
+            }
+        }
     }
+    if (full < cb) {   /* an odd channel count: the last block's second channel is padding */
+        const uint8_t *a = s + 2 * full * taps;
+        int16_t *dq = d + 2 * full * taps;
+        for (int64_t t = 0; t < taps; t++) {
+            dq[2 * t] = (int16_t)((w_type == QL_U8 ? (int32_t)a[t] : (int32_t)(int8_t)a[t]) - z);
+            dq[2 * t + 1] = 0;
+        }
+    }
+}
+
+/* Byte forms (kpack 4): d[(q * taps + t) * 4 + r] = (w[(4q + r) * taps + t] ^ fx) - sub (8-bit
+ * wrap), padding channels pad. U8S8: fx = the u8 form's flip, sub 0; S8U8: fx 0, sub = z (the
+ * bound proven first, so the byte is the int8 value w - z). */
+static inline __attribute__((always_inline)) void
+grouped_b_body(const uint8_t *s, int64_t cg, int64_t taps, uint8_t fx, uint8_t sub, uint8_t pad, uint8_t *d)
+{
+    int64_t full = cg / 4, cb = (cg + 3) / 4, n_in = cg * taps, n_out = 4 * cb * taps;
+#if QL_X86
+    const __m128i fv = _mm_set1_epi8((char)fx), sv = _mm_set1_epi8((char)sub);
+#endif
+    for (int64_t q = 0; q < full; q++) {
+        const uint8_t *a = s + 4 * q * taps;
+        uint8_t *dq = d + 4 * q * taps;
+        int64_t t = 0;
+#if QL_X86
+        /* 16 taps a chunk: 16-byte loads of the 4 channels, interleaved by bytes then by pairs;
+         * only the 4-tap quarters holding valid taps are stored */
+        for (; t < taps && (4 * q + 3) * taps + t + 16 <= n_in &&
+               4 * (q * taps + t) + 16 * ((taps - t < 16 ? taps - t : 16) + 3) / 4 <= n_out; t += 16) {
+            __m128i va = _mm_loadu_si128((const __m128i *)(a + t)), vb = _mm_loadu_si128((const __m128i *)(a + taps + t));
+            __m128i vc = _mm_loadu_si128((const __m128i *)(a + 2 * taps + t)),
+                    vd = _mm_loadu_si128((const __m128i *)(a + 3 * taps + t));
+            __m128i ab[2] = {_mm_unpacklo_epi8(va, vb), _mm_unpackhi_epi8(va, vb)};
+            __m128i cd[2] = {_mm_unpacklo_epi8(vc, vd), _mm_unpackhi_epi8(vc, vd)};
+            int64_t n = taps - t < 16 ? taps - t : 16;
+            for (int h = 0; h < 4 && 4 * h < n; h++) {
+                __m128i v = (h & 1) ? _mm_unpackhi_epi16(ab[h >> 1], cd[h >> 1])
+                                    : _mm_unpacklo_epi16(ab[h >> 1], cd[h >> 1]);   /* a0 b0 c0 d0 a1 .. */
+                _mm_storeu_si128((__m128i *)(dq + 4 * t + 16 * h), _mm_sub_epi8(_mm_xor_si128(v, fv), sv));
+            }
+        }
+#endif
+        for (; t < taps; t++)
+            for (int r = 0; r < 4; r++) dq[4 * t + r] = (uint8_t)((a[r * taps + t] ^ fx) - sub);
+    }
+    if (full < cb) {   /* the last block's channels past Cg are padding */
+        const uint8_t *a = s + 4 * full * taps;
+        uint8_t *dq = d + 4 * full * taps;
+        int64_t left = cg - 4 * full;
+        for (int64_t t = 0; t < taps; t++)
+            for (int64_t r = 0; r < 4; r++) dq[4 * t + r] = r < left ? (uint8_t)((a[r * taps + t] ^ fx) - sub) : pad;
+    }
+}
+
+/* the common kernels' tap counts as constants (3x3, 3, 3x3x3, 7x7): loops the compiler unrolls */
+static void grouped_i16(const uint8_t *s, int w_type, int64_t cg, int64_t taps, int32_t z, int16_t *d)
+{
+    switch (taps) {
+    case 9: grouped_i16_body(s, w_type, cg, 9, z, d); break;
+    case 3: grouped_i16_body(s, w_type, cg, 3, z, d); break;
+    case 27: grouped_i16_body(s, w_type, cg, 27, z, d); break;
+    case 49: grouped_i16_body(s, w_type, cg, 49, z, d); break;
+    default: grouped_i16_body(s, w_type, cg, taps, z, d);
+    }
+}
+
+static void grouped_b(const uint8_t *s, int64_t cg, int64_t taps, uint8_t fx, uint8_t sub, uint8_t pad, uint8_t *d)
+{
+    switch (taps) {
+    case 9: grouped_b_body(s, cg, 9, fx, sub, pad, d); break;
+    case 3: grouped_b_body(s, cg, 3, fx, sub, pad, d); break;
+    case 27: grouped_b_body(s, cg, 27, fx, sub, pad, d); break;
+    case 49: grouped_b_body(s, cg, 49, fx, sub, pad, d); break;
+    default: grouped_b_body(s, cg, taps, fx, sub, pad, d);
+    }
+}
+
+/* Rows [i0, i1) of w in the grouped order (above) into dst's layout (pack_w_rows'); 0 or -1 (the
+ * fast path's bound, S8U8 form: nothing usable written). */
+static int pack_w_grouped(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K, int64_t taps,
+                          const int32_t *wzp, void *dst, int i0, int i1)
+{
+    int64_t cg = K / taps, Kw = ql_conv_wk(k, K, taps);
+    int kp = ql_round_k(k, (int)Kw);
+    ptrdiff_t ldl = w_row_bytes(k, (int)Kw);
+    int32_t *row_a = (int32_t *)((char *)dst + (size_t)M * (size_t)ldl), *row_z = row_a + M;
+    for (int i = i0; i < i1; i++) {
+        const uint8_t *s = (const uint8_t *)w + (size_t)i * (size_t)K;
+        char *d = (char *)dst + (size_t)i * (size_t)ldl;
+        int32_t z = wzp[i];
+        if (k->form == QL_FORM_I16) {
+            grouped_i16(s, w_type, cg, taps, z, (int16_t *)d);
+            memset(d + 2 * Kw, 0, (size_t)(kp - Kw) * 2);
+        } else if (k->form == QL_FORM_S8U8) {
+            int32_t sum;
+            if (s8u8_row(s, K, w_type, z, NULL, &sum)) return -1;
+            grouped_b(s, cg, taps, 0, (uint8_t)z, 0, (uint8_t *)d);
+            memset(d + Kw, 0, (size_t)(kp - Kw));
+            row_a[i] = sum;   /* padding adds 0 */
+            row_z[i] = 0;
+        } else {
+            uint8_t flip = w_type == QL_I8 ? 0x80 : 0;
+            int32_t zl = z + (w_type == QL_I8 ? 128 : 0);   /* u8 form: int8 + 128; = (raw z) ^ flip */
+            grouped_b(s, cg, taps, flip, 0, (uint8_t)zl, (uint8_t *)d);
+            memset(d + Kw, 0, (size_t)(kp - Kw));
+            /* pack_L's row sum over the Kw entries: the source row's plus zl per padding entry */
+            uint32_t sum = sum_u8form(s, K, flip) + (uint32_t)(Kw - K) * (uint32_t)zl;
+            row_z[i] = zl;
+            row_a[i] = (int32_t)(sum - (uint32_t)Kw * (uint32_t)zl);
+        }
+    }
+    return 0;
 }
 
 int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K, int64_t taps,
                    const int32_t *wzp, void *dst)
 {
     if (!ql_conv_grouped(k, K, taps)) return pack_w_rows(k, w, w_type, M, K, wzp, dst, 0, M);
-    int64_t Kw = ql_conv_wk(k, K, taps);
-    uint8_t *perm = (uint8_t *)malloc((size_t)M * (size_t)Kw + 1);
-    if (!perm) return -2;
-    permute_rows(k, w, K, taps, wzp, 0, M, perm);
-    int rc = pack_w_rows(k, perm, w_type, M, (int)Kw, wzp, dst, 0, M);
-    free(perm);
-    return rc;
+    return pack_w_grouped(k, w, w_type, M, K, taps, wzp, dst, 0, M);
 }
 
 /* A plain call's weights, packed per call in one pass over w: the fast path's form while every
  * row fits its bound (the proof is made while packing; the first row outside stops every
- * thread), else the exact form. Rows shared over the threads in blocks (grouped order: each
- * block of 4 rows permuted into the thread's buffer first). */
+ * thread), else the exact form. Rows shared over the threads in blocks (the grouped order
+ * packed straight from w, pack_w_grouped). */
 typedef struct {
     const ql_gemm_kernel *k; const void *w; int w_type, M, K; const int32_t *wzp; void *dst;
     int rows_per_task;
     atomic_int outside;
-    int64_t taps; int grouped, Kw; uint8_t *perm;   /* grouped: 4 rows of Kw per thread */
+    int64_t taps; int grouped;
 } packw_ctx;
 
 static void packw_task(void *vctx, ptrdiff_t t, int thread)
 {
+    (void)thread;
     packw_ctx *c = (packw_ctx *)vctx;
     if (atomic_load_explicit(&c->outside, memory_order_relaxed)) return;
     int i0 = (int)t * c->rows_per_task, i1 = i0 + c->rows_per_task < c->M ? i0 + c->rows_per_task : c->M;
     /* blocks of 4 rows, so that a row outside the bound stops the others soon */
     for (int i = i0; i < i1; i += 4) {
         int ie = i + 4 < i1 ? i + 4 : i1, rc;
-        if (c->grouped) {
-            uint8_t *buf = c->perm + (size_t)thread * 4 * (size_t)c->Kw;
-            permute_rows(c->k, c->w, c->K, c->taps, c->wzp, i, ie, buf);
-            rc = pack_w_rows(c->k, buf, c->w_type, c->M, c->Kw, c->wzp, c->dst, i, ie);
-        } else {
+        if (c->grouped)
+            rc = pack_w_grouped(c->k, c->w, c->w_type, c->M, c->K, c->taps, c->wzp, c->dst, i, ie);
+        else
             rc = pack_w_rows(c->k, (const uint8_t *)c->w + (size_t)i * (size_t)c->K, c->w_type, c->M, c->K,
                              c->wzp, c->dst, i, ie);
-        }
         if (rc) {
             atomic_store_explicit(&c->outside, 1, memory_order_relaxed);
             return;
@@ -289,18 +466,12 @@ static int pack_w_threads(const ql_gemm_kernel *k, const void *w, int w_type, in
     atomic_init(&c.outside, 0);
     c.taps = taps;
     c.grouped = ql_conv_grouped(k, K, taps);
-    c.Kw = (int)ql_conv_wk(k, K, taps);
     if ((int64_t)M * K < (1 << 18)) threads = 1;   /* below: tens of microseconds */
     if (threads < 1) threads = 1;
-    if (c.grouped) {
-        c.perm = (uint8_t *)malloc((size_t)threads * 4 * (size_t)c.Kw + 1);
-        if (!c.perm) return -2;
-    }
     int tasks = threads > 1 ? 4 * threads : 1;
     c.rows_per_task = (M + tasks - 1) / tasks;
     if (c.rows_per_task < 1) c.rows_per_task = 1;
     ql_parallel_for((M + c.rows_per_task - 1) / c.rows_per_task, threads, packw_task, &c);
-    free(c.perm);
     return atomic_load(&c.outside) ? -1 : 0;
 }
 
