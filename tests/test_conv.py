@@ -979,3 +979,130 @@ def test_implicit_gemm_k_blocks(seven_bit, engine_level):
         check_convint([x, w, rand_int(rng, xdt, ()), wz], kw)
         if before is not None and _native._C.get_isa() in ("avx2", "scalar"):
             assert _native._C.conv_path_counts()[0] - before[0] == 2
+
+
+# ----------------------------------------------------------------------------- narrow tails
+
+# output widths whose last 16-column tile has every width 1..16 (and 7x7 / 14x14 planes' 49,
+# 196 flattened): the implicit path's dot kernel (at most 8 real columns, the whole K), its
+# 8-column tile kernels (the scalar level, and K blocks) and full tiles
+_TAIL_WIDTHS = list(range(1, 41)) + [49, 196]
+
+
+def _tail_delta(before):
+    from qlinear import _native
+    after = _native._C.tail_counts()
+    return tuple(a - b for a, b in zip(after, before))
+
+
+@pytest.mark.parametrize("seven_bit", [False, True])
+def test_narrow_tails_pointwise(seven_bit, engine_level):
+    """1x1 convolutions over planes of 1 x n for n = 1..40, 49, 196 (the last tile's real
+    columns: every width 1..16) against the oracle at every level, all 8 type combinations in
+    turn, full-range (or 7-bit) weights with differing per-channel zero points, batch 2; and
+    that the narrow kernels ran: on avx2 the dot kernel for a last tile of at most 8 columns,
+    on the scalar level its 8-column implicit tile."""
+    from qlinear import _native
+    native = engine_level != "numpy" and _native.native() is not None
+    rng = np.random.default_rng([seven_bit, 47])
+    for n in _TAIL_WIDTHS:
+        xdt, wdt, ydt = ALL_8BIT_COMBOS[n % len(ALL_8BIT_COMBOS)]
+        m = 5 + n % 4                              # 5..8 rows: micro-tile row tails
+        cin = 8
+        x = rand_int(rng, xdt, (2, cin, 1, n))
+        x.flat[::5] = np.iinfo(xdt).min
+        x.flat[2::7] = np.iinfo(xdt).max
+        shape = (m, cin, 1, 1)
+        if seven_bit:
+            w, wz = _seven_bit(rng, wdt, shape, m)
+        else:
+            w, wz = rand_extreme(rng, wdt, shape), rand_int(rng, wdt, (m,))
+        before = _native._C.tail_counts() if native else None
+        paths = _native._C.conv_path_counts() if native else None
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), {})
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], {})
+        if not native:
+            continue
+        level = _native._C.get_isa()
+        if level not in ("avx2", "scalar"):
+            continue
+        assert _native._C.conv_path_counts()[0] - paths[0] == 2   # the implicit path
+        last = n - (n - 1) // 16 * 16
+        implicit_t8, _, dot = _tail_delta(before)
+        if level == "avx2":
+            # one dot tile per image and call (per row block: the tile is in every task)
+            assert (dot > 0) == (last <= 8) and implicit_t8 == 0, (n, implicit_t8, dot)
+        elif not seven_bit:
+            assert (implicit_t8 > 0) == (last <= 8) and dot == 0, (n, implicit_t8, dot)
+
+
+@pytest.mark.parametrize("spatial,pads", [((2, 3), [1, 1, 1, 1]), ((2, 11), [1, 1, 1, 1]),
+                                          ((3, 6), [1, 1, 1, 1]), ((7, 7), [1, 1, 1, 1]),
+                                          ((7, 7), [0, 0, 0, 0]), ((14, 14), [0, 0, 0, 0]),
+                                          ((40, 3), [1, 1, 1, 1])])
+def test_narrow_tails_planes(spatial, pads, engine_level):
+    """2-D planes whose last tile is narrow, with the padded row width's dropped columns inside
+    it (3x3, pads 1: the runs split around them), a 7x7 plane with pads of 1 (row-aligned tiles
+    of 2 output rows, the last one row of 7 columns: a dot tile), 7x7 / 14x14 planes and a
+    plane 3 wide (the im2col path: 120 pixels, a last packed panel of 8 columns), every type
+    combination, 7-bit and full-range weights."""
+    from qlinear import _native
+    native = engine_level != "numpy" and _native.native() is not None
+    rng = np.random.default_rng([*spatial, *pads, 48])
+    kernel = (3, 3) if any(pads) else (1, 1)
+    before = _native._C.tail_counts() if native else None
+    for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+        m = 4 + r
+        x = rand_int(rng, xdt, (1, 6, *spatial))
+        shape = (m, 6, *kernel)
+        if r % 2:
+            w, wz = _seven_bit(rng, wdt, shape, m)
+        else:
+            w, wz = rand_extreme(rng, wdt, shape), rand_int(rng, wdt, (m,))
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), dict(pads=pads))
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], dict(pads=pads))
+    if native and _native._C.get_isa() == "avx2":
+        _, packed, dot = _tail_delta(before)
+        if spatial == (40, 3):
+            assert packed > 0 and dot == 0
+        else:
+            assert dot > 0 and packed == 0
+
+
+@pytest.mark.parametrize("seven_bit", [False, True])
+def test_narrow_tails_k_blocks(seven_bit, engine_level):
+    """Reductions the implicit path cuts into K blocks (above 3072 k-groups: 704 channels 3x3,
+    3168 exact k-groups; 1376, 3096 7-bit ones; a pointwise copy that long would exceed L2 and
+    take the im2col path) on 1 x 8, 1 x 13, 1 x 5 and 7 x 7 planes with pads of 1 (a last tile
+    of 8, 13, 5 and 7 columns): on avx2 the dot kernel over the whole K for the narrow ones,
+    on the scalar level the 8-column tile kernel adding partial sums (its columns 8..15 written
+    as 0); x and w at their extremes so that the sums pass 2^24."""
+    from qlinear import _native
+    native = engine_level != "numpy" and _native.native() is not None
+    rng = np.random.default_rng([seven_bit, 49])
+    pads = dict(pads=[1, 1, 1, 1])
+    cases = (((1, 8), (U8, I8, U8)), ((1, 13), (I8, U8, I8)), ((1, 5), (I8, I8, U8)), ((7, 7), (U8, U8, I8)))
+    for spatial, (xdt, wdt, ydt) in cases:
+        kernel, attrs = (3, 3), pads
+        cin = 1376 if seven_bit else 704
+        x = rand_extreme(rng, xdt, (1, cin, *spatial))
+        shape = (3, cin, *kernel)
+        if seven_bit:
+            w, wz = _seven_bit(rng, wdt, shape, 3)
+        else:
+            w, wz = rand_extreme(rng, wdt, shape), rand_int(rng, wdt, (3,))
+        before = _native._C.tail_counts() if native else None
+        paths = _native._C.conv_path_counts() if native else None
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
+        if not native:
+            continue
+        if _native._C.get_isa() in ("avx2", "scalar"):
+            assert _native._C.conv_path_counts()[0] - paths[0] == 2   # the implicit path
+        implicit_t8, _, dot = _tail_delta(before)
+        narrow = spatial != (1, 13)
+        if _native._C.get_isa() == "avx2":
+            assert implicit_t8 == 0 and (dot > 0) == narrow, (spatial, implicit_t8, dot)
+        elif _native._C.get_isa() == "scalar" and not seven_bit:
+            # no dot kernel there, so no row-aligned tiles: 7x7's last tile has 13 columns
+            assert dot == 0 and (implicit_t8 > 0) == (narrow and spatial != (7, 7)), (spatial, implicit_t8, dot)

@@ -441,3 +441,35 @@ def test_batched_equal_and_broadcast_batches(batches):
                 check_mmi(a2[:, :1], b, a2_z[:, :1], b_z)
         finally:
             qlinear.set_num_threads(saved)
+
+
+# ----------------------------------------------------------------------------- narrow tails
+
+
+@pytest.mark.parametrize("seven_bit", [False, True])
+def test_narrow_column_tails(seven_bit, engine_level):
+    """n = 1..40 output columns (the last 16-column panel: every width 1..16) against the
+    oracle at every level, all 8 type combinations in turn, full-range a, b full range (the
+    exact kernel) or within 64 of 0 in the s8 form (avx2's vpmaddubsw kernel), differing
+    per-column zero points; and that avx2's 8-column tail kernel ran exactly for the last
+    panels of at most 8 columns."""
+    from qlinear import _native
+    native = engine_level != "numpy" and _native.native() is not None
+    rng = np.random.default_rng([seven_bit, 47])
+    m, k = 7, 37
+    for n in range(1, 41):
+        adt, bdt, ydt = ALL_8BIT_COMBOS[n % len(ALL_8BIT_COMBOS)]
+        a = rand_extreme(rng, adt, (m, k))
+        if seven_bit:
+            mid = 0 if bdt == I8 else 128
+            b = (mid + rng.integers(-64, 64, (k, n), endpoint=True)).astype(bdt)
+        else:
+            b = rand_extreme(rng, bdt, (k, n))
+        a_s, a_z = rand_scale(rng, ()), rand_int(rng, adt, ())
+        b_s, b_z = rand_scale(rng, (n,)), rand_int(rng, bdt, (n,))
+        before = _native._C.tail_counts() if native else None
+        check_qmm(a, a_s, a_z, b, b_s, b_z, y_scale_for(rng, a_s, b_s, k), rand_int(rng, ydt, ()))
+        check_mmi(a, b, a_z, b_z)
+        if native and _native._C.get_isa() == "avx2":
+            panels = _native._C.tail_counts()[1] - before[1]
+            assert (panels > 0) == (n - (n - 1) // 16 * 16 <= 8), (n, panels)

@@ -925,6 +925,7 @@ typedef struct ig_ctx {
     int nfh, nfw;                          /* used phases per axis */
     int64_t fh[IG_MAX_STRIDE], fw[IG_MAX_STRIDE];
     int64_t Q, ntiles;                     /* flat outputs q < Q; tiles of 16 */
+    int64_t tstride;                       /* q between tiles' starts: 16, or r output rows */
     char *copy;                            /* nblk * BS positions + slack, 4 bytes each */
     ptrdiff_t *off;                        /* groups byte offsets */
     const uint8_t *xg;                     /* image n, group g: first channel */
@@ -938,6 +939,8 @@ typedef struct ig_ctx {
     int kgroups;                           /* k-groups per K block */
     int fused;                             /* ikernel_ep stores the tiles */
     char *cblock; size_t cblock_bytes;     /* per thread: mc x 16 int32 partial sums */
+    char *xt; size_t xt_bytes; ptrdiff_t xs;   /* the dot tail's gathered columns (shared) */
+    int ep_ok;                             /* the epilogue is one ikernel_ep / dot_ep support */
 } ig_ctx;
 
 /* dst[j] = x[pos0 + j*step] for j in [0, len) where the position lies in [0, n), padv
@@ -1099,7 +1102,8 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
  * across an output row's end when the next row follows with no dropped column (Wph == OW). */
 static void ig_runs(const ig_ctx *c, int64_t q0, ql_ik_runs *rn)
 {
-    int64_t q = q0, qe = q0 + QL_IK_NR < c->Q ? q0 + QL_IK_NR : c->Q;
+    int64_t span = c->tstride < QL_IK_NR ? c->tstride : QL_IK_NR;
+    int64_t q = q0, qe = q0 + span < c->Q ? q0 + span : c->Q;
     rn->n = 0;
     while (q < qe) {
         int64_t oh = q / c->Wph, ow = q % c->Wph;
@@ -1120,6 +1124,18 @@ static void ig_store(const ig_ctx *c, const int32_t *Ct, const ql_ik_runs *rn, i
         c->epilogue(&c->ep, Ct + rn->col[k], QL_IK_NR, NULL, i, (int)rn->pix[k], rows, rn->len[k]);
 }
 
+/* The last tile's w real columns as contiguous k runs for the dot kernel: column c, k-group
+ * g at xt + c*xs + 4g (both forms hold one k-group of one position in 4 bytes), zero-padded
+ * to xs (a multiple of 32 bytes). */
+static void ig_gather(const ig_ctx *c, const char *base, int w, char *xt)
+{
+    for (int j = 0; j < w; j++) {
+        char *d = xt + j * c->xs;
+        for (int g = 0; g < c->groups; g++) memcpy(d + 4 * (ptrdiff_t)g, base + c->off[g] + 4 * j, 4);
+        memset(d + 4 * (ptrdiff_t)c->groups, 0, (size_t)(c->xs - 4 * (ptrdiff_t)c->groups));
+    }
+}
+
 /* GEMM task: row block x block of tiles; each tile's C goes to the epilogue in runs of real
  * output pixels (straight from the accumulators where the kernel has ikernel_ep). K blocks of
  * at most c->kgroups k-groups: the operand a tile reads (64 bytes per k-group, scattered over
@@ -1137,17 +1153,48 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
     size_t es = c->kern->form == QL_FORM_I16 ? 2 : 1;
     ql_ik_runs rn;
     for (int64_t t = t_beg; t < t_end; t++) {
-        int64_t q0 = t * QL_IK_NR;
+        int64_t q0 = t * c->tstride;
         const char *base = c->copy + 4 * (size_t)q0;
         ig_runs(c, q0, &rn);
+        /* the tile's columns: 16, fewer for row-aligned tiles, and the last tile's rest */
+        int64_t wt = c->tstride < QL_IK_NR ? c->tstride : QL_IK_NR;
+        if (c->Q - q0 < wt) wt = c->Q - q0;
+        /* a tile with at most tail_nr or QL_DOT_NR columns: the narrow kernels (the runs lie
+         * within them); a 7x7 plane's 49 = 3*16 + 1 */
+        if (c->xt && wt <= QL_DOT_NR) {
+            /* gathered once, then dot products of the row block's rows with them over the
+             * whole K (K blocks or not: the gathered columns are contiguous), the level's
+             * epilogue on the runs */
+            int w = (int)wt;
+            const char *xt = c->xt;   /* gathered by ig_run after the copy */
+            for (int i = i_beg; i < i_end; i += c->mr) {
+                int rows = i_end - i < c->mr ? i_end - i : c->mr;
+                const char *Li = c->L + (ptrdiff_t)i * c->ldl;
+                if (c->ep_ok && c->kern->dot_ep) {
+                    c->kern->dot_ep(Li, c->ldl, xt, c->xs, 4 * c->groups, w, &c->ep, &rn, i, rows);
+                    continue;
+                }
+                c->kern->dot(Li, c->ldl, xt, c->xs, 4 * c->groups, w, Ct, QL_IK_NR, rows);
+                ig_store(c, Ct, &rn, i, rows);
+            }
+            ql_tail_count(2);
+            continue;
+        }
+        ql_ikernel_fn ik = c->kern->ikernel;
+        ql_ikernel_ep_fn ike = c->kern->ikernel_ep;
+        if (wt <= c->kern->tail_nr && c->kern->ikernel_tail) {
+            ik = c->kern->ikernel_tail;
+            ike = c->kern->ikernel_ep_tail;
+            ql_tail_count(0);
+        }
         if (c->kgroups >= c->groups) {
             for (int i = i_beg; i < i_end; i += c->mr) {
                 int rows = i_end - i < c->mr ? i_end - i : c->mr;
-                if (c->fused) {
-                    c->kern->ikernel_ep(c->L + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, c->groups, &c->ep, &rn, i, rows);
+                if (c->fused && ike) {
+                    ike(c->L + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, c->groups, &c->ep, &rn, i, rows);
                     continue;
                 }
-                c->kern->ikernel(c->L + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, c->groups, Ct, QL_IK_NR, rows);
+                ik(c->L + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, c->groups, Ct, QL_IK_NR, rows);
                 ig_store(c, Ct, &rn, i, rows);
             }
             continue;
@@ -1159,9 +1206,9 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
                 int rows = i_end - i < c->mr ? i_end - i : c->mr;
                 int32_t *cb = Cb + (size_t)(i - i_beg) * QL_IK_NR;
                 if (g0 == 0) {
-                    c->kern->ikernel(Lk + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, gn, cb, QL_IK_NR, rows);
+                    ik(Lk + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, gn, cb, QL_IK_NR, rows);
                 } else {
-                    c->kern->ikernel(Lk + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off + g0, gn, Ct, QL_IK_NR, rows);
+                    ik(Lk + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off + g0, gn, Ct, QL_IK_NR, rows);
                     uint32_t *d = (uint32_t *)cb;
                     const uint32_t *src = (const uint32_t *)Ct;
                     for (int e = 0; e < rows * QL_IK_NR; e++) d[e] += src[e];
@@ -1254,6 +1301,25 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     c.nblk = (int)((c.Cg + c.kpk - 1) / c.kpk);
     c.Q = (c.OH - 1) * c.Wph + c.OW;
     c.ntiles = (c.Q + QL_IK_NR - 1) / QL_IK_NR;
+    c.tstride = QL_IK_NR;
+    /* Row-aligned tiles: on a plane with dropped columns (Wph > OW) and rows of at most 16,
+     * a tile may start every r output rows instead of every 16 q, r the most rows whose real
+     * columns fit 16 ((r - 1) Wph + OW <= 16); the q between a tile's 16 columns and the next
+     * tile's start are dropped columns. Taken when it costs fewer tile-equivalents, a last
+     * tile of at most QL_DOT_NR columns counted as half a tile: a 7x7 plane with pads of 1
+     * (Wph 9): tiles of rows 0-1, 2-3, 4-5 and 6, the last 7 columns wide (a dot tile),
+     * against 16-q tiles whose last has 13 real columns. */
+    if (c.Wph > c.OW && c.OW <= QL_IK_NR && kern->dot) {
+        int64_t r = (QL_IK_NR - c.OW) / c.Wph + 1, nt = (c.OH + r - 1) / r;
+        int64_t wl = (c.OH - (nt - 1) * r - 1) * c.Wph + c.OW;
+        int64_t wl16 = c.Q - (c.ntiles - 1) * QL_IK_NR;
+        int64_t cost = 2 * (nt - 1) + (wl <= QL_DOT_NR ? 1 : 2);
+        int64_t cost16 = 2 * (c.ntiles - 1) + (wl16 <= QL_DOT_NR ? 1 : 2);
+        if (cost < cost16) {
+            c.tstride = r * c.Wph;
+            c.ntiles = nt;
+        }
+    }
     /* computed columns: the Wph - OW dropped positions per row and the last tile's tail,
      * against the im2col path's ceil(P / 16) panels (whose last one is computed whole too):
      * at most a quarter more tiles (a 7x7 plane: 4 tiles, 4 panels; a plane 3 wide with pads
@@ -1263,7 +1329,8 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     int kp = ql_round_k(kern, Kw);
     c.groups = kp / c.kpk;   /* = nblk * taps in both orders */
     /* tap offsets (positions) within a channel block; the largest read is position
-     * (nblk - 1) * BS + max toff + ntiles * 16 - 1: the copy is that long (slack zeroed) */
+     * (nblk - 1) * BS + max toff + (ntiles - 1) * tstride + 15: the copy is that long (slack
+     * zeroed) */
     int64_t toff_max = 0;
     size_t off_bytes = sizeof(ptrdiff_t) * (size_t)c.groups;
     c.off = (ptrdiff_t *)malloc(off_bytes);
@@ -1274,7 +1341,8 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         if (toff > toff_max) toff_max = toff;
         for (int b = 0; b < c.nblk; b++) c.off[(int64_t)b * c.taps + t] = (ptrdiff_t)(4 * (b * c.BS + toff));
     }
-    int64_t positions = (int64_t)c.nblk * c.BS, reach = (int64_t)(c.nblk - 1) * c.BS + toff_max + c.ntiles * QL_IK_NR;
+    int64_t positions = (int64_t)c.nblk * c.BS,
+            reach = (int64_t)(c.nblk - 1) * c.BS + toff_max + (c.ntiles - 1) * c.tstride + QL_IK_NR;
     if (reach > positions) positions = reach;
     size_t copy_bytes = 4 * (size_t)positions;
     int threads = ql_num_threads();
@@ -1339,6 +1407,18 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     } else {
         c.kgroups = c.groups;
     }
+    /* the dot tail: a last tile of at most QL_DOT_NR columns (only the last can be: a tile
+     * stride below 16 is above 8, see the row-aligned tiles) */
+    int64_t wlast = c.Q - (c.ntiles - 1) * c.tstride;
+    if (wlast > QL_IK_NR) wlast = QL_IK_NR;
+    size_t xs = (4 * (size_t)c.groups + 31) / 32 * 32, xt_bytes = align64((size_t)wlast * xs);
+    /* (within the workspace limit with the copy and the scratch; else full tiles) */
+    if (kern->dot && wlast <= QL_DOT_NR && copy_bytes + c.scratch_bytes * (size_t)threads + xt_bytes <= workspace) {
+        c.xs = (ptrdiff_t)xs;
+        c.xt_bytes = xt_bytes;
+        c.xt = (char *)malloc(c.xt_bytes + 64);
+        if (!c.xt) { dw_scratch_put(copy_mem, copy_cached); free(c.scratch); free(c.off); free(c.cblock); return -1; }
+    }
     /* the fused epilogue: the whole K at once, the level's own epilogue (which ikernel_ep
      * reproduces), no U8S8 corrections (these forms have none), per-row multipliers */
     int fused = c.kgroups >= c.groups && kern->ikernel_ep != NULL;
@@ -1347,6 +1427,8 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         for (int64_t g = 0; g < p->group; g++) {
             c.xg = (const uint8_t *)p->x + (size_t)((n * p->C + g * c.Cg) * c.H * c.W);
             ql_parallel_for((ptrdiff_t)c.nblk, c.nblk > 1 ? run_threads : 1, ig_copy_task, &c);
+            /* the narrow last tile's columns, gathered once for every task */
+            if (c.xt) ig_gather(&c, c.copy + 4 * (size_t)((c.ntiles - 1) * c.tstride), (int)wlast, c.xt);
             c.L = (const char *)wpacked + (size_t)(g * c.Mg) * (size_t)ldl;
             plan_epilogue(p, &c.ep);
             if (p->bias) c.ep.row_bias = p->bias + g * c.Mg;
@@ -1356,13 +1438,15 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
             c.ep.out_rs = (ptrdiff_t)P;
             /* what ikernel_ep supports (always so here: the forms have no corrections, the
              * multipliers are per output channel, NCHW rows are contiguous) */
-            c.fused = fused && c.ep.out_cs == 1 && c.ep.mult_cs == 0 && !c.ep.row_a;
+            c.ep_ok = c.ep.out_cs == 1 && c.ep.mult_cs == 0 && !c.ep.row_a;
+            c.fused = fused && c.ep_ok;
             ql_parallel_for((ptrdiff_t)(c.row_blocks * c.tile_blocks), run_threads, ig_gemm_task, &c);
         }
     dw_scratch_put(copy_mem, copy_cached);
     free(c.scratch);
     free(c.off);
     free(c.cblock);
+    free(c.xt);
     return 1;
 }
 

@@ -66,16 +66,22 @@ static void gemm_task(void *vctx, ptrdiff_t t, int thread) {
             panel = s;
             cs = colsums;
         }
+        /* a last panel of at most tail_nr real columns: the narrow kernel */
+        ql_kernel_fn kfn = k->kernel;
+        if (k->kernel_tail && ncols <= k->tail_nr) {
+            kfn = k->kernel_tail;
+            ql_tail_count(1);
+        }
         if (g->nkb <= 1) {
             /* the whole K at once: the tile goes straight to the epilogue */
             for (int i = i_beg; i < i_end; i += k->mr) {
                 int rows = imin(k->mr, i_end - i);
-                if (g->fused) {
+                if (g->fused && kfn == k->kernel) {
                     k->kernel_ep(Lb + (ptrdiff_t)(i - i_beg) * p->ldl_bytes, p->ldl_bytes, panel,
                                  p->kp, &p->ep, cs, i, j0, rows, ncols);
                     continue;
                 }
-                k->kernel(Lb + (ptrdiff_t)(i - i_beg) * p->ldl_bytes, p->ldl_bytes, panel,
+                kfn(Lb + (ptrdiff_t)(i - i_beg) * p->ldl_bytes, p->ldl_bytes, panel,
                           p->kp, Ct, nr, rows);
                 p->epilogue(&p->ep, Ct, nr, cs, i, j0, rows, ncols);
             }
@@ -90,10 +96,10 @@ static void gemm_task(void *vctx, ptrdiff_t t, int thread) {
                 int rows = imin(k->mr, i_end - i);
                 int32_t *cdst = Cb + (size_t)(i - i_beg) * nr;
                 if (kb == 0) {
-                    k->kernel(Lb + (ptrdiff_t)(i - i_beg) * p->ldl_bytes + (size_t)k0 * es,
+                    kfn(Lb + (ptrdiff_t)(i - i_beg) * p->ldl_bytes + (size_t)k0 * es,
                               p->ldl_bytes, pk, kl, cdst, nr, rows);
                 } else {
-                    k->kernel(Lb + (ptrdiff_t)(i - i_beg) * p->ldl_bytes + (size_t)k0 * es,
+                    kfn(Lb + (ptrdiff_t)(i - i_beg) * p->ldl_bytes + (size_t)k0 * es,
                               p->ldl_bytes, pk, kl, Ct, nr, rows);
                     uint32_t *d = (uint32_t *)cdst;
                     const uint32_t *src = (const uint32_t *)Ct;
@@ -107,6 +113,8 @@ static void gemm_task(void *vctx, ptrdiff_t t, int thread) {
         }
     }
 }
+
+long long ql_tail_calls[3];
 
 int ql_gemm(const ql_gemm_problem *p) {
     const ql_gemm_kernel *k = p->kern;

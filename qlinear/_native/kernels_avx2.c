@@ -39,7 +39,7 @@
  * off NULL: the compiler drops the table) or at `base + off[g]` (implicit GEMM). */
 static inline __attribute__((always_inline)) void
 avx2_i16_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
-              int rows, __m256i (*out)[2]) {
+              int rows, __m256i (*out)[2], const int nb) {
     const char *l[I16_MR];
     for (int r = 0; r < I16_MR; r++)  /* missing tail rows re-read row 0; results dropped */
         l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
@@ -48,20 +48,23 @@ avx2_i16_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *o
     for (int g = 0; g < groups; g++) {
         const char *src = off ? base + off[g] : base + (ptrdiff_t)64 * g;
         IK_PREFETCH_NEXT(base, off, g, groups)
-        __m256i b0 = _mm256_loadu_si256((const __m256i *)src), b1 = _mm256_loadu_si256((const __m256i *)(src + 32));
+        /* nb == 1 (the 8-column tail): only the group's first 32 bytes are read */
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)src),
+                b1 = nb > 1 ? _mm256_loadu_si256((const __m256i *)(src + 32)) : b0;
         __m256i a;
         int32_t v;
-#define ROW(r, x0, x1)                                              \
-        memcpy(&v, l[r] + 4 * g, 4);                                \
-        a = _mm256_set1_epi32(v);                                   \
-        x0 = _mm256_add_epi32(x0, _mm256_madd_epi16(a, b0));        \
-        x1 = _mm256_add_epi32(x1, _mm256_madd_epi16(a, b1));
+#define ROW(r, x0, x1)                                                      \
+        memcpy(&v, l[r] + 4 * g, 4);                                        \
+        a = _mm256_set1_epi32(v);                                           \
+        x0 = _mm256_add_epi32(x0, _mm256_madd_epi16(a, b0));                \
+        if (nb > 1) x1 = _mm256_add_epi32(x1, _mm256_madd_epi16(a, b1));
         ROW(0, c00, c01) ROW(1, c10, c11) ROW(2, c20, c21)
         ROW(3, c30, c31) ROW(4, c40, c41) ROW(5, c50, c51)
 #undef ROW
     }
     out[0][0] = c00; out[0][1] = c01; out[1][0] = c10; out[1][1] = c11; out[2][0] = c20; out[2][1] = c21;
     out[3][0] = c30; out[3][1] = c31; out[4][0] = c40; out[4][1] = c41; out[5][0] = c50; out[5][1] = c51;
+    /* the tail's columns 8..15 (never accumulated: still zero) */
 }
 
 static inline __attribute__((always_inline)) void store_tile(__m256i (*out)[2], int32_t *C, ptrdiff_t ldc, int rows) {
@@ -71,17 +74,28 @@ static inline __attribute__((always_inline)) void store_tile(__m256i (*out)[2], 
     }
 }
 
+/* Full 16-column tiles, and the 8-column tail (ql_gemm_kernel.tail_nr): a packed panel's last
+ * columns when at most 8 of them are real. The tail reads the same operand layout (the first
+ * half of each group's 64 bytes) and writes zeros in columns 8..15 of C. (The implicit path's
+ * narrow last tiles take the dot kernels below instead.) */
 static void avx2_i16(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
                      int32_t *C, ptrdiff_t ldc, int rows) {
     __m256i out[I16_MR][2];
-    avx2_i16_body(L, ldl, (const char *)Rpanel, NULL, kp / 2, rows, out);
+    avx2_i16_body(L, ldl, (const char *)Rpanel, NULL, kp / 2, rows, out, 2);
+    store_tile(out, C, ldc, rows);
+}
+
+static void avx2_i16_t8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                        int32_t *C, ptrdiff_t ldc, int rows) {
+    __m256i out[I16_MR][2];
+    avx2_i16_body(L, ldl, (const char *)Rpanel, NULL, kp / 2, rows, out, 1);
     store_tile(out, C, ldc, rows);
 }
 
 static void avx2_i16_ik(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
                         int32_t *C, ptrdiff_t ldc, int rows) {
     __m256i out[I16_MR][2];
-    avx2_i16_body(L, ldl, base, off, groups, rows, out);
+    avx2_i16_body(L, ldl, base, off, groups, rows, out, 2);
     store_tile(out, C, ldc, rows);
 }
 
@@ -90,21 +104,22 @@ static void avx2_i16_ik(const void *L, ptrdiff_t ldl, const char *base, const pt
  * ------------------------------------------------------------------------------------- */
 #define U8_MR 4
 static inline __attribute__((always_inline)) void
-avx2_u8s8_body(const void *L, ptrdiff_t ldl, const __m256i *R, int groups, int rows, __m256i (*out)[2]) {
+avx2_u8s8_body(const void *L, ptrdiff_t ldl, const __m256i *R, int groups, int rows, __m256i (*out)[2],
+               const int nb) {
     const char *l[U8_MR];
     for (int r = 0; r < U8_MR; r++) l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
             c30 = c00, c31 = c00;
     for (int g = 0; g < groups; g++) {
-        __m256i b0 = _mm256_loadu_si256(R + 2 * g), b1 = _mm256_loadu_si256(R + 2 * g + 1);
+        __m256i b0 = _mm256_loadu_si256(R + 2 * g), b1 = nb > 1 ? _mm256_loadu_si256(R + 2 * g + 1) : b0;
         __m256i a;
         int32_t v;
-#define ROW(r, x0, x1)                                                                        \
-        memcpy(&v, l[r] + 4 * g, 4);                                                          \
-        a = _mm256_set1_epi32(v);                                                             \
-        x0 = _mm256_add_epi32(x0, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b0), ones));     \
-        x1 = _mm256_add_epi32(x1, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b1), ones));
+#define ROW(r, x0, x1)                                                                                \
+        memcpy(&v, l[r] + 4 * g, 4);                                                                  \
+        a = _mm256_set1_epi32(v);                                                                     \
+        x0 = _mm256_add_epi32(x0, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b0), ones));             \
+        if (nb > 1) x1 = _mm256_add_epi32(x1, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b1), ones));
         ROW(0, c00, c01) ROW(1, c10, c11) ROW(2, c20, c21) ROW(3, c30, c31)
 #undef ROW
     }
@@ -115,7 +130,14 @@ avx2_u8s8_body(const void *L, ptrdiff_t ldl, const __m256i *R, int groups, int r
 static void avx2_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
                       int32_t *C, ptrdiff_t ldc, int rows) {
     __m256i out[U8_MR][2];
-    avx2_u8s8_body(L, ldl, (const __m256i *)Rpanel, kp / 4, rows, out);
+    avx2_u8s8_body(L, ldl, (const __m256i *)Rpanel, kp / 4, rows, out, 2);
+    store_tile(out, C, ldc, rows);
+}
+
+static void avx2_u8s8_t8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                         int32_t *C, ptrdiff_t ldc, int rows) {
+    __m256i out[U8_MR][2];
+    avx2_u8s8_body(L, ldl, (const __m256i *)Rpanel, kp / 4, rows, out, 1);
     store_tile(out, C, ldc, rows);
 }
 
@@ -124,7 +146,7 @@ static void avx2_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
  * ------------------------------------------------------------------------------------- */
 static inline __attribute__((always_inline)) void
 avx2_s8u8_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
-               int rows, __m256i (*out)[2]) {
+               int rows, __m256i (*out)[2], const int nb) {
     const char *l[U8_MR];
     for (int r = 0; r < U8_MR; r++) l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
     const __m256i ones = _mm256_set1_epi16(1);
@@ -133,14 +155,15 @@ avx2_s8u8_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *
     for (int g = 0; g < groups; g++) {
         const char *src = off ? base + off[g] : base + (ptrdiff_t)64 * g;
         IK_PREFETCH_NEXT(base, off, g, groups)
-        __m256i b0 = _mm256_loadu_si256((const __m256i *)src), b1 = _mm256_loadu_si256((const __m256i *)(src + 32));
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)src),
+                b1 = nb > 1 ? _mm256_loadu_si256((const __m256i *)(src + 32)) : b0;
         __m256i a;
         int32_t v;
-#define ROW(r, x0, x1)                                                                        \
-        memcpy(&v, l[r] + 4 * g, 4);                                                          \
-        a = _mm256_set1_epi32(v);                                                             \
-        x0 = _mm256_add_epi32(x0, _mm256_madd_epi16(_mm256_maddubs_epi16(b0, a), ones));     \
-        x1 = _mm256_add_epi32(x1, _mm256_madd_epi16(_mm256_maddubs_epi16(b1, a), ones));
+#define ROW(r, x0, x1)                                                                                \
+        memcpy(&v, l[r] + 4 * g, 4);                                                                  \
+        a = _mm256_set1_epi32(v);                                                                     \
+        x0 = _mm256_add_epi32(x0, _mm256_madd_epi16(_mm256_maddubs_epi16(b0, a), ones));             \
+        if (nb > 1) x1 = _mm256_add_epi32(x1, _mm256_madd_epi16(_mm256_maddubs_epi16(b1, a), ones));
         ROW(0, c00, c01) ROW(1, c10, c11) ROW(2, c20, c21) ROW(3, c30, c31)
 #undef ROW
     }
@@ -151,15 +174,132 @@ avx2_s8u8_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *
 static void avx2_s8u8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
                       int32_t *C, ptrdiff_t ldc, int rows) {
     __m256i out[U8_MR][2];
-    avx2_s8u8_body(L, ldl, (const char *)Rpanel, NULL, kp / 4, rows, out);
+    avx2_s8u8_body(L, ldl, (const char *)Rpanel, NULL, kp / 4, rows, out, 2);
+    store_tile(out, C, ldc, rows);
+}
+
+static void avx2_s8u8_t8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                         int32_t *C, ptrdiff_t ldc, int rows) {
+    __m256i out[U8_MR][2];
+    avx2_s8u8_body(L, ldl, (const char *)Rpanel, NULL, kp / 4, rows, out, 1);
     store_tile(out, C, ldc, rows);
 }
 
 static void avx2_s8u8_ik(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
                          int32_t *C, ptrdiff_t ldc, int rows) {
     __m256i out[U8_MR][2];
-    avx2_s8u8_body(L, ldl, base, off, groups, rows, out);
+    avx2_s8u8_body(L, ldl, base, off, groups, rows, out, 2);
     store_tile(out, C, ldc, rows);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Dot kernels (ql_dot_fn) for the last few columns of a tile: up to 6 rows x 2 columns a
+ * pass, 32 bytes of k at a time from each L row and each gathered column, horizontal sums
+ * at the end. The same products as the tile kernels (I16: vpmaddwd; S8U8: vpmaddubsw of the
+ * u8-form column and the weights proven within [-64, 64], then vpmaddwd by 1), so the same
+ * bounds; only the order of the wrapping int32 additions differs, and wrap32 addition is
+ * associative and commutative, so the sums are the same.
+ * ------------------------------------------------------------------------------------- */
+#define DOT_MR 6
+#define DOT_KC 2048                     /* bytes of k per chunk */
+static inline __attribute__((always_inline)) __m256i dot_prod(__m256i l, __m256i x, const int s8u8) {
+    return s8u8 ? _mm256_madd_epi16(_mm256_maddubs_epi16(x, l), _mm256_set1_epi16(1)) : _mm256_madd_epi16(l, x);
+}
+
+static inline __attribute__((always_inline)) int32_t hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* 8 vectors' horizontal sums as one vector: lane j = sum of v[j]'s lanes (vphaddd adds
+ * without saturation, wrapping like every other int32 addition here) */
+static inline __attribute__((always_inline)) __m256i hsum8(__m256i v0, __m256i v1, __m256i v2, __m256i v3,
+                                                          __m256i v4, __m256i v5, __m256i v6, __m256i v7) {
+    __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+    __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v4, v5), _mm256_hadd_epi32(v6, v7));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20), _mm256_permute2x128_si256(h0, h1, 0x31));
+}
+
+/* The product of up to DOT_MR rows and ncols <= 8 columns into t[r][c] (t zeroed by the
+ * caller; columns >= ncols stay 0). */
+static inline __attribute__((always_inline)) void
+avx2_dot_body(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
+              int32_t (*t)[8], int rows, const int s8u8) {
+    const char *l[DOT_MR];
+    for (int r = 0; r < DOT_MR; r++)  /* missing rows re-read row 0; results dropped */
+        l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
+    int n32 = kbytes / 32, rem = kbytes % 32;
+    /* the rows' last partial 32 bytes, zero-padded (an L row is read only within kbytes) */
+    __m256i ltail[DOT_MR];
+    for (int r = 0; r < DOT_MR; r++) {
+        uint8_t b[32] = {0};
+        if (rem) memcpy(b, l[r] + (ptrdiff_t)n32 * 32, (size_t)rem);
+        ltail[r] = _mm256_loadu_si256((const __m256i *)b);
+    }
+    /* k in chunks of DOT_KC bytes, every column pair over a chunk before the next one: the
+     * chunk of the 6 rows (12 KiB) stays in L1 across the pairs (a 3x3 512-channel row is
+     * 9 KiB: 6 of them do not fit); the pairs' accumulators wait in acc between chunks */
+    __m256i acc[QL_DOT_NR / 2][2 * DOT_MR];
+    for (int p = 0; p < QL_DOT_NR / 2; p++)
+        for (int e = 0; e < 2 * DOT_MR; e++) acc[p][e] = _mm256_setzero_si256();
+    const int nk = n32 + (rem != 0);
+    for (int k0 = 0; k0 < nk; k0 += DOT_KC / 32) {
+        const int k1 = nk - k0 < DOT_KC / 32 ? nk : k0 + DOT_KC / 32;
+        for (int c0 = 0; c0 < ncols; c0 += 2) {
+            const int two = c0 + 1 < ncols;
+            const char *x0 = (const char *)X + c0 * xs, *x1 = two ? x0 + xs : x0;
+            __m256i *ap = acc[c0 / 2];
+            __m256i a00 = ap[0], a01 = ap[1], a10 = ap[2], a11 = ap[3], a20 = ap[4], a21 = ap[5],
+                    a30 = ap[6], a31 = ap[7], a40 = ap[8], a41 = ap[9], a50 = ap[10], a51 = ap[11];
+            for (int k = k0; k < k1; k++) {
+                /* columns are zero-padded to a multiple of 32 bytes: the last load is in bounds */
+                __m256i v0 = _mm256_loadu_si256((const __m256i *)(x0 + 32 * (ptrdiff_t)k));
+                __m256i v1 = _mm256_loadu_si256((const __m256i *)(x1 + 32 * (ptrdiff_t)k));
+                __m256i w;
+#define ROW(r, y0, y1)                                                                     \
+                w = k < n32 ? _mm256_loadu_si256((const __m256i *)(l[r] + 32 * (ptrdiff_t)k)) : ltail[r]; \
+                y0 = _mm256_add_epi32(y0, dot_prod(w, v0, s8u8));                           \
+                y1 = _mm256_add_epi32(y1, dot_prod(w, v1, s8u8));
+                ROW(0, a00, a01) ROW(1, a10, a11) ROW(2, a20, a21)
+                ROW(3, a30, a31) ROW(4, a40, a41) ROW(5, a50, a51)
+#undef ROW
+            }
+            ap[0] = a00; ap[1] = a01; ap[2] = a10; ap[3] = a11; ap[4] = a20; ap[5] = a21;
+            ap[6] = a30; ap[7] = a31; ap[8] = a40; ap[9] = a41; ap[10] = a50; ap[11] = a51;
+        }
+    }
+    for (int c0 = 0; c0 < ncols; c0 += 2) {
+        const int two = c0 + 1 < ncols;
+        const __m256i *ap = acc[c0 / 2];
+        int32_t sv[16];
+        const __m256i z = _mm256_setzero_si256();
+        _mm256_storeu_si256((__m256i *)sv, hsum8(ap[0], ap[1], ap[2], ap[3], ap[4], ap[5], ap[6], ap[7]));
+        _mm256_storeu_si256((__m256i *)(sv + 8), hsum8(ap[8], ap[9], ap[10], ap[11], z, z, z, z));
+        for (int r = 0; r < rows; r++) {
+            t[r][c0] = sv[2 * r];
+            if (two) t[r][c0 + 1] = sv[2 * r + 1];
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void
+avx2_dot_store(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
+               int32_t *C, ptrdiff_t ldc, int rows, const int s8u8) {
+    int32_t t[DOT_MR][8] = {{0}};
+    avx2_dot_body(L, ldl, X, xs, kbytes, ncols, t, rows, s8u8);
+    for (int r = 0; r < rows; r++) memcpy(C + r * ldc, t[r], sizeof(int32_t) * (size_t)ncols);
+}
+
+static void avx2_i16_dot(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
+                         int32_t *C, ptrdiff_t ldc, int rows) {
+    avx2_dot_store(L, ldl, X, xs, kbytes, ncols, C, ldc, rows, 0);
+}
+
+static void avx2_s8u8_dot(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
+                          int32_t *C, ptrdiff_t ldc, int rows) {
+    avx2_dot_store(L, ldl, X, xs, kbytes, ncols, C, ldc, rows, 1);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -341,15 +481,39 @@ ik_epilogue(__m256i (*out)[2], const ql_epilogue *ep, const ql_ik_runs *rn, int 
 static void avx2_i16_ik_ep(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
                            const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
     __m256i out[I16_MR][2];
-    avx2_i16_body(L, ldl, base, off, groups, rows, out);
+    avx2_i16_body(L, ldl, base, off, groups, rows, out, 2);
     ik_epilogue(out, ep, rn, i0, rows);
 }
 
 static void avx2_s8u8_ik_ep(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
                             const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
     __m256i out[U8_MR][2];
-    avx2_s8u8_body(L, ldl, base, off, groups, rows, out);
+    avx2_s8u8_body(L, ldl, base, off, groups, rows, out, 2);
     ik_epilogue(out, ep, rn, i0, rows);
+}
+
+/* the dot kernels with the fused epilogue: the sums as the low 8 columns of a tile */
+static inline __attribute__((always_inline)) void
+avx2_dot_ep(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
+            const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows, const int s8u8) {
+    int32_t t[DOT_MR][8] = {{0}};
+    avx2_dot_body(L, ldl, X, xs, kbytes, ncols, t, rows, s8u8);
+    __m256i out[DOT_MR][2];
+    for (int r = 0; r < DOT_MR; r++) {
+        out[r][0] = _mm256_loadu_si256((const __m256i *)t[r]);
+        out[r][1] = _mm256_setzero_si256();
+    }
+    ik_epilogue(out, ep, rn, i0, rows);
+}
+
+static void avx2_i16_dot_ep(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
+                            const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+    avx2_dot_ep(L, ldl, X, xs, kbytes, ncols, ep, rn, i0, rows, 0);
+}
+
+static void avx2_s8u8_dot_ep(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
+                             const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+    avx2_dot_ep(L, ldl, X, xs, kbytes, ncols, ep, rn, i0, rows, 1);
 }
 
 static void avx2_i16_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
@@ -357,15 +521,18 @@ static void avx2_i16_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp
 
 static const ql_gemm_kernel k_avx2_i16 = {"avx2-i16", I16_MR, 16, 2, QL_FORM_I16, avx2_i16,
                                       ql_pack_L_avx2, ql_pack_R_panel_avx2, avx2_i16_ik,
-                                      avx2_i16_ik_ep, avx2_i16_ep};
+                                      avx2_i16_ik_ep, avx2_i16_ep, 8, avx2_i16_t8, NULL, NULL,
+                                      avx2_i16_dot, avx2_i16_dot_ep};
 static void avx2_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
                          const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols);
 static const ql_gemm_kernel k_avx2_u8s8 = {"avx2-u8s8", U8_MR, 16, 4, QL_FORM_U8S8, avx2_u8s8,
-                                       ql_pack_L_avx2, ql_pack_R_panel_avx2, NULL, NULL, avx2_u8s8_ep};
+                                       ql_pack_L_avx2, ql_pack_R_panel_avx2, NULL, NULL, avx2_u8s8_ep, 8,
+                                       avx2_u8s8_t8, NULL, NULL, NULL, NULL};
 
 /* conv fast path: L and R packed by conv.c (centered int8 weights, u8-form im2col panels) */
 static const ql_gemm_kernel k_avx2_s8u8 = {"avx2-s8u8", U8_MR, 16, 4, QL_FORM_S8U8, avx2_s8u8, NULL, NULL,
-                                           avx2_s8u8_ik, avx2_s8u8_ik_ep};
+                                           avx2_s8u8_ik, avx2_s8u8_ik_ep, NULL, 8, avx2_s8u8_t8, NULL, NULL, avx2_s8u8_dot,
+                                           avx2_s8u8_dot_ep};
 
 #include "simd_common_avx2.h"
 
@@ -482,7 +649,7 @@ static void avx2_i16_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp
     __m256i out[I16_MR][2];
     int groups = kp / 2;
     if (rows > 4)
-        avx2_i16_body(L, ldl, (const char *)Rpanel, NULL, groups, rows, out);
+        avx2_i16_body(L, ldl, (const char *)Rpanel, NULL, groups, rows, out, 2);
     else if (rows > 2)
         i16_rows_body((const char *)L, ldl, (const char *)Rpanel, groups, 4, rows, out);
     else
@@ -500,7 +667,7 @@ static void avx2_i16_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp
 static void avx2_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
                          const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols) {
     __m256i out[U8_MR][2];
-    avx2_u8s8_body(L, ldl, (const __m256i *)Rpanel, kp / 4, rows, out);
+    avx2_u8s8_body(L, ldl, (const __m256i *)Rpanel, kp / 4, rows, out, 2);
     if (!tile_epilogue_ok(ep, cols)) {
         int32_t Ct[U8_MR * 16] __attribute__((aligned(32)));
         store_tile(out, Ct, 16, rows);

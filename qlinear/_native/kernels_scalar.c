@@ -135,17 +135,19 @@ static void scalar_i16(const void *L, ptrdiff_t ldl_bytes, const void *Rpanel, i
 }
 
 /* The implicit-GEMM variant (QL_IK_NR columns; the reference for the AVX2 ones): group g's
- * operand [QL_IK_NR][2] centered int16 at base + off[g]. */
-static void scalar_i16_ik(const void *L, ptrdiff_t ldl_bytes, const char *base, const ptrdiff_t *off,
-                          int groups, int32_t *C, ptrdiff_t ldc, int rows) {
+ * operand [QL_IK_NR][2] centered int16 at base + off[g]. ncols < QL_IK_NR (the tail): only
+ * the first ncols columns are computed, the others written as 0. */
+static inline void scalar_i16_ik_n(const void *L, ptrdiff_t ldl_bytes, const char *base, const ptrdiff_t *off,
+                                   int groups, int32_t *C, ptrdiff_t ldc, int rows, int ncols) {
     for (int r = 0; r < rows; r++) {
         const int16_t *l = (const int16_t *)((const char *)L + r * ldl_bytes);
         uint32_t acc[QL_IK_NR] = {0};
         for (int g = 0; g < groups; g++) {
             int32_t l0 = l[2 * g], l1 = l[2 * g + 1];
             int16_t rp[2 * QL_IK_NR];
-            memcpy(rp, base + off[g], sizeof rp);   /* the operand need not be 2-byte aligned */
-            for (int c = 0; c < QL_IK_NR; c++)
+            /* the operand need not be 2-byte aligned; a tail reads only its columns */
+            memcpy(rp, base + off[g], sizeof(int16_t) * 2 * (size_t)ncols);
+            for (int c = 0; c < ncols; c++)
                 /* |l0*r0 + l1*r1| <= 2*255*255 < 2^31: exact; the sum over k wraps (uint32) */
                 acc[c] += (uint32_t)(l0 * rp[2 * c] + l1 * rp[2 * c + 1]);
         }
@@ -153,8 +155,19 @@ static void scalar_i16_ik(const void *L, ptrdiff_t ldl_bytes, const char *base, 
     }
 }
 
+static void scalar_i16_ik(const void *L, ptrdiff_t ldl_bytes, const char *base, const ptrdiff_t *off,
+                          int groups, int32_t *C, ptrdiff_t ldc, int rows) {
+    scalar_i16_ik_n(L, ldl_bytes, base, off, groups, C, ldc, rows, QL_IK_NR);
+}
+
+static void scalar_i16_ik_t8(const void *L, ptrdiff_t ldl_bytes, const char *base, const ptrdiff_t *off,
+                             int groups, int32_t *C, ptrdiff_t ldc, int rows) {
+    scalar_i16_ik_n(L, ldl_bytes, base, off, groups, C, ldc, rows, 8);
+}
+
+/* packed panels are already 8 wide (no packed tail); the implicit tiles have an 8-column one */
 static const ql_gemm_kernel k_scalar_i16 = {"scalar-i16", SMR, SNR, 2, QL_FORM_I16, scalar_i16, ql_pack_L, ql_pack_R_panel,
-                                            scalar_i16_ik};
+                                            scalar_i16_ik, NULL, NULL, 8, NULL, scalar_i16_ik_t8, NULL, NULL, NULL};
 
 /* ---------------------------------------------------------------------------------------
  * QuantizeLinear / DequantizeLinear

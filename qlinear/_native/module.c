@@ -967,7 +967,17 @@ static PyObject *m_conv_path_counts(PyObject *self, PyObject *args) {
     return Py_BuildValue("(LL)", a, b);
 }
 
+/* tail_counts() -> (implicit tiles, packed panels, implicit dot tiles) that ran a narrow
+ * tail kernel so far */
+static PyObject *m_tail_counts(PyObject *self, PyObject *args) {
+    (void)self; (void)args;
+    return Py_BuildValue("(LLL)", __atomic_load_n(&ql_tail_calls[0], __ATOMIC_RELAXED),
+                         __atomic_load_n(&ql_tail_calls[1], __ATOMIC_RELAXED),
+                         __atomic_load_n(&ql_tail_calls[2], __ATOMIC_RELAXED));
+}
+
 static PyMethodDef methods[] = {
+    {"tail_counts", m_tail_counts, METH_NOARGS, "Implicit tiles, packed panels and implicit dot-kernel tiles that ran a narrow tail kernel."},
     {"conv_path_counts", m_conv_path_counts, METH_NOARGS, "GEMM convolutions run on the implicit and im2col paths."},
     {"kernel_peak", m_kernel_peak, METH_VARARGS, "Run a micro-kernel on L1-resident operands (peak rate)."},
     {"empty", ql_py_empty, METH_VARARGS, "An output buffer of n bytes from the bounded output pool."},

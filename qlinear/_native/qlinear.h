@@ -43,6 +43,22 @@ typedef void (*ql_kernel_fn)(const void *L, ptrdiff_t ldl_bytes, const void *Rpa
 typedef void (*ql_ikernel_fn)(const void *L, ptrdiff_t ldl_bytes, const char *base, const ptrdiff_t *off,
                               int groups, int32_t *C, ptrdiff_t ldc, int rows);
 
+/* Dot-product micro-kernel for a few columns: C[r][c] (r < rows <= mr, c < ncols <= QL_DOT_NR,
+ * row stride ldc; other columns untouched) = sum over the first kbytes bytes of L row r (at
+ * L + r*ldl_bytes, the form's values) times column c's values at X + c*xs_bytes, in wrap32.
+ * Column c holds the same k order as the L rows, contiguous, and is readable (zero-padded)
+ * up to kbytes rounded up to 32; L rows are read only within their kbytes. */
+#define QL_DOT_NR 8
+typedef void (*ql_dot_fn)(const void *L, ptrdiff_t ldl_bytes, const void *X, ptrdiff_t xs_bytes,
+                          int kbytes, int ncols, int32_t *C, ptrdiff_t ldc, int rows);
+
+struct ql_epilogue;
+struct ql_ik_runs;
+/* dot with the epilogue applied from the sums, as ikernel_ep does (runs below ncols) */
+typedef void (*ql_dot_ep_fn)(const void *L, ptrdiff_t ldl_bytes, const void *X, ptrdiff_t xs_bytes,
+                             int kbytes, int ncols, const struct ql_epilogue *ep,
+                             const struct ql_ik_runs *runs, int i0, int rows);
+
 /* packers: see ql_pack_L / ql_pack_R_panel below for the contract */
 typedef void (*ql_pack_L_fn)(const void *src, int type, ptrdiff_t rs, ptrdiff_t ks, int rows, int K,
                              const int32_t *zp, ptrdiff_t zp_s, int form, void *dst,
@@ -88,6 +104,22 @@ typedef struct ql_gemm_kernel {
     void (*kernel_ep)(const void *L, ptrdiff_t ldl_bytes, const void *Rpanel, int kp,
                       const struct ql_epilogue *ep, const int32_t *colsum, int i0, int j0,
                       int rows, int cols);
+    /* Narrow tails (optional; tail_nr 0: none). A tile whose real columns are all below
+     * tail_nr (< nr) may run these instead: same arguments and operand layout as kernel /
+     * ikernel / ikernel_ep (full nr- or QL_IK_NR-wide panels and groups, of which only the
+     * first tail_nr columns are read); columns [0, tail_nr) of C are the product's, columns
+     * [tail_nr, nr) are written as 0 (ikernel_ep_tail: runs must end before tail_nr).
+     * They save the arithmetic of the dropped columns: a 7x7 plane is 49 = 3*16 + 1 columns.
+     * (avx2 has kernel_tail only: its implicit narrow tiles run `dot`, which costs less.) */
+    int tail_nr;
+    ql_kernel_fn kernel_tail;
+    ql_ikernel_fn ikernel_tail;
+    ql_ikernel_ep_fn ikernel_ep_tail;
+    /* Narrowest tiles as dot products (optional): see ql_dot_fn. The implicit path gathers
+     * the last tile's few real columns (a 7x7 plane's 49th) and runs this instead of a tile
+     * of tail_nr or nr columns: the arithmetic of the real columns only. */
+    ql_dot_fn dot;
+    ql_dot_ep_fn dot_ep;           /* dot with ikernel_ep's epilogue (optional) */
 } ql_gemm_kernel;
 
 /* ---------------------------------------------------------------------------------------
@@ -249,6 +281,12 @@ typedef struct ql_gemm_problem {
                                                    `epilogue` (which must be the level's own) */
     int threads;                                /* max threads for this call (<= pool size) */
 } ql_gemm_problem;
+
+/* Tiles that ran a narrow tail kernel so far, [0] implicit-GEMM tiles (conv.c), [1] packed
+ * panels (gemm.c), [2] implicit-GEMM tiles on the dot kernel (conv.c): a diagnostic the tests read to prove their cases reached the tails
+ * (relaxed atomics; one add per tail tile or panel, not per micro-kernel call). */
+extern long long ql_tail_calls[3];
+static inline void ql_tail_count(int which) { __atomic_add_fetch(&ql_tail_calls[which], 1, __ATOMIC_RELAXED); }
 
 /* Runs the problem (threads from the pool). Returns 0, or -1 when scratch cannot be allocated. */
 int ql_gemm(const ql_gemm_problem *p);
