@@ -1562,46 +1562,16 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
  * Depthwise: direct tap sums along output rows
  * ------------------------------------------------------------------------------------- */
 
-/* Scratch kept between calls (one block, at most DW_CACHE_MAX bytes, taken by one call at a
- * time: a concurrent call, e.g. from another Python thread, allocates its own; the depthwise
- * paths' scratch and the implicit GEMM's padded copy). Why: a few
- * hundred KiB freed after every call go back to the OS (glibc trims the heap or unmaps the
- * block) and come back as page faults on the next call, which cost a 112x112 layer more
- * than its arithmetic. */
-#define DW_CACHE_MAX ((size_t)8 << 20)
-static pthread_mutex_t dw_cache_mu = PTHREAD_MUTEX_INITIALIZER;
-static char *dw_cache;
-static size_t dw_cache_bytes;
-
+/* The depthwise paths' scratch and the implicit GEMM's padded copy: kept between calls
+ * (ql_conv_scratch, threads.c), with 64 bytes of slack past the last buffer. */
 static char *dw_scratch_get(size_t n, int *cached)
 {
-    *cached = 0;
-    n += 64;   /* slack past the last buffer, as before the cache */
-#if defined(__SANITIZE_ADDRESS__)
-    /* under AddressSanitizer every call gets a block of its own size: a read past what the
-     * call asked for is then reported, not hidden inside a larger block kept from before */
-    if (0) {
-#else
-    if (n <= DW_CACHE_MAX && pthread_mutex_trylock(&dw_cache_mu) == 0) {
-#endif
-        if (dw_cache_bytes < n) {
-            free(dw_cache);
-            dw_cache = (char *)malloc(n);
-            dw_cache_bytes = dw_cache ? n : 0;
-        }
-        if (dw_cache) {
-            *cached = 1;
-            return dw_cache;
-        }
-        pthread_mutex_unlock(&dw_cache_mu);
-    }
-    return (char *)malloc(n);
+    return ql_scratch_get(&ql_conv_scratch, n + 64, cached);
 }
 
 static void dw_scratch_put(char *s, int cached)
 {
-    if (cached) pthread_mutex_unlock(&dw_cache_mu);
-    else free(s);
+    ql_scratch_put(&ql_conv_scratch, s, cached);
 }
 
 /* Depthwise convolutions of at least this many MACs use every thread (as ql_gemm does).

@@ -617,46 +617,6 @@ static PyObject *m_multiplier(PyObject *self, PyObject *args) {
     return PyFloat_FromDouble((double)m);
 }
 
-/* A plain call's scratch (its packed weights, int32 zero points, multipliers), kept between
- * calls: one block of at most PLAIN_CACHE_MAX bytes, taken by one call at a time (a concurrent
- * call, e.g. from another Python thread, allocates its own). Fresh memory of a few MiB per
- * call would come back as page faults on every call (as conv.c's depthwise scratch notes).
- * Only memory is reused, never contents: every call packs its own weights into it. */
-#define PLAIN_CACHE_MAX ((size_t)32 << 20)
-static PyThread_type_lock plain_cache_mu;
-static char *plain_cache;
-static size_t plain_cache_bytes;
-
-/* Under AddressSanitizer every call gets its own block (as conv.c's scratch cache): a read past
- * the packed weights inside a larger cached block would go unreported. */
-#if defined(__SANITIZE_ADDRESS__)
-#define PLAIN_CACHE_ON 0
-#else
-#define PLAIN_CACHE_ON 1
-#endif
-
-static char *plain_scratch_get(size_t n, int *cached) {
-    *cached = 0;
-    if (PLAIN_CACHE_ON && n <= PLAIN_CACHE_MAX && plain_cache_mu && PyThread_acquire_lock(plain_cache_mu, NOWAIT_LOCK)) {
-        if (plain_cache_bytes < n) {
-            free(plain_cache);
-            plain_cache = (char *)malloc(n);
-            plain_cache_bytes = plain_cache ? n : 0;
-        }
-        if (plain_cache) {
-            *cached = 1;
-            return plain_cache;
-        }
-        PyThread_release_lock(plain_cache_mu);
-    }
-    return (char *)malloc(n);
-}
-
-static void plain_scratch_put(char *s, int cached) {
-    if (cached) PyThread_release_lock(plain_cache_mu);
-    else free(s);
-}
-
 /* conv_plain(isa, depthwise, x, x_type, x_zp, (N, C, M, group), in, out, k, strides, dilations, pads_begin,
  *            w, w_type, w_zero_point|None, y, quantized, y_signed, y_zp, lo, hi,
  *            x_scale, w_scale|None, y_scale, bias|None, workspace) -> kind | None
@@ -718,7 +678,7 @@ static PyObject *m_conv_plain(PyObject *self, PyObject *args) {
         if (isa->conv_fast && ql_conv_w_bytes(isa->conv_fast, M, (int)K, taps) > wbytes)
             wbytes = ql_conv_w_bytes(isa->conv_fast, M, (int)K, taps);
     }
-    scratch = plain_scratch_get(head + wbytes + 64, &cached);
+    scratch = ql_scratch_get(&ql_plain_scratch, head + wbytes + 64, &cached);
     if (!scratch) {
         PyErr_NoMemory();
         goto done;
@@ -796,7 +756,7 @@ static PyObject *m_conv_plain(PyObject *self, PyObject *args) {
     else if (rc) PyErr_Format(PyExc_ValueError, "qlinear native: conv sizes out of range");
     else ret = PyLong_FromLong(kind);
 done:
-    if (scratch) plain_scratch_put(scratch, cached);
+    if (scratch) ql_scratch_put(&ql_plain_scratch, scratch, cached);
     REL(x); REL(w); REL(wz); REL(y); REL(ws); REL(bias);
     return ret;
 }
@@ -1014,7 +974,5 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_qlnative", "qlinear
 PyMODINIT_FUNC PyInit__qlnative(void) {
     current_isa = ql_isa_get(0);
     if (ql_outbuf_init() < 0) return NULL;
-    plain_cache_mu = PyThread_allocate_lock();
-    if (!plain_cache_mu) return PyErr_NoMemory();
     return PyModule_Create(&moddef);
 }

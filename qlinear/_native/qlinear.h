@@ -217,6 +217,19 @@ void ql_parallel_for(ptrdiff_t n_tasks, int max_threads, ql_task_fn fn, void *ct
 int ql_num_threads(void);
 int ql_set_num_threads(int n);                /* returns 0, or -1 (bad n / cannot start) */
 
+/* threads.c: scratch memory kept between calls. One block per cache, grown to the largest size
+ * asked for up to the cache's limit, taken by one call at a time: a concurrent call (another
+ * Python thread) or a larger request gets a malloc'd block of its own. Why: blocks of a few
+ * hundred KiB to a few MiB freed after every call go back to the OS and come back as page
+ * faults on the next call, which cost small layers more than their arithmetic. Only memory
+ * is reused, never contents. Under AddressSanitizer every call gets a fresh block of exactly
+ * its size, so a read past what it asked for is reported, not hidden in a larger kept block. */
+typedef struct ql_scratch_cache ql_scratch_cache;
+extern ql_scratch_cache ql_conv_scratch;     /* depthwise scratch, implicit GEMM's padded copy */
+extern ql_scratch_cache ql_plain_scratch;    /* a plain call's packed weights and parameters */
+char *ql_scratch_get(ql_scratch_cache *c, size_t n, int *cached);   /* NULL: out of memory */
+void ql_scratch_put(ql_scratch_cache *c, char *s, int cached);
+
 /* ---------------------------------------------------------------------------------------
  * Packers (portable, form-driven; kernels_scalar.c)
  * ------------------------------------------------------------------------------------- */

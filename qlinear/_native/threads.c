@@ -190,3 +190,42 @@ int ql_set_num_threads(int n) {
     pthread_mutex_unlock(&submit);
     return 0;
 }
+
+/* ---------------------------------------------------------------------------------------
+ * Scratch kept between calls (qlinear.h says why)
+ * ------------------------------------------------------------------------------------- */
+struct ql_scratch_cache {
+    pthread_mutex_t mu;
+    size_t max;          /* larger requests are never kept */
+    char *block;
+    size_t bytes;
+};
+
+ql_scratch_cache ql_conv_scratch = {PTHREAD_MUTEX_INITIALIZER, (size_t)8 << 20, NULL, 0};
+ql_scratch_cache ql_plain_scratch = {PTHREAD_MUTEX_INITIALIZER, (size_t)32 << 20, NULL, 0};
+
+char *ql_scratch_get(ql_scratch_cache *c, size_t n, int *cached)
+{
+    *cached = 0;
+#if !defined(__SANITIZE_ADDRESS__)
+    if (n <= c->max && pthread_mutex_trylock(&c->mu) == 0) {
+        if (c->bytes < n) {
+            free(c->block);
+            c->block = (char *)malloc(n);
+            c->bytes = c->block ? n : 0;
+        }
+        if (c->block) {
+            *cached = 1;
+            return c->block;
+        }
+        pthread_mutex_unlock(&c->mu);
+    }
+#endif
+    return (char *)malloc(n);
+}
+
+void ql_scratch_put(ql_scratch_cache *c, char *s, int cached)
+{
+    if (cached) pthread_mutex_unlock(&c->mu);
+    else free(s);
+}
