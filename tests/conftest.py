@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
+
+import qlinear
 
 U8, I8, I32 = np.uint8, np.int8, np.int32
 DTYPES_8 = (U8, I8)
 ALL_8BIT_COMBOS = [(x, w, y) for x in DTYPES_8 for w in DTYPES_8 for y in DTYPES_8]
+
+
+@contextmanager
+def num_threads(n: int):
+    """qlinear's engine runs on n threads inside the block; the count before it is restored
+    after, whatever the block raises."""
+    saved = qlinear.get_num_threads()
+    qlinear.set_num_threads(n)
+    try:
+        yield n
+    finally:
+        qlinear.set_num_threads(saved)
 
 
 def rand_int(rng, dtype, shape, lo=None, hi=None):

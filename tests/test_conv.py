@@ -7,7 +7,8 @@ import pytest
 
 import oracle
 import qlinear
-from conftest import ALL_8BIT_COMBOS, I8, I32, U8, assert_exact, call_untouched, rand_extreme, rand_int, rand_scale
+from conftest import (ALL_8BIT_COMBOS, I8, I32, U8, assert_exact, call_untouched, num_threads, rand_extreme, rand_int,
+                      rand_scale)
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
@@ -761,9 +762,7 @@ def test_depthwise_threads_all_types(shape, kernel, attrs, mult, threads):
     rng = np.random.default_rng([*shape, *kernel, mult, threads, 47])
     c = shape[1]
     kwargs = dict(attrs, group=c)
-    saved = qlinear.get_num_threads()
-    qlinear.set_num_threads(threads)
-    try:
+    with num_threads(threads):
         for i, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS[threads - 1::2]):
             x = rand_int(rng, xdt, shape)
             w = rand_int(rng, wdt, (c * mult, 1, *kernel))
@@ -773,8 +772,6 @@ def test_depthwise_threads_all_types(shape, kernel, attrs, mult, threads):
             assert_exact(qlinear.prepare_qlinear_conv(w, ws, wz, b, **kwargs).run(x, xs, xz, ys, yz), got)
             if i % 2 == 0:
                 check_convint(as_convint_args(args), kwargs)
-    finally:
-        qlinear.set_num_threads(saved)
 
 
 def test_prepared_conv_repeated_identical_calls():

@@ -7,7 +7,8 @@ import pytest
 
 import oracle
 import qlinear
-from conftest import ALL_8BIT_COMBOS, I8, I32, U8, assert_exact, call_untouched, rand_extreme, rand_int, rand_scale
+from conftest import (ALL_8BIT_COMBOS, I8, I32, U8, assert_exact, call_untouched, num_threads, rand_extreme, rand_int,
+                      rand_scale)
 
 # (a shape, b shape) pairs following numpy.matmul rules, incl. 1-D operands and broadcasting
 SHAPES = [
@@ -411,10 +412,8 @@ def test_batched_equal_and_broadcast_batches(batches):
     same counts with b's batch broadcast against a's. On one thread and on two (small products
     are split over batch entries, larger ones within each product)."""
     rng = np.random.default_rng([batches, 97])
-    saved = qlinear.get_num_threads()
     for threads in (1, 2):
-        qlinear.set_num_threads(threads)
-        try:
+        with num_threads(threads):
             # half the type combinations per count (all of them over two counts)
             for i, (adt, bdt, ydt) in enumerate(ALL_8BIT_COMBOS[batches % 2::2]):
                 m, k, n = (int(v) for v in rng.integers(1, 24, 3))
@@ -439,8 +438,6 @@ def test_batched_equal_and_broadcast_batches(batches):
                 check_qmm(a2, a2_s, a2_z, b, b_s, b_z, y_s, y_z)
                 check_mmi(a2, b[:1], a2_z, b_z[:1])
                 check_mmi(a2[:, :1], b, a2_z[:, :1], b_z)
-        finally:
-            qlinear.set_num_threads(saved)
 
 
 # ----------------------------------------------------------------------------- narrow tails

@@ -11,7 +11,7 @@ import qlinear
 from qlinear import _native
 
 import oracle
-from conftest import ALL_8BIT_COMBOS, DTYPES_8, I8, U8, assert_exact, rand_int, rand_scale
+from conftest import ALL_8BIT_COMBOS, DTYPES_8, I8, U8, assert_exact, num_threads, rand_int, rand_scale
 
 # K lengths around every packing group (2, 4) and a few multiples of the tile widths
 K_LENGTHS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 513]
@@ -54,13 +54,9 @@ def test_large_blocks_and_threads(adt, bdt):
     a, b = rand_int(rng, adt, (m, k)), rand_int(rng, bdt, (k, n))
     az, bz = _zp(rng, adt, (m,)), _zp(rng, bdt, (n,))
     want = oracle.matmul_integer(a, b, az, bz)
-    saved = qlinear.get_num_threads()
-    try:
-        for threads in (1, 2, 3):
-            qlinear.set_num_threads(threads)
+    for threads in (1, 2, 3):
+        with num_threads(threads):
             assert_exact(qlinear.matmul_integer(a, b, az, bz), want)
-    finally:
-        qlinear.set_num_threads(saved)
     # K past the driver's K block (2048 int16 or 4096 bytes of a 16-column panel, times 1.5)
     a, b = rand_int(rng, adt, (13, 6200)), rand_int(rng, bdt, (6200, 40))
     az, bz = _zp(rng, adt, (13,)), _zp(rng, bdt, (40,))
@@ -156,37 +152,33 @@ def test_fused_epilogue_every_tile_shape(adt, bdt, ydt):
     scales and zero points, per-row a ones, outputs clamped at both ends and int32 outputs;
     prepared and plain, one and two threads."""
     rng = np.random.default_rng([12, adt is U8, bdt is U8, ydt is U8])
-    saved = qlinear.get_num_threads()
-    try:
-        for m in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 128):
-            k = int(rng.choice([2, 3, 64, 130]))
-            n = int(rng.choice([16, 32, 40, 17]))
-            a = rand_int(rng, adt, (m, k))
-            # half of the cases with b in the 7-bit range of avx2's vpmaddubsw kernel (its
-            # fused epilogue applies the U8S8 corrections), the others full range
-            seven = m % 4 in (1, 2)
-            lo, hi = ((-64, 64) if bdt is I8 else (64, 192)) if seven else (None, None)
-            b = rand_int(rng, bdt, (k, n), lo, hi)
-            per_col, per_row = m % 2 == 1, m % 3 == 0
-            bz = _zp(rng, bdt, (n,)) if per_col else _zp(rng, bdt)
-            az = _zp(rng, adt, (m, 1)) if per_row else _zp(rng, adt)
-            b_scale = rand_scale(rng, (n,)) if per_col else rand_scale(rng)
-            a_scale = rand_scale(rng, (m, 1)) if per_row else rand_scale(rng)
-            # a y_scale that puts one standard deviation of the accumulator (about 74^2 sqrt(k)
-            # for full-range operands) at about 100 steps: some outputs clamp at each end
-            y_scale = np.float32(float(np.median(a_scale) * np.median(b_scale)) * 74.0 ** 2 * np.sqrt(k) / 100)
-            args = (a, a_scale, az, b, b_scale, bz, y_scale, _zp(rng, ydt))
-            want = oracle.qlinear_matmul(*args)
-            want_i = oracle.matmul_integer(a, b, az, bz)
-            for threads in (1, 2):
-                qlinear.set_num_threads(threads)
+    for m in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 128):
+        k = int(rng.choice([2, 3, 64, 130]))
+        n = int(rng.choice([16, 32, 40, 17]))
+        a = rand_int(rng, adt, (m, k))
+        # half of the cases with b in the 7-bit range of avx2's vpmaddubsw kernel (its
+        # fused epilogue applies the U8S8 corrections), the others full range
+        seven = m % 4 in (1, 2)
+        lo, hi = ((-64, 64) if bdt is I8 else (64, 192)) if seven else (None, None)
+        b = rand_int(rng, bdt, (k, n), lo, hi)
+        per_col, per_row = m % 2 == 1, m % 3 == 0
+        bz = _zp(rng, bdt, (n,)) if per_col else _zp(rng, bdt)
+        az = _zp(rng, adt, (m, 1)) if per_row else _zp(rng, adt)
+        b_scale = rand_scale(rng, (n,)) if per_col else rand_scale(rng)
+        a_scale = rand_scale(rng, (m, 1)) if per_row else rand_scale(rng)
+        # a y_scale that puts one standard deviation of the accumulator (about 74^2 sqrt(k)
+        # for full-range operands) at about 100 steps: some outputs clamp at each end
+        y_scale = np.float32(float(np.median(a_scale) * np.median(b_scale)) * 74.0 ** 2 * np.sqrt(k) / 100)
+        args = (a, a_scale, az, b, b_scale, bz, y_scale, _zp(rng, ydt))
+        want = oracle.qlinear_matmul(*args)
+        want_i = oracle.matmul_integer(a, b, az, bz)
+        for threads in (1, 2):
+            with num_threads(threads):
                 assert_exact(qlinear.qlinear_matmul(*args), want)
                 assert_exact(qlinear.prepare_qlinear_matmul(b, b_scale, bz).run(a, a_scale, az, y_scale, args[7]), want)
                 assert_exact(qlinear.matmul_integer(a, b, az, bz), want_i)
                 assert_exact(qlinear.prepare_matmul_integer(b, bz).run(a, az), want_i)
-            assert (want == np.iinfo(ydt).min).any() or (want == np.iinfo(ydt).max).any() or m * n < 40
-    finally:
-        qlinear.set_num_threads(saved)
+        assert (want == np.iinfo(ydt).min).any() or (want == np.iinfo(ydt).max).any() or m * n < 40
 
 
 @pytest.mark.parametrize("adt,bdt", [(U8, I8), (I8, U8)])
@@ -198,13 +190,9 @@ def test_tall_packed_a_split_by_rows_and_columns(adt, bdt):
     a, b = rand_int(rng, adt, (m, k)), rand_int(rng, bdt, (k, n))
     az, bz = _zp(rng, adt, (m,)), _zp(rng, bdt, (n,))
     want = oracle.matmul_integer(a, b, az, bz)
-    saved = qlinear.get_num_threads()
-    try:
-        for threads in (2, 1):
-            qlinear.set_num_threads(threads)
+    for threads in (2, 1):
+        with num_threads(threads):
             assert_exact(qlinear.prepare_matmul_integer(b, bz).run(a, az), want)
-    finally:
-        qlinear.set_num_threads(saved)
 
 
 def test_prepared_forms_own_their_weights():

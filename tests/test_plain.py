@@ -15,17 +15,13 @@ import pytest
 import qlinear
 
 import oracle
-from conftest import ALL_8BIT_COMBOS, DTYPES_8, I8, U8, assert_exact, rand_int, rand_scale
+from conftest import ALL_8BIT_COMBOS, DTYPES_8, I8, U8, assert_exact, num_threads, rand_int, rand_scale
 
 
 @pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
 def threads(request):
-    saved = qlinear.get_num_threads()
-    qlinear.set_num_threads(request.param)
-    try:
-        yield request.param
-    finally:
-        qlinear.set_num_threads(saved)
+    with num_threads(request.param) as n:
+        yield n
 
 
 def _seven_bit(rng, dtype, shape, edge=True):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 import oracle  # noqa: E402
 import qlinear  # noqa: E402
-from conftest import I8, I32, U8, assert_exact, rand_extreme, rand_int  # noqa: E402
+from conftest import I8, I32, U8, assert_exact, num_threads, rand_extreme, rand_int  # noqa: E402
 
 SETTINGS = dict(deadline=None, derandomize=True, database=None, print_blob=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -178,9 +178,7 @@ def depthwise_cases(draw):
 @given(depthwise_cases())
 def test_depthwise_conv_equals_oracle(case):
     args, kwargs, threads = case
-    saved = qlinear.get_num_threads()
-    qlinear.set_num_threads(threads)
-    try:
+    with num_threads(threads):
         want = oracle.qlinear_conv(*args, **kwargs)
         assert_exact(qlinear.qlinear_conv(*args, **kwargs), want)
         # prepared forms (their own weight layouts: conv.py's native_weights)
@@ -189,8 +187,6 @@ def test_depthwise_conv_equals_oracle(case):
         want = oracle.conv_integer(x, w, xz, wz, **kwargs)
         assert_exact(qlinear.conv_integer(x, w, xz, wz, **kwargs), want)
         assert_exact(qlinear.prepare_conv_integer(w, wz, **kwargs).run(x, xz), want)
-    finally:
-        qlinear.set_num_threads(saved)
 
 
 # ----------------------------------------------------------------------------- matmul
