@@ -602,18 +602,24 @@ done:
 }
 
 
-/* multiplier(x_scale, w_scale, y_scale) -> float32(float32(x_scale * w_scale) / y_scale) as a
- * Python float, or None when a scale or the result is not finite or y_scale is 0 (the caller's
- * full path then raises its error). Scales arrive as float32 values (exact as doubles); the
- * arithmetic is float32, in the contract's order, uncontracted (-ffp-contract=off). For the
- * lean paths of plain calls: no NumPy temporaries, no error-state context. */
+/* The requantization multiplier float32(float32(x_scale * w_scale) / y_scale) in *m; 0 when a
+ * scale or the result is not finite (inf * 0 is NaN, which has no integer) or y_scale is 0 (the
+ * caller's full path then raises its error). float32 arithmetic in the contract's order,
+ * uncontracted (-ffp-contract=off).
+ * multiplier(x_scale, w_scale, y_scale) -> that multiplier as a Python float, or None. Scales
+ * arrive as float32 values (exact as doubles). For the lean paths of plain calls: no NumPy
+ * temporaries, no error-state context. */
+static int multiplier_f32(float xs, float ws, float ys, float *m) {
+    float prod = xs * ws;   /* rounded to float32 here, then divided */
+    *m = prod / ys;
+    return isfinite(xs) && isfinite(ws) && isfinite(ys) && ys != 0.0f && isfinite(*m);
+}
+
 static PyObject *m_multiplier(PyObject *self, PyObject *args) {
     (void)self;
-    float xs, ws, ys;
+    float xs, ws, ys, m;
     if (!PyArg_ParseTuple(args, "fff", &xs, &ws, &ys)) return NULL;
-    float prod = xs * ws;
-    float m = prod / ys;
-    if (!isfinite(xs) || !isfinite(ws) || !isfinite(ys) || ys == 0.0f || !isfinite(m)) Py_RETURN_NONE;
+    if (!multiplier_f32(xs, ws, ys, &m)) Py_RETURN_NONE;
     return PyFloat_FromDouble((double)m);
 }
 
@@ -687,16 +693,11 @@ static PyObject *m_conv_plain(PyObject *self, PyObject *args) {
     float *mult = (float *)(scratch + (size_t)M * 4);
     char *wp = (char *)(((uintptr_t)scratch + head + 63) & ~(uintptr_t)63);
     if (quantized) {
-        /* the multiplier, per output channel or per tensor; a scale or result that is not finite
-         * (inf * 0 is NaN, which has no integer): None, the full path raises */
-        int ok_m = isfinite(xs) && isfinite(ys) && ys != 0.0f;
-        for (int i = 0; ok_m && i < ws_n; i++) {
-            float wsi = ((const float *)ws.buf)[i];
-            float prod = xs * wsi;        /* rounded to float32 here, then divided */
-            float m = prod / ys;
-            ok_m = isfinite(wsi) && isfinite(m);
-            mult[i] = m;
-        }
+        /* the multiplier, per output channel or per tensor; one not finite: None, the full
+         * path raises */
+        int ok_m = 1;
+        for (int i = 0; ok_m && i < ws_n; i++)
+            ok_m = multiplier_f32(xs, ((const float *)ws.buf)[i], ys, &mult[i]);
         if (!ok_m) {
             ret = Py_None;
             Py_INCREF(ret);
