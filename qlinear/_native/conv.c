@@ -943,39 +943,6 @@ typedef struct ig_ctx {
     int ep_ok;                             /* the epilogue is one ikernel_ep / dot_ep support */
 } ig_ctx;
 
-/* dst[j] = x[pos0 + j*step] for j in [0, len) where the position lies in [0, n), padv
- * elsewhere (raw bytes; the valid range solved arithmetically, as in build_row_i16) */
-static void gather_raw(const uint8_t *src, int64_t n, int64_t pos0, int64_t step, uint8_t padv,
-                       uint8_t *dst, int64_t len)
-{
-    int64_t lo = pos0 >= 0 ? 0 : (-pos0 + step - 1) / step;
-    int64_t hi = pos0 >= n ? 0 : (n - pos0 + step - 1) / step;
-    if (lo > len) lo = len;
-    if (hi > len) hi = len;
-    if (hi < lo) hi = lo;
-    memset(dst, padv, (size_t)lo);
-    if (step == 1) {
-        memcpy(dst + lo, src + pos0 + lo, (size_t)(hi - lo));
-    } else {
-        int64_t j = lo;
-#if QL_X86
-        /* stride 2 (the phase planes of a stride-2 convolution): 16 outputs from 32 bytes,
-         * even bytes kept (SSE2), while the 32 bytes lie inside the row [0, n) */
-        if (step == 2) {
-            const __m128i lo8 = _mm_set1_epi16(0x00FF);
-            for (; j + 16 <= hi && pos0 + 2 * j + 32 <= n; j += 16) {
-                const uint8_t *q = src + pos0 + 2 * j;
-                __m128i v0 = _mm_and_si128(_mm_loadu_si128((const __m128i *)q), lo8);
-                __m128i v1 = _mm_and_si128(_mm_loadu_si128((const __m128i *)(q + 16)), lo8);
-                _mm_storeu_si128((__m128i *)(dst + j), _mm_packus_epi16(v0, v1));
-            }
-        }
-#endif
-        for (; j < hi; j++) dst[j] = src[pos0 + j * step];
-    }
-    memset(dst + hi, padv, (size_t)(len - hi));
-}
-
 /* The n bytes at src to dst (SSE2 16-byte moves, the last one overlapping; n >= 16), inline:
  * the rows are short (7 to 56 bytes in ResNet-50), where a libc call costs more than the copy. */
 static inline void copy_row(uint8_t *dst, const uint8_t *src, int64_t n)
@@ -1052,7 +1019,9 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
                 if (n > n16) {
                     for (int q = 0; q < c->kpk; q++) {
                         uint8_t *d = prow + (size_t)q * (size_t)c->Wr;
-                        gather_raw(rows[q] + n16, n - n16, 0, 1, padv, d, 16);
+                        /* the run's last n - n16 (< 16) positions, then padding to 16 */
+                        memcpy(d, rows[q] + n16, (size_t)(n - n16));
+                        memset(d + (n - n16), padv, (size_t)(16 - (n - n16)));
                         rows[q] = d;
                     }
                     char *d1 = d0 + 4 * (size_t)n16;
