@@ -510,7 +510,7 @@ typedef struct im2col_ctx {
     ptrdiff_t st[QL_CONV_MAXD]; /* element strides of the input plane's axes */
     uint8_t flip;               /* byte forms: raw byte ^ flip = the form's byte */
     uint8_t tail;               /* raw byte that becomes 0 in the form (columns >= ncols) */
-    char *scratch;
+    char *scratch, *scratch_mem;   /* scratch: scratch_mem on a 64-byte line */
     size_t scratch_bytes;       /* per thread */
     int use_plans;              /* per-panel tap plans kept (taps * (nr + 1) <= PLAN_MAX) */
     int flat;                   /* pointwise (every kernel extent 1, stride 1, no pads): the
@@ -531,6 +531,13 @@ typedef struct seg_plan { ptrdiff_t off; int lo, hi; } seg_plan;
 #define PLAN_MAX 8192
 
 static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
+
+/* m (a block allocated 64 bytes longer than used) rounded up to a 64-byte line. Per-thread
+ * scratch regions (multiples of 64 bytes each) then never share a line: on a block malloc
+ * leaves 16-aligned, one thread's last line and the next thread's first would be one line,
+ * written by both cores (false sharing; measured on the implicit path's stride-2 copy at 2
+ * threads: 3x its 1-thread CPU time) */
+static char *line_up(char *m) { return m ? (char *)(((uintptr_t)m + 63) & ~(uintptr_t)63) : NULL; }
 
 static void im2col_layout(im2col_ctx *c)
 {
@@ -935,10 +942,10 @@ typedef struct ig_ctx {
     ql_epilogue ep;
     int Mg, mc, row_blocks;
     int64_t tpt, tile_blocks;
-    char *scratch; size_t scratch_bytes;   /* per thread: kpk raw rows of Wph bytes */
+    char *scratch, *scratch_mem; size_t scratch_bytes;   /* per thread (line_up(scratch_mem)): raw and phase rows */
     int kgroups;                           /* k-groups per K block */
     int fused;                             /* ikernel_ep stores the tiles */
-    char *cblock; size_t cblock_bytes;     /* per thread: mc x 16 int32 partial sums */
+    char *cblock, *cblock_mem; size_t cblock_bytes;   /* per thread (line_up(cblock_mem)): mc x 16 int32 partial sums */
     char *xt; size_t xt_bytes; ptrdiff_t xs;   /* the dot tail's gathered columns (shared) */
     int ep_ok;                             /* the epilogue is one ikernel_ep / dot_ep support */
 } ig_ctx;
@@ -1333,11 +1340,12 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
      * costs page faults on every call, measured 0.2 ms on a 56x56 layer), on a 64-byte line */
     int copy_cached;
     char *copy_mem = dw_scratch_get(copy_bytes + 64, &copy_cached);
-    c.copy = copy_mem ? (char *)(((uintptr_t)copy_mem + 63) & ~(uintptr_t)63) : NULL;
-    c.scratch = (char *)malloc(c.scratch_bytes * (size_t)threads + 64);
+    c.copy = line_up(copy_mem);
+    c.scratch_mem = (char *)malloc(c.scratch_bytes * (size_t)threads + 64);
+    c.scratch = line_up(c.scratch_mem);
     if (!c.copy || !c.scratch) {
         if (copy_mem) dw_scratch_put(copy_mem, copy_cached);
-        free(c.scratch);
+        free(c.scratch_mem);
         free(c.off);
         return -1;
     }
@@ -1371,8 +1379,9 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         int nkb = (c.groups + c.kgroups - 1) / c.kgroups;   /* equal blocks */
         c.kgroups = (c.groups + nkb - 1) / nkb;
         c.cblock_bytes = align64(sizeof(int32_t) * QL_IK_NR * (size_t)c.mc);
-        c.cblock = (char *)malloc(c.cblock_bytes * (size_t)threads + 64);
-        if (!c.cblock) { dw_scratch_put(copy_mem, copy_cached); free(c.scratch); free(c.off); return -1; }
+        c.cblock_mem = (char *)malloc(c.cblock_bytes * (size_t)threads + 64);
+        c.cblock = line_up(c.cblock_mem);
+        if (!c.cblock) { dw_scratch_put(copy_mem, copy_cached); free(c.scratch_mem); free(c.off); return -1; }
     } else {
         c.kgroups = c.groups;
     }
@@ -1386,7 +1395,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         c.xs = (ptrdiff_t)xs;
         c.xt_bytes = xt_bytes;
         c.xt = (char *)malloc(c.xt_bytes + 64);
-        if (!c.xt) { dw_scratch_put(copy_mem, copy_cached); free(c.scratch); free(c.off); free(c.cblock); return -1; }
+        if (!c.xt) { dw_scratch_put(copy_mem, copy_cached); free(c.scratch_mem); free(c.off); free(c.cblock_mem); return -1; }
     }
     /* the fused epilogue: the whole K at once, the level's own epilogue (which ikernel_ep
      * reproduces), no U8S8 corrections (these forms have none), per-row multipliers */
@@ -1412,9 +1421,9 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
             ql_parallel_for((ptrdiff_t)(c.row_blocks * c.tile_blocks), run_threads, ig_gemm_task, &c);
         }
     dw_scratch_put(copy_mem, copy_cached);
-    free(c.scratch);
+    free(c.scratch_mem);
     free(c.off);
-    free(c.cblock);
+    free(c.cblock_mem);
     free(c.xt);
     return 1;
 }
@@ -1455,7 +1464,8 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
     plane_strides(p, c.st);
     im2col_layout(&c);
     if (c.scratch_bytes * (size_t)threads > workspace) return -3;
-    c.scratch = (char *)malloc(c.scratch_bytes * (size_t)threads + 64);
+    c.scratch_mem = (char *)malloc(c.scratch_bytes * (size_t)threads + 64);
+    c.scratch = line_up(c.scratch_mem);
     if (!c.scratch) return -1;
 
     const int32_t *row_a = NULL, *row_z = NULL;
@@ -1471,7 +1481,7 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
         const int32_t *wsum = (const int32_t *)((const char *)wpacked + (size_t)p->M * (size_t)ldl);
         uint32_t zxu = (uint32_t)(p->x_type == QL_I8 ? p->x_zp + 128 : p->x_zp);   /* zx' */
         fast_bias = (int32_t *)malloc(sizeof(int32_t) * (size_t)p->M);
-        if (!fast_bias) { free(c.scratch); return -1; }
+        if (!fast_bias) { free(c.scratch_mem); return -1; }
         for (int64_t i = 0; i < p->M; i++)
             fast_bias[i] = (int32_t)((p->bias ? (uint32_t)p->bias[i] : 0u) - zxu * (uint32_t)wsum[i]);
     }
@@ -1479,7 +1489,7 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
         int ig = ig_run(p, isa, kern, wpacked, fast_bias, workspace);
         __atomic_add_fetch(&ig_calls[ig ? 0 : 1], 1, __ATOMIC_RELAXED);
         if (ig) {
-            free(c.scratch);
+            free(c.scratch_mem);
             free(fast_bias);
             return ig < 0 ? -1 : 0;
         }
@@ -1522,7 +1532,7 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
             }
         }
     }
-    free(c.scratch);
+    free(c.scratch_mem);
     free(fast_bias);
     return rc;
 }
