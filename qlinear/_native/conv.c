@@ -984,12 +984,52 @@ static void split_phase(const uint8_t *r, int64_t step, uint8_t *dst, int64_t le
     for (; j < len; j++) dst[j] = r[j * step];
 }
 
+/* Stride 2, both column phases, the exact form (I16) at once: from the padded raw rows a and b
+ * of a channel pair, position j of phase 0 (raw column 2j) and of phase 1 (2j + 1) as centered
+ * int16 pairs (a - zx, b - zx) into d0 and d1, j < len (a multiple of 16; reads a[0, 2 len)).
+ * One pass where split_phase then pair_i16 per phase make three: each 16-bit lane of a load
+ * holds one even byte (low) and one odd byte (high), widened by mask / shift in place. The
+ * values are those pair_i16 writes (x - zx of an 8-bit x and zx: within int16). */
+static void pair_i16_s2(const uint8_t *a, const uint8_t *b, int type, int32_t zx, int16_t *d0, int16_t *d1,
+                        int64_t len)
+{
+    int64_t j = 0;
+#if QL_X86
+    const __m128i z = _mm_set1_epi16((int16_t)zx), lo8 = _mm_set1_epi16(0x00FF);
+    for (; j < len; j += 8) {   /* 8 positions of each phase from 16 raw bytes per channel */
+        __m128i va = _mm_loadu_si128((const __m128i *)(a + 2 * j));
+        __m128i vb = _mm_loadu_si128((const __m128i *)(b + 2 * j));
+        __m128i ae, ao, be, bo;
+        if (type == QL_U8) {
+            ae = _mm_and_si128(va, lo8); ao = _mm_srli_epi16(va, 8);
+            be = _mm_and_si128(vb, lo8); bo = _mm_srli_epi16(vb, 8);
+        } else {   /* sign extension: the byte in the high half, arithmetic shift down */
+            ae = _mm_srai_epi16(_mm_slli_epi16(va, 8), 8); ao = _mm_srai_epi16(va, 8);
+            be = _mm_srai_epi16(_mm_slli_epi16(vb, 8), 8); bo = _mm_srai_epi16(vb, 8);
+        }
+        ae = _mm_sub_epi16(ae, z); ao = _mm_sub_epi16(ao, z);
+        be = _mm_sub_epi16(be, z); bo = _mm_sub_epi16(bo, z);
+        _mm_storeu_si128((__m128i *)(d0 + 2 * j), _mm_unpacklo_epi16(ae, be));
+        _mm_storeu_si128((__m128i *)(d0 + 2 * j + 8), _mm_unpackhi_epi16(ae, be));
+        _mm_storeu_si128((__m128i *)(d1 + 2 * j), _mm_unpacklo_epi16(ao, bo));
+        _mm_storeu_si128((__m128i *)(d1 + 2 * j + 8), _mm_unpackhi_epi16(ao, bo));
+    }
+#endif
+    for (; j < len; j++) {
+        d0[2 * j] = (int16_t)(load8(a + 2 * j, type) - zx);
+        d0[2 * j + 1] = (int16_t)(load8(b + 2 * j, type) - zx);
+        d1[2 * j] = (int16_t)(load8(a + 2 * j + 1, type) - zx);
+        d1[2 * j + 1] = (int16_t)(load8(b + 2 * j + 1, type) - zx);
+    }
+}
+
 /* Copy task: channel block b, every used phase, every row.
  * Each input row of the block's kpk channels is copied once into a padded raw row (the padded
  * row's columns u = x's column u - pw; the padding columns hold x's zero point, written once per
  * task: only the valid span is overwritten row after row), split into the used column phases
  * (none to split for stride 1; 16 positions a step for stride 2) and interleaved into each
- * phase plane's row. Rows entirely in the padding are the form's zero written directly. */
+ * phase plane's row (the exact form's stride 2 with both phases: split and paired in one pass,
+ * pair_i16_s2). Rows entirely in the padding are the form's zero written directly. */
 static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
 {
     const ig_ctx *c = (const ig_ctx *)vctx;
@@ -1049,6 +1089,11 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
             for (int q = 0; q < c->kpk; q++) {
                 int64_t ch = (int64_t)b * c->kpk + q;
                 if (ch < c->Cg) copy_row(raw + (size_t)q * (size_t)c->RW + c->pw, c->xg + ch * plane + ih * c->W, c->W);
+            }
+            if (c->sw == 2 && c->nfw == 2 && c->kpk == 2) {   /* phases 0 and 1: planes a*2, a*2 + 1 */
+                char *d0 = c->copy + 4 * (size_t)(b * c->BS + 2 * a * c->PL + i * c->Wph);
+                pair_i16_s2(raw, raw + c->RW, p->x_type, p->x_zp, (int16_t *)d0, (int16_t *)(d0 + 4 * (size_t)c->PL), c->Wr);
+                continue;
             }
             for (int e = 0; e < c->nfw; e++) {
                 for (int q = 0; q < c->kpk; q++) {
