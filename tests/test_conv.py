@@ -978,6 +978,52 @@ def test_implicit_gemm_k_blocks(seven_bit, engine_level):
             assert _native._C.conv_path_counts()[0] - before[0] == 2
 
 
+# (x shape, kernel, attributes, output channels): above the threading threshold (2^21 MACs),
+# so that on 2 threads the copy's channel blocks and the GEMM's tasks are shared by both
+_IMPLICIT_THREADED = [
+    ((1, 64, 30, 31), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 40),   # both column phases
+    ((1, 66, 25, 27), (3, 3), dict(strides=[2, 2], pads=[0, 1, 1, 0]), 38),   # odd pairs, 7-bit 4-blocks padded
+    ((1, 128, 14, 14), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 64),  # ResNet-50 l4-like: rows below 16
+    ((1, 48, 40, 38), (3, 3), dict(strides=[3, 3], pads=[1, 1, 1, 1]), 56),   # stride 3
+    ((1, 64, 33, 29), (3, 3), dict(strides=[2, 2], pads=[2, 2, 2, 2], dilations=[2, 2]), 40),  # one phase
+    ((1, 50, 31, 40), (3, 3), dict(strides=[2, 1], pads=[1, 1, 1, 1], dilations=[1, 2]), 36),  # mixed
+    ((1, 64, 3001), (3,), dict(strides=[2], pads=[1, 1]), 40),                # 1-D
+    ((1, 704, 9, 9), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 24),    # K blocks (exact form)
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", range(len(_IMPLICIT_THREADED)))
+def test_implicit_gemm_threads_strides(case, threads, engine_level):
+    """Strided, dilated and padded convolutions above the threading threshold on the implicit
+    path, on 1 and 2 threads (the copy's channel blocks and the GEMM's row x tile tasks split
+    between threads: per-thread scratch rows, K-block partial sums), against the oracle: every
+    type combination (half per thread count), full-range weights with differing per-channel
+    zero points and 7-bit ones (the exact and the 7-bit kernels' forms), x at its extremes,
+    full-range int32 bias; and that the implicit path ran where the level has it."""
+    from qlinear import _native
+    shape, kernel, attrs, m = _IMPLICIT_THREADED[case]
+    rng = np.random.default_rng([case, threads, 50])
+    native = engine_level != "numpy" and _native.native() is not None
+    with num_threads(threads):
+        for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS[threads - 1::2]):
+            x = rand_int(rng, xdt, shape)
+            x.flat[::7] = np.iinfo(xdt).min
+            x.flat[3::11] = np.iinfo(xdt).max
+            wshape = (m, shape[1], *kernel)
+            seven_bit = r % 2 == 1
+            if seven_bit:
+                w, wz = _seven_bit(rng, wdt, wshape, m)
+            else:
+                w, wz = rand_extreme(rng, wdt, wshape), rand_int(rng, wdt, (m,))
+            paths = _native._C.conv_path_counts() if native else None
+            check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
+            if r < 2:
+                check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
+            if native and _native._C.get_isa() in ("avx2", "scalar"):
+                assert _native._C.conv_path_counts()[0] - paths[0] == (2 if r < 2 else 1), (case, r)
+
+
 # ----------------------------------------------------------------------------- narrow tails
 
 # output widths whose last 16-column tile has every width 1..16 (and 7x7 / 14x14 planes' 49,
