@@ -940,8 +940,9 @@ typedef struct ig_ctx {
     /* GEMM tasks */
     const char *L; ptrdiff_t ldl;
     ql_epilogue ep;
-    int Mg, mc, row_blocks;
-    int64_t tpt, tile_blocks;
+    int Mg, mc, row_blocks;                /* mc: the most rows of a row block */
+    int mgroups;                           /* row tiles: ceil(Mg / mr), shared out evenly */
+    int64_t tile_blocks;                   /* ntiles shared out evenly */
     char *scratch, *scratch_mem; size_t scratch_bytes;   /* per thread (line_up(scratch_mem)): raw and phase rows */
     int kgroups;                           /* k-groups per K block */
     int fused;                             /* ikernel_ep stores the tiles */
@@ -1167,8 +1168,13 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
     const ig_ctx *c = (const ig_ctx *)vctx;
     int rb = (int)(task % c->row_blocks);
     int64_t tb = task / c->row_blocks;
-    int i_beg = rb * c->mc, i_end = c->Mg < i_beg + c->mc ? c->Mg : i_beg + c->mc;
-    int64_t t_beg = tb * c->tpt, t_end = c->ntiles < t_beg + c->tpt ? c->ntiles : t_beg + c->tpt;
+    /* row tiles [rb G / rbs, (rb + 1) G / rbs) and tiles likewise: blocks differ by at most one
+     * row tile (tile), so that the tasks the threads share out are alike (the last row block
+     * of a 512-row layer was 8 rows against 24: a thread idled while the other ran a task) */
+    int i_beg = (int)((int64_t)rb * c->mgroups / c->row_blocks) * c->mr;
+    int i_end = (int)((int64_t)(rb + 1) * c->mgroups / c->row_blocks) * c->mr;
+    if (i_end > c->Mg) i_end = c->Mg;
+    int64_t t_beg = tb * c->ntiles / c->tile_blocks, t_end = (tb + 1) * c->ntiles / c->tile_blocks;
     int32_t Ct[QL_MAX_MR * QL_IK_NR] __attribute__((aligned(64)));
     int32_t *Cb = (int32_t *)(c->cblock + (size_t)thread * c->cblock_bytes);
     size_t es = c->kern->form == QL_FORM_I16 ? 2 : 1;
@@ -1407,17 +1413,16 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     int run_threads = macs < (double)(1 << 21) ? 1 : threads;
     int mc = (int)((256 * 1024) / (size_t)ldl) / c.mr * c.mr;
     if (mc < c.mr) mc = c.mr;
-    if (mc > c.Mg) mc = c.Mg;
-    c.row_blocks = (c.Mg + mc - 1) / mc;
-    mc = (c.Mg + c.row_blocks - 1) / c.row_blocks;   /* equal blocks */
-    mc = (mc + c.mr - 1) / c.mr * c.mr;
-    c.mc = mc;
-    c.row_blocks = (c.Mg + mc - 1) / mc;
+    c.mgroups = (c.Mg + c.mr - 1) / c.mr;
+    c.row_blocks = (c.mgroups + mc / c.mr - 1) / (mc / c.mr);
+    c.mc = (c.mgroups + c.row_blocks - 1) / c.row_blocks * c.mr;   /* the largest block */
+    /* tasks: row blocks x tile blocks, at least 4 per thread, and a multiple of the threads
+     * where the tiles allow (tasks of equal work, claimed in turn: none left for one thread) */
     int64_t target = run_threads > 1 ? 4 * run_threads : 1;
     c.tile_blocks = (target + c.row_blocks - 1) / c.row_blocks;
+    while (run_threads > 1 && c.tile_blocks < c.ntiles && c.row_blocks * c.tile_blocks % run_threads != 0)
+        c.tile_blocks++;
     if (c.tile_blocks > c.ntiles) c.tile_blocks = c.ntiles;
-    c.tpt = (c.ntiles + c.tile_blocks - 1) / c.tile_blocks;
-    c.tile_blocks = (c.ntiles + c.tpt - 1) / c.tpt;
     /* K blocks (past IG_KBLOCK_GROUPS): IG_KC_BYTES of a tile's operand (64 bytes per k-group) */
     c.kgroups = IG_KC_BYTES / 64;
     if (c.groups > IG_KBLOCK_GROUPS) {
