@@ -2081,6 +2081,17 @@ static void dwcl_untranspose(const int32_t *acc, int nch, int cols, int32_t *com
         for (int jj = j; jj < cols; jj++) comp[(size_t)c * cols + jj] = acc[16 * (size_t)jj + c];
 }
 
+/* Depthwise calls per path (channels-last, plane, rows): a diagnostic for the tests, as
+ * ql_conv_path_counts for the GEMM paths */
+static long long dw_calls[3];
+
+void ql_conv_dw_path_counts(long long *cl, long long *plane, long long *rows)
+{
+    *cl = __atomic_load_n(&dw_calls[0], __ATOMIC_RELAXED);
+    *plane = __atomic_load_n(&dw_calls[1], __ATOMIC_RELAXED);
+    *rows = __atomic_load_n(&dw_calls[2], __ATOMIC_RELAXED);
+}
+
 static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
 {
     const dwcl_ctx *d = (const dwcl_ctx *)vctx;
@@ -2245,6 +2256,7 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
         if (d.group_rows < d.band) d.band = d.group_rows;
     }
     d.band_groups = (p->out[0] + d.group_rows - 1) / d.group_rows;
+    __atomic_fetch_add(&dw_calls[0], 1, __ATOMIC_RELAXED);
     ql_parallel_for((ptrdiff_t)(p->N * d.blocks * d.band_groups), run_threads, dwcl_task, &d);
     dw_scratch_put(d.scratch, cached);
     return 1;
@@ -2359,6 +2371,7 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *w
         }
         for (int th = 1; th < threads; th++)
             memcpy(d.scratch + (size_t)th * d.scratch_bytes + d.off_toff, toff, sizeof(int64_t) * (size_t)d.taps);
+        __atomic_fetch_add(&dw_calls[1], 1, __ATOMIC_RELAXED);
         ql_parallel_for((ptrdiff_t)(p->N * p->C), run_threads, dw_plane_task, &d);
         dw_scratch_put(d.scratch, cached);
         return 0;
@@ -2370,6 +2383,7 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *w
     if (blocks > d.orows) blocks = d.orows;
     d.rows_per_task = (d.orows + blocks - 1) / blocks;
     d.row_blocks = (d.orows + d.rows_per_task - 1) / d.rows_per_task;
+    __atomic_fetch_add(&dw_calls[2], 1, __ATOMIC_RELAXED);
     ql_parallel_for((ptrdiff_t)(planes * d.row_blocks), run_threads, dw_task, &d);
     dw_scratch_put(d.scratch, cached);
     return 0;
