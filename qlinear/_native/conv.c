@@ -2005,8 +2005,10 @@ static void dwcl_fill(const dwcl_ctx *d, int64_t n, int64_t c0, int nch, int64_t
     /* X rows xa..xb-1 hold input rows ih_a..ih_b-1; their columns pad[1]..pad[1]+W-1 */
     int64_t xa = ih_a + p->pad[0] - pr0, xb_ = ih_b + p->pad[0] - pr0, lp = p->pad[1], rp = d->wp - lp - W;
     /* the padding, unless this thread's X holds it already: nothing else writes there, so it
-     * stays from the last fill of the same band in this call (band: that fill's pr0, xr) */
-    if (band[0] != pr0 || band[1] != xr) {
+     * stays from the last fill of the same band in this call (band: that fill's pr0, xr; the
+     * scatter offsets below are kept with it) */
+    int fresh = band[0] != pr0 || band[1] != xr;
+    if (fresh) {
         dwcl_set(X, pv, (size_t)d->wp * (size_t)xa);
         dwcl_set(X + rowe * (size_t)xb_, pv, (size_t)d->wp * (size_t)(xr - xb_));
         for (int64_t r = xa; r < xb_; r++) {
@@ -2032,16 +2034,19 @@ static void dwcl_fill(const dwcl_ctx *d, int64_t n, int64_t c0, int nch, int64_t
         return;
     }
     if (nch == 16 && len >= 16) {
-        /* flat position q lands in X row xa + q / W, column lp + q % W */
-        ptrdiff_t doff[16];
-        for (int64_t q = 0;; q += 16) {
-            if (q + 16 > len) q = len - 16;   /* the last 16 (overlapping the block before) */
-            int64_t r = xa + q / W, c = q % W;
-            for (int k = 0; k < 16; k++) {
-                doff[k] = (ptrdiff_t)(rowe * (size_t)r + 16 * (size_t)(lp + c));
+        /* flat position q lands in X row xa + q / W, column lp + q % W: doff[q] (int16
+         * elements), the same for every block of the band */
+        ptrdiff_t *doff = (ptrdiff_t *)(band + 2);
+        if (fresh) {
+            int64_t r = xa, c = 0;
+            for (int64_t q = 0; q < len; q++) {
+                doff[q] = (ptrdiff_t)(rowe * (size_t)r + 16 * (size_t)(lp + c));
                 if (++c == W) { c = 0; r++; }
             }
-            d->t16(xb + q, (ptrdiff_t)plane, flip, zsub, X, doff);
+        }
+        for (int64_t q = 0;; q += 16) {
+            if (q + 16 > len) q = len - 16;   /* the last 16 (overlapping the block before) */
+            d->t16(xb + q, (ptrdiff_t)plane, flip, zsub, X, doff + q);
             if (q + 16 >= len) break;
         }
         return;
@@ -2130,8 +2135,22 @@ static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
          * zx*sum w joins the bias (wrap32: the same sum modulo 2^32). Taps outer: the
          * compiler vectorizes the 16 channels. */
         uint32_t sw[16] = {0};
+#if QL_X86
+        /* 16 channels in four int32 vectors (int16 sign-extended: unpack with itself, >> 16) */
+        __m128i s4[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
+        for (int t = 0; t < 2 * d->npairs; t++) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(wt + 16 * t));
+            __m128i b = _mm_loadu_si128((const __m128i *)(wt + 16 * t + 8));
+            s4[0] = _mm_add_epi32(s4[0], _mm_srai_epi32(_mm_unpacklo_epi16(a, a), 16));
+            s4[1] = _mm_add_epi32(s4[1], _mm_srai_epi32(_mm_unpackhi_epi16(a, a), 16));
+            s4[2] = _mm_add_epi32(s4[2], _mm_srai_epi32(_mm_unpacklo_epi16(b, b), 16));
+            s4[3] = _mm_add_epi32(s4[3], _mm_srai_epi32(_mm_unpackhi_epi16(b, b), 16));
+        }
+        for (int i = 0; i < 4; i++) _mm_storeu_si128((__m128i *)(sw + 4 * i), s4[i]);
+#else
         for (int t = 0; t < 2 * d->npairs; t++)
             for (int c = 0; c < 16; c++) sw[c] += (uint32_t)(int32_t)wt[16 * t + c];
+#endif
         for (int c = 0; c < 16; c++) {
             uint32_t b = c < nch && p->bias ? (uint32_t)p->bias[c0 + c] : 0u;
             q.bias[c] = (int32_t)(b - (uint32_t)d->zxu * sw[c]);
@@ -2236,8 +2255,8 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
     o += align64(sizeof(int32_t) * 16 * (size_t)chunk);
     d.off_comp = o;
     o += align64(sizeof(int32_t) * 16 * (size_t)chunk);
-    d.off_band = o;   /* the band whose padding X holds (dwcl_fill): none yet */
-    o += align64(sizeof(int64_t) * 2);
+    d.off_band = o;   /* the band whose padding X holds (dwcl_fill): none yet; the scatter offsets */
+    o += align64(sizeof(int64_t) * 2 + (d.W < 16 ? sizeof(ptrdiff_t) * (size_t)(d.xrows * d.W) : 0));
     d.scratch_bytes = o;
     int threads = ql_num_threads();
     if (d.scratch_bytes * (size_t)threads > workspace) return 0;
@@ -2247,11 +2266,13 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
     for (int th = 0; th < threads; th++) ((int64_t *)(d.scratch + (size_t)th * d.scratch_bytes + d.off_band))[0] = -1;
     int run_threads = p->N * p->M * d.P * d.taps < dw_min_par_x() ? 1 : threads;
     /* tasks: (image, channel block, group of output rows); the rows are split only when there
-     * are too few blocks to keep every thread busy to the end (each split re-reads the
-     * kernel's halo rows) */
+     * are too few blocks to keep every thread busy to the end: at least 8 tasks per thread,
+     * so that a worker that starts late (its wake-up takes tens of microseconds) or a thread
+     * slowed by other load leaves at most a small task to the others (each split re-reads the
+     * kernel's halo rows: 2 rows of a 3x3 kernel, a few percent of the fill) */
     d.group_rows = p->out[0];
-    if (run_threads > 1 && p->N * d.blocks < 4 * (int64_t)run_threads) {
-        int64_t parts = (4 * (int64_t)run_threads + p->N * d.blocks - 1) / (p->N * d.blocks);
+    if (run_threads > 1 && p->N * d.blocks < 8 * (int64_t)run_threads) {
+        int64_t parts = (8 * (int64_t)run_threads + p->N * d.blocks - 1) / (p->N * d.blocks);
         d.group_rows = (p->out[0] + parts - 1) / parts;
         if (d.group_rows < d.band) d.band = d.group_rows;
     }

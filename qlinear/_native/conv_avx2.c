@@ -133,37 +133,18 @@ static inline __attribute__((always_inline)) void dw_cl_body(const int16_t *X, c
     const char *xb = (const char *)X;
     const ptrdiff_t ostep = step * 32;
     dw_qregs k = dw_qregs_load(q);
-    for (int r = 0; r < rows; r++) {
-        const char *xr = xb + (ptrdiff_t)r * row_step * 32;
-        int o = 0;
-        /* two outputs of the row at a time (one byte pack for both), then the last one alone */
-        for (; o + 1 < ow; o += 2) {
-            const char *xa = xr + (ptrdiff_t)o * ostep, *xc = xa + ostep;
-            /* the bias starts the sum (wrap32 addition is associative: the same acc + bias) */
-            __m256i la = k.blo, ha = k.bhi, lb = k.blo, hb = k.bhi;
-            for (int j = 0; j < np; j++) {
-                __m256i a = _mm256_loadu_si256((const __m256i *)(xa + tb[2 * j]));
-                __m256i b = _mm256_loadu_si256((const __m256i *)(xa + tb[2 * j + 1]));
-                la = _mm256_add_epi32(la, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wl[j]));
-                ha = _mm256_add_epi32(ha, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wh[j]));
-                __m256i c = _mm256_loadu_si256((const __m256i *)(xc + tb[2 * j]));
-                __m256i d = _mm256_loadu_si256((const __m256i *)(xc + tb[2 * j + 1]));
-                lb = _mm256_add_epi32(lb, _mm256_madd_epi16(_mm256_unpacklo_epi16(c, d), wl[j]));
-                hb = _mm256_add_epi32(hb, _mm256_madd_epi16(_mm256_unpackhi_epi16(c, d), wh[j]));
-            }
-            dw_cl_out2(la, ha, lb, hb, &k, q, is_signed, out, (ptrdiff_t)r * ow + o, (ptrdiff_t)r * ow + o + 1);
+    for (int r = 0; r < rows; r++)
+    for (int o = 0, ro = r * ow; o < ow; o++, ro++) {
+        const char *xo = xb + (ptrdiff_t)r * row_step * 32 + (ptrdiff_t)o * ostep;
+        /* the bias starts the sum (wrap32 addition is associative: the same acc + bias) */
+        __m256i lo = k.blo, hi = k.bhi;
+        for (int j = 0; j < np; j++) {
+            __m256i a = _mm256_loadu_si256((const __m256i *)(xo + tb[2 * j]));
+            __m256i b = _mm256_loadu_si256((const __m256i *)(xo + tb[2 * j + 1]));
+            lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wl[j]));
+            hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wh[j]));
         }
-        if (o < ow) {
-            const char *xo = xr + (ptrdiff_t)o * ostep;
-            __m256i lo = k.blo, hi = k.bhi;
-            for (int j = 0; j < np; j++) {
-                __m256i a = _mm256_loadu_si256((const __m256i *)(xo + tb[2 * j]));
-                __m256i b = _mm256_loadu_si256((const __m256i *)(xo + tb[2 * j + 1]));
-                lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wl[j]));
-                hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wh[j]));
-            }
-            dw_cl_out(lo, hi, &k, q, is_signed, out, (ptrdiff_t)r * ow + o);
-        }
+        dw_cl_out(lo, hi, &k, q, is_signed, out, ro);
     }
 }
 
@@ -296,7 +277,8 @@ void ql_dw_cl_avx2(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, i
  * 0 or zx in uint8 form: |x - zsub| <= 255 fits int16. The xor and the subtraction are left
  * out when they do nothing (uint8 x; the raw form). */
 static inline __attribute__((always_inline)) void dw_t16(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zsub,
-                                                         int16_t *dst, const ptrdiff_t *doff, int do_flip, int do_sub)
+                                                         int16_t *dst, const ptrdiff_t *doff, int do_flip, int do_sub,
+                                                         int do_off)
 {
     const __m256i f = _mm256_set1_epi8((char)flip), z = _mm256_set1_epi16((int16_t)zsub), zero = _mm256_setzero_si256();
     __m256i r[8], a[8], b[8];
@@ -325,7 +307,7 @@ static inline __attribute__((always_inline)) void dw_t16(const uint8_t *src, ptr
                             _mm256_unpacklo_epi8(hi, zero), _mm256_unpackhi_epi8(hi, zero)};
             int k = 8 * h + 4 * g;
             for (int e = 0; e < 4; e++) {
-                int16_t *o = dst + (doff ? doff[k + e] : 16 * (k + e));
+                int16_t *o = dst + (do_off ? doff[k + e] : 16 * (k + e));
                 _mm256_storeu_si256((__m256i *)o, do_sub ? _mm256_sub_epi16(v[e], z) : v[e]);
             }
         }
@@ -333,12 +315,14 @@ static inline __attribute__((always_inline)) void dw_t16(const uint8_t *src, ptr
 
 void ql_dw_t16_avx2(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zsub, int16_t *dst, const ptrdiff_t *doff)
 {
-    if (flip) {
-        if (zsub) dw_t16(src, cs, flip, zsub, dst, doff, 1, 1);
-        else dw_t16(src, cs, flip, zsub, dst, doff, 1, 0);
+    /* the raw uint8 form (no xor, no subtraction) is the requantized output's common case */
+    if (!flip && !zsub) {
+        if (doff) dw_t16(src, cs, flip, zsub, dst, doff, 0, 0, 1);
+        else dw_t16(src, cs, flip, zsub, dst, doff, 0, 0, 0);
+    } else if (doff) {
+        dw_t16(src, cs, flip, zsub, dst, doff, 1, 1, 1);
     } else {
-        if (zsub) dw_t16(src, cs, flip, zsub, dst, doff, 0, 1);
-        else dw_t16(src, cs, flip, zsub, dst, doff, 0, 0);
+        dw_t16(src, cs, flip, zsub, dst, doff, 1, 1, 0);
     }
 }
 
