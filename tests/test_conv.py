@@ -890,6 +890,7 @@ def _dw_cl_runs(level):
     (16, 1, (70, 40), (3, 3), dict(pads=[1, 1, 1, 1])),                   # bands: halo rows, padding per band
     (32, 1, (28, 28), (3, 3), dict(pads=[1, 1, 1, 1])),                   # the two-row 3x3 body, 28 rows
     (16, 1, (5, 30), (3, 3), dict(pads=[1, 1, 1, 1])),                    # 5 rows: the 3x3 body's odd last row
+    (16, 1, (160, 100), (3, 3), dict(pads=[1, 1, 1, 1])),                 # 2.3 M MACs: 2 threads, 16 row groups
 ])
 def test_depthwise_channels_last_requant_edges(c, n, spatial, kernel, attrs, threads, engine_level):
     """The channels-last path's requantization and its raw (uncentered) fill: x zero points at
@@ -897,7 +898,9 @@ def test_depthwise_channels_last_requant_edges(c, n, spatial, kernel, attrs, thr
     which the bias takes back), y zero points at both ends, multipliers so large that
     float32(acc) * mult overflows to +-inf (the float upper clamp, the integer lower clamp)
     and so small that everything rounds to the zero point, every type combination, full-range
-    per-channel weight zero points and int32 biases, 1 and 2 threads; the path is asserted."""
+    per-channel weight zero points and int32 biases, 1 and 2 threads (the layers below 2^21
+    MACs run on one thread either way; the 160x100 one is split into row groups and bands
+    whose padding each thread keeps between its tasks); the path is asserted."""
     rng = np.random.default_rng([c, n, *spatial, *kernel, threads, 48])
     kwargs = dict(attrs, group=c)
     combos = ALL_8BIT_COMBOS

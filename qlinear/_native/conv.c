@@ -1548,8 +1548,6 @@ static void dw_scratch_put(char *s, int cached)
 #ifndef DW_MIN_PAR
 #define DW_MIN_PAR ((int64_t)1 << 21)
 #endif
-#include <stdlib.h>
-static int64_t dw_min_par_x(void) { const char *e = getenv("QL_DW_MINPAR"); return e ? atoll(e) : DW_MIN_PAR; } /* XXX experiment */
 
 /* Rows collected before one pass of the row kernel (accumulators stay in registers). */
 #define DW_MAX_ROWS 32
@@ -2264,7 +2262,7 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
     d.scratch = dw_scratch_get(d.scratch_bytes * (size_t)threads, &cached);
     if (!d.scratch) return -1;
     for (int th = 0; th < threads; th++) ((int64_t *)(d.scratch + (size_t)th * d.scratch_bytes + d.off_band))[0] = -1;
-    int run_threads = p->N * p->M * d.P * d.taps < dw_min_par_x() ? 1 : threads;
+    int run_threads = p->N * p->M * d.P * d.taps < DW_MIN_PAR ? 1 : threads;
     /* tasks: (image, channel block, group of output rows); the rows are split only when there
      * are too few blocks to keep every thread busy to the end: at least 8 tasks per thread,
      * so that a worker that starts late (its wake-up takes tens of microseconds) or a thread
@@ -2377,7 +2375,7 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *w
     d.scratch = dw_scratch_get(d.scratch_bytes * (size_t)threads, &cached);
     if (!d.scratch) return -1;
     /* small convolutions stay on the calling thread (as ql_gemm does below 2^21 MACs) */
-    int run_threads = p->N * p->M * d.P * d.taps < dw_min_par_x() ? 1 : threads;
+    int run_threads = p->N * p->M * d.P * d.taps < DW_MIN_PAR ? 1 : threads;
     if (d.plane_mode) {
         /* tap offsets in the plane, the same for every thread */
         int64_t *toff = (int64_t *)(d.scratch + d.off_toff);
