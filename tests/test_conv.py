@@ -872,6 +872,79 @@ def test_depthwise_channels_last(c, spatial, kernel, attrs):
     check_convint([x, w, U8(255), I8(-128)], kwargs)
 
 
+def _dw_cl_runs(level):
+    """Depthwise calls run on the channels-last path so far (None on the NumPy engine)."""
+    from qlinear import _native
+    return None if level == "numpy" else _native._C.conv_dw_path_counts()[0]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("c,n,spatial,kernel,attrs", [
+    (16, 2, (7, 7), (3, 3), dict(pads=[1, 1, 1, 1])),                     # rows below 16: scattered blocks
+    (32, 1, (14, 14), (3, 3), dict(pads=[0, 0, 1, 1], strides=[2, 2])),   # stride 2, end pads only
+    (48, 1, (13, 11), (3, 3), dict(pads=[2, 0, 1, 3], strides=[3, 3])),   # stride 3, asymmetric pads
+    (31, 2, (9, 20), (5, 5), dict(pads=[2, 2, 2, 2], dilations=[2, 1])),  # dilation, 16 + 15 channels
+    (33, 1, (6, 17), (1, 1), {}),                                         # 1x1: one pair (a padding tap)
+    (16, 1, (11, 13), (7, 7), dict(pads=[3, 3, 3, 3])),                   # 7x7
+    (15, 2, (3, 3), (3, 3), dict(pads=[1, 1, 1, 1])),                     # 9 positions: element by element
+    (16, 1, (70, 40), (3, 3), dict(pads=[1, 1, 1, 1])),                   # bands: halo rows, padding per band
+    (32, 1, (28, 28), (3, 3), dict(pads=[1, 1, 1, 1])),                   # the two-row 3x3 body, 28 rows
+    (16, 1, (5, 30), (3, 3), dict(pads=[1, 1, 1, 1])),                    # 5 rows: the 3x3 body's odd last row
+    (16, 1, (160, 100), (3, 3), dict(pads=[1, 1, 1, 1])),                 # 2.3 M MACs: 2 threads, 16 row groups
+])
+def test_depthwise_channels_last_requant_edges(c, n, spatial, kernel, attrs, threads, engine_level):
+    """The channels-last path's requantization and its raw (uncentered) fill: x zero points at
+    both ends of each type (the fill keeps x ^ 0x80 for int8 and pads with the zero point,
+    which the bias takes back), y zero points at both ends, multipliers so large that
+    float32(acc) * mult overflows to +-inf (the float upper clamp, the integer lower clamp)
+    and so small that everything rounds to the zero point, every type combination, full-range
+    per-channel weight zero points and int32 biases, 1 and 2 threads (the layers below 2^21
+    MACs run on one thread either way; the 160x100 one is split into row groups and bands
+    whose padding each thread keeps between its tasks); the path is asserted."""
+    rng = np.random.default_rng([c, n, *spatial, *kernel, threads, 48])
+    kwargs = dict(attrs, group=c)
+    combos = ALL_8BIT_COMBOS
+    with num_threads(threads):
+        for i, (xdt, wdt, ydt) in enumerate(combos):
+            xi, yi = np.iinfo(xdt), np.iinfo(ydt)
+            x = rand_int(rng, xdt, (n, c, *spatial))
+            w = rand_int(rng, wdt, (c, 1, *kernel))
+            wz = rand_int(rng, wdt, (c,))
+            b = rand_int(rng, I32, (c,))
+            xz = xdt((xi.min, xi.max, 0, xi.min + 1)[i % 4])
+            yz = ydt((yi.max, yi.min, 0)[i % 3])
+            ws = rand_scale(rng, (c,))
+            xs = np.float32(0.01)
+            # y_scale: ordinary (outputs spread over the range), tiny (products beyond float32:
+            # +-inf, and the multiplier itself stays finite), huge (every output rounds to 0)
+            mult = (np.float32(1e-5), np.float32(1e32), np.float32(1e-38))[i % 3]
+            ys = np.float32(np.float32(xs * np.max(ws)) / mult)
+            args = [x, xs, xz, w, ws, wz, ys, yz, b]
+            before = _dw_cl_runs(engine_level)
+            got = check_qconv(args, kwargs)
+            assert_exact(qlinear.prepare_qlinear_conv(w, ws, wz, b, **kwargs).run(x, xs, xz, ys, yz), got)
+            if before is not None:
+                assert _dw_cl_runs(engine_level) - before == 2
+            if i % 4 == 0:
+                check_convint([x, w, xz, wz], kwargs)
+
+
+def test_depthwise_requant_saturates_both_ways(engine_level):
+    """Every output at qmin or qmax (accumulators far beyond the range, both signs, through
+    the channels-last kernel's clamps), and exactly at the zero point (acc 0)."""
+    rng = np.random.default_rng(49)
+    c = 32
+    kwargs = dict(pads=[1, 1, 1, 1], group=c)
+    for xdt, wdt, ydt in ALL_8BIT_COMBOS:
+        x = rand_extreme(rng, xdt, (1, c, 9, 9))
+        w = rand_extreme(rng, wdt, (c, 1, 3, 3))
+        wz = np.zeros(c, wdt)
+        b = rng.choice(np.array([-2**31, 2**31 - 1, 0], I32), size=c)
+        for yz in np.iinfo(ydt).min, np.iinfo(ydt).max:
+            args = [x, np.float32(1.0), xdt(0), w, np.ones(c, np.float32), wz, np.float32(1e-3), ydt(yz), b]
+            check_qconv(args, kwargs)
+
+
 # (x spatial, kernel, attributes, input channels, group): the implicit GEMM's cases (conv.c's
 # ig_run: 1-D/2-D, channels per group a multiple of the kernel's k-group (2 exact, 4 7-bit),
 # more than one tap), and the im2col path's for what it declines

@@ -1944,9 +1944,15 @@ typedef struct dwcl_ctx {
     int npairs;
     ptrdiff_t toff[DWCL_MAX_TAPS];   /* tap offsets in X positions (the padding tap: 0) */
     /* the fill's 16 x 16 transpose: the AVX2 one on levels whose kernel is AVX2 */
-    void (*t16)(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zxu, int16_t *dst);
+    void (*t16)(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zsub, int16_t *dst, const ptrdiff_t *doff);
+    /* X's form: (x ^ flip) - zsub, padding pv (dwcl_fill) */
+    uint8_t flip;
+    int32_t zsub, zxu;
+    int16_t pv;
+    /* the store's 32-position transpose on AVX2 levels (NULL: the SSE2 one of dwcl_store_q) */
+    void (*store32)(const uint8_t *Q, int nch, int cols, uint8_t *y, ptrdiff_t P);
     char *scratch;
-    size_t scratch_bytes, off_x, off_t, off_w, off_acc, off_comp;
+    size_t scratch_bytes, off_x, off_w, off_acc, off_comp, off_band;
 } dwcl_ctx;
 
 #if QL_X86
@@ -1978,28 +1984,35 @@ static inline void transpose16_u8(const __m128i r[16], __m128i out[16])
     }
 }
 
-/* 16 positions x 16 channels (rows src + c*cs, 16 bytes each) to 16 positions of 16 centered
- * int16 (dst, 32 bytes apart): the byte transpose, then widened; bytes ^ flip are uint8,
- * minus zxu (|x - zx| <= 255 fits int16) */
-static void transpose16_i16(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zxu, int16_t *dst)
+/* 16 positions x 16 channels (rows src + c*cs, 16 bytes each) to 16 positions of 16 int16,
+ * (bytes ^ flip) - zsub: the byte transpose, then widened; bytes ^ flip are uint8 and zsub is
+ * 0 or zx in uint8 form, so |x - zsub| <= 255 fits int16. Position k goes to dst + doff[k]
+ * (int16 elements), or dst + 16*k when doff is NULL. */
+static void transpose16_i16(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zsub, int16_t *dst,
+                            const ptrdiff_t *doff)
 {
-    const __m128i f = _mm_set1_epi8((char)flip), z = _mm_set1_epi16((int16_t)zxu), zero = _mm_setzero_si128();
+    const __m128i f = _mm_set1_epi8((char)flip), z = _mm_set1_epi16((int16_t)zsub), zero = _mm_setzero_si128();
     __m128i r[16], t[16];
     for (int c = 0; c < 16; c++) r[c] = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src + c * cs)), f);
     transpose16_u8(r, t);
     for (int k = 0; k < 16; k++) {
-        _mm_storeu_si128((__m128i *)(dst + 16 * k), _mm_sub_epi16(_mm_unpacklo_epi8(t[k], zero), z));
-        _mm_storeu_si128((__m128i *)(dst + 16 * k + 8), _mm_sub_epi16(_mm_unpackhi_epi8(t[k], zero), z));
+        int16_t *o = dst + (doff ? doff[k] : 16 * k);
+        _mm_storeu_si128((__m128i *)o, _mm_sub_epi16(_mm_unpacklo_epi8(t[k], zero), z));
+        _mm_storeu_si128((__m128i *)(o + 8), _mm_sub_epi16(_mm_unpackhi_epi8(t[k], zero), z));
     }
 }
 #endif
 
 /* Requantized bytes Q [cols][16] (positions of 16 channels) to the output planes: channel c's
  * positions go to y + c*P (c < nch), 16 positions per byte transpose. */
-static void dwcl_store_q(const uint8_t *Q, int nch, int cols, uint8_t *y, ptrdiff_t P)
+static void dwcl_store_q(const dwcl_ctx *d, const uint8_t *Q, int nch, int cols, uint8_t *y, ptrdiff_t P)
 {
     int j = 0;
 #if QL_X86
+    if (d->store32 && cols >= 32) {
+        d->store32(Q, nch, cols, y, P);
+        return;
+    }
     __m128i r[16], t[16];
     for (; j < cols && cols >= 16; j += 16) {
         if (j + 16 > cols) j = cols - 16;   /* the last 16 (overlapping: the same bytes again) */
@@ -2013,38 +2026,59 @@ static void dwcl_store_q(const uint8_t *Q, int nch, int cols, uint8_t *y, ptrdif
         for (int jj = j; jj < cols; jj++) y[c * P + jj] = Q[16 * (size_t)jj + c];
 }
 
+/* count positions of 16 int16 lanes, all v */
+static void dwcl_set(int16_t *dst, int16_t v, size_t count)
+{
+    if (v == 0) {
+        memset(dst, 0, sizeof(int16_t) * 16 * count);
+        return;
+    }
+    for (size_t i = 0; i < 16 * count; i++) dst[i] = v;
+}
+
 /* X (xr rows of wp positions): padded rows pr0 .. pr0 + xr - 1 of channels c0..c0+nch-1 of
- * image n, centered (x - zx), 0 at padding (only the padding is zeroed). Rows of at least 16
- * positions are transposed straight into place, 16 positions at a time (the last block of a
- * row overlaps the one before: the same values written twice); narrower rows are one flat run
- * of each channel plane, transposed 16 positions at a time into T, whose rows are then
- * placed into X; channel blocks of fewer than 16 go element by element. */
-static void dwcl_fill(const dwcl_ctx *d, int64_t n, int64_t c0, int nch, int64_t pr0, int64_t xr,
-                      int16_t *X, int16_t *T)
+ * image n, (x ^ flip) - zsub with d->pv at the padding (only the padding is written besides
+ * the input positions): centered values (x - zx, padding 0), or, for the requantized output,
+ * the raw uint8 form (x ^ flip, padding zx ^ flip: dwcl_task folds zx into the bias). Rows of
+ * at least 16 positions are transposed straight into place, 16 positions at a time (the last
+ * block of a row overlaps the one before: the same values written twice); narrower rows are
+ * one flat run of each channel plane, whose blocks of 16 positions are transposed and
+ * scattered to their rows; channel blocks of fewer than 16 go element by element. */
+static void dwcl_fill(const dwcl_ctx *d, int64_t n, int64_t c0, int nch, int64_t pr0, int64_t xr, int16_t *X,
+                      int64_t *band)
 {
     const ql_conv_plan *p = d->p;
     const size_t rowe = 16 * (size_t)d->wp;   /* int16 elements per X row */
     int64_t plane = d->H * d->W, W = d->W;
     int64_t ih_a = pr0 - p->pad[0], ih_b = pr0 + xr - p->pad[0];
+    const int16_t pv = d->pv;
+    const uint8_t flip = d->flip;
+    const int32_t zsub = d->zsub;
     if (ih_a < 0) ih_a = 0;
     if (ih_b > d->H) ih_b = d->H;
     if (ih_b <= ih_a) {
-        memset(X, 0, sizeof(int16_t) * rowe * (size_t)xr);
+        dwcl_set(X, pv, (size_t)d->wp * (size_t)xr);
+        band[0] = -1;
         return;
     }
     /* X rows xa..xb-1 hold input rows ih_a..ih_b-1; their columns pad[1]..pad[1]+W-1 */
     int64_t xa = ih_a + p->pad[0] - pr0, xb_ = ih_b + p->pad[0] - pr0, lp = p->pad[1], rp = d->wp - lp - W;
-    memset(X, 0, sizeof(int16_t) * rowe * (size_t)xa);
-    memset(X + rowe * (size_t)xb_, 0, sizeof(int16_t) * rowe * (size_t)(xr - xb_));
-    for (int64_t r = xa; r < xb_; r++) {
-        memset(X + rowe * (size_t)r, 0, sizeof(int16_t) * 16 * (size_t)lp);
-        memset(X + rowe * (size_t)r + 16 * (size_t)(lp + W), 0, sizeof(int16_t) * 16 * (size_t)rp);
+    /* the padding, unless this thread's X holds it already: nothing else writes there, so it
+     * stays from the last fill of the same band in this call (band: that fill's pr0, xr; the
+     * scatter offsets below are kept with it) */
+    int fresh = band[0] != pr0 || band[1] != xr;
+    if (fresh) {
+        dwcl_set(X, pv, (size_t)d->wp * (size_t)xa);
+        dwcl_set(X + rowe * (size_t)xb_, pv, (size_t)d->wp * (size_t)(xr - xb_));
+        for (int64_t r = xa; r < xb_; r++) {
+            dwcl_set(X + rowe * (size_t)r, pv, (size_t)lp);
+            dwcl_set(X + rowe * (size_t)r + 16 * (size_t)(lp + W), pv, (size_t)rp);
+        }
+        band[0] = pr0;
+        band[1] = xr;
     }
-    int64_t q0 = ih_a * W, len = (ih_b - ih_a) * W;
-    const uint8_t *xb = (const uint8_t *)p->x + (size_t)((n * p->C + c0) * plane + q0);
-    /* int8 x: x - zx = (x ^ 0x80) - (zx + 128), so both types widen as uint8 */
-    uint8_t flip = p->x_type == QL_I8 ? 0x80 : 0;
-    int32_t zxu = p->x_type == QL_I8 ? p->x_zp + 128 : p->x_zp;
+    int64_t len = (ih_b - ih_a) * W;
+    const uint8_t *xb = (const uint8_t *)p->x + (size_t)((n * p->C + c0) * plane + ih_a * W);
 #if QL_X86
     if (nch == 16 && W >= 16) {
         for (int64_t r = xa; r < xb_; r++) {
@@ -2052,32 +2086,39 @@ static void dwcl_fill(const dwcl_ctx *d, int64_t n, int64_t c0, int nch, int64_t
             int16_t *dst = X + rowe * (size_t)r + 16 * (size_t)lp;
             for (int64_t w0 = 0;; w0 += 16) {
                 if (w0 + 16 > W) w0 = W - 16;
-                d->t16(src + w0, (ptrdiff_t)plane, flip, zxu, dst + 16 * w0);
+                d->t16(src + w0, (ptrdiff_t)plane, flip, zsub, dst + 16 * w0, NULL);
                 if (w0 + 16 >= W) break;
             }
         }
         return;
     }
-#endif
-    int64_t q = 0;
-#if QL_X86
     if (nch == 16 && len >= 16) {
-        for (; q + 16 <= len; q += 16) d->t16(xb + q, (ptrdiff_t)plane, flip, zxu, T + 16 * q);
-        if (q < len) {   /* the last 16 positions (overlapping the block before) */
-            d->t16(xb + len - 16, (ptrdiff_t)plane, flip, zxu, T + 16 * (len - 16));
-            q = len;
+        /* flat position q lands in X row xa + q / W, column lp + q % W: doff[q] (int16
+         * elements), the same for every block of the band */
+        ptrdiff_t *doff = (ptrdiff_t *)(band + 2);
+        if (fresh) {
+            int64_t r = xa, c = 0;
+            for (int64_t q = 0; q < len; q++) {
+                doff[q] = (ptrdiff_t)(rowe * (size_t)r + 16 * (size_t)(lp + c));
+                if (++c == W) { c = 0; r++; }
+            }
         }
+        for (int64_t q = 0;; q += 16) {
+            if (q + 16 > len) q = len - 16;   /* the last 16 (overlapping the block before) */
+            d->t16(xb + q, (ptrdiff_t)plane, flip, zsub, X, doff + q);
+            if (q + 16 >= len) break;
+        }
+        return;
     }
 #endif
-    if (q < len) {
-        memset(T + 16 * q, 0, sizeof(int16_t) * 16 * (size_t)(len - q));
+    for (int64_t r = xa; r < xb_; r++) {
+        int16_t *dst = X + rowe * (size_t)r + 16 * (size_t)lp;
+        if (nch < 16) dwcl_set(dst, pv, (size_t)W);   /* lanes beyond the block (weight 0) */
         for (int c = 0; c < nch; c++) {
-            const uint8_t *src = xb + c * plane;
-            for (int64_t j = q; j < len; j++) T[16 * j + c] = (int16_t)((int32_t)(src[j] ^ flip) - zxu);
+            const uint8_t *src = xb + c * plane + (r - xa) * W;
+            for (int64_t j = 0; j < W; j++) dst[16 * j + c] = (int16_t)((int32_t)(src[j] ^ flip) - zsub);
         }
     }
-    for (int64_t r = xa; r < xb_; r++)
-        memcpy(X + rowe * (size_t)r + 16 * (size_t)lp, T + 16 * (size_t)((r - xa) * W), sizeof(int16_t) * 16 * (size_t)W);
 }
 
 /* comp[c][j] = acc[j][c] for c < nch, j < cols (4x4 int32 blocks by SSE2 unpacks) */
@@ -2102,6 +2143,17 @@ static void dwcl_untranspose(const int32_t *acc, int nch, int cols, int32_t *com
 #endif
     for (int c = 0; c < nch; c++)
         for (int jj = j; jj < cols; jj++) comp[(size_t)c * cols + jj] = acc[16 * (size_t)jj + c];
+}
+
+/* Depthwise calls per path (channels-last, plane, rows): a diagnostic for the tests, as
+ * ql_conv_path_counts for the GEMM paths */
+static long long dw_calls[3];
+
+void ql_conv_dw_path_counts(long long *cl, long long *plane, long long *rows)
+{
+    *cl = __atomic_load_n(&dw_calls[0], __ATOMIC_RELAXED);
+    *plane = __atomic_load_n(&dw_calls[1], __ATOMIC_RELAXED);
+    *rows = __atomic_load_n(&dw_calls[2], __ATOMIC_RELAXED);
 }
 
 static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
@@ -2138,8 +2190,29 @@ static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
      * multiplier 0), which writes bytes [pixel][16] for dwcl_store_q */
     ql_dw_q q, *qp = NULL;
     if (p->quantized) {
+        /* X holds x in uint8 form (raw, dwcl_fill): sum w*(x - zx) = sum w*x - zx*sum w, and
+         * zx*sum w joins the bias (wrap32: the same sum modulo 2^32). Taps outer: the
+         * compiler vectorizes the 16 channels. */
+        uint32_t sw[16] = {0};
+#if QL_X86
+        /* 16 channels in four int32 vectors (int16 sign-extended: unpack with itself, >> 16) */
+        __m128i s4[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
+        for (int t = 0; t < 2 * d->npairs; t++) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(wt + 16 * t));
+            __m128i b = _mm_loadu_si128((const __m128i *)(wt + 16 * t + 8));
+            s4[0] = _mm_add_epi32(s4[0], _mm_srai_epi32(_mm_unpacklo_epi16(a, a), 16));
+            s4[1] = _mm_add_epi32(s4[1], _mm_srai_epi32(_mm_unpackhi_epi16(a, a), 16));
+            s4[2] = _mm_add_epi32(s4[2], _mm_srai_epi32(_mm_unpacklo_epi16(b, b), 16));
+            s4[3] = _mm_add_epi32(s4[3], _mm_srai_epi32(_mm_unpackhi_epi16(b, b), 16));
+        }
+        for (int i = 0; i < 4; i++) _mm_storeu_si128((__m128i *)(sw + 4 * i), s4[i]);
+#else
+        for (int t = 0; t < 2 * d->npairs; t++)
+            for (int c = 0; c < 16; c++) sw[c] += (uint32_t)(int32_t)wt[16 * t + c];
+#endif
         for (int c = 0; c < 16; c++) {
-            q.bias[c] = c < nch && p->bias ? p->bias[c0 + c] : 0;
+            uint32_t b = c < nch && p->bias ? (uint32_t)p->bias[c0 + c] : 0u;
+            q.bias[c] = (int32_t)(b - (uint32_t)d->zxu * sw[c]);
             q.mult[c] = c < nch ? p->mult[(c0 + c) * p->mult_s] : 0.0f;
         }
         q.lo = p->lo;
@@ -2158,7 +2231,7 @@ static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
         /* a band of output rows and the padded input rows it reads (halo rows read twice) */
         int64_t b1 = g1 - b0 < d->band ? g1 : b0 + d->band, pr0 = b0 * p->stride[0];
         int64_t xr = (b1 - 1 - b0) * p->stride[0] + (p->k[0] - 1) * p->dil[0] + 1;
-        dwcl_fill(d, n, c0, nch, pr0, xr, X, (int16_t *)(s + d->off_t));
+        dwcl_fill(d, n, c0, nch, pr0, xr, X, (int64_t *)(s + d->off_band));
         for (int64_t oh0 = b0; oh0 < b1; oh0 += rows_per) {
             int64_t nrow = b1 - oh0 < rows_per ? b1 - oh0 : rows_per;
             const int16_t *xrow = X + 16 * (size_t)(oh0 * p->stride[0] - pr0) * (size_t)d->wp;
@@ -2166,7 +2239,7 @@ static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
                           (int)nrow, (int)OW, qp, acc);   /* int32 or bytes */
             int cols = (int)(nrow * OW);
             if (qp) {
-                dwcl_store_q((const uint8_t *)acc, nch, cols, ych + oh0 * OW, (ptrdiff_t)d->P);
+                dwcl_store_q(d, (const uint8_t *)acc, nch, cols, ych + oh0 * OW, (ptrdiff_t)d->P);
                 continue;
             }
             dwcl_untranspose(acc, nch, cols, comp);
@@ -2189,6 +2262,18 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
     d.W = p->in[1];
 #if QL_X86
     d.t16 = isa->dw_cl == ql_dw_cl_avx2 ? ql_dw_t16_avx2 : transpose16_i16;
+#endif
+    /* int8 x: x - zx = (x ^ 0x80) - (zx + 128), so both types widen as uint8 (zxu: zx in that
+     * form). X holds x - zx (padding 0) for int32 output; for the requantized output the raw
+     * uint8 form x ^ flip (padding zxu: a padded tap adds w*zxu, which the bias takes back
+     * with every other tap's, dwcl_task): the fill skips the subtraction. Either way
+     * |X| <= 255 and |w| <= 255: the kernels' int16 pair sums stay exact. */
+    d.flip = p->x_type == QL_I8 ? 0x80 : 0;
+    d.zxu = p->x_type == QL_I8 ? p->x_zp + 128 : p->x_zp;
+    d.zsub = p->quantized ? 0 : d.zxu;
+    d.pv = (int16_t)(p->quantized ? d.zxu : 0);
+#if QL_X86
+    d.store32 = isa->dw_cl == ql_dw_cl_avx2 ? ql_dw_store_avx2 : NULL;
 #endif
     d.taps = p->k[0] * p->k[1];
     if (d.taps > DWCL_MAX_TAPS) return 0;
@@ -2223,31 +2308,35 @@ static int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc,
     size_t o = 0;
     d.off_x = o;
     o += align64(sizeof(int16_t) * 16 * (size_t)(d.xrows * d.wp));
-    d.off_t = o;   /* T: only for rows narrower than 16 and channel blocks below 16 */
-    if (!QL_X86 || d.W < 16 || p->C % 16 != 0) o += align64(sizeof(int16_t) * 16 * (size_t)(d.xrows * d.W));
     d.off_w = o;
     o += align64(sizeof(int16_t) * 32 * (size_t)d.npairs);
     d.off_acc = o;
     o += align64(sizeof(int32_t) * 16 * (size_t)chunk);
     d.off_comp = o;
     o += align64(sizeof(int32_t) * 16 * (size_t)chunk);
+    d.off_band = o;   /* the band whose padding X holds (dwcl_fill): none yet; the scatter offsets */
+    o += align64(sizeof(int64_t) * 2 + (d.W < 16 ? sizeof(ptrdiff_t) * (size_t)(d.xrows * d.W) : 0));
     d.scratch_bytes = o;
     int threads = ql_num_threads();
     if (d.scratch_bytes * (size_t)threads > workspace) return 0;
     int cached;
     d.scratch = dw_scratch_get(d.scratch_bytes * (size_t)threads, &cached);
     if (!d.scratch) return -1;
+    for (int th = 0; th < threads; th++) ((int64_t *)(d.scratch + (size_t)th * d.scratch_bytes + d.off_band))[0] = -1;
     int run_threads = p->N * p->M * d.P * d.taps < DW_MIN_PAR ? 1 : threads;
     /* tasks: (image, channel block, group of output rows); the rows are split only when there
-     * are too few blocks to keep every thread busy to the end (each split re-reads the
-     * kernel's halo rows) */
+     * are too few blocks to keep every thread busy to the end: at least 8 tasks per thread,
+     * so that a worker that starts late (its wake-up takes tens of microseconds) or a thread
+     * slowed by other load leaves at most a small task to the others (each split re-reads the
+     * kernel's halo rows: 2 rows of a 3x3 kernel, a few percent of the fill) */
     d.group_rows = p->out[0];
-    if (run_threads > 1 && p->N * d.blocks < 4 * (int64_t)run_threads) {
-        int64_t parts = (4 * (int64_t)run_threads + p->N * d.blocks - 1) / (p->N * d.blocks);
+    if (run_threads > 1 && p->N * d.blocks < 8 * (int64_t)run_threads) {
+        int64_t parts = (8 * (int64_t)run_threads + p->N * d.blocks - 1) / (p->N * d.blocks);
         d.group_rows = (p->out[0] + parts - 1) / parts;
         if (d.group_rows < d.band) d.band = d.group_rows;
     }
     d.band_groups = (p->out[0] + d.group_rows - 1) / d.group_rows;
+    __atomic_fetch_add(&dw_calls[0], 1, __ATOMIC_RELAXED);
     ql_parallel_for((ptrdiff_t)(p->N * d.blocks * d.band_groups), run_threads, dwcl_task, &d);
     dw_scratch_put(d.scratch, cached);
     return 1;
@@ -2362,6 +2451,7 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *w
         }
         for (int th = 1; th < threads; th++)
             memcpy(d.scratch + (size_t)th * d.scratch_bytes + d.off_toff, toff, sizeof(int64_t) * (size_t)d.taps);
+        __atomic_fetch_add(&dw_calls[1], 1, __ATOMIC_RELAXED);
         ql_parallel_for((ptrdiff_t)(p->N * p->C), run_threads, dw_plane_task, &d);
         dw_scratch_put(d.scratch, cached);
         return 0;
@@ -2373,6 +2463,7 @@ int ql_conv_depthwise(const ql_conv_plan *p, const ql_isa *isa, const int16_t *w
     if (blocks > d.orows) blocks = d.orows;
     d.rows_per_task = (d.orows + blocks - 1) / blocks;
     d.row_blocks = (d.orows + d.rows_per_task - 1) / d.rows_per_task;
+    __atomic_fetch_add(&dw_calls[2], 1, __ATOMIC_RELAXED);
     ql_parallel_for((ptrdiff_t)(planes * d.row_blocks), run_threads, dw_task, &d);
     dw_scratch_put(d.scratch, cached);
     return 0;

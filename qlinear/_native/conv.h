@@ -42,9 +42,13 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
                  const void *wpacked, size_t workspace);
 /* Calls of ql_conv_gemm that ran the implicit GEMM and the im2col path (diagnostics) */
 void ql_conv_path_counts(long long *implicit, long long *im2col);
+/* Depthwise calls run so far on each path: channels-last, plane, rows (diagnostics) */
+void ql_conv_dw_path_counts(long long *cl, long long *plane, long long *rows);
 #if QL_X86
 /* conv_avx2.c: the channels-last fill's 16 x 16 transpose (conv.c's transpose16_i16) */
-void ql_dw_t16_avx2(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zxu, int16_t *dst);
+void ql_dw_t16_avx2(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zsub, int16_t *dst, const ptrdiff_t *doff);
+/* conv_avx2.c: the channels-last store of 32 positions at a time (conv.c's dwcl_store_q, cols >= 32) */
+void ql_dw_store_avx2(const uint8_t *Q, int nch, int cols, uint8_t *y, ptrdiff_t P);
 #endif
 /* wc: (M, taps) centered int16 weights, w_elems int16 in all; when 2-D with M == C and at most
  * 64 taps, they may be followed by the channels-last form (ceil(M/16), 2*ceil(taps/2), 16)

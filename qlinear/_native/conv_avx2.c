@@ -48,13 +48,13 @@ void ql_dw_rows_avx2(const int16_t *const *rows, const int16_t *w, int npairs, i
  * vpackssdw of the low and high results puts the 16 channels back in order (as int16). */
 /* The fused requantization's constants, in the accumulators' lane order (bias 0 and no
  * requantization for int32 output) */
-typedef struct { __m256i blo, bhi, zp; __m256 mlo, mhi, flo, fhi; } dw_qregs;
+typedef struct { __m256i blo, bhi, zp, qmin; __m256 mlo, mhi, fhi; } dw_qregs;
 
 static inline __attribute__((always_inline)) dw_qregs dw_qregs_load(const ql_dw_q *q)
 {
     dw_qregs k;
-    k.blo = k.bhi = k.zp = _mm256_setzero_si256();   /* zp: int16 lanes */
-    k.mlo = k.mhi = k.flo = k.fhi = _mm256_setzero_ps();
+    k.blo = k.bhi = k.zp = k.qmin = _mm256_setzero_si256();   /* zp, qmin: int16 lanes */
+    k.mlo = k.mhi = k.fhi = _mm256_setzero_ps();
     if (q) {
         __m256i b0 = _mm256_loadu_si256((const __m256i *)q->bias), b1 = _mm256_loadu_si256((const __m256i *)(q->bias + 8));
         __m256 m0 = _mm256_loadu_ps(q->mult), m1 = _mm256_loadu_ps(q->mult + 8);
@@ -62,11 +62,29 @@ static inline __attribute__((always_inline)) dw_qregs dw_qregs_load(const ql_dw_
         k.bhi = _mm256_permute2x128_si256(b0, b1, 0x31);   /* channels 4-7, 12-15 */
         k.mlo = _mm256_permute2f128_ps(m0, m1, 0x20);
         k.mhi = _mm256_permute2f128_ps(m0, m1, 0x31);
-        k.flo = _mm256_set1_ps(q->lo);
         k.fhi = _mm256_set1_ps(q->hi);
         k.zp = _mm256_set1_epi16((int16_t)q->zp);
+        k.qmin = _mm256_set1_epi16((int16_t)((int32_t)q->lo + q->zp));
     }
     return k;
+}
+
+/* One output's 16 channels requantized to int16 in channel order (channels 0-7 | 8-15), in
+ * [qmin, qmax]. The contract (epilogue.c): v = float32(acc) * mult, clamped to [lo, hi] with
+ * NaN to lo, rounded to nearest even, + zp; lo = qmin - zp, hi = qmax - zp are integers in
+ * [-255, 255] (qlinear.h). Here: minps(hi, v) first (hi as the FIRST operand: vminps returns
+ * its second operand, v, when one is NaN), so every value is at most hi and NaN stays NaN;
+ * cvtps2dq rounds to nearest even and gives INT32_MIN for NaN and for anything below -2^31;
+ * vpackssdw saturates to int16 (below -32768: -32768, still below lo), + zp saturating
+ * (vpaddsw: at most hi + zp = qmax, no overflow), and the lower clamp is done on the integers,
+ * vpmaxsw with qmin = lo + zp: for an integer bound, rounding then clamping equals clamping then
+ * rounding, and the saturated values (below lo + zp) go to qmin as NaN and -inf must. */
+static inline __attribute__((always_inline)) __m256i dw_cl_req16(__m256i lo, __m256i hi, const dw_qregs *k)
+{
+    __m256 vlo = _mm256_min_ps(k->fhi, _mm256_mul_ps(_mm256_cvtepi32_ps(lo), k->mlo));
+    __m256 vhi = _mm256_min_ps(k->fhi, _mm256_mul_ps(_mm256_cvtepi32_ps(hi), k->mhi));
+    __m256i p16 = _mm256_packs_epi32(_mm256_cvtps_epi32(vlo), _mm256_cvtps_epi32(vhi));
+    return _mm256_max_epi16(_mm256_adds_epi16(p16, k->zp), k->qmin);
 }
 
 /* Output ro of a chunk: int32 accumulators in channel order, or the requantized bytes */
@@ -79,19 +97,29 @@ static inline __attribute__((always_inline)) void dw_cl_out(__m256i lo, __m256i 
         _mm256_storeu_si256((__m256i *)(acc + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
         return;
     }
-    /* as simd_common_avx2.h's epilogue: cvtdq2ps, one mulps, clamp to [lo, hi] (maxps
-     * first: NaN goes to lo), cvtps2dq (nearest even), + zp. lo = qmin - zp and
-     * hi = qmax - zp lie in [-255, 255]: vpackssdw is exact, the int16 + zp lands in
-     * [qmin, qmax] (no int16 overflow) and the byte pack is exact too */
-    __m256 vlo = _mm256_mul_ps(_mm256_cvtepi32_ps(lo), k->mlo);
-    __m256 vhi = _mm256_mul_ps(_mm256_cvtepi32_ps(hi), k->mhi);
-    vlo = _mm256_min_ps(_mm256_max_ps(vlo, k->flo), k->fhi);
-    vhi = _mm256_min_ps(_mm256_max_ps(vhi, k->flo), k->fhi);
-    __m256i p16 = _mm256_packs_epi32(_mm256_cvtps_epi32(vlo), _mm256_cvtps_epi32(vhi));
-    p16 = _mm256_add_epi16(p16, k->zp);   /* channels 0-7 | 8-15, int16 */
+    /* int16 in [qmin, qmax]: the byte pack is exact */
+    __m256i p16 = dw_cl_req16(lo, hi, k);
     __m128i a = _mm256_castsi256_si128(p16), b = _mm256_extracti128_si256(p16, 1);
     __m128i p8 = is_signed ? _mm_packs_epi16(a, b) : _mm_packus_epi16(a, b);
     _mm_storeu_si128((__m128i *)((uint8_t *)out + 16 * ro), p8);
+}
+
+/* Two outputs at once (ra, rb): one 256-bit byte pack for both, then each half stored */
+static inline __attribute__((always_inline)) void dw_cl_out2(__m256i la, __m256i ha, __m256i lb, __m256i hb,
+                                                             const dw_qregs *k, const ql_dw_q *q, int is_signed,
+                                                             void *out, ptrdiff_t ra, ptrdiff_t rb)
+{
+    if (!q) {
+        dw_cl_out(la, ha, k, q, is_signed, out, ra);
+        dw_cl_out(lb, hb, k, q, is_signed, out, rb);
+        return;
+    }
+    __m256i pa = dw_cl_req16(la, ha, k), pb = dw_cl_req16(lb, hb, k);
+    /* [a0-7 b0-7 | a8-15 b8-15], then qwords 0 2 1 3: [a0-15 | b0-15] */
+    __m256i p8 = is_signed ? _mm256_packs_epi16(pa, pb) : _mm256_packus_epi16(pa, pb);
+    p8 = _mm256_permute4x64_epi64(p8, 0xD8);
+    _mm_storeu_si128((__m128i *)((uint8_t *)out + 16 * ra), _mm256_castsi256_si128(p8));
+    _mm_storeu_si128((__m128i *)((uint8_t *)out + 16 * rb), _mm256_extracti128_si256(p8, 1));
 }
 
 static inline __attribute__((always_inline)) void dw_cl_body(const int16_t *X, const ptrdiff_t *toff,
@@ -190,8 +218,7 @@ static inline __attribute__((always_inline)) void dw_cl_3x3_body(const int16_t *
             h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(v1h, wh[3]));
             l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(v2l, wl[5]));
             h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(v2h, wh[5]));
-            dw_cl_out(l0, h0, &k, q, is_signed, out, (ptrdiff_t)r * ow + o);
-            dw_cl_out(l1, h1, &k, q, is_signed, out, (ptrdiff_t)(r + 1) * ow + o);
+            dw_cl_out2(l0, h0, l1, h1, &k, q, is_signed, out, (ptrdiff_t)r * ow + o, (ptrdiff_t)(r + 1) * ow + o);
         }
     }
     if (r < rows) {   /* an odd last row: the general body (taps in t = 3*kh + kw order) */
@@ -242,19 +269,23 @@ void ql_dw_cl_avx2(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, i
 }
 
 /* The channels-last fill (conv.c's transpose16_i16, same contract): 16 positions x 16
- * channels of bytes (rows src + c*cs) to 16 positions of 16 centered int16 (dst, 32 bytes
- * apart). Channels c and c + 8 share a ymm (lanes 0 and 1), so each in-lane unpack stage
- * transposes both halves at once: three stages leave, per lane, one position's 8 channels per
- * qword, which widening against zero turns into that position's 16 int16 (lane 0: channels
- * 0-7, lane 1: 8-15). bytes ^ flip are uint8, minus zxu: |x - zx| <= 255 fits int16. */
-void ql_dw_t16_avx2(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zxu, int16_t *dst)
+ * channels of bytes (rows src + c*cs) to 16 positions of 16 int16 (bytes ^ flip) - zsub, position
+ * k at dst + doff[k] (int16 elements; doff NULL: dst + 16*k). Channels c and c + 8 share a ymm
+ * (lanes 0 and 1), so each in-lane unpack stage transposes both halves at once: three stages
+ * leave, per lane, one position's 8 channels per qword, which widening against zero turns into
+ * that position's 16 int16 (lane 0: channels 0-7, lane 1: 8-15). bytes ^ flip are uint8, zsub
+ * 0 or zx in uint8 form: |x - zsub| <= 255 fits int16. The xor and the subtraction are left
+ * out when they do nothing (uint8 x; the raw form). */
+static inline __attribute__((always_inline)) void dw_t16(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zsub,
+                                                         int16_t *dst, const ptrdiff_t *doff, int do_flip, int do_sub,
+                                                         int do_off)
 {
-    const __m256i f = _mm256_set1_epi8((char)flip), z = _mm256_set1_epi16((int16_t)zxu), zero = _mm256_setzero_si256();
+    const __m256i f = _mm256_set1_epi8((char)flip), z = _mm256_set1_epi16((int16_t)zsub), zero = _mm256_setzero_si256();
     __m256i r[8], a[8], b[8];
     for (int i = 0; i < 8; i++) {
         __m256i v = _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(src + i * cs)));
         v = _mm256_inserti128_si256(v, _mm_loadu_si128((const __m128i *)(src + (i + 8) * cs)), 1);
-        r[i] = _mm256_xor_si256(v, f);
+        r[i] = do_flip ? _mm256_xor_si256(v, f) : v;
     }
     /* a[j] (a[j + 4]): positions 0-7 (8-15) of channels 2j, 2j + 1, a word per position */
     for (int j = 0; j < 4; j++) {
@@ -272,12 +303,67 @@ void ql_dw_t16_avx2(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zxu,
             /* qwords: positions k, k + 1 (and k + 2, k + 3) of channels 0-7, k = 8h + 4g */
             __m256i lo = _mm256_unpacklo_epi32(b[4 * h + 2 * g], b[4 * h + 2 * g + 1]);
             __m256i hi = _mm256_unpackhi_epi32(b[4 * h + 2 * g], b[4 * h + 2 * g + 1]);
-            int16_t *o = dst + 16 * (8 * h + 4 * g);
-            _mm256_storeu_si256((__m256i *)o, _mm256_sub_epi16(_mm256_unpacklo_epi8(lo, zero), z));
-            _mm256_storeu_si256((__m256i *)(o + 16), _mm256_sub_epi16(_mm256_unpackhi_epi8(lo, zero), z));
-            _mm256_storeu_si256((__m256i *)(o + 32), _mm256_sub_epi16(_mm256_unpacklo_epi8(hi, zero), z));
-            _mm256_storeu_si256((__m256i *)(o + 48), _mm256_sub_epi16(_mm256_unpackhi_epi8(hi, zero), z));
+            __m256i v[4] = {_mm256_unpacklo_epi8(lo, zero), _mm256_unpackhi_epi8(lo, zero),
+                            _mm256_unpacklo_epi8(hi, zero), _mm256_unpackhi_epi8(hi, zero)};
+            int k = 8 * h + 4 * g;
+            for (int e = 0; e < 4; e++) {
+                int16_t *o = dst + (do_off ? doff[k + e] : 16 * (k + e));
+                _mm256_storeu_si256((__m256i *)o, do_sub ? _mm256_sub_epi16(v[e], z) : v[e]);
+            }
         }
+}
+
+void ql_dw_t16_avx2(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zsub, int16_t *dst, const ptrdiff_t *doff)
+{
+    /* the raw uint8 form (no xor, no subtraction) is the requantized output's common case */
+    if (!flip && !zsub) {
+        if (doff) dw_t16(src, cs, flip, zsub, dst, doff, 0, 0, 1);
+        else dw_t16(src, cs, flip, zsub, dst, doff, 0, 0, 0);
+    } else if (doff) {
+        dw_t16(src, cs, flip, zsub, dst, doff, 1, 1, 1);
+    } else {
+        dw_t16(src, cs, flip, zsub, dst, doff, 1, 1, 0);
+    }
+}
+
+/* The channels-last store (conv.c's dwcl_store_q, same contract, cols >= 32): requantized
+ * bytes Q [cols][16] to the planes y + c*P (c < nch). Two 16 x 16 byte transposes per pass,
+ * one per 128-bit lane (the in-lane unpacks of transpose16_u8): lane 0 takes positions j..j+15,
+ * lane 1 j+16..j+31, so channel c's 32 positions leave as one store; the last pass overlaps
+ * the one before (the same bytes written twice). */
+void ql_dw_store_avx2(const uint8_t *Q, int nch, int cols, uint8_t *y, ptrdiff_t P)
+{
+    for (int j = 0;; j += 32) {
+        if (j + 32 > cols) j = cols - 32;
+        __m256i r[16], u[16], a[8], b[8], t[16];
+        for (int k = 0; k < 16; k++) {
+            __m256i v = _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(Q + 16 * (size_t)(j + k))));
+            r[k] = _mm256_inserti128_si256(v, _mm_loadu_si128((const __m128i *)(Q + 16 * (size_t)(j + 16 + k))), 1);
+        }
+        for (int c = 0; c < 8; c++) {   /* u[c]: channels 0-7 of positions 2c, 2c+1 interleaved; u[c+8]: 8-15 */
+            u[c] = _mm256_unpacklo_epi8(r[2 * c], r[2 * c + 1]);
+            u[c + 8] = _mm256_unpackhi_epi8(r[2 * c], r[2 * c + 1]);
+        }
+        for (int h = 0; h < 2; h++) {
+            __m256i *v = u + 8 * h;
+            for (int c = 0; c < 4; c++) {
+                a[c] = _mm256_unpacklo_epi16(v[2 * c], v[2 * c + 1]);
+                a[c + 4] = _mm256_unpackhi_epi16(v[2 * c], v[2 * c + 1]);
+            }
+            for (int g = 0; g < 2; g++)
+                for (int c = 0; c < 2; c++) {
+                    b[4 * g + 2 * c] = _mm256_unpacklo_epi32(a[4 * g + 2 * c], a[4 * g + 2 * c + 1]);
+                    b[4 * g + 2 * c + 1] = _mm256_unpackhi_epi32(a[4 * g + 2 * c], a[4 * g + 2 * c + 1]);
+                }
+            for (int g = 0; g < 2; g++)
+                for (int e = 0; e < 2; e++) {   /* channel k = 8h + 4g + 2e (and k + 1) */
+                    t[8 * h + 4 * g + 2 * e] = _mm256_unpacklo_epi64(b[4 * g + e], b[4 * g + 2 + e]);
+                    t[8 * h + 4 * g + 2 * e + 1] = _mm256_unpackhi_epi64(b[4 * g + e], b[4 * g + 2 + e]);
+                }
+        }
+        for (int c = 0; c < nch; c++) _mm256_storeu_si256((__m256i *)(y + c * P + j), t[c]);
+        if (j + 32 >= cols) break;
+    }
 }
 
 #pragma GCC pop_options

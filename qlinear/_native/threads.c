@@ -29,7 +29,12 @@ static pthread_t *workers;
 static atomic_ulong generation;   /* bumped per job (under mu; read without it while spinning) */
 static unsigned long start_generation;  /* generation when the current workers were created */
 static int stopping;
-static atomic_int pending;        /* workers that have not finished the current job (under mu) */
+/* A worker joins the current job only while the caller still runs its tasks (job_closed 0):
+ * a worker that wakes after the caller has finished them skips the job, so the caller never
+ * waits for a late wake-up (tens of microseconds, more on a loaded machine), only for the
+ * workers that took part. job_active counts those (changed under mu, read while spinning). */
+static atomic_int job_active;
+static int job_closed;
 static int sleepers;              /* workers blocked on cv_start */
 
 /* Spin this many pause instructions (about 20-40 us) before blocking: waking a sleeping
@@ -88,11 +93,13 @@ static void *worker(void *arg) {
         }
         if (stopping) break;
         seen = generation;
-        int mine = idx < job_threads;
+        if (idx >= job_threads || job_closed) continue;   /* not in this job (mu still held) */
+        atomic_fetch_add_explicit(&job_active, 1, memory_order_relaxed);
         pthread_mutex_unlock(&mu);
-        if (mine) run_tasks(idx);
+        run_tasks(idx);
         pthread_mutex_lock(&mu);
-        if (--pending == 0) pthread_cond_signal(&cv_done);
+        if (atomic_fetch_sub_explicit(&job_active, 1, memory_order_release) == 1 && job_closed)
+            pthread_cond_signal(&cv_done);
     }
     pthread_mutex_unlock(&mu);
     return NULL;
@@ -120,7 +127,8 @@ static void after_fork_child(void) {
     workers = NULL;
     n_workers = 0;
     stopping = 0;
-    pending = 0;
+    job_active = 0;
+    job_closed = 0;
     sleepers = 0;
 }
 
@@ -165,15 +173,19 @@ void ql_parallel_for(ptrdiff_t n_tasks, int max_threads, ql_task_fn fn, void *ct
     job_threads = n_tasks < n_workers + 1 ? (int)n_tasks : n_workers + 1;
     if (job_threads > max_threads) job_threads = max_threads;
     atomic_store(&job_next, 0);
-    pending = n_workers;
+    job_closed = 0;
     generation++;
     if (sleepers) pthread_cond_broadcast(&cv_start);
     pthread_mutex_unlock(&mu);
     run_tasks(0);
-    for (int i = 0; i < SPIN_LIMIT && atomic_load_explicit(&pending, memory_order_acquire) > 0; i++)
+    /* every task is claimed: close the job to late workers, then wait for those in it */
+    pthread_mutex_lock(&mu);
+    job_closed = 1;
+    pthread_mutex_unlock(&mu);
+    for (int i = 0; i < SPIN_LIMIT && atomic_load_explicit(&job_active, memory_order_acquire) > 0; i++)
         cpu_relax();
     pthread_mutex_lock(&mu);
-    while (pending > 0) pthread_cond_wait(&cv_done, &mu);
+    while (atomic_load_explicit(&job_active, memory_order_acquire) > 0) pthread_cond_wait(&cv_done, &mu);
     pthread_mutex_unlock(&mu);
     pthread_mutex_unlock(&submit);
 }
