@@ -978,6 +978,119 @@ def test_implicit_gemm_k_blocks(seven_bit, engine_level):
             assert _native._C.conv_path_counts()[0] - before[0] == 2
 
 
+# ----------------------------------------------------------------------- merged images
+
+# (x spatial, kernel, attributes, input channels, group, batch): convolutions over several
+# images whose padded copies all fit conv.c's IG_BATCH_BYTES (1 MiB), so that the implicit
+# path runs the whole batch as one GEMM over (image, tile) pairs
+_MERGED_CASES = [
+    ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 8, 1, 8),                     # 7x7: row-aligned tiles, dot tail
+    ((7, 7), (1, 1), {}, 16, 1, 5),                                          # pointwise 7x7: a 1-column dot tail
+    ((14, 14), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 8, 1, 3),    # 14x14 stride 2 -> 7x7
+    ((14, 14), (1, 1), dict(strides=[2, 2]), 12, 1, 2),                      # pointwise stride 2 (a downsample)
+    ((9, 16), (3, 3), dict(dilations=[2, 1], pads=[2, 1, 3, 1]), 8, 2, 3),   # dilation, asymmetric pads, groups
+    ((7, 7), (3, 3), dict(pads=[0, 1, 2, 1]), 12, 3, 9),                     # 3 groups, 9 images
+    ((6, 37), (1, 1), dict(pads=[1, 0, 2, 0]), 3, 1, 4),                     # pointwise, rows of padding
+    ((30,), (3,), dict(pads=[1, 2], strides=[2]), 8, 1, 5),                  # 1-D
+    ((2, 3), (3, 3), dict(pads=[1, 1, 1, 1]), 4, 1, 11),                     # one narrow tile per image
+]
+
+
+def _merge_delta(before):
+    from qlinear import _native
+    after = _native._C.conv_path_counts()
+    return tuple(a - b for a, b in zip(after, before))
+
+
+@pytest.mark.parametrize("case", range(len(_MERGED_CASES)))
+@pytest.mark.parametrize("seven_bit", [False, True])
+def test_implicit_gemm_merged_images(case, seven_bit, engine_level):
+    """The implicit GEMM over a batch at once (every image's copy side by side, one GEMM over
+    the (image, tile) pairs, each image's own dot tail and output) against the oracle at every
+    level: 2-11 images, 7x7 planes (row-aligned tiles, a dot tail), 14x14 stride 2, 1x1 and
+    3x3, dilation, asymmetric pads, groups, 1-D, all 8 type combinations, differing
+    per-channel zero points, full-range and 7-bit weights, on 1 and 2 threads; and that on
+    avx2 / scalar each call ran as one merged GEMM of all its images."""
+    from qlinear import _native
+    spatial, kernel, attrs, cin, group, n = _MERGED_CASES[case]
+    rng = np.random.default_rng([case, seven_bit, 50])
+    native = engine_level != "numpy" and _native.native() is not None
+    for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+        m = group * (3 + 2 * ((r + case) % 4))   # 3, 5, 7, 9 per group: row tails
+        shape = (m, cin // group, *kernel)
+        x = rand_int(rng, xdt, (n, cin, *spatial))
+        x.flat[::7] = np.iinfo(xdt).min
+        x.flat[3::11] = np.iinfo(xdt).max
+        if seven_bit:
+            w, wz = _seven_bit(rng, wdt, shape, m)
+        else:
+            w, wz = rand_extreme(rng, wdt, shape), rand_int(rng, wdt, (m,))
+        kw = dict(attrs, group=group)
+        before = _native._C.conv_path_counts() if native else None
+        with num_threads(1 + r % 2):
+            check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), kw)
+            check_convint([x, w, rand_int(rng, xdt, ()), wz], kw)
+        if native and _native._C.get_isa() in ("avx2", "scalar"):
+            implicit, im2col, merged, images = _merge_delta(before)
+            assert (implicit, im2col, merged, images) == (2, 0, 2, 2 * n), (implicit, im2col, merged, images)
+
+
+@pytest.mark.parametrize("seven_bit", [False, True])
+def test_implicit_gemm_merged_chunks(seven_bit, engine_level):
+    """A batch cut into chunks by the copy budget (conv.c's IG_BATCH_BYTES, 1 MiB): 400
+    channels of 20x21, 3x3, pads 1: channel blocks of 2 (exact) or 4 (7-bit, avx2) channels,
+    each a padded 22x23 plane of 528 positions (33 lines of 16) of 4 bytes, so one image's copy
+    is 422400 bytes exact (2 images a chunk) or 211200 7-bit (4 a chunk); the last tile has 10
+    columns (no dot tail, nothing else in the budget). 5 images: chunks of 2, 2, 1 or of 4, 1;
+    against the oracle, every image of every chunk, x and w at their extremes."""
+    from qlinear import _native
+    rng = np.random.default_rng([seven_bit, 51])
+    native = engine_level != "numpy" and _native.native() is not None
+    n, cin, m = 5, 400, 5
+    for xdt, wdt, ydt in ((U8, I8, U8), (I8, U8, I8)):
+        x = rand_extreme(rng, xdt, (n, cin, 20, 21))
+        shape = (m, cin, 3, 3)
+        if seven_bit:
+            w, wz = _seven_bit(rng, wdt, shape, m)
+        else:
+            w, wz = rand_extreme(rng, wdt, shape), rand_int(rng, wdt, (m,))
+        kw = dict(pads=[1, 1, 1, 1])
+        before = _native._C.conv_path_counts() if native else None
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), kw)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], kw)
+        level = _native._C.get_isa() if native else None
+        if level in ("avx2", "scalar"):
+            per_chunk = 4 if seven_bit and level == "avx2" else 2
+            chunks = [min(per_chunk, n - n0) for n0 in range(0, n, per_chunk)]
+            merged = [k for k in chunks if k > 1]
+            assert _merge_delta(before) == (2, 0, 2 * len(merged), 2 * sum(merged))
+
+
+def test_implicit_gemm_merged_workspace_fallback():
+    """Two images whose padded copy (8 channels of 1024 x 1040, exact: 4 blocks of 1064960
+    positions of 4 bytes, 17039360 bytes) is above the smallest workspace the native engine is
+    given (16 MiB): with the default limit the implicit path runs them an image at a time (no
+    chunk fits the budget), with a 1-byte limit the im2col path runs; both exact."""
+    from qlinear import _native
+    rng = np.random.default_rng(52)
+    native = _native.native() is not None
+    x = rand_int(rng, U8, (2, 8, 1024, 1040))
+    w = rand_extreme(rng, I8, (2, 8, 2, 1))
+    wz = rand_int(rng, I8, (2,))
+    args = _qconv_args(rng, x, w, wz=wz)
+    want = oracle.qlinear_conv(*args)
+    limit = qlinear.workspace_limit()
+    try:
+        for nbytes, took in ((limit, (1, 0, 0, 0)), (1, (0, 1, 0, 0))):
+            qlinear.set_workspace_limit(nbytes)
+            before = _native._C.conv_path_counts() if native else None
+            assert_exact(call_untouched(qlinear.qlinear_conv, *args), want)
+            if native and _native._C.get_isa() in ("avx2", "scalar"):
+                assert _merge_delta(before) == took
+    finally:
+        qlinear.set_workspace_limit(limit)
+
+
 # ----------------------------------------------------------------------------- narrow tails
 
 # output widths whose last 16-column tile has every width 1..16 (and 7x7 / 14x14 planes' 49,

@@ -941,6 +941,13 @@ typedef struct ig_ctx {
     char *cblock; size_t cblock_bytes;     /* per thread: mc x 16 int32 partial sums */
     char *xt; size_t xt_bytes; ptrdiff_t xs;   /* the dot tail's gathered columns (shared) */
     int ep_ok;                             /* the epilogue is one ikernel_ep / dot_ep support */
+    /* images merged into one GEMM (ig_run): image j of the chunk has its copy at copy + j *
+     * cstride, its input at xg + j * xstride, its dot columns at xt + j * xt_bytes and its
+     * output at ep.out + j * ostride; the GEMM tasks run over (image, tile) pairs */
+    int64_t nimg;
+    size_t cstride, xstride, ostride;
+    int64_t wlast;                         /* the last tile's columns (the dot tail's width) */
+    ptrdiff_t cpt;                         /* copy blocks per task (ig_copy_chunk_task) */
 } ig_ctx;
 
 /* The n bytes at src to dst (SSE2 16-byte moves, the last one overlapping; n >= 16), inline:
@@ -1067,6 +1074,31 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
         }
 }
 
+/* Copy task of a chunk of images: cpt consecutive (image, channel block) pairs, image k / nblk,
+ * block k % nblk (ig_copy_task on a view of the context whose copy and input are the image's).
+ * Several blocks a task: a block of a small plane is little work (7x7, two channels: 300-odd
+ * bytes), less than taking a task costs on two cores. */
+static void ig_copy_chunk_task(void *vctx, ptrdiff_t task, int thread)
+{
+    const ig_ctx *c = (const ig_ctx *)vctx;
+    if (c->nimg == 1) {
+        ig_copy_task(vctx, task, thread);
+        return;
+    }
+    ig_ctx v = *c;
+    ptrdiff_t k0 = task * c->cpt, k1 = k0 + c->cpt, jv = -1;
+    if (k1 > (ptrdiff_t)(c->nimg * c->nblk)) k1 = (ptrdiff_t)(c->nimg * c->nblk);
+    for (ptrdiff_t k = k0; k < k1; k++) {
+        ptrdiff_t j = k / c->nblk;
+        if (j != jv) {
+            v.copy = c->copy + (size_t)j * c->cstride;
+            v.xg = c->xg + (size_t)j * c->xstride;
+            jv = j;
+        }
+        ig_copy_task(&v, k % c->nblk, thread);
+    }
+}
+
 /* The runs of tile q0: columns q with ow < OW (and q < Q), by output pixel; a run continues
  * across an output row's end when the next row follows with no dropped column (Wph == OW). */
 static void ig_runs(const ig_ctx *c, int64_t q0, ql_ik_runs *rn)
@@ -1087,10 +1119,11 @@ static void ig_runs(const ig_ctx *c, int64_t q0, ql_ik_runs *rn)
 }
 
 /* The level's epilogue on one row tile's C, run by run. */
-static void ig_store(const ig_ctx *c, const int32_t *Ct, const ql_ik_runs *rn, int i, int rows)
+static void ig_store(const ig_ctx *c, const ql_epilogue *ep, const int32_t *Ct, const ql_ik_runs *rn, int i,
+                     int rows)
 {
     for (int k = 0; k < rn->n; k++)
-        c->epilogue(&c->ep, Ct + rn->col[k], QL_IK_NR, NULL, i, (int)rn->pix[k], rows, rn->len[k]);
+        c->epilogue(ep, Ct + rn->col[k], QL_IK_NR, NULL, i, (int)rn->pix[k], rows, rn->len[k]);
 }
 
 /* The last tile's w real columns as contiguous k runs for the dot kernel: column c, k-group
@@ -1105,7 +1138,16 @@ static void ig_gather(const ig_ctx *c, const char *base, int w, char *xt)
     }
 }
 
-/* GEMM task: row block x block of tiles; each tile's C goes to the epilogue in runs of real
+/* Gather task: image j's narrow last tile (after its copy). */
+static void ig_gather_task(void *vctx, ptrdiff_t j, int thread)
+{
+    const ig_ctx *c = (const ig_ctx *)vctx;
+    (void)thread;
+    ig_gather(c, c->copy + (size_t)j * c->cstride + 4 * (size_t)((c->ntiles - 1) * c->tstride), (int)c->wlast,
+              c->xt + (size_t)j * c->xt_bytes);
+}
+
+/* GEMM task: row block x block of (image, tile) pairs; each tile's C goes to the epilogue in runs of real
  * output pixels (straight from the accumulators where the kernel has ikernel_ep). K blocks of
  * at most c->kgroups k-groups: the operand a tile reads (64 bytes per k-group, scattered over
  * the copy) stays in L1 while every row tile passes over it; partial sums add (wrapping)
@@ -1116,14 +1158,19 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
     int rb = (int)(task % c->row_blocks);
     int64_t tb = task / c->row_blocks;
     int i_beg = rb * c->mc, i_end = c->Mg < i_beg + c->mc ? c->Mg : i_beg + c->mc;
-    int64_t t_beg = tb * c->tpt, t_end = c->ntiles < t_beg + c->tpt ? c->ntiles : t_beg + c->tpt;
+    int64_t pairs = c->nimg * c->ntiles;
+    int64_t t_beg = tb * c->tpt, t_end = pairs < t_beg + c->tpt ? pairs : t_beg + c->tpt;
     int32_t Ct[QL_MAX_MR * QL_IK_NR] __attribute__((aligned(64)));
     int32_t *Cb = (int32_t *)(c->cblock + (size_t)thread * c->cblock_bytes);
     size_t es = c->kern->form == QL_FORM_I16 ? 2 : 1;
     ql_ik_runs rn;
-    for (int64_t t = t_beg; t < t_end; t++) {
+    ql_epilogue epj = c->ep;   /* image j's: its output */
+    const ql_epilogue *ep = &epj;
+    for (int64_t pt = t_beg; pt < t_end; pt++) {
+        int64_t j = pt / c->ntiles, t = pt % c->ntiles;
+        epj.out = (char *)c->ep.out + (size_t)j * c->ostride;
         int64_t q0 = t * c->tstride;
-        const char *base = c->copy + 4 * (size_t)q0;
+        const char *base = c->copy + (size_t)j * c->cstride + 4 * (size_t)q0;
         ig_runs(c, q0, &rn);
         /* the tile's columns: 16, fewer for row-aligned tiles, and the last tile's rest */
         int64_t wt = c->tstride < QL_IK_NR ? c->tstride : QL_IK_NR;
@@ -1135,16 +1182,16 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
              * whole K (K blocks or not: the gathered columns are contiguous), the level's
              * epilogue on the runs */
             int w = (int)wt;
-            const char *xt = c->xt;   /* gathered by ig_run after the copy */
+            const char *xt = c->xt + (size_t)j * c->xt_bytes;   /* gathered after the copy */
             for (int i = i_beg; i < i_end; i += c->mr) {
                 int rows = i_end - i < c->mr ? i_end - i : c->mr;
                 const char *Li = c->L + (ptrdiff_t)i * c->ldl;
                 if (c->ep_ok && c->kern->dot_ep) {
-                    c->kern->dot_ep(Li, c->ldl, xt, c->xs, 4 * c->groups, w, &c->ep, &rn, i, rows);
+                    c->kern->dot_ep(Li, c->ldl, xt, c->xs, 4 * c->groups, w, ep, &rn, i, rows);
                     continue;
                 }
                 c->kern->dot(Li, c->ldl, xt, c->xs, 4 * c->groups, w, Ct, QL_IK_NR, rows);
-                ig_store(c, Ct, &rn, i, rows);
+                ig_store(c, ep, Ct, &rn, i, rows);
             }
             ql_tail_count(2);
             continue;
@@ -1160,11 +1207,11 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
             for (int i = i_beg; i < i_end; i += c->mr) {
                 int rows = i_end - i < c->mr ? i_end - i : c->mr;
                 if (c->fused && ike) {
-                    ike(c->L + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, c->groups, &c->ep, &rn, i, rows);
+                    ike(c->L + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, c->groups, ep, &rn, i, rows);
                     continue;
                 }
                 ik(c->L + (ptrdiff_t)i * c->ldl, c->ldl, base, c->off, c->groups, Ct, QL_IK_NR, rows);
-                ig_store(c, Ct, &rn, i, rows);
+                ig_store(c, ep, Ct, &rn, i, rows);
             }
             continue;
         }
@@ -1186,19 +1233,71 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
         }
         for (int i = i_beg; i < i_end; i += c->mr) {
             int rows = i_end - i < c->mr ? i_end - i : c->mr;
-            ig_store(c, Cb + (size_t)(i - i_beg) * QL_IK_NR, &rn, i, rows);
+            ig_store(c, ep, Cb + (size_t)(i - i_beg) * QL_IK_NR, &rn, i, rows);
         }
     }
 }
 
-/* Calls that took each GEMM path (implicit, im2col): a diagnostic the tests read to prove
- * which path their cases exercised (relaxed atomics: calls may come from several threads). */
-static long long ig_calls[2];
+/* Calls that took each GEMM path (implicit, im2col), then the implicit path's GEMMs over
+ * several images and the images they covered: a diagnostic the tests read to prove which path
+ * their cases exercised (relaxed atomics: calls may come from several threads). */
+static long long ig_calls[4];
 
-void ql_conv_path_counts(long long *implicit, long long *im2col)
+void ql_conv_path_counts(long long *implicit, long long *im2col, long long *merged, long long *merged_images)
 {
     *implicit = __atomic_load_n(&ig_calls[0], __ATOMIC_RELAXED);
     *im2col = __atomic_load_n(&ig_calls[1], __ATOMIC_RELAXED);
+    *merged = __atomic_load_n(&ig_calls[2], __ATOMIC_RELAXED);
+    *merged_images = __atomic_load_n(&ig_calls[3], __ATOMIC_RELAXED);
+}
+
+/* Images per GEMM on the implicit path. A small plane is a few tiles per image (7x7: 4), so
+ * an image at a time would stream every L2-sized block of packed weights from L3 for those
+ * few tiles, with two thread barriers per image; a chunk of images is copied side by side
+ * and one GEMM runs over its (image, tile) pairs, each weight block used on all of them.
+ * The chunk's copies (per image: per bytes) stay within IG_BATCH_BYTES, a share of L3, and
+ * within avail (the workspace limit less the scratch). */
+#ifndef IG_BATCH_BYTES
+#define IG_BATCH_BYTES ((size_t)1 << 20)
+#endif
+#define IG_MIN_PAIRS 4
+#include <time.h>
+#include <stdio.h>
+static double xx_t[3]; static long xx_n;  /* XXX experiment */
+static double xx_now(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + 1e-9 * ts.tv_nsec; }
+static void xx_report(void) { if (xx_n) fprintf(stderr, "XX copy %.3f gather %.3f gemm %.3f ms per call (%ld calls)\n", 1e3*xx_t[0]/xx_n, 1e3*xx_t[1]/xx_n, 1e3*xx_t[2]/xx_n, xx_n); }
+static int64_t ig_batch_images(int64_t N, size_t per, size_t avail)
+{
+    if (N <= 1) return 1;
+    int64_t n = (int64_t)(IG_BATCH_BYTES / per), w = (int64_t)(avail / per);
+    { const char *e = getenv("QL_IG_BATCH_EXPERIMENT"); if (e) n = (int64_t)((size_t)atol(e) / per); } /* XXX */
+    if (w < n) n = w;
+    if (n > N) n = N;
+    return n < 1 ? 1 : n;
+}
+
+/* GEMM tasks of a chunk: row blocks x blocks of tpt (image, tile) pairs, enough tasks for
+ * every thread. */
+static void ig_tile_blocks(ig_ctx *c, int run_threads)
+{
+    int64_t pairs = c->nimg * c->ntiles;
+    int64_t target = run_threads > 1 ? 4 * run_threads : 1;
+    c->tile_blocks = (target + c->row_blocks - 1) / c->row_blocks;
+    if (c->tile_blocks > pairs) c->tile_blocks = pairs;
+    c->tpt = (pairs + c->tile_blocks - 1) / c->tile_blocks;
+    c->tile_blocks = (pairs + c->tpt - 1) / c->tpt;
+    /* a chunk (several images): as many tasks per thread, of equal pair counts, where that
+     * leaves at least IG_MIN_PAIRS pairs a task (19 row blocks on 2 threads: 38 tasks of 16
+     * pairs for 8 images of 4 tiles, not 19 tasks, of which one thread would run 10 and the
+     * other 9) */
+    if (c->nimg > 1 && run_threads > 1 && (c->row_blocks * c->tile_blocks) % run_threads) {
+        for (int64_t nb = c->tile_blocks; nb <= pairs / IG_MIN_PAIRS; nb++)
+            if (pairs % nb == 0 && (c->row_blocks * nb) % run_threads == 0) {
+                c->tile_blocks = nb;
+                c->tpt = pairs / nb;
+                break;
+            }
+    }
 }
 
 /* Runs the convolution on the implicit path when it applies: returns 1 (done), 0 (not taken:
@@ -1329,10 +1428,24 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         free(c.off);
         return 0;
     }
-    /* the copy in the scratch kept between calls (dw_scratch_get: a fresh block of this size
+    /* the dot tail: a last tile of at most QL_DOT_NR columns (only the last can be: a tile
+     * stride below 16 is above 8, see the row-aligned tiles), gathered per image (within the
+     * workspace limit with the copy and the scratch; else full tiles) */
+    c.wlast = c.Q - (c.ntiles - 1) * c.tstride;
+    if (c.wlast > QL_IK_NR) c.wlast = QL_IK_NR;
+    size_t xs = (4 * (size_t)c.groups + 31) / 32 * 32, xt_bytes = align64((size_t)c.wlast * xs);
+    int use_xt = kern->dot && c.wlast <= QL_DOT_NR &&
+                 copy_bytes + c.scratch_bytes * (size_t)threads + xt_bytes <= workspace;
+    if (!use_xt) xt_bytes = 0;
+    /* images per GEMM (ig_batch_images): their copies (and dot columns) side by side, within
+     * the workspace limit with the scratch */
+    c.cstride = align64(copy_bytes);
+    int64_t nimg = ig_batch_images(p->N, c.cstride + xt_bytes, workspace - c.scratch_bytes * (size_t)threads);
+    size_t region = (size_t)(nimg - 1) * c.cstride + copy_bytes;   /* one image: copy_bytes, as ever */
+    /* the copies in the scratch kept between calls (dw_scratch_get: a fresh block of this size
      * costs page faults on every call, measured 0.2 ms on a 56x56 layer), on a 64-byte line */
     int copy_cached;
-    char *copy_mem = dw_scratch_get(copy_bytes + 64, &copy_cached);
+    char *copy_mem = dw_scratch_get(region + 64, &copy_cached);
     c.copy = copy_mem ? (char *)(((uintptr_t)copy_mem + 63) & ~(uintptr_t)63) : NULL;
     c.scratch = (char *)malloc(c.scratch_bytes * (size_t)threads + 64);
     if (!c.copy || !c.scratch) {
@@ -1342,16 +1455,18 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         return -1;
     }
     /* the slack past the planes is read only for dropped columns; zeroed so every read is of
-     * defined bytes (any value is harmless: columns are independent) */
-    memset(c.copy + 4 * (size_t)(c.nblk * c.BS), 0, copy_bytes - 4 * (size_t)(c.nblk * c.BS));
+     * defined bytes (any value is harmless: columns are independent); the copy tasks never
+     * write it, so once for every image's copy */
+    for (int64_t j = 0; j < nimg; j++)
+        memset(c.copy + (size_t)j * c.cstride + 4 * (size_t)(c.nblk * c.BS), 0,
+               copy_bytes - 4 * (size_t)(c.nblk * c.BS));
     c.flip = p->x_type == QL_I8 ? 0x80 : 0;
     c.Mg = (int)(p->M / p->group);
     ptrdiff_t ldl = w_row_bytes(kern, Kw);
     c.ldl = ldl;
-    /* threads: none for small convolutions (as ql_gemm: 2^21 MACs); row blocks of at most
-     * 256 KiB of packed weights (L2); enough tasks for every thread */
+    /* threads: none for small convolutions (as ql_gemm: 2^21 MACs, an image's or a chunk's);
+     * row blocks of at most 256 KiB of packed weights (L2); enough tasks for every thread */
     double macs = (double)c.Mg * (double)P * (double)K;
-    int run_threads = macs < (double)(1 << 21) ? 1 : threads;
     int mc = (int)((256 * 1024) / (size_t)ldl) / c.mr * c.mr;
     if (mc < c.mr) mc = c.mr;
     if (mc > c.Mg) mc = c.Mg;
@@ -1360,11 +1475,6 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     mc = (mc + c.mr - 1) / c.mr * c.mr;
     c.mc = mc;
     c.row_blocks = (c.Mg + mc - 1) / mc;
-    int64_t target = run_threads > 1 ? 4 * run_threads : 1;
-    c.tile_blocks = (target + c.row_blocks - 1) / c.row_blocks;
-    if (c.tile_blocks > c.ntiles) c.tile_blocks = c.ntiles;
-    c.tpt = (c.ntiles + c.tile_blocks - 1) / c.tile_blocks;
-    c.tile_blocks = (c.ntiles + c.tpt - 1) / c.tpt;
     /* K blocks (past IG_KBLOCK_GROUPS): IG_KC_BYTES of a tile's operand (64 bytes per k-group) */
     c.kgroups = IG_KC_BYTES / 64;
     if (c.groups > IG_KBLOCK_GROUPS) {
@@ -1376,46 +1486,59 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     } else {
         c.kgroups = c.groups;
     }
-    /* the dot tail: a last tile of at most QL_DOT_NR columns (only the last can be: a tile
-     * stride below 16 is above 8, see the row-aligned tiles) */
-    int64_t wlast = c.Q - (c.ntiles - 1) * c.tstride;
-    if (wlast > QL_IK_NR) wlast = QL_IK_NR;
-    size_t xs = (4 * (size_t)c.groups + 31) / 32 * 32, xt_bytes = align64((size_t)wlast * xs);
-    /* (within the workspace limit with the copy and the scratch; else full tiles) */
-    if (kern->dot && wlast <= QL_DOT_NR && copy_bytes + c.scratch_bytes * (size_t)threads + xt_bytes <= workspace) {
+    if (use_xt) {
         c.xs = (ptrdiff_t)xs;
         c.xt_bytes = xt_bytes;
-        c.xt = (char *)malloc(c.xt_bytes + 64);
+        c.xt = (char *)malloc((size_t)nimg * c.xt_bytes + 64);
         if (!c.xt) { dw_scratch_put(copy_mem, copy_cached); free(c.scratch); free(c.off); free(c.cblock); return -1; }
     }
     /* the fused epilogue: the whole K at once, the level's own epilogue (which ikernel_ep
      * reproduces), no U8S8 corrections (these forms have none), per-row multipliers */
     int fused = c.kgroups >= c.groups && kern->ikernel_ep != NULL;
     size_t esize = p->quantized ? 1 : 4;
-    for (int64_t n = 0; n < p->N; n++)
+    c.xstride = (size_t)(p->C * c.H * c.W);
+    c.ostride = (size_t)(p->M * P) * esize;
+    for (int64_t n0 = 0; n0 < p->N; n0 += nimg) {
+        c.nimg = p->N - n0 < nimg ? p->N - n0 : nimg;
+        int run_threads = macs * (double)c.nimg < (double)(1 << 21) ? 1 : threads;
+        ig_tile_blocks(&c, run_threads);
         for (int64_t g = 0; g < p->group; g++) {
-            c.xg = (const uint8_t *)p->x + (size_t)((n * p->C + g * c.Cg) * c.H * c.W);
-            ql_parallel_for((ptrdiff_t)c.nblk, c.nblk > 1 ? run_threads : 1, ig_copy_task, &c);
-            /* the narrow last tile's columns, gathered once for every task */
-            if (c.xt) ig_gather(&c, c.copy + 4 * (size_t)((c.ntiles - 1) * c.tstride), (int)wlast, c.xt);
+            c.xg = (const uint8_t *)p->x + (size_t)((n0 * p->C + g * c.Cg) * c.H * c.W);
+            /* one image: a task per block, as ever; a chunk: about 16 tasks per thread */
+            ptrdiff_t ncopy = (ptrdiff_t)(c.nimg * c.nblk);
+            c.cpt = c.nimg > 1 ? (ncopy + 16 * run_threads - 1) / (16 * run_threads) : 1;
+            ncopy = (ncopy + c.cpt - 1) / c.cpt;
+            double xt0 = xx_now();
+            ql_parallel_for(ncopy, ncopy > 1 ? run_threads : 1, ig_copy_chunk_task, &c);
+            double xt1 = xx_now();
+            /* the narrow last tile's columns, gathered once per image for every task */
+            if (c.xt) ql_parallel_for((ptrdiff_t)c.nimg, run_threads, ig_gather_task, &c);
+            double xt2 = xx_now(); xx_t[0] += xt1 - xt0; xx_t[1] += xt2 - xt1;
             c.L = (const char *)wpacked + (size_t)(g * c.Mg) * (size_t)ldl;
             plan_epilogue(p, &c.ep);
             if (p->bias) c.ep.row_bias = p->bias + g * c.Mg;
             if (fast_bias) c.ep.row_bias = fast_bias + g * c.Mg;
             c.ep.mult = p->mult + g * c.Mg * p->mult_s;
-            c.ep.out = (char *)p->y + (size_t)((n * p->M + g * c.Mg) * P) * esize;
+            c.ep.out = (char *)p->y + (size_t)((n0 * p->M + g * c.Mg) * P) * esize;
             c.ep.out_rs = (ptrdiff_t)P;
             /* what ikernel_ep supports (always so here: the forms have no corrections, the
              * multipliers are per output channel, NCHW rows are contiguous) */
             c.ep_ok = c.ep.out_cs == 1 && c.ep.mult_cs == 0 && !c.ep.row_a;
             c.fused = fused && c.ep_ok;
             ql_parallel_for((ptrdiff_t)(c.row_blocks * c.tile_blocks), run_threads, ig_gemm_task, &c);
+            xx_t[2] += xx_now() - xt2;
         }
+        if (c.nimg > 1) {
+            __atomic_add_fetch(&ig_calls[2], 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&ig_calls[3], c.nimg, __ATOMIC_RELAXED);
+        }
+    }
     dw_scratch_put(copy_mem, copy_cached);
     free(c.scratch);
     free(c.off);
     free(c.cblock);
     free(c.xt);
+    if (!xx_n++) atexit(xx_report);
     return 1;
 }
 
