@@ -982,16 +982,18 @@ def test_implicit_gemm_k_blocks(seven_bit, engine_level):
 
 # (x spatial, kernel, attributes, input channels, group, batch, merged tails on avx2, on the
 # scalar level): convolutions over several images whose padded copies all fit conv.c's
-# IG_BATCH_BYTES (1 MiB), so that the implicit path runs the whole batch as one GEMM over
+# IG_BATCH_BYTES (512 KiB), so that the implicit path runs the whole batch as one GEMM over
 # (image, tile) pairs; where the last tile has at most 8 columns (avx2: row-aligned tiles, the
-# scalar level: tiles of 16), those of 16 // width images share a merged tail panel
+# scalar level: tiles of 16) and there is one group, those of 16 // width images share a
+# merged tail panel (on avx2 a last partial panel of fewer than 8 columns leaves its images to
+# the dot kernel)
 _MERGED_CASES = [
     ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 8, 1, 8, True, False),                    # 7x7: last tile 7 (avx2)
-    ((7, 7), (1, 1), {}, 16, 1, 5, True, True),                                          # pointwise 7x7: last 1
-    ((14, 14), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 8, 1, 3, True, True),    # 14x14 stride 2 -> 7x7
-    ((14, 14), (1, 1), dict(strides=[2, 2]), 12, 1, 2, True, True),                      # pointwise stride 2
-    ((9, 16), (3, 3), dict(dilations=[2, 1], pads=[2, 1, 3, 1]), 8, 2, 3, False, True),  # dilation, pads, groups
-    ((7, 7), (3, 3), dict(pads=[0, 1, 2, 1]), 12, 3, 9, True, False),                    # 3 groups, 9 images
+    ((7, 7), (1, 1), {}, 16, 1, 10, True, True),                                         # pointwise 7x7: last 1
+    ((14, 14), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 8, 1, 3, True, True),    # 14x14 s2, one left over
+    ((14, 14), (1, 1), dict(strides=[2, 2]), 12, 1, 2, False, True),                     # pointwise s2: 2 columns
+    ((9, 16), (3, 3), dict(dilations=[2, 1], pads=[2, 1, 3, 1]), 8, 2, 3, False, False),  # dilation, pads, groups
+    ((7, 7), (3, 3), dict(pads=[0, 1, 2, 1]), 12, 3, 9, False, False),                   # 3 groups (no panels)
     ((6, 37), (1, 1), dict(pads=[1, 0, 2, 0]), 3, 1, 4, False, False),                   # pointwise, padding rows
     ((30,), (3,), dict(pads=[1, 2], strides=[2]), 8, 1, 5, False, False),                # 1-D
     ((2, 3), (3, 3), dict(pads=[1, 1, 1, 1]), 4, 1, 11, True, True),                     # one tile of 8 an image
@@ -1042,16 +1044,16 @@ def test_implicit_gemm_merged_images(case, seven_bit, engine_level):
 
 @pytest.mark.parametrize("seven_bit", [False, True])
 def test_implicit_gemm_merged_chunks(seven_bit, engine_level):
-    """A batch cut into chunks by the copy budget (conv.c's IG_BATCH_BYTES, 1 MiB): 400
+    """A batch cut into chunks by the copy budget (conv.c's IG_BATCH_BYTES, 512 KiB): 200
     channels of 20x21, 3x3, pads 1: channel blocks of 2 (exact) or 4 (7-bit, avx2) channels,
     each a padded 22x23 plane of 528 positions (33 lines of 16) of 4 bytes, so one image's copy
-    is 422400 bytes exact (2 images a chunk) or 211200 7-bit (4 a chunk); the last tile has 10
+    is 211200 bytes exact (2 images a chunk) or 105600 7-bit (4 a chunk); the last tile has 10
     columns (no dot tail, nothing else in the budget). 5 images: chunks of 2, 2, 1 or of 4, 1;
     against the oracle, every image of every chunk, x and w at their extremes."""
     from qlinear import _native
     rng = np.random.default_rng([seven_bit, 51])
     native = engine_level != "numpy" and _native.native() is not None
-    n, cin, m = 5, 400, 5
+    n, cin, m = 5, 200, 5
     for xdt, wdt, ydt in ((U8, I8, U8), (I8, U8, I8)):
         x = rand_extreme(rng, xdt, (n, cin, 20, 21))
         shape = (m, cin, 3, 3)
@@ -1147,7 +1149,12 @@ def test_narrow_tails_pointwise(seven_bit, engine_level):
         last = n - (n - 1) // 16 * 16
         implicit_t8, _, dot = _tail_delta(before)
         if batch > 1:
-            assert (after[4] > paths[4]) == (last <= 8) and dot == 0, (n, after[4] - paths[4], dot)
+            # panels of 16 // last images; on avx2 a partial one of fewer than 8 columns: dot tiles
+            tpm = 16 // last
+            rem = batch % tpm if last <= 8 else 0
+            left = rem if level == "avx2" and rem * last < 8 else 0
+            panels = (batch // tpm + (rem > 0 and not left)) if last <= 8 else 0
+            assert (after[4] > paths[4]) == (panels > 0) and (dot > 0) == (left > 0), (n, after[4] - paths[4], dot)
         elif level == "avx2":
             # one dot tile per image and call (per row block: the tile is in every task)
             assert (dot > 0) == (last <= 8) and implicit_t8 == 0, (n, implicit_t8, dot)

@@ -948,14 +948,18 @@ typedef struct ig_ctx {
     size_t cstride, xstride, ostride;
     int64_t wlast;                         /* the last tile's columns (the dot tail's width) */
     ptrdiff_t cpt;                         /* copy blocks per task (ig_copy_chunk_task) */
-    /* merged last tiles (a chunk whose last tiles are narrow): the last tiles of tpm images side
-     * by side, wlast columns each, in a panel of groups x 64 bytes (k-group g at offp[g] = 64 g,
-     * the layout the tile kernels read), ntail panels of tp_bytes at tp; img_pix: output
-     * elements between images (the runs' pixels of image k of a panel are offset k * img_pix) */
-    int64_t tpm, ntail;
+    /* merged tail panels (ig_run: a batch whose last tiles are narrow): panel u holds the last
+     * tiles of images u * tpm.. side by side, wlast columns each, groups x 64 bytes (k-group g
+     * at offp[g] = 64 g, the layout the tile kernels read), in ring slot u % nbuf of tp; img_pix:
+     * output elements between images (image k of a panel: its runs' pixels offset k * img_pix).
+     * Per chunk (first image n0): panels [u_run0, u_run1) run; nleft images from left_j0 run
+     * their last tile with the dot kernel (a last partial panel of fewer than QL_DOT_NR
+     * columns), from xt; out0: the output of image 0 */
+    int64_t tpm, nbuf, n0, u_run0, u_run1, nleft, left_j0;
     char *tp; size_t tp_bytes;
     ptrdiff_t *offp;
     ptrdiff_t img_pix;
+    char *out0;
 } ig_ctx;
 
 /* The n bytes at src to dst (SSE2 16-byte moves, the last one overlapping; n >= 16), inline:
@@ -1161,20 +1165,32 @@ static void ig_gather_task(void *vctx, ptrdiff_t j, int thread)
  * atomics: calls may come from several threads). */
 static long long ig_calls[5];
 
-/* Packing task: merged tail panel u, the last tiles of images u * tpm.. of the chunk. */
-static void ig_tail_task(void *vctx, ptrdiff_t u, int thread)
+/* Packing task: the chunk's images' last tiles into the panel u = n0 / tpm + task they belong to. */
+static void ig_tail_task(void *vctx, ptrdiff_t task, int thread)
 {
     const ig_ctx *c = (const ig_ctx *)vctx;
     (void)thread;
-    int64_t j0 = u * c->tpm, jn = c->nimg - j0 < c->tpm ? c->nimg - j0 : c->tpm;
+    int64_t u = c->n0 / c->tpm + task;
+    int64_t g0 = u * c->tpm > c->n0 ? u * c->tpm : c->n0;
+    int64_t g1 = (u + 1) * c->tpm < c->n0 + c->nimg ? (u + 1) * c->tpm : c->n0 + c->nimg;
     size_t wb = 4 * (size_t)c->wlast, ql = 4 * (size_t)((c->ntiles - 1) * c->tstride);
-    char *d = c->tp + (size_t)u * c->tp_bytes;
-    for (int g = 0; g < c->groups; g++) {
-        char *dg = d + 64 * (size_t)g;
-        for (int64_t k = 0; k < jn; k++)
-            memcpy(dg + (size_t)k * wb, c->copy + (size_t)(j0 + k) * c->cstride + ql + c->off[g], wb);
-        memset(dg + (size_t)jn * wb, 0, 64 - (size_t)jn * wb);   /* columns past the images: unused */
-    }
+    char *d = c->tp + (size_t)(u % c->nbuf) * c->tp_bytes;
+    for (int g = 0; g < c->groups; g++)
+        for (int64_t gi = g0; gi < g1; gi++)
+            memcpy(d + 64 * (size_t)g + (size_t)(gi - u * c->tpm) * wb,
+                   c->copy + (size_t)(gi - c->n0) * c->cstride + ql + c->off[g], wb);
+}
+
+/* Gather task: leftover image left_j0 + k's last tile, from its panel, for the dot kernel. */
+static void ig_left_task(void *vctx, ptrdiff_t k, int thread)
+{
+    const ig_ctx *c = (const ig_ctx *)vctx;
+    (void)thread;
+    int64_t gi = c->left_j0 + k, u = gi / c->tpm;
+    ig_ctx v = *c;
+    v.off = c->offp;   /* the panel's layout */
+    ig_gather(&v, c->tp + (size_t)(u % c->nbuf) * c->tp_bytes + 4 * (size_t)((gi - u * c->tpm) * c->wlast),
+              (int)c->wlast, c->xt + (size_t)k * c->xt_bytes);
 }
 
 /* GEMM task: row block x block of (image, tile) pairs; each tile's C goes to the epilogue in runs of real
@@ -1188,8 +1204,9 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
     int rb = (int)(task % c->row_blocks);
     int64_t tb = task / c->row_blocks;
     int i_beg = rb * c->mc, i_end = c->Mg < i_beg + c->mc ? c->Mg : i_beg + c->mc;
-    int64_t tiles = c->ntail ? c->ntiles - 1 : c->ntiles;   /* per image, merged tails apart */
-    int64_t pairs = c->nimg * tiles + c->ntail;
+    int64_t tiles = c->tpm ? c->ntiles - 1 : c->ntiles;   /* per image, merged tails apart */
+    int64_t npan = c->u_run1 - c->u_run0;
+    int64_t pairs = c->nimg * tiles + npan + c->nleft;
     int64_t t_beg = tb * c->tpt, t_end = pairs < t_beg + c->tpt ? pairs : t_beg + c->tpt;
     int32_t Ct[QL_MAX_MR * QL_IK_NR] __attribute__((aligned(64)));
     int32_t *Cb = (int32_t *)(c->cblock + (size_t)thread * c->cblock_bytes);
@@ -1198,14 +1215,22 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
     ql_epilogue epj = c->ep;   /* image j's: its output */
     const ql_epilogue *ep = &epj;
     for (int64_t pt = t_beg; pt < t_end; pt++) {
-        const char *base;
+        const char *base, *xt = NULL;
         const ptrdiff_t *off = c->off;
-        int64_t wt, j = pt / tiles, t = pt % tiles;
-        int merged = pt >= c->nimg * tiles;
-        if (merged) {
+        int64_t wt, j = tiles ? pt / tiles : 0, t = tiles ? pt % tiles : 0;
+        int merged = pt >= c->nimg * tiles && pt < c->nimg * tiles + npan;
+        if (pt >= c->nimg * tiles + npan) {
+            /* a leftover image's last tile: the dot kernel, on its columns gathered from its panel */
+            int64_t k = pt - c->nimg * tiles - npan;
+            epj.out = c->out0 + (size_t)(c->left_j0 + k) * c->ostride;
+            ig_runs(c, (c->ntiles - 1) * c->tstride, &rn);
+            xt = c->xt + (size_t)k * c->xt_bytes;
+            base = NULL;
+            wt = c->wlast;
+        } else if (merged) {
             /* a merged tail panel: image k's runs moved to columns k * wlast.. and to its output */
-            int64_t u = pt - c->nimg * tiles, j0 = u * c->tpm;
-            int64_t jn = c->nimg - j0 < c->tpm ? c->nimg - j0 : c->tpm;
+            int64_t u = c->u_run0 + (pt - c->nimg * tiles), j0 = u * c->tpm;
+            int64_t jn = c->p->N - j0 < c->tpm ? c->p->N - j0 : c->tpm;
             ql_ik_runs r1;
             ig_runs(c, (c->ntiles - 1) * c->tstride, &r1);
             rn.n = 0;
@@ -1216,8 +1241,8 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
                     rn.pix[rn.n] = r1.pix[e] + (ptrdiff_t)k * c->img_pix;
                     rn.n++;
                 }
-            epj.out = (char *)c->ep.out + (size_t)j0 * c->ostride;
-            base = c->tp + (size_t)u * c->tp_bytes;
+            epj.out = c->out0 + (size_t)j0 * c->ostride;
+            base = c->tp + (size_t)(u % c->nbuf) * c->tp_bytes;
             off = c->offp;
             wt = jn * c->wlast;
             __atomic_add_fetch(&ig_calls[4], 1, __ATOMIC_RELAXED);
@@ -1229,15 +1254,15 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
             /* the tile's columns: 16, fewer for row-aligned tiles, and the last tile's rest */
             wt = c->tstride < QL_IK_NR ? c->tstride : QL_IK_NR;
             if (c->Q - q0 < wt) wt = c->Q - q0;
+            if (c->xt) xt = c->xt + (size_t)j * c->xt_bytes;   /* gathered after the copy */
         }
         /* a tile with at most tail_nr or QL_DOT_NR columns: the narrow kernels (the runs lie
          * within them); a 7x7 plane's 49 = 3*16 + 1 */
-        if (c->xt && wt <= QL_DOT_NR && !merged) {
+        if (xt && wt <= QL_DOT_NR && !merged) {
             /* gathered once, then dot products of the row block's rows with them over the
              * whole K (K blocks or not: the gathered columns are contiguous), the level's
              * epilogue on the runs */
             int w = (int)wt;
-            const char *xt = c->xt + (size_t)j * c->xt_bytes;   /* gathered after the copy */
             for (int i = i_beg; i < i_end; i += c->mr) {
                 int rows = i_end - i < c->mr ? i_end - i : c->mr;
                 const char *Li = c->L + (ptrdiff_t)i * c->ldl;
@@ -1310,7 +1335,7 @@ void ql_conv_path_counts(long long *implicit, long long *im2col, long long *merg
  * The chunk's copies (per image: per bytes) stay within IG_BATCH_BYTES, a share of L3, and
  * within avail (the workspace limit less the scratch). */
 #ifndef IG_BATCH_BYTES
-#define IG_BATCH_BYTES ((size_t)1 << 20)
+#define IG_BATCH_BYTES ((size_t)512 << 10)
 #endif
 #define IG_MIN_PAIRS 4
 #include <time.h>
@@ -1332,8 +1357,13 @@ static int64_t ig_batch_images(int64_t N, size_t per, size_t avail)
  * every thread. */
 static void ig_tile_blocks(ig_ctx *c, int run_threads)
 {
-    int64_t pairs = c->nimg * (c->ntail ? c->ntiles - 1 : c->ntiles) + c->ntail;
+    int64_t pairs = c->nimg * (c->tpm ? c->ntiles - 1 : c->ntiles) + (c->u_run1 - c->u_run0) + c->nleft;
     int64_t target = run_threads > 1 ? 4 * run_threads : 1;
+    if (pairs == 0) {   /* a chunk whose only tiles are in panels it does not complete */
+        c->tile_blocks = 0;
+        c->tpt = 1;
+        return;
+    }
     c->tile_blocks = (target + c->row_blocks - 1) / c->row_blocks;
     if (c->tile_blocks > pairs) c->tile_blocks = pairs;
     c->tpt = (pairs + c->tile_blocks - 1) / c->tile_blocks;
@@ -1489,26 +1519,34 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     int use_xt = kern->dot && c.wlast <= QL_DOT_NR &&
                  copy_bytes + c.scratch_bytes * (size_t)threads + xt_bytes <= workspace;
     if (!use_xt) xt_bytes = 0;
-    /* merged last tiles: in a chunk of images whose last tile has at most QL_DOT_NR columns,
-     * those of tpm = 16 / wlast images go side by side into one panel, a full tile for the
-     * tile kernels instead of one dot-kernel tile per image (measured: 7 columns of a 7x7
-     * plane through the dot kernel cost 1.6 times as much a column, 19% of the time of
-     * ResNet-50's 512-channel 3x3 layer at batch 8); the runs' pixels, offset by whole images
-     * from the panel's first image's output, fit an int */
+    /* merged tail panels: a batch whose last tile has at most QL_DOT_NR columns puts those of
+     * tpm = 16 / wlast images side by side into one panel, a full tile for the tile kernels,
+     * instead of a dot-kernel tile per image (measured: the 7 columns of a 7x7 plane's last
+     * row through the dot kernel cost 1.6 times as much a column as a full tile's, 19% of the
+     * time of ResNet-50's 512-channel 3x3 layer at batch 8). Panels fill across chunks (packed
+     * from each image's copy, run when complete); a last partial panel of fewer than
+     * QL_DOT_NR columns leaves its images (nleft) to the dot kernel. One group (the panels'
+     * weights); the runs' pixels, offset by whole images from the panel's first image's
+     * output, fit an int. */
     size_t fixed = c.scratch_bytes * (size_t)threads, tp_bytes = 64 * (size_t)c.groups;
-    int64_t tpm = 0;
-    if (p->N > 1 && c.wlast <= QL_DOT_NR) {
+    int64_t tpm = 0, nleft = 0;
+    if (p->N > 1 && p->group == 1 && c.wlast <= QL_DOT_NR) {
         tpm = QL_IK_NR / c.wlast;
+        int64_t rem = p->N % tpm;
+        nleft = use_xt && rem && rem * c.wlast < QL_DOT_NR ? rem : 0;
+        fixed += (size_t)nleft * xt_bytes + 2 * tp_bytes;
         if ((double)tpm * (double)p->M * (double)P > (double)INT_MAX ||
-            fixed + xt_bytes + tp_bytes + copy_bytes > workspace)
-            tpm = 0;
+            fixed + copy_bytes + (tp_bytes + (size_t)tpm - 1) / (size_t)tpm > workspace) {
+            tpm = nleft = 0;
+            fixed = c.scratch_bytes * (size_t)threads;
+        }
     }
     /* images per GEMM (ig_batch_images): their copies side by side, and their dot columns or
-     * their share of the merged tail panels (with a panel of rounding and one image's dot
-     * columns, for a chunk of one, set apart), within the workspace limit with the scratch */
+     * their share of the panels (the ring of panels: at most (chunk - 1) / tpm + 2 at a time),
+     * within the workspace limit with the scratch */
     c.cstride = align64(copy_bytes);
     size_t per = c.cstride + (tpm ? (tp_bytes + (size_t)tpm - 1) / (size_t)tpm : xt_bytes);
-    int64_t nimg = ig_batch_images(p->N, per, workspace - fixed - (tpm ? xt_bytes + tp_bytes : 0));
+    int64_t nimg = ig_batch_images(p->N, per, workspace - fixed);
     size_t region = (size_t)(nimg - 1) * c.cstride + copy_bytes;   /* one image: copy_bytes, as ever */
     /* the copies in the scratch kept between calls (dw_scratch_get: a fresh block of this size
      * costs page faults on every call, measured 0.2 ms on a 56x56 layer), on a 64-byte line */
@@ -1557,14 +1595,15 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     if (use_xt) {
         c.xs = (ptrdiff_t)xs;
         c.xt_bytes = xt_bytes;
-        c.xt = (char *)malloc((size_t)(tpm ? 1 : nimg) * c.xt_bytes + 64);
+        c.xt = (char *)malloc((size_t)(tpm ? nleft : nimg) * c.xt_bytes + 64);
         if (!c.xt) { dw_scratch_put(copy_mem, copy_cached); free(c.scratch); free(c.off); free(c.cblock); return -1; }
     }
     char *tp_mem = NULL;
-    if (tpm && nimg > 1) {
+    if (tpm) {
         c.tpm = tpm;
         c.tp_bytes = tp_bytes;
-        tp_mem = (char *)malloc((size_t)((nimg + tpm - 1) / tpm) * tp_bytes + 64);
+        c.nbuf = (nimg - 1) / tpm + 2;
+        tp_mem = (char *)malloc((size_t)c.nbuf * tp_bytes + 64);
         c.offp = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * (size_t)c.groups);
         if (!tp_mem || !c.offp) {
             dw_scratch_put(copy_mem, copy_cached);
@@ -1572,6 +1611,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
             return -1;
         }
         c.tp = (char *)(((uintptr_t)tp_mem + 63) & ~(uintptr_t)63);
+        memset(c.tp, 0, (size_t)c.nbuf * tp_bytes);   /* a partial panel's unused columns: defined bytes */
         for (int g = 0; g < c.groups; g++) c.offp[g] = 64 * (ptrdiff_t)g;
     }
     /* the fused epilogue: the whole K at once, the level's own epilogue (which ikernel_ep
@@ -1581,10 +1621,23 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     c.xstride = (size_t)(p->C * c.H * c.W);
     c.ostride = (size_t)(p->M * P) * esize;
     c.img_pix = (ptrdiff_t)(p->M * P);
+    int64_t u_done = 0;   /* panels run so far */
     for (int64_t n0 = 0; n0 < p->N; n0 += nimg) {
         c.nimg = p->N - n0 < nimg ? p->N - n0 : nimg;
+        c.n0 = n0;
+        if (tpm) {
+            /* the panels this chunk completes; the last chunk: also a last partial panel, or
+             * the dot kernel for its images */
+            int64_t end = n0 + c.nimg;
+            c.u_run0 = u_done;
+            c.u_run1 = end / tpm;
+            if (end == p->N && p->N % tpm) {
+                if (nleft) { c.nleft = nleft; c.left_j0 = p->N - nleft; }
+                else c.u_run1++;
+            }
+            u_done = c.u_run1;
+        }
         int run_threads = macs * (double)c.nimg < (double)(1 << 21) ? 1 : threads;
-        c.ntail = c.nimg > 1 && c.tpm ? (c.nimg + c.tpm - 1) / c.tpm : 0;
         ig_tile_blocks(&c, run_threads);
         for (int64_t g = 0; g < p->group; g++) {
             c.xg = (const uint8_t *)p->x + (size_t)((n0 * p->C + g * c.Cg) * c.H * c.W);
@@ -1596,8 +1649,12 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
             ql_parallel_for(ncopy, ncopy > 1 ? run_threads : 1, ig_copy_chunk_task, &c);
             double xt1 = xx_now();
             /* the narrow last tile's columns, gathered once per image for every task */
-            if (c.ntail) ql_parallel_for((ptrdiff_t)c.ntail, run_threads, ig_tail_task, &c);
-            else if (c.xt) ql_parallel_for((ptrdiff_t)c.nimg, run_threads, ig_gather_task, &c);
+            if (tpm) {   /* the chunk's last tiles into their panels (those it touches) */
+                ql_parallel_for((ptrdiff_t)((n0 + c.nimg - 1) / tpm - n0 / tpm + 1), run_threads, ig_tail_task, &c);
+                if (c.nleft) ql_parallel_for((ptrdiff_t)c.nleft, run_threads, ig_left_task, &c);
+            } else if (c.xt) {
+                ql_parallel_for((ptrdiff_t)c.nimg, run_threads, ig_gather_task, &c);
+            }
             double xt2 = xx_now(); xx_t[0] += xt1 - xt0; xx_t[1] += xt2 - xt1;
             c.L = (const char *)wpacked + (size_t)(g * c.Mg) * (size_t)ldl;
             plan_epilogue(p, &c.ep);
@@ -1606,6 +1663,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
             c.ep.mult = p->mult + g * c.Mg * p->mult_s;
             c.ep.out = (char *)p->y + (size_t)((n0 * p->M + g * c.Mg) * P) * esize;
             c.ep.out_rs = (ptrdiff_t)P;
+            c.out0 = (char *)p->y + (size_t)(g * c.Mg * P) * esize;
             /* what ikernel_ep supports (always so here: the forms have no corrections, the
              * multipliers are per output channel, NCHW rows are contiguous) */
             c.ep_ok = c.ep.out_cs == 1 && c.ep.mult_cs == 0 && !c.ep.row_a;
