@@ -1338,16 +1338,10 @@ void ql_conv_path_counts(long long *implicit, long long *im2col, long long *merg
 #define IG_BATCH_BYTES ((size_t)512 << 10)
 #endif
 #define IG_MIN_PAIRS 4
-#include <time.h>
-#include <stdio.h>
-static double xx_t[3]; static long xx_n;  /* XXX experiment */
-static double xx_now(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + 1e-9 * ts.tv_nsec; }
-static void xx_report(void) { if (xx_n) fprintf(stderr, "XX copy %.3f gather %.3f gemm %.3f ms per call (%ld calls)\n", 1e3*xx_t[0]/xx_n, 1e3*xx_t[1]/xx_n, 1e3*xx_t[2]/xx_n, xx_n); }
 static int64_t ig_batch_images(int64_t N, size_t per, size_t avail)
 {
     if (N <= 1) return 1;
     int64_t n = (int64_t)(IG_BATCH_BYTES / per), w = (int64_t)(avail / per);
-    { const char *e = getenv("QL_IG_BATCH_EXPERIMENT"); if (e) n = (int64_t)((size_t)atol(e) / per); } /* XXX */
     if (w < n) n = w;
     if (n > N) n = N;
     return n < 1 ? 1 : n;
@@ -1645,9 +1639,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
             ptrdiff_t ncopy = (ptrdiff_t)(c.nimg * c.nblk);
             c.cpt = c.nimg > 1 ? (ncopy + 16 * run_threads - 1) / (16 * run_threads) : 1;
             ncopy = (ncopy + c.cpt - 1) / c.cpt;
-            double xt0 = xx_now();
             ql_parallel_for(ncopy, ncopy > 1 ? run_threads : 1, ig_copy_chunk_task, &c);
-            double xt1 = xx_now();
             /* the narrow last tile's columns, gathered once per image for every task */
             if (tpm) {   /* the chunk's last tiles into their panels (those it touches) */
                 ql_parallel_for((ptrdiff_t)((n0 + c.nimg - 1) / tpm - n0 / tpm + 1), run_threads, ig_tail_task, &c);
@@ -1655,7 +1647,6 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
             } else if (c.xt) {
                 ql_parallel_for((ptrdiff_t)c.nimg, run_threads, ig_gather_task, &c);
             }
-            double xt2 = xx_now(); xx_t[0] += xt1 - xt0; xx_t[1] += xt2 - xt1;
             c.L = (const char *)wpacked + (size_t)(g * c.Mg) * (size_t)ldl;
             plan_epilogue(p, &c.ep);
             if (p->bias) c.ep.row_bias = p->bias + g * c.Mg;
@@ -1669,7 +1660,6 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
             c.ep_ok = c.ep.out_cs == 1 && c.ep.mult_cs == 0 && !c.ep.row_a;
             c.fused = fused && c.ep_ok;
             ql_parallel_for((ptrdiff_t)(c.row_blocks * c.tile_blocks), run_threads, ig_gemm_task, &c);
-            xx_t[2] += xx_now() - xt2;
         }
         if (c.nimg > 1) {
             __atomic_add_fetch(&ig_calls[2], 1, __ATOMIC_RELAXED);
@@ -1683,7 +1673,6 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     free(c.xt);
     free(tp_mem);
     free(c.offp);
-    if (!xx_n++) atexit(xx_report);
     return 1;
 }
 
