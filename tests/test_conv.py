@@ -1096,6 +1096,125 @@ def test_implicit_gemm_threads_strides(case, threads, engine_level):
             if native and _native._C.get_isa() in ("avx2", "scalar"):
                 assert _native._C.conv_path_counts()[0] - paths[0] == (2 if r < 2 else 1), (case, r)
 
+# ----------------------------------------------------------------------- merged images
+
+# (x spatial, kernel, attributes, input channels, group, batch, merged tails on avx2, on the
+# scalar level): convolutions over several images whose padded copies all fit conv.c's
+# IG_BATCH_BYTES (512 KiB), so that the implicit path runs the whole batch as one GEMM over
+# (image, tile) pairs; where the last tile has at most 8 columns (avx2: row-aligned tiles, the
+# scalar level: tiles of 16) and there is one group, those of 16 // width images share a
+# merged tail panel (on avx2 a last partial panel of fewer than 8 columns leaves its images to
+# the dot kernel)
+_MERGED_CASES = [
+    ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 8, 1, 8, True, False),                    # 7x7: last tile 7 (avx2)
+    ((7, 7), (1, 1), {}, 16, 1, 10, True, True),                                         # pointwise 7x7: last 1
+    ((14, 14), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 8, 1, 3, True, True),    # 14x14 s2, one left over
+    ((14, 14), (1, 1), dict(strides=[2, 2]), 12, 1, 2, False, True),                     # pointwise s2: 2 columns
+    ((9, 16), (3, 3), dict(dilations=[2, 1], pads=[2, 1, 3, 1]), 8, 2, 3, False, False),  # dilation, pads, groups
+    ((7, 7), (3, 3), dict(pads=[0, 1, 2, 1]), 12, 3, 9, False, False),                   # 3 groups (no panels)
+    ((6, 37), (1, 1), dict(pads=[1, 0, 2, 0]), 3, 1, 4, False, False),                   # pointwise, padding rows
+    ((30,), (3,), dict(pads=[1, 2], strides=[2]), 8, 1, 5, False, False),                # 1-D
+    ((2, 3), (3, 3), dict(pads=[1, 1, 1, 1]), 4, 1, 11, True, True),                     # one tile of 8 an image
+]
+
+
+def _merge_delta(before):
+    from qlinear import _native
+    after = _native._C.conv_path_counts()
+    return tuple(a - b for a, b in zip(after, before))
+
+
+@pytest.mark.parametrize("case", range(len(_MERGED_CASES)))
+@pytest.mark.parametrize("seven_bit", [False, True])
+def test_implicit_gemm_merged_images(case, seven_bit, engine_level):
+    """The implicit GEMM over a batch at once (every image's copy side by side, one GEMM over
+    the (image, tile) pairs, narrow last tiles of several images merged into one panel, each
+    image's own output) against the oracle at every level: 2-11 images, 7x7 planes
+    (row-aligned tiles), 14x14 stride 2, 1x1 and 3x3, dilation, asymmetric pads, groups, 1-D,
+    all 8 type combinations, differing per-channel zero points, full-range and 7-bit weights,
+    on 1 and 2 threads; and that on avx2 / scalar each call ran as one merged GEMM of all its
+    images, with merged tail panels where the last tile is narrow."""
+    from qlinear import _native
+    spatial, kernel, attrs, cin, group, n, tails_avx2, tails_scalar = _MERGED_CASES[case]
+    rng = np.random.default_rng([case, seven_bit, 50])
+    native = engine_level != "numpy" and _native.native() is not None
+    for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+        m = group * (3 + 2 * ((r + case) % 4))   # 3, 5, 7, 9 per group: row tails
+        shape = (m, cin // group, *kernel)
+        x = rand_int(rng, xdt, (n, cin, *spatial))
+        x.flat[::7] = np.iinfo(xdt).min
+        x.flat[3::11] = np.iinfo(xdt).max
+        if seven_bit:
+            w, wz = _seven_bit(rng, wdt, shape, m)
+        else:
+            w, wz = rand_extreme(rng, wdt, shape), rand_int(rng, wdt, (m,))
+        kw = dict(attrs, group=group)
+        before = _native._C.conv_path_counts() if native else None
+        with num_threads(1 + r % 2):
+            check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), kw)
+            check_convint([x, w, rand_int(rng, xdt, ()), wz], kw)
+        level = _native._C.get_isa() if native else None
+        if level in ("avx2", "scalar"):
+            implicit, im2col, merged, images, tails = _merge_delta(before)
+            assert (implicit, im2col, merged, images) == (2, 0, 2, 2 * n), (implicit, im2col, merged, images)
+            assert (tails > 0) == (tails_avx2 if level == "avx2" else tails_scalar), tails
+
+
+@pytest.mark.parametrize("seven_bit", [False, True])
+def test_implicit_gemm_merged_chunks(seven_bit, engine_level):
+    """A batch cut into chunks by the copy budget (conv.c's IG_BATCH_BYTES, 512 KiB): 200
+    channels of 20x21, 3x3, pads 1: channel blocks of 2 (exact) or 4 (7-bit, avx2) channels,
+    each a padded 22x23 plane of 528 positions (33 lines of 16) of 4 bytes, so one image's copy
+    is 211200 bytes exact (2 images a chunk) or 105600 7-bit (4 a chunk); the last tile has 10
+    columns (no dot tail, nothing else in the budget). 5 images: chunks of 2, 2, 1 or of 4, 1;
+    against the oracle, every image of every chunk, x and w at their extremes."""
+    from qlinear import _native
+    rng = np.random.default_rng([seven_bit, 51])
+    native = engine_level != "numpy" and _native.native() is not None
+    n, cin, m = 5, 200, 5
+    for xdt, wdt, ydt in ((U8, I8, U8), (I8, U8, I8)):
+        x = rand_extreme(rng, xdt, (n, cin, 20, 21))
+        shape = (m, cin, 3, 3)
+        if seven_bit:
+            w, wz = _seven_bit(rng, wdt, shape, m)
+        else:
+            w, wz = rand_extreme(rng, wdt, shape), rand_int(rng, wdt, (m,))
+        kw = dict(pads=[1, 1, 1, 1])
+        before = _native._C.conv_path_counts() if native else None
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), kw)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], kw)
+        level = _native._C.get_isa() if native else None
+        if level in ("avx2", "scalar"):
+            per_chunk = 4 if seven_bit and level == "avx2" else 2
+            chunks = [min(per_chunk, n - n0) for n0 in range(0, n, per_chunk)]
+            merged = [k for k in chunks if k > 1]
+            assert _merge_delta(before) == (2, 0, 2 * len(merged), 2 * sum(merged), 0)
+
+
+def test_implicit_gemm_merged_workspace_fallback():
+    """Two images whose padded copy (8 channels of 1024 x 1040, exact: 4 blocks of 1064960
+    positions of 4 bytes, 17039360 bytes) is above the smallest workspace the native engine is
+    given (16 MiB): with the default limit the implicit path runs them an image at a time (no
+    chunk fits the budget), with a 1-byte limit the im2col path runs; both exact."""
+    from qlinear import _native
+    rng = np.random.default_rng(52)
+    native = _native.native() is not None
+    x = rand_int(rng, U8, (2, 8, 1024, 1040))
+    w = rand_extreme(rng, I8, (2, 8, 2, 1))
+    wz = rand_int(rng, I8, (2,))
+    args = _qconv_args(rng, x, w, wz=wz)
+    want = oracle.qlinear_conv(*args)
+    limit = qlinear.workspace_limit()
+    try:
+        for nbytes, took in ((limit, (1, 0, 0, 0, 0)), (1, (0, 1, 0, 0, 0))):
+            qlinear.set_workspace_limit(nbytes)
+            before = _native._C.conv_path_counts() if native else None
+            assert_exact(call_untouched(qlinear.qlinear_conv, *args), want)
+            if native and _native._C.get_isa() in ("avx2", "scalar"):
+                assert _merge_delta(before) == took
+    finally:
+        qlinear.set_workspace_limit(limit)
+
 
 # ----------------------------------------------------------------------------- narrow tails
 
@@ -1115,17 +1234,18 @@ def _tail_delta(before):
 def test_narrow_tails_pointwise(seven_bit, engine_level):
     """1x1 convolutions over planes of 1 x n for n = 1..40, 49, 196 (the last tile's real
     columns: every width 1..16) against the oracle at every level, all 8 type combinations in
-    turn, full-range (or 7-bit) weights with differing per-channel zero points, batch 2; and
-    that the narrow kernels ran: on avx2 the dot kernel for a last tile of at most 8 columns,
-    on the scalar level its 8-column implicit tile."""
+    turn, full-range (or 7-bit) weights with differing per-channel zero points, batch 1 and 3;
+    and that the narrow kernels ran: at batch 1 on avx2 the dot kernel for a last tile of at
+    most 8 columns, on the scalar level its 8-column implicit tile; at batch 3 (one GEMM over
+    the three images) merged tail panels instead, of 16 // width images' last tiles."""
     from qlinear import _native
     native = engine_level != "numpy" and _native.native() is not None
     rng = np.random.default_rng([seven_bit, 47])
-    for n in _TAIL_WIDTHS:
-        xdt, wdt, ydt = ALL_8BIT_COMBOS[n % len(ALL_8BIT_COMBOS)]
+    for n, batch in ((n, batch) for n in _TAIL_WIDTHS for batch in (1, 3)):
+        xdt, wdt, ydt = ALL_8BIT_COMBOS[(n + batch) % len(ALL_8BIT_COMBOS)]
         m = 5 + n % 4                              # 5..8 rows: micro-tile row tails
         cin = 8
-        x = rand_int(rng, xdt, (2, cin, 1, n))
+        x = rand_int(rng, xdt, (batch, cin, 1, n))
         x.flat[::5] = np.iinfo(xdt).min
         x.flat[2::7] = np.iinfo(xdt).max
         shape = (m, cin, 1, 1)
@@ -1142,10 +1262,18 @@ def test_narrow_tails_pointwise(seven_bit, engine_level):
         level = _native._C.get_isa()
         if level not in ("avx2", "scalar"):
             continue
-        assert _native._C.conv_path_counts()[0] - paths[0] == 2   # the implicit path
+        after = _native._C.conv_path_counts()
+        assert after[0] - paths[0] == 2   # the implicit path
         last = n - (n - 1) // 16 * 16
         implicit_t8, _, dot = _tail_delta(before)
-        if level == "avx2":
+        if batch > 1:
+            # panels of 16 // last images; on avx2 a partial one of fewer than 8 columns: dot tiles
+            tpm = 16 // last
+            rem = batch % tpm if last <= 8 else 0
+            left = rem if level == "avx2" and rem * last < 8 else 0
+            panels = (batch // tpm + (rem > 0 and not left)) if last <= 8 else 0
+            assert (after[4] > paths[4]) == (panels > 0) and (dot > 0) == (left > 0), (n, after[4] - paths[4], dot)
+        elif level == "avx2":
             # one dot tile per image and call (per row block: the tile is in every task)
             assert (dot > 0) == (last <= 8) and implicit_t8 == 0, (n, implicit_t8, dot)
         elif not seven_bit:
