@@ -889,7 +889,7 @@ _IMPLICIT_CASES = [
     ((9, 11), (3, 3), dict(strides=[2, 2], pads=[0, 1, 1, 0]), 8, 1),    # stride 2, rows below 16 bytes
     ((21, 37), (3, 3), dict(strides=[4, 4], pads=[1, 3, 2, 1]), 8, 1),   # stride 4: 4 column phases
     ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 8, 1),                     # 7x7: 4 tiles like 4 panels
-    ((40, 3), (3, 3), dict(pads=[1, 1, 1, 1]), 8, 1),                    # 3 wide: too many dropped columns
+    ((40, 3), (3, 3), dict(pads=[1, 1, 1, 1]), 8, 1),                    # 3 wide: shifted planes (no dropped column)
     ((10, 10), (3, 3), dict(pads=[300, 300, 300, 300], dilations=[300, 300]), 4, 1),  # copy too large
     ((16, 19), (3, 3), dict(pads=[1, 1, 1, 1]), 6, 1),                   # 6 channels: 4-blocks padded to 8
     ((16, 19), (3, 3), dict(pads=[1, 1, 1, 1]), 3, 1),                   # a stem's 3 channels: padded to 4
@@ -918,7 +918,7 @@ def _takes_implicit(spatial, kernel, attrs, cin, group, seven_bit):
         return False
     if kernel == (1, 1) and not attrs and blocks * 4 * (-(-(spatial[0] * spatial[1] + 16) // 16) * 16) > 512 << 10:
         return False   # a pointwise copy larger than L2
-    return spatial not in ((40, 3), (10, 10))
+    return spatial != (10, 10)
 
 
 @pytest.mark.parametrize("case", range(len(_IMPLICIT_CASES)))
@@ -978,6 +978,135 @@ def test_implicit_gemm_k_blocks(seven_bit, engine_level):
             assert _native._C.conv_path_counts()[0] - before[0] == 2
 
 
+# (x spatial, kernel, attributes, input channels, whether avx2 takes the shifted planes)
+_SHIFT_CASES = [
+    ((14, 14), (3, 3), dict(pads=[1, 1, 1, 1]), 8, True),         # ResNet-50 l3: 12 tiles + 4 dot columns
+    ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 12, True),          # l4: 3 tiles + 1 dot column
+    ((14, 14), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 8, True),   # 2 row phases x 3 taps
+    ((15, 15), (3, 3), dict(strides=[2, 2], pads=[1, 0, 0, 1]), 6, True),   # odd sizes, 6 -> 8 channels
+    ((12, 11), (3, 5), dict(pads=[1, 2, 1, 2], dilations=[1, 2]), 4, True),  # column dilation 2
+    ((9, 20), (1, 3), dict(pads=[0, 1, 0, 1]), 3, True),          # one row tap, 3 -> 4 channels
+    ((10, 17), (2, 2), dict(strides=[2, 2]), 8, True),            # no pads: the stride's spare column
+    ((23, 29), (7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3]), 4, True),   # a stem: 2 x 7 planes
+    ((26, 32), (3, 3), dict(strides=[3, 3], pads=[1, 2, 0, 1]), 8, True),   # stride 3, 3 row phases
+    ((40, 3), (3, 3), dict(pads=[1, 1, 1, 1]), 8, True),          # 3 wide: 8 tiles, not 13 (im2col before)
+    ((2, 14), (3, 3), dict(pads=[1, 1, 1, 1]), 8, False),         # 2 tiles either way: standard
+    ((9, 21), (1, 1), {}, 8, False),                              # one column tap: nothing to shift
+]
+
+
+def _takes_shifted(spatial, kernel, attrs, cin, kpack, dot):
+    """Whether conv.c's ig_shift_pays takes the shifted planes for a 2-D convolution (as
+    docs/engine.md describes it): more than one column tap (at most 8), dropped columns on
+    the standard planes, a shifted copy within 2 MiB, and tiles that cost less (in dot column
+    pairs, a full tile 6) than the standard planes' best tiling (16-q or row-aligned)."""
+    (h, w), (kh, kw) = spatial, kernel
+    sh, sw = attrs.get("strides", [1, 1])
+    dh, dw = attrs.get("dilations", [1, 1])
+    ph, pw, ph1, pw1 = attrs.get("pads", [0, 0, 0, 0])
+    oh = (h + ph + ph1 - (kh - 1) * dh - 1) // sh + 1
+    ow = (w + pw + pw1 - (kw - 1) * dw - 1) // sw + 1
+    hph = -(-max(h + ph, (oh - 1) * sh + (kh - 1) * dh + 1) // sh)
+    wph = -(-max(w + pw, (ow - 1) * sw + (kw - 1) * dw + 1) // sw)
+    if not 2 <= kw <= 8 or wph <= ow or oh < 2:
+        return False
+    nfh = len({t * dh % sh for t in range(kh)})
+    if 4 * -(-cin // kpack) * nfh * kw * (hph * ow + 48) > 2 << 20:
+        return False
+
+    def cost(nt, wl):   # nt tiles, the last wl columns wide (a dot tile up to 8)
+        return 6 * (nt - 1) + ((wl + 1) // 2 if dot and wl <= 8 else 6)
+
+    def cost16(q):
+        nt = -(-q // 16)
+        return cost(nt, q - (nt - 1) * 16)
+
+    std = cost16((oh - 1) * wph + ow)
+    if ow <= 16 and dot:   # row-aligned tiles of r rows
+        r = (16 - ow) // wph + 1
+        ntr = -(-oh // r)
+        std = min(std, cost(ntr, (oh - (ntr - 1) * r - 1) * wph + ow))
+    return cost16(oh * ow) < std
+
+
+@pytest.mark.parametrize("case", range(len(_SHIFT_CASES)))
+@pytest.mark.parametrize("seven_bit", [False, True])
+def test_shifted_planes(case, seven_bit, engine_level):
+    """The implicit GEMM on shifted planes (one plane per column tap and row phase, rows OW
+    wide: no dropped columns) against the oracle: strides 1-3, dilation, asymmetric pads,
+    channel blocks padded, output channels around the kernels' row tiles (4 at 7 bits, 6
+    exact) and their tails, all 8 type combinations, differing per-channel zero points,
+    full-range int32 biases (wrap), full-range and 7-bit weights, batch 2 (the copy is per
+    image); and that the implicit path ran on the planes the rule picks (avx2 and scalar)."""
+    from qlinear import _native
+    spatial, kernel, attrs, cin, shifted = _SHIFT_CASES[case]
+    rng = np.random.default_rng([case, seven_bit, 50])
+    native = engine_level != "numpy" and _native.native() is not None
+    level = _native._C.get_isa() if native else None
+    for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+        m = (3, 4, 5, 6, 7, 8, 9, 13)[r]
+        shape = (m, cin, *kernel)
+        x = rand_int(rng, xdt, (2, cin, *spatial))
+        x.flat[::7] = np.iinfo(xdt).min
+        x.flat[3::11] = np.iinfo(xdt).max
+        if seven_bit:
+            w, wz = _seven_bit(rng, wdt, shape, m)
+            wzc = wz.astype(np.int32).reshape(m, 1, *(1,) * len(kernel))
+            d = w.astype(np.int32) - wzc
+            d.flat[::5] = 64 * rng.choice([-1, 1], d.flat[::5].shape)   # at the bound
+            w = (wzc + d).astype(wdt)
+        else:
+            w, wz = rand_extreme(rng, wdt, shape), rand_int(rng, wdt, (m,))
+        before = _native._C.conv_path_counts() if native else None
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
+        if level in ("avx2", "scalar"):
+            fast = seven_bit and level == "avx2"
+            assert (_conv_kind(w, wz, **attrs) == 2) == fast   # the 7-bit kernel where it runs
+            want = _takes_shifted(spatial, kernel, attrs, cin, 4 if fast else 2, level == "avx2")
+            if level == "avx2":
+                assert want == shifted   # the rule's mirror agrees with the case's note
+            took = tuple(a - b for a, b in zip(_native._C.conv_path_counts(), before))
+            assert took == (2, 0, 2 if want else 0), (took, level)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_shifted_planes_threads_and_copy_bound(threads, engine_level):
+    """Shifted planes above the threading threshold (2^21 MACs: the copy's channel blocks and
+    the GEMM tasks split between threads) on 1 and 2 threads, 7-bit weights at the bound
+    (|w - w_zero_point| = 64: the fast kernel) and one past it (65: the exact kernel); and the
+    copy bound: 1024 channels of a 20x18 plane are 2.7 MiB of shifted planes in the exact form
+    (2 channels per 4 bytes: the standard planes run) and 1.4 MiB in the 7-bit one (shifted)."""
+    from qlinear import _native
+    native = engine_level != "numpy" and _native.native() is not None
+    level = _native._C.get_isa() if native else None
+    rng = np.random.default_rng([threads, 51])
+    pads = dict(pads=[1, 1, 1, 1])
+    cases = (((14, 14), 128, 17, 64, (U8, I8, U8)),    # 7-bit at the bound: fast
+             ((7, 7), 256, 11, 65, (I8, U8, I8)),      # one past: exact
+             ((20, 18), 1024, 5, 64, (U8, U8, U8)))    # exact copy above 2 MiB, 7-bit below
+    with num_threads(threads):
+        for spatial, cin, m, delta, (xdt, wdt, ydt) in cases:
+            info = np.iinfo(wdt)
+            wz = rng.integers(info.min + 65, info.max - 65, m, endpoint=True).astype(wdt)
+            d = rng.integers(-64, 64, (m, cin, 3, 3), endpoint=True)
+            d.flat[::3] = delta * rng.choice([-1, 1], d.flat[::3].shape)
+            w = (wz.astype(np.int32).reshape(m, 1, 1, 1) + d).astype(wdt)
+            x = rand_extreme(rng, xdt, (1, cin, *spatial))
+            before = _native._C.conv_path_counts() if native else None
+            check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), pads)
+            check_convint([x, w, rand_int(rng, xdt, ()), wz], pads)
+            if level in ("avx2", "scalar"):
+                fast = level == "avx2" and delta == 64
+                assert (_conv_kind(w, wz, **pads) == 2) == fast
+                shifted = _takes_shifted(spatial, (3, 3), pads, cin, 4 if fast else 2, level == "avx2")
+                if level == "avx2":
+                    # the copy bound: the exact form's 1024 channels of 20x18 stay on standard planes
+                    assert shifted == (not (cin == 1024 and not fast))
+                took = tuple(a - b for a, b in zip(_native._C.conv_path_counts(), before))
+                assert took == (2, 0, 2 if shifted else 0), (spatial, took, level)
+
+
 # ----------------------------------------------------------------------------- narrow tails
 
 # output widths whose last 16-column tile has every width 1..16 (and 7x7 / 14x14 planes' 49,
@@ -1033,20 +1162,21 @@ def test_narrow_tails_pointwise(seven_bit, engine_level):
             assert (implicit_t8 > 0) == (last <= 8) and dot == 0, (n, implicit_t8, dot)
 
 
-@pytest.mark.parametrize("spatial,pads", [((2, 3), [1, 1, 1, 1]), ((2, 11), [1, 1, 1, 1]),
-                                          ((3, 6), [1, 1, 1, 1]), ((7, 7), [1, 1, 1, 1]),
-                                          ((7, 7), [0, 0, 0, 0]), ((14, 14), [0, 0, 0, 0]),
-                                          ((40, 3), [1, 1, 1, 1])])
-def test_narrow_tails_planes(spatial, pads, engine_level):
-    """2-D planes whose last tile is narrow, with the padded row width's dropped columns inside
-    it (3x3, pads 1: the runs split around them), a 7x7 plane with pads of 1 (row-aligned tiles
-    of 2 output rows, the last one row of 7 columns: a dot tile), 7x7 / 14x14 planes and a
-    plane 3 wide (the im2col path: 120 pixels, a last packed panel of 8 columns), every type
-    combination, 7-bit and full-range weights."""
+@pytest.mark.parametrize("spatial,pads,strides", [((2, 3), [1, 1, 1, 1], [1, 1]), ((2, 11), [1, 1, 1, 1], [1, 1]),
+                                                  ((3, 6), [1, 1, 1, 1], [1, 1]), ((7, 7), [1, 1, 1, 1], [1, 1]),
+                                                  ((7, 7), [0, 0, 0, 0], [1, 1]), ((14, 14), [0, 0, 0, 0], [1, 1]),
+                                                  ((40, 3), [1, 1, 1, 1], [1, 1]), ((40, 11), [1, 1, 1, 1], [1, 5])])
+def test_narrow_tails_planes(spatial, pads, strides, engine_level):
+    """2-D planes whose last tile is narrow: 3x3 with pads of 1 (shifted planes: 6, 22 and 18
+    columns, a 7x7 plane 3 tiles and 1 column, a plane 3 wide 7 tiles and 8 columns: dot
+    tiles), 7x7 / 14x14 pointwise planes, and a plane 3 wide by a column stride of 5 (the
+    im2col path: 120 pixels, a last packed panel of 8 columns), every type combination, 7-bit
+    and full-range weights."""
     from qlinear import _native
     native = engine_level != "numpy" and _native.native() is not None
-    rng = np.random.default_rng([*spatial, *pads, 48])
+    rng = np.random.default_rng([*spatial, *pads, *strides, 48])
     kernel = (3, 3) if any(pads) else (1, 1)
+    attrs = dict(pads=pads, strides=strides)
     before = _native._C.tail_counts() if native else None
     for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
         m = 4 + r
@@ -1056,11 +1186,11 @@ def test_narrow_tails_planes(spatial, pads, engine_level):
             w, wz = _seven_bit(rng, wdt, shape, m)
         else:
             w, wz = rand_extreme(rng, wdt, shape), rand_int(rng, wdt, (m,))
-        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), dict(pads=pads))
-        check_convint([x, w, rand_int(rng, xdt, ()), wz], dict(pads=pads))
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
     if native and _native._C.get_isa() == "avx2":
         _, packed, dot = _tail_delta(before)
-        if spatial == (40, 3):
+        if strides[1] == 5:
             assert packed > 0 and dot == 0
         else:
             assert dot > 0 and packed == 0

@@ -40,8 +40,9 @@ int ql_conv_pack_w_auto(const ql_isa *isa, const void *w, int w_type, int M, int
 /* 0, -1 (out of memory), -2 (sizes beyond int), -3 (scratch above the workspace limit) */
 int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern,
                  const void *wpacked, size_t workspace);
-/* Calls of ql_conv_gemm that ran the implicit GEMM and the im2col path (diagnostics) */
-void ql_conv_path_counts(long long *implicit, long long *im2col);
+/* Calls of ql_conv_gemm that ran the implicit GEMM and the im2col path, and the implicit ones
+ * on shifted planes (diagnostics) */
+void ql_conv_path_counts(long long *implicit, long long *im2col, long long *shifted);
 #if QL_X86
 /* conv_avx2.c: the channels-last fill's 16 x 16 transpose (conv.c's transpose16_i16) */
 void ql_dw_t16_avx2(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zxu, int16_t *dst);

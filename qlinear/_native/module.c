@@ -920,12 +920,13 @@ PyObject *ql_py_pool_stats(PyObject *self, PyObject *args);
 PyObject *ql_py_pool_clear(PyObject *self, PyObject *args);
 int ql_outbuf_init(void);
 
-/* conv_path_counts() -> (implicit, im2col): GEMM-path convolutions run so far on each path */
+/* conv_path_counts() -> (implicit, im2col, shifted): GEMM-path convolutions run so far on each
+ * path, and the implicit ones that ran on shifted planes */
 static PyObject *m_conv_path_counts(PyObject *self, PyObject *args) {
     (void)self; (void)args;
-    long long a, b;
-    ql_conv_path_counts(&a, &b);
-    return Py_BuildValue("(LL)", a, b);
+    long long a, b, c;
+    ql_conv_path_counts(&a, &b, &c);
+    return Py_BuildValue("(LLL)", a, b, c);
 }
 
 /* tail_counts() -> (implicit tiles, packed panels, implicit dot tiles) that ran a narrow
@@ -939,7 +940,7 @@ static PyObject *m_tail_counts(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"tail_counts", m_tail_counts, METH_NOARGS, "Implicit tiles, packed panels and implicit dot-kernel tiles that ran a narrow tail kernel."},
-    {"conv_path_counts", m_conv_path_counts, METH_NOARGS, "GEMM convolutions run on the implicit and im2col paths."},
+    {"conv_path_counts", m_conv_path_counts, METH_NOARGS, "GEMM convolutions run on the implicit and im2col paths, and the implicit ones on shifted planes."},
     {"kernel_peak", m_kernel_peak, METH_VARARGS, "Run a micro-kernel on L1-resident operands (peak rate)."},
     {"empty", ql_py_empty, METH_VARARGS, "An output buffer of n bytes from the bounded output pool."},
     {"pool_stats", ql_py_pool_stats, METH_NOARGS, "(cached bytes, cached blocks, min bytes, max MiB) of the output pool."},
