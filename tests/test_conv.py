@@ -899,6 +899,7 @@ _IMPLICIT_CASES = [
     ((15, 22), (1, 1), dict(strides=[2, 2]), 6, 1),                      # pointwise stride 2: one phase
     ((6, 37), (1, 1), dict(pads=[1, 0, 2, 0]), 3, 1),                    # pointwise, rows of padding
     ((40, 40), (1, 1), {}, 208, 1),   # pointwise copy above 512 KiB exact (im2col), 7-bit below
+    ((40, 40), (1, 1), {}, 416, 1),   # 1.3 MiB exact (im2col), 7-bit 0.66 MiB: below its 1 MiB
 ]
 
 
@@ -916,7 +917,8 @@ def _takes_implicit(spatial, kernel, attrs, cin, group, seven_bit):
         return False
     if kernel != (1, 1) and 3 * blocks * kpack > 4 * cg:   # channel padding: at most 1/3 more
         return False
-    if kernel == (1, 1) and not attrs and blocks * 4 * (-(-(spatial[0] * spatial[1] + 16) // 16) * 16) > 512 << 10:
+    pw_max = 1 << 20 if kpack == 4 else 512 << 10   # the 7-bit form: twice the work per byte
+    if kernel == (1, 1) and not attrs and blocks * 4 * (-(-(spatial[0] * spatial[1] + 16) // 16) * 16) > pw_max:
         return False   # a pointwise copy larger than L2
     return spatial != (10, 10)
 
@@ -1105,6 +1107,34 @@ def test_shifted_planes_threads_and_copy_bound(threads, engine_level):
                     assert shifted == (not (cin == 1024 and not fast))
                 took = tuple(a - b for a, b in zip(_native._C.conv_path_counts(), before))
                 assert took == (2, 0, 2 if shifted else 0), (spatial, took, level)
+
+
+@pytest.mark.parametrize("width", [16, 21, 29, 33, 40])
+def test_seven_bit_im2col_fused_epilogue(width, engine_level):
+    """The 7-bit kernel on the im2col path (a column stride of 5: beyond the implicit path's
+    4) with its epilogue fused (avx2-s8u8 kernel_ep): full 16-column panels and last panels of
+    5, 13, 1 and 8 columns (the 8-column one on the narrow tail kernel, then the level's
+    epilogue), output channels around the 4-row tile, every type combination, weights at the
+    7-bit bound, differing per-channel zero points, full-range int32 biases, 8-bit and int32
+    outputs."""
+    from qlinear import _native
+    native = engine_level != "numpy" and _native.native() is not None
+    rng = np.random.default_rng([width, 52])
+    attrs = dict(strides=[1, 5], pads=[0, 1, 0, 1])   # one output row of `width` pixels
+    for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+        m = (3, 4, 5, 7, 8, 9, 12, 13)[r]
+        x = rand_int(rng, xdt, (1, 8, 3, (width - 1) * 5 + 3))
+        w, wz = _seven_bit(rng, wdt, (m, 8, 3, 3), m)
+        wzc = wz.astype(np.int32).reshape(m, 1, 1, 1)
+        d = w.astype(np.int32) - wzc
+        d.flat[::3] = 64 * rng.choice([-1, 1], d.flat[::3].shape)   # at the bound
+        w = (wzc + d).astype(wdt)
+        before = _native._C.conv_path_counts() if native else None
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
+        if native and _native._C.get_isa() in ("avx2", "scalar"):
+            assert _native._C.conv_path_counts()[1] - before[1] == 2   # the im2col path
+            assert (_conv_kind(w, wz, **attrs) == 2) == (_native._C.get_isa() == "avx2")
 
 
 # ----------------------------------------------------------------------------- narrow tails

@@ -896,6 +896,7 @@ static void plan_epilogue(const ql_conv_plan *p, ql_epilogue *ep)
 #define IG_MAX_STRIDE 4                 /* phases per axis: bounded tables */
 #define IG_COPY_MAX ((size_t)64 << 20)  /* bytes of one padded copy, whatever the workspace */
 #define IG_PW_COPY_MAX ((size_t)512 << 10)  /* ... for a pointwise kernel: Zen 3's L2 */
+#define IG_PW_COPY_MAX_S8U8 ((size_t)1 << 20) /* ... on the 7-bit path (see ig_run) */
 #ifndef IG_KC_BYTES
 #define IG_KC_BYTES 65536               /* a tile's operand per K block (measured: 8-64 KiB alike) */
 #endif
@@ -1430,8 +1431,11 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     /* a pointwise kernel reads each copied byte once per row tile, like a packed panel: a copy
      * larger than L2 costs a round trip through L3 that the im2col path's per-panel packing
      * (read in place, used at once) does not (measured: 256 channels of 56x56, exact: 1.6 MB,
-     * slower; 64 channels or 28x28 planes: faster) */
-    if (copy_bytes > IG_COPY_MAX || (c.taps == 1 && copy_bytes > IG_PW_COPY_MAX) ||
+     * slower; 64 channels or 28x28 planes: faster). The 7-bit path does twice the
+     * multiply-adds per copied byte (4 channels in 4 bytes, not 2): there 256 channels of
+     * 56x56 (784 KiB) are 10% faster than im2col into 64 outputs, the same into 128-512 */
+    size_t pw_max = kern->form == QL_FORM_S8U8 ? IG_PW_COPY_MAX_S8U8 : IG_PW_COPY_MAX;
+    if (copy_bytes > IG_COPY_MAX || (c.taps == 1 && copy_bytes > pw_max) ||
         copy_bytes + c.scratch_bytes * (size_t)threads > workspace) {
         free(c.off);
         return 0;

@@ -530,9 +530,11 @@ static const ql_gemm_kernel k_avx2_u8s8 = {"avx2-u8s8", U8_MR, 16, 4, QL_FORM_U8
                                        avx2_u8s8_t8, NULL, NULL, NULL, NULL};
 
 /* conv fast path: L and R packed by conv.c (centered int8 weights, u8-form im2col panels) */
+static void avx2_s8u8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                         const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols);
 static const ql_gemm_kernel k_avx2_s8u8 = {"avx2-s8u8", U8_MR, 16, 4, QL_FORM_S8U8, avx2_s8u8, NULL, NULL,
-                                           avx2_s8u8_ik, avx2_s8u8_ik_ep, NULL, 8, avx2_s8u8_t8, NULL, NULL, avx2_s8u8_dot,
-                                           avx2_s8u8_dot_ep};
+                                           avx2_s8u8_ik, avx2_s8u8_ik_ep, avx2_s8u8_ep, 8, avx2_s8u8_t8, NULL, NULL,
+                                           avx2_s8u8_dot, avx2_s8u8_dot_ep};
 
 #include "simd_common_avx2.h"
 
@@ -668,6 +670,21 @@ static void avx2_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int k
                          const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols) {
     __m256i out[U8_MR][2];
     avx2_u8s8_body(L, ldl, (const __m256i *)Rpanel, kp / 4, rows, out, 2);
+    if (!tile_epilogue_ok(ep, cols)) {
+        int32_t Ct[U8_MR * 16] __attribute__((aligned(32)));
+        store_tile(out, Ct, 16, rows);
+        ql_epilogue_avx2(ep, Ct, 16, colsum, i0, j0, rows, cols);
+        return;
+    }
+    tile_epilogue(out, ep, colsum, i0, j0, rows);
+}
+
+/* avx2-s8u8 (the convolutions' 7-bit fast path, im2col panels) with the epilogue fused: the
+ * S8U8 form has no U8S8 corrections (row_a NULL: its one per-row term is folded into the bias) */
+static void avx2_s8u8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                         const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols) {
+    __m256i out[U8_MR][2];
+    avx2_s8u8_body(L, ldl, (const char *)Rpanel, NULL, kp / 4, rows, out, 2);
     if (!tile_epilogue_ok(ep, cols)) {
         int32_t Ct[U8_MR * 16] __attribute__((aligned(32)));
         store_tile(out, Ct, 16, rows);
