@@ -43,7 +43,6 @@ import numpy as np
 import onnx
 from onnx import helper
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType
-from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
 import qlinear as _q

@@ -580,7 +580,7 @@ def run_case(case: Case, *, repeat: int, threads: int, reference: bool,
     sess = _ort_session(built.model, threads)
 
     def ort_fn():
-        return sess.run(None, built.feeds)[0]
+        return sess.run(None, built.feeds)[0]  # noqa: F821 (the cell is emptied below, after the last call)
 
     engines = {"qlinear": qfn, "qlinear_plain": built.plain, "onnxruntime": ort_fn}
     # Warm-up (one call each) and the outputs compared below.
@@ -613,6 +613,8 @@ def run_case(case: Case, *, repeat: int, threads: int, reference: bool,
     plain_cmp = _compare(outputs["qlinear"], outputs["qlinear_plain"])
     if plain_cmp["differ"]:
         raise AssertionError(f"{case.name}: prepared and plain qlinear disagree: {plain_cmp}")
+    # onnxruntime's session (and its prepacked weights) freed before onnx.reference runs:
+    # ort_fn's closure cell is emptied, and ort_fn is not called again
     del sess
 
     # onnx.reference: far slower; timed on its own after the others, within a budget.
@@ -850,7 +852,7 @@ def markdown_report(results: list[dict[str, Any]], summary: dict[str, Any],
     ref = summary["reference"]
     if ref["cases"]:
         ops = ref["geomean_operator_cases"]
-        lines.append(f"- onnx.reference/qlinear time: geometric mean "
+        lines.append("- onnx.reference/qlinear time: geometric mean "
                      + (f"**{ops:.0f}** over the {ref['operator_cases']} convolution and "
                         f"matrix-product cases it ran, " if ops else "")
                      + f"{ref['geomean_reference_over_qlinear']:.0f} over all "

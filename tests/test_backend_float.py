@@ -8,12 +8,10 @@ within float32 rounding of sums of the sizes involved.
 
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 import pytest
 
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 

@@ -8,7 +8,6 @@ arithmetic helpers (fma, cvt) are checked against exact rational arithmetic.
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 
 import numpy as np
@@ -1018,7 +1017,6 @@ def test_emulated_contrib_operators_match_onnxruntime_nodes():
     if not ortsat.onnxruntime_saturates():
         pytest.skip("needs a CPU where onnxruntime's u8 x s8 kernels saturate (probe: exact here)")
     rng = np.random.default_rng(71)
-    T = onnx.TensorProto
     a, b = rand_int(rng, U8, (6, 64)), rand_int(rng, I8, (64, 5))
     cases = [
         ("QGemm", [("A", a), ("as", F(0.02)), ("az", np.uint8(7)), ("B", b), ("bs", scale(rng, shape=(5,))),

@@ -649,7 +649,7 @@ def _seven_bit(rng, wdt, shape, m, spread=64):
 
 def _conv_kind(w, wz, **attrs):
     """The native path a prepared convolution takes (conv.py's kinds), at the current level."""
-    from qlinear import _native, conv
+    from qlinear import _native
     if _native.native() is None:
         return None
     p = qlinear.prepare_conv_integer(w, wz, **attrs)._weights

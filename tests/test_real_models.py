@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 from pathlib import Path
 
 import numpy as np

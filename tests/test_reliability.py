@@ -162,7 +162,7 @@ def test_conv_zero_size(xshape, wshape, want_shape):
 def test_backend_weights_fed_as_inputs_are_not_cached_across_runs():
     """A weight that is a graph input may be a buffer the caller reuses with new values: the
     backend prepares it on every run (only initializers are prepared once)."""
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto as T
     from onnx import helper, numpy_helper
 
