@@ -1000,7 +1000,7 @@ _SHIFT_CASES = [
 def _takes_shifted(spatial, kernel, attrs, cin, kpack, dot):
     """Whether conv.c's ig_shift_pays takes the shifted planes for a 2-D convolution (as
     docs/engine.md describes it): more than one column tap (at most 8), dropped columns on
-    the standard planes, a shifted copy within 2 MiB, and tiles that cost less (in dot column
+    the standard planes, a shifted copy within 1 MiB, and tiles that cost less (in dot column
     pairs, a full tile 6) than the standard planes' best tiling (16-q or row-aligned)."""
     (h, w), (kh, kw) = spatial, kernel
     sh, sw = attrs.get("strides", [1, 1])
@@ -1013,7 +1013,7 @@ def _takes_shifted(spatial, kernel, attrs, cin, kpack, dot):
     if not 2 <= kw <= 8 or wph <= ow or oh < 2:
         return False
     nfh = len({t * dh % sh for t in range(kh)})
-    if 4 * -(-cin // kpack) * nfh * kw * (hph * ow + 48) > 2 << 20:
+    if 4 * -(-cin // kpack) * nfh * kw * (hph * ow + 48) > 1 << 20:
         return False
 
     def cost(nt, wl):   # nt tiles, the last wl columns wide (a dot tile up to 8)
@@ -1077,8 +1077,8 @@ def test_shifted_planes_threads_and_copy_bound(threads, engine_level):
     """Shifted planes above the threading threshold (2^21 MACs: the copy's channel blocks and
     the GEMM tasks split between threads) on 1 and 2 threads, 7-bit weights at the bound
     (|w - w_zero_point| = 64: the fast kernel) and one past it (65: the exact kernel); and the
-    copy bound: 1024 channels of a 20x18 plane are 2.7 MiB of shifted planes in the exact form
-    (2 channels per 4 bytes: the standard planes run) and 1.4 MiB in the 7-bit one (shifted)."""
+    copy bound: 1024 channels of a 14x14 plane are 1.6 MiB of shifted planes in the exact form
+    (2 channels per 4 bytes: the standard planes run) and 0.8 MiB in the 7-bit one (shifted)."""
     from qlinear import _native
     native = engine_level != "numpy" and _native.native() is not None
     level = _native._C.get_isa() if native else None
@@ -1086,7 +1086,7 @@ def test_shifted_planes_threads_and_copy_bound(threads, engine_level):
     pads = dict(pads=[1, 1, 1, 1])
     cases = (((14, 14), 128, 17, 64, (U8, I8, U8)),    # 7-bit at the bound: fast
              ((7, 7), 256, 11, 65, (I8, U8, I8)),      # one past: exact
-             ((20, 18), 1024, 5, 64, (U8, U8, U8)))    # exact copy above 2 MiB, 7-bit below
+             ((14, 14), 1024, 5, 64, (U8, U8, U8)))    # exact copy above 1 MiB, 7-bit below
     with num_threads(threads):
         for spatial, cin, m, delta, (xdt, wdt, ydt) in cases:
             info = np.iinfo(wdt)
@@ -1103,7 +1103,7 @@ def test_shifted_planes_threads_and_copy_bound(threads, engine_level):
                 assert (_conv_kind(w, wz, **pads) == 2) == fast
                 shifted = _takes_shifted(spatial, (3, 3), pads, cin, 4 if fast else 2, level == "avx2")
                 if level == "avx2":
-                    # the copy bound: the exact form's 1024 channels of 20x18 stay on standard planes
+                    # the copy bound: the exact form's 1024 channels of 14x14 stay on standard planes
                     assert shifted == (not (cin == 1024 and not fast))
                 took = tuple(a - b for a, b in zip(_native._C.conv_path_counts(), before))
                 assert took == (2, 0, 2 if shifted else 0), (spatial, took, level)

@@ -1265,13 +1265,14 @@ void ql_conv_path_counts(long long *implicit, long long *im2col, long long *shif
  * wide, q = oh*OW + ow, every computed column real but the last tile's tail (a 7x7 plane: 3
  * tiles and 1 dot column), for kw / nfw times the copy. Taken where the tiles cost less and
  * that copy stays within IG_SHIFT_COPY_MAX. Measured (1 thread, ResNet-50 3x3 layers, 7-bit
- * and exact): 14x14 and 7x7 planes 7-14% faster, stride 2 3-13%, 56x56 1-3%, the 7x7 stride-2
- * stem 4-7%; a 112x112 64-channel plane 3% faster at 7 bits (2.4 MiB copy) but 8% slower
- * exact (4.9 MiB), 224x224 32 channels 2-4% / 14-17% (4.9 / 9.7 MiB): the bound.
+ * and exact): 14x14 and 7x7 planes 7-14% faster, stride 2 3-13%, the 7x7 stride-2 stem 4-7%,
+ * 56x56 3% at 7 bits (0.6 MiB copy) but -1% to +2% exact (1.25 MiB, interleaved with
+ * onnxruntime: slower); a 112x112 64-channel plane 3% faster at 7 bits (2.4 MiB) but 8%
+ * slower exact (4.9 MiB), 224x224 32 channels 2-4% / 14-17% (4.9 / 9.7 MiB): the bound.
  * Tile costs in units of a dot kernel's column pair, a full tile IG_TILE_PAIRS of them
  * (measured, 7-bit 512-channel 7x7 plane: 7 dot columns 17% of the time, 3 tiles 75%). */
 #define IG_TILE_PAIRS 6
-#define IG_SHIFT_COPY_MAX ((int64_t)2 << 20)
+#define IG_SHIFT_COPY_MAX ((int64_t)1 << 20)
 #define IG_SHIFT_MAX_KW 8
 
 /* cost of nt tiles, the last wl columns wide (a dot tile where it has at most QL_DOT_NR) */
