@@ -1281,12 +1281,14 @@ static int64_t ig_tiles_cost(int64_t nt, int64_t wl, int dot)
     return IG_TILE_PAIRS * (nt - 1) + (dot && wl <= QL_DOT_NR ? (wl + 1) / 2 : IG_TILE_PAIRS);
 }
 
-static int ig_shift_pays(const ig_ctx *c, const ql_gemm_kernel *kern, int64_t kw)
+static int ig_shift_pays(const ig_ctx *c, const ql_gemm_kernel *kern, int64_t kw, size_t workspace)
 {
     if (kw < 2 || kw > IG_SHIFT_MAX_KW || c->Wph <= c->OW || c->OH < 2) return 0;
-    /* the shifted copy's bytes (ig_run's PL and BS, within 64 bytes a plane) */
-    int64_t nblk = (c->Cg + c->kpk - 1) / c->kpk;
-    if (4 * nblk * c->nfh * kw * (c->Hph * c->OW + 48) > IG_SHIFT_COPY_MAX) return 0;
+    /* the shifted copy's bytes (ig_run's PL and BS, within 64 bytes a plane); within half
+     * the workspace limit, so that a limit the standard copy fits never sends the
+     * convolution to the im2col path instead */
+    int64_t nblk = (c->Cg + c->kpk - 1) / c->kpk, bytes = 4 * nblk * c->nfh * kw * (c->Hph * c->OW + 48);
+    if (bytes > IG_SHIFT_COPY_MAX || (size_t)bytes > workspace / 2) return 0;
     int dot = kern->dot != NULL;
     int64_t q = (c->OH - 1) * c->Wph + c->OW, nt = (q + QL_IK_NR - 1) / QL_IK_NR;
     int64_t std = ig_tiles_cost(nt, q - (nt - 1) * QL_IK_NR, dot);
@@ -1350,7 +1352,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         idx_w[f] = used_w[f] ? c.nfw : -1;
         if (used_w[f]) c.fw[c.nfw++] = f;
     }
-    if (ig_shift_pays(&c, kern, kw)) {   /* shifted planes: one per column tap, OW wide */
+    if (ig_shift_pays(&c, kern, kw, workspace)) {   /* shifted planes: one per column tap, OW wide */
         c.shift = 1;
         c.Wph = c.OW;
         c.nfw = (int)kw;
