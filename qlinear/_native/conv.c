@@ -1284,11 +1284,13 @@ static int64_t ig_tiles_cost(int64_t nt, int64_t wl, int dot)
 static int ig_shift_pays(const ig_ctx *c, const ql_gemm_kernel *kern, int64_t kw, size_t workspace)
 {
     if (kw < 2 || kw > IG_SHIFT_MAX_KW || c->Wph <= c->OW || c->OH < 2) return 0;
-    /* the shifted copy's bytes (ig_run's PL and BS, within 64 bytes a plane); within half
-     * the workspace limit, so that a limit the standard copy fits never sends the
-     * convolution to the im2col path instead */
-    int64_t nblk = (c->Cg + c->kpk - 1) / c->kpk, bytes = 4 * nblk * c->nfh * kw * (c->Hph * c->OW + 48);
-    if (bytes > IG_SHIFT_COPY_MAX || (size_t)bytes > workspace / 2) return 0;
+    /* the shifted copy's bytes (ig_run's PL and BS, within 64 bytes a plane; a block's below
+     * 2^47 after ig_run's size check, the product compared by division); within half the
+     * workspace limit, so that a limit the standard copy fits never sends the convolution to
+     * the im2col path instead */
+    int64_t nblk = (c->Cg + c->kpk - 1) / c->kpk, block = 4 * c->nfh * kw * (c->Hph * c->OW + 48);
+    if (block > IG_SHIFT_COPY_MAX || nblk > IG_SHIFT_COPY_MAX / block || (size_t)(block * nblk) > workspace / 2)
+        return 0;
     int dot = kern->dot != NULL;
     int64_t q = (c->OH - 1) * c->Wph + c->OW, nt = (q + QL_IK_NR - 1) / QL_IK_NR;
     int64_t std = ig_tiles_cost(nt, q - (nt - 1) * QL_IK_NR, dot);
