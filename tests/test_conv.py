@@ -962,7 +962,7 @@ _IMPLICIT_CASES = [
     ((9, 11), (3, 3), dict(strides=[2, 2], pads=[0, 1, 1, 0]), 8, 1),    # stride 2, rows below 16 bytes
     ((21, 37), (3, 3), dict(strides=[4, 4], pads=[1, 3, 2, 1]), 8, 1),   # stride 4: 4 column phases
     ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 8, 1),                     # 7x7: 4 tiles like 4 panels
-    ((40, 3), (3, 3), dict(pads=[1, 1, 1, 1]), 8, 1),                    # 3 wide: too many dropped columns
+    ((40, 3), (3, 3), dict(pads=[1, 1, 1, 1]), 8, 1),                    # 3 wide: shifted planes (no dropped column)
     ((10, 10), (3, 3), dict(pads=[300, 300, 300, 300], dilations=[300, 300]), 4, 1),  # copy too large
     ((16, 19), (3, 3), dict(pads=[1, 1, 1, 1]), 6, 1),                   # 6 channels: 4-blocks padded to 8
     ((16, 19), (3, 3), dict(pads=[1, 1, 1, 1]), 3, 1),                   # a stem's 3 channels: padded to 4
@@ -972,6 +972,7 @@ _IMPLICIT_CASES = [
     ((15, 22), (1, 1), dict(strides=[2, 2]), 6, 1),                      # pointwise stride 2: one phase
     ((6, 37), (1, 1), dict(pads=[1, 0, 2, 0]), 3, 1),                    # pointwise, rows of padding
     ((40, 40), (1, 1), {}, 208, 1),   # pointwise copy above 512 KiB exact (im2col), 7-bit below
+    ((40, 40), (1, 1), {}, 416, 1),   # 1.3 MiB exact (im2col), 7-bit 0.66 MiB: below its 1 MiB
 ]
 
 
@@ -989,9 +990,10 @@ def _takes_implicit(spatial, kernel, attrs, cin, group, seven_bit):
         return False
     if kernel != (1, 1) and 3 * blocks * kpack > 4 * cg:   # channel padding: at most 1/3 more
         return False
-    if kernel == (1, 1) and not attrs and blocks * 4 * (-(-(spatial[0] * spatial[1] + 16) // 16) * 16) > 512 << 10:
+    pw_max = 1 << 20 if kpack == 4 else 512 << 10   # the 7-bit form: twice the work per byte
+    if kernel == (1, 1) and not attrs and blocks * 4 * (-(-(spatial[0] * spatial[1] + 16) // 16) * 16) > pw_max:
         return False   # a pointwise copy larger than L2
-    return spatial not in ((40, 3), (10, 10))
+    return spatial != (10, 10)
 
 
 @pytest.mark.parametrize("case", range(len(_IMPLICIT_CASES)))
@@ -1051,6 +1053,165 @@ def test_implicit_gemm_k_blocks(seven_bit, engine_level):
             assert _native._C.conv_path_counts()[0] - before[0] == 2
 
 
+# (x spatial, kernel, attributes, input channels, whether avx2 takes the shifted planes)
+_SHIFT_CASES = [
+    ((14, 14), (3, 3), dict(pads=[1, 1, 1, 1]), 8, True),         # ResNet-50 l3: 12 tiles + 4 dot columns
+    ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 12, True),          # l4: 3 tiles + 1 dot column
+    ((14, 14), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 8, True),   # 2 row phases x 3 taps
+    ((15, 15), (3, 3), dict(strides=[2, 2], pads=[1, 0, 0, 1]), 6, True),   # odd sizes, 6 -> 8 channels
+    ((12, 11), (3, 5), dict(pads=[1, 2, 1, 2], dilations=[1, 2]), 4, True),  # column dilation 2
+    ((9, 20), (1, 3), dict(pads=[0, 1, 0, 1]), 3, True),          # one row tap, 3 -> 4 channels
+    ((10, 17), (2, 2), dict(strides=[2, 2]), 8, True),            # no pads: the stride's spare column
+    ((23, 29), (7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3]), 4, True),   # a stem: 2 x 7 planes
+    ((26, 32), (3, 3), dict(strides=[3, 3], pads=[1, 2, 0, 1]), 8, True),   # stride 3, 3 row phases
+    ((40, 3), (3, 3), dict(pads=[1, 1, 1, 1]), 8, True),          # 3 wide: 8 tiles, not 13 (im2col before)
+    ((2, 14), (3, 3), dict(pads=[1, 1, 1, 1]), 8, False),         # 2 tiles either way: standard
+    ((9, 21), (1, 1), {}, 8, False),                              # one column tap: nothing to shift
+]
+
+
+def _takes_shifted(spatial, kernel, attrs, cin, kpack, dot):
+    """Whether conv.c's ig_shift_pays takes the shifted planes for a 2-D convolution (as
+    docs/engine.md describes it): more than one column tap (at most 8), dropped columns on
+    the standard planes, a shifted copy within 1 MiB, and tiles that cost less (in dot column
+    pairs, a full tile 6) than the standard planes' best tiling (16-q or row-aligned)."""
+    (h, w), (kh, kw) = spatial, kernel
+    sh, sw = attrs.get("strides", [1, 1])
+    dh, dw = attrs.get("dilations", [1, 1])
+    ph, pw, ph1, pw1 = attrs.get("pads", [0, 0, 0, 0])
+    oh = (h + ph + ph1 - (kh - 1) * dh - 1) // sh + 1
+    ow = (w + pw + pw1 - (kw - 1) * dw - 1) // sw + 1
+    hph = -(-max(h + ph, (oh - 1) * sh + (kh - 1) * dh + 1) // sh)
+    wph = -(-max(w + pw, (ow - 1) * sw + (kw - 1) * dw + 1) // sw)
+    if not 2 <= kw <= 8 or wph <= ow or oh < 2:
+        return False
+    nfh = len({t * dh % sh for t in range(kh)})
+    if 4 * -(-cin // kpack) * nfh * kw * (hph * ow + 48) > 1 << 20:
+        return False
+
+    def cost(nt, wl):   # nt tiles, the last wl columns wide (a dot tile up to 8)
+        return 6 * (nt - 1) + ((wl + 1) // 2 if dot and wl <= 8 else 6)
+
+    def cost16(q):
+        nt = -(-q // 16)
+        return cost(nt, q - (nt - 1) * 16)
+
+    std = cost16((oh - 1) * wph + ow)
+    if ow <= 16 and dot:   # row-aligned tiles of r rows
+        r = (16 - ow) // wph + 1
+        ntr = -(-oh // r)
+        std = min(std, cost(ntr, (oh - (ntr - 1) * r - 1) * wph + ow))
+    return cost16(oh * ow) < std
+
+
+@pytest.mark.parametrize("case", range(len(_SHIFT_CASES)))
+@pytest.mark.parametrize("seven_bit", [False, True])
+def test_shifted_planes(case, seven_bit, engine_level):
+    """The implicit GEMM on shifted planes (one plane per column tap and row phase, rows OW
+    wide: no dropped columns) against the oracle: strides 1-3, dilation, asymmetric pads,
+    channel blocks padded, output channels around the kernels' row tiles (4 at 7 bits, 6
+    exact) and their tails, all 8 type combinations, differing per-channel zero points,
+    full-range int32 biases (wrap), full-range and 7-bit weights, batch 2 (the copy is per
+    image); and that the implicit path ran on the planes the rule picks (avx2 and scalar)."""
+    from qlinear import _native
+    spatial, kernel, attrs, cin, shifted = _SHIFT_CASES[case]
+    rng = np.random.default_rng([case, seven_bit, 50])
+    native = engine_level != "numpy" and _native.native() is not None
+    level = _native._C.get_isa() if native else None
+    for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+        m = (3, 4, 5, 6, 7, 8, 9, 13)[r]
+        shape = (m, cin, *kernel)
+        x = rand_int(rng, xdt, (2, cin, *spatial))
+        x.flat[::7] = np.iinfo(xdt).min
+        x.flat[3::11] = np.iinfo(xdt).max
+        if seven_bit:
+            w, wz = _seven_bit(rng, wdt, shape, m)
+            wzc = wz.astype(np.int32).reshape(m, 1, *(1,) * len(kernel))
+            d = w.astype(np.int32) - wzc
+            d.flat[::5] = 64 * rng.choice([-1, 1], d.flat[::5].shape)   # at the bound
+            w = (wzc + d).astype(wdt)
+        else:
+            w, wz = rand_extreme(rng, wdt, shape), rand_int(rng, wdt, (m,))
+        before = _native._C.conv_path_counts() if native else None
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
+        if level in ("avx2", "scalar"):
+            fast = seven_bit and level == "avx2"
+            assert (_conv_kind(w, wz, **attrs) == 2) == fast   # the 7-bit kernel where it runs
+            want = _takes_shifted(spatial, kernel, attrs, cin, 4 if fast else 2, level == "avx2")
+            if level == "avx2":
+                assert want == shifted   # the rule's mirror agrees with the case's note
+            took = tuple(a - b for a, b in zip(_native._C.conv_path_counts(), before))
+            took = (took[0], took[1], took[5])   # implicit, im2col, on shifted planes
+            assert took == (2, 0, 2 if want else 0), (took, level)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_shifted_planes_threads_and_copy_bound(threads, engine_level):
+    """Shifted planes above the threading threshold (2^21 MACs: the copy's channel blocks and
+    the GEMM tasks split between threads) on 1 and 2 threads, 7-bit weights at the bound
+    (|w - w_zero_point| = 64: the fast kernel) and one past it (65: the exact kernel); and the
+    copy bound: 1024 channels of a 14x14 plane are 1.6 MiB of shifted planes in the exact form
+    (2 channels per 4 bytes: the standard planes run) and 0.8 MiB in the 7-bit one (shifted)."""
+    from qlinear import _native
+    native = engine_level != "numpy" and _native.native() is not None
+    level = _native._C.get_isa() if native else None
+    rng = np.random.default_rng([threads, 51])
+    pads = dict(pads=[1, 1, 1, 1])
+    cases = (((14, 14), 128, 17, 64, (U8, I8, U8)),    # 7-bit at the bound: fast
+             ((7, 7), 256, 11, 65, (I8, U8, I8)),      # one past: exact
+             ((14, 14), 1024, 5, 64, (U8, U8, U8)))    # exact copy above 1 MiB, 7-bit below
+    with num_threads(threads):
+        for spatial, cin, m, delta, (xdt, wdt, ydt) in cases:
+            info = np.iinfo(wdt)
+            wz = rng.integers(info.min + 65, info.max - 65, m, endpoint=True).astype(wdt)
+            d = rng.integers(-64, 64, (m, cin, 3, 3), endpoint=True)
+            d.flat[::3] = delta * rng.choice([-1, 1], d.flat[::3].shape)
+            w = (wz.astype(np.int32).reshape(m, 1, 1, 1) + d).astype(wdt)
+            x = rand_extreme(rng, xdt, (1, cin, *spatial))
+            before = _native._C.conv_path_counts() if native else None
+            check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), pads)
+            check_convint([x, w, rand_int(rng, xdt, ()), wz], pads)
+            if level in ("avx2", "scalar"):
+                fast = level == "avx2" and delta == 64
+                assert (_conv_kind(w, wz, **pads) == 2) == fast
+                shifted = _takes_shifted(spatial, (3, 3), pads, cin, 4 if fast else 2, level == "avx2")
+                if level == "avx2":
+                    # the copy bound: the exact form's 1024 channels of 14x14 stay on standard planes
+                    assert shifted == (not (cin == 1024 and not fast))
+                took = tuple(a - b for a, b in zip(_native._C.conv_path_counts(), before))
+                took = (took[0], took[1], took[5])   # implicit, im2col, on shifted planes
+                assert took == (2, 0, 2 if shifted else 0), (spatial, took, level)
+
+
+@pytest.mark.parametrize("width", [16, 21, 29, 33, 40])
+def test_seven_bit_im2col_fused_epilogue(width, engine_level):
+    """The 7-bit kernel on the im2col path (a column stride of 5: beyond the implicit path's
+    4) with its epilogue fused (avx2-s8u8 kernel_ep): full 16-column panels and last panels of
+    5, 13, 1 and 8 columns (the 8-column one on the narrow tail kernel, then the level's
+    epilogue), output channels around the 4-row tile, every type combination, weights at the
+    7-bit bound, differing per-channel zero points, full-range int32 biases, 8-bit and int32
+    outputs."""
+    from qlinear import _native
+    native = engine_level != "numpy" and _native.native() is not None
+    rng = np.random.default_rng([width, 52])
+    attrs = dict(strides=[1, 5], pads=[0, 1, 0, 1])   # one output row of `width` pixels
+    for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+        m = (3, 4, 5, 7, 8, 9, 12, 13)[r]
+        x = rand_int(rng, xdt, (1, 8, 3, (width - 1) * 5 + 3))
+        w, wz = _seven_bit(rng, wdt, (m, 8, 3, 3), m)
+        wzc = wz.astype(np.int32).reshape(m, 1, 1, 1)
+        d = w.astype(np.int32) - wzc
+        d.flat[::3] = 64 * rng.choice([-1, 1], d.flat[::3].shape)   # at the bound
+        w = (wzc + d).astype(wdt)
+        before = _native._C.conv_path_counts() if native else None
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
+        if native and _native._C.get_isa() in ("avx2", "scalar"):
+            assert _native._C.conv_path_counts()[1] - before[1] == 2   # the im2col path
+            assert (_conv_kind(w, wz, **attrs) == 2) == (_native._C.get_isa() == "avx2")
+
+
 # (x shape, kernel, attributes, output channels): above the threading threshold (2^21 MACs),
 # so that on 2 threads the copy's channel blocks and the GEMM's tasks are shared by both
 _IMPLICIT_THREADED = [
@@ -1108,7 +1269,9 @@ def test_implicit_gemm_threads_strides(case, threads, engine_level):
 _MERGED_CASES = [
     ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 8, 1, 8, True, False),                    # 7x7: last tile 7 (avx2)
     ((7, 7), (1, 1), {}, 16, 1, 10, True, True),                                         # pointwise 7x7: last 1
-    ((14, 14), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 8, 1, 3, True, True),    # 14x14 s2, one left over
+    # 14x14 s2: on avx2 shifted planes (3 tiles and 1 column an image: the 3 images' last columns
+    # go to the dot kernel, too few for a panel); on scalar standard planes, a panel
+    ((14, 14), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 8, 1, 3, False, True),
     ((14, 14), (1, 1), dict(strides=[2, 2]), 12, 1, 2, False, True),                     # pointwise s2: 2 columns
     ((9, 16), (3, 3), dict(dilations=[2, 1], pads=[2, 1, 3, 1]), 8, 2, 3, False, False),  # dilation, pads, groups
     ((7, 7), (3, 3), dict(pads=[0, 1, 2, 1]), 12, 3, 9, False, False),                   # 3 groups (no panels)
@@ -1119,9 +1282,11 @@ _MERGED_CASES = [
 
 
 def _merge_delta(before):
+    """conv_path_counts' growth since before: (implicit, im2col, merged GEMMs, their images,
+    merged tail panels); the shifted-plane count (the sixth) is the shifted-plane tests'."""
     from qlinear import _native
     after = _native._C.conv_path_counts()
-    return tuple(a - b for a, b in zip(after, before))
+    return tuple(a - b for a, b in zip(after[:5], before[:5]))
 
 
 @pytest.mark.parametrize("case", range(len(_MERGED_CASES)))
@@ -1163,29 +1328,32 @@ def test_implicit_gemm_merged_images(case, seven_bit, engine_level):
 @pytest.mark.parametrize("seven_bit", [False, True])
 def test_implicit_gemm_merged_chunks(seven_bit, engine_level):
     """A batch cut into chunks by the copy budget (conv.c's IG_BATCH_BYTES, 512 KiB): 200
-    channels of 20x21, 3x3, pads 1: channel blocks of 2 (exact) or 4 (7-bit, avx2) channels,
-    each a padded 22x23 plane of 528 positions (33 lines of 16) of 4 bytes, so one image's copy
-    is 211200 bytes exact (2 images a chunk) or 105600 7-bit (4 a chunk); the last tile has 10
-    columns (no dot tail, nothing else in the budget). 5 images: chunks of 2, 2, 1 or of 4, 1;
-    against the oracle, every image of every chunk, x and w at their extremes."""
+    channels of 20x23, a 3x1 kernel, pads 1 on the rows (one column tap: never shifted planes):
+    channel blocks of 2 (exact) or 4 (7-bit, avx2) channels, each a padded 22x23 plane of 480
+    positions (30 lines of 16, made 31: blocks an odd number of lines apart), 4 bytes each, plus
+    the last block's reach (the taps' 46 and the last tile's 448 + 16 positions past its start,
+    14 more), so one image's copy is 198456 bytes exact (198464 with its line: 2 images a chunk)
+    or 99256 7-bit (99264: 5 a chunk); the last tile has 12 columns (no dot tail, nothing else
+    in the budget). 7 images: chunks of 2, 2, 2, 1 or of 5, 2; against the oracle, every image
+    of every chunk, x and w at their extremes."""
     from qlinear import _native
     rng = np.random.default_rng([seven_bit, 51])
     native = engine_level != "numpy" and _native.native() is not None
-    n, cin, m = 5, 200, 5
+    n, cin, m = 7, 200, 5
     for xdt, wdt, ydt in ((U8, I8, U8), (I8, U8, I8)):
-        x = rand_extreme(rng, xdt, (n, cin, 20, 21))
-        shape = (m, cin, 3, 3)
+        x = rand_extreme(rng, xdt, (n, cin, 20, 23))
+        shape = (m, cin, 3, 1)
         if seven_bit:
             w, wz = _seven_bit(rng, wdt, shape, m)
         else:
             w, wz = rand_extreme(rng, wdt, shape), rand_int(rng, wdt, (m,))
-        kw = dict(pads=[1, 1, 1, 1])
+        kw = dict(pads=[1, 0, 1, 0])
         before = _native._C.conv_path_counts() if native else None
         check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), kw)
         check_convint([x, w, rand_int(rng, xdt, ()), wz], kw)
         level = _native._C.get_isa() if native else None
         if level in ("avx2", "scalar"):
-            per_chunk = 4 if seven_bit and level == "avx2" else 2
+            per_chunk = 5 if seven_bit and level == "avx2" else 2
             chunks = [min(per_chunk, n - n0) for n0 in range(0, n, per_chunk)]
             merged = [k for k in chunks if k > 1]
             assert _merge_delta(before) == (2, 0, 2 * len(merged), 2 * sum(merged), 0)
@@ -1280,20 +1448,21 @@ def test_narrow_tails_pointwise(seven_bit, engine_level):
             assert (implicit_t8 > 0) == (last <= 8) and dot == 0, (n, implicit_t8, dot)
 
 
-@pytest.mark.parametrize("spatial,pads", [((2, 3), [1, 1, 1, 1]), ((2, 11), [1, 1, 1, 1]),
-                                          ((3, 6), [1, 1, 1, 1]), ((7, 7), [1, 1, 1, 1]),
-                                          ((7, 7), [0, 0, 0, 0]), ((14, 14), [0, 0, 0, 0]),
-                                          ((40, 3), [1, 1, 1, 1])])
-def test_narrow_tails_planes(spatial, pads, engine_level):
-    """2-D planes whose last tile is narrow, with the padded row width's dropped columns inside
-    it (3x3, pads 1: the runs split around them), a 7x7 plane with pads of 1 (row-aligned tiles
-    of 2 output rows, the last one row of 7 columns: a dot tile), 7x7 / 14x14 planes and a
-    plane 3 wide (the im2col path: 120 pixels, a last packed panel of 8 columns), every type
-    combination, 7-bit and full-range weights."""
+@pytest.mark.parametrize("spatial,pads,strides", [((2, 3), [1, 1, 1, 1], [1, 1]), ((2, 11), [1, 1, 1, 1], [1, 1]),
+                                                  ((3, 6), [1, 1, 1, 1], [1, 1]), ((7, 7), [1, 1, 1, 1], [1, 1]),
+                                                  ((7, 7), [0, 0, 0, 0], [1, 1]), ((14, 14), [0, 0, 0, 0], [1, 1]),
+                                                  ((40, 3), [1, 1, 1, 1], [1, 1]), ((40, 11), [1, 1, 1, 1], [1, 5])])
+def test_narrow_tails_planes(spatial, pads, strides, engine_level):
+    """2-D planes whose last tile is narrow: 3x3 with pads of 1 (shifted planes: 6, 22 and 18
+    columns, a 7x7 plane 3 tiles and 1 column, a plane 3 wide 7 tiles and 8 columns: dot
+    tiles), 7x7 / 14x14 pointwise planes, and a plane 3 wide by a column stride of 5 (the
+    im2col path: 120 pixels, a last packed panel of 8 columns), every type combination, 7-bit
+    and full-range weights."""
     from qlinear import _native
     native = engine_level != "numpy" and _native.native() is not None
-    rng = np.random.default_rng([*spatial, *pads, 48])
+    rng = np.random.default_rng([*spatial, *pads, *strides, 48])
     kernel = (3, 3) if any(pads) else (1, 1)
+    attrs = dict(pads=pads, strides=strides)
     before = _native._C.tail_counts() if native else None
     for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
         m = 4 + r
@@ -1303,11 +1472,11 @@ def test_narrow_tails_planes(spatial, pads, engine_level):
             w, wz = _seven_bit(rng, wdt, shape, m)
         else:
             w, wz = rand_extreme(rng, wdt, shape), rand_int(rng, wdt, (m,))
-        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), dict(pads=pads))
-        check_convint([x, w, rand_int(rng, xdt, ()), wz], dict(pads=pads))
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
     if native and _native._C.get_isa() == "avx2":
         _, packed, dot = _tail_delta(before)
-        if spatial == (40, 3):
+        if strides[1] == 5:
             assert packed > 0 and dot == 0
         else:
             assert dot > 0 and packed == 0

@@ -222,6 +222,30 @@ static inline __attribute__((always_inline)) __m256i hsum8(__m256i v0, __m256i v
     return _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20), _mm256_permute2x128_si256(h0, h1, 0x31));
 }
 
+/* Columns x0 and x1 (two; else x0 only) over k-chunk [k0, k1) of 32 bytes each, into the
+ * pair's accumulators ap (row r: ap[2r] column x0, ap[2r + 1] column x1) */
+static inline __attribute__((always_inline)) void
+dot_pair(const char *const *l, const __m256i *ltail, int n32, const char *x0, const char *x1, int k0, int k1,
+         __m256i *ap, const int s8u8, const int two) {
+    __m256i a00 = ap[0], a01 = ap[1], a10 = ap[2], a11 = ap[3], a20 = ap[4], a21 = ap[5],
+            a30 = ap[6], a31 = ap[7], a40 = ap[8], a41 = ap[9], a50 = ap[10], a51 = ap[11];
+    for (int k = k0; k < k1; k++) {
+        /* columns are zero-padded to a multiple of 32 bytes: the last load is in bounds */
+        __m256i v0 = _mm256_loadu_si256((const __m256i *)(x0 + 32 * (ptrdiff_t)k));
+        __m256i v1 = two ? _mm256_loadu_si256((const __m256i *)(x1 + 32 * (ptrdiff_t)k)) : v0;
+        __m256i w;
+#define ROW(r, y0, y1)                                                                     \
+        w = k < n32 ? _mm256_loadu_si256((const __m256i *)(l[r] + 32 * (ptrdiff_t)k)) : ltail[r]; \
+        y0 = _mm256_add_epi32(y0, dot_prod(w, v0, s8u8));                                   \
+        if (two) y1 = _mm256_add_epi32(y1, dot_prod(w, v1, s8u8));
+        ROW(0, a00, a01) ROW(1, a10, a11) ROW(2, a20, a21)
+        ROW(3, a30, a31) ROW(4, a40, a41) ROW(5, a50, a51)
+#undef ROW
+    }
+    ap[0] = a00; ap[1] = a01; ap[2] = a10; ap[3] = a11; ap[4] = a20; ap[5] = a21;
+    ap[6] = a30; ap[7] = a31; ap[8] = a40; ap[9] = a41; ap[10] = a50; ap[11] = a51;
+}
+
 /* The product of up to DOT_MR rows and ncols <= 8 columns into t[r][c] (t zeroed by the
  * caller; columns >= ncols stay 0). */
 static inline __attribute__((always_inline)) void
@@ -248,26 +272,12 @@ avx2_dot_body(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kby
     for (int k0 = 0; k0 < nk; k0 += DOT_KC / 32) {
         const int k1 = nk - k0 < DOT_KC / 32 ? nk : k0 + DOT_KC / 32;
         for (int c0 = 0; c0 < ncols; c0 += 2) {
-            const int two = c0 + 1 < ncols;
-            const char *x0 = (const char *)X + c0 * xs, *x1 = two ? x0 + xs : x0;
-            __m256i *ap = acc[c0 / 2];
-            __m256i a00 = ap[0], a01 = ap[1], a10 = ap[2], a11 = ap[3], a20 = ap[4], a21 = ap[5],
-                    a30 = ap[6], a31 = ap[7], a40 = ap[8], a41 = ap[9], a50 = ap[10], a51 = ap[11];
-            for (int k = k0; k < k1; k++) {
-                /* columns are zero-padded to a multiple of 32 bytes: the last load is in bounds */
-                __m256i v0 = _mm256_loadu_si256((const __m256i *)(x0 + 32 * (ptrdiff_t)k));
-                __m256i v1 = _mm256_loadu_si256((const __m256i *)(x1 + 32 * (ptrdiff_t)k));
-                __m256i w;
-#define ROW(r, y0, y1)                                                                     \
-                w = k < n32 ? _mm256_loadu_si256((const __m256i *)(l[r] + 32 * (ptrdiff_t)k)) : ltail[r]; \
-                y0 = _mm256_add_epi32(y0, dot_prod(w, v0, s8u8));                           \
-                y1 = _mm256_add_epi32(y1, dot_prod(w, v1, s8u8));
-                ROW(0, a00, a01) ROW(1, a10, a11) ROW(2, a20, a21)
-                ROW(3, a30, a31) ROW(4, a40, a41) ROW(5, a50, a51)
-#undef ROW
-            }
-            ap[0] = a00; ap[1] = a01; ap[2] = a10; ap[3] = a11; ap[4] = a20; ap[5] = a21;
-            ap[6] = a30; ap[7] = a31; ap[8] = a40; ap[9] = a41; ap[10] = a50; ap[11] = a51;
+            const char *x0 = (const char *)X + c0 * xs;
+            /* an odd last column alone: half the products of a pair (a 7x7 plane's 49th) */
+            if (c0 + 1 < ncols)
+                dot_pair(l, ltail, n32, x0, x0 + xs, k0, k1, acc[c0 / 2], s8u8, 1);
+            else
+                dot_pair(l, ltail, n32, x0, x0, k0, k1, acc[c0 / 2], s8u8, 0);
         }
     }
     for (int c0 = 0; c0 < ncols; c0 += 2) {
@@ -530,9 +540,11 @@ static const ql_gemm_kernel k_avx2_u8s8 = {"avx2-u8s8", U8_MR, 16, 4, QL_FORM_U8
                                        avx2_u8s8_t8, NULL, NULL, NULL, NULL};
 
 /* conv fast path: L and R packed by conv.c (centered int8 weights, u8-form im2col panels) */
+static void avx2_s8u8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                         const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols);
 static const ql_gemm_kernel k_avx2_s8u8 = {"avx2-s8u8", U8_MR, 16, 4, QL_FORM_S8U8, avx2_s8u8, NULL, NULL,
-                                           avx2_s8u8_ik, avx2_s8u8_ik_ep, NULL, 8, avx2_s8u8_t8, NULL, NULL, avx2_s8u8_dot,
-                                           avx2_s8u8_dot_ep};
+                                           avx2_s8u8_ik, avx2_s8u8_ik_ep, avx2_s8u8_ep, 8, avx2_s8u8_t8, NULL, NULL,
+                                           avx2_s8u8_dot, avx2_s8u8_dot_ep};
 
 #include "simd_common_avx2.h"
 
@@ -668,6 +680,21 @@ static void avx2_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int k
                          const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols) {
     __m256i out[U8_MR][2];
     avx2_u8s8_body(L, ldl, (const __m256i *)Rpanel, kp / 4, rows, out, 2);
+    if (!tile_epilogue_ok(ep, cols)) {
+        int32_t Ct[U8_MR * 16] __attribute__((aligned(32)));
+        store_tile(out, Ct, 16, rows);
+        ql_epilogue_avx2(ep, Ct, 16, colsum, i0, j0, rows, cols);
+        return;
+    }
+    tile_epilogue(out, ep, colsum, i0, j0, rows);
+}
+
+/* avx2-s8u8 (the convolutions' 7-bit fast path, im2col panels) with the epilogue fused: the
+ * S8U8 form has no U8S8 corrections (row_a NULL: its one per-row term is folded into the bias) */
+static void avx2_s8u8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                         const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols) {
+    __m256i out[U8_MR][2];
+    avx2_s8u8_body(L, ldl, (const char *)Rpanel, NULL, kp / 4, rows, out, 2);
     if (!tile_epilogue_ok(ep, cols)) {
         int32_t Ct[U8_MR * 16] __attribute__((aligned(32)));
         store_tile(out, Ct, 16, rows);
