@@ -1047,6 +1047,26 @@ static void pair_i16_s2(const uint8_t *a, const uint8_t *b, int type, int32_t zx
     }
 }
 
+/* One row of a copy plane from the block's kpk padded raw rows: every sw-th byte from column
+ * col0 (split into the phase rows prow where sw > 1), paired (exact form) or interleaved
+ * (byte forms) into Wr positions at drow. */
+static void ig_phase_row(const ig_ctx *c, const uint8_t *raw, uint8_t *prow, int64_t col0, char *drow)
+{
+    const uint8_t *rows[4];
+    for (int q = 0; q < c->kpk; q++) {
+        const uint8_t *r = raw + (size_t)q * (size_t)c->RW + col0;
+        if (c->sw == 1) {
+            rows[q] = r;
+        } else {
+            uint8_t *d = prow + (size_t)q * (size_t)c->Wr;
+            split_phase(r, c->sw, d, c->Wr);
+            rows[q] = d;
+        }
+    }
+    if (c->kpk == 2) pair_i16(rows[0], rows[1], c->p->x_type, c->p->x_zp, (int16_t *)drow, (int)c->Wr);
+    else interleave4(rows, c->flip, (uint8_t *)drow, (int)c->Wr);
+}
+
 /* Copy task: channel block b, every used phase, every row.
  * Each input row of the block's kpk channels is copied once into a padded raw row (the padded
  * row's columns u = x's column u - pw; the padding columns hold x's zero point, written once per
@@ -1119,21 +1139,9 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
                 pair_i16_s2(raw, raw + c->RW, p->x_type, p->x_zp, (int16_t *)d0, (int16_t *)(d0 + 4 * (size_t)c->PL), c->Wr);
                 continue;
             }
-            for (int e = 0; e < c->nfw; e++) {
-                for (int q = 0; q < c->kpk; q++) {
-                    const uint8_t *r = raw + (size_t)q * (size_t)c->RW + c->fw[e];
-                    if (c->sw == 1) {
-                        rows[q] = r;
-                    } else {
-                        uint8_t *d = prow + (size_t)q * (size_t)c->Wr;
-                        split_phase(r, c->sw, d, c->Wr);
-                        rows[q] = d;
-                    }
-                }
-                char *drow = c->copy + 4 * (size_t)(b * c->BS + (a * c->nfw + e) * c->PL + i * c->Wph);
-                if (c->kpk == 2) pair_i16(rows[0], rows[1], p->x_type, p->x_zp, (int16_t *)drow, (int)c->Wr);
-                else interleave4(rows, c->flip, (uint8_t *)drow, (int)c->Wr);
-            }
+            for (int e = 0; e < c->nfw; e++)
+                ig_phase_row(c, raw, prow, c->fw[e],
+                             c->copy + 4 * (size_t)(b * c->BS + (a * c->nfw + e) * c->PL + i * c->Wph));
         }
     /* each plane's spare (written past its last row, never read for a kept column) */
     for (int a = 0; a < c->nfh; a++)
@@ -1157,7 +1165,6 @@ static void ig_copy_shift_task(void *vctx, ptrdiff_t b, int thread)
     uint8_t *raw = (uint8_t *)c->scratch + (size_t)thread * c->scratch_bytes;
     uint8_t padv = (uint8_t)p->x_zp;
     uint8_t zbyte = c->kpk == 2 ? 0 : (uint8_t)(padv ^ c->flip);   /* as ig_copy_task */
-    const uint8_t *rows[4];
     int64_t plane = c->H * c->W;
     uint8_t *prow = raw + (size_t)c->kpk * (size_t)c->RW;
     for (int q = 0; q < c->kpk; q++) memset(raw + (size_t)q * (size_t)c->RW, padv, (size_t)c->RW);
@@ -1174,21 +1181,8 @@ static void ig_copy_shift_task(void *vctx, ptrdiff_t b, int thread)
                 int64_t ch = (int64_t)b * c->kpk + q;
                 if (ch < c->Cg) copy_row(raw + (size_t)q * (size_t)c->RW + c->pw, c->xg + ch * plane + ih * c->W, c->W);
             }
-            for (int e = 0; e < c->nfw; e++) {
-                for (int q = 0; q < c->kpk; q++) {
-                    const uint8_t *r = raw + (size_t)q * (size_t)c->RW + e * c->sdw;
-                    if (c->sw == 1) {
-                        rows[q] = r;
-                    } else {
-                        uint8_t *d = prow + (size_t)q * (size_t)c->Wr;
-                        split_phase(r, c->sw, d, c->Wr);
-                        rows[q] = d;
-                    }
-                }
-                char *drow = d0 + 4 * (size_t)(e * c->PL);
-                if (c->kpk == 2) pair_i16(rows[0], rows[1], p->x_type, p->x_zp, (int16_t *)drow, (int)c->Wr);
-                else interleave4(rows, c->flip, (uint8_t *)drow, (int)c->Wr);
-            }
+            for (int e = 0; e < c->nfw; e++)
+                ig_phase_row(c, raw, prow, e * c->sdw, d0 + 4 * (size_t)(e * c->PL));
         }
     for (int f = 0; f < c->nfh * c->nfw; f++) {   /* the planes' spares (as ig_copy_task) */
         char *dplane = c->copy + 4 * (size_t)(b * c->BS + f * c->PL);
