@@ -996,6 +996,20 @@ def _takes_implicit(spatial, kernel, attrs, cin, group, seven_bit):
     return spatial != (10, 10)
 
 
+def _implicit_operands(rng, xdt, wdt, xshape, wshape, seven_bit):
+    """x with its type's extremes every 7th / 11th element, and w (full-range or 7-bit) with
+    per-output-channel zero points: the implicit-path tests' operands."""
+    x = rand_int(rng, xdt, xshape)
+    x.flat[::7] = np.iinfo(xdt).min
+    x.flat[3::11] = np.iinfo(xdt).max
+    m = wshape[0]
+    if seven_bit:
+        w, wz = _seven_bit(rng, wdt, wshape, m)
+    else:
+        w, wz = rand_extreme(rng, wdt, wshape), rand_int(rng, wdt, (m,))
+    return x, w, wz
+
+
 @pytest.mark.parametrize("case", range(len(_IMPLICIT_CASES)))
 @pytest.mark.parametrize("seven_bit", [False, True])
 def test_implicit_gemm_paths(case, seven_bit, engine_level):
@@ -1012,13 +1026,7 @@ def test_implicit_gemm_paths(case, seven_bit, engine_level):
     for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
         m = group * (3 + 2 * ((r + case) % 4))   # 3, 5, 7, 9 per group: tails of 4 and 6
         shape = (m, cin // group, *kernel)
-        x = rand_int(rng, xdt, (2, cin, *spatial))
-        x.flat[::7] = np.iinfo(xdt).min         # extremes of x
-        x.flat[3::11] = np.iinfo(xdt).max
-        if seven_bit:
-            w, wz = _seven_bit(rng, wdt, shape, m)
-        else:
-            w, wz = rand_extreme(rng, wdt, shape), rand_int(rng, wdt, (m,))
+        x, w, wz = _implicit_operands(rng, xdt, wdt, (2, cin, *spatial), shape, seven_bit)
         kw = dict(attrs, group=group)
         before = _native._C.conv_path_counts() if native else None
         check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), kw)
@@ -1306,13 +1314,7 @@ def test_implicit_gemm_merged_images(case, seven_bit, engine_level):
     for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
         m = group * (3 + 2 * ((r + case) % 4))   # 3, 5, 7, 9 per group: row tails
         shape = (m, cin // group, *kernel)
-        x = rand_int(rng, xdt, (n, cin, *spatial))
-        x.flat[::7] = np.iinfo(xdt).min
-        x.flat[3::11] = np.iinfo(xdt).max
-        if seven_bit:
-            w, wz = _seven_bit(rng, wdt, shape, m)
-        else:
-            w, wz = rand_extreme(rng, wdt, shape), rand_int(rng, wdt, (m,))
+        x, w, wz = _implicit_operands(rng, xdt, wdt, (n, cin, *spatial), shape, seven_bit)
         kw = dict(attrs, group=group)
         before = _native._C.conv_path_counts() if native else None
         with num_threads(1 + r % 2):

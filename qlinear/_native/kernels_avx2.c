@@ -656,6 +656,21 @@ static inline int tile_epilogue_ok(const ql_epilogue *ep, int cols) {
            (!ep->row_a || ep->col_z_s <= 1);
 }
 
+_Static_assert(I16_MR >= U8_MR, "finish_tile's Ct holds any kernel's tile");
+
+/* The fused kernels' epilogue of a tile of rows <= I16_MR (>= U8_MR) accumulator rows:
+ * tile_epilogue where it applies, else the tile stored and ql_epilogue_avx2 */
+static inline __attribute__((always_inline)) void
+finish_tile(__m256i (*out)[2], const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols) {
+    if (!tile_epilogue_ok(ep, cols)) {
+        int32_t Ct[I16_MR * 16] __attribute__((aligned(32)));
+        store_tile(out, Ct, 16, rows);
+        ql_epilogue_avx2(ep, Ct, 16, colsum, i0, j0, rows, cols);
+        return;
+    }
+    tile_epilogue(out, ep, colsum, i0, j0, rows);
+}
+
 static void avx2_i16_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
                         const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols) {
     __m256i out[I16_MR][2];
@@ -666,13 +681,7 @@ static void avx2_i16_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp
         i16_rows_body((const char *)L, ldl, (const char *)Rpanel, groups, 4, rows, out);
     else
         i16_rows_body((const char *)L, ldl, (const char *)Rpanel, groups, 2, rows, out);
-    if (!tile_epilogue_ok(ep, cols)) {
-        int32_t Ct[I16_MR * 16] __attribute__((aligned(32)));
-        store_tile(out, Ct, 16, rows);
-        ql_epilogue_avx2(ep, Ct, 16, colsum, i0, j0, rows, cols);
-        return;
-    }
-    tile_epilogue(out, ep, colsum, i0, j0, rows);
+    finish_tile(out, ep, colsum, i0, j0, rows, cols);
 }
 
 /* avx2-u8s8 (the 7-bit fast path) with the epilogue fused, its U8S8 corrections included */
@@ -680,13 +689,7 @@ static void avx2_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int k
                          const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols) {
     __m256i out[U8_MR][2];
     avx2_u8s8_body(L, ldl, (const __m256i *)Rpanel, kp / 4, rows, out, 2);
-    if (!tile_epilogue_ok(ep, cols)) {
-        int32_t Ct[U8_MR * 16] __attribute__((aligned(32)));
-        store_tile(out, Ct, 16, rows);
-        ql_epilogue_avx2(ep, Ct, 16, colsum, i0, j0, rows, cols);
-        return;
-    }
-    tile_epilogue(out, ep, colsum, i0, j0, rows);
+    finish_tile(out, ep, colsum, i0, j0, rows, cols);
 }
 
 /* avx2-s8u8 (the convolutions' 7-bit fast path, im2col panels) with the epilogue fused: the
@@ -695,13 +698,7 @@ static void avx2_s8u8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int k
                          const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols) {
     __m256i out[U8_MR][2];
     avx2_s8u8_body(L, ldl, (const char *)Rpanel, NULL, kp / 4, rows, out, 2);
-    if (!tile_epilogue_ok(ep, cols)) {
-        int32_t Ct[U8_MR * 16] __attribute__((aligned(32)));
-        store_tile(out, Ct, 16, rows);
-        ql_epilogue_avx2(ep, Ct, 16, colsum, i0, j0, rows, cols);
-        return;
-    }
-    tile_epilogue(out, ep, colsum, i0, j0, rows);
+    finish_tile(out, ep, colsum, i0, j0, rows, cols);
 }
 
 const ql_isa ql_isa_avx2 = {
