@@ -934,6 +934,8 @@ typedef struct ig_ctx {
     int nfh, nfw;                          /* used phases per axis (shifted planes: nfw = kw) */
     int shift;                             /* shifted planes (ig_copy_shift_task) */
     int64_t sdw;                           /* shifted planes: column dilation */
+    int64_t s2len;                         /* shifted planes, exact form, sw 2: positions of each
+                                            * column phase paired at once (ig_copy_shift_task) */
     int64_t fh[IG_MAX_STRIDE], fw[IG_MAX_STRIDE];
     int64_t Q, ntiles;                     /* flat outputs q < Q; tiles of 16 */
     int64_t tstride;                       /* q between tiles' starts: 16, or r output rows */
@@ -1180,6 +1182,20 @@ static void ig_copy_shift_task(void *vctx, ptrdiff_t b, int thread)
             for (int q = 0; q < c->kpk; q++) {
                 int64_t ch = (int64_t)b * c->kpk + q;
                 if (ch < c->Cg) copy_row(raw + (size_t)q * (size_t)c->RW + c->pw, c->xg + ch * plane + ih * c->W, c->W);
+            }
+            if (c->s2len) {
+                /* stride 2, exact form: both column phases of the row paired once (pair_i16_s2,
+                 * s2len positions each), then tap e's row is phase (e*dw) % 2 from position
+                 * (e*dw) / 2 on: a 3-wide kernel's taps 0 and 2 share phase 0, one position
+                 * apart (one pass over the raw rows, not one split and pairing per tap) */
+                int16_t *ph0 = (int16_t *)prow, *ph1 = ph0 + 2 * c->s2len;
+                pair_i16_s2(raw, raw + c->RW, p->x_type, p->x_zp, ph0, ph1, c->s2len);
+                for (int e = 0; e < c->nfw; e++) {
+                    int64_t col = e * c->sdw;
+                    copy_row((uint8_t *)(d0 + 4 * (size_t)(e * c->PL)),
+                             (const uint8_t *)((col & 1 ? ph1 : ph0) + 2 * (col >> 1)), 4 * c->Wr);
+                }
+                continue;
             }
             for (int e = 0; e < c->nfw; e++)
                 ig_phase_row(c, raw, prow, e * c->sdw, d0 + 4 * (size_t)(e * c->PL));
@@ -1660,6 +1676,16 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         c.RW = (int64_t)align64((size_t)(rw > c.pw + c.W ? rw : c.pw + c.W));
     }
     c.scratch_bytes = align64((size_t)c.kpk * (size_t)(c.RW + c.Wr));
+    if (c.shift && c.sw == 2 && c.kpk == 2) {
+        /* the shifted copy's fused stride 2 (ig_copy_shift_task): each column phase paired
+         * for Wr positions from the largest tap offset (kw - 1) * dw / 2 on, rounded up to
+         * pair_i16_s2's step of 8; it reads 2 * s2len raw bytes (kept within RW: the bytes past
+         * the valid columns are x's zero point, written once per task) and writes 2 phase
+         * rows of 4 * s2len bytes after the raw rows */
+        c.s2len = (c.Wr + (kw - 1) * dw / 2 + 7) / 8 * 8;
+        if (c.RW < 2 * c.s2len) c.RW = (int64_t)align64((size_t)(2 * c.s2len));
+        c.scratch_bytes = align64((size_t)c.kpk * (size_t)c.RW + 8 * (size_t)c.s2len);
+    }
     /* a pointwise kernel reads each copied byte once per row tile, like a packed panel: a copy
      * larger than L2 costs a round trip through L3 that the im2col path's per-panel packing
      * (read in place, used at once) does not (measured: 256 channels of 56x56, exact: 1.6 MB,
