@@ -1192,54 +1192,6 @@ def test_shifted_planes_threads_and_copy_bound(threads, engine_level):
                 assert took == (2, 0, 2 if shifted else 0), (spatial, took, level)
 
 
-# (x spatial, kernel, attributes, input channels, output channels): batch-1 layers with a row
-# stride of 2, at least 2^21 MACs and 8 tiles (conv.c's row bands on 2 threads, exact form)
-_BAND_CASES = [
-    ((28, 28), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 96, 16),   # ResNet-50 l3 s2: shifted, dot tail
-    ((29, 27), (3, 3), dict(strides=[2, 2], pads=[0, 1, 1, 0]), 47, 35),   # odd sizes, 47 -> 48 channels
-    ((40, 30), (3, 1), dict(strides=[2, 1], pads=[1, 0, 1, 0]), 50, 24),   # standard planes, column stride 1
-    ((30, 30), (3, 3), dict(strides=[2, 2], pads=[2, 2, 2, 2], dilations=[2, 2]), 64, 18),   # one row phase
-    ((64, 64), (7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3]), 3, 16),    # a stem: 7 row taps, 64 tiles
-    ((56, 56), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 104, 8),   # copy above 1 MiB: standard planes
-]
-
-
-@pytest.mark.parametrize("case", range(len(_BAND_CASES)))
-@pytest.mark.parametrize("threads", [1, 2])
-def test_row_bands(case, threads, engine_level):
-    """Batch-1 exact-form convolutions with a row stride of 2 on 2 threads run in row bands
-    (conv.c's ig_band_task: each band copies the plane rows its tiles read, then runs its
-    tiles over every row block): shifted and standard planes, odd sizes and asymmetric pads,
-    a column stride of 1, row dilation, a 7x7 stem, channel blocks padded, output channels
-    around the 6-row tile, against the oracle with full-range operands, three type
-    combinations each, differing per-channel zero points and full-range biases; on 1 thread
-    (and for 7-bit weights on avx2) the same layers without bands."""
-    from qlinear import _native
-    if engine_level == "numpy" or _native.native() is None:
-        pytest.skip("row bands are the native engine's (the NumPy engine's conv is tested elsewhere)")
-    spatial, kernel, attrs, cin, m = _BAND_CASES[case]
-    rng = np.random.default_rng([case, threads, 52])
-    native = True
-    level = _native._C.get_isa() if native else None
-    with num_threads(threads):
-        for r in range(3):
-            xdt, wdt, ydt = ALL_8BIT_COMBOS[(3 * case + r) % len(ALL_8BIT_COMBOS)]
-            x = rand_extreme(rng, xdt, (1, cin, *spatial))
-            if r < 2:
-                w = rand_extreme(rng, wdt, (m, cin, *kernel))
-                wz = rand_int(rng, wdt, (m,))
-            else:   # 7-bit weights: the 7-bit kernel on avx2 (no bands), exact elsewhere
-                w, wz = _seven_bit(rng, wdt, (m, cin, *kernel), m)
-            before = _native._C.conv_path_counts() if native else None
-            check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
-            check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
-            if level in ("avx2", "scalar"):
-                exact = _conv_kind(w, wz, **attrs) != 2
-                took = tuple(a - b for a, b in zip(_native._C.conv_path_counts(), before))
-                assert took[0] == 2, took   # the implicit path
-                assert took[6] == (2 if threads == 2 and exact else 0), (took, level, r)
-
-
 @pytest.mark.parametrize("width", [16, 21, 29, 33, 40])
 def test_seven_bit_im2col_fused_epilogue(width, engine_level):
     """The 7-bit kernel on the im2col path (a column stride of 5: beyond the implicit path's

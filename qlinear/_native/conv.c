@@ -974,12 +974,6 @@ typedef struct ig_ctx {
     ptrdiff_t *offp;
     ptrdiff_t img_pix;
     char *out0;
-    /* row bands (ig_band_task): band k is a context of its own whose copy holds the plane
-     * rows [row0, row0 + Hph) (its own PL, BS and off); q0 - qshift (qshift = row0 * Wph) is
-     * a tile's position in it */
-    int64_t row0, qshift;
-    int nbands;
-    struct ig_ctx *band;
 } ig_ctx;
 
 /* The n bytes at src to dst (SSE2 16-byte moves, the last one overlapping; n >= 16), inline:
@@ -1098,8 +1092,7 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
      * of 16 positions (the rest through a raw row). Padding rows above are written before the
      * run, those below after it (each one's spill lands in rows written later). */
     int64_t bulk0 = 0, bulk1 = 0;
-    if (c->sh == 1 && c->sw == 1 && c->pw == 0 && c->Wph == c->W && ((int64_t)b + 1) * c->kpk <= c->Cg &&
-        !c->nbands) {
+    if (c->sh == 1 && c->sw == 1 && c->pw == 0 && c->Wph == c->W && ((int64_t)b + 1) * c->kpk <= c->Cg) {
         bulk0 = c->ph;
         bulk1 = c->ph + c->H < c->Hph ? c->ph + c->H : c->Hph;
     }
@@ -1131,7 +1124,7 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
                 i = bulk1 - 1;
                 continue;
             }
-            int64_t ih = c->fh[a] + c->sh * (c->row0 + i) - c->ph;
+            int64_t ih = c->fh[a] + c->sh * i - c->ph;
             if (ih < 0 || ih >= c->H) {
                 for (int e = 0; e < c->nfw; e++)
                     memset(c->copy + 4 * (size_t)(b * c->BS + (a * c->nfw + e) * c->PL + i * c->Wph), zbyte,
@@ -1179,7 +1172,7 @@ static void ig_copy_shift_task(void *vctx, ptrdiff_t b, int thread)
     for (int q = 0; q < c->kpk; q++) memset(raw + (size_t)q * (size_t)c->RW, padv, (size_t)c->RW);
     for (int a = 0; a < c->nfh; a++)
         for (int64_t i = 0; i < c->Hph; i++) {
-            int64_t ih = c->fh[a] + c->sh * (c->row0 + i) - c->ph;
+            int64_t ih = c->fh[a] + c->sh * i - c->ph;
             /* row i of plane (a, 0); plane (a, e) is e planes further */
             char *d0 = c->copy + 4 * (size_t)(b * c->BS + (int64_t)a * c->nfw * c->PL + i * c->Wph);
             if (ih < 0 || ih >= c->H) {
@@ -1292,7 +1285,7 @@ static void ig_gather_task(void *vctx, ptrdiff_t j, int thread)
  * row block), and the implicit runs on shifted planes (ig_shift_pays): a diagnostic the tests
  * read to prove which path their cases exercised (relaxed atomics: calls may come from several
  * threads). */
-static long long ig_calls[7];
+static long long ig_calls[6];
 
 /* Packing task: the chunk's images' last tiles into the panel u = n0 / tpm + task they belong to. */
 static void ig_tail_task(void *vctx, ptrdiff_t task, int thread)
@@ -1384,7 +1377,7 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
         } else {
             epj.out = (char *)c->ep.out + (size_t)j * c->ostride;
             int64_t q0 = t * c->tstride;
-            base = c->copy + (size_t)j * c->cstride + 4 * (size_t)(q0 - c->qshift);
+            base = c->copy + (size_t)j * c->cstride + 4 * (size_t)q0;
             ig_runs(c, q0, &rn);
             /* the tile's columns: 16, fewer for row-aligned tiles, and the last tile's rest */
             wt = c->tstride < QL_IK_NR ? c->tstride : QL_IK_NR;
@@ -1454,71 +1447,14 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
 }
 
 void ql_conv_path_counts(long long *implicit, long long *im2col, long long *merged, long long *merged_images,
-                         long long *merged_tails, long long *shifted, long long *banded)
+                         long long *merged_tails, long long *shifted)
 {
-    *banded = __atomic_load_n(&ig_calls[6], __ATOMIC_RELAXED);
     *implicit = __atomic_load_n(&ig_calls[0], __ATOMIC_RELAXED);
     *im2col = __atomic_load_n(&ig_calls[1], __ATOMIC_RELAXED);
     *merged = __atomic_load_n(&ig_calls[2], __ATOMIC_RELAXED);
     *merged_images = __atomic_load_n(&ig_calls[3], __ATOMIC_RELAXED);
     *merged_tails = __atomic_load_n(&ig_calls[4], __ATOMIC_RELAXED);
     *shifted = __atomic_load_n(&ig_calls[5], __ATOMIC_RELAXED);
-}
-
-/* Row bands: a batch-1 exact-form stride-2 layer on several threads runs as nbands tasks,
- * band k the tiles [k ntiles / nbands, (k + 1) ntiles / nbands) over every row block, each
- * with its own copy of just the plane rows its tiles read (ig_band_task: copy, then GEMM, on
- * one thread). Against one shared copy (each thread copying half the channel blocks, then
- * reading all of them): no barrier between copy and GEMM, and a band's copy is written and
- * read on one core, never fetched from the other core's L2; the rows of the kernel's reach
- * are copied twice (a 14x14 output in 2 bands: 17 of 15 rows per row phase). */
-#define IG_BAND_MIN_TILES 4   /* tiles per band at least (fewer: the row-block split) */
-#define IG_MAX_BANDS 8        /* bands (one per thread) at most: their contexts on the stack */
-
-/* Band k of nb in v (a copy of c, before any band): the plane rows row0.. its tiles' real
- * columns read (conservatively: the rows up to its last tile's end plus the taps' largest
- * in-plane offset), laid out as ig_run lays out whole planes (PL and BS an odd number of
- * lines, 16 spare positions a plane); off (c->groups entries) its tap offsets; v->copy is
- * left to the caller. Returns the band copy's bytes (reaching its last tile's reads). */
-static size_t ig_band_layout(const ig_ctx *c, int k, int nb, ig_ctx *v, ptrdiff_t *off)
-{
-    *v = *c;
-    int64_t t0 = (int64_t)k * c->ntiles / nb, t1 = (int64_t)(k + 1) * c->ntiles / nb, inmax = 0;
-    /* block 0's offsets: plane * PL + an in-plane position (below Hph * Wph < PL) */
-    for (int64_t t = 0; t < c->taps; t++)
-        if (c->off[t] / 4 % c->PL > inmax) inmax = c->off[t] / 4 % c->PL;
-    v->row0 = t0 * c->tstride / c->Wph;
-    int64_t row1 = (t1 * c->tstride - 1 + inmax) / c->Wph + 1;
-    if (row1 > c->Hph) row1 = c->Hph;
-    v->Hph = row1 - v->row0;
-    v->qshift = v->row0 * c->Wph;
-    v->PL = (v->Hph * c->Wph + 16 + 15) / 16 * 16;
-    if (c->nfh * c->nfw > 1 && v->PL / 16 % 2 == 0) v->PL += 16;
-    v->BS = (int64_t)c->nfh * c->nfw * v->PL;
-    if (v->BS / 16 % 2 == 0) v->BS += 16;
-    int64_t tmax = 0;
-    for (int64_t t = 0; t < c->taps; t++) {
-        int64_t o = c->off[t] / 4, ob = o / c->PL * v->PL + o % c->PL;
-        if (ob > tmax) tmax = ob;
-        for (int b = 0; b < c->nblk; b++) off[(int64_t)b * c->taps + t] = (ptrdiff_t)(4 * (b * v->BS + ob));
-    }
-    v->off = off;
-    int64_t positions = (int64_t)c->nblk * v->BS,
-            reach = (int64_t)(c->nblk - 1) * v->BS + tmax + (t1 - 1) * c->tstride - v->qshift + QL_IK_NR;
-    return 4 * (size_t)(reach > positions ? reach : positions);
-}
-
-/* Band task: band k's copy (every channel block), its narrow last tile gathered (the last
- * band), then its tiles' GEMM over every row block (ig_gemm_task with tile_blocks = nbands). */
-static void ig_band_task(void *vctx, ptrdiff_t k, int thread)
-{
-    const ig_ctx *c = (const ig_ctx *)vctx;
-    ig_ctx *v = c->band + k;
-    void (*copy)(void *, ptrdiff_t, int) = c->shift ? ig_copy_shift_task : ig_copy_task;
-    for (ptrdiff_t b = 0; b < (ptrdiff_t)v->nblk; b++) copy(v, b, thread);
-    if (v->xt && k == c->nbands - 1)
-        ig_gather(v, v->copy + 4 * (size_t)((v->ntiles - 1) * v->tstride - v->qshift), (int)v->wlast, v->xt);
-    for (ptrdiff_t rb = 0; rb < (ptrdiff_t)v->row_blocks; rb++) ig_gemm_task(v, k * v->row_blocks + rb, thread);
 }
 
 /* Images per GEMM on the implicit path. A small plane is a few tiles per image (7x7: 4), so
@@ -1800,27 +1736,6 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     size_t per = c.cstride + (tpm ? (tp_bytes + (size_t)tpm - 1) / (size_t)tpm : xt_bytes);
     int64_t nimg = ig_batch_images(p->N, per, workspace - fixed);
     size_t region = (size_t)(nimg - 1) * c.cstride + copy_bytes;   /* one image: copy_bytes, as ever */
-    /* row bands (ig_band_task): one image, one group, the exact form, row stride 2, above the
-     * threading threshold, at least IG_BAND_MIN_TILES tiles a thread; their copies (the bands'
-     * total) in place of the shared copy, within the workspace limit with the scratch */
-    ig_ctx bands[IG_MAX_BANDS];
-    ptrdiff_t *band_off = NULL;
-    if (p->N == 1 && p->group == 1 && c.kpk == 2 && c.sh == 2 && threads > 1 && threads <= IG_MAX_BANDS &&
-        (double)(p->M / p->group) * (double)P * (double)K >= (double)(1 << 21) &&
-        c.ntiles >= (int64_t)IG_BAND_MIN_TILES * threads) {
-        band_off = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * (size_t)c.groups * (size_t)threads);
-        if (!band_off) { free(c.off); return -1; }
-        size_t total = 0;
-        for (int k = 0; k < threads; k++)
-            total += align64(ig_band_layout(&c, k, threads, &bands[k], band_off + (size_t)k * (size_t)c.groups));
-        if (total + fixed + xt_bytes <= workspace) {
-            c.nbands = threads;
-            region = total;
-        } else {
-            free(band_off);
-            band_off = NULL;
-        }
-    }
     /* the copies in the scratch kept between calls (dw_scratch_get: a fresh block of this size
      * costs page faults on every call, measured 0.2 ms on a 56x56 layer), on a 64-byte line */
     int copy_cached;
@@ -1832,21 +1747,14 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         if (copy_mem) dw_scratch_put(copy_mem, copy_cached);
         free(c.scratch_mem);
         free(c.off);
-        free(band_off);
         return -1;
     }
     /* the slack past the planes is read only for dropped columns; zeroed so every read is of
      * defined bytes (any value is harmless: columns are independent); the copy tasks never
      * write it, so once for every image's copy */
-    for (int64_t j = 0; j < nimg && !c.nbands; j++)
+    for (int64_t j = 0; j < nimg; j++)
         memset(c.copy + (size_t)j * c.cstride + 4 * (size_t)(c.nblk * c.BS), 0,
                copy_bytes - 4 * (size_t)(c.nblk * c.BS));
-    size_t bo = 0;
-    for (int k = 0; k < c.nbands; k++) {   /* each band's slack, the same way */
-        size_t n = ig_band_layout(&c, k, c.nbands, &bands[k], band_off + (size_t)k * (size_t)c.groups);
-        memset(c.copy + bo + 4 * (size_t)(c.nblk * bands[k].BS), 0, n - 4 * (size_t)(c.nblk * bands[k].BS));
-        bo += align64(n);
-    }
     c.flip = p->x_type == QL_I8 ? 0x80 : 0;
     c.Mg = (int)(p->M / p->group);
     ptrdiff_t ldl = w_row_bytes(kern, Kw);
@@ -1867,7 +1775,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         c.cblock_bytes = align64(sizeof(int32_t) * QL_IK_NR * (size_t)c.mc);
         c.cblock_mem = (char *)malloc(c.cblock_bytes * (size_t)threads + 64);
         c.cblock = line_up(c.cblock_mem);
-        if (!c.cblock) { dw_scratch_put(copy_mem, copy_cached); free(c.scratch_mem); free(c.off); free(band_off); return -1; }
+        if (!c.cblock) { dw_scratch_put(copy_mem, copy_cached); free(c.scratch_mem); free(c.off); return -1; }
     } else {
         c.kgroups = c.groups;
     }
@@ -1875,7 +1783,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         c.xs = (ptrdiff_t)xs;
         c.xt_bytes = xt_bytes;
         c.xt = (char *)malloc((size_t)(tpm ? nleft : nimg) * c.xt_bytes + 64);
-        if (!c.xt) { dw_scratch_put(copy_mem, copy_cached); free(c.scratch_mem); free(c.off); free(c.cblock_mem); free(band_off); return -1; }
+        if (!c.xt) { dw_scratch_put(copy_mem, copy_cached); free(c.scratch_mem); free(c.off); free(c.cblock_mem); return -1; }
     }
     char *tp_mem = NULL;
     if (tpm) {
@@ -1886,7 +1794,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         c.offp = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * (size_t)c.groups);
         if (!tp_mem || !c.offp) {
             dw_scratch_put(copy_mem, copy_cached);
-            free(c.scratch_mem); free(c.off); free(c.cblock_mem); free(c.xt); free(tp_mem); free(c.offp); free(band_off);
+            free(c.scratch_mem); free(c.off); free(c.cblock_mem); free(c.xt); free(tp_mem); free(c.offp);
             return -1;
         }
         c.tp = line_up(tp_mem);
@@ -1924,11 +1832,9 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
             ptrdiff_t ncopy = (ptrdiff_t)(c.nimg * c.nblk);
             c.cpt = c.nimg > 1 ? (ncopy + 16 * run_threads - 1) / (16 * run_threads) : 1;
             ncopy = (ncopy + c.cpt - 1) / c.cpt;
-            if (!c.nbands) ql_parallel_for(ncopy, ncopy > 1 ? run_threads : 1, ig_copy_chunk_task, &c);
-            /* the narrow last tile's columns, gathered once per image for every task (row
-             * bands: by the last band's task, from its copy) */
-            if (c.nbands) {
-            } else if (tpm) {   /* the chunk's last tiles into their panels (those it touches) */
+            ql_parallel_for(ncopy, ncopy > 1 ? run_threads : 1, ig_copy_chunk_task, &c);
+            /* the narrow last tile's columns, gathered once per image for every task */
+            if (tpm) {   /* the chunk's last tiles into their panels (those it touches) */
                 ql_parallel_for((ptrdiff_t)((n0 + c.nimg - 1) / tpm - n0 / tpm + 1), run_threads, ig_tail_task, &c);
                 if (c.nleft) ql_parallel_for((ptrdiff_t)c.nleft, run_threads, ig_left_task, &c);
             } else if (c.xt) {
@@ -1946,19 +1852,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
              * multipliers are per output channel, NCHW rows are contiguous) */
             c.ep_ok = c.ep.out_cs == 1 && c.ep.mult_cs == 0 && !c.ep.row_a;
             c.fused = fused && c.ep_ok;
-            if (c.nbands) {   /* each band's context: this group's, with the band's copy */
-                size_t o = 0;
-                for (int k = 0; k < c.nbands; k++) {
-                    size_t n = ig_band_layout(&c, k, c.nbands, &bands[k], band_off + (size_t)k * (size_t)c.groups);
-                    bands[k].copy = c.copy + o;
-                    bands[k].tile_blocks = c.nbands;
-                    o += align64(n);
-                }
-                c.band = bands;
-                ql_parallel_for((ptrdiff_t)c.nbands, run_threads, ig_band_task, &c);
-            } else {
-                ql_parallel_for((ptrdiff_t)(c.row_blocks * c.tile_blocks), run_threads, ig_gemm_task, &c);
-            }
+            ql_parallel_for((ptrdiff_t)(c.row_blocks * c.tile_blocks), run_threads, ig_gemm_task, &c);
         }
         if (c.nimg > 1) {
             __atomic_add_fetch(&ig_calls[2], 1, __ATOMIC_RELAXED);
@@ -1972,9 +1866,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     free(c.xt);
     free(tp_mem);
     free(c.offp);
-    free(band_off);
     if (c.shift) __atomic_add_fetch(&ig_calls[5], 1, __ATOMIC_RELAXED);
-    if (c.nbands) __atomic_add_fetch(&ig_calls[6], 1, __ATOMIC_RELAXED);
     return 1;
 }
 

@@ -41,10 +41,10 @@ int ql_conv_pack_w_auto(const ql_isa *isa, const void *w, int w_type, int M, int
 int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern,
                  const void *wpacked, size_t workspace);
 /* Calls of ql_conv_gemm that ran the implicit GEMM and the im2col path, the implicit path's
- * GEMMs over several images, their images and merged tail panels, the implicit runs on
- * shifted planes and those in row bands (diagnostics) */
+ * GEMMs over several images, their images and merged tail panels, and the implicit runs on
+ * shifted planes (diagnostics) */
 void ql_conv_path_counts(long long *implicit, long long *im2col, long long *merged, long long *merged_images,
-                         long long *merged_tails, long long *shifted, long long *banded);
+                         long long *merged_tails, long long *shifted);
 /* Depthwise calls run so far on each path: channels-last, plane, rows (diagnostics) */
 void ql_conv_dw_path_counts(long long *cl, long long *plane, long long *rows);
 #if QL_X86
