@@ -1068,6 +1068,8 @@ _SHIFT_CASES = [
     ((14, 14), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 8, True),   # 2 row phases x 3 taps
     ((15, 15), (3, 3), dict(strides=[2, 2], pads=[1, 0, 0, 1]), 6, True),   # odd sizes, 6 -> 8 channels
     ((12, 11), (3, 5), dict(pads=[1, 2, 1, 2], dilations=[1, 2]), 4, True),  # column dilation 2
+    ((20, 23), (3, 3), dict(strides=[2, 2], pads=[1, 2, 1, 2], dilations=[1, 2]), 8, True),  # stride 2, dilation 2: taps in phase 0 at 0, 1, 2
+    ((21, 24), (2, 4), dict(strides=[2, 2], pads=[0, 3, 1, 2], dilations=[1, 3]), 6, True),  # dilation 3: phases 0 1 0 1 at 0, 1, 3, 4
     ((9, 20), (1, 3), dict(pads=[0, 1, 0, 1]), 3, True),          # one row tap, 3 -> 4 channels
     ((10, 17), (2, 2), dict(strides=[2, 2]), 8, True),            # no pads: the stride's spare column
     ((23, 29), (7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3]), 4, True),   # a stem: 2 x 7 planes

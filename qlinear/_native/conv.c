@@ -1829,7 +1829,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         for (int64_t g = 0; g < p->group; g++) {
             c.xg = (const uint8_t *)p->x + (size_t)((n0 * p->C + g * c.Cg) * c.H * c.W);
             /* about 16 tasks per thread, one image's blocks too (a 512-channel 14x14 image is
-             * 256 blocks of 2 channels: claiming a task each cost 20% of its copy on 2 threads) */
+             * 256 blocks of 2 channels: a task each cost 15-20% of its copy on 2 threads) */
             ptrdiff_t ncopy = (ptrdiff_t)(c.nimg * c.nblk);
             c.cpt = (ncopy + 16 * run_threads - 1) / (16 * run_threads);
             ncopy = (ncopy + c.cpt - 1) / c.cpt;
