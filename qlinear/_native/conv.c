@@ -1067,12 +1067,6 @@ static void ig_phase_row(const ig_ctx *c, const uint8_t *raw, uint8_t *prow, int
     else interleave4(rows, c->flip, (uint8_t *)drow, (int)c->Wr);
 }
 
-/* The 7-bit path's stride-2 split (the S8U8 form: 4 channels a position; its kernel is AVX2's,
- * so the CPU runs AVX2): column phases 0 and 1 from raw column col0 in one pass
- * (ql_ig_s2x4_avx2) into the rows d0 and d1, Wr positions each, where split_phase then
- * interleave4 per phase make four passes over the bytes (measured, ResNet-50's 3x3 stride-2
- * layers: the copy was 9% of the time). Returns 0 where it does not apply (the caller runs
- * ig_phase_row per phase). */
 /* Copy rows the 7-bit stride-2 rules below wrote: split in one pass (ig_s2x4_row), and shifted
  * tap rows taken from an earlier tap's (ig_copy_shift_task); a diagnostic the tests read to
  * prove these paths ran (added once per copy task, relaxed atomics). */
@@ -1090,6 +1084,12 @@ static void ig_copy_count(long long s2x4, long long reused)
     if (reused) __atomic_add_fetch(&ig_copy_rows[1], reused, __ATOMIC_RELAXED);
 }
 
+/* The 7-bit path's stride-2 split (the S8U8 form: 4 channels a position; its kernel is AVX2's,
+ * so the CPU runs AVX2): column phases 0 and 1 from raw column col0 in one pass
+ * (ql_ig_s2x4_avx2) into the rows d0 and d1, Wr positions each, where split_phase then
+ * interleave4 per phase make four passes over the bytes (measured, ResNet-50's 3x3 stride-2
+ * layers: the copy was 9% of the time). Returns 0 where it does not apply (the caller runs
+ * ig_phase_row per phase). */
 static int ig_s2x4_row(const ig_ctx *c, const uint8_t *raw, int64_t col0, char *d0, char *d1)
 {
 #if QL_X86
@@ -1236,7 +1236,8 @@ static void ig_copy_shift_task(void *vctx, ptrdiff_t b, int thread)
                  * in one pass (ig_s2x4_row), each later tap e the row of tap e % 2 (same
                  * phase) from position e / 2, just written with its spill past OW (Wr
                  * positions; the next row's start, not yet written): where OW + e / 2 <= Wr
-                 * (a 3x3 kernel's tap 2 is tap 0's row from position 1) */
+                 * (a 3x3 kernel's tap 2 is tap 0's row from position 1). Taps 0 and 1 always
+                 * take the pass: shifted planes have kw >= 2 column taps. */
                 if (fast && e >= 2 && c->OW + e / 2 <= c->Wr) {
                     copy_row((uint8_t *)de, (const uint8_t *)(d0 + 4 * (size_t)((e % 2) * c->PL + e / 2)),
                              4 * c->OW);
