@@ -1283,7 +1283,7 @@ static void ig_copy_chunk_task(void *vctx, ptrdiff_t task, int thread)
 {
     const ig_ctx *c = (const ig_ctx *)vctx;
     void (*copy)(void *, ptrdiff_t, int) = c->shift ? ig_copy_shift_task : ig_copy_task;
-    if (c->nimg == 1 && c->cpt == 1) {   /* one image, a task per block */
+    if (c->nimg == 1) {
         copy(vctx, task, thread);
         return;
     }
@@ -1897,10 +1897,9 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         ig_tile_blocks(&c, run_threads);
         for (int64_t g = 0; g < p->group; g++) {
             c.xg = (const uint8_t *)p->x + (size_t)((n0 * p->C + g * c.Cg) * c.H * c.W);
-            /* about 16 tasks per thread, one image's blocks too (a 512-channel 14x14 image is
-             * 256 blocks of 2 channels: a task each cost 15-20% of its copy on 2 threads) */
+            /* one image: a task per block, as ever; a chunk: about 16 tasks per thread */
             ptrdiff_t ncopy = (ptrdiff_t)(c.nimg * c.nblk);
-            c.cpt = (ncopy + 16 * run_threads - 1) / (16 * run_threads);
+            c.cpt = c.nimg > 1 ? (ncopy + 16 * run_threads - 1) / (16 * run_threads) : 1;
             ncopy = (ncopy + c.cpt - 1) / c.cpt;
             ql_parallel_for(ncopy, ncopy > 1 ? run_threads : 1, ig_copy_chunk_task, &c);
             /* the narrow last tile's columns, gathered once per image for every task */
