@@ -238,6 +238,47 @@ def test_size_guard_each_operator(capsys, tmp_path, op):
     np.testing.assert_array_equal(got, want)
 
 
+def _quantized_guard_case(op, tmp_path):
+    """A model where the quantized ``op`` computes a 128x128 result (a 64 KiB int32
+    accumulator) from 1-element operands: padding for the convolutions, a (128, 1) x (1, 128)
+    product for QLinearMatMul."""
+    a = lambda v, n, dt: numpy_helper.from_array(np.asarray(v, dt), n)  # noqa: E731
+    scales = [a(0.5, n, np.float32) for n in ("xs", "ws", "ys")]
+    zps = [a(3, "xz", np.uint8), a(0, "wz", np.int8), a(0, "yz", np.uint8)]
+    w = a(np.ones((1, 1, 1, 1)), "w", np.int8)
+    pads = dict(pads=[64, 64, 63, 63])
+    cases = {
+        "QLinearConv": ([helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
+                                          ["y"], name="n", **pads)], [w] + scales + zps, 4, T.UINT8),
+        "ConvInteger": ([helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], name="n", **pads)],
+                        [w, zps[0], zps[1]], 4, T.INT32),
+        "QLinearMatMul": ([helper.make_node("QLinearMatMul", ["col", "xs", "xz", "row", "ws", "wz", "ys", "yz"],
+                                            ["y"], name="n")],
+                          [a(np.ones((128, 1)), "col", np.uint8), a(np.ones((1, 128)), "row", np.int8)]
+                          + scales + zps, 2, T.UINT8),
+    }
+    nodes, inits, rank, elem = cases[op]
+    inputs = [_vi("x", T.UINT8, [1, 1, 1, 1])] if op != "QLinearMatMul" else []
+    path = _save(tmp_path, f"{op}.onnx", nodes, inputs, [_out("y", rank, elem)], inits)
+    np.save(tmp_path / "x.npy", np.full((1, 1, 1, 1), 7, np.uint8))
+    return path, ["--input", f"x={tmp_path / 'x.npy'}"] if inputs else []
+
+
+@pytest.mark.parametrize("op", ["QLinearConv", "ConvInteger", "QLinearMatMul"])
+def test_size_guard_quantized_operators(capsys, tmp_path, op):
+    """--max-tensor-bytes also holds for qlinear's own operators, whose output size follows
+    from padding or broadcasting: their int32 accumulator above the limit is refused before
+    the operator runs (it used to run: only the machine-wide max_output_bytes bounded it)."""
+    path, extra = _quantized_guard_case(op, tmp_path)
+    nbytes = 65536
+    _one_line_error(*_main(capsys, "run", path, *extra, "--max-tensor-bytes", nbytes - 1),
+                    f"node 'n' ({op}-10)", "[", "128, 128]", "64.0 KiB", "--max-tensor-bytes")
+    rc, out, err = _main(capsys, "run", path, *extra, "--max-tensor-bytes", nbytes,
+                         "--output-dir", tmp_path / "o")
+    assert rc == 0, err
+    assert np.load(tmp_path / "o" / "y.npy").shape[-2:] == (128, 128)
+
+
 def test_size_guard_conv_padding(capsys, tmp_path):
     """Float Conv in onnx.reference pads its input first: 1x1 image, pads 1000 -> 16 MB."""
     w = numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "w")
