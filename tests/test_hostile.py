@@ -146,6 +146,23 @@ def test_output_limit_is_settable(output_limit):
             qlinear.set_max_output_bytes(bad)
 
 
+def test_workspace_limit_refuses_what_is_not_a_byte_count():
+    """set_workspace_limit takes an integer number of bytes the native engine can hold (a C
+    ssize_t): a string, a float, a bool or 2**70 used to be accepted (the last one then made
+    every convolution fail with OverflowError)."""
+    before = qlinear.workspace_limit()
+    try:
+        for bad in (0, -5, 1.5, 1e9, "1000", True, None, 2**63, 2**70):
+            with pytest.raises(ValueError, match="^set_workspace_limit: nbytes must be an integer"):
+                qlinear.set_workspace_limit(bad)
+            assert qlinear.workspace_limit() == before
+        qlinear.set_workspace_limit(np.int64(2**63 - 1))  # the largest, accepted
+        assert qlinear.workspace_limit() == 2**63 - 1
+        assert convint(np.zeros((1, 1, 4, 4), U8), W11).shape == (1, 2, 4, 4)
+    finally:
+        qlinear.set_workspace_limit(before)
+
+
 # ----------------------------------------------------------------------------- extreme attributes, small work
 
 
