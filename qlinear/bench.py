@@ -1082,8 +1082,10 @@ def _main(argv: list[str] | None = None) -> int:
         raise BenchError("no case matches " + ", ".join(map(repr, patterns or []))
                          + (" in the --quick subset" if args.quick else "")
                          + " ('qlinear bench --list' lists the cases)")
-    if args.repeat < 1 or args.threads < 1:
-        raise BenchError("--repeat and --threads must be at least 1")
+    if args.repeat < 1:
+        raise BenchError(f"--repeat must be at least 1; got {args.repeat}")
+    if not 1 <= args.threads <= 1024:  # qlinear.set_num_threads' range
+        raise BenchError(f"--threads must be in [1, 1024]; got {args.threads}")
     if not args.reference_budget > 0:
         raise BenchError("--reference-budget must be a positive number of seconds")
     try:

@@ -433,6 +433,23 @@ def test_bench_errors_are_one_line(capsys):
     _one_line_error(*_main(capsys, "bench", "--repeat", "x"), "--repeat")
 
 
+@pytest.mark.parametrize("flag,value", [("--threads", 0), ("--threads", 5000), ("--repeat", 0),
+                                        ("--reference-budget", -1)])
+def test_bench_bad_numbers_are_refused_before_anything_runs(capsys, tmp_path, flag, value):
+    """Refused up front, naming the flag, both as `qlinear bench` and as qlinear.bench.main
+    (python -m qlinear.bench, benchmarks/run.py): --threads 5000 used to reach
+    set_num_threads and end in a ValueError traceback (python -m qlinear.bench) or a line
+    naming set_num_threads(n) (qlinear bench), after creating the output folder."""
+    out = tmp_path / "never"
+    argv = ["--cases", "tiny.qlinearconv.1x8x8x8.k3", "--no-reference", "--output-dir", str(out),
+            flag, str(value)]
+    _one_line_error(*_main(capsys, "bench", *argv), flag)
+    assert bench.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("qlinear: error: ") and flag in err[0], err
+    assert not out.exists()
+
+
 def test_bench_json_version_and_chart(capsys, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
     rc, out, err = _main(capsys, "bench", "--cases", "dequantize.1x3x224x224", "--repeat", "1",
