@@ -132,6 +132,40 @@ def test_huge_weights_and_elementwise_inputs_are_named():
         qlinear.dequantize_linear(huge(U8, (2**40,)), F32(1))
 
 
+@pytest.mark.parametrize("engine", ["native", "numpy"])
+def test_a_broadcast_view_input_is_not_copied_past_the_limit(output_limit, engine):
+    """x as a broadcast view (no memory) whose copy would be above max_output_bytes, with a
+    small output: refused on both engines before anything is copied. The native engine used
+    to copy x to contiguous memory unchecked (a (1024,)*4 view: NumPy's MemoryError for 1 TiB),
+    also on the lean path of a repeated plain call after a first call on a real array."""
+    from qlinear import _native
+
+    if engine == "native" and not _native.available():
+        pytest.skip("native engine not built")
+    shape = (1, 256, 128, 128)                       # 4 MiB as uint8
+    w = np.ones((1, 256, 1, 1), I8)                  # output (1, 1, 128, 128): 64 KiB as int32
+    q = (F32(0.5), U8(3), w, F32(0.25), I8(0), F32(2), U8(7))
+    with _native.use_engine(engine):
+        qlinear.set_max_output_bytes(1 << 20)
+        real = np.zeros((1, 256, 4, 4), U8)          # a first call on a real array: plans cached
+        qlinear.conv_integer(real, w)
+        qlinear.qlinear_conv(real, q[0], q[1], *q[2:])
+        view = huge(U8, shape)
+        with raises(ValueError, "conv_integer", "x", str(shape), "set_max_output_bytes"):
+            qlinear.conv_integer(view, w)
+        with raises(ValueError, "conv_integer", "x", str(shape), "set_max_output_bytes"):
+            qlinear.prepare_conv_integer(w).run(view)
+        with raises(ValueError, "qlinear_conv", "x", str(shape), "set_max_output_bytes"):
+            qlinear.qlinear_conv(view, q[0], q[1], *q[2:])
+        # the lean path of a repeated plain call with the same shapes
+        small = np.broadcast_to(U8(9), (1, 256, 4, 4))
+        with raises(ValueError, "qlinear_conv", "x", "(1, 256, 4, 4)", "set_max_output_bytes"):
+            qlinear.set_max_output_bytes(4000)           # the 4 KiB copy of x is above it
+            qlinear.qlinear_conv(small, q[0], q[1], *q[2:])
+        qlinear.set_max_output_bytes(1 << 20)
+        assert_exact(qlinear.conv_integer(small, w), oracle.conv_integer(np.ascontiguousarray(small), w))
+
+
 def test_output_limit_is_settable(output_limit):
     x = np.zeros((1, 1, 40, 40), U8)
     assert convint(x, W11).shape == (1, 2, 40, 40)
