@@ -166,6 +166,48 @@ def test_a_broadcast_view_input_is_not_copied_past_the_limit(output_limit, engin
         assert_exact(qlinear.conv_integer(small, w), oracle.conv_integer(np.ascontiguousarray(small), w))
 
 
+def _contrib_huge_cases():
+    import qlinear.contrib as qc
+
+    big, bigf = huge(U8, (2**20, 2**20)), huge(F32, (2**20, 2**20))
+    col, row = huge(U8, (2**20, 1)), huge(U8, (1, 2**20))
+    p = (F32(0.1), U8(3))
+    return {
+        "qlinear_add": lambda: qc.qlinear_add(col, *p, row, *p, *p),
+        "qlinear_mul": lambda: qc.qlinear_mul(col, *p, row, *p, *p),
+        "prepared qlinear_add": lambda: qc.prepare_qlinear_binary("add", U8, *p, *p, *p).run(col, row),
+        "qlinear_where": lambda: qc.qlinear_where(huge(np.bool_, (2**20, 2**20)), np.zeros(1, U8), *p,
+                                                  np.zeros(1, U8), *p, *p),
+        "qlinear_sigmoid": lambda: qc.qlinear_sigmoid(big, *p, *p),
+        "qlinear_leaky_relu": lambda: qc.qlinear_leaky_relu(big, *p, *p),
+        "qlinear_concat": lambda: qc.qlinear_concat(*p, big, *p, axis=0),
+        "qlinear_global_average_pool": lambda: qc.qlinear_global_average_pool(
+            huge(U8, (2**20, 2**20, 1, 1)), *p, *p),
+        "qlinear_average_pool": lambda: qc.qlinear_average_pool(huge(U8, (2**10,) * 4), *p, *p,
+                                                                kernel_shape=[1, 1]),
+        "qlinear_softmax": lambda: qc.qlinear_softmax(big, F32(0.05), None, F32(1 / 256), U8(0), opset=13),
+        "qlinear_conv": lambda: qc.qlinear_conv(huge(U8, (2**10,) * 4), F32(1), U8(0),
+                                                np.zeros((3, 2**10, 1, 1), I8), F32(1), I8(0), F32(1), U8(0),
+                                                channels_last=1),
+        "dynamic_quantize_linear": lambda: qc.dynamic_quantize_linear(bigf),
+        "gelu": lambda: qc.gelu(bigf),
+        "fast_gelu": lambda: qc.fast_gelu(bigf),
+        "skip_layer_normalization": lambda: qc.skip_layer_normalization(
+            huge(F32, (2**20, 2**20, 2)), huge(F32, (2**20, 2**20, 2)), np.ones(2, F32)),
+    }
+
+
+@pytest.mark.parametrize("case", list(_contrib_huge_cases()))
+def test_contrib_operators_check_sizes_before_allocating(case):
+    """qlinear.contrib's operators on broadcast views (no memory) whose outputs or working
+    copies would take terabytes: one ValueError naming the operator and the limit, at once.
+    They used to raise NumPy's MemoryError (or, dynamic_quantize_linear, to reduce over 2**40
+    elements for minutes before it)."""
+    op = case.split()[-1]
+    with time_limit(10), raises(ValueError, op, "set_max_output_bytes"):
+        _contrib_huge_cases()[case]()
+
+
 def test_output_limit_is_settable(output_limit):
     x = np.zeros((1, 1, 40, 40), U8)
     assert convint(x, W11).shape == (1, 2, 40, 40)

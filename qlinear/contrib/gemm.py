@@ -168,6 +168,7 @@ def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     Returns (y, scale as a 0-d float32 array, zero point as a 0-d uint8 array)."""
     op = "dynamic_quantize_linear"
     arr = p.float_tensor(op, "x", x)
+    v.check_size(op, "the output", arr.shape, 1)  # before reducing x (maybe a broadcast view)
     lo_x = hi_x = F32(0)
     if arr.size:
         lo_x, hi_x = arr.min(), arr.max()

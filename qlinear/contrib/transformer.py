@@ -29,7 +29,9 @@ _erf = np.vectorize(math.erf, otypes=[F64])
 
 def gelu(X: np.ndarray) -> np.ndarray:
     """com.microsoft Gelu: x · Φ(x) = 0.5 · x · (1 + erf(x / √2))."""
-    x = p.float_tensor("gelu", "X", X).astype(F64)
+    x = p.float_tensor("gelu", "X", X)
+    v.check_size("gelu", "the float64 copy of X", x.shape, 8)
+    x = x.astype(F64)
     return (0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))).astype(F32)
 
 
@@ -37,7 +39,9 @@ def fast_gelu(X: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """com.microsoft FastGelu: the tanh approximation 0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))
     of x = X + bias (bias broadcast along the last axis)."""
     op = "fast_gelu"
-    x = p.float_tensor(op, "X", X).astype(F64)
+    x = p.float_tensor(op, "X", X)
+    v.check_size(op, "the float64 copy of X", x.shape, 8)
+    x = x.astype(F64)
     if bias is not None:
         b = p.float_tensor(op, "bias", bias)
         if b.ndim != 1 or (x.ndim and b.shape[0] != x.shape[-1]):
@@ -85,6 +89,7 @@ def skip_layer_normalization(input: np.ndarray, skip: np.ndarray, gamma: np.ndar
         except ValueError:
             raise ValueError(f"{op}: skip must broadcast to input's shape {x.shape}; got shape {sk.shape}") from None
     hidden = x.shape[-1]
+    v.check_size(op, "the float64 sum of input and skip", x.shape, 8)
     s = x.astype(F64) + sk
     if bias is not None:
         s = s + _hidden_param(op, "bias", bias, hidden)
@@ -112,6 +117,7 @@ def embed_layer_normalization(input_ids: np.ndarray, segment_ids: np.ndarray | N
     positions = p.float_tensor(op, "position_embedding", position_embedding)
     hidden = words.shape[-1]
     batch, seq = ids.shape
+    v.check_size(op, "the float64 embeddings", (batch, seq, hidden), 8)
 
     def gather(table: np.ndarray, index: np.ndarray, name: str) -> np.ndarray:
         if index.size and (index.min() < 0 or index.max() >= table.shape[0]):
@@ -163,6 +169,7 @@ def _attention_core(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, p
     total = past_len + seq
     present = np.stack([k, vv]).astype(F32)
     s = scale if scale else 1.0 / math.sqrt(head)
+    v.check_size(op, "the float64 attention scores", (batch, num_heads, seq, total), 8)
     scores = np.matmul(q, k.swapaxes(-1, -2))
     scores *= s
     if mask_index is not None:
