@@ -566,6 +566,34 @@ def test_bad_input_names_operator_and_constraint(call, err, words):
         "matmul_integer_to_float", "dynamic_quantize_linear"}
 
 
+def _float_attribute_calls(value):
+    x8, x4 = np.zeros((1, 4), U8), np.ones((1, 2, 4), F)
+    return {
+        "qlinear_leaky_relu alpha": lambda: c.qlinear_leaky_relu(x8, F(0.1), np.uint8(0), F(0.1), np.uint8(0),
+                                                                 alpha=value),
+        "qgemm alpha": lambda: c.qgemm(x8, F(0.1), np.uint8(0), np.zeros((4, 2), I8), F(0.1), np.int8(0),
+                                       alpha=value),
+        "skip_layer_normalization epsilon": lambda: c.skip_layer_normalization(x4, x4, np.ones(4, F),
+                                                                               epsilon=value),
+        "attention scale": lambda: c.attention(x4, np.ones((4, 12), F), num_heads=2, scale=value),
+        "attention mask_filter_value": lambda: c.attention(x4, np.ones((4, 12), F), num_heads=2,
+                                                           mask_filter_value=value),
+    }
+
+
+@pytest.mark.parametrize("value", ["0.5", None, [0.5], True, 1 + 2j])
+@pytest.mark.parametrize("case", list(_float_attribute_calls(0.5)))
+def test_float_attributes_must_be_numbers(case, value):
+    """A float attribute that is not a real number is a TypeError naming the operator and the
+    attribute (a string gave "could not convert string to float: 'x'"; None became NaN and,
+    for qgemm, a silent all-NaN output)."""
+    op, name = case.split()
+    with pytest.raises(TypeError, match=rf"^{op}: attribute {name} must be a real number; got "):
+        _float_attribute_calls(value)[case]()
+    _float_attribute_calls(np.float32(0.5))[case]()  # a NumPy float is fine
+    _float_attribute_calls(1)[case]()                 # and a Python int
+
+
 # ----------------------------------------------------------------------------- float operators
 
 

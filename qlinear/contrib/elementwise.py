@@ -370,6 +370,7 @@ def qlinear_sigmoid(X: np.ndarray, X_scale: Any, X_zero_point: Any, Y_scale: Any
 def qlinear_leaky_relu(X: np.ndarray, X_scale: Any, X_zero_point: Any, Y_scale: Any,
                        Y_zero_point: Any = None, *, alpha: float = 0.01) -> np.ndarray:
     """com.microsoft QLinearLeakyRelu: table of v >= 0 ? v : f(alpha · v) (alpha as float32)."""
+    alpha = p.float_attribute("qlinear_leaky_relu", "alpha", alpha)
     return _unary_table_op("qlinear_leaky_relu", X, X_scale, X_zero_point, Y_scale, Y_zero_point,
                            "leaky_relu", F32(alpha))
 

@@ -73,7 +73,7 @@ class PreparedQGemm:
                 raise ValueError(f"{op}: C must broadcast to (M, N) = {(m, n)}; got shape {c.shape}") from None
             acc = np.add(acc, c, dtype=np.int32)  # wraps modulo 2**32, as onnxruntime's int32 adds
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-            s = F32(alpha) * sa * self.b_scale  # float32(float32(alpha · a_scale) · b_scale_j)
+            s = F32(p.float_attribute(op, "alpha", alpha)) * sa * self.b_scale  # f(f(alpha · a_scale) · b_scale_j)
         if y_scale is None:
             if y_zero_point is not None:
                 raise TypeError(f"{op}: y_zero_point is given without y_scale")

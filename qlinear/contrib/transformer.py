@@ -96,7 +96,7 @@ def skip_layer_normalization(input: np.ndarray, skip: np.ndarray, gamma: np.ndar
     s32 = s.astype(F32)
     g = _hidden_param(op, "gamma", gamma, hidden)
     b = None if beta is None else _hidden_param(op, "beta", beta, hidden)
-    y, mean, inv_std = _layer_norm(s, g, b, float(epsilon))
+    y, mean, inv_std = _layer_norm(s, g, b, p.float_attribute(op, "epsilon", epsilon))
     return y.astype(F32), mean.astype(F32), inv_std.astype(F32), s32
 
 
@@ -136,7 +136,7 @@ def embed_layer_normalization(input_ids: np.ndarray, segment_ids: np.ndarray | N
         seg = v.integer_tensor(op, "segment_ids", segment_ids, (np.dtype(np.int32),))
         e = e + gather(p.float_tensor(op, "segment_embedding", segment_embedding), seg, "segment_ids")
     y, _, _ = _layer_norm(e, _hidden_param(op, "gamma", gamma, hidden), _hidden_param(op, "beta", beta, hidden),
-                          float(epsilon))
+                          p.float_attribute(op, "epsilon", epsilon))
     if mask is None:
         mask_index = np.zeros(batch, np.int32)
     else:
@@ -222,7 +222,8 @@ def attention(input: np.ndarray, weights: np.ndarray, bias: np.ndarray | None = 
     qkv = x.astype(F64) @ w.astype(F64)
     if bias is not None:
         qkv = qkv + _hidden_param(op, "bias", bias, w.shape[1])
-    return _attention_core(op, qkv, n, mask_index, past, uni, float(scale), float(mask_filter_value))
+    return _attention_core(op, qkv, n, mask_index, past, uni, p.float_attribute(op, "scale", scale),
+                           p.float_attribute(op, "mask_filter_value", mask_filter_value))
 
 
 def qattention(input: np.ndarray, weight: np.ndarray, bias: np.ndarray, input_scale: Any, weight_scale: Any,
@@ -261,4 +262,5 @@ def _qattention_op(input, weight, bias, input_scale, weight_scale, mask_index=No
     with np.errstate(over="ignore"):
         qkv = acc.astype(F32) * (ws.reshape(-1) * sx if ws.size > 1 else F32(ws.reshape(()) * sx))
         qkv = qkv + _hidden_param(op, "bias", bias, cols).astype(F32)
-    return _attention_core(op, qkv.astype(F64), n, mask_index, past, uni, float(scale), float(mask_filter_value))
+    return _attention_core(op, qkv.astype(F64), n, mask_index, past, uni, p.float_attribute(op, "scale", scale),
+                           p.float_attribute(op, "mask_filter_value", mask_filter_value))
