@@ -594,6 +594,23 @@ def test_float_attributes_must_be_numbers(case, value):
     _float_attribute_calls(1)[case]()                 # and a Python int
 
 
+@pytest.mark.parametrize("op,call", [
+    ("qgemm", lambda a, b: c.qgemm(a, F(0.1), np.uint8(0), b, F(0.1), np.int8(0))),
+    ("qgemm", lambda a, b: c.prepare_qgemm(b, F(0.1), np.int8(0)).run(a, F(0.1), np.uint8(0))),
+    ("matmul_integer_to_float", lambda a, b: c.matmul_integer_to_float(a, b, F(0.1), F(0.1))),
+    ("dynamic_quantize_matmul", lambda a, b: c.dynamic_quantize_matmul(
+        np.broadcast_to(F(0), a.shape), b, F(0.1))),
+])
+def test_product_errors_name_the_contrib_operator(op, call):
+    """Errors of the integer product inside QGemm, MatMulIntegerToFloat and
+    DynamicQuantizeMatMul name that operator, not the matmul_integer it calls."""
+    big_a, big_b = np.broadcast_to(np.uint8(0), (2**20, 1)), np.broadcast_to(np.int8(0), (1, 2**20))
+    with pytest.raises(ValueError, match=rf"^{op}: the output's int32 accumulator of shape \(1048576, 1048576\)"):
+        call(big_a, big_b)
+    with pytest.raises(ValueError, match=rf"^{op}: .*(cannot be multiplied|K differs)"):
+        call(np.zeros((2, 3), np.uint8), np.zeros((4, 2), np.int8))
+
+
 # ----------------------------------------------------------------------------- float operators
 
 
