@@ -582,6 +582,31 @@ def test_ir3_initializers_outside_inputs_load(capsys, tmp_path):
     _one_line_error(*_main(capsys, "run", tmp_path / "bad.onnx"), "invalid ONNX model")
 
 
+def test_outputs_declared_without_a_shape_load(capsys, tmp_path):
+    """A graph output whose type has no shape (helper.make_tensor_value_info(name, type, None),
+    common in hand-built models): onnx's checker refuses it ("Field 'shape' of 'type' is
+    required but missing"), onnxruntime and onnx.reference run it; so does qlinear now."""
+    w = numpy_helper.from_array(np.array([1, 2], np.float32), "w")
+    path = _save(tmp_path, "noshape.onnx", [helper.make_node("Add", ["x", "w"], ["y"])],
+                 [_vi("x", T.FLOAT, [2])], [_vi("y", T.FLOAT, None)], [w])
+    with pytest.raises(onnx.checker.ValidationError, match="shape"):
+        onnx.checker.check_model(onnx.load(path))  # what used to refuse it
+    np.save(tmp_path / "x.npy", np.array([10, 20], np.float32))
+    rc, out, err = _main(capsys, "run", path, "--input", f"x={tmp_path / 'x.npy'}",
+                         "--output-dir", tmp_path / "o")
+    assert rc == 0, err
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "y.npy"), [11, 22])
+    rc, out, err = _main(capsys, "compare", path, "--input", f"x={tmp_path / 'x.npy'}")
+    assert rc == 0, err
+    rc, out, err = _main(capsys, "inspect", path)
+    assert rc == 0 and "onnx checker: ok" in out, (out, err)
+    # everything else is still checked
+    bad = onnx.load(path)
+    bad.graph.node[0].attribute.append(helper.make_attribute("bogus", 1))
+    onnx.save(bad, tmp_path / "bad.onnx")
+    _one_line_error(*_main(capsys, "run", tmp_path / "bad.onnx"), "invalid ONNX model")
+
+
 @pytest.mark.parametrize("arg,fragment", [
     ("x=2x4x5", "declares [?, 3, ?]"),
     ("x=2x3", "declares [?, 3, ?]"),
