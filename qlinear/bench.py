@@ -1036,7 +1036,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=5,
                    help="timed runs per engine and case, at least (default 5)")
     p.add_argument("--threads", type=int, default=2,
-                   help="threads for every engine (default 2)")
+                   help="threads for every engine, 1 to 1024 (default 2)")
     p.add_argument("--output-dir", default="qlinear-bench-results",
                    help="where results.md/json/png and machine.md go")
     p.add_argument("--no-reference", action="store_true", help="do not run onnx.reference")
