@@ -607,6 +607,25 @@ def test_outputs_declared_without_a_shape_load(capsys, tmp_path):
     _one_line_error(*_main(capsys, "run", tmp_path / "bad.onnx"), "invalid ONNX model")
 
 
+def test_compare_string_outputs(capsys, tmp_path):
+    """String tensors (Cast to string) are compared as strings: onnxruntime returns them as
+    object arrays, qlinear (onnx.reference) as unicode arrays. compare used to stop with
+    NumPy's "ufunc 'isnan' not supported for the input types"."""
+    nodes = [helper.make_node("Cast", ["x"], ["i"], to=T.INT64),
+             helper.make_node("Cast", ["i"], ["s"], to=T.STRING),
+             helper.make_node("Cast", ["x"], ["f"], to=T.STRING)]
+    path = _save(tmp_path, "strings.onnx", nodes, [_vi("x", T.FLOAT, [3])],
+                 [_vi("s", T.STRING, [3]), _vi("f", T.STRING, [3])])
+    np.save(tmp_path / "x.npy", np.array([1.5, 2, 300], np.float32))
+    rc, out, err = _main(capsys, "compare", path, "--input", f"x={tmp_path / 'x.npy'}")
+    assert rc == 1, err  # float -> string differs: onnx.reference writes '2.0', onnxruntime '2'
+    assert "output s <U21[3]: identical" in out, out
+    assert "output f <U32[3]: DIFFER (2 of 3 strings differ, e.g. qlinear '2.0', onnxruntime '2')" in out, out
+    rc, out, err = _main(capsys, "compare", path, "--input", f"x={tmp_path / 'x.npy'}", "--json")
+    outputs = {o["name"]: o for o in json.loads(out)["outputs"]}
+    assert outputs["s"]["verdict"] == "identical" and outputs["f"]["mismatches"] == 2
+
+
 @pytest.mark.parametrize("arg,fragment", [
     ("x=2x4x5", "declares [?, 3, ?]"),
     ("x=2x3", "declares [?, 3, ?]"),
