@@ -1137,3 +1137,25 @@ def test_backend_prepared_products_match_functions_and_onnxruntime(bzp):
         # the constant B was prepared once and kept; a fed B never is
         kept = [rt._prepared is not None for rt in rep.evaluator.rt_nodes_]
         assert kept == [const_b, const_b]
+
+
+@pytest.mark.parametrize("alpha", ["x", [1.0, 2.0]])
+def test_backend_leaky_relu_alpha_must_be_a_number(alpha):
+    """A model whose QLinearLeakyRelu carries a non-float alpha: a NodeError naming the node and
+    the attribute (it was float()'s "could not convert string to float: 'x'", or for a list
+    onnx.reference's "Issues with types ...")."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from qlinear import backend
+
+    inits = [numpy_helper.from_array(np.array(0.1, F), "s"), numpy_helper.from_array(np.array(3, U8), "z")]
+    node = helper.make_node("QLinearLeakyRelu", ["x", "s", "z", "s", "z"], ["y"], domain="com.microsoft",
+                            alpha=alpha)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.UINT8, [4])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    with pytest.raises(ValueError, match=r"^node 'y' \(com.microsoft.QLinearLeakyRelu-1\): qlinear_leaky_relu: "
+                                         r"attribute alpha must be a real number"):
+        backend.prepare(m).run([np.arange(4, dtype=U8)])
