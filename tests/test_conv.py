@@ -1061,6 +1061,39 @@ def test_implicit_gemm_k_blocks(seven_bit, engine_level):
             assert _native._C.conv_path_counts()[0] - before[0] == 2
 
 
+@pytest.mark.parametrize("cin,kernel", [(29, (1, 1)), (31, (1, 1)), (32, (1, 1)), (34, (1, 1)), (35, (1, 1)),
+                                        (38, (1, 1)), (62, (1, 1)), (66, (1, 1)), (70, (1, 1)), (74, (1, 1)),
+                                        (130, (1, 1)), (3, (3, 3)), (4, (3, 3)), (8, (3, 3))])
+@pytest.mark.parametrize("seven_bit", [False, True])
+def test_implicit_kernel_k_group_counts(cin, kernel, seven_bit, engine_level):
+    """The implicit tile kernels' k-group loop around its split points (avx2: the k-groups
+    that prefetch group g + 16, unrolled by 2, then the last 16 without): pointwise, the
+    exact kernel's k-groups are ceil(cin / 2) (15-19, 31-37, 65), the 7-bit kernel's
+    ceil(cin / 4) (8-10, 16-19, 33); 3x3, 9 or 18 per channel block; so the prefetching loop
+    runs 0, 1 (odd) and 2 (even) times and past the unrolled pairs. Every row tail (1-6 rows
+    of the 6-row exact tile, 1-4 of the 7-bit one, then 7 and 13); x and w at their extremes
+    (sums past 2^24), against the oracle, and the implicit path taken."""
+    from qlinear import _native
+    rng = np.random.default_rng([cin, kernel[0], seven_bit, 47])
+    native = engine_level != "numpy" and _native.native() is not None
+    pads = dict(pads=[1, 1, 1, 1]) if kernel == (3, 3) else {}
+    for r, m in enumerate((1, 2, 3, 4, 5, 6, 7, 13)):
+        xdt, wdt, ydt = ALL_8BIT_COMBOS[r % len(ALL_8BIT_COMBOS)]
+        x = rand_extreme(rng, xdt, (2, cin, 5, 19))
+        if seven_bit:
+            w, wz = _seven_bit(rng, wdt, (m, cin, *kernel), m)
+        else:
+            w, wz = rand_extreme(rng, wdt, (m, cin, *kernel)), rand_int(rng, wdt, (m,))
+        before = _native._C.conv_path_counts() if native else None
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), pads)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], pads)   # the int32 sums themselves
+        if native:
+            want_fast = seven_bit and _conv_kind(w, wz, **pads) == 2
+            implicit = _takes_implicit((5, 19), kernel, pads, cin, 1, want_fast)
+            took = _native._C.conv_path_counts()[0] - before[0]
+            assert took == (2 if implicit else 0)
+
+
 # (x spatial, kernel, attributes, input channels, whether avx2 takes the shifted planes)
 _SHIFT_CASES = [
     ((14, 14), (3, 3), dict(pads=[1, 1, 1, 1]), 8, True),         # ResNet-50 l3: 12 tiles + 4 dot columns
@@ -1190,6 +1223,91 @@ def test_shifted_planes_threads_and_copy_bound(threads, engine_level):
                 took = tuple(a - b for a, b in zip(_native._C.conv_path_counts(), before))
                 took = (took[0], took[1], took[5])   # implicit, im2col, on shifted planes
                 assert took == (2, 0, 2 if shifted else 0), (spatial, took, level)
+
+
+# (x spatial, kernel, attributes, input channels): the 7-bit stride-2 copy (conv.c's ig_s2x4_row
+# and the shifted tap rows taken from an earlier tap's row)
+_S2X4_CASES = [
+    ((14, 14), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 8),    # ResNet-50 l4-like: OW 7, tap 2 reused
+    ((31, 35), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 12),   # OW 18 of 32 positions: tap 2 reused
+    ((9, 63), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 4),     # OW 32 = Wr: tap 2 split on its own
+    ((9, 31), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 4),     # standard planes (both phases)
+    ((23, 29), (7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3]), 4),    # a stem: taps 2, 3 reused, 4-5 split, 6 alone
+    ((15, 15), (3, 3), dict(strides=[2, 2], pads=[1, 0, 0, 1]), 6),    # odd sizes, 6 -> 8 channels
+    ((10, 16), (2, 2), dict(strides=[2, 2]), 8),                       # no dropped column: standard planes
+    ((14, 14), (3, 3), dict(strides=[2, 2], pads=[2, 2, 2, 2], dilations=[1, 2]), 8),  # column dilation 2: none
+    ((12, 12), (3, 3), dict(pads=[1, 1, 1, 1]), 8),                    # stride 1: none
+]
+
+
+def _s2x4_rows(spatial, kernel, attrs, cin):
+    """conv_copy_counts' growth for one image of a 7-bit convolution on avx2 (conv.c's copy
+    tasks, as docs/engine.md describes them): per channel block of 4 and copied input row,
+    shifted planes with column stride 2 and dilation 1 split taps 0 and 1 in one pass, take
+    each later tap e from the row of tap e % 2 where OW + e // 2 <= Wr (OW rounded up to 16),
+    else split it with tap e + 1 (or alone, no count); the standard planes with both column
+    phases split them in one pass."""
+    (h, w), (kh, kw) = spatial, kernel
+    sh, sw = attrs.get("strides", [1, 1])
+    dh, dw = attrs.get("dilations", [1, 1])
+    ph, pw, ph1, pw1 = attrs.get("pads", [0, 0, 0, 0])
+    oh = (h + ph + ph1 - (kh - 1) * dh - 1) // sh + 1
+    ow = (w + pw + pw1 - (kw - 1) * dw - 1) // sw + 1
+    hph = -(-max(h + ph, (oh - 1) * sh + (kh - 1) * dh + 1) // sh)
+    rows = sum(0 <= f + sh * i - ph < h for f in sorted({t * dh % sh for t in range(kh)}) for i in range(hph))
+    rows *= -(-cin // 4)
+    if sw != 2:
+        return 0, 0
+    if _takes_shifted(spatial, kernel, attrs, cin, 4, True):
+        if dw != 1:
+            return 0, 0
+        wr = -(-ow // 16) * 16
+        split, reused, e = 1, 0, 2
+        while e < kw:
+            if ow + e // 2 <= wr:
+                reused += 1
+            elif e + 1 < kw:
+                split += 1
+                e += 1
+            e += 1
+        return rows * split, rows * reused
+    return (rows, 0) if len({t * dw % 2 for t in range(kw)}) == 2 else (0, 0)
+
+
+@pytest.mark.parametrize("case", range(len(_S2X4_CASES)))
+def test_seven_bit_stride2_copy(case, engine_level):
+    """The 7-bit path's stride-2 copy (both column phases of 4 channels split in one AVX2 pass,
+    and shifted tap rows taken from an earlier tap's row one position on) against the oracle:
+    3x3 and 7x7 kernels, OW below, at and above a multiple of 16, asymmetric pads, channels
+    padded to the block of 4, standard and shifted planes, batch 2, all 8 type combinations,
+    weights at the 7-bit bound; and that the rows went the way the rule says (avx2), none for
+    a column dilation 2 or stride 1."""
+    from qlinear import _native
+    spatial, kernel, attrs, cin = _S2X4_CASES[case]
+    rng = np.random.default_rng([case, 52])
+    native = engine_level != "numpy" and _native.native() is not None
+    level = _native._C.get_isa() if native else None
+    for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+        m = (3, 4, 5, 6, 7, 8, 9, 13)[r]
+        shape = (m, cin, *kernel)
+        x = rand_int(rng, xdt, (2, cin, *spatial))
+        x.flat[::7] = np.iinfo(xdt).min
+        x.flat[3::11] = np.iinfo(xdt).max
+        w, wz = _seven_bit(rng, wdt, shape, m)
+        wzc = wz.astype(np.int32).reshape(m, 1, *(1,) * len(kernel))
+        d = w.astype(np.int32) - wzc
+        d.flat[::5] = 64 * rng.choice([-1, 1], d.flat[::5].shape)   # at the bound
+        w = (wzc + d).astype(wdt)
+        before = _native._C.conv_copy_counts() if native else None
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
+        if level == "avx2":
+            assert _conv_kind(w, wz, **attrs) == 2   # the 7-bit kernel
+            took = tuple(a - b for a, b in zip(_native._C.conv_copy_counts(), before))
+            split, reused = _s2x4_rows(spatial, kernel, attrs, cin)
+            assert took == (4 * split, 4 * reused), (took, split, reused)   # 2 calls x 2 images
+            if case < 7:
+                assert split > 0
 
 
 @pytest.mark.parametrize("width", [16, 21, 29, 33, 40])

@@ -1067,6 +1067,42 @@ static void ig_phase_row(const ig_ctx *c, const uint8_t *raw, uint8_t *prow, int
     else interleave4(rows, c->flip, (uint8_t *)drow, (int)c->Wr);
 }
 
+/* Copy rows the 7-bit stride-2 rules below wrote: split in one pass (ig_s2x4_row), and shifted
+ * tap rows taken from an earlier tap's (ig_copy_shift_task); a diagnostic the tests read to
+ * prove these paths ran (added once per copy task, relaxed atomics). */
+static long long ig_copy_rows[2];
+
+void ql_conv_copy_counts(long long *s2x4_rows, long long *reused_rows)
+{
+    *s2x4_rows = __atomic_load_n(&ig_copy_rows[0], __ATOMIC_RELAXED);
+    *reused_rows = __atomic_load_n(&ig_copy_rows[1], __ATOMIC_RELAXED);
+}
+
+static void ig_copy_count(long long s2x4, long long reused)
+{
+    if (s2x4) __atomic_add_fetch(&ig_copy_rows[0], s2x4, __ATOMIC_RELAXED);
+    if (reused) __atomic_add_fetch(&ig_copy_rows[1], reused, __ATOMIC_RELAXED);
+}
+
+/* The 7-bit path's stride-2 split (the S8U8 form: 4 channels a position; its kernel is AVX2's,
+ * so the CPU runs AVX2): column phases 0 and 1 from raw column col0 in one pass
+ * (ql_ig_s2x4_avx2) into the rows d0 and d1, Wr positions each, where split_phase then
+ * interleave4 per phase make four passes over the bytes (measured, ResNet-50's 3x3 stride-2
+ * layers: the copy was 9% of the time). Returns 0 where it does not apply (the caller runs
+ * ig_phase_row per phase). */
+static int ig_s2x4_row(const ig_ctx *c, const uint8_t *raw, int64_t col0, char *d0, char *d1)
+{
+#if QL_X86
+    if (c->kpk == 4 && c->sw == 2 && c->kern->form == QL_FORM_S8U8) {
+        ql_ig_s2x4_avx2(raw + col0, (ptrdiff_t)c->RW, c->flip, (uint8_t *)d0, (uint8_t *)d1, c->Wr);
+        return 1;
+    }
+#else
+    (void)c; (void)raw; (void)col0; (void)d0; (void)d1;
+#endif
+    return 0;
+}
+
 /* Copy task: channel block b, every used phase, every row.
  * Each input row of the block's kpk channels is copied once into a padded raw row (the padded
  * row's columns u = x's column u - pw; the padding columns hold x's zero point, written once per
@@ -1090,6 +1126,7 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
      * of 16 positions (the rest through a raw row). Padding rows above are written before the
      * run, those below after it (each one's spill lands in rows written later). */
     int64_t bulk0 = 0, bulk1 = 0;
+    long long n_s2x4 = 0;   /* rows through ig_s2x4_row (ig_copy_count) */
     if (c->sh == 1 && c->sw == 1 && c->pw == 0 && c->Wph == c->W && ((int64_t)b + 1) * c->kpk <= c->Cg) {
         bulk0 = c->ph;
         bulk1 = c->ph + c->H < c->Hph ? c->ph + c->H : c->Hph;
@@ -1139,6 +1176,13 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
                 pair_i16_s2(raw, raw + c->RW, p->x_type, p->x_zp, (int16_t *)d0, (int16_t *)(d0 + 4 * (size_t)c->PL), c->Wr);
                 continue;
             }
+            if (c->sw == 2 && c->nfw == 2) {   /* the 7-bit form's both phases at once, where it applies */
+                char *d0 = c->copy + 4 * (size_t)(b * c->BS + 2 * a * c->PL + i * c->Wph);
+                if (ig_s2x4_row(c, raw, 0, d0, d0 + 4 * (size_t)c->PL)) {
+                    n_s2x4++;
+                    continue;
+                }
+            }
             for (int e = 0; e < c->nfw; e++)
                 ig_phase_row(c, raw, prow, c->fw[e],
                              c->copy + 4 * (size_t)(b * c->BS + (a * c->nfw + e) * c->PL + i * c->Wph));
@@ -1149,6 +1193,7 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
             char *dplane = c->copy + 4 * (size_t)(b * c->BS + (a * c->nfw + e) * c->PL);
             memset(dplane + 4 * (size_t)(c->Hph * c->Wph), 0, 4 * (size_t)(c->PL - c->Hph * c->Wph));
         }
+    ig_copy_count(n_s2x4, 0);
 }
 
 /* Copy task of the shifted planes (c->shift): channel block b. Plane (a, e) of a block holds
@@ -1167,6 +1212,9 @@ static void ig_copy_shift_task(void *vctx, ptrdiff_t b, int thread)
     uint8_t zbyte = c->kpk == 2 ? 0 : (uint8_t)(padv ^ c->flip);   /* as ig_copy_task */
     int64_t plane = c->H * c->W;
     uint8_t *prow = raw + (size_t)c->kpk * (size_t)c->RW;
+    /* the 7-bit form's stride-2 rows below (ig_s2x4_row, only where it applies) */
+    int fast = c->sw == 2 && c->sdw == 1 && c->kpk == 4 && c->kern->form == QL_FORM_S8U8 && QL_X86;
+    long long n_s2x4 = 0, n_reused = 0;   /* ig_copy_count */
     for (int q = 0; q < c->kpk; q++) memset(raw + (size_t)q * (size_t)c->RW, padv, (size_t)c->RW);
     for (int a = 0; a < c->nfh; a++)
         for (int64_t i = 0; i < c->Hph; i++) {
@@ -1181,13 +1229,34 @@ static void ig_copy_shift_task(void *vctx, ptrdiff_t b, int thread)
                 int64_t ch = (int64_t)b * c->kpk + q;
                 if (ch < c->Cg) copy_row(raw + (size_t)q * (size_t)c->RW + c->pw, c->xg + ch * plane + ih * c->W, c->W);
             }
-            for (int e = 0; e < c->nfw; e++)
-                ig_phase_row(c, raw, prow, e * c->sdw, d0 + 4 * (size_t)(e * c->PL));
+            for (int e = 0; e < c->nfw; e++) {
+                int64_t col = e * c->sdw;
+                char *de = d0 + 4 * (size_t)(e * c->PL);
+                /* the 7-bit form's stride 2, dilation 1 (taps e on raw columns e): taps 0 and 1
+                 * in one pass (ig_s2x4_row), each later tap e the row of tap e % 2 (same
+                 * phase) from position e / 2, just written with its spill past OW (Wr
+                 * positions; the next row's start, not yet written): where OW + e / 2 <= Wr
+                 * (a 3x3 kernel's tap 2 is tap 0's row from position 1). Taps 0 and 1 always
+                 * take the pass: shifted planes have kw >= 2 column taps. */
+                if (fast && e >= 2 && c->OW + e / 2 <= c->Wr) {
+                    copy_row((uint8_t *)de, (const uint8_t *)(d0 + 4 * (size_t)((e % 2) * c->PL + e / 2)),
+                             4 * c->OW);
+                    n_reused++;
+                    continue;
+                }
+                if (fast && e + 1 < c->nfw && ig_s2x4_row(c, raw, col, de, de + 4 * (size_t)c->PL)) {
+                    e++;
+                    n_s2x4++;
+                    continue;
+                }
+                ig_phase_row(c, raw, prow, col, de);
+            }
         }
     for (int f = 0; f < c->nfh * c->nfw; f++) {   /* the planes' spares (as ig_copy_task) */
         char *dplane = c->copy + 4 * (size_t)(b * c->BS + f * c->PL);
         memset(dplane + 4 * (size_t)(c->Hph * c->Wph), 0, 4 * (size_t)(c->PL - c->Hph * c->Wph));
     }
+    ig_copy_count(n_s2x4, n_reused);
 }
 
 /* Copy task of a chunk of images: cpt consecutive (image, channel block) pairs, image k / nblk,

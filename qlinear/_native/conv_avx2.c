@@ -366,6 +366,36 @@ void ql_dw_store_avx2(const uint8_t *Q, int nch, int cols, uint8_t *y, ptrdiff_t
     }
 }
 
+/* The 7-bit path's stride-2 copy (conv.c's ig_copy_task and ig_copy_shift_task, S8U8 form):
+ * from 4 padded raw rows raw + q*rs (channels q < 4), position j < len (a multiple of 16) of
+ * column phase 0 (raw byte 2j) to d0 and of phase 1 (byte 2j + 1) to d1, each as the 4
+ * channels' bytes ^ flip side by side (4 bytes a position: conv.c's interleave4 of
+ * split_phase's rows, in one pass; reads raw[q*rs, q*rs + 2 len)). A 32-byte load holds 16
+ * positions of both phases, 8 per lane; vpshufb gathers each lane's even bytes into its low
+ * and the odd bytes into its high qword, so the unpacks of two channels' low (high) qwords
+ * interleave phase 0 (1), and those of the channel pairs give, per lane, 4 positions per
+ * xmm: lane 0 positions 0-7, lane 1 8-15, put back in order by vperm2i128. */
+void ql_ig_s2x4_avx2(const uint8_t *raw, ptrdiff_t rs, uint8_t flip, uint8_t *d0, uint8_t *d1, int64_t len)
+{
+    const __m256i f = _mm256_set1_epi8((char)flip);
+    const __m256i sel = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                         0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    for (int64_t j = 0; j < len; j += 16) {
+        __m256i v[4];
+        for (int q = 0; q < 4; q++)
+            v[q] = _mm256_shuffle_epi8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(raw + q * rs + 2 * j)), f),
+                                       sel);
+        __m256i ab0 = _mm256_unpacklo_epi8(v[0], v[1]), ab1 = _mm256_unpackhi_epi8(v[0], v[1]);
+        __m256i cd0 = _mm256_unpacklo_epi8(v[2], v[3]), cd1 = _mm256_unpackhi_epi8(v[2], v[3]);
+        __m256i e0 = _mm256_unpacklo_epi16(ab0, cd0), e1 = _mm256_unpackhi_epi16(ab0, cd0);
+        __m256i o0 = _mm256_unpacklo_epi16(ab1, cd1), o1 = _mm256_unpackhi_epi16(ab1, cd1);
+        _mm256_storeu_si256((__m256i *)(d0 + 4 * j), _mm256_permute2x128_si256(e0, e1, 0x20));
+        _mm256_storeu_si256((__m256i *)(d0 + 4 * j + 32), _mm256_permute2x128_si256(e0, e1, 0x31));
+        _mm256_storeu_si256((__m256i *)(d1 + 4 * j), _mm256_permute2x128_si256(o0, o1, 0x20));
+        _mm256_storeu_si256((__m256i *)(d1 + 4 * j + 32), _mm256_permute2x128_si256(o0, o1, 0x31));
+    }
+}
+
 #pragma GCC pop_options
 #else
 typedef int ql_conv_avx2_empty;   /* ISO C: a translation unit is not empty */
