@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -77,8 +78,11 @@ def _buffer(shape: tuple[int, ...], zeroed: bool = False) -> np.ndarray:
 def set_workspace_limit(nbytes: int) -> None:
     """Bound the scratch memory (im2col tiles, padded copies) one operator call may use."""
     global _workspace_bytes
-    if int(nbytes) < 1:
-        raise ValueError(f"set_workspace_limit: nbytes must be >= 1; got {nbytes}")
+    # the native engine takes the limit as a C ssize_t: at most 2**63 - 1
+    if not isinstance(nbytes, numbers.Integral) or isinstance(nbytes, bool) \
+            or not 1 <= nbytes <= (1 << 63) - 1:
+        raise ValueError("set_workspace_limit: nbytes must be an integer in [1, 2**63 - 1]; "
+                         f"got {nbytes!r}")
     _workspace_bytes = int(nbytes)
 
 

@@ -62,7 +62,10 @@ class ConvGeometry:
                 geom = replace(geom, dilations=dilations)
         if math.prod(self.kernel) == 1 and not any(self.pads_begin) and not any(self.pads_end):
             # The engine reads x[..., ::s] directly (its length along an axis is the output's):
-            # nothing is padded or copied beyond the output's size.
+            # nothing is padded; its float32 copy of an image has x's channels at the output's
+            # spatial size (larger than the output when x has more channels than w outputs).
+            v.check_size(op, "the float32 copy of one image of x",
+                         (min(1, x_shape[0]), x_shape[1], *self.out_spatial), 4)
             return geom, None
         if 1 in self.out_spatial:
             strides = tuple(1 if o == 1 else s for o, s in zip(self.out_spatial, self.strides))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -80,16 +81,33 @@ def _positive_threads(n: Any, source: str) -> int:
     return n
 
 
+def _in_the_command() -> bool:
+    """True when this process is the ``qlinear`` command (its console script, or
+    ``python -m qlinear``): qlinear is then imported before the command's own error handling
+    exists, so a bad QLINEAR_* variable is reported here, in the command's format."""
+    argv = getattr(sys, "orig_argv", sys.argv)
+    if len(argv) >= 3 and argv[1:3] == ["-m", "qlinear"]:
+        return True
+    return os.path.basename(sys.argv[0] if sys.argv else "") in ("qlinear", "qlinear.exe")
+
+
 _engine = "native" if _C is not None else "numpy"
-if os.environ.get("QLINEAR_ENGINE"):
-    _engine = _check_engine(os.environ["QLINEAR_ENGINE"], "QLINEAR_ENGINE")
-if _C is not None:
-    if os.environ.get("QLINEAR_ISA"):
-        _C.set_isa(_check_isa(os.environ["QLINEAR_ISA"], "QLINEAR_ISA"))
-    if os.environ.get("QLINEAR_NUM_THREADS"):
-        _env_threads = os.environ["QLINEAR_NUM_THREADS"].strip()
-        _C.set_threads(_positive_threads(int(_env_threads) if _env_threads.isdigit() else _env_threads,
-                                         "QLINEAR_NUM_THREADS"))
+try:
+    if os.environ.get("QLINEAR_ENGINE"):
+        _engine = _check_engine(os.environ["QLINEAR_ENGINE"], "QLINEAR_ENGINE")
+    if _C is not None:
+        if os.environ.get("QLINEAR_ISA"):
+            _C.set_isa(_check_isa(os.environ["QLINEAR_ISA"], "QLINEAR_ISA"))
+        if os.environ.get("QLINEAR_NUM_THREADS"):
+            _env_threads = os.environ["QLINEAR_NUM_THREADS"].strip()
+            _C.set_threads(_positive_threads(int(_env_threads) if _env_threads.isdigit() else _env_threads,
+                                             "QLINEAR_NUM_THREADS"))
+except ValueError as _env_error:
+    if not _in_the_command():
+        raise  # importing qlinear fails with the one-sentence ValueError
+    # the command's convention for bad input: one line, exit status 2, no traceback
+    sys.stderr.write("qlinear: error: " + str(_env_error).removeprefix("qlinear: ") + "\n")
+    raise SystemExit(2) from None
 _threads_numpy = None  # set_num_threads without the native engine: remembered only
 
 

@@ -169,6 +169,37 @@ def _out_conv(args, attrs, version):
     return _out_window(args, dict(attrs, _conv=True), version)
 
 
+def _out_quantized_conv(w_index):
+    """QLinearConv (w is input 3) and ConvInteger (input 1): qlinear's kernels never pad a
+    copy of x (they read only the positions the windows read), so the largest tensor is the
+    output's int32 accumulator, 4 bytes an element (as the operator itself sizes it)."""
+    def predict(args, attrs, version):
+        if len(args) <= w_index or args[w_index] is None:
+            return None
+        x, w = np.shape(args[0]), np.shape(args[w_index])
+        nd = len(x) - 2
+        kernel = list(attrs.get("kernel_shape") or w[2:])
+        if nd < 1 or len(w) < 1 or len(kernel) != nd:
+            return None
+        strides = list(attrs.get("strides") or [1] * nd)
+        dilations = list(attrs.get("dilations") or [1] * nd)
+        pads = list(attrs.get("pads") or [0] * (2 * nd))
+        if attrs.get("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER"):
+            pads = [(k - 1) * d for k, d in zip(kernel, dilations)] * 2  # at most this much
+        out = [max((x[2 + i] + pads[i] + pads[i + nd] - (k - 1) * d - 1) // s + 1, 0)
+               for i, (k, d, s) in enumerate(zip(kernel, dilations, strides))]
+        return [x[0], w[0]] + out, 4
+    return predict
+
+
+def _out_qlinear_matmul(args, attrs, version):
+    """QLinearMatMul (b is input 3): the broadcast product's int32 accumulator."""
+    if len(args) < 4:
+        return None
+    shape, _ = _out_matmul([args[0], args[3]], attrs, version) or (None, None)
+    return None if shape is None else (shape, 4)
+
+
 #: Operators whose output size depends on input *values*, broadcasting or padding, with the
 #: function that predicts (shape, itemsize) of the largest tensor the operator allocates from
 #: its inputs, before it allocates.
@@ -176,6 +207,8 @@ OUTPUT_SIZE_GUARDS: dict[str, Any] = {
     "Expand": _out_expand, "ConstantOfShape": _out_constant_of_shape, "Tile": _out_tile,
     "Pad": _out_pad, "Resize": _out_resize, "Upsample": _out_upsample, "Range": _out_range,
     "OneHot": _out_one_hot, "MatMul": _out_matmul, "MatMulInteger": _out_matmul,
+    "QLinearMatMul": _out_qlinear_matmul, "QLinearConv": _out_quantized_conv(3),
+    "ConvInteger": _out_quantized_conv(1),
     "Conv": _out_conv, "MaxPool": _out_window, "AveragePool": _out_window, "LpPool": _out_window,
     **{op: _out_broadcast for op in ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Where", "And",
                                      "Or", "Xor", "Equal", "Greater", "Less", "GreaterOrEqual",

@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import numbers
+import os
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -891,6 +893,10 @@ class QLinearRep(BackendRep):
         from qlinear._control import CONTROL_KERNELS
         from qlinear._sizeguard import with_size_guards
 
+        if max_tensor_bytes is not None and (not isinstance(max_tensor_bytes, numbers.Integral)
+                                             or isinstance(max_tensor_bytes, bool) or max_tensor_bytes < 1):
+            raise ValueError("QLinearRep: max_tensor_bytes must be None or an integer >= 1; "
+                             f"got {max_tensor_bytes!r}")
         model = inline_functions(model)
         self.model = model
         self.emulate = emulate
@@ -907,6 +913,7 @@ class QLinearRep(BackendRep):
                 rt.constant_inputs = frozenset(n for n in rt.onnx_node.input if n in constants)
         inits = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]
+        self._all_input_names = {i.name for i in model.graph.input}  # defaults may be fed too
         self.output_names = [o.name for o in model.graph.output]
 
     def _named(self, fn):
@@ -928,15 +935,24 @@ class QLinearRep(BackendRep):
 
     def _feeds(self, inputs) -> dict[str, np.ndarray]:
         if isinstance(inputs, dict):
-            return {k: np.asarray(v) if not isinstance(v, np.ndarray) else v
-                    for k, v in inputs.items()}
-        if isinstance(inputs, np.ndarray):
-            inputs = [inputs]
-        inputs = list(inputs)
-        if len(inputs) > len(self.input_names):
-            raise ValueError(f"run: {len(inputs)} inputs given, the model takes "
-                             f"{len(self.input_names)} ({', '.join(self.input_names)})")
-        return dict(zip(self.input_names, inputs))
+            feeds = {k: np.asarray(v) if not isinstance(v, np.ndarray) else v
+                     for k, v in inputs.items()}
+        else:
+            if isinstance(inputs, np.ndarray):
+                inputs = [inputs]
+            inputs = list(inputs)
+            if len(inputs) > len(self.input_names):
+                raise ValueError(f"run: {len(inputs)} inputs given, the model takes "
+                                 f"{len(self.input_names)} ({', '.join(self.input_names)})")
+            feeds = dict(zip(self.input_names, inputs))
+        names = ", ".join(repr(n) for n in self.input_names)
+        for k in feeds:
+            if k not in self._all_input_names:
+                raise ValueError(f"run: unknown input {k!r}; the model's inputs are {names}")
+        for k in self.input_names:
+            if k not in feeds:
+                raise ValueError(f"run: no value for input {k!r} (the model's inputs are {names})")
+        return feeds
 
     def run(self, inputs, progress: bool | None = False, **kwargs) -> tuple[np.ndarray, ...]:  # type: ignore[override]
         """Outputs in graph order. ``progress=None`` shows a bar on a terminal's stderr."""
@@ -987,10 +1003,13 @@ class QLinearBackend(Backend):
         does, on integer kernels (docs/qdq.md); ``qdq="literal"`` runs the graph as written
         (DequantizeLinear -> float operator -> QuantizeLinear)."""
         kernels_for(emulate)  # a bad name fails before anything is loaded
-        if isinstance(model, (str, bytes)) and not isinstance(model, bytes):
+        if isinstance(model, (str, os.PathLike)):
             model = onnx.load(model)
         elif isinstance(model, bytes):
             model = onnx.load_from_string(model)
+        elif not isinstance(model, onnx.ModelProto):
+            raise TypeError("prepare: model must be an onnx.ModelProto, a path or bytes; got "
+                            f"{type(model).__name__}")
         if not cls.supports_device(device):
             raise ValueError(f"prepare: device {device!r} is not supported (CPU only)")
         if qdq not in QDQ_MODES:

@@ -21,6 +21,7 @@ from onnx.reference.op_run import OpRun
 from . import contrib as _c
 from . import prepare_matmul_integer, prepare_qlinear_conv
 from .contrib import elementwise as _elementwise
+from .contrib import _params
 from .contrib import gemm as _gemm
 from .contrib import transformer as _transformer
 
@@ -227,7 +228,10 @@ class _QLinearTableOp(ContribOp):
             self._constant_params = all(n in self.constant_inputs for n in names)
         if not self._constant_params or x.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
             return (self._public(args),)
-        alpha = float(self.given.get("alpha", 0.01)) if self._kind == "leaky_relu" else 0.0
+        alpha = 0.0
+        if self._kind == "leaky_relu":
+            alpha = self._call(_params.float_attribute, "qlinear_leaky_relu", "alpha",
+                               self.given.get("alpha", 0.01))
         self._table = self._call(_elementwise.unary_table, self._kind, x.dtype, *params, alpha=alpha)
         self._table_params, self._table_dtype = params, x.dtype  # kept alive: the same objects each run
         return (_elementwise.apply_table(x, self._table),)

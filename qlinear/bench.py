@@ -1036,7 +1036,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=5,
                    help="timed runs per engine and case, at least (default 5)")
     p.add_argument("--threads", type=int, default=2,
-                   help="threads for every engine (default 2)")
+                   help="threads for every engine, 1 to 1024 (default 2)")
     p.add_argument("--output-dir", default="qlinear-bench-results",
                    help="where results.md/json/png and machine.md go")
     p.add_argument("--no-reference", action="store_true", help="do not run onnx.reference")
@@ -1082,8 +1082,10 @@ def _main(argv: list[str] | None = None) -> int:
         raise BenchError("no case matches " + ", ".join(map(repr, patterns or []))
                          + (" in the --quick subset" if args.quick else "")
                          + " ('qlinear bench --list' lists the cases)")
-    if args.repeat < 1 or args.threads < 1:
-        raise BenchError("--repeat and --threads must be at least 1")
+    if args.repeat < 1:
+        raise BenchError(f"--repeat must be at least 1; got {args.repeat}")
+    if not 1 <= args.threads <= 1024:  # qlinear.set_num_threads' range
+        raise BenchError(f"--threads must be in [1, 1024]; got {args.threads}")
     if not args.reference_budget > 0:
         raise BenchError("--reference-budget must be a positive number of seconds")
     try:

@@ -221,7 +221,7 @@ class _ConvWeights:
         y = _native.empty(out_shape, y_dtype)   # 1 MiB and more: from the output pool
         if bias is not None:
             bias = np.ascontiguousarray(bias, dtype=np.int32)
-        C.conv(isa, kind, np.ascontiguousarray(x), *head, w, y, *tail, bias,
+        C.conv(isa, kind, _contiguous(self.op, "x", x), *head, w, y, *tail, bias,
                max(workspace_limit(), _NATIVE_MIN_WORKSPACE))
         if self.owned:
             self._call = (isa, kind, w, out_shape, y_dtype, head, tail, bias)
@@ -243,7 +243,7 @@ class _ConvWeights:
         if C is None or C.get_isa() != isa:
             return None
         y = _native.empty(out_shape, y_dtype)
-        C.conv(isa, kind, x if x.flags.c_contiguous else np.ascontiguousarray(x), *head, w, y, *tail, bias,
+        C.conv(isa, kind, x if x.flags.c_contiguous else _contiguous(self.op, "x", x), *head, w, y, *tail, bias,
                max(workspace_limit(), _NATIVE_MIN_WORKSPACE))
         return y
 
@@ -648,12 +648,22 @@ def _lean_conv(key: tuple | None, x: np.ndarray, x_zp: Any, w: np.ndarray, w_zp:
         quantized, signed, lo, hi, xs, ys = 1, int(qmin < 0), float(qmin - yz), float(qmax - yz), x_scale.item(), \
             y_scale.item()
     y = _native.empty(out_shape, yd)
-    kind = C.conv_plain(C.get_isa(), depthwise, x if x.flags.c_contiguous else np.ascontiguousarray(x),
+    op = "conv_integer" if quant is None else "qlinear_conv"
+    kind = C.conv_plain(C.get_isa(), depthwise, x if x.flags.c_contiguous else _contiguous(op, "x", x),
                         _native.DTYPE_CODES[xd], zx, dims, in_sp, out_sp, kern, strides, dil, pads,
-                        w if w.flags.c_contiguous else np.ascontiguousarray(w), _native.DTYPE_CODES[wd], w_zp, y,
+                        w if w.flags.c_contiguous else _contiguous(op, "w", w), _native.DTYPE_CODES[wd], w_zp, y,
                         quantized, signed, yz, lo, hi, xs, w_scale, ys, bias,
                         max(workspace_limit(), _NATIVE_MIN_WORKSPACE))
     return None if kind is None else y
+
+
+def _contiguous(op: str, name: str, arr: np.ndarray) -> np.ndarray:
+    """arr in C order for the native engine: a copy when it is not (a slice, a broadcast view
+    that takes no memory), whose size is checked first like every array a call derives."""
+    if arr.flags.c_contiguous:
+        return arr
+    v.check_size(op, f"a contiguous copy of {name}", arr.shape, arr.itemsize)
+    return np.ascontiguousarray(arr)
 
 
 _F32, _I32 = np.dtype(np.float32), np.dtype(np.int32)

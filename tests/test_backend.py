@@ -478,3 +478,50 @@ def test_onnx_reference_loop_still_concatenates():
     got = ReferenceEvaluator(m).run(None, {"x": np.array(0.5, np.float32)})[1]
     assert got.shape == (6, 3)
     assert backend.prepare(m).run({"x": np.array(0.5, np.float32)})[1].shape == (3, 2, 3)
+
+
+# ----------------------------------------------------------------------------- API misuse
+
+
+def _add_model():
+    w = numpy_helper.from_array(np.array([1, 2], np.float32), "w")
+    return _model([helper.make_node("Add", ["x", "w"], ["y"])],
+                  [helper.make_tensor_value_info("x", T.FLOAT, [2]),
+                   helper.make_tensor_value_info("w", T.FLOAT, [2])],  # w: an input with a default
+                  [helper.make_tensor_value_info("y", T.FLOAT, [2])], [w])
+
+
+def test_prepare_takes_a_model_a_path_or_bytes(tmp_path):
+    """prepare accepts a ModelProto, a path (str or os.PathLike) or the serialized bytes;
+    anything else is a TypeError saying so (None gave "the model-local functions cannot be
+    inlined: 'NoneType' object has no attribute 'functions'", a pathlib.Path the same)."""
+    m = _add_model()
+    path = tmp_path / "add.onnx"
+    onnx.save(m, path)
+    x = np.array([10, 20], np.float32)
+    for model in (m, str(path), path, m.SerializeToString()):
+        np.testing.assert_array_equal(backend.prepare(model).run([x])[0], [11, 22])
+    for bad in (None, 3, [m]):
+        with pytest.raises(TypeError, match="^prepare: model must be an onnx.ModelProto, a path or bytes; got "):
+            backend.prepare(bad)
+
+
+def test_run_names_unknown_and_missing_inputs():
+    """Feeds by name: a name the model does not have, or a required input left out, is a
+    ValueError naming it and the model's inputs (it was onnx.reference's RuntimeError inside
+    the first node: "Unable to find input 'x' in known results [...every initializer...]")."""
+    rep = backend.prepare(_add_model())
+    x = np.array([10, 20], np.float32)
+    with pytest.raises(ValueError, match=r"^run: unknown input 'z'; the model's inputs are 'x'$"):
+        rep.run({"x": x, "z": x})
+    with pytest.raises(ValueError, match=r"^run: no value for input 'x' \(the model's inputs are 'x'\)$"):
+        rep.run({})
+    with pytest.raises(ValueError, match=r"^run: no value for input 'x'"):
+        rep.run([])
+    np.testing.assert_array_equal(rep.run({"x": x, "w": np.zeros(2, np.float32)})[0], x)  # a default
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "1000", True])
+def test_max_tensor_bytes_must_be_a_positive_integer(bad):
+    with pytest.raises(ValueError, match=r"^QLinearRep: max_tensor_bytes must be None or an integer >= 1; got "):
+        backend.QLinearRep(_add_model(), max_tensor_bytes=bad)

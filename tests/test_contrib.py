@@ -566,6 +566,51 @@ def test_bad_input_names_operator_and_constraint(call, err, words):
         "matmul_integer_to_float", "dynamic_quantize_linear"}
 
 
+def _float_attribute_calls(value):
+    x8, x4 = np.zeros((1, 4), U8), np.ones((1, 2, 4), F)
+    return {
+        "qlinear_leaky_relu alpha": lambda: c.qlinear_leaky_relu(x8, F(0.1), np.uint8(0), F(0.1), np.uint8(0),
+                                                                 alpha=value),
+        "qgemm alpha": lambda: c.qgemm(x8, F(0.1), np.uint8(0), np.zeros((4, 2), I8), F(0.1), np.int8(0),
+                                       alpha=value),
+        "skip_layer_normalization epsilon": lambda: c.skip_layer_normalization(x4, x4, np.ones(4, F),
+                                                                               epsilon=value),
+        "attention scale": lambda: c.attention(x4, np.ones((4, 12), F), num_heads=2, scale=value),
+        "attention mask_filter_value": lambda: c.attention(x4, np.ones((4, 12), F), num_heads=2,
+                                                           mask_filter_value=value),
+    }
+
+
+@pytest.mark.parametrize("value", ["0.5", None, [0.5], True, 1 + 2j])
+@pytest.mark.parametrize("case", list(_float_attribute_calls(0.5)))
+def test_float_attributes_must_be_numbers(case, value):
+    """A float attribute that is not a real number is a TypeError naming the operator and the
+    attribute (a string gave "could not convert string to float: 'x'"; None became NaN and,
+    for qgemm, a silent all-NaN output)."""
+    op, name = case.split()
+    with pytest.raises(TypeError, match=rf"^{op}: attribute {name} must be a real number; got "):
+        _float_attribute_calls(value)[case]()
+    _float_attribute_calls(np.float32(0.5))[case]()  # a NumPy float is fine
+    _float_attribute_calls(1)[case]()                 # and a Python int
+
+
+@pytest.mark.parametrize("op,call", [
+    ("qgemm", lambda a, b: c.qgemm(a, F(0.1), np.uint8(0), b, F(0.1), np.int8(0))),
+    ("qgemm", lambda a, b: c.prepare_qgemm(b, F(0.1), np.int8(0)).run(a, F(0.1), np.uint8(0))),
+    ("matmul_integer_to_float", lambda a, b: c.matmul_integer_to_float(a, b, F(0.1), F(0.1))),
+    ("dynamic_quantize_matmul", lambda a, b: c.dynamic_quantize_matmul(
+        np.broadcast_to(F(0), a.shape), b, F(0.1))),
+])
+def test_product_errors_name_the_contrib_operator(op, call):
+    """Errors of the integer product inside QGemm, MatMulIntegerToFloat and
+    DynamicQuantizeMatMul name that operator, not the matmul_integer it calls."""
+    big_a, big_b = np.broadcast_to(np.uint8(0), (2**20, 1)), np.broadcast_to(np.int8(0), (1, 2**20))
+    with pytest.raises(ValueError, match=rf"^{op}: the output's int32 accumulator of shape \(1048576, 1048576\)"):
+        call(big_a, big_b)
+    with pytest.raises(ValueError, match=rf"^{op}: .*(cannot be multiplied|K differs)"):
+        call(np.zeros((2, 3), np.uint8), np.zeros((4, 2), np.int8))
+
+
 # ----------------------------------------------------------------------------- float operators
 
 
@@ -1092,3 +1137,25 @@ def test_backend_prepared_products_match_functions_and_onnxruntime(bzp):
         # the constant B was prepared once and kept; a fed B never is
         kept = [rt._prepared is not None for rt in rep.evaluator.rt_nodes_]
         assert kept == [const_b, const_b]
+
+
+@pytest.mark.parametrize("alpha", ["x", [1.0, 2.0]])
+def test_backend_leaky_relu_alpha_must_be_a_number(alpha):
+    """A model whose QLinearLeakyRelu carries a non-float alpha: a NodeError naming the node and
+    the attribute (it was float()'s "could not convert string to float: 'x'", or for a list
+    onnx.reference's "Issues with types ...")."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from qlinear import backend
+
+    inits = [numpy_helper.from_array(np.array(0.1, F), "s"), numpy_helper.from_array(np.array(3, U8), "z")]
+    node = helper.make_node("QLinearLeakyRelu", ["x", "s", "z", "s", "z"], ["y"], domain="com.microsoft",
+                            alpha=alpha)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.UINT8, [4])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    with pytest.raises(ValueError, match=r"^node 'y' \(com.microsoft.QLinearLeakyRelu-1\): qlinear_leaky_relu: "
+                                         r"attribute alpha must be a real number"):
+        backend.prepare(m).run([np.arange(4, dtype=U8)])

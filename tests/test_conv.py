@@ -1061,6 +1061,39 @@ def test_implicit_gemm_k_blocks(seven_bit, engine_level):
             assert _native._C.conv_path_counts()[0] - before[0] == 2
 
 
+@pytest.mark.parametrize("cin,kernel", [(29, (1, 1)), (31, (1, 1)), (32, (1, 1)), (34, (1, 1)), (35, (1, 1)),
+                                        (38, (1, 1)), (62, (1, 1)), (66, (1, 1)), (70, (1, 1)), (74, (1, 1)),
+                                        (130, (1, 1)), (3, (3, 3)), (4, (3, 3)), (8, (3, 3))])
+@pytest.mark.parametrize("seven_bit", [False, True])
+def test_implicit_kernel_k_group_counts(cin, kernel, seven_bit, engine_level):
+    """The implicit tile kernels' k-group loop around its split points (avx2: the k-groups
+    that prefetch group g + 16, unrolled by 2, then the last 16 without): pointwise, the
+    exact kernel's k-groups are ceil(cin / 2) (15-19, 31-37, 65), the 7-bit kernel's
+    ceil(cin / 4) (8-10, 16-19, 33); 3x3, 9 or 18 per channel block; so the prefetching loop
+    runs 0, 1 (odd) and 2 (even) times and past the unrolled pairs. Every row tail (1-6 rows
+    of the 6-row exact tile, 1-4 of the 7-bit one, then 7 and 13); x and w at their extremes
+    (sums past 2^24), against the oracle, and the implicit path taken."""
+    from qlinear import _native
+    rng = np.random.default_rng([cin, kernel[0], seven_bit, 47])
+    native = engine_level != "numpy" and _native.native() is not None
+    pads = dict(pads=[1, 1, 1, 1]) if kernel == (3, 3) else {}
+    for r, m in enumerate((1, 2, 3, 4, 5, 6, 7, 13)):
+        xdt, wdt, ydt = ALL_8BIT_COMBOS[r % len(ALL_8BIT_COMBOS)]
+        x = rand_extreme(rng, xdt, (2, cin, 5, 19))
+        if seven_bit:
+            w, wz = _seven_bit(rng, wdt, (m, cin, *kernel), m)
+        else:
+            w, wz = rand_extreme(rng, wdt, (m, cin, *kernel)), rand_int(rng, wdt, (m,))
+        before = _native._C.conv_path_counts() if native else None
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), pads)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], pads)   # the int32 sums themselves
+        if native:
+            want_fast = seven_bit and _conv_kind(w, wz, **pads) == 2
+            implicit = _takes_implicit((5, 19), kernel, pads, cin, 1, want_fast)
+            took = _native._C.conv_path_counts()[0] - before[0]
+            assert took == (2 if implicit else 0)
+
+
 # (x spatial, kernel, attributes, input channels, whether avx2 takes the shifted planes)
 _SHIFT_CASES = [
     ((14, 14), (3, 3), dict(pads=[1, 1, 1, 1]), 8, True),         # ResNet-50 l3: 12 tiles + 4 dot columns

@@ -72,6 +72,29 @@ def test_environment_errors_are_clear(env, message):
 
 
 @needs_native
+@pytest.mark.parametrize("env,message", [
+    ({"QLINEAR_ENGINE": "fast"}, "QLINEAR_ENGINE must be one of native, numpy; got 'fast'"),
+    ({"QLINEAR_ISA": "avx9000"}, "QLINEAR_ISA must be one of avx512vnni, avxvnni, avx2, scalar; got 'avx9000'"),
+    ({"QLINEAR_NUM_THREADS": "many"}, "QLINEAR_NUM_THREADS must be an integer in [1, 1024]; got 'many'"),
+])
+def test_environment_errors_in_the_command_are_one_line(env, message):
+    """The `qlinear` command (console script or ``python -m qlinear``) reports a bad
+    QLINEAR_* variable as every other bad input: one line, exit status 2 (it was an import
+    traceback and exit status 1)."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("QLINEAR_")}
+    full.update(env)
+    script = os.path.join(os.path.dirname(sys.executable), "qlinear")
+    commands = [[sys.executable, "-m", "qlinear", "run"]]
+    if os.path.exists(script):
+        commands.append([script, "run"])
+    for cmd in commands:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=full, timeout=120)
+        assert r.returncode == 2, (cmd, r.returncode, r.stderr)
+        assert r.stderr.strip() == f"qlinear: error: {message}", (cmd, r.stderr)
+        assert r.stdout == ""
+
+
+@needs_native
 def test_isa_the_cpu_lacks_is_an_error():
     missing = [i for i in ("avx512vnni", "avxvnni", "avx2") if i not in qlinear.engine_info()["isas"]]
     if not missing:

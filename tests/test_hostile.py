@@ -132,6 +132,82 @@ def test_huge_weights_and_elementwise_inputs_are_named():
         qlinear.dequantize_linear(huge(U8, (2**40,)), F32(1))
 
 
+@pytest.mark.parametrize("engine", ["native", "numpy"])
+def test_a_broadcast_view_input_is_not_copied_past_the_limit(output_limit, engine):
+    """x as a broadcast view (no memory) whose copy would be above max_output_bytes, with a
+    small output: refused on both engines before anything is copied. The native engine used
+    to copy x to contiguous memory unchecked (a (1024,)*4 view: NumPy's MemoryError for 1 TiB),
+    also on the lean path of a repeated plain call after a first call on a real array."""
+    from qlinear import _native
+
+    if engine == "native" and not _native.available():
+        pytest.skip("native engine not built")
+    shape = (1, 256, 128, 128)                       # 4 MiB as uint8
+    w = np.ones((1, 256, 1, 1), I8)                  # output (1, 1, 128, 128): 64 KiB as int32
+    q = (F32(0.5), U8(3), w, F32(0.25), I8(0), F32(2), U8(7))
+    with _native.use_engine(engine):
+        qlinear.set_max_output_bytes(1 << 20)
+        real = np.zeros((1, 256, 4, 4), U8)          # a first call on a real array: plans cached
+        qlinear.conv_integer(real, w)
+        qlinear.qlinear_conv(real, q[0], q[1], *q[2:])
+        view = huge(U8, shape)
+        with raises(ValueError, "conv_integer", "x", str(shape), "set_max_output_bytes"):
+            qlinear.conv_integer(view, w)
+        with raises(ValueError, "conv_integer", "x", str(shape), "set_max_output_bytes"):
+            qlinear.prepare_conv_integer(w).run(view)
+        with raises(ValueError, "qlinear_conv", "x", str(shape), "set_max_output_bytes"):
+            qlinear.qlinear_conv(view, q[0], q[1], *q[2:])
+        # the lean path of a repeated plain call with the same shapes
+        small = np.broadcast_to(U8(9), (1, 256, 4, 4))
+        with raises(ValueError, "qlinear_conv", "x", "(1, 256, 4, 4)", "set_max_output_bytes"):
+            qlinear.set_max_output_bytes(4000)           # the 4 KiB copy of x is above it
+            qlinear.qlinear_conv(small, q[0], q[1], *q[2:])
+        qlinear.set_max_output_bytes(1 << 20)
+        assert_exact(qlinear.conv_integer(small, w), oracle.conv_integer(np.ascontiguousarray(small), w))
+
+
+def _contrib_huge_cases():
+    import qlinear.contrib as qc
+
+    big, bigf = huge(U8, (2**20, 2**20)), huge(F32, (2**20, 2**20))
+    col, row = huge(U8, (2**20, 1)), huge(U8, (1, 2**20))
+    p = (F32(0.1), U8(3))
+    return {
+        "qlinear_add": lambda: qc.qlinear_add(col, *p, row, *p, *p),
+        "qlinear_mul": lambda: qc.qlinear_mul(col, *p, row, *p, *p),
+        "prepared qlinear_add": lambda: qc.prepare_qlinear_binary("add", U8, *p, *p, *p).run(col, row),
+        "qlinear_where": lambda: qc.qlinear_where(huge(np.bool_, (2**20, 2**20)), np.zeros(1, U8), *p,
+                                                  np.zeros(1, U8), *p, *p),
+        "qlinear_sigmoid": lambda: qc.qlinear_sigmoid(big, *p, *p),
+        "qlinear_leaky_relu": lambda: qc.qlinear_leaky_relu(big, *p, *p),
+        "qlinear_concat": lambda: qc.qlinear_concat(*p, big, *p, axis=0),
+        "qlinear_global_average_pool": lambda: qc.qlinear_global_average_pool(
+            huge(U8, (2**20, 2**20, 1, 1)), *p, *p),
+        "qlinear_average_pool": lambda: qc.qlinear_average_pool(huge(U8, (2**10,) * 4), *p, *p,
+                                                                kernel_shape=[1, 1]),
+        "qlinear_softmax": lambda: qc.qlinear_softmax(big, F32(0.05), None, F32(1 / 256), U8(0), opset=13),
+        "qlinear_conv": lambda: qc.qlinear_conv(huge(U8, (2**10,) * 4), F32(1), U8(0),
+                                                np.zeros((3, 2**10, 1, 1), I8), F32(1), I8(0), F32(1), U8(0),
+                                                channels_last=1),
+        "dynamic_quantize_linear": lambda: qc.dynamic_quantize_linear(bigf),
+        "gelu": lambda: qc.gelu(bigf),
+        "fast_gelu": lambda: qc.fast_gelu(bigf),
+        "skip_layer_normalization": lambda: qc.skip_layer_normalization(
+            huge(F32, (2**20, 2**20, 2)), huge(F32, (2**20, 2**20, 2)), np.ones(2, F32)),
+    }
+
+
+@pytest.mark.parametrize("case", list(_contrib_huge_cases()))
+def test_contrib_operators_check_sizes_before_allocating(case):
+    """qlinear.contrib's operators on broadcast views (no memory) whose outputs or working
+    copies would take terabytes: one ValueError naming the operator and the limit, at once.
+    They used to raise NumPy's MemoryError (or, dynamic_quantize_linear, to reduce over 2**40
+    elements for minutes before it)."""
+    op = case.split()[-1]
+    with time_limit(10), raises(ValueError, op, "set_max_output_bytes"):
+        _contrib_huge_cases()[case]()
+
+
 def test_output_limit_is_settable(output_limit):
     x = np.zeros((1, 1, 40, 40), U8)
     assert convint(x, W11).shape == (1, 2, 40, 40)
@@ -144,6 +220,23 @@ def test_output_limit_is_settable(output_limit):
     for bad in (0, -5, 1.5, "1000", True):
         with pytest.raises(ValueError, match="^set_max_output_bytes: nbytes"):
             qlinear.set_max_output_bytes(bad)
+
+
+def test_workspace_limit_refuses_what_is_not_a_byte_count():
+    """set_workspace_limit takes an integer number of bytes the native engine can hold (a C
+    ssize_t): a string, a float, a bool or 2**70 used to be accepted (the last one then made
+    every convolution fail with OverflowError)."""
+    before = qlinear.workspace_limit()
+    try:
+        for bad in (0, -5, 1.5, 1e9, "1000", True, None, 2**63, 2**70):
+            with pytest.raises(ValueError, match="^set_workspace_limit: nbytes must be an integer"):
+                qlinear.set_workspace_limit(bad)
+            assert qlinear.workspace_limit() == before
+        qlinear.set_workspace_limit(np.int64(2**63 - 1))  # the largest, accepted
+        assert qlinear.workspace_limit() == 2**63 - 1
+        assert convint(np.zeros((1, 1, 4, 4), U8), W11).shape == (1, 2, 4, 4)
+    finally:
+        qlinear.set_workspace_limit(before)
 
 
 # ----------------------------------------------------------------------------- extreme attributes, small work

@@ -238,6 +238,47 @@ def test_size_guard_each_operator(capsys, tmp_path, op):
     np.testing.assert_array_equal(got, want)
 
 
+def _quantized_guard_case(op, tmp_path):
+    """A model where the quantized ``op`` computes a 128x128 result (a 64 KiB int32
+    accumulator) from 1-element operands: padding for the convolutions, a (128, 1) x (1, 128)
+    product for QLinearMatMul."""
+    a = lambda v, n, dt: numpy_helper.from_array(np.asarray(v, dt), n)  # noqa: E731
+    scales = [a(0.5, n, np.float32) for n in ("xs", "ws", "ys")]
+    zps = [a(3, "xz", np.uint8), a(0, "wz", np.int8), a(0, "yz", np.uint8)]
+    w = a(np.ones((1, 1, 1, 1)), "w", np.int8)
+    pads = dict(pads=[64, 64, 63, 63])
+    cases = {
+        "QLinearConv": ([helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
+                                          ["y"], name="n", **pads)], [w] + scales + zps, 4, T.UINT8),
+        "ConvInteger": ([helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], name="n", **pads)],
+                        [w, zps[0], zps[1]], 4, T.INT32),
+        "QLinearMatMul": ([helper.make_node("QLinearMatMul", ["col", "xs", "xz", "row", "ws", "wz", "ys", "yz"],
+                                            ["y"], name="n")],
+                          [a(np.ones((128, 1)), "col", np.uint8), a(np.ones((1, 128)), "row", np.int8)]
+                          + scales + zps, 2, T.UINT8),
+    }
+    nodes, inits, rank, elem = cases[op]
+    inputs = [_vi("x", T.UINT8, [1, 1, 1, 1])] if op != "QLinearMatMul" else []
+    path = _save(tmp_path, f"{op}.onnx", nodes, inputs, [_out("y", rank, elem)], inits)
+    np.save(tmp_path / "x.npy", np.full((1, 1, 1, 1), 7, np.uint8))
+    return path, ["--input", f"x={tmp_path / 'x.npy'}"] if inputs else []
+
+
+@pytest.mark.parametrize("op", ["QLinearConv", "ConvInteger", "QLinearMatMul"])
+def test_size_guard_quantized_operators(capsys, tmp_path, op):
+    """--max-tensor-bytes also holds for qlinear's own operators, whose output size follows
+    from padding or broadcasting: their int32 accumulator above the limit is refused before
+    the operator runs (it used to run: only the machine-wide max_output_bytes bounded it)."""
+    path, extra = _quantized_guard_case(op, tmp_path)
+    nbytes = 65536
+    _one_line_error(*_main(capsys, "run", path, *extra, "--max-tensor-bytes", nbytes - 1),
+                    f"node 'n' ({op}-10)", "[", "128, 128]", "64.0 KiB", "--max-tensor-bytes")
+    rc, out, err = _main(capsys, "run", path, *extra, "--max-tensor-bytes", nbytes,
+                         "--output-dir", tmp_path / "o")
+    assert rc == 0, err
+    assert np.load(tmp_path / "o" / "y.npy").shape[-2:] == (128, 128)
+
+
 def test_size_guard_conv_padding(capsys, tmp_path):
     """Float Conv in onnx.reference pads its input first: 1x1 image, pads 1000 -> 16 MB."""
     w = numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "w")
@@ -392,6 +433,23 @@ def test_bench_errors_are_one_line(capsys):
     _one_line_error(*_main(capsys, "bench", "--repeat", "x"), "--repeat")
 
 
+@pytest.mark.parametrize("flag,value", [("--threads", 0), ("--threads", 5000), ("--repeat", 0),
+                                        ("--reference-budget", -1)])
+def test_bench_bad_numbers_are_refused_before_anything_runs(capsys, tmp_path, flag, value):
+    """Refused up front, naming the flag, both as `qlinear bench` and as qlinear.bench.main
+    (python -m qlinear.bench, benchmarks/run.py): --threads 5000 used to reach
+    set_num_threads and end in a ValueError traceback (python -m qlinear.bench) or a line
+    naming set_num_threads(n) (qlinear bench), after creating the output folder."""
+    out = tmp_path / "never"
+    argv = ["--cases", "tiny.qlinearconv.1x8x8x8.k3", "--no-reference", "--output-dir", str(out),
+            flag, str(value)]
+    _one_line_error(*_main(capsys, "bench", *argv), flag)
+    assert bench.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("qlinear: error: ") and flag in err[0], err
+    assert not out.exists()
+
+
 def test_bench_json_version_and_chart(capsys, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
     rc, out, err = _main(capsys, "bench", "--cases", "dequantize.1x3x224x224", "--repeat", "1",
@@ -522,6 +580,50 @@ def test_ir3_initializers_outside_inputs_load(capsys, tmp_path):
     bad.graph.node[0].attribute.append(helper.make_attribute("bogus", 1))
     onnx.save(bad, tmp_path / "bad.onnx")
     _one_line_error(*_main(capsys, "run", tmp_path / "bad.onnx"), "invalid ONNX model")
+
+
+def test_outputs_declared_without_a_shape_load(capsys, tmp_path):
+    """A graph output whose type has no shape (helper.make_tensor_value_info(name, type, None),
+    common in hand-built models): onnx's checker refuses it ("Field 'shape' of 'type' is
+    required but missing"), onnxruntime and onnx.reference run it; so does qlinear now."""
+    w = numpy_helper.from_array(np.array([1, 2], np.float32), "w")
+    path = _save(tmp_path, "noshape.onnx", [helper.make_node("Add", ["x", "w"], ["y"])],
+                 [_vi("x", T.FLOAT, [2])], [_vi("y", T.FLOAT, None)], [w])
+    with pytest.raises(onnx.checker.ValidationError, match="shape"):
+        onnx.checker.check_model(onnx.load(path))  # what used to refuse it
+    np.save(tmp_path / "x.npy", np.array([10, 20], np.float32))
+    rc, out, err = _main(capsys, "run", path, "--input", f"x={tmp_path / 'x.npy'}",
+                         "--output-dir", tmp_path / "o")
+    assert rc == 0, err
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "y.npy"), [11, 22])
+    rc, out, err = _main(capsys, "compare", path, "--input", f"x={tmp_path / 'x.npy'}")
+    assert rc == 0, err
+    rc, out, err = _main(capsys, "inspect", path)
+    assert rc == 0 and "onnx checker: ok" in out, (out, err)
+    # everything else is still checked
+    bad = onnx.load(path)
+    bad.graph.node[0].attribute.append(helper.make_attribute("bogus", 1))
+    onnx.save(bad, tmp_path / "bad.onnx")
+    _one_line_error(*_main(capsys, "run", tmp_path / "bad.onnx"), "invalid ONNX model")
+
+
+def test_compare_string_outputs(capsys, tmp_path):
+    """String tensors (Cast to string) are compared as strings: onnxruntime returns them as
+    object arrays, qlinear (onnx.reference) as unicode arrays. compare used to stop with
+    NumPy's "ufunc 'isnan' not supported for the input types"."""
+    nodes = [helper.make_node("Cast", ["x"], ["i"], to=T.INT64),
+             helper.make_node("Cast", ["i"], ["s"], to=T.STRING),
+             helper.make_node("Cast", ["x"], ["f"], to=T.STRING)]
+    path = _save(tmp_path, "strings.onnx", nodes, [_vi("x", T.FLOAT, [3])],
+                 [_vi("s", T.STRING, [3]), _vi("f", T.STRING, [3])])
+    np.save(tmp_path / "x.npy", np.array([1.5, 2, 300], np.float32))
+    rc, out, err = _main(capsys, "compare", path, "--input", f"x={tmp_path / 'x.npy'}")
+    assert rc == 1, err  # float -> string differs: onnx.reference writes '2.0', onnxruntime '2'
+    assert "output s <U21[3]: identical" in out, out
+    assert "output f <U32[3]: DIFFER (2 of 3 strings differ, e.g. qlinear '2.0', onnxruntime '2')" in out, out
+    rc, out, err = _main(capsys, "compare", path, "--input", f"x={tmp_path / 'x.npy'}", "--json")
+    outputs = {o["name"]: o for o in json.loads(out)["outputs"]}
+    assert outputs["s"]["verdict"] == "identical" and outputs["f"]["mismatches"] == 2
 
 
 @pytest.mark.parametrize("arg,fragment", [

@@ -55,6 +55,14 @@ def float_tensor(op: str, name: str, value: Any) -> np.ndarray:
     return arr
 
 
+def float_attribute(op: str, name: str, value: Any) -> float:
+    """A float attribute (alpha, epsilon, scale, ...): a real number, as a Python float."""
+    if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{op}: attribute {name} must be a real number; got "
+                        f"{type(value).__name__} {value!r}")
+    return float(value)
+
+
 def flag(op: str, name: str, value: Any) -> int:
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value not in (0, 1):
         raise ValueError(f"{op}: attribute {name} must be 0 or 1; got {value!r}")

@@ -8,6 +8,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import _native
+from .. import _validate as v
 from . import _params as p
 from ._arith import F32, cvt, fma, mlas_quantize, saturate
 
@@ -62,6 +63,7 @@ def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np.ndarray, b
         if len(_PAIR_TABLES) >= 256:
             _PAIR_TABLES.clear()
         _PAIR_TABLES[key] = table
+    v.check_size(f"qlinear_{key[0]}", "the index of operand pairs", shape, 2)
     index = np.left_shift(a.view(np.uint8), 8, dtype=np.uint16) | b.view(np.uint8)
     return table[np.broadcast_to(index, shape) if index.shape != shape else index]
 
@@ -99,6 +101,7 @@ def _binary_inputs(op, A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_sca
     sb, zb = p.qparams(op, "B_scale", B_scale, "B_zero_point", B_zero_point, "B", b.dtype)
     sc, zc = p.qparams(op, "C_scale", C_scale, "C_zero_point", C_zero_point, "A", a.dtype, divides=True)
     shape = p.broadcast_shape(op, "A and B", a.shape, b.shape)
+    v.check_size(op, "the output", shape, 1)
     return a, b, (sa, za), (sb, zb), (sc, zc), shape
 
 
@@ -216,6 +219,7 @@ class PreparedBinary:
         if plan is None:
             name = "qlinear_mul" if self._mul else "qlinear_add"
             shape = p.broadcast_shape(name, "A and B", sa, sb)
+            v.check_size(name, "the output", shape, 1)
             swap = False if self._mul else _input0_is_span_scalar(sa, sb)
             plan = (shape, int(np.prod(shape)), swap)
             if len(self._plans) >= 64:
@@ -344,6 +348,7 @@ def apply_table(x: np.ndarray, table: np.ndarray) -> np.ndarray:
 
 def _unary_table_op(op, X, X_scale, X_zero_point, Y_scale, Y_zero_point, kind, alpha=F32(0)):
     x = p.tensor(op, "X", X)
+    v.check_size(op, "the output", x.shape, 1)  # X may be a broadcast view
     return _apply_table(x, unary_table(kind, x.dtype, X_scale, X_zero_point, Y_scale, Y_zero_point, alpha))
 
 
@@ -365,6 +370,7 @@ def qlinear_sigmoid(X: np.ndarray, X_scale: Any, X_zero_point: Any, Y_scale: Any
 def qlinear_leaky_relu(X: np.ndarray, X_scale: Any, X_zero_point: Any, Y_scale: Any,
                        Y_zero_point: Any = None, *, alpha: float = 0.01) -> np.ndarray:
     """com.microsoft QLinearLeakyRelu: table of v >= 0 ? v : f(alpha · v) (alpha as float32)."""
+    alpha = p.float_attribute("qlinear_leaky_relu", "alpha", alpha)
     return _unary_table_op("qlinear_leaky_relu", X, X_scale, X_zero_point, Y_scale, Y_zero_point,
                            "leaky_relu", F32(alpha))
 
@@ -402,6 +408,9 @@ def qlinear_concat(Y_scale: Any, Y_zero_point: Any, *inputs: Any, axis: int) -> 
         if x.ndim != first.ndim or x.shape[:ax] + x.shape[ax + 1:] != first.shape[:ax] + first.shape[ax + 1:]:
             raise ValueError(f"{op}: input {k} has shape {x.shape}; every input must have input 0's "
                              f"shape {first.shape} except along axis {ax}")
+    out_shape = list(first.shape)
+    out_shape[ax] = sum(x.shape[ax] for x, _, _ in parts)
+    v.check_size(op, "the output", tuple(out_shape), 1)  # (each requantized input is smaller)
     converted = [_requantized(x, s, z, sy, zy) for x, s, z in parts]
     return np.concatenate(converted, axis=ax)
 
@@ -420,5 +429,6 @@ def qlinear_where(condition: np.ndarray, X: np.ndarray, x_scale: Any, x_zero_poi
     sx, zx = p.qparams(op, "x_scale", x_scale, "x_zero_point", x_zero_point, "X", x.dtype)
     sy, zy = p.qparams(op, "y_scale", y_scale, "y_zero_point", y_zero_point, "Y", x.dtype)
     sz, zz = p.qparams(op, "z_scale", z_scale, "z_zero_point", z_zero_point, "X", x.dtype, divides=True)
-    p.broadcast_shape(op, "condition, X and Y", np.shape(condition), x.shape, y.shape)
+    v.check_size(op, "the output", p.broadcast_shape(op, "condition, X and Y", np.shape(condition),
+                                                    x.shape, y.shape), 1)
     return np.where(condition, _requantized(x, sx, zx, sz, zz), _requantized(y, sy, zy, sz, zz))

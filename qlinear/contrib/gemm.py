@@ -28,6 +28,18 @@ def _column_param(op: str, name: str, arr: np.ndarray, n: int) -> np.ndarray:
     raise ValueError(f"{op}: {name} must have one element or one per column of B ({n}); got shape {arr.shape}")
 
 
+def _product_as(op: str, product, *args) -> np.ndarray:
+    """``product(*args)`` (qlinear's MatMulInteger, or an emulation of it), its errors naming
+    ``op``, the operator the caller called, instead of matmul_integer."""
+    try:
+        return product(*args)
+    except ValueError as e:
+        inner = "matmul_integer: "
+        if str(e).startswith(inner):
+            raise ValueError(f"{op}: {str(e)[len(inner):]}") from None
+        raise
+
+
 class PreparedQGemm:
     """QGemm with a constant B (and its scale and zero point) validated and pre-transformed once
     (``qlinear.prepare_matmul_integer``); ``run`` takes the remaining inputs."""
@@ -64,7 +76,7 @@ class PreparedQGemm:
                              f"{(self.k, self.n)} cannot be multiplied (K differs)")
         m, n = a2.shape[0], self.n
         sa, za = p.qparams(op, "a_scale", a_scale, "a_zero_point", a_zero_point, "A", a.dtype, required_zp=True)
-        acc = self._accumulate(a2, np.asarray(za, a.dtype))
+        acc = _product_as(op, self._accumulate, a2, np.asarray(za, a.dtype))
         if C is not None:
             c = v.integer_tensor(op, "C", C, (np.dtype(np.int32),))
             try:
@@ -73,7 +85,7 @@ class PreparedQGemm:
                 raise ValueError(f"{op}: C must broadcast to (M, N) = {(m, n)}; got shape {c.shape}") from None
             acc = np.add(acc, c, dtype=np.int32)  # wraps modulo 2**32, as onnxruntime's int32 adds
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-            s = F32(alpha) * sa * self.b_scale  # float32(float32(alpha · a_scale) · b_scale_j)
+            s = F32(p.float_attribute(op, "alpha", alpha)) * sa * self.b_scale  # f(f(alpha · a_scale) · b_scale_j)
         if y_scale is None:
             if y_zero_point is not None:
                 raise TypeError(f"{op}: y_zero_point is given without y_scale")
@@ -119,7 +131,7 @@ def _matmul_integer_to_float(op: str, a: np.ndarray, b: np.ndarray, sa: np.float
         bz = np.zeros((), b.dtype)
     else:
         bz = _column_param(op, "b_zero_point", v.zero_point(op, "b_zero_point", b_zero_point, "B", b.dtype), n)
-    acc = product(a, b, np.asarray(za, a.dtype), bz)
+    acc = _product_as(op, product, a, b, np.asarray(za, a.dtype), bz)
     with np.errstate(over="ignore", invalid="ignore"):
         y = acc.astype(F32) * (sa * bs)  # s_j = f(a_scale · b_scale_j), then one multiply
         if bias is not None:
@@ -168,6 +180,7 @@ def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     Returns (y, scale as a 0-d float32 array, zero point as a 0-d uint8 array)."""
     op = "dynamic_quantize_linear"
     arr = p.float_tensor(op, "x", x)
+    v.check_size(op, "the output", arr.shape, 1)  # before reducing x (maybe a broadcast view)
     lo_x = hi_x = F32(0)
     if arr.size:
         lo_x, hi_x = arr.min(), arr.max()

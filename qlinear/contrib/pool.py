@@ -38,6 +38,7 @@ def _global_average(op: str, x: np.ndarray, sx, zx, sy, zy) -> np.ndarray:
         raise ValueError(f"{op}: the requantization multiplier x_scale / (y_scale * {count}) = {m} "
                          "is outside [2**-32, 256), which onnxruntime refuses")
     spatial = tuple(range(2, x.ndim))
+    v.check_size(op, "the int64 sums", x.shape[:2], 8)
     acc = _wrap32(x.sum(axis=spatial, dtype=np.int64, keepdims=True) - np.int64(zx) * count)
     return requantize_multiply(acc.astype(F32), m, zy, x.dtype)
 
@@ -131,6 +132,8 @@ def qlinear_average_pool(X: np.ndarray, x_scale: Any, x_zero_point: Any, y_scale
             xc = xc[(slice(None), slice(None)) + (slice(None),) * i + (slice(-begin[i], None),)]
             begin[i] = 0
     spatial = xc.shape[2:]
+    v.check_size(op, "the output's int64 values", xc.shape[:2] + tuple(out), 8)
+    v.check_size(op, "the float32 copy of X", xc.shape, 4)
     with np.errstate(over="ignore", invalid="ignore"):
         deq = (xc.astype(np.int32) - zx).astype(F32) * sx
     # Windows may reach past the end padding (ceil_mode); pad enough zeros on both sides so
@@ -220,6 +223,7 @@ def qlinear_softmax(X: np.ndarray, X_scale: Any, x_zero_point: Any, y_scale: Any
     ax = p.axis(op, axis, x.ndim)
     if x.size == 0:
         return np.empty(x.shape, x.dtype)
+    v.check_size(op, "the float64 products", x.shape, 8)  # X may be a broadcast view
     if opset < 13:
         rows = x.reshape(math.prod(x.shape[:ax]), -1)
     else:

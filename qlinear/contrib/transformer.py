@@ -29,7 +29,9 @@ _erf = np.vectorize(math.erf, otypes=[F64])
 
 def gelu(X: np.ndarray) -> np.ndarray:
     """com.microsoft Gelu: x · Φ(x) = 0.5 · x · (1 + erf(x / √2))."""
-    x = p.float_tensor("gelu", "X", X).astype(F64)
+    x = p.float_tensor("gelu", "X", X)
+    v.check_size("gelu", "the float64 copy of X", x.shape, 8)
+    x = x.astype(F64)
     return (0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))).astype(F32)
 
 
@@ -37,7 +39,9 @@ def fast_gelu(X: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """com.microsoft FastGelu: the tanh approximation 0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))
     of x = X + bias (bias broadcast along the last axis)."""
     op = "fast_gelu"
-    x = p.float_tensor(op, "X", X).astype(F64)
+    x = p.float_tensor(op, "X", X)
+    v.check_size(op, "the float64 copy of X", x.shape, 8)
+    x = x.astype(F64)
     if bias is not None:
         b = p.float_tensor(op, "bias", bias)
         if b.ndim != 1 or (x.ndim and b.shape[0] != x.shape[-1]):
@@ -85,13 +89,14 @@ def skip_layer_normalization(input: np.ndarray, skip: np.ndarray, gamma: np.ndar
         except ValueError:
             raise ValueError(f"{op}: skip must broadcast to input's shape {x.shape}; got shape {sk.shape}") from None
     hidden = x.shape[-1]
+    v.check_size(op, "the float64 sum of input and skip", x.shape, 8)
     s = x.astype(F64) + sk
     if bias is not None:
         s = s + _hidden_param(op, "bias", bias, hidden)
     s32 = s.astype(F32)
     g = _hidden_param(op, "gamma", gamma, hidden)
     b = None if beta is None else _hidden_param(op, "beta", beta, hidden)
-    y, mean, inv_std = _layer_norm(s, g, b, float(epsilon))
+    y, mean, inv_std = _layer_norm(s, g, b, p.float_attribute(op, "epsilon", epsilon))
     return y.astype(F32), mean.astype(F32), inv_std.astype(F32), s32
 
 
@@ -112,6 +117,7 @@ def embed_layer_normalization(input_ids: np.ndarray, segment_ids: np.ndarray | N
     positions = p.float_tensor(op, "position_embedding", position_embedding)
     hidden = words.shape[-1]
     batch, seq = ids.shape
+    v.check_size(op, "the float64 embeddings", (batch, seq, hidden), 8)
 
     def gather(table: np.ndarray, index: np.ndarray, name: str) -> np.ndarray:
         if index.size and (index.min() < 0 or index.max() >= table.shape[0]):
@@ -130,7 +136,7 @@ def embed_layer_normalization(input_ids: np.ndarray, segment_ids: np.ndarray | N
         seg = v.integer_tensor(op, "segment_ids", segment_ids, (np.dtype(np.int32),))
         e = e + gather(p.float_tensor(op, "segment_embedding", segment_embedding), seg, "segment_ids")
     y, _, _ = _layer_norm(e, _hidden_param(op, "gamma", gamma, hidden), _hidden_param(op, "beta", beta, hidden),
-                          float(epsilon))
+                          p.float_attribute(op, "epsilon", epsilon))
     if mask is None:
         mask_index = np.zeros(batch, np.int32)
     else:
@@ -163,6 +169,7 @@ def _attention_core(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, p
     total = past_len + seq
     present = np.stack([k, vv]).astype(F32)
     s = scale if scale else 1.0 / math.sqrt(head)
+    v.check_size(op, "the float64 attention scores", (batch, num_heads, seq, total), 8)
     scores = np.matmul(q, k.swapaxes(-1, -2))
     scores *= s
     if mask_index is not None:
@@ -215,7 +222,8 @@ def attention(input: np.ndarray, weights: np.ndarray, bias: np.ndarray | None = 
     qkv = x.astype(F64) @ w.astype(F64)
     if bias is not None:
         qkv = qkv + _hidden_param(op, "bias", bias, w.shape[1])
-    return _attention_core(op, qkv, n, mask_index, past, uni, float(scale), float(mask_filter_value))
+    return _attention_core(op, qkv, n, mask_index, past, uni, p.float_attribute(op, "scale", scale),
+                           p.float_attribute(op, "mask_filter_value", mask_filter_value))
 
 
 def qattention(input: np.ndarray, weight: np.ndarray, bias: np.ndarray, input_scale: Any, weight_scale: Any,
@@ -254,4 +262,5 @@ def _qattention_op(input, weight, bias, input_scale, weight_scale, mask_index=No
     with np.errstate(over="ignore"):
         qkv = acc.astype(F32) * (ws.reshape(-1) * sx if ws.size > 1 else F32(ws.reshape(()) * sx))
         qkv = qkv + _hidden_param(op, "bias", bias, cols).astype(F32)
-    return _attention_core(op, qkv.astype(F64), n, mask_index, past, uni, float(scale), float(mask_filter_value))
+    return _attention_core(op, qkv.astype(F64), n, mask_index, past, uni, p.float_attribute(op, "scale", scale),
+                           p.float_attribute(op, "mask_filter_value", mask_filter_value))

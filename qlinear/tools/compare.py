@@ -127,6 +127,8 @@ def compare_tensor(q: Any, r: Any, *, atol: float = DEFAULT_ATOL, rtol: float = 
     q, r = np.asarray(q), np.asarray(r)
     out: dict[str, Any] = {"elements": int(q.size), "mismatches": 0, "outside": 0,
                            "verdict": "identical", "kind": "float" if q.dtype.kind == "f" else "integer"}
+    if q.dtype.kind in "OSU" or r.dtype.kind in "OSU":
+        return _compare_strings(q, r, out)
     if q.shape != r.shape or q.dtype != r.dtype:
         out.update(mismatches=int(max(q.size, r.size)), outside=int(max(q.size, r.size)),
                    verdict="DIFFER",
@@ -163,6 +165,26 @@ def compare_tensor(q: Any, r: Any, *, atol: float = DEFAULT_ATOL, rtol: float = 
                   & finite & (q.dtype == np.float32))
     max_ulp = int(_ulp_each(q[bad][meaningful], r[bad][meaningful]).max()) if meaningful.any() else None
     out["max_ulp"] = max_ulp if max_ulp is not None and max_ulp <= 1024 else None
+    return out
+
+
+def _compare_strings(q: np.ndarray, r: np.ndarray, out: dict[str, Any]) -> dict[str, Any]:
+    """String tensors, exactly: onnxruntime returns them as object arrays, onnx.reference
+    (hence qlinear) as unicode arrays, so the values are compared, not the dtypes."""
+    out["kind"] = "string"
+    qs, rs = q.astype(str), r.astype(str)
+    if qs.shape != rs.shape:
+        n = int(max(q.size, r.size))
+        out.update(mismatches=n, outside=n, verdict="DIFFER",
+                   problem=f"qlinear {q.dtype}{list(q.shape)}, onnxruntime {r.dtype}{list(r.shape)}")
+        return out
+    bad = qs != rs
+    n = int(bad.sum())
+    if n:
+        i = np.flatnonzero(bad)[0]
+        out.update(mismatches=n, outside=n, verdict="DIFFER",
+                   problem=f"{n} of {q.size} strings differ, e.g. qlinear {str(qs.flat[i])!r}, "
+                           f"onnxruntime {str(rs.flat[i])!r}")
     return out
 
 
@@ -284,7 +306,8 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
                 continue
             mismatched_tensors.add(out)
             if "problem" in c:
-                row["diagnosis"] = f"shapes or types differ: {c['problem']}"
+                row["diagnosis"] = (c["problem"] if c["kind"] == "string"
+                                    else f"shapes or types differ: {c['problem']}")
                 row["max_diff"], row["unit"] = None, ""
             elif c["kind"] == "integer":
                 row["max_diff"], row["unit"] = max(row["max_diff"] or 0, c["max_steps"]), "steps"
@@ -315,8 +338,8 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
             scale = float(np.asarray(ql[node.input[1]]).reshape(()))
             if scale > 0:  # a dequantized output: the difference in quantization steps too
                 entry["max_steps"] = round(c["max_abs"] / scale, 3)
-        if o.name in ort_vals and not np.array_equal(np.asarray(ort_vals[o.name]),
-                                                     np.asarray(ort_outputs[o.name]), equal_nan=True):
+        if o.name in ort_vals and compare_tensor(np.asarray(ort_vals[o.name]),
+                                                 np.asarray(ort_outputs[o.name]))["mismatches"]:
             entry["instrumented_differs"] = True  # normal session's optimizations change it
         outputs.append(entry)
     verdict = _worst(o["verdict"] for o in outputs)

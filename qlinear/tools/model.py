@@ -417,10 +417,26 @@ def validate_model(model: onnx.ModelProto, path: str) -> None:
         checked = onnx.ModelProto()
         checked.CopyFrom(model)
         checked.ir_version = 4
+    if _values_without_shape(checked.graph):
+        # A graph input or output whose tensor type has no shape field (onnx.helper's
+        # make_tensor_value_info(name, type, None)): the checker requires the field, while
+        # onnxruntime and onnx.reference run the model (the shape is simply unknown). Check
+        # a copy where those types carry an empty shape field: the checker needs the field
+        # only, it runs no shape inference here (the model that runs is not changed).
+        if checked is model:
+            checked = onnx.ModelProto()
+            checked.CopyFrom(model)
+        for vi in _values_without_shape(checked.graph):
+            vi.type.tensor_type.shape.SetInParent()
     try:
         onnx.checker.check_model(checked)
     except Exception as e:
         raise ToolError(f"{path}: invalid ONNX model: {_one_line(e)}") from None
+
+
+def _values_without_shape(graph: onnx.GraphProto) -> list:
+    return [vi for vi in list(graph.input) + list(graph.output)
+            if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")]
 
 
 def _initializers_outside_inputs(model: onnx.ModelProto) -> bool:
