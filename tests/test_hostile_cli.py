@@ -433,6 +433,20 @@ def test_bench_errors_are_one_line(capsys):
     _one_line_error(*_main(capsys, "bench", "--repeat", "x"), "--repeat")
 
 
+def test_bench_list_with_a_pattern_that_selects_nothing_is_an_error(capsys):
+    """--list used to print nothing and exit 0 where the same --cases without it is an error."""
+    _one_line_error(*_main(capsys, "bench", "--cases", "no-such-case-anywhere", "--list"),
+                    "no case matches 'no-such-case-anywhere'")
+    _one_line_error(*_main(capsys, "bench", "--quick", "--cases", "16M", "--list"),
+                    "no case matches '16M' in the --quick subset")
+    assert bench.main(["--cases", "nomatch", "--list"]) == 2
+    assert capsys.readouterr().err.startswith("qlinear: error: no case matches 'nomatch'")
+    rc, out, err = _main(capsys, "bench", "--cases", "dequantize", "--list")
+    assert rc == 0 and "dequantize.16M" in out, (rc, out, err)
+    rc, out, err = _main(capsys, "bench", "--list")
+    assert rc == 0 and len(out.splitlines()) == len(bench.all_cases()), (rc, err)
+
+
 @pytest.mark.parametrize("flag,value", [("--threads", 0), ("--threads", 5000), ("--repeat", 0),
                                         ("--reference-budget", -1)])
 def test_bench_bad_numbers_are_refused_before_anything_runs(capsys, tmp_path, flag, value):
