@@ -888,3 +888,28 @@ def test_fuzz_structured_mutations_run_or_fail_in_one_line(tmp_path):
             assert not re.match(r"qlinear: error: (KeyError|AttributeError|UnicodeDecodeError|"
                                 r"MemoryError)", e), (k, e)
     assert time.perf_counter() - start < 60
+
+
+@pytest.mark.parametrize("value", ["maybe", "2", "on", "sat"])
+def test_bad_ort_saturates_variable_is_refused(capsys, monkeypatch, tmp_path, value):
+    """A garbage QLINEAR_ORT_SATURATES was silently ignored (the probe was measured instead):
+    it is refused, naming the variable, the accepted values and what was given, in the Python
+    API (ValueError) and in the command (one line, exit 2, before anything runs)."""
+    from qlinear.tools import ortsat
+
+    monkeypatch.setenv(ortsat.PROBE_ENV, value)
+    want = f"QLINEAR_ORT_SATURATES must be one of 1, 0"
+    for f in (ortsat.onnxruntime_saturates, ortsat.probe_source):
+        with pytest.raises(ValueError, match=want + ".*" + re.escape(f"got {value!r}")):
+            f()
+    path = _relu(tmp_path)
+    for argv in (["compare", path], ["run", path], ["run"]):
+        _one_line_error(*_main(capsys, *argv), want, "true/false", f"got {value!r}")
+    # accepted values, any case and spacing; empty means unset (measured)
+    for v, want_value in (("1", True), (" Yes ", True), ("saturates", True), ("0", False),
+                          ("FALSE", False), ("exact", False)):
+        monkeypatch.setenv(ortsat.PROBE_ENV, v)
+        assert ortsat.onnxruntime_saturates() is want_value
+        assert ortsat.probe_source() == f"set by QLINEAR_ORT_SATURATES={v}"
+    monkeypatch.setenv(ortsat.PROBE_ENV, "")
+    assert ortsat.probe_source() == "measured"
