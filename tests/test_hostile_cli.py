@@ -913,3 +913,68 @@ def test_bad_ort_saturates_variable_is_refused(capsys, monkeypatch, tmp_path, va
         assert ortsat.probe_source() == f"set by QLINEAR_ORT_SATURATES={v}"
     monkeypatch.setenv(ortsat.PROBE_ENV, "")
     assert ortsat.probe_source() == "measured"
+
+
+def _contrib_guard_case(op, tmp_path):
+    """A model where the com.microsoft ``op`` makes a 128 x 128 result from small operands:
+    (nbytes, path): its output (8-bit, the elementwise operators and QLinearConcat) or its
+    int32 accumulator / float32 output (QGemm, the matmul-like operators, QLinearConv)."""
+    a = lambda v, n, dt: numpy_helper.from_array(np.asarray(v, dt), n)  # noqa: E731
+    s = lambda n: a(0.5, n, np.float32)  # noqa: E731
+    u = lambda n, v=3: a(v, n, np.uint8)  # noqa: E731
+    col, row = np.arange(128).reshape(128, 1) % 7, np.arange(128).reshape(1, 128) % 5
+    mk = lambda ins, **kw: helper.make_node(op, ins, ["y"], name="n", domain="com.microsoft", **kw)  # noqa: E731
+    binary = ([mk(["a", "as", "az", "b", "bs", "bz", "ys", "yz"])],
+              [a(col, "a", np.uint8), s("as"), u("az"), a(row, "b", np.uint8), s("bs"), u("bz", 1),
+               s("ys"), u("yz")], 2, 16384)
+    cases = {
+        "QLinearAdd": binary, "QLinearMul": binary,
+        "QLinearWhere": ([mk(["c", "a", "as", "az", "b", "bs", "bz", "ys", "yz"])],
+                         [a(col > 3, "c", np.bool_), a(row, "a", np.uint8), s("as"), u("az"),
+                          a([[9]], "b", np.uint8), s("bs"), u("bz"), s("ys"), u("yz")], 2, 16384),
+        "QLinearConcat": ([mk(["ys", "yz", "a", "as", "az", "b", "bs", "bz"], axis=0)],
+                          [s("ys"), u("yz"), a(np.ones((64, 128)), "a", np.uint8), s("as"), u("az"),
+                           a(np.ones((64, 128)), "b", np.uint8), s("bs"), u("bz")], 2, 16384),
+        "QGemm": ([mk(["a", "as", "az", "b", "bs", "bz", "", "ys", "yz"])],
+                  [a(col, "a", np.uint8), s("as"), u("az"), a(row, "b", np.int8), s("bs"),
+                   a(0, "bz", np.int8), s("ys"), u("yz")], 2, 65536),
+        "MatMulIntegerToFloat": ([mk(["a", "b", "as", "bs", "az", "bz"])],
+                                 [a(col, "a", np.uint8), a(row, "b", np.int8), s("as"), s("bs"),
+                                  u("az"), a(0, "bz", np.int8)], 2, 65536),
+        "DynamicQuantizeMatMul": ([mk(["a", "b", "bs", "bz"])],
+                                  [a(col, "a", np.float32), a(row, "b", np.int8), s("bs"),
+                                   a(0, "bz", np.int8)], 2, 65536),
+        "QLinearConv": ([mk(["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], pads=[64, 64, 63, 63])],
+                        [a(np.full((1, 1, 1, 1), 7), "x", np.uint8), s("xs"), u("xz"),
+                         a(np.ones((1, 1, 1, 1)), "w", np.int8), s("ws"), a(0, "wz", np.int8),
+                         s("ys"), u("yz")], 4, 65536),
+    }
+    nodes, inits, rank, nbytes = cases[op]
+    elem = T.FLOAT if op in ("MatMulIntegerToFloat", "DynamicQuantizeMatMul") else T.UINT8
+    m = helper.make_model(helper.make_graph(nodes, "g", [], [_out("y", rank, elem)], inits),
+                          opset_imports=[helper.make_opsetid("", 13),
+                                         helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    path = tmp_path / f"{op}.onnx"
+    path.write_bytes(m.SerializeToString())
+    return nbytes, str(path)
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul", "QLinearWhere", "QLinearConcat", "QGemm",
+                                "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QLinearConv"])
+def test_size_guard_contrib_operators(capsys, tmp_path, op):
+    """--max-tensor-bytes also bounds the com.microsoft operators qlinear runs (they were
+    bounded only by the machine-wide max_output_bytes): above the limit, refused before the
+    operator runs, naming the node; at the limit, the result is the unguarded one."""
+    nbytes, path = _contrib_guard_case(op, tmp_path)
+    _one_line_error(*_main(capsys, "run", path, "--max-tensor-bytes", nbytes - 1),
+                    f"node 'n' (com.microsoft.{op}-1)", "128, 128]", f"{nbytes // 1024}.0 KiB",
+                    "--max-tensor-bytes")
+    rc, out, err = _main(capsys, "run", path, "--max-tensor-bytes", nbytes, "--output-dir", tmp_path / "o")
+    assert rc == 0, err
+    got = np.load(tmp_path / "o" / "y.npy")
+    assert got.shape[-2:] == (128, 128)
+    want = backend.QLinearRep(onnx.load(path)).run({})[0]
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(backend.NodeError, match=f"com.microsoft.{op}-1"):
+        backend.QLinearRep(onnx.load(path), max_tensor_bytes=nbytes - 1).run({})
