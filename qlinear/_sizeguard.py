@@ -8,7 +8,7 @@ time say nothing about it, and NumPy would try to allocate 93 GiB and fail with 
 size from their inputs first and refuse, naming the node, when it is above the limit; so do
 the com.microsoft operators of qlinear.backend_contrib whose output follows from broadcasting
 or shapes (CONTRIB_SIZE_GUARDS: QLinearAdd, QLinearMul, QLinearWhere, QLinearConcat, QGemm,
-MatMulIntegerToFloat, DynamicQuantizeMatMul, QLinearConv).
+MatMulIntegerToFloat, DynamicQuantizeMatMul, QLinearConv, QLinearAveragePool).
 """
 
 from __future__ import annotations
@@ -274,12 +274,45 @@ def _out_contrib_conv(args, attrs, version):
     return _out_quantized_conv(3)(args, attrs, version)
 
 
+def _out_qlinear_average_pool(args, attrs, version):
+    """com.microsoft QLinearAveragePool: the larger of its padded float32 copy of X and its
+    int64 window sums, sized as qlinear.contrib.pool computes them (pads are below the kernel,
+    but a large kernel still pads a small input to kernel-size windows)."""
+    from qlinear.contrib.pool import _pool_geometry
+
+    shape = list(np.shape(args[0]))
+    if len(shape) < 3:
+        return None
+    if attrs.get("channels_last", 0):
+        shape = [shape[0], shape[-1]] + shape[1:-1]
+    nd = len(shape) - 2
+    kernel = list(attrs["kernel_shape"])
+    strides = list(attrs.get("strides") or [1] * nd)
+    pads = attrs.get("pads")
+    spatial = shape[2:]
+    begin, end, out = _pool_geometry("qlinear_average_pool", spatial, kernel, strides,
+                                     None if pads is None else list(pads),
+                                     attrs.get("auto_pad", "NOTSET"), attrs.get("ceil_mode", 0))
+    if tuple(kernel) == tuple(spatial) and not any(begin) and not any(end):
+        return None  # the global average: no copy, a smaller output
+    begin = list(begin)
+    for i in range(nd):
+        if begin[i] < 0:  # the operator drops what no window reads
+            spatial[i] = max(spatial[i] + begin[i], 0)
+            begin[i] = 0
+    extra = [max(0, (out[i] - 1) * strides[i] + kernel[i] - (spatial[i] + begin[i])) for i in range(nd)]
+    padded = shape[:2] + [spatial[i] + begin[i] + extra[i] for i in range(nd)]
+    sums = shape[:2] + list(out)
+    return (padded, 4) if _prod(padded) * 4 >= _prod(sums) * 8 else (sums, 8)
+
+
 #: The com.microsoft operators of qlinear.backend_contrib guarded as OUTPUT_SIZE_GUARDS.
 CONTRIB_SIZE_GUARDS: dict[str, Any] = {
     "QLinearAdd": _out_contrib_binary, "QLinearMul": _out_contrib_binary,
     "QLinearWhere": _out_qlinear_where, "QLinearConcat": _out_qlinear_concat,
     "QGemm": _out_qgemm, "MatMulIntegerToFloat": _out_contrib_matmul,
     "DynamicQuantizeMatMul": _out_contrib_matmul, "QLinearConv": _out_contrib_conv,
+    "QLinearAveragePool": _out_qlinear_average_pool,
 }
 
 

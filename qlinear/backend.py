@@ -890,7 +890,7 @@ class QLinearRep(BackendRep):
         """``max_tensor_bytes``: refuse (NodeError) before an operator whose output size
         depends on input values or broadcasting (Expand, ConstantOfShape, Tile, Pad, Resize,
         Range, OneHot, MatMul, elementwise operators, the quantized convolutions and products,
-        com.microsoft QLinearAdd/Mul/Where/Concat, QGemm, ...) would allocate more (see
+        com.microsoft QLinearAdd/Mul/Where/Concat/AveragePool, QGemm, ...) would allocate more (see
         ``qlinear._sizeguard``); None: no limit."""
         from qlinear._control import CONTROL_KERNELS
         from qlinear._sizeguard import with_size_guards

@@ -918,7 +918,8 @@ def test_bad_ort_saturates_variable_is_refused(capsys, monkeypatch, tmp_path, va
 def _contrib_guard_case(op, tmp_path):
     """A model where the com.microsoft ``op`` makes a 128 x 128 result from small operands:
     (nbytes, path): its output (8-bit, the elementwise operators and QLinearConcat) or its
-    int32 accumulator / float32 output (QGemm, the matmul-like operators, QLinearConv)."""
+    int32 accumulator / float32 output (QGemm, the matmul-like operators, QLinearConv), or
+    QLinearAveragePool's padded float32 copy of its input."""
     a = lambda v, n, dt: numpy_helper.from_array(np.asarray(v, dt), n)  # noqa: E731
     s = lambda n: a(0.5, n, np.float32)  # noqa: E731
     u = lambda n, v=3: a(v, n, np.uint8)  # noqa: E731
@@ -948,6 +949,12 @@ def _contrib_guard_case(op, tmp_path):
                         [a(np.full((1, 1, 1, 1), 7), "x", np.uint8), s("xs"), u("xz"),
                          a(np.ones((1, 1, 1, 1)), "w", np.int8), s("ws"), a(0, "wz", np.int8),
                          s("ys"), u("yz")], 4, 65536),
+        # pads < kernel_shape (onnxruntime's rule), but a large kernel pads a 1x1 input to
+        # 127 x 127: the float32 padded copy, 64516 bytes, is its largest tensor
+        "QLinearAveragePool": ([mk(["x", "xs", "xz", "ys", "yz"], kernel_shape=[64, 64],
+                                   pads=[63, 63, 63, 63], count_include_pad=1)],
+                               [a(np.full((1, 1, 1, 1), 7), "x", np.uint8), s("xs"), u("xz"),
+                                s("ys"), u("yz")], 4, 64516),
     }
     nodes, inits, rank, nbytes = cases[op]
     elem = T.FLOAT if op in ("MatMulIntegerToFloat", "DynamicQuantizeMatMul") else T.UINT8
@@ -961,19 +968,21 @@ def _contrib_guard_case(op, tmp_path):
 
 
 @pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul", "QLinearWhere", "QLinearConcat", "QGemm",
-                                "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QLinearConv"])
+                                "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QLinearConv",
+                                "QLinearAveragePool"])
 def test_size_guard_contrib_operators(capsys, tmp_path, op):
     """--max-tensor-bytes also bounds the com.microsoft operators qlinear runs (they were
     bounded only by the machine-wide max_output_bytes): above the limit, refused before the
     operator runs, naming the node; at the limit, the result is the unguarded one."""
     nbytes, path = _contrib_guard_case(op, tmp_path)
+    side = 127 if op == "QLinearAveragePool" else 128
     _one_line_error(*_main(capsys, "run", path, "--max-tensor-bytes", nbytes - 1),
-                    f"node 'n' (com.microsoft.{op}-1)", "128, 128]", f"{nbytes // 1024}.0 KiB",
-                    "--max-tensor-bytes")
+                    f"node 'n' (com.microsoft.{op}-1)", f"{side}, {side}]",
+                    f"{nbytes / 1024:.1f} KiB", "--max-tensor-bytes")
     rc, out, err = _main(capsys, "run", path, "--max-tensor-bytes", nbytes, "--output-dir", tmp_path / "o")
     assert rc == 0, err
     got = np.load(tmp_path / "o" / "y.npy")
-    assert got.shape[-2:] == (128, 128)
+    assert got.shape[-2:] == ((64, 64) if op == "QLinearAveragePool" else (128, 128))
     want = backend.QLinearRep(onnx.load(path)).run({})[0]
     np.testing.assert_array_equal(got, want)
     with pytest.raises(backend.NodeError, match=f"com.microsoft.{op}-1"):
