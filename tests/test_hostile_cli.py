@@ -987,3 +987,7 @@ def test_size_guard_contrib_operators(capsys, tmp_path, op):
     np.testing.assert_array_equal(got, want)
     with pytest.raises(backend.NodeError, match=f"com.microsoft.{op}-1"):
         backend.QLinearRep(onnx.load(path), max_tensor_bytes=nbytes - 1).run({})
+    # the guarded kernel still knows its constant inputs (its prepared-weights cache)
+    rep = backend.QLinearRep(onnx.load(path), max_tensor_bytes=nbytes)
+    [rt] = list(rep.evaluator.rt_nodes_)
+    assert rt.guarded_impl.constant_inputs == frozenset(i for i in rt.onnx_node.input if i)
