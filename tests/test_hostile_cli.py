@@ -898,7 +898,7 @@ def test_bad_ort_saturates_variable_is_refused(capsys, monkeypatch, tmp_path, va
     from qlinear.tools import ortsat
 
     monkeypatch.setenv(ortsat.PROBE_ENV, value)
-    want = f"QLINEAR_ORT_SATURATES must be one of 1, 0"
+    want = "QLINEAR_ORT_SATURATES must be one of 1, 0"
     for f in (ortsat.onnxruntime_saturates, ortsat.probe_source):
         with pytest.raises(ValueError, match=want + ".*" + re.escape(f"got {value!r}")):
             f()
