@@ -5,7 +5,10 @@ A model can compute a shape and then ask for a tensor of that shape (Expand, Con
 Tile, Pad, Resize, Range, OneHot, a broadcasting Add, ...): the declared sizes checked at load
 time say nothing about it, and NumPy would try to allocate 93 GiB and fail with MemoryError
 (or succeed and swap). With ``max_tensor_bytes`` set, these operators compute their output's
-size from their inputs first and refuse, naming the node, when it is above the limit.
+size from their inputs first and refuse, naming the node, when it is above the limit; so do
+the com.microsoft operators of qlinear.backend_contrib whose output follows from broadcasting
+or shapes (CONTRIB_SIZE_GUARDS: QLinearAdd, QLinearMul, QLinearWhere, QLinearConcat, QGemm,
+MatMulIntegerToFloat, DynamicQuantizeMatMul, QLinearConv, QLinearAveragePool).
 """
 
 from __future__ import annotations
@@ -200,6 +203,119 @@ def _out_qlinear_matmul(args, attrs, version):
     return None if shape is None else (shape, 4)
 
 
+# com.microsoft operators (qlinear.backend_contrib): the output of the 8-bit elementwise ones
+# and of QLinearConcat (qlinear's kernels write it directly, 1 byte an element), the int32
+# accumulator or float32 output of the matmul-like ones and of QLinearConv (4 bytes).
+
+
+def _out_contrib_binary(args, attrs, version):
+    """QLinearAdd / QLinearMul (A is input 0, B input 3): the broadcast 8-bit output."""
+    if len(args) < 4:
+        return None
+    a, b = np.shape(args[0]), np.shape(args[3])
+    if a == b:
+        return None  # no broadcasting: no larger than an input
+    return _broadcast(a, b), _itemsize(args[0])
+
+
+def _out_qlinear_where(args, attrs, version):
+    """QLinearWhere (condition, X, ..., Y at input 4, ...): the broadcast 8-bit output."""
+    if len(args) < 5:
+        return None
+    shapes = [np.shape(args[i]) for i in (0, 1, 4)]
+    if shapes.count(shapes[0]) == 3:
+        return None
+    return _broadcast(*shapes), _itemsize(args[1])
+
+
+def _out_qlinear_concat(args, attrs, version):
+    """QLinearConcat(Y_scale, Y_zero_point, X0, X0_scale, X0_zero_point, X1, ...)."""
+    tensors = [np.shape(x) or (1,) for x in args[2::3]]
+    if not tensors:
+        return None
+    shape = list(tensors[0])
+    ax = int(attrs.get("axis", 0))
+    if not -len(shape) <= ax < len(shape):
+        return None  # the operator reports the bad axis
+    ax %= len(shape)
+    shape[ax] = sum(t[ax] if len(t) == len(shape) else 0 for t in tensors)
+    return shape, _itemsize(args[2])
+
+
+def _out_qgemm(args, attrs, version):
+    """QGemm (A input 0, B input 3, optional transA / transB): the (M, N) int32 accumulator."""
+    if len(args) < 4:
+        return None
+    a, b = np.shape(args[0]), np.shape(args[3])
+    if len(a) != 2 or len(b) != 2:
+        return None
+    m = a[1] if attrs.get("transA", 0) else a[0]
+    n = b[0] if attrs.get("transB", 0) else b[1]
+    return [m, n], 4
+
+
+def _out_contrib_matmul(args, attrs, version):
+    """MatMulIntegerToFloat, DynamicQuantizeMatMul (A input 0, B input 1): numpy.matmul's
+    shape, an int32 accumulator and a float32 output (4 bytes an element)."""
+    if len(args) < 2:
+        return None
+    shape, _ = _out_matmul(args[:2], attrs, version) or (None, None)
+    return None if shape is None else (shape, 4)
+
+
+def _out_contrib_conv(args, attrs, version):
+    """com.microsoft QLinearConv: as the standard one, x channels-last when channels_last=1
+    (its output is moved back to channels-last: the same size)."""
+    if attrs.get("channels_last", 0) and np.ndim(args[0]) >= 3:
+        shape = np.shape(args[0])
+        # a zero-stride view with the channels-first shape: no allocation
+        args = [np.broadcast_to(np.zeros((), np.uint8), (shape[0], shape[-1]) + shape[1:-1]),
+                *args[1:]]
+    return _out_quantized_conv(3)(args, attrs, version)
+
+
+def _out_qlinear_average_pool(args, attrs, version):
+    """com.microsoft QLinearAveragePool: the larger of its padded float32 copy of X and its
+    int64 window sums, sized as qlinear.contrib.pool computes them (pads are below the kernel,
+    but a large kernel still pads a small input to kernel-size windows)."""
+    from qlinear.contrib.pool import _pool_geometry
+
+    shape = list(np.shape(args[0]))
+    if len(shape) < 3:
+        return None
+    if attrs.get("channels_last", 0):
+        shape = [shape[0], shape[-1]] + shape[1:-1]
+    nd = len(shape) - 2
+    kernel = list(attrs["kernel_shape"])
+    strides = list(attrs.get("strides") or [1] * nd)
+    pads = attrs.get("pads")
+    spatial = shape[2:]
+    begin, end, out = _pool_geometry("qlinear_average_pool", spatial, kernel, strides,
+                                     None if pads is None else list(pads),
+                                     attrs.get("auto_pad", "NOTSET"), attrs.get("ceil_mode", 0))
+    if tuple(kernel) == tuple(spatial) and not any(begin) and not any(end):
+        return None  # the global average: no copy, a smaller output
+    begin = list(begin)
+    for i in range(nd):
+        if begin[i] < 0:  # the operator drops what no window reads
+            spatial[i] = max(spatial[i] + begin[i], 0)
+            begin[i] = 0
+    extra = [max(0, (out[i] - 1) * strides[i] + kernel[i] - (spatial[i] + begin[i])) for i in range(nd)]
+    padded = shape[:2] + [spatial[i] + begin[i] + extra[i] for i in range(nd)]
+    sums = shape[:2] + list(out)
+    return (padded, 4) if _prod(padded) * 4 >= _prod(sums) * 8 else (sums, 8)
+
+
+#: The com.microsoft operators of qlinear.backend_contrib guarded as OUTPUT_SIZE_GUARDS.
+CONTRIB_SIZE_GUARDS: dict[str, Any] = {
+    "QLinearAdd": _out_contrib_binary, "QLinearMul": _out_contrib_binary,
+    "QLinearWhere": _out_qlinear_where, "QLinearConcat": _out_qlinear_concat,
+    "QGemm": _out_qgemm, "MatMulIntegerToFloat": _out_contrib_matmul,
+    "DynamicQuantizeMatMul": _out_contrib_matmul, "QLinearConv": _out_contrib_conv,
+    "QLinearAveragePool": _out_qlinear_average_pool,
+}
+
+
 #: Operators whose output size depends on input *values*, broadcasting or padding, with the
 #: function that predicts (shape, itemsize) of the largest tensor the operator allocates from
 #: its inputs, before it allocates.
@@ -224,20 +340,24 @@ class _SizeGuard(OpRun):
     _limit: int = 0
     _base: type | None = None
     _binary: bool = False
+    _guards: dict[str, Any] = OUTPUT_SIZE_GUARDS
 
     def __init__(self, onnx_node, run_params, schema=None):
         from onnx.reference.ops import load_op
 
-        opset = run_params["opsets"].get("", onnx.defs.onnx_opset_version())
         self.onnx_node = onnx_node
-        self.version = node_version(onnx_node.op_type, "", opset) or opset
+        if self.op_domain:  # com.microsoft: qlinear's own kernel, whose version it knows
+            self.version = self._base.version
+        else:
+            opset = run_params["opsets"].get("", onnx.defs.onnx_opset_version())
+            self.version = node_version(onnx_node.op_type, "", opset) or opset
         self.given = {a.name: helper.get_attribute_value(a) for a in onnx_node.attribute}
         for k, v in list(self.given.items()):
             if isinstance(v, bytes):
                 self.given[k] = v.decode("utf-8", "replace")
         base = self._base or load_op("", onnx_node.op_type, self.version)
         self._impl = base(onnx_node, run_params)
-        self._binary = OUTPUT_SIZE_GUARDS.get(onnx_node.op_type) is _out_broadcast
+        self._binary = self._guards.get(onnx_node.op_type) is _out_broadcast
 
     def need_context(self) -> bool:  # noqa: D102 - as the wrapped operator
         return self._impl.need_context()
@@ -264,7 +384,7 @@ class _SizeGuard(OpRun):
                 if a.size * b.size * max(a.itemsize, b.itemsize) <= self._limit:
                     return
         try:
-            predicted = OUTPUT_SIZE_GUARDS[self.onnx_node.op_type](args, self.given, self.version)
+            predicted = self._guards[self.onnx_node.op_type](args, self.given, self.version)
         except Exception:  # malformed inputs: the operator itself reports them
             predicted = None
         if predicted is not None:
@@ -272,8 +392,10 @@ class _SizeGuard(OpRun):
             nbytes = _prod(shape) * itemsize
             if nbytes > self._limit:
                 name = self.onnx_node.name or self.onnx_node.output[0]
+                op = f"{self.op_domain}.{self.onnx_node.op_type}" if self.op_domain \
+                    else self.onnx_node.op_type
                 raise NodeError(
-                    f"node {name!r} ({self.onnx_node.op_type}-{self.version}): a tensor of "
+                    f"node {name!r} ({op}-{self.version}): a tensor of "
                     f"shape {list(shape)} would take {_human_bytes(nbytes)}, more than the "
                     f"limit of {_human_bytes(self._limit)} per tensor (max_tensor_bytes, "
                     "qlinear's --max-tensor-bytes)")
@@ -296,19 +418,28 @@ def _human_bytes(n: int) -> str:
 
 def with_size_guards(kernels: Sequence[type[OpRun]], max_tensor_bytes: int | None
                      ) -> list[type[OpRun]]:
-    """``kernels`` plus size-guarded versions of the operators of OUTPUT_SIZE_GUARDS (a kernel
-    already in ``kernels`` for one of them is wrapped, not replaced); ``kernels`` unchanged
+    """``kernels`` plus size-guarded versions of the operators of OUTPUT_SIZE_GUARDS and of the
+    com.microsoft ones of CONTRIB_SIZE_GUARDS that ``kernels`` has (a kernel already in
+    ``kernels`` for one of them is wrapped, not replaced); ``kernels`` unchanged
     when ``max_tensor_bytes`` is None."""
     if max_tensor_bytes is None:
         return list(kernels)
+    from qlinear import _control
+    from qlinear.backend_contrib import DOMAIN
+
     existing = {(k.op_domain, k.__name__): k for k in kernels}
     guards = [type(op, (_SizeGuard,), {"_limit": int(max_tensor_bytes),
                                        "_base": existing.get(("", op))})
               for op in OUTPUT_SIZE_GUARDS]
-    from qlinear import _control
-
+    # the com.microsoft operators: only those with a kernel here (qlinear's, or its emulating one)
+    contrib = [op for op in CONTRIB_SIZE_GUARDS if (DOMAIN, op) in existing]
+    guards += [type(op, (_SizeGuard,), {"_limit": int(max_tensor_bytes), "op_domain": DOMAIN,
+                                        "_base": existing[(DOMAIN, op)],
+                                        "_guards": CONTRIB_SIZE_GUARDS})
+               for op in contrib]
     # Loop and Scan grow their scan outputs one slice per iteration: counted as they grow
-    replaced = {("", op) for op in OUTPUT_SIZE_GUARDS} | {("", "Loop"), ("", "Scan")}
+    replaced = ({("", op) for op in OUTPUT_SIZE_GUARDS} | {(DOMAIN, op) for op in contrib}
+                | {("", "Loop"), ("", "Scan")})
     return ([k for k in kernels if (k.op_domain, k.__name__) not in replaced] + guards
             + _control.limited(max_tensor_bytes))
 

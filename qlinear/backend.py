@@ -889,7 +889,9 @@ class QLinearRep(BackendRep):
                  max_tensor_bytes: int | None = None):
         """``max_tensor_bytes``: refuse (NodeError) before an operator whose output size
         depends on input values or broadcasting (Expand, ConstantOfShape, Tile, Pad, Resize,
-        Range, OneHot, MatMul, elementwise operators) would allocate more; None: no limit."""
+        Range, OneHot, MatMul, elementwise operators, the quantized convolutions and products,
+        com.microsoft QLinearAdd/Mul/Where/Concat/AveragePool, QGemm, ...) would allocate more (see
+        ``qlinear._sizeguard``); None: no limit."""
         from qlinear._control import CONTROL_KERNELS
         from qlinear._sizeguard import with_size_guards
 
@@ -909,6 +911,7 @@ class QLinearRep(BackendRep):
             o for n in model.graph.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx")
             for o in n.output}
         for rt in getattr(self.evaluator, "rt_nodes_", []):
+            rt = getattr(rt, "guarded_impl", rt)  # a size guard's wrapped kernel (max_tensor_bytes)
             if isinstance(rt, (_QLinearOp, _contrib.ContribOp)):
                 rt.constant_inputs = frozenset(n for n in rt.onnx_node.input if n in constants)
         inits = {i.name for i in model.graph.initializer}

@@ -1074,14 +1074,14 @@ def _main(argv: list[str] | None = None) -> int:
     if args.cases:
         patterns = [p.strip() for item in args.cases for p in item.split(",") if p.strip()]
     cases = select_cases(all_cases(), patterns, args.quick)
+    if not cases:  # with --list too: an empty list would look like success
+        raise BenchError("no case matches " + ", ".join(map(repr, patterns or []))
+                         + (" in the --quick subset" if args.quick else "")
+                         + " ('qlinear bench --list' lists the cases)")
     if args.list:
         for c in cases:
             print(f"{c.name:40s} {c.op:15s} {c.shape}")
         return 0
-    if not cases:
-        raise BenchError("no case matches " + ", ".join(map(repr, patterns or []))
-                         + (" in the --quick subset" if args.quick else "")
-                         + " ('qlinear bench --list' lists the cases)")
     if args.repeat < 1:
         raise BenchError(f"--repeat must be at least 1; got {args.repeat}")
     if not 1 <= args.threads <= 1024:  # qlinear.set_num_threads' range

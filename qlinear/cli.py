@@ -654,6 +654,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     debug = bool(os.environ.get("QLINEAR_DEBUG"))
     try:
+        if os.environ.get("QLINEAR_ORT_SATURATES", "").strip():
+            # checked up front, as qlinear's import checks the other QLINEAR_* variables: a
+            # bad value would otherwise surface only after a whole comparison has run
+            from qlinear.tools.ortsat import forced
+
+            try:
+                forced()
+            except ValueError as e:
+                raise _Error(str(e).removeprefix("qlinear: ")) from None
         if argv[:1] == ["bench"]:  # everything after "bench" belongs to qlinear.bench, options too
             return cmd_bench(argparse.Namespace(bench_args=argv[1:]))
         args = parser.parse_args(argv)

@@ -433,6 +433,20 @@ def test_bench_errors_are_one_line(capsys):
     _one_line_error(*_main(capsys, "bench", "--repeat", "x"), "--repeat")
 
 
+def test_bench_list_with_a_pattern_that_selects_nothing_is_an_error(capsys):
+    """--list used to print nothing and exit 0 where the same --cases without it is an error."""
+    _one_line_error(*_main(capsys, "bench", "--cases", "no-such-case-anywhere", "--list"),
+                    "no case matches 'no-such-case-anywhere'")
+    _one_line_error(*_main(capsys, "bench", "--quick", "--cases", "16M", "--list"),
+                    "no case matches '16M' in the --quick subset")
+    assert bench.main(["--cases", "nomatch", "--list"]) == 2
+    assert capsys.readouterr().err.startswith("qlinear: error: no case matches 'nomatch'")
+    rc, out, err = _main(capsys, "bench", "--cases", "dequantize", "--list")
+    assert rc == 0 and "dequantize.16M" in out, (rc, out, err)
+    rc, out, err = _main(capsys, "bench", "--list")
+    assert rc == 0 and len(out.splitlines()) == len(bench.all_cases()), (rc, err)
+
+
 @pytest.mark.parametrize("flag,value", [("--threads", 0), ("--threads", 5000), ("--repeat", 0),
                                         ("--reference-budget", -1)])
 def test_bench_bad_numbers_are_refused_before_anything_runs(capsys, tmp_path, flag, value):
@@ -874,3 +888,106 @@ def test_fuzz_structured_mutations_run_or_fail_in_one_line(tmp_path):
             assert not re.match(r"qlinear: error: (KeyError|AttributeError|UnicodeDecodeError|"
                                 r"MemoryError)", e), (k, e)
     assert time.perf_counter() - start < 60
+
+
+@pytest.mark.parametrize("value", ["maybe", "2", "on", "sat"])
+def test_bad_ort_saturates_variable_is_refused(capsys, monkeypatch, tmp_path, value):
+    """A garbage QLINEAR_ORT_SATURATES was silently ignored (the probe was measured instead):
+    it is refused, naming the variable, the accepted values and what was given, in the Python
+    API (ValueError) and in the command (one line, exit 2, before anything runs)."""
+    from qlinear.tools import ortsat
+
+    monkeypatch.setenv(ortsat.PROBE_ENV, value)
+    want = "QLINEAR_ORT_SATURATES must be one of 1, 0"
+    for f in (ortsat.onnxruntime_saturates, ortsat.probe_source):
+        with pytest.raises(ValueError, match=want + ".*" + re.escape(f"got {value!r}")):
+            f()
+    path = _relu(tmp_path)
+    for argv in (["compare", path], ["run", path], ["run"]):
+        _one_line_error(*_main(capsys, *argv), want, "true/false", f"got {value!r}")
+    # accepted values, any case and spacing; empty means unset (measured)
+    for v, want_value in (("1", True), (" Yes ", True), ("saturates", True), ("0", False),
+                          ("FALSE", False), ("exact", False)):
+        monkeypatch.setenv(ortsat.PROBE_ENV, v)
+        assert ortsat.onnxruntime_saturates() is want_value
+        assert ortsat.probe_source() == f"set by QLINEAR_ORT_SATURATES={v}"
+    monkeypatch.setenv(ortsat.PROBE_ENV, "")
+    assert ortsat.probe_source() == "measured"
+
+
+def _contrib_guard_case(op, tmp_path):
+    """A model where the com.microsoft ``op`` makes a 128 x 128 result from small operands:
+    (nbytes, path): its output (8-bit, the elementwise operators and QLinearConcat) or its
+    int32 accumulator / float32 output (QGemm, the matmul-like operators, QLinearConv), or
+    QLinearAveragePool's padded float32 copy of its input."""
+    a = lambda v, n, dt: numpy_helper.from_array(np.asarray(v, dt), n)  # noqa: E731
+    s = lambda n: a(0.5, n, np.float32)  # noqa: E731
+    u = lambda n, v=3: a(v, n, np.uint8)  # noqa: E731
+    col, row = np.arange(128).reshape(128, 1) % 7, np.arange(128).reshape(1, 128) % 5
+    mk = lambda ins, **kw: helper.make_node(op, ins, ["y"], name="n", domain="com.microsoft", **kw)  # noqa: E731
+    binary = ([mk(["a", "as", "az", "b", "bs", "bz", "ys", "yz"])],
+              [a(col, "a", np.uint8), s("as"), u("az"), a(row, "b", np.uint8), s("bs"), u("bz", 1),
+               s("ys"), u("yz")], 2, 16384)
+    cases = {
+        "QLinearAdd": binary, "QLinearMul": binary,
+        "QLinearWhere": ([mk(["c", "a", "as", "az", "b", "bs", "bz", "ys", "yz"])],
+                         [a(col > 3, "c", np.bool_), a(row, "a", np.uint8), s("as"), u("az"),
+                          a([[9]], "b", np.uint8), s("bs"), u("bz"), s("ys"), u("yz")], 2, 16384),
+        "QLinearConcat": ([mk(["ys", "yz", "a", "as", "az", "b", "bs", "bz"], axis=0)],
+                          [s("ys"), u("yz"), a(np.ones((64, 128)), "a", np.uint8), s("as"), u("az"),
+                           a(np.ones((64, 128)), "b", np.uint8), s("bs"), u("bz")], 2, 16384),
+        "QGemm": ([mk(["a", "as", "az", "b", "bs", "bz", "", "ys", "yz"])],
+                  [a(col, "a", np.uint8), s("as"), u("az"), a(row, "b", np.int8), s("bs"),
+                   a(0, "bz", np.int8), s("ys"), u("yz")], 2, 65536),
+        "MatMulIntegerToFloat": ([mk(["a", "b", "as", "bs", "az", "bz"])],
+                                 [a(col, "a", np.uint8), a(row, "b", np.int8), s("as"), s("bs"),
+                                  u("az"), a(0, "bz", np.int8)], 2, 65536),
+        "DynamicQuantizeMatMul": ([mk(["a", "b", "bs", "bz"])],
+                                  [a(col, "a", np.float32), a(row, "b", np.int8), s("bs"),
+                                   a(0, "bz", np.int8)], 2, 65536),
+        "QLinearConv": ([mk(["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], pads=[64, 64, 63, 63])],
+                        [a(np.full((1, 1, 1, 1), 7), "x", np.uint8), s("xs"), u("xz"),
+                         a(np.ones((1, 1, 1, 1)), "w", np.int8), s("ws"), a(0, "wz", np.int8),
+                         s("ys"), u("yz")], 4, 65536),
+        # pads < kernel_shape (onnxruntime's rule), but a large kernel pads a 1x1 input to
+        # 127 x 127: the float32 padded copy, 64516 bytes, is its largest tensor
+        "QLinearAveragePool": ([mk(["x", "xs", "xz", "ys", "yz"], kernel_shape=[64, 64],
+                                   pads=[63, 63, 63, 63], count_include_pad=1)],
+                               [a(np.full((1, 1, 1, 1), 7), "x", np.uint8), s("xs"), u("xz"),
+                                s("ys"), u("yz")], 4, 64516),
+    }
+    nodes, inits, rank, nbytes = cases[op]
+    elem = T.FLOAT if op in ("MatMulIntegerToFloat", "DynamicQuantizeMatMul") else T.UINT8
+    m = helper.make_model(helper.make_graph(nodes, "g", [], [_out("y", rank, elem)], inits),
+                          opset_imports=[helper.make_opsetid("", 13),
+                                         helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    path = tmp_path / f"{op}.onnx"
+    path.write_bytes(m.SerializeToString())
+    return nbytes, str(path)
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul", "QLinearWhere", "QLinearConcat", "QGemm",
+                                "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QLinearConv",
+                                "QLinearAveragePool"])
+def test_size_guard_contrib_operators(capsys, tmp_path, op):
+    """--max-tensor-bytes also bounds the com.microsoft operators qlinear runs (they were
+    bounded only by the machine-wide max_output_bytes): above the limit, refused before the
+    operator runs, naming the node; at the limit, the result is the unguarded one."""
+    nbytes, path = _contrib_guard_case(op, tmp_path)
+    side = 127 if op == "QLinearAveragePool" else 128
+    _one_line_error(*_main(capsys, "run", path, "--max-tensor-bytes", nbytes - 1),
+                    f"node 'n' (com.microsoft.{op}-1)", f"{side}, {side}]",
+                    f"{nbytes / 1024:.1f} KiB", "--max-tensor-bytes")
+    rc, out, err = _main(capsys, "run", path, "--max-tensor-bytes", nbytes, "--output-dir", tmp_path / "o")
+    assert rc == 0, err
+    got = np.load(tmp_path / "o" / "y.npy")
+    assert got.shape[-2:] == ((64, 64) if op == "QLinearAveragePool" else (128, 128))
+    want = backend.QLinearRep(onnx.load(path)).run({})[0]
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(backend.NodeError, match=f"com.microsoft.{op}-1"):
+        backend.QLinearRep(onnx.load(path), max_tensor_bytes=nbytes - 1).run({})
+    # the guarded kernel still knows its constant inputs (its prepared-weights cache)
+    rep = backend.QLinearRep(onnx.load(path), max_tensor_bytes=nbytes)
+    [rt] = list(rep.evaluator.rt_nodes_)
+    assert rt.guarded_impl.constant_inputs == frozenset(i for i in rt.onnx_node.input if i)

@@ -383,26 +383,45 @@ def measure() -> dict[str, Any] | None:
             "matches_emulation": bool(np.array_equal(got, emulated))}
 
 
+#: Accepted values of :data:`PROBE_ENV` (any case, surrounding spaces ignored); empty = unset.
+_FORCED = {"1": True, "true": True, "yes": True, "saturates": True,
+           "0": False, "false": False, "no": False, "exact": False}
+
+
+def forced() -> bool | None:
+    """The value set by ``QLINEAR_ORT_SATURATES``: True, False, or None when unset or empty.
+
+    Raises ValueError naming the variable, the accepted values and what was given for any
+    other value: a typo must not silently fall back to the measurement it meant to override.
+    """
+    raw = os.environ.get(PROBE_ENV, "")
+    if not raw.strip():
+        return None
+    try:
+        return _FORCED[raw.strip().lower()]
+    except KeyError:
+        raise ValueError(f"qlinear: {PROBE_ENV} must be one of 1, 0 (or true/false, yes/no, "
+                         f"saturates/exact; empty or unset: measured); got {raw!r}") from None
+
+
 def onnxruntime_saturates() -> bool | None:
     """Whether this machine's onnxruntime u8 x s8 kernels are inexact (16-bit pair saturation).
 
     Decided by measurement (:func:`measure`): onnxruntime's QLinearMatMul on operands whose
     every pair sum exceeds 32767, compared with qlinear's exact result. True on AVX2 CPUs
     without VNNI, False where onnxruntime is exact (AVX-VNNI, AVX512-VNNI); None without
-    onnxruntime. The environment variable ``QLINEAR_ORT_SATURATES`` (1 or 0) overrides it.
+    onnxruntime. The environment variable ``QLINEAR_ORT_SATURATES`` (1 or 0; see
+    :func:`forced`) overrides it; another value raises ValueError.
     """
-    forced = os.environ.get(PROBE_ENV, "").strip().lower()
-    if forced in ("1", "true", "yes", "saturates"):
-        return True
-    if forced in ("0", "false", "no", "exact"):
-        return False
+    value = forced()
+    if value is not None:
+        return value
     m = measure()
     return None if m is None else bool(m["saturates"])
 
 
 def probe_source() -> str:
     """How :func:`onnxruntime_saturates` decided: "measured" or "set by QLINEAR_ORT_SATURATES"."""
-    forced = os.environ.get(PROBE_ENV, "").strip().lower()
-    if forced in ("1", "true", "yes", "saturates", "0", "false", "no", "exact"):
+    if forced() is not None:
         return f"set by {PROBE_ENV}={os.environ[PROBE_ENV]}"
     return "measured"
