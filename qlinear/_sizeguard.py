@@ -141,6 +141,23 @@ def _out_matmul(args, attrs, version):
     return batch + m + n, max(_itemsize(args[0]), _itemsize(args[1]), 4)
 
 
+def _window_geometry(spatial, kernel, attrs):
+    """The padded input's and the output's spatial shapes of a sliding window (Conv, the
+    pools): explicit pads, or for SAME_* auto_pad the most it can pad; ceil_mode adds at most
+    one position per axis."""
+    nd = len(kernel)
+    strides = list(attrs.get("strides") or [1] * nd)
+    dilations = list(attrs.get("dilations") or [1] * nd)
+    pads = list(attrs.get("pads") or [0] * (2 * nd))
+    if attrs.get("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER"):
+        pads = [(k - 1) * d for k, d in zip(kernel, dilations)] * 2  # at most this much
+    padded = [spatial[i] + pads[i] + pads[i + nd] for i in range(nd)]
+    ceil = 1 if attrs.get("ceil_mode", 0) else 0
+    out = [max((p - (k - 1) * d - 1) // s + 1 + ceil, 0)
+           for p, k, d, s in zip(padded, kernel, dilations, strides)]
+    return padded, out
+
+
 def _out_window(args, attrs, version):
     """Conv and the pools: the larger of the output and the padded input (onnx.reference, and
     the backend's MaxPool, pad the input before sliding the window)."""
@@ -153,15 +170,7 @@ def _out_window(args, attrs, version):
                                                  args[1] is not None else []))
     if len(kernel) != nd:
         return None
-    strides = list(attrs.get("strides") or [1] * nd)
-    dilations = list(attrs.get("dilations") or [1] * nd)
-    pads = list(attrs.get("pads") or [0] * (2 * nd))
-    if attrs.get("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER"):
-        pads = [(k - 1) * d for k, d in zip(kernel, dilations)] * 2  # at most this much
-    padded = [shape[2 + i] + pads[i] + pads[i + nd] for i in range(nd)]
-    ceil = 1 if attrs.get("ceil_mode", 0) else 0
-    out = [max((p - (k - 1) * d - 1) // s + 1 + ceil, 0)
-           for p, k, d, s in zip(padded, kernel, dilations, strides)]
+    padded, out = _window_geometry(shape[2:], kernel, attrs)
     channels = np.shape(args[1])[0] if attrs.get("_conv") and len(args) > 1 else shape[1]
     a = shape[:2] + padded
     b = [shape[0], channels] + out
@@ -184,13 +193,7 @@ def _out_quantized_conv(w_index):
         kernel = list(attrs.get("kernel_shape") or w[2:])
         if nd < 1 or len(w) < 1 or len(kernel) != nd:
             return None
-        strides = list(attrs.get("strides") or [1] * nd)
-        dilations = list(attrs.get("dilations") or [1] * nd)
-        pads = list(attrs.get("pads") or [0] * (2 * nd))
-        if attrs.get("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER"):
-            pads = [(k - 1) * d for k, d in zip(kernel, dilations)] * 2  # at most this much
-        out = [max((x[2 + i] + pads[i] + pads[i + nd] - (k - 1) * d - 1) // s + 1, 0)
-               for i, (k, d, s) in enumerate(zip(kernel, dilations, strides))]
+        _, out = _window_geometry(list(x[2:]), kernel, attrs)
         return [x[0], w[0]] + out, 4
     return predict
 

@@ -1144,7 +1144,7 @@ def test_backend_leaky_relu_alpha_must_be_a_number(alpha):
     """A model whose QLinearLeakyRelu carries a non-float alpha: a NodeError naming the node and
     the attribute (it was float()'s "could not convert string to float: 'x'", or for a list
     onnx.reference's "Issues with types ...")."""
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
 
     from qlinear import backend

@@ -26,6 +26,27 @@
  * within 5%, 16 best on the 512-channel stride-2 layer. */
 #define IK_PREFETCH 16
 
+/* The k-group loop of both tile kernels' bodies (avx2_i16_body, avx2_s8u8_body): GROUP(src, g)
+ * is one k-group; its operand vectors at `base + 64 g` (a packed panel, off NULL) or at
+ * `base + off[g]` (implicit GEMM, prefetched IK_PREFETCH groups ahead). The implicit loop is
+ * split where the prefetch ends and unrolled by 2: avx2_i16_body's comment says why. */
+#define IK_GROUP_LOOP(GROUP)                                                                    \
+    {                                                                                           \
+        const ptrdiff_t ng = groups;                                                            \
+        if (off) {                                                                              \
+            ptrdiff_t g = 0;                                                                    \
+            _Pragma("GCC unroll 2")                                                             \
+            for (; g < ng - IK_PREFETCH; g++) {                                                 \
+                _mm_prefetch(base + off[g + IK_PREFETCH], _MM_HINT_T0);                         \
+                _mm_prefetch(base + off[g + IK_PREFETCH] + 63, _MM_HINT_T0);                    \
+                GROUP(base + off[g], g)                                                         \
+            }                                                                                   \
+            for (; g < ng; g++) GROUP(base + off[g], g)                                         \
+        } else {                                                                                \
+            for (ptrdiff_t g = 0; g < ng; g++) GROUP(base + 64 * g, g)                          \
+        }                                                                                       \
+    }
+
 /* ---------------------------------------------------------------------------------------
  * avx2-i16: 6 rows x 16 columns, 12 ymm accumulators
  * ------------------------------------------------------------------------------------- */
@@ -69,19 +90,7 @@ avx2_i16_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *o
         l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
     __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
             c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-    const ptrdiff_t ng = groups;
-    if (off) {
-        ptrdiff_t g = 0;
-#pragma GCC unroll 2
-        for (; g < ng - IK_PREFETCH; g++) {
-            _mm_prefetch(base + off[g + IK_PREFETCH], _MM_HINT_T0);
-            _mm_prefetch(base + off[g + IK_PREFETCH] + 63, _MM_HINT_T0);
-            I16_GROUP(base + off[g], g)
-        }
-        for (; g < ng; g++) I16_GROUP(base + off[g], g)
-    } else {
-        for (ptrdiff_t g = 0; g < ng; g++) I16_GROUP(base + 64 * g, g)
-    }
+    IK_GROUP_LOOP(I16_GROUP)
     out[0][0] = c00; out[0][1] = c01; out[1][0] = c10; out[1][1] = c11; out[2][0] = c20; out[2][1] = c21;
     out[3][0] = c30; out[3][1] = c31; out[4][0] = c40; out[4][1] = c41; out[5][0] = c50; out[5][1] = c51;
     /* the tail's columns 8..15 (never accumulated: still zero) */
@@ -183,8 +192,7 @@ static void avx2_u8s8_t8(const void *L, ptrdiff_t ldl, const void *Rpanel, int k
     a = _mm256_set1_epi32(v);                                                                   \
     x0 = _mm256_add_epi32(x0, _mm256_madd_epi16(_mm256_maddubs_epi16(b0, a), ones));           \
     if (nb > 1) x1 = _mm256_add_epi32(x1, _mm256_madd_epi16(_mm256_maddubs_epi16(b1, a), ones));
-/* The implicit loop split where the prefetch ends, a ptrdiff_t index and unrolled by 2, as
- * avx2_i16_body (the same instructions on the same operands in the same order). */
+/* The same k-group loop as avx2_i16_body (IK_GROUP_LOOP). */
 static inline __attribute__((always_inline)) void
 avx2_s8u8_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
                int rows, __m256i (*out)[2], const int nb) {
@@ -193,19 +201,7 @@ avx2_s8u8_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
             c30 = c00, c31 = c00;
-    const ptrdiff_t ng = groups;
-    if (off) {
-        ptrdiff_t g = 0;
-#pragma GCC unroll 2
-        for (; g < ng - IK_PREFETCH; g++) {
-            _mm_prefetch(base + off[g + IK_PREFETCH], _MM_HINT_T0);
-            _mm_prefetch(base + off[g + IK_PREFETCH] + 63, _MM_HINT_T0);
-            S8U8_GROUP(base + off[g], g)
-        }
-        for (; g < ng; g++) S8U8_GROUP(base + off[g], g)
-    } else {
-        for (ptrdiff_t g = 0; g < ng; g++) S8U8_GROUP(base + 64 * g, g)
-    }
+    IK_GROUP_LOOP(S8U8_GROUP)
     out[0][0] = c00; out[0][1] = c01; out[1][0] = c10; out[1][1] = c11;
     out[2][0] = c20; out[2][1] = c21; out[3][0] = c30; out[3][1] = c31;
 }
