@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ._geometry import ConvGeometry
+from ._validate import byte_count
 
 # Every integer of magnitude <= 2**24 is a float32 (24-bit significand); 2**53 for float64.
 F32_EXACT = 1 << 24
@@ -79,11 +79,8 @@ def set_workspace_limit(nbytes: int) -> None:
     """Bound the scratch memory (im2col tiles, padded copies) one operator call may use."""
     global _workspace_bytes
     # the native engine takes the limit as a C ssize_t: at most 2**63 - 1
-    if not isinstance(nbytes, numbers.Integral) or isinstance(nbytes, bool) \
-            or not 1 <= nbytes <= (1 << 63) - 1:
-        raise ValueError("set_workspace_limit: nbytes must be an integer in [1, 2**63 - 1]; "
-                         f"got {nbytes!r}")
-    _workspace_bytes = int(nbytes)
+    _workspace_bytes = byte_count(nbytes, "set_workspace_limit: nbytes", "an integer in [1, 2**63 - 1]",
+                                  most=(1 << 63) - 1)
 
 
 def workspace_limit() -> int:

@@ -43,14 +43,21 @@ def _physical_memory() -> int | None:
 _max_output_bytes = _physical_memory() or (16 << 30)
 
 
+def byte_count(value: Any, what: str, allowed: str = "an integer >= 1", most: int | None = None) -> int:
+    """value as a positive number of bytes (at most `most`); else a ValueError "<what> must be
+    <allowed>; got <value>". bool and float are refused: True or 1.5 bytes is a caller's slip."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1 \
+            or (most is not None and value > most):
+        raise ValueError(f"{what} must be {allowed}; got {value!r}")
+    return int(value)
+
+
 def set_max_output_bytes(nbytes: int) -> None:
     """Bound the size of any one array an operator call allocates whose size follows from
     its inputs' shapes and attributes: the output, its int32/float32 accumulator and the
     float32 working copies of the operands (default: the machine's physical memory)."""
     global _max_output_bytes
-    if not isinstance(nbytes, numbers.Integral) or isinstance(nbytes, bool) or nbytes < 1:
-        raise ValueError(f"set_max_output_bytes: nbytes must be an integer >= 1; got {nbytes!r}")
-    _max_output_bytes = int(nbytes)
+    _max_output_bytes = byte_count(nbytes, "set_max_output_bytes: nbytes")
 
 
 def max_output_bytes() -> int:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import numbers
 import os
 from typing import Any, Iterable, Sequence
 
@@ -49,6 +48,7 @@ from onnx.reference.op_run import OpRun
 
 import qlinear as _q
 from qlinear import _blas
+from qlinear._validate import byte_count
 from qlinear.quantize import PreparedDequantize, PreparedQuantize
 from qlinear import backend_contrib as _contrib
 from qlinear.backend_float import FLOAT_KERNELS, FastEvaluator  # float glue ops, lean graph loop
@@ -895,10 +895,8 @@ class QLinearRep(BackendRep):
         from qlinear._control import CONTROL_KERNELS
         from qlinear._sizeguard import with_size_guards
 
-        if max_tensor_bytes is not None and (not isinstance(max_tensor_bytes, numbers.Integral)
-                                             or isinstance(max_tensor_bytes, bool) or max_tensor_bytes < 1):
-            raise ValueError("QLinearRep: max_tensor_bytes must be None or an integer >= 1; "
-                             f"got {max_tensor_bytes!r}")
+        if max_tensor_bytes is not None:
+            byte_count(max_tensor_bytes, "QLinearRep: max_tensor_bytes", "None or an integer >= 1")
         model = inline_functions(model)
         self.model = model
         self.emulate = emulate

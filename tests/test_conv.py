@@ -996,15 +996,21 @@ def _takes_implicit(spatial, kernel, attrs, cin, group, seven_bit):
     return spatial != (10, 10)
 
 
-def _implicit_operands(rng, xdt, wdt, xshape, wshape, seven_bit):
+def _implicit_operands(rng, xdt, wdt, xshape, wshape, seven_bit, at_bound=False):
     """x with its type's extremes every 7th / 11th element, and w (full-range or 7-bit) with
-    per-output-channel zero points: the implicit-path tests' operands."""
+    per-output-channel zero points: the implicit-path tests' operands. at_bound (7-bit): every
+    5th |w - w_zero_point| set to 64, the largest the 7-bit kernel takes."""
     x = rand_int(rng, xdt, xshape)
     x.flat[::7] = np.iinfo(xdt).min
     x.flat[3::11] = np.iinfo(xdt).max
     m = wshape[0]
     if seven_bit:
         w, wz = _seven_bit(rng, wdt, wshape, m)
+        if at_bound:
+            wzc = wz.astype(np.int32).reshape(m, *(1,) * (len(wshape) - 1))
+            d = w.astype(np.int32) - wzc
+            d.flat[::5] = 64 * rng.choice([-1, 1], d.flat[::5].shape)
+            w = (wzc + d).astype(wdt)
     else:
         w, wz = rand_extreme(rng, wdt, wshape), rand_int(rng, wdt, (m,))
     return x, w, wz
@@ -1164,17 +1170,8 @@ def test_shifted_planes(case, seven_bit, engine_level):
     for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
         m = (3, 4, 5, 6, 7, 8, 9, 13)[r]
         shape = (m, cin, *kernel)
-        x = rand_int(rng, xdt, (2, cin, *spatial))
-        x.flat[::7] = np.iinfo(xdt).min
-        x.flat[3::11] = np.iinfo(xdt).max
-        if seven_bit:
-            w, wz = _seven_bit(rng, wdt, shape, m)
-            wzc = wz.astype(np.int32).reshape(m, 1, *(1,) * len(kernel))
-            d = w.astype(np.int32) - wzc
-            d.flat[::5] = 64 * rng.choice([-1, 1], d.flat[::5].shape)   # at the bound
-            w = (wzc + d).astype(wdt)
-        else:
-            w, wz = rand_extreme(rng, wdt, shape), rand_int(rng, wdt, (m,))
+        x, w, wz = _implicit_operands(rng, xdt, wdt, (2, cin, *spatial), shape, seven_bit,
+                                      at_bound=True)
         before = _native._C.conv_path_counts() if native else None
         check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
         check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
@@ -1292,14 +1289,8 @@ def test_seven_bit_stride2_copy(case, engine_level):
     for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
         m = (3, 4, 5, 6, 7, 8, 9, 13)[r]
         shape = (m, cin, *kernel)
-        x = rand_int(rng, xdt, (2, cin, *spatial))
-        x.flat[::7] = np.iinfo(xdt).min
-        x.flat[3::11] = np.iinfo(xdt).max
-        w, wz = _seven_bit(rng, wdt, shape, m)
-        wzc = wz.astype(np.int32).reshape(m, 1, *(1,) * len(kernel))
-        d = w.astype(np.int32) - wzc
-        d.flat[::5] = 64 * rng.choice([-1, 1], d.flat[::5].shape)   # at the bound
-        w = (wzc + d).astype(wdt)
+        x, w, wz = _implicit_operands(rng, xdt, wdt, (2, cin, *spatial), shape, True,
+                                      at_bound=True)
         before = _native._C.conv_copy_counts() if native else None
         check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
         check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
@@ -1369,15 +1360,8 @@ def test_implicit_gemm_threads_strides(case, threads, engine_level):
     native = engine_level != "numpy" and _native.native() is not None
     with num_threads(threads):
         for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS[threads - 1::2]):
-            x = rand_int(rng, xdt, shape)
-            x.flat[::7] = np.iinfo(xdt).min
-            x.flat[3::11] = np.iinfo(xdt).max
             wshape = (m, shape[1], *kernel)
-            seven_bit = r % 2 == 1
-            if seven_bit:
-                w, wz = _seven_bit(rng, wdt, wshape, m)
-            else:
-                w, wz = rand_extreme(rng, wdt, wshape), rand_int(rng, wdt, (m,))
+            x, w, wz = _implicit_operands(rng, xdt, wdt, shape, wshape, r % 2 == 1)
             paths = _native._C.conv_path_counts() if native else None
             check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
             if r < 2:

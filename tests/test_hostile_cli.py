@@ -577,17 +577,22 @@ def test_dimensions_declared_minus_one_are_dynamic(capsys, tmp_path):
     assert rc == 0 and json.loads(out)["inputs"][0]["shape"] == [7, 3]
 
 
+def _runs_y_is_x_plus_w(capsys, tmp_path, path):
+    """`qlinear run` of an Add model y = x + w (w = [1, 2]) on x = [10, 20] gives [11, 22]."""
+    np.save(tmp_path / "x.npy", np.array([10, 20], np.float32))
+    rc, out, err = _main(capsys, "run", path, "--input", f"x={tmp_path / 'x.npy'}",
+                         "--output-dir", tmp_path / "o")
+    assert rc == 0, err
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "y.npy"), [11, 22])
+
+
 def test_ir3_initializers_outside_inputs_load(capsys, tmp_path):
     path = _save(tmp_path, "ir3.onnx", [helper.make_node("Add", ["x", "w"], ["y"])],
                  [_vi("x", T.FLOAT, [2])], [_vi("y", T.FLOAT, [2])],
                  [numpy_helper.from_array(np.array([1, 2], np.float32), "w")], opset=8, ir=3)
     with pytest.raises(onnx.checker.ValidationError):
         onnx.checker.check_model(onnx.load(path))  # what used to refuse it
-    np.save(tmp_path / "x.npy", np.array([10, 20], np.float32))
-    rc, out, err = _main(capsys, "run", path, "--input", f"x={tmp_path / 'x.npy'}",
-                         "--output-dir", tmp_path / "o")
-    assert rc == 0, err
-    np.testing.assert_array_equal(np.load(tmp_path / "o" / "y.npy"), [11, 22])
+    _runs_y_is_x_plus_w(capsys, tmp_path, path)
     # everything else is still checked under IR 4's rules
     bad = onnx.load(path)
     bad.graph.node[0].op_type = "Add"
@@ -605,11 +610,7 @@ def test_outputs_declared_without_a_shape_load(capsys, tmp_path):
                  [_vi("x", T.FLOAT, [2])], [_vi("y", T.FLOAT, None)], [w])
     with pytest.raises(onnx.checker.ValidationError, match="shape"):
         onnx.checker.check_model(onnx.load(path))  # what used to refuse it
-    np.save(tmp_path / "x.npy", np.array([10, 20], np.float32))
-    rc, out, err = _main(capsys, "run", path, "--input", f"x={tmp_path / 'x.npy'}",
-                         "--output-dir", tmp_path / "o")
-    assert rc == 0, err
-    np.testing.assert_array_equal(np.load(tmp_path / "o" / "y.npy"), [11, 22])
+    _runs_y_is_x_plus_w(capsys, tmp_path, path)
     rc, out, err = _main(capsys, "compare", path, "--input", f"x={tmp_path / 'x.npy'}")
     assert rc == 0, err
     rc, out, err = _main(capsys, "inspect", path)
