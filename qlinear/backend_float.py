@@ -52,7 +52,7 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
-from . import _blas
+from . import _blas, _native
 
 __all__ = ["conv", "average_pool", "resize", "softmax", "sigmoid", "FLOAT_KERNELS",
            "FastEvaluator"]
@@ -153,6 +153,16 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, auto_pad:
     p = math.prod(out)
     dt = x.dtype
     w = w.astype(dt, copy=False)
+    if cg == 1 and ksize > 1 and nd == 2 and dt == np.float32 and min(pb) >= 0 and min(pe) >= 0:
+        C = _native.native()
+        if C is not None:
+            # the compiled kernel (qlinear/_native/fdwconv.c): the loop below, same float32
+            # operations in the same order (bit-identical), in one pass per plane; the bias too
+            y = _native.empty((n, m, *out), dt)
+            C.fdwconv2d(np.ascontiguousarray(x), np.ascontiguousarray(w), None if b is None
+                        else np.ascontiguousarray(b.astype(dt, copy=False)), y, n, c, *spatial, mg,
+                        *out, *kernel, *strides, *dilations, pb[0], pb[1])
+            return y.astype(out_dtype, copy=False)
     if cg == 1 and ksize > 1:
         # depthwise (or channel multiplier): a weighted sum of taps, no im2col
         xp = _padded(x, pb, pe)

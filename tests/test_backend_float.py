@@ -683,3 +683,48 @@ def test_split_batched_matmul_matches_numpy(g, m, k, n):
     want = a.astype(np.float64) @ b.astype(np.float64)
     assert got.shape == (g, m, n) and got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+def _dw_cases():
+    # (x shape, multiplier, kernel, strides, dilations, pads, bias)
+    return [((1, 8, 13, 11), 1, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),
+            ((2, 5, 17, 9), 1, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), False),
+            ((1, 4, 10, 12), 2, (3, 5), (2, 3), (1, 1), (0, 2, 1, 0), True),
+            ((1, 3, 15, 16), 1, (3, 3), (1, 2), (2, 2), (2, 2, 2, 2), True),
+            ((1, 6, 9, 9), 3, (2, 2), (3, 1), (2, 1), (0, 0, 0, 0), False),
+            ((1, 2, 5, 5), 1, (5, 5), (1, 1), (1, 1), (4, 4, 4, 4), True),
+            ((1, 16, 1, 40), 1, (1, 7), (1, 4), (1, 1), (0, 3, 0, 3), True),
+            ((1, 3, 4, 4), 1, (3, 3), (5, 5), (1, 1), (1, 1, 1, 1), True)]
+
+
+@pytest.mark.parametrize("case", range(len(_dw_cases())))
+def test_native_depthwise_conv_bit_identical_to_numpy(case):
+    """The compiled float depthwise Conv (fdwconv.c) gives the NumPy tap loop's exact bits,
+    signed zeros, infinities and NaNs included (the same float32 operations, same order)."""
+    from qlinear import _native
+
+    if not _native.available():
+        pytest.skip("the native engine is not built")
+    shape, mg, kernel, strides, dil, pads, bias = _dw_cases()[case]
+    rng = np.random.default_rng(case)
+    c = shape[1]
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((c * mg, 1, *kernel)).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[rng.integers(0, flat.size, 6)] = [0.0, -0.0, np.inf, -np.inf, np.nan, 3e38]
+    w.reshape(-1)[0] = -0.0  # a negative zero weight: padding taps give -0.0 products
+    if case == 0:
+        w.reshape(-1)[1] = np.inf  # inf * padding zero: NaN, as the padded NumPy copy gives
+    b = rng.standard_normal(c * mg).astype(np.float32) if bias else None
+    kw = dict(group=c, strides=list(strides), dilations=list(dil), pads=list(pads))
+    got = bf.conv(x, w, b, **kw)
+    with _native.use_engine("numpy"):
+        want = bf.conv(x, w, b, **kw)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert got.tobytes() == want.tobytes()
+    got16 = bf.conv(x.astype(np.float16), w.astype(np.float16), None if b is None else
+                    b.astype(np.float16), **kw)
+    with _native.use_engine("numpy"):
+        want16 = bf.conv(x.astype(np.float16), w.astype(np.float16), None if b is None else
+                         b.astype(np.float16), **kw)
+    assert got16.dtype == np.float16 and got16.tobytes() == want16.tobytes()
