@@ -156,7 +156,7 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, auto_pad:
     if cg == 1 and ksize > 1 and nd == 2 and dt == np.float32 and min(pb) >= 0 and min(pe) >= 0:
         C = _native.native()
         if C is not None:
-            # the compiled kernel (qlinear/_native/fdwconv.c): the loop below, same float32
+            # the compiled kernel (qlinear/_native/fconv.c): the loop below, same float32
             # operations in the same order (bit-identical), in one pass per plane; the bias too
             y = _native.empty((n, m, *out), dt)
             C.fdwconv2d(np.ascontiguousarray(x), np.ascontiguousarray(w), None if b is None
@@ -189,6 +189,12 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, auto_pad:
             xs = x[(slice(None), slice(None)) + tuple(slice(None, (out[i] - 1) * strides[i] + 1,
                                                             strides[i]) for i in range(nd))]
             cols = xs.reshape(n, g, cg, p).transpose(1, 2, 0, 3).reshape(g, cg, n * p)
+        elif nd == 2 and dt == np.float32 and min(pb) >= 0 and _native.native() is not None:
+            # the same matrix, copied by the compiled im2col (qlinear/_native/fconv.c) in one
+            # pass from x (padding included) instead of np.pad and a strided NumPy copy
+            cols = _native.empty((g, cg * ksize, n * p), dt)
+            _native.native().fim2col(np.ascontiguousarray(x), cols, n, c, *spatial, *out, *kernel,
+                                     *strides, *dilations, pb[0], pb[1])
         else:
             xp = _padded(x, pb, pe)
             s = xp.strides

@@ -685,46 +685,58 @@ def test_split_batched_matmul_matches_numpy(g, m, k, n):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
 
 
-def _dw_cases():
-    # (x shape, multiplier, kernel, strides, dilations, pads, bias)
-    return [((1, 8, 13, 11), 1, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),
-            ((2, 5, 17, 9), 1, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), False),
-            ((1, 4, 10, 12), 2, (3, 5), (2, 3), (1, 1), (0, 2, 1, 0), True),
-            ((1, 3, 15, 16), 1, (3, 3), (1, 2), (2, 2), (2, 2, 2, 2), True),
-            ((1, 6, 9, 9), 3, (2, 2), (3, 1), (2, 1), (0, 0, 0, 0), False),
-            ((1, 2, 5, 5), 1, (5, 5), (1, 1), (1, 1), (4, 4, 4, 4), True),
-            ((1, 16, 1, 40), 1, (1, 7), (1, 4), (1, 1), (0, 3, 0, 3), True),
-            ((1, 3, 4, 4), 1, (3, 3), (5, 5), (1, 1), (1, 1, 1, 1), True)]
+def _native_conv_cases():
+    # (x shape, channels per group (0: depthwise), multiplier, kernel, strides, dilations, pads,
+    # bias): depthwise cases take fconv.c's depthwise kernel, the others its im2col
+    return [((1, 8, 13, 11), 0, 1, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),
+            ((2, 5, 17, 9), 0, 1, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), False),
+            ((1, 4, 10, 12), 0, 2, (3, 5), (2, 3), (1, 1), (0, 2, 1, 0), True),
+            ((1, 3, 15, 16), 0, 1, (3, 3), (1, 2), (2, 2), (2, 2, 2, 2), True),
+            ((1, 6, 9, 9), 0, 3, (2, 2), (3, 1), (2, 1), (0, 0, 0, 0), False),
+            ((1, 2, 5, 5), 0, 1, (5, 5), (1, 1), (1, 1), (4, 4, 4, 4), True),
+            ((1, 16, 1, 40), 0, 1, (1, 7), (1, 4), (1, 1), (0, 3, 0, 3), True),
+            ((1, 3, 4, 4), 0, 1, (3, 3), (5, 5), (1, 1), (1, 1, 1, 1), True),
+            ((1, 3, 33, 31), 3, 5, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), True),
+            ((2, 16, 12, 10), 16, 24, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), False),
+            ((1, 8, 11, 14), 4, 3, (3, 2), (1, 3), (2, 1), (2, 0, 1, 3), True),
+            ((3, 6, 7, 7), 2, 2, (1, 1), (2, 1), (1, 1), (1, 0, 0, 1), True),
+            ((1, 4, 3, 3), 4, 2, (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), True),
+            ((1, 2, 4, 6), 2, 3, (5, 5), (4, 4), (1, 1), (4, 4, 4, 4), False)]
 
 
-@pytest.mark.parametrize("case", range(len(_dw_cases())))
-def test_native_depthwise_conv_bit_identical_to_numpy(case):
-    """The compiled float depthwise Conv (fdwconv.c) gives the NumPy tap loop's exact bits,
-    signed zeros, infinities and NaNs included (the same float32 operations, same order)."""
+@pytest.mark.parametrize("case", range(len(_native_conv_cases())))
+def test_native_float_conv_bit_identical_to_numpy(case):
+    """The compiled float Conv paths (fconv.c: depthwise kernel, im2col) give the NumPy
+    formulation's exact bits, signed zeros, infinities and NaNs included (depthwise: the same
+    float32 operations in the same order; im2col: the same matrix for the same product)."""
     from qlinear import _native
 
     if not _native.available():
         pytest.skip("the native engine is not built")
-    shape, mg, kernel, strides, dil, pads, bias = _dw_cases()[case]
+    shape, cg, mg, kernel, strides, dil, pads, bias = _native_conv_cases()[case]
     rng = np.random.default_rng(case)
     c = shape[1]
+    group = c if cg == 0 else c // cg
+    m = group * mg
     x = rng.standard_normal(shape).astype(np.float32)
-    w = rng.standard_normal((c * mg, 1, *kernel)).astype(np.float32)
+    w = rng.standard_normal((m, cg or 1, *kernel)).astype(np.float32)
     flat = x.reshape(-1)
     flat[rng.integers(0, flat.size, 6)] = [0.0, -0.0, np.inf, -np.inf, np.nan, 3e38]
     w.reshape(-1)[0] = -0.0  # a negative zero weight: padding taps give -0.0 products
     if case == 0:
         w.reshape(-1)[1] = np.inf  # inf * padding zero: NaN, as the padded NumPy copy gives
-    b = rng.standard_normal(c * mg).astype(np.float32) if bias else None
-    kw = dict(group=c, strides=list(strides), dilations=list(dil), pads=list(pads))
-    got = bf.conv(x, w, b, **kw)
-    with _native.use_engine("numpy"):
-        want = bf.conv(x, w, b, **kw)
+    b = rng.standard_normal(m).astype(np.float32) if bias else None
+    kw = dict(group=group, strides=list(strides), dilations=list(dil), pads=list(pads))
+    with np.errstate(over="ignore", invalid="ignore"):  # inf * 0, 3e38 * w in the products
+        got = bf.conv(x, w, b, **kw)
+        with _native.use_engine("numpy"):
+            want = bf.conv(x, w, b, **kw)
     assert got.shape == want.shape and got.dtype == want.dtype
     assert got.tobytes() == want.tobytes()
-    got16 = bf.conv(x.astype(np.float16), w.astype(np.float16), None if b is None else
-                    b.astype(np.float16), **kw)
-    with _native.use_engine("numpy"):
-        want16 = bf.conv(x.astype(np.float16), w.astype(np.float16), None if b is None else
-                         b.astype(np.float16), **kw)
+    with np.errstate(over="ignore", invalid="ignore"):  # 3e38 becomes inf in float16
+        x16, w16 = x.astype(np.float16), w.astype(np.float16)
+        b16 = None if b is None else b.astype(np.float16)
+        got16 = bf.conv(x16, w16, b16, **kw)
+        with _native.use_engine("numpy"):
+            want16 = bf.conv(x16, w16, b16, **kw)
     assert got16.dtype == np.float16 and got16.tobytes() == want16.tobytes()

@@ -898,7 +898,7 @@ done:
 }
 
 /* fdwconv2d(x, w, b or None, y, N, C, H, W, mg, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl): float32
- * depthwise Conv (fdwconv.c); every geometry value and buffer size is checked here, and the
+ * depthwise Conv (fconv.c); every geometry value and buffer size is checked here, and the
  * kernel's padded scratch spans every window, so any call stays in bounds */
 int ql_float_dwconv2d(const float *x, const float *w, const float *b, float *y, ptrdiff_t N, ptrdiff_t C,
                       ptrdiff_t H, ptrdiff_t W, ptrdiff_t mg, ptrdiff_t OH, ptrdiff_t OW, ptrdiff_t kh,
@@ -941,6 +941,44 @@ static PyObject *m_fdwconv2d(PyObject *self, PyObject *args) {
     else { ret = Py_None; Py_INCREF(ret); }
 done:
     REL(x); REL(w); REL(b); REL(y);
+    return ret;
+}
+
+/* fim2col(x, cols, N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl): the im2col matrix of a
+ * float32 Conv (fconv.c); every input row and column read is checked against the plane there,
+ * the sizes here */
+void ql_float_im2col(const float *x, float *cols, ptrdiff_t N, ptrdiff_t C, ptrdiff_t H, ptrdiff_t W,
+                     ptrdiff_t OH, ptrdiff_t OW, ptrdiff_t kh, ptrdiff_t kw, ptrdiff_t sh, ptrdiff_t sw,
+                     ptrdiff_t dh, ptrdiff_t dw, ptrdiff_t pt, ptrdiff_t pl, int threads);
+
+static PyObject *m_fim2col(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *ox, *oc;
+    Py_ssize_t g[14];
+    if (!PyArg_ParseTuple(args, "OOnnnnnnnnnnnnnn", &ox, &oc, &g[0], &g[1], &g[2], &g[3], &g[4], &g[5],
+                          &g[6], &g[7], &g[8], &g[9], &g[10], &g[11], &g[12], &g[13]))
+        return NULL;
+    /* N, C, H, W, OH, OW >= 0; kh, kw, sh, sw, dh, dw >= 1; pt, pl >= 0; each at most 2^31 */
+    const Py_ssize_t lim = (Py_ssize_t)1 << 31;
+    for (int i = 0; i < 14; i++)
+        if (g[i] < (i >= 6 && i < 12 ? 1 : 0) || g[i] > lim)
+            return PyErr_Format(PyExc_ValueError, "qlinear native: fim2col geometry value %d out of range (%zd)",
+                                i, g[i]);
+    Py_ssize_t xn, cn, t1, t2;
+    if (!mul_fits(g[0], g[1], &t1) || !mul_fits(t1, g[2], &t2) || !mul_fits(t2, g[3], &xn) ||
+        !mul_fits(t1, g[6], &t2) || !mul_fits(t2, g[7], &t1) || !mul_fits(t1, g[4], &t2) ||
+        !mul_fits(t2, g[5], &cn) || xn > PY_SSIZE_T_MAX / 8 || cn > PY_SSIZE_T_MAX / 8)
+        return PyErr_Format(PyExc_ValueError, "qlinear native: fim2col sizes overflow");
+    Py_buffer x = {0}, c = {0};
+    PyObject *ret = NULL;
+    if (get_buf(ox, &x, 0, xn * 4, "x") < 0 || get_buf(oc, &c, 1, cn * 4, "cols") < 0) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    ql_float_im2col((const float *)x.buf, (float *)c.buf, g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8],
+                    g[9], g[10], g[11], g[12], g[13], ql_num_threads());
+    Py_END_ALLOW_THREADS
+    ret = Py_None; Py_INCREF(ret);
+done:
+    REL(x); REL(c);
     return ret;
 }
 
@@ -1035,6 +1073,7 @@ static PyMethodDef methods[] = {
     {"conv_plain", m_conv_plain, METH_VARARGS, "A plain QLinearConv / ConvInteger: multiplier, packing and convolution in one call."},
     {"qbinary", m_qbinary, METH_VARARGS, "QLinearAdd / QLinearMul (com.microsoft) on bytes."},
     {"fdwconv2d", m_fdwconv2d, METH_VARARGS, "Float32 depthwise Conv (the backend's float glue), NumPy's order of operations."},
+    {"fim2col", m_fim2col, METH_VARARGS, "The im2col matrix of a float32 Conv (the backend's float glue)."},
     {"lut", m_lut, METH_VARARGS, "Byte table lookup (QLinearSigmoid, QLinearLeakyRelu, requantization)."},
     {"maxpool2d", m_maxpool2d, METH_VARARGS, "MaxPool of uint8 / int8 planes (two spatial axes)."},
     {NULL, NULL, 0, NULL},

@@ -1,7 +1,13 @@
-/* Float32 depthwise convolution (ONNX Conv with one input channel per group, NCHW, two
- * spatial axes): the backend's float Conv between quantized layers of QDQ models
- * (qlinear/backend_float.py, ``conv``), which NumPy computed as a loop of strided tap
- * products.
+/* The backend's float32 Conv between quantized layers of QDQ models (qlinear/backend_float.py,
+ * ``conv``; NCHW, two spatial axes), where NumPy's strided passes were the cost:
+ *
+ * - ql_float_im2col: the im2col matrix of the zero-padded input, (group, C/group * kh * kw,
+ *   N * OH * OW) in the row and column order of the NumPy formulation's strided view. A copy
+ *   of input values and zeros, nothing computed: the matrix product that follows (NumPy's
+ *   BLAS, unchanged) sees the same matrix, so the results are the same bits.
+ *
+ * - ql_float_dwconv2d: depthwise convolution (one input channel per group), which NumPy
+ *   computed as a loop of strided tap products.
  *
  * Arithmetic: the same float32 operations in the same order as that NumPy formulation, so the
  * results are bit-identical to it: every output starts at +0.0f, then for each tap in
@@ -108,4 +114,56 @@ int ql_float_dwconv2d(const float *x, const float *w, const float *b, float *y, 
     double work = (double)N * C * mg * OH * OW * kh * kw;
     ql_parallel_for(N * C, work >= (double)(1 << 16) ? threads : 1, fdw_task, &c);
     return c.failed ? -1 : 0;
+}
+
+
+typedef struct {
+    const float *x;
+    float *cols;
+    ptrdiff_t N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl;
+} im2col_ctx;
+
+/* row t of the matrix: input channel c = t / (kh * kw), tap (ky, kx); its N * OH * OW columns */
+static void im2col_task(void *vctx, ptrdiff_t t, int thread) {
+    (void)thread;
+    const im2col_ctx *c = (const im2col_ctx *)vctx;
+    const ptrdiff_t taps = c->kh * c->kw, ch = t / taps, ky = t % taps / c->kw, kx = t % c->kw;
+    const ptrdiff_t OW = c->OW, W = c->W, sw = c->sw;
+    float *out = c->cols + t * c->N * c->OH * OW;
+    /* the output columns whose input column ox * sw - pl + kx * dw lies inside [0, W) */
+    const ptrdiff_t x0 = kx * c->dw - c->pl;
+    ptrdiff_t lo = x0 >= 0 ? 0 : (-x0 + sw - 1) / sw;
+    ptrdiff_t hi = x0 < W ? (W - 1 - x0) / sw + 1 : 0;
+    if (hi > OW) hi = OW;
+    if (lo > hi) lo = hi;
+    for (ptrdiff_t n = 0; n < c->N; n++) {
+        const float *plane = c->x + (n * c->C + ch) * c->H * W;
+        for (ptrdiff_t oy = 0; oy < c->OH; oy++, out += OW) {
+            const ptrdiff_t iy = oy * c->sh - c->pt + ky * c->dh;
+            if (iy < 0 || iy >= c->H || lo == hi) {
+                memset(out, 0, sizeof(float) * (size_t)OW);
+                continue;
+            }
+            const float *row = plane + iy * W;  /* columns x0 + ox * sw, in [0, W) for lo <= ox < hi */
+            for (ptrdiff_t ox = 0; ox < lo; ox++) out[ox] = 0.0f;
+            if (sw == 1) {
+                memcpy(out + lo, row + x0 + lo, sizeof(float) * (size_t)(hi - lo));
+            } else {
+                for (ptrdiff_t ox = lo; ox < hi; ox++) out[ox] = row[x0 + ox * sw];
+            }
+            for (ptrdiff_t ox = hi; ox < OW; ox++) out[ox] = 0.0f;
+        }
+    }
+}
+
+void ql_float_im2col(const float *x, float *cols, ptrdiff_t N, ptrdiff_t C, ptrdiff_t H, ptrdiff_t W,
+                     ptrdiff_t OH, ptrdiff_t OW, ptrdiff_t kh, ptrdiff_t kw, ptrdiff_t sh, ptrdiff_t sw,
+                     ptrdiff_t dh, ptrdiff_t dw, ptrdiff_t pt, ptrdiff_t pl, int threads) {
+    if (N <= 0 || C <= 0 || OH <= 0 || OW <= 0) return;
+    im2col_ctx c = {x, cols, N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl};
+    /* rows of the matrix are laid out group by group, channel by channel, tap by tap: the
+     * input channel order, so one task per (channel, tap) row fills them all in place;
+     * threads from about 256 KiB of copying on */
+    double bytes = 4.0 * (double)N * C * kh * kw * OH * OW;
+    ql_parallel_for(C * kh * kw, bytes >= (double)(1 << 18) ? threads : 1, im2col_task, &c);
 }
