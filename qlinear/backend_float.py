@@ -121,6 +121,13 @@ def _geometry(x_shape, kernel, strides, dilations, pads, auto_pad):
 # --------------------------------------------------------------------------- Conv
 
 
+def _native_conv() -> Any:
+    """The compiled module for the float Conv's helpers (qlinear/_native/fconv.c), or None when
+    the NumPy engine is selected or the extension is not built (then the NumPy formulation runs:
+    the same bits; tests switch the native paths off here to compare whole models)."""
+    return _native.native()
+
+
 def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, auto_pad: str = "NOTSET",
          dilations=None, group: int = 1, kernel_shape=None, pads=None, strides=None) -> np.ndarray:
     """ONNX Conv for float tensors of any rank: im2col per group and one matrix product.
@@ -153,16 +160,15 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, auto_pad:
     p = math.prod(out)
     dt = x.dtype
     w = w.astype(dt, copy=False)
-    if cg == 1 and ksize > 1 and nd == 2 and dt == np.float32 and min(pb) >= 0 and min(pe) >= 0:
-        C = _native.native()
-        if C is not None:
-            # the compiled kernel (qlinear/_native/fconv.c): the loop below, same float32
-            # operations in the same order (bit-identical), in one pass per plane; the bias too
-            y = _native.empty((n, m, *out), dt)
-            C.fdwconv2d(np.ascontiguousarray(x), np.ascontiguousarray(w), None if b is None
-                        else np.ascontiguousarray(b.astype(dt, copy=False)), y, n, c, *spatial, mg,
-                        *out, *kernel, *strides, *dilations, pb[0], pb[1])
-            return y.astype(out_dtype, copy=False)
+    C = _native_conv() if nd == 2 and dt == np.float32 and min(pb) >= 0 and min(pe) >= 0 else None
+    if cg == 1 and ksize > 1 and C is not None:
+        # the compiled kernel (qlinear/_native/fconv.c): the loop below, same float32
+        # operations in the same order (bit-identical), in one pass per plane; the bias too
+        y = _native.empty((n, m, *out), dt)
+        C.fdwconv2d(np.ascontiguousarray(x), np.ascontiguousarray(w), None if b is None
+                    else np.ascontiguousarray(b.astype(dt, copy=False)), y, n, c, *spatial, mg,
+                    *out, *kernel, *strides, *dilations, pb[0], pb[1])
+        return y.astype(out_dtype, copy=False)
     if cg == 1 and ksize > 1:
         # depthwise (or channel multiplier): a weighted sum of taps, no im2col
         xp = _padded(x, pb, pe)
@@ -189,11 +195,11 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, auto_pad:
             xs = x[(slice(None), slice(None)) + tuple(slice(None, (out[i] - 1) * strides[i] + 1,
                                                             strides[i]) for i in range(nd))]
             cols = xs.reshape(n, g, cg, p).transpose(1, 2, 0, 3).reshape(g, cg, n * p)
-        elif nd == 2 and dt == np.float32 and min(pb) >= 0 and _native.native() is not None:
+        elif C is not None:
             # the same matrix, copied by the compiled im2col (qlinear/_native/fconv.c) in one
             # pass from x (padding included) instead of np.pad and a strided NumPy copy
             cols = _native.empty((g, cg * ksize, n * p), dt)
-            _native.native().fim2col(np.ascontiguousarray(x), cols, n, c, *spatial, *out, *kernel,
+            C.fim2col(np.ascontiguousarray(x), cols, n, c, *spatial, *out, *kernel,
                                      *strides, *dilations, pb[0], pb[1])
         else:
             xp = _padded(x, pb, pe)
