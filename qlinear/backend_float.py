@@ -54,7 +54,7 @@ from onnx.reference.op_run import OpRun
 
 from . import _blas, _native
 
-__all__ = ["conv", "average_pool", "resize", "softmax", "sigmoid", "FLOAT_KERNELS",
+__all__ = ["conv", "average_pool", "resize", "softmax", "sigmoid", "relu", "FLOAT_KERNELS",
            "FastEvaluator"]
 
 _FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
@@ -338,6 +338,33 @@ def softmax(x: np.ndarray, axis: int = -1, *, coerce_2d: bool = False) -> np.nda
     return y
 
 
+#: Zeros for :func:`relu`'s blocks (read-only, shared).
+_RELU_ZEROS = {dt: np.zeros(1 << 12, dt) for dt in (np.dtype(np.float32), np.dtype(np.float64))}
+for _z in _RELU_ZEROS.values():
+    _z.flags.writeable = False
+
+
+def relu(x: np.ndarray) -> np.ndarray:
+    """``np.maximum(x, 0)``, the same ufunc on the same values (NaN propagates, -0.0 gives +0.0).
+
+    A large contiguous float tensor is taken as rows of 4096 against one row of zeros: NumPy's
+    maximum runs its vectorized array-array loop there, while against a scalar 0 it took twice
+    as long (float32 64x80x80, NumPy 2.4: 306 -> 164 us); the output comes from the native
+    engine's buffer pool (no fresh pages to fault in).
+    """
+    zeros = _RELU_ZEROS.get(x.dtype)
+    if zeros is None or x.size < (1 << 14) or not x.flags.c_contiguous:
+        return np.maximum(x, x.dtype.type(0))
+    out = _native.empty(x.shape, x.dtype)
+    flat, o = x.reshape(-1), out.reshape(-1)
+    b = zeros.size
+    k = flat.size - flat.size % b
+    np.maximum(flat[:k].reshape(-1, b), zeros, out=o[:k].reshape(-1, b))
+    if k < flat.size:
+        np.maximum(flat[k:], zeros[:flat.size - k], out=o[k:])
+    return out
+
+
 def leaky_relu(x: np.ndarray, alpha: float) -> np.ndarray:
     """``x if x >= 0 else alpha * x`` (onnxruntime's definition, its float32 product).
 
@@ -558,7 +585,7 @@ class LeakyRelu(_FloatOp):
 
 class Relu(_FloatOp):
     def compute(self, x):
-        return np.maximum(x, x.dtype.type(0))
+        return relu(x)
 
     def supported(self, *args):
         return args and isinstance(args[0], np.ndarray) and args[0].dtype.kind in "fiu"

@@ -740,3 +740,27 @@ def test_native_float_conv_bit_identical_to_numpy(case):
         with _native.use_engine("numpy"):
             want16 = bf.conv(x16, w16, b16, **kw)
     assert got16.dtype == np.float16 and got16.tobytes() == want16.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("size", [1 << 14, (1 << 14) + 4095, 3 * 4096 * 7 + 1, 1000])
+def test_relu_blocks_bit_identical_to_scalar_maximum(dtype, size):
+    """relu's rows against a block of zeros give np.maximum(x, 0)'s exact bits: NaNs (sign and
+    payload), signed zeros, infinities, subnormals, in the blocks and in the tail."""
+    rng = np.random.default_rng(size)
+    x = rng.standard_normal(size).astype(dtype)
+    bits = np.uint32 if dtype == np.float32 else np.uint64
+    nan_payload = np.array([0x7FC00123 if dtype == np.float32 else 0x7FF8000000000123,
+                            0xFFC00456 if dtype == np.float32 else 0xFFF8000000000456], bits).view(dtype)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, 1e-40 if dtype == np.float32 else 1e-310,
+                        -1e-45 if dtype == np.float32 else -5e-324], dtype)
+    for vals in (special, nan_payload):
+        x[rng.integers(0, size, len(vals))] = vals
+        x[size - len(vals):] = vals  # the tail too
+    want = np.maximum(x, dtype(0))
+    for arr in (x, x.reshape(-1, 1) if size % 2 else x.reshape(2, -1)):
+        got = bf.relu(arr)
+        assert got.shape == arr.shape and got.dtype == arr.dtype
+        assert got.reshape(-1).tobytes() == want.tobytes()
+    strided = x[::2]
+    assert bf.relu(strided).tobytes() == np.maximum(strided, dtype(0)).tobytes()
