@@ -9,7 +9,10 @@ them with NumPy implementations of the same ONNX semantics:
 
 - ``Conv`` (every rank, group, pad, stride, dilation, auto_pad): one im2col matrix per group
   and one BLAS matrix product (``np.matmul``); a 1x1 kernel without padding needs no im2col;
-  a depthwise kernel (one input channel per group) is a sum of weighted taps instead.
+  a depthwise kernel (one input channel per group) is a sum of weighted taps instead. For
+  float32 with two spatial axes, the native engine copies the im2col matrix and computes the
+  depthwise taps in C (``qlinear/_native/fconv.c``): the same matrix for the same product, the
+  same float32 operations in the same order, so the same bits as the NumPy formulation.
 - ``AveragePool`` (pads, strides, dilations, auto_pad, ceil_mode, count_include_pad),
   ``GlobalAveragePool``, ``GlobalMaxPool``: sums of strided views, one divisor per window.
 - ``Resize`` (opset 11+, nearest and linear, coordinate modes half_pixel, asymmetric,
@@ -20,7 +23,8 @@ them with NumPy implementations of the same ONNX semantics:
   interpolates one axis at a time. Cubic, antialias, axes, keep_aspect_ratio_policy,
   tf_crop_and_resize and Resize-10 run as onnx.reference runs them.
 - ``Sigmoid``, ``Softmax`` (both axis semantics: opset 13+ one axis, opset < 13 the 2-D
-  coercion), ``LeakyRelu``, ``Relu`` without the extra copies; ``Reshape`` without
+  coercion), ``LeakyRelu``, ``Relu`` without the extra copies (a large Relu against a block
+  of zeros: NumPy's vectorized array-array maximum); ``Reshape`` without
   onnx.reference's per-call index arrays.
 
 Float arithmetic follows the operator definitions; the order of float32 operations is not
