@@ -459,10 +459,13 @@ class _SizeGuard(OpRun):
                 name = self.onnx_node.name or self.onnx_node.output[0]
                 op = f"{self.op_domain}.{self.onnx_node.op_type}" if self.op_domain \
                     else self.onnx_node.op_type
+                size, limit = _human_bytes(nbytes), _human_bytes(self._limit)
+                if size == limit:  # rounded alike: the exact counts tell them apart
+                    size, limit = f"{size} ({nbytes} bytes)", f"{limit} ({self._limit} bytes)"
                 raise NodeError(
                     f"node {name!r} ({op}-{self.version}): a tensor of "
-                    f"shape {list(shape)} would take {_human_bytes(nbytes)}, more than the "
-                    f"limit of {_human_bytes(self._limit)} per tensor (max_tensor_bytes, "
+                    f"shape {list(shape)} would take {size}, more than the "
+                    f"limit of {limit} per tensor (max_tensor_bytes, "
                     "qlinear's --max-tensor-bytes)")
 
     def run(self, *args, **kwargs):  # noqa: D102

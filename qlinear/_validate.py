@@ -72,6 +72,13 @@ def _size(nbytes: int) -> str:
     return f"{nbytes} bytes"
 
 
+def sizes(nbytes: int, limit: int) -> tuple[str, str]:
+    """A size and a limit it exceeds, as text: in binary units, or in bytes where the units
+    would round them to the same text (131072 against 131071 is not "128 KiB against 128 KiB")."""
+    a, b = _size(nbytes), _size(limit)
+    return (a, b) if a != b else (f"{nbytes} bytes", f"{limit} bytes")
+
+
 def check_size(op: str, what: str, shape: tuple[int, ...], itemsize: int) -> None:
     """Refuse, before allocating, an array of ``shape`` (``itemsize`` bytes per element) above
     ``max_output_bytes()``. Shapes are Python ints, so the product never overflows."""

@@ -48,7 +48,7 @@ from onnx.reference.op_run import OpRun
 
 import qlinear as _q
 from qlinear import _blas
-from qlinear._validate import byte_count
+from qlinear._validate import byte_count, sizes
 from qlinear.quantize import PreparedDequantize, PreparedQuantize
 from qlinear import backend_contrib as _contrib
 from qlinear.backend_float import FLOAT_KERNELS, FastEvaluator  # float glue ops, lean graph loop
@@ -900,6 +900,7 @@ class QLinearRep(BackendRep):
         model = inline_functions(model)
         self.model = model
         self.emulate = emulate
+        self.max_tensor_bytes = max_tensor_bytes
         self.evaluator = FastEvaluator(
             model, new_ops=with_size_guards(kernels_for(emulate) + FLOAT_KERNELS + CONTROL_KERNELS,
                                      max_tensor_bytes))
@@ -953,6 +954,13 @@ class QLinearRep(BackendRep):
         for k in self.input_names:
             if k not in feeds:
                 raise ValueError(f"run: no value for input {k!r} (the model's inputs are {names})")
+        limit = self.max_tensor_bytes
+        if limit is not None:  # the size guards assume every input within the limit
+            for k, v in feeds.items():
+                if getattr(v, "nbytes", 0) > limit:
+                    given, most = sizes(v.nbytes, limit)
+                    raise ValueError(f"run: input {k!r} of shape {tuple(v.shape)} takes {given}, more "
+                                     f"than the limit of {most} per tensor (max_tensor_bytes)")
         return feeds
 
     def run(self, inputs, progress: bool | None = False, **kwargs) -> tuple[np.ndarray, ...]:  # type: ignore[override]

@@ -4,6 +4,8 @@ operator of the test models checked against onnxruntime."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -525,3 +527,25 @@ def test_run_names_unknown_and_missing_inputs():
 def test_max_tensor_bytes_must_be_a_positive_integer(bad):
     with pytest.raises(ValueError, match=r"^QLinearRep: max_tensor_bytes must be None or an integer >= 1; got "):
         backend.QLinearRep(_add_model(), max_tensor_bytes=bad)
+
+
+def test_max_tensor_bytes_bounds_the_inputs_fed_to_run():
+    """With max_tensor_bytes, an input fed to run (or run_all) above the limit is refused,
+    naming it: the limit's guards assume every input within it (a size-preserving operator is
+    not guarded), so a 2 GiB feed, or a broadcast view standing for one, went through a
+    model under a 1 MiB limit and made a 2 GiB output. At the limit, the input runs."""
+    relu = _model([helper.make_node("Relu", ["x"], ["y"])],
+                  [helper.make_tensor_value_info("x", T.FLOAT, ["n"])],
+                  [helper.make_tensor_value_info("y", T.FLOAT, ["n"])], [])
+    rep = backend.QLinearRep(relu, max_tensor_bytes=4096)
+    want = "^run: input 'x' of shape (1025,) takes 4100 bytes, more than the limit of 4096 bytes per tensor (max_tensor_bytes)$"
+    for x in (np.ones(1025, np.float32), np.broadcast_to(np.float32(-1), (1025,))):
+        with pytest.raises(ValueError, match=re.escape(want[1:-1])):
+            rep.run({"x": x})
+        with pytest.raises(ValueError, match=re.escape(want[1:-1])):
+            rep.run([x])
+        with pytest.raises(ValueError, match=re.escape(want[1:-1])):
+            rep.run_all({"x": x})
+    x = np.linspace(-1, 1, 1024, dtype=np.float32)
+    np.testing.assert_array_equal(rep.run({"x": x})[0], np.maximum(x, 0))
+    assert backend.QLinearRep(relu).run([np.ones(1025, np.float32)])[0].shape == (1025,)  # no limit

@@ -1055,7 +1055,8 @@ def test_size_guard_contrib_operators_that_grow_their_input(capsys, tmp_path, op
     nbytes, path = _contrib_growing_case(op, tmp_path)
     _one_line_error(*_main(capsys, "run", path, "--max-tensor-bytes", nbytes - 1),
                     f"node 'n' (com.microsoft.{op}-1)", "128, 128]",
-                    f"{nbytes / 1024:.1f} KiB", "--max-tensor-bytes")
+                    f"{nbytes / 1024:.1f} KiB ({nbytes} bytes)",
+                    f"limit of {nbytes / 1024:.1f} KiB ({nbytes - 1} bytes)", "--max-tensor-bytes")
     rc, out, err = _main(capsys, "run", path, "--max-tensor-bytes", nbytes, "--output-dir", tmp_path / "o")
     assert rc == 0, err
     want = backend.QLinearRep(onnx.load(path)).run({})[0]
