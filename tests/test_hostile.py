@@ -837,3 +837,41 @@ def test_fuzz_quantize(fuzz_limits, data):
     args = [maybe(xq), maybe(scale), maybe(rand_int(rng, U8, (n,)))]
     check_call("dequantize_linear", lambda: qlinear.dequantize_linear(*args, axis=axis),
                lambda: oracle.dequantize_linear(*args, axis=axis))
+
+
+def test_embed_layer_normalization_names_inconsistent_inputs():
+    """EmbedLayerNormalization's tables, ids and mask must agree in shape (as onnxruntime's
+    checks require): each mismatch is a ValueError naming the operator and the input. They
+    were NumPy's "operands could not be broadcast together" (naming neither), and a mask of
+    another shape, or a string, gave a mask_index of the wrong length or a meaningless one."""
+    import qlinear.contrib as qc
+
+    ids, words, positions = np.zeros((1, 2), I32), np.ones((4, 8), F32), np.ones((4, 8), F32)
+    gamma, beta = np.ones(8, F32), np.zeros(8, F32)
+
+    def call(**kw):
+        args = dict(input_ids=ids, segment_ids=None, word_embedding=words, position_embedding=positions,
+                    segment_embedding=None, gamma=gamma, beta=beta)
+        args.update(kw)
+        return qc.embed_layer_normalization(**args)
+
+    op = "embed_layer_normalization"
+    for kw, names in [
+        (dict(word_embedding=np.ones(8, F32)), ("word_embedding", "2-D", "(8,)")),
+        (dict(position_embedding=np.ones((4, 6), F32)), ("position_embedding", "(4, 6)", "8")),
+        (dict(position_embedding=np.ones(8, F32)), ("position_embedding", "(8,)")),
+        (dict(segment_ids=np.zeros((1, 3), I32), segment_embedding=np.ones((2, 8), F32)),
+         ("segment_ids", "(1, 2)", "(1, 3)")),
+        (dict(segment_ids=np.zeros((1, 2), I32), segment_embedding=np.ones((2, 6), F32)),
+         ("segment_embedding", "(2, 6)")),
+        (dict(position_ids=np.zeros(3, I32)), ("position_ids", "(1, 2)", "(3,)")),
+        (dict(mask=np.ones((3, 3), I32)), ("mask", "(1, 2)", "(3, 3)")),
+    ]:
+        with raises(ValueError, op, *names):
+            call(**kw)
+    for mask in ("abc", np.ones((1, 2), F32), [[1, 1]]):
+        with raises(TypeError, op, "mask"):
+            call(mask=mask)
+    y, mask_index, e = call(mask=np.array([[1, 0]], I32), position_ids=np.array([[1, 0]], I32))
+    assert_exact(mask_index, np.array([1], I32))
+    assert_exact(e, (words[[0, 0]] + positions[[1, 0]])[None])
