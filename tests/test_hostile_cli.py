@@ -1063,3 +1063,21 @@ def test_size_guard_contrib_operators_that_grow_their_input(capsys, tmp_path, op
     np.testing.assert_array_equal(np.load(tmp_path / "o" / "y.npy"), want)
     with pytest.raises(backend.NodeError, match=f"com.microsoft.{op}-1"):
         backend.QLinearRep(onnx.load(path), max_tensor_bytes=nbytes - 1).run({})
+
+
+def test_inspect_does_not_say_runs_when_the_checker_refuses(capsys, tmp_path):
+    """A model onnx's checker rejects (an attribute of the wrong type: strides as floats) is
+    refused by run and compare; inspect listed every node as run and ended with "qlinear runs
+    every node". It now says that qlinear refuses the model, and why."""
+    w = numpy_helper.from_array(np.ones((1, 1, 2, 2), np.int8), "w")
+    path = _save(tmp_path, "bad_attr", [helper.make_node("ConvInteger", ["x", "w"], ["y"], strides=[1.0, 1.0])],
+                 [helper.make_tensor_value_info("x", T.UINT8, [1, 1, 4, 4])], [_out("y", 4, T.INT32)], [w])
+    why = "Mismatched attribute type in ' : strides'. Expected: 'INTS', actual: 'FLOATS'"
+    _one_line_error(*_main(capsys, "run", path), "invalid ONNX model", why)
+    rc, out, err = _main(capsys, "inspect", path)
+    assert rc == 0, err
+    assert "qlinear runs every node" not in out
+    assert f"qlinear refuses the model: onnx's checker rejects it (invalid ONNX model: {why})" in out
+    rc, out, err = _main(capsys, "inspect", path, "--json")
+    got = json.loads(out)
+    assert got["supported"] is False and "invalid ONNX model" in got["refusal"]
