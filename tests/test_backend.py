@@ -4,6 +4,7 @@ operator of the test models checked against onnxruntime."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -549,3 +550,28 @@ def test_max_tensor_bytes_bounds_the_inputs_fed_to_run():
     x = np.linspace(-1, 1, 1024, dtype=np.float32)
     np.testing.assert_array_equal(rep.run({"x": x})[0], np.maximum(x, 0))
     assert backend.QLinearRep(relu).run([np.ones(1025, np.float32)])[0].shape == (1025,)  # no limit
+
+
+def test_run_checks_inputs_against_their_declared_types_and_shapes():
+    """run refuses an input whose dtype or fixed dimensions differ from the model's declaration,
+    naming it (as onnxruntime does, and the qlinear command): a (2, 1, 9, 9) image fed to the
+    bundled example's [N, 1, 8, 8] input ran and gave an answer, a float64 one failed inside
+    the first node. Symbolic dimensions take any size; an input in non-native byte order is
+    converted (it was refused by the first node as '>f4')."""
+    from qlinear.cli import EXAMPLES_DIR  # the bundled example
+
+    rep = backend.prepare(onnx.load(os.path.join(EXAMPLES_DIR, "digits_cnn_qoperator.onnx")))
+    x = np.random.default_rng(0).random((2, 1, 8, 8)).astype(np.float32)
+    want = rep.run([x])[0]
+    with pytest.raises(ValueError, match=re.escape(
+            "run: input 'image' has shape (2, 1, 9, 9); the model declares [N, 1, 8, 8]")):
+        rep.run([np.zeros((2, 1, 9, 9), np.float32)])
+    with pytest.raises(ValueError, match=re.escape(
+            "run: input 'image' has shape (1, 8, 8); the model declares [N, 1, 8, 8]")):
+        rep.run({"image": x[0]})
+    for bad in (x.astype(np.float64), x.astype(np.int32)):
+        with pytest.raises(TypeError, match=re.escape(
+                f"run: input 'image' has dtype {bad.dtype}; the model declares float32")):
+            rep.run([bad])
+    np.testing.assert_array_equal(rep.run([x.astype(">f4")])[0], want)
+    assert rep.run([np.concatenate([x, x])])[0].shape == (4, 10)  # N is symbolic
