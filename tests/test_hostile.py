@@ -875,3 +875,24 @@ def test_embed_layer_normalization_names_inconsistent_inputs():
     y, mask_index, e = call(mask=np.array([[1, 0]], I32), position_ids=np.array([[1, 0]], I32))
     assert_exact(mask_index, np.array([1], I32))
     assert_exact(e, (words[[0, 0]] + positions[[1, 0]])[None])
+
+
+def test_transformer_operators_on_empty_sequences_and_hidden_sizes():
+    """QAttention / Attention with an empty sequence and no past compute an empty output (it
+    was NumPy's "zero-size array to reduction operation maximum which has no identity");
+    SkipLayerNormalization and EmbedLayerNormalization with a hidden size of 0 are refused,
+    naming the operator (they divided by 0: RuntimeWarnings and NaN means)."""
+    import qlinear.contrib as qc
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, present = qc.qattention(np.zeros((1, 0, 4), U8), np.zeros((4, 6), U8), np.zeros(6, F32),
+                                     F32(1), F32(1), num_heads=1)
+        assert out.shape == (1, 0, 2) and present.shape == (2, 1, 1, 0, 2)
+        out, present = qc.attention(np.zeros((2, 0, 4), F32), np.zeros((4, 6), F32), num_heads=2)
+        assert out.shape == (2, 0, 2) and present.shape == (2, 2, 2, 0, 1)
+        with raises(ValueError, "skip_layer_normalization", "hidden size", "(1, 2, 0)"):
+            qc.skip_layer_normalization(np.zeros((1, 2, 0), F32), np.zeros((1, 2, 0), F32), np.ones(0, F32))
+        with raises(ValueError, "embed_layer_normalization", "hidden size", "(4, 0)"):
+            qc.embed_layer_normalization(np.zeros((1, 2), I32), None, np.ones((4, 0), F32), np.ones((4, 0), F32),
+                                         None, np.ones(0, F32), np.zeros(0, F32))

@@ -89,6 +89,8 @@ def skip_layer_normalization(input: np.ndarray, skip: np.ndarray, gamma: np.ndar
         except ValueError:
             raise ValueError(f"{op}: skip must broadcast to input's shape {x.shape}; got shape {sk.shape}") from None
     hidden = x.shape[-1]
+    if hidden == 0:  # layer normalization divides by it
+        raise ValueError(f"{op}: input's hidden size (last dimension) must be >= 1; got shape {x.shape}")
     v.check_size(op, "the float64 sum of input and skip", x.shape, 8)
     s = x.astype(F64) + sk
     if bias is not None:
@@ -127,6 +129,9 @@ def embed_layer_normalization(input_ids: np.ndarray, segment_ids: np.ndarray | N
     hidden = -1
     words = table("word_embedding", word_embedding)
     hidden = words.shape[1]
+    if hidden == 0:  # layer normalization divides by it
+        raise ValueError(f"{op}: word_embedding's hidden size (its second dimension) must be >= 1; "
+                         f"got shape {words.shape}")
     positions = table("position_embedding", position_embedding)
     v.check_size(op, "the float64 embeddings", (batch, seq, hidden), 8)
 
@@ -210,9 +215,12 @@ def _attention_core(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, p
     if unidirectional:
         future = np.arange(total)[None, :] > (past_len + np.arange(seq))[:, None]
         scores += np.where(future, mask_filter_value, 0.0)
-    scores -= scores.max(axis=-1, keepdims=True)
-    probs = np.exp(scores, out=scores)
-    probs /= probs.sum(axis=-1, keepdims=True)
+    if total == 0:  # no keys (an empty sequence, no past): an empty output, nothing to normalize
+        probs = scores
+    else:
+        scores -= scores.max(axis=-1, keepdims=True)
+        probs = np.exp(scores, out=scores)
+        probs /= probs.sum(axis=-1, keepdims=True)
     out = np.matmul(probs, vv).transpose(0, 2, 1, 3).reshape(batch, seq, hidden)
     return out.astype(F32), present
 
