@@ -530,48 +530,34 @@ def test_max_tensor_bytes_must_be_a_positive_integer(bad):
         backend.QLinearRep(_add_model(), max_tensor_bytes=bad)
 
 
-def test_max_tensor_bytes_bounds_the_inputs_fed_to_run():
-    """With max_tensor_bytes, an input fed to run (or run_all) above the limit is refused,
-    naming it: the limit's guards assume every input within it (a size-preserving operator is
-    not guarded), so a 2 GiB feed, or a broadcast view standing for one, went through a
-    model under a 1 MiB limit and made a 2 GiB output. At the limit, the input runs."""
+def test_max_tensor_bytes_bounds_broadcast_views_fed_to_run():
+    """With max_tensor_bytes, a broadcast view fed to run (or run_all) above the limit as an
+    array is refused, naming it: the limit's guards leave alone the operators whose output is
+    no larger than their input, and a view takes no memory, so a (2**15, 2**14) view ran through
+    Relu under a 1 MiB limit and made a 2 GiB output. A real array exists already and is
+    accepted, as qlinear's operators accept it; a view within the limit runs."""
     relu = _model([helper.make_node("Relu", ["x"], ["y"])],
                   [helper.make_tensor_value_info("x", T.FLOAT, ["n"])],
                   [helper.make_tensor_value_info("y", T.FLOAT, ["n"])], [])
     rep = backend.QLinearRep(relu, max_tensor_bytes=4096)
-    want = "^run: input 'x' of shape (1025,) takes 4100 bytes, more than the limit of 4096 bytes per tensor (max_tensor_bytes)$"
-    for x in (np.ones(1025, np.float32), np.broadcast_to(np.float32(-1), (1025,))):
-        with pytest.raises(ValueError, match=re.escape(want[1:-1])):
-            rep.run({"x": x})
-        with pytest.raises(ValueError, match=re.escape(want[1:-1])):
-            rep.run([x])
-        with pytest.raises(ValueError, match=re.escape(want[1:-1])):
-            rep.run_all({"x": x})
-    x = np.linspace(-1, 1, 1024, dtype=np.float32)
-    np.testing.assert_array_equal(rep.run({"x": x})[0], np.maximum(x, 0))
-    assert backend.QLinearRep(relu).run([np.ones(1025, np.float32)])[0].shape == (1025,)  # no limit
+    want = ("run: input 'x' is a view of shape (1025,) that repeats its memory (a broadcast view): "
+            "as an array it would take 4100 bytes, more than the limit of 4096 bytes per tensor "
+            "(max_tensor_bytes)")
+    view = np.broadcast_to(np.float32(-1), (1025,))
+    for run in (lambda: rep.run({"x": view}), lambda: rep.run([view]), lambda: rep.run_all({"x": view})):
+        with pytest.raises(ValueError, match="^" + re.escape(want) + "$"):
+            run()
+    np.testing.assert_array_equal(rep.run([np.broadcast_to(np.float32(-1), (1024,))])[0], np.zeros(1024))
+    np.testing.assert_array_equal(rep.run([np.full(1025, -1, np.float32)])[0], np.zeros(1025))
+    assert backend.QLinearRep(relu).run([view])[0].shape == (1025,)  # no limit
 
 
-def test_run_checks_inputs_against_their_declared_types_and_shapes():
-    """run refuses an input whose dtype or fixed dimensions differ from the model's declaration,
-    naming it (as onnxruntime does, and the qlinear command): a (2, 1, 9, 9) image fed to the
-    bundled example's [N, 1, 8, 8] input ran and gave an answer, a float64 one failed inside
-    the first node. Symbolic dimensions take any size; an input in non-native byte order is
-    converted (it was refused by the first node as '>f4')."""
+def test_run_converts_inputs_in_non_native_byte_order():
+    """An input in non-native byte order ('>f4') is converted, as qlinear's operators convert
+    their arrays (the first node refused it: "input x is >f4")."""
     from qlinear.cli import EXAMPLES_DIR  # the bundled example
 
     rep = backend.prepare(onnx.load(os.path.join(EXAMPLES_DIR, "digits_cnn_qoperator.onnx")))
     x = np.random.default_rng(0).random((2, 1, 8, 8)).astype(np.float32)
-    want = rep.run([x])[0]
-    with pytest.raises(ValueError, match=re.escape(
-            "run: input 'image' has shape (2, 1, 9, 9); the model declares [N, 1, 8, 8]")):
-        rep.run([np.zeros((2, 1, 9, 9), np.float32)])
-    with pytest.raises(ValueError, match=re.escape(
-            "run: input 'image' has shape (1, 8, 8); the model declares [N, 1, 8, 8]")):
-        rep.run({"image": x[0]})
-    for bad in (x.astype(np.float64), x.astype(np.int32)):
-        with pytest.raises(TypeError, match=re.escape(
-                f"run: input 'image' has dtype {bad.dtype}; the model declares float32")):
-            rep.run([bad])
-    np.testing.assert_array_equal(rep.run([x.astype(">f4")])[0], want)
-    assert rep.run([np.concatenate([x, x])])[0].shape == (4, 10)  # N is symbolic
+    np.testing.assert_array_equal(rep.run([x.astype(">f4")])[0], rep.run([x])[0])
+    np.testing.assert_array_equal(rep.run({"image": x.astype(">f4")})[0], rep.run([x])[0])
