@@ -683,3 +683,84 @@ def test_split_batched_matmul_matches_numpy(g, m, k, n):
     want = a.astype(np.float64) @ b.astype(np.float64)
     assert got.shape == (g, m, n) and got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+def _native_conv_cases():
+    # (x shape, channels per group (0: depthwise), multiplier, kernel, strides, dilations, pads,
+    # bias): depthwise cases take fconv.c's depthwise kernel, the others its im2col
+    return [((1, 8, 13, 11), 0, 1, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),
+            ((2, 5, 17, 9), 0, 1, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), False),
+            ((1, 4, 10, 12), 0, 2, (3, 5), (2, 3), (1, 1), (0, 2, 1, 0), True),
+            ((1, 3, 15, 16), 0, 1, (3, 3), (1, 2), (2, 2), (2, 2, 2, 2), True),
+            ((1, 6, 9, 9), 0, 3, (2, 2), (3, 1), (2, 1), (0, 0, 0, 0), False),
+            ((1, 2, 5, 5), 0, 1, (5, 5), (1, 1), (1, 1), (4, 4, 4, 4), True),
+            ((1, 16, 1, 40), 0, 1, (1, 7), (1, 4), (1, 1), (0, 3, 0, 3), True),
+            ((1, 3, 4, 4), 0, 1, (3, 3), (5, 5), (1, 1), (1, 1, 1, 1), True),
+            ((1, 3, 33, 31), 3, 5, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), True),
+            ((2, 16, 12, 10), 16, 24, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), False),
+            ((1, 8, 11, 14), 4, 3, (3, 2), (1, 3), (2, 1), (2, 0, 1, 3), True),
+            ((3, 6, 7, 7), 2, 2, (1, 1), (2, 1), (1, 1), (1, 0, 0, 1), True),
+            ((1, 4, 3, 3), 4, 2, (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), True),
+            ((1, 2, 4, 6), 2, 3, (5, 5), (4, 4), (1, 1), (4, 4, 4, 4), False)]
+
+
+@pytest.mark.parametrize("case", range(len(_native_conv_cases())))
+def test_native_float_conv_bit_identical_to_numpy(case):
+    """The compiled float Conv paths (fconv.c: depthwise kernel, im2col) give the NumPy
+    formulation's exact bits, signed zeros, infinities and NaNs included (depthwise: the same
+    float32 operations in the same order; im2col: the same matrix for the same product)."""
+    from qlinear import _native
+
+    if not _native.available():
+        pytest.skip("the native engine is not built")
+    shape, cg, mg, kernel, strides, dil, pads, bias = _native_conv_cases()[case]
+    rng = np.random.default_rng(case)
+    c = shape[1]
+    group = c if cg == 0 else c // cg
+    m = group * mg
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((m, cg or 1, *kernel)).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[rng.integers(0, flat.size, 6)] = [0.0, -0.0, np.inf, -np.inf, np.nan, 3e38]
+    w.reshape(-1)[0] = -0.0  # a negative zero weight: padding taps give -0.0 products
+    if case == 0:
+        w.reshape(-1)[1] = np.inf  # inf * padding zero: NaN, as the padded NumPy copy gives
+    b = rng.standard_normal(m).astype(np.float32) if bias else None
+    kw = dict(group=group, strides=list(strides), dilations=list(dil), pads=list(pads))
+    with np.errstate(over="ignore", invalid="ignore"):  # inf * 0, 3e38 * w in the products
+        got = bf.conv(x, w, b, **kw)
+        with _native.use_engine("numpy"):
+            want = bf.conv(x, w, b, **kw)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert got.tobytes() == want.tobytes()
+    with np.errstate(over="ignore", invalid="ignore"):  # 3e38 becomes inf in float16
+        x16, w16 = x.astype(np.float16), w.astype(np.float16)
+        b16 = None if b is None else b.astype(np.float16)
+        got16 = bf.conv(x16, w16, b16, **kw)
+        with _native.use_engine("numpy"):
+            want16 = bf.conv(x16, w16, b16, **kw)
+    assert got16.dtype == np.float16 and got16.tobytes() == want16.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("size", [1 << 14, (1 << 14) + 4095, 3 * 4096 * 7 + 1, 1000])
+def test_relu_blocks_bit_identical_to_scalar_maximum(dtype, size):
+    """relu's rows against a block of zeros give np.maximum(x, 0)'s exact bits: NaNs (sign and
+    payload), signed zeros, infinities, subnormals, in the blocks and in the tail."""
+    rng = np.random.default_rng(size)
+    x = rng.standard_normal(size).astype(dtype)
+    bits = np.uint32 if dtype == np.float32 else np.uint64
+    nan_payload = np.array([0x7FC00123 if dtype == np.float32 else 0x7FF8000000000123,
+                            0xFFC00456 if dtype == np.float32 else 0xFFF8000000000456], bits).view(dtype)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, 1e-40 if dtype == np.float32 else 1e-310,
+                        -1e-45 if dtype == np.float32 else -5e-324], dtype)
+    for vals in (special, nan_payload):
+        x[rng.integers(0, size, len(vals))] = vals
+        x[size - len(vals):] = vals  # the tail too
+    want = np.maximum(x, dtype(0))
+    for arr in (x, x.reshape(-1, 1) if size % 2 else x.reshape(2, -1)):
+        got = bf.relu(arr)
+        assert got.shape == arr.shape and got.dtype == arr.dtype
+        assert got.reshape(-1).tobytes() == want.tobytes()
+    strided = x[::2]
+    assert bf.relu(strided).tobytes() == np.maximum(strided, dtype(0)).tobytes()

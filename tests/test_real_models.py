@@ -170,3 +170,31 @@ def test_real_model(name, emulate, tmp_path, capsys):
     first = next((row for row in result["nodes"] if row["mismatches"]), None)
     if first is not None:  # (other inputs may hit no rounding boundary at all)
         assert first["op"] == "Conv" and first["verdict"] == "within tolerance", first
+
+
+#: Models that keep float Conv nodes after the QDQ fusion (retinaface: all 56 of them). The
+#: depthwise and padded ones run on the compiled float Conv helpers (qlinear/_native/fconv.c);
+#: the MobileNetV2's 15 are 1x1 without padding (a view of x, no helper) and stay as a check
+#: that the switch changes nothing there.
+FLOAT_CONV_RUNS = {"mobilenetv2-7_qdq_opset10": 15, "retinaface_vitisai_qdq": 56,
+                   "ultraface_rfb320_ortstatic_qdq": 19}
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT_CONV_RUNS))
+def test_native_float_conv_whole_model_bit_identical(name, monkeypatch):
+    """Whole models with float Convs give the same output bits with the compiled float Conv
+    paths (depthwise kernel, im2col) as with the NumPy formulation they replace."""
+    from qlinear import _native, backend, backend_float
+
+    if not _native.available():
+        pytest.skip("the native engine is not built")
+    model = load_model(_path(name))
+    rep = backend.prepare(model)
+    convs = [n for n in rep.evaluator.rt_nodes_ if n.op_type == "Conv" and n.onnx_node.domain == ""]
+    assert len(convs) == FLOAT_CONV_RUNS[name]
+    feeds = random_inputs(model, seed=0, shapes=SHAPES.get(name, {}))
+    native = rep.run(feeds)
+    monkeypatch.setattr(backend_float, "_native_conv", lambda: None)
+    numpy_ = rep.run(feeds)
+    for a, b in zip(native, numpy_):
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()

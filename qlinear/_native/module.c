@@ -897,6 +897,91 @@ done:
     return ret;
 }
 
+/* fdwconv2d(x, w, b or None, y, N, C, H, W, mg, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl): float32
+ * depthwise Conv (fconv.c); every geometry value and buffer size is checked here, and the
+ * kernel's padded scratch spans every window, so any call stays in bounds */
+int ql_float_dwconv2d(const float *x, const float *w, const float *b, float *y, ptrdiff_t N, ptrdiff_t C,
+                      ptrdiff_t H, ptrdiff_t W, ptrdiff_t mg, ptrdiff_t OH, ptrdiff_t OW, ptrdiff_t kh,
+                      ptrdiff_t kw, ptrdiff_t sh, ptrdiff_t sw, ptrdiff_t dh, ptrdiff_t dw, ptrdiff_t pt,
+                      ptrdiff_t pl, int threads);
+
+static PyObject *m_fdwconv2d(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *ox, *ow, *ob, *oy;
+    Py_ssize_t g[15];
+    if (!PyArg_ParseTuple(args, "OOOOnnnnnnnnnnnnnnn", &ox, &ow, &ob, &oy, &g[0], &g[1], &g[2], &g[3],
+                          &g[4], &g[5], &g[6], &g[7], &g[8], &g[9], &g[10], &g[11], &g[12], &g[13], &g[14]))
+        return NULL;
+    /* N, C, H, W, mg, OH, OW >= 0 (mg >= 1); kh, kw, sh, sw, dh, dw >= 1; pt, pl >= 0; each
+     * at most 2^31, so the spans below (products of two of them plus a sum) fit in 64 bits */
+    const Py_ssize_t lim = (Py_ssize_t)1 << 31;
+    for (int i = 0; i < 15; i++)
+        if (g[i] < (i == 4 || (i >= 7 && i < 13) ? 1 : 0) || g[i] > lim)
+            return PyErr_Format(PyExc_ValueError, "qlinear native: fdwconv2d geometry value %d out of range (%zd)",
+                                i, g[i]);
+    Py_ssize_t N = g[0], C = g[1], H = g[2], W = g[3], mg = g[4], OH = g[5], OW = g[6];
+    Py_ssize_t xn, yn, wn, t1, t2, cm;
+    if (!mul_fits(N, C, &t1) || !mul_fits(t1, H, &t2) || !mul_fits(t2, W, &xn) || !mul_fits(C, mg, &cm) ||
+        !mul_fits(cm, g[7], &t1) || !mul_fits(t1, g[8], &wn) || !mul_fits(N, cm, &t1) ||
+        !mul_fits(t1, OH, &t2) || !mul_fits(t2, OW, &yn) || xn > PY_SSIZE_T_MAX / 8 ||
+        wn > PY_SSIZE_T_MAX / 8 || yn > PY_SSIZE_T_MAX / 8)
+        return PyErr_Format(PyExc_ValueError, "qlinear native: fdwconv2d sizes overflow");
+    Py_buffer x = {0}, w = {0}, b = {0}, y = {0};
+    PyObject *ret = NULL;
+    if (get_buf(ox, &x, 0, xn * 4, "x") < 0 || get_buf(ow, &w, 0, wn * 4, "w") < 0 ||
+        (ob != Py_None && get_buf(ob, &b, 0, cm * 4, "b") < 0) || get_buf(oy, &y, 1, yn * 4, "y") < 0)
+        goto done;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ql_float_dwconv2d((const float *)x.buf, (const float *)w.buf, ob != Py_None ? (const float *)b.buf : NULL,
+                           (float *)y.buf, N, C, H, W, mg, OH, OW, g[7], g[8], g[9], g[10], g[11], g[12], g[13],
+                           g[14], ql_num_threads());
+    Py_END_ALLOW_THREADS
+    if (rc) PyErr_NoMemory();
+    else { ret = Py_None; Py_INCREF(ret); }
+done:
+    REL(x); REL(w); REL(b); REL(y);
+    return ret;
+}
+
+/* fim2col(x, cols, N, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl): the im2col matrix of a
+ * float32 Conv (fconv.c); every input row and column read is checked against the plane there,
+ * the sizes here */
+void ql_float_im2col(const float *x, float *cols, ptrdiff_t N, ptrdiff_t C, ptrdiff_t H, ptrdiff_t W,
+                     ptrdiff_t OH, ptrdiff_t OW, ptrdiff_t kh, ptrdiff_t kw, ptrdiff_t sh, ptrdiff_t sw,
+                     ptrdiff_t dh, ptrdiff_t dw, ptrdiff_t pt, ptrdiff_t pl, int threads);
+
+static PyObject *m_fim2col(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *ox, *oc;
+    Py_ssize_t g[14];
+    if (!PyArg_ParseTuple(args, "OOnnnnnnnnnnnnnn", &ox, &oc, &g[0], &g[1], &g[2], &g[3], &g[4], &g[5],
+                          &g[6], &g[7], &g[8], &g[9], &g[10], &g[11], &g[12], &g[13]))
+        return NULL;
+    /* N, C, H, W, OH, OW >= 0; kh, kw, sh, sw, dh, dw >= 1; pt, pl >= 0; each at most 2^31 */
+    const Py_ssize_t lim = (Py_ssize_t)1 << 31;
+    for (int i = 0; i < 14; i++)
+        if (g[i] < (i >= 6 && i < 12 ? 1 : 0) || g[i] > lim)
+            return PyErr_Format(PyExc_ValueError, "qlinear native: fim2col geometry value %d out of range (%zd)",
+                                i, g[i]);
+    Py_ssize_t xn, cn, t1, t2;
+    if (!mul_fits(g[0], g[1], &t1) || !mul_fits(t1, g[2], &t2) || !mul_fits(t2, g[3], &xn) ||
+        !mul_fits(t1, g[6], &t2) || !mul_fits(t2, g[7], &t1) || !mul_fits(t1, g[4], &t2) ||
+        !mul_fits(t2, g[5], &cn) || xn > PY_SSIZE_T_MAX / 8 || cn > PY_SSIZE_T_MAX / 8)
+        return PyErr_Format(PyExc_ValueError, "qlinear native: fim2col sizes overflow");
+    Py_buffer x = {0}, c = {0};
+    PyObject *ret = NULL;
+    if (get_buf(ox, &x, 0, xn * 4, "x") < 0 || get_buf(oc, &c, 1, cn * 4, "cols") < 0) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    ql_float_im2col((const float *)x.buf, (float *)c.buf, g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8],
+                    g[9], g[10], g[11], g[12], g[13], ql_num_threads());
+    Py_END_ALLOW_THREADS
+    ret = Py_None; Py_INCREF(ret);
+done:
+    REL(x); REL(c);
+    return ret;
+}
+
 /* kernel_peak(isa, which, reps, tasks, threads) -> multiply-adds done (peak.c) */
 long long ql_kernel_peak(const ql_gemm_kernel *k, long reps, int tasks, int threads);
 static PyObject *m_kernel_peak(PyObject *self, PyObject *args) {
@@ -987,6 +1072,8 @@ static PyMethodDef methods[] = {
     {"multiplier", m_multiplier, METH_VARARGS, "float32(float32(x_scale * w_scale) / y_scale), or None if not finite."},
     {"conv_plain", m_conv_plain, METH_VARARGS, "A plain QLinearConv / ConvInteger: multiplier, packing and convolution in one call."},
     {"qbinary", m_qbinary, METH_VARARGS, "QLinearAdd / QLinearMul (com.microsoft) on bytes."},
+    {"fdwconv2d", m_fdwconv2d, METH_VARARGS, "Float32 depthwise Conv (the backend's float glue), NumPy's order of operations."},
+    {"fim2col", m_fim2col, METH_VARARGS, "The im2col matrix of a float32 Conv (the backend's float glue)."},
     {"lut", m_lut, METH_VARARGS, "Byte table lookup (QLinearSigmoid, QLinearLeakyRelu, requantization)."},
     {"maxpool2d", m_maxpool2d, METH_VARARGS, "MaxPool of uint8 / int8 planes (two spatial axes)."},
     {NULL, NULL, 0, NULL},
