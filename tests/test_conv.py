@@ -1237,6 +1237,8 @@ _S2X4_CASES = [
     ((10, 16), (2, 2), dict(strides=[2, 2]), 8),                       # no dropped column: standard planes
     ((14, 14), (3, 3), dict(strides=[2, 2], pads=[2, 2, 2, 2], dilations=[1, 2]), 8),  # column dilation 2: phase 0 only
     ((14, 14), (3, 3), dict(strides=[2, 2], pads=[3, 3, 3, 3], dilations=[1, 3]), 8),  # dilation 3: taps 0, 3, 6
+    ((30, 31), (3, 7), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 4),    # last row's phases in scratch (7-bit)
+    ((9, 31), (3, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3], dilations=[1, 5]), 4),  # ... both forms
     ((12, 12), (3, 3), dict(pads=[1, 1, 1, 1]), 8),                    # stride 1: none
 ]
 
@@ -1244,22 +1246,35 @@ _S2X4_CASES = [
 def _stride2_copy_rows(spatial, kernel, attrs, cin, kpack, dot):
     """conv_copy_counts' growth for one image of a convolution on the implicit path (conv.c's
     copy tasks, as docs/engine.md describes them), kpack channels a block: per channel block
-    and copied input row, column stride 2 on shifted planes splits both column phases once and
-    copies each of the kw tap rows from them (any dilation); on the standard planes, where
-    both column phases are used, it splits them once straight into their planes; else none."""
+    and copied input row, column stride 2 splits both column phases once. On shifted planes
+    each phase row holds s2len = OW + (kw - 1) * dw // 2 positions rounded up to the split's
+    step (8 exact, 16 at 7 bits) and is the row of the tap on its first column (tap 0; tap 1
+    at dilation 1) where row i's s2len positions end within the plane (i * OW + s2len <= PL,
+    the plane's positions: its rows and a spare of 16, to a multiple of 16, and 16 more when
+    that is an even number of 64-byte lines), else scratch; every other tap row is copied from
+    its phase row (any dilation). On the standard planes, where both column phases are used,
+    they are split straight into their planes; else none."""
     (h, w), (kh, kw) = spatial, kernel
     sh, sw = attrs.get("strides", [1, 1])
     dh, dw = attrs.get("dilations", [1, 1])
     ph, pw, ph1, pw1 = attrs.get("pads", [0, 0, 0, 0])
     oh = (h + ph + ph1 - (kh - 1) * dh - 1) // sh + 1
+    ow = (w + pw + pw1 - (kw - 1) * dw - 1) // sw + 1
     hph = -(-max(h + ph, (oh - 1) * sh + (kh - 1) * dh + 1) // sh)
-    rows = sum(0 <= f + sh * i - ph < h for f in sorted({t * dh % sh for t in range(kh)}) for i in range(hph))
-    rows *= -(-cin // kpack)
+    copied = [i for f in sorted({t * dh % sh for t in range(kh)}) for i in range(hph)
+              if 0 <= f + sh * i - ph < h]   # plane row of each copied input row
+    blocks = -(-cin // kpack)
     if sw != 2:
         return 0, 0
     if _takes_shifted(spatial, kernel, attrs, cin, kpack, dot):
-        return rows, rows * kw
-    return (rows, 0) if len({t * dw % 2 for t in range(kw)}) == 2 else (0, 0)
+        plane = (hph * ow + 16 + 15) // 16 * 16
+        plane += 16 if plane // 16 % 2 == 0 else 0
+        step = 8 if kpack == 2 else 16
+        s2len = -(-(ow + (kw - 1) * dw // 2) // step) * step
+        taps = sum(kw - ((1 + (dw == 1)) if i * ow + s2len <= plane else 0) for i in copied)
+        return blocks * len(copied), blocks * taps
+    both = len({t * dw % 2 for t in range(kw)}) == 2
+    return (blocks * len(copied), 0) if both else (0, 0)
 
 
 @pytest.mark.parametrize("case", range(len(_S2X4_CASES)))

@@ -1240,24 +1240,31 @@ static void ig_copy_shift_task(void *vctx, ptrdiff_t b, int thread)
                 if (ch < c->Cg) copy_row(raw + (size_t)q * (size_t)c->RW + c->pw, c->xg + ch * plane + ih * c->W, c->W);
             }
             if (c->sw == 2) {
-                /* stride 2, any form: both column phases of the row split once into the
-                 * scratch after the raw rows (ig_split_s2, s2len positions each), then tap e's
-                 * row is phase (e*dw) % 2 from position (e*dw) / 2 on, OW positions (a 3-wide
-                 * kernel's taps 0 and 2 share phase 0, one position apart): one pass over the
-                 * raw rows, not a split per tap. Bounds (ig_run): the phase rows hold s2len >=
-                 * (kw-1)*dw / 2 + OW positions, so every tap's OW are in them; the split reads
-                 * 2 s2len <= RW raw bytes. Only the OW real positions are copied: the plane's
-                 * row is OW long; the rest of Wr would be the next row's start or the spare,
-                 * written after it either way. */
-                char *ph0 = (char *)prow, *ph1 = ph0 + 4 * (size_t)c->s2len;
-                ig_split_s2(c, raw, ph0, ph1, c->s2len);
+                /* stride 2, any form: both column phases of the row split once (ig_split_s2,
+                 * s2len positions each), then tap e's row is phase (e*dw) % 2 from position
+                 * (e*dw) / 2 on, OW positions (a 3-wide kernel's taps 0 and 2 share phase 0,
+                 * one position apart): one pass over the raw rows, not a split per tap. Bounds
+                 * (ig_run): the phase rows hold s2len >= (kw-1)*dw / 2 + OW positions, so every
+                 * tap's OW are in them; the split reads 2 s2len <= RW raw bytes. A phase row is
+                 * the row of the tap that starts it (column 0: tap 0; column 1: tap 1 at
+                 * dilation 1), which then needs no copy, where its s2len positions end within
+                 * the plane (i*OW + s2len <= PL: past the row's OW they are later rows' and the
+                 * spare's, written after it); else (a last row) the scratch after the raw rows.
+                 * The other taps copy their OW positions (the plane's row; the rest of Wr would
+                 * be later rows' or the spare's) from it. */
+                int own = i * c->Wph + c->s2len <= c->PL;
+                char *ph[2];
+                ph[0] = own ? d0 : (char *)prow;
+                ph[1] = own && c->sdw == 1 ? d0 + 4 * (size_t)c->PL : (char *)prow + 4 * (size_t)c->s2len;
+                ig_split_s2(c, raw, ph[0], ph[1], c->s2len);
                 n_split++;
                 for (int e = 0; e < c->nfw; e++) {
                     int64_t col = e * c->sdw;
-                    copy_row((uint8_t *)(d0 + 4 * (size_t)(e * c->PL)),
-                             (const uint8_t *)((col & 1 ? ph1 : ph0) + 4 * (size_t)(col >> 1)), 4 * c->OW);
+                    char *de = d0 + 4 * (size_t)(e * c->PL), *src = ph[col & 1] + 4 * (size_t)(col >> 1);
+                    if (src == de) continue;   /* the tap's row is its phase row */
+                    copy_row((uint8_t *)de, (const uint8_t *)src, 4 * c->OW);
+                    n_taps++;
                 }
-                n_taps += c->nfw;
                 continue;
             }
             for (int e = 0; e < c->nfw; e++)
