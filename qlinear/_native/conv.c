@@ -1082,7 +1082,8 @@ static void ig_phase_row(const ig_ctx *c, const uint8_t *raw, uint8_t *prow, int
  * interleave make three or four (the 7-bit copy was 9% of the time). */
 #define IG_S2_STEP(kpk) ((kpk) == 2 ? 8 : 16)
 
-static void ig_split_s2(const ig_ctx *c, const uint8_t *raw, char *d0, char *d1, int64_t len)
+static inline __attribute__((always_inline)) void ig_split_s2(const ig_ctx *c, const uint8_t *raw, char *d0, char *d1,
+                                                             int64_t len)
 {
     if (c->kpk == 2) {
         pair_i16_s2(raw, raw + c->RW, c->p->x_type, c->p->x_zp, (int16_t *)d0, (int16_t *)d1, len);
