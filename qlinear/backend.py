@@ -48,7 +48,7 @@ from onnx.reference.op_run import OpRun
 
 import qlinear as _q
 from qlinear import _blas
-from qlinear._validate import byte_count
+from qlinear._validate import byte_count, sizes
 from qlinear.quantize import PreparedDequantize, PreparedQuantize
 from qlinear import backend_contrib as _contrib
 from qlinear.backend_float import FLOAT_KERNELS, FastEvaluator  # float glue ops, lean graph loop
@@ -877,6 +877,12 @@ class _TrackedNodes(list):
         self.current = None
 
 
+def _repeats_memory(arr: np.ndarray) -> bool:
+    """Whether elements of ``arr`` share memory (a broadcast or overlapping strided view)."""
+    span = arr.itemsize + sum((d - 1) * abs(st) for d, st in zip(arr.shape, arr.strides))
+    return arr.size > 0 and span < arr.nbytes
+
+
 class QLinearRep(BackendRep):
     """A prepared model: ``run(inputs)`` returns the outputs in graph order.
 
@@ -900,6 +906,7 @@ class QLinearRep(BackendRep):
         model = inline_functions(model)
         self.model = model
         self.emulate = emulate
+        self.max_tensor_bytes = max_tensor_bytes
         self.evaluator = FastEvaluator(
             model, new_ops=with_size_guards(kernels_for(emulate) + FLOAT_KERNELS + CONTROL_KERNELS,
                                      max_tensor_bytes))
@@ -953,6 +960,21 @@ class QLinearRep(BackendRep):
         for k in self.input_names:
             if k not in feeds:
                 raise ValueError(f"run: no value for input {k!r} (the model's inputs are {names})")
+        for k, v in feeds.items():
+            if isinstance(v, np.ndarray) and not v.dtype.isnative:  # '>f4': as qlinear's operators take it
+                feeds[k] = v.astype(v.dtype.newbyteorder("="))
+        limit = self.max_tensor_bytes
+        if limit is not None:
+            # The size guards leave alone the operators whose output is no larger than their
+            # input: a broadcast view (np.broadcast_to) takes no memory, yet Relu of one makes
+            # the whole array. A view above the limit as an array is refused, as qlinear's
+            # operators refuse it; a real array exists already and is accepted.
+            for k, v in feeds.items():
+                if isinstance(v, np.ndarray) and v.nbytes > limit and _repeats_memory(v):
+                    given, most = sizes(v.nbytes, limit)
+                    raise ValueError(f"run: input {k!r} is a view of shape {tuple(v.shape)} that repeats "
+                                     f"its memory (a broadcast view): as an array it would take {given}, "
+                                     f"more than the limit of {most} per tensor (max_tensor_bytes)")
         return feeds
 
     def run(self, inputs, progress: bool | None = False, **kwargs) -> tuple[np.ndarray, ...]:  # type: ignore[override]

@@ -4,6 +4,9 @@ operator of the test models checked against onnxruntime."""
 
 from __future__ import annotations
 
+import os
+import re
+
 import numpy as np
 import pytest
 
@@ -525,3 +528,36 @@ def test_run_names_unknown_and_missing_inputs():
 def test_max_tensor_bytes_must_be_a_positive_integer(bad):
     with pytest.raises(ValueError, match=r"^QLinearRep: max_tensor_bytes must be None or an integer >= 1; got "):
         backend.QLinearRep(_add_model(), max_tensor_bytes=bad)
+
+
+def test_max_tensor_bytes_bounds_broadcast_views_fed_to_run():
+    """With max_tensor_bytes, a broadcast view fed to run (or run_all) above the limit as an
+    array is refused, naming it: the limit's guards leave alone the operators whose output is
+    no larger than their input, and a view takes no memory, so a (2**15, 2**14) view ran through
+    Relu under a 1 MiB limit and made a 2 GiB output. A real array exists already and is
+    accepted, as qlinear's operators accept it; a view within the limit runs."""
+    relu = _model([helper.make_node("Relu", ["x"], ["y"])],
+                  [helper.make_tensor_value_info("x", T.FLOAT, ["n"])],
+                  [helper.make_tensor_value_info("y", T.FLOAT, ["n"])], [])
+    rep = backend.QLinearRep(relu, max_tensor_bytes=4096)
+    want = ("run: input 'x' is a view of shape (1025,) that repeats its memory (a broadcast view): "
+            "as an array it would take 4100 bytes, more than the limit of 4096 bytes per tensor "
+            "(max_tensor_bytes)")
+    view = np.broadcast_to(np.float32(-1), (1025,))
+    for run in (lambda: rep.run({"x": view}), lambda: rep.run([view]), lambda: rep.run_all({"x": view})):
+        with pytest.raises(ValueError, match="^" + re.escape(want) + "$"):
+            run()
+    np.testing.assert_array_equal(rep.run([np.broadcast_to(np.float32(-1), (1024,))])[0], np.zeros(1024))
+    np.testing.assert_array_equal(rep.run([np.full(1025, -1, np.float32)])[0], np.zeros(1025))
+    assert backend.QLinearRep(relu).run([view])[0].shape == (1025,)  # no limit
+
+
+def test_run_converts_inputs_in_non_native_byte_order():
+    """An input in non-native byte order ('>f4') is converted, as qlinear's operators convert
+    their arrays (the first node refused it: "input x is >f4")."""
+    from qlinear.cli import EXAMPLES_DIR  # the bundled example
+
+    rep = backend.prepare(onnx.load(os.path.join(EXAMPLES_DIR, "digits_cnn_qoperator.onnx")))
+    x = np.random.default_rng(0).random((2, 1, 8, 8)).astype(np.float32)
+    np.testing.assert_array_equal(rep.run([x.astype(">f4")])[0], rep.run([x])[0])
+    np.testing.assert_array_equal(rep.run({"image": x.astype(">f4")})[0], rep.run([x])[0])
