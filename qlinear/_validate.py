@@ -118,6 +118,13 @@ def as_array(op: str, name: str, value: Any) -> np.ndarray:
     return arr
 
 
+def repeats_memory(arr: np.ndarray) -> bool:
+    """Whether elements of ``arr`` share memory (a broadcast or overlapping strided view): the
+    bytes the array spans are fewer than its elements' bytes exactly then."""
+    span = arr.itemsize + sum((d - 1) * abs(s) for d, s in zip(arr.shape, arr.strides))
+    return arr.size > 0 and span < arr.nbytes
+
+
 def check_view(op: str, name: str, arr: np.ndarray) -> None:
     """Refuse a view that repeats its memory (``np.broadcast_to``, an overlapping
     ``as_strided``) and would take more than ``max_output_bytes()`` as an array. Operators
@@ -125,11 +132,7 @@ def check_view(op: str, name: str, arr: np.ndarray) -> None:
     operator copies it, the memory) of the array it stands for: it is bounded as that array
     is. A real array of that size exists already, and is accepted."""
     nbytes = arr.nbytes
-    if nbytes <= _max_output_bytes or arr.size == 0:
-        return
-    # the bytes the view spans: less than nbytes exactly when elements share memory
-    span = arr.itemsize + sum((d - 1) * abs(s) for d, s in zip(arr.shape, arr.strides))
-    if span >= nbytes:
+    if nbytes <= _max_output_bytes or not repeats_memory(arr):
         return
     raise ValueError(
         f"{op}: {name} is a view of shape {tuple(int(d) for d in arr.shape)} that repeats its memory "

@@ -898,3 +898,20 @@ def test_transformer_operators_on_empty_sequences_and_hidden_sizes():
         with raises(ValueError, "embed_layer_normalization", "hidden size", "(4, 0)"):
             qc.embed_layer_normalization(np.zeros((1, 2), I32), None, np.ones((4, 0), F32), np.ones((4, 0), F32),
                                          None, np.ones(0, F32), np.zeros(0, F32))
+
+
+@pytest.mark.parametrize("mask", [np.array([2.0, 3.0], np.float32), np.array([2, 3], np.int64), [2, 3]])
+def test_attention_mask_index_must_be_int32(mask):
+    """Attention and QAttention take mask_index as int32 (onnxruntime's schema): a float mask
+    was compared as if lengths and gave an answer; an int64 or a list is named too."""
+    from qlinear import contrib as c
+    x = np.ones((2, 3, 4), np.float32)
+    kind = f"dtype {mask.dtype}" if isinstance(mask, np.ndarray) else "list"
+    with pytest.raises(TypeError, match=re.escape("attention: mask_index must") + ".*int32.*" + kind):
+        c.attention(x, np.ones((4, 12), np.float32), None, mask, num_heads=2)
+    xq = np.ones((2, 3, 4), np.uint8)
+    with pytest.raises(TypeError, match=re.escape("qattention: mask_index must") + ".*int32.*" + kind):
+        c.qattention(xq, np.ones((4, 12), np.int8), np.zeros(12, np.float32), np.float32(0.1), np.float32(0.1),
+                     mask, num_heads=2)
+    got = c.attention(x, np.ones((4, 12), np.float32), None, np.array([2, 3], np.int32), num_heads=2)
+    assert got[0].shape == (2, 3, 4)

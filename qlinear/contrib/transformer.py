@@ -198,7 +198,9 @@ def _attention_core(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, p
     scores = np.matmul(q, k.swapaxes(-1, -2))
     scores *= s
     if mask_index is not None:
-        m = np.asarray(mask_index)
+        # int32, as onnxruntime's schema (M: tensor(int32)): a float mask's values were compared
+        # and took as lengths, which onnxruntime refuses
+        m = v.integer_tensor(op, "mask_index", mask_index, (np.dtype(np.int32),))
         if m.ndim == 2 and m.shape == (batch, total):
             scores += np.where(m > 0, 0.0, mask_filter_value)[:, None, None, :]
         elif m.ndim == 3 and m.shape == (batch, seq, total):
