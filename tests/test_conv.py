@@ -1224,28 +1224,36 @@ def test_shifted_planes_threads_and_copy_bound(threads, engine_level):
                 assert took == (2, 0, 2 if shifted else 0), (spatial, took, level)
 
 
-# (x spatial, kernel, attributes, input channels): the 7-bit stride-2 copy (conv.c's ig_s2x4_row
-# and the shifted tap rows taken from an earlier tap's row)
+# (x spatial, kernel, attributes, input channels): the stride-2 copy (conv.c's ig_split_s2, both
+# column phases at once, and the shifted tap rows copied from its phase rows); planes as picked
+# at 7 bits on avx2 (the exact form on scalar: see _takes_shifted)
 _S2X4_CASES = [
-    ((14, 14), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 8),    # ResNet-50 l4-like: OW 7, tap 2 reused
-    ((31, 35), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 12),   # OW 18 of 32 positions: tap 2 reused
-    ((9, 63), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 4),     # OW 32 = Wr: tap 2 split on its own
+    ((14, 14), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 8),    # ResNet-50 l4-like: OW 7
+    ((31, 35), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 12),   # OW 18 of 32 positions
+    ((9, 63), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 4),     # OW 32 = Wr
     ((9, 31), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 4),     # standard planes (both phases)
-    ((23, 29), (7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3]), 4),    # a stem: taps 2, 3 reused, 4-5 split, 6 alone
+    ((23, 29), (7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3]), 4),    # a stem: taps up to 3 positions on
     ((15, 15), (3, 3), dict(strides=[2, 2], pads=[1, 0, 0, 1]), 6),    # odd sizes, 6 -> 8 channels
     ((10, 16), (2, 2), dict(strides=[2, 2]), 8),                       # no dropped column: standard planes
-    ((14, 14), (3, 3), dict(strides=[2, 2], pads=[2, 2, 2, 2], dilations=[1, 2]), 8),  # column dilation 2: none
+    ((14, 14), (3, 3), dict(strides=[2, 2], pads=[2, 2, 2, 2], dilations=[1, 2]), 8),  # column dilation 2: phase 0 only
+    ((14, 14), (3, 3), dict(strides=[2, 2], pads=[3, 3, 3, 3], dilations=[1, 3]), 8),  # dilation 3: taps 0, 3, 6
+    ((30, 31), (3, 7), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 4),    # last row's phases in scratch (7-bit)
+    ((9, 31), (3, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3], dilations=[1, 5]), 4),  # ... both forms
     ((12, 12), (3, 3), dict(pads=[1, 1, 1, 1]), 8),                    # stride 1: none
 ]
 
 
-def _s2x4_rows(spatial, kernel, attrs, cin):
-    """conv_copy_counts' growth for one image of a 7-bit convolution on avx2 (conv.c's copy
-    tasks, as docs/engine.md describes them): per channel block of 4 and copied input row,
-    shifted planes with column stride 2 and dilation 1 split taps 0 and 1 in one pass, take
-    each later tap e from the row of tap e % 2 where OW + e // 2 <= Wr (OW rounded up to 16),
-    else split it with tap e + 1 (or alone, no count); the standard planes with both column
-    phases split them in one pass."""
+def _stride2_copy_rows(spatial, kernel, attrs, cin, kpack, dot):
+    """conv_copy_counts' growth for one image of a convolution on the implicit path (conv.c's
+    copy tasks, as docs/engine.md describes them), kpack channels a block: per channel block
+    and copied input row, column stride 2 splits both column phases once. On shifted planes
+    each phase row holds s2len = OW + (kw - 1) * dw // 2 positions rounded up to the split's
+    step (8 exact, 16 at 7 bits) and is the row of the tap on its first column (tap 0; tap 1
+    at dilation 1) where row i's s2len positions end within the plane (i * OW + s2len <= PL,
+    the plane's positions: its rows and a spare of 16, to a multiple of 16, and 16 more when
+    that is an even number of 64-byte lines), else scratch; every other tap row is copied from
+    its phase row (any dilation). On the standard planes, where both column phases are used,
+    they are split straight into their planes; else none."""
     (h, w), (kh, kw) = spatial, kernel
     sh, sw = attrs.get("strides", [1, 1])
     dh, dw = attrs.get("dilations", [1, 1])
@@ -1253,34 +1261,31 @@ def _s2x4_rows(spatial, kernel, attrs, cin):
     oh = (h + ph + ph1 - (kh - 1) * dh - 1) // sh + 1
     ow = (w + pw + pw1 - (kw - 1) * dw - 1) // sw + 1
     hph = -(-max(h + ph, (oh - 1) * sh + (kh - 1) * dh + 1) // sh)
-    rows = sum(0 <= f + sh * i - ph < h for f in sorted({t * dh % sh for t in range(kh)}) for i in range(hph))
-    rows *= -(-cin // 4)
+    copied = [i for f in sorted({t * dh % sh for t in range(kh)}) for i in range(hph)
+              if 0 <= f + sh * i - ph < h]   # plane row of each copied input row
+    blocks = -(-cin // kpack)
     if sw != 2:
         return 0, 0
-    if _takes_shifted(spatial, kernel, attrs, cin, 4, True):
-        if dw != 1:
-            return 0, 0
-        wr = -(-ow // 16) * 16
-        split, reused, e = 1, 0, 2
-        while e < kw:
-            if ow + e // 2 <= wr:
-                reused += 1
-            elif e + 1 < kw:
-                split += 1
-                e += 1
-            e += 1
-        return rows * split, rows * reused
-    return (rows, 0) if len({t * dw % 2 for t in range(kw)}) == 2 else (0, 0)
+    if _takes_shifted(spatial, kernel, attrs, cin, kpack, dot):
+        plane = (hph * ow + 16 + 15) // 16 * 16
+        plane += 16 if plane // 16 % 2 == 0 else 0
+        step = 8 if kpack == 2 else 16
+        s2len = -(-(ow + (kw - 1) * dw // 2) // step) * step
+        taps = sum(kw - ((1 + (dw == 1)) if i * ow + s2len <= plane else 0) for i in copied)
+        return blocks * len(copied), blocks * taps
+    both = len({t * dw % 2 for t in range(kw)}) == 2
+    return (blocks * len(copied), 0) if both else (0, 0)
 
 
 @pytest.mark.parametrize("case", range(len(_S2X4_CASES)))
 def test_seven_bit_stride2_copy(case, engine_level):
-    """The 7-bit path's stride-2 copy (both column phases of 4 channels split in one AVX2 pass,
-    and shifted tap rows taken from an earlier tap's row one position on) against the oracle:
-    3x3 and 7x7 kernels, OW below, at and above a multiple of 16, asymmetric pads, channels
-    padded to the block of 4, standard and shifted planes, batch 2, all 8 type combinations,
-    weights at the 7-bit bound; and that the rows went the way the rule says (avx2), none for
-    a column dilation 2 or stride 1."""
+    """The stride-2 copy (both column phases split once, 4 channels in one AVX2 pass at 7 bits
+    or 2 channels paired exact, and each shifted tap row copied from its phase row) against
+    the oracle: 3x3 and 7x7 kernels, OW below, at and above a multiple of 16, column
+    dilations 2 and 3, asymmetric pads, channels padded to the block, standard and shifted
+    planes, batch 2, all 8 type combinations, weights at the 7-bit bound; and that the rows
+    went the way the rule says (the 7-bit form on avx2, the exact form on scalar), none for
+    stride 1."""
     from qlinear import _native
     spatial, kernel, attrs, cin = _S2X4_CASES[case]
     rng = np.random.default_rng([case, 52])
@@ -1294,12 +1299,13 @@ def test_seven_bit_stride2_copy(case, engine_level):
         before = _native._C.conv_copy_counts() if native else None
         check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
         check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
-        if level == "avx2":
-            assert _conv_kind(w, wz, **attrs) == 2   # the 7-bit kernel
+        if level in ("avx2", "scalar"):
+            fast = level == "avx2"
+            assert (_conv_kind(w, wz, **attrs) == 2) == fast   # the 7-bit kernel where it runs
             took = tuple(a - b for a, b in zip(_native._C.conv_copy_counts(), before))
-            split, reused = _s2x4_rows(spatial, kernel, attrs, cin)
-            assert took == (4 * split, 4 * reused), (took, split, reused)   # 2 calls x 2 images
-            if case < 7:
+            split, taps = _stride2_copy_rows(spatial, kernel, attrs, cin, 4 if fast else 2, fast)
+            assert took == (4 * split, 4 * taps), (took, split, taps, level)   # 2 calls x 2 images
+            if case < len(_S2X4_CASES) - 1:
                 assert split > 0
 
 

@@ -934,8 +934,8 @@ typedef struct ig_ctx {
     int nfh, nfw;                          /* used phases per axis (shifted planes: nfw = kw) */
     int shift;                             /* shifted planes (ig_copy_shift_task) */
     int64_t sdw;                           /* shifted planes: column dilation */
-    int64_t s2len;                         /* shifted planes, exact form, sw 2: positions of each
-                                            * column phase paired at once (ig_copy_shift_task) */
+    int64_t s2len;                         /* shifted planes, sw 2: positions of each column phase
+                                            * split at once (ig_copy_shift_task) */
     int64_t fh[IG_MAX_STRIDE], fw[IG_MAX_STRIDE];
     int64_t Q, ntiles;                     /* flat outputs q < Q; tiles of 16 */
     int64_t tstride;                       /* q between tiles' starts: 16, or r output rows */
@@ -1069,40 +1069,57 @@ static void ig_phase_row(const ig_ctx *c, const uint8_t *raw, uint8_t *prow, int
     else interleave4(rows, c->flip, (uint8_t *)drow, (int)c->Wr);
 }
 
-/* Copy rows the 7-bit stride-2 rules below wrote: split in one pass (ig_s2x4_row), and shifted
- * tap rows taken from an earlier tap's (ig_copy_shift_task); a diagnostic the tests read to
- * prove these paths ran (added once per copy task, relaxed atomics). */
+/* Stride 2, both column phases of a channel block at once, in the kernel's operand form (the
+ * one primitive of the stride-2 copies, ig_copy_task's and ig_copy_shift_task's): from the
+ * block's kpk padded raw rows raw + q * RW (already at the first column), position j of phase
+ * 0 (raw column 2j) to d0 and of phase 1 (2j + 1) to d1, j < len, 4 bytes a position; reads
+ * raw[q * RW, q * RW + 2 len). The form decides only how: the exact form's int16 pairs
+ * (pair_i16_s2, SSE2 and portable); the 7-bit form's 4 channels' bytes ^ flip side by side
+ * (ql_ig_s2x4_avx2: the S8U8 kernel is AVX2's, so the CPU runs AVX2; the portable loop for a
+ * byte form elsewhere, the values interleave4 writes of split_phase's rows). len must be a
+ * multiple of IG_S2_STEP(kpk), the SIMD step (ig_run rounds the lengths up to it). Measured
+ * on ResNet-50's 3x3 stride-2 layers: one pass where a split per phase then a pairing or an
+ * interleave make three or four (the 7-bit copy was 9% of the time). Inlined: called once per
+ * copied row (as a call, the 7-bit 14x14-output layer's copy was 4% dearer). */
+#define IG_S2_STEP(kpk) ((kpk) == 2 ? 8 : 16)
+
+static inline __attribute__((always_inline)) void
+ig_split_s2(const ig_ctx *c, const uint8_t *raw, char *d0, char *d1, int64_t len)
+{
+    if (c->kpk == 2) {
+        pair_i16_s2(raw, raw + c->RW, c->p->x_type, c->p->x_zp, (int16_t *)d0, (int16_t *)d1, len);
+        return;
+    }
+#if QL_X86
+    if (c->kern->form == QL_FORM_S8U8) {
+        ql_ig_s2x4_avx2(raw, (ptrdiff_t)c->RW, c->flip, (uint8_t *)d0, (uint8_t *)d1, len);
+        return;
+    }
+#endif
+    for (int64_t j = 0; j < len; j++)
+        for (int q = 0; q < 4; q++) {
+            const uint8_t *r = raw + (size_t)q * (size_t)c->RW + 2 * j;
+            ((uint8_t *)d0)[4 * j + q] = (uint8_t)(r[0] ^ c->flip);
+            ((uint8_t *)d1)[4 * j + q] = (uint8_t)(r[1] ^ c->flip);
+        }
+}
+
+/* Copy rows of the stride-2 copies (any form): input rows split into both column phases at
+ * once (ig_split_s2), and shifted tap rows copied from those phase rows (ig_copy_shift_task);
+ * a diagnostic the tests read to prove these paths ran (added once per copy task, relaxed
+ * atomics). */
 static long long ig_copy_rows[2];
 
-void ql_conv_copy_counts(long long *s2x4_rows, long long *reused_rows)
+void ql_conv_copy_counts(long long *split_rows, long long *tap_rows)
 {
-    *s2x4_rows = __atomic_load_n(&ig_copy_rows[0], __ATOMIC_RELAXED);
-    *reused_rows = __atomic_load_n(&ig_copy_rows[1], __ATOMIC_RELAXED);
+    *split_rows = __atomic_load_n(&ig_copy_rows[0], __ATOMIC_RELAXED);
+    *tap_rows = __atomic_load_n(&ig_copy_rows[1], __ATOMIC_RELAXED);
 }
 
-static void ig_copy_count(long long s2x4, long long reused)
+static void ig_copy_count(long long split, long long taps)
 {
-    if (s2x4) __atomic_add_fetch(&ig_copy_rows[0], s2x4, __ATOMIC_RELAXED);
-    if (reused) __atomic_add_fetch(&ig_copy_rows[1], reused, __ATOMIC_RELAXED);
-}
-
-/* The 7-bit path's stride-2 split (the S8U8 form: 4 channels a position; its kernel is AVX2's,
- * so the CPU runs AVX2): column phases 0 and 1 from raw column col0 in one pass
- * (ql_ig_s2x4_avx2) into the rows d0 and d1, Wr positions each, where split_phase then
- * interleave4 per phase make four passes over the bytes (measured, ResNet-50's 3x3 stride-2
- * layers: the copy was 9% of the time). Returns 0 where it does not apply (the caller runs
- * ig_phase_row per phase). */
-static int ig_s2x4_row(const ig_ctx *c, const uint8_t *raw, int64_t col0, char *d0, char *d1)
-{
-#if QL_X86
-    if (c->kpk == 4 && c->sw == 2 && c->kern->form == QL_FORM_S8U8) {
-        ql_ig_s2x4_avx2(raw + col0, (ptrdiff_t)c->RW, c->flip, (uint8_t *)d0, (uint8_t *)d1, c->Wr);
-        return 1;
-    }
-#else
-    (void)c; (void)raw; (void)col0; (void)d0; (void)d1;
-#endif
-    return 0;
+    if (split) __atomic_add_fetch(&ig_copy_rows[0], split, __ATOMIC_RELAXED);
+    if (taps) __atomic_add_fetch(&ig_copy_rows[1], taps, __ATOMIC_RELAXED);
 }
 
 /* Copy task: channel block b, every used phase, every row.
@@ -1110,8 +1127,9 @@ static int ig_s2x4_row(const ig_ctx *c, const uint8_t *raw, int64_t col0, char *
  * row's columns u = x's column u - pw; the padding columns hold x's zero point, written once per
  * task: only the valid span is overwritten row after row), split into the used column phases
  * (none to split for stride 1; 16 positions a step for stride 2) and interleaved into each
- * phase plane's row (the exact form's stride 2 with both phases: split and paired in one pass,
- * pair_i16_s2). Rows entirely in the padding are the form's zero written directly. */
+ * phase plane's row (stride 2 with both phases: both split in one pass straight into their
+ * planes' rows, ig_split_s2, Wr positions each: reads 2 Wr <= RW raw bytes). Rows entirely in
+ * the padding are the form's zero written directly. */
 static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
 {
     const ig_ctx *c = (const ig_ctx *)vctx;
@@ -1128,7 +1146,7 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
      * of 16 positions (the rest through a raw row). Padding rows above are written before the
      * run, those below after it (each one's spill lands in rows written later). */
     int64_t bulk0 = 0, bulk1 = 0;
-    long long n_s2x4 = 0;   /* rows through ig_s2x4_row (ig_copy_count) */
+    long long n_split = 0;   /* rows through ig_split_s2 (ig_copy_count) */
     if (c->sh == 1 && c->sw == 1 && c->pw == 0 && c->Wph == c->W && ((int64_t)b + 1) * c->kpk <= c->Cg) {
         bulk0 = c->ph;
         bulk1 = c->ph + c->H < c->Hph ? c->ph + c->H : c->Hph;
@@ -1173,17 +1191,11 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
                 int64_t ch = (int64_t)b * c->kpk + q;
                 if (ch < c->Cg) copy_row(raw + (size_t)q * (size_t)c->RW + c->pw, c->xg + ch * plane + ih * c->W, c->W);
             }
-            if (c->sw == 2 && c->nfw == 2 && c->kpk == 2) {   /* phases 0 and 1: planes a*2, a*2 + 1 */
+            if (c->sw == 2 && c->nfw == 2) {   /* phases 0 and 1: planes a*2, a*2 + 1 */
                 char *d0 = c->copy + 4 * (size_t)(b * c->BS + 2 * a * c->PL + i * c->Wph);
-                pair_i16_s2(raw, raw + c->RW, p->x_type, p->x_zp, (int16_t *)d0, (int16_t *)(d0 + 4 * (size_t)c->PL), c->Wr);
+                ig_split_s2(c, raw, d0, d0 + 4 * (size_t)c->PL, c->Wr);
+                n_split++;
                 continue;
-            }
-            if (c->sw == 2 && c->nfw == 2) {   /* the 7-bit form's both phases at once, where it applies */
-                char *d0 = c->copy + 4 * (size_t)(b * c->BS + 2 * a * c->PL + i * c->Wph);
-                if (ig_s2x4_row(c, raw, 0, d0, d0 + 4 * (size_t)c->PL)) {
-                    n_s2x4++;
-                    continue;
-                }
             }
             for (int e = 0; e < c->nfw; e++)
                 ig_phase_row(c, raw, prow, c->fw[e],
@@ -1195,7 +1207,7 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
             char *dplane = c->copy + 4 * (size_t)(b * c->BS + (a * c->nfw + e) * c->PL);
             memset(dplane + 4 * (size_t)(c->Hph * c->Wph), 0, 4 * (size_t)(c->PL - c->Hph * c->Wph));
         }
-    ig_copy_count(n_s2x4, 0);
+    ig_copy_count(n_split, 0);
 }
 
 /* Copy task of the shifted planes (c->shift): channel block b. Plane (a, e) of a block holds
@@ -1204,7 +1216,7 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
  * channels is copied once into a padded raw row (as ig_copy_task), then each tap's columns
  * (every sw-th from column e*dw) are interleaved into its plane's row, Wr = OW rounded up to
  * 16 positions at a time: the spill past a row's end is the next row's start, written after
- * it, or the plane's spare. */
+ * it, or the plane's spare. Stride 2: see below. */
 static void ig_copy_shift_task(void *vctx, ptrdiff_t b, int thread)
 {
     const ig_ctx *c = (const ig_ctx *)vctx;
@@ -1214,9 +1226,7 @@ static void ig_copy_shift_task(void *vctx, ptrdiff_t b, int thread)
     uint8_t zbyte = c->kpk == 2 ? 0 : (uint8_t)(padv ^ c->flip);   /* as ig_copy_task */
     int64_t plane = c->H * c->W;
     uint8_t *prow = raw + (size_t)c->kpk * (size_t)c->RW;
-    /* the 7-bit form's stride-2 rows below (ig_s2x4_row, only where it applies) */
-    int fast = c->sw == 2 && c->sdw == 1 && c->kpk == 4 && c->kern->form == QL_FORM_S8U8 && QL_X86;
-    long long n_s2x4 = 0, n_reused = 0;   /* ig_copy_count */
+    long long n_split = 0, n_taps = 0;   /* ig_copy_count */
     for (int q = 0; q < c->kpk; q++) memset(raw + (size_t)q * (size_t)c->RW, padv, (size_t)c->RW);
     for (int a = 0; a < c->nfh; a++)
         for (int64_t i = 0; i < c->Hph; i++) {
@@ -1231,48 +1241,42 @@ static void ig_copy_shift_task(void *vctx, ptrdiff_t b, int thread)
                 int64_t ch = (int64_t)b * c->kpk + q;
                 if (ch < c->Cg) copy_row(raw + (size_t)q * (size_t)c->RW + c->pw, c->xg + ch * plane + ih * c->W, c->W);
             }
-            if (c->s2len) {
-                /* stride 2, exact form: both column phases of the row paired once (pair_i16_s2,
+            if (c->sw == 2) {
+                /* stride 2, any form: both column phases of the row split once (ig_split_s2,
                  * s2len positions each), then tap e's row is phase (e*dw) % 2 from position
-                 * (e*dw) / 2 on: a 3-wide kernel's taps 0 and 2 share phase 0, one position
-                 * apart (one pass over the raw rows, not one split and pairing per tap) */
-                int16_t *ph0 = (int16_t *)prow, *ph1 = ph0 + 2 * c->s2len;
-                pair_i16_s2(raw, raw + c->RW, p->x_type, p->x_zp, ph0, ph1, c->s2len);
+                 * (e*dw) / 2 on, OW positions (a 3-wide kernel's taps 0 and 2 share phase 0,
+                 * one position apart): one pass over the raw rows, not a split per tap. Bounds
+                 * (ig_run): the phase rows hold s2len >= (kw-1)*dw / 2 + OW positions, so every
+                 * tap's OW are in them; the split reads 2 s2len <= RW raw bytes. A phase row is
+                 * the row of the tap that starts it (column 0: tap 0; column 1: tap 1 at
+                 * dilation 1), which then needs no copy, where its s2len positions end within
+                 * the plane (i*OW + s2len <= PL: past the row's OW they are later rows' and the
+                 * spare's, written after it); else (a last row) the scratch after the raw rows.
+                 * The other taps copy their OW positions (the plane's row; the rest of Wr would
+                 * be later rows' or the spare's) from it. */
+                int own = i * c->Wph + c->s2len <= c->PL;
+                char *ph[2];
+                ph[0] = own ? d0 : (char *)prow;
+                ph[1] = own && c->sdw == 1 ? d0 + 4 * (size_t)c->PL : (char *)prow + 4 * (size_t)c->s2len;
+                ig_split_s2(c, raw, ph[0], ph[1], c->s2len);
+                n_split++;
                 for (int e = 0; e < c->nfw; e++) {
                     int64_t col = e * c->sdw;
-                    copy_row((uint8_t *)(d0 + 4 * (size_t)(e * c->PL)),
-                             (const uint8_t *)((col & 1 ? ph1 : ph0) + 2 * (col >> 1)), 4 * c->Wr);
+                    char *de = d0 + 4 * (size_t)(e * c->PL), *src = ph[col & 1] + 4 * (size_t)(col >> 1);
+                    if (src == de) continue;   /* the tap's row is its phase row */
+                    copy_row((uint8_t *)de, (const uint8_t *)src, 4 * c->OW);
+                    n_taps++;
                 }
                 continue;
             }
-            for (int e = 0; e < c->nfw; e++) {
-                int64_t col = e * c->sdw;
-                char *de = d0 + 4 * (size_t)(e * c->PL);
-                /* the 7-bit form's stride 2, dilation 1 (taps e on raw columns e): taps 0 and 1
-                 * in one pass (ig_s2x4_row), each later tap e the row of tap e % 2 (same
-                 * phase) from position e / 2, just written with its spill past OW (Wr
-                 * positions; the next row's start, not yet written): where OW + e / 2 <= Wr
-                 * (a 3x3 kernel's tap 2 is tap 0's row from position 1). Taps 0 and 1 always
-                 * take the pass: shifted planes have kw >= 2 column taps. */
-                if (fast && e >= 2 && c->OW + e / 2 <= c->Wr) {
-                    copy_row((uint8_t *)de, (const uint8_t *)(d0 + 4 * (size_t)((e % 2) * c->PL + e / 2)),
-                             4 * c->OW);
-                    n_reused++;
-                    continue;
-                }
-                if (fast && e + 1 < c->nfw && ig_s2x4_row(c, raw, col, de, de + 4 * (size_t)c->PL)) {
-                    e++;
-                    n_s2x4++;
-                    continue;
-                }
-                ig_phase_row(c, raw, prow, col, de);
-            }
+            for (int e = 0; e < c->nfw; e++)
+                ig_phase_row(c, raw, prow, e * c->sdw, d0 + 4 * (size_t)(e * c->PL));
         }
     for (int f = 0; f < c->nfh * c->nfw; f++) {   /* the planes' spares (as ig_copy_task) */
         char *dplane = c->copy + 4 * (size_t)(b * c->BS + f * c->PL);
         memset(dplane + 4 * (size_t)(c->Hph * c->Wph), 0, 4 * (size_t)(c->PL - c->Hph * c->Wph));
     }
-    ig_copy_count(n_s2x4, n_reused);
+    ig_copy_count(n_split, n_taps);
 }
 
 /* Copy task of a chunk of images: cpt consecutive (image, channel block) pairs, image k / nblk,
@@ -1745,13 +1749,14 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         c.RW = (int64_t)align64((size_t)(rw > c.pw + c.W ? rw : c.pw + c.W));
     }
     c.scratch_bytes = align64((size_t)c.kpk * (size_t)(c.RW + c.Wr));
-    if (c.shift && c.sw == 2 && c.kpk == 2) {
-        /* the shifted copy's fused stride 2 (ig_copy_shift_task): each column phase paired
-         * for Wr positions from the largest tap offset (kw - 1) * dw / 2 on, rounded up to
-         * pair_i16_s2's step of 8; it reads 2 * s2len raw bytes (kept within RW: the bytes past
-         * the valid columns are x's zero point, written once per task) and writes 2 phase
-         * rows of 4 * s2len bytes after the raw rows */
-        c.s2len = (c.Wr + (kw - 1) * dw / 2 + 7) / 8 * 8;
+    if (c.shift && c.sw == 2) {
+        /* the shifted copy's stride 2 (ig_copy_shift_task): each column phase split for OW
+         * positions from the largest tap offset (kw - 1) * dw / 2 on, rounded up to
+         * ig_split_s2's step; it reads 2 * s2len raw bytes (kept within RW: the bytes past the
+         * valid columns are x's zero point, written once per task) and writes 2 phase rows of
+         * 4 * s2len bytes after the raw rows (in place of the phase rows of Wr bytes a channel) */
+        int64_t step = IG_S2_STEP(c.kpk);
+        c.s2len = (c.OW + (kw - 1) * dw / 2 + step - 1) / step * step;
         if (c.RW < 2 * c.s2len) c.RW = (int64_t)align64((size_t)(2 * c.s2len));
         c.scratch_bytes = align64((size_t)c.kpk * (size_t)c.RW + 8 * (size_t)c.s2len);
     }

@@ -45,9 +45,9 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
  * shifted planes (diagnostics) */
 void ql_conv_path_counts(long long *implicit, long long *im2col, long long *merged, long long *merged_images,
                          long long *merged_tails, long long *shifted);
-/* Implicit-path copy rows of the 7-bit stride-2 split in one pass, and shifted tap rows taken
- * from an earlier tap's row (diagnostics) */
-void ql_conv_copy_counts(long long *s2x4_rows, long long *reused_rows);
+/* Implicit-path copy rows of the stride-2 copies: input rows split into both column phases at
+ * once, and shifted tap rows copied from those phase rows (diagnostics) */
+void ql_conv_copy_counts(long long *split_rows, long long *tap_rows);
 /* Depthwise calls run so far on each path: channels-last, plane, rows (diagnostics) */
 void ql_conv_dw_path_counts(long long *cl, long long *plane, long long *rows);
 #if QL_X86
@@ -56,7 +56,7 @@ void ql_dw_t16_avx2(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zsub
 /* conv_avx2.c: the channels-last store of 32 positions at a time (conv.c's dwcl_store_q, cols >= 32) */
 void ql_dw_store_avx2(const uint8_t *Q, int nch, int cols, uint8_t *y, ptrdiff_t P);
 /* conv_avx2.c: the 7-bit path's stride-2 copy row, both column phases of 4 channels at once
- * (conv.c's ig_s2x4_row; only for the S8U8 form, whose kernel is AVX2's) */
+ * (conv.c's ig_split_s2; only for the S8U8 form, whose kernel is AVX2's) */
 void ql_ig_s2x4_avx2(const uint8_t *raw, ptrdiff_t rs, uint8_t flip, uint8_t *d0, uint8_t *d1, int64_t len);
 #endif
 /* wc: (M, taps) centered int16 weights, w_elems int16 in all; when 2-D with M == C and at most

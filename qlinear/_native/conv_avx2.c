@@ -366,7 +366,7 @@ void ql_dw_store_avx2(const uint8_t *Q, int nch, int cols, uint8_t *y, ptrdiff_t
     }
 }
 
-/* The 7-bit path's stride-2 copy (conv.c's ig_copy_task and ig_copy_shift_task, S8U8 form):
+/* The 7-bit path's stride-2 copy (conv.c's ig_split_s2, for both copy tasks; S8U8 form):
  * from 4 padded raw rows raw + q*rs (channels q < 4), position j < len (a multiple of 16) of
  * column phase 0 (raw byte 2j) to d0 and of phase 1 (byte 2j + 1) to d1, each as the 4
  * channels' bytes ^ flip side by side (4 bytes a position: conv.c's interleave4 of

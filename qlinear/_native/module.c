@@ -1016,8 +1016,8 @@ static PyObject *m_conv_path_counts(PyObject *self, PyObject *args) {
     return Py_BuildValue("(LLLLLL)", a, b, m, mi, mt, sh);
 }
 
-/* conv_copy_counts() -> (s2x4 rows, reused rows): implicit-path copy rows the 7-bit stride-2
- * split wrote in one pass, and shifted tap rows taken from an earlier tap's row, so far */
+/* conv_copy_counts() -> (split rows, tap rows): implicit-path stride-2 copy rows so far, input
+ * rows split into both column phases at once, and shifted tap rows copied from those phase rows */
 static PyObject *m_conv_copy_counts(PyObject *self, PyObject *args) {
     (void)self; (void)args;
     long long a, b;
@@ -1046,7 +1046,7 @@ static PyObject *m_tail_counts(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"tail_counts", m_tail_counts, METH_NOARGS, "Implicit tiles, packed panels and implicit dot-kernel tiles that ran a narrow tail kernel."},
     {"conv_path_counts", m_conv_path_counts, METH_NOARGS, "GEMM convolutions run on the implicit and im2col paths, implicit GEMMs over several images, their images and merged tail panels, and implicit runs on shifted planes."},
-    {"conv_copy_counts", m_conv_copy_counts, METH_NOARGS, "Implicit-path copy rows of the 7-bit stride-2 one-pass split, and shifted tap rows taken from an earlier tap's row."},
+    {"conv_copy_counts", m_conv_copy_counts, METH_NOARGS, "Implicit-path stride-2 copy rows: input rows split into both column phases at once, and shifted tap rows copied from those phase rows."},
     {"conv_dw_path_counts", m_conv_dw_path_counts, METH_NOARGS, "Depthwise convolutions run on the channels-last, plane and rows paths."},
     {"kernel_peak", m_kernel_peak, METH_VARARGS, "Run a micro-kernel on L1-resident operands (peak rate)."},
     {"empty", ql_py_empty, METH_VARARGS, "An output buffer of n bytes from the bounded output pool."},
