@@ -1490,15 +1490,15 @@ def test_implicit_gemm_merged_workspace_fallback():
         qlinear.set_workspace_limit(limit)
 
 
-# (x spatial, kernel, attributes, input channels, output channels, batch, threads, chunks in
-# parallel): batches above the threading threshold (2^21 MACs) whose chunks run side by side,
-# each whole on one thread (conv.c's ig_chunk_task: its own copy region, its GEMM over its own
-# pairs), then the merged tail panels the threads' chunks filled together, and the batches that
-# keep the chunk-after-chunk schedule
-_PARALLEL_CHUNK_CASES = [
+# (x spatial, kernel, attributes, input channels, output channels, batch, threads, images in
+# parallel): batches above the threading threshold (2^21 MACs) whose images run side by side,
+# each whole on one thread (conv.c's ig_chunk_task: the thread's own copy region, the GEMM over
+# the image's tiles), then the merged tail panels the threads' images filled together, and the
+# batches that keep the chunk-after-chunk schedule
+_PARALLEL_IMAGE_CASES = [
     ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 32, 23, 8, 2, True),     # 8 last columns: one panel of both threads'
     ((7, 7), (1, 1), {}, 64, 40, 20, 2, True),                         # a full panel, 4 images left (avx2: dot)
-    ((14, 14), (3, 3), dict(pads=[1, 1, 1, 1]), 16, 13, 9, 2, True),   # 9 images (>= 4 a thread): chunks 5, 4
+    ((14, 14), (3, 3), dict(pads=[1, 1, 1, 1]), 16, 13, 9, 2, True),   # 9 images (>= 4 a thread); panels, 1 left
     ((28, 28), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 32, 11, 4, 2, True),   # stride 2
     ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 704, 5, 2, 2, True),     # exact: K blocks (the threads' C blocks)
     ((60,), (3,), dict(pads=[1, 1]), 32, 24, 16, 2, True),             # 1-D
@@ -1508,17 +1508,17 @@ _PARALLEL_CHUNK_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", range(len(_PARALLEL_CHUNK_CASES)))
+@pytest.mark.parametrize("case", range(len(_PARALLEL_IMAGE_CASES)))
 @pytest.mark.parametrize("seven_bit", [False, True])
-def test_implicit_gemm_parallel_chunks(case, seven_bit, engine_level):
-    """Chunks of a batch in parallel, one thread a chunk, against the oracle at every level:
-    tail panels filled by several threads' chunks, a partial panel's images on the dot kernel,
-    chunks of unequal size, stride 2, K blocks, 1-D, 3 threads, all 8 type combinations in turn,
+def test_implicit_gemm_parallel_images(case, seven_bit, engine_level):
+    """The images of a batch in parallel, one thread an image, against the oracle at every
+    level: tail panels filled by several threads' images, a partial panel's images on the dot
+    kernel, an odd batch, stride 2, K blocks, 1-D, 3 threads, all 8 type combinations in turn,
     full-range and 7-bit weights with differing per-channel zero points; and (avx2, scalar)
     that the schedule ran where the batch allows it (a multiple of the threads or 4 images a
     thread, above the threading threshold) and not elsewhere."""
     from qlinear import _native
-    spatial, kernel, attrs, cin, m, n, threads, taken = _PARALLEL_CHUNK_CASES[case]
+    spatial, kernel, attrs, cin, m, n, threads, taken = _PARALLEL_IMAGE_CASES[case]
     rng = np.random.default_rng([case, seven_bit, 53])
     native = engine_level != "numpy" and _native.native() is not None
     xdt, wdt, ydt = ALL_8BIT_COMBOS[(case + 3 * seven_bit) % len(ALL_8BIT_COMBOS)]

@@ -974,8 +974,8 @@ typedef struct ig_ctx {
     ptrdiff_t *offp;
     ptrdiff_t img_pix;
     char *out0;
-    /* chunks in parallel (ig_run): each chunk of nimg images runs whole on one thread, its copy
-     * in that thread's region copy + thread * pregion; nbatch: the images of the call */
+    /* images in parallel (ig_run): each chunk of nimg images (one) runs whole on one thread, its
+     * copy in that thread's region copy + thread * pregion; nbatch: the images of the call */
     size_t pregion;
     int64_t nbatch;
 } ig_ctx;
@@ -1355,8 +1355,8 @@ static void ig_gather_task(void *vctx, ptrdiff_t j, int thread)
 
 /* Calls that took each GEMM path (implicit, im2col), then the implicit path's GEMMs over
  * several images, the images they covered and the merged tail panels their tasks ran (once per
- * row block), the implicit runs on shifted planes (ig_shift_pays) and those whose chunks ran in
- * parallel, one thread a chunk (ig_chunk_task): a diagnostic the tests
+ * row block), the implicit runs on shifted planes (ig_shift_pays) and those whose images ran in
+ * parallel, one thread an image (ig_chunk_task): a diagnostic the tests
  * read to prove which path their cases exercised (relaxed atomics: calls may come from several
  * threads). */
 static long long ig_calls[7];
@@ -1576,13 +1576,12 @@ static void ig_tile_blocks(ig_ctx *c, int run_threads)
             }
 }
 
-/* Chunk task of the chunks-in-parallel schedule (ig_run): chunk `task` (images task * nimg..)
- * run whole on this thread - its copy into the thread's own region, its last tiles into their
- * panels (shared: each image's columns are its own bytes of the panel; the panels run after
- * every chunk, ig_run), its GEMM over its (image, tile) pairs row block by row block (each
- * block of packed weights used on all the chunk's pairs in turn) - the same task functions
- * the threads share on the other schedule, called in order, so the same kernels on the same
- * operands. */
+/* Chunk task of the images-in-parallel schedule (ig_run, which makes every chunk one image):
+ * chunk `task` (images task * nimg..) run whole on this thread - its copy into the thread's
+ * own region, its last tiles into their panels (shared: each image's columns are its own bytes
+ * of the panel; the panels run after every chunk, ig_run), its GEMM over its (image, tile)
+ * pairs row block by row block - the same task functions the threads share on the other
+ * schedule, called in order: the same kernels on the same operands. */
 static void ig_chunk_task(void *vctx, ptrdiff_t task, int thread)
 {
     const ig_ctx *c = (const ig_ctx *)vctx;
@@ -1863,31 +1862,32 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     size_t per = c.cstride + (tpm ? (tp_bytes + (size_t)tpm - 1) / (size_t)tpm : xt_bytes);
     int64_t nimg = ig_batch_images(p->N, per, workspace - fixed);
     size_t region = (size_t)(nimg - 1) * c.cstride + copy_bytes;   /* one image: copy_bytes, as ever */
-    /* Chunks in parallel: a batch of at least one image per thread runs its chunks side by
-     * side, each whole on one thread (ig_chunk_task), instead of one after another with every
-     * thread on each: one parallel region for all the chunks' copies and GEMMs, then one for
-     * the merged tail panels, against two to four per chunk (each a join where the threads
-     * wait for the slower one: the ResNet-50 batch-8 layers at 2 threads scaled worse than at
-     * batch 1, see docs/benchmarks.md). Each thread copies into its own region and
-     * streams the whole of the packed weights through its own L2, as one thread does; the
-     * chunks are cut to a multiple of the threads (8 images, chunks of 6 would leave 6 to one
-     * thread and 2 to the other: 4 and 4), never larger than ig_batch_images' (L2), and the
-     * tasks are claimed in turn, so a thread slowed by other load takes fewer. Taken with one
-     * group (the panels' weights), where the batch's MACs would use the threads at all
-     * (ql_gemm's 2^21), with the batch a multiple of the threads or at least 4 images a
-     * thread (3 images on 2 threads: 2 and 1), and within the workspace limit: a copy region
-     * per thread, the panels of the whole batch (they fill across the threads' chunks). */
+    /* Images in parallel: a batch of at least one image per thread runs each image whole on
+     * one thread (ig_chunk_task: its copy into that thread's own region, its GEMM over its
+     * tiles row block by row block), the images claimed in turn, instead of one chunk after
+     * another with every thread on each (one region for the whole batch, then one for the
+     * merged tail panels, against two to four per chunk: each a join where the threads wait
+     * for the slower one). Measured on the ResNet-50 batch-8 layers, 2 threads, alternating
+     * in one process (docs/benchmarks.md, branch b8w): 0-35% faster, geometric mean 10%. One
+     * image a task, not the chunks of ig_batch_images: chunks of 2-4 images (their copies
+     * side by side, each weight block used on all of them) were 10-17% slower than the
+     * chunk-after-chunk schedule on the 7x7 and 14x14 layers with 2-4 MiB of weights - a
+     * task of several images is too coarse to even out two threads that do not run at the
+     * same speed (measured: one 50% slower for a whole call on the shared machine), and the
+     * copies of two images with a block of weights overflow L2. Taken with one group (the
+     * panels' weights), where the batch's MACs would use the threads at all (ql_gemm's 2^21),
+     * with the batch a multiple of the threads or at least 4 images a thread (3 images on 2
+     * threads: 2 and 1), and within the workspace limit: a copy per thread and the panels of
+     * the whole batch (they fill across the threads' images). */
     int64_t pk = 0, npanels = 0;
     size_t pregion = 0;
     if (threads > 1 && p->group == 1 && p->N >= threads && (p->N % threads == 0 || p->N >= 4 * (int64_t)threads) &&
         (!use_xt || tpm) && (double)p->M * (double)P * (double)K * (double)p->N >= (double)(1 << 21)) {
-        int64_t nch = (p->N + nimg - 1) / nimg;
-        nch = (nch + threads - 1) / threads * threads;
-        pk = (p->N + nch - 1) / nch;   /* <= nimg */
-        pregion = align64((size_t)(pk - 1) * c.cstride + copy_bytes);
+        pk = 1;
+        pregion = c.cstride;   /* align64(copy_bytes) */
         npanels = tpm ? (p->N + tpm - 1) / tpm : 0;
         /* the scratch and the leftover dot columns are in `fixed` (which holds within the
-         * limit), the ring of two panels is not needed */
+         * limit); the ring of two panels is not needed */
         size_t base = c.scratch_bytes * (size_t)threads + (tpm ? (size_t)nleft * xt_bytes : 0);
         size_t avail = workspace - base;
         if (pregion > avail / (size_t)threads) {
@@ -1897,7 +1897,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
             if (tpm && (size_t)npanels > avail / tp_bytes) pk = 0;
         }
         if (pk) {
-            nimg = pk;
+            nimg = 1;
             region = pregion * (size_t)threads;
         }
     }
@@ -1955,7 +1955,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     if (tpm) {
         c.tpm = tpm;
         c.tp_bytes = tp_bytes;
-        c.nbuf = pk ? npanels : (nimg - 1) / tpm + 2;   /* chunks in parallel: every panel at once */
+        c.nbuf = pk ? npanels : (nimg - 1) / tpm + 2;   /* images in parallel: every panel at once */
         tp_mem = (char *)malloc((size_t)c.nbuf * tp_bytes + 64);
         c.offp = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * (size_t)c.groups);
         if (!tp_mem || !c.offp) {
@@ -1975,7 +1975,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     c.ostride = (size_t)(p->M * P) * esize;
     c.img_pix = (ptrdiff_t)(p->M * P);
     if (pk) {
-        /* chunks in parallel (above): one region for every chunk, then the merged tail panels
+        /* images in parallel (above): one region for every image, then the merged tail panels
          * (and a last partial panel's images on the dot kernel) with the threads sharing them */
         ig_group(&c, 0, 0, wpacked, fast_bias, fused);
         c.nimg = pk;

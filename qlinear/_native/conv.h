@@ -42,7 +42,7 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
                  const void *wpacked, size_t workspace);
 /* Calls of ql_conv_gemm that ran the implicit GEMM and the im2col path, the implicit path's
  * GEMMs over several images, their images and merged tail panels, the implicit runs on
- * shifted planes and those whose chunks ran in parallel (diagnostics) */
+ * shifted planes and those whose images ran in parallel (diagnostics) */
 void ql_conv_path_counts(long long *implicit, long long *im2col, long long *merged, long long *merged_images,
                          long long *merged_tails, long long *shifted,
                          long long *parallel_chunks);

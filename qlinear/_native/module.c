@@ -923,7 +923,7 @@ int ql_outbuf_init(void);
 /* conv_path_counts() -> (implicit, im2col, merged, merged images, merged tails, shifted,
  * parallel chunks): GEMM-path convolutions run so far on each path, then the implicit path's
  * GEMMs over several images, their images and the merged tail panels their tasks ran, then the
- * implicit runs on shifted planes and those whose chunks ran in parallel (one thread a chunk) */
+ * implicit runs on shifted planes and those whose images ran in parallel (one thread an image) */
 static PyObject *m_conv_path_counts(PyObject *self, PyObject *args) {
     (void)self; (void)args;
     long long a, b, m, mi, mt, sh, pc;
@@ -960,7 +960,7 @@ static PyObject *m_tail_counts(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"tail_counts", m_tail_counts, METH_NOARGS, "Implicit tiles, packed panels and implicit dot-kernel tiles that ran a narrow tail kernel."},
-    {"conv_path_counts", m_conv_path_counts, METH_NOARGS, "GEMM convolutions run on the implicit and im2col paths, implicit GEMMs over several images, their images and merged tail panels, implicit runs on shifted planes and implicit runs whose chunks ran in parallel."},
+    {"conv_path_counts", m_conv_path_counts, METH_NOARGS, "GEMM convolutions run on the implicit and im2col paths, implicit GEMMs over several images, their images and merged tail panels, implicit runs on shifted planes and implicit runs whose images ran in parallel."},
     {"conv_copy_counts", m_conv_copy_counts, METH_NOARGS, "Implicit-path copy rows of the 7-bit stride-2 one-pass split, and shifted tap rows taken from an earlier tap's row."},
     {"conv_dw_path_counts", m_conv_dw_path_counts, METH_NOARGS, "Depthwise convolutions run on the channels-last, plane and rows paths."},
     {"kernel_peak", m_kernel_peak, METH_VARARGS, "Run a micro-kernel on L1-resident operands (peak rate)."},
