@@ -1868,9 +1868,9 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
      * another with every thread on each (one region for the whole batch, then one for the
      * merged tail panels, against two to four per chunk: each a join where the threads wait
      * for the slower one). Measured on the ResNet-50 batch-8 layers, 2 threads, alternating
-     * in one process (docs/benchmarks.md, branch b8w): 0-35% faster, geometric mean 10%. One
+     * in one process (docs/benchmarks.md, branch b8w): 0-45% faster, geometric mean 10%. One
      * image a task, not the chunks of ig_batch_images: chunks of 2-4 images (their copies
-     * side by side, each weight block used on all of them) were 10-17% slower than the
+     * side by side, each weight block used on all of them) were 5-17% slower than the
      * chunk-after-chunk schedule on the 7x7 and 14x14 layers with 2-4 MiB of weights - a
      * task of several images is too coarse to even out two threads that do not run at the
      * same speed (measured: one 50% slower for a whole call on the shared machine), and the
