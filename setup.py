@@ -18,7 +18,10 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-REQUIRE = os.environ.get("QLINEAR_REQUIRE_NATIVE", "") == "1"
+_REQUIRE_VALUE = os.environ.get("QLINEAR_REQUIRE_NATIVE", "").strip()
+if _REQUIRE_VALUE not in ("", "0", "1"):  # "2" or "yes" would silently build without requiring
+    sys.exit(f"qlinear: QLINEAR_REQUIRE_NATIVE must be 0 or 1; got {_REQUIRE_VALUE!r}")
+REQUIRE = _REQUIRE_VALUE == "1"
 
 
 class NativeBuildError(RuntimeError):

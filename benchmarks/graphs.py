@@ -2,6 +2,7 @@
 
     python benchmarks/graphs.py [--models DIR] [--repeat 7] [--profile] [--only NAME]
     python benchmarks/graphs.py --table [--repeat 15]     # the docs/models.md table
+    python benchmarks/graphs.py --verdicts                # its compare columns only
 
 ``--blas-threads N`` limits NumPy's BLAS (which qlinear's matrix products use) to N threads.
 Each model in DIR (default /work/shared/models, when present) that qlinear's backend prepares,
@@ -243,6 +244,44 @@ def model_inputs(name: str, model: onnx.ModelProto, seed: int = 0) -> dict[str, 
     return feeds
 
 
+#: The ``--shape`` flags ``qlinear compare`` needs on these models (symbolic dimensions that its
+#: default of 1 does not fit: Kaldi's 3-frame kernel, GPT-2's mask spanning past + new tokens).
+CLI_SHAPES: dict[str, dict[str, list[int]]] = {
+    "kaldi_qtdnn_qlinearconv": {"input": [10, 10]},
+    "tiny_gpt2_ortdynamic": {"attention_mask": [1, 2]},
+}
+
+
+def compare_command(name: str) -> str:
+    """The ``qlinear compare`` command whose verdict the table shows for ``name``."""
+    flags = "".join(f" --shape {k}={'x'.join(map(str, v))}" for k, v in CLI_SHAPES.get(name, {}).items())
+    return f"qlinear compare {name}.onnx{flags}"
+
+
+def cli_inputs(name: str, model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The inputs ``qlinear compare`` (and ``qlinear run``) generates without ``--input``:
+    seed 0, symbolic dimensions 1 unless ``--shape`` (CLI_SHAPES) sets them."""
+    from qlinear.tools.model import random_inputs
+
+    return random_inputs(model, seed=0, shapes=CLI_SHAPES.get(name))
+
+
+def verdicts(name: str, model: onnx.ModelProto, saturates: bool | None) -> tuple[str, str, int]:
+    """The table's compare columns, on ``qlinear compare``'s own inputs (``cli_inputs``): the
+    worst output verdict with qlinear's exact kernels and with ``--emulate
+    onnxruntime-avx2`` (where onnxruntime saturates here), and the quantized nodes that differ
+    on onnxruntime's own inputs."""
+    from qlinear.tools import compare
+
+    feeds = cli_inputs(name, model)
+    kw = dict(timing_runs=1, timing_budget=0.0)
+    plain = compare.compare_model(model, feeds, **kw)
+    emu = compare.compare_model(model, feeds, emulate="onnxruntime-avx2", **kw) if saturates else None
+    chosen = emu if saturates else plain
+    own_differ = sum(1 for r in chosen["nodes"] if r.get("own_verdict") == "DIFFER")
+    return _verdict_text(plain), _verdict_text(emu) if emu else "n/a (exact here)", own_differ
+
+
 def _formats(directory: Path | None) -> dict[str, str]:
     """model stem -> the ``format:`` line of SOURCES.md."""
     out: dict[str, str] = {}
@@ -280,14 +319,14 @@ def _verdict_text(result: dict) -> str:
 
 def table(directory: Path | None, repeat: int, only: str | None = None) -> list[str]:
     """The docs/models.md table: per model its format, operators, ``qlinear compare``'s
-    verdict against onnxruntime's normal session (exact kernels, and ``--emulate
-    onnxruntime-avx2`` where onnxruntime saturates here), the nodes that differ on
-    onnxruntime's own inputs, and warm medians of both engines (2 threads, batch 1),
-    interleaved, and of each engine run alone."""
+    verdict against onnxruntime's normal session on the command's own inputs (exact kernels,
+    and ``--emulate onnxruntime-avx2`` where onnxruntime saturates here), the nodes that
+    differ on onnxruntime's own inputs, and warm medians of both engines (2 threads, batch 1)
+    on the benchmark's inputs (``model_inputs``), interleaved, and of each engine run alone."""
     import onnxruntime as ort
 
     import qlinear.backend as backend
-    from qlinear.tools import compare, ortsat
+    from qlinear.tools import ortsat
 
     saturates = ortsat.onnxruntime_saturates()
     formats = _formats(directory)
@@ -301,13 +340,8 @@ def table(directory: Path | None, repeat: int, only: str | None = None) -> list[
         if only and only not in name:
             continue
         model = onnx.load(src) if isinstance(src, Path) else src
-        feeds = model_inputs(name, model)
-        kw = dict(timing_runs=1, timing_budget=0.0)
-        plain = compare.compare_model(model, feeds, **kw)
-        emu = compare.compare_model(model, feeds, emulate="onnxruntime-avx2", **kw) \
-            if saturates else None
-        chosen = emu if saturates else plain
-        own_differ = sum(1 for r in chosen["nodes"] if r.get("own_verdict") == "DIFFER")
+        plain, emu, own_differ = verdicts(name, model, saturates)
+        feeds = model_inputs(name, model)  # timing: the benchmark's inputs (GPT-2: 5 tokens after 3)
         rep = backend.prepare(model)
         so = ort.SessionOptions()
         so.intra_op_num_threads = 2
@@ -329,8 +363,7 @@ def table(directory: Path | None, repeat: int, only: str | None = None) -> list[
         alone_ratios.append(alone / ort_alone)
         fmt = formats.get(name, "QOperator (synthetic, 7-bit weights)" if "synthetic" in name
                           else "?")
-        lines.append(f"| {name} | {fmt} | {_ops_summary(model)} | {_verdict_text(plain)} | "
-                     f"{_verdict_text(emu) if emu else 'n/a (exact here)'} | {own_differ} | "
+        lines.append(f"| {name} | {fmt} | {_ops_summary(model)} | {plain} | {emu} | {own_differ} | "
                      f"{t['qlinear']:.2f} | {t['onnxruntime']:.2f} | {ratios[-1]:.2f} | {alone:.2f} | "
                      f"{ort_alone:.2f} | {alone_ratios[-1]:.2f} |")
         print(lines[-1], flush=True)
@@ -360,6 +393,8 @@ def main(argv=None) -> int:
                     help="per-node overhead of the graph loop (chains of 300 tiny nodes)")
     ap.add_argument("--table", action="store_true",
                     help="the docs/models.md table: format, operators, compare verdicts, times")
+    ap.add_argument("--verdicts", action="store_true",
+                    help="the compare columns of the docs/models.md table only (no timing)")
     ap.add_argument("--before", action="store_true",
                     help="also time the graph as before qlinear.backend_float: onnx.reference's "
                          "evaluator and float operators, qlinear's kernels for the rest")
@@ -370,6 +405,20 @@ def main(argv=None) -> int:
         threadpool_limits(limits=args.blas_threads, user_api="blas")
     if args.table:
         table(args.models, args.repeat, args.only)
+        return 0
+    if args.verdicts:
+        from qlinear.tools import ortsat
+
+        saturates = ortsat.onnxruntime_saturates()
+        print("| model | command | compare | compare --emulate onnxruntime-avx2 | "
+              "quantized nodes differing on onnxruntime's inputs |\n|---|---|---|---|---|")
+        for name, src in models(args.models):
+            if args.only and args.only not in name:
+                continue
+            model = onnx.load(src) if isinstance(src, Path) else src
+            command = "(built in memory)" if not isinstance(src, Path) else f"`{compare_command(name)}`"
+            print(f"| {name} | {command} | " + " | ".join(map(str, verdicts(name, model, saturates))) + " |",
+                  flush=True)
         return 0
     if args.ops:
         op_table(args.repeat)

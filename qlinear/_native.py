@@ -43,8 +43,6 @@ TYPE_CODES = {"uint8": 0, "int8": 1, "int32": 2, "float32": 3}
 # the same keyed by dtype objects (dtype.name builds a string on every use: per-call cost)
 DTYPE_CODES = {np.dtype(name): code for name, code in TYPE_CODES.items()}
 
-if os.environ.get("QLINEAR_REQUIRE_NATIVE", "") == "1" and _C is None:
-    raise ImportError(f"qlinear: QLINEAR_REQUIRE_NATIVE=1 but the native engine is not built: {_IMPORT_ERROR}")
 
 
 def available() -> bool:
@@ -93,6 +91,13 @@ def _in_the_command() -> bool:
 
 _engine = "native" if _C is not None else "numpy"
 try:
+    # "1" requires the engine; "0" or unset does not; anything else ("2", "yes") would have been
+    # silently ignored, so a CI that asks for the engine believed it got it
+    _require = os.environ.get("QLINEAR_REQUIRE_NATIVE", "").strip()
+    if _require not in ("", "0", "1"):
+        raise ValueError(f"qlinear: QLINEAR_REQUIRE_NATIVE must be 0 or 1; got {_require!r}")
+    if _require == "1" and _C is None:
+        raise ImportError(f"qlinear: QLINEAR_REQUIRE_NATIVE=1 but the native engine is not built: {_IMPORT_ERROR}")
     if os.environ.get("QLINEAR_ENGINE"):
         _engine = _check_engine(os.environ["QLINEAR_ENGINE"], "QLINEAR_ENGINE")
     if _C is not None:

@@ -8,7 +8,10 @@ time say nothing about it, and NumPy would try to allocate 93 GiB and fail with 
 size from their inputs first and refuse, naming the node, when it is above the limit; so do
 the com.microsoft operators of qlinear.backend_contrib whose output follows from broadcasting
 or shapes (CONTRIB_SIZE_GUARDS: QLinearAdd, QLinearMul, QLinearWhere, QLinearConcat, QGemm,
-MatMulIntegerToFloat, DynamicQuantizeMatMul, QLinearConv, QLinearAveragePool).
+MatMulIntegerToFloat, DynamicQuantizeMatMul, QLinearConv, QLinearAveragePool) or whose
+largest tensor outgrows their inputs (DequantizeLinear, QLinearSoftmax,
+QLinearGlobalAveragePool, Gelu, FastGelu, SkipLayerNormalization, EmbedLayerNormalization,
+QAttention, Attention).
 """
 
 from __future__ import annotations
@@ -309,13 +312,72 @@ def _out_qlinear_average_pool(args, attrs, version):
     return (padded, 4) if _prod(padded) * 4 >= _prod(sums) * 8 else (sums, 8)
 
 
-#: The com.microsoft operators of qlinear.backend_contrib guarded as OUTPUT_SIZE_GUARDS.
+def _out_like_input(itemsize: int):
+    """An operator whose largest tensor has its first input's shape at ``itemsize`` bytes an
+    element: com.microsoft DequantizeLinear's float32 output, the float64 working copy of
+    QLinearSoftmax, Gelu, FastGelu and SkipLayerNormalization (as qlinear.contrib sizes them).
+    (QLinearSigmoid, QLinearLeakyRelu and QuantizeLinear write no more bytes than they read:
+    an input within the limit keeps them within it.)"""
+    def predict(args, attrs, version):
+        return (list(np.shape(args[0])), itemsize) if args else None
+    return predict
+
+
+def _out_qlinear_global_average_pool(args, attrs, version):
+    """QLinearGlobalAveragePool: its (N, C) int64 sums (8 bytes for each 8-bit element of an
+    input with one spatial position)."""
+    shape = list(np.shape(args[0]))
+    if len(shape) < 3:
+        return None
+    return [shape[0], shape[-1] if attrs.get("channels_last", 0) else shape[1]], 8
+
+
+def _out_embed_layer_normalization(args, attrs, version):
+    """EmbedLayerNormalization (input_ids (B, S), word_embedding (V, H) at input 2): the
+    float64 embeddings (B, S, H)."""
+    if len(args) < 3 or args[2] is None:
+        return None
+    ids, words = np.shape(args[0]), np.shape(args[2])
+    if len(ids) != 2 or len(words) < 1:
+        return None
+    return [ids[0], ids[1], words[-1]], 8
+
+
+def _out_attention(past_index: int):
+    """QAttention (past is input 8) and Attention (input 4): input (B, S, H_in) and a fused
+    weight (H_in, 3·H) make float64 q/k/v (B, S, 3·H), scores (B, N, S, P + S) and the float64
+    present (2, B, N, P + S, H/N) before its float32 copy, P past positions: the largest."""
+    def predict(args, attrs, version):
+        if len(args) < 2:
+            return None
+        x, w = np.shape(args[0]), np.shape(args[1])
+        heads = attrs.get("num_heads")
+        if len(x) != 3 or len(w) != 2 or not isinstance(heads, int) or heads < 1:
+            return None  # the operator reports them
+        batch, seq, hidden = x[0], x[1], w[1] // 3
+        past = args[past_index] if len(args) > past_index else None
+        total = seq + (np.shape(past)[3] if past is not None and np.ndim(past) == 5 else 0)
+        shapes = [[batch, seq, 3 * hidden], [batch, heads, seq, total],
+                  [2, batch, heads, total, hidden // heads]]
+        return max(shapes, key=_prod), 8
+    return predict
+
+
+#: The com.microsoft operators of qlinear.backend_contrib guarded as OUTPUT_SIZE_GUARDS: those
+#: whose output follows from broadcasting, shapes or attributes, and those whose largest tensor
+#: is larger than their inputs (a wider dtype, float64 working copies, attention scores).
 CONTRIB_SIZE_GUARDS: dict[str, Any] = {
     "QLinearAdd": _out_contrib_binary, "QLinearMul": _out_contrib_binary,
     "QLinearWhere": _out_qlinear_where, "QLinearConcat": _out_qlinear_concat,
     "QGemm": _out_qgemm, "MatMulIntegerToFloat": _out_contrib_matmul,
     "DynamicQuantizeMatMul": _out_contrib_matmul, "QLinearConv": _out_contrib_conv,
     "QLinearAveragePool": _out_qlinear_average_pool,
+    "DequantizeLinear": _out_like_input(4), "QLinearSoftmax": _out_like_input(8),
+    "Gelu": _out_like_input(8), "FastGelu": _out_like_input(8),
+    "SkipLayerNormalization": _out_like_input(8),
+    "QLinearGlobalAveragePool": _out_qlinear_global_average_pool,
+    "EmbedLayerNormalization": _out_embed_layer_normalization,
+    "QAttention": _out_attention(8), "Attention": _out_attention(4),
 }
 
 
@@ -397,10 +459,13 @@ class _SizeGuard(OpRun):
                 name = self.onnx_node.name or self.onnx_node.output[0]
                 op = f"{self.op_domain}.{self.onnx_node.op_type}" if self.op_domain \
                     else self.onnx_node.op_type
+                size, limit = _human_bytes(nbytes), _human_bytes(self._limit)
+                if size == limit:  # rounded alike: the exact counts tell them apart
+                    size, limit = f"{size} ({nbytes} bytes)", f"{limit} ({self._limit} bytes)"
                 raise NodeError(
                     f"node {name!r} ({op}-{self.version}): a tensor of "
-                    f"shape {list(shape)} would take {_human_bytes(nbytes)}, more than the "
-                    f"limit of {_human_bytes(self._limit)} per tensor (max_tensor_bytes, "
+                    f"shape {list(shape)} would take {size}, more than the "
+                    f"limit of {limit} per tensor (max_tensor_bytes, "
                     "qlinear's --max-tensor-bytes)")
 
     def run(self, *args, **kwargs):  # noqa: D102

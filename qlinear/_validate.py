@@ -72,6 +72,13 @@ def _size(nbytes: int) -> str:
     return f"{nbytes} bytes"
 
 
+def sizes(nbytes: int, limit: int) -> tuple[str, str]:
+    """A size and a limit it exceeds, as text: in binary units, or in bytes where the units
+    would round them to the same text (131072 against 131071 is not "128 KiB against 128 KiB")."""
+    a, b = _size(nbytes), _size(limit)
+    return (a, b) if a != b else (f"{nbytes} bytes", f"{limit} bytes")
+
+
 def check_size(op: str, what: str, shape: tuple[int, ...], itemsize: int) -> None:
     """Refuse, before allocating, an array of ``shape`` (``itemsize`` bytes per element) above
     ``max_output_bytes()``. Shapes are Python ints, so the product never overflows."""
@@ -104,9 +111,35 @@ def as_array(op: str, name: str, value: Any) -> np.ndarray:
         arr = np.asarray(value)
     except Exception as e:  # a broken __array__ or similar: name the input, not NumPy's internals
         raise TypeError(f"{op}: {name} could not be read as a NumPy array: {type(e).__name__}: {e}") from None
+    if arr.nbytes > _max_output_bytes:  # rare: one comparison on the usual path
+        check_view(op, name, arr)
     if not arr.dtype.isnative:
         arr = arr.astype(arr.dtype.newbyteorder("="))
     return arr
+
+
+def repeats_memory(arr: np.ndarray) -> bool:
+    """Whether elements of ``arr`` share memory (a broadcast or overlapping strided view): the
+    bytes the array spans are fewer than its elements' bytes exactly then."""
+    span = arr.itemsize + sum((d - 1) * abs(s) for d, s in zip(arr.shape, arr.strides))
+    return arr.size > 0 and span < arr.nbytes
+
+
+def check_view(op: str, name: str, arr: np.ndarray) -> None:
+    """Refuse a view that repeats its memory (``np.broadcast_to``, an overlapping
+    ``as_strided``) and would take more than ``max_output_bytes()`` as an array. Operators
+    read every element of their inputs, so such a view costs the time (and, wherever an
+    operator copies it, the memory) of the array it stands for: it is bounded as that array
+    is. A real array of that size exists already, and is accepted."""
+    nbytes = arr.nbytes
+    if nbytes <= _max_output_bytes or not repeats_memory(arr):
+        return
+    raise ValueError(
+        f"{op}: {name} is a view of shape {tuple(int(d) for d in arr.shape)} that repeats its memory "
+        f"(a broadcast view): as an array it would take {_size(nbytes)}, above the limit of "
+        f"{_size(_max_output_bytes)} (qlinear.set_max_output_bytes); the operator reads every "
+        "element, so the view is bounded as that array"
+    )
 
 
 def _index(i: int, shape: tuple[int, ...]) -> str:

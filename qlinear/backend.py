@@ -48,7 +48,7 @@ from onnx.reference.op_run import OpRun
 
 import qlinear as _q
 from qlinear import _blas
-from qlinear._validate import byte_count
+from qlinear._validate import byte_count, repeats_memory, sizes
 from qlinear.quantize import PreparedDequantize, PreparedQuantize
 from qlinear import backend_contrib as _contrib
 from qlinear.backend_float import FLOAT_KERNELS, FastEvaluator  # float glue ops, lean graph loop
@@ -877,6 +877,24 @@ class _TrackedNodes(list):
         self.current = None
 
 
+def _declared_input(vi: onnx.ValueInfoProto) -> tuple[str, np.dtype | None, list | None]:
+    """(name, dtype, dimensions) a graph input declares: dtype None where the type is not a
+    tensor or not given; dimensions None where the shape is not given, a dimension its name
+    (a str, "?" unnamed) where it is symbolic or negative (dynamic, as onnxruntime treats -1)."""
+    if not vi.type.HasField("tensor_type"):
+        return vi.name, None, None
+    tt = vi.type.tensor_type
+    try:
+        dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type) if tt.elem_type else None
+    except KeyError:
+        dtype = None
+    dims = None
+    if tt.HasField("shape"):
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else (d.dim_param or "?")
+                for d in tt.shape.dim]
+    return vi.name, dtype, dims
+
+
 class QLinearRep(BackendRep):
     """A prepared model: ``run(inputs)`` returns the outputs in graph order.
 
@@ -900,6 +918,7 @@ class QLinearRep(BackendRep):
         model = inline_functions(model)
         self.model = model
         self.emulate = emulate
+        self.max_tensor_bytes = max_tensor_bytes
         self.evaluator = FastEvaluator(
             model, new_ops=with_size_guards(kernels_for(emulate) + FLOAT_KERNELS + CONTROL_KERNELS,
                                      max_tensor_bytes))
@@ -914,6 +933,9 @@ class QLinearRep(BackendRep):
                 rt.constant_inputs = frozenset(n for n in rt.onnx_node.input if n in constants)
         inits = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]
+        # (name, dtype, dimensions) each input declares: checked on every run, as onnxruntime
+        # and the qlinear command check their feeds
+        self._declared = [_declared_input(i) for i in model.graph.input if i.name not in inits]
         self._all_input_names = {i.name for i in model.graph.input}  # defaults may be fed too
         self.output_names = [o.name for o in model.graph.output]
 
@@ -953,6 +975,32 @@ class QLinearRep(BackendRep):
         for k in self.input_names:
             if k not in feeds:
                 raise ValueError(f"run: no value for input {k!r} (the model's inputs are {names})")
+        for k, v in feeds.items():
+            if isinstance(v, np.ndarray) and not v.dtype.isnative:  # '>f4': as qlinear's operators take it
+                feeds[k] = v.astype(v.dtype.newbyteorder("="))
+        for name, dtype, dims in self._declared:
+            v = feeds.get(name)
+            if not isinstance(v, np.ndarray):
+                continue  # a sequence, a map, or a value the first node reports
+            if dtype is not None and v.dtype != dtype:
+                raise TypeError(f"run: input {name!r} has dtype {v.dtype}; the model declares {dtype}")
+            if dims is not None and (v.ndim != len(dims)
+                                     or any(type(d) is int and d != n for d, n in zip(dims, v.shape))):
+                want = ", ".join(map(str, dims))
+                raise ValueError(f"run: input {name!r} has shape {tuple(v.shape)}; the model "
+                                 f"declares [{want}]")
+        limit = self.max_tensor_bytes
+        if limit is not None:
+            # The size guards leave alone the operators whose output is no larger than their
+            # input: a broadcast view (np.broadcast_to) takes no memory, yet Relu of one makes
+            # the whole array. A view above the limit as an array is refused, as qlinear's
+            # operators refuse it; a real array exists already and is accepted.
+            for k, v in feeds.items():
+                if isinstance(v, np.ndarray) and v.nbytes > limit and repeats_memory(v):
+                    given, most = sizes(v.nbytes, limit)
+                    raise ValueError(f"run: input {k!r} is a view of shape {tuple(v.shape)} that repeats "
+                                     f"its memory (a broadcast view): as an array it would take {given}, "
+                                     f"more than the limit of {most} per tensor (max_tensor_bytes)")
         return feeds
 
     def run(self, inputs, progress: bool | None = False, **kwargs) -> tuple[np.ndarray, ...]:  # type: ignore[override]

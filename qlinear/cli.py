@@ -363,6 +363,9 @@ def inspect_model(model, model_path: str) -> dict[str, Any]:
         checker = "ok"
     except ToolError as e:
         checker = str(e)
+    refusal = format_problems(problems) if problems else None
+    if refusal is None and checker != "ok":  # run and compare stop at the checker
+        refusal = f"onnx's checker rejects it ({checker.split(': ', 1)[-1]})"
     inits = list(g.initializer)
     return {
         "model": model_path,
@@ -374,9 +377,9 @@ def inspect_model(model, model_path: str) -> dict[str, Any]:
         "initializers": len(inits),
         "nodes": sum(counts.values()),
         "operators": operators,
-        "supported": not problems,
+        "supported": refusal is None,
         "refused": [_asdict(p) for p in problems],
-        "refusal": format_problems(problems) if problems else None,
+        "refusal": refusal,
         "onnx_checker": checker,
     }
 
@@ -417,7 +420,12 @@ def cmd_inspect(args) -> int:
     print(format_table(rows, [("domain", "domain"), ("op", "operator"), ("nodes", "nodes"),
                               ("qlinear", "qlinear")]))
     print()
-    print("qlinear runs every node" if r["supported"] else f"qlinear refuses: {r['refusal']}")
+    if r["supported"]:
+        print("qlinear runs every node")
+    elif r["refused"]:
+        print(f"qlinear refuses: {r['refusal']}")
+    else:
+        print(f"qlinear refuses the model: {r['refusal']}")
     print(f"onnx checker: {r['onnx_checker']}")
     return 0
 

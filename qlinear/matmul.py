@@ -195,6 +195,22 @@ class _RightOperand:
         return y
 
 
+#: The native engine's matrix sizes are C ints (module.c's matmul, pack_b): larger M (batch
+#: entries folded in), N or K go to the NumPy engine, which has no such bound (a K of 2**31
+#: used to raise the argument parser's OverflowError).
+_NATIVE_MAX_DIM = (1 << 31) - 1
+
+
+def _native_takes(right: "_RightOperand", matrix: np.ndarray | None = None) -> bool:
+    """Whether the native engine is selected and its C int sizes hold b (and a's rows)."""
+    if _native.native() is None:
+        return False
+    K, N = right.matrix.shape[-2:]
+    if K > _NATIVE_MAX_DIM or N > _NATIVE_MAX_DIM:
+        return False
+    return matrix is None or math.prod(matrix.shape[:-1]) <= _NATIVE_MAX_DIM
+
+
 def _broadcast_batch(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     """numpy.broadcast_shapes(a, b), without its cost (a few microseconds a call, paid per
     plain call) when the batch shapes are equal, as in attention's per-head products."""
@@ -331,7 +347,7 @@ class PreparedMatMulInteger:
 
     def __init__(self, b: np.ndarray, b_zero_point: Any = None, *, _owned: bool = True) -> None:
         self._b = _RightOperand("matmul_integer", b, b_zero_point, owned=_owned)
-        if _owned and _native.native() is not None:
+        if _owned and _native_takes(self._b):
             self._b.packed(_native.isa())  # pack once, now
 
     def run(self, a: np.ndarray, a_zero_point: Any = None) -> np.ndarray:
@@ -340,7 +356,7 @@ class PreparedMatMulInteger:
         if y is not None:
             return y
         a, matrix, zp = self._b.check_a(a, a_zero_point)
-        if _native.native() is not None:
+        if _native_takes(self._b, matrix):
             acc = _native_matmul(self._b, matrix, zp)
             self._b.remember(a, (a_zero_point,))
         else:
@@ -361,7 +377,7 @@ class PreparedQLinearMatMul:
         v.same_shape(op, "b_scale", bs, "b_zero_point", bzp)
         self.b_scale = np.array(_operand_param(op, "b_scale", bs, "b", self._b.b_shape), copy=True)
         self._params = v.Memo()
-        if _owned and _native.native() is not None:
+        if _owned and _native_takes(self._b):
             self._b.packed(_native.isa())  # pack once, now
 
     def run(self, a: np.ndarray, a_scale: Any, a_zero_point: Any, y_scale: Any, y_zero_point: Any) -> np.ndarray:
@@ -403,7 +419,7 @@ class PreparedQLinearMatMul:
                 v.same_shape(op, "a_scale", np.asarray(a_scale), "a_zero_point", azp)
         m, yzp = known
         a_arr, matrix, zp = self._b.check_a(a_arr, a_zero_point)
-        if _native.native() is not None:
+        if _native_takes(self._b, matrix):
             y = self._b.finish(_native_matmul(self._b, matrix, zp, m, yzp), a_arr)
             self._b.remember(a_arr, params)
             return y

@@ -4,6 +4,9 @@ operator of the test models checked against onnxruntime."""
 
 from __future__ import annotations
 
+import os
+import re
+
 import numpy as np
 import pytest
 
@@ -202,14 +205,18 @@ def test_max_pool_with_padding(dtype):
 
 def test_quantize_dequantize_fast_path_checks_x_and_never_goes_stale():
     """QuantizeLinear / DequantizeLinear with constant parameters take a short path after the
-    first run; it still refuses an x of another dtype (same message as the first run), and
-    a scale fed as a graph input (the same buffer refilled) is read anew on every run."""
+    first run; it still refuses an x of another dtype (same message as the first run), and a
+    scale fed as a graph input (the same buffer refilled) is read anew on every run. qlinear
+    runs the model with x's element type undeclared, so that run's declared-type check lets
+    a float64 x reach the node (onnxruntime, the reference, takes only the declared model)."""
     x_info = helper.make_tensor_value_info("x", T.FLOAT, None)
     nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"),
              helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq")]
     out = [helper.make_tensor_value_info("y", T.FLOAT, None)]
-    m = _model(nodes, [x_info], out, [_init("s", np.float32(0.05)), _init("z", np.uint8(100))])
-    rep = backend.prepare(m, qdq="literal")
+    inits = [_init("s", np.float32(0.05)), _init("z", np.uint8(100))]
+    m = _model(nodes, [x_info], out, inits)
+    rep = backend.prepare(_model(nodes, [helper.make_tensor_value_info("x", T.UNDEFINED, None)], out, inits),
+                          qdq="literal")
     rng = np.random.default_rng(31)
     for _ in range(3):
         x = rng.normal(size=(3, 17)).astype(np.float32)
@@ -406,7 +413,7 @@ def test_unsupported_nodes_are_all_listed():
 def test_run_time_type_error_names_node_operator_version():
     """A type only known at run time (no declared input type) is a NodeError, not a fallback."""
     node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], name="quant")
-    m = _model([node], [helper.make_tensor_value_info("x", T.FLOAT, None)],
+    m = _model([node], [helper.make_tensor_value_info("x", T.UNDEFINED, None)],
                [helper.make_tensor_value_info("y", T.UINT8, None)], [_init("s", np.float32(0.1))])
     rep = backend.prepare(m)
     with pytest.raises(backend.NodeError, match=r"'quant' \(QuantizeLinear-13\).*float64"):
@@ -525,3 +532,61 @@ def test_run_names_unknown_and_missing_inputs():
 def test_max_tensor_bytes_must_be_a_positive_integer(bad):
     with pytest.raises(ValueError, match=r"^QLinearRep: max_tensor_bytes must be None or an integer >= 1; got "):
         backend.QLinearRep(_add_model(), max_tensor_bytes=bad)
+
+
+def test_max_tensor_bytes_bounds_broadcast_views_fed_to_run():
+    """With max_tensor_bytes, a broadcast view fed to run (or run_all) above the limit as an
+    array is refused, naming it: the limit's guards leave alone the operators whose output is
+    no larger than their input, and a view takes no memory, so a (2**15, 2**14) view ran through
+    Relu under a 1 MiB limit and made a 2 GiB output. A real array exists already and is
+    accepted, as qlinear's operators accept it; a view within the limit runs."""
+    relu = _model([helper.make_node("Relu", ["x"], ["y"])],
+                  [helper.make_tensor_value_info("x", T.FLOAT, ["n"])],
+                  [helper.make_tensor_value_info("y", T.FLOAT, ["n"])], [])
+    rep = backend.QLinearRep(relu, max_tensor_bytes=4096)
+    want = ("run: input 'x' is a view of shape (1025,) that repeats its memory (a broadcast view): "
+            "as an array it would take 4100 bytes, more than the limit of 4096 bytes per tensor "
+            "(max_tensor_bytes)")
+    view = np.broadcast_to(np.float32(-1), (1025,))
+    for run in (lambda: rep.run({"x": view}), lambda: rep.run([view]), lambda: rep.run_all({"x": view})):
+        with pytest.raises(ValueError, match="^" + re.escape(want) + "$"):
+            run()
+    np.testing.assert_array_equal(rep.run([np.broadcast_to(np.float32(-1), (1024,))])[0], np.zeros(1024))
+    np.testing.assert_array_equal(rep.run([np.full(1025, -1, np.float32)])[0], np.zeros(1025))
+    assert backend.QLinearRep(relu).run([view])[0].shape == (1025,)  # no limit
+
+
+def test_run_checks_inputs_against_their_declared_types_and_shapes():
+    """run refuses an input whose dtype or fixed dimensions differ from the model's declaration,
+    naming it (as onnxruntime does, and the qlinear command): a (2, 1, 9, 9) image fed to the
+    bundled example's [N, 1, 8, 8] input ran and gave an answer, a float64 one failed inside
+    the first node. Symbolic dimensions take any size; an input in non-native byte order is
+    converted (it was refused by the first node as '>f4')."""
+    from qlinear.cli import EXAMPLES_DIR  # the bundled example
+
+    rep = backend.prepare(onnx.load(os.path.join(EXAMPLES_DIR, "digits_cnn_qoperator.onnx")))
+    x = np.random.default_rng(0).random((2, 1, 8, 8)).astype(np.float32)
+    want = rep.run([x])[0]
+    with pytest.raises(ValueError, match=re.escape(
+            "run: input 'image' has shape (2, 1, 9, 9); the model declares [N, 1, 8, 8]")):
+        rep.run([np.zeros((2, 1, 9, 9), np.float32)])
+    with pytest.raises(ValueError, match=re.escape(
+            "run: input 'image' has shape (1, 8, 8); the model declares [N, 1, 8, 8]")):
+        rep.run({"image": x[0]})
+    for bad in (x.astype(np.float64), x.astype(np.int32)):
+        with pytest.raises(TypeError, match=re.escape(
+                f"run: input 'image' has dtype {bad.dtype}; the model declares float32")):
+            rep.run([bad])
+    np.testing.assert_array_equal(rep.run([x.astype(">f4")])[0], want)
+    assert rep.run([np.concatenate([x, x])])[0].shape == (4, 10)  # N is symbolic
+
+
+def test_run_converts_inputs_in_non_native_byte_order():
+    """An input in non-native byte order ('>f4') is converted, as qlinear's operators convert
+    their arrays (the first node refused it: "input x is >f4")."""
+    from qlinear.cli import EXAMPLES_DIR  # the bundled example
+
+    rep = backend.prepare(onnx.load(os.path.join(EXAMPLES_DIR, "digits_cnn_qoperator.onnx")))
+    x = np.random.default_rng(0).random((2, 1, 8, 8)).astype(np.float32)
+    np.testing.assert_array_equal(rep.run([x.astype(">f4")])[0], rep.run([x])[0])
+    np.testing.assert_array_equal(rep.run({"image": x.astype(">f4")})[0], rep.run([x])[0])

@@ -963,7 +963,10 @@ def test_backend_table_ops_prepared_once_and_never_stale(op):
         consts = [numpy_helper.from_array(np.asarray(v), n) for n, v in params.items()]
         m = _ms_model(node, [helper.make_tensor_value_info("x", elem, None)],
                       [helper.make_tensor_value_info("y", elem, None)], consts)
-        rep = backend.prepare(m)
+        # qlinear runs x undeclared, so that an x of the other dtype reaches the node (run's
+        # declared-type check would refuse it first); onnxruntime runs the declared model
+        rep = backend.prepare(_ms_model(node, [helper.make_tensor_value_info("x", T.UNDEFINED, None)],
+                                        [helper.make_tensor_value_info("y", elem, None)], consts))
         rt = [n for n in rep.evaluator.rt_nodes_ if n.onnx_node.op_type == op][0]
         table = None
         for shape in [(3, 50), (7,), (2, 3, 40)]:
@@ -997,7 +1000,9 @@ def test_backend_binary_prepared_path_reports_bad_inputs():
     consts = [numpy_helper.from_array(np.asarray(v), n) for n, v in
               [("as", F(0.1)), ("az", np.uint8(3)), ("bs", F(0.2)), ("bz", np.uint8(5)), ("cs", F(0.3)),
                ("cz", np.uint8(7))]]
-    m = _ms_model(node, [helper.make_tensor_value_info(n, T.UINT8, None) for n in "ab"],
+    # a and b declare no element type: run's declared-type check would refuse the bad dtypes
+    # before they reach the node's prepared path
+    m = _ms_model(node, [helper.make_tensor_value_info(n, T.UNDEFINED, None) for n in "ab"],
                   [helper.make_tensor_value_info("y", T.UINT8, None)], consts)
     rep = backend.prepare(m)
     good = np.arange(6, dtype=np.uint8)

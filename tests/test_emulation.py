@@ -340,7 +340,12 @@ def test_backend_emulate_bad_name():
 
 
 def test_emulation_keeps_validation_errors():
+    """An emulated QLinearConv still validates its inputs: x with 3 channels against weights
+    of 4 is refused by the operator (x's declared shape is dropped, so that run's own check
+    against the declaration does not refuse it first)."""
     model, feeds, _ = _four_op_model()
+    x_info = next(i for i in model.graph.input if i.name == "x")
+    x_info.type.tensor_type.ClearField("shape")
     rep = backend.prepare(model, emulate="onnxruntime-avx2")
     with pytest.raises(ValueError, match="QLinearConv"):
         rep.run({"x": feeds["x"][:, :3], "xi": feeds["xi"]})

@@ -64,6 +64,7 @@ def test_environment_selects_engine_isa_and_threads():
     ({"QLINEAR_ISA": "avx9000"}, "QLINEAR_ISA must be one of avx512vnni, avxvnni, avx2, scalar; got 'avx9000'"),
     ({"QLINEAR_ENGINE": "fast"}, "QLINEAR_ENGINE must be one of native, numpy; got 'fast'"),
     ({"QLINEAR_NUM_THREADS": "0"}, "QLINEAR_NUM_THREADS must be an integer in [1, 1024]; got 0"),
+    ({"QLINEAR_REQUIRE_NATIVE": "2"}, "QLINEAR_REQUIRE_NATIVE must be 0 or 1; got '2'"),
 ])
 def test_environment_errors_are_clear(env, message):
     r = _run("import qlinear", **env)
@@ -76,6 +77,7 @@ def test_environment_errors_are_clear(env, message):
     ({"QLINEAR_ENGINE": "fast"}, "QLINEAR_ENGINE must be one of native, numpy; got 'fast'"),
     ({"QLINEAR_ISA": "avx9000"}, "QLINEAR_ISA must be one of avx512vnni, avxvnni, avx2, scalar; got 'avx9000'"),
     ({"QLINEAR_NUM_THREADS": "many"}, "QLINEAR_NUM_THREADS must be an integer in [1, 1024]; got 'many'"),
+    ({"QLINEAR_REQUIRE_NATIVE": "yes"}, "QLINEAR_REQUIRE_NATIVE must be 0 or 1; got 'yes'"),
 ])
 def test_environment_errors_in_the_command_are_one_line(env, message):
     """The `qlinear` command (console script or ``python -m qlinear``) reports a bad

@@ -116,19 +116,21 @@ def test_matmul_outputs_above_limit_are_named():
 
 
 def test_matmul_huge_reduction_is_named():
+    """(Terabyte broadcast views are refused as the arrays they stand for: see
+    test_broadcast_views_are_bounded_as_the_arrays_they_stand_for.)"""
     a, b = huge(U8, (1, 2**40)), huge(I8, (2**40, 1))
-    with raises(ValueError, "matmul_integer", "copy of b", "(1099511627776, 1)"):
+    with raises(ValueError, "matmul_integer", "b is a view of shape (1099511627776, 1)", "1 TiB"):
         qlinear.matmul_integer(a, b)
-    with raises(ValueError, "matmul_integer", "copy of a", "(1048576, 1048576)"):
+    with raises(ValueError, "matmul_integer", "a is a view of shape (1048576, 1048576)", "1 TiB"):
         qlinear.prepare_matmul_integer(np.zeros((2**20, 1), I8)).run(huge(U8, (2**20, 2**20)))
 
 
 def test_huge_weights_and_elementwise_inputs_are_named():
-    with raises(ValueError, "conv_integer", "copy of w"):
+    with raises(ValueError, "conv_integer", "w is a view of shape (1048576, 1, 1024, 1024)"):
         qlinear.conv_integer(X44, huge(I8, (2**20, 1, 2**10, 2**10)))
-    with raises(ValueError, "quantize_linear", "output", "(1099511627776,)"):
+    with raises(ValueError, "quantize_linear", "x is a view of shape (1099511627776,)"):
         qlinear.quantize_linear(huge(F32, (2**40,)), F32(1))
-    with raises(ValueError, "dequantize_linear", "output", "(1099511627776,)"):
+    with raises(ValueError, "dequantize_linear", "x is a view of shape (1099511627776,)"):
         qlinear.dequantize_linear(huge(U8, (2**40,)), F32(1))
 
 
@@ -214,6 +216,104 @@ def test_contrib_operators_check_sizes_before_allocating(case):
     op = case.split()[-1]
     with time_limit(10), raises(ValueError, op, "set_max_output_bytes"):
         _contrib_huge_cases()[case]()
+
+
+def _view_cases():
+    """Calls whose one or two inputs are broadcast views of 2 MiB or more as arrays, with
+    outputs (and, on some engine, working copies) within 1 MiB: (input name, shape, call)."""
+    import qlinear.contrib as qc
+
+    row, col = huge(U8, (1, 2**21)), huge(I8, (2**21, 1))
+    f = huge(F32, (2**19,))
+    p = (F32(0.1), U8(3))
+    return {
+        "quantize_linear": ("x", f.shape, lambda: qlinear.quantize_linear(f, F32(0.5), U8(3))),
+        "dequantize_linear": ("x", (2**21,), lambda: qlinear.dequantize_linear(
+            huge(U8, (2**21,)), F32(0.5), U8(3)) and None),
+        "matmul_integer": ("b", col.shape, lambda: qlinear.matmul_integer(row, col)),
+        "qlinear_matmul": ("b", col.shape, lambda: qlinear.qlinear_matmul(
+            row, *p, col, F32(0.1), I8(0), *p)),
+        "prepared matmul_integer": ("b", col.shape, lambda: qlinear.prepare_matmul_integer(col)),
+        "conv_integer": ("x", (1, 1, 2**11, 2**10), lambda: qlinear.conv_integer(
+            huge(U8, (1, 1, 2**11, 2**10)), np.ones((1, 1, 1, 1), I8), strides=[2**11, 2**10])),
+        "qlinear_conv": ("x", (1, 1, 2**11, 2**10), lambda: qlinear.qlinear_conv(
+            huge(U8, (1, 1, 2**11, 2**10)), *p, np.ones((1, 1, 1, 1), I8), F32(0.1), I8(0), *p,
+            strides=[2**11, 2**10])),
+        "dynamic_quantize_linear": ("x", f.shape, lambda: qc.dynamic_quantize_linear(f)),
+        "qlinear_global_average_pool": ("X", (1, 1, 2**11, 2**10), lambda: qc.qlinear_global_average_pool(
+            huge(U8, (1, 1, 2**11, 2**10)), *p, *p)),
+        "qgemm": ("A", row.shape, lambda: qc.qgemm(row, *p, col, F32(0.1), I8(0))),
+        "matmul_integer_to_float": ("A", row.shape, lambda: qc.matmul_integer_to_float(
+            row, col, F32(0.1), F32(0.1))),
+        "qlinear_sigmoid": ("X", (2**21,), lambda: qc.qlinear_sigmoid(huge(U8, (2**21,)), *p, *p)),
+        "gelu": ("X", f.shape, lambda: qc.gelu(f)),
+    }
+
+
+@pytest.mark.parametrize("case", list(_view_cases()))
+def test_broadcast_views_are_bounded_as_the_arrays_they_stand_for(output_limit, case):
+    """A broadcast view takes no memory, but an operator reads (and may copy) each of its
+    elements: one above max_output_bytes as an array is refused like the array's copy would
+    be, naming the operator, the input and its shape, even where the output is small (a
+    reduction over 2**34 elements of a view used to run for minutes, or to fail with NumPy's
+    MemoryError on a contiguous copy, or with the native engine's OverflowError for K >= 2**31).
+    The same view within the limit, and a real array above it, are computed."""
+    name, shape, call = _view_cases()[case]
+    op = case.split()[-1]
+    qlinear.set_max_output_bytes(1 << 20)
+    with time_limit(10), raises(ValueError, op, f"{name} is a view of shape {shape}",
+                                "(a broadcast view)", "2 MiB", "set_max_output_bytes"):
+        call()
+
+
+def test_views_within_the_limit_and_real_arrays_above_it_are_computed(output_limit):
+    import qlinear.contrib as qc
+
+    qlinear.set_max_output_bytes(1 << 20)
+    view = np.broadcast_to(np.linspace(-2, 2, 512, dtype=F32), (512, 512))  # 1 MiB as an array
+    y, s, z = qc.dynamic_quantize_linear(view)
+    want = qc.dynamic_quantize_linear(np.ascontiguousarray(view))
+    assert_exact(y, want[0])
+    assert (s, z) == (want[1], want[2])
+    real = np.zeros(2**19, F32)                    # 2 MiB, a real array: accepted
+    assert_exact(qlinear.quantize_linear(real, F32(1), U8(3)), np.full(2**19, 3, U8))
+    # an as_strided view that does not repeat memory (every other element) is a real array's
+    strided = np.zeros(2**20, F32)[::2]
+    assert_exact(qlinear.quantize_linear(strided, F32(1), U8(3)), np.full(2**19, 3, U8))
+    # non-native byte order reaches the com.microsoft float operators too (was a TypeError)
+    big_endian = np.linspace(-2, 2, 64, dtype=F32).astype(">f4")
+    assert_exact(qc.gelu(big_endian), qc.gelu(big_endian.astype(F32)))
+
+
+@pytest.mark.parametrize("shapes", [((3, 9), (9, 2)), ((3, 2), (2, 9)), ((2, 5, 2), (2, 3)),
+                                    ((9, 2), (2, 3))])
+def test_matmul_sizes_beyond_the_native_ints_take_the_numpy_engine(monkeypatch, shapes):
+    """The native matmul takes M (batch entries folded in), N and K as C ints: a K of 2**31 (a
+    broadcast view of 2 GiB, or a real array) raised the argument parser's OverflowError. Sizes
+    above the bound go to the NumPy engine, exactly. Checked with the bound lowered to 7 (the
+    real one needs arrays of gigabytes): the native engine is not called, the result is the
+    oracle's, for plain and prepared MatMulInteger and QLinearMatMul."""
+    from qlinear import _native, matmul
+
+    if not _native.available():
+        pytest.skip("native engine not built")
+
+    def refuse(*_, **__):
+        raise AssertionError("the native engine was called")
+
+    monkeypatch.setattr(matmul, "_NATIVE_MAX_DIM", 7)
+    monkeypatch.setattr(matmul, "_native_matmul", refuse)
+    rng = np.random.default_rng(7)
+    a = rng.integers(0, 256, shapes[0], dtype=np.int64).astype(U8)
+    b = rng.integers(-128, 128, shapes[1], dtype=np.int64).astype(I8)
+    q = (F32(0.02), U8(100), F32(0.01), I8(3), F32(0.5), U8(120))
+    with _native.use_engine("native"):
+        want = oracle.matmul_integer(a, b, U8(7), I8(-3))
+        assert_exact(qlinear.matmul_integer(a, b, U8(7), I8(-3)), want)
+        assert_exact(qlinear.prepare_matmul_integer(b, I8(-3)).run(a, U8(7)), want)
+        want = oracle.qlinear_matmul(a, q[0], q[1], b, q[2], q[3], q[4], q[5])
+        assert_exact(qlinear.qlinear_matmul(a, q[0], q[1], b, q[2], q[3], q[4], q[5]), want)
+        assert_exact(qlinear.prepare_qlinear_matmul(b, q[2], q[3]).run(a, q[0], q[1], q[4], q[5]), want)
 
 
 def test_output_limit_is_settable(output_limit):
@@ -739,3 +839,79 @@ def test_fuzz_quantize(fuzz_limits, data):
     args = [maybe(xq), maybe(scale), maybe(rand_int(rng, U8, (n,)))]
     check_call("dequantize_linear", lambda: qlinear.dequantize_linear(*args, axis=axis),
                lambda: oracle.dequantize_linear(*args, axis=axis))
+
+
+def test_embed_layer_normalization_names_inconsistent_inputs():
+    """EmbedLayerNormalization's tables, ids and mask must agree in shape (as onnxruntime's
+    checks require): each mismatch is a ValueError naming the operator and the input. They
+    were NumPy's "operands could not be broadcast together" (naming neither), and a mask of
+    another shape, or a string, gave a mask_index of the wrong length or a meaningless one."""
+    import qlinear.contrib as qc
+
+    ids, words, positions = np.zeros((1, 2), I32), np.ones((4, 8), F32), np.ones((4, 8), F32)
+    gamma, beta = np.ones(8, F32), np.zeros(8, F32)
+
+    def call(**kw):
+        args = dict(input_ids=ids, segment_ids=None, word_embedding=words, position_embedding=positions,
+                    segment_embedding=None, gamma=gamma, beta=beta)
+        args.update(kw)
+        return qc.embed_layer_normalization(**args)
+
+    op = "embed_layer_normalization"
+    for kw, names in [
+        (dict(word_embedding=np.ones(8, F32)), ("word_embedding", "2-D", "(8,)")),
+        (dict(position_embedding=np.ones((4, 6), F32)), ("position_embedding", "(4, 6)", "8")),
+        (dict(position_embedding=np.ones(8, F32)), ("position_embedding", "(8,)")),
+        (dict(segment_ids=np.zeros((1, 3), I32), segment_embedding=np.ones((2, 8), F32)),
+         ("segment_ids", "(1, 2)", "(1, 3)")),
+        (dict(segment_ids=np.zeros((1, 2), I32), segment_embedding=np.ones((2, 6), F32)),
+         ("segment_embedding", "(2, 6)")),
+        (dict(position_ids=np.zeros(3, I32)), ("position_ids", "(1, 2)", "(3,)")),
+        (dict(mask=np.ones((3, 3), I32)), ("mask", "(1, 2)", "(3, 3)")),
+    ]:
+        with raises(ValueError, op, *names):
+            call(**kw)
+    for mask in ("abc", np.ones((1, 2), F32), [[1, 1]]):
+        with raises(TypeError, op, "mask"):
+            call(mask=mask)
+    y, mask_index, e = call(mask=np.array([[1, 0]], I32), position_ids=np.array([[1, 0]], I32))
+    assert_exact(mask_index, np.array([1], I32))
+    assert_exact(e, (words[[0, 0]] + positions[[1, 0]])[None])
+
+
+def test_transformer_operators_on_empty_sequences_and_hidden_sizes():
+    """QAttention / Attention with an empty sequence and no past compute an empty output (it
+    was NumPy's "zero-size array to reduction operation maximum which has no identity");
+    SkipLayerNormalization and EmbedLayerNormalization with a hidden size of 0 are refused,
+    naming the operator (they divided by 0: RuntimeWarnings and NaN means)."""
+    import qlinear.contrib as qc
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, present = qc.qattention(np.zeros((1, 0, 4), U8), np.zeros((4, 6), U8), np.zeros(6, F32),
+                                     F32(1), F32(1), num_heads=1)
+        assert out.shape == (1, 0, 2) and present.shape == (2, 1, 1, 0, 2)
+        out, present = qc.attention(np.zeros((2, 0, 4), F32), np.zeros((4, 6), F32), num_heads=2)
+        assert out.shape == (2, 0, 2) and present.shape == (2, 2, 2, 0, 1)
+        with raises(ValueError, "skip_layer_normalization", "hidden size", "(1, 2, 0)"):
+            qc.skip_layer_normalization(np.zeros((1, 2, 0), F32), np.zeros((1, 2, 0), F32), np.ones(0, F32))
+        with raises(ValueError, "embed_layer_normalization", "hidden size", "(4, 0)"):
+            qc.embed_layer_normalization(np.zeros((1, 2), I32), None, np.ones((4, 0), F32), np.ones((4, 0), F32),
+                                         None, np.ones(0, F32), np.zeros(0, F32))
+
+
+@pytest.mark.parametrize("mask", [np.array([2.0, 3.0], np.float32), np.array([2, 3], np.int64), [2, 3]])
+def test_attention_mask_index_must_be_int32(mask):
+    """Attention and QAttention take mask_index as int32 (onnxruntime's schema): a float mask
+    was compared as if lengths and gave an answer; an int64 or a list is named too."""
+    from qlinear import contrib as c
+    x = np.ones((2, 3, 4), np.float32)
+    kind = f"dtype {mask.dtype}" if isinstance(mask, np.ndarray) else "list"
+    with pytest.raises(TypeError, match=re.escape("attention: mask_index must") + ".*int32.*" + kind):
+        c.attention(x, np.ones((4, 12), np.float32), None, mask, num_heads=2)
+    xq = np.ones((2, 3, 4), np.uint8)
+    with pytest.raises(TypeError, match=re.escape("qattention: mask_index must") + ".*int32.*" + kind):
+        c.qattention(xq, np.ones((4, 12), np.int8), np.zeros(12, np.float32), np.float32(0.1), np.float32(0.1),
+                     mask, num_heads=2)
+    got = c.attention(x, np.ones((4, 12), np.float32), None, np.array([2, 3], np.int32), num_heads=2)
+    assert got[0].shape == (2, 3, 4)

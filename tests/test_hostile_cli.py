@@ -992,3 +992,92 @@ def test_size_guard_contrib_operators(capsys, tmp_path, op):
     rep = backend.QLinearRep(onnx.load(path), max_tensor_bytes=nbytes)
     [rt] = list(rep.evaluator.rt_nodes_)
     assert rt.guarded_impl.constant_inputs == frozenset(i for i in rt.onnx_node.input if i)
+
+
+def _contrib_growing_case(op, tmp_path):
+    """A model where the com.microsoft ``op`` allocates, from operands no larger than half of
+    it, a tensor whose shape ends in 128 x 128: (nbytes, path). Its float32 output
+    (DequantizeLinear), its float64 working copy (QLinearSoftmax, Gelu, FastGelu,
+    SkipLayerNormalization, EmbedLayerNormalization's embeddings), the int64 sums of
+    QLinearGlobalAveragePool, or the float64 attention scores (B, N, S, S) of QAttention and
+    Attention (a 128-token sequence through 8 input features)."""
+    a = lambda v, n, dt: numpy_helper.from_array(np.asarray(v, dt), n)  # noqa: E731
+    s = lambda n: a(0.5, n, np.float32)  # noqa: E731
+    u = lambda n, v=3: a(v, n, np.uint8)  # noqa: E731
+    rng = np.random.default_rng(0)
+    x8 = lambda n, shape=(128, 128): a(rng.integers(0, 256, shape), n, np.uint8)  # noqa: E731
+    xf = lambda n, shape=(128, 128): a(rng.standard_normal(shape), n, np.float32)  # noqa: E731
+    mk = lambda ins, outs=("y",), **kw: helper.make_node(op, list(ins), list(outs), name="n",  # noqa: E731
+                                                         domain="com.microsoft", **kw)
+    attention_inputs = [s("is"), s("ws"), u("iz", 128), u("wz", 128)]
+    cases = {
+        "DequantizeLinear": ([mk(["x", "xs", "xz"])], [x8("x"), s("xs"), u("xz")], 2, T.FLOAT, 65536),
+        "QLinearSoftmax": ([mk(["x", "xs", "xz", "ys", "yz"], opset=13)],
+                           [x8("x"), s("xs"), u("xz"), a(1 / 256, "ys", np.float32), u("yz", 0)],
+                           2, T.UINT8, 131072),
+        "Gelu": ([mk(["x"])], [xf("x")], 2, T.FLOAT, 131072),
+        "FastGelu": ([mk(["x", "b"])], [xf("x"), xf("b", (128,))], 2, T.FLOAT, 131072),
+        "SkipLayerNormalization": ([mk(["x", "k", "g", "b"])],
+                                   [xf("x"), xf("k"), xf("g", (128,)), xf("b", (128,))],
+                                   2, T.FLOAT, 131072),
+        "QLinearGlobalAveragePool": ([mk(["x", "xs", "xz", "ys", "yz"])],
+                                     [x8("x", (128, 128, 1, 1)), s("xs"), u("xz"), s("ys"), u("yz")],
+                                     4, T.UINT8, 131072),
+        "EmbedLayerNormalization": ([mk(["ids", "", "we", "pe", "", "g", "b"])],
+                                    [a(np.arange(128).reshape(1, 128) % 4, "ids", np.int32),
+                                     xf("we", (4, 128)), xf("pe"), xf("g", (128,)), xf("b", (128,))],
+                                    3, T.FLOAT, 131072),
+        "QAttention": ([mk(["x", "w", "bias", "is", "ws", "", "iz", "wz"], num_heads=1)],
+                       [x8("x", (1, 128, 8)), x8("w", (8, 6)), xf("bias", (6,)), *attention_inputs],
+                       3, T.FLOAT, 131072),
+        "Attention": ([mk(["x", "w", "bias"], num_heads=1)],
+                      [xf("x", (1, 128, 8)), xf("w", (8, 6)), xf("bias", (6,))], 3, T.FLOAT, 131072),
+    }
+    nodes, inits, rank, elem, nbytes = cases[op]
+    m = helper.make_model(helper.make_graph(nodes, "g", [], [_out("y", rank, elem)], inits),
+                          opset_imports=[helper.make_opsetid("", 13),
+                                         helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    path = tmp_path / f"{op}.onnx"
+    path.write_bytes(m.SerializeToString())
+    return nbytes, str(path)
+
+
+@pytest.mark.parametrize("op", ["DequantizeLinear", "QLinearSoftmax", "Gelu", "FastGelu",
+                                "SkipLayerNormalization", "QLinearGlobalAveragePool",
+                                "EmbedLayerNormalization", "QAttention", "Attention"])
+def test_size_guard_contrib_operators_that_grow_their_input(capsys, tmp_path, op):
+    """--max-tensor-bytes bounds the com.microsoft operators whose largest tensor is larger
+    than their inputs (a wider dtype, float64 working copies, attention scores growing with
+    the square of the sequence), which were bounded only by qlinear.set_max_output_bytes:
+    above the limit, refused before the operator runs, naming the node, the shape and the
+    size; at the limit, the unguarded result."""
+    nbytes, path = _contrib_growing_case(op, tmp_path)
+    _one_line_error(*_main(capsys, "run", path, "--max-tensor-bytes", nbytes - 1),
+                    f"node 'n' (com.microsoft.{op}-1)", "128, 128]",
+                    f"{nbytes / 1024:.1f} KiB ({nbytes} bytes)",
+                    f"limit of {nbytes / 1024:.1f} KiB ({nbytes - 1} bytes)", "--max-tensor-bytes")
+    rc, out, err = _main(capsys, "run", path, "--max-tensor-bytes", nbytes, "--output-dir", tmp_path / "o")
+    assert rc == 0, err
+    want = backend.QLinearRep(onnx.load(path)).run({})[0]
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "y.npy"), want)
+    with pytest.raises(backend.NodeError, match=f"com.microsoft.{op}-1"):
+        backend.QLinearRep(onnx.load(path), max_tensor_bytes=nbytes - 1).run({})
+
+
+def test_inspect_does_not_say_runs_when_the_checker_refuses(capsys, tmp_path):
+    """A model onnx's checker rejects (an attribute of the wrong type: strides as floats) is
+    refused by run and compare; inspect listed every node as run and ended with "qlinear runs
+    every node". It now says that qlinear refuses the model, and why."""
+    w = numpy_helper.from_array(np.ones((1, 1, 2, 2), np.int8), "w")
+    path = _save(tmp_path, "bad_attr", [helper.make_node("ConvInteger", ["x", "w"], ["y"], strides=[1.0, 1.0])],
+                 [helper.make_tensor_value_info("x", T.UINT8, [1, 1, 4, 4])], [_out("y", 4, T.INT32)], [w])
+    why = "Mismatched attribute type in ' : strides'. Expected: 'INTS', actual: 'FLOATS'"
+    _one_line_error(*_main(capsys, "run", path), "invalid ONNX model", why)
+    rc, out, err = _main(capsys, "inspect", path)
+    assert rc == 0, err
+    assert "qlinear runs every node" not in out
+    assert f"qlinear refuses the model: onnx's checker rejects it (invalid ONNX model: {why})" in out
+    rc, out, err = _main(capsys, "inspect", path, "--json")
+    got = json.loads(out)
+    assert got["supported"] is False and "invalid ONNX model" in got["refusal"]

@@ -49,7 +49,7 @@ def broadcast_shape(op: str, names: str, *shapes: tuple[int, ...]) -> tuple[int,
 def float_tensor(op: str, name: str, value: Any) -> np.ndarray:
     if not isinstance(value, (np.ndarray, np.generic)):
         raise TypeError(f"{op}: {name} must be a NumPy float32 array; got a Python {type(value).__name__}")
-    arr = np.asarray(value)
+    arr = v.as_array(op, name, value)  # native byte order; a repeating view bounded as an array
     if arr.dtype != np.float32:
         raise TypeError(f"{op}: {name} must have dtype float32; got dtype {arr.dtype}")
     return arr

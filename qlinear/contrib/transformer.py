@@ -89,6 +89,8 @@ def skip_layer_normalization(input: np.ndarray, skip: np.ndarray, gamma: np.ndar
         except ValueError:
             raise ValueError(f"{op}: skip must broadcast to input's shape {x.shape}; got shape {sk.shape}") from None
     hidden = x.shape[-1]
+    if hidden == 0:  # layer normalization divides by it
+        raise ValueError(f"{op}: input's hidden size (last dimension) must be >= 1; got shape {x.shape}")
     v.check_size(op, "the float64 sum of input and skip", x.shape, 8)
     s = x.astype(F64) + sk
     if bias is not None:
@@ -113,10 +115,24 @@ def embed_layer_normalization(input_ids: np.ndarray, segment_ids: np.ndarray | N
     ids = v.integer_tensor(op, "input_ids", input_ids, (np.dtype(np.int32),))
     if ids.ndim != 2:
         raise ValueError(f"{op}: input_ids must be 2-D (batch, sequence); got shape {ids.shape}")
-    words = p.float_tensor(op, "word_embedding", word_embedding)
-    positions = p.float_tensor(op, "position_embedding", position_embedding)
-    hidden = words.shape[-1]
     batch, seq = ids.shape
+
+    def table(name: str, value: Any) -> np.ndarray:  # (rows, hidden), hidden as word_embedding's
+        t = p.float_tensor(op, name, value)
+        if t.ndim != 2:
+            raise ValueError(f"{op}: {name} must be 2-D (rows, hidden); got shape {t.shape}")
+        if name != "word_embedding" and t.shape[1] != hidden:
+            raise ValueError(f"{op}: {name} must have word_embedding's hidden size {hidden} "
+                             f"(shape (rows, {hidden})); got shape {t.shape}")
+        return t
+
+    hidden = -1
+    words = table("word_embedding", word_embedding)
+    hidden = words.shape[1]
+    if hidden == 0:  # layer normalization divides by it
+        raise ValueError(f"{op}: word_embedding's hidden size (its second dimension) must be >= 1; "
+                         f"got shape {words.shape}")
+    positions = table("position_embedding", position_embedding)
     v.check_size(op, "the float64 embeddings", (batch, seq, hidden), 8)
 
     def gather(table: np.ndarray, index: np.ndarray, name: str) -> np.ndarray:
@@ -129,18 +145,27 @@ def embed_layer_normalization(input_ids: np.ndarray, segment_ids: np.ndarray | N
     if position_ids is None:
         pos = np.broadcast_to(np.arange(seq), (batch, seq))
     else:
-        pos = np.broadcast_to(v.integer_tensor(op, "position_ids", position_ids,
-                                               (np.dtype(np.int32), np.dtype(np.int64))), (batch, seq))
+        given = v.integer_tensor(op, "position_ids", position_ids, (np.dtype(np.int32), np.dtype(np.int64)))
+        try:
+            pos = np.broadcast_to(given, (batch, seq))
+        except ValueError:
+            raise ValueError(f"{op}: position_ids must broadcast to input_ids' shape {(batch, seq)}; "
+                             f"got shape {given.shape}") from None
     e = e + gather(positions, pos, "position_ids")
     if segment_embedding is not None and segment_ids is not None:
         seg = v.integer_tensor(op, "segment_ids", segment_ids, (np.dtype(np.int32),))
-        e = e + gather(p.float_tensor(op, "segment_embedding", segment_embedding), seg, "segment_ids")
+        if seg.shape != ids.shape:
+            raise ValueError(f"{op}: segment_ids must have input_ids' shape {ids.shape}; got shape {seg.shape}")
+        e = e + gather(table("segment_embedding", segment_embedding), seg, "segment_ids")
     y, _, _ = _layer_norm(e, _hidden_param(op, "gamma", gamma, hidden), _hidden_param(op, "beta", beta, hidden),
                           p.float_attribute(op, "epsilon", epsilon))
     if mask is None:
         mask_index = np.zeros(batch, np.int32)
     else:
-        mask_index = (np.asarray(mask) != 0).sum(axis=-1).astype(np.int32)
+        m = v.integer_tensor(op, "mask", mask, (np.dtype(np.int32),))
+        if m.shape != ids.shape:
+            raise ValueError(f"{op}: mask must have input_ids' shape {ids.shape}; got shape {m.shape}")
+        mask_index = np.count_nonzero(m, axis=-1).astype(np.int32)
     return y.astype(F32), mask_index, e.astype(F32)
 
 
@@ -173,7 +198,9 @@ def _attention_core(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, p
     scores = np.matmul(q, k.swapaxes(-1, -2))
     scores *= s
     if mask_index is not None:
-        m = np.asarray(mask_index)
+        # int32, as onnxruntime's schema (M: tensor(int32)): a float mask's values were compared
+        # and took as lengths, which onnxruntime refuses
+        m = v.integer_tensor(op, "mask_index", mask_index, (np.dtype(np.int32),))
         if m.ndim == 2 and m.shape == (batch, total):
             scores += np.where(m > 0, 0.0, mask_filter_value)[:, None, None, :]
         elif m.ndim == 3 and m.shape == (batch, seq, total):
@@ -190,9 +217,12 @@ def _attention_core(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, p
     if unidirectional:
         future = np.arange(total)[None, :] > (past_len + np.arange(seq))[:, None]
         scores += np.where(future, mask_filter_value, 0.0)
-    scores -= scores.max(axis=-1, keepdims=True)
-    probs = np.exp(scores, out=scores)
-    probs /= probs.sum(axis=-1, keepdims=True)
+    if total == 0:  # no keys (an empty sequence, no past): an empty output, nothing to normalize
+        probs = scores
+    else:
+        scores -= scores.max(axis=-1, keepdims=True)
+        probs = np.exp(scores, out=scores)
+        probs /= probs.sum(axis=-1, keepdims=True)
     out = np.matmul(probs, vv).transpose(0, 2, 1, 3).reshape(batch, seq, hidden)
     return out.astype(F32), present
 
