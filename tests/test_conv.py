@@ -1496,6 +1496,48 @@ def test_implicit_gemm_merged_workspace_fallback():
         qlinear.set_workspace_limit(limit)
 
 
+# (x spatial, kernel, attributes, input channels, output channels, batch, threads, images in
+# parallel): batches above the threading threshold (2^21 MACs) whose images run side by side,
+# each whole on one thread (conv.c's ig_chunk_task: the thread's own copy region, the GEMM over
+# the image's tiles), then the merged tail panels the threads' images filled together, and the
+# batches that keep the chunk-after-chunk schedule
+_PARALLEL_IMAGE_CASES = [
+    ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 32, 23, 8, 2, True),     # 8 last columns: one panel of both threads'
+    ((7, 7), (1, 1), {}, 64, 40, 20, 2, True),                         # a full panel, 4 images left (avx2: dot)
+    ((14, 14), (3, 3), dict(pads=[1, 1, 1, 1]), 16, 13, 9, 2, True),   # 9 images (>= 4 a thread); panels, 1 left
+    ((28, 28), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 32, 11, 4, 2, True),   # stride 2
+    ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 704, 5, 2, 2, True),     # exact: K blocks (the threads' C blocks)
+    ((60,), (3,), dict(pads=[1, 1]), 32, 24, 16, 2, True),             # 1-D
+    ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 32, 23, 9, 3, True),     # 3 threads: three copy regions
+    ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 64, 30, 3, 2, False),    # 3 images on 2 threads: in turn
+    ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 32, 23, 8, 1, False),    # one thread
+]
+
+
+@pytest.mark.parametrize("case", range(len(_PARALLEL_IMAGE_CASES)))
+@pytest.mark.parametrize("seven_bit", [False, True])
+def test_implicit_gemm_parallel_images(case, seven_bit, engine_level):
+    """The images of a batch in parallel, one thread an image, against the oracle at every
+    level: tail panels filled by several threads' images, a partial panel's images on the dot
+    kernel, an odd batch, stride 2, K blocks, 1-D, 3 threads, all 8 type combinations in turn,
+    full-range and 7-bit weights with differing per-channel zero points; and (avx2, scalar)
+    that the schedule ran where the batch allows it (a multiple of the threads or 4 images a
+    thread, above the threading threshold) and not elsewhere."""
+    from qlinear import _native
+    spatial, kernel, attrs, cin, m, n, threads, taken = _PARALLEL_IMAGE_CASES[case]
+    rng = np.random.default_rng([case, seven_bit, 53])
+    native = engine_level != "numpy" and _native.native() is not None
+    xdt, wdt, ydt = ALL_8BIT_COMBOS[(case + 3 * seven_bit) % len(ALL_8BIT_COMBOS)]
+    x, w, wz = _implicit_operands(rng, xdt, wdt, (n, cin, *spatial), (m, cin, *kernel), seven_bit)
+    before = _native._C.conv_path_counts() if native else None
+    with num_threads(threads):
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
+    if native and _native._C.get_isa() in ("avx2", "scalar"):
+        took = [a - b for a, b in zip(_native._C.conv_path_counts(), before)]
+        assert (took[0], took[1], took[6]) == (2, 0, 2 if taken else 0), took
+
+
 # ----------------------------------------------------------------------------- narrow tails
 
 # output widths whose last 16-column tile has every width 1..16 (and 7x7 / 14x14 planes' 49,

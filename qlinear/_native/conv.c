@@ -974,6 +974,10 @@ typedef struct ig_ctx {
     ptrdiff_t *offp;
     ptrdiff_t img_pix;
     char *out0;
+    /* images in parallel (ig_run): each chunk of nimg images (one) runs whole on one thread, its
+     * copy in that thread's region copy + thread * pregion; nbatch: the images of the call */
+    size_t pregion;
+    int64_t nbatch;
 } ig_ctx;
 
 /* The n bytes at src to dst (SSE2 16-byte moves, the last one overlapping; n >= 16), inline:
@@ -1355,10 +1359,11 @@ static void ig_gather_task(void *vctx, ptrdiff_t j, int thread)
 
 /* Calls that took each GEMM path (implicit, im2col), then the implicit path's GEMMs over
  * several images, the images they covered and the merged tail panels their tasks ran (once per
- * row block), and the implicit runs on shifted planes (ig_shift_pays): a diagnostic the tests
+ * row block), the implicit runs on shifted planes (ig_shift_pays) and those whose images ran in
+ * parallel, one thread an image (ig_chunk_task): a diagnostic the tests
  * read to prove which path their cases exercised (relaxed atomics: calls may come from several
  * threads). */
-static long long ig_calls[6];
+static long long ig_calls[7];
 
 /* Packing task: the chunk's images' last tiles into the panel u = n0 / tpm + task they belong to. */
 static void ig_tail_task(void *vctx, ptrdiff_t task, int thread)
@@ -1520,7 +1525,7 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
 }
 
 void ql_conv_path_counts(long long *implicit, long long *im2col, long long *merged, long long *merged_images,
-                         long long *merged_tails, long long *shifted)
+                         long long *merged_tails, long long *shifted, long long *parallel_chunks)
 {
     *implicit = __atomic_load_n(&ig_calls[0], __ATOMIC_RELAXED);
     *im2col = __atomic_load_n(&ig_calls[1], __ATOMIC_RELAXED);
@@ -1528,6 +1533,7 @@ void ql_conv_path_counts(long long *implicit, long long *im2col, long long *merg
     *merged_images = __atomic_load_n(&ig_calls[3], __ATOMIC_RELAXED);
     *merged_tails = __atomic_load_n(&ig_calls[4], __ATOMIC_RELAXED);
     *shifted = __atomic_load_n(&ig_calls[5], __ATOMIC_RELAXED);
+    *parallel_chunks = __atomic_load_n(&ig_calls[6], __ATOMIC_RELAXED);
 }
 
 /* Images per GEMM on the implicit path. A small plane is a few tiles per image (7x7: 4), so
@@ -1574,6 +1580,35 @@ static void ig_tile_blocks(ig_ctx *c, int run_threads)
             }
 }
 
+/* Chunk task of the images-in-parallel schedule (ig_run, which makes every chunk one image):
+ * chunk `task` (images task * nimg..) run whole on this thread - its copy into the thread's
+ * own region, its last tiles into their panels (shared: each image's columns are its own bytes
+ * of the panel; the panels run after every chunk, ig_run), its GEMM over its (image, tile)
+ * pairs row block by row block - the same task functions the threads share on the other
+ * schedule, called in order: the same kernels on the same operands. */
+static void ig_chunk_task(void *vctx, ptrdiff_t task, int thread)
+{
+    const ig_ctx *c = (const ig_ctx *)vctx;
+    ig_ctx v = *c;
+    int64_t n0 = (int64_t)task * c->nimg;
+    v.nimg = c->nbatch - n0 < c->nimg ? c->nbatch - n0 : c->nimg;
+    v.n0 = n0;
+    v.copy = c->copy + (size_t)thread * c->pregion;
+    v.xg = c->xg + (size_t)n0 * c->xstride;
+    v.ep.out = (char *)c->ep.out + (size_t)n0 * c->ostride;
+    v.u_run0 = v.u_run1 = v.nleft = 0;   /* the panels: after every chunk */
+    v.cpt = 1;
+    for (ptrdiff_t k = 0; k < (ptrdiff_t)(v.nimg * v.nblk); k++) ig_copy_chunk_task(&v, k, thread);
+    if (v.tpm)
+        for (ptrdiff_t k = 0; k < (ptrdiff_t)((n0 + v.nimg - 1) / v.tpm - n0 / v.tpm + 1); k++) ig_tail_task(&v, k, thread);
+    ig_tile_blocks(&v, 1);
+    for (ptrdiff_t k = 0; k < (ptrdiff_t)(v.row_blocks * v.tile_blocks); k++) ig_gemm_task(&v, k, thread);
+    if (v.nimg > 1) {
+        __atomic_add_fetch(&ig_calls[2], 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&ig_calls[3], v.nimg, __ATOMIC_RELAXED);
+    }
+}
+
 /* Shifted planes (ig_copy_shift_task) against the standard phase planes. The standard planes
  * are Wph = OW + the kernel's reach wide, so a tile computes Wph - OW dropped columns per
  * output row: 2 of every 16 on a 14x14 plane, and a 7x7 plane ends in a 7-column dot tile.
@@ -1617,6 +1652,28 @@ static int ig_shift_pays(const ig_ctx *c, const ql_gemm_kernel *kern, int64_t kw
     }
     int64_t qs = c->OH * c->OW, nts = (qs + QL_IK_NR - 1) / QL_IK_NR;
     return ig_tiles_cost(nts, qs - (nts - 1) * QL_IK_NR, dot) < std;
+}
+
+/* Group g's operands of the chunk from image n0 on (ig_run): its input, packed weights,
+ * epilogue (bias, multipliers, output) and the first image's output. */
+static void ig_group(ig_ctx *c, int64_t g, int64_t n0, const void *wpacked, const int32_t *fast_bias, int fused)
+{
+    const ql_conv_plan *p = c->p;
+    int64_t P = c->OH * c->OW;
+    size_t esize = p->quantized ? 1 : 4;
+    c->xg = (const uint8_t *)p->x + (size_t)((n0 * p->C + g * c->Cg) * c->H * c->W);
+    c->L = (const char *)wpacked + (size_t)(g * c->Mg) * (size_t)c->ldl;
+    plan_epilogue(p, &c->ep);
+    if (p->bias) c->ep.row_bias = p->bias + g * c->Mg;
+    if (fast_bias) c->ep.row_bias = fast_bias + g * c->Mg;
+    c->ep.mult = p->mult + g * c->Mg * p->mult_s;
+    c->ep.out = (char *)p->y + (size_t)((n0 * p->M + g * c->Mg) * P) * esize;
+    c->ep.out_rs = (ptrdiff_t)P;
+    c->out0 = (char *)p->y + (size_t)(g * c->Mg * P) * esize;
+    /* what ikernel_ep supports (always so here: the forms have no corrections, the
+     * multipliers are per output channel, NCHW rows are contiguous) */
+    c->ep_ok = c->ep.out_cs == 1 && c->ep.mult_cs == 0 && !c->ep.row_a;
+    c->fused = fused && c->ep_ok;
 }
 
 /* Runs the convolution on the implicit path when it applies: returns 1 (done), 0 (not taken:
@@ -1810,6 +1867,45 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     size_t per = c.cstride + (tpm ? (tp_bytes + (size_t)tpm - 1) / (size_t)tpm : xt_bytes);
     int64_t nimg = ig_batch_images(p->N, per, workspace - fixed);
     size_t region = (size_t)(nimg - 1) * c.cstride + copy_bytes;   /* one image: copy_bytes, as ever */
+    /* Images in parallel: a batch of at least one image per thread runs each image whole on
+     * one thread (ig_chunk_task: its copy into that thread's own region, its GEMM over its
+     * tiles row block by row block), the images claimed in turn, instead of one chunk after
+     * another with every thread on each (one region for the whole batch, then one for the
+     * merged tail panels, against two to four per chunk: each a join where the threads wait
+     * for the slower one). Measured on the ResNet-50 batch-8 layers, 2 threads, alternating
+     * in one process (docs/benchmarks.md, branch b8w): 0-45% faster, geometric mean 10%. One
+     * image a task, not the chunks of ig_batch_images: chunks of 2-4 images (their copies
+     * side by side, each weight block used on all of them) were 5-17% slower than the
+     * chunk-after-chunk schedule on the 7x7 and 14x14 layers with 2-4 MiB of weights - a
+     * task of several images is too coarse to even out two threads that do not run at the
+     * same speed (measured: one 50% slower for a whole call on the shared machine), and the
+     * copies of two images with a block of weights overflow L2. Taken with one group (the
+     * panels' weights), where the batch's MACs would use the threads at all (ql_gemm's 2^21),
+     * with the batch a multiple of the threads or at least 4 images a thread (3 images on 2
+     * threads: 2 and 1), and within the workspace limit: a copy per thread and the panels of
+     * the whole batch (they fill across the threads' images). */
+    int64_t pk = 0, npanels = 0;
+    size_t pregion = 0;
+    if (threads > 1 && p->group == 1 && p->N >= threads && (p->N % threads == 0 || p->N >= 4 * (int64_t)threads) &&
+        (!use_xt || tpm) && (double)p->M * (double)P * (double)K * (double)p->N >= (double)(1 << 21)) {
+        pk = 1;
+        pregion = c.cstride;   /* align64(copy_bytes) */
+        npanels = tpm ? (p->N + tpm - 1) / tpm : 0;
+        /* the scratch and the leftover dot columns are in `fixed` (which holds within the
+         * limit); the ring of two panels is not needed */
+        size_t base = c.scratch_bytes * (size_t)threads + (tpm ? (size_t)nleft * xt_bytes : 0);
+        size_t avail = workspace - base;
+        if (pregion > avail / (size_t)threads) {
+            pk = 0;
+        } else {
+            avail -= pregion * (size_t)threads;
+            if (tpm && (size_t)npanels > avail / tp_bytes) pk = 0;
+        }
+        if (pk) {
+            nimg = 1;
+            region = pregion * (size_t)threads;
+        }
+    }
     /* the copies in the scratch kept between calls (dw_scratch_get: a fresh block of this size
      * costs page faults on every call, measured 0.2 ms on a 56x56 layer), on a 64-byte line */
     int copy_cached;
@@ -1826,9 +1922,10 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     /* the slack past the planes is read only for dropped columns; zeroed so every read is of
      * defined bytes (any value is harmless: columns are independent); the copy tasks never
      * write it, so once for every image's copy */
-    for (int64_t j = 0; j < nimg; j++)
-        memset(c.copy + (size_t)j * c.cstride + 4 * (size_t)(c.nblk * c.BS), 0,
-               copy_bytes - 4 * (size_t)(c.nblk * c.BS));
+    for (int64_t r = 0; r < (pk ? threads : 1); r++)
+        for (int64_t j = 0; j < nimg; j++)
+            memset(c.copy + (size_t)r * pregion + (size_t)j * c.cstride + 4 * (size_t)(c.nblk * c.BS), 0,
+                   copy_bytes - 4 * (size_t)(c.nblk * c.BS));
     c.flip = p->x_type == QL_I8 ? 0x80 : 0;
     c.Mg = (int)(p->M / p->group);
     ptrdiff_t ldl = w_row_bytes(kern, Kw);
@@ -1863,7 +1960,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     if (tpm) {
         c.tpm = tpm;
         c.tp_bytes = tp_bytes;
-        c.nbuf = (nimg - 1) / tpm + 2;
+        c.nbuf = pk ? npanels : (nimg - 1) / tpm + 2;   /* images in parallel: every panel at once */
         tp_mem = (char *)malloc((size_t)c.nbuf * tp_bytes + 64);
         c.offp = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * (size_t)c.groups);
         if (!tp_mem || !c.offp) {
@@ -1882,8 +1979,31 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     c.xstride = (size_t)(p->C * c.H * c.W);
     c.ostride = (size_t)(p->M * P) * esize;
     c.img_pix = (ptrdiff_t)(p->M * P);
+    if (pk) {
+        /* images in parallel (above): one region for every image, then the merged tail panels
+         * (and a last partial panel's images on the dot kernel) with the threads sharing them */
+        ig_group(&c, 0, 0, wpacked, fast_bias, fused);
+        c.nimg = pk;
+        c.nbatch = p->N;
+        c.pregion = pregion;
+        ql_parallel_for((ptrdiff_t)((p->N + pk - 1) / pk), threads, ig_chunk_task, &c);
+        __atomic_add_fetch(&ig_calls[6], 1, __ATOMIC_RELAXED);
+        if (tpm) {
+            c.nimg = 0;
+            c.n0 = p->N;
+            c.u_run0 = 0;
+            c.u_run1 = p->N / tpm + (p->N % tpm && !nleft);
+            c.nleft = nleft;
+            c.left_j0 = p->N - nleft;
+            int run_threads = (double)c.Mg * (double)K * (double)(16 * (c.u_run1 - c.u_run0) + nleft * c.wlast) <
+                              (double)(1 << 21) ? 1 : threads;
+            if (c.nleft) ql_parallel_for((ptrdiff_t)c.nleft, run_threads, ig_left_task, &c);
+            ig_tile_blocks(&c, run_threads);
+            ql_parallel_for((ptrdiff_t)(c.row_blocks * c.tile_blocks), run_threads, ig_gemm_task, &c);
+        }
+    }
     int64_t u_done = 0;   /* panels run so far */
-    for (int64_t n0 = 0; n0 < p->N; n0 += nimg) {
+    for (int64_t n0 = 0; n0 < p->N && !pk; n0 += nimg) {
         c.nimg = p->N - n0 < nimg ? p->N - n0 : nimg;
         c.n0 = n0;
         if (tpm) {
@@ -1901,7 +2021,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         int run_threads = macs * (double)c.nimg < (double)(1 << 21) ? 1 : threads;
         ig_tile_blocks(&c, run_threads);
         for (int64_t g = 0; g < p->group; g++) {
-            c.xg = (const uint8_t *)p->x + (size_t)((n0 * p->C + g * c.Cg) * c.H * c.W);
+            ig_group(&c, g, n0, wpacked, fast_bias, fused);
             /* one image: a task per block, as ever; a chunk: about 16 tasks per thread */
             ptrdiff_t ncopy = (ptrdiff_t)(c.nimg * c.nblk);
             c.cpt = c.nimg > 1 ? (ncopy + 16 * run_threads - 1) / (16 * run_threads) : 1;
@@ -1914,18 +2034,6 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
             } else if (c.xt) {
                 ql_parallel_for((ptrdiff_t)c.nimg, run_threads, ig_gather_task, &c);
             }
-            c.L = (const char *)wpacked + (size_t)(g * c.Mg) * (size_t)ldl;
-            plan_epilogue(p, &c.ep);
-            if (p->bias) c.ep.row_bias = p->bias + g * c.Mg;
-            if (fast_bias) c.ep.row_bias = fast_bias + g * c.Mg;
-            c.ep.mult = p->mult + g * c.Mg * p->mult_s;
-            c.ep.out = (char *)p->y + (size_t)((n0 * p->M + g * c.Mg) * P) * esize;
-            c.ep.out_rs = (ptrdiff_t)P;
-            c.out0 = (char *)p->y + (size_t)(g * c.Mg * P) * esize;
-            /* what ikernel_ep supports (always so here: the forms have no corrections, the
-             * multipliers are per output channel, NCHW rows are contiguous) */
-            c.ep_ok = c.ep.out_cs == 1 && c.ep.mult_cs == 0 && !c.ep.row_a;
-            c.fused = fused && c.ep_ok;
             ql_parallel_for((ptrdiff_t)(c.row_blocks * c.tile_blocks), run_threads, ig_gemm_task, &c);
         }
         if (c.nimg > 1) {

@@ -41,10 +41,11 @@ int ql_conv_pack_w_auto(const ql_isa *isa, const void *w, int w_type, int M, int
 int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern,
                  const void *wpacked, size_t workspace);
 /* Calls of ql_conv_gemm that ran the implicit GEMM and the im2col path, the implicit path's
- * GEMMs over several images, their images and merged tail panels, and the implicit runs on
- * shifted planes (diagnostics) */
+ * GEMMs over several images, their images and merged tail panels, the implicit runs on
+ * shifted planes and those whose images ran in parallel (diagnostics) */
 void ql_conv_path_counts(long long *implicit, long long *im2col, long long *merged, long long *merged_images,
-                         long long *merged_tails, long long *shifted);
+                         long long *merged_tails, long long *shifted,
+                         long long *parallel_chunks);
 /* Implicit-path copy rows of the stride-2 copies: input rows split into both column phases at
  * once, and shifted tap rows copied from those phase rows (diagnostics) */
 void ql_conv_copy_counts(long long *split_rows, long long *tap_rows);

@@ -1005,15 +1005,15 @@ PyObject *ql_py_pool_stats(PyObject *self, PyObject *args);
 PyObject *ql_py_pool_clear(PyObject *self, PyObject *args);
 int ql_outbuf_init(void);
 
-/* conv_path_counts() -> (implicit, im2col, merged, merged images, merged tails, shifted):
- * GEMM-path convolutions run so far on each path, then the implicit path's GEMMs over several
- * images, their images and the merged tail panels their tasks ran, then the implicit runs on
- * shifted planes */
+/* conv_path_counts() -> (implicit, im2col, merged, merged images, merged tails, shifted,
+ * parallel chunks): GEMM-path convolutions run so far on each path, then the implicit path's
+ * GEMMs over several images, their images and the merged tail panels their tasks ran, then the
+ * implicit runs on shifted planes and those whose images ran in parallel (one thread an image) */
 static PyObject *m_conv_path_counts(PyObject *self, PyObject *args) {
     (void)self; (void)args;
-    long long a, b, m, mi, mt, sh;
-    ql_conv_path_counts(&a, &b, &m, &mi, &mt, &sh);
-    return Py_BuildValue("(LLLLLL)", a, b, m, mi, mt, sh);
+    long long a, b, m, mi, mt, sh, pc;
+    ql_conv_path_counts(&a, &b, &m, &mi, &mt, &sh, &pc);
+    return Py_BuildValue("(LLLLLLL)", a, b, m, mi, mt, sh, pc);
 }
 
 /* conv_copy_counts() -> (split rows, tap rows): implicit-path stride-2 copy rows so far, input
@@ -1045,7 +1045,7 @@ static PyObject *m_tail_counts(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"tail_counts", m_tail_counts, METH_NOARGS, "Implicit tiles, packed panels and implicit dot-kernel tiles that ran a narrow tail kernel."},
-    {"conv_path_counts", m_conv_path_counts, METH_NOARGS, "GEMM convolutions run on the implicit and im2col paths, implicit GEMMs over several images, their images and merged tail panels, and implicit runs on shifted planes."},
+    {"conv_path_counts", m_conv_path_counts, METH_NOARGS, "GEMM convolutions run on the implicit and im2col paths, implicit GEMMs over several images, their images and merged tail panels, implicit runs on shifted planes and implicit runs whose images ran in parallel."},
     {"conv_copy_counts", m_conv_copy_counts, METH_NOARGS, "Implicit-path stride-2 copy rows: input rows split into both column phases at once, and shifted tap rows copied from those phase rows."},
     {"conv_dw_path_counts", m_conv_dw_path_counts, METH_NOARGS, "Depthwise convolutions run on the channels-last, plane and rows paths."},
     {"kernel_peak", m_kernel_peak, METH_VARARGS, "Run a micro-kernel on L1-resident operands (peak rate)."},
