@@ -916,6 +916,18 @@ def test_bad_ort_saturates_variable_is_refused(capsys, monkeypatch, tmp_path, va
     assert ortsat.probe_source() == "measured"
 
 
+def _write_contrib_model(tmp_path, op, nodes, inits, rank, elem) -> str:
+    """A model of the given nodes and initializers (no graph inputs) with one output y of the
+    given rank and element type, onnx and com.microsoft opsets, written to tmp_path/op.onnx."""
+    m = helper.make_model(helper.make_graph(nodes, "g", [], [_out("y", rank, elem)], inits),
+                          opset_imports=[helper.make_opsetid("", 13),
+                                         helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    path = tmp_path / f"{op}.onnx"
+    path.write_bytes(m.SerializeToString())
+    return str(path)
+
+
 def _contrib_guard_case(op, tmp_path):
     """A model where the com.microsoft ``op`` makes a 128 x 128 result from small operands:
     (nbytes, path): its output (8-bit, the elementwise operators and QLinearConcat) or its
@@ -959,13 +971,7 @@ def _contrib_guard_case(op, tmp_path):
     }
     nodes, inits, rank, nbytes = cases[op]
     elem = T.FLOAT if op in ("MatMulIntegerToFloat", "DynamicQuantizeMatMul") else T.UINT8
-    m = helper.make_model(helper.make_graph(nodes, "g", [], [_out("y", rank, elem)], inits),
-                          opset_imports=[helper.make_opsetid("", 13),
-                                         helper.make_opsetid("com.microsoft", 1)])
-    m.ir_version = 8
-    path = tmp_path / f"{op}.onnx"
-    path.write_bytes(m.SerializeToString())
-    return nbytes, str(path)
+    return nbytes, _write_contrib_model(tmp_path, op, nodes, inits, rank, elem)
 
 
 @pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul", "QLinearWhere", "QLinearConcat", "QGemm",
@@ -1034,13 +1040,7 @@ def _contrib_growing_case(op, tmp_path):
                       [xf("x", (1, 128, 8)), xf("w", (8, 6)), xf("bias", (6,))], 3, T.FLOAT, 131072),
     }
     nodes, inits, rank, elem, nbytes = cases[op]
-    m = helper.make_model(helper.make_graph(nodes, "g", [], [_out("y", rank, elem)], inits),
-                          opset_imports=[helper.make_opsetid("", 13),
-                                         helper.make_opsetid("com.microsoft", 1)])
-    m.ir_version = 8
-    path = tmp_path / f"{op}.onnx"
-    path.write_bytes(m.SerializeToString())
-    return nbytes, str(path)
+    return nbytes, _write_contrib_model(tmp_path, op, nodes, inits, rank, elem)
 
 
 @pytest.mark.parametrize("op", ["DequantizeLinear", "QLinearSoftmax", "Gelu", "FastGelu",
