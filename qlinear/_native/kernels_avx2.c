@@ -26,6 +26,16 @@
  * within 5%, 16 best on the 512-channel stride-2 layer. */
 #define IK_PREFETCH 16
 
+/* The head of a k-group in both tile kernels (I16_GROUP, S8U8_GROUP): the group's operand
+ * vectors at src, b0 and b1 the second 32 bytes (nb == 1, the 8-column tail: only the first
+ * 32 bytes are read, b1 is b0), and the ROW macros' temporaries a and v. */
+#define IK_GROUP_OPERANDS(src)                                                                  \
+    const char *s_ = (src);                                                                     \
+    __m256i b0 = _mm256_loadu_si256((const __m256i *)s_),                                       \
+            b1 = nb > 1 ? _mm256_loadu_si256((const __m256i *)(s_ + 32)) : b0;                  \
+    __m256i a;                                                                                  \
+    int32_t v;
+
 /* The k-group loop of both tile kernels' bodies (avx2_i16_body, avx2_s8u8_body): GROUP(src, g)
  * is one k-group; its operand vectors at `base + 64 g` (a packed panel, off NULL) or at
  * `base + off[g]` (implicit GEMM, prefetched IK_PREFETCH groups ahead). The implicit loop is
@@ -56,11 +66,7 @@
  * only the group's first 32 bytes are read). */
 #define I16_GROUP(src, g)                                                                       \
     {                                                                                           \
-        const char *s_ = (src);                                                                 \
-        __m256i b0 = _mm256_loadu_si256((const __m256i *)s_),                                   \
-                b1 = nb > 1 ? _mm256_loadu_si256((const __m256i *)(s_ + 32)) : b0;              \
-        __m256i a;                                                                              \
-        int32_t v;                                                                              \
+        IK_GROUP_OPERANDS(src)                                                                  \
         I16_ROW(0, c00, c01, g) I16_ROW(1, c10, c11, g) I16_ROW(2, c20, c21, g)                 \
         I16_ROW(3, c30, c31, g) I16_ROW(4, c40, c41, g) I16_ROW(5, c50, c51, g)                 \
     }
@@ -179,11 +185,7 @@ static void avx2_u8s8_t8(const void *L, ptrdiff_t ldl, const void *Rpanel, int k
  * weight bytes broadcast, vpmaddubsw then vpmaddwd by 1 (nb == 1: the first 32 bytes only) */
 #define S8U8_GROUP(src, g)                                                                      \
     {                                                                                           \
-        const char *s_ = (src);                                                                 \
-        __m256i b0 = _mm256_loadu_si256((const __m256i *)s_),                                   \
-                b1 = nb > 1 ? _mm256_loadu_si256((const __m256i *)(s_ + 32)) : b0;              \
-        __m256i a;                                                                              \
-        int32_t v;                                                                              \
+        IK_GROUP_OPERANDS(src)                                                                  \
         S8U8_ROW(0, c00, c01, g) S8U8_ROW(1, c10, c11, g)                                       \
         S8U8_ROW(2, c20, c21, g) S8U8_ROW(3, c30, c31, g)                                       \
     }
