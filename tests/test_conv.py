@@ -1119,11 +1119,11 @@ _SHIFT_CASES = [
 ]
 
 
-def _takes_shifted(spatial, kernel, attrs, cin, kpack, dot):
-    """Whether conv.c's ig_shift_pays takes the shifted planes for a 2-D convolution (as
-    docs/engine.md describes it): more than one column tap (at most 8), dropped columns on
-    the standard planes, a shifted copy within 1 MiB, and tiles that cost less (in dot column
-    pairs, a full tile 6) than the standard planes' best tiling (16-q or row-aligned)."""
+def _mirror_planes(spatial, kernel, attrs):
+    """The geometry conv.c's ig_run derives for a 2-D convolution, for the rules' Python
+    mirrors: strides, dilations, begin pads (rows, columns), the output's OH and OW and the
+    phase planes' rows and columns Hph and Wph (what the input and its begin pads cover, and
+    what the windows reach, over the stride)."""
     (h, w), (kh, kw) = spatial, kernel
     sh, sw = attrs.get("strides", [1, 1])
     dh, dw = attrs.get("dilations", [1, 1])
@@ -1132,6 +1132,16 @@ def _takes_shifted(spatial, kernel, attrs, cin, kpack, dot):
     ow = (w + pw + pw1 - (kw - 1) * dw - 1) // sw + 1
     hph = -(-max(h + ph, (oh - 1) * sh + (kh - 1) * dh + 1) // sh)
     wph = -(-max(w + pw, (ow - 1) * sw + (kw - 1) * dw + 1) // sw)
+    return (sh, sw), (dh, dw), ph, pw, oh, ow, hph, wph
+
+
+def _takes_shifted(spatial, kernel, attrs, cin, kpack, dot):
+    """Whether conv.c's ig_shift_pays takes the shifted planes for a 2-D convolution (as
+    docs/engine.md describes it): more than one column tap (at most 8), dropped columns on
+    the standard planes, a shifted copy within 1 MiB, and tiles that cost less (in dot column
+    pairs, a full tile 6) than the standard planes' best tiling (16-q or row-aligned)."""
+    kh, kw = kernel
+    (sh, _), (dh, _), _, _, oh, ow, hph, wph = _mirror_planes(spatial, kernel, attrs)
     if not 2 <= kw <= 8 or wph <= ow or oh < 2:
         return False
     nfh = len({t * dh % sh for t in range(kh)})
@@ -1153,6 +1163,21 @@ def _takes_shifted(spatial, kernel, attrs, cin, kpack, dot):
     return cost16(oh * ow) < std
 
 
+def _implicit_combo_runs(rng, spatial, kernel, attrs, cin, seven_bit, counts):
+    """For each of the 8 type combinations (output channels 3-9 and 13): implicit-path
+    operands of batch 2 (_implicit_operands, weights at the bound), QLinearConv and ConvInteger
+    checked against the oracle; yields (w, wz, took), took the change of the diagnostic
+    ``counts()`` over the two calls (None off the native engine)."""
+    for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+        m = (3, 4, 5, 6, 7, 8, 9, 13)[r]
+        x, w, wz = _implicit_operands(rng, xdt, wdt, (2, cin, *spatial), (m, cin, *kernel), seven_bit,
+                                      at_bound=True)
+        before = counts() if counts else None
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
+        yield w, wz, (tuple(a - b for a, b in zip(counts(), before)) if counts else None)
+
+
 @pytest.mark.parametrize("case", range(len(_SHIFT_CASES)))
 @pytest.mark.parametrize("seven_bit", [False, True])
 def test_shifted_planes(case, seven_bit, engine_level):
@@ -1167,21 +1192,14 @@ def test_shifted_planes(case, seven_bit, engine_level):
     rng = np.random.default_rng([case, seven_bit, 50])
     native = engine_level != "numpy" and _native.native() is not None
     level = _native._C.get_isa() if native else None
-    for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
-        m = (3, 4, 5, 6, 7, 8, 9, 13)[r]
-        shape = (m, cin, *kernel)
-        x, w, wz = _implicit_operands(rng, xdt, wdt, (2, cin, *spatial), shape, seven_bit,
-                                      at_bound=True)
-        before = _native._C.conv_path_counts() if native else None
-        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
-        check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
+    counts = _native._C.conv_path_counts if native else None
+    for w, wz, took in _implicit_combo_runs(rng, spatial, kernel, attrs, cin, seven_bit, counts):
         if level in ("avx2", "scalar"):
             fast = seven_bit and level == "avx2"
             assert (_conv_kind(w, wz, **attrs) == 2) == fast   # the 7-bit kernel where it runs
             want = _takes_shifted(spatial, kernel, attrs, cin, 4 if fast else 2, level == "avx2")
             if level == "avx2":
                 assert want == shifted   # the rule's mirror agrees with the case's note
-            took = tuple(a - b for a, b in zip(_native._C.conv_path_counts(), before))
             took = (took[0], took[1], took[5])   # implicit, im2col, on shifted planes
             assert took == (2, 0, 2 if want else 0), (took, level)
 
@@ -1254,13 +1272,8 @@ def _stride2_copy_rows(spatial, kernel, attrs, cin, kpack, dot):
     that is an even number of 64-byte lines), else scratch; every other tap row is copied from
     its phase row (any dilation). On the standard planes, where both column phases are used,
     they are split straight into their planes; else none."""
-    (h, w), (kh, kw) = spatial, kernel
-    sh, sw = attrs.get("strides", [1, 1])
-    dh, dw = attrs.get("dilations", [1, 1])
-    ph, pw, ph1, pw1 = attrs.get("pads", [0, 0, 0, 0])
-    oh = (h + ph + ph1 - (kh - 1) * dh - 1) // sh + 1
-    ow = (w + pw + pw1 - (kw - 1) * dw - 1) // sw + 1
-    hph = -(-max(h + ph, (oh - 1) * sh + (kh - 1) * dh + 1) // sh)
+    h, (kh, kw) = spatial[0], kernel
+    (sh, sw), (dh, dw), ph, _, _, ow, hph, _ = _mirror_planes(spatial, kernel, attrs)
     copied = [i for f in sorted({t * dh % sh for t in range(kh)}) for i in range(hph)
               if 0 <= f + sh * i - ph < h]   # plane row of each copied input row
     blocks = -(-cin // kpack)
@@ -1291,18 +1304,11 @@ def test_seven_bit_stride2_copy(case, engine_level):
     rng = np.random.default_rng([case, 52])
     native = engine_level != "numpy" and _native.native() is not None
     level = _native._C.get_isa() if native else None
-    for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
-        m = (3, 4, 5, 6, 7, 8, 9, 13)[r]
-        shape = (m, cin, *kernel)
-        x, w, wz = _implicit_operands(rng, xdt, wdt, (2, cin, *spatial), shape, True,
-                                      at_bound=True)
-        before = _native._C.conv_copy_counts() if native else None
-        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
-        check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
+    counts = _native._C.conv_copy_counts if native else None
+    for w, wz, took in _implicit_combo_runs(rng, spatial, kernel, attrs, cin, True, counts):
         if level in ("avx2", "scalar"):
             fast = level == "avx2"
             assert (_conv_kind(w, wz, **attrs) == 2) == fast   # the 7-bit kernel where it runs
-            took = tuple(a - b for a, b in zip(_native._C.conv_copy_counts(), before))
             split, taps = _stride2_copy_rows(spatial, kernel, attrs, cin, 4 if fast else 2, fast)
             assert took == (4 * split, 4 * taps), (took, split, taps, level)   # 2 calls x 2 images
             if case < len(_S2X4_CASES) - 1:
