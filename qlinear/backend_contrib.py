@@ -354,7 +354,13 @@ def _prepared_product(w: np.ndarray, weight_zero_point: Any):
 
 
 class QAttention(ContribOp):
-    """QAttention: a constant weight is packed once for the native GEMM."""
+    """QAttention: a constant weight is packed once for the native GEMM; when weight, bias,
+    weight_scale and weight_zero_point are all constants of the model, they and the
+    attributes are checked once (``transformer.PreparedQAttention``) and each run checks only
+    the other inputs."""
+
+    _whole: Any = None  # PreparedQAttention, or False where it does not apply
+    _whole_args: tuple | None = None
 
     def _run(self, *args, **_):
         kw = self._kw("num_heads", "unidirectional", "scale", "mask_filter_value")
@@ -363,7 +369,27 @@ class QAttention(ContribOp):
             product = self._prepared_for(_prepared_product, (args[1], args[7] if len(args) > 7 else None), (1, 7))
         if product is None:
             return self._call(_c.qattention, *args, **kw)
+        whole = self._whole_for(args, product, kw)
+        if whole:
+            return self._call(whole.run, args[0], args[3], _arg(args, 5), _arg(args, 6), _arg(args, 8))
         return self._call(_transformer._qattention_op, *args, product=product, **kw)
+
+    def _whole_for(self, args: tuple, product, kw: dict):
+        """The node's PreparedQAttention for these constant operands (the same objects on every
+        run: the model's constants), or None."""
+        const = (args[1], args[2], args[4], _arg(args, 7))
+        known = self._whole_args
+        if known is not None and all(a is b for a, b in zip(const, known)) and self._whole_product is product:
+            return self._whole
+        names = [self.onnx_node.input[i] for i in (1, 2, 4, 7) if i < len(self.onnx_node.input) and self.onnx_node.input[i]]
+        if self.constant_inputs is None or not all(n in self.constant_inputs for n in names):
+            return None
+        try:
+            self._whole = _transformer.PreparedQAttention(*const, product=product, **kw)
+        except (ValueError, TypeError):
+            self._whole = False  # the full path reports it, in its order
+        self._whole_args, self._whole_product = const, product  # kept alive: the same objects each run
+        return self._whole
 
 
 class Attention(ContribOp):
@@ -376,14 +402,62 @@ class EmbedLayerNormalization(ContribOp):
         return self._call(_c.embed_layer_normalization, *args, **self._kw("epsilon"))
 
 
+class _ConstantParams:
+    """A node's parameter checks (``check(op, name, value, *rest)``, deterministic in its
+    arguments) done once per constant input of the model and ``rest`` (the hidden size): the
+    result is kept with the input object (a model constant: the same array on every run, never
+    written) and handed out read-only. Other inputs are checked on every call."""
+
+    def __init__(self, check, constants: tuple) -> None:
+        self._check = check
+        self._ids = {id(c) for c in constants if c is not None}
+        self._alive = constants
+        self._memo: dict[tuple, np.ndarray] = {}
+
+    def __call__(self, op: str, name: str, value: Any, *rest: Any) -> np.ndarray:
+        if id(value) not in self._ids:
+            return self._check(op, name, value, *rest)
+        key = (name, id(value), *rest)  # rest: ints (a hidden size, a last dimension)
+        got = self._memo.get(key)
+        if got is None:
+            got = self._check(op, name, value, *rest)
+            if got is value or not isinstance(got, np.ndarray):
+                return got
+            got.flags.writeable = False
+            self._memo[key] = got
+        return got
+
+
+def _constant_params(self: ContribOp, check, args: tuple, positions: tuple[int, ...]):
+    """``self``'s _ConstantParams for its inputs at ``positions`` that are constants of the
+    model, built on the first run (the same objects on every later run), or ``check`` itself."""
+    memo = self.__dict__.get("_const_params")
+    if memo is None:
+        if self.constant_inputs is None:
+            return check
+        names = self.onnx_node.input
+        consts = tuple(args[i] for i in positions
+                       if i < len(args) and i < len(names) and names[i] in self.constant_inputs)
+        memo = self._const_params = _ConstantParams(check, consts)
+    return memo
+
+
 class SkipLayerNormalization(ContribOp):
+    """SkipLayerNormalization: constant gamma, beta and bias are checked and widened to float64
+    once per hidden size."""
+
     def _run(self, *args, **_):
-        return self._call(_c.skip_layer_normalization, *args, **self._kw("epsilon"))
+        hp = _constant_params(self, _transformer._hidden_param, args, (2, 3, 4))
+        return self._call(_transformer._skip_layer_normalization_op, *args, hidden_param=hp, **self._kw("epsilon"))
 
 
 class FastGelu(ContribOp):
+    """FastGelu: a constant bias is checked and widened to float64 once per shape of X's last
+    axis."""
+
     def _run(self, *args, **_):
-        return (self._call(_c.fast_gelu, *args),)
+        bp = _constant_params(self, _transformer._fast_gelu_bias, args, (1,))
+        return (self._call(_transformer._fast_gelu_op, *args, bias_param=bp),)
 
 
 class Gelu(ContribOp):

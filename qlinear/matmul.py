@@ -355,13 +355,49 @@ class PreparedMatMulInteger:
         y = self._b.repeat(a, (a_zero_point,))
         if y is not None:
             return y
+        y = self._repeat_zero_point(a, a_zero_point)
+        if y is not None:
+            return y
         a, matrix, zp = self._b.check_a(a, a_zero_point)
         if _native_takes(self._b, matrix):
             acc = _native_matmul(self._b, matrix, zp)
             self._b.remember(a, (a_zero_point,))
+            self._remember_zero_point(a, a_zero_point)
         else:
             acc = self._b.accumulate(matrix, zp)
         return self._b.finish(acc, a)
+
+    # The repeat path for a per-tensor zero point given as a 0-d ndarray of a's dtype (what
+    # DynamicQuantizeLinear gives a MatMulInteger in onnxruntime's dynamically quantized
+    # models: a new array on every run, so ``repeat``, which trusts only immutable
+    # parameters, never takes it). Nothing is keyed on the array: its value is read on every
+    # call, and the checks it passed (a zero point of a's dtype, one element) hold for any
+    # 0-d array of that dtype.
+    _zp_call: tuple | None = None
+
+    def _remember_zero_point(self, a: np.ndarray, a_zero_point: Any) -> None:
+        call = self._b.call
+        if (type(a_zero_point) is np.ndarray and a_zero_point.ndim == 0 and a_zero_point.dtype == a.dtype
+                and call is not None and len(call) == 5):
+            self._zp_call = (a.shape, a.dtype, call, v.max_output_bytes())
+        else:
+            self._zp_call = None
+
+    def _repeat_zero_point(self, a: Any, a_zero_point: Any) -> np.ndarray | None:
+        last = self._zp_call
+        if (last is None or type(a) is not np.ndarray or a.dtype is not last[1] or a.shape != last[0]
+                or type(a_zero_point) is not np.ndarray or a_zero_point.ndim != 0
+                or a_zero_point.dtype is not last[1] or last[3] != v.max_output_bytes()):
+            return None
+        C = _native.native()
+        head, mid, tail, out_shape, out_dtype = last[2]
+        if C is None or C.get_isa() != head[0]:
+            return None
+        zpa = np.array([a_zero_point], dtype=np.int32)  # this call's value
+        out = _native.empty(out_shape, out_dtype)
+        C.matmul(*head, a if a.flags.c_contiguous else np.ascontiguousarray(a), mid[0], mid[1], mid[2],
+                 zpa, *mid[4:], out, *tail)
+        return self._b.finish(out, a)
 
 
 class PreparedQLinearMatMul:

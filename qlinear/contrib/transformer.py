@@ -11,6 +11,7 @@ as onnxruntime scales it, f(acc) · f(weight_scale · input_scale) + bias.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -38,15 +39,28 @@ def gelu(X: np.ndarray) -> np.ndarray:
 def fast_gelu(X: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """com.microsoft FastGelu: the tanh approximation 0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))
     of x = X + bias (bias broadcast along the last axis)."""
+    return _fast_gelu_op(X, bias)
+
+
+def _fast_gelu_bias(op: str, name: str, bias: Any, last: int) -> np.ndarray:
+    """FastGelu's bias, checked against X's last dimension ``last`` (-1: X is 0-d), as float64
+    (x + bias adds it in float64 either way)."""
+    b = p.float_tensor(op, name, bias)
+    if b.ndim != 1 or (last >= 0 and b.shape[0] != last):
+        raise ValueError(f"{op}: bias must be 1-D with X's last dimension ({(last,) if last >= 0 else ()}); "
+                         f"got shape {b.shape}")
+    return b.astype(F64)
+
+
+def _fast_gelu_op(X: np.ndarray, bias: np.ndarray | None = None, bias_param=_fast_gelu_bias) -> np.ndarray:
+    """``fast_gelu`` with the bias checked (and widened) by ``bias_param(op, "bias", bias, last)``:
+    the backend passes one that does it once for a constant bias."""
     op = "fast_gelu"
     x = p.float_tensor(op, "X", X)
     v.check_size(op, "the float64 copy of X", x.shape, 8)
     x = x.astype(F64)
     if bias is not None:
-        b = p.float_tensor(op, "bias", bias)
-        if b.ndim != 1 or (x.ndim and b.shape[0] != x.shape[-1]):
-            raise ValueError(f"{op}: bias must be 1-D with X's last dimension ({x.shape[-1:]}); got shape {b.shape}")
-        x = x + b
+        x = x + bias_param(op, "bias", bias, x.shape[-1] if x.ndim else -1)
     return (0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))).astype(F32)
 
 
@@ -78,6 +92,13 @@ def skip_layer_normalization(input: np.ndarray, skip: np.ndarray, gamma: np.ndar
     """com.microsoft SkipLayerNormalization: s = input + skip (+ bias); LayerNorm of s over the
     last axis with gamma (and beta). Returns (output, mean, inv_std_var, s); mean and
     inv_std_var keep a trailing axis of 1."""
+    return _skip_layer_normalization_op(input, skip, gamma, beta, bias, epsilon=epsilon)
+
+
+def _skip_layer_normalization_op(input, skip, gamma, beta=None, bias=None, *, epsilon=1e-12,
+                                 hidden_param=_hidden_param):
+    """``skip_layer_normalization`` with gamma, beta and bias checked (and widened) by
+    ``hidden_param``: the backend passes one that does it once for constant inputs."""
     op = "skip_layer_normalization"
     x = p.float_tensor(op, "input", input)
     sk = p.float_tensor(op, "skip", skip)
@@ -94,10 +115,10 @@ def skip_layer_normalization(input: np.ndarray, skip: np.ndarray, gamma: np.ndar
     v.check_size(op, "the float64 sum of input and skip", x.shape, 8)
     s = x.astype(F64) + sk
     if bias is not None:
-        s = s + _hidden_param(op, "bias", bias, hidden)
+        s = s + hidden_param(op, "bias", bias, hidden)
     s32 = s.astype(F32)
-    g = _hidden_param(op, "gamma", gamma, hidden)
-    b = None if beta is None else _hidden_param(op, "beta", beta, hidden)
+    g = hidden_param(op, "gamma", gamma, hidden)
+    b = None if beta is None else hidden_param(op, "beta", beta, hidden)
     y, mean, inv_std = _layer_norm(s, g, b, p.float_attribute(op, "epsilon", epsilon))
     return y.astype(F32), mean.astype(F32), inv_std.astype(F32), s32
 
@@ -192,7 +213,9 @@ def _attention_core(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, p
         k = np.concatenate([pa[0].astype(F64), k], axis=2)
         vv = np.concatenate([pa[1].astype(F64), vv], axis=2)
     total = past_len + seq
-    present = np.stack([k, vv]).astype(F32)
+    present = np.empty((2, *k.shape), F32)  # np.stack([k, vv]).astype(F32): the same casts
+    present[0] = k
+    present[1] = vv
     s = scale if scale else 1.0 / math.sqrt(head)
     v.check_size(op, "the float64 attention scores", (batch, num_heads, seq, total), 8)
     scores = np.matmul(q, k.swapaxes(-1, -2))
@@ -215,8 +238,7 @@ def _attention_core(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, p
             raise ValueError(f"{op}: mask_index must have shape ({batch},), ({2 * batch},), ({batch}, {total}) "
                              f"or ({batch}, {seq}, {total}); got {m.shape}")
     if unidirectional:
-        future = np.arange(total)[None, :] > (past_len + np.arange(seq))[:, None]
-        scores += np.where(future, mask_filter_value, 0.0)
+        scores += _causal_mask(seq, total, past_len, mask_filter_value)
     if total == 0:  # no keys (an empty sequence, no past): an empty output, nothing to normalize
         probs = scores
     else:
@@ -225,6 +247,16 @@ def _attention_core(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, p
         probs /= probs.sum(axis=-1, keepdims=True)
     out = np.matmul(probs, vv).transpose(0, 2, 1, 3).reshape(batch, seq, hidden)
     return out.astype(F32), present
+
+
+@functools.lru_cache(maxsize=64)
+def _causal_mask(seq: int, total: int, past_len: int, mask_filter_value: float) -> np.ndarray:
+    """(seq, total) float64: mask_filter_value where key j lies after query i (j > past_len + i),
+    0.0 elsewhere; built once per geometry (read-only: it is shared)."""
+    future = np.arange(total)[None, :] > (past_len + np.arange(seq))[:, None]
+    out = np.where(future, mask_filter_value, 0.0)
+    out.flags.writeable = False
+    return out
 
 
 def _attention_attrs(op: str, num_heads: Any, unidirectional: Any) -> tuple[int, int]:
@@ -266,6 +298,53 @@ def qattention(input: np.ndarray, weight: np.ndarray, bias: np.ndarray, input_sc
     return _qattention_op(input, weight, bias, input_scale, weight_scale, mask_index, input_zero_point,
                           weight_zero_point, past, num_heads=num_heads, unidirectional=unidirectional,
                           scale=scale, mask_filter_value=mask_filter_value)
+
+
+class PreparedQAttention:
+    """QAttention's weight, bias, weight_scale and weight_zero_point (constants of the model)
+    and its attributes checked once; ``run`` takes the other inputs and computes what
+    ``_qattention_op`` computes, in the same operations. The constructor raises what
+    ``qattention`` would raise about them (the backend then keeps the full path, so that a
+    call reports its errors in the usual order)."""
+
+    def __init__(self, weight, bias, weight_scale, weight_zero_point, *, num_heads, unidirectional=0, scale=0.0,
+                 mask_filter_value=-10000.0, product=_q.matmul_integer):
+        op = "qattention"
+        w = p.tensor(op, "weight", weight)
+        if w.ndim != 2 or w.shape[1] % 3:
+            raise ValueError(f"{op}: weight must be (hidden_in, 3 · hidden); got {w.shape}")
+        self.n, self.uni = _attention_attrs(op, num_heads, unidirectional)
+        cols = w.shape[1]
+        ws = v.scale(op, "weight_scale", weight_scale)
+        if ws.size not in (1, cols):
+            raise ValueError(f"{op}: weight_scale must have one element or {cols}; got shape {ws.shape}")
+        wz = np.zeros((), w.dtype) if weight_zero_point is None else v.zero_point(
+            op, "weight_zero_point", weight_zero_point, "weight", w.dtype)
+        if wz.size not in (1, cols):
+            raise ValueError(f"{op}: weight_zero_point must have one element or {cols}; got shape {wz.shape}")
+        self.w, self.cols = w, cols
+        self.wz = wz.reshape(()) if wz.size == 1 else wz.reshape(cols)
+        self.ws_cols = ws.reshape(-1) if ws.size > 1 else None
+        self.ws = ws.reshape(())
+        self.bias32 = _hidden_param(op, "bias", bias, cols).astype(F32)
+        self.scale = p.float_attribute(op, "scale", scale)
+        self.mask_filter_value = p.float_attribute(op, "mask_filter_value", mask_filter_value)
+        self.product = product
+
+    def run(self, input, input_scale, mask_index=None, input_zero_point=None, past=None):
+        op = "qattention"
+        x = p.tensor(op, "input", input)
+        w = self.w
+        if x.ndim != 3 or w.shape[0] != x.shape[2]:
+            raise ValueError(f"{op}: input must be (batch, sequence, hidden_in) and weight (hidden_in, 3 · hidden); "
+                             f"got {x.shape} and {w.shape}")
+        sx, zx = p.qparams(op, "input_scale", input_scale, "input_zero_point", input_zero_point, "input", x.dtype)
+        acc = self.product(x, w, np.asarray(zx, x.dtype), self.wz)
+        with np.errstate(over="ignore"):
+            qkv = acc.astype(F32) * (self.ws_cols * sx if self.ws_cols is not None else F32(self.ws * sx))
+            qkv = qkv + self.bias32
+        return _attention_core(op, qkv.astype(F64), self.n, mask_index, past, self.uni, self.scale,
+                               self.mask_filter_value)
 
 
 def _qattention_op(input, weight, bias, input_scale, weight_scale, mask_index=None, input_zero_point=None,
