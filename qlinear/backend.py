@@ -456,6 +456,38 @@ class _QLinearOp(OpRun):
             self._weights_ref = (scale, zero_point)  # keep the arrays alive so ids stay unique
         return self._prepared
 
+    # The repeat path of a node whose weights and per-tensor call parameters (scales, zero
+    # points) are all constants of the model: after one call with them validated and run, the
+    # node passes its prepared form NumPy scalars of the same values and dtypes (immutable,
+    # so the prepared form's repeat path -- ``v.RepeatMemo`` -- may trust them by identity)
+    # instead of the model's 0-d or 1-element arrays, which a prepared form must re-validate
+    # on every call. The prepared form still checks x on every call.
+    _scalars: tuple | None = None  # (the model's parameter arrays, the scalars, the prepared form)
+
+    def _scalar_params(self, params: tuple, positions: tuple[int, ...], prep) -> tuple | None:
+        """The NumPy scalars standing for ``params`` (the node's inputs at ``positions``), when
+        ``_remember_scalars`` kept them for these very objects and this prepared form."""
+        known = self._scalars
+        if known is None or known[2] is not prep:
+            return None
+        for a, b in zip(params, known[0]):
+            if a is not b:
+                return None
+        return known[1]
+
+    def _remember_scalars(self, params: tuple, positions: tuple[int, ...], prep) -> None:
+        """After a successful call of ``prep`` with ``params``: keep their scalar forms when
+        every one is a model constant of one element (None stays None)."""
+        inputs = self.onnx_node.input
+        names = [inputs[i] if i < len(inputs) else "" for i in positions]
+        if (self.constant_inputs is None or len(names) != len(params)
+                or any((n not in self.constant_inputs) if n else (p is not None) for n, p in zip(names, params))
+                or any(p is not None and (type(p) is not np.ndarray or p.size != 1) for p in params)):
+            self._scalars = None
+            return
+        scalars = tuple(None if p is None else p.reshape(-1)[0] for p in params)
+        self._scalars = (params, scalars, prep)
+
     def _check_float32(self, what: str, v) -> None:
         if v is not None and np.asarray(v).dtype != np.float32:
             raise self._fail(f"{what} is {np.asarray(v).dtype}; qlinear implements the float32 "
@@ -531,13 +563,23 @@ class DequantizeLinear(_QLinearOp):
 class QLinearConv(_QLinearOp):
     def _run(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point,
              B=None, **_):
+        params = (x_scale, x_zero_point, y_scale, y_zero_point)
+        prep = self._prepared
+        if prep is not None and w is self._weights_ref[0] and w_scale is self._weights_ref[1] \
+                and w_zero_point is self._weights_ref[2] and B is self._weights_ref[3]:
+            scalars = self._scalar_params(params, (1, 2, 6, 7), prep)
+            if scalars is not None:  # every check below passed for these very objects
+                return (self._call(prep.run, x, *scalars),)
         for what, v in (("x_scale", x_scale), ("w_scale", w_scale), ("y_scale", y_scale)):
             self._check_float32(what, v)
         attrs = self._conv_attrs()
         prep = self._prepared_for("prepare_qlinear_conv", (w, w_scale, w_zero_point, B), (3, 4, 5, 8),
                                   **attrs)
         if prep is not None:
-            return (self._call(prep.run, x, x_scale, x_zero_point, y_scale, y_zero_point),)
+            y = self._call(prep.run, x, *params)
+            if prep is self._prepared:
+                self._remember_scalars(params, (1, 2, 6, 7), prep)
+            return (y,)
         return (self._call(_q.qlinear_conv, x, x_scale, x_zero_point, w, w_scale, w_zero_point,
                            y_scale, y_zero_point, B, **attrs),)
 
@@ -545,29 +587,55 @@ class QLinearConv(_QLinearOp):
 class QLinearMatMul(_QLinearOp):
     def _run(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point,
              **_):
+        params = (a_scale, a_zero_point, y_scale, y_zero_point)
+        prep = self._prepared
+        if prep is not None and b is self._weights_ref[0] and b_scale is self._weights_ref[1] \
+                and b_zero_point is self._weights_ref[2]:
+            scalars = self._scalar_params(params, (1, 2, 6, 7), prep)
+            if scalars is not None:  # as in QLinearConv._run
+                return (self._call(prep.run, a, *scalars),)
         for what, v in (("a_scale", a_scale), ("b_scale", b_scale), ("y_scale", y_scale)):
             self._check_float32(what, v)
         prep = self._prepared_for("prepare_qlinear_matmul", (b, b_scale, b_zero_point), (3, 4, 5))
         if prep is not None:
-            return (self._call(prep.run, a, a_scale, a_zero_point, y_scale, y_zero_point),)
+            y = self._call(prep.run, a, *params)
+            if prep is self._prepared:
+                self._remember_scalars(params, (1, 2, 6, 7), prep)
+            return (y,)
         return (self._call(_q.qlinear_matmul, a, a_scale, a_zero_point, b, b_scale, b_zero_point,
                            y_scale, y_zero_point),)
 
 
 class ConvInteger(_QLinearOp):
     def _run(self, x, w, x_zero_point=None, w_zero_point=None, **_):
+        prep = self._prepared
+        if prep is not None and w is self._weights_ref[0] and w_zero_point is self._weights_ref[1]:
+            scalars = self._scalar_params((x_zero_point,), (2,), prep)
+            if scalars is not None:  # as in QLinearConv._run
+                return (self._call(prep.run, x, *scalars),)
         attrs = self._conv_attrs()
         prep = self._prepared_for("prepare_conv_integer", (w, w_zero_point), (1, 3), **attrs)
         if prep is not None:
-            return (self._call(prep.run, x, x_zero_point),)
+            y = self._call(prep.run, x, x_zero_point)
+            if prep is self._prepared:
+                self._remember_scalars((x_zero_point,), (2,), prep)
+            return (y,)
         return (self._call(_q.conv_integer, x, w, x_zero_point, w_zero_point, **attrs),)
 
 
 class MatMulInteger(_QLinearOp):
     def _run(self, a, b, a_zero_point=None, b_zero_point=None, **_):
+        prep = self._prepared
+        if prep is not None and b is self._weights_ref[0] and b_zero_point is self._weights_ref[1]:
+            scalars = self._scalar_params((a_zero_point,), (2,), prep)
+            if scalars is not None:  # as in QLinearConv._run
+                return (self._call(prep.run, a, *scalars),)
         prep = self._prepared_for("prepare_matmul_integer", (b, b_zero_point), (1, 3))
         if prep is not None:
-            return (self._call(prep.run, a, a_zero_point),)
+            y = self._call(prep.run, a, a_zero_point)
+            if prep is self._prepared:
+                self._remember_scalars((a_zero_point,), (2,), prep)
+            return (y,)
         return (self._call(_q.matmul_integer, a, b, a_zero_point, b_zero_point),)
 
 

@@ -183,7 +183,8 @@ def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     v.check_size(op, "the output", arr.shape, 1)  # before reducing x (maybe a broadcast view)
     lo_x = hi_x = F32(0)
     if arr.size:
-        lo_x, hi_x = arr.min(), arr.max()
+        # arr.min() and arr.max() are these reductions, without their Python wrappers
+        lo_x, hi_x = np.minimum.reduce(arr, axis=None), np.maximum.reduce(arr, axis=None)
         if lo_x != lo_x or hi_x != hi_x:  # NaN is ignored (fmin/fmax skip it; all NaN: 0)
             flat = arr.reshape(-1)
             lo_x, hi_x = F32(np.fmin.reduce(flat)), F32(np.fmax.reduce(flat))
@@ -192,9 +193,16 @@ def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     zero = F32(0)
     mn = zero if zero < lo_x else lo_x  # min(lo_x, 0) and max(hi_x, 0), first operand on ties
     mx = zero if zero > hi_x else hi_x
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+    if -1e37 < lo_x and hi_x < 1e37 and (mx == mn or mx - mn > F32(1e-30)):
+        # the usual case, without np.errstate's cost (microseconds a call): mx - mn is finite,
+        # the scale a normal float32 and |mn / scale| <= 255-ish, so no operation below
+        # overflows, divides by zero or makes NaN
         scale = F32(1) if mx == mn else F32(F32(mx - mn) / F32(255))
         initial = F32(zero - F32(mn / scale))
+    else:
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            scale = F32(1) if mx == mn else F32(F32(mx - mn) / F32(255))
+            initial = F32(zero - F32(mn / scale))
     if zero <= initial <= F32(255):
         zp = round(float(initial))  # Python's round: half to even, exact on a float
     elif initial != initial:
