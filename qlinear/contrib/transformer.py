@@ -242,9 +242,10 @@ def _attention_core(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, p
     if total == 0:  # no keys (an empty sequence, no past): an empty output, nothing to normalize
         probs = scores
     else:
-        scores -= scores.max(axis=-1, keepdims=True)
+        # scores.max and probs.sum are these reductions, without their Python wrappers
+        scores -= np.maximum.reduce(scores, axis=-1, keepdims=True)
         probs = np.exp(scores, out=scores)
-        probs /= probs.sum(axis=-1, keepdims=True)
+        probs /= np.add.reduce(probs, axis=-1, keepdims=True)
     out = np.matmul(probs, vv).transpose(0, 2, 1, 3).reshape(batch, seq, hidden)
     return out.astype(F32), present
 
@@ -327,6 +328,11 @@ class PreparedQAttention:
         self.ws_cols = ws.reshape(-1) if ws.size > 1 else None
         self.ws = ws.reshape(())
         self.bias32 = _hidden_param(op, "bias", bias, cols).astype(F32)
+        # bounds for skipping np.errstate (microseconds a call) where nothing can overflow:
+        # |acc| < 2**31 (int32), so |acc · m| <= 2**31 · 1e28 < 3e37 for |m| <= 1e28, and adding
+        # a bias below 3e38 stays finite
+        self._ws_max = float(np.abs(ws).max()) if ws.size else 0.0
+        self._bias_small = bool(self.bias32.size == 0 or float(np.abs(self.bias32).max()) < 3e38)
         self.scale = p.float_attribute(op, "scale", scale)
         self.mask_filter_value = p.float_attribute(op, "mask_filter_value", mask_filter_value)
         self.product = product
@@ -340,9 +346,13 @@ class PreparedQAttention:
                              f"got {x.shape} and {w.shape}")
         sx, zx = p.qparams(op, "input_scale", input_scale, "input_zero_point", input_zero_point, "input", x.dtype)
         acc = self.product(x, w, np.asarray(zx, x.dtype), self.wz)
-        with np.errstate(over="ignore"):
+        if self._bias_small and self._ws_max * abs(float(sx)) <= 1e28:
             qkv = acc.astype(F32) * (self.ws_cols * sx if self.ws_cols is not None else F32(self.ws * sx))
             qkv = qkv + self.bias32
+        else:
+            with np.errstate(over="ignore"):
+                qkv = acc.astype(F32) * (self.ws_cols * sx if self.ws_cols is not None else F32(self.ws * sx))
+                qkv = qkv + self.bias32
         return _attention_core(op, qkv.astype(F64), self.n, mask_index, past, self.uni, self.scale,
                                self.mask_filter_value)
 
