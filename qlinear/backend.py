@@ -396,6 +396,8 @@ class _QLinearOp(OpRun):
     """Base of the replacement kernels: version lookup and error wrapping."""
 
     op_domain = ""
+    #: ``_run`` reads the attributes from ``self.given``: the graph loop passes the inputs only
+    run_ignores_attributes = True
 
     def __init__(self, onnx_node, run_params, schema=None):
         super().__init__(onnx_node, run_params, schema)

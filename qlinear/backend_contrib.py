@@ -107,6 +107,8 @@ class ContribOp(OpRun):
 
     op_domain = DOMAIN
     version = 1
+    #: ``_run`` reads the attributes from ``self.given``: the graph loop passes the inputs only
+    run_ignores_attributes = True
 
     def __init__(self, onnx_node, run_params, schema=None):
         super().__init__(onnx_node, run_params, schema)

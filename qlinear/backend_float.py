@@ -651,6 +651,23 @@ FLOAT_KERNELS: list[type[OpRun]] = [Conv, AveragePool, GlobalAveragePool, Global
 # --------------------------------------------------------------------------- graph loop
 
 
+#: Cast targets whose onnx.reference implementation (``cast_to``) is ``x.astype(dtype)`` for
+#: every ``saturate`` and ``round_mode`` (those change only float8 and float8e8m0 targets).
+_PLAIN_CAST = {t: np.dtype(helper.tensor_dtype_to_np_dtype(t)) for t in (
+    onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BOOL,
+    onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
+    onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64)}
+
+
+def _plain_cast(impl: OpRun) -> np.dtype | None:
+    """The target dtype of an onnx.reference Cast node whose cast is ``x.astype(dtype)``, else None."""
+    from onnx.reference.ops import op_cast
+
+    if impl.op_type != "Cast" or type(impl).__module__ != op_cast.__name__:
+        return None
+    return _PLAIN_CAST.get(getattr(impl, "to", None))
+
+
 class FastEvaluator(ReferenceEvaluator):
     """ReferenceEvaluator whose top-level ``run`` is a lean loop over the nodes.
 
@@ -673,8 +690,10 @@ class FastEvaluator(ReferenceEvaluator):
         How to call: ``context`` (control flow: the node reads outer tensors), ``direct``
         (an onnx.reference operator that keeps OpRun's generic ``run``: its ``_run`` is called
         with the attribute values read once, skipping the per-call attribute plumbing),
-        ``binary`` (onnx.reference's elementwise NumPy binaries: the ufunc, after the same
-        dtype check), ``const`` (Constant: evaluated once) or ``run``.
+        ``direct0`` (qlinear's own kernels, marked ``run_ignores_attributes``: ``_run`` with
+        the inputs only), ``cast`` (onnx.reference's Cast to a standard numeric type: its
+        ``x.astype``), ``binary`` (onnx.reference's elementwise NumPy binaries: the ufunc, after
+        the same dtype check), ``const`` (Constant: evaluated once) or ``run``.
         """
         from onnx.reference.ops._op import OpRunBinaryNumpy
 
@@ -709,8 +728,12 @@ class FastEvaluator(ReferenceEvaluator):
                 how = "context"
             elif impl.op_type == "Constant" and plain:
                 how = "const"
+            elif plain and type(impl).run is OpRun.run and _plain_cast(impl) is not None:
+                how, extra = "cast", _plain_cast(impl)
             elif plain and type(impl).run is OpRun.run:
                 how, extra = "direct", {a: getattr(impl, a) for a in impl.attributes_names_}
+                if getattr(impl, "run_ignores_attributes", False):
+                    how, extra = "direct0", None
             elif plain and isinstance(impl, OpRunBinaryNumpy) and len(impl.input) == 2 \
                     and type(impl)._run is OpRunBinaryNumpy._run:
                 how, extra = "binary", impl.numpy_fct
@@ -762,7 +785,16 @@ class FastEvaluator(ReferenceEvaluator):
             if check is not None and (how != "binary" or getattr(inputs[0], "shape", None)
                                       != getattr(inputs[1], "shape", ())):
                 check(inputs)  # a binary of equal shapes: the output is no larger than an input
-            if how == "binary" and type(inputs[0]) is np.ndarray \
+            if how == "direct0":  # qlinear's kernels: they read their attributes themselves
+                try:
+                    outputs = pnode._run(*inputs)
+                except (TypeError, AttributeError):
+                    outputs = pnode.run(*inputs)  # for OpRun's own error message
+                if type(outputs) is not tuple or any(type(o) is not np.ndarray for o in outputs):
+                    outputs = pnode._check_and_fix_outputs(outputs)
+            elif how == "cast" and type(inputs[0]) is np.ndarray and len(inputs) == 1:
+                outputs = (inputs[0].astype(extra),)  # what onnx.reference's cast_to returns
+            elif how == "binary" and type(inputs[0]) is np.ndarray \
                     and type(inputs[1]) is np.ndarray and inputs[0].dtype == inputs[1].dtype:
                 out = extra(inputs[0], inputs[1])
                 if type(out) is not np.ndarray:  # a ufunc of two 0-d arrays returns a scalar
