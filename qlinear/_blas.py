@@ -17,8 +17,6 @@ import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from typing import Iterator
 
 import numpy as np
 
@@ -80,29 +78,45 @@ def threads() -> int:
     return max(1, min(n, 4))
 
 
-@contextmanager
-def single_threaded() -> Iterator[None]:
-    """Within: OpenBLAS runs single-threaded (re-entrant; restored when the last user leaves).
-    Without an OpenBLAS that exposes its thread setting, a no-op."""
-    global _users, _saved
-    h = _openblas()
-    if h is None:
-        yield
-        return
-    setter, getter = h
-    with _lock:
-        if _users == 0:
-            _saved = max(1, int(getter()))
-            if _saved > 1:
-                setter(1)
-        _users += 1
-    try:
-        yield
-    finally:
+class _SingleThreaded:
+    """The context manager :func:`single_threaded` returns (one object, re-entrant: the count
+    of users is global). A class rather than a ``@contextmanager`` generator: the backend
+    enters it on every run, and the generator's machinery cost more than the rest of a small
+    model's run overhead."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        global _users, _saved
+        h = _handle if _handle is not False else _openblas()
+        if h is None:
+            return
+        with _lock:
+            if _users == 0:
+                _saved = max(1, int(h[1]()))
+                if _saved > 1:
+                    h[0](1)
+            _users += 1
+
+    def __exit__(self, *exc) -> None:
+        global _users
+        h = _handle
+        if not h:
+            return
         with _lock:
             _users -= 1
             if _users == 0 and _saved > 1:
-                setter(_saved)
+                h[0](_saved)
+
+
+_SINGLE_THREADED = _SingleThreaded()
+
+
+def single_threaded() -> _SingleThreaded:
+    """Within (``with single_threaded():``): OpenBLAS runs single-threaded (re-entrant;
+    restored when the last user leaves). Without an OpenBLAS that exposes its thread setting,
+    a no-op."""
+    return _SINGLE_THREADED
 
 
 def batched_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
