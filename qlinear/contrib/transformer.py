@@ -326,7 +326,7 @@ class PreparedQAttention:
         self.w, self.cols = w, cols
         self.wz = wz.reshape(()) if wz.size == 1 else wz.reshape(cols)
         self.ws_cols = ws.reshape(-1) if ws.size > 1 else None
-        self.ws = ws.reshape(())
+        self.ws = ws.reshape(()) if ws.size == 1 else None
         self.bias32 = _hidden_param(op, "bias", bias, cols).astype(F32)
         # bounds for skipping np.errstate (microseconds a call) where nothing can overflow:
         # |acc| < 2**31 (int32), so |acc · m| <= 2**31 · 1e28 < 3e37 for |m| <= 1e28, and adding

@@ -1,0 +1,288 @@
+"""The backend's per-run short paths give the bits of its full, validating paths.
+
+A prepared model takes short paths once it has run: model-constant per-tensor scales and zero
+points reach the quantized kernels as NumPy scalars (their prepared forms' repeat path),
+MatMulInteger reads a 0-d zero point's value without re-validating it, QAttention's constant
+operands are checked once (``transformer.PreparedQAttention``), SkipLayerNormalization's and
+FastGelu's constant parameters are widened once, the graph loop calls qlinear's kernels
+without their attributes and Cast as ``astype``. Each test here runs the same inputs through
+a model prepared as usual (several runs, so that the later ones take the short paths) and
+through one whose nodes know of no constant inputs (``constant_inputs = None``: every call
+takes the full path), and asserts identical bytes -- on every model of ``shared/models``, and
+on small models that reach the other branches. It also asserts that the short paths were
+taken, so that the comparison can fail.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import qlinear  # noqa: E402
+import qlinear.backend as backend  # noqa: E402
+from qlinear import backend_contrib  # noqa: E402
+from qlinear import contrib as qc  # noqa: E402
+from qlinear.contrib import transformer  # noqa: E402
+from qlinear.tools.model import random_inputs  # noqa: E402
+
+from conftest import shared_models_dir  # noqa: E402
+
+MODELS = shared_models_dir()
+#: symbolic dimensions the default of 1 does not fit (as benchmarks/graphs.py's CLI_SHAPES)
+SHAPES = {"kaldi_qtdnn_qlinearconv": {"input": [10, 10]}}
+
+
+def _gpt2_inputs(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds = {"input_ids": rng.integers(0, 1000, (1, 5)).astype(np.int32),
+             "position_ids": np.arange(3, 8, dtype=np.int32)[None],
+             "attention_mask": (rng.random((1, 8)) < 0.8).astype(np.int32)}
+    for i in range(5):
+        feeds[f"past_{i}"] = rng.standard_normal((2, 1, 4, 3, 8)).astype(np.float32)
+    return feeds
+
+
+def _slow(rep: backend.QLinearRep) -> backend.QLinearRep:
+    """``rep`` with every node told nothing about constant inputs: the full paths, every call."""
+    for node in rep.evaluator.rt_nodes_:
+        node = getattr(node, "guarded_impl", node)
+        if isinstance(node, (backend._QLinearOp, backend_contrib.ContribOp)):
+            node.constant_inputs = None
+    return rep
+
+
+def _kernels(rep, cls):
+    return [getattr(n, "guarded_impl", n) for n in rep.evaluator.rt_nodes_
+            if isinstance(getattr(n, "guarded_impl", n), cls)]
+
+
+def _same(got, want) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype and g.shape == w.shape
+        assert g.tobytes() == w.tobytes()
+
+
+def _model_names() -> list[str]:
+    if MODELS is None:
+        return []
+    return sorted(p.stem for p in Path(MODELS).glob("*.onnx"))
+
+
+@pytest.mark.parametrize("name", _model_names() or ["(none)"])
+def test_real_model_short_paths_bit_identical(name):
+    if MODELS is None:
+        pytest.skip("shared/models is absent")
+    model = onnx.load(str(Path(MODELS) / f"{name}.onnx"))
+    if name.startswith("tiny_gpt2"):
+        feeds = [_gpt2_inputs(s) for s in (0, 1)]
+    else:
+        feeds = [random_inputs(model, seed=s, shapes=SHAPES.get(name)) for s in (0, 1)]
+    fast, slow = backend.prepare(model), _slow(backend.prepare(model))
+    want = [slow.run(f) for f in feeds]
+    for f, w in zip(feeds + feeds, want + want):  # the second round: short paths everywhere
+        _same(fast.run(f), w)
+    # the short paths were taken
+    convs = _kernels(fast, (backend.QLinearConv, backend.QLinearMatMul))  # constant parameters
+    if convs:
+        assert any(k._scalars is not None for k in convs)
+    attention = _kernels(fast, backend_contrib.QAttention)
+    if attention:
+        assert all(k._whole for k in attention)
+
+
+def _qlinear_conv_model(x_scale_shape=(), zp_dtype=np.uint8):
+    rng = np.random.default_rng(3)
+    w = rng.integers(-128, 128, (4, 3, 3, 3)).astype(np.int8)
+    inits = [numpy_helper.from_array(np.full(x_scale_shape, 0.02, np.float32), "xs"),
+             numpy_helper.from_array(np.full(x_scale_shape, 7, zp_dtype), "xz"),
+             numpy_helper.from_array(w, "w"),
+             numpy_helper.from_array(np.array([0.01, 0.02, 0.03, 0.04], np.float32), "ws"),
+             numpy_helper.from_array(np.zeros(4, np.int8), "wz"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "ys"),
+             numpy_helper.from_array(np.array(128, np.uint8), "yz"),
+             numpy_helper.from_array(rng.integers(-1000, 1000, 4).astype(np.int32), "B")]
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "B"], ["y"],
+                            pads=[1, 1, 1, 1])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, None)],
+                          [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_qlinear_conv_scalars_then_new_inputs():
+    """After the short path is set up, inputs of another shape, full-range values and a bad
+    dtype behave as on the full path (the error message included)."""
+    rng = np.random.default_rng(5)
+    fast, slow = backend.prepare(_qlinear_conv_model()), _slow(backend.prepare(_qlinear_conv_model()))
+    for shape in [(1, 3, 8, 8), (1, 3, 8, 8), (2, 3, 5, 7), (1, 3, 8, 8)]:
+        x = rng.integers(0, 256, shape).astype(np.uint8)
+        _same(fast.run([x]), slow.run([x]))
+    (k,) = _kernels(fast, backend.QLinearConv)
+    assert k._scalars is not None and all(isinstance(s, np.generic) for s in k._scalars[1])
+    bad = rng.integers(0, 256, (1, 4, 8, 8)).astype(np.uint8)  # 4 channels, w takes 3
+    with pytest.raises(backend.NodeError) as fast_err:
+        fast.run([bad])
+    with pytest.raises(backend.NodeError) as slow_err:
+        slow.run([bad])
+    assert str(fast_err.value) == str(slow_err.value)
+    assert "QLinearConv" in str(fast_err.value) and "channel count (4)" in str(fast_err.value)
+
+
+def test_qlinear_conv_one_element_parameters():
+    """Scales and zero points of shape (1,) (as in Kaldi's model) take the short path too."""
+    rng = np.random.default_rng(6)
+    fast, slow = (backend.prepare(_qlinear_conv_model((1,))),
+                  _slow(backend.prepare(_qlinear_conv_model((1,)))))
+    for _ in range(3):
+        x = rng.integers(0, 256, (1, 3, 6, 6)).astype(np.uint8)
+        _same(fast.run([x]), slow.run([x]))
+    (k,) = _kernels(fast, backend.QLinearConv)
+    assert k._scalars is not None
+
+
+def test_matmul_integer_zero_point_read_by_value():
+    """PreparedMatMulInteger's repeat path for a 0-d zero point array: a new value (or the
+    same array written) on every call gives that value's exact product."""
+    rng = np.random.default_rng(7)
+    b = rng.integers(-128, 128, (16, 9)).astype(np.int8)
+    bz = np.int8(3)
+    p = qlinear.prepare_matmul_integer(b, bz)
+    zp = np.zeros((), np.uint8)
+    for i in range(6):
+        a = rng.integers(0, 256, (2, 5, 16)).astype(np.uint8)
+        zp[...] = rng.integers(0, 256)  # the same array, a new value
+        got = p.run(a, zp if i % 2 else np.array(zp))
+        want = qlinear.matmul_integer(a, b, np.array(zp), bz)
+        assert got.dtype == np.int32 and np.array_equal(got, want)
+        ref = (a.astype(np.int64) - int(zp)) @ (b.astype(np.int64) - 3)
+        assert np.array_equal(got, ref)
+    assert p._zp_call is not None
+    # another dtype or shape leaves the short path (and is checked as before)
+    with pytest.raises(TypeError, match="a_zero_point"):
+        p.run(rng.integers(0, 256, (2, 5, 16)).astype(np.uint8), np.zeros((), np.int8))
+    a = rng.integers(-128, 128, (3, 16)).astype(np.int8)
+    assert np.array_equal(p.run(a, np.array(-5, np.int8)), qlinear.matmul_integer(a, b, np.int8(-5), bz))
+
+
+def _reference_dql(x: np.ndarray):
+    """dynamic_quantize_linear's scale and zero point, always computed under np.errstate."""
+    F32 = np.float32
+    lo, hi = (x.min(), x.max()) if x.size else (F32(0), F32(0))
+    if lo != lo or hi != hi:
+        lo, hi = F32(np.fmin.reduce(x.ravel())), F32(np.fmax.reduce(x.ravel()))
+        if lo != lo:
+            lo = hi = F32(0)
+    mn, mx = min(F32(0), lo), max(F32(0), hi)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        scale = F32(1) if mx == mn else F32(F32(mx - mn) / F32(255))
+        initial = F32(F32(0) - F32(mn / scale))
+    return scale, initial
+
+
+@pytest.mark.parametrize("values", [
+    [0.0, 1.0], [-1e37, 1e37], [-9.9e36, 9.9e36], [1e-30, 0.0], [1.5e-30, -1e-31], [-1e-45, 0.0],
+    [3e38, -3e38], [np.inf, 1.0], [np.nan, 2.0], [-2.5, 7.25, 0.0], [1e36, -1e-38], [5.0, 5.0]])
+def test_dynamic_quantize_linear_without_errstate_same_bits(values):
+    """The usual path skips np.errstate only where no operation can overflow or divide by zero:
+    around its bounds the scale and zero point are those of the always-guarded formula, and no
+    warning escapes."""
+    x = np.array(values, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y, s, z = qc.dynamic_quantize_linear(x)
+    scale, initial = _reference_dql(x)
+    assert s.tobytes() == np.asarray(scale, np.float32).tobytes()
+    if 0 <= initial <= 255:
+        assert int(z) == round(float(initial))
+
+
+def _attention_case(rng, per_column: bool, past: bool, mask: str):
+    hidden_in, heads, head, seq, batch = 12, 3, 4, 5, 2
+    cols = 3 * heads * head
+    x = rng.integers(0, 256, (batch, seq, hidden_in)).astype(np.uint8)
+    w = rng.integers(-128, 128, (hidden_in, cols)).astype(np.int8)
+    bias = rng.standard_normal(cols).astype(np.float32)
+    ws = (rng.random(cols) * 0.01 + 1e-3).astype(np.float32) if per_column else np.float32(0.004)
+    wz = rng.integers(-3, 4, cols).astype(np.int8) if per_column else np.int8(1)
+    pa = rng.standard_normal((2, batch, heads, 3, head)).astype(np.float32) if past else None
+    total = seq + (3 if past else 0)
+    m = {"none": None, "2d": (rng.random((batch, total)) < 0.8).astype(np.int32),
+         "1d": np.array([total - 1, total], np.int32)}[mask]
+    return x, w, bias, np.float32(0.05), ws, m, np.uint8(100), wz, pa, heads
+
+
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("past", [False, True])
+@pytest.mark.parametrize("mask", ["none", "2d", "1d"])
+@pytest.mark.parametrize("unidirectional", [0, 1])
+def test_prepared_qattention_bit_identical(per_column, past, mask, unidirectional):
+    rng = np.random.default_rng([per_column, past, len(mask), unidirectional])
+    x, w, bias, xs, ws, m, xz, wz, pa, heads = _attention_case(rng, per_column, past, mask)
+    kw = dict(num_heads=heads, unidirectional=unidirectional, mask_filter_value=-10000.0)
+    want = qc.qattention(x, w, bias, xs, ws, m, xz, wz, pa, **kw)
+    prepared = transformer.PreparedQAttention(w, bias, ws, wz, **kw)
+    for _ in range(2):
+        got = prepared.run(x, xs, m, xz, pa)
+        _same(got, want)
+    # an input that does not fit the weight: the message qattention gives
+    bad = x[..., :-1]
+    with pytest.raises(ValueError) as e1:
+        prepared.run(bad, xs, m, xz, pa)
+    with pytest.raises(ValueError) as e2:
+        qc.qattention(bad, w, bias, xs, ws, m, xz, wz, pa, **kw)
+    assert str(e1.value) == str(e2.value)
+
+
+def test_skip_layer_norm_and_fast_gelu_constants_once():
+    """A model of SkipLayerNormalization (constant gamma, beta, bias) and FastGelu (constant
+    bias): the short paths give the full paths' bits, and a bias that does not fit X is
+    reported as before, also after the constant has been checked for another X."""
+    rng = np.random.default_rng(9)
+    hidden = 8
+    inits = [numpy_helper.from_array(rng.standard_normal(hidden).astype(np.float32), n)
+             for n in ("gamma", "beta", "bias", "gbias")]
+    nodes = [helper.make_node("SkipLayerNormalization", ["x", "skip", "gamma", "beta", "bias"], ["s"],
+                              domain="com.microsoft", epsilon=1e-5),
+             helper.make_node("FastGelu", ["s", "gbias"], ["y"], domain="com.microsoft")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+                                       helper.make_tensor_value_info("skip", TensorProto.FLOAT, None)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    fast, slow = backend.prepare(m), _slow(backend.prepare(m))
+    for _ in range(3):
+        x = rng.standard_normal((2, 3, hidden)).astype(np.float32)
+        s = rng.standard_normal((2, 3, hidden)).astype(np.float32)
+        _same(fast.run([x, s]), slow.run([x, s]))
+    (sln,) = _kernels(fast, backend_contrib.SkipLayerNormalization)
+    assert isinstance(sln._const_params, backend_contrib._ConstantParams) and sln._const_params._memo
+    x = rng.standard_normal((2, 3, hidden + 1)).astype(np.float32)
+    with pytest.raises(backend.NodeError) as e1:
+        fast.run([x, x])
+    with pytest.raises(backend.NodeError) as e2:
+        slow.run([x, x])
+    assert str(e1.value) == str(e2.value) and "must be 1-D with the hidden size (9,)" in str(e1.value)
+
+
+def test_cast_short_path_matches_reference():
+    """Cast to each standard numeric type: the graph loop's astype gives onnx.reference's bits."""
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.array([-3.7, -0.5, 0.0, 0.5, 2.5, 300.0, 1e10], np.float32)
+    for to in (TensorProto.INT32, TensorProto.UINT8, TensorProto.FLOAT16, TensorProto.DOUBLE,
+               TensorProto.BOOL, TensorProto.INT64):
+        node = helper.make_node("Cast", ["x"], ["y"], to=to)
+        g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("y", to, None)])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+        rep = backend.prepare(m)
+        assert rep.evaluator._fast_plan[0][1] == "cast"
+        with np.errstate(all="ignore"):
+            _same(rep.run([x]), ReferenceEvaluator(m).run(None, {"x": x}))
