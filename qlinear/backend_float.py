@@ -639,13 +639,51 @@ class Reshape(_FloatOp):
         return data.reshape(dims)
 
 
+class _AxesView(_FloatOp):
+    """Unsqueeze / Squeeze: the view onnx.reference returns (np.expand_dims / np.squeeze, both
+    a reshape of the input), its shape worked out by onnx.reference once per input shape and
+    axes (its checks and messages on the way) and applied as ``data.reshape`` afterwards."""
+
+    def __init__(self, onnx_node, run_params, schema=None):
+        super().__init__(onnx_node, run_params, schema)
+        self._shapes: dict[tuple, tuple] = {}
+        axes = self.given.get("axes")  # versions 1-12: an attribute
+        self._attr_axes = None if axes is None else tuple(int(a) for a in axes)
+
+    def supported(self, data=None, axes=None, *rest):
+        if rest or type(data) is not np.ndarray:
+            return False
+        if self.version < 13:
+            return axes is None
+        return axes is None or (type(axes) is np.ndarray and axes.dtype == np.int64 and axes.ndim == 1)
+
+    def compute(self, data, axes=None):
+        key = (data.shape, self._attr_axes if axes is None else tuple(axes.tolist()))
+        shape = self._shapes.get(key)
+        if shape is None:
+            args = (data,) if axes is None else (data, axes)
+            shape = self._delegate.run(*args)[0].shape
+            if len(self._shapes) >= 64:
+                self._shapes.clear()
+            self._shapes[key] = shape
+        return data.reshape(shape)
+
+
+class Unsqueeze(_AxesView):
+    pass
+
+
+class Squeeze(_AxesView):
+    pass
+
+
 #: Operators never folded into constants: their outputs differ between runs on the same
 #: inputs (random generators) or they have effects beyond their outputs.
 _NOT_FOLDABLE = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
                            "Multinomial", "Bernoulli", "Dropout"})
 
 FLOAT_KERNELS: list[type[OpRun]] = [Conv, AveragePool, GlobalAveragePool, GlobalMaxPool, Sigmoid,
-                                    Softmax, LeakyRelu, Relu, Resize, Reshape]
+                                    Softmax, LeakyRelu, Relu, Resize, Reshape, Unsqueeze, Squeeze]
 
 
 # --------------------------------------------------------------------------- graph loop

@@ -286,3 +286,36 @@ def test_cast_short_path_matches_reference():
         assert rep.evaluator._fast_plan[0][1] == "cast"
         with np.errstate(all="ignore"):
             _same(rep.run([x]), ReferenceEvaluator(m).run(None, {"x": x}))
+
+
+@pytest.mark.parametrize("opset", [11, 13, 21])
+def test_unsqueeze_squeeze_views_match_reference(opset):
+    """Unsqueeze / Squeeze as a reshape with the shape onnx.reference computes: the same array
+    for every axes form (attribute before opset 13, input after; negative; none for Squeeze),
+    and onnx.reference's error for bad axes, also after a good call."""
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.arange(24, dtype=np.float32).reshape(2, 1, 3, 4)
+    for op, axes, shape in [("Unsqueeze", [0], None), ("Unsqueeze", [-1, 1], None), ("Squeeze", [1], None),
+                            ("Squeeze", [-3], None), ("Squeeze", None, None)]:
+        inits = []
+        ins = ["x"]
+        kw = {}
+        if axes is not None and opset < 13:
+            kw["axes"] = axes
+        elif axes is not None:
+            inits.append(numpy_helper.from_array(np.array(axes, np.int64), "axes"))
+            ins.append("axes")
+        node = helper.make_node(op, ins, ["y"], **kw)
+        g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        rep, ref = backend.prepare(m), ReferenceEvaluator(m)
+        for _ in range(2):
+            _same(rep.run([x]), ref.run(None, {"x": x}))
+        y = np.zeros((3, 2), np.float32)  # Squeeze of axis 1 (size 2) / axis -3: refused
+        if op == "Squeeze" and axes is not None:
+            with pytest.raises(Exception) as e:
+                ref.run(None, {"x": y})
+            with pytest.raises(backend.NodeError, match=type(e.value).__name__):
+                rep.run([y])
