@@ -465,6 +465,7 @@ class _QLinearOp(OpRun):
     # instead of the model's 0-d or 1-element arrays, which a prepared form must re-validate
     # on every call. The prepared form still checks x on every call.
     _scalars: tuple | None = None  # (the model's parameter arrays, the scalars, the prepared form)
+    _no_scalars = False  # some parameter is not a model constant
 
     def _scalar_params(self, params: tuple, positions: tuple[int, ...], prep) -> tuple | None:
         """The NumPy scalars standing for ``params`` (the node's inputs at ``positions``), when
@@ -480,10 +481,15 @@ class _QLinearOp(OpRun):
     def _remember_scalars(self, params: tuple, positions: tuple[int, ...], prep) -> None:
         """After a successful call of ``prep`` with ``params``: keep their scalar forms when
         every one is a model constant of one element (None stays None)."""
+        if self._no_scalars:
+            return
         inputs = self.onnx_node.input
         names = [inputs[i] if i < len(inputs) else "" for i in positions]
+        if self.constant_inputs is not None and any(n and n not in self.constant_inputs for n in names):
+            self._no_scalars = True  # a parameter computed or fed at run time: never (decided once)
+            return
         if (self.constant_inputs is None or len(names) != len(params)
-                or any((n not in self.constant_inputs) if n else (p is not None) for n, p in zip(names, params))
+                or any((p is not None) if not n else False for n, p in zip(names, params))
                 or any(p is not None and (type(p) is not np.ndarray or p.size != 1) for p in params)):
             self._scalars = None
             return
@@ -615,6 +621,8 @@ class ConvInteger(_QLinearOp):
             scalars = self._scalar_params((x_zero_point,), (2,), prep)
             if scalars is not None:  # as in QLinearConv._run
                 return (self._call(prep.run, x, *scalars),)
+            if self._no_scalars:  # a zero point computed at run time (DynamicQuantizeLinear's)
+                return (self._call(prep.run, x, x_zero_point),)
         attrs = self._conv_attrs()
         prep = self._prepared_for("prepare_conv_integer", (w, w_zero_point), (1, 3), **attrs)
         if prep is not None:
@@ -632,6 +640,8 @@ class MatMulInteger(_QLinearOp):
             scalars = self._scalar_params((a_zero_point,), (2,), prep)
             if scalars is not None:  # as in QLinearConv._run
                 return (self._call(prep.run, a, *scalars),)
+            if self._no_scalars:  # a zero point computed at run time (DynamicQuantizeLinear's)
+                return (self._call(prep.run, a, a_zero_point),)
         prep = self._prepared_for("prepare_matmul_integer", (b, b_zero_point), (1, 3))
         if prep is not None:
             y = self._call(prep.run, a, a_zero_point)

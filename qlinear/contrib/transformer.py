@@ -113,9 +113,9 @@ def _skip_layer_normalization_op(input, skip, gamma, beta=None, bias=None, *, ep
     if hidden == 0:  # layer normalization divides by it
         raise ValueError(f"{op}: input's hidden size (last dimension) must be >= 1; got shape {x.shape}")
     v.check_size(op, "the float64 sum of input and skip", x.shape, 8)
-    s = x.astype(F64) + sk
+    s = np.add(x, sk, dtype=F64)  # x.astype(F64) + sk: both widened exactly, one float64 add
     if bias is not None:
-        s = s + hidden_param(op, "bias", bias, hidden)
+        s += hidden_param(op, "bias", bias, hidden)
     s32 = s.astype(F32)
     g = hidden_param(op, "gamma", gamma, hidden)
     b = None if beta is None else hidden_param(op, "beta", beta, hidden)
