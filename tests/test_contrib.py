@@ -541,6 +541,11 @@ def test_qlinear_conv_channels_last_matches_ort(xdt, wdt):
     (lambda: c.qlinear_concat(F(1), np.uint8(0), np.zeros(3, U8), F(1), axis=0), ValueError, "triples"),
     (lambda: c.qlinear_concat(F(1), np.uint8(0), np.zeros((2, 3), U8), F(1), np.uint8(0),
                               np.zeros((3, 3), U8), F(1), np.uint8(0), axis=1), ValueError, "except along axis"),
+    # onnxruntime: "Cannot concatenate scalars" (a 0-d input used to be taken as one element)
+    (lambda: c.qlinear_concat(F(1), np.uint8(0), np.uint8(1), F(1), np.uint8(0), np.uint8(2), F(1), np.uint8(0),
+                              axis=0), ValueError, "input 0 must have rank >= 1 (onnxruntime cannot concatenate scalars); got a 0-d array"),
+    (lambda: c.qlinear_concat(F(1), np.uint8(0), np.zeros(1, U8), F(1), np.uint8(0), np.array(2, U8), F(1), np.uint8(0),
+                              axis=0), ValueError, "input 1 must have rank >= 1"),
     (lambda: c.qlinear_where(np.zeros(3, U8), np.zeros(3, U8), F(1), np.uint8(0), np.zeros(3, U8), F(1),
                              np.uint8(0), F(1), np.uint8(0)), TypeError, "condition must be a NumPy bool"),
     (lambda: c.qlinear_global_average_pool(np.zeros((2, 3), U8), F(1), np.uint8(0), F(1), np.uint8(0)), ValueError, "rank >= 3"),
