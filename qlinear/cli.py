@@ -210,19 +210,25 @@ def cmd_run(args) -> int:
         result["classifier"] = _example_report(meta, outputs, labels, model, feeds)
 
     if args.output_dir is not None:
-        from qlinear.tools.model import make_output_dir
+        from qlinear.tools.model import make_output_dir, write_file
 
         out_dir = make_output_dir(args.output_dir, "--output-dir")
         files = output_files(out_dir, list(outputs))
         written = []
         for k, v in outputs.items():
-            np.save(files[k], np.asarray(v))
+            write_file("--output-dir", args.output_dir, files[k],
+                       lambda f, v=v: np.save(f, np.asarray(v)))
             written.append(files[k])
         manifest = os.path.realpath(os.path.join(out_dir, "outputs.json"))
-        with open(manifest, "w") as f:  # output name -> file, in graph order
-            json.dump({"outputs": [{"name": k, "file": os.path.basename(files[k]),
-                                    "shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype)}
-                                   for k, v in outputs.items()]}, f, indent=2)
+        listing = {"outputs": [{"name": k, "file": os.path.basename(files[k]),
+                                "shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype)}
+                               for k, v in outputs.items()]}  # output name -> file, in graph order
+
+        def write_manifest(path: str) -> None:
+            with open(path, "w") as f:
+                json.dump(listing, f, indent=2)
+
+        write_file("--output-dir", args.output_dir, manifest, write_manifest)
         result["written"] = written
         result["manifest"] = manifest
 

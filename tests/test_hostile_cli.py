@@ -400,6 +400,24 @@ def test_output_dir_creates_only_the_normalized_folder(capsys, tmp_path, monkeyp
     assert os.listdir(work / "a") == []
 
 
+def test_files_that_cannot_be_written_name_the_flag_and_file(capsys, tmp_path):
+    """A file --output-dir or --save-inputs cannot write (a folder of that name is in the way)
+    is one line naming the flag, the file and the reason (was the bare '[Errno 21] Is a
+    directory: ...')."""
+    path = _relu(tmp_path)
+    (tmp_path / "o" / "y.npy").mkdir(parents=True)
+    _one_line_error(*_main(capsys, "run", path, "--output-dir", tmp_path / "o"),
+                    f"--output-dir {tmp_path / 'o'}: cannot write {tmp_path / 'o' / 'y.npy'} (Is a directory)")
+    (tmp_path / "m" / "outputs.json").mkdir(parents=True)
+    _one_line_error(*_main(capsys, "run", path, "--output-dir", tmp_path / "m"),
+                    "--output-dir", "outputs.json (Is a directory)")
+    (tmp_path / "s" / "inputs.npz").mkdir(parents=True)
+    for command in ("run", "compare"):
+        _one_line_error(*_main(capsys, command, path, "--save-inputs", tmp_path / "s"),
+                        f"--save-inputs {tmp_path / 's'}: cannot write {tmp_path / 's' / 'inputs.npz'} "
+                        "(Is a directory)")
+
+
 def test_seed_must_be_non_negative(capsys, tmp_path):
     _one_line_error(*_main(capsys, "run", _relu(tmp_path), "--seed", "-1"), "--seed -1")
 
@@ -431,6 +449,20 @@ def test_bench_errors_are_one_line(capsys):
     _one_line_error(*_main(capsys, "bench", "--cases", "no-such-case-anywhere"),
                     "no case matches 'no-such-case-anywhere'")
     _one_line_error(*_main(capsys, "bench", "--repeat", "x"), "--repeat")
+
+
+def test_bench_output_files_it_cannot_write_are_refused_before_anything_runs(capsys, tmp_path,
+                                                                           monkeypatch):
+    """A results file bench could not write (a folder of that name in the way) is one line
+    naming --output-dir and the file, before the cases run (it used to run every case and
+    then end in '[Errno 21] Is a directory: .../results.md')."""
+    monkeypatch.setattr(bench, "run_case", lambda *a, **k: pytest.fail("a case ran"))
+    monkeypatch.setattr(bench, "measure_peak", lambda *a, **k: pytest.fail("the peak ran"))
+    (tmp_path / "b" / "results.md").mkdir(parents=True)
+    _one_line_error(*_main(capsys, "bench", "--cases", "tiny.qlinearconv.1x8x8x8.k3",
+                           "--no-reference", "--output-dir", tmp_path / "b"),
+                    f"--output-dir {tmp_path / 'b'}: cannot write {tmp_path / 'b' / 'results.md'}",
+                    "(Is a directory)")
 
 
 def test_bench_list_with_a_pattern_that_selects_nothing_is_an_error(capsys):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -573,8 +573,18 @@ def save_inputs(out_dir: str, feeds: dict[str, np.ndarray]) -> str:
     ``--input OUT_DIR/inputs.npz`` reads them back, so a run or comparison can be repeated."""
     folder = make_output_dir(out_dir, "--save-inputs")
     path = os.path.join(folder, "inputs.npz")
-    np.savez(path, **{k: np.asarray(v) for k, v in feeds.items()})
+    write_file("--save-inputs", out_dir, path,
+               lambda f: np.savez(f, **{k: np.asarray(v) for k, v in feeds.items()}))
     return path
+
+
+def write_file(flag: str, out_dir: str, path: str, write: Callable[[str], Any]) -> None:
+    """``write(path)``; an OSError (a folder of that name in the way, a read-only or full file
+    system) becomes one ToolError naming the flag, the file and the reason."""
+    try:
+        write(path)
+    except OSError as e:
+        raise ToolError(f"{flag} {out_dir}: cannot write {path} ({e.strerror or e})") from None
 
 
 def make_output_dir(out_dir: str, flag: str) -> str:
