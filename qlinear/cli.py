@@ -691,7 +691,8 @@ def main(argv: list[str] | None = None) -> int:
             raise _Error(f"--max-tensor-bytes {args.max_tensor_bytes}: must be 1 or more")
         timeout = getattr(args, "timeout", None)
         if timeout is not None and not (0 < timeout < 1e9):
-            raise _Error(f"--timeout {timeout:g}: must be a positive number of seconds")
+            raise _Error(f"--timeout {timeout:g}: must be a number of seconds above 0 and below "
+                         "1e+09")  # (1e9 s is about 31 years)
         with _time_limit(timeout):
             return args.func(args)
     except KeyboardInterrupt:

@@ -317,6 +317,9 @@ def test_timeout_ends_an_endless_loop(capsys, tmp_path):
     _one_line_error(*_main(capsys, "run", path, "--timeout", "0.5"), "--timeout 0.5 s")
     assert time.perf_counter() - t < 5
     _one_line_error(*_main(capsys, "run", path, "--timeout", "0"), "--timeout 0: must be")
+    # a huge timeout is refused for what it is, not as "not positive"
+    _one_line_error(*_main(capsys, "run", path, "--timeout", "1e308"),
+                    "--timeout 1e+308: must be a number of seconds above 0 and below 1e+09")
 
 
 def _growing_loop(tmp_path, trips):
