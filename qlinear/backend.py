@@ -807,6 +807,7 @@ def apply_qdq(model: onnx.ModelProto, qdq: str = "fuse") -> onnx.ModelProto:
 
     if not any(n.op_type == "DequantizeLinear" for n in model.graph.node):
         return model  # nothing to fuse
+    model = topologically_sorted(model)  # the rewrite reads the graph in order
     try:
         return fuse_qdq(model, ops=fusable_ops())
     except Exception as e:  # a rewrite bug must not look like a model problem
@@ -865,6 +866,91 @@ def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     return inline_local_functions(model)
 
 
+def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
+    """Every name the subgraphs of ``node`` (If, Loop, Scan bodies, nested) read."""
+    names: set[str] = set()
+    for g in _subgraphs(node):
+        for inner in g.node:
+            names.update(inner.input)
+            names |= _subgraph_reads(inner)
+    return names
+
+
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    out: list[onnx.GraphProto] = []
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            out.append(a.g)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            out.extend(a.graphs)
+    return out
+
+
+def _topological_order(graph: onnx.GraphProto) -> list[int] | None:
+    """A topological order of ``graph``'s nodes (not its subgraphs'), keeping the given order
+    wherever it is one; None when the given order is one. ValueError for a cycle."""
+    import heapq
+
+    nodes = list(graph.node)
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    # what each node waits for: the producers (in this graph) of what it or its subgraphs read
+    waits = [{producer[name] for name in set(n.input) | _subgraph_reads(n)
+              if name in producer and producer[name] != i} for i, n in enumerate(nodes)]
+    if all(j < i for i, w in enumerate(waits) for j in w):
+        return None
+    readers: list[list[int]] = [[] for _ in nodes]
+    for i, w in enumerate(waits):
+        for j in w:
+            readers[j].append(i)
+    pending = [len(w) for w in waits]
+    ready = [i for i, c in enumerate(pending) if c == 0]
+    heapq.heapify(ready)  # the earliest listed node first: the given order where it can be kept
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for r in readers[i]:
+            pending[r] -= 1
+            if pending[r] == 0:
+                heapq.heappush(ready, r)
+    if len(order) < len(nodes):
+        stuck = next(i for i, c in enumerate(pending) if c)
+        other = next(j for j in sorted(waits[stuck]) if pending[j])
+        raise ValueError(f"the nodes form a cycle: node {_node_label(nodes[stuck], stuck)!r} "
+                         f"waits for node {_node_label(nodes[other], other)!r}, which waits for "
+                         "it (directly or through others)")
+    return order
+
+
+def _out_of_order(graph: onnx.GraphProto) -> bool:
+    return _topological_order(graph) is not None or any(
+        _out_of_order(g) for n in graph.node for g in _subgraphs(n))
+
+
+def _sort_nodes(graph: onnx.GraphProto) -> None:
+    for n in graph.node:
+        for g in _subgraphs(n):
+            _sort_nodes(g)
+    order = _topological_order(graph)
+    if order is not None:
+        nodes = list(graph.node)
+        del graph.node[:]
+        graph.node.extend(nodes[i] for i in order)
+
+
+def topologically_sorted(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its nodes (and its subgraphs') in topological order, as onnxruntime
+    sorts them before it runs a graph listed out of order (onnx requires the order, and
+    onnx.reference relies on it); ``model`` itself, not a copy, when they already are.
+    ValueError naming two nodes of a cycle."""
+    if not _out_of_order(model.graph):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    _sort_nodes(copy.graph)
+    return copy
+
+
 class _TrackedNodes(list):
     """The evaluator's node list, remembering the node being run (for error messages)."""
 
@@ -915,7 +1001,7 @@ class QLinearRep(BackendRep):
 
         if max_tensor_bytes is not None:
             byte_count(max_tensor_bytes, "QLinearRep: max_tensor_bytes", "None or an integer >= 1")
-        model = inline_functions(model)
+        model = topologically_sorted(inline_functions(model))
         self.model = model
         self.emulate = emulate
         self.max_tensor_bytes = max_tensor_bytes
@@ -1063,6 +1149,10 @@ class QLinearBackend(Backend):
             raise ValueError(f"prepare: device {device!r} is not supported (CPU only)")
         if qdq not in QDQ_MODES:
             raise ValueError(f"prepare: qdq must be one of {', '.join(QDQ_MODES)}; got {qdq!r}")
+        try:
+            model = topologically_sorted(model)
+        except ValueError as e:
+            raise ValueError(f"prepare: {e}") from None
         problems = check_model(model)
         if problems:
             raise UnsupportedModelError(problems)

@@ -26,6 +26,7 @@ pytest.importorskip("onnxruntime")
 from onnx import TensorProto as T  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
 
+import qlinear  # noqa: E402
 from qlinear import backend, bench, cli  # noqa: E402
 from qlinear.tools import model as tmodel  # noqa: E402
 
@@ -1116,3 +1117,52 @@ def test_inspect_does_not_say_runs_when_the_checker_refuses(capsys, tmp_path):
     rc, out, err = _main(capsys, "inspect", path, "--json")
     got = json.loads(out)
     assert got["supported"] is False and "invalid ONNX model" in got["refusal"]
+
+
+def _unsorted(tmp_path, name="unsorted.onnx", cycle=False):
+    """x -> QuantizeLinear -> q -> QLinearMatMul -> y, the nodes listed consumer first (onnx's
+    checker requires topological order; onnxruntime sorts the nodes and runs it); with
+    ``cycle`` the QuantizeLinear reads the product's output instead of x."""
+    b = np.arange(-6, 6, dtype=np.int8).reshape(3, 4)
+    inits = [numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.uint8(3), "z"),
+             numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.float32(0.1), "bs"),
+             numpy_helper.from_array(np.int8(0), "bz"), numpy_helper.from_array(np.float32(0.2), "ys"),
+             numpy_helper.from_array(np.uint8(9), "yz")]
+    body = helper.make_graph([helper.make_node("Identity", ["q"], ["inner"])], "then", [],
+                             [_vi("inner", T.UINT8, None)])
+    nodes = [helper.make_node("QLinearMatMul", ["q", "s", "z", "b", "bs", "bz", "ys", "yz"], ["y"],
+                              name="product"),
+             # reads q only from its subgraph (an outer-scope name): ordered after q's producer too
+             helper.make_node("If", ["c"], ["q2"], then_branch=body, else_branch=body, name="branch"),
+             helper.make_node("QuantizeLinear", ["y" if cycle else "x", "s", "z"], ["q"], name="quantize")]
+    return _save(tmp_path, name, nodes, [_vi("x", T.FLOAT, [2, 3]), _vi("c", T.BOOL, [])],
+                 [_vi("y", T.UINT8, [2, 4]), _vi("q2", T.UINT8, None)], inits)
+
+
+def test_nodes_out_of_topological_order_run_as_onnxruntime_runs_them(capsys, tmp_path):
+    """A graph whose nodes are listed out of order runs (onnxruntime sorts them; qlinear said
+    'node reads q, which nothing produces', the backend 'Unable to find input'); a real cycle
+    is one line naming a node of it."""
+    import onnx
+
+    path = _unsorted(tmp_path)
+    x = np.array([[-1.0, 0.0, 0.5], [2.0, 3.5, -7.0]], np.float32)
+    for qdq in ("fuse", "literal"):
+        y, q2 = backend.prepare(onnx.load(path), qdq=qdq).run({"x": x, "c": np.array(True)})
+        want = qlinear.qlinear_matmul(qlinear.quantize_linear(x, np.float32(0.05), np.uint8(3)),
+                                      np.float32(0.05), np.uint8(3),
+                                      np.arange(-6, 6, dtype=np.int8).reshape(3, 4), np.float32(0.1),
+                                      np.int8(0), np.float32(0.2), np.uint8(9))
+        np.testing.assert_array_equal(y, want)
+        np.testing.assert_array_equal(q2, qlinear.quantize_linear(x, np.float32(0.05), np.uint8(3)))
+    rc, out, err = _main(capsys, "run", path, "--json")
+    assert rc == 0, err
+    pytest.importorskip("onnxruntime")
+    rc, out, err = _main(capsys, "compare", path, "--json")
+    assert rc == 0, err
+    cyc = _unsorted(tmp_path, "cycle.onnx", cycle=True)
+    for command in ("run", "inspect"):
+        _one_line_error(*_main(capsys, command, cyc), "the nodes form a cycle", "'quantize'",
+                        "'product'")
+    with pytest.raises(ValueError, match="the nodes form a cycle"):
+        backend.prepare(onnx.load(cyc))

@@ -342,13 +342,19 @@ def _check_structure(model: onnx.ModelProto, path: str) -> None:
         raise ToolError(f"{path}: not a valid ONNX model (no opset_import)")
     known = {i.name for i in g.input} | {i.name for i in g.initializer} | {""}
     known |= {i.name for i in g.sparse_initializer}
+    known |= {o for node in g.node for o in node.output}  # listed in any order (as onnxruntime)
     for node in g.node:
         for name in node.input:
             if name not in known:
                 raise ToolError(f"{path}: invalid or truncated model: node "
                                 f"{node.name or node.op_type!r} reads {name!r}, which nothing "
                                 "produces")
-        known.update(node.output)
+    from qlinear.backend import _topological_order
+
+    try:
+        _topological_order(g)
+    except ValueError as e:
+        raise ToolError(f"{path}: invalid model: {e}") from None
     for o in g.output:
         if o.name not in known:
             raise ToolError(f"{path}: invalid or truncated model: graph output {o.name!r} is "
@@ -428,6 +434,11 @@ def validate_model(model: onnx.ModelProto, path: str) -> None:
             checked.CopyFrom(model)
         for vi in _values_without_shape(checked.graph):
             vi.type.tensor_type.shape.SetInParent()
+    from qlinear.backend import topologically_sorted
+
+    # Nodes listed out of topological order, which the checker refuses and onnxruntime sorts
+    # and runs (as the backend does): checked in the order they run.
+    checked = topologically_sorted(checked)
     try:
         onnx.checker.check_model(checked)
     except Exception as e:
