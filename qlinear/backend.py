@@ -1130,13 +1130,20 @@ class QLinearBackend(Backend):
 
     @classmethod
     def prepare(cls, model, device="CPU", emulate: str | None = None, qdq: str = "fuse",
-                **kwargs) -> QLinearRep:
+                max_tensor_bytes: int | None = None, **kwargs) -> QLinearRep:
         """A :class:`QLinearRep` for ``model`` (ModelProto, path or bytes), after checking
         every node. ``emulate="onnxruntime-avx2"``: compute what onnxruntime gives on AVX2
         CPUs without VNNI (its u8 x s8 kernels' 16-bit pair saturation) instead of the exact
         results. ``qdq="fuse"`` (default) runs QDQ node groups as onnxruntime's CPU session
         does, on integer kernels (docs/qdq.md); ``qdq="literal"`` runs the graph as written
-        (DequantizeLinear -> float operator -> QuantizeLinear)."""
+        (DequantizeLinear -> float operator -> QuantizeLinear). ``max_tensor_bytes``: the
+        run-time size guards of :class:`QLinearRep`. Other keywords are refused (TypeError),
+        except ``rtol`` and ``atol``, which onnx's backend test runner passes for its own
+        comparison."""
+        unknown = [k for k in kwargs if k not in ("rtol", "atol")]
+        if unknown:
+            raise TypeError(f"prepare: unknown keyword argument {unknown[0]!r} (it takes device, "
+                            "emulate, qdq and max_tensor_bytes)")
         kernels_for(emulate)  # a bad name fails before anything is loaded
         if isinstance(model, (str, os.PathLike)):
             model = onnx.load(model)
@@ -1156,7 +1163,7 @@ class QLinearBackend(Backend):
         problems = check_model(model)
         if problems:
             raise UnsupportedModelError(problems)
-        return QLinearRep(apply_qdq(model, qdq), emulate=emulate)
+        return QLinearRep(apply_qdq(model, qdq), emulate=emulate, max_tensor_bytes=max_tensor_bytes)
 
     @classmethod
     def run_model(cls, model, inputs, device="CPU", emulate: str | None = None, **kwargs):
@@ -1165,11 +1172,21 @@ class QLinearBackend(Backend):
     @classmethod
     def run_node(cls, node, inputs, device="CPU", outputs_info=None, **kwargs):
         opset = kwargs.get("opset_version", onnx.defs.onnx_opset_version())
-        in_names = [n for n in node.input if n]
+        in_names = [n for n in node.input if n]  # "" is an omitted optional input: no value
+        label = f"node {node.name or node.output[0]!r} ({node.op_type})" if node.output else \
+            f"node {node.op_type}"
         if isinstance(inputs, dict):
+            missing = [n for n in in_names if n not in inputs]
+            if missing:
+                raise ValueError(f"run_node: no value for input {missing[0]!r} of {label}")
             arrays = [inputs[n] for n in in_names]
         else:
             arrays = list(inputs)
+            if len(arrays) != len(in_names):  # zip() below would drop or leave out values
+                raise ValueError(f"run_node: {label} has {len(in_names)} input"
+                                 f"{'s' if len(in_names) != 1 else ''} "
+                                 f"({', '.join(map(repr, in_names))}); got {len(arrays)} "
+                                 f"value{'s' if len(arrays) != 1 else ''}")
         graph_inputs = [
             helper.make_tensor_value_info(
                 n, helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), np.asarray(a).shape)
