@@ -542,8 +542,7 @@ def parse_input_args(args: Iterable[str] | None) -> dict[str, np.ndarray]:
             raise ToolError(f"--input {arg!r}: expected NAME=FILE.npy")
         if name in feeds:
             raise ToolError(f"--input {name!r} given twice")
-        if not os.path.isfile(file):
-            raise ToolError(f"--input {name}: {file}: no such file")
+        _check_input_file(f"--input {name}: {file}", file)
         try:
             loaded = np.load(file, allow_pickle=False)
         except Exception:
@@ -564,10 +563,16 @@ def parse_input_args(args: Iterable[str] | None) -> dict[str, np.ndarray]:
     return feeds
 
 
+def _check_input_file(what: str, file: str) -> None:
+    if not os.path.exists(file):
+        raise ToolError(f"{what}: no such file")
+    if not os.path.isfile(file):  # a folder, a FIFO, /dev/zero: never read
+        raise ToolError(f"{what}: not a regular file")
+
+
 def load_inputs_npz(file: str) -> dict[str, np.ndarray]:
     """Every array of an .npz by name (``--input FILE.npz``, the file ``--save-inputs`` writes)."""
-    if not os.path.isfile(file):
-        raise ToolError(f"--input {file}: no such file")
+    _check_input_file(f"--input {file}", file)
     try:
         with np.load(file, allow_pickle=False) as z:
             if not isinstance(z, np.lib.npyio.NpzFile):
