@@ -1166,3 +1166,23 @@ def test_nodes_out_of_topological_order_run_as_onnxruntime_runs_them(capsys, tmp
                         "'product'")
     with pytest.raises(ValueError, match="the nodes form a cycle"):
         backend.prepare(onnx.load(cyc))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status, RLIMIT_AS")
+def test_loading_a_small_model_allocates_what_the_file_holds(tmp_path):
+    """load_model read every file with f.read(2 GiB + 1), which allocates the whole 2 GiB
+    buffer first: under an address-space limit (ulimit -v, overcommit off) a 300-byte model
+    failed with a bare 'qlinear: error: MemoryError'. With the address space capped at
+    what the process uses plus 512 MiB, the model loads and runs."""
+    path = _relu(tmp_path)
+    code = f"""
+import resource, sys
+from qlinear import cli
+vm = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status")
+          if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (vm + (512 << 20), resource.RLIM_INFINITY))
+sys.exit(cli.main(["run", {str(path)!r}, "--shape", "x=1x3x2", "--json"]))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, QLINEAR_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1"))
+    assert p.returncode == 0, p.stderr

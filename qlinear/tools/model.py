@@ -383,7 +383,17 @@ def load_model(path: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -
             raise ToolError(f"{path}: {_human(st.st_size)}, larger than the largest model "
                             f"file protobuf can parse ({_human(MAX_MODEL_FILE_BYTES)}); keep "
                             "the weights in external data")
-        data = f.read(MAX_MODEL_FILE_BYTES + 1)
+        # read(n) allocates n bytes before reading: ask for the size the file has (and one
+        # byte more, to notice a file that grows), never blindly for the 2 GiB cap
+        chunks = [f.read(st.st_size + 1)]
+        read = len(chunks[0])
+        while read > st.st_size and read <= MAX_MODEL_FILE_BYTES:  # it grew while being read
+            chunk = f.read(min(64 << 20, MAX_MODEL_FILE_BYTES + 1 - read))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            read += len(chunk)
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if len(data) > MAX_MODEL_FILE_BYTES:
         raise ToolError(f"{path}: grew past {_human(MAX_MODEL_FILE_BYTES)} while being read")
     if not data:
