@@ -693,7 +693,9 @@ def main(argv: list[str] | None = None) -> int:
         if timeout is not None and not (0 < timeout < 1e9):
             raise _Error(f"--timeout {timeout:g}: must be a number of seconds above 0 and below "
                          "1e+09")  # (1e9 s is about 31 years)
-        with _time_limit(timeout):
+        # A model's float operators give inf and NaN as IEEE 754 (and onnxruntime) define
+        # them: results, not errors, so NumPy's RuntimeWarnings about them are not printed
+        with _time_limit(timeout), np.errstate(all="ignore"):
             return args.func(args)
     except KeyboardInterrupt:
         print("qlinear: interrupted", file=sys.stderr)

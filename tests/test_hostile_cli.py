@@ -1186,3 +1186,20 @@ sys.exit(cli.main(["run", {str(path)!r}, "--shape", "x=1x3x2", "--json"]))
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, QLINEAR_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1"))
     assert p.returncode == 0, p.stderr
+
+
+def test_float_results_that_are_inf_or_nan_are_not_warned_about(capsys, tmp_path):
+    """A float operator that gives -inf and NaN (Log of 0 and of -1, as IEEE 754 and
+    onnxruntime define them) printed NumPy's RuntimeWarnings, with file paths and source lines,
+    on run's and compare's stderr; with warnings as errors the command failed."""
+    import warnings
+
+    path = _save(tmp_path, "log.onnx", [helper.make_node("Log", ["x"], ["y"])],
+                 [_vi("x", T.FLOAT, [4])], [_vi("y", T.FLOAT, [4])])
+    np.save(tmp_path / "x.npy", np.array([-1, 0, 1, 2], np.float32))
+    for command in ("run", "compare"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            rc, out, err = _main(capsys, command, path, "--input", f"x={tmp_path / 'x.npy'}", "--json")
+        assert rc == 0 and err == "", err
+        assert "2 non-finite" in out or command == "compare"
