@@ -1203,3 +1203,16 @@ def test_float_results_that_are_inf_or_nan_are_not_warned_about(capsys, tmp_path
             rc, out, err = _main(capsys, command, path, "--input", f"x={tmp_path / 'x.npy'}", "--json")
         assert rc == 0 and err == "", err
         assert "2 non-finite" in out or command == "compare"
+
+
+def test_compare_says_1_step_not_1_steps():
+    """compare's tables and lines said '1 steps' and 'up to 1 quantization steps'."""
+    from qlinear.tools import compare
+
+    assert compare._steps(1) == "1 step" and compare._steps(1.0) == "1 step"
+    assert compare._steps(2) == "2 steps" and compare._steps(0.5) == "0.5 steps"
+    assert compare._steps(1234567) == "1234567 steps"  # an int32 difference, every digit
+    assert compare._fmt_diff({"mismatches": 3, "max_diff": 1, "unit": "steps"}) == "1 step"
+    line = compare._output_line({"name": "y", "dtype": "uint8", "shape": [4], "verdict": "DIFFER",
+                                 "kind": "integer", "mismatches": 1, "elements": 4, "max_steps": 1})
+    assert line.endswith("(1 of 4 elements, up to 1 step)")
