@@ -1159,6 +1159,18 @@ def _params_fit_the_product(g: _Graph, dq: onnx.NodeProto, column_axis: Optional
     return int(_attr(dq, "axis", 1)) % 2 == column_axis
 
 
+def _per_tensor(g: _Graph, *nodes: onnx.NodeProto) -> bool:
+    """Every node's (DequantizeLinear's or QuantizeLinear's) scale is one element, or not a
+    constant (left to the other checks). Measured (onnxruntime 1.32): Add, Mul, Concat and
+    Softmax groups with a per-axis activation DequantizeLinear, and Add, Mul, MatMul and Gemm
+    groups with a per-axis QuantizeLinear, stay in float; the fused kernels take one scale."""
+    for n in nodes:
+        scale = g.const(n.input[1])
+        if scale is not None and scale.size != 1:
+            return False
+    return True
+
+
 def _dq_type(g: _Graph, dq: onnx.NodeProto) -> int:
     return g.elem_type(dq.input[0])
 
@@ -1322,6 +1334,8 @@ class _Rules:
         t = _dq_type(g, dq)
         if t != _q_type(g, q) or _bad_width(t):
             return False
+        if node.op_type == "Softmax" and not _per_tensor(g, dq):
+            return False
         attrs = {"opset": int(g.version(node))} if node.op_type == "Softmax" else None
         new = self._new(grp, op, MS, self._dq_inputs(dq) + self._q_params(q), [q.output[0]], attrs)
         return self._replace(grp, new)
@@ -1338,6 +1352,8 @@ class _Rules:
         t = _dq_type(g, a)
         if t != _dq_type(g, b) or t != _q_type(g, q) or _bad_width(t):
             return False
+        if not _per_tensor(g, a, b, q):
+            return False
         inputs = self._dq_inputs(a) + self._dq_inputs(b) + self._q_params(q)
         return self._replace(grp, self._new(grp, op, MS, inputs, [q.output[0]]))
 
@@ -1351,7 +1367,7 @@ class _Rules:
         t = _dq_type(g, grp.dqs[0])
         if any(_dq_type(g, d) != t for d in grp.dqs) or any(_q_type(g, q) != t for q in grp.qs):
             return False
-        if _bad_width(t):
+        if _bad_width(t) or not _per_tensor(g, *grp.dqs):
             return False
         q = grp.qs[0]
         inputs = self._q_params(q)
@@ -1429,7 +1445,8 @@ class _Rules:
                 return False
             if not _check_qdq_nodes(g, grp) or _q_type(g, grp.qs[0]) != ta:
                 return False
-            if not (_params_fit_the_product(g, a, None) and _params_fit_the_product(g, b, 1)):
+            if not (_params_fit_the_product(g, a, None) and _params_fit_the_product(g, b, 1)
+                    and _per_tensor(g, grp.qs[0])):
                 return False
             q = grp.qs[0]
             inputs = self._dq_inputs(a) + self._dq_inputs(b) + self._q_params(q)
@@ -1458,7 +1475,8 @@ class _Rules:
         if _bad_width(ta) or _bad_width(tb):
             return False
         n_axis = 0 if int(_attr(node, "transB", 0)) else 1  # B's axis along the product's columns
-        if not (_params_fit_the_product(g, a, None) and _params_fit_the_product(g, b, n_axis)):
+        if not (_params_fit_the_product(g, a, None) and _params_fit_the_product(g, b, n_axis)
+                and _per_tensor(g, *grp.qs)):
             return False
         inputs = self._dq_inputs(a) + self._dq_inputs(b)
         if len(grp.dqs) == 3:

@@ -322,6 +322,47 @@ def test_matmul_per_axis_parameters_qlinearmatmul_cannot_take_stay_unfused(case)
     backend.prepare(m).run(feeds_x(m))
 
 
+def _per_axis_dq(b, x, n=3, axis=1):
+    return b.dq(b.q(x, 0.02, 128), np.full(n, 0.02, np.float32), np.full(n, 128, U8), U8, axis=axis)
+
+
+def _per_axis_q(b, y, n):
+    q = b.node("QuantizeLinear", [y, b.const(np.full(n, 0.05, np.float32), "s"),
+                                  b.const(np.full(n, 128, U8), "z")], axis=1)
+    return b.dq(q, np.full(n, 0.05, np.float32), np.full(n, 128, U8), U8, axis=1)
+
+
+@pytest.mark.parametrize("case", ["Add in", "Add out", "Mul in", "Mul out", "Concat in",
+                                  "Softmax in", "MatMul out", "Gemm out"])
+def test_groups_with_per_axis_activations_stay_unfused(case):
+    """Measured (onnxruntime 1.32): Add, Mul, Concat and Softmax groups whose activation
+    DequantizeLinear, and Add, Mul, MatMul and Gemm groups whose QuantizeLinear, quantize per
+    axis stay in float there (onnxruntime runs them); qlinear fused them into kernels that take
+    one scale and failed at run time ('A_scale must be a scalar'). (Where onnxruntime fuses such a
+    group anyway — Sigmoid, LeakyRelu, AveragePool, GlobalAveragePool, Where, Conv — its
+    session fails too, at load or at run time, as qlinear's run does.)"""
+    op, where = case.split()
+    b = Builder()
+    shape = [3, 8] if op in ("MatMul", "Gemm") else [2, 3]
+    x = b.input("x", shape)
+    if op in ("MatMul", "Gemm"):
+        y = b.node(op, [b.qdq(x, 0.02, 100), b.dq(b.const(w7((8, 5)), "w"), 0.03, 0, I8)])
+        m = b.model([_per_axis_q(b, y, 5)])
+    else:
+        xd = _per_axis_dq(b, x) if where == "in" else b.qdq(x, 0.02, 128)
+        if op in ("Add", "Mul"):
+            ins = [xd, b.dq(b.const(rng(5).integers(0, 256, (2, 3)).astype(U8), "c"), 0.03, 100, U8)]
+        elif op == "Concat":
+            ins = [xd, b.qdq(x, 0.03, 100)]
+        else:
+            ins = [xd]
+        y = b.node(op, ins, **({"axis": 0} if op == "Concat" else {}))
+        m = b.model([b.dq(b.q(y, 0.05, 128), 0.05, 128) if where == "in" else _per_axis_q(b, y, 3)])
+    fused = {"Add": f"{MS}.QLinearAdd", "Mul": f"{MS}.QLinearMul", "Concat": f"{MS}.QLinearConcat",
+             "Softmax": f"{MS}.QLinearSoftmax", "MatMul": "QLinearMatMul", "Gemm": f"{MS}.QGemm"}[op]
+    check(m, {fused: 0}, feeds_x(m), ops=backend.fusable_ops())
+
+
 @pytest.mark.parametrize("trans_b,axis,fused", [(1, 0, 1), (1, 1, 0), (0, 1, 1), (0, 0, 0)])
 def test_gemm_per_axis_weights_fuse_only_per_column(trans_b, axis, fused):
     """Measured (onnxruntime 1.32): a Gemm whose weight DequantizeLinear is per column of the
