@@ -45,8 +45,9 @@ _INPUT_TYPES: dict[str, dict[int, set[int]]] = {
     "QLinearConv": {0: _EIGHT_BIT, 3: _EIGHT_BIT, 8: {_T.INT32}},
     "MatMulIntegerToFloat": {0: _EIGHT_BIT, 1: _EIGHT_BIT, 6: _FLOAT},
     "DynamicQuantizeMatMul": {0: _FLOAT, 1: _EIGHT_BIT},
-    "QuantizeLinear": {0: _FLOAT, 2: _EIGHT_BIT | {_T.UINT16, _T.INT16}},
-    "DequantizeLinear": {0: _EIGHT_BIT | {_T.UINT16, _T.INT16, _T.INT32}},
+    # (float16 scales: onnxruntime computes a float16 output in float16 arithmetic; refused)
+    "QuantizeLinear": {0: _FLOAT, 1: _FLOAT, 2: _EIGHT_BIT | {_T.UINT16, _T.INT16}},
+    "DequantizeLinear": {0: _EIGHT_BIT | {_T.UINT16, _T.INT16, _T.INT32}, 1: _FLOAT},
     # The float operators of quantized transformers (within float tolerance, not bit-exact).
     "QAttention": {0: _EIGHT_BIT, 1: _EIGHT_BIT, 2: _FLOAT},
     "Attention": {0: _FLOAT, 1: _FLOAT},
