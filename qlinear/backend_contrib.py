@@ -32,24 +32,25 @@ _FLOAT = {_T.FLOAT}
 
 # Operator → {input index: allowed element types}, checked where shape inference knows them.
 _INPUT_TYPES: dict[str, dict[int, set[int]]] = {
-    "QLinearAdd": {0: _EIGHT_BIT, 3: _EIGHT_BIT},
-    "QLinearMul": {0: _EIGHT_BIT, 3: _EIGHT_BIT},
-    "QLinearSigmoid": {0: _EIGHT_BIT},
-    "QLinearLeakyRelu": {0: _EIGHT_BIT},
-    "QLinearConcat": {1: _EIGHT_BIT},
-    "QLinearWhere": {1: _EIGHT_BIT, 4: _EIGHT_BIT},
-    "QLinearGlobalAveragePool": {0: _EIGHT_BIT},
-    "QLinearAveragePool": {0: _EIGHT_BIT},
-    "QLinearSoftmax": {0: _EIGHT_BIT},
-    "QGemm": {0: _EIGHT_BIT, 3: _EIGHT_BIT, 6: {_T.INT32}},
-    "QLinearConv": {0: _EIGHT_BIT, 3: _EIGHT_BIT, 8: {_T.INT32}},
-    "MatMulIntegerToFloat": {0: _EIGHT_BIT, 1: _EIGHT_BIT, 6: _FLOAT},
-    "DynamicQuantizeMatMul": {0: _FLOAT, 1: _EIGHT_BIT},
-    # (float16 scales: onnxruntime computes a float16 output in float16 arithmetic; refused)
+    "QLinearAdd": {0: _EIGHT_BIT, 1: _FLOAT, 3: _EIGHT_BIT, 4: _FLOAT, 6: _FLOAT},
+    "QLinearMul": {0: _EIGHT_BIT, 1: _FLOAT, 3: _EIGHT_BIT, 4: _FLOAT, 6: _FLOAT},
+    "QLinearSigmoid": {0: _EIGHT_BIT, 1: _FLOAT, 3: _FLOAT},
+    "QLinearLeakyRelu": {0: _EIGHT_BIT, 1: _FLOAT, 3: _FLOAT},
+    "QLinearConcat": {0: _FLOAT, 1: _EIGHT_BIT},
+    "QLinearWhere": {1: _EIGHT_BIT, 2: _FLOAT, 4: _EIGHT_BIT, 5: _FLOAT, 7: _FLOAT},
+    "QLinearGlobalAveragePool": {0: _EIGHT_BIT, 1: _FLOAT, 3: _FLOAT},
+    "QLinearAveragePool": {0: _EIGHT_BIT, 1: _FLOAT, 3: _FLOAT},
+    "QLinearSoftmax": {0: _EIGHT_BIT, 1: _FLOAT, 3: _FLOAT},
+    "QGemm": {0: _EIGHT_BIT, 1: _FLOAT, 3: _EIGHT_BIT, 4: _FLOAT, 6: {_T.INT32}, 7: _FLOAT},
+    "QLinearConv": {0: _EIGHT_BIT, 1: _FLOAT, 3: _EIGHT_BIT, 4: _FLOAT, 6: _FLOAT, 8: {_T.INT32}},
+    "MatMulIntegerToFloat": {0: _EIGHT_BIT, 1: _EIGHT_BIT, 2: _FLOAT, 3: _FLOAT, 6: _FLOAT},
+    "DynamicQuantizeMatMul": {0: _FLOAT, 1: _EIGHT_BIT, 2: _FLOAT},
+    # (float16 scales: onnxruntime computes a float16 output in float16 arithmetic where its
+    # schema allows them; qlinear's kernels are float32: refused rather than answered in float32)
     "QuantizeLinear": {0: _FLOAT, 1: _FLOAT, 2: _EIGHT_BIT | {_T.UINT16, _T.INT16}},
     "DequantizeLinear": {0: _EIGHT_BIT | {_T.UINT16, _T.INT16, _T.INT32}, 1: _FLOAT},
     # The float operators of quantized transformers (within float tolerance, not bit-exact).
-    "QAttention": {0: _EIGHT_BIT, 1: _EIGHT_BIT, 2: _FLOAT},
+    "QAttention": {0: _EIGHT_BIT, 1: _EIGHT_BIT, 2: _FLOAT, 3: _FLOAT, 4: _FLOAT},
     "Attention": {0: _FLOAT, 1: _FLOAT},
     "EmbedLayerNormalization": {0: {_T.INT32}, 2: _FLOAT},
     "SkipLayerNormalization": {0: _FLOAT, 1: _FLOAT},

@@ -1044,15 +1044,22 @@ def test_backend_refuses_float16_scales_of_contrib_quantize_and_dequantize():
     front, naming the input and type, as ai.onnx DequantizeLinear-19's float16 scales are."""
     T = onnx.TensorProto
     nodes = [helper.make_node("DequantizeLinear", ["x", "s16", "z"], ["y"], domain="com.microsoft", name="dq"),
-             helper.make_node("QuantizeLinear", ["f", "s16", "z"], ["q"], domain="com.microsoft", name="q")]
+             helper.make_node("QuantizeLinear", ["f", "s16", "z"], ["q"], domain="com.microsoft", name="q"),
+             # (MatMulIntegerToFloat too: float16 output in onnxruntime, float32 in qlinear)
+             helper.make_node("MatMulIntegerToFloat", ["x2", "w", "s", "s16"], ["mm"], domain="com.microsoft",
+                              name="mm")]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.UINT8, [4]),
-                                           helper.make_tensor_value_info("f", T.FLOAT, [4])],
+                                           helper.make_tensor_value_info("f", T.FLOAT, [4]),
+                                           helper.make_tensor_value_info("x2", T.UINT8, [1, 4])],
                               [helper.make_tensor_value_info("y", T.FLOAT16, None),
-                               helper.make_tensor_value_info("q", T.UINT8, None)],
-                              [numpy_helper.from_array(np.float16(0.1), "s16"), numpy_helper.from_array(np.uint8(3), "z")])
+                               helper.make_tensor_value_info("q", T.UINT8, None),
+                               helper.make_tensor_value_info("mm", T.FLOAT16, None)],
+                              [numpy_helper.from_array(np.float16(0.1), "s16"), numpy_helper.from_array(np.uint8(3), "z"),
+                               numpy_helper.from_array(F(0.1), "s"), numpy_helper.from_array(np.ones((4, 2), np.int8), "w")])
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
     problems = {p.node: p.reason for p in backend.check_model(m)}
-    assert problems == {"dq": "input 1 is float16; supported: float32", "q": "input 1 is float16; supported: float32"}
+    assert problems == {"dq": "input 1 is float16; supported: float32", "q": "input 1 is float16; supported: float32",
+                        "mm": "input 3 is float16; supported: float32"}
     with pytest.raises(backend.UnsupportedModelError, match="float16"):
         backend.prepare(m)
 
