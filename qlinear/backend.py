@@ -1024,6 +1024,19 @@ class QLinearRep(BackendRep):
         self._declared = [_declared_input(i) for i in model.graph.input if i.name not in inits]
         self._all_input_names = {i.name for i in model.graph.input}  # defaults may be fed too
         self.output_names = [o.name for o in model.graph.output]
+        #: graph outputs of optional type: onnx.reference holds such a value as a one-element
+        #: list ([tensor], or [None] when empty); the caller gets the tensor (or None), as
+        #: from onnxruntime
+        self._optional_outputs = [i for i, o in enumerate(model.graph.output)
+                                  if o.type.HasField("optional_type")]
+
+    def _unwrap_optionals(self, values: list) -> list:
+        """``values`` (every graph output, in order) with the optional ones unwrapped."""
+        for i in self._optional_outputs:
+            v = values[i]
+            if isinstance(v, list) and len(v) == 1:
+                values[i] = v[0]
+        return values
 
     def _named(self, fn):
         """Run ``fn``; an error from inside an operator names the node it came from."""
@@ -1093,15 +1106,21 @@ class QLinearRep(BackendRep):
         """Outputs in graph order. ``progress=None`` shows a bar on a terminal's stderr."""
         feeds = self._feeds(inputs)
         with _blas.single_threaded():
-            return tuple(self._named(lambda: self._with_progress(
-                lambda: self.evaluator.run(None, feeds), progress)))
+            values = self._named(lambda: self._with_progress(
+                lambda: self.evaluator.run(None, feeds), progress))
+        return tuple(self._unwrap_optionals(values) if self._optional_outputs else values)
 
     def run_all(self, inputs, progress: bool | None = False) -> dict[str, Any]:
         """Every tensor of the graph (inputs, initializers, intermediates, outputs) by name."""
         feeds = self._feeds(inputs)
         with _blas.single_threaded():
-            return self._named(lambda: self._with_progress(
+            results = self._named(lambda: self._with_progress(
                 lambda: self.evaluator.run(None, feeds, intermediate=True), progress))
+        if self._optional_outputs:
+            values = self._unwrap_optionals([results.get(n) for n in self.output_names])
+            for i in self._optional_outputs:
+                results[self.output_names[i]] = values[i]
+        return results
 
     def _with_progress(self, fn, enabled):
         if enabled is False:

@@ -1216,3 +1216,49 @@ def test_compare_says_1_step_not_1_steps():
     line = compare._output_line({"name": "y", "dtype": "uint8", "shape": [4], "verdict": "DIFFER",
                                  "kind": "integer", "mismatches": 1, "elements": 4, "max_steps": 1})
     assert line.endswith("(1 of 4 elements, up to 1 step)")
+
+
+def test_optional_graph_outputs_are_their_tensor(capsys, tmp_path):
+    """onnx.reference holds an optional value as a one-element list; a graph output of optional
+    type came out as that list: run printed shape [1, 2] for a [2] tensor, wrote it to .npy
+    with the extra axis, and compare said DIFFER against onnxruntime's [2] tensor."""
+    import onnx
+
+    opt = helper.make_optional_type_proto(helper.make_tensor_type_proto(T.FLOAT, [2]))
+    path = tmp_path / "opt.onnx"
+    m = helper.make_model(helper.make_graph([helper.make_node("Optional", ["x"], ["o"])], "g",
+                                            [_vi("x", T.FLOAT, [2])], [helper.make_value_info("o", opt)]),
+                          opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    x = np.array([1.5, -2.0], np.float32)
+    (o,) = backend.prepare(m).run({"x": x})
+    assert type(o) is np.ndarray
+    np.testing.assert_array_equal(o, x)
+    assert backend.prepare(m).run_all({"x": x})["o"].shape == (2,)
+    np.save(tmp_path / "x.npy", x)
+    rc, out, err = _main(capsys, "run", path, "--input", f"x={tmp_path / 'x.npy'}", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["outputs"][0]["shape"] == [2]
+    rc, out, err = _main(capsys, "compare", path, "--input", f"x={tmp_path / 'x.npy'}")
+    assert rc == 0 and out.strip().endswith("outputs: identical"), out + err
+
+
+def test_optional_output_after_a_plain_one_and_an_empty_optional():
+    """The unwrapping keeps each output in its place (a plain output first), and an empty
+    optional (Optional with no input) is None, as onnxruntime returns it."""
+    opt = helper.make_optional_type_proto(helper.make_tensor_type_proto(T.FLOAT, [2]))
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Optional", ["x"], ["o"]),
+         helper.make_node("Optional", [], ["e"], type=helper.make_tensor_type_proto(T.FLOAT, [2]))],
+        "g", [_vi("x", T.FLOAT, [2])],
+        [_vi("r", T.FLOAT, [2]), helper.make_value_info("o", opt), helper.make_value_info("e", opt)]),
+        opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    x = np.array([1.5, -2.0], np.float32)
+    r, o, e = backend.prepare(m).run({"x": x})
+    np.testing.assert_array_equal(r, [1.5, 0.0])
+    np.testing.assert_array_equal(o, x)
+    assert e is None
+    every = backend.prepare(m).run_all({"x": x})
+    assert every["o"].shape == (2,) and every["e"] is None and every["r"].shape == (2,)
