@@ -1548,12 +1548,13 @@ def test_implicit_gemm_parallel_images(case, seven_bit, engine_level):
 @pytest.mark.parametrize("seven_bit", [False, True])
 def test_implicit_gemm_parallel_images_helpers(case, seven_bit, engine_level):
     """The images-in-parallel schedule's helpers (conv.c's ig_help: a thread without an image
-    of its own runs GEMM subtasks - row blocks x tile blocks - of the images still running, on
-    their owners' copies, then the merged tail panels): with the test hook conv_force_steal the
-    last image's owner leaves every subtask of its image to them, so they run on every call
-    whatever the threads' speeds; against the oracle on the same cases (K blocks: the helper's
-    own C block; a leftover image's dot columns gathered by its owner; 3 threads; 1-D), and
-    (avx2, scalar) that helpers ran subtasks exactly where the schedule was taken."""
+    of its own copies blocks of the images still running into their owners' regions - the one
+    finishing an image's copy fills its panel and dot columns and publishes it - and runs their
+    GEMM subtasks, row blocks x tile blocks, then the merged tail panels): with the test hook
+    conv_force_steal the last image's owner leaves all of its image to them, so they run on
+    every call whatever the threads' speeds; against the oracle on the same cases (K blocks:
+    the helper's own C block; a leftover image's dot columns; 3 threads; 1-D; stride 2), and
+    (avx2, scalar) that helpers ran pieces exactly where the schedule was taken."""
     from qlinear import _native
     if engine_level == "numpy" or _native.native() is None:
         pytest.skip("the native engine's schedule")

@@ -24,6 +24,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1582,15 +1583,19 @@ static void ig_tile_blocks(ig_ctx *c, int run_threads)
             }
 }
 
-/* Shared state of the images-in-parallel schedule (ig_run). Image j is published (owner[j] =
- * its thread + 1, a release store) once its owner has written its copy, its last tile's columns
- * into their panel and, for a leftover image, its dot columns; from then on its GEMM subtasks
- * (row blocks x tile blocks, tasks of ig_gemm_task) are claimed one at a time from next[j], by
- * the owner and by any thread left without an image (ig_help). The merged tail panels' tasks
- * (pnext, of the context `panels`) become claimable once every image is published. */
+/* Shared state of the images-in-parallel schedule (ig_run). Image j belongs to the thread that
+ * claimed task j (its owner: owner[j] = thread + 1), whose region holds its copy. Its work is
+ * claimed piece by piece, by the owner and by any thread left without an image (ig_help):
+ * first its copy blocks (cnext[j]; cdone[j] counts those finished - the thread that finishes
+ * the last writes the image's last tile into its panel and, for a leftover image, its dot
+ * columns, then publishes it: ready[j], a release store), then its GEMM subtasks (row blocks x
+ * tile blocks, tasks of ig_gemm_task: next[j]). The merged tail panels' tasks (pnext, of the
+ * context `panels`) are claimable once every image is published. */
 typedef struct ig_share {
+    int *owner;              /* per image: owner thread + 1, 0 until its task starts */
+    int64_t *cnext, *cdone;  /* per image: its next copy block, its copy blocks done */
+    int *ready;              /* per image: published (copy, panel columns, dot columns written) */
     int64_t *next;           /* per image: its next GEMM subtask */
-    int *owner;              /* per image: owner thread + 1 once published, else 0 */
     int64_t itasks;          /* GEMM subtasks per image */
     int64_t tile_blocks;     /* their tile blocks (row_blocks x tile_blocks = itasks) */
     int64_t pnext, ptasks;   /* the panel phase's next task and its tasks */
@@ -1602,10 +1607,10 @@ typedef struct ig_share {
  * with one row block (64 or 128 output channels) in tile blocks of an eighth of its image. */
 #define IG_STEAL_TASKS 8
 
-/* Test hook (conv_force_steal): the last image's owner publishes it and runs none of its
- * subtasks, so that the helpers (ig_help) run them - the stealing code exercised
+/* Test hook (conv_force_steal): the last image's owner claims none of its copy blocks and
+ * GEMM subtasks, so that the helpers (ig_help) run them all - the sharing exercised
  * deterministically, on any number of threads (the last image: no owner claims another image
- * after it, so its region stays as it is until the call ends). */
+ * after it, so its region is the image's until the call ends). */
 static int ig_force_steal;
 
 /* Image j of the images-in-parallel schedule as a chunk of one image whose copy is in thread
@@ -1624,30 +1629,64 @@ static void ig_image_view(const ig_ctx *c, int64_t j, int region, ig_ctx *v)
     v->tile_blocks = c->share->tile_blocks;
 }
 
-/* A thread without an image (task >= N of ig_chunk_task): GEMM subtasks of the images still
- * running (waiting, briefly, for those whose owners are still copying), then the merged tail
- * panels' tasks, until none is left. Claims are atomic: every subtask runs exactly once, on
- * whichever thread claimed it - the same function on the same operands, so the same bits. */
+/* Copy blocks of image j (view v) until none is left to claim; the thread that finishes the
+ * last one (cdone's acquire-release add: every block's bytes visible to it) fills the image's
+ * panel columns and dot columns and publishes it. Returns the blocks this thread copied. */
+static int64_t ig_share_copy(const ig_ctx *c, int64_t j, ig_ctx *v, int thread)
+{
+    ig_share *sh = c->share;
+    int64_t n = 0;
+    for (int64_t k; (k = __atomic_fetch_add(&sh->cnext[j], 1, __ATOMIC_RELAXED)) < v->nblk; n++) {
+        ig_copy_chunk_task(v, (ptrdiff_t)k, thread);
+        if (__atomic_add_fetch(&sh->cdone[j], 1, __ATOMIC_ACQ_REL) < v->nblk) continue;
+        if (v->tpm) {
+            ig_tail_task(v, 0, thread);
+            if (c->nleft && j >= c->left_j0) ig_left_task((void *)c, (ptrdiff_t)(j - c->left_j0), thread);
+        }
+        __atomic_store_n(&sh->ready[j], 1, __ATOMIC_RELEASE);
+    }
+    return n;
+}
+
+/* GEMM subtasks of published image j (view v) until none is left; returns those run here. */
+static int64_t ig_share_gemm(const ig_ctx *c, int64_t j, ig_ctx *v, int thread)
+{
+    ig_share *sh = c->share;
+    int64_t n = 0;
+    for (int64_t k; (k = __atomic_fetch_add(&sh->next[j], 1, __ATOMIC_RELAXED)) < sh->itasks; n++)
+        ig_gemm_task(v, (ptrdiff_t)k, thread);
+    return n;
+}
+
+/* A thread without an image (task >= N of ig_chunk_task): copy blocks and GEMM subtasks of
+ * the images still running, then the merged tail panels' tasks, until none is left. Where
+ * the only work left is a block another thread is running, it waits (pause, then yielding
+ * the CPU: on a loaded machine that thread may be waiting for it). Claims are atomic: every
+ * piece runs exactly once, on whichever thread claimed it - the same function on the same
+ * operands, so the same bits. */
 static void ig_help(const ig_ctx *c, int thread)
 {
     ig_share *sh = c->share;
     ig_ctx v;
-    for (;;) {
+    for (int spins = 0;; spins++) {
         int pending = 0;
         for (int64_t j = 0; j < c->nbatch; j++) {
             int o = __atomic_load_n(&sh->owner[j], __ATOMIC_ACQUIRE);
-            if (!o) { pending = 1; continue; }   /* its owner is copying it */
-            if (__atomic_load_n(&sh->next[j], __ATOMIC_RELAXED) >= sh->itasks) continue;
+            if (!o) { pending = 1; continue; }   /* claimed, its task not started yet */
+            if (__atomic_load_n(&sh->ready[j], __ATOMIC_ACQUIRE) &&
+                __atomic_load_n(&sh->next[j], __ATOMIC_RELAXED) >= sh->itasks)
+                continue;
             ig_image_view(c, j, o - 1, &v);
-            for (int64_t k; (k = __atomic_fetch_add(&sh->next[j], 1, __ATOMIC_RELAXED)) < sh->itasks;) {
-                ig_gemm_task(&v, (ptrdiff_t)k, thread);
-                __atomic_add_fetch(&ig_calls[7], 1, __ATOMIC_RELAXED);
-            }
+            int64_t n = ig_share_copy(c, j, &v, thread);
+            if (!__atomic_load_n(&sh->ready[j], __ATOMIC_ACQUIRE)) { pending = 1; continue; }
+            n += ig_share_gemm(c, j, &v, thread);
+            if (n) __atomic_add_fetch(&ig_calls[7], n, __ATOMIC_RELAXED);
         }
         if (!pending) break;
 #if QL_X86
         _mm_pause();
 #endif
+        if (spins >= 64) sched_yield();
     }
     /* every image published (acquired above): every panel's columns written */
     for (int64_t k; (k = __atomic_fetch_add(&sh->pnext, 1, __ATOMIC_RELAXED)) < sh->ptasks;)
@@ -1655,12 +1694,12 @@ static void ig_help(const ig_ctx *c, int thread)
 }
 
 /* Task of the images-in-parallel schedule (ig_run): task j < N is image j, owned by this
- * thread: its copy into the thread's own region, its last tile into its panel (shared: each
- * image's columns are its own bytes of the panel) and a leftover image's dot columns, then it
- * is published and its GEMM subtasks claimed in turn with any helper; tasks N.. are helpers
- * (ig_help), claimed only once every image has an owner (the pool claims tasks in order), so
- * no region is reused while a helper may read it. The same task functions the threads share
- * on the other schedule: the same kernels on the same operands. */
+ * thread (its copy in the thread's own region): its copy blocks and then its GEMM subtasks,
+ * claimed with any helper; tasks N.. are helpers (ig_help), claimed only once every image has
+ * an owner (the pool claims tasks in order), so no region is reused while a helper may use it.
+ * The owner leaves an image it did not publish itself to the helper finishing its copy. The
+ * same task functions the threads share on the other schedule: the same kernels on the same
+ * operands. */
 static void ig_chunk_task(void *vctx, ptrdiff_t task, int thread)
 {
     const ig_ctx *c = (const ig_ctx *)vctx;
@@ -1672,16 +1711,12 @@ static void ig_chunk_task(void *vctx, ptrdiff_t task, int thread)
     int64_t j = (int64_t)task;
     ig_ctx v;
     ig_image_view(c, j, thread, &v);
-    for (ptrdiff_t k = 0; k < (ptrdiff_t)v.nblk; k++) ig_copy_chunk_task(&v, k, thread);
-    if (v.tpm) {
-        ig_tail_task(&v, 0, thread);
-        if (c->nleft && j >= c->left_j0) ig_left_task(vctx, (ptrdiff_t)(j - c->left_j0), thread);
-    }
     __atomic_store_n(&sh->owner[j], thread + 1, __ATOMIC_RELEASE);
     if (j == c->nbatch - 1 && __atomic_load_n(&ig_force_steal, __ATOMIC_RELAXED)) return;
-    for (int64_t k; (k = __atomic_fetch_add(&sh->next[j], 1, __ATOMIC_RELAXED)) < sh->itasks;)
-        ig_gemm_task(&v, (ptrdiff_t)k, thread);
+    ig_share_copy(c, j, &v, thread);
+    if (__atomic_load_n(&sh->ready[j], __ATOMIC_ACQUIRE)) ig_share_gemm(c, j, &v, thread);
 }
+
 long long ql_conv_steal_counts(void) { return __atomic_load_n(&ig_calls[7], __ATOMIC_RELAXED); }
 
 int ql_conv_force_steal(int on)
@@ -2069,8 +2104,8 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         c.nimg = 1;
         ig_share sh;
         memset(&sh, 0, sizeof sh);
-        sh.next = (int64_t *)calloc((size_t)p->N, sizeof(int64_t));
-        sh.owner = (int *)calloc((size_t)p->N, sizeof(int));
+        sh.next = (int64_t *)calloc(3 * (size_t)p->N, sizeof(int64_t));
+        sh.owner = (int *)calloc(2 * (size_t)p->N, sizeof(int));
         ig_ctx pc = c;   /* the panel phase */
         if (tpm) {
             c.left_j0 = p->N - nleft;
@@ -2092,7 +2127,11 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         if (sh.tile_blocks > tiles) sh.tile_blocks = tiles;
         sh.itasks = (int64_t)c.row_blocks * sh.tile_blocks;
         c.share = &sh;
-        if (!sh.next || !sh.owner) {
+        if (sh.next && sh.owner) {
+            sh.cnext = sh.next + p->N;
+            sh.cdone = sh.next + 2 * p->N;
+            sh.ready = sh.owner + p->N;
+        } else {
             free(sh.next); free(sh.owner);
             dw_scratch_put(copy_mem, copy_cached);
             free(c.scratch_mem); free(c.off); free(c.cblock_mem); free(c.xt); free(tp_mem); free(c.offp);
