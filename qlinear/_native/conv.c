@@ -1982,9 +1982,11 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     size_t per = c.cstride + (tpm ? (tp_bytes + (size_t)tpm - 1) / (size_t)tpm : xt_bytes);
     int64_t nimg = ig_batch_images(p->N, per, workspace - fixed);
     size_t region = (size_t)(nimg - 1) * c.cstride + copy_bytes;   /* one image: copy_bytes, as ever */
-    /* Images in parallel: a batch of at least one image per thread runs each image whole on
-     * one thread (ig_chunk_task: its copy into that thread's own region, its GEMM over its
-     * tiles row block by row block), the images claimed in turn, instead of one chunk after
+    /* Images in parallel: a batch of at least one image per thread runs each image on one
+     * thread (ig_chunk_task: its copy into that thread's own region, its GEMM over its tiles
+     * row block by row block; once no image is left to claim, the other threads share the
+     * blocks of those still running and the merged tail panels, ig_help: measured in
+     * docs/benchmarks.md, branch b8g), the images claimed in turn, instead of one chunk after
      * another with every thread on each (one region for the whole batch, then one for the
      * merged tail panels, against two to four per chunk: each a join where the threads wait
      * for the slower one). Measured on the ResNet-50 batch-8 layers, 2 threads, alternating
