@@ -1544,37 +1544,6 @@ def test_implicit_gemm_parallel_images(case, seven_bit, engine_level):
         assert (took[0], took[1], took[6]) == (2, 0, 2 if taken else 0), took
 
 
-@pytest.mark.parametrize("case", range(len(_PARALLEL_IMAGE_CASES)))
-@pytest.mark.parametrize("seven_bit", [False, True])
-def test_implicit_gemm_parallel_images_helpers(case, seven_bit, engine_level):
-    """The images-in-parallel schedule's helpers (conv.c's ig_help: a thread without an image
-    of its own copies blocks of the images still running into their owners' regions - the one
-    finishing an image's copy fills its panel and dot columns and publishes it - and runs their
-    GEMM subtasks, row blocks x tile blocks, then the merged tail panels): with the test hook
-    conv_force_steal the last image's owner leaves all of its image to them, so they run on
-    every call whatever the threads' speeds; against the oracle on the same cases (K blocks:
-    the helper's own C block; a leftover image's dot columns; 3 threads; 1-D; stride 2), and
-    (avx2, scalar) that helpers ran pieces exactly where the schedule was taken."""
-    from qlinear import _native
-    if engine_level == "numpy" or _native.native() is None:
-        pytest.skip("the native engine's schedule")
-    spatial, kernel, attrs, cin, m, n, threads, taken = _PARALLEL_IMAGE_CASES[case]
-    rng = np.random.default_rng([case, seven_bit, 54])
-    xdt, wdt, ydt = ALL_8BIT_COMBOS[(case + 5 * seven_bit + 1) % len(ALL_8BIT_COMBOS)]
-    x, w, wz = _implicit_operands(rng, xdt, wdt, (n, cin, *spatial), (m, cin, *kernel), seven_bit)
-    before = _native._C.conv_steal_counts()
-    was = _native._C.conv_force_steal(True)
-    try:
-        with num_threads(threads):
-            check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
-            check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
-    finally:
-        _native._C.conv_force_steal(was)
-    if _native._C.get_isa() in ("avx2", "scalar"):
-        helped = _native._C.conv_steal_counts() - before
-        assert (helped > 0) == taken, helped
-
-
 # ----------------------------------------------------------------------------- narrow tails
 
 # output widths whose last 16-column tile has every width 1..16 (and 7x7 / 14x14 planes' 49,

@@ -24,7 +24,6 @@
 
 #include <limits.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -975,12 +974,10 @@ typedef struct ig_ctx {
     ptrdiff_t *offp;
     ptrdiff_t img_pix;
     char *out0;
-    /* images in parallel (ig_run): each image copied by one thread (its owner) into that
-     * thread's region copy + thread * pregion, its GEMM subtasks shared (ig_chunk_task);
-     * nbatch: the images of the call */
+    /* images in parallel (ig_run): each chunk of nimg images (one) runs whole on one thread, its
+     * copy in that thread's region copy + thread * pregion; nbatch: the images of the call */
     size_t pregion;
     int64_t nbatch;
-    struct ig_share *share;                /* claims and publication (ig_chunk_task) */
 } ig_ctx;
 
 /* The n bytes at src to dst (SSE2 16-byte moves, the last one overlapping; n >= 16), inline:
@@ -1363,10 +1360,10 @@ static void ig_gather_task(void *vctx, ptrdiff_t j, int thread)
 /* Calls that took each GEMM path (implicit, im2col), then the implicit path's GEMMs over
  * several images, the images they covered and the merged tail panels their tasks ran (once per
  * row block), the implicit runs on shifted planes (ig_shift_pays) and those whose images ran in
- * parallel, one thread an image (ig_chunk_task), and the GEMM subtasks of those images that
- * helper tasks ran (ig_help: a thread without an image of its own): a diagnostic the tests read to prove which
- * path their cases exercised (relaxed atomics: calls may come from several threads). */
-static long long ig_calls[8];
+ * parallel, one thread an image (ig_chunk_task): a diagnostic the tests
+ * read to prove which path their cases exercised (relaxed atomics: calls may come from several
+ * threads). */
+static long long ig_calls[7];
 
 /* Packing task: the chunk's images' last tiles into the panel u = n0 / tpm + task they belong to. */
 static void ig_tail_task(void *vctx, ptrdiff_t task, int thread)
@@ -1583,145 +1580,33 @@ static void ig_tile_blocks(ig_ctx *c, int run_threads)
             }
 }
 
-/* Shared state of the images-in-parallel schedule (ig_run). Image j belongs to the thread that
- * claimed task j (its owner: owner[j] = thread + 1), whose region holds its copy. Its work is
- * claimed piece by piece, by the owner and by any thread left without an image (ig_help):
- * first its copy blocks (cnext[j]; cdone[j] counts those finished - the thread that finishes
- * the last writes the image's last tile into its panel and, for a leftover image, its dot
- * columns, then publishes it: ready[j], a release store), then its GEMM subtasks (row blocks x
- * tile blocks, tasks of ig_gemm_task: next[j]). The merged tail panels' tasks (pnext, of the
- * context `panels`) are claimable once every image is published. */
-typedef struct ig_share {
-    int *owner;              /* per image: owner thread + 1, 0 until its task starts */
-    int64_t *cnext, *cdone;  /* per image: its next copy block, its copy blocks done */
-    int *ready;              /* per image: published (copy, panel columns, dot columns written) */
-    int64_t *next;           /* per image: its next GEMM subtask */
-    int64_t itasks;          /* GEMM subtasks per image */
-    int64_t tile_blocks;     /* their tile blocks (row_blocks x tile_blocks = itasks) */
-    int64_t pnext, ptasks;   /* the panel phase's next task and its tasks */
-    ig_ctx *panels;          /* the panel phase's context */
-} ig_share;
-
-/* Subtasks per image of the images-in-parallel schedule (at least; row blocks times tile
- * blocks): what a thread left without an image can take from one still running. 8: a layer
- * with one row block (64 or 128 output channels) in tile blocks of an eighth of its image. */
-#define IG_STEAL_TASKS 8
-
-/* Test hook (conv_force_steal): the last image's owner claims none of its copy blocks and
- * GEMM subtasks, so that the helpers (ig_help) run them all - the sharing exercised
- * deterministically, on any number of threads (the last image: no owner claims another image
- * after it, so its region is the image's until the call ends). */
-static int ig_force_steal;
-
-/* Image j of the images-in-parallel schedule as a chunk of one image whose copy is in thread
- * `region`'s region: its input, output and copy; no panels of its own (they run once every
- * image is published). */
-static void ig_image_view(const ig_ctx *c, int64_t j, int region, ig_ctx *v)
-{
-    *v = *c;
-    v->nimg = 1;
-    v->n0 = j;
-    v->copy = c->copy + (size_t)region * c->pregion;
-    v->xg = c->xg + (size_t)j * c->xstride;
-    v->ep.out = (char *)c->ep.out + (size_t)j * c->ostride;
-    v->u_run0 = v->u_run1 = v->nleft = 0;
-    v->cpt = 1;
-    v->tile_blocks = c->share->tile_blocks;
-}
-
-/* Copy blocks of image j (view v) until none is left to claim; the thread that finishes the
- * last one (cdone's acquire-release add: every block's bytes visible to it) fills the image's
- * panel columns and dot columns and publishes it. Returns the blocks this thread copied. */
-static int64_t ig_share_copy(const ig_ctx *c, int64_t j, ig_ctx *v, int thread)
-{
-    ig_share *sh = c->share;
-    int64_t n = 0;
-    for (int64_t k; (k = __atomic_fetch_add(&sh->cnext[j], 1, __ATOMIC_RELAXED)) < v->nblk; n++) {
-        ig_copy_chunk_task(v, (ptrdiff_t)k, thread);
-        if (__atomic_add_fetch(&sh->cdone[j], 1, __ATOMIC_ACQ_REL) < v->nblk) continue;
-        if (v->tpm) {
-            ig_tail_task(v, 0, thread);
-            if (c->nleft && j >= c->left_j0) ig_left_task((void *)c, (ptrdiff_t)(j - c->left_j0), thread);
-        }
-        __atomic_store_n(&sh->ready[j], 1, __ATOMIC_RELEASE);
-    }
-    return n;
-}
-
-/* GEMM subtasks of published image j (view v) until none is left; returns those run here. */
-static int64_t ig_share_gemm(const ig_ctx *c, int64_t j, ig_ctx *v, int thread)
-{
-    ig_share *sh = c->share;
-    int64_t n = 0;
-    for (int64_t k; (k = __atomic_fetch_add(&sh->next[j], 1, __ATOMIC_RELAXED)) < sh->itasks; n++)
-        ig_gemm_task(v, (ptrdiff_t)k, thread);
-    return n;
-}
-
-/* A thread without an image (task >= N of ig_chunk_task): copy blocks and GEMM subtasks of
- * the images still running, then the merged tail panels' tasks, until none is left. Where
- * the only work left is a block another thread is running, it waits (pause, then yielding
- * the CPU: on a loaded machine that thread may be waiting for it). Claims are atomic: every
- * piece runs exactly once, on whichever thread claimed it - the same function on the same
- * operands, so the same bits. */
-static void ig_help(const ig_ctx *c, int thread)
-{
-    ig_share *sh = c->share;
-    ig_ctx v;
-    for (int spins = 0;; spins++) {
-        int pending = 0;
-        for (int64_t j = 0; j < c->nbatch; j++) {
-            int o = __atomic_load_n(&sh->owner[j], __ATOMIC_ACQUIRE);
-            if (!o) { pending = 1; continue; }   /* claimed, its task not started yet */
-            if (__atomic_load_n(&sh->ready[j], __ATOMIC_ACQUIRE) &&
-                __atomic_load_n(&sh->next[j], __ATOMIC_RELAXED) >= sh->itasks)
-                continue;
-            ig_image_view(c, j, o - 1, &v);
-            int64_t n = ig_share_copy(c, j, &v, thread);
-            if (!__atomic_load_n(&sh->ready[j], __ATOMIC_ACQUIRE)) { pending = 1; continue; }
-            n += ig_share_gemm(c, j, &v, thread);
-            if (n) __atomic_add_fetch(&ig_calls[7], n, __ATOMIC_RELAXED);
-        }
-        if (!pending) break;
-#if QL_X86
-        _mm_pause();
-#endif
-        if (spins >= 64) sched_yield();
-    }
-    /* every image published (acquired above): every panel's columns written */
-    for (int64_t k; (k = __atomic_fetch_add(&sh->pnext, 1, __ATOMIC_RELAXED)) < sh->ptasks;)
-        ig_gemm_task(sh->panels, (ptrdiff_t)k, thread);
-}
-
-/* Task of the images-in-parallel schedule (ig_run): task j < N is image j, owned by this
- * thread (its copy in the thread's own region): its copy blocks and then its GEMM subtasks,
- * claimed with any helper; tasks N.. are helpers (ig_help), claimed only once every image has
- * an owner (the pool claims tasks in order), so no region is reused while a helper may use it.
- * The owner leaves an image it did not publish itself to the helper finishing its copy. The
- * same task functions the threads share on the other schedule: the same kernels on the same
- * operands. */
+/* Chunk task of the images-in-parallel schedule (ig_run, which makes every chunk one image):
+ * chunk `task` (images task * nimg..) run whole on this thread - its copy into the thread's
+ * own region, its last tiles into their panels (shared: each image's columns are its own bytes
+ * of the panel; the panels run after every chunk, ig_run), its GEMM over its (image, tile)
+ * pairs row block by row block - the same task functions the threads share on the other
+ * schedule, called in order: the same kernels on the same operands. */
 static void ig_chunk_task(void *vctx, ptrdiff_t task, int thread)
 {
     const ig_ctx *c = (const ig_ctx *)vctx;
-    ig_share *sh = c->share;
-    if ((int64_t)task >= c->nbatch) {
-        ig_help(c, thread);
-        return;
+    ig_ctx v = *c;
+    int64_t n0 = (int64_t)task * c->nimg;
+    v.nimg = c->nbatch - n0 < c->nimg ? c->nbatch - n0 : c->nimg;
+    v.n0 = n0;
+    v.copy = c->copy + (size_t)thread * c->pregion;
+    v.xg = c->xg + (size_t)n0 * c->xstride;
+    v.ep.out = (char *)c->ep.out + (size_t)n0 * c->ostride;
+    v.u_run0 = v.u_run1 = v.nleft = 0;   /* the panels: after every chunk */
+    v.cpt = 1;
+    for (ptrdiff_t k = 0; k < (ptrdiff_t)(v.nimg * v.nblk); k++) ig_copy_chunk_task(&v, k, thread);
+    if (v.tpm)
+        for (ptrdiff_t k = 0; k < (ptrdiff_t)((n0 + v.nimg - 1) / v.tpm - n0 / v.tpm + 1); k++) ig_tail_task(&v, k, thread);
+    ig_tile_blocks(&v, 1);
+    for (ptrdiff_t k = 0; k < (ptrdiff_t)(v.row_blocks * v.tile_blocks); k++) ig_gemm_task(&v, k, thread);
+    if (v.nimg > 1) {
+        __atomic_add_fetch(&ig_calls[2], 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&ig_calls[3], v.nimg, __ATOMIC_RELAXED);
     }
-    int64_t j = (int64_t)task;
-    ig_ctx v;
-    ig_image_view(c, j, thread, &v);
-    __atomic_store_n(&sh->owner[j], thread + 1, __ATOMIC_RELEASE);
-    if (j == c->nbatch - 1 && __atomic_load_n(&ig_force_steal, __ATOMIC_RELAXED)) return;
-    ig_share_copy(c, j, &v, thread);
-    if (__atomic_load_n(&sh->ready[j], __ATOMIC_ACQUIRE)) ig_share_gemm(c, j, &v, thread);
-}
-
-long long ql_conv_steal_counts(void) { return __atomic_load_n(&ig_calls[7], __ATOMIC_RELAXED); }
-
-int ql_conv_force_steal(int on)
-{
-    return __atomic_exchange_n(&ig_force_steal, on != 0, __ATOMIC_RELAXED);
 }
 
 /* Shifted planes (ig_copy_shift_task) against the standard phase planes. The standard planes
@@ -1982,11 +1867,9 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     size_t per = c.cstride + (tpm ? (tp_bytes + (size_t)tpm - 1) / (size_t)tpm : xt_bytes);
     int64_t nimg = ig_batch_images(p->N, per, workspace - fixed);
     size_t region = (size_t)(nimg - 1) * c.cstride + copy_bytes;   /* one image: copy_bytes, as ever */
-    /* Images in parallel: a batch of at least one image per thread runs each image on one
-     * thread (ig_chunk_task: its copy into that thread's own region, its GEMM over its tiles
-     * row block by row block; once no image is left to claim, the other threads share the
-     * blocks of those still running and the merged tail panels, ig_help: measured in
-     * docs/benchmarks.md, branch b8g), the images claimed in turn, instead of one chunk after
+    /* Images in parallel: a batch of at least one image per thread runs each image whole on
+     * one thread (ig_chunk_task: its copy into that thread's own region, its GEMM over its
+     * tiles row block by row block), the images claimed in turn, instead of one chunk after
      * another with every thread on each (one region for the whole batch, then one for the
      * merged tail panels, against two to four per chunk: each a join where the threads wait
      * for the slower one). Measured on the ResNet-50 batch-8 layers, 2 threads, alternating
@@ -2097,52 +1980,27 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     c.ostride = (size_t)(p->M * P) * esize;
     c.img_pix = (ptrdiff_t)(p->M * P);
     if (pk) {
-        /* images in parallel (above): one task an image, then a helper task a thread; the
-         * merged tail panels (and a last partial panel's images on the dot kernel) are the
-         * helpers' once every image is published */
+        /* images in parallel (above): one region for every image, then the merged tail panels
+         * (and a last partial panel's images on the dot kernel) with the threads sharing them */
         ig_group(&c, 0, 0, wpacked, fast_bias, fused);
+        c.nimg = pk;
         c.nbatch = p->N;
         c.pregion = pregion;
-        c.nimg = 1;
-        ig_share sh;
-        memset(&sh, 0, sizeof sh);
-        sh.next = (int64_t *)calloc(3 * (size_t)p->N, sizeof(int64_t));
-        sh.owner = (int *)calloc(2 * (size_t)p->N, sizeof(int));
-        ig_ctx pc = c;   /* the panel phase */
-        if (tpm) {
-            c.left_j0 = p->N - nleft;
-            c.nleft = nleft;   /* the owners of leftover images gather their dot columns */
-            pc.nimg = 0;
-            pc.n0 = p->N;
-            pc.u_run0 = 0;
-            pc.u_run1 = p->N / tpm + (p->N % tpm && !nleft);
-            pc.nleft = nleft;
-            pc.left_j0 = p->N - nleft;
-            ig_tile_blocks(&pc, threads);
-            sh.ptasks = (int64_t)pc.row_blocks * pc.tile_blocks;
-        }
-        sh.panels = &pc;
-        /* an image's subtasks: its row blocks, each over tile blocks of its tiles (the merged
-         * last one apart) where there are fewer than IG_STEAL_TASKS row blocks */
-        int64_t tiles = c.ntiles - (tpm ? 1 : 0);
-        sh.tile_blocks = (IG_STEAL_TASKS + c.row_blocks - 1) / c.row_blocks;
-        if (sh.tile_blocks > tiles) sh.tile_blocks = tiles;
-        sh.itasks = (int64_t)c.row_blocks * sh.tile_blocks;
-        c.share = &sh;
-        if (sh.next && sh.owner) {
-            sh.cnext = sh.next + p->N;
-            sh.cdone = sh.next + 2 * p->N;
-            sh.ready = sh.owner + p->N;
-        } else {
-            free(sh.next); free(sh.owner);
-            dw_scratch_put(copy_mem, copy_cached);
-            free(c.scratch_mem); free(c.off); free(c.cblock_mem); free(c.xt); free(tp_mem); free(c.offp);
-            return -1;
-        }
-        ql_parallel_for((ptrdiff_t)(p->N + threads), threads, ig_chunk_task, &c);
-        free(sh.next);
-        free(sh.owner);
+        ql_parallel_for((ptrdiff_t)((p->N + pk - 1) / pk), threads, ig_chunk_task, &c);
         __atomic_add_fetch(&ig_calls[6], 1, __ATOMIC_RELAXED);
+        if (tpm) {
+            c.nimg = 0;
+            c.n0 = p->N;
+            c.u_run0 = 0;
+            c.u_run1 = p->N / tpm + (p->N % tpm && !nleft);
+            c.nleft = nleft;
+            c.left_j0 = p->N - nleft;
+            int run_threads = (double)c.Mg * (double)K * (double)(16 * (c.u_run1 - c.u_run0) + nleft * c.wlast) <
+                              (double)(1 << 21) ? 1 : threads;
+            if (c.nleft) ql_parallel_for((ptrdiff_t)c.nleft, run_threads, ig_left_task, &c);
+            ig_tile_blocks(&c, run_threads);
+            ql_parallel_for((ptrdiff_t)(c.row_blocks * c.tile_blocks), run_threads, ig_gemm_task, &c);
+        }
     }
     int64_t u_done = 0;   /* panels run so far */
     for (int64_t n0 = 0; n0 < p->N && !pk; n0 += nimg) {

@@ -46,11 +46,6 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
 void ql_conv_path_counts(long long *implicit, long long *im2col, long long *merged, long long *merged_images,
                          long long *merged_tails, long long *shifted,
                          long long *parallel_chunks);
-/* GEMM subtasks of the images-in-parallel schedule run by helper tasks (diagnostic); the test
- * hook under which the last image's owner leaves its subtasks to them (returns the previous
- * setting) */
-long long ql_conv_steal_counts(void);
-int ql_conv_force_steal(int on);
 /* Implicit-path copy rows of the stride-2 copies: input rows split into both column phases at
  * once, and shifted tap rows copied from those phase rows (diagnostics) */
 void ql_conv_copy_counts(long long *split_rows, long long *tap_rows);

@@ -1016,22 +1016,6 @@ static PyObject *m_conv_path_counts(PyObject *self, PyObject *args) {
     return Py_BuildValue("(LLLLLLL)", a, b, m, mi, mt, sh, pc);
 }
 
-/* conv_steal_counts() -> GEMM subtasks of images-in-parallel batches run by helper tasks (a
- * thread without an image of its own) so far */
-static PyObject *m_conv_steal_counts(PyObject *self, PyObject *args) {
-    (void)self; (void)args;
-    return PyLong_FromLongLong(ql_conv_steal_counts());
-}
-
-/* conv_force_steal(on) -> previous setting: a test hook; while on, the last image of an
- * images-in-parallel batch leaves its GEMM subtasks to the helper tasks */
-static PyObject *m_conv_force_steal(PyObject *self, PyObject *args) {
-    (void)self;
-    int on;
-    if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
-    return PyBool_FromLong(ql_conv_force_steal(on));
-}
-
 /* conv_copy_counts() -> (split rows, tap rows): implicit-path stride-2 copy rows so far, input
  * rows split into both column phases at once, and shifted tap rows copied from those phase rows */
 static PyObject *m_conv_copy_counts(PyObject *self, PyObject *args) {
@@ -1062,8 +1046,6 @@ static PyObject *m_tail_counts(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"tail_counts", m_tail_counts, METH_NOARGS, "Implicit tiles, packed panels and implicit dot-kernel tiles that ran a narrow tail kernel."},
     {"conv_path_counts", m_conv_path_counts, METH_NOARGS, "GEMM convolutions run on the implicit and im2col paths, implicit GEMMs over several images, their images and merged tail panels, implicit runs on shifted planes and implicit runs whose images ran in parallel."},
-    {"conv_steal_counts", m_conv_steal_counts, METH_NOARGS, "GEMM subtasks of images-in-parallel batches run by helper tasks."},
-    {"conv_force_steal", m_conv_force_steal, METH_VARARGS, "Test hook: while on, the last image of an images-in-parallel batch leaves its GEMM subtasks to the helper tasks; returns the previous setting."},
     {"conv_copy_counts", m_conv_copy_counts, METH_NOARGS, "Implicit-path stride-2 copy rows: input rows split into both column phases at once, and shifted tap rows copied from those phase rows."},
     {"conv_dw_path_counts", m_conv_dw_path_counts, METH_NOARGS, "Depthwise convolutions run on the channels-last, plane and rows paths."},
     {"kernel_peak", m_kernel_peak, METH_VARARGS, "Run a micro-kernel on L1-resident operands (peak rate)."},
