@@ -313,7 +313,7 @@ def _verdict_text(result: dict) -> str:
     steps = [o["max_steps"] for o in worst if o.get("max_steps") is not None]
     text = f"{v}, max abs {abs_:.2g}"
     if steps and v == "DIFFER":
-        text += f" ({max(steps):g} steps)"
+        text += f" ({max(steps):g} step{'' if max(steps) == 1 else 's'})"
     return text
 
 

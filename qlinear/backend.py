@@ -807,6 +807,7 @@ def apply_qdq(model: onnx.ModelProto, qdq: str = "fuse") -> onnx.ModelProto:
 
     if not any(n.op_type == "DequantizeLinear" for n in model.graph.node):
         return model  # nothing to fuse
+    model = topologically_sorted(model)  # the rewrite reads the graph in order
     try:
         return fuse_qdq(model, ops=fusable_ops())
     except Exception as e:  # a rewrite bug must not look like a model problem
@@ -865,6 +866,91 @@ def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     return inline_local_functions(model)
 
 
+def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
+    """Every name the subgraphs of ``node`` (If, Loop, Scan bodies, nested) read."""
+    names: set[str] = set()
+    for g in _subgraphs(node):
+        for inner in g.node:
+            names.update(inner.input)
+            names |= _subgraph_reads(inner)
+    return names
+
+
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    out: list[onnx.GraphProto] = []
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            out.append(a.g)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            out.extend(a.graphs)
+    return out
+
+
+def _topological_order(graph: onnx.GraphProto) -> list[int] | None:
+    """A topological order of ``graph``'s nodes (not its subgraphs'), keeping the given order
+    wherever it is one; None when the given order is one. ValueError for a cycle."""
+    import heapq
+
+    nodes = list(graph.node)
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    # what each node waits for: the producers (in this graph) of what it or its subgraphs read
+    waits = [{producer[name] for name in set(n.input) | _subgraph_reads(n)
+              if name in producer and producer[name] != i} for i, n in enumerate(nodes)]
+    if all(j < i for i, w in enumerate(waits) for j in w):
+        return None
+    readers: list[list[int]] = [[] for _ in nodes]
+    for i, w in enumerate(waits):
+        for j in w:
+            readers[j].append(i)
+    pending = [len(w) for w in waits]
+    ready = [i for i, c in enumerate(pending) if c == 0]
+    heapq.heapify(ready)  # the earliest listed node first: the given order where it can be kept
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for r in readers[i]:
+            pending[r] -= 1
+            if pending[r] == 0:
+                heapq.heappush(ready, r)
+    if len(order) < len(nodes):
+        stuck = next(i for i, c in enumerate(pending) if c)
+        other = next(j for j in sorted(waits[stuck]) if pending[j])
+        raise ValueError(f"the nodes form a cycle: node {_node_label(nodes[stuck], stuck)!r} "
+                         f"waits for node {_node_label(nodes[other], other)!r}, which waits for "
+                         "it (directly or through others)")
+    return order
+
+
+def _out_of_order(graph: onnx.GraphProto) -> bool:
+    return _topological_order(graph) is not None or any(
+        _out_of_order(g) for n in graph.node for g in _subgraphs(n))
+
+
+def _sort_nodes(graph: onnx.GraphProto) -> None:
+    for n in graph.node:
+        for g in _subgraphs(n):
+            _sort_nodes(g)
+    order = _topological_order(graph)
+    if order is not None:
+        nodes = list(graph.node)
+        del graph.node[:]
+        graph.node.extend(nodes[i] for i in order)
+
+
+def topologically_sorted(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its nodes (and its subgraphs') in topological order, as onnxruntime
+    sorts them before it runs a graph listed out of order (onnx requires the order, and
+    onnx.reference relies on it); ``model`` itself, not a copy, when they already are.
+    ValueError naming two nodes of a cycle."""
+    if not _out_of_order(model.graph):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    _sort_nodes(copy.graph)
+    return copy
+
+
 class _TrackedNodes(list):
     """The evaluator's node list, remembering the node being run (for error messages)."""
 
@@ -915,7 +1001,7 @@ class QLinearRep(BackendRep):
 
         if max_tensor_bytes is not None:
             byte_count(max_tensor_bytes, "QLinearRep: max_tensor_bytes", "None or an integer >= 1")
-        model = inline_functions(model)
+        model = topologically_sorted(inline_functions(model))
         self.model = model
         self.emulate = emulate
         self.max_tensor_bytes = max_tensor_bytes
@@ -938,6 +1024,19 @@ class QLinearRep(BackendRep):
         self._declared = [_declared_input(i) for i in model.graph.input if i.name not in inits]
         self._all_input_names = {i.name for i in model.graph.input}  # defaults may be fed too
         self.output_names = [o.name for o in model.graph.output]
+        #: graph outputs of optional type: onnx.reference holds such a value as a one-element
+        #: list ([tensor], or [None] when empty); the caller gets the tensor (or None), as
+        #: from onnxruntime
+        self._optional_outputs = [i for i, o in enumerate(model.graph.output)
+                                  if o.type.HasField("optional_type")]
+
+    def _unwrap_optionals(self, values: list) -> list:
+        """``values`` (every graph output, in order) with the optional ones unwrapped."""
+        for i in self._optional_outputs:
+            v = values[i]
+            if isinstance(v, list) and len(v) == 1:
+                values[i] = v[0]
+        return values
 
     def _named(self, fn):
         """Run ``fn``; an error from inside an operator names the node it came from."""
@@ -1007,15 +1106,21 @@ class QLinearRep(BackendRep):
         """Outputs in graph order. ``progress=None`` shows a bar on a terminal's stderr."""
         feeds = self._feeds(inputs)
         with _blas.single_threaded():
-            return tuple(self._named(lambda: self._with_progress(
-                lambda: self.evaluator.run(None, feeds), progress)))
+            values = self._named(lambda: self._with_progress(
+                lambda: self.evaluator.run(None, feeds), progress))
+        return tuple(self._unwrap_optionals(values) if self._optional_outputs else values)
 
     def run_all(self, inputs, progress: bool | None = False) -> dict[str, Any]:
         """Every tensor of the graph (inputs, initializers, intermediates, outputs) by name."""
         feeds = self._feeds(inputs)
         with _blas.single_threaded():
-            return self._named(lambda: self._with_progress(
+            results = self._named(lambda: self._with_progress(
                 lambda: self.evaluator.run(None, feeds, intermediate=True), progress))
+        if self._optional_outputs:
+            values = self._unwrap_optionals([results.get(n) for n in self.output_names])
+            for i in self._optional_outputs:
+                results[self.output_names[i]] = values[i]
+        return results
 
     def _with_progress(self, fn, enabled):
         if enabled is False:
@@ -1044,13 +1149,20 @@ class QLinearBackend(Backend):
 
     @classmethod
     def prepare(cls, model, device="CPU", emulate: str | None = None, qdq: str = "fuse",
-                **kwargs) -> QLinearRep:
+                max_tensor_bytes: int | None = None, **kwargs) -> QLinearRep:
         """A :class:`QLinearRep` for ``model`` (ModelProto, path or bytes), after checking
         every node. ``emulate="onnxruntime-avx2"``: compute what onnxruntime gives on AVX2
         CPUs without VNNI (its u8 x s8 kernels' 16-bit pair saturation) instead of the exact
         results. ``qdq="fuse"`` (default) runs QDQ node groups as onnxruntime's CPU session
         does, on integer kernels (docs/qdq.md); ``qdq="literal"`` runs the graph as written
-        (DequantizeLinear -> float operator -> QuantizeLinear)."""
+        (DequantizeLinear -> float operator -> QuantizeLinear). ``max_tensor_bytes``: the
+        run-time size guards of :class:`QLinearRep`. Other keywords are refused (TypeError),
+        except ``rtol`` and ``atol``, which onnx's backend test runner passes for its own
+        comparison."""
+        unknown = [k for k in kwargs if k not in ("rtol", "atol")]
+        if unknown:
+            raise TypeError(f"prepare: unknown keyword argument {unknown[0]!r} (it takes device, "
+                            "emulate, qdq and max_tensor_bytes)")
         kernels_for(emulate)  # a bad name fails before anything is loaded
         if isinstance(model, (str, os.PathLike)):
             model = onnx.load(model)
@@ -1063,10 +1175,14 @@ class QLinearBackend(Backend):
             raise ValueError(f"prepare: device {device!r} is not supported (CPU only)")
         if qdq not in QDQ_MODES:
             raise ValueError(f"prepare: qdq must be one of {', '.join(QDQ_MODES)}; got {qdq!r}")
+        try:
+            model = topologically_sorted(model)
+        except ValueError as e:
+            raise ValueError(f"prepare: {e}") from None
         problems = check_model(model)
         if problems:
             raise UnsupportedModelError(problems)
-        return QLinearRep(apply_qdq(model, qdq), emulate=emulate)
+        return QLinearRep(apply_qdq(model, qdq), emulate=emulate, max_tensor_bytes=max_tensor_bytes)
 
     @classmethod
     def run_model(cls, model, inputs, device="CPU", emulate: str | None = None, **kwargs):
@@ -1075,11 +1191,21 @@ class QLinearBackend(Backend):
     @classmethod
     def run_node(cls, node, inputs, device="CPU", outputs_info=None, **kwargs):
         opset = kwargs.get("opset_version", onnx.defs.onnx_opset_version())
-        in_names = [n for n in node.input if n]
+        in_names = [n for n in node.input if n]  # "" is an omitted optional input: no value
+        label = f"node {node.name or node.output[0]!r} ({node.op_type})" if node.output else \
+            f"node {node.op_type}"
         if isinstance(inputs, dict):
+            missing = [n for n in in_names if n not in inputs]
+            if missing:
+                raise ValueError(f"run_node: no value for input {missing[0]!r} of {label}")
             arrays = [inputs[n] for n in in_names]
         else:
             arrays = list(inputs)
+            if len(arrays) != len(in_names):  # zip() below would drop or leave out values
+                raise ValueError(f"run_node: {label} has {len(in_names)} input"
+                                 f"{'s' if len(in_names) != 1 else ''} "
+                                 f"({', '.join(map(repr, in_names))}); got {len(arrays)} "
+                                 f"value{'s' if len(arrays) != 1 else ''}")
         graph_inputs = [
             helper.make_tensor_value_info(
                 n, helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), np.asarray(a).shape)

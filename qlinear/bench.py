@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import errno
 import fnmatch
 import functools
 import json
@@ -47,6 +48,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from typing import Any, Callable
@@ -1012,6 +1014,10 @@ def _draw_chart(results, path, plt, matplotlib) -> None:
 # Command line
 # ----------------------------------------------------------------------------------------
 
+#: The files bench writes into --output-dir (results.png only with matplotlib).
+OUTPUT_FILES = ("results.json", "results.md", "machine.md", "results.png")
+
+
 class BenchError(Exception):
     """A usage error: ``qlinear: error: <message>``, exit status 2."""
 
@@ -1101,6 +1107,19 @@ def _main(argv: list[str] | None = None) -> int:
     except OSError as e:
         raise BenchError(f"--output-dir {args.output_dir}: cannot create it ({e.strerror})") \
             from None
+    for name in OUTPUT_FILES:  # a folder of that name in the way, a read-only folder
+        path = os.path.join(args.output_dir, name)
+        try:
+            if os.path.isdir(path):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+            if os.path.exists(path):
+                with open(path, "a"):  # opened, not truncated: the old file stays as it was
+                    pass
+            else:  # created and removed: no empty file left behind
+                tempfile.TemporaryFile(dir=args.output_dir).close()
+        except OSError as e:
+            raise BenchError(f"--output-dir {args.output_dir}: cannot write {path} "
+                             f"({e.strerror or e})") from None
     limiter = _limit_threads(args.threads)
     if limiter is None and os.environ.get("OPENBLAS_NUM_THREADS") != str(args.threads):
         # Without threadpoolctl, OpenBLAS reads its thread count once, when NumPy loads:
@@ -1143,14 +1162,18 @@ def _main(argv: list[str] | None = None) -> int:
     machine["elapsed_s"] = round(elapsed, 1)
     summary = summarize(results, machine.get("workspace_limit_bytes", 256 * MIB))
 
-    with open(os.path.join(args.output_dir, "results.json"), "w") as f:
-        json.dump({"machine": machine, "summary": summary, "args": vars(args),
-                   "results": results}, f, indent=1)
     report = markdown_report(results, summary, machine, args)
-    with open(os.path.join(args.output_dir, "results.md"), "w") as f:
-        f.write(report)
-    with open(os.path.join(args.output_dir, "machine.md"), "w") as f:
-        f.write(machine_markdown(machine))
+    try:  # checked writable before the run; a full disk can still fail here
+        with open(os.path.join(args.output_dir, "results.json"), "w") as f:
+            json.dump({"machine": machine, "summary": summary, "args": vars(args),
+                       "results": results}, f, indent=1)
+        with open(os.path.join(args.output_dir, "results.md"), "w") as f:
+            f.write(report)
+        with open(os.path.join(args.output_dir, "machine.md"), "w") as f:
+            f.write(machine_markdown(machine))
+    except OSError as e:
+        raise BenchError(f"--output-dir {args.output_dir}: cannot write {e.filename} "
+                         f"({e.strerror or e})") from None
     why_no_chart = chart(results, os.path.join(args.output_dir, "results.png"))
     if args.json:
         print(json.dumps({"machine": machine, "summary": summary, "results": results},

@@ -210,19 +210,25 @@ def cmd_run(args) -> int:
         result["classifier"] = _example_report(meta, outputs, labels, model, feeds)
 
     if args.output_dir is not None:
-        from qlinear.tools.model import make_output_dir
+        from qlinear.tools.model import make_output_dir, write_file
 
         out_dir = make_output_dir(args.output_dir, "--output-dir")
         files = output_files(out_dir, list(outputs))
         written = []
         for k, v in outputs.items():
-            np.save(files[k], np.asarray(v))
+            write_file("--output-dir", args.output_dir, files[k],
+                       lambda f, v=v: np.save(f, np.asarray(v)))
             written.append(files[k])
         manifest = os.path.realpath(os.path.join(out_dir, "outputs.json"))
-        with open(manifest, "w") as f:  # output name -> file, in graph order
-            json.dump({"outputs": [{"name": k, "file": os.path.basename(files[k]),
-                                    "shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype)}
-                                   for k, v in outputs.items()]}, f, indent=2)
+        listing = {"outputs": [{"name": k, "file": os.path.basename(files[k]),
+                                "shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype)}
+                               for k, v in outputs.items()]}  # output name -> file, in graph order
+
+        def write_manifest(path: str) -> None:
+            with open(path, "w") as f:
+                json.dump(listing, f, indent=2)
+
+        write_file("--output-dir", args.output_dir, manifest, write_manifest)
         result["written"] = written
         result["manifest"] = manifest
 
@@ -685,8 +691,11 @@ def main(argv: list[str] | None = None) -> int:
             raise _Error(f"--max-tensor-bytes {args.max_tensor_bytes}: must be 1 or more")
         timeout = getattr(args, "timeout", None)
         if timeout is not None and not (0 < timeout < 1e9):
-            raise _Error(f"--timeout {timeout:g}: must be a positive number of seconds")
-        with _time_limit(timeout):
+            raise _Error(f"--timeout {timeout:g}: must be a number of seconds above 0 and below "
+                         "1e+09")  # (1e9 s is about 31 years)
+        # A model's float operators give inf and NaN as IEEE 754 (and onnxruntime) define
+        # them: results, not errors, so NumPy's RuntimeWarnings about them are not printed
+        with _time_limit(timeout), np.errstate(all="ignore"):
             return args.func(args)
     except KeyboardInterrupt:
         print("qlinear: interrupted", file=sys.stderr)

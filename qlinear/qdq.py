@@ -1143,6 +1143,34 @@ def _check_qdq_nodes(g: _Graph, grp: _Group, num_dq: int = -1, empty_q_ok: bool 
             and not g.produces_graph_output(node))
 
 
+def _params_fit_the_product(g: _Graph, dq: onnx.NodeProto, column_axis: Optional[int]) -> bool:
+    """The DequantizeLinear's scale is one element, or (``column_axis`` given) it quantizes a
+    2-D constant per column of the product, along ``column_axis``. Measured (onnxruntime 1.32):
+    a MatMul with Q fuses into QLinearMatMul, and a Gemm into QGemm, only then; a weight
+    quantized along K (per row of B), any per-axis weight of a 3-D B, or a per-axis
+    activation leaves the group in float. A scale that is not a constant is left to the
+    other checks."""
+    scale = g.const(dq.input[1])
+    if scale is None or scale.size == 1:
+        return True
+    data = g.const(dq.input[0])
+    if column_axis is None or data is None or data.ndim != 2:
+        return False
+    return int(_attr(dq, "axis", 1)) % 2 == column_axis
+
+
+def _per_tensor(g: _Graph, *nodes: onnx.NodeProto) -> bool:
+    """Every node's (DequantizeLinear's or QuantizeLinear's) scale is one element, or not a
+    constant (left to the other checks). Measured (onnxruntime 1.32): Add, Mul, Concat and
+    Softmax groups with a per-axis activation DequantizeLinear, and Add, Mul, MatMul and Gemm
+    groups with a per-axis QuantizeLinear, stay in float; the fused kernels take one scale."""
+    for n in nodes:
+        scale = g.const(n.input[1])
+        if scale is not None and scale.size != 1:
+            return False
+    return True
+
+
 def _dq_type(g: _Graph, dq: onnx.NodeProto) -> int:
     return g.elem_type(dq.input[0])
 
@@ -1306,6 +1334,8 @@ class _Rules:
         t = _dq_type(g, dq)
         if t != _q_type(g, q) or _bad_width(t):
             return False
+        if node.op_type == "Softmax" and not _per_tensor(g, dq):
+            return False
         attrs = {"opset": int(g.version(node))} if node.op_type == "Softmax" else None
         new = self._new(grp, op, MS, self._dq_inputs(dq) + self._q_params(q), [q.output[0]], attrs)
         return self._replace(grp, new)
@@ -1322,6 +1352,8 @@ class _Rules:
         t = _dq_type(g, a)
         if t != _dq_type(g, b) or t != _q_type(g, q) or _bad_width(t):
             return False
+        if not _per_tensor(g, a, b, q):
+            return False
         inputs = self._dq_inputs(a) + self._dq_inputs(b) + self._q_params(q)
         return self._replace(grp, self._new(grp, op, MS, inputs, [q.output[0]]))
 
@@ -1335,7 +1367,7 @@ class _Rules:
         t = _dq_type(g, grp.dqs[0])
         if any(_dq_type(g, d) != t for d in grp.dqs) or any(_q_type(g, q) != t for q in grp.qs):
             return False
-        if _bad_width(t):
+        if _bad_width(t) or not _per_tensor(g, *grp.dqs):
             return False
         q = grp.qs[0]
         inputs = self._q_params(q)
@@ -1413,6 +1445,9 @@ class _Rules:
                 return False
             if not _check_qdq_nodes(g, grp) or _q_type(g, grp.qs[0]) != ta:
                 return False
+            if not (_params_fit_the_product(g, a, None) and _params_fit_the_product(g, b, 1)
+                    and _per_tensor(g, grp.qs[0])):
+                return False
             q = grp.qs[0]
             inputs = self._dq_inputs(a) + self._dq_inputs(b) + self._q_params(q)
             return self._replace(grp, self._new(grp, "QLinearMatMul", "", inputs, [q.output[0]]))
@@ -1438,6 +1473,10 @@ class _Rules:
         if grp.qs and _q_type(g, grp.qs[0]) != ta:
             return False
         if _bad_width(ta) or _bad_width(tb):
+            return False
+        n_axis = 0 if int(_attr(node, "transB", 0)) else 1  # B's axis along the product's columns
+        if not (_params_fit_the_product(g, a, None) and _params_fit_the_product(g, b, n_axis)
+                and _per_tensor(g, *grp.qs)):
             return False
         inputs = self._dq_inputs(a) + self._dq_inputs(b)
         if len(grp.dqs) == 3:

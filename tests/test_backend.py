@@ -513,6 +513,52 @@ def test_prepare_takes_a_model_a_path_or_bytes(tmp_path):
             backend.prepare(bad)
 
 
+def test_prepare_takes_max_tensor_bytes_and_refuses_unknown_keywords():
+    """prepare(model, max_tensor_bytes=N) sets QLinearRep's size guards (it was accepted and
+    silently ignored, as was any misspelt keyword: prepare(m, emulat=...) ran exactly);
+    onnx's backend test runner passes rtol/atol, which are accepted (they are its
+    comparison's tolerances)."""
+    m = _model([helper.make_node("Expand", ["x", "shape"], ["y"])],
+               [helper.make_tensor_value_info("x", T.FLOAT, [1])],
+               [helper.make_tensor_value_info("y", T.FLOAT, None)],
+               [numpy_helper.from_array(np.array([1024], np.int64), "shape")])
+    x = np.ones(1, np.float32)
+    assert backend.prepare(m).run([x])[0].shape == (1024,)
+    rep = backend.prepare(m, max_tensor_bytes=4096)
+    assert rep.max_tensor_bytes == 4096
+    assert rep.run([x])[0].shape == (1024,)  # 4096 bytes: at the limit
+    with pytest.raises(backend.NodeError, match="more than the limit of 2.0 KiB per tensor"):
+        backend.prepare(m, max_tensor_bytes=2048).run([x])
+    with pytest.raises(backend.NodeError, match="more than the limit"):
+        backend.run_model(m, [x], max_tensor_bytes=2048)
+    assert backend.prepare(m, rtol=1e-3, atol=1e-7).run([x])[0].shape == (1024,)
+    for bad in ({"emulat": "onnxruntime-avx2"}, {"max_tensor_byte": 10}):
+        with pytest.raises(TypeError, match=f"^prepare: unknown keyword argument {next(iter(bad))!r}"):
+            backend.prepare(m, **bad)
+
+
+def test_run_node_takes_one_value_per_node_input():
+    """run_node with more values than the node has inputs used to drop the extra ones silently
+    (MatMulInteger(a, b) given a, b and a zero point computed without it: a wrong answer);
+    fewer values, or a dict without one of the names, named nothing useful ("Unable to find
+    input 'b' in known results", a bare KeyError)."""
+    node = helper.make_node("MatMulInteger", ["a", "b"], ["y"], name="mm")
+    a, b = np.array([[1, 2]], np.uint8), np.array([[1], [1]], np.uint8)
+    np.testing.assert_array_equal(backend.run_node(node, [a, b])[0], [[3]])
+    np.testing.assert_array_equal(backend.run_node(node, {"a": a, "b": b})[0], [[3]])
+    with pytest.raises(ValueError, match=r"^run_node: node 'mm' \(MatMulInteger\) has 2 inputs \('a', 'b'\); got 3 values"):
+        backend.run_node(node, [a, b, np.uint8(1)])
+    with pytest.raises(ValueError, match=r"^run_node: node 'mm' \(MatMulInteger\) has 2 inputs \('a', 'b'\); got 1 value"):
+        backend.run_node(node, [a])
+    with pytest.raises(ValueError, match=r"^run_node: no value for input 'b' of node 'mm' \(MatMulInteger\)"):
+        backend.run_node(node, {"a": a})
+    # an omitted optional input ("") takes no value
+    conv = helper.make_node("ConvInteger", ["x", "w", "", "wz"], ["y"])
+    y = backend.run_node(conv, [np.full((1, 1, 2, 2), 3, np.uint8), np.ones((1, 1, 2, 2), np.uint8),
+                                np.uint8(1)])[0]
+    np.testing.assert_array_equal(y, [[[[0]]]])
+
+
 def test_run_names_unknown_and_missing_inputs():
     """Feeds by name: a name the model does not have, or a required input left out, is a
     ValueError naming it and the model's inputs (it was onnx.reference's RuntimeError inside

@@ -277,6 +277,10 @@ BAD = [
     (["run", EXAMPLE, "--input", "image"], "expected NAME=FILE.npy"),
     (["run", EXAMPLE, "--input", "=x.npy"], "expected NAME=FILE.npy"),
     (["run", EXAMPLE, "--input", "image={d}/nope.npy"], "no such file"),
+    # a folder or a device is there, not missing (both said "no such file")
+    (["run", EXAMPLE, "--input", "image={d}/sub"], "--input image: {d}/sub: not a regular file"),
+    (["run", EXAMPLE, "--input", "image=/dev/zero"], "--input image: /dev/zero: not a regular file"),
+    (["run", EXAMPLE, "--input", "{d}/sub.npz"], "--input {d}/sub.npz: no such file"),
     (["run", EXAMPLE, "--input", "image={d}/text.onnx"], "not a NumPy"),
     (["run", EXAMPLE, "--input", "images={d}/ok.npy"], "unknown input 'images'"),
     (["run", EXAMPLE, "--input", "image={d}/f64.npy"], "dtype float64"),
@@ -298,6 +302,7 @@ BAD = [
 def test_bad_input_one_line_exit_2(capsys, bad_files, argv, fragment):
     before = sorted(os.listdir(bad_files))
     argv = [a.replace("{d}", str(bad_files)) for a in argv]
+    fragment = fragment.replace("{d}", str(bad_files))
     rc, out, err = _main(capsys, *argv)
     assert rc == 2
     assert out == ""

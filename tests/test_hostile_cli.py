@@ -26,6 +26,7 @@ pytest.importorskip("onnxruntime")
 from onnx import TensorProto as T  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
 
+import qlinear  # noqa: E402
 from qlinear import backend, bench, cli  # noqa: E402
 from qlinear.tools import model as tmodel  # noqa: E402
 
@@ -317,6 +318,9 @@ def test_timeout_ends_an_endless_loop(capsys, tmp_path):
     _one_line_error(*_main(capsys, "run", path, "--timeout", "0.5"), "--timeout 0.5 s")
     assert time.perf_counter() - t < 5
     _one_line_error(*_main(capsys, "run", path, "--timeout", "0"), "--timeout 0: must be")
+    # a huge timeout is refused for what it is, not as "not positive"
+    _one_line_error(*_main(capsys, "run", path, "--timeout", "1e308"),
+                    "--timeout 1e+308: must be a number of seconds above 0 and below 1e+09")
 
 
 def _growing_loop(tmp_path, trips):
@@ -400,6 +404,24 @@ def test_output_dir_creates_only_the_normalized_folder(capsys, tmp_path, monkeyp
     assert os.listdir(work / "a") == []
 
 
+def test_files_that_cannot_be_written_name_the_flag_and_file(capsys, tmp_path):
+    """A file --output-dir or --save-inputs cannot write (a folder of that name is in the way)
+    is one line naming the flag, the file and the reason (was the bare '[Errno 21] Is a
+    directory: ...')."""
+    path = _relu(tmp_path)
+    (tmp_path / "o" / "y.npy").mkdir(parents=True)
+    _one_line_error(*_main(capsys, "run", path, "--output-dir", tmp_path / "o"),
+                    f"--output-dir {tmp_path / 'o'}: cannot write {tmp_path / 'o' / 'y.npy'} (Is a directory)")
+    (tmp_path / "m" / "outputs.json").mkdir(parents=True)
+    _one_line_error(*_main(capsys, "run", path, "--output-dir", tmp_path / "m"),
+                    "--output-dir", "outputs.json (Is a directory)")
+    (tmp_path / "s" / "inputs.npz").mkdir(parents=True)
+    for command in ("run", "compare"):
+        _one_line_error(*_main(capsys, command, path, "--save-inputs", tmp_path / "s"),
+                        f"--save-inputs {tmp_path / 's'}: cannot write {tmp_path / 's' / 'inputs.npz'} "
+                        "(Is a directory)")
+
+
 def test_seed_must_be_non_negative(capsys, tmp_path):
     _one_line_error(*_main(capsys, "run", _relu(tmp_path), "--seed", "-1"), "--seed -1")
 
@@ -431,6 +453,20 @@ def test_bench_errors_are_one_line(capsys):
     _one_line_error(*_main(capsys, "bench", "--cases", "no-such-case-anywhere"),
                     "no case matches 'no-such-case-anywhere'")
     _one_line_error(*_main(capsys, "bench", "--repeat", "x"), "--repeat")
+
+
+def test_bench_output_files_it_cannot_write_are_refused_before_anything_runs(capsys, tmp_path,
+                                                                           monkeypatch):
+    """A results file bench could not write (a folder of that name in the way) is one line
+    naming --output-dir and the file, before the cases run (it used to run every case and
+    then end in '[Errno 21] Is a directory: .../results.md')."""
+    monkeypatch.setattr(bench, "run_case", lambda *a, **k: pytest.fail("a case ran"))
+    monkeypatch.setattr(bench, "measure_peak", lambda *a, **k: pytest.fail("the peak ran"))
+    (tmp_path / "b" / "results.md").mkdir(parents=True)
+    _one_line_error(*_main(capsys, "bench", "--cases", "tiny.qlinearconv.1x8x8x8.k3",
+                           "--no-reference", "--output-dir", tmp_path / "b"),
+                    f"--output-dir {tmp_path / 'b'}: cannot write {tmp_path / 'b' / 'results.md'}",
+                    "(Is a directory)")
 
 
 def test_bench_list_with_a_pattern_that_selects_nothing_is_an_error(capsys):
@@ -1081,3 +1117,148 @@ def test_inspect_does_not_say_runs_when_the_checker_refuses(capsys, tmp_path):
     rc, out, err = _main(capsys, "inspect", path, "--json")
     got = json.loads(out)
     assert got["supported"] is False and "invalid ONNX model" in got["refusal"]
+
+
+def _unsorted(tmp_path, name="unsorted.onnx", cycle=False):
+    """x -> QuantizeLinear -> q -> QLinearMatMul -> y, the nodes listed consumer first (onnx's
+    checker requires topological order; onnxruntime sorts the nodes and runs it); with
+    ``cycle`` the QuantizeLinear reads the product's output instead of x."""
+    b = np.arange(-6, 6, dtype=np.int8).reshape(3, 4)
+    inits = [numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.uint8(3), "z"),
+             numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.float32(0.1), "bs"),
+             numpy_helper.from_array(np.int8(0), "bz"), numpy_helper.from_array(np.float32(0.2), "ys"),
+             numpy_helper.from_array(np.uint8(9), "yz")]
+    body = helper.make_graph([helper.make_node("Identity", ["q"], ["inner"])], "then", [],
+                             [_vi("inner", T.UINT8, None)])
+    nodes = [helper.make_node("QLinearMatMul", ["q", "s", "z", "b", "bs", "bz", "ys", "yz"], ["y"],
+                              name="product"),
+             # reads q only from its subgraph (an outer-scope name): ordered after q's producer too
+             helper.make_node("If", ["c"], ["q2"], then_branch=body, else_branch=body, name="branch"),
+             helper.make_node("QuantizeLinear", ["y" if cycle else "x", "s", "z"], ["q"], name="quantize")]
+    return _save(tmp_path, name, nodes, [_vi("x", T.FLOAT, [2, 3]), _vi("c", T.BOOL, [])],
+                 [_vi("y", T.UINT8, [2, 4]), _vi("q2", T.UINT8, None)], inits)
+
+
+def test_nodes_out_of_topological_order_run_as_onnxruntime_runs_them(capsys, tmp_path):
+    """A graph whose nodes are listed out of order runs (onnxruntime sorts them; qlinear said
+    'node reads q, which nothing produces', the backend 'Unable to find input'); a real cycle
+    is one line naming a node of it."""
+    import onnx
+
+    path = _unsorted(tmp_path)
+    x = np.array([[-1.0, 0.0, 0.5], [2.0, 3.5, -7.0]], np.float32)
+    for qdq in ("fuse", "literal"):
+        y, q2 = backend.prepare(onnx.load(path), qdq=qdq).run({"x": x, "c": np.array(True)})
+        want = qlinear.qlinear_matmul(qlinear.quantize_linear(x, np.float32(0.05), np.uint8(3)),
+                                      np.float32(0.05), np.uint8(3),
+                                      np.arange(-6, 6, dtype=np.int8).reshape(3, 4), np.float32(0.1),
+                                      np.int8(0), np.float32(0.2), np.uint8(9))
+        np.testing.assert_array_equal(y, want)
+        np.testing.assert_array_equal(q2, qlinear.quantize_linear(x, np.float32(0.05), np.uint8(3)))
+    rc, out, err = _main(capsys, "run", path, "--json")
+    assert rc == 0, err
+    pytest.importorskip("onnxruntime")
+    rc, out, err = _main(capsys, "compare", path, "--json")
+    assert rc == 0, err
+    cyc = _unsorted(tmp_path, "cycle.onnx", cycle=True)
+    for command in ("run", "inspect"):
+        _one_line_error(*_main(capsys, command, cyc), "the nodes form a cycle", "'quantize'",
+                        "'product'")
+    with pytest.raises(ValueError, match="the nodes form a cycle"):
+        backend.prepare(onnx.load(cyc))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status, RLIMIT_AS")
+def test_loading_a_small_model_allocates_what_the_file_holds(tmp_path):
+    """load_model read every file with f.read(2 GiB + 1), which allocates the whole 2 GiB
+    buffer first: under an address-space limit (ulimit -v, overcommit off) a 300-byte model
+    failed with a bare 'qlinear: error: MemoryError'. With the address space capped at
+    what the process uses plus 512 MiB, the model loads and runs."""
+    path = _relu(tmp_path)
+    code = f"""
+import resource, sys
+from qlinear import cli
+vm = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status")
+          if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (vm + (512 << 20), resource.RLIM_INFINITY))
+sys.exit(cli.main(["run", {str(path)!r}, "--shape", "x=1x3x2", "--json"]))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, QLINEAR_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1"))
+    assert p.returncode == 0, p.stderr
+
+
+def test_float_results_that_are_inf_or_nan_are_not_warned_about(capsys, tmp_path):
+    """A float operator that gives -inf and NaN (Log of 0 and of -1, as IEEE 754 and
+    onnxruntime define them) printed NumPy's RuntimeWarnings, with file paths and source lines,
+    on run's and compare's stderr; with warnings as errors the command failed."""
+    import warnings
+
+    path = _save(tmp_path, "log.onnx", [helper.make_node("Log", ["x"], ["y"])],
+                 [_vi("x", T.FLOAT, [4])], [_vi("y", T.FLOAT, [4])])
+    np.save(tmp_path / "x.npy", np.array([-1, 0, 1, 2], np.float32))
+    for command in ("run", "compare"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            rc, out, err = _main(capsys, command, path, "--input", f"x={tmp_path / 'x.npy'}", "--json")
+        assert rc == 0 and err == "", err
+        assert "2 non-finite" in out or command == "compare"
+
+
+def test_compare_says_1_step_not_1_steps():
+    """compare's tables and lines said '1 steps' and 'up to 1 quantization steps'."""
+    from qlinear.tools import compare
+
+    assert compare._steps(1) == "1 step" and compare._steps(1.0) == "1 step"
+    assert compare._steps(2) == "2 steps" and compare._steps(0.5) == "0.5 steps"
+    assert compare._steps(1234567) == "1234567 steps"  # an int32 difference, every digit
+    assert compare._fmt_diff({"mismatches": 3, "max_diff": 1, "unit": "steps"}) == "1 step"
+    line = compare._output_line({"name": "y", "dtype": "uint8", "shape": [4], "verdict": "DIFFER",
+                                 "kind": "integer", "mismatches": 1, "elements": 4, "max_steps": 1})
+    assert line.endswith("(1 of 4 elements, up to 1 step)")
+
+
+def test_optional_graph_outputs_are_their_tensor(capsys, tmp_path):
+    """onnx.reference holds an optional value as a one-element list; a graph output of optional
+    type came out as that list: run printed shape [1, 2] for a [2] tensor, wrote it to .npy
+    with the extra axis, and compare said DIFFER against onnxruntime's [2] tensor."""
+    import onnx
+
+    opt = helper.make_optional_type_proto(helper.make_tensor_type_proto(T.FLOAT, [2]))
+    path = tmp_path / "opt.onnx"
+    m = helper.make_model(helper.make_graph([helper.make_node("Optional", ["x"], ["o"])], "g",
+                                            [_vi("x", T.FLOAT, [2])], [helper.make_value_info("o", opt)]),
+                          opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    x = np.array([1.5, -2.0], np.float32)
+    (o,) = backend.prepare(m).run({"x": x})
+    assert type(o) is np.ndarray
+    np.testing.assert_array_equal(o, x)
+    assert backend.prepare(m).run_all({"x": x})["o"].shape == (2,)
+    np.save(tmp_path / "x.npy", x)
+    rc, out, err = _main(capsys, "run", path, "--input", f"x={tmp_path / 'x.npy'}", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["outputs"][0]["shape"] == [2]
+    rc, out, err = _main(capsys, "compare", path, "--input", f"x={tmp_path / 'x.npy'}")
+    assert rc == 0 and out.strip().endswith("outputs: identical"), out + err
+
+
+def test_optional_output_after_a_plain_one_and_an_empty_optional():
+    """The unwrapping keeps each output in its place (a plain output first), and an empty
+    optional (Optional with no input) is None, as onnxruntime returns it."""
+    opt = helper.make_optional_type_proto(helper.make_tensor_type_proto(T.FLOAT, [2]))
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Optional", ["x"], ["o"]),
+         helper.make_node("Optional", [], ["e"], type=helper.make_tensor_type_proto(T.FLOAT, [2]))],
+        "g", [_vi("x", T.FLOAT, [2])],
+        [_vi("r", T.FLOAT, [2]), helper.make_value_info("o", opt), helper.make_value_info("e", opt)]),
+        opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    x = np.array([1.5, -2.0], np.float32)
+    r, o, e = backend.prepare(m).run({"x": x})
+    np.testing.assert_array_equal(r, [1.5, 0.0])
+    np.testing.assert_array_equal(o, x)
+    assert e is None
+    every = backend.prepare(m).run_all({"x": x})
+    assert every["o"].shape == (2,) and every["e"] is None and every["r"].shape == (2,)

@@ -293,6 +293,92 @@ def test_matmul_int8_activation_pair_converted():
     check(m, {"QLinearMatMul": 1}, feeds_x(m))
 
 
+@pytest.mark.parametrize("case", ["b per row", "b 3-D per column", "b 3-D per batch", "a per row",
+                                  "a per column"])
+def test_matmul_per_axis_parameters_qlinearmatmul_cannot_take_stay_unfused(case):
+    """Measured (onnxruntime 1.32): a MatMul whose weight DequantizeLinear quantizes along K
+    (per row of a 2-D B), or any axis of a 3-D B, or whose activation DequantizeLinear is per
+    axis, is not fused into QLinearMatMul (a 2-D B per column, and per-tensor parameters, are:
+    test_matmul_per_column_weights). qlinear fused them all: a per-row B then failed at run
+    time ('b_zero_point must have one element ...'), the others ran in integers where
+    onnxruntime rounds in float."""
+    b = Builder()
+    x = b.input("a", [3, 8])
+    if case.startswith("a"):
+        axis, n = (0, 3) if case == "a per row" else (1, 8)
+        ad = b.dq(b.q(x, 0.02, 100), rng(7).uniform(0.01, 0.03, n).astype(np.float32),
+                  np.full(n, 100, U8), U8, axis=axis)
+        wd = b.dq(b.const(w7((8, 5)), "w"), 0.03, 0, I8)
+    else:
+        ad = b.qdq(x, 0.02, 100)
+        shape, axis = {"b per row": ((8, 5), 0), "b 3-D per column": ((2, 8, 5), 2),
+                       "b 3-D per batch": ((2, 8, 5), 0)}[case]
+        n = shape[axis]
+        wd = b.dq(b.const(w7(shape), "w"), rng(6).uniform(0.01, 0.05, n).astype(np.float32),
+                  np.zeros(n, I8), I8, axis=axis)
+    y = b.dq(b.q(b.node("MatMul", [ad, wd]), 0.1, 120), 0.1, 120)
+    m = b.model([y])
+    check(m, {"QLinearMatMul": 0}, feeds_x(m), ops=backend.fusable_ops())
+    backend.prepare(m).run(feeds_x(m))
+
+
+def _per_axis_dq(b, x, n=3, axis=1):
+    return b.dq(b.q(x, 0.02, 128), np.full(n, 0.02, np.float32), np.full(n, 128, U8), U8, axis=axis)
+
+
+def _per_axis_q(b, y, n):
+    q = b.node("QuantizeLinear", [y, b.const(np.full(n, 0.05, np.float32), "s"),
+                                  b.const(np.full(n, 128, U8), "z")], axis=1)
+    return b.dq(q, np.full(n, 0.05, np.float32), np.full(n, 128, U8), U8, axis=1)
+
+
+@pytest.mark.parametrize("case", ["Add in", "Add out", "Mul in", "Mul out", "Concat in",
+                                  "Softmax in", "MatMul out", "Gemm out"])
+def test_groups_with_per_axis_activations_stay_unfused(case):
+    """Measured (onnxruntime 1.32): Add, Mul, Concat and Softmax groups whose activation
+    DequantizeLinear, and Add, Mul, MatMul and Gemm groups whose QuantizeLinear, quantize per
+    axis stay in float there (onnxruntime runs them); qlinear fused them into kernels that take
+    one scale and failed at run time ('A_scale must be a scalar'). (Where onnxruntime fuses such a
+    group anyway — Sigmoid, LeakyRelu, AveragePool, GlobalAveragePool, Where, Conv — its
+    session fails too, at load or at run time, as qlinear's run does.)"""
+    op, where = case.split()
+    b = Builder()
+    shape = [3, 8] if op in ("MatMul", "Gemm") else [2, 3]
+    x = b.input("x", shape)
+    if op in ("MatMul", "Gemm"):
+        y = b.node(op, [b.qdq(x, 0.02, 100), b.dq(b.const(w7((8, 5)), "w"), 0.03, 0, I8)])
+        m = b.model([_per_axis_q(b, y, 5)])
+    else:
+        xd = _per_axis_dq(b, x) if where == "in" else b.qdq(x, 0.02, 128)
+        if op in ("Add", "Mul"):
+            ins = [xd, b.dq(b.const(rng(5).integers(0, 256, (2, 3)).astype(U8), "c"), 0.03, 100, U8)]
+        elif op == "Concat":
+            ins = [xd, b.qdq(x, 0.03, 100)]
+        else:
+            ins = [xd]
+        y = b.node(op, ins, **({"axis": 0} if op == "Concat" else {}))
+        m = b.model([b.dq(b.q(y, 0.05, 128), 0.05, 128) if where == "in" else _per_axis_q(b, y, 3)])
+    fused = {"Add": f"{MS}.QLinearAdd", "Mul": f"{MS}.QLinearMul", "Concat": f"{MS}.QLinearConcat",
+             "Softmax": f"{MS}.QLinearSoftmax", "MatMul": "QLinearMatMul", "Gemm": f"{MS}.QGemm"}[op]
+    check(m, {fused: 0}, feeds_x(m), ops=backend.fusable_ops())
+
+
+@pytest.mark.parametrize("trans_b,axis,fused", [(1, 0, 1), (1, 1, 0), (0, 1, 1), (0, 0, 0)])
+def test_gemm_per_axis_weights_fuse_only_per_column(trans_b, axis, fused):
+    """Measured (onnxruntime 1.32): a Gemm whose weight DequantizeLinear is per column of the
+    product (N: axis 0 of a transposed B, axis 1 otherwise) becomes QGemm; per K it stays a
+    float Gemm. qlinear fused both, and the QGemm per K failed at run time."""
+    b = Builder()
+    a = b.input("a", [2, 8])
+    shape = (5, 8) if trans_b else (8, 5)
+    n = shape[axis]
+    wd = b.dq(b.const(w7(shape), "w"), rng(6).uniform(0.01, 0.05, n).astype(np.float32),
+              np.zeros(n, I8), I8, axis=axis)
+    y = b.node("Gemm", [b.qdq(a, 0.02, 128), wd], transB=trans_b)
+    m = b.model([b.dq(b.q(y, 0.05, 128), 0.05, 128)])
+    check(m, {f"{MS}.QGemm": fused}, feeds_x(m), ops=backend.fusable_ops())
+
+
 def gemm_model(*, out_q=True, beta=1.0, bias=True, trans_b=1, alpha=1.0):
     b = Builder()
     a = b.input("a", [2, 8])

@@ -401,7 +401,10 @@ def qlinear_concat(Y_scale: Any, Y_zero_point: Any, *inputs: Any, axis: int) -> 
             raise TypeError(f"{op}: input {k} must have Y_zero_point's dtype {dtype}; got dtype {x.dtype}")
         s, z = p.qparams(op, f"input {k}'s scale", inputs[i + 1], f"input {k}'s zero point",
                          inputs[i + 2], f"input {k}", dtype)
-        parts.append((x if x.ndim else x.reshape(1), s, z))
+        if x.ndim == 0:
+            raise ValueError(f"{op}: input {k} must have rank >= 1 (onnxruntime cannot concatenate scalars); "
+                             f"got a 0-d array")
+        parts.append((x, s, z))
     first = parts[0][0]
     ax = p.axis(op, axis, first.ndim)
     for k, (x, _, _) in enumerate(parts):

@@ -429,13 +429,19 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
         return prefix + f"float arithmetic differs (max abs {c['max_abs']:.3g}{rel})"
     if own is not None and np.issubdtype(np.asarray(own).dtype, np.integer):
         d = int(np.abs(np.asarray(own, np.int64) - np.asarray(ort_out, np.int64)).max())
-        return prefix + f"differs by up to {d} steps on onnxruntime's own inputs"
+        return prefix + f"differs by up to {_steps(d)} on onnxruntime's own inputs"
     return prefix.rstrip("; ")
 
 
 def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split()) or type(e).__name__
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _steps(n: float, unit: str = "step") -> str:
+    """``n`` steps, singular for 1 ("1 step", "0.5 steps")."""
+    text = f"{n:g}" if isinstance(n, float) else str(n)  # int32 differences: every digit
+    return f"{text} {unit}" + ("" if n == 1 else "s")
 
 
 def _fmt_diff(r: dict[str, Any]) -> str:
@@ -445,7 +451,7 @@ def _fmt_diff(r: dict[str, Any]) -> str:
     if md is None:
         return ""
     if r["unit"] == "steps":
-        return f"{md:g} steps" if isinstance(md, float) else f"{md} steps"
+        return _steps(md)
     text = f"abs {md:.3g}"
     if r.get("max_rel") is not None:
         text += f", rel {r['max_rel']:.3g}"
@@ -461,11 +467,11 @@ def _output_line(o: dict[str, Any]) -> str:
     if "problem" in o:
         return f"{head} ({o['problem']})"
     if o["kind"] == "integer":
-        return f"{head} ({o['mismatches']} of {o['elements']} elements, up to {o['max_steps']} steps)"
+        return f"{head} ({o['mismatches']} of {o['elements']} elements, up to {_steps(o['max_steps'])})"
     rel = f", max rel {o['max_rel']:.3g}" if o.get("max_rel") is not None else ""
     ulp = f" ({o['max_ulp']} ulp)" if o.get("max_ulp") is not None else ""
     if o.get("max_steps") is not None:
-        ulp += f"; up to {o['max_steps']:g} quantization steps"
+        ulp += f"; up to {_steps(o['max_steps'], 'quantization step')}"
     outside = f", {o['outside']} outside the tolerance" if o["outside"] else ""
     return (f"{head} ({o['mismatches']} of {o['elements']} elements not bit-identical{outside}; "
             f"max abs {o['max_abs']:.3g}{rel}{ulp})")

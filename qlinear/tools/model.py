@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -342,13 +342,19 @@ def _check_structure(model: onnx.ModelProto, path: str) -> None:
         raise ToolError(f"{path}: not a valid ONNX model (no opset_import)")
     known = {i.name for i in g.input} | {i.name for i in g.initializer} | {""}
     known |= {i.name for i in g.sparse_initializer}
+    known |= {o for node in g.node for o in node.output}  # listed in any order (as onnxruntime)
     for node in g.node:
         for name in node.input:
             if name not in known:
                 raise ToolError(f"{path}: invalid or truncated model: node "
                                 f"{node.name or node.op_type!r} reads {name!r}, which nothing "
                                 "produces")
-        known.update(node.output)
+    from qlinear.backend import _topological_order
+
+    try:
+        _topological_order(g)
+    except ValueError as e:
+        raise ToolError(f"{path}: invalid model: {e}") from None
     for o in g.output:
         if o.name not in known:
             raise ToolError(f"{path}: invalid or truncated model: graph output {o.name!r} is "
@@ -377,7 +383,17 @@ def load_model(path: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -
             raise ToolError(f"{path}: {_human(st.st_size)}, larger than the largest model "
                             f"file protobuf can parse ({_human(MAX_MODEL_FILE_BYTES)}); keep "
                             "the weights in external data")
-        data = f.read(MAX_MODEL_FILE_BYTES + 1)
+        # read(n) allocates n bytes before reading: ask for the size the file has (and one
+        # byte more, to notice a file that grows), never blindly for the 2 GiB cap
+        chunks = [f.read(st.st_size + 1)]
+        read = len(chunks[0])
+        while read > st.st_size and read <= MAX_MODEL_FILE_BYTES:  # it grew while being read
+            chunk = f.read(min(64 << 20, MAX_MODEL_FILE_BYTES + 1 - read))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            read += len(chunk)
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if len(data) > MAX_MODEL_FILE_BYTES:
         raise ToolError(f"{path}: grew past {_human(MAX_MODEL_FILE_BYTES)} while being read")
     if not data:
@@ -428,6 +444,11 @@ def validate_model(model: onnx.ModelProto, path: str) -> None:
             checked.CopyFrom(model)
         for vi in _values_without_shape(checked.graph):
             vi.type.tensor_type.shape.SetInParent()
+    from qlinear.backend import topologically_sorted
+
+    # Nodes listed out of topological order, which the checker refuses and onnxruntime sorts
+    # and runs (as the backend does): checked in the order they run.
+    checked = topologically_sorted(checked)
     try:
         onnx.checker.check_model(checked)
     except Exception as e:
@@ -531,8 +552,7 @@ def parse_input_args(args: Iterable[str] | None) -> dict[str, np.ndarray]:
             raise ToolError(f"--input {arg!r}: expected NAME=FILE.npy")
         if name in feeds:
             raise ToolError(f"--input {name!r} given twice")
-        if not os.path.isfile(file):
-            raise ToolError(f"--input {name}: {file}: no such file")
+        _check_input_file(f"--input {name}: {file}", file)
         try:
             loaded = np.load(file, allow_pickle=False)
         except Exception:
@@ -553,10 +573,16 @@ def parse_input_args(args: Iterable[str] | None) -> dict[str, np.ndarray]:
     return feeds
 
 
+def _check_input_file(what: str, file: str) -> None:
+    if not os.path.exists(file):
+        raise ToolError(f"{what}: no such file")
+    if not os.path.isfile(file):  # a folder, a FIFO, /dev/zero: never read
+        raise ToolError(f"{what}: not a regular file")
+
+
 def load_inputs_npz(file: str) -> dict[str, np.ndarray]:
     """Every array of an .npz by name (``--input FILE.npz``, the file ``--save-inputs`` writes)."""
-    if not os.path.isfile(file):
-        raise ToolError(f"--input {file}: no such file")
+    _check_input_file(f"--input {file}", file)
     try:
         with np.load(file, allow_pickle=False) as z:
             if not isinstance(z, np.lib.npyio.NpzFile):
@@ -573,8 +599,18 @@ def save_inputs(out_dir: str, feeds: dict[str, np.ndarray]) -> str:
     ``--input OUT_DIR/inputs.npz`` reads them back, so a run or comparison can be repeated."""
     folder = make_output_dir(out_dir, "--save-inputs")
     path = os.path.join(folder, "inputs.npz")
-    np.savez(path, **{k: np.asarray(v) for k, v in feeds.items()})
+    write_file("--save-inputs", out_dir, path,
+               lambda f: np.savez(f, **{k: np.asarray(v) for k, v in feeds.items()}))
     return path
+
+
+def write_file(flag: str, out_dir: str, path: str, write: Callable[[str], Any]) -> None:
+    """``write(path)``; an OSError (a folder of that name in the way, a read-only or full file
+    system) becomes one ToolError naming the flag, the file and the reason."""
+    try:
+        write(path)
+    except OSError as e:
+        raise ToolError(f"{flag} {out_dir}: cannot write {path} ({e.strerror or e})") from None
 
 
 def make_output_dir(out_dir: str, flag: str) -> str:
