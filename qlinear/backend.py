@@ -48,7 +48,7 @@ from onnx.reference.op_run import OpRun
 
 import qlinear as _q
 from qlinear import _blas
-from qlinear._validate import byte_count, repeats_memory, sizes
+from qlinear._validate import byte_count, check_view, repeats_memory, sizes
 from qlinear.quantize import PreparedDequantize, PreparedQuantize
 from qlinear import backend_contrib as _contrib
 from qlinear.backend_float import FLOAT_KERNELS, FastEvaluator  # float glue ops, lean graph loop
@@ -1103,6 +1103,11 @@ class QLinearRep(BackendRep):
         # and the qlinear command check their feeds
         self._declared = [_declared_input(i) for i in model.graph.input if i.name not in inits]
         self._all_input_names = {i.name for i in model.graph.input}  # defaults may be fed too
+        # inputs with an initializer (a default): a fed value is copied on each run, because
+        # the nodes treat initializers as the model's constants and may keep what they derived
+        # from them by identity (prepared weights, scalars of scales), while the caller may
+        # write into its array between runs
+        self._defaults = frozenset(i.name for i in model.graph.input if i.name in inits)
         self.output_names = [o.name for o in model.graph.output]
         #: graph outputs of optional type: onnx.reference holds such a value as a one-element
         #: list ([tensor], or [None] when empty); the caller gets the tensor (or None), as
@@ -1157,6 +1162,11 @@ class QLinearRep(BackendRep):
         for k, v in feeds.items():
             if isinstance(v, np.ndarray) and not v.dtype.isnative:  # '>f4': as qlinear's operators take it
                 feeds[k] = v.astype(v.dtype.newbyteorder("="))
+            elif k in self._defaults and isinstance(v, np.ndarray):
+                # never the caller's array (see __init__); a broadcast view is copied only
+                # within the size limit of qlinear's operators (check_view names it otherwise)
+                check_view("run", f"input {k!r}", v)
+                feeds[k] = v.copy()
         for name, dtype, dims in self._declared:
             v = feeds.get(name)
             if not isinstance(v, np.ndarray):

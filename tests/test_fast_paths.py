@@ -319,3 +319,38 @@ def test_unsqueeze_squeeze_views_match_reference(opset):
                 ref.run(None, {"x": y})
             with pytest.raises(backend.NodeError, match=type(e.value).__name__):
                 rep.run([y])
+
+
+def test_fed_default_initializer_is_not_a_constant():
+    """An initializer that is also a graph input is only a default: a caller may feed its own
+    array and write into it between runs. The backend copies such a fed value on every run, so
+    what the nodes keep by identity (prepared weights, scalars of scales) is never derived from
+    the caller's array, and every run sees the values fed."""
+    rng = np.random.default_rng(11)
+    m = _qlinear_conv_model()
+    m.graph.input.extend([helper.make_tensor_value_info("ys", TensorProto.FLOAT, []),
+                          helper.make_tensor_value_info("w", TensorProto.INT8, [4, 3, 3, 3])])
+    rep = backend.prepare(m)
+    x = rng.integers(0, 256, (1, 3, 6, 6)).astype(np.uint8)
+    ys = np.array(0.5, np.float32)
+    w = rng.integers(-128, 128, (4, 3, 3, 3)).astype(np.int8)
+    for _ in range(3):
+        got = rep.run({"x": x, "ys": ys, "w": w})
+        fresh = backend.prepare(m).run({"x": x, "ys": ys.copy(), "w": w.copy()})
+        _same(got, fresh)
+        ys[...] = ys * 1.5  # the caller's arrays, written in place
+        w[0, 0, 0, 0] ^= 5
+
+
+def test_fed_default_broadcast_view_is_bounded():
+    """The copy of a fed default is bounded like the operators' inputs: a broadcast view that
+    would take more than the size limit as an array is refused by name, not allocated."""
+    m = _qlinear_conv_model()
+    m.graph.input.extend([helper.make_tensor_value_info("B", TensorProto.INT32, [4])])
+    rep = backend.prepare(m)
+    x = np.zeros((1, 3, 4, 4), np.uint8)
+    huge = np.broadcast_to(np.zeros(1, np.int32), (1 << 40,))
+    with pytest.raises(ValueError, match="input 'B' is a view .* repeats its memory"):
+        rep.run({"x": x, "B": huge})
+    _same(rep.run({"x": x, "B": np.broadcast_to(np.int32(7), (4,))}),
+          backend.prepare(m).run({"x": x, "B": np.full(4, 7, np.int32)}))
