@@ -614,41 +614,38 @@ class QLinearMatMul(_QLinearOp):
                            y_scale, y_zero_point),)
 
 
-class ConvInteger(_QLinearOp):
-    def _run(self, x, w, x_zero_point=None, w_zero_point=None, **_):
+class _IntegerOp(_QLinearOp):
+    """ConvInteger and MatMulInteger: the data input, constant weights, two optional zero
+    points; the repeat path of QLinearConv._run, plus a zero point computed at run time
+    (DynamicQuantizeLinear's) handed straight to the prepared form."""
+
+    def _integer(self, factory: str, plain, x, w, x_zero_point, w_zero_point, attrs=dict):
         prep = self._prepared
         if prep is not None and w is self._weights_ref[0] and w_zero_point is self._weights_ref[1]:
             scalars = self._scalar_params((x_zero_point,), (2,), prep)
             if scalars is not None:  # as in QLinearConv._run
                 return (self._call(prep.run, x, *scalars),)
-            if self._no_scalars:  # a zero point computed at run time (DynamicQuantizeLinear's)
+            if self._no_scalars:  # a zero point computed at run time
                 return (self._call(prep.run, x, x_zero_point),)
-        attrs = self._conv_attrs()
-        prep = self._prepared_for("prepare_conv_integer", (w, w_zero_point), (1, 3), **attrs)
+        kw = attrs()  # the attributes: only off the repeat path
+        prep = self._prepared_for(factory, (w, w_zero_point), (1, 3), **kw)
         if prep is not None:
             y = self._call(prep.run, x, x_zero_point)
             if prep is self._prepared:
                 self._remember_scalars((x_zero_point,), (2,), prep)
             return (y,)
-        return (self._call(_q.conv_integer, x, w, x_zero_point, w_zero_point, **attrs),)
+        return (self._call(plain, x, w, x_zero_point, w_zero_point, **kw),)
 
 
-class MatMulInteger(_QLinearOp):
+class ConvInteger(_IntegerOp):
+    def _run(self, x, w, x_zero_point=None, w_zero_point=None, **_):
+        return self._integer("prepare_conv_integer", _q.conv_integer, x, w, x_zero_point, w_zero_point,
+                             self._conv_attrs)
+
+
+class MatMulInteger(_IntegerOp):
     def _run(self, a, b, a_zero_point=None, b_zero_point=None, **_):
-        prep = self._prepared
-        if prep is not None and b is self._weights_ref[0] and b_zero_point is self._weights_ref[1]:
-            scalars = self._scalar_params((a_zero_point,), (2,), prep)
-            if scalars is not None:  # as in QLinearConv._run
-                return (self._call(prep.run, a, *scalars),)
-            if self._no_scalars:  # a zero point computed at run time (DynamicQuantizeLinear's)
-                return (self._call(prep.run, a, a_zero_point),)
-        prep = self._prepared_for("prepare_matmul_integer", (b, b_zero_point), (1, 3))
-        if prep is not None:
-            y = self._call(prep.run, a, a_zero_point)
-            if prep is self._prepared:
-                self._remember_scalars((a_zero_point,), (2,), prep)
-            return (y,)
-        return (self._call(_q.matmul_integer, a, b, a_zero_point, b_zero_point),)
+        return self._integer("prepare_matmul_integer", _q.matmul_integer, a, b, a_zero_point, b_zero_point)
 
 
 def batch_normalization_inference(x, scale, bias, mean, var, epsilon=1e-5):

@@ -301,6 +301,20 @@ def qattention(input: np.ndarray, weight: np.ndarray, bias: np.ndarray, input_sc
                           scale=scale, mask_filter_value=mask_filter_value)
 
 
+def _weight_qparams(op: str, w: np.ndarray, weight_scale, weight_zero_point) -> tuple[np.ndarray, np.ndarray]:
+    """QAttention's weight_scale and weight_zero_point, checked: one element, or one per
+    column of ``w`` (hidden_in, 3 · hidden); an absent zero point is 0 of w's type."""
+    cols = w.shape[1]
+    ws = v.scale(op, "weight_scale", weight_scale)
+    if ws.size not in (1, cols):
+        raise ValueError(f"{op}: weight_scale must have one element or {cols}; got shape {ws.shape}")
+    wz = np.zeros((), w.dtype) if weight_zero_point is None else v.zero_point(
+        op, "weight_zero_point", weight_zero_point, "weight", w.dtype)
+    if wz.size not in (1, cols):
+        raise ValueError(f"{op}: weight_zero_point must have one element or {cols}; got shape {wz.shape}")
+    return ws, wz
+
+
 class PreparedQAttention:
     """QAttention's weight, bias, weight_scale and weight_zero_point (constants of the model)
     and its attributes checked once; ``run`` takes the other inputs and computes what
@@ -316,13 +330,7 @@ class PreparedQAttention:
             raise ValueError(f"{op}: weight must be (hidden_in, 3 · hidden); got {w.shape}")
         self.n, self.uni = _attention_attrs(op, num_heads, unidirectional)
         cols = w.shape[1]
-        ws = v.scale(op, "weight_scale", weight_scale)
-        if ws.size not in (1, cols):
-            raise ValueError(f"{op}: weight_scale must have one element or {cols}; got shape {ws.shape}")
-        wz = np.zeros((), w.dtype) if weight_zero_point is None else v.zero_point(
-            op, "weight_zero_point", weight_zero_point, "weight", w.dtype)
-        if wz.size not in (1, cols):
-            raise ValueError(f"{op}: weight_zero_point must have one element or {cols}; got shape {wz.shape}")
+        ws, wz = _weight_qparams(op, w, weight_scale, weight_zero_point)
         self.w, self.cols = w, cols
         self.wz = wz.reshape(()) if wz.size == 1 else wz.reshape(cols)
         self.ws_cols = ws.reshape(-1) if ws.size > 1 else None
@@ -370,13 +378,7 @@ def _qattention_op(input, weight, bias, input_scale, weight_scale, mask_index=No
     n, uni = _attention_attrs(op, num_heads, unidirectional)
     sx, zx = p.qparams(op, "input_scale", input_scale, "input_zero_point", input_zero_point, "input", x.dtype)
     cols = w.shape[1]
-    ws = v.scale(op, "weight_scale", weight_scale)
-    if ws.size not in (1, cols):
-        raise ValueError(f"{op}: weight_scale must have one element or {cols}; got shape {ws.shape}")
-    wz = np.zeros((), w.dtype) if weight_zero_point is None else v.zero_point(
-        op, "weight_zero_point", weight_zero_point, "weight", w.dtype)
-    if wz.size not in (1, cols):
-        raise ValueError(f"{op}: weight_zero_point must have one element or {cols}; got shape {wz.shape}")
+    ws, wz = _weight_qparams(op, w, weight_scale, weight_zero_point)
     acc = product(x, w, np.asarray(zx, x.dtype), wz.reshape(()) if wz.size == 1 else wz.reshape(cols))
     with np.errstate(over="ignore"):
         qkv = acc.astype(F32) * (ws.reshape(-1) * sx if ws.size > 1 else F32(ws.reshape(()) * sx))
