@@ -677,6 +677,18 @@ def test_compare_string_outputs(capsys, tmp_path):
     assert outputs["s"]["verdict"] == "identical" and outputs["f"]["mismatches"] == 2
 
 
+@pytest.mark.parametrize("shape", [[3], None])
+def test_string_input_without_input_flag_says_string(capsys, tmp_path, shape):
+    """A string-typed model input cannot be generated: the error names ONNX's type ('string'),
+    not NumPy's ('object'), and only --input (--shape cannot help, even without a shape)."""
+    path = _save(tmp_path, "strin.onnx", [helper.make_node("Identity", ["x"], ["y"])],
+                 [_vi("x", T.STRING, shape)], [_vi("y", T.STRING, shape)])
+    for cmd in ("run", "compare"):
+        _one_line_error(*_main(capsys, cmd, path),
+                        "input 'x' is string: no random values for it; give it with --input "
+                        "NAME=FILE.npy")
+
+
 @pytest.mark.parametrize("arg,fragment", [
     ("x=2x4x5", "declares [?, 3, ?]"),
     ("x=2x3", "declares [?, 3, ?]"),
