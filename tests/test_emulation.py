@@ -399,6 +399,73 @@ def test_compare_outputs_use_the_normal_session(monkeypatch):
         assert set(r["seconds"][side]) == {"first", "median", "runs"} and r["seconds"][side]["runs"] >= 1
 
 
+def _dynamic_quantize_model():
+    x = np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "ys", "yz"],
+                                            name="dql")], "g",
+                          [helper.make_tensor_value_info("x", T.FLOAT, x.shape)],
+                          [helper.make_tensor_value_info("y", T.UINT8, x.shape),
+                           helper.make_tensor_value_info("ys", T.FLOAT, []),
+                           helper.make_tensor_value_info("yz", T.UINT8, [])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), {"x": x}
+
+
+def _perturbed_exposed_run(monkeypatch, change):
+    """compare's intermediates-exposed onnxruntime run, its values changed by ``change``: the
+    row figures and diagnoses are then checked against differences known in advance."""
+    from qlinear.tools import compare
+
+    real = compare.run_onnxruntime
+
+    def run(model, feeds):
+        vals = real(model, feeds)
+        change(vals)
+        return vals
+
+    monkeypatch.setattr(compare, "run_onnxruntime", run)
+
+
+def test_compare_row_keeps_steps_and_float_differences_apart(monkeypatch):
+    """A node with a uint8 and a float output that both differ (DynamicQuantizeLinear's y by 15
+    steps, its scale by a relative 1e-3): the row said 'abs 15, rel 0.001' (the steps taken
+    as an absolute difference, next to the scale's relative one); it says both, each in its
+    unit."""
+    from qlinear.tools.compare import format_report
+
+    model, feeds = _dynamic_quantize_model()
+
+    def change(vals):
+        vals["y"] = vals["y"].copy()
+        vals["y"].flat[0] = vals["y"].flat[0] + 15 if vals["y"].flat[0] < 128 else vals["y"].flat[0] - 15
+        vals["ys"] = (vals["ys"] * np.float32(1.001)).astype(np.float32)
+
+    _perturbed_exposed_run(monkeypatch, change)
+    r = compare_model(model, feeds, show_progress=False, timing_budget=0.0, timing_runs=1)
+    row = r["nodes"][0]
+    assert (row["max_diff"], row["unit"]) == (15, "steps"), row
+    scale = float(np.asarray(backend.prepare(model).run(feeds)[1]))
+    assert row["max_abs"] == pytest.approx(scale * 1e-3, rel=1e-3), row
+    assert row["max_rel"] == pytest.approx(1e-3, rel=1e-2), row
+    line = next(ln for ln in format_report(r).splitlines() if ln.startswith("dql "))
+    assert "15 steps; abs " in line and "abs 15" not in line, line
+
+
+def test_compare_diagnosis_checks_every_output_of_the_node(monkeypatch):
+    """onnxruntime's DynamicQuantizeLinear scale changed, y left alone: re-running the node on
+    onnxruntime's inputs reproduces y but not the scale. The diagnosis looked at the first
+    output only and said 'agrees on onnxruntime's inputs' (while own_verdict said DIFFER)."""
+    model, feeds = _dynamic_quantize_model()
+
+    def change(vals):
+        vals["ys"] = (vals["ys"] * np.float32(1.001)).astype(np.float32)
+
+    _perturbed_exposed_run(monkeypatch, change)
+    r = compare_model(model, feeds, show_progress=False, timing_budget=0.0, timing_runs=1)
+    row = r["nodes"][0]
+    assert row["own_verdict"] == "DIFFER" and row["mismatches"] == 1, row
+    assert "agrees" not in row["diagnosis"] and row["diagnosis"].startswith("float arithmetic differs"), row
+
+
 @NEEDS_SATURATING
 def test_compare_four_ops_saturating_here():
     model, feeds, _ = _four_op_model()

@@ -293,7 +293,10 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
         label = node.name or f"#{i} {node.op_type}"
         row: dict[str, Any] = {"node": label, "op": node.op_type, "elements": 0,
                                "mismatches": 0, "verdict": "identical", "max_diff": 0,
-                               "unit": "", "max_rel": None, "max_ulp": None, "diagnosis": ""}
+                               "unit": "", "max_abs": None, "max_rel": None, "max_ulp": None,
+                               "diagnosis": ""}
+        steps: list[float] = []
+        floats: list[dict[str, Any]] = []
         for out in node.output:
             if not out or out not in ql or out not in ort_vals:
                 continue
@@ -310,14 +313,22 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
                                     else f"shapes or types differ: {c['problem']}")
                 row["max_diff"], row["unit"] = None, ""
             elif c["kind"] == "integer":
-                row["max_diff"], row["unit"] = max(row["max_diff"] or 0, c["max_steps"]), "steps"
+                steps.append(c["max_steps"])
             elif node.op_type == "DequantizeLinear" and np.asarray(ql[node.input[1]]).size == 1:
                 scale = float(np.asarray(ql[node.input[1]]).reshape(()))
-                d = c["max_abs"] / scale
-                row["max_diff"], row["unit"] = round(max(row["max_diff"] or 0, d), 3), "steps"
+                steps.append(round(c["max_abs"] / scale, 3))
             else:
-                row["max_diff"], row["unit"] = max(row["max_diff"] or 0, c["max_abs"]), "abs"
-                row["max_rel"], row["max_ulp"] = c["max_rel"], c["max_ulp"]
+                floats.append(c)
+        if (steps or floats) and row["max_diff"] is not None:  # None: shapes or types differ
+            # A node's outputs can be of both kinds (DynamicQuantizeLinear: uint8 y, float
+            # scale): quantization steps and absolute differences are kept apart, never one
+            # maximum over both, and each figure is the largest over the tensors of its kind.
+            if floats:
+                row["max_abs"] = max(f["max_abs"] for f in floats)
+                row["max_rel"] = _max_or_none(f["max_rel"] for f in floats)
+                row["max_ulp"] = _max_or_none(f["max_ulp"] for f in floats)
+            row["max_diff"], row["unit"] = ((max(steps), "steps") if steps
+                                            else (row["max_abs"], "abs"))
         row["own_verdict"] = "identical" if not row["mismatches"] else None
         if row["mismatches"] and not row["diagnosis"]:
             info: dict[str, Any] = {}
@@ -371,17 +382,23 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
     qlinear's kernel run on onnxruntime's own inputs against onnxruntime's outputs (every
     output of the node; None when it could not be re-run)."""
     out = node.output[0]
-    ort_out = values_ort[out]
     inputs_differ = any(n in mismatched for n in node.input if n)
     try:
         own_all = _run_node_qlinear(node, opsets, values_ort, emulate=emulate)
-        own = own_all[out]
     except Exception:
-        own_all, own = None, None
-    if info is not None and own_all is not None:
-        info["own_verdict"] = _worst(
-            compare_tensor(np.asarray(v), np.asarray(values_ort[k]), **(tol or {}))["verdict"]
-            for k, v in own_all.items() if k in values_ort)
+        own_all = None
+    if own_all is not None:
+        if info is not None:
+            info["own_verdict"] = _worst(
+                compare_tensor(np.asarray(v), np.asarray(values_ort[k]), **(tol or {}))["verdict"]
+                for k, v in own_all.items() if k in values_ort)
+        # Every output is checked, and the rest of the diagnosis is about the first one that
+        # differs on onnxruntime's inputs (a node can agree on its first output, not another).
+        differing = [k for k, v in own_all.items()
+                     if k in values_ort and _mismatch(np.asarray(v), np.asarray(values_ort[k])).any()]
+        out = differing[0] if differing else out
+    own = own_all.get(out) if own_all is not None else None
+    ort_out = values_ort[out]
     if own is not None and not _mismatch(np.asarray(own), np.asarray(ort_out)).any():
         if inputs_differ:
             return "propagated (agrees on onnxruntime's inputs)"
@@ -444,6 +461,11 @@ def _steps(n: float, unit: str = "step") -> str:
     return f"{text} {unit}" + ("" if n == 1 else "s")
 
 
+def _max_or_none(values) -> Any:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
 def _fmt_diff(r: dict[str, Any]) -> str:
     if not r["mismatches"]:
         return "0"
@@ -451,7 +473,9 @@ def _fmt_diff(r: dict[str, Any]) -> str:
     if md is None:
         return ""
     if r["unit"] == "steps":
-        return _steps(md)
+        if r.get("max_abs") is None:
+            return _steps(md)
+        return _steps(md) + "; " + _fmt_diff({**r, "unit": "abs", "max_diff": r["max_abs"]})
     text = f"abs {md:.3g}"
     if r.get("max_rel") is not None:
         text += f", rel {r['max_rel']:.3g}"
