@@ -363,6 +363,37 @@ def test_groups_with_per_axis_activations_stay_unfused(case):
     check(m, {fused: 0}, feeds_x(m), ops=backend.fusable_ops())
 
 
+def _softmax_per_axis_q(scales, zps, opset=13):
+    b = Builder(opset)
+    x = b.input("x", [2, 3])
+    y = b.node("Softmax", [b.qdq(x, 0.02, 128)], axis=-1)
+    q = b.node("QuantizeLinear", [y, b.const(np.asarray(scales, np.float32), "s"),
+                                  b.const(np.asarray(zps, U8), "z")], axis=1)
+    return b.model([q])
+
+
+def test_softmax_with_a_per_axis_quantize_is_refused_when_fused_saying_why():
+    """Measured (onnxruntime 1.32): DQ -> Softmax -> per-axis Q is fused into QLinearSoftmax,
+    which quantizes with the first scale and zero point only (its result is that of the same
+    model with those two alone, not the model's arithmetic). qlinear fused it too and then
+    failed in its own fused node ("node 'q' (com.microsoft.QLinearSoftmax-1): qlinear_softmax:
+    y_scale must be a scalar"), naming a node the model does not have. It refuses the fusion,
+    saying why; --qdq literal runs the model as written, as onnxruntime does unoptimized."""
+    scales, zps = [1 / 256, 1 / 128, 1 / 64], [0, 10, 20]
+    m = _softmax_per_axis_q(scales, zps)
+    feeds = {"x": image([2, 3], lo=-3, hi=3)}
+    assert op_counts(ort_optimized(m))[f"{MS}.QLinearSoftmax"] == 1  # onnxruntime fuses it
+    first = ort_run(_softmax_per_axis_q(scales[0], zps[0]), feeds)[0]
+    np.testing.assert_array_equal(ort_run(m, feeds)[0], first)  # ... with the first scale only
+    literal = ort_run(m, feeds, level="none")[0]
+    assert (literal != first).any()  # which is not the model's arithmetic
+    with pytest.raises(ValueError, match=r"Softmax .*QuantizeLinear .* per axis \(3 scales\); "
+                                         r"onnxruntime fuses .* first scale and zero point only"
+                                         r".*--qdq literal"):
+        backend.prepare(m)
+    np.testing.assert_array_equal(backend.prepare(m, qdq="literal").run(feeds)[0], literal)
+
+
 @pytest.mark.parametrize("trans_b,axis,fused", [(1, 0, 1), (1, 1, 0), (0, 1, 1), (0, 0, 0)])
 def test_gemm_per_axis_weights_fuse_only_per_column(trans_b, axis, fused):
     """Measured (onnxruntime 1.32): a Gemm whose weight DequantizeLinear is per column of the
