@@ -466,6 +466,53 @@ def test_compare_diagnosis_checks_every_output_of_the_node(monkeypatch):
     assert "agrees" not in row["diagnosis"] and row["diagnosis"].startswith("float arithmetic differs"), row
 
 
+def _contrib_gemm_model(op):
+    """One com.microsoft node on onnxruntime's u8 x s8 GEMM, every pair sum of the operands
+    above 32767 in magnitude (uint8 in [200, 255], |int8| in [100, 127])."""
+    r = np.random.default_rng(0)
+    a = r.integers(200, 256, (4, 32)).astype(U8)
+    b = (r.integers(100, 128, (32, 8)) * r.choice([-1, 1], (32, 8))).astype(I8)
+    inits = {"b": b, "as": np.float32(0.01), "bs": np.float32(0.01), "az": U8(0), "bz": I8(0),
+             "ys": np.float32(0.5), "yz": U8(128)}
+    ins = {"QGemm": ["a", "as", "az", "b", "bs", "bz", "", "ys", "yz"],
+           "MatMulIntegerToFloat": ["a", "b", "as", "bs", "az", "bz"]}[op]
+    out = T.UINT8 if op == "QGemm" else T.FLOAT
+    g = helper.make_graph([helper.make_node(op, ins, ["y"], domain="com.microsoft", name="n")], "g",
+                          [helper.make_tensor_value_info("a", T.UINT8, a.shape)],
+                          [helper.make_tensor_value_info("y", out, None)],
+                          [numpy_helper.from_array(np.asarray(inits[k]), k) for k in ins if k and k != "a"])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13),
+                                                helper.make_opsetid("com.microsoft", 1)])
+    return model, a, b
+
+
+@pytest.mark.parametrize("op", ["QGemm", "MatMulIntegerToFloat"])
+def test_compare_diagnoses_saturation_of_contrib_gemm_operators(op):
+    """QGemm and MatMulIntegerToFloat run on the same saturating u8 x s8 GEMM as QLinearMatMul.
+    compare diagnosed only the four standard operators: a saturating MatMulIntegerToFloat row
+    said 'float arithmetic differs (max abs 8.72, max rel 3.71)', the wrong cause. The pair
+    sums are checked here with the explicit-loop model, and the diagnosis must match what this
+    machine's onnxruntime does."""
+    model, a, b = _contrib_gemm_model(op)
+    sat = [pair_saturated_dot([int(v) for v in a[i]], [int(v) for v in b[:, j]])
+           for i in range(a.shape[0]) for j in range(b.shape[1])]
+    exact = (a.astype(np.int64) @ b.astype(np.int64)).ravel().tolist()
+    assert sat != exact  # the pair sums saturate (the zero points are 0)
+    r = compare_model(model, {"a": a}, show_progress=False, timing_budget=0.0, timing_runs=1)
+    e = compare_model(model, {"a": a}, show_progress=False, timing_budget=0.0, timing_runs=1,
+                      emulate="onnxruntime-avx2")
+    row, erow = r["nodes"][0], e["nodes"][0]
+    if SATURATES:
+        assert row["verdict"] == "DIFFER" and row["diagnosis"].startswith(
+            "onnxruntime 16-bit saturation (u8 x s8 pair sums > 32767); emulating it reproduces "
+            "onnxruntime exactly"), row
+        assert erow["verdict"] == "identical", erow
+    else:
+        assert row["verdict"] == "identical", row
+        assert erow["diagnosis"].startswith("onnxruntime here is exact; with AVX2 and no VNNI its "
+                                            "16-bit saturation changes"), erow
+
+
 @NEEDS_SATURATING
 def test_compare_four_ops_saturating_here():
     model, feeds, _ = _four_op_model()

@@ -19,7 +19,9 @@ float tensors, with float32 ulps only where the values are not near zero), and a
 
 - *propagated*: the node's inputs already differ, and qlinear's kernel run on onnxruntime's
   own inputs reproduces onnxruntime's output, so the node itself agrees;
-- *onnxruntime 16-bit saturation*: a uint8 x int8 QLinearConv / QLinearMatMul whose pair
+- *onnxruntime 16-bit saturation*: a uint8 x int8 QLinearConv / QLinearMatMul (and the other
+  operators on onnxruntime's u8 x s8 GEMM: ConvInteger, MatMulInteger, com.microsoft QGemm,
+  MatMulIntegerToFloat, DynamicQuantizeMatMul, QAttention) whose pair
   sums exceed 32767 (see :mod:`qlinear.tools.ortsat`); where the emulation reproduces
   onnxruntime's values exactly, it says so;
 - otherwise the size of the difference (float ulps), without a claim about its cause.
@@ -39,6 +41,9 @@ from qlinear.tools import ortsat
 from qlinear.tools.table import format_table, progress
 
 _GEMM_OPS = ("QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger")
+#: onnxruntime's com.microsoft operators on its u8 x s8 GEMM (saturating on AVX2 without VNNI;
+#: qlinear.backend_contrib.EMULATING emulates them). Its QLinearConv is diagnosed as the standard one.
+_CONTRIB_GEMM_OPS = ("QGemm", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QAttention")
 
 
 def expose_all(model: onnx.ModelProto, dtypes: dict[str, np.dtype]) -> tuple[onnx.ModelProto, list[str]]:
@@ -408,6 +413,8 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
         prefix = f"inputs differ; {n_own} differ on onnxruntime's inputs: "
     else:
         prefix = ""
+    if node.domain == "com.microsoft" and node.op_type in _CONTRIB_GEMM_OPS:
+        return prefix + _diagnose_contrib_gemm(node, opsets, values_ort, out, own, emulate)
     if node.op_type in _GEMM_OPS:
         ins = [values_ort[n] if n else None for n in node.input]
         try:
@@ -448,6 +455,34 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
         d = int(np.abs(np.asarray(own, np.int64) - np.asarray(ort_out, np.int64)).max())
         return prefix + f"differs by up to {_steps(d)} on onnxruntime's own inputs"
     return prefix.rstrip("; ")
+
+
+def _diagnose_contrib_gemm(node, opsets, values_ort, out: str, own, emulate: str | None) -> str:
+    """The diagnosis of a com.microsoft operator built on onnxruntime's u8 x s8 GEMM (QGemm,
+    MatMulIntegerToFloat, DynamicQuantizeMatMul, QAttention): qlinear's kernel re-run on
+    onnxruntime's inputs exactly and emulating onnxruntime-avx2, both against onnxruntime."""
+    ort_out = np.asarray(values_ort[out])
+    try:
+        exact = np.asarray(_run_node_qlinear(node, opsets, values_ort, exact=True)[out])
+        emu = np.asarray(_run_node_qlinear(node, opsets, values_ort,
+                                           emulate="onnxruntime-avx2")[out])
+    except Exception:
+        return ""
+    n_sat = int(_mismatch(emu, exact).sum())
+    if emulate:
+        if not _mismatch(exact, ort_out).any() and n_sat:
+            return ("onnxruntime here is exact; with AVX2 and no VNNI its 16-bit saturation "
+                    f"changes {n_sat} values (emulated)")
+        return f"differs from the {emulate} emulation"
+    if not n_sat:
+        return "not explained by 16-bit saturation (emulating it changes nothing here)"
+    wrong = _mismatch(exact, ort_out)
+    reproduced = int((wrong & ~_mismatch(emu, ort_out)).sum())
+    if not _mismatch(emu, ort_out).any():
+        return ("onnxruntime 16-bit saturation (u8 x s8 pair sums > 32767); emulating it "
+                f"reproduces onnxruntime exactly ({reproduced}/{int(wrong.sum())})")
+    return (f"pair sums exceed 32767 (onnxruntime 16-bit saturation); emulation reproduces "
+            f"{reproduced}/{int(wrong.sum())}, not all")
 
 
 def _one_line(e: BaseException) -> str:
