@@ -363,6 +363,29 @@ def test_groups_with_per_axis_activations_stay_unfused(case):
     check(m, {fused: 0}, feeds_x(m), ops=backend.fusable_ops())
 
 
+def test_compare_says_which_graph_its_node_rows_are():
+    """compare's node rows are the fused graph with --qdq fuse and the graph as written with
+    --qdq literal; neither the text nor --json said which (a QDQ model's rows named
+    QLinearConv nodes the model does not have). Both say it now, and with --qdq literal an
+    output that onnxruntime's fusions change points to --qdq fuse."""
+    from qlinear.tools.compare import compare_model, format_report
+
+    m = conv_model()
+    feeds = feeds_x(m)
+    fused = compare_model(m, feeds, show_progress=False, timing_budget=0.0, timing_runs=1)
+    assert (fused["qdq"], fused["qdq_fused"]) == ("fuse", True)
+    assert "QLinearConv" in {r["op"] for r in fused["nodes"]}
+    assert format_report(fused).splitlines()[0].endswith(
+        "both on the graph after onnxruntime's QDQ fusions (--qdq fuse)")
+    literal = compare_model(m, feeds, show_progress=False, timing_budget=0.0, timing_runs=1,
+                            qdq="literal")
+    assert (literal["qdq"], literal["qdq_fused"]) == ("literal", False)
+    assert "QLinearConv" not in {r["op"] for r in literal["nodes"]}
+    assert format_report(literal).splitlines()[0].endswith("(fusions off)")
+    literal["outputs"][0]["instrumented_differs"] = True  # as where onnxruntime's fusion rounds otherwise
+    assert "--qdq fuse runs qlinear on the graph as onnxruntime fuses it" in format_report(literal)
+
+
 def _softmax_per_axis_q(scales, zps, opset=13):
     b = Builder(opset)
     x = b.input("x", [2, 3])

@@ -375,6 +375,12 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
         "tolerance": {"atol": atol, "rtol": rtol, "ulp": ulp},
         "ulp_tolerance": ulp,
         "emulate": emulate,
+        "qdq": qdq,
+        # the node rows are the graph after QDQ fusion (the rewrite returns a new model even
+        # where it fuses nothing: compare what it holds)
+        "qdq_fused": sorted(n.op_type for n in model.graph.node)
+        != sorted(n.op_type for n in original.graph.node),
+        "has_qdq": any(n.op_type == "DequantizeLinear" for n in original.graph.node),
         "onnxruntime_outputs": "normal session (default graph optimizations)",
         "onnxruntime_nodes": "session with every intermediate exposed as an output",
         "onnxruntime_note": note,
@@ -548,14 +554,19 @@ def format_report(result: dict[str, Any]) -> str:
     lines = []
     if result.get("emulate"):
         lines.append(f"qlinear emulates {result['emulate']} (onnxruntime on AVX2 CPUs without VNNI)")
-    lines += ["nodes: qlinear vs onnxruntime with every intermediate exposed (fusions off)", table, "",
+    head = "nodes: qlinear vs onnxruntime with every intermediate exposed (fusions off)"
+    if result.get("qdq_fused"):
+        head += ", both on the graph after onnxruntime's QDQ fusions (--qdq fuse)"
+    lines += [head, table, "",
               f"outputs: qlinear vs onnxruntime's normal session (default optimizations); "
               f"floats within {tol}, integers exact"]
     for o in result["outputs"]:
         lines.append(_output_line(o))
         if o.get("instrumented_differs"):
+            hint = ("; --qdq fuse runs qlinear on the graph as onnxruntime fuses it"
+                    if result.get("qdq") == "literal" and result.get("has_qdq") else "")
             lines.append("  (the normal session's result differs from the intermediates-exposed "
-                         "run: its graph optimizations change this output)")
+                         f"run: its graph optimizations change this output{hint})")
     s = result["seconds"]
     q, o = s["qlinear"], s["onnxruntime"]
     lines.append(f"{result['mismatching_nodes']} of {len(result['nodes'])} nodes not bit-identical; "
