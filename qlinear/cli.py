@@ -16,6 +16,7 @@ Bad input (missing or broken model, unsupported operators, wrong inputs) prints 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -84,6 +85,34 @@ def _load_example():
     return model_path, model, feeds, labels, meta
 
 
+def _dynamic_set_to_1(model, shapes) -> list[str]:
+    """The generated inputs whose symbolic or dynamic dimensions were set to 1 (no --shape)."""
+    from qlinear.tools.model import _declared, graph_inputs
+
+    names = []
+    for vi in graph_inputs(model):
+        shape = _declared(vi)[1]
+        if vi.name not in shapes and shape is not None and None in shape:
+            names.append(vi.name)
+    return names
+
+
+@contextlib.contextmanager
+def _hint_dynamic_dims(args):
+    """A model that fails on generated inputs whose dynamic dimensions were set to 1 (kaldi's
+    time axis: 'empty output window') says so, and that --shape sets them: the error alone
+    blames the model."""
+    try:
+        yield
+    except (ValueError, RuntimeError) as e:
+        names = getattr(args, "dynamic_set_to_1", None)
+        if not names:
+            raise
+        shown = ", ".join(map(repr, names[:3])) + (", ..." if len(names) > 3 else "")
+        raise _Error(f"{' '.join(str(e).split())} (generated inputs: the dynamic dimensions of "
+                     f"{shown} were set to 1; --shape NAME=DIMxDIM... sets them)") from None
+
+
 def _model_and_inputs(args):
     """The model and feeds a command works on: the bundled example, or MODEL with --input
     files (seeded random inputs when none are given), checked before anything runs.
@@ -114,6 +143,7 @@ def _model_and_inputs(args):
             feeds = random_inputs(model, seed=args.seed, shapes=shapes,
                                   max_tensor_bytes=args.max_tensor_bytes)
             note = f"no --input given: seeded random inputs (seed {args.seed})"
+            args.dynamic_set_to_1 = _dynamic_set_to_1(model, shapes)
     check_supported(model)
     validate_model(model, model_path)
     check_inputs(model, feeds)
@@ -190,7 +220,8 @@ def cmd_run(args) -> int:
                      max_tensor_bytes=args.max_tensor_bytes)
     t_prepare = time.perf_counter() - t0
     t0 = time.perf_counter()
-    values = rep.run(feeds, progress=_progress_enabled(args))
+    with _hint_dynamic_dims(args):
+        values = rep.run(feeds, progress=_progress_enabled(args))
     t_run = time.perf_counter() - t0
     outputs = dict(zip(rep.output_names, values))
 
@@ -300,10 +331,11 @@ def cmd_compare(args) -> int:
         if not value >= 0:  # also refuses NaN
             raise ToolError(f"{flag} must be 0 or more; got {value}")
     model_path, model, feeds, _, _, note = _model_and_inputs(args)
-    result = compare_model(model, feeds, show_progress=_progress_enabled(args), ulp=args.ulp,
-                           atol=args.atol, rtol=args.rtol, emulate=args.emulate,
-                           max_tensor_bytes=args.max_tensor_bytes,
-                           qdq=getattr(args, "qdq", "fuse"))
+    with _hint_dynamic_dims(args):
+        result = compare_model(model, feeds, show_progress=_progress_enabled(args), ulp=args.ulp,
+                               atol=args.atol, rtol=args.rtol, emulate=args.emulate,
+                               max_tensor_bytes=args.max_tensor_bytes,
+                               qdq=getattr(args, "qdq", "fuse"))
     from qlinear.tools.ortsat import onnxruntime_saturates, probe_source
 
     result["onnxruntime_u8s8_saturates"] = onnxruntime_saturates()
