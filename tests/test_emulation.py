@@ -466,6 +466,35 @@ def test_compare_diagnosis_checks_every_output_of_the_node(monkeypatch):
     assert "agrees" not in row["diagnosis"] and row["diagnosis"].startswith("float arithmetic differs"), row
 
 
+def test_compare_diagnoses_a_node_whose_subgraph_reads_a_differing_tensor(monkeypatch):
+    """An If whose branches read an outer tensor that differs (here onnxruntime's is changed):
+    the If row had an empty diagnosis (re-run alone, the node lacked the outer tensor, and its
+    inputs counted as equal). It is re-run with the outer tensors it reads: propagated."""
+    c = numpy_helper.from_array(np.array(True), "c")
+    one = numpy_helper.from_array(np.float32(1), "one")
+    branch = lambda out: helper.make_graph(  # noqa: E731
+        [helper.make_node("Neg", ["y"], [out])], out, [],
+        [helper.make_tensor_value_info(out, T.FLOAT, None)])
+    g = helper.make_graph([helper.make_node("Add", ["x", "one"], ["y"], name="add"),
+                           helper.make_node("If", ["c"], ["o"], then_branch=branch("t"),
+                                            else_branch=branch("e"), name="if")], "g",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [3])],
+                          [helper.make_tensor_value_info("o", T.FLOAT, None)], [c, one])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+    def change(vals):
+        vals["y"] = vals["y"] + np.float32(1)
+        vals["o"] = -vals["y"]
+
+    _perturbed_exposed_run(monkeypatch, change)
+    r = compare_model(model, {"x": np.arange(3, dtype=np.float32)}, show_progress=False,
+                      timing_budget=0.0, timing_runs=1)
+    add, if_ = r["nodes"]
+    assert add["diagnosis"].startswith("float arithmetic differs"), add
+    assert (if_["mismatches"], if_["diagnosis"]) == (3, "propagated (agrees on onnxruntime's inputs)"), if_
+    assert if_["own_verdict"] == "identical", if_
+
+
 def _contrib_gemm_model(op):
     """One com.microsoft node on onnxruntime's u8 x s8 GEMM, every pair sum of the operands
     above 32767 in magnitude (uint8 in [200, 255], |int8| in [100, 127])."""

@@ -218,7 +218,7 @@ def _run_node_qlinear(node, opsets, values: dict[str, np.ndarray], emulate: str 
 
     from qlinear.backend import kernels_for
 
-    ins = [n for n in node.input if n]
+    ins = [n for n in node.input if n] + [n for n in _outer_names(node) if n in values]
     g = helper.make_graph(
         [node], "single",
         [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(values[n].dtype),
@@ -230,6 +230,30 @@ def _run_node_qlinear(node, opsets, values: dict[str, np.ndarray], emulate: str 
     ev = ReferenceEvaluator(m, new_ops=kernels_for(None if exact else emulate) + FLOAT_KERNELS)
     outs = [o for o in node.output if o]
     return dict(zip(outs, ev.run(None, {n: values[n] for n in ins})))
+
+
+def _outer_names(node) -> list[str]:
+    """The outer graph's tensors that ``node``'s subgraphs (If, Loop, Scan bodies, at any depth)
+    read: re-run alone, the node needs them as inputs too, and when they differ its inputs do."""
+    names: dict[str, None] = {}
+
+    def visit(graph, defined: set[str]) -> None:
+        defined = defined | {i.name for i in graph.input} | {t.name for t in graph.initializer}
+        defined |= {t.values.name for t in graph.sparse_initializer}
+        for n in graph.node:
+            defined |= {o for o in n.output if o}
+        for n in graph.node:
+            for i in n.input:
+                if i and i not in defined:
+                    names[i] = None
+            for a in n.attribute:
+                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    visit(sub, defined)
+
+    for a in node.attribute:
+        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            visit(sub, set())
+    return list(names)
 
 
 def _attrs(node) -> dict[str, Any]:
@@ -393,7 +417,7 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
     qlinear's kernel run on onnxruntime's own inputs against onnxruntime's outputs (every
     output of the node; None when it could not be re-run)."""
     out = node.output[0]
-    inputs_differ = any(n in mismatched for n in node.input if n)
+    inputs_differ = any(n in mismatched for n in [*node.input, *_outer_names(node)] if n)
     try:
         own_all = _run_node_qlinear(node, opsets, values_ort, emulate=emulate)
     except Exception:
@@ -460,6 +484,9 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
     if own is not None and np.issubdtype(np.asarray(own).dtype, np.integer):
         d = int(np.abs(np.asarray(own, np.int64) - np.asarray(ort_out, np.int64)).max())
         return prefix + f"differs by up to {_steps(d)} on onnxruntime's own inputs"
+    if own_all is None:
+        return ("inputs differ; " if inputs_differ else "") + \
+            "not re-run alone on onnxruntime's inputs (qlinear cannot run this node by itself)"
     return prefix.rstrip("; ")
 
 
