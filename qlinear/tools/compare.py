@@ -466,7 +466,8 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
         exact = own if own is not None else ql[out]
         sat = _mismatch(np.asarray(emu), np.asarray(exact))
         if not sat.any():
-            return prefix + "not explained by 16-bit saturation (no pair sum exceeds 32767)"
+            # (pair sums may saturate and still round to the same outputs: say what was checked)
+            return prefix + "not explained by 16-bit saturation (emulating it changes no value)"
         wrong = _mismatch(np.asarray(exact), np.asarray(ort_out))
         reproduced = int((wrong & ~_mismatch(np.asarray(emu), np.asarray(ort_out))).sum())
         s8 = x if x.dtype == np.int8 else w
