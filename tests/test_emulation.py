@@ -525,6 +525,28 @@ def test_compare_does_not_claim_no_pair_sum_saturates_when_some_do(monkeypatch):
     assert row["diagnosis"] == "not explained by 16-bit saturation (emulating it changes no value)", row
 
 
+def test_compare_row_of_a_sequence_is_not_compared_not_identical():
+    """onnxruntime's intermediates-exposed run returns no sequence: SequenceConstruct's row
+    said 'identical' (0 elements) for a value never compared. It says 'not compared', why,
+    and the summary line counts it."""
+    from qlinear.tools.compare import format_report
+
+    nodes = [helper.make_node("SequenceConstruct", ["x", "x"], ["s"], name="mk"),
+             helper.make_node("SequenceAt", ["s", "i"], ["y"], name="at")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [3])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [3])],
+                          [numpy_helper.from_array(np.int64(1), "i")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    r = compare_model(model, {"x": np.arange(3, dtype=np.float32)}, show_progress=False,
+                      timing_budget=0.0, timing_runs=1)
+    mk, at = r["nodes"]
+    assert (mk["verdict"], mk["max_diff"], mk["own_verdict"]) == ("not compared", None, None), mk
+    assert mk["diagnosis"] == "not compared: 's' (sequence) is not among onnxruntime's results"
+    assert at["verdict"] == "identical" and at["elements"] == 3 and r["verdict"] == "identical"
+    text = format_report(r)
+    assert "0 of 2 nodes not bit-identical (1 not compared);" in text, text
+
+
 def _contrib_gemm_model(op):
     """One com.microsoft node on onnxruntime's u8 x s8 GEMM, every pair sum of the operands
     above 32767 in magnitude (uint8 in [200, 255], |int8| in [100, 127])."""

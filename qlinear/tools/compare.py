@@ -326,9 +326,15 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
                                "diagnosis": ""}
         steps: list[float] = []
         floats: list[dict[str, Any]] = []
+        uncompared: list[str] = []
+        compared = 0
         for out in node.output:
-            if not out or out not in ql or out not in ort_vals:
+            if not out or out not in ql:
                 continue
+            if out not in ort_vals or not isinstance(ql[out], np.ndarray):
+                uncompared.append(out)  # a sequence or map: never exposed, not compared
+                continue
+            compared += 1
             q, r = np.asarray(ql[out]), np.asarray(ort_vals[out])
             c = compare_tensor(q, r, **tol)
             row["elements"] += c["elements"]
@@ -359,6 +365,11 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
             row["max_diff"], row["unit"] = ((max(steps), "steps") if steps
                                             else (row["max_abs"], "abs"))
         row["own_verdict"] = "identical" if not row["mismatches"] else None
+        if uncompared and not compared:  # "identical" would claim a comparison never made
+            kinds = {"sequence" if isinstance(ql[o], list) else "tensor" for o in uncompared}
+            row.update(verdict="not compared", own_verdict=None, max_diff=None,
+                       diagnosis=f"not compared: {', '.join(map(repr, uncompared))} "
+                                 f"({' or '.join(sorted(kinds))}) is not among onnxruntime's results")
         if row["mismatches"] and not row["diagnosis"]:
             info: dict[str, Any] = {}
             row["diagnosis"] = _diagnose(node, model.opset_import, ql, values_ort,
@@ -536,6 +547,8 @@ def _max_or_none(values) -> Any:
 
 
 def _fmt_diff(r: dict[str, Any]) -> str:
+    if r.get("verdict") == "not compared":
+        return ""
     if not r["mismatches"]:
         return "0"
     md = r["max_diff"]
@@ -597,7 +610,10 @@ def format_report(result: dict[str, Any]) -> str:
                          f"run: its graph optimizations change this output{hint})")
     s = result["seconds"]
     q, o = s["qlinear"], s["onnxruntime"]
-    lines.append(f"{result['mismatching_nodes']} of {len(result['nodes'])} nodes not bit-identical; "
+    n_not = sum(1 for r in result["nodes"] if r["verdict"] == "not compared")
+    not_compared = f" ({n_not} not compared)" if n_not else ""
+    lines.append(f"{result['mismatching_nodes']} of {len(result['nodes'])} nodes not bit-identical"
+                 f"{not_compared}; "
                  f"warm median: qlinear {q['median'] * 1e3:.2f} ms, onnxruntime {o['median'] * 1e3:.2f} ms "
                  f"({q['runs']} and {o['runs']} runs after a first one)")
     if result.get("onnxruntime_note"):
