@@ -40,6 +40,24 @@ class _Parser(argparse.ArgumentParser):
         raise _Error(f"{message} (see '{self.prog} --help')")
 
 
+def _json_safe(v: Any) -> Any:
+    """``v`` with every non-finite float as the string "inf", "-inf" or "nan": JSON has no such
+    numbers, and json.dumps would write Infinity / NaN, which strict parsers (jq, JavaScript's
+    JSON.parse) refuse."""
+    if isinstance(v, float) and not np.isfinite(v):
+        return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    return v
+
+
+def _dumps(result: Any) -> str:
+    """The --json text of a command's result: strict JSON."""
+    return json.dumps(_json_safe(result), indent=2, allow_nan=False)
+
+
 def _fmt_num(v: float) -> str:
     return f"{v:.6g}"
 
@@ -264,7 +282,7 @@ def cmd_run(args) -> int:
         result["manifest"] = manifest
 
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(_dumps(result))
         return 0
     _print_run(result)
     return 0
@@ -344,7 +362,7 @@ def cmd_compare(args) -> int:
     if note:
         result["note"] = note
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(_dumps(result))
     else:
         print(f"model: {model_path}" + (f"  ({note})" if note else ""))
         sat = result["onnxruntime_u8s8_saturates"]
@@ -439,7 +457,7 @@ def cmd_inspect(args) -> int:
     model = load_model(args.model, max_tensor_bytes=args.max_tensor_bytes)
     r = inspect_model(model, args.model)
     if args.json:
-        print(json.dumps(r, indent=2))
+        print(_dumps(r))
         return 0
     print(f"model: {r['model']}")
     print(f"  IR {r['ir_version']}" + (f", producer {r['producer']}" if r["producer"] else "")
@@ -476,7 +494,7 @@ def cmd_conformance(args) -> int:
 
     result = run_conformance(show_progress=_progress_enabled(args))
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(_dumps(result))
     else:
         print(format_report(result))
     return 0 if result["counts"]["FAIL"] == 0 else 1

@@ -677,6 +677,34 @@ def test_compare_string_outputs(capsys, tmp_path):
     assert outputs["s"]["verdict"] == "identical" and outputs["f"]["mismatches"] == 2
 
 
+def test_compare_json_is_strict_json_when_a_difference_is_not_finite(capsys, tmp_path, monkeypatch):
+    """onnxruntime NaN where qlinear has a number: max_abs is infinite, and --json wrote the
+    bare word Infinity, which is not JSON (jq and JavaScript's JSON.parse refuse it). It writes
+    the string "inf"."""
+    from qlinear.tools import compare
+
+    w = numpy_helper.from_array(np.array([1, 2], np.float32), "w")
+    path = _save(tmp_path, "add.onnx", [helper.make_node("Add", ["x", "w"], ["y"])],
+                 [_vi("x", T.FLOAT, [2])], [_vi("y", T.FLOAT, [2])], [w])
+    real = compare._run_session
+
+    def nan_first(sess, feeds):
+        vals = real(sess, feeds)
+        vals["y"] = vals["y"].copy()
+        vals["y"][0] = np.nan
+        return vals
+
+    monkeypatch.setattr(compare, "_run_session", nan_first)
+    rc, out, err = _main(capsys, "compare", path, "--json")
+    assert rc == 1, err
+
+    def refuse(word):
+        raise ValueError(f"not JSON: {word}")
+
+    r = json.loads(out, parse_constant=refuse)
+    assert r["outputs"][0]["max_abs"] == "inf" and r["nodes"][0]["max_abs"] == "inf", r
+
+
 def test_failure_on_generated_dynamic_dims_says_they_were_set_to_1(capsys, tmp_path):
     """kaldi's QLinearConv over a dynamic time axis failed on generated inputs with 'empty
     output window ... x's size 1', blaming the model, not the generated input whose dynamic
