@@ -363,6 +363,34 @@ def test_groups_with_per_axis_activations_stay_unfused(case):
     check(m, {fused: 0}, feeds_x(m), ops=backend.fusable_ops())
 
 
+@pytest.mark.parametrize("op", ["Sigmoid", "LeakyRelu", "AveragePool", "GlobalAveragePool"])
+@pytest.mark.parametrize("where", ["in", "out"])
+def test_unary_groups_onnxruntime_fuses_and_fails_on_are_refused_saying_why(op, where):
+    """Measured (onnxruntime 1.32): a Sigmoid, LeakyRelu, AveragePool or GlobalAveragePool group
+    with a per-axis DQ or Q is fused anyway and the session fails on the fused node (at load or
+    at run time). qlinear failed too, in its own fused node ("node 'yq'
+    (com.microsoft.QLinearSigmoid-1): qlinear_sigmoid: Y_scale must be a scalar"), a node the
+    model does not have; it refuses the fusion saying why, and --qdq literal runs the graph."""
+    b = Builder()
+    x = b.input("x", [2, 3, 4, 4])
+    xd = _per_axis_dq(b, x) if where == "in" else b.qdq(x, 0.02, 128)
+    attrs = {"LeakyRelu": {"alpha": 0.1}, "AveragePool": {"kernel_shape": [2, 2]}}.get(op, {})
+    y = b.node(op, [xd], **attrs)
+    m = b.model([_per_axis_q(b, y, 3) if where == "out" else b.dq(b.q(y, 0.05, 128), 0.05, 128)])
+    feeds = feeds_x(m)
+    with pytest.raises(Exception):  # onnxruntime: fused, then its session fails
+        ort_run(m, feeds)
+    qdq = "DequantizeLinear" if where == "in" else "QuantizeLinear"
+    with pytest.raises(ValueError, match=rf"^prepare: {op} .*: its {qdq} .* is per axis \(3 scales\); "
+                                         rf"onnxruntime fuses the group into com.microsoft QLinear{op} "
+                                         r"anyway and its session then fails on the fused node"):
+        backend.prepare(m)
+    literal, want = backend.prepare(m, qdq="literal").run(feeds)[0], ort_run(m, feeds, level="none")[0]
+    # (float AveragePool: onnxruntime sums in another order, and a value on a rounding tie
+    # may land on the neighbouring step; compare reports that as float arithmetic)
+    assert literal.shape == want.shape and np.abs(literal - want).max() <= 0.05 + 1e-6
+
+
 def test_compare_says_which_graph_its_node_rows_are():
     """compare's node rows are the fused graph with --qdq fuse and the graph as written with
     --qdq literal; neither the text nor --json said which (a QDQ model's rows named
