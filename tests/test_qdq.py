@@ -340,7 +340,8 @@ def test_groups_with_per_axis_activations_stay_unfused(case):
     axis stay in float there (onnxruntime runs them); qlinear fused them into kernels that take
     one scale and failed at run time ('A_scale must be a scalar'). (Where onnxruntime fuses such a
     group anyway — Sigmoid, LeakyRelu, AveragePool, GlobalAveragePool, Where, Conv — its
-    session fails too, at load or at run time; qlinear refuses them at prepare, saying so:
+    session fails too, at load or at run time, as qlinear's run does; the unary ones qlinear
+    refuses at prepare, saying so:
     test_unary_groups_onnxruntime_fuses_and_fails_on_are_refused_saying_why.)"""
     op, where = case.split()
     b = Builder()
