@@ -880,13 +880,15 @@ def apply_qdq(model: onnx.ModelProto, qdq: str = "fuse") -> onnx.ModelProto:
         raise ValueError(f"prepare: qdq must be one of {', '.join(QDQ_MODES)}; got {qdq!r}")
     if qdq == "literal":
         return model
-    from qlinear.qdq import fuse_qdq
+    from qlinear.qdq import QDQRefusal, fuse_qdq
 
     if not any(n.op_type == "DequantizeLinear" for n in model.graph.node):
         return model  # nothing to fuse
     model = topologically_sorted(model)  # the rewrite reads the graph in order
     try:
         return fuse_qdq(model, ops=fusable_ops())
+    except QDQRefusal as e:  # a model problem, said as such
+        raise ValueError(f"prepare: {e}") from None
     except Exception as e:  # a rewrite bug must not look like a model problem
         raise ValueError(f"prepare: the QDQ fusion failed ({type(e).__name__}: {e}); "
                          "qdq='literal' (--qdq literal) runs the graph as written") from e

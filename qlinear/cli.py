@@ -16,6 +16,7 @@ Bad input (missing or broken model, unsupported operators, wrong inputs) prints 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -37,6 +38,24 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):  # noqa: D102
         raise _Error(f"{message} (see '{self.prog} --help')")
+
+
+def _json_safe(v: Any) -> Any:
+    """``v`` with every non-finite float as the string "inf", "-inf" or "nan": JSON has no such
+    numbers, and json.dumps would write Infinity / NaN, which strict parsers (jq, JavaScript's
+    JSON.parse) refuse."""
+    if isinstance(v, float) and not np.isfinite(v):
+        return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    return v
+
+
+def _dumps(result: Any) -> str:
+    """The --json text of a command's result: strict JSON."""
+    return json.dumps(_json_safe(result), indent=2, allow_nan=False)
 
 
 def _fmt_num(v: float) -> str:
@@ -84,6 +103,34 @@ def _load_example():
     return model_path, model, feeds, labels, meta
 
 
+def _dynamic_set_to_1(model, shapes) -> list[str]:
+    """The generated inputs whose symbolic or dynamic dimensions were set to 1 (no --shape)."""
+    from qlinear.tools.model import _declared, graph_inputs
+
+    names = []
+    for vi in graph_inputs(model):
+        shape = _declared(vi)[1]
+        if vi.name not in shapes and shape is not None and None in shape:
+            names.append(vi.name)
+    return names
+
+
+@contextlib.contextmanager
+def _hint_dynamic_dims(args):
+    """A model that fails on generated inputs whose dynamic dimensions were set to 1 (kaldi's
+    time axis: 'empty output window') says so, and that --shape sets them: the error alone
+    blames the model."""
+    try:
+        yield
+    except (ValueError, RuntimeError) as e:
+        names = getattr(args, "dynamic_set_to_1", None)
+        if not names:
+            raise
+        shown = ", ".join(map(repr, names[:3])) + (", ..." if len(names) > 3 else "")
+        raise _Error(f"{' '.join(str(e).split())} (generated inputs: the dynamic dimensions of "
+                     f"{shown} were set to 1; --shape NAME=DIMxDIM... sets them)") from None
+
+
 def _model_and_inputs(args):
     """The model and feeds a command works on: the bundled example, or MODEL with --input
     files (seeded random inputs when none are given), checked before anything runs.
@@ -114,6 +161,7 @@ def _model_and_inputs(args):
             feeds = random_inputs(model, seed=args.seed, shapes=shapes,
                                   max_tensor_bytes=args.max_tensor_bytes)
             note = f"no --input given: seeded random inputs (seed {args.seed})"
+            args.dynamic_set_to_1 = _dynamic_set_to_1(model, shapes)
     check_supported(model)
     validate_model(model, model_path)
     check_inputs(model, feeds)
@@ -190,7 +238,8 @@ def cmd_run(args) -> int:
                      max_tensor_bytes=args.max_tensor_bytes)
     t_prepare = time.perf_counter() - t0
     t0 = time.perf_counter()
-    values = rep.run(feeds, progress=_progress_enabled(args))
+    with _hint_dynamic_dims(args):
+        values = rep.run(feeds, progress=_progress_enabled(args))
     t_run = time.perf_counter() - t0
     outputs = dict(zip(rep.output_names, values))
 
@@ -233,7 +282,7 @@ def cmd_run(args) -> int:
         result["manifest"] = manifest
 
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(_dumps(result))
         return 0
     _print_run(result)
     return 0
@@ -300,10 +349,11 @@ def cmd_compare(args) -> int:
         if not value >= 0:  # also refuses NaN
             raise ToolError(f"{flag} must be 0 or more; got {value}")
     model_path, model, feeds, _, _, note = _model_and_inputs(args)
-    result = compare_model(model, feeds, show_progress=_progress_enabled(args), ulp=args.ulp,
-                           atol=args.atol, rtol=args.rtol, emulate=args.emulate,
-                           max_tensor_bytes=args.max_tensor_bytes,
-                           qdq=getattr(args, "qdq", "fuse"))
+    with _hint_dynamic_dims(args):
+        result = compare_model(model, feeds, show_progress=_progress_enabled(args), ulp=args.ulp,
+                               atol=args.atol, rtol=args.rtol, emulate=args.emulate,
+                               max_tensor_bytes=args.max_tensor_bytes,
+                               qdq=getattr(args, "qdq", "fuse"))
     from qlinear.tools.ortsat import onnxruntime_saturates, probe_source
 
     result["onnxruntime_u8s8_saturates"] = onnxruntime_saturates()
@@ -312,7 +362,7 @@ def cmd_compare(args) -> int:
     if note:
         result["note"] = note
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(_dumps(result))
     else:
         print(f"model: {model_path}" + (f"  ({note})" if note else ""))
         sat = result["onnxruntime_u8s8_saturates"]
@@ -407,7 +457,7 @@ def cmd_inspect(args) -> int:
     model = load_model(args.model, max_tensor_bytes=args.max_tensor_bytes)
     r = inspect_model(model, args.model)
     if args.json:
-        print(json.dumps(r, indent=2))
+        print(_dumps(r))
         return 0
     print(f"model: {r['model']}")
     print(f"  IR {r['ir_version']}" + (f", producer {r['producer']}" if r["producer"] else "")
@@ -444,7 +494,7 @@ def cmd_conformance(args) -> int:
 
     result = run_conformance(show_progress=_progress_enabled(args))
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(_dumps(result))
     else:
         print(format_report(result))
     return 0 if result["counts"]["FAIL"] == 0 else 1

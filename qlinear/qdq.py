@@ -98,6 +98,11 @@ _TYPE_MAX = {_T.UINT8: 255, _T.INT8: 127, _T.UINT16: 65535, _T.INT16: 32767}
 # --------------------------------------------------------------------------- graph view
 
 
+class QDQRefusal(ValueError):
+    """A QDQ group that onnxruntime's optimizer rewrites into something other than the model's
+    arithmetic, which qlinear does not reproduce (the message says what and why)."""
+
+
 class _Graph:
     """A mutable view of a GraphProto: nodes in order, constants, element types, outputs."""
 
@@ -1336,6 +1341,20 @@ class _Rules:
             return False
         if node.op_type == "Softmax" and not _per_tensor(g, dq):
             return False
+        for qdq in (dq, q):  # measured (onnxruntime 1.32): these groups fuse anyway
+            if _per_tensor(g, qdq):
+                continue
+            if node.op_type == "Softmax":
+                what = ("quantizes with the first scale and zero point only, which is not the "
+                        "model's arithmetic, and qlinear does not reproduce it")
+            else:
+                what = "its session then fails on the fused node"
+            raise QDQRefusal(
+                f"{node.op_type} {node.name or node.output[0]!r}: its {qdq.op_type} "
+                f"{qdq.name or qdq.output[0]!r} is per axis ({g.const(qdq.input[1]).size} "
+                f"scales); onnxruntime fuses the group into com.microsoft {op} anyway and {what} "
+                "(measured, onnxruntime 1.32): qdq='literal' (--qdq literal) runs the graph as "
+                "written")
         attrs = {"opset": int(g.version(node))} if node.op_type == "Softmax" else None
         new = self._new(grp, op, MS, self._dq_inputs(dq) + self._q_params(q), [q.output[0]], attrs)
         return self._replace(grp, new)

@@ -399,6 +399,201 @@ def test_compare_outputs_use_the_normal_session(monkeypatch):
         assert set(r["seconds"][side]) == {"first", "median", "runs"} and r["seconds"][side]["runs"] >= 1
 
 
+def _dynamic_quantize_model():
+    x = np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "ys", "yz"],
+                                            name="dql")], "g",
+                          [helper.make_tensor_value_info("x", T.FLOAT, x.shape)],
+                          [helper.make_tensor_value_info("y", T.UINT8, x.shape),
+                           helper.make_tensor_value_info("ys", T.FLOAT, []),
+                           helper.make_tensor_value_info("yz", T.UINT8, [])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), {"x": x}
+
+
+def _perturbed_exposed_run(monkeypatch, change):
+    """compare's intermediates-exposed onnxruntime run, its values changed by ``change``: the
+    row figures and diagnoses are then checked against differences known in advance."""
+    from qlinear.tools import compare
+
+    real = compare.run_onnxruntime
+
+    def run(model, feeds):
+        vals = real(model, feeds)
+        change(vals)
+        return vals
+
+    monkeypatch.setattr(compare, "run_onnxruntime", run)
+
+
+def test_compare_row_keeps_steps_and_float_differences_apart(monkeypatch):
+    """A node with a uint8 and a float output that both differ (DynamicQuantizeLinear's y by 15
+    steps, its scale by a relative 1e-3): the row said 'abs 15, rel 0.001' (the steps taken
+    as an absolute difference, next to the scale's relative one); it says both, each in its
+    unit."""
+    from qlinear.tools.compare import format_report
+
+    model, feeds = _dynamic_quantize_model()
+
+    def change(vals):
+        vals["y"] = vals["y"].copy()
+        vals["y"].flat[0] = vals["y"].flat[0] + 15 if vals["y"].flat[0] < 128 else vals["y"].flat[0] - 15
+        vals["ys"] = (vals["ys"] * np.float32(1.001)).astype(np.float32)
+
+    _perturbed_exposed_run(monkeypatch, change)
+    r = compare_model(model, feeds, show_progress=False, timing_budget=0.0, timing_runs=1)
+    row = r["nodes"][0]
+    assert (row["max_diff"], row["unit"]) == (15, "steps"), row
+    scale = float(np.asarray(backend.prepare(model).run(feeds)[1]))
+    assert row["max_abs"] == pytest.approx(scale * 1e-3, rel=1e-3), row
+    assert row["max_rel"] == pytest.approx(1e-3, rel=1e-2), row
+    line = next(ln for ln in format_report(r).splitlines() if ln.startswith("dql "))
+    assert "15 steps; abs " in line and "abs 15" not in line, line
+
+
+def test_compare_diagnosis_checks_every_output_of_the_node(monkeypatch):
+    """onnxruntime's DynamicQuantizeLinear scale changed, y left alone: re-running the node on
+    onnxruntime's inputs reproduces y but not the scale. The diagnosis looked at the first
+    output only and said 'agrees on onnxruntime's inputs' (while own_verdict said DIFFER)."""
+    model, feeds = _dynamic_quantize_model()
+
+    def change(vals):
+        vals["ys"] = (vals["ys"] * np.float32(1.001)).astype(np.float32)
+
+    _perturbed_exposed_run(monkeypatch, change)
+    r = compare_model(model, feeds, show_progress=False, timing_budget=0.0, timing_runs=1)
+    row = r["nodes"][0]
+    assert row["own_verdict"] == "DIFFER" and row["mismatches"] == 1, row
+    assert "agrees" not in row["diagnosis"] and row["diagnosis"].startswith("float arithmetic differs"), row
+
+
+def test_compare_diagnoses_a_node_whose_subgraph_reads_a_differing_tensor(monkeypatch):
+    """An If whose branches read an outer tensor that differs (here onnxruntime's is changed):
+    the If row had an empty diagnosis (re-run alone, the node lacked the outer tensor, and its
+    inputs counted as equal). It is re-run with the outer tensors it reads: propagated."""
+    c = numpy_helper.from_array(np.array(True), "c")
+    one = numpy_helper.from_array(np.float32(1), "one")
+    branch = lambda out: helper.make_graph(  # noqa: E731
+        [helper.make_node("Neg", ["y"], [out])], out, [],
+        [helper.make_tensor_value_info(out, T.FLOAT, None)])
+    g = helper.make_graph([helper.make_node("Add", ["x", "one"], ["y"], name="add"),
+                           helper.make_node("If", ["c"], ["o"], then_branch=branch("t"),
+                                            else_branch=branch("e"), name="if")], "g",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [3])],
+                          [helper.make_tensor_value_info("o", T.FLOAT, None)], [c, one])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+    def change(vals):
+        vals["y"] = vals["y"] + np.float32(1)
+        vals["o"] = -vals["y"]
+
+    _perturbed_exposed_run(monkeypatch, change)
+    r = compare_model(model, {"x": np.arange(3, dtype=np.float32)}, show_progress=False,
+                      timing_budget=0.0, timing_runs=1)
+    add, if_ = r["nodes"]
+    assert add["diagnosis"].startswith("float arithmetic differs"), add
+    assert (if_["mismatches"], if_["diagnosis"]) == (3, "propagated (agrees on onnxruntime's inputs)"), if_
+    assert if_["own_verdict"] == "identical", if_
+
+
+def test_compare_does_not_claim_no_pair_sum_saturates_when_some_do(monkeypatch):
+    """A QLinearMatMul whose pair sums exceed 32767 (checked here with the explicit-loop model)
+    but whose coarse output scale rounds the saturated sums to the exact outputs; onnxruntime's
+    value is changed by one step, another cause. The row said 'not explained by 16-bit
+    saturation (no pair sum exceeds 32767)', false; it says what was checked."""
+    r = np.random.default_rng(0)
+    a = r.integers(200, 256, (4, 32)).astype(U8)
+    b = (r.integers(100, 128, (32, 8)) * r.choice([-1, 1], (32, 8))).astype(I8)
+    inits = {"as": np.float32(0.01), "az": U8(0), "b": b, "bs": np.float32(0.01), "bz": I8(0),
+             "ys": np.float32(100.0), "yz": U8(128)}
+    g = helper.make_graph([helper.make_node("QLinearMatMul", ["a", *inits], ["y"], name="mm")], "g",
+                          [helper.make_tensor_value_info("a", T.UINT8, a.shape)],
+                          [helper.make_tensor_value_info("y", T.UINT8, None)],
+                          [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    assert any(pair_saturated_dot([int(v) for v in a[0]], [int(v) for v in b[:, j]])
+               != int(a[0].astype(np.int64) @ b[:, j].astype(np.int64)) for j in range(8))
+    params = [a, *[inits[k] for k in ("as", "az", "b", "bs", "bz", "ys", "yz")]]
+    assert np.array_equal(ortsat.emulate_qlinear_matmul(*params), qlinear.qlinear_matmul(*params))
+
+    def change(vals):
+        vals["y"] = vals["y"].copy()
+        vals["y"].flat[0] += 1
+
+    _perturbed_exposed_run(monkeypatch, change)
+    row = compare_model(model, {"a": a}, show_progress=False, timing_budget=0.0,
+                        timing_runs=1)["nodes"][0]
+    assert row["diagnosis"] == "not explained by 16-bit saturation (emulating it changes no value)", row
+
+
+def test_compare_row_of_a_sequence_is_not_compared_not_identical():
+    """onnxruntime's intermediates-exposed run returns no sequence: SequenceConstruct's row
+    said 'identical' (0 elements) for a value never compared. It says 'not compared', why,
+    and the summary line counts it."""
+    from qlinear.tools.compare import format_report
+
+    nodes = [helper.make_node("SequenceConstruct", ["x", "x"], ["s"], name="mk"),
+             helper.make_node("SequenceAt", ["s", "i"], ["y"], name="at")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [3])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [3])],
+                          [numpy_helper.from_array(np.int64(1), "i")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    r = compare_model(model, {"x": np.arange(3, dtype=np.float32)}, show_progress=False,
+                      timing_budget=0.0, timing_runs=1)
+    mk, at = r["nodes"]
+    assert (mk["verdict"], mk["max_diff"], mk["own_verdict"]) == ("not compared", None, None), mk
+    assert mk["diagnosis"] == "not compared: 's' (sequence) is not among onnxruntime's results"
+    assert at["verdict"] == "identical" and at["elements"] == 3 and r["verdict"] == "identical"
+    text = format_report(r)
+    assert "0 of 2 nodes not bit-identical (1 not compared);" in text, text
+
+
+def _contrib_gemm_model(op):
+    """One com.microsoft node on onnxruntime's u8 x s8 GEMM, every pair sum of the operands
+    above 32767 in magnitude (uint8 in [200, 255], |int8| in [100, 127])."""
+    r = np.random.default_rng(0)
+    a = r.integers(200, 256, (4, 32)).astype(U8)
+    b = (r.integers(100, 128, (32, 8)) * r.choice([-1, 1], (32, 8))).astype(I8)
+    inits = {"b": b, "as": np.float32(0.01), "bs": np.float32(0.01), "az": U8(0), "bz": I8(0),
+             "ys": np.float32(0.5), "yz": U8(128)}
+    ins = {"QGemm": ["a", "as", "az", "b", "bs", "bz", "", "ys", "yz"],
+           "MatMulIntegerToFloat": ["a", "b", "as", "bs", "az", "bz"]}[op]
+    out = T.UINT8 if op == "QGemm" else T.FLOAT
+    g = helper.make_graph([helper.make_node(op, ins, ["y"], domain="com.microsoft", name="n")], "g",
+                          [helper.make_tensor_value_info("a", T.UINT8, a.shape)],
+                          [helper.make_tensor_value_info("y", out, None)],
+                          [numpy_helper.from_array(np.asarray(inits[k]), k) for k in ins if k and k != "a"])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13),
+                                                helper.make_opsetid("com.microsoft", 1)])
+    return model, a, b
+
+
+@pytest.mark.parametrize("op", ["QGemm", "MatMulIntegerToFloat"])
+def test_compare_diagnoses_saturation_of_contrib_gemm_operators(op):
+    """QGemm and MatMulIntegerToFloat run on the same saturating u8 x s8 GEMM as QLinearMatMul.
+    compare diagnosed only the four standard operators: a saturating MatMulIntegerToFloat row
+    said 'float arithmetic differs (max abs 8.72, max rel 3.71)', the wrong cause. The pair
+    sums are checked here with the explicit-loop model, and the diagnosis must match what this
+    machine's onnxruntime does."""
+    model, a, b = _contrib_gemm_model(op)
+    sat = [pair_saturated_dot([int(v) for v in a[i]], [int(v) for v in b[:, j]])
+           for i in range(a.shape[0]) for j in range(b.shape[1])]
+    exact = (a.astype(np.int64) @ b.astype(np.int64)).ravel().tolist()
+    assert sat != exact  # the pair sums saturate (the zero points are 0)
+    r = compare_model(model, {"a": a}, show_progress=False, timing_budget=0.0, timing_runs=1)
+    e = compare_model(model, {"a": a}, show_progress=False, timing_budget=0.0, timing_runs=1,
+                      emulate="onnxruntime-avx2")
+    row, erow = r["nodes"][0], e["nodes"][0]
+    if SATURATES:
+        assert row["verdict"] == "DIFFER" and row["diagnosis"].startswith(
+            "onnxruntime 16-bit saturation (u8 x s8 pair sums > 32767); emulating it reproduces "
+            "onnxruntime exactly"), row
+        assert erow["verdict"] == "identical", erow
+    else:
+        assert row["verdict"] == "identical", row
+        assert erow["diagnosis"].startswith("onnxruntime here is exact; with AVX2 and no VNNI its "
+                                            "16-bit saturation changes"), erow
+
+
 @NEEDS_SATURATING
 def test_compare_four_ops_saturating_here():
     model, feeds, _ = _four_op_model()

@@ -677,6 +677,68 @@ def test_compare_string_outputs(capsys, tmp_path):
     assert outputs["s"]["verdict"] == "identical" and outputs["f"]["mismatches"] == 2
 
 
+def test_compare_json_is_strict_json_when_a_difference_is_not_finite(capsys, tmp_path, monkeypatch):
+    """onnxruntime NaN where qlinear has a number: max_abs is infinite, and --json wrote the
+    bare word Infinity, which is not JSON (jq and JavaScript's JSON.parse refuse it). It writes
+    the string "inf"."""
+    from qlinear.tools import compare
+
+    w = numpy_helper.from_array(np.array([1, 2], np.float32), "w")
+    path = _save(tmp_path, "add.onnx", [helper.make_node("Add", ["x", "w"], ["y"])],
+                 [_vi("x", T.FLOAT, [2])], [_vi("y", T.FLOAT, [2])], [w])
+    real = compare._run_session
+
+    def nan_first(sess, feeds):
+        vals = real(sess, feeds)
+        vals["y"] = vals["y"].copy()
+        vals["y"][0] = np.nan
+        return vals
+
+    monkeypatch.setattr(compare, "_run_session", nan_first)
+    rc, out, err = _main(capsys, "compare", path, "--json")
+    assert rc == 1, err
+
+    def refuse(word):
+        raise ValueError(f"not JSON: {word}")
+
+    r = json.loads(out, parse_constant=refuse)
+    assert r["outputs"][0]["max_abs"] == "inf" and r["nodes"][0]["max_abs"] == "inf", r
+
+
+def test_failure_on_generated_dynamic_dims_says_they_were_set_to_1(capsys, tmp_path):
+    """kaldi's QLinearConv over a dynamic time axis failed on generated inputs with 'empty
+    output window ... x's size 1', blaming the model, not the generated input whose dynamic
+    dimensions were set to 1; run and compare now add that --shape sets them, and only then."""
+    inits = {"xs": np.float32(0.1), "xz": np.uint8(128), "w": np.ones((2, 1, 3, 3), np.int8),
+             "ws": np.float32(0.1), "wz": np.int8(0), "ys": np.float32(0.5), "yz": np.uint8(128)}
+    node = helper.make_node("QLinearConv", ["x", *inits], ["y"], name="conv")
+    path = _save(tmp_path, "dyn.onnx", [node], [_vi("x", T.UINT8, [1, 1, "t", 3])],
+                 [_vi("y", T.UINT8, None)], [numpy_helper.from_array(np.asarray(v), k)
+                                               for k, v in inits.items()])
+    for cmd in ("run", "compare"):
+        _one_line_error(*_main(capsys, cmd, path), "node 'conv' (QLinearConv-10)",
+                        "empty output window", "(generated inputs: the dynamic dimensions of 'x' "
+                        "were set to 1; --shape NAME=DIMxDIM... sets them)")
+        rc, out, err = _main(capsys, cmd, path, "--shape", "x=1x1x5x3")
+        assert rc == 0, err
+    np.save(tmp_path / "x.npy", np.zeros((1, 1, 1, 3), np.uint8))  # given, not generated: no hint
+    line = _one_line_error(*_main(capsys, "run", path, "--input", f"x={tmp_path / 'x.npy'}"),
+                           "empty output window")
+    assert "generated" not in line
+
+
+@pytest.mark.parametrize("shape", [[3], None])
+def test_string_input_without_input_flag_says_string(capsys, tmp_path, shape):
+    """A string-typed model input cannot be generated: the error names ONNX's type ('string'),
+    not NumPy's ('object'), and only --input (--shape cannot help, even without a shape)."""
+    path = _save(tmp_path, "strin.onnx", [helper.make_node("Identity", ["x"], ["y"])],
+                 [_vi("x", T.STRING, shape)], [_vi("y", T.STRING, shape)])
+    for cmd in ("run", "compare"):
+        _one_line_error(*_main(capsys, cmd, path),
+                        "input 'x' is string: no random values for it; give it with --input "
+                        "NAME=FILE.npy")
+
+
 @pytest.mark.parametrize("arg,fragment", [
     ("x=2x4x5", "declares [?, 3, ?]"),
     ("x=2x3", "declares [?, 3, ?]"),

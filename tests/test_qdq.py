@@ -340,7 +340,9 @@ def test_groups_with_per_axis_activations_stay_unfused(case):
     axis stay in float there (onnxruntime runs them); qlinear fused them into kernels that take
     one scale and failed at run time ('A_scale must be a scalar'). (Where onnxruntime fuses such a
     group anyway — Sigmoid, LeakyRelu, AveragePool, GlobalAveragePool, Where, Conv — its
-    session fails too, at load or at run time, as qlinear's run does.)"""
+    session fails too, at load or at run time, as qlinear's run does; the unary ones qlinear
+    refuses at prepare, saying so:
+    test_unary_groups_onnxruntime_fuses_and_fails_on_are_refused_saying_why.)"""
     op, where = case.split()
     b = Builder()
     shape = [3, 8] if op in ("MatMul", "Gemm") else [2, 3]
@@ -361,6 +363,88 @@ def test_groups_with_per_axis_activations_stay_unfused(case):
     fused = {"Add": f"{MS}.QLinearAdd", "Mul": f"{MS}.QLinearMul", "Concat": f"{MS}.QLinearConcat",
              "Softmax": f"{MS}.QLinearSoftmax", "MatMul": "QLinearMatMul", "Gemm": f"{MS}.QGemm"}[op]
     check(m, {fused: 0}, feeds_x(m), ops=backend.fusable_ops())
+
+
+@pytest.mark.parametrize("op", ["Sigmoid", "LeakyRelu", "AveragePool", "GlobalAveragePool"])
+@pytest.mark.parametrize("where", ["in", "out"])
+def test_unary_groups_onnxruntime_fuses_and_fails_on_are_refused_saying_why(op, where):
+    """Measured (onnxruntime 1.32): a Sigmoid, LeakyRelu, AveragePool or GlobalAveragePool group
+    with a per-axis DQ or Q is fused anyway and the session fails on the fused node (at load or
+    at run time). qlinear failed too, in its own fused node ("node 'yq'
+    (com.microsoft.QLinearSigmoid-1): qlinear_sigmoid: Y_scale must be a scalar"), a node the
+    model does not have; it refuses the fusion saying why, and --qdq literal runs the graph."""
+    b = Builder()
+    x = b.input("x", [2, 3, 4, 4])
+    xd = _per_axis_dq(b, x) if where == "in" else b.qdq(x, 0.02, 128)
+    attrs = {"LeakyRelu": {"alpha": 0.1}, "AveragePool": {"kernel_shape": [2, 2]}}.get(op, {})
+    y = b.node(op, [xd], **attrs)
+    m = b.model([_per_axis_q(b, y, 3) if where == "out" else b.dq(b.q(y, 0.05, 128), 0.05, 128)])
+    feeds = feeds_x(m)
+    with pytest.raises(Exception):  # onnxruntime: fused, then its session fails
+        ort_run(m, feeds)
+    qdq = "DequantizeLinear" if where == "in" else "QuantizeLinear"
+    with pytest.raises(ValueError, match=rf"^prepare: {op} .*: its {qdq} .* is per axis \(3 scales\); "
+                                         rf"onnxruntime fuses the group into com.microsoft QLinear{op} "
+                                         r"anyway and its session then fails on the fused node"):
+        backend.prepare(m)
+    literal, want = backend.prepare(m, qdq="literal").run(feeds)[0], ort_run(m, feeds, level="none")[0]
+    # (float AveragePool: onnxruntime sums in another order, and a value on a rounding tie
+    # may land on the neighbouring step; compare reports that as float arithmetic)
+    assert literal.shape == want.shape and np.abs(literal - want).max() <= 0.05 + 1e-6
+
+
+def test_compare_says_which_graph_its_node_rows_are():
+    """compare's node rows are the fused graph with --qdq fuse and the graph as written with
+    --qdq literal; neither the text nor --json said which (a QDQ model's rows named
+    QLinearConv nodes the model does not have). Both say it now, and with --qdq literal an
+    output that onnxruntime's fusions change points to --qdq fuse."""
+    from qlinear.tools.compare import compare_model, format_report
+
+    m = conv_model()
+    feeds = feeds_x(m)
+    fused = compare_model(m, feeds, show_progress=False, timing_budget=0.0, timing_runs=1)
+    assert (fused["qdq"], fused["qdq_fused"]) == ("fuse", True)
+    assert "QLinearConv" in {r["op"] for r in fused["nodes"]}
+    assert format_report(fused).splitlines()[0].endswith(
+        "both on the graph after onnxruntime's QDQ fusions (--qdq fuse)")
+    literal = compare_model(m, feeds, show_progress=False, timing_budget=0.0, timing_runs=1,
+                            qdq="literal")
+    assert (literal["qdq"], literal["qdq_fused"]) == ("literal", False)
+    assert "QLinearConv" not in {r["op"] for r in literal["nodes"]}
+    assert format_report(literal).splitlines()[0].endswith("(fusions off)")
+    literal["outputs"][0]["instrumented_differs"] = True  # as where onnxruntime's fusion rounds otherwise
+    assert "--qdq fuse runs qlinear on the graph as onnxruntime fuses it" in format_report(literal)
+
+
+def _softmax_per_axis_q(scales, zps, opset=13):
+    b = Builder(opset)
+    x = b.input("x", [2, 3])
+    y = b.node("Softmax", [b.qdq(x, 0.02, 128)], axis=-1)
+    q = b.node("QuantizeLinear", [y, b.const(np.asarray(scales, np.float32), "s"),
+                                  b.const(np.asarray(zps, U8), "z")], axis=1)
+    return b.model([q])
+
+
+def test_softmax_with_a_per_axis_quantize_is_refused_when_fused_saying_why():
+    """Measured (onnxruntime 1.32): DQ -> Softmax -> per-axis Q is fused into QLinearSoftmax,
+    which quantizes with the first scale and zero point only (its result is that of the same
+    model with those two alone, not the model's arithmetic). qlinear fused it too and then
+    failed in its own fused node ("node 'q' (com.microsoft.QLinearSoftmax-1): qlinear_softmax:
+    y_scale must be a scalar"), naming a node the model does not have. It refuses the fusion,
+    saying why; --qdq literal runs the model as written, as onnxruntime does unoptimized."""
+    scales, zps = [1 / 256, 1 / 128, 1 / 64], [0, 10, 20]
+    m = _softmax_per_axis_q(scales, zps)
+    feeds = {"x": image([2, 3], lo=-3, hi=3)}
+    assert op_counts(ort_optimized(m))[f"{MS}.QLinearSoftmax"] == 1  # onnxruntime fuses it
+    first = ort_run(_softmax_per_axis_q(scales[0], zps[0]), feeds)[0]
+    np.testing.assert_array_equal(ort_run(m, feeds)[0], first)  # ... with the first scale only
+    literal = ort_run(m, feeds, level="none")[0]
+    assert (literal != first).any()  # which is not the model's arithmetic
+    with pytest.raises(ValueError, match=r"Softmax .*QuantizeLinear .* per axis \(3 scales\); "
+                                         r"onnxruntime fuses .* first scale and zero point only"
+                                         r".*--qdq literal"):
+        backend.prepare(m)
+    np.testing.assert_array_equal(backend.prepare(m, qdq="literal").run(feeds)[0], literal)
 
 
 @pytest.mark.parametrize("trans_b,axis,fused", [(1, 0, 1), (1, 1, 0), (0, 1, 1), (0, 0, 0)])

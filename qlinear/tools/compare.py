@@ -19,7 +19,9 @@ float tensors, with float32 ulps only where the values are not near zero), and a
 
 - *propagated*: the node's inputs already differ, and qlinear's kernel run on onnxruntime's
   own inputs reproduces onnxruntime's output, so the node itself agrees;
-- *onnxruntime 16-bit saturation*: a uint8 x int8 QLinearConv / QLinearMatMul whose pair
+- *onnxruntime 16-bit saturation*: a uint8 x int8 QLinearConv / QLinearMatMul (and the other
+  operators on onnxruntime's u8 x s8 GEMM: ConvInteger, MatMulInteger, com.microsoft QGemm,
+  MatMulIntegerToFloat, DynamicQuantizeMatMul, QAttention) whose pair
   sums exceed 32767 (see :mod:`qlinear.tools.ortsat`); where the emulation reproduces
   onnxruntime's values exactly, it says so;
 - otherwise the size of the difference (float ulps), without a claim about its cause.
@@ -39,6 +41,9 @@ from qlinear.tools import ortsat
 from qlinear.tools.table import format_table, progress
 
 _GEMM_OPS = ("QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger")
+#: onnxruntime's com.microsoft operators on its u8 x s8 GEMM (saturating on AVX2 without VNNI;
+#: qlinear.backend_contrib.EMULATING emulates them). Its QLinearConv is diagnosed as the standard one.
+_CONTRIB_GEMM_OPS = ("QGemm", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QAttention")
 
 
 def expose_all(model: onnx.ModelProto, dtypes: dict[str, np.dtype]) -> tuple[onnx.ModelProto, list[str]]:
@@ -213,7 +218,7 @@ def _run_node_qlinear(node, opsets, values: dict[str, np.ndarray], emulate: str 
 
     from qlinear.backend import kernels_for
 
-    ins = [n for n in node.input if n]
+    ins = [n for n in node.input if n] + [n for n in _outer_names(node) if n in values]
     g = helper.make_graph(
         [node], "single",
         [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(values[n].dtype),
@@ -225,6 +230,30 @@ def _run_node_qlinear(node, opsets, values: dict[str, np.ndarray], emulate: str 
     ev = ReferenceEvaluator(m, new_ops=kernels_for(None if exact else emulate) + FLOAT_KERNELS)
     outs = [o for o in node.output if o]
     return dict(zip(outs, ev.run(None, {n: values[n] for n in ins})))
+
+
+def _outer_names(node) -> list[str]:
+    """The outer graph's tensors that ``node``'s subgraphs (If, Loop, Scan bodies, at any depth)
+    read: re-run alone, the node needs them as inputs too, and when they differ its inputs do."""
+    names: dict[str, None] = {}
+
+    def visit(graph, defined: set[str]) -> None:
+        defined = defined | {i.name for i in graph.input} | {t.name for t in graph.initializer}
+        defined |= {t.values.name for t in graph.sparse_initializer}
+        for n in graph.node:
+            defined |= {o for o in n.output if o}
+        for n in graph.node:
+            for i in n.input:
+                if i and i not in defined:
+                    names[i] = None
+            for a in n.attribute:
+                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    visit(sub, defined)
+
+    for a in node.attribute:
+        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            visit(sub, set())
+    return list(names)
 
 
 def _attrs(node) -> dict[str, Any]:
@@ -293,10 +322,19 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
         label = node.name or f"#{i} {node.op_type}"
         row: dict[str, Any] = {"node": label, "op": node.op_type, "elements": 0,
                                "mismatches": 0, "verdict": "identical", "max_diff": 0,
-                               "unit": "", "max_rel": None, "max_ulp": None, "diagnosis": ""}
+                               "unit": "", "max_abs": None, "max_rel": None, "max_ulp": None,
+                               "diagnosis": ""}
+        steps: list[float] = []
+        floats: list[dict[str, Any]] = []
+        uncompared: list[str] = []
+        compared = 0
         for out in node.output:
-            if not out or out not in ql or out not in ort_vals:
+            if not out or out not in ql:
                 continue
+            if out not in ort_vals or not isinstance(ql[out], np.ndarray):
+                uncompared.append(out)  # a sequence or map: never exposed, not compared
+                continue
+            compared += 1
             q, r = np.asarray(ql[out]), np.asarray(ort_vals[out])
             c = compare_tensor(q, r, **tol)
             row["elements"] += c["elements"]
@@ -310,15 +348,28 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
                                     else f"shapes or types differ: {c['problem']}")
                 row["max_diff"], row["unit"] = None, ""
             elif c["kind"] == "integer":
-                row["max_diff"], row["unit"] = max(row["max_diff"] or 0, c["max_steps"]), "steps"
+                steps.append(c["max_steps"])
             elif node.op_type == "DequantizeLinear" and np.asarray(ql[node.input[1]]).size == 1:
                 scale = float(np.asarray(ql[node.input[1]]).reshape(()))
-                d = c["max_abs"] / scale
-                row["max_diff"], row["unit"] = round(max(row["max_diff"] or 0, d), 3), "steps"
+                steps.append(round(c["max_abs"] / scale, 3))
             else:
-                row["max_diff"], row["unit"] = max(row["max_diff"] or 0, c["max_abs"]), "abs"
-                row["max_rel"], row["max_ulp"] = c["max_rel"], c["max_ulp"]
+                floats.append(c)
+        if (steps or floats) and row["max_diff"] is not None:  # None: shapes or types differ
+            # A node's outputs can be of both kinds (DynamicQuantizeLinear: uint8 y, float
+            # scale): quantization steps and absolute differences are kept apart, never one
+            # maximum over both, and each figure is the largest over the tensors of its kind.
+            if floats:
+                row["max_abs"] = max(f["max_abs"] for f in floats)
+                row["max_rel"] = _max_or_none(f["max_rel"] for f in floats)
+                row["max_ulp"] = _max_or_none(f["max_ulp"] for f in floats)
+            row["max_diff"], row["unit"] = ((max(steps), "steps") if steps
+                                            else (row["max_abs"], "abs"))
         row["own_verdict"] = "identical" if not row["mismatches"] else None
+        if uncompared and not compared:  # "identical" would claim a comparison never made
+            kinds = {"sequence" if isinstance(ql[o], list) else "tensor" for o in uncompared}
+            row.update(verdict="not compared", own_verdict=None, max_diff=None,
+                       diagnosis=f"not compared: {', '.join(map(repr, uncompared))} "
+                                 f"({' or '.join(sorted(kinds))}) is not among onnxruntime's results")
         if row["mismatches"] and not row["diagnosis"]:
             info: dict[str, Any] = {}
             row["diagnosis"] = _diagnose(node, model.opset_import, ql, values_ort,
@@ -359,6 +410,12 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
         "tolerance": {"atol": atol, "rtol": rtol, "ulp": ulp},
         "ulp_tolerance": ulp,
         "emulate": emulate,
+        "qdq": qdq,
+        # the node rows are the graph after QDQ fusion (the rewrite returns a new model even
+        # where it fuses nothing: compare what it holds)
+        "qdq_fused": sorted(n.op_type for n in model.graph.node)
+        != sorted(n.op_type for n in original.graph.node),
+        "has_qdq": any(n.op_type == "DequantizeLinear" for n in original.graph.node),
         "onnxruntime_outputs": "normal session (default graph optimizations)",
         "onnxruntime_nodes": "session with every intermediate exposed as an output",
         "onnxruntime_note": note,
@@ -371,17 +428,23 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
     qlinear's kernel run on onnxruntime's own inputs against onnxruntime's outputs (every
     output of the node; None when it could not be re-run)."""
     out = node.output[0]
-    ort_out = values_ort[out]
-    inputs_differ = any(n in mismatched for n in node.input if n)
+    inputs_differ = any(n in mismatched for n in [*node.input, *_outer_names(node)] if n)
     try:
         own_all = _run_node_qlinear(node, opsets, values_ort, emulate=emulate)
-        own = own_all[out]
     except Exception:
-        own_all, own = None, None
-    if info is not None and own_all is not None:
-        info["own_verdict"] = _worst(
-            compare_tensor(np.asarray(v), np.asarray(values_ort[k]), **(tol or {}))["verdict"]
-            for k, v in own_all.items() if k in values_ort)
+        own_all = None
+    if own_all is not None:
+        if info is not None:
+            info["own_verdict"] = _worst(
+                compare_tensor(np.asarray(v), np.asarray(values_ort[k]), **(tol or {}))["verdict"]
+                for k, v in own_all.items() if k in values_ort)
+        # Every output is checked, and the rest of the diagnosis is about the first one that
+        # differs on onnxruntime's inputs (a node can agree on its first output, not another).
+        differing = [k for k, v in own_all.items()
+                     if k in values_ort and _mismatch(np.asarray(v), np.asarray(values_ort[k])).any()]
+        out = differing[0] if differing else out
+    own = own_all.get(out) if own_all is not None else None
+    ort_out = values_ort[out]
     if own is not None and not _mismatch(np.asarray(own), np.asarray(ort_out)).any():
         if inputs_differ:
             return "propagated (agrees on onnxruntime's inputs)"
@@ -391,6 +454,8 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
         prefix = f"inputs differ; {n_own} differ on onnxruntime's inputs: "
     else:
         prefix = ""
+    if node.domain == "com.microsoft" and node.op_type in _CONTRIB_GEMM_OPS:
+        return prefix + _diagnose_contrib_gemm(node, opsets, values_ort, out, own, emulate)
     if node.op_type in _GEMM_OPS:
         ins = [values_ort[n] if n else None for n in node.input]
         try:
@@ -412,7 +477,8 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
         exact = own if own is not None else ql[out]
         sat = _mismatch(np.asarray(emu), np.asarray(exact))
         if not sat.any():
-            return prefix + "not explained by 16-bit saturation (no pair sum exceeds 32767)"
+            # (pair sums may saturate and still round to the same outputs: say what was checked)
+            return prefix + "not explained by 16-bit saturation (emulating it changes no value)"
         wrong = _mismatch(np.asarray(exact), np.asarray(ort_out))
         reproduced = int((wrong & ~_mismatch(np.asarray(emu), np.asarray(ort_out))).sum())
         s8 = x if x.dtype == np.int8 else w
@@ -430,7 +496,38 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
     if own is not None and np.issubdtype(np.asarray(own).dtype, np.integer):
         d = int(np.abs(np.asarray(own, np.int64) - np.asarray(ort_out, np.int64)).max())
         return prefix + f"differs by up to {_steps(d)} on onnxruntime's own inputs"
+    if own_all is None:
+        return ("inputs differ; " if inputs_differ else "") + \
+            "not re-run alone on onnxruntime's inputs (qlinear cannot run this node by itself)"
     return prefix.rstrip("; ")
+
+
+def _diagnose_contrib_gemm(node, opsets, values_ort, out: str, own, emulate: str | None) -> str:
+    """The diagnosis of a com.microsoft operator built on onnxruntime's u8 x s8 GEMM (QGemm,
+    MatMulIntegerToFloat, DynamicQuantizeMatMul, QAttention): qlinear's kernel re-run on
+    onnxruntime's inputs exactly and emulating onnxruntime-avx2, both against onnxruntime."""
+    ort_out = np.asarray(values_ort[out])
+    try:
+        exact = np.asarray(_run_node_qlinear(node, opsets, values_ort, exact=True)[out])
+        emu = np.asarray(_run_node_qlinear(node, opsets, values_ort,
+                                           emulate="onnxruntime-avx2")[out])
+    except Exception:
+        return ""
+    n_sat = int(_mismatch(emu, exact).sum())
+    if emulate:
+        if not _mismatch(exact, ort_out).any() and n_sat:
+            return ("onnxruntime here is exact; with AVX2 and no VNNI its 16-bit saturation "
+                    f"changes {n_sat} values (emulated)")
+        return f"differs from the {emulate} emulation"
+    if not n_sat:
+        return "not explained by 16-bit saturation (emulating it changes nothing here)"
+    wrong = _mismatch(exact, ort_out)
+    reproduced = int((wrong & ~_mismatch(emu, ort_out)).sum())
+    if not _mismatch(emu, ort_out).any():
+        return ("onnxruntime 16-bit saturation (u8 x s8 pair sums > 32767); emulating it "
+                f"reproduces onnxruntime exactly ({reproduced}/{int(wrong.sum())})")
+    return (f"pair sums exceed 32767 (onnxruntime 16-bit saturation); emulation reproduces "
+            f"{reproduced}/{int(wrong.sum())}, not all")
 
 
 def _one_line(e: BaseException) -> str:
@@ -444,14 +541,23 @@ def _steps(n: float, unit: str = "step") -> str:
     return f"{text} {unit}" + ("" if n == 1 else "s")
 
 
+def _max_or_none(values) -> Any:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
 def _fmt_diff(r: dict[str, Any]) -> str:
+    if r.get("verdict") == "not compared":
+        return ""
     if not r["mismatches"]:
         return "0"
     md = r["max_diff"]
     if md is None:
         return ""
     if r["unit"] == "steps":
-        return _steps(md)
+        if r.get("max_abs") is None:
+            return _steps(md)
+        return _steps(md) + "; " + _fmt_diff({**r, "unit": "abs", "max_diff": r["max_abs"]})
     text = f"abs {md:.3g}"
     if r.get("max_rel") is not None:
         text += f", rel {r['max_rel']:.3g}"
@@ -489,17 +595,25 @@ def format_report(result: dict[str, Any]) -> str:
     lines = []
     if result.get("emulate"):
         lines.append(f"qlinear emulates {result['emulate']} (onnxruntime on AVX2 CPUs without VNNI)")
-    lines += ["nodes: qlinear vs onnxruntime with every intermediate exposed (fusions off)", table, "",
+    head = "nodes: qlinear vs onnxruntime with every intermediate exposed (fusions off)"
+    if result.get("qdq_fused"):
+        head += ", both on the graph after onnxruntime's QDQ fusions (--qdq fuse)"
+    lines += [head, table, "",
               f"outputs: qlinear vs onnxruntime's normal session (default optimizations); "
               f"floats within {tol}, integers exact"]
     for o in result["outputs"]:
         lines.append(_output_line(o))
         if o.get("instrumented_differs"):
+            hint = ("; --qdq fuse runs qlinear on the graph as onnxruntime fuses it"
+                    if result.get("qdq") == "literal" and result.get("has_qdq") else "")
             lines.append("  (the normal session's result differs from the intermediates-exposed "
-                         "run: its graph optimizations change this output)")
+                         f"run: its graph optimizations change this output{hint})")
     s = result["seconds"]
     q, o = s["qlinear"], s["onnxruntime"]
-    lines.append(f"{result['mismatching_nodes']} of {len(result['nodes'])} nodes not bit-identical; "
+    n_not = sum(1 for r in result["nodes"] if r["verdict"] == "not compared")
+    not_compared = f" ({n_not} not compared)" if n_not else ""
+    lines.append(f"{result['mismatching_nodes']} of {len(result['nodes'])} nodes not bit-identical"
+                 f"{not_compared}; "
                  f"warm median: qlinear {q['median'] * 1e3:.2f} ms, onnxruntime {o['median'] * 1e3:.2f} ms "
                  f"({q['runs']} and {o['runs']} runs after a first one)")
     if result.get("onnxruntime_note"):

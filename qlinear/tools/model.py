@@ -683,6 +683,11 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0, *,
         if vi.name in given:
             continue
         dtype, shape = _declared(vi)
+        if dtype is not None and (dtype == np.dtype(object) or dtype.kind in "SUV"):
+            # ONNX's string type maps to NumPy's object dtype: name the model's type, not NumPy's
+            kind = onnx.TensorProto.DataType.Name(vi.type.tensor_type.elem_type).lower()
+            raise ToolError(f"input {vi.name!r} is {kind}: no random values for it; give it "
+                            "with --input NAME=FILE.npy")
         if dtype is None or (shape is None and vi.name not in shapes):
             raise ToolError(f"input {vi.name!r} has no declared type and shape; give it with "
                             "--input NAME=FILE.npy" + ("" if dtype is None else
@@ -700,8 +705,6 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0, *,
         if need > max_tensor_bytes:
             raise ToolError(f"input {vi.name!r} of shape {shape} would take {_human(need)}, more "
                             f"than the limit of {_human(max_tensor_bytes)} (--max-tensor-bytes)")
-        if dtype == np.dtype(object) or dtype.kind in "SUV":
-            raise ToolError(f"input {vi.name!r} is {dtype}; give it with --input NAME=FILE.npy")
         if np.issubdtype(dtype, np.integer):
             info = np.iinfo(dtype)
             lo, hi = max(int(info.min), -128), min(int(info.max), 255)
