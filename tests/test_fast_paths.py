@@ -164,7 +164,8 @@ def test_matmul_integer_zero_point_read_by_value():
         assert got.dtype == np.int32 and np.array_equal(got, want)
         ref = (a.astype(np.int64) - int(zp)) @ (b.astype(np.int64) - 3)
         assert np.array_equal(got, ref)
-    assert p._zp_call is not None
+    if qlinear.engine_info()["engine"] == "native":  # the short path calls the native engine
+        assert p._zp_call is not None
     # another dtype or shape leaves the short path (and is checked as before)
     with pytest.raises(TypeError, match="a_zero_point"):
         p.run(rng.integers(0, 256, (2, 5, 16)).astype(np.uint8), np.zeros((), np.int8))
