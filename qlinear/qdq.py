@@ -1341,23 +1341,33 @@ class _Rules:
             return False
         if node.op_type == "Softmax" and not _per_tensor(g, dq):
             return False
-        for qdq in (dq, q):  # measured (onnxruntime 1.32): these groups fuse anyway
-            if _per_tensor(g, qdq):
-                continue
-            if node.op_type == "Softmax":
-                what = ("quantizes with the first scale and zero point only, which is not the "
-                        "model's arithmetic, and qlinear does not reproduce it")
-            else:
-                what = "its session then fails on the fused node"
-            raise QDQRefusal(
-                f"{node.op_type} {node.name or node.output[0]!r}: its {qdq.op_type} "
-                f"{qdq.name or qdq.output[0]!r} is per axis ({g.const(qdq.input[1]).size} "
-                f"scales); onnxruntime fuses the group into com.microsoft {op} anyway and {what} "
-                "(measured, onnxruntime 1.32): qdq='literal' (--qdq literal) runs the graph as "
-                "written")
+        if node.op_type == "Softmax":
+            self._refuse_per_axis(node, f"com.microsoft {op}", (dq, q), (
+                "quantizes with the first scale and zero point only, which is not the model's "
+                "arithmetic, and qlinear does not reproduce it"))
+        else:
+            self._refuse_per_axis(node, f"com.microsoft {op}", (dq, q))
         attrs = {"opset": int(g.version(node))} if node.op_type == "Softmax" else None
         new = self._new(grp, op, MS, self._dq_inputs(dq) + self._q_params(q), [q.output[0]], attrs)
         return self._replace(grp, new)
+
+    def _refuse_per_axis(self, node: onnx.NodeProto, fused: str, qdqs: tuple,
+                         what: str = "its session then fails on the fused node") -> None:
+        """QDQRefusal when one of ``qdqs`` (the group's activation DequantizeLinear or its
+        QuantizeLinear) is per axis. Measured (onnxruntime 1.32): the Softmax, Sigmoid,
+        LeakyRelu, AveragePool, GlobalAveragePool, Where and Conv groups are fused whatever the
+        activations' parameters, and the fused kernels take one scale; qlinear's fused node would
+        fail on a node the model does not have."""
+        g = self.g
+        for qdq in qdqs:
+            if _per_tensor(g, qdq):
+                continue
+            raise QDQRefusal(
+                f"{node.op_type} {node.name or node.output[0]!r}: its {qdq.op_type} "
+                f"{qdq.name or qdq.output[0]!r} is per axis ({g.const(qdq.input[1]).size} "
+                f"scales); onnxruntime fuses the group into {fused} anyway and {what} "
+                "(measured, onnxruntime 1.32): qdq='literal' (--qdq literal) runs the graph as "
+                "written")
 
     def binary(self, node: onnx.NodeProto) -> bool:
         g = self.g
@@ -1405,6 +1415,7 @@ class _Rules:
         t = _dq_type(g, x)
         if t != _dq_type(g, y) or t != _q_type(g, q) or _bad_width(t):
             return False
+        self._refuse_per_axis(node, "com.microsoft QLinearWhere", (x, y, q))
         inputs = [node.input[0]] + self._dq_inputs(x) + self._dq_inputs(y) + self._q_params(q)
         return self._replace(grp, self._new(grp, "QLinearWhere", MS, inputs, [q.output[0]]))
 
@@ -1431,6 +1442,7 @@ class _Rules:
             if _dq_type(g, b) != _T.INT32 or not self._bias_scale_ok(x, w, b):
                 return False
             inputs.append(b.input[0])
+        self._refuse_per_axis(node, "QLinearConv", (x, q))  # the weight's DQ may be per channel
         return self._replace(grp, self._new(grp, "QLinearConv", "", inputs, [q.output[0]]))
 
     def _bias_scale_ok(self, x: onnx.NodeProto, w: onnx.NodeProto, b: onnx.NodeProto) -> bool:

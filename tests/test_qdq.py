@@ -393,6 +393,43 @@ def test_unary_groups_onnxruntime_fuses_and_fails_on_are_refused_saying_why(op, 
     assert literal.shape == want.shape and np.abs(literal - want).max() <= 0.05 + 1e-6
 
 
+@pytest.mark.parametrize("op", ["Conv", "Where"])
+@pytest.mark.parametrize("where", ["in", "out"])
+def test_conv_and_where_groups_onnxruntime_fuses_and_fails_on_are_refused_saying_why(op, where):
+    """Measured (onnxruntime 1.32): a Conv or Where group with a per-axis activation DQ or a
+    per-axis Q is fused anyway (QLinearConv, com.microsoft QLinearWhere), and the session
+    then fails (QLinearConv at run time: 'zero point must be a scalar'; QLinearWhere when it
+    builds its lookup table). qlinear failed in its own fused node ("node 'Conv15'
+    (QLinearConv-10): qlinear_conv: x_scale must be a scalar"); it refuses the fusion at
+    prepare saying why, and --qdq literal runs the graph (a per-channel weight DQ of a Conv
+    still fuses: test_conv_fuses_to_qlinearconv_bit_exact)."""
+    b = Builder()
+    x = b.input("x", [2, 3, 4, 4])
+    xd = _per_axis_dq(b, x) if where == "in" else b.qdq(x, 0.02, 128)
+    if op == "Conv":
+        w = b.const(np.random.default_rng(0).integers(-127, 128, (3, 3, 3, 3)).astype(np.int8), "w")
+        wd = b.node("DequantizeLinear", [w, b.const(np.float32(0.01), "ws"), b.const(np.int8(0), "wz")])
+        y = b.node("Conv", [xd, wd], pads=[1, 1, 1, 1])
+        fused = "QLinearConv"
+    else:
+        c = b.const(np.random.default_rng(1).integers(0, 2, (2, 3, 4, 4)).astype(bool), "c")
+        y = b.node("Where", [c, xd, b.qdq(x, 0.02, 128)])
+        fused = "com.microsoft QLinearWhere"
+    m = b.model([_per_axis_q(b, y, 3) if where == "out" else b.dq(b.q(y, 0.05, 128), 0.05, 128)])
+    feeds = feeds_x(m)
+    with pytest.raises(Exception):  # onnxruntime: fused, then its session fails
+        ort_run(m, feeds)
+    qdq = "DequantizeLinear" if where == "in" else "QuantizeLinear"
+    with pytest.raises(ValueError, match=rf"^prepare: {op} .*: its {qdq} .* is per axis \(3 scales\); "
+                                         rf"onnxruntime fuses the group into {fused} anyway and its "
+                                         r"session then fails on the fused node"):
+        backend.prepare(m)
+    literal, want = backend.prepare(m, qdq="literal").run(feeds)[0], ort_run(m, feeds, level="none")[0]
+    # (float Conv: onnxruntime sums in another order, so a value on a rounding tie may land on
+    # the neighbouring step)
+    assert literal.shape == want.shape and np.abs(literal - want).max() <= 0.05 + 1e-6
+
+
 def test_compare_says_which_graph_its_node_rows_are():
     """compare's node rows are the fused graph with --qdq fuse and the graph as written with
     --qdq literal; neither the text nor --json said which (a QDQ model's rows named
