@@ -365,6 +365,26 @@ def test_groups_with_per_axis_activations_stay_unfused(case):
     check(m, {fused: 0}, feeds_x(m), ops=backend.fusable_ops())
 
 
+def _check_fused_failure_refused(b, y, op: str, where: str, fused: str) -> None:
+    """The group ending in ``y`` (its Q per axis when ``where`` is "out"): onnxruntime's
+    session fails on the node it fuses the group into, qlinear's prepare refuses the fusion
+    naming the per-axis DQ or Q and why, and --qdq literal runs the graph as onnxruntime's
+    unoptimized session does, within one output step (float operators such as AveragePool or
+    Conv sum in another order, so a value on a rounding tie may land on the neighbouring
+    step; compare reports that as float arithmetic)."""
+    m = b.model([_per_axis_q(b, y, 3) if where == "out" else b.dq(b.q(y, 0.05, 128), 0.05, 128)])
+    feeds = feeds_x(m)
+    with pytest.raises(Exception):  # onnxruntime: fused, then its session fails
+        ort_run(m, feeds)
+    qdq = "DequantizeLinear" if where == "in" else "QuantizeLinear"
+    with pytest.raises(ValueError, match=rf"^prepare: {op} .*: its {qdq} .* is per axis \(3 scales\); "
+                                         rf"onnxruntime fuses the group into {fused} anyway and its "
+                                         r"session then fails on the fused node"):
+        backend.prepare(m)
+    literal, want = backend.prepare(m, qdq="literal").run(feeds)[0], ort_run(m, feeds, level="none")[0]
+    assert literal.shape == want.shape and np.abs(literal - want).max() <= 0.05 + 1e-6
+
+
 @pytest.mark.parametrize("op", ["Sigmoid", "LeakyRelu", "AveragePool", "GlobalAveragePool"])
 @pytest.mark.parametrize("where", ["in", "out"])
 def test_unary_groups_onnxruntime_fuses_and_fails_on_are_refused_saying_why(op, where):
@@ -378,19 +398,7 @@ def test_unary_groups_onnxruntime_fuses_and_fails_on_are_refused_saying_why(op, 
     xd = _per_axis_dq(b, x) if where == "in" else b.qdq(x, 0.02, 128)
     attrs = {"LeakyRelu": {"alpha": 0.1}, "AveragePool": {"kernel_shape": [2, 2]}}.get(op, {})
     y = b.node(op, [xd], **attrs)
-    m = b.model([_per_axis_q(b, y, 3) if where == "out" else b.dq(b.q(y, 0.05, 128), 0.05, 128)])
-    feeds = feeds_x(m)
-    with pytest.raises(Exception):  # onnxruntime: fused, then its session fails
-        ort_run(m, feeds)
-    qdq = "DequantizeLinear" if where == "in" else "QuantizeLinear"
-    with pytest.raises(ValueError, match=rf"^prepare: {op} .*: its {qdq} .* is per axis \(3 scales\); "
-                                         rf"onnxruntime fuses the group into com.microsoft QLinear{op} "
-                                         r"anyway and its session then fails on the fused node"):
-        backend.prepare(m)
-    literal, want = backend.prepare(m, qdq="literal").run(feeds)[0], ort_run(m, feeds, level="none")[0]
-    # (float AveragePool: onnxruntime sums in another order, and a value on a rounding tie
-    # may land on the neighbouring step; compare reports that as float arithmetic)
-    assert literal.shape == want.shape and np.abs(literal - want).max() <= 0.05 + 1e-6
+    _check_fused_failure_refused(b, y, op, where, f"com.microsoft QLinear{op}")
 
 
 @pytest.mark.parametrize("op", ["Conv", "Where"])
@@ -415,19 +423,7 @@ def test_conv_and_where_groups_onnxruntime_fuses_and_fails_on_are_refused_saying
         c = b.const(np.random.default_rng(1).integers(0, 2, (2, 3, 4, 4)).astype(bool), "c")
         y = b.node("Where", [c, xd, b.qdq(x, 0.02, 128)])
         fused = "com.microsoft QLinearWhere"
-    m = b.model([_per_axis_q(b, y, 3) if where == "out" else b.dq(b.q(y, 0.05, 128), 0.05, 128)])
-    feeds = feeds_x(m)
-    with pytest.raises(Exception):  # onnxruntime: fused, then its session fails
-        ort_run(m, feeds)
-    qdq = "DequantizeLinear" if where == "in" else "QuantizeLinear"
-    with pytest.raises(ValueError, match=rf"^prepare: {op} .*: its {qdq} .* is per axis \(3 scales\); "
-                                         rf"onnxruntime fuses the group into {fused} anyway and its "
-                                         r"session then fails on the fused node"):
-        backend.prepare(m)
-    literal, want = backend.prepare(m, qdq="literal").run(feeds)[0], ort_run(m, feeds, level="none")[0]
-    # (float Conv: onnxruntime sums in another order, so a value on a rounding tie may land on
-    # the neighbouring step)
-    assert literal.shape == want.shape and np.abs(literal - want).max() <= 0.05 + 1e-6
+    _check_fused_failure_refused(b, y, op, where, fused)
 
 
 def test_compare_says_which_graph_its_node_rows_are():
