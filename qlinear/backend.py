@@ -429,9 +429,7 @@ class _QLinearOp(OpRun):
         model. A weight fed as a graph input or computed at run time is prepared on each run,
         so a caller reusing a buffer with new values gets results for the new values.
         """
-        names = [self.onnx_node.input[i] for i in positions
-                 if i < len(self.onnx_node.input) and self.onnx_node.input[i]]
-        constant = self.constant_inputs is not None and all(n in self.constant_inputs for n in names)
+        constant = _contrib.constants_at(self, positions) is True
         key = tuple(id(w) for w in weights)
         if not constant or self._cache_key != key or self._prepared is None:
             factory = getattr(_q, factory_name, None)
@@ -448,8 +446,7 @@ class _QLinearOp(OpRun):
     def _prepared_params(self, cls, scale, zero_point, axis):
         """``cls(scale, zero_point, axis=axis)`` built once when both are constants of the model
         (the same array objects on every run), else None (the caller validates per call)."""
-        names = self.onnx_node.input[1:3]
-        if self.constant_inputs is None or not all(n in self.constant_inputs for n in names if n):
+        if _contrib.constants_at(self, (1, 2)) is not True:
             return None
         key = (id(scale), id(zero_point))
         if self._cache_key != key or self._prepared is None:
@@ -483,12 +480,13 @@ class _QLinearOp(OpRun):
         every one is a model constant of one element (None stays None)."""
         if self._no_scalars:
             return
-        inputs = self.onnx_node.input
-        names = [inputs[i] if i < len(inputs) else "" for i in positions]
-        if self.constant_inputs is not None and any(n and n not in self.constant_inputs for n in names):
+        constant = _contrib.constants_at(self, positions)
+        if constant is False:
             self._no_scalars = True  # a parameter computed or fed at run time: never (decided once)
             return
-        if (self.constant_inputs is None or len(names) != len(params)
+        inputs = self.onnx_node.input
+        names = [inputs[i] if i < len(inputs) else "" for i in positions]
+        if (constant is None or len(names) != len(params)
                 or any((p is not None) if not n else False for n, p in zip(names, params))
                 or any(p is not None and (type(p) is not np.ndarray or p.size != 1) for p in params)):
             self._scalars = None

@@ -104,6 +104,18 @@ def check_node(node: onnx.NodeProto, types: dict[str, int]) -> str | None:
     return None
 
 
+def constants_at(op: OpRun, positions: tuple[int, ...]) -> bool | None:
+    """Whether every input of ``op``'s node at ``positions`` (those present and named) is a
+    constant of the model: the same array object, never written, on every run, which is what
+    lets a node keep what it derived from it. None while unknown (``constant_inputs`` not set
+    by the backend's QLinearRep): nothing may then be kept across runs."""
+    known = op.constant_inputs
+    if known is None:
+        return None
+    names = op.onnx_node.input
+    return all(names[i] in known for i in positions if i < len(names) and names[i])
+
+
 class ContribOp(OpRun):
     """Base: attributes of the node, error wrapping with node name, operator and version."""
 
@@ -135,9 +147,7 @@ class ContribOp(OpRun):
         """factory(*weights, **kwargs), cached across runs only when every weight (inputs at
         ``positions``) is a constant of the model, as the backend's own kernels do: a weight
         fed as a graph input may be a reused buffer with new values, so it is prepared anew."""
-        names = [self.onnx_node.input[i] for i in positions
-                 if i < len(self.onnx_node.input) and self.onnx_node.input[i]]
-        constant = self.constant_inputs is not None and all(n in self.constant_inputs for n in names)
+        constant = constants_at(self, positions) is True
         key = tuple(id(w) for w in weights)
         if constant and key == self._key and self._prepared is not None:
             return self._prepared
@@ -166,10 +176,9 @@ class _QLinearBinary(ContribOp):
         if len(args) not in (7, 8) or type(args[0]) is not np.ndarray:
             return None
         if self._constant_params is None:
-            names = [n for i, n in enumerate(self.onnx_node.input) if i in (1, 2, 4, 5, 6, 7) and n]
-            if self.constant_inputs is None:
+            self._constant_params = constants_at(self, (1, 2, 4, 5, 6, 7))
+            if self._constant_params is None:
                 return None  # not set up by the backend (yet): nothing is cached
-            self._constant_params = all(n in self.constant_inputs for n in names)
         if not self._constant_params:
             return None
         p, prepared = self._bin_params, self._bin
@@ -226,10 +235,9 @@ class _QLinearTableOp(ContribOp):
                 and params[3] is p[3] and x.dtype == self._table_dtype:
             return (_elementwise.apply_table(x, self._table),)
         if self._constant_params is None:
-            if self.constant_inputs is None:
+            self._constant_params = constants_at(self, (1, 2, 3, 4))
+            if self._constant_params is None:
                 return (self._public(args),)
-            names = [n for n in self.onnx_node.input[1:5] if n]
-            self._constant_params = all(n in self.constant_inputs for n in names)
         if not self._constant_params or x.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
             return (self._public(args),)
         alpha = 0.0
@@ -390,8 +398,7 @@ class QAttention(ContribOp):
         known = self._whole_args
         if known is not None and all(a is b for a, b in zip(const, known)) and self._whole_product is product:
             return self._whole
-        names = [self.onnx_node.input[i] for i in (1, 2, 4, 7) if i < len(self.onnx_node.input) and self.onnx_node.input[i]]
-        if self.constant_inputs is None or not all(n in self.constant_inputs for n in names):
+        if constants_at(self, (1, 2, 4, 7)) is not True:
             return None
         try:
             self._whole = _transformer.PreparedQAttention(*const, product=product, **kw)
