@@ -484,12 +484,14 @@ def test_bench_list_with_a_pattern_that_selects_nothing_is_an_error(capsys):
 
 
 @pytest.mark.parametrize("flag,value", [("--threads", 0), ("--threads", 5000), ("--repeat", 0),
-                                        ("--reference-budget", -1)])
+                                        ("--reference-budget", -1), ("--seed", -1)])
 def test_bench_bad_numbers_are_refused_before_anything_runs(capsys, tmp_path, flag, value):
     """Refused up front, naming the flag, both as `qlinear bench` and as qlinear.bench.main
     (python -m qlinear.bench, benchmarks/run.py): --threads 5000 used to reach
     set_num_threads and end in a ValueError traceback (python -m qlinear.bench) or a line
-    naming set_num_threads(n) (qlinear bench), after creating the output folder."""
+    naming set_num_threads(n) (qlinear bench), after creating the output folder; --seed -1
+    started the run and ended in 'qlinear: error: expected non-negative integer' (NumPy's
+    words, naming no flag)."""
     out = tmp_path / "never"
     argv = ["--cases", "tiny.qlinearconv.1x8x8x8.k3", "--no-reference", "--output-dir", str(out),
             flag, str(value)]
