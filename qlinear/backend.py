@@ -228,7 +228,11 @@ def _check_qlinear_node(node: onnx.NodeProto, version: int, types: dict[str, int
             return f"scale is {name(t(1))}; only float32 is supported"
         allowed_zp = (_T.UINT8, _T.INT8) if op == "QuantizeLinear" else (_T.UINT8, _T.INT8, _T.INT32)
         if t(2) and t(2) not in allowed_zp:
-            return f"zero point is {name(t(2))}; only uint8 and int8 are supported"
+            return (f"zero point is {name(t(2))}; only "
+                    f"{'uint8 and int8' if op == 'QuantizeLinear' else 'uint8, int8 and int32'} are supported")
+        if op == "QuantizeLinear" and odt and t(2) and t(2) != odt:
+            # the schema's type constraint (onnxruntime refuses the model when it loads it)
+            return f"output_dtype {name(odt)} differs from y_zero_point's type {name(t(2))}"
         return None
     if op in ("QLinearConv", "QLinearMatMul"):
         for i in (1, 4, 6):
@@ -534,7 +538,8 @@ class QuantizeLinear(_QLinearOp):
         else:
             self._check_8bit("y_zero_point", y_zero_point)
             if odt and helper.tensor_dtype_to_np_dtype(odt) != y_zero_point.dtype:
-                raise self._fail("output_dtype and y_zero_point's type differ")
+                raise self._fail(f"output_dtype {helper.tensor_dtype_to_np_dtype(odt).name} differs from "
+                                 f"y_zero_point's type {y_zero_point.dtype}")
         if self.version == 10 and np.asarray(y_scale).size != 1:
             raise self._fail("QuantizeLinear-10 takes a scalar y_scale (per-axis needs opset 13)")
         prepared = self._prepared_params(PreparedQuantize, y_scale, y_zero_point, g.get("axis", 1))

@@ -410,6 +410,25 @@ def test_unsupported_nodes_are_all_listed():
     assert not backend.is_compatible(m)
 
 
+def test_quantize_output_dtype_differing_from_zero_point_type_names_both():
+    """QuantizeLinear-21's output_dtype must be y_zero_point's type (the schema; onnxruntime
+    refuses the model at load). It was accepted by check_model (`qlinear inspect`: 'runs') and
+    failed at run time with 'output_dtype and y_zero_point's type differ', naming neither; a
+    zero point only typed at run time gets the same words."""
+    x = helper.make_tensor_value_info("x", T.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", T.INT8, None)
+    node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], name="q", output_dtype=T.INT8)
+    m = _model([node], [x], [y], [_init("s", np.float32(0.1)), _init("z", np.uint8(1))], opset=21)
+    with pytest.raises(backend.UnsupportedModelError,
+                       match=r"QuantizeLinear-21 ×1 \(output_dtype int8 differs from y_zero_point's type uint8"):
+        backend.prepare(m)
+    m = _model([node], [x, helper.make_tensor_value_info("z", T.UNDEFINED, None)], [y],
+               [_init("s", np.float32(0.1))], opset=21)
+    with pytest.raises(backend.NodeError, match=r"'q' \(QuantizeLinear-21\).*output_dtype int8 differs from "
+                                                 r"y_zero_point's type uint8"):
+        backend.prepare(m).run([np.ones((2, 3), np.float32), np.uint8(1)])
+
+
 def test_run_time_type_error_names_node_operator_version():
     """A type only known at run time (no declared input type) is a NodeError, not a fallback."""
     node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], name="quant")
