@@ -548,6 +548,18 @@ def test_test_extra_installs_only_what_tests_import():
             assert not re.search(r"^\s*(import|from)\s+(sklearn|scipy)\b", text, re.M), name
 
 
+def test_package_ships_its_type_hints():
+    """The public API has type hints; without a py.typed marker (PEP 561) in the installed
+    package, mypy ignores them ('missing library stubs or py.typed marker') and every qlinear
+    function is Any to a user's type checker."""
+    tomllib = pytest.importorskip("tomllib")
+    import qlinear
+    assert os.path.isfile(os.path.join(os.path.dirname(qlinear.__file__), "py.typed"))
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        data = tomllib.load(f)["tool"]["setuptools"]["package-data"]["qlinear"]
+    assert "py.typed" in data
+
+
 def _readme_synopsis(text: str, command: str) -> str:
     """The README bullet that documents ``qlinear COMMAND``."""
     m = re.search(rf"^- `qlinear {command}\b.*?(?=^\S|^- `qlinear |\Z)", text, re.M | re.S)
