@@ -161,6 +161,19 @@ def node_version(op_type: str, domain: str, opset: int) -> int | None:
         return None
 
 
+def _unknown_attributes(node: onnx.NodeProto, known: Iterable[str]) -> str | None:
+    """Why a node whose attributes its operator does not define cannot run, or None. The
+    kernels read only the attributes they know, so a misspelt one (``stride`` for ``strides``)
+    would be ignored and the node answered as if it were absent; onnx's checker and
+    onnxruntime refuse such a node."""
+    names = set(known)
+    unknown = sorted({a.name for a in node.attribute} - names)
+    if not unknown:
+        return None
+    return (f"unknown attribute{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+            f"(the operator has {', '.join(sorted(names)) if names else 'no attributes'})")
+
+
 def _node_label(node: onnx.NodeProto, index: int) -> str:
     name = node.name or f"#{index} {node.op_type}"
     return name if isinstance(name, str) else repr(name)  # bytes: a name that is not UTF-8
@@ -363,6 +376,10 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
         if version is None:
             problems.append(Problem(label, node.op_type, domain, None,
                                     f"no such operator in opset {opsets[domain]}"))
+            continue
+        unknown = _unknown_attributes(node, onnx.defs.get_schema(node.op_type, opsets[domain], domain).attributes)
+        if unknown:
+            problems.append(Problem(label, node.op_type, domain, version, unknown))
             continue
         if domain == "" and node.op_type in QLINEAR_OPS:
             if version not in QLINEAR_OPS[node.op_type]:

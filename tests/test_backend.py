@@ -429,6 +429,38 @@ def test_quantize_output_dtype_differing_from_zero_point_type_names_both():
         backend.prepare(m).run([np.ones((2, 3), np.float32), np.uint8(1)])
 
 
+@pytest.mark.parametrize("op,domain,attrs", [
+    ("ConvInteger", "", {"stride": [2, 2]}),                      # a misspelt 'strides'
+    ("MaxPool", "", {"kernel_shape": [2, 2], "stride": [2, 2]}),
+    ("QLinearAveragePool", "com.microsoft", {"kernel_shape": [2, 2], "dilations": [2, 2]}),
+    ("QLinearAdd", "com.microsoft", {"foo": 1}),
+])
+def test_attributes_the_operator_does_not_have_are_refused(op, domain, attrs):
+    """An attribute the operator does not define was ignored: ConvInteger with 'stride' ran
+    with stride 1, QLinearAveragePool with 'dilations' (which it does not have) as an
+    undilated pool; onnxruntime refuses such nodes (onnx's checker too, for ai.onnx, but the
+    Python backend does not run it)."""
+    x = helper.make_tensor_value_info("x", T.UINT8, [1, 1, 5, 5])
+    inits = [_init("w", np.ones((1, 1, 3, 3), np.uint8)), _init("s", np.float32(0.1)), _init("z", np.uint8(0))]
+    inputs = {"ConvInteger": ["x", "w"], "MaxPool": ["x"], "QLinearAveragePool": ["x", "s", "z", "s", "z"],
+              "QLinearAdd": ["x", "s", "z", "x", "s", "z", "s", "z"]}[op]
+    node = helper.make_node(op, inputs, ["y"], name="n", domain=domain, **attrs)
+    g = helper.make_graph([node], "t", [x], [helper.make_empty_tensor_value_info("y")], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    with pytest.raises(backend.UnsupportedModelError) as e:
+        backend.prepare(m)
+    bad = sorted(a for a in attrs if a not in ("kernel_shape",))
+    assert f"unknown attribute {bad[0]!r} (the operator has " in str(e.value)
+    session = ort.SessionOptions()
+    with pytest.raises(Exception, match="(?i)unrecognized attribute"):
+        ort.InferenceSession(m.SerializeToString(), session, providers=["CPUExecutionProvider"])
+    kept = m.graph.node[0].attribute
+    del kept[:]
+    kept.extend(helper.make_attribute(k, v) for k, v in attrs.items() if k not in bad)
+    assert not backend.check_model(m)  # the same node without the unknown attribute runs
+
+
 def test_run_time_type_error_names_node_operator_version():
     """A type only known at run time (no declared input type) is a NodeError, not a fallback."""
     node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], name="quant")

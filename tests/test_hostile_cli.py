@@ -645,8 +645,7 @@ def test_ir3_initializers_outside_inputs_load(capsys, tmp_path):
     _runs_y_is_x_plus_w(capsys, tmp_path, path)
     # everything else is still checked under IR 4's rules
     bad = onnx.load(path)
-    bad.graph.node[0].op_type = "Add"
-    bad.graph.node[0].attribute.append(helper.make_attribute("bogus", 1))
+    bad.graph.node.append(helper.make_node("Add", ["x", "w"], ["y"]))  # y written twice: not SSA
     onnx.save(bad, tmp_path / "bad.onnx")
     _one_line_error(*_main(capsys, "run", tmp_path / "bad.onnx"), "invalid ONNX model")
 
@@ -667,7 +666,7 @@ def test_outputs_declared_without_a_shape_load(capsys, tmp_path):
     assert rc == 0 and "onnx checker: ok" in out, (out, err)
     # everything else is still checked
     bad = onnx.load(path)
-    bad.graph.node[0].attribute.append(helper.make_attribute("bogus", 1))
+    bad.graph.node.append(helper.make_node("Add", ["x", "w"], ["y"]))  # y written twice: not SSA
     onnx.save(bad, tmp_path / "bad.onnx")
     _one_line_error(*_main(capsys, "run", tmp_path / "bad.onnx"), "invalid ONNX model")
 
