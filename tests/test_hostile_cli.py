@@ -548,6 +548,36 @@ def test_test_extra_installs_only_what_tests_import():
             assert not re.search(r"^\s*(import|from)\s+(sklearn|scipy)\b", text, re.M), name
 
 
+def test_input_with_a_default_initializer_may_be_given(capsys, tmp_path):
+    """A graph input that has an initializer (a default, IR 4+) may be fed, as onnxruntime
+    and qlinear.backend accept: run and compare said "unknown input 's'; the model's inputs
+    are 'x'" for an input the model declares. Its dtype and shape are checked like any
+    input's; an IR-3 model's initializers stay constants."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"])]
+    inits = [numpy_helper.from_array(np.float32(0.1), "s"), numpy_helper.from_array(np.uint8(3), "z")]
+    path = _save(tmp_path, "default.onnx", nodes, [_vi("x", T.FLOAT, [3]), _vi("s", T.FLOAT, [])],
+                 [_vi("q", T.UINT8, [3])], inits)
+    np.save(tmp_path / "x.npy", np.array([1, 2, 3], np.float32))
+    np.save(tmp_path / "s.npy", np.float32(0.5))
+    np.save(tmp_path / "s3.npy", np.ones(3, np.float32))
+    x, s = f"x={tmp_path / 'x.npy'}", f"s={tmp_path / 's.npy'}"
+    rc, out, err = _main(capsys, "run", path, "--input", x, "--input", s, "--output-dir", tmp_path / "o")
+    assert rc == 0, err
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "q.npy"), np.array([5, 7, 9], np.uint8))
+    rc, out, err = _main(capsys, "run", path, "--input", x, "--output-dir", tmp_path / "o2")
+    assert rc == 0, err   # the default
+    np.testing.assert_array_equal(np.load(tmp_path / "o2" / "q.npy"), np.array([13, 23, 33], np.uint8))
+    rc, out, err = _main(capsys, "compare", path, "--input", x, "--input", s)
+    assert rc == 0 and "outputs: identical" in out, (out, err)
+    _one_line_error(*_main(capsys, "run", path, "--input", x, "--input", f"s={tmp_path / 's3.npy'}"),
+                    "input 's' has shape [3], the model declares []")
+    _one_line_error(*_main(capsys, "run", path, "--input", x, "--input", f"z={tmp_path / 's.npy'}"),
+                    "unknown input 'z'; the model's inputs are 'x' (with a default that --input may replace: 's')")
+    ir3 = _save(tmp_path, "ir3.onnx", nodes, [_vi("x", T.FLOAT, [3]), _vi("s", T.FLOAT, []), _vi("z", T.UINT8, [])],
+                [_vi("q", T.UINT8, [3])], inits, ir=3)
+    _one_line_error(*_main(capsys, "run", ir3, "--input", x, "--input", s), "unknown input 's'")
+
+
 def test_package_ships_its_type_hints():
     """The public API has type hints; without a py.typed marker (PEP 561) in the installed
     package, mypy ignores them ('missing library stubs or py.typed marker') and every qlinear
