@@ -1050,6 +1050,39 @@ def topologically_sorted(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
+def _graph_tensors(graph: onnx.GraphProto) -> Iterable[onnx.TensorProto]:
+    """Every tensor a graph holds: initializers (sparse ones too) and tensor attributes, in
+    subgraphs as well."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("g"):
+                yield from _graph_tensors(a.g)
+            for g in a.graphs:
+                yield from _graph_tensors(g)
+
+
+def _check_external_data_loaded(model: onnx.ModelProto, from_bytes: bool) -> None:
+    """ValueError naming a tensor whose data lives in an external file that was not read
+    (``onnx.load(path, load_external_data=False)``, or a model's bytes, which cannot name the
+    folder): onnx.reference failed on it with 'An instance of LargeContainer should be created
+    before using ReferenceEvaluator', which says neither what nor how to fix it."""
+    for t in _graph_tensors(model.graph):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            location = next((e.value for e in t.external_data if e.key == "location"), "?")
+            how = ("a model given as bytes cannot read it: pass the model's path" if from_bytes else
+                   "pass the model's path, or load it with onnx.load(path) (which reads external data) or "
+                   "onnx.external_data_helper.load_external_data_for_model(model, folder)")
+            raise ValueError(f"prepare: tensor {t.name!r} keeps its data in the external file {location!r}, "
+                             f"which was not loaded; {how}")
+
+
 class _TrackedNodes(list):
     """The evaluator's node list, remembering the node being run (for error messages)."""
 
@@ -1273,6 +1306,7 @@ class QLinearBackend(Backend):
             raise TypeError(f"prepare: unknown keyword argument {unknown[0]!r} (it takes device, "
                             "emulate, qdq and max_tensor_bytes)")
         kernels_for(emulate)  # a bad name fails before anything is loaded
+        from_bytes = isinstance(model, bytes)
         if isinstance(model, (str, os.PathLike)):
             model = onnx.load(model)
         elif isinstance(model, bytes):
@@ -1282,6 +1316,7 @@ class QLinearBackend(Backend):
                             f"{type(model).__name__}")
         if not cls.supports_device(device):
             raise ValueError(f"prepare: device {device!r} is not supported (CPU only)")
+        _check_external_data_loaded(model, from_bytes)
         if qdq not in QDQ_MODES:
             raise ValueError(f"prepare: qdq must be one of {', '.join(QDQ_MODES)}; got {qdq!r}")
         try:

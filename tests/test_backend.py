@@ -461,6 +461,27 @@ def test_attributes_the_operator_does_not_have_are_refused(op, domain, attrs):
     assert not backend.check_model(m)  # the same node without the unknown attribute runs
 
 
+def test_external_data_that_was_not_loaded_is_named(tmp_path):
+    """A model whose weights live in an external file that was not read (loaded with
+    load_external_data=False, or given as bytes) failed in onnx.reference with 'An instance of
+    LargeContainer should be created before using ReferenceEvaluator' (RuntimeError); it is a
+    ValueError naming the tensor, the file and what to do. From its path it runs."""
+    w = np.arange(-6, 6, dtype=np.int8).reshape(4, 3)
+    m = _model([helper.make_node("MatMulInteger", ["a", "w"], ["y"])],
+               [helper.make_tensor_value_info("a", T.UINT8, [2, 4])],
+               [helper.make_tensor_value_info("y", T.INT32, [2, 3])], [_init("w", w)])
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path, save_as_external_data=True, location="w.bin", size_threshold=0)
+    a = np.arange(8, dtype=np.uint8).reshape(2, 4)
+    assert_exact(backend.prepare(str(path)).run([a])[0], oracle.matmul_integer(a, w))
+    assert_exact(backend.prepare(onnx.load(path)).run([a])[0], oracle.matmul_integer(a, w))
+    with pytest.raises(ValueError, match=r"prepare: tensor 'w' keeps its data in the external file 'w\.bin', "
+                                         r"which was not loaded; pass the model's path"):
+        backend.prepare(onnx.load(path, load_external_data=False))
+    with pytest.raises(ValueError, match=r"'w\.bin', which was not loaded; a model given as bytes cannot read it"):
+        backend.prepare(path.read_bytes())
+
+
 def test_run_time_type_error_names_node_operator_version():
     """A type only known at run time (no declared input type) is a NodeError, not a fallback."""
     node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], name="quant")
