@@ -1050,6 +1050,11 @@ def topologically_sorted(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
+def _rebuild_rep(model: bytes, emulate: str | None, max_tensor_bytes: int | None) -> "QLinearRep":
+    """A pickled :class:`QLinearRep` (its ``__reduce__``)."""
+    return QLinearRep(onnx.load_from_string(model), emulate, max_tensor_bytes=max_tensor_bytes)
+
+
 def _graph_tensors(graph: onnx.GraphProto) -> Iterable[onnx.TensorProto]:
     """Every tensor a graph holds: initializers (sparse ones too) and tensor attributes, in
     subgraphs as well."""
@@ -1120,6 +1125,12 @@ class QLinearRep(BackendRep):
     gives on x86 CPUs with AVX2 but without VNNI (16-bit pair saturation in its u8 x s8
     kernels; see :mod:`qlinear.tools.ortsat`), on any CPU.
     """
+
+    def __reduce__(self):
+        """Pickling (multiprocessing, copy.deepcopy) rebuilds the representation from its model
+        and options: what the evaluator holds (protobuf containers, onnx's schemas, prepared
+        kernels) cannot be pickled, and is derived again from the model on the other side."""
+        return _rebuild_rep, (self.model.SerializeToString(), self.emulate, self.max_tensor_bytes)
 
     def __init__(self, model: onnx.ModelProto, emulate: str | None = None, *,
                  max_tensor_bytes: int | None = None):

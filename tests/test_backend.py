@@ -482,6 +482,24 @@ def test_external_data_that_was_not_loaded_is_named(tmp_path):
         backend.prepare(path.read_bytes())
 
 
+def test_prepared_model_pickles_and_copies():
+    """A QLinearRep could be neither pickled (multiprocessing) nor deep-copied: "cannot pickle
+    'google._upb._message.RepeatedCompositeContainer' object". It is rebuilt from its model
+    and options, giving the same outputs (emulation and size limit kept)."""
+    import copy
+    import pickle
+
+    path = os.path.join(os.path.dirname(qlinear.__file__), "examples", "digits_cnn_qoperator.onnx")
+    x = np.random.default_rng(0).random((3, 1, 8, 8), dtype=np.float32)
+    for kw in ({}, {"emulate": "onnxruntime-avx2", "max_tensor_bytes": 1 << 20}):
+        rep = backend.prepare(path, **kw)
+        want = rep.run([x])[0]
+        for again in (pickle.loads(pickle.dumps(rep)), copy.deepcopy(rep)):
+            assert again is not rep and again.emulate == rep.emulate
+            assert again.max_tensor_bytes == rep.max_tensor_bytes
+            assert_exact(again.run([x])[0], want)
+
+
 def test_run_time_type_error_names_node_operator_version():
     """A type only known at run time (no declared input type) is a NodeError, not a fallback."""
     node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], name="quant")
