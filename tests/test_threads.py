@@ -131,3 +131,51 @@ def test_prepared_forms_from_several_threads_with_different_shapes():
     for t in threads:
         t.join()
     assert bad == []
+
+
+def test_backend_representation_from_several_threads():
+    """One QLinearRep run from four Python threads at once, each with its own batch size: every
+    output equals the single-threaded run (the nodes' cached prepared forms, parameter scalars
+    and QLinearLeakyRelu's table are shared between the threads)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto as T, helper, numpy_helper
+
+    from qlinear import backend
+
+    import os
+    path = os.path.join(os.path.dirname(qlinear.__file__), "examples", "digits_cnn_qoperator.onnx")
+    rep = backend.prepare(path)
+    rng = np.random.default_rng(7)
+    xs = [rng.random((n, 1, 8, 8), dtype=np.float32) for n in (1, 3, 5, 2)]
+    wants = [rep.run([x])[0] for x in xs]
+    # a QLinearLeakyRelu node, whose table the node builds on its first run and keeps
+    node = helper.make_node("QLinearLeakyRelu", ["x", "xs", "xz", "ys", "yz"], ["y"], domain="com.microsoft",
+                            alpha=0.3)
+    consts = [numpy_helper.from_array(np.asarray(v), n) for n, v in
+              {"xs": np.float32(0.04), "xz": np.uint8(3), "ys": np.float32(0.02), "yz": np.uint8(9)}.items()]
+    g = helper.make_graph([node], "t", [helper.make_tensor_value_info("x", T.UNDEFINED, None)],
+                          [helper.make_tensor_value_info("y", T.UINT8, None)], consts)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    table_rep = backend.prepare(m)
+    tx = rand_int(rng, U8, (64,))
+    t_want = table_rep.run({"x": tx})[0]
+    bad: list = []
+
+    def work(i: int) -> None:
+        for j in range(40):
+            k = (i + j) % 4
+            y = rep.run([xs[k]])[0]
+            if y.shape != wants[k].shape or not np.array_equal(y, wants[k]):
+                bad.append(k)
+                return
+            if not np.array_equal(table_rep.run({"x": tx})[0], t_want):
+                bad.append("table")
+                return
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bad == []
