@@ -578,6 +578,31 @@ def test_input_with_a_default_initializer_may_be_given(capsys, tmp_path):
     _one_line_error(*_main(capsys, "run", ir3, "--input", x, "--input", s), "unknown input 's'")
 
 
+def test_input_files_in_the_other_byte_order_or_of_objects(capsys, tmp_path):
+    """A big-endian .npy ('>f4', what a big-endian machine writes) of the declared type was
+    refused ("input 'x' has dtype >f4, the model declares float32") although qlinear's
+    operators and backend accept any byte order: it is converted, for run and compare, from
+    .npy and .npz. A .npy of Python objects said 'not a NumPy .npy/.npz file'; it says what
+    it holds."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"])]
+    inits = [numpy_helper.from_array(np.float32(0.1), "s"), numpy_helper.from_array(np.uint8(3), "z")]
+    path = _save(tmp_path, "q.onnx", nodes, [_vi("x", T.FLOAT, [3])], [_vi("q", T.UINT8, [3])], inits)
+    np.save(tmp_path / "be.npy", np.array([1, 2, 3], ">f4"))
+    np.savez(tmp_path / "be.npz", x=np.array([1, 2, 3], ">f4"))
+    for given in (f"x={tmp_path / 'be.npy'}", str(tmp_path / "be.npz")):
+        rc, out, err = _main(capsys, "run", path, "--input", given, "--output-dir", tmp_path / "o")
+        assert rc == 0, err
+        np.testing.assert_array_equal(np.load(tmp_path / "o" / "q.npy"), np.array([13, 23, 33], np.uint8))
+        rc, out, err = _main(capsys, "compare", path, "--input", given)
+        assert rc == 0 and "outputs: identical" in out, (out, err)
+    np.save(tmp_path / "be64.npy", np.array([1, 2, 3], ">f8"))   # the other byte order of another type
+    _one_line_error(*_main(capsys, "run", path, "--input", f"x={tmp_path / 'be64.npy'}"),
+                    "input 'x' has dtype float64, the model declares float32")
+    np.save(tmp_path / "obj.npy", np.array([1, "a", None], dtype=object), allow_pickle=True)
+    _one_line_error(*_main(capsys, "run", path, "--input", f"x={tmp_path / 'obj.npy'}"),
+                    "obj.npy: holds Python objects (a pickled object array), which are never loaded")
+
+
 def test_package_ships_its_type_hints():
     """The public API has type hints; without a py.typed marker (PEP 561) in the installed
     package, mypy ignores them ('missing library stubs or py.typed marker') and every qlinear

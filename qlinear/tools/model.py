@@ -555,6 +555,11 @@ def parse_input_args(args: Iterable[str] | None) -> dict[str, np.ndarray]:
         _check_input_file(f"--input {name}: {file}", file)
         try:
             loaded = np.load(file, allow_pickle=False)
+        except ValueError as e:
+            if "allow_pickle" in str(e):  # NumPy's words for an object array
+                raise ToolError(f"--input {name}: {file}: holds Python objects (a pickled object array), "
+                                "which are never loaded; save a numeric array") from None
+            raise ToolError(f"--input {name}: {file}: not a NumPy .npy/.npz file") from None
         except Exception:
             raise ToolError(f"--input {name}: {file}: not a NumPy .npy/.npz file") from None
         if isinstance(loaded, np.lib.npyio.NpzFile):
@@ -570,7 +575,11 @@ def parse_input_args(args: Iterable[str] | None) -> dict[str, np.ndarray]:
         else:
             arr = loaded
         feeds[name] = arr
-    return feeds
+    # A .npy written on a big-endian machine (or with dtype '>f4') holds the declared element
+    # type in the other byte order: converted to native order (a copy), as qlinear's operators
+    # and qlinear.backend convert such arrays; the dtype check and onnxruntime then see it as is.
+    return {k: a.astype(a.dtype.newbyteorder("=")) if a.dtype.names is None and not a.dtype.isnative else a
+            for k, a in feeds.items()}
 
 
 def _check_input_file(what: str, file: str) -> None:
