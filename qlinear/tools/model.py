@@ -556,7 +556,7 @@ def parse_input_args(args: Iterable[str] | None) -> dict[str, np.ndarray]:
         try:
             loaded = np.load(file, allow_pickle=False)
         except ValueError as e:
-            if "allow_pickle" in str(e):  # NumPy's words for an object array
+            if str(e).startswith("Object arrays cannot be loaded"):  # NumPy's words for a .npy of objects
                 raise ToolError(f"--input {name}: {file}: holds Python objects (a pickled object array), "
                                 "which are never loaded; save a numeric array") from None
             raise ToolError(f"--input {name}: {file}: not a NumPy .npy/.npz file") from None
