@@ -976,7 +976,7 @@ _IMPLICIT_CASES = [
     # 3-D and 4-D: the same path, the outer axes flattened into the planes' rows (dropped rows
     # between outer slices where a kernel reaches past them)
     ((5, 14, 21), (3, 3, 3), dict(pads=[1] * 6), 4, 1),                                 # dropped rows
-    ((5, 9, 21), (3, 3, 3), dict(pads=[1] * 6), 8, 1),                                  # shifted planes (standard: too many tiles)
+    ((5, 9, 21), (3, 3, 3), dict(pads=[1] * 6), 8, 1),                                  # shifted planes only
     ((7, 11, 30), (3, 3, 3), dict(strides=[2, 2, 2], pads=[1, 0, 2, 0, 1, 1]), 8, 1),   # 8 phase tuples x 2
     ((6, 8, 35), (2, 3, 5), dict(dilations=[2, 1, 2], pads=[1, 1, 4, 0, 1, 4]), 4, 1),
     ((9, 10, 26), (3, 3, 3), dict(strides=[3, 1, 2], pads=[1, 2, 0, 0, 1, 1]), 8, 2),   # stride 3, groups
@@ -1086,10 +1086,11 @@ def _implicit_operands(rng, xdt, wdt, xshape, wshape, seven_bit, at_bound=False)
 def test_implicit_gemm_paths(case, seven_bit, engine_level):
     """The implicit GEMM (padded phase-plane copy read in place by the kernel) against the
     oracle at every level: kernels 2x4-7x7, strides 1-4, dilations, asymmetric pads, 1-D, 3-D
-    and 4-D (dropped rows, phase tuples, pointwise runs), groups, batch 2, rows not a multiple of the 16-pixel tile, output channels around the
-    kernels' row tiles, all 8 type combinations, differing per-channel zero points, full-range
-    int32 bias (wraps), full-range and 7-bit weights; and that the path was taken (or, for
-    the cases it declines, that the im2col path ran)."""
+    and 4-D (dropped rows, phase tuples, pointwise runs), groups, batch 2, rows not a multiple
+    of the 16-pixel tile, output channels around the kernels' row tiles, all 8 type
+    combinations, differing per-channel zero points, full-range int32 bias (wraps), full-range
+    and 7-bit weights; and that the path was taken (or, for the cases it declines - stride 5,
+    too many phase tuples, huge pads - that the im2col path ran)."""
     from qlinear import _native
     spatial, kernel, attrs, cin, group = _IMPLICIT_CASES[case]
     rng = np.random.default_rng([case, seven_bit, 45])
