@@ -355,3 +355,59 @@ def test_fed_default_broadcast_view_is_bounded():
         rep.run({"x": x, "B": huge})
     _same(rep.run({"x": x, "B": np.broadcast_to(np.int32(7), (4,))}),
           backend.prepare(m).run({"x": x, "B": np.full(4, 7, np.int32)}))
+
+
+def _softmax_literal(x, sx, sy, zy, opset, axis):
+    """QLinearSoftmax as it was written before its short paths (rows moved last, cumsum,
+    one expression in double): what the short paths must reproduce bit for bit."""
+    from qlinear.contrib import pool
+
+    ax = axis % x.ndim
+    if opset < 13:
+        rows = x.reshape(int(np.prod(x.shape[:ax], dtype=np.int64)), -1)
+    else:
+        rows = np.moveaxis(x, ax, -1).reshape(-1, x.shape[ax])
+    table = pool.softmax_table(np.float32(sx), rows.shape[1])
+    r = rows.astype(np.int32)
+    e = table[r - r.max(axis=1, keepdims=True) + 255]
+    total = np.cumsum(e, axis=1, dtype=np.float32)[:, -1:]
+    big_y = np.floor(np.float32(1) / np.float32(sy))
+    q = np.rint((e.astype(np.float64) * float(big_y)) / total.astype(np.float64))
+    hi = int(np.iinfo(x.dtype).max)
+    y = (np.minimum(q, float(hi - zy)) + zy).astype(x.dtype)
+    if opset < 13:
+        return y.reshape(x.shape)
+    return np.moveaxis(y.reshape(np.moveaxis(x, ax, -1).shape), -1, ax)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_qlinear_softmax_short_paths_bit_identical(dtype, monkeypatch):
+    """QLinearSoftmax's rows of two through the 511-row table (from _PAIR_ROWS rows on, the
+    axis last or not), its term-by-term sums (rows up to _COLUMN_SUM_MAX) and its rows kept in
+    place: the bits of the literal formula (``_softmax_literal``), on full-range values, both
+    8-bit types and random parameters; and the pair table was used."""
+    from qlinear.contrib import pool
+
+    calls = []
+    real = pool._softmax_pairs
+    monkeypatch.setattr(pool, "_softmax_pairs", lambda *a: calls.append(a[0].shape) or real(*a))
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng([int(info.max), 5])
+    cases = [((1, 4420, 2), 2, 11), ((1, 300, 2), -1, 13), ((2, 2, 300), 1, 13), ((1, 2, 20, 20), 1, 13),
+             ((255, 2), 1, 13), ((600, 1, 2), 1, 12), ((3, 40, 5), 1, 13), ((1, 16, 4, 50), 1, 13),
+             ((70, 33), -1, 13), ((4, 3, 2, 2), 0, 13), ((500, 1), -1, 13), ((9, 2, 2), 1, 10)]
+    for shape, axis, opset in cases:
+        for t in range(3):
+            x = rng.integers(info.min, info.max + 1, shape).astype(dtype)
+            if t == 2:  # extremes: the largest differences of a row, equal values
+                x.reshape(-1)[::3] = info.max
+                x.reshape(-1)[1::3] = info.min
+            sx = np.float32(rng.choice([0.1, rng.uniform(1e-3, 0.5), 1.0 / 16]))
+            sy = np.float32(rng.choice([1 / 256, rng.uniform(1e-3, 0.05), 1 / 1000]))
+            zy = int(rng.integers(info.min, info.max + 1)) if t else 0
+            got = qc.qlinear_softmax(x, sx, dtype(0), sy, dtype(zy), opset=opset, axis=axis)
+            want = _softmax_literal(x, sx, sy, zy, opset, axis)
+            assert got.shape == want.shape and got.dtype == want.dtype
+            assert got.tobytes() == want.tobytes(), (shape, axis, opset, t)
+    assert set(calls) >= {(4420, 2, 1), (300, 2, 1), (2, 2, 300), (1, 2, 400), (600, 2, 1)}
+    assert (255, 2, 1) not in calls  # below _PAIR_ROWS: the general path
