@@ -97,6 +97,9 @@ def test_real_model_short_paths_bit_identical(name):
     attention = _kernels(fast, backend_contrib.QAttention)
     if attention:
         assert all(k._whole for k in attention)
+    concats = _kernels(fast, backend_contrib.QLinearConcat)  # constant parameters: prepared
+    if concats:
+        assert all(k._concat is not None for k in concats)
 
 
 def _qlinear_conv_model(x_scale_shape=(), zp_dtype=np.uint8):
@@ -411,3 +414,61 @@ def test_qlinear_softmax_short_paths_bit_identical(dtype, monkeypatch):
             assert got.tobytes() == want.tobytes(), (shape, axis, opset, t)
     assert set(calls) >= {(4420, 2, 1), (300, 2, 1), (2, 2, 300), (1, 2, 400), (600, 2, 1)}
     assert (255, 2, 1) not in calls  # below _PAIR_ROWS: the general path
+
+
+def _concat_model(fed_scale: bool = False):
+    """QLinearConcat of three uint8 tensors along axis 1: input 0 with Y's parameters (copied),
+    the others requantized; ``fed_scale``: input 2's scale is a graph input with a default."""
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "ys"),
+             numpy_helper.from_array(np.array(128, np.uint8), "yz"),
+             numpy_helper.from_array(np.array(0.05, np.float32), "s0"),
+             numpy_helper.from_array(np.array(128, np.uint8), "z0"),
+             numpy_helper.from_array(np.array(0.0173, np.float32), "s1"),
+             numpy_helper.from_array(np.array(3, np.uint8), "z1"),
+             numpy_helper.from_array(np.array(0.31, np.float32), "s2"),
+             numpy_helper.from_array(np.array(200, np.uint8), "z2")]
+    node = helper.make_node("QLinearConcat", ["ys", "yz", "a", "s0", "z0", "b", "s1", "z1", "c", "s2", "z2"],
+                            ["y"], domain="com.microsoft", axis=1)
+    ins = [helper.make_tensor_value_info(n, TensorProto.UINT8, None) for n in "abc"]
+    if fed_scale:
+        ins.append(helper.make_tensor_value_info("s2", TensorProto.FLOAT, []))
+    g = helper.make_graph([node], "g", ins, [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+
+
+def test_qlinear_concat_constant_parameters_once():
+    """QLinearConcat with constant parameters: prepared once (tables chosen once), the bits of
+    the full path on new inputs of new shapes, the full path's message for a bad tensor; a
+    fed scale is never prepared (the caller's array may change between runs)."""
+    rng = np.random.default_rng(17)
+    m = _concat_model()
+    fast, slow = backend.prepare(m), _slow(backend.prepare(m))
+    for t in range(4):
+        h = int(rng.integers(1, 5))
+        feeds = {n: rng.integers(0, 256, (2, int(rng.integers(1, 4)), h)).astype(np.uint8) for n in "abc"}
+        _same(fast.run(feeds), slow.run(feeds))
+        _same(fast.run(feeds), [qc.qlinear_concat(np.float32(0.05), np.uint8(128), feeds["a"], np.float32(0.05),
+                                                  np.uint8(128), feeds["b"], np.float32(0.0173), np.uint8(3),
+                                                  feeds["c"], np.float32(0.31), np.uint8(200), axis=1)])
+    (k,) = _kernels(fast, backend_contrib.QLinearConcat)
+    assert k._concat is not None and k._concat.tables[0] is None and k._concat.tables[1] is not None
+    for bad in ({"a": np.zeros((2, 1), np.uint8)}, {"c": np.zeros((2, 1, 4), np.uint8)},
+                {"b": np.zeros((), np.uint8)}):
+        feeds = {n: np.zeros((2, 1, 3), np.uint8) for n in "abc"} | bad
+        with pytest.raises(backend.NodeError) as e1:
+            fast.run(feeds)
+        with pytest.raises(backend.NodeError) as e2:
+            slow.run(feeds)
+        assert str(e1.value) == str(e2.value)
+    # a fed default: the caller's array, written in place between runs, is read anew each run
+    fed = backend.prepare(_concat_model(fed_scale=True))
+    feeds = {n: rng.integers(0, 256, (1, 2, 2)).astype(np.uint8) for n in "abc"}
+    s2 = np.array(0.31, np.float32)
+    for value in (0.31, 0.05, 0.7, 0.31):
+        s2[...] = value
+        want = qc.qlinear_concat(np.float32(0.05), np.uint8(128), feeds["a"], np.float32(0.05), np.uint8(128),
+                                 feeds["b"], np.float32(0.0173), np.uint8(3), feeds["c"], np.float32(value),
+                                 np.uint8(200), axis=1)
+        _same(fed.run(feeds | {"s2": s2}), [want])
+        (k,) = _kernels(fed, backend_contrib.QLinearConcat)
+        assert all(p is not s2 for p in k._concat_params)
