@@ -706,6 +706,10 @@ def _plain_cast(impl: OpRun) -> np.dtype | None:
     return _PLAIN_CAST.get(getattr(impl, "to", None))
 
 
+#: the results key of a node's omitted ("") outputs in the graph loop
+_OMITTED = object()
+
+
 def _tracking(tracked: Any, nodes: list):
     """``nodes`` in order, each recorded as ``tracked.current`` while it runs (what iterating
     the backend's ``_TrackedNodes`` list does), None after the last."""
@@ -794,8 +798,13 @@ class FastEvaluator(ReferenceEvaluator):
                     and all(n in constant for n in node.input if n))
             if fold or how == "const":
                 constant.update(n for n in node.output if n)
-            plan.append((impl, how, extra, list(node.input), list(node.output), drop[i], check,
-                         fold))
+            outs = list(node.output)
+            if "" in outs:
+                # an omitted output: its value goes under a key of its own, dropped after the
+                # node (under "" it would become the value of every later omitted input)
+                outs = [o if o else _OMITTED for o in outs]
+                drop[i].append(_OMITTED)
+            plan.append((impl, how, extra, list(node.input), outs, drop[i], check, fold))
         return plan
 
     def run(self, output_names, feed_inputs, attributes=None, intermediate=False,  # type: ignore[override]
@@ -890,6 +899,7 @@ class FastEvaluator(ReferenceEvaluator):
         if compact is None and isinstance(nodes, list):
             self._fast_compact = self._compact(nodes)
         if intermediate:
+            results.pop(_OMITTED, None)
             return results
         missing = [n for n in output_names if n not in results]
         if missing:
@@ -913,7 +923,7 @@ class FastEvaluator(ReferenceEvaluator):
                 outputs = consts.get(id(impl))
                 if outputs is None:
                     return None  # not run yet (an earlier run stopped before it)
-                made.update((name, value) for name, value in zip(outs, outputs) if name)
+                made.update((name, value) for name, value in zip(outs, outputs) if name is not _OMITTED)
             else:
                 kept.append(node)
                 kept_plan.append(entry)

@@ -669,6 +669,32 @@ def test_constant_subgraphs_fold_once_and_inputs_never_fold():
     assert not cached.flags.writeable
 
 
+def test_an_omitted_output_is_not_a_later_omitted_input():
+    """A node's omitted ("") output (SkipLayerNormalization's mean) does not become the value of
+    a later node's omitted input (Clip's min): that Clip has no lower bound. (The graph loop
+    stored the mean under "", and the Clip clamped to it from below.)"""
+    from onnx import TensorProto, helper, numpy_helper
+
+    import qlinear.backend as backend
+
+    h = 4
+    inits = [numpy_helper.from_array(np.ones(h, np.float32), "gamma"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "mx")]
+    nodes = [helper.make_node("SkipLayerNormalization", ["x", "skip", "gamma"], ["y", ""], domain="com.microsoft"),
+             helper.make_node("Clip", ["y", "", "mx"], ["z"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("x", "skip")],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    x = np.random.default_rng(0).standard_normal((1, 2, h)).astype(np.float32)
+    rep = backend.prepare(m)
+    for _ in range(2):
+        every = rep.run_all({"x": x, "skip": x})
+        (z,) = rep.run({"x": x, "skip": x})
+        np.testing.assert_array_equal(z, np.minimum(every["y"], np.float32(0.5)))
+        assert (z < 0).any()
+        assert all(isinstance(k, str) for k in every) and every[""] is None
+
+
 def test_constant_nodes_leave_the_loop_after_their_first_run():
     """Once every constant node (Constant, folded) has run, later runs put their tensors in at
     once and loop over the other nodes only: the same outputs (a folded tensor as a graph
