@@ -472,3 +472,30 @@ def test_qlinear_concat_constant_parameters_once():
         _same(fed.run(feeds | {"s2": s2}), [want])
         (k,) = _kernels(fed, backend_contrib.QLinearConcat)
         assert all(p is not s2 for p in k._concat_params)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.float32])
+def test_strided_views_copied_row_by_row_same_bits(dtype):
+    """A view whose last axis is contiguous but short (a Slice of 2 of 4 values per row) is
+    copied with each row as one integer (``quantize._contiguous``) before the native
+    QuantizeLinear / DequantizeLinear: the bytes of np.ascontiguousarray, and the outputs of
+    the operators on a contiguous copy, for rows of 2, 4 and 8 bytes and others (3 bytes,
+    the last axis strided, one element) that keep NumPy's copy."""
+    from qlinear import quantize
+
+    rng = np.random.default_rng(23)
+    full = rng.integers(0, 256, (3, 50, 12), dtype=np.uint8).view(np.int8 if dtype == np.int8 else np.uint8)
+    if dtype == np.float32:
+        full = (rng.standard_normal((3, 50, 12)) * 40).astype(np.float32)
+        full.reshape(-1)[:4] = [np.nan, np.inf, -0.0, 1e-45]
+    views = [full[..., :2], full[..., 3:5], full[..., :4], full[..., 1:9], full[..., :3], full[..., ::2],
+             full[..., :1], full[:, ::2, :2], full.transpose(0, 2, 1)[..., :2], full[1:2, 5:6, 4:6]]
+    for view in views:
+        got = quantize._contiguous(view)
+        assert got.flags.c_contiguous and got.dtype == view.dtype and got.shape == view.shape
+        assert got.tobytes() == np.ascontiguousarray(view).tobytes()
+        if dtype == np.float32:
+            prepared = quantize.PreparedQuantize(np.float32(0.37), np.uint8(7))
+        else:
+            prepared = quantize.PreparedDequantize(np.float32(0.37), np.array(7, dtype))
+        _same([prepared.run(view)], [prepared.run(np.ascontiguousarray(view))])
