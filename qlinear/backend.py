@@ -161,6 +161,19 @@ def node_version(op_type: str, domain: str, opset: int) -> int | None:
         return None
 
 
+def _unknown_attributes(node: onnx.NodeProto, known: Iterable[str]) -> str | None:
+    """Why a node whose attributes its operator does not define cannot run, or None. The
+    kernels read only the attributes they know, so a misspelt one (``stride`` for ``strides``)
+    would be ignored and the node answered as if it were absent; onnx's checker and
+    onnxruntime refuse such a node."""
+    names = set(known)
+    unknown = sorted({a.name for a in node.attribute} - names)
+    if not unknown:
+        return None
+    return (f"unknown attribute{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+            f"(the operator has {', '.join(sorted(names)) if names else 'no attributes'})")
+
+
 def _node_label(node: onnx.NodeProto, index: int) -> str:
     name = node.name or f"#{index} {node.op_type}"
     return name if isinstance(name, str) else repr(name)  # bytes: a name that is not UTF-8
@@ -228,7 +241,11 @@ def _check_qlinear_node(node: onnx.NodeProto, version: int, types: dict[str, int
             return f"scale is {name(t(1))}; only float32 is supported"
         allowed_zp = (_T.UINT8, _T.INT8) if op == "QuantizeLinear" else (_T.UINT8, _T.INT8, _T.INT32)
         if t(2) and t(2) not in allowed_zp:
-            return f"zero point is {name(t(2))}; only uint8 and int8 are supported"
+            return (f"zero point is {name(t(2))}; only "
+                    f"{'uint8 and int8' if op == 'QuantizeLinear' else 'uint8, int8 and int32'} are supported")
+        if op == "QuantizeLinear" and odt and t(2) and t(2) != odt:
+            # the schema's type constraint (onnxruntime refuses the model when it loads it)
+            return f"output_dtype {name(odt)} differs from y_zero_point's type {name(t(2))}"
         return None
     if op in ("QLinearConv", "QLinearMatMul"):
         for i in (1, 4, 6):
@@ -359,6 +376,10 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
         if version is None:
             problems.append(Problem(label, node.op_type, domain, None,
                                     f"no such operator in opset {opsets[domain]}"))
+            continue
+        unknown = _unknown_attributes(node, onnx.defs.get_schema(node.op_type, opsets[domain], domain).attributes)
+        if unknown:
+            problems.append(Problem(label, node.op_type, domain, version, unknown))
             continue
         if domain == "" and node.op_type in QLINEAR_OPS:
             if version not in QLINEAR_OPS[node.op_type]:
@@ -534,7 +555,8 @@ class QuantizeLinear(_QLinearOp):
         else:
             self._check_8bit("y_zero_point", y_zero_point)
             if odt and helper.tensor_dtype_to_np_dtype(odt) != y_zero_point.dtype:
-                raise self._fail("output_dtype and y_zero_point's type differ")
+                raise self._fail(f"output_dtype {helper.tensor_dtype_to_np_dtype(odt).name} differs from "
+                                 f"y_zero_point's type {y_zero_point.dtype}")
         if self.version == 10 and np.asarray(y_scale).size != 1:
             raise self._fail("QuantizeLinear-10 takes a scalar y_scale (per-axis needs opset 13)")
         prepared = self._prepared_params(PreparedQuantize, y_scale, y_zero_point, g.get("axis", 1))
@@ -1028,6 +1050,44 @@ def topologically_sorted(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
+def _rebuild_rep(model: bytes, emulate: str | None, max_tensor_bytes: int | None) -> "QLinearRep":
+    """A pickled :class:`QLinearRep` (its ``__reduce__``)."""
+    return QLinearRep(onnx.load_from_string(model), emulate, max_tensor_bytes=max_tensor_bytes)
+
+
+def _graph_tensors(graph: onnx.GraphProto) -> Iterable[onnx.TensorProto]:
+    """Every tensor a graph holds: initializers (sparse ones too) and tensor attributes, in
+    subgraphs as well."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("g"):
+                yield from _graph_tensors(a.g)
+            for g in a.graphs:
+                yield from _graph_tensors(g)
+
+
+def _check_external_data_loaded(model: onnx.ModelProto, from_bytes: bool) -> None:
+    """ValueError naming a tensor whose data lives in an external file that was not read
+    (``onnx.load(path, load_external_data=False)``, or a model's bytes, which cannot name the
+    folder): onnx.reference failed on it with 'An instance of LargeContainer should be created
+    before using ReferenceEvaluator', which says neither what nor how to fix it."""
+    for t in _graph_tensors(model.graph):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            location = next((e.value for e in t.external_data if e.key == "location"), "?")
+            how = ("a model given as bytes cannot read it: pass the model's path" if from_bytes else
+                   "pass the model's path, or load it with onnx.load(path) (which reads external data) or "
+                   "onnx.external_data_helper.load_external_data_for_model(model, folder)")
+            raise ValueError(f"prepare: tensor {t.name!r} keeps its data in the external file {location!r}, "
+                             f"which was not loaded; {how}")
+
+
 class _TrackedNodes(list):
     """The evaluator's node list, remembering the node being run (for error messages)."""
 
@@ -1065,6 +1125,12 @@ class QLinearRep(BackendRep):
     gives on x86 CPUs with AVX2 but without VNNI (16-bit pair saturation in its u8 x s8
     kernels; see :mod:`qlinear.tools.ortsat`), on any CPU.
     """
+
+    def __reduce__(self):
+        """Pickling (multiprocessing, copy.deepcopy) rebuilds the representation from its model
+        and options: what the evaluator holds (protobuf containers, onnx's schemas, prepared
+        kernels) cannot be pickled, and is derived again from the model on the other side."""
+        return _rebuild_rep, (self.model.SerializeToString(), self.emulate, self.max_tensor_bytes)
 
     def __init__(self, model: onnx.ModelProto, emulate: str | None = None, *,
                  max_tensor_bytes: int | None = None):
@@ -1251,6 +1317,7 @@ class QLinearBackend(Backend):
             raise TypeError(f"prepare: unknown keyword argument {unknown[0]!r} (it takes device, "
                             "emulate, qdq and max_tensor_bytes)")
         kernels_for(emulate)  # a bad name fails before anything is loaded
+        from_bytes = isinstance(model, bytes)
         if isinstance(model, (str, os.PathLike)):
             model = onnx.load(model)
         elif isinstance(model, bytes):
@@ -1260,6 +1327,7 @@ class QLinearBackend(Backend):
                             f"{type(model).__name__}")
         if not cls.supports_device(device):
             raise ValueError(f"prepare: device {device!r} is not supported (CPU only)")
+        _check_external_data_loaded(model, from_bytes)
         if qdq not in QDQ_MODES:
             raise ValueError(f"prepare: qdq must be one of {', '.join(QDQ_MODES)}; got {qdq!r}")
         try:

@@ -61,6 +61,28 @@ _INPUT_TYPES: dict[str, dict[int, set[int]]] = {
 #: The com.microsoft operators (opset 1) the backend runs.
 OPS: set[str] = set(_INPUT_TYPES)
 
+#: Each operator's attributes in onnxruntime 1.32's com.microsoft schemas (onnx has no schema
+#: for them, so its checker cannot tell): onnxruntime refuses a node with any other, and the
+#: kernels would ignore it (QLinearAveragePool's ``dilations``, which it does not have, would
+#: be answered as an undilated pool).
+ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    "QLinearAdd": (), "QLinearMul": (), "QLinearSigmoid": (), "QLinearWhere": (),
+    "QLinearLeakyRelu": ("alpha",), "QLinearConcat": ("axis",),
+    "QLinearGlobalAveragePool": ("channels_last",),
+    "QLinearAveragePool": ("auto_pad", "ceil_mode", "channels_last", "count_include_pad", "kernel_shape", "pads",
+                           "strides"),
+    "QLinearSoftmax": ("axis", "opset"), "QGemm": ("alpha", "transA", "transB"),
+    "QLinearConv": ("auto_pad", "channels_last", "dilations", "group", "kernel_shape", "pads", "strides"),
+    "MatMulIntegerToFloat": (), "DynamicQuantizeMatMul": (),
+    "QuantizeLinear": ("axis",), "DequantizeLinear": ("axis",),
+    "QAttention": ("do_rotary", "mask_filter_value", "num_heads", "past_present_share_buffer", "scale",
+                   "unidirectional"),
+    "Attention": ("do_rotary", "mask_filter_value", "num_heads", "past_present_share_buffer", "qkv_hidden_sizes",
+                  "rotary_embedding_dim", "scale", "unidirectional"),
+    "EmbedLayerNormalization": ("epsilon", "mask_index_type"), "SkipLayerNormalization": ("epsilon",),
+    "FastGelu": (), "Gelu": (),
+}
+
 
 def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
     out = {}
@@ -86,6 +108,11 @@ def check_node(node: onnx.NodeProto, types: dict[str, int]) -> str | None:
                 names = sorted(helper.tensor_dtype_to_np_dtype(a).name for a in allowed)
                 return (f"input {i} is {helper.tensor_dtype_to_np_dtype(t).name}; "
                         f"supported: {', '.join(names)}")
+    known = ATTRIBUTES[node.op_type]
+    unknown = sorted({a.name for a in node.attribute} - set(known))
+    if unknown:
+        return (f"unknown attribute{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+                f"(the operator has {', '.join(known) if known else 'no attributes'})")
     attrs = _attrs(node)
     if node.op_type == "QLinearSoftmax" and "opset" not in attrs:
         return "the opset attribute is required"

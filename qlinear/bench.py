@@ -1049,7 +1049,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference-budget", type=float, default=8.0, metavar="SECONDS",
                    help="skip onnx.reference where one run is estimated above this "
                         "(default 8)")
-    p.add_argument("--seed", type=int, default=0, help="random data seed")
+    p.add_argument("--seed", type=int, default=0, help="random data seed, 0 or more (default 0)")
     p.add_argument("--json", action="store_true",
                    help="print the results (machine, summary, every case) as JSON on stdout "
                         "instead of the summary; the files are written as well")
@@ -1094,6 +1094,8 @@ def _main(argv: list[str] | None = None) -> int:
         raise BenchError(f"--threads must be in [1, 1024]; got {args.threads}")
     if not args.reference_budget > 0:
         raise BenchError("--reference-budget must be a positive number of seconds")
+    if args.seed < 0:  # NumPy's seeds are non-negative (as run's and compare's --seed)
+        raise BenchError(f"--seed {args.seed}: must be 0 or more")
     try:
         import onnx  # noqa: F401
         import onnxruntime  # noqa: F401

@@ -54,7 +54,6 @@ class _ConvWeights:
         self._fits: tuple | None = None   # (geometry, native_fits's answer) of the last call
         # The last native call's arguments (``run_native``), and what makes them reusable by
         # the next call without validating again (``remember``, ``repeat``).
-        self._call: tuple | None = None
         self._last = v.RepeatMemo()
         self.native_geometry: ConvGeometry | None = None
 
@@ -200,9 +199,10 @@ class _ConvWeights:
         return _GEMM
 
     def run_native(self, checked: tuple, bias: np.ndarray | None = None, mult: np.ndarray | None = None,
-                   y_zero_point: np.ndarray | None = None) -> np.ndarray:
+                   y_zero_point: np.ndarray | None = None) -> tuple[np.ndarray, tuple | None]:
         """The convolution on the native engine: int32 wrap32(acc + bias) (``mult`` None), or
-        requantized with the per-channel (or per-tensor) float32 multiplier and y_zero_point."""
+        requantized with the per-channel (or per-tensor) float32 multiplier and y_zero_point;
+        and, for a prepared form, the call's arguments (for ``remember``)."""
         x, zp, geom, _ = checked
         C = _native._C
         isa = C.get_isa()
@@ -223,14 +223,14 @@ class _ConvWeights:
             bias = np.ascontiguousarray(bias, dtype=np.int32)
         C.conv(isa, kind, _contiguous(self.op, "x", x), *head, w, y, *tail, bias,
                max(workspace_limit(), _NATIVE_MIN_WORKSPACE))
-        if self.owned:
-            self._call = (isa, kind, w, out_shape, y_dtype, head, tail, bias)
-        return y
+        return y, ((isa, kind, w, out_shape, y_dtype, head, tail, bias) if self.owned else None)
 
-    def remember(self, x: np.ndarray, params: tuple) -> None:
+    def remember(self, x: np.ndarray, params: tuple, call: tuple | None) -> None:
         """After a native call of a prepared form (``run_native``) with input x and call
-        parameters ``params``: keep its arguments for ``repeat`` (see ``v.RepeatMemo``)."""
-        self._last.remember(x, params, self._call)
+        parameters ``params``, which returned the arguments ``call``: keep them for ``repeat``
+        (see ``v.RepeatMemo``). Passed by the caller, never kept on the object between the two:
+        another thread's call on the same prepared form could replace them meanwhile."""
+        self._last.remember(x, params, call)
 
     def repeat(self, x: Any, params: tuple) -> np.ndarray | None:
         """The output of a call that repeats the remembered one (see ``remember``), or None
@@ -356,8 +356,8 @@ class PreparedConvInteger:
             return y
         checked = self._weights.check_input(x, x_zero_point)
         if self._weights.native_fits(checked):
-            y = self._weights.run_native(checked)
-            self._weights.remember(x, (x_zero_point,))
+            y, call = self._weights.run_native(checked)
+            self._weights.remember(x, (x_zero_point,), call)
             return y
         return self._weights.accumulate(checked)[0]
 
@@ -403,8 +403,8 @@ class PreparedQLinearConv:
             raise TypeError(f"{op}: x_zero_point is required")
         checked = self._weights.check_input(x, x_zero_point)
         if self._weights.native_fits(checked):
-            y = self._weights.run_native(checked, self.bias, m, yzp)
-            self._weights.remember(x, (x_scale, x_zero_point, y_scale, y_zero_point))
+            y, call = self._weights.run_native(checked, self.bias, m, yzp)
+            self._weights.remember(x, (x_scale, x_zero_point, y_scale, y_zero_point), call)
             return y
         # float32(wrap32(acc + B)), computed in place from here on: requantize. The float32
         # accumulator is 4 bytes per output value: images go in groups whose accumulator takes

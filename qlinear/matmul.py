@@ -153,10 +153,12 @@ class _RightOperand:
             zp_bs, zp_cs = N, 1
         return int(fast), b, zpa, zp_bs, zp_cs, Bb
 
-    def remember(self, a: np.ndarray, params: tuple) -> None:
+    def remember(self, a: np.ndarray, params: tuple, call: tuple) -> None:
         """After a prepared form's native call (``_native_matmul``) with input a and call
-        parameters ``params``: keep its arguments for ``repeat`` (see ``v.RepeatMemo``)."""
-        self._last.remember(a, params, self.call)
+        parameters ``params``, which returned the arguments ``call``: keep them for ``repeat``
+        (see ``v.RepeatMemo``). Passed by the caller, never read from ``self.call``: another
+        thread's call on the same prepared form may have replaced that meanwhile."""
+        self._last.remember(a, params, call)
 
     def repeat(self, a: Any, params: tuple) -> np.ndarray | None:
         """The output of a call that repeats the remembered one (see ``remember``), or None
@@ -265,10 +267,12 @@ _RANGE = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
 
 
 def _native_matmul(right: _RightOperand, matrix: np.ndarray, zp: np.ndarray,
-                   m: np.ndarray | None = None, yzp: np.ndarray | None = None) -> np.ndarray:
+                   m: np.ndarray | None = None, yzp: np.ndarray | None = None) -> tuple[np.ndarray, tuple]:
     """(a - zp) @ (b - b_zp) on the native engine: int32, or requantized with multiplier m
     (broadcastable to the output) and output zero point yzp. Shapes as numpy.matmul. A
-    prepared form's call leaves its arguments in ``right.call`` (see ``_RightOperand.repeat``)."""
+    prepared form's call also returns its arguments, for ``_RightOperand.remember``; every call
+    leaves them in ``right.call`` too, which only a plain call's own operand may read
+    (``_lean_remember``): a prepared form's ``right.call`` may be another thread's by then."""
     C = _native._C
     isa = C.get_isa()
     if right.owned:
@@ -333,13 +337,13 @@ def _native_matmul(right: _RightOperand, matrix: np.ndarray, zp: np.ndarray,
         mid = (_TYPE[a.dtype], Ba, a_idx, zpa, zpa_bs, zpa_rs, packed, colsums, zcol, Bb, b_idx)
         tail = (int(quantized), signed, mult, m_bs, m_rs, m_cs, lo, hi, z)
         C.matmul(*head, a, *mid, out, *tail)
-        right.call = (head, mid, tail, out.shape, out.dtype)
+        call = right.call = (head, mid, tail, out.shape, out.dtype)
     else:
         C.matmul_raw(isa, which, rows, N, K, batches, a, _TYPE[a.dtype], Ba, a_idx,
                      zpa, zpa_bs, zpa_rs, braw, _TYPE[braw.dtype], Bb, b_idx, bzp, bzp_bs, bzp_cs,
                      out, int(quantized), signed, mult, m_bs, m_rs, m_cs, lo, hi, z)
-        right.call = (rows, N, K, batches, Ba, a_idx, Bb, b_idx, out.shape)  # ``_lean_remember``
-    return out
+        call = right.call = (rows, N, K, batches, Ba, a_idx, Bb, b_idx, out.shape)  # ``_lean_remember``
+    return out, call
 
 
 class PreparedMatMulInteger:
@@ -360,9 +364,9 @@ class PreparedMatMulInteger:
             return y
         a, matrix, zp = self._b.check_a(a, a_zero_point)
         if _native_takes(self._b, matrix):
-            acc = _native_matmul(self._b, matrix, zp)
-            self._b.remember(a, (a_zero_point,))
-            self._remember_zero_point(a, a_zero_point)
+            acc, call = _native_matmul(self._b, matrix, zp)
+            self._b.remember(a, (a_zero_point,), call)
+            self._remember_zero_point(a, a_zero_point, call)
         else:
             acc = self._b.accumulate(matrix, zp)
         return self._b.finish(acc, a)
@@ -375,8 +379,7 @@ class PreparedMatMulInteger:
     # 0-d array of that dtype.
     _zp_call: tuple | None = None
 
-    def _remember_zero_point(self, a: np.ndarray, a_zero_point: Any) -> None:
-        call = self._b.call
+    def _remember_zero_point(self, a: np.ndarray, a_zero_point: Any, call: tuple) -> None:
         if (type(a_zero_point) is np.ndarray and a_zero_point.ndim == 0 and a_zero_point.dtype == a.dtype
                 and call is not None and len(call) == 5):
             self._zp_call = (a.shape, a.dtype, call, v.max_output_bytes())
@@ -456,8 +459,9 @@ class PreparedQLinearMatMul:
         m, yzp = known
         a_arr, matrix, zp = self._b.check_a(a_arr, a_zero_point)
         if _native_takes(self._b, matrix):
-            y = self._b.finish(_native_matmul(self._b, matrix, zp, m, yzp), a_arr)
-            self._b.remember(a_arr, params)
+            acc, call = _native_matmul(self._b, matrix, zp, m, yzp)
+            y = self._b.finish(acc, a_arr)
+            self._b.remember(a_arr, params, call)
             return y
         values = self._b.accumulate(matrix, zp, np.float32)
         # An infinite product saturates, a tiny one rounds to 0 or a denormal: float32 as it should.

@@ -103,6 +103,23 @@ class QDQRefusal(ValueError):
     arithmetic, which qlinear does not reproduce (the message says what and why)."""
 
 
+def _refuse_attributes_the_fused_node_lacks(node: onnx.NodeProto, fused: str) -> None:
+    """QDQRefusal when ``node`` has an attribute the com.microsoft operator ``fused`` does not
+    (AveragePool-19's ``dilations`` for QLinearAveragePool). Measured (onnxruntime 1.32):
+    onnxruntime fuses the group anyway, copying the attributes, and its session then fails to
+    load ('Unrecognized attribute: dilations for operator QLinearAveragePool'); qlinear's fused
+    kernel would ignore the attribute and answer an undilated pool."""
+    from .backend_contrib import ATTRIBUTES  # (the backend imports this module)
+
+    unknown = sorted({a.name for a in node.attribute} - set(ATTRIBUTES[fused]))
+    if unknown:
+        raise QDQRefusal(
+            f"{node.op_type} {node.name or node.output[0]!r}: onnxruntime fuses the group into "
+            f"com.microsoft {fused}, which has no attribute {', '.join(map(repr, unknown))}, and its "
+            f"session then fails ('Unrecognized attribute: {unknown[0]} for operator {fused}', measured, "
+            "onnxruntime 1.32): qdq='literal' (--qdq literal) runs the graph as written")
+
+
 class _Graph:
     """A mutable view of a GraphProto: nodes in order, constants, element types, outputs."""
 
@@ -1249,6 +1266,8 @@ class _Rules:
              attrs: Optional[dict] = None, copy_attrs: bool = True) -> onnx.NodeProto:
         n = helper.make_node(op, inputs, outputs, name=grp.target.name or None, domain=domain)
         if copy_attrs:
+            if domain == MS:
+                _refuse_attributes_the_fused_node_lacks(grp.target, op)
             n.attribute.extend(_copy(grp.target).attribute)
         for k, v in (attrs or {}).items():
             n.attribute.append(helper.make_attribute(k, v))

@@ -410,6 +410,96 @@ def test_unsupported_nodes_are_all_listed():
     assert not backend.is_compatible(m)
 
 
+def test_quantize_output_dtype_differing_from_zero_point_type_names_both():
+    """QuantizeLinear-21's output_dtype must be y_zero_point's type (the schema; onnxruntime
+    refuses the model at load). It was accepted by check_model (`qlinear inspect`: 'runs') and
+    failed at run time with 'output_dtype and y_zero_point's type differ', naming neither; a
+    zero point only typed at run time gets the same words."""
+    x = helper.make_tensor_value_info("x", T.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", T.INT8, None)
+    node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], name="q", output_dtype=T.INT8)
+    m = _model([node], [x], [y], [_init("s", np.float32(0.1)), _init("z", np.uint8(1))], opset=21)
+    with pytest.raises(backend.UnsupportedModelError,
+                       match=r"QuantizeLinear-21 ×1 \(output_dtype int8 differs from y_zero_point's type uint8"):
+        backend.prepare(m)
+    m = _model([node], [x, helper.make_tensor_value_info("z", T.UNDEFINED, None)], [y],
+               [_init("s", np.float32(0.1))], opset=21)
+    with pytest.raises(backend.NodeError, match=r"'q' \(QuantizeLinear-21\).*output_dtype int8 differs from "
+                                                 r"y_zero_point's type uint8"):
+        backend.prepare(m).run([np.ones((2, 3), np.float32), np.uint8(1)])
+
+
+@pytest.mark.parametrize("op,domain,attrs", [
+    ("ConvInteger", "", {"stride": [2, 2]}),                      # a misspelt 'strides'
+    ("MaxPool", "", {"kernel_shape": [2, 2], "stride": [2, 2]}),
+    ("QLinearAveragePool", "com.microsoft", {"kernel_shape": [2, 2], "dilations": [2, 2]}),
+    ("QLinearAdd", "com.microsoft", {"foo": 1}),
+])
+def test_attributes_the_operator_does_not_have_are_refused(op, domain, attrs):
+    """An attribute the operator does not define was ignored: ConvInteger with 'stride' ran
+    with stride 1, QLinearAveragePool with 'dilations' (which it does not have) as an
+    undilated pool; onnxruntime refuses such nodes (onnx's checker too, for ai.onnx, but the
+    Python backend does not run it)."""
+    x = helper.make_tensor_value_info("x", T.UINT8, [1, 1, 5, 5])
+    inits = [_init("w", np.ones((1, 1, 3, 3), np.uint8)), _init("s", np.float32(0.1)), _init("z", np.uint8(0))]
+    inputs = {"ConvInteger": ["x", "w"], "MaxPool": ["x"], "QLinearAveragePool": ["x", "s", "z", "s", "z"],
+              "QLinearAdd": ["x", "s", "z", "x", "s", "z", "s", "z"]}[op]
+    node = helper.make_node(op, inputs, ["y"], name="n", domain=domain, **attrs)
+    g = helper.make_graph([node], "t", [x], [helper.make_empty_tensor_value_info("y")], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    with pytest.raises(backend.UnsupportedModelError) as e:
+        backend.prepare(m)
+    bad = sorted(a for a in attrs if a not in ("kernel_shape",))
+    assert f"unknown attribute {bad[0]!r} (the operator has " in str(e.value)
+    session = ort.SessionOptions()
+    with pytest.raises(Exception, match="(?i)unrecognized attribute"):
+        ort.InferenceSession(m.SerializeToString(), session, providers=["CPUExecutionProvider"])
+    kept = m.graph.node[0].attribute
+    del kept[:]
+    kept.extend(helper.make_attribute(k, v) for k, v in attrs.items() if k not in bad)
+    assert not backend.check_model(m)  # the same node without the unknown attribute runs
+
+
+def test_external_data_that_was_not_loaded_is_named(tmp_path):
+    """A model whose weights live in an external file that was not read (loaded with
+    load_external_data=False, or given as bytes) failed in onnx.reference with 'An instance of
+    LargeContainer should be created before using ReferenceEvaluator' (RuntimeError); it is a
+    ValueError naming the tensor, the file and what to do. From its path it runs."""
+    w = np.arange(-6, 6, dtype=np.int8).reshape(4, 3)
+    m = _model([helper.make_node("MatMulInteger", ["a", "w"], ["y"])],
+               [helper.make_tensor_value_info("a", T.UINT8, [2, 4])],
+               [helper.make_tensor_value_info("y", T.INT32, [2, 3])], [_init("w", w)])
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path, save_as_external_data=True, location="w.bin", size_threshold=0)
+    a = np.arange(8, dtype=np.uint8).reshape(2, 4)
+    assert_exact(backend.prepare(str(path)).run([a])[0], oracle.matmul_integer(a, w))
+    assert_exact(backend.prepare(onnx.load(path)).run([a])[0], oracle.matmul_integer(a, w))
+    with pytest.raises(ValueError, match=r"prepare: tensor 'w' keeps its data in the external file 'w\.bin', "
+                                         r"which was not loaded; pass the model's path"):
+        backend.prepare(onnx.load(path, load_external_data=False))
+    with pytest.raises(ValueError, match=r"'w\.bin', which was not loaded; a model given as bytes cannot read it"):
+        backend.prepare(path.read_bytes())
+
+
+def test_prepared_model_pickles_and_copies():
+    """A QLinearRep could be neither pickled (multiprocessing) nor deep-copied: "cannot pickle
+    'google._upb._message.RepeatedCompositeContainer' object". It is rebuilt from its model
+    and options, giving the same outputs (emulation and size limit kept)."""
+    import copy
+    import pickle
+
+    path = os.path.join(os.path.dirname(qlinear.__file__), "examples", "digits_cnn_qoperator.onnx")
+    x = np.random.default_rng(0).random((3, 1, 8, 8), dtype=np.float32)
+    for kw in ({}, {"emulate": "onnxruntime-avx2", "max_tensor_bytes": 1 << 20}):
+        rep = backend.prepare(path, **kw)
+        want = rep.run([x])[0]
+        for again in (pickle.loads(pickle.dumps(rep)), copy.deepcopy(rep)):
+            assert again is not rep and again.emulate == rep.emulate
+            assert again.max_tensor_bytes == rep.max_tensor_bytes
+            assert_exact(again.run([x])[0], want)
+
+
 def test_run_time_type_error_names_node_operator_version():
     """A type only known at run time (no declared input type) is a NodeError, not a fallback."""
     node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], name="quant")

@@ -297,6 +297,20 @@ def test_sigmoid_and_leaky_relu_match_ort(dtype):
         assert_exact(c.qlinear_leaky_relu(*[v for _, v in ins], alpha=alpha), want)
 
 
+@pytest.mark.parametrize("alpha", [float("inf"), float("-inf"), 1e38, -1e38])
+def test_leaky_relu_extreme_alpha_matches_ort_without_floating_point_errors(alpha):
+    """An infinite alpha gave the right values but raised FloatingPointError under
+    np.errstate(all="raise") (a RuntimeWarning otherwise): the table multiplied alpha by the
+    v = 0 entry too (0 · inf), which np.where then discards."""
+    dtype = U8
+    x = np.arange(256, dtype=np.uint8).reshape(4, 64)
+    ins = [("X", x), ("Xs", F(0.05)), ("Xz", U8(128)), ("Ys", F(0.03)), ("Yz", U8(100))]
+    want = run_node("QLinearLeakyRelu", ins, {"alpha": alpha}, out_dtypes=(dtype,))[0]
+    for name, use in _engines():
+        with use(), np.errstate(all="raise"):
+            assert_exact(c.qlinear_leaky_relu(*[v for _, v in ins], alpha=alpha), want)
+
+
 def test_logistic_uses_fma_polynomial():
     """mlas_logistic must match onnxruntime's float Sigmoid (same MLAS kernel) on inputs where
     a correctly rounded or non-FMA sigmoid does not."""

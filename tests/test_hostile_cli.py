@@ -484,12 +484,14 @@ def test_bench_list_with_a_pattern_that_selects_nothing_is_an_error(capsys):
 
 
 @pytest.mark.parametrize("flag,value", [("--threads", 0), ("--threads", 5000), ("--repeat", 0),
-                                        ("--reference-budget", -1)])
+                                        ("--reference-budget", -1), ("--seed", -1)])
 def test_bench_bad_numbers_are_refused_before_anything_runs(capsys, tmp_path, flag, value):
     """Refused up front, naming the flag, both as `qlinear bench` and as qlinear.bench.main
     (python -m qlinear.bench, benchmarks/run.py): --threads 5000 used to reach
     set_num_threads and end in a ValueError traceback (python -m qlinear.bench) or a line
-    naming set_num_threads(n) (qlinear bench), after creating the output folder."""
+    naming set_num_threads(n) (qlinear bench), after creating the output folder; --seed -1
+    started the run and ended in 'qlinear: error: expected non-negative integer' (NumPy's
+    words, naming no flag)."""
     out = tmp_path / "never"
     argv = ["--cases", "tiny.qlinearconv.1x8x8x8.k3", "--no-reference", "--output-dir", str(out),
             flag, str(value)]
@@ -544,6 +546,73 @@ def test_test_extra_installs_only_what_tests_import():
         if name.endswith(".py"):
             text = open(os.path.join(tests_dir, name)).read()
             assert not re.search(r"^\s*(import|from)\s+(sklearn|scipy)\b", text, re.M), name
+
+
+def test_input_with_a_default_initializer_may_be_given(capsys, tmp_path):
+    """A graph input that has an initializer (a default, IR 4+) may be fed, as onnxruntime
+    and qlinear.backend accept: run and compare said "unknown input 's'; the model's inputs
+    are 'x'" for an input the model declares. Its dtype and shape are checked like any
+    input's; an IR-3 model's initializers stay constants."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"])]
+    inits = [numpy_helper.from_array(np.float32(0.1), "s"), numpy_helper.from_array(np.uint8(3), "z")]
+    path = _save(tmp_path, "default.onnx", nodes, [_vi("x", T.FLOAT, [3]), _vi("s", T.FLOAT, [])],
+                 [_vi("q", T.UINT8, [3])], inits)
+    np.save(tmp_path / "x.npy", np.array([1, 2, 3], np.float32))
+    np.save(tmp_path / "s.npy", np.float32(0.5))
+    np.save(tmp_path / "s3.npy", np.ones(3, np.float32))
+    x, s = f"x={tmp_path / 'x.npy'}", f"s={tmp_path / 's.npy'}"
+    rc, out, err = _main(capsys, "run", path, "--input", x, "--input", s, "--output-dir", tmp_path / "o")
+    assert rc == 0, err
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "q.npy"), np.array([5, 7, 9], np.uint8))
+    rc, out, err = _main(capsys, "run", path, "--input", x, "--output-dir", tmp_path / "o2")
+    assert rc == 0, err   # the default
+    np.testing.assert_array_equal(np.load(tmp_path / "o2" / "q.npy"), np.array([13, 23, 33], np.uint8))
+    rc, out, err = _main(capsys, "compare", path, "--input", x, "--input", s)
+    assert rc == 0 and "outputs: identical" in out, (out, err)
+    _one_line_error(*_main(capsys, "run", path, "--input", x, "--input", f"s={tmp_path / 's3.npy'}"),
+                    "input 's' has shape [3], the model declares []")
+    _one_line_error(*_main(capsys, "run", path, "--input", x, "--input", f"z={tmp_path / 's.npy'}"),
+                    "unknown input 'z'; the model's inputs are 'x' (with a default that --input may replace: 's')")
+    ir3 = _save(tmp_path, "ir3.onnx", nodes, [_vi("x", T.FLOAT, [3]), _vi("s", T.FLOAT, []), _vi("z", T.UINT8, [])],
+                [_vi("q", T.UINT8, [3])], inits, ir=3)
+    _one_line_error(*_main(capsys, "run", ir3, "--input", x, "--input", s), "unknown input 's'")
+
+
+def test_input_files_in_the_other_byte_order_or_of_objects(capsys, tmp_path):
+    """A big-endian .npy ('>f4', what a big-endian machine writes) of the declared type was
+    refused ("input 'x' has dtype >f4, the model declares float32") although qlinear's
+    operators and backend accept any byte order: it is converted, for run and compare, from
+    .npy and .npz. A .npy of Python objects said 'not a NumPy .npy/.npz file'; it says what
+    it holds."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"])]
+    inits = [numpy_helper.from_array(np.float32(0.1), "s"), numpy_helper.from_array(np.uint8(3), "z")]
+    path = _save(tmp_path, "q.onnx", nodes, [_vi("x", T.FLOAT, [3])], [_vi("q", T.UINT8, [3])], inits)
+    np.save(tmp_path / "be.npy", np.array([1, 2, 3], ">f4"))
+    np.savez(tmp_path / "be.npz", x=np.array([1, 2, 3], ">f4"))
+    for given in (f"x={tmp_path / 'be.npy'}", str(tmp_path / "be.npz")):
+        rc, out, err = _main(capsys, "run", path, "--input", given, "--output-dir", tmp_path / "o")
+        assert rc == 0, err
+        np.testing.assert_array_equal(np.load(tmp_path / "o" / "q.npy"), np.array([13, 23, 33], np.uint8))
+        rc, out, err = _main(capsys, "compare", path, "--input", given)
+        assert rc == 0 and "outputs: identical" in out, (out, err)
+    np.save(tmp_path / "be64.npy", np.array([1, 2, 3], ">f8"))   # the other byte order of another type
+    _one_line_error(*_main(capsys, "run", path, "--input", f"x={tmp_path / 'be64.npy'}"),
+                    "input 'x' has dtype float64, the model declares float32")
+    np.save(tmp_path / "obj.npy", np.array([1, "a", None], dtype=object), allow_pickle=True)
+    _one_line_error(*_main(capsys, "run", path, "--input", f"x={tmp_path / 'obj.npy'}"),
+                    "obj.npy: holds Python objects (a pickled object array), which are never loaded")
+
+
+def test_package_ships_its_type_hints():
+    """The public API has type hints; without a py.typed marker (PEP 561) in the installed
+    package, mypy ignores them ('missing library stubs or py.typed marker') and every qlinear
+    function is Any to a user's type checker."""
+    tomllib = pytest.importorskip("tomllib")
+    import qlinear
+    assert os.path.isfile(os.path.join(os.path.dirname(qlinear.__file__), "py.typed"))
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        data = tomllib.load(f)["tool"]["setuptools"]["package-data"]["qlinear"]
+    assert "py.typed" in data
 
 
 def _readme_synopsis(text: str, command: str) -> str:
@@ -631,8 +700,7 @@ def test_ir3_initializers_outside_inputs_load(capsys, tmp_path):
     _runs_y_is_x_plus_w(capsys, tmp_path, path)
     # everything else is still checked under IR 4's rules
     bad = onnx.load(path)
-    bad.graph.node[0].op_type = "Add"
-    bad.graph.node[0].attribute.append(helper.make_attribute("bogus", 1))
+    bad.graph.node.append(helper.make_node("Add", ["x", "w"], ["y"]))  # y written twice: not SSA
     onnx.save(bad, tmp_path / "bad.onnx")
     _one_line_error(*_main(capsys, "run", tmp_path / "bad.onnx"), "invalid ONNX model")
 
@@ -653,7 +721,7 @@ def test_outputs_declared_without_a_shape_load(capsys, tmp_path):
     assert rc == 0 and "onnx checker: ok" in out, (out, err)
     # everything else is still checked
     bad = onnx.load(path)
-    bad.graph.node[0].attribute.append(helper.make_attribute("bogus", 1))
+    bad.graph.node.append(helper.make_node("Add", ["x", "w"], ["y"]))  # y written twice: not SSA
     onnx.save(bad, tmp_path / "bad.onnx")
     _one_line_error(*_main(capsys, "run", tmp_path / "bad.onnx"), "invalid ONNX model")
 

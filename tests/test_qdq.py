@@ -603,6 +603,29 @@ def test_unary(op, attrs):
         assert {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}["opset"] == 13
 
 
+@pytest.mark.parametrize("dilations", [[2, 2], [1, 1]])
+def test_average_pool_19_with_dilations_is_refused_when_fused_saying_why(dilations):
+    """AveragePool-19 has dilations; com.microsoft QLinearAveragePool has not. onnxruntime fuses
+    the group anyway, copying the attribute, and its session fails to load (measured, also for
+    dilations of 1); qlinear's fused node ignored the attribute and answered an undilated pool
+    (a (1, 3, 3, 3) output for the model's (1, 3, 2, 2) with dilations 2). Fused: refused,
+    naming the node, the attribute and --qdq literal; literal: the model's arithmetic, as
+    onnxruntime computes it without its fusions."""
+    from qdq_models import ort_session
+
+    m = unary_model("AveragePool", opset=19, kernel_shape=[2, 2], dilations=dilations)
+    feeds = feeds_x(m)
+    with pytest.raises(Exception, match="Unrecognized attribute: dilations for operator QLinearAveragePool"):
+        ort_session(m)
+    with pytest.raises(ValueError, match=r"AveragePool '.*': onnxruntime fuses the group into com.microsoft "
+                                         r"QLinearAveragePool, which has no attribute 'dilations'.*--qdq literal"):
+        backend.prepare(m)
+    got = backend.prepare(m, qdq="literal").run(feeds)[0]
+    want = ort_run(m, feeds, level="none")[0]
+    assert got.shape == want.shape == ((1, 3, 2, 2) if dilations == [2, 2] else (1, 3, 3, 3))
+    np.testing.assert_array_equal(got, want)
+
+
 def test_concat():
     b = Builder()
     x = b.input("x", [1, 2, 3])

@@ -354,7 +354,9 @@ def _unary_table_op(op, X, X_scale, X_zero_point, Y_scale, Y_zero_point, kind, a
 
 def _leaky(a: np.float32) -> Callable[[np.ndarray], np.ndarray]:
     def leaky(v: np.ndarray) -> np.ndarray:
-        with np.errstate(over="ignore"):
+        # v * a is computed for every v, also v = 0 where np.where keeps v: with an infinite
+        # alpha that is 0 · inf = NaN, invalid but discarded (onnxruntime multiplies only v < 0)
+        with np.errstate(over="ignore", invalid="ignore"):
             return np.where(v >= 0, v, v * a)
 
     return leaky

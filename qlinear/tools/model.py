@@ -555,6 +555,11 @@ def parse_input_args(args: Iterable[str] | None) -> dict[str, np.ndarray]:
         _check_input_file(f"--input {name}: {file}", file)
         try:
             loaded = np.load(file, allow_pickle=False)
+        except ValueError as e:
+            if str(e).startswith("Object arrays cannot be loaded"):  # NumPy's words for a .npy of objects
+                raise ToolError(f"--input {name}: {file}: holds Python objects (a pickled object array), "
+                                "which are never loaded; save a numeric array") from None
+            raise ToolError(f"--input {name}: {file}: not a NumPy .npy/.npz file") from None
         except Exception:
             raise ToolError(f"--input {name}: {file}: not a NumPy .npy/.npz file") from None
         if isinstance(loaded, np.lib.npyio.NpzFile):
@@ -570,7 +575,11 @@ def parse_input_args(args: Iterable[str] | None) -> dict[str, np.ndarray]:
         else:
             arr = loaded
         feeds[name] = arr
-    return feeds
+    # A .npy written on a big-endian machine (or with dtype '>f4') holds the declared element
+    # type in the other byte order: converted to native order (a copy), as qlinear's operators
+    # and qlinear.backend convert such arrays; the dtype check and onnxruntime then see it as is.
+    return {k: a.astype(a.dtype.newbyteorder("=")) if a.dtype.names is None and not a.dtype.isnative else a
+            for k, a in feeds.items()}
 
 
 def _check_input_file(what: str, file: str) -> None:
@@ -633,19 +642,32 @@ def make_output_dir(out_dir: str, flag: str) -> str:
     return folder
 
 
+def overridable_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """Graph inputs that have an initializer: a default value a run may replace (IR 4 and
+    later; onnxruntime and qlinear.backend accept a value for them, the initializer otherwise)."""
+    if model.ir_version < 4:  # IR 3 lists every initializer among the inputs: constants
+        return []
+    inits = {i.name for i in model.graph.initializer}
+    return [i for i in model.graph.input if i.name in inits]
+
+
 def check_inputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
-    """ToolError unless ``feeds`` has exactly the model's inputs with their dtypes and shapes."""
+    """ToolError unless ``feeds`` has exactly the model's inputs (and, optionally, inputs with a
+    default initializer) with their dtypes and shapes."""
     declared = {vi.name: _declared(vi) for vi in graph_inputs(model)}
-    unknown = [n for n in feeds if n not in declared]
+    defaults = {vi.name: _declared(vi) for vi in overridable_inputs(model)}
+    unknown = [n for n in feeds if n not in declared and n not in defaults]
     if unknown:
         raise ToolError(f"unknown input{'s' if len(unknown) > 1 else ''} "
                         f"{', '.join(map(repr, unknown))}; the model's inputs are "
-                        f"{', '.join(map(repr, declared)) or '(none)'}")
+                        f"{', '.join(map(repr, declared)) or '(none)'}"
+                        + (f" (with a default that --input may replace: {', '.join(map(repr, defaults))})"
+                           if defaults else ""))
     missing = [n for n in declared if n not in feeds]
     if missing:
         raise ToolError(f"missing input{'s' if len(missing) > 1 else ''} "
                         f"{', '.join(map(repr, missing))} (give --input NAME=FILE.npy)")
-    for name, (dtype, shape) in declared.items():
+    for name, (dtype, shape) in {**declared, **{n: d for n, d in defaults.items() if n in feeds}}.items():
         arr = feeds[name]
         if dtype is not None and arr.dtype != dtype:
             raise ToolError(f"input {name!r} has dtype {arr.dtype}, the model declares {dtype}")
