@@ -2,6 +2,8 @@
  * kernel is integer-only anyway); conv.c calls it only where the CPU runs AVX2. */
 #include "conv.h"
 
+#include <string.h>
+
 #if QL_X86
 #pragma GCC push_options
 #pragma GCC target("avx2")
@@ -393,6 +395,36 @@ void ql_ig_s2x4_avx2(const uint8_t *raw, ptrdiff_t rs, uint8_t flip, uint8_t *d0
         _mm256_storeu_si256((__m256i *)(d0 + 4 * j + 32), _mm256_permute2x128_si256(e0, e1, 0x31));
         _mm256_storeu_si256((__m256i *)(d1 + 4 * j), _mm256_permute2x128_si256(o0, o1, 0x20));
         _mm256_storeu_si256((__m256i *)(d1 + 4 * j + 32), _mm256_permute2x128_si256(o0, o1, 0x31));
+    }
+}
+
+/* A conv weight row's channel pairs in the I16 form's grouped order (conv.c's grouped_i16, 3x3
+ * kernels: 9 taps): pair q's 18 source bytes a0..a8 b0..b8 (channels 2q, 2q+1) become the 18
+ * int16 a0-z b0-z a1-z .. a8-z b8-z. Two 16-byte loads (bytes 0-15 and 2-17: both inside the
+ * pair's 18, so no read past the row), vpshufb picks a0 b0 .. a7 b7 (b7 = byte 16 is in the
+ * second load only) and a8 b8; widened (zero- or sign-extended as w's type) and centered:
+ * |w - z| <= 255, an int16. Stores: 32 bytes, then the last 4 bytes alone, so nothing is
+ * written past the pair (rows may belong to another thread). */
+void ql_grouped_i16_t9_avx2(const uint8_t *s, int is_signed, int64_t pairs, int32_t z, int16_t *d)
+{
+    const __m128i m0 = _mm_setr_epi8(0, 9, 1, 10, 2, 11, 3, 12, 4, 13, 5, 14, 6, 15, 7, -128);
+    const __m128i m1 = _mm_setr_epi8(-128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128,
+                                     -128, -128, -128, 14);
+    const __m128i m2 = _mm_setr_epi8(6, 15, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128,
+                                     -128, -128, -128);
+    const __m256i zv = _mm256_set1_epi16((int16_t)z);
+    const __m128i zv1 = _mm_set1_epi16((int16_t)z);
+    for (int64_t q = 0; q < pairs; q++) {
+        const uint8_t *a = s + 18 * q;
+        int16_t *o = d + 18 * q;
+        __m128i v0 = _mm_loadu_si128((const __m128i *)a), v1 = _mm_loadu_si128((const __m128i *)(a + 2));
+        __m128i lo = _mm_or_si128(_mm_shuffle_epi8(v0, m0), _mm_shuffle_epi8(v1, m1));
+        __m128i hi = _mm_shuffle_epi8(v1, m2);
+        __m256i wl = is_signed ? _mm256_cvtepi8_epi16(lo) : _mm256_cvtepu8_epi16(lo);
+        __m128i wh = is_signed ? _mm_cvtepi8_epi16(hi) : _mm_cvtepu8_epi16(hi);
+        _mm256_storeu_si256((__m256i *)o, _mm256_sub_epi16(wl, zv));
+        int32_t last = _mm_cvtsi128_si32(_mm_sub_epi16(wh, zv1));
+        memcpy(o + 16, &last, 4);
     }
 }
 
