@@ -437,8 +437,9 @@ def test_conv_grouped_pack_layout():
     against a NumPy construction of the layout conv.c documents: k' = (c / kpack * taps + t) *
     kpack + c % kpack, padding channels centered 0; I16 rows w - zw as int16 (full-range
     weights too: |w - zw| up to 255); the 7-bit form's rows w - zw as int8 followed by the row
-    sums and zeros. 3x3 kernels with even and odd channel counts: conv_avx2.c's shuffles for 9
-    taps (where the CPU runs AVX2) and their odd last channel."""
+    sums and zeros. 3x3 kernels with channel counts that are and are not multiples of the
+    k-group: conv_avx2.c's shuffles for 9 taps (where the CPU runs AVX2: both forms) and the
+    padded last block."""
     from qlinear import _native
     if not _native.available():
         pytest.skip("the native engine is not built")

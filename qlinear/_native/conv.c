@@ -317,6 +317,17 @@ grouped_i16_body(const uint8_t *s, int w_type, int64_t cg, int64_t taps, int32_t
     if (full < cb) grouped_i16_odd(s, w_type, cg, taps, z, d);
 }
 
+/* Byte forms, a channel count not a multiple of 4: the last block's channels past Cg are padding */
+static void grouped_b_tail(const uint8_t *s, int64_t cg, int64_t taps, uint8_t fx, uint8_t sub, uint8_t pad, uint8_t *d)
+{
+    int64_t full = cg / 4;
+    const uint8_t *a = s + 4 * full * taps;
+    uint8_t *dq = d + 4 * full * taps;
+    int64_t left = cg - 4 * full;
+    for (int64_t t = 0; t < taps; t++)
+        for (int64_t r = 0; r < 4; r++) dq[4 * t + r] = r < left ? (uint8_t)((a[r * taps + t] ^ fx) - sub) : pad;
+}
+
 /* Byte forms (kpack 4): d[(q * taps + t) * 4 + r] = (w[(4q + r) * taps + t] ^ fx) - sub (8-bit
  * wrap), padding channels pad. U8S8: fx = the u8 form's flip, sub 0; S8U8: fx 0, sub = z (the
  * bound proven first, so the byte is the int8 value w - z). */
@@ -352,13 +363,7 @@ grouped_b_body(const uint8_t *s, int64_t cg, int64_t taps, uint8_t fx, uint8_t s
         for (; t < taps; t++)
             for (int r = 0; r < 4; r++) dq[4 * t + r] = (uint8_t)((a[r * taps + t] ^ fx) - sub);
     }
-    if (full < cb) {   /* the last block's channels past Cg are padding */
-        const uint8_t *a = s + 4 * full * taps;
-        uint8_t *dq = d + 4 * full * taps;
-        int64_t left = cg - 4 * full;
-        for (int64_t t = 0; t < taps; t++)
-            for (int64_t r = 0; r < 4; r++) dq[4 * t + r] = r < left ? (uint8_t)((a[r * taps + t] ^ fx) - sub) : pad;
-    }
+    if (full < cb) grouped_b_tail(s, cg, taps, fx, sub, pad, d);
 }
 
 /* the common kernels' tap counts as constants (3x3, 3, 3x3x3, 7x7): loops the compiler unrolls;
@@ -385,8 +390,18 @@ static void grouped_i16(const uint8_t *s, int w_type, int64_t cg, int64_t taps, 
     }
 }
 
-static void grouped_b(const uint8_t *s, int64_t cg, int64_t taps, uint8_t fx, uint8_t sub, uint8_t pad, uint8_t *d)
+static void grouped_b(const uint8_t *s, int64_t cg, int64_t taps, uint8_t fx, uint8_t sub, uint8_t pad, uint8_t *d,
+                      int avx2)
 {
+#if QL_X86
+    if (avx2 && taps == 9) {
+        ql_grouped_b_t9_avx2(s, cg / 4, fx, sub, d);
+        if (cg % 4) grouped_b_tail(s, cg, taps, fx, sub, pad, d);
+        return;
+    }
+#else
+    (void)avx2;
+#endif
     switch (taps) {
     case 9: grouped_b_body(s, cg, 9, fx, sub, pad, d); break;
     case 3: grouped_b_body(s, cg, 3, fx, sub, pad, d); break;
@@ -406,7 +421,9 @@ static int pack_w_grouped(const ql_gemm_kernel *k, const void *w, int w_type, in
     ptrdiff_t ldl = w_row_bytes(k, (int)Kw);
     int32_t *row_a = (int32_t *)((char *)dst + (size_t)M * (size_t)ldl), *row_z = row_a + M;
 #if QL_X86
-    int avx2 = k->pack_L == ql_pack_L_avx2;   /* every level whose kernels use it implies AVX2 */
+    /* the CPU runs AVX2: every level whose kernels use the AVX2 packer implies it, and the one
+     * S8U8 (7-bit path) kernel is AVX2's */
+    int avx2 = k->pack_L == ql_pack_L_avx2 || k->form == QL_FORM_S8U8;
 #else
     int avx2 = 0;
 #endif
@@ -420,14 +437,14 @@ static int pack_w_grouped(const ql_gemm_kernel *k, const void *w, int w_type, in
         } else if (k->form == QL_FORM_S8U8) {
             int32_t sum;
             if (s8u8_row(s, K, w_type, z, NULL, &sum)) return -1;
-            grouped_b(s, cg, taps, 0, (uint8_t)z, 0, (uint8_t *)d);
+            grouped_b(s, cg, taps, 0, (uint8_t)z, 0, (uint8_t *)d, avx2);
             memset(d + Kw, 0, (size_t)(kp - Kw));
             row_a[i] = sum;   /* padding adds 0 */
             row_z[i] = 0;
         } else {
             uint8_t flip = w_type == QL_I8 ? 0x80 : 0;
             int32_t zl = z + (w_type == QL_I8 ? 128 : 0);   /* u8 form: int8 + 128; = (raw z) ^ flip */
-            grouped_b(s, cg, taps, flip, 0, (uint8_t)zl, (uint8_t *)d);
+            grouped_b(s, cg, taps, flip, 0, (uint8_t)zl, (uint8_t *)d, avx2);
             memset(d + Kw, 0, (size_t)(kp - Kw));
             /* pack_L's row sum over the Kw entries: the source row's plus zl per padding entry */
             uint32_t sum = sum_u8form(s, K, flip) + (uint32_t)(Kw - K) * (uint32_t)zl;

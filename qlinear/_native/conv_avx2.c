@@ -428,6 +428,47 @@ void ql_grouped_i16_t9_avx2(const uint8_t *s, int is_signed, int64_t pairs, int3
     }
 }
 
+/* The byte forms' grouped order (conv.c's grouped_b), 9 taps: block q's 36 source bytes (4
+ * channels of 9 taps, channel r's tap t at 9r + t) become d[4t + r] = (byte ^ fx) - sub (8-bit
+ * wrap). Three 16-byte loads (bytes 0-15, 16-31, 20-35: inside the block, no read past the
+ * row), each in both lanes; vpshufb per lane picks taps 0-3 (low lane) and 4-7 (high lane) of
+ * the 4 channels, the three picks ORed (a lane a mask leaves out is zeroed by its -128s); tap
+ * 8's 4 bytes by the same picks at 128 bits, stored alone so nothing is written past the
+ * block (the next rows may be another thread's). */
+void ql_grouped_b_t9_avx2(const uint8_t *s, int64_t blocks, uint8_t fx, uint8_t sub, uint8_t *d)
+{
+    const __m256i mA = _mm256_setr_epi8(0, 9, -128, -128, 1, 10, -128, -128, 2, 11, -128, -128, 3, 12, -128, -128,
+                                        4, 13, -128, -128, 5, 14, -128, -128, 6, 15, -128, -128, 7, -128, -128, -128);
+    const __m256i mB = _mm256_setr_epi8(-128, -128, 2, 11, -128, -128, 3, 12, -128, -128, 4, 13, -128, -128, 5, 14,
+                                        -128, -128, 6, 15, -128, -128, 7, -128, -128, -128, 8, -128, -128, 0, 9, -128);
+    const __m256i mC = _mm256_setr_epi8(-128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128,
+                                        -128, -128, -128, -128,
+                                        -128, -128, -128, -128, -128, -128, -128, 12, -128, -128, -128, 13,
+                                        -128, -128, -128, 14);
+    const __m128i tA = _mm_setr_epi8(8, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128,
+                                     -128, -128);
+    const __m128i tB = _mm_setr_epi8(-128, 1, 10, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128,
+                                     -128, -128);
+    const __m128i tC = _mm_setr_epi8(-128, -128, -128, 15, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128,
+                                     -128, -128);
+    const __m256i fv = _mm256_set1_epi8((char)fx), sv = _mm256_set1_epi8((char)sub);
+    for (int64_t q = 0; q < blocks; q++) {
+        const uint8_t *a = s + 36 * q;
+        uint8_t *o = d + 36 * q;
+        __m128i A = _mm_loadu_si128((const __m128i *)a), B = _mm_loadu_si128((const __m128i *)(a + 16)),
+                Cc = _mm_loadu_si128((const __m128i *)(a + 20));
+        __m256i A2 = _mm256_broadcastsi128_si256(A), B2 = _mm256_broadcastsi128_si256(B),
+                C2 = _mm256_broadcastsi128_si256(Cc);
+        __m256i v = _mm256_or_si256(_mm256_or_si256(_mm256_shuffle_epi8(A2, mA), _mm256_shuffle_epi8(B2, mB)),
+                                    _mm256_shuffle_epi8(C2, mC));
+        _mm256_storeu_si256((__m256i *)o, _mm256_sub_epi8(_mm256_xor_si256(v, fv), sv));
+        __m128i t = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(A, tA), _mm_shuffle_epi8(B, tB)), _mm_shuffle_epi8(Cc, tC));
+        int32_t last = _mm_cvtsi128_si32(_mm_sub_epi8(_mm_xor_si128(t, _mm256_castsi256_si128(fv)),
+                                                      _mm256_castsi256_si128(sv)));
+        memcpy(o + 32, &last, 4);
+    }
+}
+
 #pragma GCC pop_options
 #else
 typedef int ql_conv_avx2_empty;   /* ISO C: a translation unit is not empty */
