@@ -51,6 +51,7 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=30)
     p.add_argument("--wall", action="store_true", help="wall-clock time with --threads threads each")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--weight-bits", type=int, default=8, choices=(7, 8))
     p.add_argument("--cases", default=",".join(CASES))
     args = p.parse_args()
     threads = args.threads if args.wall else 1
@@ -58,8 +59,8 @@ def main() -> None:
     qlinear.set_num_threads(threads)
     qlinear_before.set_num_threads(threads)
     print(f"{threads} thread(s) each, {'wall clock' if args.wall else 'CPU time of the calling thread'}, "
-          f"median of {args.repeat}; load average {os.getloadavg()[0]:.1f}")
-    by_name = {c.name: c for c in bench.all_cases()}
+          f"median of {args.repeat}, {args.weight_bits}-bit weights; load average {os.getloadavg()[0]:.1f}")
+    by_name = {c.name: c for c in bench.all_cases(args.weight_bits)}
     before, after = [], []
     for name in args.cases.split(","):
         case = by_name[name]
