@@ -258,8 +258,43 @@ class QLinearLeakyRelu(_QLinearTableOp):
 
 
 class QLinearConcat(ContribOp):
+    """QLinearConcat: when Y's and every input's scale and zero point are constants of the
+    model, they are validated and their requantization tables chosen once
+    (``PreparedQLinearConcat``); each run then checks only the tensors. Parameters fed at
+    run time go through the public function on every run."""
+
+    _concat: Any = None
+    _concat_params: tuple | None = None  # the parameter objects _concat was prepared from
+    _constant_params: bool | None = None  # all of them are constants of the model (decided once)
+
+    def _prepared_concat(self, args: tuple):
+        n = len(args)
+        if n < 5 or (n - 2) % 3:
+            return None  # the public function reports it
+        params = (args[0], args[1]) + tuple(args[i] for i in range(2, n) if (i - 2) % 3)
+        old = self._concat_params
+        if old is not None and len(old) == len(params) and all(a is b for a, b in zip(params, old)):
+            return self._concat
+        if self._constant_params is None:
+            positions = (0, 1) + tuple(i for i in range(2, len(self.onnx_node.input)) if (i - 2) % 3)
+            self._constant_params = constants_at(self, positions)
+            if self._constant_params is None:
+                return None  # not set up by the backend (yet): nothing is cached
+        if not self._constant_params:
+            return None
+        try:
+            prepared = _elementwise.PreparedQLinearConcat(
+                args[0], args[1], list(zip(params[2::2], params[3::2])), **self._kw("axis"))
+        except (ValueError, TypeError):
+            return None  # the public function reports it, in its order
+        self._concat, self._concat_params = prepared, params  # kept alive: the same objects each run
+        return prepared
+
     def _run(self, *args, **_):
-        return (self._call(_c.qlinear_concat, *args, **self._kw("axis")),)
+        prepared = self._prepared_concat(args)
+        if prepared is None:
+            return (self._call(_c.qlinear_concat, *args, **self._kw("axis")),)
+        return (self._call(prepared.run, *args[2::3]),)
 
 
 class QLinearWhere(ContribOp):

@@ -706,6 +706,19 @@ def _plain_cast(impl: OpRun) -> np.dtype | None:
     return _PLAIN_CAST.get(getattr(impl, "to", None))
 
 
+#: the results key of a node's omitted ("") outputs in the graph loop
+_OMITTED = object()
+
+
+def _tracking(tracked: Any, nodes: list):
+    """``nodes`` in order, each recorded as ``tracked.current`` while it runs (what iterating
+    the backend's ``_TrackedNodes`` list does), None after the last."""
+    for node in nodes:
+        tracked.current = node
+        yield node
+    tracked.current = None
+
+
 class FastEvaluator(ReferenceEvaluator):
     """ReferenceEvaluator whose top-level ``run`` is a lean loop over the nodes.
 
@@ -719,6 +732,9 @@ class FastEvaluator(ReferenceEvaluator):
         super().__init__(*args, **kwargs)
         self._fast_plan = self._make_plan(list(self.rt_nodes_))
         self._fast_consts: dict[int, Any] = {}
+        #: once every constant node has its outputs: (the other nodes, their plan entries,
+        #: the constant tensors they or the graph's outputs read), see ``_compact``
+        self._fast_compact: tuple[list, list, dict[str, Any]] | None = None
         #: when a dict, each run adds every node's seconds under its operator type
         self.node_seconds: dict[str, float] | None = None
 
@@ -782,8 +798,13 @@ class FastEvaluator(ReferenceEvaluator):
                     and all(n in constant for n in node.input if n))
             if fold or how == "const":
                 constant.update(n for n in node.output if n)
-            plan.append((impl, how, extra, list(node.input), list(node.output), drop[i], check,
-                         fold))
+            outs = list(node.output)
+            if "" in outs:
+                # an omitted output: its value goes under a key of its own, dropped after the
+                # node (under "" it would become the value of every later omitted input)
+                outs = [o if o else _OMITTED for o in outs]
+                drop[i].append(_OMITTED)
+            plan.append((impl, how, extra, list(node.input), outs, drop[i], check, fold))
         return plan
 
     def run(self, output_names, feed_inputs, attributes=None, intermediate=False,  # type: ignore[override]
@@ -804,7 +825,16 @@ class FastEvaluator(ReferenceEvaluator):
         results.update(feed_inputs)
         nodes = self.rt_nodes_  # may be a progress-bar wrapper around the same list
         timing = self.node_seconds
-        for _, (pnode, how, extra, ins, outs, drop, check, fold) in zip(nodes, plan):
+        compact = self._fast_compact
+        order = nodes
+        if compact is not None and not intermediate and isinstance(nodes, list):
+            # the constant nodes are done: their tensors go in at once and the loop runs the
+            # other nodes only (the list keeps naming the running node for error messages)
+            order, plan, const_results = compact
+            results.update(const_results)
+            if hasattr(nodes, "current"):
+                order = _tracking(nodes, order)
+        for _, (pnode, how, extra, ins, outs, drop, check, fold) in zip(order, plan):
             if timing is not None:
                 t0 = time.perf_counter()
             if fold:
@@ -866,9 +896,36 @@ class FastEvaluator(ReferenceEvaluator):
                     results.pop(name, None)
             if timing is not None:
                 timing[pnode.op_type] = timing.get(pnode.op_type, 0.0) + time.perf_counter() - t0
+        if compact is None and isinstance(nodes, list):
+            self._fast_compact = self._compact(nodes)
         if intermediate:
+            results.pop(_OMITTED, None)
             return results
         missing = [n for n in output_names if n not in results]
         if missing:
             raise RuntimeError(f"Unable to find output name {missing[0]!r} in {sorted(results)}")
         return [results[n] for n in output_names]
+
+    def _compact(self, nodes: list) -> tuple[list, list, dict[str, Any]] | None:
+        """The loop without its constant nodes (Constant, and nodes folded on the first run),
+        once all of them have run: (the other nodes, their plan entries, the constant
+        tensors that those nodes or the graph's outputs read, by name), else None.
+
+        Each value is the one the constant node gave on its first run (what a later run
+        reads from ``_fast_consts`` too), so the other nodes see the same tensors."""
+        plan, consts = self._fast_plan, self._fast_consts
+        if len(nodes) != len(plan):
+            return None
+        kept, kept_plan, made = [], [], {}
+        for node, entry in zip(nodes, plan):
+            impl, how, fold, outs = entry[0], entry[1], entry[7], entry[4]
+            if fold or how == "const":
+                outputs = consts.get(id(impl))
+                if outputs is None:
+                    return None  # not run yet (an earlier run stopped before it)
+                made.update((name, value) for name, value in zip(outs, outputs) if name is not _OMITTED)
+            else:
+                kept.append(node)
+                kept_plan.append(entry)
+        needed = set(self.output_names) | {name for entry in kept_plan for name in entry[3]}
+        return kept, kept_plan, {name: value for name, value in made.items() if name in needed}

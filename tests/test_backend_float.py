@@ -669,6 +669,81 @@ def test_constant_subgraphs_fold_once_and_inputs_never_fold():
     assert not cached.flags.writeable
 
 
+def test_an_omitted_output_is_not_a_later_omitted_input():
+    """A node's omitted ("") output (SkipLayerNormalization's mean) does not become the value of
+    a later node's omitted input (Clip's min): that Clip has no lower bound. (The graph loop
+    stored the mean under "", and the Clip clamped to it from below.)"""
+    from onnx import TensorProto, helper, numpy_helper
+
+    import qlinear.backend as backend
+
+    h = 4
+    inits = [numpy_helper.from_array(np.ones(h, np.float32), "gamma"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "mx")]
+    nodes = [helper.make_node("SkipLayerNormalization", ["x", "skip", "gamma"], ["y", ""], domain="com.microsoft"),
+             helper.make_node("Clip", ["y", "", "mx"], ["z"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("x", "skip")],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    x = np.random.default_rng(0).standard_normal((1, 2, h)).astype(np.float32)
+    rep = backend.prepare(m)
+    for _ in range(2):
+        every = rep.run_all({"x": x, "skip": x})
+        (z,) = rep.run({"x": x, "skip": x})
+        np.testing.assert_array_equal(z, np.minimum(every["y"], np.float32(0.5)))
+        assert (z < 0).any()
+        assert all(isinstance(k, str) for k in every) and every[""] is None
+
+
+def test_constant_nodes_leave_the_loop_after_their_first_run():
+    """Once every constant node (Constant, folded) has run, later runs put their tensors in at
+    once and loop over the other nodes only: the same outputs (a folded tensor as a graph
+    output included), a failing node after that still named, and intermediate=True still
+    listing every tensor."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    import qlinear.backend as backend
+
+    w = numpy_helper.from_array(np.array([1, 2, 3], np.uint8), "w")
+    nodes = [helper.make_node("Constant", [], ["s"], value=numpy_helper.from_array(np.array(0.5, np.float32))),
+             helper.make_node("DequantizeLinear", ["w", "s"], ["wf"]),
+             helper.make_node("Add", ["wf", "wf"], ["w2"]),
+             helper.make_node("Neg", ["w2"], ["neg"]),
+             helper.make_node("Neg", ["w2"], ["unused"]),
+             helper.make_node("Add", ["x", "w2"], ["y0"]),
+             helper.make_node("Reshape", ["y0", "shape"], ["y"], name="reshape_node")]
+    g = helper.make_graph(nodes, "fold",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("shape", TensorProto.INT64, None)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("neg", TensorProto.FLOAT, None)], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    rep = backend.prepare(m, qdq="literal")
+    ev = rep.evaluator
+    assert ev._fast_compact is None
+    ran = []
+    dq = ev._fast_plan[1][0]
+    real = dq._run
+    dq._run = lambda *a, **k: ran.append(1) or real(*a, **k)
+    x, shape = np.arange(3, dtype=np.float32), np.array([3, 1], np.int64)
+    first = rep.run({"x": x, "shape": shape})
+    kept, kept_plan, const_results = ev._fast_compact
+    assert [n.onnx_node.op_type for n in kept] == ["Add", "Reshape"]
+    assert set(const_results) == {"w2", "neg"}  # read by the Add, a graph output; not 'unused'
+    for _ in range(2):
+        again = rep.run({"x": x, "shape": shape})
+        assert [a.tobytes() for a in again] == [a.tobytes() for a in first]
+        assert again[1] is first[1]  # the folded tensor, as made on the first run
+    ev._fast_consts.clear()  # not read any more: the folded DequantizeLinear is not visited
+    assert [a.tobytes() for a in rep.run({"x": x, "shape": shape})] == [a.tobytes() for a in first]
+    assert len(ran) == 1
+    np.testing.assert_array_equal(first[0], [[1], [3], [5]])
+    with pytest.raises(backend.NodeError, match="reshape_node"):
+        rep.run({"x": x, "shape": np.array([4], np.int64)})
+    np.testing.assert_array_equal(first[1], [-1, -2, -3])
+    assert set(rep.run_all({"x": x, "shape": shape})) >= {"s", "wf", "w2", "neg", "unused", "y0", "y"}
+
+
 @pytest.mark.parametrize("g,m,k,n", [(8, 16, 72, 6400), (2, 3, 5, 7), (16, 8, 144, 1600)])
 def test_split_batched_matmul_matches_numpy(g, m, k, n):
     """A grouped Conv's stacked products, split into blocks of whole groups over threads inside

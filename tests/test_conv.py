@@ -973,7 +973,71 @@ _IMPLICIT_CASES = [
     ((6, 37), (1, 1), dict(pads=[1, 0, 2, 0]), 3, 1),                    # pointwise, rows of padding
     ((40, 40), (1, 1), {}, 208, 1),   # pointwise copy above 512 KiB exact (im2col), 7-bit below
     ((40, 40), (1, 1), {}, 416, 1),   # 1.3 MiB exact (im2col), 7-bit 0.66 MiB: below its 1 MiB
+    # 3-D and 4-D: the same path, the outer axes flattened into the planes' rows (dropped rows
+    # between outer slices where a kernel reaches past them)
+    ((5, 14, 21), (3, 3, 3), dict(pads=[1] * 6), 4, 1),                                 # dropped rows
+    ((5, 9, 21), (3, 3, 3), dict(pads=[1] * 6), 8, 1),                                  # shifted planes only
+    ((7, 11, 30), (3, 3, 3), dict(strides=[2, 2, 2], pads=[1, 0, 2, 0, 1, 1]), 8, 1),   # 8 phase tuples x 2
+    ((6, 8, 35), (2, 3, 5), dict(dilations=[2, 1, 2], pads=[1, 1, 4, 0, 1, 4]), 4, 1),
+    ((9, 10, 26), (3, 3, 3), dict(strides=[3, 1, 2], pads=[1, 2, 0, 0, 1, 1]), 8, 2),   # stride 3, groups
+    ((5, 6, 40), (3, 1, 3), dict(strides=[4, 2, 4], pads=[2, 1, 3, 1, 0, 2]), 8, 1),    # stride 4
+    ((4, 6, 7), (3, 1, 3), dict(pads=[1, 0, 1, 1, 0, 1]), 8, 1),                        # rows below 16, no dropped row
+    ((6, 9, 21), (1, 1, 1), {}, 5, 1),                                                  # pointwise: one run
+    ((6, 9, 21), (1, 1, 1), dict(pads=[1, 0, 0, 2, 0, 0]), 6, 1),                       # ... between padding slices
+    ((4, 6, 21), (1, 1, 1), dict(strides=[2, 2, 2]), 6, 1),                             # pointwise stride 2
+    ((6, 7, 17), (3, 3, 3), dict(pads=[1] * 6), 6, 1),                                  # 4-blocks padded to 8
+    ((4, 5, 6), (3, 3, 3), dict(pads=[300] * 6, dilations=[300] * 3), 4, 1),            # copy too large: im2col
+    ((11, 6, 30), (3, 3, 3), dict(strides=[5, 1, 1], pads=[1] * 6), 8, 1),              # stride 5: im2col
+    ((3, 4, 5, 20), (2, 2, 3, 3), dict(strides=[1, 2, 1, 1], pads=[1, 0, 1, 1, 0, 1, 1, 1]), 4, 1),  # 4-D
+    ((7, 7, 7, 20), (3, 3, 3, 3), dict(strides=[3, 3, 3, 1]), 4, 1),   # 4-D, 27 phase tuples: im2col
 ]
+
+
+def _mirror_axes(spatial, kernel, attrs):
+    """Per axis, what conv.c's ig_run derives for any rank: stride, dilation, begin pad, output
+    size, and the phase extent ceil(max(in + begin pad, the windows' reach) / stride)."""
+    n = len(spatial)
+    strides = attrs.get("strides", [1] * n)
+    dils = attrs.get("dilations", [1] * n)
+    pads = attrs.get("pads", [0] * (2 * n))
+    axes = []
+    for a in range(n):
+        s, d, k, pb = strides[a], dils[a], kernel[a], pads[a]
+        o = (spatial[a] + pb + pads[n + a] - (k - 1) * d - 1) // s + 1
+        e = max(spatial[a] + pb, (o - 1) * s + (k - 1) * d + 1)
+        axes.append((s, d, pb, o, -(-e // s)))
+    return axes
+
+
+def _implicit_geometry_fits(spatial, kernel, attrs, cin, kpack):
+    """ig_run's geometric rules, any rank (docs/engine.md): strides up to 4, at most 16 used
+    phase tuples of the outer axes, and phase planes of at most 2 (input + output) + 4096
+    positions (huge pads or dilations: im2col, which never materializes padding); and, for the
+    cases that pass those, the tiles within a quarter more than im2col's panels. ig_run's
+    tiling is the standard planes' 16-column tiles or fewer (row-aligned tiles, or shifted
+    planes, taken only where they cost less): where those fit, the path is taken; where only
+    the shifted planes' fit (a 2-D case here), whether it is depends on ig_shift_pays
+    (_takes_shifted)."""
+    axes = _mirror_axes(spatial, kernel, attrs)
+    if any(s > 4 for s, *_ in axes):
+        return False
+    tuples = int(np.prod([len({t * d % s for t in range(k)}) for (s, d, *_), k in zip(axes[:-1], kernel)]))
+    if tuples > 16:
+        return False
+    plane_in, plane_out = int(np.prod(spatial)), int(np.prod([o for *_, o, _ in axes]))
+    if int(np.prod([e for *_, e in axes])) > 2 * (plane_in + plane_out) + 4096:
+        return False
+    ow, wph = axes[-1][3], axes[-1][4]
+    ro, st = 1, 1   # the rows the outputs span over the phase grid
+    for _, _, _, o, e in reversed(axes[:-1]):
+        ro += (o - 1) * st
+        st *= e
+    panels = -(-plane_out // 16)
+    fits = [4 * -(-((ro - 1) * w + ow) // 16) <= 5 * panels for w in (wph, ow)]
+    if fits[0] or not fits[1]:
+        return fits[0]
+    from qlinear import _native
+    return _takes_shifted(spatial, kernel, attrs, cin, kpack, _native._C.get_isa() == "avx2")
 
 
 def _takes_implicit(spatial, kernel, attrs, cin, group, seven_bit):
@@ -988,12 +1052,13 @@ def _takes_implicit(spatial, kernel, attrs, cin, group, seven_bit):
     blocks = -(-cg // kpack)
     if level not in ("avx2", "scalar"):
         return False
-    if kernel != (1, 1) and 3 * blocks * kpack > 4 * cg:   # channel padding: at most 1/3 more
+    pointwise = all(k == 1 for k in kernel)
+    if not pointwise and 3 * blocks * kpack > 4 * cg:   # channel padding: at most 1/3 more
         return False
     pw_max = 1 << 20 if kpack == 4 else 512 << 10   # the 7-bit form: twice the work per byte
-    if kernel == (1, 1) and not attrs and blocks * 4 * (-(-(spatial[0] * spatial[1] + 16) // 16) * 16) > pw_max:
+    if pointwise and not attrs and blocks * 4 * (-(-(int(np.prod(spatial)) + 16) // 16) * 16) > pw_max:
         return False   # a pointwise copy larger than L2
-    return spatial != (10, 10)
+    return _implicit_geometry_fits(spatial, kernel, attrs, cg, kpack)
 
 
 def _implicit_operands(rng, xdt, wdt, xshape, wshape, seven_bit, at_bound=False):
@@ -1020,11 +1085,12 @@ def _implicit_operands(rng, xdt, wdt, xshape, wshape, seven_bit, at_bound=False)
 @pytest.mark.parametrize("seven_bit", [False, True])
 def test_implicit_gemm_paths(case, seven_bit, engine_level):
     """The implicit GEMM (padded phase-plane copy read in place by the kernel) against the
-    oracle at every level: kernels 2x4-7x7, strides 1-3, dilations, asymmetric pads, 1-D,
-    groups, batch 2, rows not a multiple of the 16-pixel tile, output channels around the
-    kernels' row tiles, all 8 type combinations, differing per-channel zero points, full-range
-    int32 bias (wraps), full-range and 7-bit weights; and that the path was taken (or, for
-    the cases it declines, that the im2col path ran)."""
+    oracle at every level: kernels 2x4-7x7, strides 1-4, dilations, asymmetric pads, 1-D, 3-D
+    and 4-D (dropped rows, phase tuples, pointwise runs), groups, batch 2, rows not a multiple
+    of the 16-pixel tile, output channels around the kernels' row tiles, all 8 type
+    combinations, differing per-channel zero points, full-range int32 bias (wraps), full-range
+    and 7-bit weights; and that the path was taken (or, for the cases it declines - stride 5,
+    too many phase tuples, huge pads - that the im2col path ran)."""
     from qlinear import _native
     spatial, kernel, attrs, cin, group = _IMPLICIT_CASES[case]
     rng = np.random.default_rng([case, seven_bit, 45])
@@ -1116,6 +1182,13 @@ _SHIFT_CASES = [
     ((40, 3), (3, 3), dict(pads=[1, 1, 1, 1]), 8, True),          # 3 wide: 8 tiles, not 13 (im2col before)
     ((2, 14), (3, 3), dict(pads=[1, 1, 1, 1]), 8, False),         # 2 tiles either way: standard
     ((9, 21), (1, 1), {}, 8, False),                              # one column tap: nothing to shift
+    # 3-D: planes per (tuple of outer phases, column tap), dropped rows between depth slices
+    ((5, 9, 21), (3, 3, 3), dict(pads=[1] * 6), 8, True),
+    ((6, 10, 24), (3, 3, 3), dict(strides=[2, 2, 2], pads=[1] * 6), 8, True),   # 4 outer tuples, the s2 split
+    ((4, 7, 7), (3, 3, 3), dict(pads=[1] * 6), 8, True),          # standard planes: too many tiles
+    ((6, 12, 20), (2, 3, 3), dict(strides=[1, 2, 2], pads=[0, 1, 1, 1, 1, 1]), 6, True),
+    ((5, 14, 21), (3, 3, 1), dict(pads=[1, 1, 0, 1, 1, 0]), 8, False),   # one column tap: dropped rows only
+    ((4, 12, 40), (2, 1, 9), dict(pads=[0, 0, 4, 1, 1, 4]), 4, False),    # 9 column taps: standard planes
 ]
 
 
@@ -1136,15 +1209,22 @@ def _mirror_planes(spatial, kernel, attrs):
 
 
 def _takes_shifted(spatial, kernel, attrs, cin, kpack, dot):
-    """Whether conv.c's ig_shift_pays takes the shifted planes for a 2-D convolution (as
+    """Whether conv.c's ig_shift_pays takes the shifted planes for a convolution (as
     docs/engine.md describes it): more than one column tap (at most 8), dropped columns on
     the standard planes, a shifted copy within 1 MiB, and tiles that cost less (in dot column
-    pairs, a full tile 6) than the standard planes' best tiling (16-q or row-aligned)."""
-    kh, kw = kernel
-    (sh, _), (dh, _), _, _, oh, ow, hph, wph = _mirror_planes(spatial, kernel, attrs)
+    pairs, a full tile 6) than the standard planes' best tiling (16-q or row-aligned). Any
+    rank: the outer axes' rows flattened as ig_run does (oh: the rows the outputs span, hph:
+    the rows of a plane, nfh: the used tuples of outer phases)."""
+    kw = kernel[-1]
+    axes = _mirror_axes(spatial, kernel, attrs)
+    ow, wph = axes[-1][3], axes[-1][4]
+    oh, hph, nfh = 1, 1, 1
+    for (s, d, _, o, e), k in reversed(list(zip(axes[:-1], kernel))):
+        oh += (o - 1) * hph
+        hph *= e
+        nfh *= len({t * d % s for t in range(k)})
     if not 2 <= kw <= 8 or wph <= ow or oh < 2:
         return False
-    nfh = len({t * dh % sh for t in range(kh)})
     if 4 * -(-cin // kpack) * nfh * kw * (hph * ow + 48) > 1 << 20:
         return False
 
@@ -1186,7 +1266,8 @@ def test_shifted_planes(case, seven_bit, engine_level):
     channel blocks padded, output channels around the kernels' row tiles (4 at 7 bits, 6
     exact) and their tails, all 8 type combinations, differing per-channel zero points,
     full-range int32 biases (wrap), full-range and 7-bit weights, batch 2 (the copy is per
-    image); and that the implicit path ran on the planes the rule picks (avx2 and scalar)."""
+    image), 2-D and 3-D; and that the implicit path ran on the planes the rule picks (avx2 and
+    scalar)."""
     from qlinear import _native
     spatial, kernel, attrs, cin, shifted = _SHIFT_CASES[case]
     rng = np.random.default_rng([case, seven_bit, 50])
@@ -1354,6 +1435,9 @@ _IMPLICIT_THREADED = [
     ((1, 50, 31, 40), (3, 3), dict(strides=[2, 1], pads=[1, 1, 1, 1], dilations=[1, 2]), 36),  # mixed
     ((1, 64, 3001), (3,), dict(strides=[2], pads=[1, 1]), 40),                # 1-D
     ((1, 704, 9, 9), (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), 24),    # K blocks (exact form)
+    ((1, 32, 6, 14, 30), (3, 3, 3), dict(strides=[1, 2, 1], pads=[1, 1, 1, 1, 0, 2]), 40),  # 3-D
+    ((2, 24, 5, 9, 33), (3, 3, 3), dict(strides=[2, 1, 2], pads=[1] * 6), 36),  # 3-D, batch 2
+    ((1, 240, 2, 8, 24), (3, 3, 3), dict(pads=[1] * 6), 8),    # 3-D K blocks (3240 exact k-groups; 7-bit 1620)
 ]
 
 

@@ -97,6 +97,9 @@ def test_real_model_short_paths_bit_identical(name):
     attention = _kernels(fast, backend_contrib.QAttention)
     if attention:
         assert all(k._whole for k in attention)
+    concats = _kernels(fast, backend_contrib.QLinearConcat)  # constant parameters: prepared
+    if concats:
+        assert all(k._concat is not None for k in concats)
 
 
 def _qlinear_conv_model(x_scale_shape=(), zp_dtype=np.uint8):
@@ -355,3 +358,144 @@ def test_fed_default_broadcast_view_is_bounded():
         rep.run({"x": x, "B": huge})
     _same(rep.run({"x": x, "B": np.broadcast_to(np.int32(7), (4,))}),
           backend.prepare(m).run({"x": x, "B": np.full(4, 7, np.int32)}))
+
+
+def _softmax_literal(x, sx, sy, zy, opset, axis):
+    """QLinearSoftmax as it was written before its short paths (rows moved last, cumsum,
+    one expression in double): what the short paths must reproduce bit for bit."""
+    from qlinear.contrib import pool
+
+    ax = axis % x.ndim
+    if opset < 13:
+        rows = x.reshape(int(np.prod(x.shape[:ax], dtype=np.int64)), -1)
+    else:
+        rows = np.moveaxis(x, ax, -1).reshape(-1, x.shape[ax])
+    table = pool.softmax_table(np.float32(sx), rows.shape[1])
+    r = rows.astype(np.int32)
+    e = table[r - r.max(axis=1, keepdims=True) + 255]
+    total = np.cumsum(e, axis=1, dtype=np.float32)[:, -1:]
+    big_y = np.floor(np.float32(1) / np.float32(sy))
+    q = np.rint((e.astype(np.float64) * float(big_y)) / total.astype(np.float64))
+    hi = int(np.iinfo(x.dtype).max)
+    y = (np.minimum(q, float(hi - zy)) + zy).astype(x.dtype)
+    if opset < 13:
+        return y.reshape(x.shape)
+    return np.moveaxis(y.reshape(np.moveaxis(x, ax, -1).shape), -1, ax)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_qlinear_softmax_short_paths_bit_identical(dtype, monkeypatch):
+    """QLinearSoftmax's rows of two through the 511-row table (from _PAIR_ROWS rows on, the
+    axis last or not), its term-by-term sums (rows up to _COLUMN_SUM_MAX) and its rows kept in
+    place: the bits of the literal formula (``_softmax_literal``), on full-range values, both
+    8-bit types and random parameters; and the pair table was used."""
+    from qlinear.contrib import pool
+
+    calls = []
+    real = pool._softmax_pairs
+    monkeypatch.setattr(pool, "_softmax_pairs", lambda *a: calls.append(a[0].shape) or real(*a))
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng([int(info.max), 5])
+    cases = [((1, 4420, 2), 2, 11), ((1, 300, 2), -1, 13), ((2, 2, 300), 1, 13), ((1, 2, 20, 20), 1, 13),
+             ((255, 2), 1, 13), ((600, 1, 2), 1, 12), ((3, 40, 5), 1, 13), ((1, 16, 4, 50), 1, 13),
+             ((70, 33), -1, 13), ((4, 3, 2, 2), 0, 13), ((500, 1), -1, 13), ((9, 2, 2), 1, 10)]
+    for shape, axis, opset in cases:
+        for t in range(3):
+            x = rng.integers(info.min, info.max + 1, shape).astype(dtype)
+            if t == 2:  # extremes: the largest differences of a row, equal values
+                x.reshape(-1)[::3] = info.max
+                x.reshape(-1)[1::3] = info.min
+            sx = np.float32(rng.choice([0.1, rng.uniform(1e-3, 0.5), 1.0 / 16]))
+            sy = np.float32(rng.choice([1 / 256, rng.uniform(1e-3, 0.05), 1 / 1000]))
+            zy = int(rng.integers(info.min, info.max + 1)) if t else 0
+            got = qc.qlinear_softmax(x, sx, dtype(0), sy, dtype(zy), opset=opset, axis=axis)
+            want = _softmax_literal(x, sx, sy, zy, opset, axis)
+            assert got.shape == want.shape and got.dtype == want.dtype
+            assert got.tobytes() == want.tobytes(), (shape, axis, opset, t)
+    assert set(calls) >= {(4420, 2, 1), (300, 2, 1), (2, 2, 300), (1, 2, 400), (600, 2, 1)}
+    assert (255, 2, 1) not in calls  # below _PAIR_ROWS: the general path
+
+
+def _concat_model(fed_scale: bool = False):
+    """QLinearConcat of three uint8 tensors along axis 1: input 0 with Y's parameters (copied),
+    the others requantized; ``fed_scale``: input 2's scale is a graph input with a default."""
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "ys"),
+             numpy_helper.from_array(np.array(128, np.uint8), "yz"),
+             numpy_helper.from_array(np.array(0.05, np.float32), "s0"),
+             numpy_helper.from_array(np.array(128, np.uint8), "z0"),
+             numpy_helper.from_array(np.array(0.0173, np.float32), "s1"),
+             numpy_helper.from_array(np.array(3, np.uint8), "z1"),
+             numpy_helper.from_array(np.array(0.31, np.float32), "s2"),
+             numpy_helper.from_array(np.array(200, np.uint8), "z2")]
+    node = helper.make_node("QLinearConcat", ["ys", "yz", "a", "s0", "z0", "b", "s1", "z1", "c", "s2", "z2"],
+                            ["y"], domain="com.microsoft", axis=1)
+    ins = [helper.make_tensor_value_info(n, TensorProto.UINT8, None) for n in "abc"]
+    if fed_scale:
+        ins.append(helper.make_tensor_value_info("s2", TensorProto.FLOAT, []))
+    g = helper.make_graph([node], "g", ins, [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+
+
+def test_qlinear_concat_constant_parameters_once():
+    """QLinearConcat with constant parameters: prepared once (tables chosen once), the bits of
+    the full path on new inputs of new shapes, the full path's message for a bad tensor; a
+    fed scale is never prepared (the caller's array may change between runs)."""
+    rng = np.random.default_rng(17)
+    m = _concat_model()
+    fast, slow = backend.prepare(m), _slow(backend.prepare(m))
+    for t in range(4):
+        h = int(rng.integers(1, 5))
+        feeds = {n: rng.integers(0, 256, (2, int(rng.integers(1, 4)), h)).astype(np.uint8) for n in "abc"}
+        _same(fast.run(feeds), slow.run(feeds))
+        _same(fast.run(feeds), [qc.qlinear_concat(np.float32(0.05), np.uint8(128), feeds["a"], np.float32(0.05),
+                                                  np.uint8(128), feeds["b"], np.float32(0.0173), np.uint8(3),
+                                                  feeds["c"], np.float32(0.31), np.uint8(200), axis=1)])
+    (k,) = _kernels(fast, backend_contrib.QLinearConcat)
+    assert k._concat is not None and k._concat.tables[0] is None and k._concat.tables[1] is not None
+    for bad in ({"a": np.zeros((2, 1), np.uint8)}, {"c": np.zeros((2, 1, 4), np.uint8)},
+                {"b": np.zeros((), np.uint8)}):
+        feeds = {n: np.zeros((2, 1, 3), np.uint8) for n in "abc"} | bad
+        with pytest.raises(backend.NodeError) as e1:
+            fast.run(feeds)
+        with pytest.raises(backend.NodeError) as e2:
+            slow.run(feeds)
+        assert str(e1.value) == str(e2.value)
+    # a fed default: the caller's array, written in place between runs, is read anew each run
+    fed = backend.prepare(_concat_model(fed_scale=True))
+    feeds = {n: rng.integers(0, 256, (1, 2, 2)).astype(np.uint8) for n in "abc"}
+    s2 = np.array(0.31, np.float32)
+    for value in (0.31, 0.05, 0.7, 0.31):
+        s2[...] = value
+        want = qc.qlinear_concat(np.float32(0.05), np.uint8(128), feeds["a"], np.float32(0.05), np.uint8(128),
+                                 feeds["b"], np.float32(0.0173), np.uint8(3), feeds["c"], np.float32(value),
+                                 np.uint8(200), axis=1)
+        _same(fed.run(feeds | {"s2": s2}), [want])
+        (k,) = _kernels(fed, backend_contrib.QLinearConcat)
+        assert all(p is not s2 for p in k._concat_params)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.float32])
+def test_strided_views_copied_row_by_row_same_bits(dtype):
+    """A view whose last axis is contiguous but short (a Slice of 2 of 4 values per row) is
+    copied with each row as one integer (``quantize._contiguous``) before the native
+    QuantizeLinear / DequantizeLinear: the bytes of np.ascontiguousarray, and the outputs of
+    the operators on a contiguous copy, for rows of 2, 4 and 8 bytes and others (3 bytes,
+    the last axis strided, one element) that keep NumPy's copy."""
+    from qlinear import quantize
+
+    rng = np.random.default_rng(23)
+    full = rng.integers(0, 256, (3, 50, 12), dtype=np.uint8).view(np.int8 if dtype == np.int8 else np.uint8)
+    if dtype == np.float32:
+        full = (rng.standard_normal((3, 50, 12)) * 40).astype(np.float32)
+        full.reshape(-1)[:4] = [np.nan, np.inf, -0.0, 1e-45]
+    views = [full[..., :2], full[..., 3:5], full[..., :4], full[..., 1:9], full[..., :3], full[..., ::2],
+             full[..., :1], full[:, ::2, :2], full.transpose(0, 2, 1)[..., :2], full[1:2, 5:6, 4:6]]
+    for view in views:
+        got = quantize._contiguous(view)
+        assert got.flags.c_contiguous and got.dtype == view.dtype and got.shape == view.shape
+        assert got.tobytes() == np.ascontiguousarray(view).tobytes()
+        if dtype == np.float32:
+            prepared = quantize.PreparedQuantize(np.float32(0.37), np.uint8(7))
+        else:
+            prepared = quantize.PreparedDequantize(np.float32(0.37), np.array(7, dtype))
+        _same([prepared.run(view)], [prepared.run(np.ascontiguousarray(view))])

@@ -28,14 +28,16 @@ import ctypes, json, sys
 ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE
 import numpy as np
 import qlinear
-engine, limit = sys.argv[1], int(sys.argv[2])
+engine, limit, rank = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 qlinear._native.set_engine(engine)
 qlinear.set_workspace_limit(limit)
 rng = np.random.default_rng(0)
-n, c, h, m = 16, 64, 56, 64
-x = rng.integers(0, 256, (n, c, h, h), dtype=np.uint8)
-w = rng.integers(-128, 128, (m, c, 3, 3), dtype=np.int8)
-p = qlinear.prepare_qlinear_conv(w, np.float32(0.01), np.int8(0), pads=[1, 1, 1, 1])
+# 2-D: 16 images of 64 channels 56x56; 3-D: 16 clips of 16 channels 8x40x40 (the implicit
+# path's copy, 0.55 MiB an image, several images per GEMM up to the limit)
+n, c, sp, m = (16, 64, (56, 56), 64) if rank == 2 else (16, 16, (8, 40, 40), 64)
+x = rng.integers(0, 256, (n, c, *sp), dtype=np.uint8)
+w = rng.integers(-128, 128, (m, c, *(3,) * rank), dtype=np.int8)
+p = qlinear.prepare_qlinear_conv(w, np.float32(0.01), np.int8(0), pads=[1] * (2 * rank))
 args = (np.float32(0.02), np.uint8(128), np.float32(4.0), np.uint8(128))
 p.run(x[:1], *args)  # first-call work (packing, lazy imports) out of the way
 ctypes.CDLL("libc.so.6").malloc_trim(0)
@@ -45,31 +47,39 @@ def status_kib(field):
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 before = status_kib("VmRSS")
+paths = qlinear._native._C.conv_path_counts() if engine == "native" else (0, 0)
 y = p.run(x, *args)
 peak = status_kib("VmHWM")
+after = qlinear._native._C.conv_path_counts() if engine == "native" else (0, 0)
 print(json.dumps({"above": (peak - before) * 1024 - y.nbytes, "output": y.nbytes,
-                  "padded_image": 4 * c * (h + 2) ** 2, "accumulator": 4 * y.size}))
+                  "padded_image": 4 * c * int(np.prod([s + 2 for s in sp])), "accumulator": 4 * y.size,
+                  "implicit": after[0] - paths[0]}))
 """
 
 LIMIT = 4 << 20
 NOISE = 3 << 20  # the interpreter's and allocator's own resident growth during a call
 
 
-def _measure(engine: str) -> dict:
+def _measure(engine: str, rank: int = 2) -> dict:
     if not os.access("/proc/self/clear_refs", os.W_OK):
         pytest.skip("needs Linux's /proc/self/clear_refs to reset the peak resident set")
     env = dict(os.environ, QLINEAR_NUM_THREADS="2")
-    out = subprocess.run([sys.executable, "-c", CHILD, engine, str(LIMIT)], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", CHILD, engine, str(LIMIT), str(rank)], capture_output=True,
                          text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_native_convolution_stays_within_the_workspace_limit():
+@pytest.mark.parametrize("rank", [2, 3])
+def test_native_convolution_stays_within_the_workspace_limit(rank):
+    """2-D and 3-D (a 3x3x3 kernel on 16 clips: the implicit path's copies of several images
+    side by side, as many as the limit allows)."""
     if not _native.available():
         pytest.skip("the native engine is not built")
-    got = _measure("native")
+    got = _measure("native", rank)
     assert got["above"] <= LIMIT + NOISE, got
+    if _native._C.get_isa() in ("avx2", "scalar"):
+        assert got["implicit"] == 1, got   # the implicit path ran (its copies are what is bounded)
 
 
 def test_numpy_convolution_stays_within_the_workspace_limit():
@@ -111,9 +121,10 @@ ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE
 import numpy as np
 import qlinear
 qlinear._native.set_engine(sys.argv[1])
-x = (np.arange(64 * 16, dtype=np.int64) % 251).astype(np.uint8).reshape(1, 64, 4, 4)
-w = np.ones((8, 64, 3, 3), np.int8)
-attrs = dict(pads=[3000] * 4, strides=[3000] * 2)
+rank = int(sys.argv[2])
+x = (np.arange(64 * 4 ** rank, dtype=np.int64) % 251).astype(np.uint8).reshape(1, 64, *(4,) * rank)
+w = np.ones((8, 64, *(3,) * rank), np.int8)
+attrs = dict(pads=[3000] * (2 * rank), strides=[3000] * rank)
 qlinear.conv_integer(x, w, np.uint8(7))  # first-call work out of the way
 ctypes.CDLL("libc.so.6").malloc_trim(0)
 with open("/proc/self/clear_refs", "w") as f:
@@ -127,19 +138,21 @@ print(json.dumps({"above": (status_kib("VmHWM") - before) * 1024, "shape": list(
 """
 
 
+@pytest.mark.parametrize("rank", [2, 3])
 @pytest.mark.parametrize("engine", ["native", "numpy"])
-def test_no_padded_copy_on_either_engine(engine):
+def test_no_padded_copy_on_either_engine(engine, rank):
     """pads and strides of 3000 around a 64-channel 4x4 image (3x3 kernel): a padded copy would
     take 64 x 6004² elements (2.3 GB as int8, 9 GB as float32), and a loop over the padded
-    positions would take minutes. Both engines read only the 3x3 grid of windows. (The values
-    are checked against the oracle in test_hostile.py and test_conv.py.)"""
+    positions would take minutes. Both engines read only the 3x3 grid of windows. 3-D: a
+    4x4x4 clip, 3x3x3 kernel (64 x 6004³ elements: 14 TB). (The values are checked against
+    the oracle in test_hostile.py and test_conv.py.)"""
     if engine == "native" and not _native.available():
         pytest.skip("the native engine is not built")
     if not os.access("/proc/self/clear_refs", os.W_OK):
         pytest.skip("needs Linux's /proc/self/clear_refs to reset the peak resident set")
-    out = subprocess.run([sys.executable, "-c", PADS_CHILD, engine], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", PADS_CHILD, engine, str(rank)], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got["shape"] == [1, 8, 3, 3]
+    assert got["shape"] == [1, 8, *(3,) * rank]
     assert got["above"] <= NOISE, got

@@ -120,6 +120,71 @@ def test_grouped_conv_is_concatenation_of_groups(case):
 
 
 @st.composite
+def implicit_nd_cases(draw):
+    """3-D and 4-D convolutions shaped for the native engine's implicit GEMM (2-8 channels a
+    group: the exact kernel's pairs and the 7-bit kernel's quads, padded up to them), with
+    strides 1-5 (5: beyond the path, im2col), dilations, asymmetric pads (now and then up to
+    40: planes too large, im2col), groups, batch 1-2, full-range or 7-bit weights around
+    differing per-channel zero points, every type combination."""
+    nsp = draw(st.sampled_from([3, 3, 3, 4]))
+    kernel = draw(st.lists(st.integers(1, 3 if nsp == 3 else 2), min_size=nsp, max_size=nsp))
+    strides = draw(st.lists(st.sampled_from([1, 1, 2, 3, 4, 5]), min_size=nsp, max_size=nsp))
+    dilations = draw(st.lists(st.integers(1, 2), min_size=nsp, max_size=nsp))
+    far = draw(st.integers(0, 9)) == 0
+    pads = draw(st.lists(st.integers(0, 40 if far else 2), min_size=2 * nsp, max_size=2 * nsp))
+    size = []
+    for i in range(nsp):
+        span = (kernel[i] - 1) * dilations[i] + 1
+        low = max(1, span - pads[i] - pads[nsp + i])
+        size.append(draw(st.integers(low, low + 4)))
+    size[-1] += draw(st.integers(0, 24))
+    group = draw(st.integers(1, 2))
+    cg = draw(st.sampled_from([2, 3, 4, 6, 8]))
+    m = group * draw(st.integers(1, 7))
+    batch = draw(st.integers(1, 2))
+    xdt, wdt, ydt = draw(dtype8), draw(dtype8), draw(dtype8)
+    seven_bit = draw(st.booleans())
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = rand_extreme(rng, xdt, (batch, group * cg, *size))
+    info = np.iinfo(wdt)
+    if seven_bit:   # |w - w_zero_point| <= 64, at the bound now and then
+        wz = rng.integers(info.min + 64, info.max - 64, m, endpoint=True).astype(wdt)
+        d = rng.integers(-64, 64, (m, cg, *kernel), endpoint=True)
+        w = (wz.reshape(m, *(1,) * (nsp + 1)).astype(np.int32) + d).astype(wdt)
+    else:
+        w, wz = rand_extreme(rng, wdt, (m, cg, *kernel)), rand_int(rng, wdt, (m,))
+    ws = rng.uniform(1e-3, 5e-2, (m,)).astype(np.float32)
+    xs = np.float32(rng.uniform(1e-3, 5e-2))
+    ys = np.float32(float(xs) * float(np.max(ws)) * 120 * np.sqrt(cg * np.prod(kernel)))
+    args = [x, xs, rand_int(rng, xdt, ()), w, ws, wz, ys, rand_int(rng, ydt, ()), rand_int(rng, I32, (m,))]
+    attrs = dict(group=group, strides=strides, dilations=dilations, pads=pads)
+    return args, attrs, (tuple(size), tuple(kernel), group * cg, group, seven_bit)
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(case=implicit_nd_cases())
+def test_implicit_nd_conv_equals_oracle(case):
+    """3-D and 4-D convolutions against the oracle (QLinearConv and ConvInteger), and, on the
+    levels with the implicit GEMM (avx2, scalar), the path each took: the implicit one wherever
+    conv.c's rules (mirrored in test_conv._takes_implicit) take it - every rank, not only 1-D
+    and 2-D - and im2col where they decline (strides of 5, planes too large)."""
+    from test_conv import _conv_kind, _takes_implicit
+
+    from qlinear import _native
+    args, attrs, (size, kernel, cin, group, seven_bit) = case
+    level = _native._C.get_isa() if _native.native() is not None else None   # the engine_level fixture's
+    before = _native._C.conv_path_counts() if level else None
+    assert_exact(qlinear.qlinear_conv(*args, **attrs), oracle.qlinear_conv(*args, **attrs))
+    x, _, xz, w, _, wz = args[:6]
+    assert_exact(qlinear.conv_integer(x, w, xz, wz, **attrs), oracle.conv_integer(x, w, xz, wz, **attrs))
+    if level in ("avx2", "scalar"):
+        took = tuple(a - b for a, b in zip(_native._C.conv_path_counts(), before))[:2]
+        fast = _conv_kind(w, wz, **attrs) == 2   # the 7-bit kernel wherever the weights fit it
+        implicit = _takes_implicit(size, kernel, {k: v for k, v in attrs.items() if k != "group"}, cin, group, fast)
+        assert took == ((2, 0) if implicit else (0, 2)), (took, implicit)
+
+
+@st.composite
 def depthwise_cases(draw):
     """Depthwise convolutions (group = C): channel counts around the channels-last path's
     blocks of 16, channel multipliers, 1-D/2-D/3-D, kernels up to 7 wide, strides and

@@ -921,7 +921,7 @@ static void plan_epilogue(const ql_conv_plan *p, ql_epilogue *ep)
 }
 
 /* ---------------------------------------------------------------------------------------
- * Implicit GEMM (1-D and 2-D convolutions, levels whose kernel has an ikernel)
+ * Implicit GEMM (convolutions of every rank, levels whose kernel has an ikernel)
  *
  * Instead of packing an im2col panel per tile of 16 pixels (K x 16 values written for every
  * tile: 9x the input for a 3x3 kernel), the input of one (image, group) is copied ONCE into
@@ -938,6 +938,13 @@ static void plan_epilogue(const ql_conv_plan *p, ql_epilogue *ep)
  * with no packing at all. Columns with ow >= OW (the Wph - OW positions at the end of each
  * row, and the tail of the last tile) are computed on whatever the copy holds there and
  * dropped: the epilogue stores only the runs of real pixels.
+ * Every rank is this 2-D picture: the last axis makes the rows (w above), and the outer axes
+ * (none for 1-D, h for 2-D, d and h for 3-D, ...) are flattened into the planes' rows, each
+ * axis with its own phases (a plane per used tuple of outer phases) and a tap's row offset
+ * the sum of its per-axis offsets times the phase grid's row strides. From 3-D on the rows
+ * between two outer slices (oh >= OH in d's slice) are dropped rows, skipped like dropped
+ * columns (ig_runs): a 3x3x3 kernel with pads of 1 on 8x28x28 computes 14% extra columns
+ * against the 7% of a 28x28 plane, and no im2col panel is written.
  * Padding holds x's zero point in the form: 0 centered (I16), zx' (S8U8, cancelled by the
  * per-row correction - zx' * sum(w - zw), as in the im2col path). A 1x1 kernel with Cg not a
  * multiple of kpack pads the last block's missing channels the same way; their weights are
@@ -945,6 +952,7 @@ static void plan_epilogue(const ql_conv_plan *p, ql_epilogue *ep)
  * ------------------------------------------------------------------------------------- */
 
 #define IG_MAX_STRIDE 4                 /* phases per axis: bounded tables */
+#define IG_MAX_OPH 16                   /* used phase tuples of the outer axes (2-D: at most 4) */
 #define IG_COPY_MAX ((size_t)64 << 20)  /* bytes of one padded copy, whatever the workspace */
 #define IG_PW_COPY_MAX ((size_t)512 << 10)  /* ... for a pointwise kernel: Zen 3's L2 */
 #define IG_PW_COPY_MAX_S8U8 ((size_t)1 << 20) /* ... on the 7-bit path (see ig_run) */
@@ -969,17 +977,28 @@ typedef struct ig_ctx {
     ql_epilogue_fn epilogue;
     int kpk, groups, mr;
     int64_t taps, Cg;
-    int64_t H, W, OH, OW, sh, sw, ph, pw;  /* 2-D view (a 1-D convolution: H = OH = 1) */
-    int64_t Hph, Wph, PL, BS;              /* phase plane extents; positions per plane, per block */
+    /* Rows and columns: the last axis is the row (W, OW, sw, pw); the outer axes (nout of
+     * them, none for 1-D) are flattened into rows of a phase plane, Rph of them, their phase
+     * extents oext[] (row strides rst[]). Ro: the rows the outputs span ((out - 1) . rst + 1;
+     * 1-D 1, 2-D OH): a row r < Ro is real when each of its outer coordinates is below out[],
+     * always so for 1-D and 2-D. */
+    int64_t W, OW, sw, pw, plane, P;       /* plane, P: input and output positions per channel */
+    int nout;
+    int64_t oin[QL_CONV_MAXD], oout[QL_CONV_MAXD], os[QL_CONV_MAXD], opad[QL_CONV_MAXD];
+    int64_t oext[QL_CONV_MAXD], rst[QL_CONV_MAXD];
+    int64_t Rph, Ro, Wph, PL, BS;          /* phase plane rows, columns; positions per plane, per block */
     int64_t Wr;                            /* Wph rounded up to 16: positions interleaved per row */
+    int64_t bulk0, bulk1;                  /* rows copied as one run (ig_copy_task), or none */
+    int dense;                             /* every row below Ro is real (1-D, 2-D: always) */
     int64_t RW;                            /* bytes of a padded raw row (ig_copy_task) */
     int nblk;                              /* channel blocks */
-    int nfh, nfw;                          /* used phases per axis (shifted planes: nfw = kw) */
+    int nfo, nfw;                          /* used phases: outer tuples, columns (shifted planes: nfw = kw) */
     int shift;                             /* shifted planes (ig_copy_shift_task) */
     int64_t sdw;                           /* shifted planes: column dilation */
     int64_t s2len;                         /* shifted planes, sw 2: positions of each column phase
                                             * split at once (ig_copy_shift_task) */
-    int64_t fh[IG_MAX_STRIDE], fw[IG_MAX_STRIDE];
+    int64_t fo[IG_MAX_OPH][QL_CONV_MAXD];  /* outer phase tuple a: the phase of each outer axis */
+    int64_t fw[IG_MAX_STRIDE];
     int64_t Q, ntiles;                     /* flat outputs q < Q; tiles of 16 */
     int64_t tstride;                       /* q between tiles' starts: 16, or r output rows */
     char *copy;                            /* nblk * BS positions + slack, 4 bytes each */
@@ -1022,6 +1041,51 @@ typedef struct ig_ctx {
     size_t pregion;
     int64_t nbatch;
 } ig_ctx;
+
+/* Rows of a phase plane, whatever the rank: row r's outer coordinates i[] (the phase grid's,
+ * last outer axis fastest), the next row's (an odometer: the copy tasks walk every row in
+ * order), and the input row it holds in outer phase tuple a (the outer axes of x flattened) or
+ * -1 where a coordinate falls in the padding; and the output row of a row r < Ro, -1 for a
+ * dropped row (some outer coordinate at or past out[]: only from the 3rd axis on). */
+static void ig_row_coords(const ig_ctx *c, int64_t r, int64_t *i)
+{
+    for (int ax = c->nout - 1; ax >= 0; ax--) {
+        i[ax] = r % c->oext[ax];
+        r /= c->oext[ax];
+    }
+}
+
+static inline void ig_row_next(const ig_ctx *c, int64_t *i)
+{
+    for (int ax = c->nout - 1; ax >= 0; ax--) {
+        if (++i[ax] < c->oext[ax]) return;
+        i[ax] = 0;
+    }
+}
+
+static inline int64_t ig_in_row(const ig_ctx *c, int a, const int64_t *i)
+{
+    int64_t row = 0;
+    for (int ax = 0; ax < c->nout; ax++) {
+        int64_t x = c->fo[a][ax] + c->os[ax] * i[ax] - c->opad[ax];
+        if (x < 0 || x >= c->oin[ax]) return -1;
+        row = row * c->oin[ax] + x;
+    }
+    return row;
+}
+
+static int64_t ig_out_row(const ig_ctx *c, int64_t r)
+{
+    int64_t orow = 0, scale = 1;
+    for (int ax = c->nout - 1; ax >= 0; ax--) {
+        int64_t o = r % c->oext[ax];
+        if (o >= c->oout[ax]) return -1;
+        orow += o * scale;
+        scale *= c->oout[ax];
+        r /= c->oext[ax];
+    }
+    return orow;
+}
 
 /* The n bytes at src to dst (SSE2 16-byte moves, the last one overlapping; n >= 16), inline:
  * the rows are short (7 to 56 bytes in ResNet-50), where a libc call costs more than the copy. */
@@ -1187,22 +1251,25 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
      * (x - zx centered), S8U8 the zero point's u8-form byte */
     uint8_t zbyte = c->kpk == 2 ? 0 : (uint8_t)(padv ^ c->flip);
     const uint8_t *rows[4];
-    int64_t plane = c->H * c->W;
-    /* rows with no padding, stride or dropped column along w (a pointwise kernel): the input
-     * rows ph.. and the plane's rows are both one run, interleaved straight from x in multiples
-     * of 16 positions (the rest through a raw row). Padding rows above are written before the
-     * run, those below after it (each one's spill lands in rows written later). */
+    int64_t plane = c->plane;
+    /* rows [bulk0, bulk1) hold the input's rows one after the other with no padding, stride
+     * or dropped column between them (ig_run: a pointwise kernel, say): one run, interleaved
+     * straight from x in multiples of 16 positions (the rest through a raw row). Padding rows
+     * above are written before the run, those below after it (each one's spill lands in rows
+     * written later). */
     int64_t bulk0 = 0, bulk1 = 0;
     long long n_split = 0;   /* rows through ig_split_s2 (ig_copy_count) */
-    if (c->sh == 1 && c->sw == 1 && c->pw == 0 && c->Wph == c->W && ((int64_t)b + 1) * c->kpk <= c->Cg) {
-        bulk0 = c->ph;
-        bulk1 = c->ph + c->H < c->Hph ? c->ph + c->H : c->Hph;
+    if (((int64_t)b + 1) * c->kpk <= c->Cg) {
+        bulk0 = c->bulk0;
+        bulk1 = c->bulk1;
     }
     /* scratch: kpk padded raw rows of RW bytes, then kpk x nfw phase rows of Wr bytes */
     uint8_t *prow = raw + (size_t)c->kpk * (size_t)c->RW;
     for (int q = 0; q < c->kpk; q++) memset(raw + (size_t)q * (size_t)c->RW, padv, (size_t)c->RW);
-    for (int a = 0; a < c->nfh; a++)
-        for (int64_t i = 0; i < c->Hph; i++) {
+    for (int a = 0; a < c->nfo; a++) {
+        int64_t ix[QL_CONV_MAXD];   /* row i's outer coordinates */
+        ig_row_coords(c, 0, ix);
+        for (int64_t i = 0; i < c->Rph; i++, ig_row_next(c, ix)) {
             if (i == bulk0 && bulk1 > bulk0) {
                 int64_t n = (bulk1 - bulk0) * c->W, n16 = n / 16 * 16;
                 char *d0 = c->copy + 4 * (size_t)(b * c->BS + bulk0 * c->Wph);
@@ -1224,10 +1291,11 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
                     else interleave4(rows, c->flip, (uint8_t *)d1, 16);
                 }
                 i = bulk1 - 1;
+                ig_row_coords(c, i, ix);
                 continue;
             }
-            int64_t ih = c->fh[a] + c->sh * i - c->ph;
-            if (ih < 0 || ih >= c->H) {
+            int64_t ih = ig_in_row(c, a, ix);
+            if (ih < 0) {
                 for (int e = 0; e < c->nfw; e++)
                     memset(c->copy + 4 * (size_t)(b * c->BS + (a * c->nfw + e) * c->PL + i * c->Wph), zbyte,
                            4 * (size_t)c->Wr);
@@ -1248,18 +1316,20 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
                 ig_phase_row(c, raw, prow, c->fw[e],
                              c->copy + 4 * (size_t)(b * c->BS + (a * c->nfw + e) * c->PL + i * c->Wph));
         }
+    }
     /* each plane's spare (written past its last row, never read for a kept column) */
-    for (int a = 0; a < c->nfh; a++)
+    for (int a = 0; a < c->nfo; a++)
         for (int e = 0; e < c->nfw; e++) {
             char *dplane = c->copy + 4 * (size_t)(b * c->BS + (a * c->nfw + e) * c->PL);
-            memset(dplane + 4 * (size_t)(c->Hph * c->Wph), 0, 4 * (size_t)(c->PL - c->Hph * c->Wph));
+            memset(dplane + 4 * (size_t)(c->Rph * c->Wph), 0, 4 * (size_t)(c->PL - c->Rph * c->Wph));
         }
     ig_copy_count(n_split, 0);
 }
 
 /* Copy task of the shifted planes (c->shift): channel block b. Plane (a, e) of a block holds
- * row phase fh[a] and column tap e: position (i, j) = padded input (fh[a] + sh*i, sw*j + e*dw),
- * j < OW, rows OW positions apart (no dropped columns). Each input row of the block's kpk
+ * outer phase tuple fo[a] and column tap e: position (i, j) = padded input (fo[a] + os*i,
+ * sw*j + e*dw) (i: the row's outer coordinates), j < OW, rows OW positions apart (no dropped
+ * columns). Each input row of the block's kpk
  * channels is copied once into a padded raw row (as ig_copy_task), then each tap's columns
  * (every sw-th from column e*dw) are interleaved into its plane's row, Wr = OW rounded up to
  * 16 positions at a time: the spill past a row's end is the next row's start, written after
@@ -1271,16 +1341,18 @@ static void ig_copy_shift_task(void *vctx, ptrdiff_t b, int thread)
     uint8_t *raw = (uint8_t *)c->scratch + (size_t)thread * c->scratch_bytes;
     uint8_t padv = (uint8_t)p->x_zp;
     uint8_t zbyte = c->kpk == 2 ? 0 : (uint8_t)(padv ^ c->flip);   /* as ig_copy_task */
-    int64_t plane = c->H * c->W;
+    int64_t plane = c->plane;
     uint8_t *prow = raw + (size_t)c->kpk * (size_t)c->RW;
     long long n_split = 0, n_taps = 0;   /* ig_copy_count */
     for (int q = 0; q < c->kpk; q++) memset(raw + (size_t)q * (size_t)c->RW, padv, (size_t)c->RW);
-    for (int a = 0; a < c->nfh; a++)
-        for (int64_t i = 0; i < c->Hph; i++) {
-            int64_t ih = c->fh[a] + c->sh * i - c->ph;
+    for (int a = 0; a < c->nfo; a++) {
+        int64_t ix[QL_CONV_MAXD];   /* row i's outer coordinates */
+        ig_row_coords(c, 0, ix);
+        for (int64_t i = 0; i < c->Rph; i++, ig_row_next(c, ix)) {
+            int64_t ih = ig_in_row(c, a, ix);
             /* row i of plane (a, 0); plane (a, e) is e planes further */
             char *d0 = c->copy + 4 * (size_t)(b * c->BS + (int64_t)a * c->nfw * c->PL + i * c->Wph);
-            if (ih < 0 || ih >= c->H) {
+            if (ih < 0) {
                 for (int e = 0; e < c->nfw; e++) memset(d0 + 4 * (size_t)(e * c->PL), zbyte, 4 * (size_t)c->Wr);
                 continue;
             }
@@ -1319,9 +1391,10 @@ static void ig_copy_shift_task(void *vctx, ptrdiff_t b, int thread)
             for (int e = 0; e < c->nfw; e++)
                 ig_phase_row(c, raw, prow, e * c->sdw, d0 + 4 * (size_t)(e * c->PL));
         }
-    for (int f = 0; f < c->nfh * c->nfw; f++) {   /* the planes' spares (as ig_copy_task) */
+    }
+    for (int f = 0; f < c->nfo * c->nfw; f++) {   /* the planes' spares (as ig_copy_task) */
         char *dplane = c->copy + 4 * (size_t)(b * c->BS + f * c->PL);
-        memset(dplane + 4 * (size_t)(c->Hph * c->Wph), 0, 4 * (size_t)(c->PL - c->Hph * c->Wph));
+        memset(dplane + 4 * (size_t)(c->Rph * c->Wph), 0, 4 * (size_t)(c->PL - c->Rph * c->Wph));
     }
     ig_copy_count(n_split, n_taps);
 }
@@ -1352,21 +1425,28 @@ static void ig_copy_chunk_task(void *vctx, ptrdiff_t task, int thread)
     }
 }
 
-/* The runs of tile q0: columns q with ow < OW (and q < Q), by output pixel; a run continues
- * across an output row's end when the next row follows with no dropped column (Wph == OW). */
+/* The runs of tile q0: columns q with ow < OW (and q < Q) in real rows, by output pixel; a run
+ * continues across a row's end when the next row follows in both the tile and the output (no
+ * dropped column, Wph == OW, and the next row real). */
 static void ig_runs(const ig_ctx *c, int64_t q0, ql_ik_runs *rn)
 {
     int64_t span = c->tstride < QL_IK_NR ? c->tstride : QL_IK_NR;
     int64_t q = q0, qe = q0 + span < c->Q ? q0 + span : c->Q;
     rn->n = 0;
     while (q < qe) {
-        int64_t oh = q / c->Wph, ow = q % c->Wph;
-        if (ow >= c->OW) { q = (oh + 1) * c->Wph; continue; }
-        int64_t len = c->Wph == c->OW ? qe - q : (c->OW - ow < qe - q ? c->OW - ow : qe - q);
-        rn->col[rn->n] = (int)(q - q0);
-        rn->len[rn->n] = (int)len;
-        rn->pix[rn->n] = (ptrdiff_t)(oh * c->OW + ow);
-        rn->n++;
+        int64_t r = q / c->Wph, ow = q % c->Wph, orow = c->dense ? r : ig_out_row(c, r);
+        if (ow >= c->OW || orow < 0) { q = (r + 1) * c->Wph; continue; }
+        int64_t len = c->OW - ow < qe - q ? c->OW - ow : qe - q;
+        ptrdiff_t pix = (ptrdiff_t)(orow * c->OW + ow);
+        int k = rn->n;
+        if (k && rn->col[k - 1] + rn->len[k - 1] == (int)(q - q0) && rn->pix[k - 1] + rn->len[k - 1] == pix) {
+            rn->len[k - 1] += (int)len;
+        } else {
+            rn->col[k] = (int)(q - q0);
+            rn->len[k] = (int)len;
+            rn->pix[k] = pix;
+            rn->n++;
+        }
         q += len;
     }
 }
@@ -1677,23 +1757,23 @@ static int64_t ig_tiles_cost(int64_t nt, int64_t wl, int dot)
 
 static int ig_shift_pays(const ig_ctx *c, const ql_gemm_kernel *kern, int64_t kw, size_t workspace)
 {
-    if (kw < 2 || kw > IG_SHIFT_MAX_KW || c->Wph <= c->OW || c->OH < 2) return 0;
+    if (kw < 2 || kw > IG_SHIFT_MAX_KW || c->Wph <= c->OW || c->Ro < 2) return 0;
     /* the shifted copy's bytes (ig_run's PL and BS, within 64 bytes a plane; a block's below
      * 2^47 after ig_run's size check, the product compared by division); within half the
      * workspace limit, so that a limit the standard copy fits never sends the convolution to
      * the im2col path instead */
-    int64_t nblk = (c->Cg + c->kpk - 1) / c->kpk, block = 4 * c->nfh * kw * (c->Hph * c->OW + 48);
+    int64_t nblk = (c->Cg + c->kpk - 1) / c->kpk, block = 4 * c->nfo * kw * (c->Rph * c->OW + 48);
     if (block > IG_SHIFT_COPY_MAX || nblk > IG_SHIFT_COPY_MAX / block || (size_t)(block * nblk) > workspace / 2)
         return 0;
     int dot = kern->dot != NULL;
-    int64_t q = (c->OH - 1) * c->Wph + c->OW, nt = (q + QL_IK_NR - 1) / QL_IK_NR;
+    int64_t q = (c->Ro - 1) * c->Wph + c->OW, nt = (q + QL_IK_NR - 1) / QL_IK_NR;
     int64_t std = ig_tiles_cost(nt, q - (nt - 1) * QL_IK_NR, dot);
     if (c->OW <= QL_IK_NR && dot) {   /* the row-aligned tiles (ig_run) */
-        int64_t r = (QL_IK_NR - c->OW) / c->Wph + 1, ntr = (c->OH + r - 1) / r;
-        int64_t cr = ig_tiles_cost(ntr, (c->OH - (ntr - 1) * r - 1) * c->Wph + c->OW, dot);
+        int64_t r = (QL_IK_NR - c->OW) / c->Wph + 1, ntr = (c->Ro + r - 1) / r;
+        int64_t cr = ig_tiles_cost(ntr, (c->Ro - (ntr - 1) * r - 1) * c->Wph + c->OW, dot);
         if (cr < std) std = cr;
     }
-    int64_t qs = c->OH * c->OW, nts = (qs + QL_IK_NR - 1) / QL_IK_NR;
+    int64_t qs = c->Ro * c->OW, nts = (qs + QL_IK_NR - 1) / QL_IK_NR;
     return ig_tiles_cost(nts, qs - (nts - 1) * QL_IK_NR, dot) < std;
 }
 
@@ -1702,9 +1782,9 @@ static int ig_shift_pays(const ig_ctx *c, const ql_gemm_kernel *kern, int64_t kw
 static void ig_group(ig_ctx *c, int64_t g, int64_t n0, const void *wpacked, const int32_t *fast_bias, int fused)
 {
     const ql_conv_plan *p = c->p;
-    int64_t P = c->OH * c->OW;
+    int64_t P = c->P;
     size_t esize = p->quantized ? 1 : 4;
-    c->xg = (const uint8_t *)p->x + (size_t)((n0 * p->C + g * c->Cg) * c->H * c->W);
+    c->xg = (const uint8_t *)p->x + (size_t)((n0 * p->C + g * c->Cg) * c->plane);
     c->L = (const char *)wpacked + (size_t)(g * c->Mg) * (size_t)c->ldl;
     plan_epilogue(p, &c->ep);
     if (p->bias) c->ep.row_bias = p->bias + g * c->Mg;
@@ -1724,7 +1804,7 @@ static void ig_group(ig_ctx *c, int64_t g, int64_t n0, const void *wpacked, cons
 static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern, const void *wpacked,
                   const int32_t *fast_bias, size_t workspace)
 {
-    if (!kern->ikernel || p->nsp > 2 || kern->form == QL_FORM_U8S8) return 0;
+    if (!kern->ikernel || kern->form == QL_FORM_U8S8) return 0;
     ig_ctx c;
     memset(&c, 0, sizeof c);
     c.p = p;
@@ -1737,39 +1817,75 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     int64_t K = c.Cg * c.taps;
     /* the grouped order (or one tap, where both orders are the channel order) */
     if (c.taps > 1 && !ql_conv_grouped(kern, K, c.taps)) return 0;
-    int two = p->nsp == 2;
-    int64_t kh = two ? p->k[0] : 1, kw = p->k[p->nsp - 1];
-    int64_t dh = two ? p->dil[0] : 1, dw = p->dil[p->nsp - 1];
-    c.H = two ? p->in[0] : 1; c.W = p->in[p->nsp - 1];
-    c.OH = two ? p->out[0] : 1; c.OW = p->out[p->nsp - 1];
-    c.sh = two ? p->stride[0] : 1; c.sw = p->stride[p->nsp - 1];
-    c.ph = two ? p->pad[0] : 0; c.pw = p->pad[p->nsp - 1];
-    if (c.sh > IG_MAX_STRIDE || c.sw > IG_MAX_STRIDE) return 0;
+    /* The last axis makes the rows (W, OW, sw, pw); the outer axes, however many, are
+     * flattened into the rows of each phase plane: every rank runs the same geometry. */
+    int L = p->nsp - 1;
+    int64_t kw = p->k[L], dw = p->dil[L];
+    c.W = p->in[L]; c.OW = p->out[L]; c.sw = p->stride[L]; c.pw = p->pad[L];
+    c.nout = L;
+    c.plane = prod(p->in, p->nsp);
+    c.P = prod(p->out, p->nsp);
+    if (c.sw > IG_MAX_STRIDE) return 0;
     /* padded extents (what the input and its begin pads cover, and what the windows reach),
-     * each below 2^61 (module.c bounds every term by 2^60); phase planes ceil(e / s) */
-    int64_t eh = c.H + c.ph, ew = c.W + c.pw;
-    int64_t nh = (c.OH - 1) * c.sh + (kh - 1) * dh + 1, nw = (c.OW - 1) * c.sw + (kw - 1) * dw + 1;
-    if (nh > eh) eh = nh;
+     * each below 2^61 (module.c bounds every term by 2^60); phase planes ceil(e / s) along
+     * every axis. The copy must stay small: huge pads, strides or dilations (far more
+     * positions than the input and the output together) take the im2col path, which never
+     * materializes padding. Each extent is bounded by 2^24 and the plane (a product, checked
+     * factor by factor against the bound) by 2 (input + output) + 4096 < 2^62 (plane and P are
+     * the caller's arrays' sizes), so every product below is below 2^40 or so. */
+    int64_t ew = c.W + c.pw, nw = (c.OW - 1) * c.sw + (kw - 1) * dw + 1;
     if (nw > ew) ew = nw;
-    c.Hph = (eh + c.sh - 1) / c.sh;
     c.Wph = (ew + c.sw - 1) / c.sw;
-    /* the copy must stay small: huge pads, strides or dilations (far more positions than the
-     * input and the output together) take the im2col path, which never materializes padding.
-     * After this check every product below is below 2^40. */
-    int64_t P = c.OH * c.OW;
-    if (c.Hph > ((int64_t)1 << 24) || c.Wph > ((int64_t)1 << 24) ||
-        c.Hph * c.Wph > 2 * (c.H * c.W + P) + 4096)
-        return 0;
-    int used_h[IG_MAX_STRIDE] = {0}, used_w[IG_MAX_STRIDE] = {0};
-    for (int64_t t = 0; t < kh; t++) used_h[(t * dh) % c.sh] = 1;
+    int64_t limit = 2 * (c.plane + c.P) + 4096;
+    if (c.Wph > ((int64_t)1 << 24) || c.Wph > limit) return 0;
+    c.Rph = 1;
+    c.Ro = 1;
+    c.dense = 1;
+    for (int ax = 0; ax < L; ax++) {
+        int64_t e = p->in[ax] + p->pad[ax], need = (p->out[ax] - 1) * p->stride[ax] + (p->k[ax] - 1) * p->dil[ax] + 1;
+        if (need > e) e = need;
+        if (p->stride[ax] > IG_MAX_STRIDE) return 0;
+        c.oin[ax] = p->in[ax]; c.oout[ax] = p->out[ax];
+        c.os[ax] = p->stride[ax]; c.opad[ax] = p->pad[ax];
+        c.oext[ax] = (e + p->stride[ax] - 1) / p->stride[ax];
+        if (c.oext[ax] > ((int64_t)1 << 24) || c.Rph > limit / c.Wph / c.oext[ax]) return 0;
+        c.Rph *= c.oext[ax];
+        if (ax > 0 && c.oext[ax] != c.oout[ax]) c.dense = 0;
+    }
+    for (int64_t ax = L - 1, st = 1; ax >= 0; ax--) {   /* row strides; the rows the outputs span */
+        c.rst[ax] = st;
+        st *= c.oext[ax];
+        c.Ro += (c.oout[ax] - 1) * c.rst[ax];
+    }
+    int64_t P = c.P;
+    /* used phases: the column phases, and the tuples of the outer axes' (the Cartesian
+     * product of each axis' used phases, at most IG_MAX_OPH of them, else im2col) */
+    int used_w[IG_MAX_STRIDE] = {0}, idx_w[IG_MAX_STRIDE];
     for (int64_t t = 0; t < kw; t++) used_w[(t * dw) % c.sw] = 1;
-    int idx_h[IG_MAX_STRIDE], idx_w[IG_MAX_STRIDE];
     for (int f = 0; f < IG_MAX_STRIDE; f++) {
-        idx_h[f] = used_h[f] ? c.nfh : -1;
-        if (used_h[f]) c.fh[c.nfh++] = f;
         idx_w[f] = used_w[f] ? c.nfw : -1;
         if (used_w[f]) c.fw[c.nfw++] = f;
     }
+    /* per outer axis: idx_o[ax][f] the rank of phase f among the axis' used ones, nused[ax] */
+    int idx_o[QL_CONV_MAXD][IG_MAX_STRIDE], nused[QL_CONV_MAXD];
+    int64_t fval[QL_CONV_MAXD][IG_MAX_STRIDE];
+    c.nfo = 1;
+    for (int ax = 0; ax < L; ax++) {
+        int used[IG_MAX_STRIDE] = {0};
+        for (int64_t t = 0; t < p->k[ax]; t++) used[(t * p->dil[ax]) % c.os[ax]] = 1;
+        nused[ax] = 0;
+        for (int f = 0; f < IG_MAX_STRIDE; f++) {
+            idx_o[ax][f] = used[f] ? nused[ax] : -1;
+            if (used[f]) fval[ax][nused[ax]++] = f;
+        }
+        if (c.nfo * nused[ax] > IG_MAX_OPH) return 0;
+        c.nfo *= nused[ax];
+    }
+    for (int a = 0; a < c.nfo; a++)   /* tuple a: mixed radix over nused, the last axis fastest */
+        for (int ax = L - 1, r = a; ax >= 0; ax--) {
+            c.fo[a][ax] = fval[ax][r % nused[ax]];
+            r /= nused[ax];
+        }
     if (ig_shift_pays(&c, kern, kw, workspace)) {   /* shifted planes: one per column tap, OW wide */
         c.shift = 1;
         c.Wph = c.OW;
@@ -1783,16 +1899,31 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
      * positions past a row's end are the next row's, written after it, or for the plane's
      * last row the plane's own 16-position spare, zeroed after the plane is written. */
     c.Wr = (c.Wph + 15) / 16 * 16;
-    c.PL = (c.Hph * c.Wph + 16 + 15) / 16 * 16;
+    c.PL = (c.Rph * c.Wph + 16 + 15) / 16 * 16;
+    /* rows that hold the input's rows one after the other, as one run (ig_copy_task): no
+     * stride, padding or dropped column along the rows, none along the outer axes but the
+     * first (which may have pads: padding rows before and after the run) - a pointwise
+     * kernel's whole plane */
+    int bulk = c.sw == 1 && c.pw == 0 && c.Wph == c.W && (L == 0 || c.os[0] == 1);
+    int64_t inner = 1;
+    for (int ax = 1; ax < L; ax++) {
+        bulk &= c.os[ax] == 1 && c.opad[ax] == 0 && c.oext[ax] == c.oin[ax];
+        inner *= c.oin[ax];
+    }
+    if (bulk) {
+        c.bulk0 = (L ? c.opad[0] : 0) * inner;
+        c.bulk1 = c.bulk0 + (L ? c.oin[0] : 1) * inner;
+        if (c.bulk1 > c.Rph) c.bulk1 = c.Rph;
+    }
     /* ... and an odd number of lines apart (planes of a block, and blocks): a tile reads every
      * block (and its planes) at the same offsets, which at a multiple of 4 KiB apart would all
      * fall in the same sets of the 8-way L1 (4 KiB per way) and evict each other (measured: a
      * 28x28 stride-2 layer with blocks of 4 KiB, 14% slower) */
-    if (c.nfh * c.nfw > 1 && c.PL / 16 % 2 == 0) c.PL += 16;
-    c.BS = (int64_t)c.nfh * c.nfw * c.PL;
+    if (c.nfo * c.nfw > 1 && c.PL / 16 % 2 == 0) c.PL += 16;
+    c.BS = (int64_t)c.nfo * c.nfw * c.PL;
     if (c.BS / 16 % 2 == 0) c.BS += 16;
     c.nblk = (int)((c.Cg + c.kpk - 1) / c.kpk);
-    c.Q = (c.OH - 1) * c.Wph + c.OW;
+    c.Q = (c.Ro - 1) * c.Wph + c.OW;
     c.ntiles = (c.Q + QL_IK_NR - 1) / QL_IK_NR;
     c.tstride = QL_IK_NR;
     /* Row-aligned tiles: on a plane with dropped columns (Wph > OW) and rows of at most 16,
@@ -1803,8 +1934,8 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
      * (Wph 9): tiles of rows 0-1, 2-3, 4-5 and 6, the last 7 columns wide (a dot tile),
      * against 16-q tiles whose last has 13 real columns. */
     if (c.Wph > c.OW && c.OW <= QL_IK_NR && kern->dot) {
-        int64_t r = (QL_IK_NR - c.OW) / c.Wph + 1, nt = (c.OH + r - 1) / r;
-        int64_t wl = (c.OH - (nt - 1) * r - 1) * c.Wph + c.OW;
+        int64_t r = (QL_IK_NR - c.OW) / c.Wph + 1, nt = (c.Ro + r - 1) / r;
+        int64_t wl = (c.Ro - (nt - 1) * r - 1) * c.Wph + c.OW;
         int64_t wl16 = c.Q - (c.ntiles - 1) * QL_IK_NR;
         int64_t cost = 2 * (nt - 1) + (wl <= QL_DOT_NR ? 1 : 2);
         int64_t cost16 = 2 * (c.ntiles - 1) + (wl16 <= QL_DOT_NR ? 1 : 2);
@@ -1829,9 +1960,18 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     c.off = (ptrdiff_t *)malloc(off_bytes);
     if (!c.off) return -1;
     for (int64_t t = 0; t < c.taps; t++) {
-        int64_t th = t / kw, tw = t % kw, rh = th * dh, rw = tw * dw;
-        int64_t toff = c.shift ? (idx_h[rh % c.sh] * c.nfw + tw) * c.PL + rh / c.sh * c.Wph
-                               : (idx_h[rh % c.sh] * c.nfw + idx_w[rw % c.sw]) * c.PL + rh / c.sh * c.Wph + rw / c.sw;
+        /* tap t reads, along each axis, phase (k*d) % s from position (k*d) / s on: its outer
+         * phase tuple a and row offset, then its column phase (or, shifted, its own plane) */
+        int64_t tc[QL_CONV_MAXD], a = 0, rows = 0;
+        tap_coords(p, t, tc);
+        for (int ax = 0; ax < L; ax++) {
+            int64_t rh = tc[ax] * p->dil[ax];
+            a = a * nused[ax] + idx_o[ax][rh % c.os[ax]];
+            rows += rh / c.os[ax] * c.rst[ax];
+        }
+        int64_t tw = tc[L], rw = tw * dw;
+        int64_t toff = c.shift ? (a * c.nfw + tw) * c.PL + rows * c.Wph
+                               : (a * c.nfw + idx_w[rw % c.sw]) * c.PL + rows * c.Wph + rw / c.sw;
         if (toff > toff_max) toff_max = toff;
         for (int b = 0; b < c.nblk; b++) c.off[(int64_t)b * c.taps + t] = (ptrdiff_t)(4 * (b * c.BS + toff));
     }
@@ -2019,7 +2159,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
      * reproduces), no U8S8 corrections (these forms have none), per-row multipliers */
     int fused = c.kgroups >= c.groups && kern->ikernel_ep != NULL;
     size_t esize = p->quantized ? 1 : 4;
-    c.xstride = (size_t)(p->C * c.H * c.W);
+    c.xstride = (size_t)(p->C * c.plane);
     c.ostride = (size_t)(p->M * P) * esize;
     c.img_pix = (ptrdiff_t)(p->M * P);
     if (pk) {

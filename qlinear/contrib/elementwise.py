@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -396,26 +396,78 @@ def qlinear_concat(Y_scale: Any, Y_zero_point: Any, *inputs: Any, axis: int) -> 
     parts = []
     for i in range(0, len(inputs), 3):
         k = i // 3
-        x = p.tensor(op, f"input {k}", inputs[i])
-        if x.dtype != dtype:
-            raise TypeError(f"{op}: input {k} must have Y_zero_point's dtype {dtype}; got dtype {x.dtype}")
+        x = _concat_tensor(op, k, inputs[i], dtype)
         s, z = p.qparams(op, f"input {k}'s scale", inputs[i + 1], f"input {k}'s zero point",
                          inputs[i + 2], f"input {k}", dtype)
-        if x.ndim == 0:
-            raise ValueError(f"{op}: input {k} must have rank >= 1 (onnxruntime cannot concatenate scalars); "
-                             f"got a 0-d array")
+        _concat_rank(op, k, x)
         parts.append((x, s, z))
-    first = parts[0][0]
+    return _concatenated(op, [x for x, _, _ in parts], axis,
+                         lambda: [_requantized(x, s, z, sy, zy) for x, s, z in parts])
+
+
+def _concat_tensor(op: str, k: int, value: Any, dtype: np.dtype) -> np.ndarray:
+    x = p.tensor(op, f"input {k}", value)
+    if x.dtype != dtype:
+        raise TypeError(f"{op}: input {k} must have Y_zero_point's dtype {dtype}; got dtype {x.dtype}")
+    return x
+
+
+def _concat_rank(op: str, k: int, x: np.ndarray) -> None:
+    if x.ndim == 0:
+        raise ValueError(f"{op}: input {k} must have rank >= 1 (onnxruntime cannot concatenate scalars); "
+                         f"got a 0-d array")
+
+
+def _concatenated(op: str, xs: list[np.ndarray], axis: int, converted: Callable[[], list]) -> np.ndarray:
+    """The shapes of ``xs`` checked against each other along ``axis``, the output's size
+    bounded, then ``converted()`` (the requantized inputs) concatenated."""
+    first = xs[0]
     ax = p.axis(op, axis, first.ndim)
-    for k, (x, _, _) in enumerate(parts):
+    for k, x in enumerate(xs):
         if x.ndim != first.ndim or x.shape[:ax] + x.shape[ax + 1:] != first.shape[:ax] + first.shape[ax + 1:]:
             raise ValueError(f"{op}: input {k} has shape {x.shape}; every input must have input 0's "
                              f"shape {first.shape} except along axis {ax}")
     out_shape = list(first.shape)
-    out_shape[ax] = sum(x.shape[ax] for x, _, _ in parts)
+    out_shape[ax] = sum(x.shape[ax] for x in xs)
     v.check_size(op, "the output", tuple(out_shape), 1)  # (each requantized input is smaller)
-    converted = [_requantized(x, s, z, sy, zy) for x, s, z in parts]
-    return np.concatenate(converted, axis=ax)
+    return np.concatenate(converted(), axis=ax)
+
+
+class PreparedQLinearConcat:
+    """QLinearConcat with Y's and every input's scale and zero point (constants of the model)
+    validated once, and each input's requantization table (or none: its parameters are Y's)
+    chosen once; ``run`` takes the tensors and computes what ``qlinear_concat`` computes. The
+    constructor raises what ``qlinear_concat`` raises about the parameters (the backend then
+    keeps the full path, which reports the first error in its usual order)."""
+
+    def __init__(self, Y_scale: Any, Y_zero_point: Any, params: Sequence[tuple[Any, Any]], *, axis: int) -> None:
+        op = "qlinear_concat"
+        if not params:
+            raise ValueError(f"{op}: inputs must be triples (tensor, scale, zero point); got 0 values")
+        yzp = p.tensor(op, "Y_zero_point", Y_zero_point)
+        self.dtype = yzp.dtype
+        sy, zy = p.qparams(op, "Y_scale", Y_scale, "Y_zero_point", yzp, "Y", self.dtype, divides=True)
+        self.tables: list[np.ndarray | None] = []
+        for k, (scale, zero_point) in enumerate(params):
+            s, z = p.qparams(op, f"input {k}'s scale", scale, f"input {k}'s zero point", zero_point,
+                             f"input {k}", self.dtype)
+            same = np.float32(s).tobytes() == np.float32(sy).tobytes() and z == zy  # as _requantized
+            self.tables.append(None if same else cached_table("identity", self.dtype, s, z, sy, zy))
+        self.axis = axis
+
+    def run(self, *tensors: Any) -> np.ndarray:
+        """The concatenation of ``tensors`` (one per parameter pair, in order)."""
+        op = "qlinear_concat"
+        if len(tensors) != len(self.tables):
+            raise ValueError(f"{op}: {len(self.tables)} inputs were prepared; got {len(tensors)}")
+        xs = []
+        for k, value in enumerate(tensors):
+            x = _concat_tensor(op, k, value, self.dtype)
+            _concat_rank(op, k, x)
+            xs.append(x)
+        tables = self.tables
+        return _concatenated(op, xs, self.axis,
+                             lambda: [x if t is None else _apply_table(x, t) for x, t in zip(xs, tables)])
 
 
 def qlinear_where(condition: np.ndarray, X: np.ndarray, x_scale: Any, x_zero_point: Any, Y: np.ndarray,

@@ -196,6 +196,79 @@ def _cached_softmax_table(scale_bits: bytes, reduce_len: int) -> np.ndarray:
     return table
 
 
+def _softmax_rows(r: np.ndarray, table: np.ndarray, big_y: np.float32, zy: int, hi: int,
+                  dtype: np.dtype) -> np.ndarray:
+    """QLinearSoftmax of int32 rows along axis 1 of ``r`` (pre, d, post), d >= 1:
+    e_j = table[x_j - max + 255], S = Σ e_j in order in float32,
+    y_j = min(rne(e_j · Y / S) + zy, hi) in ``dtype``, shaped as ``r``.
+
+    Each row stays where it is (axis 1) instead of being moved last: the arithmetic is
+    elementwise or per row, so the layout does not change a value."""
+    d = r.shape[1]
+    e = np.take(table, r - np.maximum.reduce(r, axis=1, keepdims=True) + 255)
+    if d <= _COLUMN_SUM_MAX:
+        # S added term by term: the float32 additions of cumsum (which accumulates in order:
+        # e_0 + e_1, then + e_2, ...), the same values in the same order, without its slow
+        # walk along short strided rows
+        total = e[:, 0].copy()
+        for j in range(1, d):
+            total += e[:, j]
+        total = total[:, None]
+    else:
+        total = np.cumsum(e, axis=1, dtype=F32)[:, -1:]  # cumsum adds in order (no pairwise sum)
+    # rne(e_j · Y / S) in double, in place (the same operations as
+    # np.rint((e.astype(f64) * Y) / S.astype(f64)) without a fresh temporary per step)
+    q = e.astype(np.float64)
+    q *= float(big_y)
+    q /= total.astype(np.float64)
+    np.rint(q, out=q)
+    np.minimum(q, float(hi - zy), out=q)  # q >= 0: only the top clamps
+    q += zy
+    return q.astype(dtype)
+
+
+#: rows up to this length sum their exponentials term by term rather than by cumsum
+_COLUMN_SUM_MAX = 32
+#: QLinearSoftmax over rows of two: from this many rows on, through a table of the 511
+#: possible rows (building it costs about as much as a few hundred rows)
+_PAIR_ROWS = 256
+
+
+@functools.lru_cache(maxsize=64)
+def _pair_table(scale_bits: bytes, y_scale_bits: bytes, zy: int, dtype: np.dtype) -> np.ndarray:
+    """(511, 2): the outputs of the row (k, 0) for k = -255 ... 255, by ``_softmax_rows``.
+
+    An 8-bit row (a, b) has the outputs of the row (a - b, 0): the values reach the table only
+    through x_j - max, which the two rows share ((0, b - a) when a >= b, (a - b, 0) otherwise),
+    and the rest of the arithmetic depends on the table's values only. Read-only."""
+    k = np.arange(-255, 256, dtype=np.int32)
+    reps = np.stack([k, np.zeros_like(k)], axis=1)[:, :, None]
+    sy = np.frombuffer(y_scale_bits, F32)[0]
+    _, hi = type_range(dtype)
+    out = _softmax_rows(reps, _cached_softmax_table(scale_bits, 2), np.floor(F32(1) / sy), zy, hi, dtype)
+    out = np.ascontiguousarray(out[:, :, 0])
+    out.flags.writeable = False
+    return out
+
+
+def _softmax_pairs(x3: np.ndarray, scale_bits: bytes, y_scale_bits: bytes, zy: int) -> np.ndarray:
+    """``_softmax_rows`` of 8-bit rows of two along axis 1 of ``x3`` (pre, 2, post), by
+    ``_pair_table``: the row (a, b) is looked up at a - b + 255 (a - b lies in [-255, 255]
+    for both 8-bit types, so int16 holds it)."""
+    table = _pair_table(scale_bits, y_scale_bits, zy, x3.dtype)
+    diff = np.subtract(x3[:, 0], x3[:, 1], dtype=np.int16)  # (pre, post)
+    diff += 255
+    pre, _, post = x3.shape
+    if post == 1:
+        # np.take along axis 0 fetches whole rows of the table (indexing the (511, 2) array
+        # with an index array took over ten times as long)
+        return np.take(table, diff.reshape(pre), axis=0).reshape(pre, 2, 1)
+    y = np.empty(x3.shape, x3.dtype)
+    np.take(np.ascontiguousarray(table[:, 0]), diff, out=y[:, 0])
+    np.take(np.ascontiguousarray(table[:, 1]), diff, out=y[:, 1])
+    return y
+
+
 def qlinear_softmax(X: np.ndarray, X_scale: Any, x_zero_point: Any, y_scale: Any, y_zero_point: Any,
                     *, opset: int, axis: int = -1) -> np.ndarray:
     """com.microsoft QLinearSoftmax.
@@ -224,20 +297,18 @@ def qlinear_softmax(X: np.ndarray, X_scale: Any, x_zero_point: Any, y_scale: Any
     if x.size == 0:
         return np.empty(x.shape, x.dtype)
     v.check_size(op, "the float64 products", x.shape, 8)  # X may be a broadcast view
+    # rows along axis 1 of (pre, d, post): the axis itself (opset >= 13), or everything from
+    # it on, flattened (opset < 13: post is 1)
+    pre = math.prod(x.shape[:ax])
     if opset < 13:
-        rows = x.reshape(math.prod(x.shape[:ax]), -1)
+        x3 = x.reshape(pre, -1, 1)
     else:
-        rows = np.moveaxis(x, ax, -1).reshape(-1, x.shape[ax])
-    d = rows.shape[1]
-    table = _cached_softmax_table(F32(sx).tobytes(), d)
-    r = rows.astype(np.int32)
-    e = table[r - r.max(axis=1, keepdims=True) + 255]
-    total = np.cumsum(e, axis=1, dtype=F32)[:, -1:]  # cumsum adds in order (no pairwise sum)
-    big_y = np.floor(F32(1) / sy)
-    q = np.rint((e.astype(np.float64) * float(big_y)) / total.astype(np.float64))
-    _, hi = type_range(x.dtype)
-    y = (np.minimum(q, float(hi - zy)) + zy).astype(x.dtype)  # q >= 0, so only the top clamps
-    if opset < 13:
-        return y.reshape(x.shape)
-    moved = list(np.moveaxis(x, ax, -1).shape)
-    return np.moveaxis(y.reshape(moved), -1, ax)
+        x3 = x.reshape(pre, x.shape[ax], -1)
+    d = x3.shape[1]
+    if d == 2 and x3.shape[0] * x3.shape[2] >= _PAIR_ROWS:
+        y = _softmax_pairs(x3, F32(sx).tobytes(), F32(sy).tobytes(), int(zy))
+    else:
+        _, hi = type_range(x.dtype)
+        y = _softmax_rows(x3.astype(np.int32), _cached_softmax_table(F32(sx).tobytes(), d),
+                          np.floor(F32(1) / sy), int(zy), hi, x.dtype)
+    return y.reshape(x.shape)

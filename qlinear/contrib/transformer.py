@@ -354,15 +354,23 @@ class PreparedQAttention:
                              f"got {x.shape} and {w.shape}")
         sx, zx = p.qparams(op, "input_scale", input_scale, "input_zero_point", input_zero_point, "input", x.dtype)
         acc = self.product(x, w, np.asarray(zx, x.dtype), self.wz)
-        if self._bias_small and self._ws_max * abs(float(sx)) <= 1e28:
-            qkv = acc.astype(F32) * (self.ws_cols * sx if self.ws_cols is not None else F32(self.ws * sx))
-            qkv = qkv + self.bias32
-        else:
-            with np.errstate(over="ignore"):
-                qkv = acc.astype(F32) * (self.ws_cols * sx if self.ws_cols is not None else F32(self.ws * sx))
-                qkv = qkv + self.bias32
+        qkv = _qkv(acc, sx, self.ws_cols, self.ws, self.bias32,
+                   guarded=not (self._bias_small and self._ws_max * abs(float(sx)) <= 1e28))
         return _attention_core(op, qkv.astype(F64), self.n, mask_index, past, self.uni, self.scale,
                                self.mask_filter_value)
+
+
+def _qkv(acc: np.ndarray, sx: np.float32, ws_cols: np.ndarray | None, ws: np.ndarray | None,
+         bias32: np.ndarray, *, guarded: bool = True) -> np.ndarray:
+    """QAttention's projection f(f(acc) · f(weight_scale · input_scale)) + bias in float32,
+    with the weight scale per column (``ws_cols``) or per tensor (0-d ``ws``); ``guarded``
+    False skips np.errstate where the caller has bounded the product (microseconds a call)."""
+    if not guarded:
+        qkv = acc.astype(F32) * (ws_cols * sx if ws_cols is not None else F32(ws * sx))
+        return qkv + bias32
+    with np.errstate(over="ignore"):
+        qkv = acc.astype(F32) * (ws_cols * sx if ws_cols is not None else F32(ws * sx))
+        return qkv + bias32
 
 
 def _qattention_op(input, weight, bias, input_scale, weight_scale, mask_index=None, input_zero_point=None,
@@ -380,8 +388,7 @@ def _qattention_op(input, weight, bias, input_scale, weight_scale, mask_index=No
     cols = w.shape[1]
     ws, wz = _weight_qparams(op, w, weight_scale, weight_zero_point)
     acc = product(x, w, np.asarray(zx, x.dtype), wz.reshape(()) if wz.size == 1 else wz.reshape(cols))
-    with np.errstate(over="ignore"):
-        qkv = acc.astype(F32) * (ws.reshape(-1) * sx if ws.size > 1 else F32(ws.reshape(()) * sx))
-        qkv = qkv + _hidden_param(op, "bias", bias, cols).astype(F32)
+    qkv = _qkv(acc, sx, ws.reshape(-1) if ws.size > 1 else None, None if ws.size > 1 else ws.reshape(()),
+               _hidden_param(op, "bias", bias, cols).astype(F32))
     return _attention_core(op, qkv.astype(F64), n, mask_index, past, uni, p.float_attribute(op, "scale", scale),
                            p.float_attribute(op, "mask_filter_value", mask_filter_value))
