@@ -7,8 +7,10 @@ The other build is a copy of an older commit's ``qlinear`` package renamed ``qli
     mkdir /tmp/before-pkg && cp -r /tmp/before/qlinear /tmp/before-pkg/qlinear_before
     PYTHONPATH=/tmp/before-pkg python benchmarks/plain_ab.py [--cases a,b] [--repeat 30]
 
-Per case: onnxruntime (prepacked session), the plain call before and after, interleaved, 1
-thread each, CPU time of the calling thread, medians; ratios to onnxruntime.
+Per case: onnxruntime (prepacked session), this tree's prepared form, the plain call before and after, interleaved, 1
+thread each, CPU time of the calling thread (``--wall``: wall clock, ``--threads`` threads
+each, every timed call right after an untimed one of the same function: the two builds have a
+thread pool each, whose worker spins for a while after a call), medians; ratios to onnxruntime.
 """
 
 from __future__ import annotations
@@ -48,33 +50,48 @@ def _call(fn_name: str, module, closure: dict, op: str):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=30)
+    p.add_argument("--wall", action="store_true", help="wall-clock time with --threads threads each")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--weight-bits", type=int, default=8, choices=(7, 8))
     p.add_argument("--cases", default=",".join(CASES))
     args = p.parse_args()
-    qlinear.set_num_threads(1)
-    qlinear_before.set_num_threads(1)
-    print(f"1 thread each, CPU time of the calling thread, median of {args.repeat}; "
-          f"load average {os.getloadavg()[0]:.1f}")
-    by_name = {c.name: c for c in bench.all_cases()}
+    threads = args.threads if args.wall else 1
+    clock = time.perf_counter if args.wall else time.thread_time
+    qlinear.set_num_threads(threads)
+    qlinear_before.set_num_threads(threads)
+    print(f"{threads} thread(s) each, {'wall clock' if args.wall else 'CPU time of the calling thread'}, "
+          f"median of {args.repeat}, {args.weight_bits}-bit weights; load average {os.getloadavg()[0]:.1f}")
+    by_name = {c.name: c for c in bench.all_cases(args.weight_bits)}
     before, after = [], []
     for name in args.cases.split(","):
         case = by_name[name]
         built = case.build(np.random.default_rng(0))
         closure = {n: c.cell_contents for n, c in zip(built.plain.__code__.co_freevars, built.plain.__closure__)}
-        sess = bench._ort_session(built.model, 1)
-        fns = {"ort": lambda: sess.run(None, built.feeds),
+        sess = bench._ort_session(built.model, threads)
+        fns = {"ort": lambda: sess.run(None, built.feeds), "prepared": built.prepare(),
                "before": _call("plain", qlinear_before, closure, case.op),
                "after": _call("plain", qlinear, closure, case.op)}
-        outs = {k: f() for k, f in fns.items() if k != "ort"}
+        outs = {k: f() for k, f in fns.items() if k in ("before", "after")}
         assert np.array_equal(outs["before"], outs["after"]), name
         ts = {k: [] for k in fns}
-        for _ in range(args.repeat):
-            for k, f in fns.items():
-                t0 = time.thread_time(); f(); ts[k].append(time.thread_time() - t0)  # noqa: E702
+        # every call reads the same weights: the order alternates, so that neither plain call
+        # always runs right after the other one has brought them into the caches
+        orders = (list(fns.items()), [(k, fns[k]) for k in ("after", "before", "prepared", "ort")])
+        for r in range(args.repeat):
+            for k, f in orders[r % 2]:
+                if args.wall:
+                    # each build has its own thread pool, whose worker spins for a while after a
+                    # call: an untimed call first, so the other build's spinning worker (or
+                    # onnxruntime's) does not share the CPUs with the timed one
+                    f()
+                t0 = clock(); f(); ts[k].append(clock() - t0)  # noqa: E702
         t = {k: float(np.median(v)) for k, v in ts.items()}
         before.append(t["before"] / t["ort"])
         after.append(t["after"] / t["ort"])
-        print(f"{name:28s} ort {t['ort'] * 1e3:7.3f} ms  plain before {t['before'] * 1e3:7.3f} ms ({before[-1]:.2f})  "
-              f"after {t['after'] * 1e3:7.3f} ms ({after[-1]:.2f})", flush=True)
+        print(f"{name:28s} ort {t['ort'] * 1e3:7.3f} ms  prepared {t['prepared'] * 1e3:7.3f} ms  "
+              f"plain before {t['before'] * 1e3:7.3f} ms ({before[-1]:.2f}; +{(t['before'] / t['prepared'] - 1) * 100:.0f}%)  "
+              f"after {t['after'] * 1e3:7.3f} ms ({after[-1]:.2f}; +{(t['after'] / t['prepared'] - 1) * 100:.0f}%)",
+              flush=True)
     g = lambda r: math.exp(sum(map(math.log, r)) / len(r))  # noqa: E731
     print(f"plain/onnxruntime geometric mean: before {g(before):.2f}, after {g(after):.2f}; "
           f"load average {os.getloadavg()[0]:.1f}")

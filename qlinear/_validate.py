@@ -371,6 +371,15 @@ class Memo:
         return value
 
 
+def one_value(p: Any) -> int | float:
+    """The Python number of a one-element NumPy parameter (a NumPy scalar or an ndarray), exactly
+    as ``p.item()`` gives it, in fewer operations for a NumPy scalar (int() / float() of one:
+    about 0.05 us against 0.4 us for ``item()``; a lean plain call reads four of them)."""
+    if type(p) is np.ndarray:
+        return p.item()
+    return float(p) if p.dtype.kind == "f" else int(p)
+
+
 def finite_multiplier(op: str, multiplier: np.ndarray, names: str) -> np.ndarray:
     """The requantization multiplier must be finite: inf · 0 would make NaN, which has no integer."""
     if not np.all(np.isfinite(multiplier)):

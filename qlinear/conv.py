@@ -612,7 +612,7 @@ def _lean_conv(key: tuple | None, x: np.ndarray, x_zp: Any, w: np.ndarray, w_zp:
             return None
         zx = 0
     elif _one(x_zp, xd):
-        zx = x_zp.item()
+        zx = v.one_value(x_zp)
     else:
         return None
     if w_zp is None:
@@ -644,9 +644,9 @@ def _lean_conv(key: tuple | None, x: np.ndarray, x_zp: Any, w: np.ndarray, w_zp:
             w_scale = np.ascontiguousarray(w_scale)
         yd = y_zp.dtype
         qmin, qmax = _RANGES[yd]
-        yz = y_zp.item()
-        quantized, signed, lo, hi, xs, ys = 1, int(qmin < 0), float(qmin - yz), float(qmax - yz), x_scale.item(), \
-            y_scale.item()
+        yz = v.one_value(y_zp)
+        quantized, signed, lo, hi, xs, ys = 1, int(qmin < 0), float(qmin - yz), float(qmax - yz), \
+            v.one_value(x_scale), v.one_value(y_scale)
     y = _native.empty(out_shape, yd)
     op = "conv_integer" if quant is None else "qlinear_conv"
     kind = C.conv_plain(C.get_isa(), depthwise, x if x.flags.c_contiguous else _contiguous(op, "x", x),

@@ -570,13 +570,13 @@ def _lean_matmul(key: tuple | None, a: np.ndarray, b: np.ndarray, a_zp: Any, b_z
     if a_zp is None and quant is None:
         za = 0
     elif _one(a_zp, ad):
-        za = a_zp.item()
+        za = v.one_value(a_zp)
     else:
         return None
     if b_zp is None and quant is None:
         zb = 0
     elif _one(b_zp, bd):
-        zb = b_zp.item()
+        zb = v.one_value(b_zp)
     else:
         return None
     rows, N, K, batches, Ba, a_idx, Bb, b_idx, out_shape = plan
@@ -590,12 +590,12 @@ def _lean_matmul(key: tuple | None, a: np.ndarray, b: np.ndarray, a_zp: Any, b_z
             return None
         # float32(float32(a_scale * b_scale) / y_scale) in C (module.c's multiplier): None when a
         # scale or the result is not finite or y_scale is 0; the full path then raises
-        m = C.multiplier(a_scale.item(), b_scale.item(), y_scale.item())
+        m = C.multiplier(v.one_value(a_scale), v.one_value(b_scale), v.one_value(y_scale))
         if m is None:
             return None
         out_dtype = y_zp.dtype
         qmin, qmax = _RANGE[out_dtype]
-        z = y_zp.item()
+        z = v.one_value(y_zp)
         quantized, signed, lo, hi = 1, int(qmin < 0), float(qmin - z), float(qmax - z)
         mult = np.float32(m)   # exact: m is a float32 value; a NumPy scalar is a 4-byte buffer
     isa = C.get_isa()

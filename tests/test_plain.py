@@ -153,7 +153,7 @@ def _centered_weights(rng, dtype, shape, zp, bound):
 def test_plain_conv_seven_bit_boundary_all_types(xdt, wdt, ydt, threads):
     """Weights within 64 of their (per-channel) zero point take the 7-bit path, one weight at
     65 (first, middle or last row) the exact one: plain and prepared agree with the oracle.
-    Large enough (M·K >= 2^18) for the packing to be shared by the threads."""
+    Large enough (M·K >= 2^15) for the packing to be shared by the threads."""
     rng = np.random.default_rng([20, xdt is U8, wdt is U8, ydt is U8, threads])
     m, c, k = 72, 128, 3
     x = rand_int(rng, xdt, (1, c, 7, 6))
@@ -336,11 +336,40 @@ def test_plain_conv_grouped_order_channels_and_taps(cg, kernel, threads):
                 _plain_twice(x, xs, xz, w, ws, wz, ys, yz, bias, **args)
 
 
+# M·K around the size from which a plain call's weights are packed by the threads (conv.c's
+# pack_w_threads: 2^15 weights), rows not a multiple of the tasks' blocks, 3x3 (the grouped
+# order) and 1x1
+@pytest.mark.parametrize("m,c,kernel", [(91, 40, (3, 3)), (8, 456, (3, 3)), (128, 256, (1, 1)), (113, 290, (1, 1)),
+                                        (37, 1000, (1, 1))])
+def test_plain_conv_pack_split_around_the_threads_threshold(m, c, kernel, threads, engine_level):
+    """Packing shared by the threads (or not): 7-bit weights (the fast form), one weight past
+    the bound in the first or the last row (every thread's work abandoned for the
+    exact form), full-range weights, per-channel zero points that differ, both weight types."""
+    if engine_level == "numpy":
+        pytest.skip("the native engine's packing (the NumPy engine has none)")
+    rng = np.random.default_rng([32, m, c, kernel[0], threads])
+    x = rand_int(rng, U8, (1, c, 4, 3))
+    for wdt in DTYPES_8:
+        wz = rand_int(rng, wdt, (m,), -60 if wdt == I8 else 70, 60 if wdt == I8 else 185)
+        xs, ws, ys = rand_scale(rng), rand_scale(rng, (m,)), np.float32(rng.uniform(0.5, 4.0))
+        xz, yz = rand_int(rng, U8, ()), rand_int(rng, I8, ())
+        w7 = _centered_weights(rng, wdt, (m, c) + kernel, wz, 64)
+        weights = [w7]
+        for row in (0, m - 1):
+            w = w7.copy()
+            z = int(wz[row])
+            w[row, -1, -1, -1] = z + 65 if z + 65 <= np.iinfo(wdt).max else z - 65
+            weights.append(w)
+        weights.append(rand_int(rng, wdt, (m, c) + kernel))
+        for w in weights:
+            _plain_twice(x, xs, xz, w, ws, wz, ys, yz, None, pads=[1, 1, 0, 0])
+
+
 @pytest.mark.parametrize("xdt,wdt,ydt", ALL_8BIT_COMBOS)
 def test_plain_conv_lean_path_all_types(xdt, wdt, ydt, threads):
     """Every type combination through the lean path (module.c's conv_plain) with per-tensor and
     per-channel parameters, 7-bit and full-range weights, a grouped-order 3x3 layer large enough
-    (M·K >= 2^18) for the packing to be shared by the threads and a pointwise one."""
+    (M·K >= 2^15) for the packing to be shared by the threads and a pointwise one."""
     rng = np.random.default_rng([28, xdt is U8, wdt is U8, ydt is U8, threads])
     for m, c, kernel in ((64, 456, (3, 3)), (24, 40, (1, 1))):
         x = rand_int(rng, xdt, (1, c, 4, 5))
@@ -398,11 +427,19 @@ def test_plain_multiplier_float32_corners():
         _plain_twice(x, xs, np.uint8(3), w, np.float32(0.5), np.int8(1), ys, np.uint8(9), None)
 
 
+def esize_of(info: dict) -> int:
+    """Bytes per packed weight of a kernel form (kernel_info)."""
+    return 2 if info["form"] == "i16" else 1
+
+
 def test_conv_grouped_pack_layout():
     """The grouped order's packed bytes (conv.c's pack_w_grouped, prepared and plain alike)
     against a NumPy construction of the layout conv.c documents: k' = (c / kpack * taps + t) *
-    kpack + c % kpack, padding channels centered 0; I16 rows w - zw as int16; the 7-bit form's
-    rows w - zw as int8 followed by the row sums and zeros."""
+    kpack + c % kpack, padding channels centered 0; I16 rows w - zw as int16 (full-range
+    weights too: |w - zw| up to 255); the 7-bit form's rows w - zw as int8 followed by the row
+    sums and zeros. 3x3 kernels with channel counts that are and are not multiples of the
+    k-group: conv_avx2.c's shuffles for 9 taps (where the CPU runs AVX2: both forms) and the
+    padded last block."""
     from qlinear import _native
     if not _native.available():
         pytest.skip("the native engine is not built")
@@ -414,11 +451,20 @@ def test_conv_grouped_pack_layout():
             if info is None or (info["form"] != "i16" and which != 2):
                 continue   # the VNNI levels' exact U8S8 form: covered by the emulated runs
             kpk = info["kpack"]
-            for cg, taps in ((4, 9), (6, 9), (3, 49), (8, 2), (5, 25), (12, 27), (3, 3)):
+            for cg, taps in ((4, 9), (6, 9), (3, 49), (8, 2), (5, 25), (12, 27), (3, 3), (1, 9), (2, 9), (5, 9),
+                             (33, 9), (64, 9)):
                 m, k = 7, cg * taps
-                for wdt in DTYPES_8:
+                for wdt, full in ((U8, False), (I8, False), (U8, True), (I8, True)):
+                    if full and esize_of(info) == 1:
+                        continue   # the 7-bit form takes 7-bit weights only
                     wz = rand_int(rng, wdt, (m,), -60 if wdt == I8 else 70, 60 if wdt == I8 else 185)
-                    w = _centered_weights(rng, wdt, (m, k), wz, 64)
+                    if full:   # every value, the type's extremes included, against differing zero points
+                        wz = rand_int(rng, wdt, (m,))
+                        w = rand_int(rng, wdt, (m, k))
+                        w[0, 0], w[-1, -1], w[m // 2, k // 2] = np.iinfo(wdt).min, np.iinfo(wdt).max, np.iinfo(wdt).max
+                        wz[0], wz[-1] = np.iinfo(wdt).max, np.iinfo(wdt).min
+                    else:
+                        w = _centered_weights(rng, wdt, (m, k), wz, 64)
                     z32 = wz.astype(np.int32)
                     out = np.empty(C.conv_w_bytes(isa, which, m, k, taps), np.uint8)
                     C.conv_pack_w(isa, which, w, _native.DTYPE_CODES[w.dtype], m, k, taps, z32, out)

@@ -2,6 +2,8 @@
  * kernel is integer-only anyway); conv.c calls it only where the CPU runs AVX2. */
 #include "conv.h"
 
+#include <string.h>
+
 #if QL_X86
 #pragma GCC push_options
 #pragma GCC target("avx2")
@@ -393,6 +395,77 @@ void ql_ig_s2x4_avx2(const uint8_t *raw, ptrdiff_t rs, uint8_t flip, uint8_t *d0
         _mm256_storeu_si256((__m256i *)(d0 + 4 * j + 32), _mm256_permute2x128_si256(e0, e1, 0x31));
         _mm256_storeu_si256((__m256i *)(d1 + 4 * j), _mm256_permute2x128_si256(o0, o1, 0x20));
         _mm256_storeu_si256((__m256i *)(d1 + 4 * j + 32), _mm256_permute2x128_si256(o0, o1, 0x31));
+    }
+}
+
+/* A conv weight row's channel pairs in the I16 form's grouped order (conv.c's grouped_i16, 3x3
+ * kernels: 9 taps): pair q's 18 source bytes a0..a8 b0..b8 (channels 2q, 2q+1) become the 18
+ * int16 a0-z b0-z a1-z .. a8-z b8-z. Two 16-byte loads (bytes 0-15 and 2-17: both inside the
+ * pair's 18, so no read past the row), vpshufb picks a0 b0 .. a7 b7 (b7 = byte 16 is in the
+ * second load only) and a8 b8; widened (zero- or sign-extended as w's type) and centered:
+ * |w - z| <= 255, an int16. Stores: 32 bytes, then the last 4 bytes alone, so nothing is
+ * written past the pair (rows may belong to another thread). */
+void ql_grouped_i16_t9_avx2(const uint8_t *s, int is_signed, int64_t pairs, int32_t z, int16_t *d)
+{
+    const __m128i m0 = _mm_setr_epi8(0, 9, 1, 10, 2, 11, 3, 12, 4, 13, 5, 14, 6, 15, 7, -128);
+    const __m128i m1 = _mm_setr_epi8(-128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128,
+                                     -128, -128, -128, 14);
+    const __m128i m2 = _mm_setr_epi8(6, 15, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128,
+                                     -128, -128, -128);
+    const __m256i zv = _mm256_set1_epi16((int16_t)z);
+    const __m128i zv1 = _mm_set1_epi16((int16_t)z);
+    for (int64_t q = 0; q < pairs; q++) {
+        const uint8_t *a = s + 18 * q;
+        int16_t *o = d + 18 * q;
+        __m128i v0 = _mm_loadu_si128((const __m128i *)a), v1 = _mm_loadu_si128((const __m128i *)(a + 2));
+        __m128i lo = _mm_or_si128(_mm_shuffle_epi8(v0, m0), _mm_shuffle_epi8(v1, m1));
+        __m128i hi = _mm_shuffle_epi8(v1, m2);
+        __m256i wl = is_signed ? _mm256_cvtepi8_epi16(lo) : _mm256_cvtepu8_epi16(lo);
+        __m128i wh = is_signed ? _mm_cvtepi8_epi16(hi) : _mm_cvtepu8_epi16(hi);
+        _mm256_storeu_si256((__m256i *)o, _mm256_sub_epi16(wl, zv));
+        int32_t last = _mm_cvtsi128_si32(_mm_sub_epi16(wh, zv1));
+        memcpy(o + 16, &last, 4);
+    }
+}
+
+/* The byte forms' grouped order (conv.c's grouped_b), 9 taps: block q's 36 source bytes (4
+ * channels of 9 taps, channel r's tap t at 9r + t) become d[4t + r] = (byte ^ fx) - sub (8-bit
+ * wrap). Three 16-byte loads (bytes 0-15, 16-31, 20-35: inside the block, no read past the
+ * row), each in both lanes; vpshufb per lane picks taps 0-3 (low lane) and 4-7 (high lane) of
+ * the 4 channels, the three picks ORed (a lane a mask leaves out is zeroed by its -128s); tap
+ * 8's 4 bytes by the same picks at 128 bits, stored alone so nothing is written past the
+ * block (the next rows may be another thread's). */
+void ql_grouped_b_t9_avx2(const uint8_t *s, int64_t blocks, uint8_t fx, uint8_t sub, uint8_t *d)
+{
+    const __m256i mA = _mm256_setr_epi8(0, 9, -128, -128, 1, 10, -128, -128, 2, 11, -128, -128, 3, 12, -128, -128,
+                                        4, 13, -128, -128, 5, 14, -128, -128, 6, 15, -128, -128, 7, -128, -128, -128);
+    const __m256i mB = _mm256_setr_epi8(-128, -128, 2, 11, -128, -128, 3, 12, -128, -128, 4, 13, -128, -128, 5, 14,
+                                        -128, -128, 6, 15, -128, -128, 7, -128, -128, -128, 8, -128, -128, 0, 9, -128);
+    const __m256i mC = _mm256_setr_epi8(-128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128,
+                                        -128, -128, -128, -128,
+                                        -128, -128, -128, -128, -128, -128, -128, 12, -128, -128, -128, 13,
+                                        -128, -128, -128, 14);
+    const __m128i tA = _mm_setr_epi8(8, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128,
+                                     -128, -128);
+    const __m128i tB = _mm_setr_epi8(-128, 1, 10, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128,
+                                     -128, -128);
+    const __m128i tC = _mm_setr_epi8(-128, -128, -128, 15, -128, -128, -128, -128, -128, -128, -128, -128, -128, -128,
+                                     -128, -128);
+    const __m256i fv = _mm256_set1_epi8((char)fx), sv = _mm256_set1_epi8((char)sub);
+    for (int64_t q = 0; q < blocks; q++) {
+        const uint8_t *a = s + 36 * q;
+        uint8_t *o = d + 36 * q;
+        __m128i A = _mm_loadu_si128((const __m128i *)a), B = _mm_loadu_si128((const __m128i *)(a + 16)),
+                Cc = _mm_loadu_si128((const __m128i *)(a + 20));
+        __m256i A2 = _mm256_broadcastsi128_si256(A), B2 = _mm256_broadcastsi128_si256(B),
+                C2 = _mm256_broadcastsi128_si256(Cc);
+        __m256i v = _mm256_or_si256(_mm256_or_si256(_mm256_shuffle_epi8(A2, mA), _mm256_shuffle_epi8(B2, mB)),
+                                    _mm256_shuffle_epi8(C2, mC));
+        _mm256_storeu_si256((__m256i *)o, _mm256_sub_epi8(_mm256_xor_si256(v, fv), sv));
+        __m128i t = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(A, tA), _mm_shuffle_epi8(B, tB)), _mm_shuffle_epi8(Cc, tC));
+        int32_t last = _mm_cvtsi128_si32(_mm_sub_epi8(_mm_xor_si128(t, _mm256_castsi256_si128(fv)),
+                                                      _mm256_castsi256_si128(sv)));
+        memcpy(o + 32, &last, 4);
     }
 }
 
