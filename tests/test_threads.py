@@ -137,7 +137,7 @@ def test_backend_representation_from_several_threads():
     """One QLinearRep run from four Python threads at once, each with its own batch size: every
     output equals the single-threaded run (the nodes' cached prepared forms, parameter scalars
     and QLinearLeakyRelu's table are shared between the threads)."""
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto as T, helper, numpy_helper
 
     from qlinear import backend
