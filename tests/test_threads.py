@@ -10,6 +10,7 @@ ran the other call's plan (an output of the other shape, reads past the input).
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -100,6 +101,14 @@ def test_prepared_conv_remembers_its_own_call_when_another_lands_between(monkeyp
     assert_exact(run(large), want(large))
 
 
+def _in_threads(work, n: int = 4) -> None:
+    """Runs work(0) ... work(n - 1) in n Python threads at once and waits for all of them."""
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
 def test_prepared_forms_from_several_threads_with_different_shapes():
     """The real thing, briefly: four threads share each prepared form, each cycling through
     inputs of different shapes; every result is exact (on either engine)."""
@@ -125,11 +134,7 @@ def test_prepared_forms_from_several_threads_with_different_shapes():
                 bad.append(k)
                 return
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _in_threads(work)
     assert bad == []
 
 
@@ -142,7 +147,6 @@ def test_backend_representation_from_several_threads():
 
     from qlinear import backend
 
-    import os
     path = os.path.join(os.path.dirname(qlinear.__file__), "examples", "digits_cnn_qoperator.onnx")
     rep = backend.prepare(path)
     rng = np.random.default_rng(7)
@@ -173,9 +177,5 @@ def test_backend_representation_from_several_threads():
                 bad.append("table")
                 return
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _in_threads(work)
     assert bad == []
