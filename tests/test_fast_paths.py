@@ -499,3 +499,56 @@ def test_strided_views_copied_row_by_row_same_bits(dtype):
         else:
             prepared = quantize.PreparedDequantize(np.float32(0.37), np.array(7, dtype))
         _same([prepared.run(view)], [prepared.run(np.ascontiguousarray(view))])
+
+
+def _dql_cases():
+    """Inputs for the one-call native DynamicQuantizeLinear: random ranges and offsets, the
+    guarded branch's bounds (1e37, 1e-30, NaN, infinities: the native call must decline
+    them), signed zeros, one value, zero points on .5 ties, sizes around the kernel's vector
+    steps and its threaded chunks."""
+    rng = np.random.default_rng(2026)
+    F = np.float32
+    cases = [np.array(v, F) for v in (
+        [0.0], [-0.0], [0.0, -0.0], [-0.0, 3.0], [5.0], [-5.0], [5.0, 5.0], [1e-30, 0.0], [1.5e-30, -1e-31],
+        [-1e-45, 0.0], [1e-38, -1e-38], [-9.9e36, 9.9e36], [-1e37, 1.0], [1.0, 1e37], [-1.00001e37, 2.0],
+        [3e38, -3e38], [np.inf, 1.0], [-np.inf, 1.0], [np.nan, 2.0], [1.0, np.nan], [np.nan],
+        [-1.0, 1.0], [-2.5, 7.25, 0.0], [-127.5, 127.5], [-0.5, 254.5], [-1.5, 253.5])]
+    # zero points exactly on a .5 tie: mn = -(k + 0.5) · scale with mx - mn = 255 · scale
+    for k in (0, 1, 2, 100, 127, 253, 254):
+        s = F(0.25)
+        cases.append(np.array([-(k + 0.5) * s, (254.5 - k) * s], F))
+    for n in (1, 2, 15, 16, 17, 31, 32, 33, 64, 65, 1000, 16383, 16385, (1 << 18) + 7):
+        cases.append((rng.standard_normal(n) * rng.uniform(1e-3, 1e3) + rng.uniform(-5, 5)).astype(F))
+    for _ in range(200):
+        n = int(rng.integers(1, 300))
+        x = (rng.standard_normal(n) * 10.0 ** rng.uniform(-30, 36)).astype(F)
+        if rng.random() < 0.3:
+            x = (np.abs(x) * F(rng.choice([-1, 1]))).astype(F)  # one-signed: mn or mx is the 0 bound
+        cases.append(x)
+    cases.append((rng.standard_normal((2, 6, 5)) * 4).astype(F)[:, ::2])  # a strided view
+    return cases
+
+
+def test_dynamic_quantize_linear_native_call_same_bits():
+    """The native one-call DynamicQuantizeLinear gives the bits of the NumPy path (float32
+    scalars, then the quantize kernel) on every input, and declines (None) exactly where that
+    path guards its arithmetic."""
+    import qlinear.contrib as qcontrib
+    from qlinear import _native
+
+    if not _native.available():
+        pytest.skip("the native engine is not built")
+    C = _native.native()
+    declined = 0
+    for x in _dql_cases():
+        with _native.use_engine("numpy"):
+            want = qcontrib.dynamic_quantize_linear(x)
+        got = qcontrib.dynamic_quantize_linear(x)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape and g.tobytes() == w.tobytes(), x[:4]
+        flat = np.ascontiguousarray(x).reshape(-1)
+        if C.dynamic_quantize(C.get_isa(), flat, flat.size, np.empty(flat.size, np.uint8)) is None:
+            declined += 1
+            assert not (np.all(np.isfinite(x)) and -1e37 < float(x.min()) and float(x.max()) < 1e37
+                        and not 0 < np.float32(max(x.max(), 0) - min(x.min(), 0)) <= np.float32(1e-30)), x
+    assert declined >= 8  # the guarded inputs above did reach the NumPy path

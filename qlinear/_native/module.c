@@ -383,6 +383,65 @@ done:
 static PyObject *m_quantize(PyObject *self, PyObject *args) { (void)self; return qd_common(args, 1); }
 static PyObject *m_dequantize(PyObject *self, PyObject *args) { (void)self; return qd_common(args, 0); }
 
+/* dynamic_quantize(isa, x float32[n], n, out uint8[n]) -> (scale, zero_point) or None.
+ * DynamicQuantizeLinear's usual case in one call (contrib/gemm.py, dynamic_quantize_linear,
+ * has the formulas and the full path): lo = min x, hi = max x; mn = min(lo, 0),
+ * mx = max(hi, 0); scale = 1 if mx == mn else f(f(mx - mn) / 255); zp = rne(clamp(f(0 -
+ * f(mn / scale)), 0, 255)); out = QuantizeLinear(x, scale, zp), the same kernel `quantize`
+ * runs. Returns None, having written nothing, where the Python path takes its guarded branch:
+ * a NaN in x, lo <= -1e37 or hi >= 1e37 (compared as doubles, as Python compares; the scale or mn / scale could overflow) or 0 < mx - mn <=
+ * 1e-30 (a subnormal-range scale). Each float operation is one float32 operation (C11 with
+ * FLT_EVAL_METHOD 0 on x86-64 and aarch64; the build turns contraction off), so the scale and
+ * zero point are those NumPy's float32 scalars give; min and max are exact in any order (a
+ * signed zero can only change lo or hi between -0 and +0, which changes neither). */
+static PyObject *m_dynamic_quantize(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *isa_name;
+    Py_ssize_t n;
+    PyObject *ox, *oo;
+    if (!PyArg_ParseTuple(args, "sOnO", &isa_name, &ox, &n, &oo)) return NULL;
+    const ql_isa *isa = isa_arg(isa_name);
+    if (!isa) return NULL;
+    if (n < 1) return PyErr_Format(PyExc_ValueError, "qlinear native: bad dynamic_quantize size");
+    Py_buffer x = {0}, o = {0};
+    PyObject *ret = NULL;
+    if (get_buf(ox, &x, 0, n * 4, "x") < 0 || get_buf(oo, &o, 1, n, "out") < 0) goto done;
+    const float *xs = (const float *)x.buf;
+    float lo = xs[0], hi = xs[0];
+    int nan = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float v = xs[i];
+        nan |= v != v;
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    Py_END_ALLOW_THREADS
+    const float zero = 0.0f;
+    float mn = zero < lo ? zero : lo, mx = zero > hi ? zero : hi;
+    if (nan || !(-1e37 < (double)lo && (double)hi < 1e37 && (mx == mn || mx - mn > 1e-30f))) {
+        ret = Py_None;
+        Py_INCREF(ret);
+        goto done;
+    }
+    float scale = mx == mn ? 1.0f : (mx - mn) / 255.0f;
+    float initial = zero - mn / scale;
+    /* initial is finite here (|mn / scale| <= 255-ish); round half to even, as Python's round */
+    float clamped = initial < zero ? zero : (initial > 255.0f ? 255.0f : initial);
+    int32_t zp = (int32_t)nearbyintf(clamped);
+    qd_ctx q = {isa, 1, (const char *)xs, QL_F32, 4, (char *)o.buf, QL_U8, 1, 1, 1, n, 1 << 14, 1,
+                &scale, &zp, 0, 0};
+    Py_ssize_t tasks = (n + q.chunk - 1) / q.chunk;
+    int threads = n >= (1 << 18) ? ql_num_threads() : 1;  /* as qd_common */
+    Py_BEGIN_ALLOW_THREADS
+    ql_parallel_for(tasks, threads, qd_task, &q);
+    Py_END_ALLOW_THREADS
+    ret = Py_BuildValue("(di)", (double)scale, (int)zp);
+done:
+    REL(x); REL(o);
+    return ret;
+}
+
 
 /* ---------------------------------------------------------------------------------------
  * Convolutions (conv.c): weights packed once per ISA level, then one call per convolution
@@ -1065,6 +1124,7 @@ static PyMethodDef methods[] = {
     {"bytes_within", m_bytes_within, METH_VARARGS, "Whether every byte (u8 form) lies in [lo, hi]."},
     {"quantize", m_quantize, METH_VARARGS, "QuantizeLinear."},
     {"dequantize", m_dequantize, METH_VARARGS, "DequantizeLinear."},
+    {"dynamic_quantize", m_dynamic_quantize, METH_VARARGS, "DynamicQuantizeLinear's usual case (uint8): parameters and quantization in one call, or None."},
     {"conv_w_bytes", m_conv_w_bytes, METH_VARARGS, "Bytes of packed conv weights."},
     {"conv_pack_w", m_conv_pack_w, METH_VARARGS, "Pack conv weights (M, K) for an ISA's exact kernel."},
     {"conv_pack_w_auto", m_conv_pack_w_auto, METH_VARARGS, "Pack a plain call's conv weights: the 7-bit form if they fit, else exact."},
