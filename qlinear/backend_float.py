@@ -858,8 +858,9 @@ class FastEvaluator(ReferenceEvaluator):
                     outputs = pnode._run(*inputs)
                 except (TypeError, AttributeError):
                     outputs = pnode.run(*inputs)  # for OpRun's own error message
-                if type(outputs) is not tuple or any(type(o) is not np.ndarray for o in outputs):
-                    outputs = pnode._check_and_fix_outputs(outputs)
+                if type(outputs) is not tuple or ((len(outputs) != 1 or type(outputs[0]) is not np.ndarray)
+                                                  and any(type(o) is not np.ndarray for o in outputs)):
+                    outputs = pnode._check_and_fix_outputs(outputs)  # (one array: no generator)
             elif how == "cast" and type(inputs[0]) is np.ndarray and len(inputs) == 1:
                 outputs = (inputs[0].astype(extra),)  # what onnx.reference's cast_to returns
             elif how == "binary" and type(inputs[0]) is np.ndarray \
@@ -873,8 +874,9 @@ class FastEvaluator(ReferenceEvaluator):
                     outputs = pnode._run(*inputs, **extra)
                 except (TypeError, AttributeError):
                     outputs = pnode.run(*inputs)  # for OpRun's own error message
-                if type(outputs) is not tuple or any(type(o) is not np.ndarray for o in outputs):
-                    outputs = pnode._check_and_fix_outputs(outputs)
+                if type(outputs) is not tuple or ((len(outputs) != 1 or type(outputs[0]) is not np.ndarray)
+                                                  and any(type(o) is not np.ndarray for o in outputs)):
+                    outputs = pnode._check_and_fix_outputs(outputs)  # (one array: no generator)
             elif how == "const":
                 outputs = consts.get(id(pnode))
                 if outputs is None:
