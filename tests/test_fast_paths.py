@@ -526,6 +526,12 @@ def _dql_cases():
             x = (np.abs(x) * F(rng.choice([-1, 1]))).astype(F)  # one-signed: mn or mx is the 0 bound
         cases.append(x)
     cases.append((rng.standard_normal((2, 6, 5)) * 4).astype(F)[:, ::2])  # a strided view
+    # one special value at each position of the vector lanes and of the scalar tail
+    for special in (np.nan, np.inf, -np.inf, 1e37, -1e37, 9.9e36, -0.0):
+        for at in (0, 3, 4, 7, 8, 15, 16, 36):
+            x = (rng.standard_normal(37) * 3).astype(F)
+            x[at] = special
+            cases.append(x)
     return cases
 
 
@@ -547,8 +553,9 @@ def test_dynamic_quantize_linear_native_call_same_bits():
         for g, w in zip(got, want):
             assert g.dtype == w.dtype and g.shape == w.shape and g.tobytes() == w.tobytes(), x[:4]
         flat = np.ascontiguousarray(x).reshape(-1)
-        if C.dynamic_quantize(C.get_isa(), flat, flat.size, np.empty(flat.size, np.uint8)) is None:
-            declined += 1
-            assert not (np.all(np.isfinite(x)) and -1e37 < float(x.min()) and float(x.max()) < 1e37
-                        and not 0 < np.float32(max(x.max(), 0) - min(x.min(), 0)) <= np.float32(1e-30)), x
+        usual = bool(not np.isnan(x).any() and -1e37 < float(x.min()) and float(x.max()) < 1e37
+                     and not 0 < np.float32(max(x.max(), 0) - min(x.min(), 0)) <= np.float32(1e-30))
+        got = C.dynamic_quantize(C.get_isa(), flat, flat.size, np.empty(flat.size, np.uint8))
+        assert (got is not None) == usual, x
+        declined += got is None
     assert declined >= 8  # the guarded inputs above did reach the NumPy path
