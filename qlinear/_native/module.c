@@ -405,7 +405,8 @@ static PyObject *m_dynamic_quantize(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "sOnO", &isa_name, &ox, &n, &oo)) return NULL;
     const ql_isa *isa = isa_arg(isa_name);
     if (!isa) return NULL;
-    if (n < 1) return PyErr_Format(PyExc_ValueError, "qlinear native: bad dynamic_quantize size");
+    if (n < 1 || n > PY_SSIZE_T_MAX / 4)  /* (n * 4 below must not overflow) */
+        return PyErr_Format(PyExc_ValueError, "qlinear native: bad dynamic_quantize size");
     Py_buffer x = {0}, o = {0};
     PyObject *ret = NULL;
     if (get_buf(ox, &x, 0, n * 4, "x") < 0 || get_buf(oo, &o, 1, n, "out") < 0) goto done;
