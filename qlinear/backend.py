@@ -88,6 +88,13 @@ QLINEAR_OPS: dict[str, tuple[int, ...]] = {
 }
 
 _T = onnx.TensorProto
+#: NumPy's error state while a graph runs. ONNX's float operators are IEEE 754 arithmetic: an
+#: overflow to ±inf, an underflow to a denormal or 0, or a NaN from inf - inf is a value of the
+#: result (what onnxruntime returns), not an error. The float kernels (Softmax's x - max(x),
+#: AveragePool's window sums, LeakyRelu's alpha · x, FastGelu's x³, onnx.reference's own
+#: operators...) would otherwise warn, or raise FloatingPointError under a caller's
+#: np.errstate(all="raise"), on values whose ONNX result is well defined.
+_IEEE = {"all": "ignore"}
 _EIGHT_BIT = {_T.UINT8, _T.INT8}
 _NP_EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
 
@@ -1258,7 +1265,7 @@ class QLinearRep(BackendRep):
     def run(self, inputs, progress: bool | None = False, **kwargs) -> tuple[np.ndarray, ...]:  # type: ignore[override]
         """Outputs in graph order. ``progress=None`` shows a bar on a terminal's stderr."""
         feeds = self._feeds(inputs)
-        with _blas.single_threaded():
+        with _blas.single_threaded(), np.errstate(**_IEEE):
             values = self._named(lambda: self._with_progress(
                 lambda: self.evaluator.run(None, feeds), progress))
         return tuple(self._unwrap_optionals(values) if self._optional_outputs else values)
@@ -1266,7 +1273,7 @@ class QLinearRep(BackendRep):
     def run_all(self, inputs, progress: bool | None = False) -> dict[str, Any]:
         """Every tensor of the graph (inputs, initializers, intermediates, outputs) by name."""
         feeds = self._feeds(inputs)
-        with _blas.single_threaded():
+        with _blas.single_threaded(), np.errstate(**_IEEE):
             results = self._named(lambda: self._with_progress(
                 lambda: self.evaluator.run(None, feeds, intermediate=True), progress))
         if self._optional_outputs:

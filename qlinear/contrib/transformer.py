@@ -28,6 +28,21 @@ F64 = np.float64
 _erf = np.vectorize(math.erf, otypes=[F64])
 
 
+def _ieee(fn):
+    """Run a public float function under np.errstate(all="ignore"): overflow to ±inf, underflow
+    and NaN from inf are values of the IEEE result onnxruntime returns (e.g. FastGelu's x³ or
+    a Softmax of infinite scores), not errors, also under a caller's np.errstate(all="raise").
+    (The backend runs the whole graph so; its nodes call the ``_op`` forms directly.)"""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with np.errstate(all="ignore"):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_ieee
 def gelu(X: np.ndarray) -> np.ndarray:
     """com.microsoft Gelu: x · Φ(x) = 0.5 · x · (1 + erf(x / √2))."""
     x = p.float_tensor("gelu", "X", X)
@@ -36,6 +51,7 @@ def gelu(X: np.ndarray) -> np.ndarray:
     return (0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))).astype(F32)
 
 
+@_ieee
 def fast_gelu(X: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """com.microsoft FastGelu: the tanh approximation 0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))
     of x = X + bias (bias broadcast along the last axis)."""
@@ -86,6 +102,7 @@ def _layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray | None, epsil
     return y, mean, inv_std
 
 
+@_ieee
 def skip_layer_normalization(input: np.ndarray, skip: np.ndarray, gamma: np.ndarray, beta: np.ndarray | None = None,
                              bias: np.ndarray | None = None, *, epsilon: float = 1e-12
                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -116,13 +133,18 @@ def _skip_layer_normalization_op(input, skip, gamma, beta=None, bias=None, *, ep
     s = np.add(x, sk, dtype=F64)  # x.astype(F64) + sk: both widened exactly, one float64 add
     if bias is not None:
         s += hidden_param(op, "bias", bias, hidden)
+    # onnxruntime normalizes the float32 sum (its fourth output): the float64 sum rounded once
+    # to float32, widened back exactly. Where that sum overflows float32, its row is inf and
+    # normalizes to NaN, as onnxruntime's does.
     s32 = s.astype(F32)
+    s = s32.astype(F64)
     g = hidden_param(op, "gamma", gamma, hidden)
     b = None if beta is None else hidden_param(op, "beta", beta, hidden)
     y, mean, inv_std = _layer_norm(s, g, b, p.float_attribute(op, "epsilon", epsilon))
     return y.astype(F32), mean.astype(F32), inv_std.astype(F32), s32
 
 
+@_ieee
 def embed_layer_normalization(input_ids: np.ndarray, segment_ids: np.ndarray | None, word_embedding: np.ndarray,
                               position_embedding: np.ndarray, segment_embedding: np.ndarray | None,
                               gamma: np.ndarray, beta: np.ndarray, mask: np.ndarray | None = None,
@@ -265,6 +287,7 @@ def _attention_attrs(op: str, num_heads: Any, unidirectional: Any) -> tuple[int,
     return n, p.flag(op, "unidirectional", unidirectional)
 
 
+@_ieee
 def attention(input: np.ndarray, weights: np.ndarray, bias: np.ndarray | None = None, mask_index: Any = None,
               past: np.ndarray | None = None, attention_bias: np.ndarray | None = None,
               past_sequence_length: Any = None, *, num_heads: int, unidirectional: int = 0, scale: float = 0.0,
@@ -289,6 +312,7 @@ def attention(input: np.ndarray, weights: np.ndarray, bias: np.ndarray | None = 
                            p.float_attribute(op, "mask_filter_value", mask_filter_value))
 
 
+@_ieee
 def qattention(input: np.ndarray, weight: np.ndarray, bias: np.ndarray, input_scale: Any, weight_scale: Any,
                mask_index: Any = None, input_zero_point: Any = None, weight_zero_point: Any = None,
                past: np.ndarray | None = None, *, num_heads: int, unidirectional: int = 0, scale: float = 0.0,

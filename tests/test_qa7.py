@@ -1,0 +1,105 @@
+"""New-user QA, round 7: one test per bug found (see the commit that fixes each)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+import qlinear.backend as qb
+import qlinear.contrib as c
+
+F = np.float32
+BIG = F(3e38)
+
+# ----------------------------------------------------------------------------- float ops near FLT_MAX
+
+
+def _float_model(op, names, attrs=None, domain="", opset=17, outputs=("y",), inits=()):
+    ins = [h.make_tensor_value_info(n, T.FLOAT, None) for n in names]
+    node = h.make_node(op, list(names) + [i.name for i in inits], list(outputs), domain=domain, **(attrs or {}))
+    g = h.make_graph([node], "g", ins, [h.make_tensor_value_info(o, T.FLOAT, None) for o in outputs],
+                     initializer=list(inits))
+    ops = [h.make_opsetid("", opset)] + ([h.make_opsetid(domain, 1)] if domain else [])
+    return h.make_model(g, opset_imports=ops, ir_version=8)
+
+
+_X = np.array([[-BIG, -1e30, -100, -90, 0, 1, 1e30, BIG, np.inf, -np.inf, np.nan, 1e-45]], F)
+_XP = np.full((1, 1, 4, 4), BIG, F)
+_XG = np.array([[-BIG, -1e20, -10, 0, 1], [1e20, BIG, np.inf, -np.inf, np.nan]], F)
+_XL = np.array([[[BIG, BIG, -BIG, 1], [1e20, -1e20, 3, 1]]], F)
+_ONES4, _ZEROS4 = np.ones(4, F), np.zeros(4, F)
+
+FLOAT_CASES = {
+    "Sigmoid": (_float_model("Sigmoid", "x"), {"x": _X}),
+    "Softmax": (_float_model("Softmax", "x"), {"x": np.array([[BIG, BIG, 0, -BIG]], F)}),
+    "Softmax-12": (_float_model("Softmax", "x"), {"x": np.array([[BIG, -BIG] + [0] * 10], F)}),
+    "Softmax-opset11": (_float_model("Softmax", "x", opset=11), {"x": np.array([[BIG, -BIG, 0]], F)}),
+    "LeakyRelu-10": (_float_model("LeakyRelu", "x", {"alpha": 10.0}), {"x": _X}),
+    "LeakyRelu-0.1": (_float_model("LeakyRelu", "x", {"alpha": 0.1}), {"x": _X}),
+    "LeakyRelu--2": (_float_model("LeakyRelu", "x", {"alpha": -2.0}), {"x": _X}),
+    "AveragePool": (_float_model("AveragePool", "x", {"kernel_shape": [2, 2]}), {"x": _XP}),
+    "AveragePool-pads": (_float_model("AveragePool", "x", {"kernel_shape": [3, 3], "pads": [1] * 4}), {"x": _XP}),
+    "AveragePool-cip": (_float_model("AveragePool", "x", {"kernel_shape": [3, 3], "pads": [1] * 4,
+                                                          "count_include_pad": 1}), {"x": _XP}),
+    "GlobalAveragePool": (_float_model("GlobalAveragePool", "x"), {"x": _XP}),
+    "Gelu-ms": (_float_model("Gelu", "x", domain="com.microsoft"), {"x": _XG}),
+    "FastGelu": (_float_model("FastGelu", "x", domain="com.microsoft"), {"x": _XG}),
+    "FastGelu-bias": (_float_model("FastGelu", "xb", domain="com.microsoft"),
+                      {"x": _XG, "b": np.full(5, BIG, F)}),
+    "SkipLayerNormalization": (_float_model("SkipLayerNormalization", "xsgb", domain="com.microsoft",
+                                            outputs=("y", "mean", "inv_std", "sum")),
+                               {"x": _XL[:, :1], "s": _XL[:, :1], "g": _ONES4, "b": _ZEROS4}),
+    "LayerNormalization": (_float_model("LayerNormalization", "xgb"), {"x": _XL[:, :1], "g": _ONES4, "b": _ZEROS4}),
+    "Gelu-20": (_float_model("Gelu", "x", opset=20), {"x": _XG}),
+    "Gelu-20-tanh": (_float_model("Gelu", "x", {"approximate": "tanh"}, opset=20), {"x": _XG}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FLOAT_CASES))
+def test_float_ops_near_float32_max_match_onnxruntime_without_floating_point_errors(case):
+    """Inputs at ±3e38, ±inf and NaN: the backend gives onnxruntime's values (inf and NaN where
+    it gives them) under np.errstate(all="raise") and with warnings as errors. Intermediates
+    such as x - max(x) in Softmax, the window sums of AveragePool, alpha · x of LeakyRelu or
+    x³ of FastGelu overflowed and raised FloatingPointError (or warned)."""
+    ort = pytest.importorskip("onnxruntime")
+    model, feeds = FLOAT_CASES[case]
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    rep = qb.prepare(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(all="raise"):
+            got = rep.run(feeds)
+            got_all = rep.run_all(feeds)
+    for g, w, name in zip(got, want, [o.name for o in model.graph.output]):
+        assert g.dtype == w.dtype and g.shape == w.shape, name
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=f"{case} {name}")
+        np.testing.assert_array_equal(got_all[name], g)
+    if case == "SkipLayerNormalization":  # the float32 sum overflows: NaN, as onnxruntime
+        assert np.isnan(got[0][0, 0]).all() and np.isinf(got[3][0, 0, :3]).all()
+
+
+def test_contrib_float_functions_under_errstate_raise():
+    """The public com.microsoft float functions return IEEE results (inf, NaN) without
+    FloatingPointError under np.errstate(all="raise")."""
+    x3 = np.array([[[BIG, -BIG, 1e30, np.inf, -np.inf, 0]]], F)
+    w = np.full((6, 6), BIG, F)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(all="raise"):
+            g = c.gelu(_XG)
+            fg = c.fast_gelu(_XG, np.full(5, BIG, F))
+            y, mean, inv, s = c.skip_layer_normalization(_XL, _XL, _ONES4, _ZEROS4)
+            out, present = c.attention(x3, w, num_heads=1)
+    with np.errstate(all="ignore"):
+        assert np.array_equal(g, c.gelu(_XG), equal_nan=True)
+        assert np.array_equal(fg, c.fast_gelu(_XG, np.full(5, BIG, F)), equal_nan=True)
+    assert np.isinf(s[0, 0, :3]).all() and np.isnan(y[0, 0]).all()  # the float32 sum, normalized
+    assert out.shape == (1, 1, 2) and present.shape == (2, 1, 1, 1, 2)
