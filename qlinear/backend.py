@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 from typing import Any, Iterable, Sequence
 
@@ -205,22 +206,37 @@ def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
 
 def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
     """Element types of every tensor shape inference can type (best effort)."""
+    return _types_and_shapes(model)[0]
+
+
+def _types_and_shapes(model: onnx.ModelProto) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
+    """Element types of every tensor shape inference can type, and the shapes it (or an
+    initializer) fixes completely (best effort: unknown tensors are absent)."""
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
     except Exception:
         inferred = model
     g = inferred.graph
-    types = {}
+    types, shapes = {}, {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-            types[vi.name] = vi.type.tensor_type.elem_type
+        t = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and t.elem_type:
+            types[vi.name] = t.elem_type
+        if vi.type.HasField("tensor_type") and t.HasField("shape") and \
+                all(d.HasField("dim_value") for d in t.shape.dim):
+            shapes[vi.name] = tuple(d.dim_value for d in t.shape.dim)
     for init in g.initializer:
         types[init.name] = init.data_type
-    return types
+        shapes[init.name] = tuple(init.dims)
+    return types, shapes
 
 
-def _check_qlinear_node(node: onnx.NodeProto, version: int, types: dict[str, int]) -> str | None:
-    """Why a node of one of the six operators falls outside the contract, or None."""
+def _check_qlinear_node(node: onnx.NodeProto, version: int, types: dict[str, int],
+                        shapes: dict[str, tuple[int, ...]] | None = None) -> str | None:
+    """Why a node of one of the six operators falls outside the contract, or None.
+
+    ``shapes`` (tensor name -> shape, where known before running) lets rules on the shape of
+    a constant parameter be found here, with the message the kernel gives when it runs."""
     attrs = _attrs(node)
     op = node.op_type
 
@@ -253,6 +269,10 @@ def _check_qlinear_node(node: onnx.NodeProto, version: int, types: dict[str, int
         if op == "QuantizeLinear" and odt and t(2) and t(2) != odt:
             # the schema's type constraint (onnxruntime refuses the model when it loads it)
             return f"output_dtype {name(odt)} differs from y_zero_point's type {name(t(2))}"
+        if version == 10:
+            bad = _opset10_per_axis(node, shapes or {})
+            if bad:
+                return bad
         return None
     if op in ("QLinearConv", "QLinearMatMul"):
         for i in (1, 4, 6):
@@ -266,6 +286,19 @@ def _check_qlinear_node(node: onnx.NodeProto, version: int, types: dict[str, int
         for i in range(len(node.input)):
             if t(i) and t(i) not in _EIGHT_BIT:
                 return f"input {i} is {name(t(i))}; only uint8 and int8 are supported"
+    return None
+
+
+def _opset10_per_axis(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) -> str | None:
+    """QuantizeLinear-10 / DequantizeLinear-10 take a scalar scale and zero point (one
+    element); per-axis parameters came with opset 13. The message run gives, or None (also
+    when a shape is unknown before running)."""
+    x = "y" if node.op_type == "QuantizeLinear" else "x"
+    for i, what in ((1, f"{x}_scale"), (2, f"{x}_zero_point")):
+        if i < len(node.input) and node.input[i]:
+            shape = shapes.get(node.input[i])
+            if shape is not None and math.prod(shape) != 1:
+                return f"{node.op_type}-10 takes a scalar {what} (per-axis needs opset 13); got shape {shape}"
     return None
 
 
@@ -350,7 +383,7 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
                         f"the model-local functions cannot be inlined: {' '.join(str(e).split())}")]
     opsets = {d.domain if d.domain != "ai.onnx" else "": d.version for d in model.opset_import}
     functions = {(f.domain, f.name) for f in model.functions}
-    types = _elem_types(model)
+    types, shapes = _types_and_shapes(model)
     problems: list[Problem] = []
     newest = onnx.defs.onnx_opset_version()
     if opsets.get("", 0) > newest:
@@ -393,7 +426,7 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
                 problems.append(Problem(label, node.op_type, domain, version,
                                         "operator version not supported by qlinear"))
                 continue
-            reason = _check_qlinear_node(node, version, types)
+            reason = _check_qlinear_node(node, version, types, shapes)
             if reason:
                 problems.append(Problem(label, node.op_type, domain, version, reason))
             continue
@@ -438,6 +471,13 @@ class _QLinearOp(OpRun):
     def _fail(self, msg: str) -> NodeError:
         return NodeError(f"node {self.onnx_node.name or self.onnx_node.output[0]!r} "
                          f"({self.onnx_node.op_type}-{self.version}): {msg}")
+
+    def _check_opset10_scalar(self, what: str, value: Any) -> None:
+        """QuantizeLinear-10 / DequantizeLinear-10: ``what`` must have one element (per-axis
+        parameters came with opset 13); the rule ``check_model`` applies to constant ones."""
+        if value is not None and np.asarray(value).size != 1:
+            raise self._fail(f"{self.onnx_node.op_type}-10 takes a scalar {what} (per-axis needs opset 13); "
+                             f"got shape {np.shape(value)}")
 
     def _call(self, fn, *args, **kwargs):
         try:
@@ -564,8 +604,9 @@ class QuantizeLinear(_QLinearOp):
             if odt and helper.tensor_dtype_to_np_dtype(odt) != y_zero_point.dtype:
                 raise self._fail(f"output_dtype {helper.tensor_dtype_to_np_dtype(odt).name} differs from "
                                  f"y_zero_point's type {y_zero_point.dtype}")
-        if self.version == 10 and np.asarray(y_scale).size != 1:
-            raise self._fail("QuantizeLinear-10 takes a scalar y_scale (per-axis needs opset 13)")
+        if self.version == 10:
+            self._check_opset10_scalar("y_scale", y_scale)
+            self._check_opset10_scalar("y_zero_point", y_zero_point)
         prepared = self._prepared_params(PreparedQuantize, y_scale, y_zero_point, g.get("axis", 1))
         if prepared is not None:
             return (self._call(prepared.run, x),)
@@ -587,8 +628,9 @@ class DequantizeLinear(_QLinearOp):
             raise self._fail(f"input x is {np.asarray(x).dtype}; only uint8, int8 and int32 "
                              "are supported")
         self._check_float32("x_scale", x_scale)
-        if self.version == 10 and np.asarray(x_scale).size != 1:
-            raise self._fail("DequantizeLinear-10 takes a scalar x_scale (per-axis needs opset 13)")
+        if self.version == 10:
+            self._check_opset10_scalar("x_scale", x_scale)
+            self._check_opset10_scalar("x_zero_point", x_zero_point)
         prepared = self._prepared_params(PreparedDequantize, x_scale, x_zero_point, g.get("axis", 1))
         if prepared is not None:
             return (self._call(prepared.run, x),)

@@ -103,3 +103,57 @@ def test_contrib_float_functions_under_errstate_raise():
         assert np.array_equal(fg, c.fast_gelu(_XG, np.full(5, BIG, F)), equal_nan=True)
     assert np.isinf(s[0, 0, :3]).all() and np.isnan(y[0, 0]).all()  # the float32 sum, normalized
     assert out.shape == (1, 1, 2) and present.shape == (2, 1, 1, 1, 2)
+
+
+# ----------------------------------------------------------------------------- opset-10 Q/DQ per-axis
+
+
+def _qdq10(op, scale_shape, zp_shape, as_input=False):
+    xt, yt = (T.FLOAT, T.UINT8) if op == "QuantizeLinear" else (T.UINT8, T.FLOAT)
+    sc = nh.from_array(np.full(scale_shape, 0.1, F), "sc")
+    zp = nh.from_array(np.full(zp_shape, 1, np.uint8), "zp")
+    ins = [h.make_tensor_value_info("x", xt, [1, 3, 2])]
+    if as_input:  # the scale fed at run time: its shape is unknown before running
+        ins.append(h.make_tensor_value_info("sc", T.FLOAT, None))
+    g = h.make_graph([h.make_node(op, ["x", "sc", "zp"], ["y"])], "g", ins,
+                     [h.make_tensor_value_info("y", yt, [1, 3, 2])], [zp] if as_input else [sc, zp])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 10)], ir_version=6)
+
+
+@pytest.mark.parametrize("op", ["QuantizeLinear", "DequantizeLinear"])
+@pytest.mark.parametrize("shapes", [((3,), (3,)), ((), (3,)), ((1, 3), ())])
+def test_opset10_qdq_per_axis_is_refused_by_inspect_as_by_run(op, shapes, tmp_path):
+    """Opset 10's QuantizeLinear/DequantizeLinear take a scalar scale and zero point: inspect
+    (check_model) said "runs" for a constant 1-D scale that run then refused; both now refuse
+    with the same rule, naming the input and its shape (a 3-element zero point with a scalar
+    scale was refused by run as a shape mismatch)."""
+    from qlinear.cli import main
+
+    model = _qdq10(op, *shapes)
+    x = "y" if op == "QuantizeLinear" else "x"
+    what = f"{x}_scale" if shapes[0] != () else f"{x}_zero_point"
+    bad = shapes[0] if shapes[0] != () else shapes[1]
+    rule = f"{op}-10 takes a scalar {what} (per-axis needs opset 13); got shape {bad}"
+    problems = qb.check_model(model)
+    assert [p.reason for p in problems] == [rule]
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    assert main(["inspect", str(path), "--json"]) == 0  # describes; the verdict is in the table
+    with pytest.raises(qb.UnsupportedModelError, match=__import__("re").escape(rule)):
+        qb.prepare(model)
+    # fed at run time (unknown to inspect), the kernel gives the same rule
+    fed = _qdq10(op, (), (), as_input=True)
+    assert qb.check_model(fed) == []
+    with pytest.raises(ValueError, match=__import__("re").escape(f"{op}-10 takes a scalar {x}_scale")):
+        qb.prepare(fed).run({"x": np.ones((1, 3, 2), F if op == "QuantizeLinear" else np.uint8),
+                             "sc": np.full(3, 0.1, F)})
+
+
+@pytest.mark.parametrize("op", ["QuantizeLinear", "DequantizeLinear"])
+def test_opset10_qdq_one_element_parameters_run(op):
+    """A 1-element 1-D scale and zero point are scalars for opset 10 (onnxruntime agrees)."""
+    model = _qdq10(op, (1,), (1,))
+    assert qb.check_model(model) == []
+    x = np.ones((1, 3, 2), F if op == "QuantizeLinear" else np.uint8)
+    y = qb.prepare(model).run({"x": x})[0]
+    assert y.shape == (1, 3, 2)
