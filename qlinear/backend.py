@@ -256,8 +256,12 @@ def _check_qlinear_node(node: onnx.NodeProto, version: int, types: dict[str, int
             return f"output_dtype {name(odt)} is not supported (uint8, int8 only)"
         if op == "DequantizeLinear" and odt not in (0, _T.FLOAT):
             return f"output_dtype {name(odt)} is not supported (float32 only)"
-        if t(0) and op == "QuantizeLinear" and t(0) != _T.FLOAT:
-            return f"input x is {name(t(0))}; only float32 is supported"
+        if t(0) and op == "QuantizeLinear" and t(0) == _T.INT32 and version >= 19:
+            # from opset 19, x and y_scale share the type T1 (an int32 scale is meaningless)
+            return (f"QuantizeLinear-{version} takes x and y_scale of one type (T1); an int32 x "
+                    "with a float32 y_scale is valid in opsets 10 to 18 only")
+        if t(0) and op == "QuantizeLinear" and t(0) not in (_T.FLOAT, _T.INT32):
+            return f"input x is {name(t(0))}; only float32 and int32 are supported"
         if t(0) and op == "DequantizeLinear" and t(0) not in (_T.UINT8, _T.INT8, _T.INT32):
             return f"input x is {name(t(0))}; only uint8, int8 and int32 are supported"
         if t(1) and t(1) != _T.FLOAT:
@@ -591,7 +595,8 @@ class QuantizeLinear(_QLinearOp):
         g = self.given
         if g.get("block_size", 0) or g.get("precision", 0):
             raise self._fail("block_size and precision attributes are not supported")
-        self._check_float32("input x", x)
+        if not (self.version < 19 and np.asarray(x).dtype == np.int32):  # T1 of opsets 10-18: float, int32
+            self._check_float32("input x", x)
         self._check_float32("y_scale", y_scale)
         odt = g.get("output_dtype", 0)
         if y_zero_point is None:

@@ -212,3 +212,50 @@ def test_external_data_read_relative_to_the_model_from_any_directory(tmp_path, m
     want = x @ np.arange(16, dtype=F).reshape(4, 4)
     np.testing.assert_array_equal(qb.prepare("m/model.onnx").run({"x": x})[0], want)
     np.testing.assert_array_equal(qb.prepare(path).run({"x": x})[0], want)
+
+
+# ----------------------------------------------------------------------------- QuantizeLinear of int32
+
+
+def _quantize_int32_model(opset, zp_dtype=np.uint8):
+    sc = nh.from_array(np.float32(0.3), "sc")
+    zp = nh.from_array(zp_dtype(7), "zp")
+    yt = h.np_dtype_to_tensor_dtype(np.dtype(zp_dtype))
+    g = h.make_graph([h.make_node("QuantizeLinear", ["x", "sc", "zp"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", T.INT32, [6])], [h.make_tensor_value_info("y", yt, [6])], [sc, zp])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", opset)], ir_version=8)
+
+
+@pytest.mark.parametrize("opset", [10, 13, 18])
+@pytest.mark.parametrize("zp_dtype", [np.uint8, np.int8])
+def test_quantize_linear_of_int32_runs_where_onnx_allows_it(opset, zp_dtype):
+    """QuantizeLinear-10 to -18 quantize an int32 x with a float32 scale (T1 is float or
+    int32, y_scale float); qlinear.quantize_linear computes it, yet the backend refused the
+    node ('input x is int32; only float32 is supported'). Checked against onnx.reference
+    (onnxruntime has no int32 kernel) and the oracle."""
+    from onnx.reference import ReferenceEvaluator
+
+    from oracle import quantize_linear as oracle_quantize
+
+    model = _quantize_int32_model(opset, zp_dtype)
+    assert qb.check_model(model) == []
+    x = np.array([-2**31, -100, -1, 0, 3, 2**31 - 1], np.int32)
+    rep = qb.prepare(model)
+    for _ in range(2):  # the second run takes the prepared parameters
+        got = rep.run({"x": x})[0]
+        assert got.dtype == zp_dtype
+        np.testing.assert_array_equal(got, oracle_quantize(x, np.float32(0.3), zp_dtype(7)))
+    # onnx.reference away from the int32 ends: at 2**31 - 1 it returns 0 (x / scale ≈ 7e9
+    # wraps in its integer conversion before saturating), where the contract saturates
+    mid = x[1:-1]
+    with np.errstate(all="ignore"):
+        ref = ReferenceEvaluator(model.SerializeToString()).run(None, {"x": np.resize(mid, 6)})[0]
+    np.testing.assert_array_equal(rep.run({"x": np.resize(mid, 6)})[0], ref)
+
+
+def test_quantize_linear_19_int32_x_with_float_scale_is_refused_naming_the_rule():
+    """From opset 19, x and y_scale share the type T1: an int32 x with a float32 scale is
+    outside the schema (onnxruntime refuses the model)."""
+    problems = qb.check_model(_quantize_int32_model(19))
+    assert len(problems) == 1
+    assert "int32" in problems[0].reason and "y_scale" in problems[0].reason and "19" in problems[0].reason
