@@ -294,19 +294,28 @@ def global_max_pool(x: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- activations
 
 
+#: Sigmoid's cutoff per float type: below x = -c, exp(x) is used instead of 1/(1+exp(-x)).
+#: c = 80 for float32 and float64 (float32: exp(80) > 5e34, where 1/(1+e) loses the subnormal
+#: result's digits or overflows to 0); 11 for float16, whose exp(-x) overflows its 65504
+#: from x = -11.1 on (1/(1+inf) was 0 where the result is 6e-6 ... 6e-8).
+_SIGMOID_CUTOFF = {np.dtype(np.float16): 11.0}
+
+
 def sigmoid(x: np.ndarray) -> np.ndarray:
     """1 / (1 + exp(-x)), in place on one temporary.
 
-    Below x = -80 (float32: exp(-x) > 5e34, where 1/(1+e) loses the subnormal result's
-    digits or overflows to 0), exp(x) is the value to within rounding and is used instead.
+    Below x = -c (``_SIGMOID_CUTOFF``: 80, float16 11), where exp(-x) overflows or 1/(1+e)
+    loses the subnormal result's digits, exp(x) is the value to within rounding and is used
+    instead.
     """
     t = x.dtype.type  # typed scalars: NumPy's Python-scalar promotion costs ~10 us a call
+    c = t(_SIGMOID_CUTOFF.get(x.dtype, 80.0))
     y = np.negative(x)
-    np.minimum(y, t(80), out=y)  # no overflow; x < -80 is recomputed below
+    np.minimum(y, c, out=y)  # no overflow; x < -c is recomputed below
     np.exp(y, out=y)
     y += t(1)
     np.reciprocal(y, out=y)
-    low = x < t(-80)
+    low = x < -c
     if low.any():
         y[low] = np.exp(x[low])
     return y

@@ -259,3 +259,27 @@ def test_quantize_linear_19_int32_x_with_float_scale_is_refused_naming_the_rule(
     problems = qb.check_model(_quantize_int32_model(19))
     assert len(problems) == 1
     assert "int32" in problems[0].reason and "y_scale" in problems[0].reason and "19" in problems[0].reason
+
+
+# ----------------------------------------------------------------------------- float16 Sigmoid
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_sigmoid_small_values_in_every_float_type(dtype):
+    """Sigmoid of x in [-17.3, -11.1] was 0 in float16 (exp(-x) overflowed float16's 65504
+    below the float32 cutoff of -80 where exp(x) takes over), where onnx.reference and
+    onnxruntime give 6e-6 ... 6e-8."""
+    from onnx.reference import ReferenceEvaluator
+
+    tt = h.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    g = h.make_graph([h.make_node("Sigmoid", ["x"], ["y"])], "g", [h.make_tensor_value_info("x", tt, None)],
+                     [h.make_tensor_value_info("y", tt, None)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    x = np.concatenate([np.linspace(-30, 30, 601), [-80, -90, -103, -750, np.inf, -np.inf, np.nan]]).astype(dtype)
+    got = qb.prepare(m).run({"x": x})[0]
+    with np.errstate(all="ignore"):
+        want = ReferenceEvaluator(m).run(None, {"x": x})[0]
+    assert got.dtype == dtype
+    tiny = float(np.finfo(dtype).smallest_subnormal)
+    np.testing.assert_allclose(got, want, rtol=2 * float(np.finfo(dtype).eps), atol=2 * tiny, equal_nan=True)
+    assert ((got == 0) == (want == 0)).all()
