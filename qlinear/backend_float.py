@@ -262,7 +262,10 @@ def average_pool(x: np.ndarray, *, kernel_shape, strides=None, pads=None, dilati
     extra = [max(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
                  - (spatial[i] + pb[i] + pe[i])) for i in range(nd)]
     xp = _padded(x, pb, pe, extra)
-    y = np.zeros(x.shape[:2] + tuple(out), dtype=x.dtype)
+    # float16 windows are summed in float32 (as global_average_pool, onnx.reference and
+    # onnxruntime do): nine float16 taps of 40000 overflowed 65504 where their mean does not
+    acc = np.dtype(np.float32) if x.dtype == np.float16 else x.dtype
+    y = np.zeros(x.shape[:2] + tuple(out), dtype=acc)
     counted = np.zeros([1, 1] + [spatial[i] + pb[i] + pe[i] + extra[i] for i in range(nd)],
                        dtype=np.int64)
     inside = tuple(slice(0, spatial[i] + pb[i] + pe[i]) if count_include_pad
@@ -274,8 +277,8 @@ def average_pool(x: np.ndarray, *, kernel_shape, strides=None, pads=None, dilati
         y += xp[sl]
         count += counted[sl]
     with np.errstate(divide="ignore", invalid="ignore"):  # a window wholly in padding: NaN
-        y /= count.astype(x.dtype)
-    return y
+        y /= count.astype(acc)
+    return y.astype(x.dtype, copy=False)
 
 
 def global_average_pool(x: np.ndarray) -> np.ndarray:

@@ -283,3 +283,22 @@ def test_sigmoid_small_values_in_every_float_type(dtype):
     tiny = float(np.finfo(dtype).smallest_subnormal)
     np.testing.assert_allclose(got, want, rtol=2 * float(np.finfo(dtype).eps), atol=2 * tiny, equal_nan=True)
     assert ((got == 0) == (want == 0)).all()
+
+
+@pytest.mark.parametrize("attrs", [{"kernel_shape": [3, 3]}, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+                                   {"kernel_shape": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}])
+def test_float16_average_pool_sums_without_overflow(attrs):
+    """float16 AveragePool summed its window in float16: nine taps of 40000 gave inf where
+    onnx.reference and onnxruntime give 40000 (GlobalAveragePool already summed in float32)."""
+    from onnx.reference import ReferenceEvaluator
+
+    g = h.make_graph([h.make_node("AveragePool", ["x"], ["y"], **attrs)], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT16, None)], [h.make_tensor_value_info("y", T.FLOAT16, None)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    rng = np.random.default_rng(7)
+    for x in (np.full((1, 2, 5, 5), 40000, np.float16),
+              (rng.standard_normal((2, 3, 7, 6)) * 3e4).clip(-65504, 65504).astype(np.float16)):
+        got = qb.prepare(m).run({"x": x})[0]
+        want = ReferenceEvaluator(m).run(None, {"x": x})[0]
+        assert got.dtype == np.float16 and np.isfinite(got).all()
+        np.testing.assert_allclose(got.astype(F), want.astype(F), rtol=1e-3)
