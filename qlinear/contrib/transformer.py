@@ -28,21 +28,6 @@ F64 = np.float64
 _erf = np.vectorize(math.erf, otypes=[F64])
 
 
-def _ieee(fn):
-    """Run a public float function under np.errstate(all="ignore"): overflow to ±inf, underflow
-    and NaN from inf are values of the IEEE result onnxruntime returns (e.g. FastGelu's x³ or
-    a Softmax of infinite scores), not errors, also under a caller's np.errstate(all="raise").
-    (The backend runs the whole graph so; its nodes call the ``_op`` forms directly.)"""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with np.errstate(all="ignore"):
-            return fn(*args, **kwargs)
-
-    return wrapper
-
-
-@_ieee
 def gelu(X: np.ndarray) -> np.ndarray:
     """com.microsoft Gelu: x · Φ(x) = 0.5 · x · (1 + erf(x / √2))."""
     x = p.float_tensor("gelu", "X", X)
@@ -51,7 +36,6 @@ def gelu(X: np.ndarray) -> np.ndarray:
     return (0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))).astype(F32)
 
 
-@_ieee
 def fast_gelu(X: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """com.microsoft FastGelu: the tanh approximation 0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))
     of x = X + bias (bias broadcast along the last axis)."""
@@ -102,7 +86,6 @@ def _layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray | None, epsil
     return y, mean, inv_std
 
 
-@_ieee
 def skip_layer_normalization(input: np.ndarray, skip: np.ndarray, gamma: np.ndarray, beta: np.ndarray | None = None,
                              bias: np.ndarray | None = None, *, epsilon: float = 1e-12
                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -144,7 +127,6 @@ def _skip_layer_normalization_op(input, skip, gamma, beta=None, bias=None, *, ep
     return y.astype(F32), mean.astype(F32), inv_std.astype(F32), s32
 
 
-@_ieee
 def embed_layer_normalization(input_ids: np.ndarray, segment_ids: np.ndarray | None, word_embedding: np.ndarray,
                               position_embedding: np.ndarray, segment_embedding: np.ndarray | None,
                               gamma: np.ndarray, beta: np.ndarray, mask: np.ndarray | None = None,
@@ -287,7 +269,6 @@ def _attention_attrs(op: str, num_heads: Any, unidirectional: Any) -> tuple[int,
     return n, p.flag(op, "unidirectional", unidirectional)
 
 
-@_ieee
 def attention(input: np.ndarray, weights: np.ndarray, bias: np.ndarray | None = None, mask_index: Any = None,
               past: np.ndarray | None = None, attention_bias: np.ndarray | None = None,
               past_sequence_length: Any = None, *, num_heads: int, unidirectional: int = 0, scale: float = 0.0,
@@ -312,7 +293,6 @@ def attention(input: np.ndarray, weights: np.ndarray, bias: np.ndarray | None = 
                            p.float_attribute(op, "mask_filter_value", mask_filter_value))
 
 
-@_ieee
 def qattention(input: np.ndarray, weight: np.ndarray, bias: np.ndarray, input_scale: Any, weight_scale: Any,
                mask_index: Any = None, input_zero_point: Any = None, weight_zero_point: Any = None,
                past: np.ndarray | None = None, *, num_heads: int, unidirectional: int = 0, scale: float = 0.0,
