@@ -96,7 +96,7 @@ def test_contrib_float_functions_under_errstate_raise():
         with np.errstate(all="raise"):
             g = c.gelu(_XG)
             fg = c.fast_gelu(_XG, np.full(5, BIG, F))
-            y, mean, inv, s = c.skip_layer_normalization(_XL, _XL, _ONES4, _ZEROS4)
+            y, _, _, s = c.skip_layer_normalization(_XL, _XL, _ONES4, _ZEROS4)
             out, present = c.attention(x3, w, num_heads=1)
     with np.errstate(all="ignore"):
         assert np.array_equal(g, c.gelu(_XG), equal_nan=True)
@@ -184,7 +184,7 @@ def test_missing_external_data_names_the_expected_path(capsys, tmp_path, monkeyp
 
     from qlinear.cli import main
 
-    path = _external_model(tmp_path / "m")
+    _external_model(tmp_path / "m")
     if missing == "folder":
         shutil.rmtree(tmp_path / "m" / "weights")
     else:
@@ -234,7 +234,6 @@ def test_quantize_linear_of_int32_runs_where_onnx_allows_it(opset, zp_dtype):
     node ('input x is int32; only float32 is supported'). Checked against onnx.reference
     (onnxruntime has no int32 kernel) and the oracle."""
     from onnx.reference import ReferenceEvaluator
-
     from oracle import quantize_linear as oracle_quantize
 
     model = _quantize_int32_model(opset, zp_dtype)
