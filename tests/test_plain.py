@@ -493,6 +493,48 @@ def test_conv_grouped_pack_layout():
                         assert_exact(tail[m:], np.zeros(m, np.int32))
 
 
+def test_conv_grouped_pack_table_packers_match_portable():
+    """Each level's SIMD grouped-order packers (ql_gemm_kernel.grouped_*_t9, set where the
+    level's tables are defined) write the same bytes as conv.c's portable loops (the kernel's
+    table with those entries NULL), for every conv kernel of every level this CPU runs (the
+    VNNI levels' byte forms included in the emulated build), full-range weights where the form
+    takes them, channel counts around the pairs and blocks of 4 (the SIMD body's tails). The
+    AVX2-based levels must have one: a table that lost its packer would pass the bytes check
+    and quietly fall back to the slower loops."""
+    from qlinear import _native
+    if not _native.available():
+        pytest.skip("the native engine is not built")
+    C = _native._C
+    rng = np.random.default_rng(33)
+    checked = 0
+    for isa in qlinear.engine_info()["isas"]:
+        for which in (0, 2):
+            info = C.kernel_info(isa, which)
+            if info is None:
+                continue
+            assert info["grouped_t9"] == (isa != "scalar"), (isa, which, info)
+            for cg in (1, 2, 3, 4, 5, 7, 8, 9, 16, 33, 64, 130):
+                m, k, taps = 9, cg * 9, 9
+                for wdt in (U8, I8):
+                    if which == 2:   # the 7-bit form: w - zw within [-64, 64]
+                        wz = rand_int(rng, wdt, (m,), -60 if wdt == I8 else 70, 60 if wdt == I8 else 185)
+                        w = _centered_weights(rng, wdt, (m, k), wz, 64)
+                    else:
+                        wz = rand_int(rng, wdt, (m,))
+                        w = rand_int(rng, wdt, (m, k))
+                        w[0, 0], w[-1, -1] = np.iinfo(wdt).min, np.iinfo(wdt).max
+                        wz[0], wz[-1] = np.iinfo(wdt).max, np.iinfo(wdt).min
+                    z32 = wz.astype(np.int32)
+                    n = C.conv_w_bytes(isa, which, m, k, taps)
+                    got, want = np.full(n, 0xA5, np.uint8), np.full(n, 0x5A, np.uint8)
+                    code = _native.DTYPE_CODES[w.dtype]
+                    C.conv_pack_w(isa, which, w, code, m, k, taps, z32, got)
+                    C.conv_pack_w(isa, which, w, code, m, k, taps, z32, want, True)
+                    assert_exact(got, want)
+                    checked += 1
+    assert checked > 0
+
+
 def test_conv_huge_dilation_of_a_one_tap_axis():
     """A dilation far beyond the native engine's int64 bounds on an axis with one tap adds nothing
     to the window: plain and prepared calls give the oracle's answer (found by test_hostile's

@@ -367,20 +367,18 @@ grouped_b_body(const uint8_t *s, int64_t cg, int64_t taps, uint8_t fx, uint8_t s
 }
 
 /* the common kernels' tap counts as constants (3x3, 3, 3x3x3, 7x7): loops the compiler unrolls;
- * 3x3 on a CPU that runs AVX2 (avx2 nonzero): conv_avx2.c's shuffles, 1.3-1.45 times as fast
- * (measured alone, 1 thread, 128-512 channels). A plain call packs its weights on every call: a
- * 512-channel 3x3 layer's 2.4 M weights took about a quarter of the time of its GEMM. */
-static void grouped_i16(const uint8_t *s, int w_type, int64_t cg, int64_t taps, int32_t z, int16_t *d, int avx2)
+ * 3x3 through the kernel table's SIMD packer where the level has one (t9, ql_gemm_kernel's
+ * grouped_*_t9: conv_avx2.c's shuffles, 1.3-1.45 times as fast measured alone, 1 thread,
+ * 128-512 channels). A plain call packs its weights on every call: a 512-channel 3x3 layer's
+ * 2.4 M weights took about a quarter of the time of its GEMM. */
+static void grouped_i16(const uint8_t *s, int w_type, int64_t cg, int64_t taps, int32_t z, int16_t *d,
+                        ql_grouped_i16_fn t9)
 {
-#if QL_X86
-    if (avx2 && taps == 9) {
-        ql_grouped_i16_t9_avx2(s, w_type == QL_I8, cg / 2, z, d);
+    if (t9 && taps == 9) {
+        t9(s, w_type == QL_I8, cg / 2, z, d);
         if (cg & 1) grouped_i16_odd(s, w_type, cg, taps, z, d);
         return;
     }
-#else
-    (void)avx2;
-#endif
     switch (taps) {
     case 9: grouped_i16_body(s, w_type, cg, 9, z, d); break;
     case 3: grouped_i16_body(s, w_type, cg, 3, z, d); break;
@@ -391,17 +389,13 @@ static void grouped_i16(const uint8_t *s, int w_type, int64_t cg, int64_t taps, 
 }
 
 static void grouped_b(const uint8_t *s, int64_t cg, int64_t taps, uint8_t fx, uint8_t sub, uint8_t pad, uint8_t *d,
-                      int avx2)
+                      ql_grouped_b_fn t9)
 {
-#if QL_X86
-    if (avx2 && taps == 9) {
-        ql_grouped_b_t9_avx2(s, cg / 4, fx, sub, d);
+    if (t9 && taps == 9) {
+        t9(s, cg / 4, fx, sub, d);
         if (cg % 4) grouped_b_tail(s, cg, taps, fx, sub, pad, d);
         return;
     }
-#else
-    (void)avx2;
-#endif
     switch (taps) {
     case 9: grouped_b_body(s, cg, 9, fx, sub, pad, d); break;
     case 3: grouped_b_body(s, cg, 3, fx, sub, pad, d); break;
@@ -420,31 +414,24 @@ static int pack_w_grouped(const ql_gemm_kernel *k, const void *w, int w_type, in
     int kp = ql_round_k(k, (int)Kw);
     ptrdiff_t ldl = w_row_bytes(k, (int)Kw);
     int32_t *row_a = (int32_t *)((char *)dst + (size_t)M * (size_t)ldl), *row_z = row_a + M;
-#if QL_X86
-    /* the CPU runs AVX2: every level whose kernels use the AVX2 packer implies it, and the one
-     * S8U8 (7-bit path) kernel is AVX2's */
-    int avx2 = k->pack_L == ql_pack_L_avx2 || k->form == QL_FORM_S8U8;
-#else
-    int avx2 = 0;
-#endif
     for (int i = i0; i < i1; i++) {
         const uint8_t *s = (const uint8_t *)w + (size_t)i * (size_t)K;
         char *d = (char *)dst + (size_t)i * (size_t)ldl;
         int32_t z = wzp[i];
         if (k->form == QL_FORM_I16) {
-            grouped_i16(s, w_type, cg, taps, z, (int16_t *)d, avx2);
+            grouped_i16(s, w_type, cg, taps, z, (int16_t *)d, k->grouped_i16_t9);
             memset(d + 2 * Kw, 0, (size_t)(kp - Kw) * 2);
         } else if (k->form == QL_FORM_S8U8) {
             int32_t sum;
             if (s8u8_row(s, K, w_type, z, NULL, &sum)) return -1;
-            grouped_b(s, cg, taps, 0, (uint8_t)z, 0, (uint8_t *)d, avx2);
+            grouped_b(s, cg, taps, 0, (uint8_t)z, 0, (uint8_t *)d, k->grouped_b_t9);
             memset(d + Kw, 0, (size_t)(kp - Kw));
             row_a[i] = sum;   /* padding adds 0 */
             row_z[i] = 0;
         } else {
             uint8_t flip = w_type == QL_I8 ? 0x80 : 0;
             int32_t zl = z + (w_type == QL_I8 ? 128 : 0);   /* u8 form: int8 + 128; = (raw z) ^ flip */
-            grouped_b(s, cg, taps, flip, 0, (uint8_t)zl, (uint8_t *)d, avx2);
+            grouped_b(s, cg, taps, flip, 0, (uint8_t)zl, (uint8_t *)d, k->grouped_b_t9);
             memset(d + Kw, 0, (size_t)(kp - Kw));
             /* pack_L's row sum over the Kw entries: the source row's plus zl per padding entry */
             uint32_t sum = sum_u8form(s, K, flip) + (uint32_t)(Kw - K) * (uint32_t)zl;

@@ -59,12 +59,6 @@ void ql_dw_store_avx2(const uint8_t *Q, int nch, int cols, uint8_t *y, ptrdiff_t
 /* conv_avx2.c: the 7-bit path's stride-2 copy row, both column phases of 4 channels at once
  * (conv.c's ig_split_s2; only for the S8U8 form, whose kernel is AVX2's) */
 void ql_ig_s2x4_avx2(const uint8_t *raw, ptrdiff_t rs, uint8_t flip, uint8_t *d0, uint8_t *d1, int64_t len);
-/* conv_avx2.c: `pairs` channel pairs of a 9-tap weight row in the I16 form's grouped order
- * (conv.c's grouped_i16; only where the CPU runs AVX2) */
-void ql_grouped_i16_t9_avx2(const uint8_t *s, int is_signed, int64_t pairs, int32_t z, int16_t *d);
-/* conv_avx2.c: `blocks` blocks of 4 channels of a 9-tap weight row in the byte forms' grouped
- * order (conv.c's grouped_b; only where the CPU runs AVX2) */
-void ql_grouped_b_t9_avx2(const uint8_t *s, int64_t blocks, uint8_t fx, uint8_t sub, uint8_t *d);
 #endif
 /* wc: (M, taps) centered int16 weights, w_elems int16 in all; when 2-D with M == C and at most
  * 64 taps, they may be followed by the channels-last form (ceil(M/16), 2*ceil(taps/2), 16)

@@ -119,8 +119,9 @@ static PyObject *m_kernel_info(PyObject *self, PyObject *args) {
     if (!is) return NULL;
     const ql_gemm_kernel *k = which == 2 ? is->conv_fast : which ? is->fast : is->exact;
     if (!k) Py_RETURN_NONE;
-    return Py_BuildValue("{s:s,s:i,s:i,s:i,s:s}", "name", k->name, "mr", k->mr, "nr", k->nr,
-                         "kpack", k->kpack, "form", k->form == QL_FORM_I16 ? "i16" : "u8s8");
+    return Py_BuildValue("{s:s,s:i,s:i,s:i,s:s,s:O}", "name", k->name, "mr", k->mr, "nr", k->nr,
+                         "kpack", k->kpack, "form", k->form == QL_FORM_I16 ? "i16" : "u8s8",
+                         "grouped_t9", (k->grouped_i16_t9 || k->grouped_b_t9) ? Py_True : Py_False);
 }
 
 static PyObject *m_packed_b_bytes(PyObject *self, PyObject *args) {
@@ -400,16 +401,26 @@ static PyObject *m_conv_w_bytes(PyObject *self, PyObject *args) {
     return PyLong_FromSize_t(ql_conv_w_bytes(k, M, K, (int64_t)taps));
 }
 
-/* conv_pack_w(isa, which (0 exact, 2 fast), w, w_type, M, K, taps, wzp int32[M], dst) */
+/* conv_pack_w(isa, which (0 exact, 2 fast), w, w_type, M, K, taps, wzp int32[M], dst[, portable]):
+ * portable nonzero packs with the kernel's table minus its SIMD grouped-order packers
+ * (grouped_*_t9 NULL: conv.c's portable loops), so a test can compare both byte for byte. */
 static PyObject *m_conv_pack_w(PyObject *self, PyObject *args) {
     (void)self;
-    const char *isa; int which, w_type, M, K;
+    const char *isa; int which, w_type, M, K, portable = 0;
     long long taps;
     PyObject *ow, *oz, *od;
-    if (!PyArg_ParseTuple(args, "siOiiiLOO", &isa, &which, &ow, &w_type, &M, &K, &taps, &oz, &od)) return NULL;
+    if (!PyArg_ParseTuple(args, "siOiiiLOO|p", &isa, &which, &ow, &w_type, &M, &K, &taps, &oz, &od, &portable))
+        return NULL;
     if (which != 0 && which != 2) return PyErr_Format(PyExc_ValueError, "qlinear native: conv kernel %d", which);
     const ql_gemm_kernel *k = kernel_arg(isa, which, NULL);
     if (!k) return NULL;
+    ql_gemm_kernel kport;
+    if (portable) {
+        kport = *k;
+        kport.grouped_i16_t9 = NULL;
+        kport.grouped_b_t9 = NULL;
+        k = &kport;
+    }
     if (M < 0 || K < 1 || taps < 1 || K % taps || (w_type != QL_U8 && w_type != QL_I8))
         return PyErr_Format(PyExc_ValueError, "qlinear native: bad conv weights shape");
     Py_buffer w = {0}, z = {0}, d = {0};
