@@ -758,9 +758,15 @@ static PyObject *m_conv_plain(PyObject *self, PyObject *args) {
         }
         if (p.N > 0 && p.M > 0) rc = ql_conv_depthwise(&p, isa, wc, w_elems, (size_t)workspace);
     } else {
-        kind = ql_conv_pack_w_auto(isa, w.buf, w_type, M, (int)K, taps, wzp, wp, ql_num_threads());
+        /* the 7-bit form where the weights fit it (packed whole while proving the bound), else
+         * the exact form, packed inside the GEMM's tasks where the path allows it (conv.h) */
+        kind = ql_conv_pack_w_fast(isa, w.buf, w_type, M, (int)K, taps, wzp, wp, ql_num_threads());
         if (kind == -2) rc = -1;
-        else if (p.N > 0 && p.M > 0) rc = ql_conv_gemm(&p, isa, kind == 2 ? isa->conv_fast : isa->exact, wp, (size_t)workspace);
+        else if (p.N > 0 && p.M > 0 && kind == 2) rc = ql_conv_gemm(&p, isa, isa->conv_fast, wp, (size_t)workspace);
+        else if (p.N > 0 && p.M > 0) {
+            ql_conv_wraw raw = {w.buf, w_type, wzp};
+            rc = ql_conv_gemm_raw(&p, isa, isa->exact, &raw, wp, (size_t)workspace);
+        }
     }
     Py_END_ALLOW_THREADS
     if (rc == -1) PyErr_NoMemory();
@@ -1047,6 +1053,11 @@ static PyObject *m_conv_dw_path_counts(PyObject *self, PyObject *args) {
 
 /* tail_counts() -> (implicit tiles, packed panels, implicit dot tiles) that ran a narrow
  * tail kernel so far */
+static PyObject *m_conv_in_task_packs(PyObject *self, PyObject *args) {
+    (void)self; (void)args;
+    return PyLong_FromLongLong(ql_conv_in_task_packs());
+}
+
 static PyObject *m_tail_counts(PyObject *self, PyObject *args) {
     (void)self; (void)args;
     return Py_BuildValue("(LLL)", __atomic_load_n(&ql_tail_calls[0], __ATOMIC_RELAXED),
@@ -1055,6 +1066,7 @@ static PyObject *m_tail_counts(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
+    {"conv_in_task_packs", m_conv_in_task_packs, METH_NOARGS, "Plain convolutions whose weights were packed inside the implicit GEMM's tasks."},
     {"tail_counts", m_tail_counts, METH_NOARGS, "Implicit tiles, packed panels and implicit dot-kernel tiles that ran a narrow tail kernel."},
     {"conv_path_counts", m_conv_path_counts, METH_NOARGS, "GEMM convolutions run on the implicit and im2col paths, implicit GEMMs over several images, their images and merged tail panels, implicit runs on shifted planes and implicit runs whose images ran in parallel."},
     {"conv_copy_counts", m_conv_copy_counts, METH_NOARGS, "Implicit-path stride-2 copy rows: input rows split into both column phases at once, and shifted tap rows copied from those phase rows."},
