@@ -365,6 +365,45 @@ def test_plain_conv_pack_split_around_the_threads_threshold(m, c, kernel, thread
             _plain_twice(x, xs, xz, w, ws, wz, ys, yz, None, pads=[1, 1, 0, 0])
 
 
+# The exact form's weights packed inside the implicit GEMM's tasks (conv.c's ig_gemm_task, each
+# task its row block): row blocks of one and several tasks (Mg of 8 to 300 rows, L2-sized
+# blocks of 18 rows at K = 6336), K blocked (6336 > 2 * 3072) or not, the grouped order and
+# 1x1, two and three groups (each group's rows), stride 2, a batch (images in parallel on two
+# threads: packed whole first).
+# (The other fallback, a workspace limit the copy fits but not the tasks' scratch, needs a copy
+# near the native engine's 16 MiB floor of the limit: not exercised here.)
+@pytest.mark.parametrize("n,c,m,hw,kernel,stride,group", [
+    (1, 16, 8, 9, (3, 3), 1, 1), (1, 64, 300, 5, (3, 3), 1, 1), (1, 704, 20, 4, (3, 3), 1, 1),
+    (1, 96, 70, 6, (1, 1), 1, 1), (1, 40, 38, 11, (3, 3), 2, 2), (4, 32, 64, 10, (3, 3), 1, 1),
+    (1, 6, 9, 10, (3, 3), 1, 3)])
+def test_plain_conv_weights_packed_in_the_gemm_tasks(n, c, m, hw, kernel, stride, group, threads, engine_level):
+    """A plain call's full-range weights (the exact form) packed by the GEMM tasks that use them
+    give the oracle's answer and the prepared form's, per-channel zero points that differ, both
+    weight types; on the native levels whose exact kernel has the implicit path the in-task
+    packing is taken (conv_in_task_packs counts it) where the batch runs one image at a time."""
+    if engine_level == "numpy":
+        pytest.skip("the native engine's packing (the NumPy engine has none)")
+    rng = np.random.default_rng([35, n, c, m, hw, threads])
+    x = rand_int(rng, U8, (n, c, hw, hw))
+    pads = [kernel[0] // 2] * 4
+    native = engine_level not in (None, "numpy")
+    C = None
+    if native:
+        from qlinear import _native
+        C = _native._C
+        info = C.kernel_info(C.get_isa(), 0)
+    for wdt in DTYPES_8:
+        w = rand_int(rng, wdt, (m, c // group) + kernel)
+        w.flat[0], w.flat[-1] = np.iinfo(wdt).min, np.iinfo(wdt).max
+        wz = rand_int(rng, wdt, (m,))
+        xs, ws, ys = rand_scale(rng), rand_scale(rng, (m,)), np.float32(rng.uniform(0.5, 4.0))
+        xz, yz = rand_int(rng, U8, ()), rand_int(rng, U8, ())
+        before = C.conv_in_task_packs() if native else 0
+        _plain_twice(x, xs, xz, w, ws, wz, ys, yz, None, pads=pads, strides=[stride, stride], group=group)
+        if native and info["form"] == "i16" and (n == 1 or threads == 1):
+            assert C.conv_in_task_packs() > before
+
+
 @pytest.mark.parametrize("xdt,wdt,ydt", ALL_8BIT_COMBOS)
 def test_plain_conv_lean_path_all_types(xdt, wdt, ydt, threads):
     """Every type combination through the lean path (module.c's conv_plain) with per-tensor and
@@ -491,6 +530,48 @@ def test_conv_grouped_pack_layout():
                         tail = out[rows:].view(np.int32)
                         assert_exact(tail[:m], centered.sum(axis=1).astype(np.int32))
                         assert_exact(tail[m:], np.zeros(m, np.int32))
+
+
+def test_conv_grouped_pack_table_packers_match_portable():
+    """Each level's SIMD grouped-order packers (ql_gemm_kernel.grouped_*_t9, set where the
+    level's tables are defined) write the same bytes as conv.c's portable loops (the kernel's
+    table with those entries NULL), for every conv kernel of every level this CPU runs (the
+    VNNI levels' byte forms included in the emulated build), full-range weights where the form
+    takes them, channel counts around the pairs and blocks of 4 (the SIMD body's tails). The
+    AVX2-based levels must have one: a table that lost its packer would pass the bytes check
+    and quietly fall back to the slower loops."""
+    from qlinear import _native
+    if not _native.available():
+        pytest.skip("the native engine is not built")
+    C = _native._C
+    rng = np.random.default_rng(33)
+    checked = 0
+    for isa in qlinear.engine_info()["isas"]:
+        for which in (0, 2):
+            info = C.kernel_info(isa, which)
+            if info is None:
+                continue
+            assert info["grouped_t9"] == (isa != "scalar"), (isa, which, info)
+            for cg in (1, 2, 3, 4, 5, 7, 8, 9, 16, 33, 64, 130):
+                m, k, taps = 9, cg * 9, 9
+                for wdt in (U8, I8):
+                    if which == 2:   # the 7-bit form: w - zw within [-64, 64]
+                        wz = rand_int(rng, wdt, (m,), -60 if wdt == I8 else 70, 60 if wdt == I8 else 185)
+                        w = _centered_weights(rng, wdt, (m, k), wz, 64)
+                    else:
+                        wz = rand_int(rng, wdt, (m,))
+                        w = rand_int(rng, wdt, (m, k))
+                        w[0, 0], w[-1, -1] = np.iinfo(wdt).min, np.iinfo(wdt).max
+                        wz[0], wz[-1] = np.iinfo(wdt).max, np.iinfo(wdt).min
+                    z32 = wz.astype(np.int32)
+                    n = C.conv_w_bytes(isa, which, m, k, taps)
+                    got, want = np.full(n, 0xA5, np.uint8), np.full(n, 0x5A, np.uint8)
+                    code = _native.DTYPE_CODES[w.dtype]
+                    C.conv_pack_w(isa, which, w, code, m, k, taps, z32, got)
+                    C.conv_pack_w(isa, which, w, code, m, k, taps, z32, want, True)
+                    assert_exact(got, want)
+                    checked += 1
+    assert checked > 0
 
 
 def test_conv_huge_dilation_of_a_one_tap_axis():

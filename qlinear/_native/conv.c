@@ -367,20 +367,18 @@ grouped_b_body(const uint8_t *s, int64_t cg, int64_t taps, uint8_t fx, uint8_t s
 }
 
 /* the common kernels' tap counts as constants (3x3, 3, 3x3x3, 7x7): loops the compiler unrolls;
- * 3x3 on a CPU that runs AVX2 (avx2 nonzero): conv_avx2.c's shuffles, 1.3-1.45 times as fast
- * (measured alone, 1 thread, 128-512 channels). A plain call packs its weights on every call: a
- * 512-channel 3x3 layer's 2.4 M weights took about a quarter of the time of its GEMM. */
-static void grouped_i16(const uint8_t *s, int w_type, int64_t cg, int64_t taps, int32_t z, int16_t *d, int avx2)
+ * 3x3 through the kernel table's SIMD packer where the level has one (t9, ql_gemm_kernel's
+ * grouped_*_t9: conv_avx2.c's shuffles, 1.3-1.45 times as fast measured alone, 1 thread,
+ * 128-512 channels). A plain call packs its weights on every call: a 512-channel 3x3 layer's
+ * 2.4 M weights took about a quarter of the time of its GEMM. */
+static void grouped_i16(const uint8_t *s, int w_type, int64_t cg, int64_t taps, int32_t z, int16_t *d,
+                        ql_grouped_i16_fn t9)
 {
-#if QL_X86
-    if (avx2 && taps == 9) {
-        ql_grouped_i16_t9_avx2(s, w_type == QL_I8, cg / 2, z, d);
+    if (t9 && taps == 9) {
+        t9(s, w_type == QL_I8, cg / 2, z, d);
         if (cg & 1) grouped_i16_odd(s, w_type, cg, taps, z, d);
         return;
     }
-#else
-    (void)avx2;
-#endif
     switch (taps) {
     case 9: grouped_i16_body(s, w_type, cg, 9, z, d); break;
     case 3: grouped_i16_body(s, w_type, cg, 3, z, d); break;
@@ -391,17 +389,13 @@ static void grouped_i16(const uint8_t *s, int w_type, int64_t cg, int64_t taps, 
 }
 
 static void grouped_b(const uint8_t *s, int64_t cg, int64_t taps, uint8_t fx, uint8_t sub, uint8_t pad, uint8_t *d,
-                      int avx2)
+                      ql_grouped_b_fn t9)
 {
-#if QL_X86
-    if (avx2 && taps == 9) {
-        ql_grouped_b_t9_avx2(s, cg / 4, fx, sub, d);
+    if (t9 && taps == 9) {
+        t9(s, cg / 4, fx, sub, d);
         if (cg % 4) grouped_b_tail(s, cg, taps, fx, sub, pad, d);
         return;
     }
-#else
-    (void)avx2;
-#endif
     switch (taps) {
     case 9: grouped_b_body(s, cg, 9, fx, sub, pad, d); break;
     case 3: grouped_b_body(s, cg, 3, fx, sub, pad, d); break;
@@ -420,31 +414,24 @@ static int pack_w_grouped(const ql_gemm_kernel *k, const void *w, int w_type, in
     int kp = ql_round_k(k, (int)Kw);
     ptrdiff_t ldl = w_row_bytes(k, (int)Kw);
     int32_t *row_a = (int32_t *)((char *)dst + (size_t)M * (size_t)ldl), *row_z = row_a + M;
-#if QL_X86
-    /* the CPU runs AVX2: every level whose kernels use the AVX2 packer implies it, and the one
-     * S8U8 (7-bit path) kernel is AVX2's */
-    int avx2 = k->pack_L == ql_pack_L_avx2 || k->form == QL_FORM_S8U8;
-#else
-    int avx2 = 0;
-#endif
     for (int i = i0; i < i1; i++) {
         const uint8_t *s = (const uint8_t *)w + (size_t)i * (size_t)K;
         char *d = (char *)dst + (size_t)i * (size_t)ldl;
         int32_t z = wzp[i];
         if (k->form == QL_FORM_I16) {
-            grouped_i16(s, w_type, cg, taps, z, (int16_t *)d, avx2);
+            grouped_i16(s, w_type, cg, taps, z, (int16_t *)d, k->grouped_i16_t9);
             memset(d + 2 * Kw, 0, (size_t)(kp - Kw) * 2);
         } else if (k->form == QL_FORM_S8U8) {
             int32_t sum;
             if (s8u8_row(s, K, w_type, z, NULL, &sum)) return -1;
-            grouped_b(s, cg, taps, 0, (uint8_t)z, 0, (uint8_t *)d, avx2);
+            grouped_b(s, cg, taps, 0, (uint8_t)z, 0, (uint8_t *)d, k->grouped_b_t9);
             memset(d + Kw, 0, (size_t)(kp - Kw));
             row_a[i] = sum;   /* padding adds 0 */
             row_z[i] = 0;
         } else {
             uint8_t flip = w_type == QL_I8 ? 0x80 : 0;
             int32_t zl = z + (w_type == QL_I8 ? 128 : 0);   /* u8 form: int8 + 128; = (raw z) ^ flip */
-            grouped_b(s, cg, taps, flip, 0, (uint8_t)zl, (uint8_t *)d, avx2);
+            grouped_b(s, cg, taps, flip, 0, (uint8_t)zl, (uint8_t *)d, k->grouped_b_t9);
             memset(d + Kw, 0, (size_t)(kp - Kw));
             /* pack_L's row sum over the Kw entries: the source row's plus zl per padding entry */
             uint32_t sum = sum_u8form(s, K, flip) + (uint32_t)(Kw - K) * (uint32_t)zl;
@@ -516,6 +503,14 @@ static int pack_w_threads(const ql_gemm_kernel *k, const void *w, int w_type, in
     if (c.rows_per_task < 1) c.rows_per_task = 1;
     ql_parallel_for((M + c.rows_per_task - 1) / c.rows_per_task, threads, packw_task, &c);
     return atomic_load(&c.outside) ? -1 : 0;
+}
+
+int ql_conv_pack_w_fast(const ql_isa *isa, const void *w, int w_type, int M, int K, int64_t taps,
+                        const int32_t *wzp, void *dst, int threads)
+{
+    if (!isa->conv_fast) return 0;
+    int rc = pack_w_threads(isa->conv_fast, w, w_type, M, K, taps, wzp, dst, threads);
+    return rc == 0 ? 2 : rc == -2 ? -2 : 0;
 }
 
 int ql_conv_pack_w_auto(const ql_isa *isa, const void *w, int w_type, int M, int K, int64_t taps,
@@ -1040,6 +1035,11 @@ typedef struct ig_ctx {
      * copy in that thread's region copy + thread * pregion; nbatch: the images of the call */
     size_t pregion;
     int64_t nbatch;
+    /* a plain call's weights packed inside the GEMM tasks (ql_conv_gemm_raw; I16 form, not the
+     * images-in-parallel schedule): wr, wzp the group's raw rows and zero points; each task packs
+     * its row block into its thread's scratch at wscr_off (at most mc rows) before its tiles */
+    const uint8_t *wr, *wr0; const int32_t *wzp, *wzp0; int w_type, Kraw, wgrouped;
+    size_t wscr_off;
 } ig_ctx;
 
 /* Rows of a phase plane, whatever the rank: row r's outer coordinates i[] (the phase grid's,
@@ -1486,7 +1486,7 @@ static void ig_gather_task(void *vctx, ptrdiff_t j, int thread)
  * parallel, one thread an image (ig_chunk_task): a diagnostic the tests
  * read to prove which path their cases exercised (relaxed atomics: calls may come from several
  * threads). */
-static long long ig_calls[7];
+static long long ig_calls[8];
 
 /* Packing task: the chunk's images' last tiles into the panel u = n0 / tpm + task they belong to. */
 static void ig_tail_task(void *vctx, ptrdiff_t task, int thread)
@@ -1540,6 +1540,21 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
     int32_t Ct[QL_MAX_MR * QL_IK_NR] __attribute__((aligned(64)));
     int32_t *Cb = (int32_t *)(c->cblock + (size_t)thread * c->cblock_bytes);
     size_t es = c->kern->form == QL_FORM_I16 ? 2 : 1;
+    /* the row block's packed rows: row i at Lb + (i - ib) * ldl (the prepared weights, or the
+     * task's own packing of a plain call's rows, used while they are in L2) */
+    const char *Lb = c->L;
+    int ib = 0;
+    if (c->wr && t_beg < t_end && i_beg < i_end) {
+        char *d = c->scratch + (size_t)thread * c->scratch_bytes + c->wscr_off;
+        const uint8_t *src = c->wr + (size_t)i_beg * (size_t)c->Kraw;
+        int rows = i_end - i_beg;
+        if (c->wgrouped)
+            pack_w_grouped(c->kern, src, c->w_type, rows, c->Kraw, c->taps, c->wzp + i_beg, d, 0, rows);
+        else
+            pack_w_rows(c->kern, src, c->w_type, rows, c->Kraw, c->wzp + i_beg, d, 0, rows);
+        Lb = d;
+        ib = i_beg;
+    }
     ql_ik_runs rn;
     ql_epilogue epj = c->ep;   /* image j's: its output */
     const ql_epilogue *ep = &epj;
@@ -1594,7 +1609,7 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
             int w = (int)wt;
             for (int i = i_beg; i < i_end; i += c->mr) {
                 int rows = i_end - i < c->mr ? i_end - i : c->mr;
-                const char *Li = c->L + (ptrdiff_t)i * c->ldl;
+                const char *Li = Lb + (ptrdiff_t)(i - ib) * c->ldl;
                 if (c->ep_ok && c->kern->dot_ep) {
                     c->kern->dot_ep(Li, c->ldl, xt, c->xs, 4 * c->groups, w, ep, &rn, i, rows);
                     continue;
@@ -1616,24 +1631,24 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
             for (int i = i_beg; i < i_end; i += c->mr) {
                 int rows = i_end - i < c->mr ? i_end - i : c->mr;
                 if (c->fused && ike) {
-                    ike(c->L + (ptrdiff_t)i * c->ldl, c->ldl, base, off, c->groups, ep, &rn, i, rows);
+                    ike(Lb + (ptrdiff_t)(i - ib) * c->ldl, c->ldl, base, off, c->groups, ep, &rn, i, rows);
                     continue;
                 }
-                ik(c->L + (ptrdiff_t)i * c->ldl, c->ldl, base, off, c->groups, Ct, QL_IK_NR, rows);
+                ik(Lb + (ptrdiff_t)(i - ib) * c->ldl, c->ldl, base, off, c->groups, Ct, QL_IK_NR, rows);
                 ig_store(c, ep, Ct, &rn, i, rows);
             }
             continue;
         }
         for (int g0 = 0; g0 < c->groups; g0 += c->kgroups) {
             int gn = c->groups - g0 < c->kgroups ? c->groups - g0 : c->kgroups;
-            const char *Lk = c->L + (size_t)g0 * (size_t)c->kpk * es;
+            const char *Lk = Lb + (size_t)g0 * (size_t)c->kpk * es;
             for (int i = i_beg; i < i_end; i += c->mr) {
                 int rows = i_end - i < c->mr ? i_end - i : c->mr;
                 int32_t *cb = Cb + (size_t)(i - i_beg) * QL_IK_NR;
                 if (g0 == 0) {
-                    ik(Lk + (ptrdiff_t)i * c->ldl, c->ldl, base, off, gn, cb, QL_IK_NR, rows);
+                    ik(Lk + (ptrdiff_t)(i - ib) * c->ldl, c->ldl, base, off, gn, cb, QL_IK_NR, rows);
                 } else {
-                    ik(Lk + (ptrdiff_t)i * c->ldl, c->ldl, base, off + g0, gn, Ct, QL_IK_NR, rows);
+                    ik(Lk + (ptrdiff_t)(i - ib) * c->ldl, c->ldl, base, off + g0, gn, Ct, QL_IK_NR, rows);
                     uint32_t *d = (uint32_t *)cb;
                     const uint32_t *src = (const uint32_t *)Ct;
                     for (int e = 0; e < rows * QL_IK_NR; e++) d[e] += src[e];
@@ -1646,6 +1661,8 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
         }
     }
 }
+
+long long ql_conv_in_task_packs(void) { return __atomic_load_n(&ig_calls[7], __ATOMIC_RELAXED); }
 
 void ql_conv_path_counts(long long *implicit, long long *im2col, long long *merged, long long *merged_images,
                          long long *merged_tails, long long *shifted, long long *parallel_chunks)
@@ -1786,6 +1803,11 @@ static void ig_group(ig_ctx *c, int64_t g, int64_t n0, const void *wpacked, cons
     size_t esize = p->quantized ? 1 : 4;
     c->xg = (const uint8_t *)p->x + (size_t)((n0 * p->C + g * c->Cg) * c->plane);
     c->L = (const char *)wpacked + (size_t)(g * c->Mg) * (size_t)c->ldl;
+    if (c->wr) {   /* wr, wzp: group 0's (ig_run); each group's rows follow */
+        c->L = NULL;
+        c->wr = c->wr0 + (size_t)(g * c->Mg) * (size_t)c->Kraw;
+        c->wzp = c->wzp0 + g * c->Mg;
+    }
     plan_epilogue(p, &c->ep);
     if (p->bias) c->ep.row_bias = p->bias + g * c->Mg;
     if (fast_bias) c->ep.row_bias = fast_bias + g * c->Mg;
@@ -1801,8 +1823,8 @@ static void ig_group(ig_ctx *c, int64_t g, int64_t n0, const void *wpacked, cons
 
 /* Runs the convolution on the implicit path when it applies: returns 1 (done), 0 (not taken:
  * the caller runs the im2col path) or -1 (out of memory). fast_bias: the S8U8 per-row term. */
-static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern, const void *wpacked,
-                  const int32_t *fast_bias, size_t workspace)
+static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern, void *wpacked,
+                  const ql_conv_wraw *raw, const int32_t *fast_bias, size_t workspace)
 {
     if (!kern->ikernel || kern->form == QL_FORM_U8S8) return 0;
     ig_ctx c;
@@ -2007,6 +2029,21 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
      * multiply-adds per copied byte (4 channels in 4 bytes, not 2): there 256 channels of
      * 56x56 (784 KiB) are 10% faster than im2col into 64 outputs, the same into 128-512 */
     size_t pw_max = kern->form == QL_FORM_S8U8 ? IG_PW_COPY_MAX_S8U8 : IG_PW_COPY_MAX;
+    /* a plain call's weights (raw) packed in the GEMM tasks: per thread, after its copy rows,
+     * room for a row block's packed rows (at most mc of them, as the row blocks below), where
+     * the workspace limit allows it with the copy; else packed whole first (below) */
+    int in_task = 0;
+    if (raw && kern->form == QL_FORM_I16) {
+        ptrdiff_t ldl0 = w_row_bytes(kern, Kw);
+        int mc0 = (int)((256 * 1024) / (size_t)ldl0) / c.mr * c.mr;
+        if (mc0 < c.mr) mc0 = c.mr;
+        size_t wscr = align64((size_t)mc0 * (size_t)ldl0);
+        if (copy_bytes + (c.scratch_bytes + wscr) * (size_t)threads <= workspace) {
+            c.wscr_off = c.scratch_bytes;
+            c.scratch_bytes += wscr;
+            in_task = 1;
+        }
+    }
     if (copy_bytes > IG_COPY_MAX || (c.taps == 1 && copy_bytes > pw_max) ||
         copy_bytes + c.scratch_bytes * (size_t)threads > workspace) {
         free(c.off);
@@ -2088,6 +2125,24 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
             nimg = 1;
             region = pregion * (size_t)threads;
         }
+    }
+    /* images in parallel run every row block once per image: a plain call's weights are then
+     * packed whole first, as they are for the other forms and when the scratch did not fit */
+    if (raw && (!in_task || pk)) {
+        if (in_task) c.scratch_bytes = c.wscr_off;
+        in_task = 0;
+        if (pack_w_threads(kern, raw->w, raw->w_type, (int)p->M, (int)K, c.taps, raw->wzp, wpacked, threads) != 0) {
+            free(c.off);
+            return -1;   /* not reached: only the S8U8 form has a bound, and it is never raw */
+        }
+    }
+    if (in_task) {
+        c.wr0 = c.wr = (const uint8_t *)raw->w;
+        c.wzp0 = c.wzp = raw->wzp;
+        c.w_type = raw->w_type;
+        c.Kraw = (int)K;
+        c.wgrouped = ql_conv_grouped(kern, K, c.taps);
+        __atomic_add_fetch(&ig_calls[7], 1, __ATOMIC_RELAXED);
     }
     /* the copies in the scratch kept between calls (dw_scratch_get: a fresh block of this size
      * costs page faults on every call, measured 0.2 ms on a 56x56 layer), on a 64-byte line */
@@ -2235,8 +2290,11 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     return 1;
 }
 
-int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern,
-                 const void *wpacked, size_t workspace)
+/* The GEMM convolution on packed weights (wpacked), or with raw: a plain call's weights as
+ * given, packed inside the implicit GEMM's tasks where that applies (ig_run), else into wpacked
+ * first (ql_conv_w_bytes of kern) */
+static int conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern, void *wpacked,
+                     const ql_conv_wraw *raw, size_t workspace)
 {
     int64_t Cg = p->C / p->group, Mg = p->M / p->group;
     int64_t taps = prod(p->k, p->nsp);
@@ -2293,13 +2351,18 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
             fast_bias[i] = (int32_t)((p->bias ? (uint32_t)p->bias[i] : 0u) - zxu * (uint32_t)wsum[i]);
     }
     {
-        int ig = ig_run(p, isa, kern, wpacked, fast_bias, workspace);
+        int ig = ig_run(p, isa, kern, wpacked, raw, fast_bias, workspace);
         __atomic_add_fetch(&ig_calls[ig ? 0 : 1], 1, __ATOMIC_RELAXED);
         if (ig) {
             free(c.scratch_mem);
             free(fast_bias);
             return ig < 0 ? -1 : 0;
         }
+    }
+    if (raw && pack_w_threads(kern, raw->w, raw->w_type, (int)p->M, (int)K64, taps, raw->wzp, wpacked, threads) != 0) {
+        free(c.scratch_mem);
+        free(fast_bias);
+        return -1;   /* not reached: raw weights are for the I16 form, which has no bound */
     }
     int rc = 0;
     for (int64_t n = 0; n < p->N && rc == 0; n++) {
@@ -2342,6 +2405,26 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
     free(c.scratch_mem);
     free(fast_bias);
     return rc;
+}
+
+int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern,
+                 const void *wpacked, size_t workspace)
+{
+    return conv_gemm(p, isa, kern, (void *)wpacked, NULL, workspace);   /* only read without raw */
+}
+
+int ql_conv_gemm_raw(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern,
+                     const ql_conv_wraw *raw, void *wbuf, size_t workspace)
+{
+    if (kern->form != QL_FORM_I16) {   /* packed whole first (a bound to prove, row sums) */
+        int64_t taps = prod(p->k, p->nsp), K64 = p->C / p->group * taps;
+        if (K64 > INT_MAX / 2) return -2;
+        if (pack_w_threads(kern, raw->w, raw->w_type, (int)p->M, (int)K64, taps, raw->wzp, wbuf,
+                           ql_num_threads()) != 0)
+            return -1;
+        return conv_gemm(p, isa, kern, wbuf, NULL, workspace);
+    }
+    return conv_gemm(p, isa, kern, wbuf, raw, workspace);
 }
 
 /* ---------------------------------------------------------------------------------------

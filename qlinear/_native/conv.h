@@ -37,9 +37,25 @@ int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, in
  * max(ql_conv_w_bytes) of the two. */
 int ql_conv_pack_w_auto(const ql_isa *isa, const void *w, int w_type, int M, int K, int64_t taps,
                         const int32_t *wzp, void *dst, int threads);
+/* The fast part of ql_conv_pack_w_auto: 2 when isa->conv_fast exists and every w - wzp lies in
+ * [-64, 64] (dst then holds the weights packed for it), else 0 (dst holds nothing usable), -2
+ * when out of memory */
+int ql_conv_pack_w_fast(const ql_isa *isa, const void *w, int w_type, int M, int K, int64_t taps,
+                        const int32_t *wzp, void *dst, int threads);
 /* 0, -1 (out of memory), -2 (sizes beyond int), -3 (scratch above the workspace limit) */
 int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern,
                  const void *wpacked, size_t workspace);
+/* A plain call's weights as given: (M, K) rows of w_type (K = C/group * taps, the plan's),
+ * int32 zero points wzp[M] */
+typedef struct ql_conv_wraw { const void *w; int w_type; const int32_t *wzp; } ql_conv_wraw;
+/* ql_conv_gemm for a plain call: the weights packed for kern inside the implicit GEMM's tasks,
+ * each task its row block into its thread's scratch right before its tiles (I16 form, one image
+ * at a time: read once from w, used from L2), else into wbuf first (ql_conv_w_bytes of kern)
+ * and run as ql_conv_gemm. Same returns. */
+int ql_conv_gemm_raw(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern,
+                     const ql_conv_wraw *raw, void *wbuf, size_t workspace);
+/* ql_conv_gemm_raw runs that packed the weights inside the GEMM tasks (diagnostic) */
+long long ql_conv_in_task_packs(void);
 /* Calls of ql_conv_gemm that ran the implicit GEMM and the im2col path, the implicit path's
  * GEMMs over several images, their images and merged tail panels, the implicit runs on
  * shifted planes and those whose images ran in parallel (diagnostics) */
@@ -59,12 +75,6 @@ void ql_dw_store_avx2(const uint8_t *Q, int nch, int cols, uint8_t *y, ptrdiff_t
 /* conv_avx2.c: the 7-bit path's stride-2 copy row, both column phases of 4 channels at once
  * (conv.c's ig_split_s2; only for the S8U8 form, whose kernel is AVX2's) */
 void ql_ig_s2x4_avx2(const uint8_t *raw, ptrdiff_t rs, uint8_t flip, uint8_t *d0, uint8_t *d1, int64_t len);
-/* conv_avx2.c: `pairs` channel pairs of a 9-tap weight row in the I16 form's grouped order
- * (conv.c's grouped_i16; only where the CPU runs AVX2) */
-void ql_grouped_i16_t9_avx2(const uint8_t *s, int is_signed, int64_t pairs, int32_t z, int16_t *d);
-/* conv_avx2.c: `blocks` blocks of 4 channels of a 9-tap weight row in the byte forms' grouped
- * order (conv.c's grouped_b; only where the CPU runs AVX2) */
-void ql_grouped_b_t9_avx2(const uint8_t *s, int64_t blocks, uint8_t fx, uint8_t sub, uint8_t *d);
 #endif
 /* wc: (M, taps) centered int16 weights, w_elems int16 in all; when 2-D with M == C and at most
  * 64 taps, they may be followed by the channels-last form (ceil(M/16), 2*ceil(taps/2), 16)

@@ -47,7 +47,8 @@ static void avx512vnni_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, in
 }
 
 static const ql_gemm_kernel k_avx512vnni = {"avx512vnni-u8s8", Z_MR, 32, 4, QL_FORM_U8S8,
-                                          avx512vnni_u8s8, ql_pack_L_avx2, ql_pack_R_panel_avx2};
+                                          avx512vnni_u8s8, ql_pack_L_avx2, ql_pack_R_panel_avx2,
+                                          .grouped_b_t9 = ql_grouped_b_t9_avx2};
 
 #include "simd_common_avx2.h"
 

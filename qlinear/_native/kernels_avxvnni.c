@@ -53,7 +53,8 @@ static void avxvnni_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int k
 }
 
 static const ql_gemm_kernel k_avxvnni = {"avxvnni-u8s8", VNNI_MR, 16, 4, QL_FORM_U8S8, avxvnni_u8s8,
-                                       ql_pack_L_avx2, ql_pack_R_panel_avx2};
+                                       ql_pack_L_avx2, ql_pack_R_panel_avx2,
+                                          .grouped_b_t9 = ql_grouped_b_t9_avx2};
 
 #include "simd_common_avx2.h"
 

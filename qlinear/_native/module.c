@@ -122,8 +122,9 @@ static PyObject *m_kernel_info(PyObject *self, PyObject *args) {
     if (!is) return NULL;
     const ql_gemm_kernel *k = which == 2 ? is->conv_fast : which ? is->fast : is->exact;
     if (!k) Py_RETURN_NONE;
-    return Py_BuildValue("{s:s,s:i,s:i,s:i,s:s}", "name", k->name, "mr", k->mr, "nr", k->nr,
-                         "kpack", k->kpack, "form", k->form == QL_FORM_I16 ? "i16" : "u8s8");
+    return Py_BuildValue("{s:s,s:i,s:i,s:i,s:s,s:O}", "name", k->name, "mr", k->mr, "nr", k->nr,
+                         "kpack", k->kpack, "form", k->form == QL_FORM_I16 ? "i16" : "u8s8",
+                         "grouped_t9", (k->grouped_i16_t9 || k->grouped_b_t9) ? Py_True : Py_False);
 }
 
 static PyObject *m_packed_b_bytes(PyObject *self, PyObject *args) {
@@ -486,16 +487,26 @@ static PyObject *m_conv_w_bytes(PyObject *self, PyObject *args) {
     return PyLong_FromSize_t(ql_conv_w_bytes(k, M, K, (int64_t)taps));
 }
 
-/* conv_pack_w(isa, which (0 exact, 2 fast), w, w_type, M, K, taps, wzp int32[M], dst) */
+/* conv_pack_w(isa, which (0 exact, 2 fast), w, w_type, M, K, taps, wzp int32[M], dst[, portable]):
+ * portable nonzero packs with the kernel's table minus its SIMD grouped-order packers
+ * (grouped_*_t9 NULL: conv.c's portable loops), so a test can compare both byte for byte. */
 static PyObject *m_conv_pack_w(PyObject *self, PyObject *args) {
     (void)self;
-    const char *isa; int which, w_type, M, K;
+    const char *isa; int which, w_type, M, K, portable = 0;
     long long taps;
     PyObject *ow, *oz, *od;
-    if (!PyArg_ParseTuple(args, "siOiiiLOO", &isa, &which, &ow, &w_type, &M, &K, &taps, &oz, &od)) return NULL;
+    if (!PyArg_ParseTuple(args, "siOiiiLOO|p", &isa, &which, &ow, &w_type, &M, &K, &taps, &oz, &od, &portable))
+        return NULL;
     if (which != 0 && which != 2) return PyErr_Format(PyExc_ValueError, "qlinear native: conv kernel %d", which);
     const ql_gemm_kernel *k = kernel_arg(isa, which, NULL);
     if (!k) return NULL;
+    ql_gemm_kernel kport;
+    if (portable) {
+        kport = *k;
+        kport.grouped_i16_t9 = NULL;
+        kport.grouped_b_t9 = NULL;
+        k = &kport;
+    }
     if (M < 0 || K < 1 || taps < 1 || K % taps || (w_type != QL_U8 && w_type != QL_I8))
         return PyErr_Format(PyExc_ValueError, "qlinear native: bad conv weights shape");
     Py_buffer w = {0}, z = {0}, d = {0};
@@ -833,9 +844,15 @@ static PyObject *m_conv_plain(PyObject *self, PyObject *args) {
         }
         if (p.N > 0 && p.M > 0) rc = ql_conv_depthwise(&p, isa, wc, w_elems, (size_t)workspace);
     } else {
-        kind = ql_conv_pack_w_auto(isa, w.buf, w_type, M, (int)K, taps, wzp, wp, ql_num_threads());
+        /* the 7-bit form where the weights fit it (packed whole while proving the bound), else
+         * the exact form, packed inside the GEMM's tasks where the path allows it (conv.h) */
+        kind = ql_conv_pack_w_fast(isa, w.buf, w_type, M, (int)K, taps, wzp, wp, ql_num_threads());
         if (kind == -2) rc = -1;
-        else if (p.N > 0 && p.M > 0) rc = ql_conv_gemm(&p, isa, kind == 2 ? isa->conv_fast : isa->exact, wp, (size_t)workspace);
+        else if (p.N > 0 && p.M > 0 && kind == 2) rc = ql_conv_gemm(&p, isa, isa->conv_fast, wp, (size_t)workspace);
+        else if (p.N > 0 && p.M > 0) {
+            ql_conv_wraw raw = {w.buf, w_type, wzp};
+            rc = ql_conv_gemm_raw(&p, isa, isa->exact, &raw, wp, (size_t)workspace);
+        }
     }
     Py_END_ALLOW_THREADS
     if (rc == -1) PyErr_NoMemory();
@@ -1122,6 +1139,11 @@ static PyObject *m_conv_dw_path_counts(PyObject *self, PyObject *args) {
 
 /* tail_counts() -> (implicit tiles, packed panels, implicit dot tiles) that ran a narrow
  * tail kernel so far */
+static PyObject *m_conv_in_task_packs(PyObject *self, PyObject *args) {
+    (void)self; (void)args;
+    return PyLong_FromLongLong(ql_conv_in_task_packs());
+}
+
 static PyObject *m_tail_counts(PyObject *self, PyObject *args) {
     (void)self; (void)args;
     return Py_BuildValue("(LLL)", __atomic_load_n(&ql_tail_calls[0], __ATOMIC_RELAXED),
@@ -1130,6 +1152,7 @@ static PyObject *m_tail_counts(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
+    {"conv_in_task_packs", m_conv_in_task_packs, METH_NOARGS, "Plain convolutions whose weights were packed inside the implicit GEMM's tasks."},
     {"tail_counts", m_tail_counts, METH_NOARGS, "Implicit tiles, packed panels and implicit dot-kernel tiles that ran a narrow tail kernel."},
     {"conv_path_counts", m_conv_path_counts, METH_NOARGS, "GEMM convolutions run on the implicit and im2col paths, implicit GEMMs over several images, their images and merged tail panels, implicit runs on shifted planes and implicit runs whose images ran in parallel."},
     {"conv_copy_counts", m_conv_copy_counts, METH_NOARGS, "Implicit-path stride-2 copy rows: input rows split into both column phases at once, and shifted tap rows copied from those phase rows."},

@@ -83,6 +83,10 @@ typedef void (*ql_ikernel_ep_fn)(const void *L, ptrdiff_t ldl_bytes, const char 
                                  int groups, const struct ql_epilogue *ep, const ql_ik_runs *runs, int i0,
                                  int rows);
 
+/* conv.c's grouped-order weight packers at 9 taps (ql_gemm_kernel.grouped_*_t9) */
+typedef void (*ql_grouped_i16_fn)(const uint8_t *s, int is_signed, int64_t pairs, int32_t z, int16_t *d);
+typedef void (*ql_grouped_b_fn)(const uint8_t *s, int64_t blocks, uint8_t fx, uint8_t sub, uint8_t *d);
+
 typedef struct ql_gemm_kernel {
     const char *name;       /* "avx512vnni-u8s8", "avx2-i16", "scalar-i16", ... */
     int mr, nr;             /* tile rows (L) and columns (R) */
@@ -120,6 +124,14 @@ typedef struct ql_gemm_kernel {
      * of tail_nr or nr columns: the arithmetic of the real columns only. */
     ql_dot_fn dot;
     ql_dot_ep_fn dot_ep;           /* dot with ikernel_ep's epilogue (optional) */
+    /* Convolution weights in conv.c's grouped order, 3x3 kernels (9 taps), this level's SIMD
+     * packer for the kernel's form (conv.c's grouped_i16 / grouped_b give the contract), or
+     * NULL: conv.c's portable loops. Filled where the level's tables are defined, so conv.c
+     * never infers the ISA; the bytes are the same either way (tests/test_plain.py compares
+     * both on every level). I16 form: `pairs` channel pairs w - z as int16; byte forms:
+     * `blocks` blocks of 4 channels, (byte ^ fx) - sub. */
+    ql_grouped_i16_fn grouped_i16_t9;
+    ql_grouped_b_fn grouped_b_t9;
 } ql_gemm_kernel;
 
 /* ---------------------------------------------------------------------------------------
@@ -260,6 +272,9 @@ void ql_dw_rows_avx2(const int16_t *const *rows, const int16_t *w, int npairs, i
                      int nblocks, int accumulate);
 void ql_dw_cl_avx2(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs, ptrdiff_t step,
                    ptrdiff_t row_step, int rows, int ow, const ql_dw_q *q, void *out);
+/* conv_avx2.c: the grouped-order weight packers at 9 taps (ql_gemm_kernel.grouped_*_t9) */
+void ql_grouped_i16_t9_avx2(const uint8_t *s, int is_signed, int64_t pairs, int32_t z, int16_t *d);
+void ql_grouped_b_t9_avx2(const uint8_t *s, int64_t blocks, uint8_t fx, uint8_t sub, uint8_t *d);
 #endif
 void ql_dw_cl_scalar(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs, ptrdiff_t step,
                    ptrdiff_t row_step, int rows, int ow, const ql_dw_q *q, void *out);
