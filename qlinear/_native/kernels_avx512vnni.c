@@ -57,17 +57,18 @@ static const ql_gemm_kernel k_avx512vnni = {"avx512vnni-u8s8", Z_MR, 32, 4, QL_F
  *
  * A k-group's operand is 16 columns x 4 u8-form bytes = 64 bytes: ONE zmm load, which every
  * row's vpdpbusd then uses as its unsigned source, with the row's 4 centered weights (int8)
- * broadcast as the signed one (a {1to16} memory operand: no register). Exactness: each lane
- * adds 4 products |u8 * s8| <= 255 * 128 = 32640 to the int32 accumulator, exactly and with
- * wraparound (wrap32), no intermediate saturation (that is vpdpbusds, never used): every int8
- * weight is safe, s8_bound 128 (AVX2's vpmaddubsw needs |w - zw| <= 64).
- * Why 16 rows (QL_MAX_MR): one accumulator per row, so 16 accumulators + the operand = 17 of
- * the 32 zmm, and a k-group is 1 operand load + 16 broadcast loads for 16 vpdpbusd: the most
- * rows per operand load the tile interface allows, and 16 independent dependency chains,
- * more than vpdpbusd's latency x throughput (about 4-5 cycles x 2 a cycle on Zen 4/5) needs
- * to keep both pipes busy. 12 rows would leave 3 in 16 of a 64-channel layer's row tiles idle.
- * Row tiles of at most 8 rows (a layer's last) run an 8-row body instead of 16 rows of which
- * half are dropped.
+ * broadcast (vpbroadcastd) as the signed one. Exactness: each lane adds 4 products
+ * |u8 * s8| <= 255 * 128 = 32640 to the int32 accumulator, exactly and with wraparound
+ * (wrap32), no intermediate saturation (that is vpdpbusds, never used): every int8 weight is
+ * safe, s8_bound 128 (AVX2's vpmaddubsw needs |w - zw| <= 64).
+ * Why 16 rows (QL_MAX_MR): one accumulator per row, so 16 accumulators + the operand + the
+ * broadcast = 18 of the 32 zmm; a k-group is 1 operand load + 16 broadcast loads for 16
+ * vpdpbusd, the most rows per operand load the tile interface allows, and 16 independent
+ * accumulation chains, more than vpdpbusd's latency x throughput (about 4-5 cycles x 2 a
+ * cycle on Zen 4/5) needs to keep both pipes busy. Channel counts are multiples of 16 in
+ * most networks (12 rows would cut 64 channels into 6 tiles, the last of 4 rows). Row tiles
+ * of at most 8 rows (a layer's last) run an 8-row body instead of 16 rows of which half are
+ * dropped. Not measured: no VNNI CPU here (docs/engine.md).
  * ------------------------------------------------------------------------------------- */
 #define ZS_MR 16
 #define ZS_ROW(r)                                                                               \
