@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 from typing import Any, Iterable, Sequence
 
@@ -88,6 +89,13 @@ QLINEAR_OPS: dict[str, tuple[int, ...]] = {
 }
 
 _T = onnx.TensorProto
+#: NumPy's error state while a graph runs. ONNX's float operators are IEEE 754 arithmetic: an
+#: overflow to ±inf, an underflow to a denormal or 0, or a NaN from inf - inf is a value of the
+#: result (what onnxruntime returns), not an error. The float kernels (Softmax's x - max(x),
+#: AveragePool's window sums, LeakyRelu's alpha · x, FastGelu's x³, onnx.reference's own
+#: operators...) would otherwise warn, or raise FloatingPointError under a caller's
+#: np.errstate(all="raise"), on values whose ONNX result is well defined.
+_IEEE = {"all": "ignore"}
 _EIGHT_BIT = {_T.UINT8, _T.INT8}
 _NP_EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
 
@@ -198,22 +206,37 @@ def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
 
 def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
     """Element types of every tensor shape inference can type (best effort)."""
+    return _types_and_shapes(model)[0]
+
+
+def _types_and_shapes(model: onnx.ModelProto) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
+    """Element types of every tensor shape inference can type, and the shapes it (or an
+    initializer) fixes completely (best effort: unknown tensors are absent)."""
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
     except Exception:
         inferred = model
     g = inferred.graph
-    types = {}
+    types, shapes = {}, {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-            types[vi.name] = vi.type.tensor_type.elem_type
+        t = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and t.elem_type:
+            types[vi.name] = t.elem_type
+        if vi.type.HasField("tensor_type") and t.HasField("shape") and \
+                all(d.HasField("dim_value") for d in t.shape.dim):
+            shapes[vi.name] = tuple(d.dim_value for d in t.shape.dim)
     for init in g.initializer:
         types[init.name] = init.data_type
-    return types
+        shapes[init.name] = tuple(init.dims)
+    return types, shapes
 
 
-def _check_qlinear_node(node: onnx.NodeProto, version: int, types: dict[str, int]) -> str | None:
-    """Why a node of one of the six operators falls outside the contract, or None."""
+def _check_qlinear_node(node: onnx.NodeProto, version: int, types: dict[str, int],
+                        shapes: dict[str, tuple[int, ...]] | None = None) -> str | None:
+    """Why a node of one of the six operators falls outside the contract, or None.
+
+    ``shapes`` (tensor name -> shape, where known before running) lets rules on the shape of
+    a constant parameter be found here, with the message the kernel gives when it runs."""
     attrs = _attrs(node)
     op = node.op_type
 
@@ -233,8 +256,12 @@ def _check_qlinear_node(node: onnx.NodeProto, version: int, types: dict[str, int
             return f"output_dtype {name(odt)} is not supported (uint8, int8 only)"
         if op == "DequantizeLinear" and odt not in (0, _T.FLOAT):
             return f"output_dtype {name(odt)} is not supported (float32 only)"
-        if t(0) and op == "QuantizeLinear" and t(0) != _T.FLOAT:
-            return f"input x is {name(t(0))}; only float32 is supported"
+        if t(0) and op == "QuantizeLinear" and t(0) == _T.INT32 and version >= 19:
+            # from opset 19, x and y_scale share the type T1 (an int32 scale is meaningless)
+            return (f"QuantizeLinear-{version} takes x and y_scale of one type (T1); an int32 x "
+                    "with a float32 y_scale is valid in opsets 10 to 18 only")
+        if t(0) and op == "QuantizeLinear" and t(0) not in (_T.FLOAT, _T.INT32):
+            return f"input x is {name(t(0))}; only float32 and int32 are supported"
         if t(0) and op == "DequantizeLinear" and t(0) not in (_T.UINT8, _T.INT8, _T.INT32):
             return f"input x is {name(t(0))}; only uint8, int8 and int32 are supported"
         if t(1) and t(1) != _T.FLOAT:
@@ -246,6 +273,10 @@ def _check_qlinear_node(node: onnx.NodeProto, version: int, types: dict[str, int
         if op == "QuantizeLinear" and odt and t(2) and t(2) != odt:
             # the schema's type constraint (onnxruntime refuses the model when it loads it)
             return f"output_dtype {name(odt)} differs from y_zero_point's type {name(t(2))}"
+        if version == 10:
+            bad = _opset10_per_axis(node, shapes or {})
+            if bad:
+                return bad
         return None
     if op in ("QLinearConv", "QLinearMatMul"):
         for i in (1, 4, 6):
@@ -259,6 +290,19 @@ def _check_qlinear_node(node: onnx.NodeProto, version: int, types: dict[str, int
         for i in range(len(node.input)):
             if t(i) and t(i) not in _EIGHT_BIT:
                 return f"input {i} is {name(t(i))}; only uint8 and int8 are supported"
+    return None
+
+
+def _opset10_per_axis(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) -> str | None:
+    """QuantizeLinear-10 / DequantizeLinear-10 take a scalar scale and zero point (one
+    element); per-axis parameters came with opset 13. The message run gives, or None (also
+    when a shape is unknown before running)."""
+    x = "y" if node.op_type == "QuantizeLinear" else "x"
+    for i, what in ((1, f"{x}_scale"), (2, f"{x}_zero_point")):
+        if i < len(node.input) and node.input[i]:
+            shape = shapes.get(node.input[i])
+            if shape is not None and math.prod(shape) != 1:
+                return f"{node.op_type}-10 takes a scalar {what} (per-axis needs opset 13); got shape {shape}"
     return None
 
 
@@ -343,7 +387,7 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
                         f"the model-local functions cannot be inlined: {' '.join(str(e).split())}")]
     opsets = {d.domain if d.domain != "ai.onnx" else "": d.version for d in model.opset_import}
     functions = {(f.domain, f.name) for f in model.functions}
-    types = _elem_types(model)
+    types, shapes = _types_and_shapes(model)
     problems: list[Problem] = []
     newest = onnx.defs.onnx_opset_version()
     if opsets.get("", 0) > newest:
@@ -386,7 +430,7 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
                 problems.append(Problem(label, node.op_type, domain, version,
                                         "operator version not supported by qlinear"))
                 continue
-            reason = _check_qlinear_node(node, version, types)
+            reason = _check_qlinear_node(node, version, types, shapes)
             if reason:
                 problems.append(Problem(label, node.op_type, domain, version, reason))
             continue
@@ -431,6 +475,13 @@ class _QLinearOp(OpRun):
     def _fail(self, msg: str) -> NodeError:
         return NodeError(f"node {self.onnx_node.name or self.onnx_node.output[0]!r} "
                          f"({self.onnx_node.op_type}-{self.version}): {msg}")
+
+    def _check_opset10_scalar(self, what: str, value: Any) -> None:
+        """QuantizeLinear-10 / DequantizeLinear-10: ``what`` must have one element (per-axis
+        parameters came with opset 13); the rule ``check_model`` applies to constant ones."""
+        if value is not None and np.asarray(value).size != 1:
+            raise self._fail(f"{self.onnx_node.op_type}-10 takes a scalar {what} (per-axis needs opset 13); "
+                             f"got shape {np.shape(value)}")
 
     def _call(self, fn, *args, **kwargs):
         try:
@@ -544,7 +595,8 @@ class QuantizeLinear(_QLinearOp):
         g = self.given
         if g.get("block_size", 0) or g.get("precision", 0):
             raise self._fail("block_size and precision attributes are not supported")
-        self._check_float32("input x", x)
+        if not (self.version < 19 and np.asarray(x).dtype == np.int32):  # T1 of opsets 10-18: float, int32
+            self._check_float32("input x", x)
         self._check_float32("y_scale", y_scale)
         odt = g.get("output_dtype", 0)
         if y_zero_point is None:
@@ -557,8 +609,9 @@ class QuantizeLinear(_QLinearOp):
             if odt and helper.tensor_dtype_to_np_dtype(odt) != y_zero_point.dtype:
                 raise self._fail(f"output_dtype {helper.tensor_dtype_to_np_dtype(odt).name} differs from "
                                  f"y_zero_point's type {y_zero_point.dtype}")
-        if self.version == 10 and np.asarray(y_scale).size != 1:
-            raise self._fail("QuantizeLinear-10 takes a scalar y_scale (per-axis needs opset 13)")
+        if self.version == 10:
+            self._check_opset10_scalar("y_scale", y_scale)
+            self._check_opset10_scalar("y_zero_point", y_zero_point)
         prepared = self._prepared_params(PreparedQuantize, y_scale, y_zero_point, g.get("axis", 1))
         if prepared is not None:
             return (self._call(prepared.run, x),)
@@ -580,8 +633,9 @@ class DequantizeLinear(_QLinearOp):
             raise self._fail(f"input x is {np.asarray(x).dtype}; only uint8, int8 and int32 "
                              "are supported")
         self._check_float32("x_scale", x_scale)
-        if self.version == 10 and np.asarray(x_scale).size != 1:
-            raise self._fail("DequantizeLinear-10 takes a scalar x_scale (per-axis needs opset 13)")
+        if self.version == 10:
+            self._check_opset10_scalar("x_scale", x_scale)
+            self._check_opset10_scalar("x_zero_point", x_zero_point)
         prepared = self._prepared_params(PreparedDequantize, x_scale, x_zero_point, g.get("axis", 1))
         if prepared is not None:
             return (self._call(prepared.run, x),)
@@ -1073,6 +1127,41 @@ def _graph_tensors(graph: onnx.GraphProto) -> Iterable[onnx.TensorProto]:
                 yield from _graph_tensors(g)
 
 
+def missing_external_data(tensor: str, location: str, folder: str) -> str | None:
+    """Why the external data file ``location`` of ``tensor`` cannot be found in the model's
+    ``folder``, naming the path the model expects and what to do; None when it is a file.
+    External data is read relative to the model file's folder (onnx's rule), not the current
+    directory, and qlinear reads it nowhere else."""
+    folder = os.path.abspath(folder)
+    expected = os.path.normpath(os.path.join(folder, location))
+    if os.path.isfile(expected):
+        return None
+    parent = os.path.dirname(expected)
+    what = (f"the folder {parent} does not exist" if not os.path.isdir(parent) else
+            "it is not a regular file" if os.path.exists(expected) else "no such file")
+    return (f"tensor {tensor!r} keeps its data in the external file {location!r}, expected at {expected}, "
+            f"but {what}; external data is read from the model's folder ({folder}) whatever the "
+            f"current directory: put the file there, or keep the model next to its data")
+
+
+def _load_path(path: str | os.PathLike) -> onnx.ModelProto:
+    """``onnx.load(path)``, with a missing external data file named as
+    :func:`missing_external_data` names it (onnx said the data 'should be stored in ..., but it
+    is not regular file')."""
+    model = onnx.load(path, load_external_data=False)
+    folder = os.path.dirname(os.path.abspath(path))
+    for t in _graph_tensors(model.graph):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            location = next((e.value for e in t.external_data if e.key == "location"), "")
+            why = missing_external_data(t.name, location, folder) if location else None
+            if why:
+                raise ValueError(f"prepare: {why}")
+    from onnx.external_data_helper import load_external_data_for_model
+
+    load_external_data_for_model(model, folder)
+    return model
+
+
 def _check_external_data_loaded(model: onnx.ModelProto, from_bytes: bool) -> None:
     """ValueError naming a tensor whose data lives in an external file that was not read
     (``onnx.load(path, load_external_data=False)``, or a model's bytes, which cannot name the
@@ -1258,7 +1347,7 @@ class QLinearRep(BackendRep):
     def run(self, inputs, progress: bool | None = False, **kwargs) -> tuple[np.ndarray, ...]:  # type: ignore[override]
         """Outputs in graph order. ``progress=None`` shows a bar on a terminal's stderr."""
         feeds = self._feeds(inputs)
-        with _blas.single_threaded():
+        with _blas.single_threaded(), np.errstate(**_IEEE):
             values = self._named(lambda: self._with_progress(
                 lambda: self.evaluator.run(None, feeds), progress))
         return tuple(self._unwrap_optionals(values) if self._optional_outputs else values)
@@ -1266,7 +1355,7 @@ class QLinearRep(BackendRep):
     def run_all(self, inputs, progress: bool | None = False) -> dict[str, Any]:
         """Every tensor of the graph (inputs, initializers, intermediates, outputs) by name."""
         feeds = self._feeds(inputs)
-        with _blas.single_threaded():
+        with _blas.single_threaded(), np.errstate(**_IEEE):
             results = self._named(lambda: self._with_progress(
                 lambda: self.evaluator.run(None, feeds, intermediate=True), progress))
         if self._optional_outputs:
@@ -1319,7 +1408,7 @@ class QLinearBackend(Backend):
         kernels_for(emulate)  # a bad name fails before anything is loaded
         from_bytes = isinstance(model, bytes)
         if isinstance(model, (str, os.PathLike)):
-            model = onnx.load(model)
+            model = _load_path(model)
         elif isinstance(model, bytes):
             model = onnx.load_from_string(model)
         elif not isinstance(model, onnx.ModelProto):

@@ -262,7 +262,10 @@ def average_pool(x: np.ndarray, *, kernel_shape, strides=None, pads=None, dilati
     extra = [max(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
                  - (spatial[i] + pb[i] + pe[i])) for i in range(nd)]
     xp = _padded(x, pb, pe, extra)
-    y = np.zeros(x.shape[:2] + tuple(out), dtype=x.dtype)
+    # float16 windows are summed in float32 (as global_average_pool, onnx.reference and
+    # onnxruntime do): nine float16 taps of 40000 overflowed 65504 where their mean does not
+    acc = np.dtype(np.float32) if x.dtype == np.float16 else x.dtype
+    y = np.zeros(x.shape[:2] + tuple(out), dtype=acc)
     counted = np.zeros([1, 1] + [spatial[i] + pb[i] + pe[i] + extra[i] for i in range(nd)],
                        dtype=np.int64)
     inside = tuple(slice(0, spatial[i] + pb[i] + pe[i]) if count_include_pad
@@ -274,8 +277,8 @@ def average_pool(x: np.ndarray, *, kernel_shape, strides=None, pads=None, dilati
         y += xp[sl]
         count += counted[sl]
     with np.errstate(divide="ignore", invalid="ignore"):  # a window wholly in padding: NaN
-        y /= count.astype(x.dtype)
-    return y
+        y /= count.astype(acc)
+    return y.astype(x.dtype, copy=False)
 
 
 def global_average_pool(x: np.ndarray) -> np.ndarray:
@@ -294,19 +297,28 @@ def global_max_pool(x: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- activations
 
 
+#: Sigmoid's cutoff per float type: below x = -c, exp(x) is used instead of 1/(1+exp(-x)).
+#: c = 80 for float32 and float64 (float32: exp(80) > 5e34, where 1/(1+e) loses the subnormal
+#: result's digits or overflows to 0); 11 for float16, whose exp(-x) overflows its 65504
+#: from x = -11.1 on (1/(1+inf) was 0 where the result is 6e-6 ... 6e-8).
+_SIGMOID_CUTOFF = {np.dtype(np.float16): 11.0}
+
+
 def sigmoid(x: np.ndarray) -> np.ndarray:
     """1 / (1 + exp(-x)), in place on one temporary.
 
-    Below x = -80 (float32: exp(-x) > 5e34, where 1/(1+e) loses the subnormal result's
-    digits or overflows to 0), exp(x) is the value to within rounding and is used instead.
+    Below x = -c (``_SIGMOID_CUTOFF``: 80, float16 11), where exp(-x) overflows or 1/(1+e)
+    loses the subnormal result's digits, exp(x) is the value to within rounding and is used
+    instead.
     """
     t = x.dtype.type  # typed scalars: NumPy's Python-scalar promotion costs ~10 us a call
+    c = t(_SIGMOID_CUTOFF.get(x.dtype, 80.0))
     y = np.negative(x)
-    np.minimum(y, t(80), out=y)  # no overflow; x < -80 is recomputed below
+    np.minimum(y, c, out=y)  # no overflow; x < -c is recomputed below
     np.exp(y, out=y)
     y += t(1)
     np.reciprocal(y, out=y)
-    low = x < t(-80)
+    low = x < -c
     if low.any():
         y[low] = np.exp(x[low])
     return y

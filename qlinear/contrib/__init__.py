@@ -7,6 +7,9 @@ the schema's names and defaults. The arithmetic is pinned in docs/contract.md ("
 com.microsoft operators").
 """
 
+from types import SimpleNamespace
+
+from . import elementwise, gemm, pool, transformer
 from .elementwise import (
     PreparedBinary,
     prepare_qlinear_binary,
@@ -66,3 +69,36 @@ __all__ = [
     "fast_gelu",
     "gelu",
 ]
+
+
+def _public_under_ieee_errstate() -> SimpleNamespace:
+    """Rebind every public function of this package to a wrapper that computes under
+    np.errstate(all="ignore"): underflow to denormals or 0 and overflow to ±inf in the float32
+    multipliers and quotients, and inf/NaN in the float operators, are the IEEE arithmetic
+    onnxruntime does (docs/contract.md), so the results are the same, and nothing is raised or
+    warned, under a caller's np.errstate(all="raise"). Returns the unwrapped functions (and
+    the submodules) for qlinear.backend_contrib, whose graph run is under that state already
+    (an errstate costs microseconds a call)."""
+    import functools
+
+    import numpy as np
+
+    def ieee(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with np.errstate(all="ignore"):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+    g = globals()
+    raw = SimpleNamespace(elementwise=elementwise, gemm=gemm, pool=pool, transformer=transformer)
+    for name in __all__:
+        obj = g[name]
+        setattr(raw, name, obj)
+        if callable(obj) and not isinstance(obj, type):
+            g[name] = ieee(obj)
+    return raw
+
+
+_raw = _public_under_ieee_errstate()

@@ -84,18 +84,18 @@ class PreparedQGemm:
             except ValueError:
                 raise ValueError(f"{op}: C must broadcast to (M, N) = {(m, n)}; got shape {c.shape}") from None
             acc = np.add(acc, c, dtype=np.int32)  # wraps modulo 2**32, as onnxruntime's int32 adds
-        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        with np.errstate(all="ignore"):  # float32 arithmetic: underflow and overflow are values
             s = F32(p.float_attribute(op, "alpha", alpha)) * sa * self.b_scale  # f(f(alpha · a_scale) · b_scale_j)
         if y_scale is None:
             if y_zero_point is not None:
                 raise TypeError(f"{op}: y_zero_point is given without y_scale")
-            with np.errstate(over="ignore", invalid="ignore"):
+            with np.errstate(all="ignore"):
                 return acc.astype(F32) * s
         if y_zero_point is None:
             raise TypeError(f"{op}: y_zero_point is required with y_scale (it decides the output dtype)")
         yzp = v.output_zero_point(op, "y_zero_point", y_zero_point)
         ys, yz = p.qparams(op, "y_scale", y_scale, "y_zero_point", yzp, "Y", yzp.dtype, divides=True)
-        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        with np.errstate(all="ignore"):
             mult = v.finite_multiplier(op, np.asarray(s / ys, F32), "alpha * a_scale * b_scale / y_scale")
         return requantize_multiply(acc.astype(F32), mult, yz, yzp.dtype)
 

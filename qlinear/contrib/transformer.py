@@ -116,7 +116,11 @@ def _skip_layer_normalization_op(input, skip, gamma, beta=None, bias=None, *, ep
     s = np.add(x, sk, dtype=F64)  # x.astype(F64) + sk: both widened exactly, one float64 add
     if bias is not None:
         s += hidden_param(op, "bias", bias, hidden)
+    # onnxruntime normalizes the float32 sum (its fourth output): the float64 sum rounded once
+    # to float32, widened back exactly. Where that sum overflows float32, its row is inf and
+    # normalizes to NaN, as onnxruntime's does.
     s32 = s.astype(F32)
+    s = s32.astype(F64)
     g = hidden_param(op, "gamma", gamma, hidden)
     b = None if beta is None else hidden_param(op, "beta", beta, hidden)
     y, mean, inv_std = _layer_norm(s, g, b, p.float_attribute(op, "epsilon", epsilon))

@@ -91,7 +91,10 @@ def _check_external_data(model: onnx.ModelProto, base_dir: str, max_bytes: int) 
             raise ToolError(f"tensor {t.name!r}: external data path {loc!r} points outside the "
                             "model's folder")
         if not os.path.isfile(path):
-            raise ToolError(f"tensor {t.name!r}: external data file {loc!r} not found")
+            from qlinear.backend import missing_external_data
+
+            raise ToolError(missing_external_data(t.name, loc, base_dir)
+                            or f"tensor {t.name!r}: external data file {loc!r} not found")
         need = _tensor_nbytes(t.dims, t.data_type)
         offset = _external_int(t, info, "offset", 0)
         length = _external_int(t, info, "length", need) or need
