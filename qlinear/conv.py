@@ -173,20 +173,26 @@ class _ConvWeights:
         zp = np.full(m, int(zp), np.int32) if zp.ndim == 0 else zp.astype(np.int32)
         return _pack_plain(_native._C, isa, w2, zp, math.prod(self.w.shape[2:]))
 
-    def fits_fast_path(self) -> bool:
-        """Whether every centered weight w - w_zero_point lies in [-64, 64]: then the byte
-        kernels' int16 pair sums |x'·(w - zw) + x'·(w - zw)| <= 2·255·64 = 32640 cannot
-        saturate (x' = x in its u8 form, [0, 255]), which proves the fast path exact."""
-        flag = getattr(self, "_fast", None)
+    def fits_fast_path(self, bound: int = 64) -> bool:
+        """Whether every centered weight w - w_zero_point lies in [-bound, min(bound, 127)],
+        the fast-path kernel's ``s8_bound`` (conv.c's QL_FORM_S8U8 stores w - zw as int8).
+        64 on AVX2: vpmaddubsw's int16 pair sums |x'·(w - zw) + x'·(w - zw)| <= 2·255·64 =
+        32640 cannot saturate (x' = x in its u8 form, [0, 255]). 128 on the VNNI levels:
+        vpdpbusd adds its 4 products (each |x'·(w - zw)| <= 255·128) into the int32
+        accumulator exactly, with wraparound and no saturation, so any int8 value is safe."""
+        cache = getattr(self, "_fast", None)
+        if cache is None:
+            cache = self._fast = {}
+        flag = cache.get(bound)
         if flag is None:
             w = self.w.reshape(self.out_channels, -1)
             if w.size == 0:
                 flag = True
             else:   # per-row extremes (fast reductions on 8-bit data) against the row's zero point
                 zp = np.broadcast_to(self.w_zero_point.astype(np.int32).reshape(-1), (w.shape[0],))
-                flag = bool(np.all(w.max(axis=1).astype(np.int32) - zp <= _FAST_BOUND)
-                            and np.all(zp - w.min(axis=1).astype(np.int32) <= _FAST_BOUND))
-            self._fast = flag
+                flag = bool(np.all(w.max(axis=1).astype(np.int32) - zp <= min(bound, 127))
+                            and np.all(zp - w.min(axis=1).astype(np.int32) <= bound))
+            cache[bound] = flag
         return flag
 
     def native_kind(self, isa: str, depthwise: bool) -> int:
@@ -194,7 +200,8 @@ class _ConvWeights:
         one, weights proven within its bound) or the exact GEMM."""
         if depthwise:
             return _DEPTHWISE
-        if _has_conv_fast(isa) and self.fits_fast_path():
+        bound = _conv_fast_bound(isa)
+        if bound and self.fits_fast_path(bound):
             return _GEMM_FAST
         return _GEMM
 
@@ -274,9 +281,9 @@ class _ConvWeights:
         return kind, w, out_shape, y_dtype, head, tail
 
 # Native paths (module.c's conv kinds): the exact GEMM, the depthwise kernel, the GEMM's
-# 7-bit fast path (conv.c's QL_FORM_S8U8), and the fast path's bound on |w - w_zero_point|.
+# fast path (conv.c's QL_FORM_S8U8: 7-bit weights on AVX2, any int8 centered weight on the
+# VNNI levels; the bound on |w - w_zero_point| is the level's kernel's, _conv_fast_bound).
 _GEMM, _DEPTHWISE, _GEMM_FAST = 0, 1, 2
-_FAST_BOUND = 64
 # conv.c's DWCL_MAX_TAPS: the channels-last depthwise kernel's largest kernel
 _DW_CL_MAX_TAPS = 64
 
@@ -287,15 +294,22 @@ _NATIVE_MAX_EXTENT = 1 << 59
 # The native engine's scratch is per thread and bounded by constants (offset tables, a few
 # rows): it is always allowed this much, whatever the workspace limit.
 _NATIVE_MIN_WORKSPACE = 16 << 20
-_CONV_FAST: dict[str, bool] = {}
+_CONV_FAST: dict[str, int] = {}
+
+
+def _conv_fast_bound(isa: str) -> int:
+    """The s8_bound of ISA level ``isa``'s convolution fast-path kernel (64 on avx2, 128 on the
+    VNNI levels), or 0 when the level has none (asked once per level)."""
+    got = _CONV_FAST.get(isa)
+    if got is None:
+        info = _native._C.kernel_info(isa, _GEMM_FAST)
+        got = _CONV_FAST[isa] = 0 if info is None else int(info["s8_bound"])
+    return got
 
 
 def _has_conv_fast(isa: str) -> bool:
-    """Whether ISA level ``isa`` has the convolutions' fast-path kernel (asked once per level)."""
-    got = _CONV_FAST.get(isa)
-    if got is None:
-        got = _CONV_FAST[isa] = _native._C.kernel_info(isa, _GEMM_FAST) is not None
-    return got
+    """Whether ISA level ``isa`` has the convolutions' fast-path kernel."""
+    return _conv_fast_bound(isa) > 0
 _NO_MULT = np.ones(1, dtype=np.float32)
 
 

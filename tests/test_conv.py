@@ -733,7 +733,9 @@ def test_seven_bit_tails_borders_strides(m, spatial, kernel, attrs):
 def test_seven_bit_bound_extremes(xdt, wdt, delta, fast):
     """Every weight at w_zero_point + delta and x at its extremes: the pair sums reach
     2*255*64 = 32640 (the int16 limit is 32767) at the bound; one past it (65) the exact kernel
-    must run, since vpmaddubsw would saturate there (2*255*65 = 33150)."""
+    must run on avx2, since vpmaddubsw would saturate there (2*255*65 = 33150). The VNNI
+    levels' fast kernel (vpdpbusd, s8_bound 128) takes 65 too
+    (test_vnni_fast_path_full_int8_weights tests its own bound)."""
     rng = np.random.default_rng([int(delta) & 0xFF, 42])
     info = np.iinfo(wdt)
     zw = info.min + 65 if delta > 0 else info.max - 65
@@ -751,8 +753,95 @@ def test_seven_bit_bound_extremes(xdt, wdt, delta, fast):
         check_qconv(_qconv_args(rng, x, w, wz=wz), kwargs)
     kind = _conv_kind(w, wz, pads=[1, 1, 1, 1])
     from qlinear import _native
-    if kind is not None and _native._C.kernel_info(_native._C.get_isa(), 2) is not None:
-        assert (kind == 2) == fast
+    info = None if kind is None else _native._C.kernel_info(_native._C.get_isa(), 2)
+    if info is not None:
+        assert (kind == 2) == (fast or info["s8_bound"] >= 65)
+
+
+# Geometries of test_vnni_fast_path_full_int8_weights: (x spatial, kernel, attributes, input
+# channels, group); 1-D, 2-D, 3-D, grouped, strides, dilations, asymmetric pads, channel counts
+# that are and are not multiples of the 4-channel k-group, rows around the 16-column tile
+_VNNI_CASES = [
+    ((37,), (3,), dict(pads=[1, 2]), 8, 1),                                   # 1-D
+    ((9, 21), (3, 3), dict(pads=[1, 1, 1, 1]), 4, 1),
+    ((17, 30), (3, 3), dict(strides=[2, 2], pads=[1, 0, 0, 1]), 8, 1),      # stride 2, asymmetric
+    ((11, 40), (3, 3), dict(dilations=[2, 3], pads=[2, 3, 2, 3]), 12, 1),
+    ((26, 32), (3, 3), dict(strides=[3, 3], pads=[1, 2, 0, 1]), 8, 2),      # stride 3, two groups
+    ((23, 29), (7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3]), 3, 1),      # a stem: 3 channels
+    ((5, 7, 9), (3, 3, 3), dict(pads=[1, 1, 1, 1, 1, 1]), 4, 1),            # 3-D
+    ((13, 17), (1, 1), {}, 132, 1),                                          # pointwise, 33 k-groups
+    ((9, 9), (3, 3), dict(pads=[1, 1, 1, 1]), 16, 4),                       # 4 groups of 4
+]
+
+
+def _int8_weights_with_edges(rng, wdt, shape, spread):
+    """Weights w = zw + d whose centered values d = w - zw reach the VNNI kernels' bound
+    [-128, 127] where the type allows: per-channel zero points differing within ``spread`` of
+    0 (int8) or 128 (uint8), d drawn from the largest range the channel's w can hold, and its
+    two ends forced every 5th / 7th element (int8 zw 0 or uint8 zw 128: exactly -128 and 127)."""
+    m = shape[0]
+    mid = 0 if wdt == I8 else 128
+    wz = (mid + rng.integers(-spread, spread, m, endpoint=True)).astype(np.int32)
+    wz[0] = mid   # one channel with the whole range
+    info = np.iinfo(wdt)
+    lo = np.maximum(-128, info.min - wz).reshape(m, *(1,) * (len(shape) - 1))
+    hi = np.minimum(127, info.max - wz).reshape(m, *(1,) * (len(shape) - 1))
+    d = lo + np.floor(rng.random(shape) * (hi - lo + 1)).astype(np.int32)
+    d = np.minimum(d, hi)
+    d.reshape(m, -1)[:, ::5] = lo.reshape(m, 1)
+    d.reshape(m, -1)[:, 3::7] = hi.reshape(m, 1)
+    w = (wz.reshape(lo.shape) + d).astype(wdt)
+    return w, wz.astype(wdt)
+
+
+@pytest.mark.parametrize("case", range(len(_VNNI_CASES)))
+def test_vnni_fast_path_full_int8_weights(case, engine_level):
+    """The VNNI levels' convolution fast path (avx512vnni-s8u8 / avxvnni-s8u8: vpdpbusd, exact
+    for every int8 centered weight, s8_bound 128) against the oracle: all 8 type combinations,
+    centered weights at both ends -128 and 127 (int8 weights with zero point 0, uint8 with 128,
+    and differing per-channel zero points around them), full-range activations (x at its type's
+    extremes every 7th / 11th element: the largest products 255 * 128), 1-3-D geometry with
+    strides, dilations, pads and groups; that the fast kind and the implicit path ran
+    (conv_path_counts), and that weights one past the bound (w - zw = 128 or -129) fall back to
+    the exact form (the U8S8 im2col GEMM) with the same bits."""
+    from qlinear import _native
+    level = _native._C.get_isa() if engine_level not in (None, "numpy") and _native.native() else None
+    if level not in ("avx512vnni", "avxvnni"):
+        pytest.skip(f"needs a VNNI level (this run: {engine_level}); runs natively on VNNI CPUs and "
+                    "under scripts/emulated_isa.sh")
+    assert _native._C.kernel_info(level, 2)["s8_bound"] == 128
+    spatial, kernel, attrs, cin, group = _VNNI_CASES[case]
+    rng = np.random.default_rng([case, 48])
+    kw = dict(attrs, group=group)
+    for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+        m = group * (5 + 6 * ((r + case) % 3))   # 5, 11, 17 per group: the 16-row tile's tails
+        shape = (m, cin // group, *kernel)
+        x = rand_int(rng, xdt, (2, cin, *spatial))
+        x.flat[::7] = np.iinfo(xdt).min
+        x.flat[3::11] = np.iinfo(xdt).max
+        w, wz = _int8_weights_with_edges(rng, wdt, shape, 20 if r % 2 else 0)
+        for outside in (False, True):
+            if outside:   # one weight one past the bound: the whole layer takes the exact form
+                w = w.copy()
+                if wdt == I8:
+                    wz = wz.copy()
+                    wz[-1] = -1
+                    w[-1].flat[-1] = 127                    # 127 - (-1) = 128
+                else:
+                    wz = wz.copy()
+                    wz[-1] = 129
+                    w[-1].flat[-1] = 0                      # 0 - 129 = -129
+            kind = _conv_kind(w, wz, **kw)
+            assert kind == (0 if outside else 2), (kind, outside)
+            before = _native._C.conv_path_counts()
+            check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), kw)
+            check_convint([x, w, rand_int(rng, xdt, ()), wz], kw)
+            after = _native._C.conv_path_counts()
+            took = after[0] - before[0], after[1] - before[1]
+            implicit = not outside and _takes_implicit(spatial, kernel, attrs, cin, group, True)
+            assert took == ((2, 0) if implicit else (0, 2)), (took, outside)
+            if not outside:
+                assert implicit, "every case here is one the implicit path takes"
 
 
 def test_prepared_conv_repeated_calls_with_changing_parameters():
@@ -1068,16 +1157,18 @@ def _implicit_geometry_fits(spatial, kernel, attrs, cin, kpack):
 
 
 def _takes_implicit(spatial, kernel, attrs, cin, group, seven_bit):
-    """Whether conv.c's implicit GEMM takes the case on the avx2 and scalar levels (the exact
-    kernels' k-group is 2 channels, avx2's 7-bit kernel's 4, channels padded up to it when that
-    adds at most a third; the scalar level has no 7-bit kernel), from the path rules documented
-    in docs/engine.md."""
+    """Whether conv.c's implicit GEMM takes the case at the current level (the exact kernels'
+    k-group is 2 channels, the fast S8U8 kernels' 4, channels padded up to it when that adds at
+    most a third; the scalar level has no fast kernel; the VNNI levels' exact kernel is the
+    U8S8 GEMM, im2col only, so there only the fast path - seven_bit: the call's kind is the
+    fast one - is implicit), from the path rules documented in docs/engine.md."""
     from qlinear import _native
     cg = cin // group
     level = _native._C.get_isa()
-    kpack = 4 if seven_bit and level == "avx2" else 2
+    vnni = level in ("avx512vnni", "avxvnni")
+    kpack = 4 if seven_bit and (level == "avx2" or vnni) else 2
     blocks = -(-cg // kpack)
-    if level not in ("avx2", "scalar"):
+    if level not in ("avx2", "scalar") and not (vnni and seven_bit):
         return False
     pointwise = all(k == 1 for k in kernel)
     if not pointwise and 3 * blocks * kpack > 4 * cg:   # channel padding: at most 1/3 more
@@ -1133,7 +1224,7 @@ def test_implicit_gemm_paths(case, seven_bit, engine_level):
         if native:
             after = _native._C.conv_path_counts()
             took = after[0] - before[0], after[1] - before[1]
-            want_fast = seven_bit and _conv_kind(w, wz, **kw) == 2
+            want_fast = _conv_kind(w, wz, **kw) == 2
             implicit = _takes_implicit(spatial, kernel, attrs, cin, group, want_fast)
             assert took == ((2, 0) if implicit else (0, 2)), (took, implicit)
 
@@ -1187,7 +1278,7 @@ def test_implicit_kernel_k_group_counts(cin, kernel, seven_bit, engine_level):
         check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), pads)
         check_convint([x, w, rand_int(rng, xdt, ()), wz], pads)   # the int32 sums themselves
         if native:
-            want_fast = seven_bit and _conv_kind(w, wz, **pads) == 2
+            want_fast = _conv_kind(w, wz, **pads) == 2
             implicit = _takes_implicit((5, 19), kernel, pads, cin, 1, want_fast)
             took = _native._C.conv_path_counts()[0] - before[0]
             assert took == (2 if implicit else 0)

@@ -165,7 +165,8 @@ def implicit_nd_cases(draw):
 @given(case=implicit_nd_cases())
 def test_implicit_nd_conv_equals_oracle(case):
     """3-D and 4-D convolutions against the oracle (QLinearConv and ConvInteger), and, on the
-    levels with the implicit GEMM (avx2, scalar), the path each took: the implicit one wherever
+    levels with the implicit GEMM (avx2, scalar; avx512vnni and avxvnni for weights their fast
+    kernel takes, every int8 centered weight), the path each took: the implicit one wherever
     conv.c's rules (mirrored in test_conv._takes_implicit) take it - every rank, not only 1-D
     and 2-D - and im2col where they decline (strides of 5, planes too large)."""
     from test_conv import _conv_kind, _takes_implicit
@@ -177,9 +178,9 @@ def test_implicit_nd_conv_equals_oracle(case):
     assert_exact(qlinear.qlinear_conv(*args, **attrs), oracle.qlinear_conv(*args, **attrs))
     x, _, xz, w, _, wz = args[:6]
     assert_exact(qlinear.conv_integer(x, w, xz, wz, **attrs), oracle.conv_integer(x, w, xz, wz, **attrs))
-    if level in ("avx2", "scalar"):
+    if level in ("avx2", "scalar", "avx512vnni", "avxvnni"):
         took = tuple(a - b for a, b in zip(_native._C.conv_path_counts(), before))[:2]
-        fast = _conv_kind(w, wz, **attrs) == 2   # the 7-bit kernel wherever the weights fit it
+        fast = _conv_kind(w, wz, **attrs) == 2   # the fast kernel wherever the weights fit its bound
         implicit = _takes_implicit(size, kernel, {k: v for k, v in attrs.items() if k != "group"}, cin, group, fast)
         assert took == ((2, 0) if implicit else (0, 2)), (took, implicit)
 

@@ -162,15 +162,17 @@ static uint32_t sum_u8form(const uint8_t *s, int64_t n, uint8_t flip)
     return sum;
 }
 
-/* The fast path's row (S8U8 form) from n source bytes: every w - z in [-64, 64] (else -1, with
- * nothing usable written), d[j] = w - z as int8 (d NULL: the bound and the sum only), *sum = the
- * sum of w - z (wrap32). In the u8 form (u = w ^ flip, zu = z + flip: both in [0, 255]) the
- * bound is u in [zu - 64, zu + 64] (clamped to [0, 255]) and w - z = u - zu, so on x86 16 bytes
- * a step: vpmaxub/vpminub clamp (a byte that moves is outside), vpsubb, vpsadbw for the sum. */
-static int s8u8_row(const uint8_t *s, int64_t n, int w_type, int32_t z, int8_t *d, int32_t *sum)
+/* The fast path's row (S8U8 form) from n source bytes: every w - z in [-bound, min(bound, 127)]
+ * (the kernel's s8_bound: 64 on AVX2, 128 on the VNNI levels; else -1, with nothing usable
+ * written), d[j] = w - z as int8 (d NULL: the bound and the sum only), *sum = the sum of w - z
+ * (wrap32). In the u8 form (u = w ^ flip, zu = z + flip: both in [0, 255]) the bound is u in
+ * [zu - bound, zu + min(bound, 127)] (clamped to [0, 255]) and w - z = u - zu, so on x86 16
+ * bytes a step: vpmaxub/vpminub clamp (a byte that moves is outside), vpsubb, vpsadbw for the
+ * sum. (|sum| <= 128 K < 2^31: K is below 2^29, module.c.) */
+static int s8u8_row(const uint8_t *s, int64_t n, int w_type, int32_t z, int bound, int8_t *d, int32_t *sum)
 {
-    int32_t flip = w_type == QL_I8 ? 128 : 0, zu = z + flip;
-    int32_t lo = zu - 64 < 0 ? 0 : zu - 64, hi = zu + 64 > 255 ? 255 : zu + 64;
+    int32_t flip = w_type == QL_I8 ? 128 : 0, zu = z + flip, up = bound < 127 ? bound : 127;
+    int32_t lo = zu - bound < 0 ? 0 : zu - bound, hi = zu + up > 255 ? 255 : zu + up;
     uint32_t usum = 0;
     int bad = 0;
     int64_t j = 0;
@@ -208,8 +210,9 @@ static int s8u8_row(const uint8_t *s, int64_t n, int w_type, int32_t z, int8_t *
  * dst layout: M rows of w_row_bytes, then int32 row_a[M], int32 row_z[M]:
  * - U8S8 form: rows in the u8 form, row_a = rowsum(L') - K*zL', row_z = zL' (the epilogue's
  *   corrections, wrap32);
- * - S8U8 form (fast path): rows = w - wzp as int8, which must lie in [-64, 64] (else -1, nothing
- *   usable written); row_a = sum of the row (|sum| <= 64 K < 2^31), row_z = 0. The per-call
+ * - S8U8 form (fast path): rows = w - wzp as int8, which must lie within the kernel's s8_bound
+ *   (else -1, nothing usable written); row_a = sum of the row (|sum| <= 128 K < 2^31), row_z = 0.
+ *   The per-call
  *   correction is then one term per row: - zx' * row_a (ql_conv_gemm).
  * Rows [i0, i1) only (the layout is the whole M's), so threads can share the work; w0 is row
  * i0 of the source (rows K apart). Returns 0 or -1 (the fast path's bound). */
@@ -224,7 +227,7 @@ static int pack_w_rows(const ql_gemm_kernel *k, const void *w0, int w_type, int 
             const uint8_t *src = (const uint8_t *)w0 + (size_t)(i - i0) * (size_t)K;
             int8_t *d = (int8_t *)dst + (size_t)i * (size_t)ldl;
             int32_t sum;
-            if (s8u8_row(src, K, w_type, wzp[i], d, &sum)) return -1;
+            if (s8u8_row(src, K, w_type, wzp[i], k->s8_bound, d, &sum)) return -1;
             for (int kk = K; kk < kp; kk++) d[kk] = 0;
             row_a[i] = sum;
             row_z[i] = 0;
@@ -423,7 +426,7 @@ static int pack_w_grouped(const ql_gemm_kernel *k, const void *w, int w_type, in
             memset(d + 2 * Kw, 0, (size_t)(kp - Kw) * 2);
         } else if (k->form == QL_FORM_S8U8) {
             int32_t sum;
-            if (s8u8_row(s, K, w_type, z, NULL, &sum)) return -1;
+            if (s8u8_row(s, K, w_type, z, k->s8_bound, NULL, &sum)) return -1;
             grouped_b(s, cg, taps, 0, (uint8_t)z, 0, (uint8_t *)d, k->grouped_b_t9);
             memset(d + Kw, 0, (size_t)(kp - Kw));
             row_a[i] = sum;   /* padding adds 0 */
@@ -1186,7 +1189,7 @@ static void ig_phase_row(const ig_ctx *c, const uint8_t *raw, uint8_t *prow, int
  * 0 (raw column 2j) to d0 and of phase 1 (2j + 1) to d1, j < len, 4 bytes a position; reads
  * raw[q * RW, q * RW + 2 len). The form decides only how: the exact form's int16 pairs
  * (pair_i16_s2, SSE2 and portable); the 7-bit form's 4 channels' bytes ^ flip side by side
- * (ql_ig_s2x4_avx2: the S8U8 kernel is AVX2's, so the CPU runs AVX2; the portable loop for a
+ * (ql_ig_s2x4_avx2: every level with an S8U8 kernel runs AVX2; the portable loop for a
  * byte form elsewhere, the values interleave4 writes of split_phase's rows). len must be a
  * multiple of IG_S2_STEP(kpk), the SIMD step (ig_run rounds the lengths up to it). Measured
  * on ResNet-50's 3x3 stride-2 layers: one pass where a split per phase then a pairing or an

@@ -1,4 +1,5 @@
-/* AVX-512 VNNI kernels (512-bit vpdpbusd): U8S8 form, exact for every operand.
+/* AVX-512 VNNI kernels (512-bit vpdpbusd): U8S8 form (GEMM), exact for every operand, and
+ * S8U8 form (the convolutions' implicit GEMM, any int8 centered weight).
  *
  * Same arithmetic as kernels_avxvnni.c on 16 int32 lanes: non-saturating vpdpbusd only (MLAS
  * uses the saturating vpdpbusds here; the contract wants wrap32). The epilogue and
@@ -52,8 +53,113 @@ static const ql_gemm_kernel k_avx512vnni = {"avx512vnni-u8s8", Z_MR, 32, 4, QL_F
 
 #include "simd_common_avx2.h"
 
+/* ---------------------------------------------------------------------------------------
+ * avx512vnni-s8u8: the convolutions' implicit GEMM (conv.c's S8U8 form), 16 rows x 16 columns.
+ *
+ * A k-group's operand is 16 columns x 4 u8-form bytes = 64 bytes: ONE zmm load, which every
+ * row's vpdpbusd then uses as its unsigned source, with the row's 4 centered weights (int8)
+ * broadcast (vpbroadcastd) as the signed one. Exactness: each lane adds 4 products
+ * |u8 * s8| <= 255 * 128 = 32640 to the int32 accumulator, exactly and with wraparound
+ * (wrap32), no intermediate saturation (that is vpdpbusds, never used): every int8 weight is
+ * safe, s8_bound 128 (AVX2's vpmaddubsw needs |w - zw| <= 64).
+ * Why 16 rows (QL_MAX_MR): one accumulator per row, so 16 accumulators + the operand + the
+ * broadcast = 18 of the 32 zmm; a k-group is 1 operand load + 16 broadcast loads for 16
+ * vpdpbusd, the most rows per operand load the tile interface allows, and 16 independent
+ * accumulation chains, more than vpdpbusd's latency x throughput (about 4-5 cycles x 2 a
+ * cycle on Zen 4/5) needs to keep both pipes busy. Channel counts are multiples of 16 in
+ * most networks (12 rows would cut 64 channels into 6 tiles, the last of 4 rows). Row tiles
+ * of at most 8 rows (a layer's last) run an 8-row body instead of 16 rows of which half are
+ * dropped. Not measured: no VNNI CPU here (docs/engine.md).
+ * ------------------------------------------------------------------------------------- */
+#define ZS_MR 16
+#define ZS_ROW(r)                                                                               \
+    memcpy(&v, l[r] + 4 * (g), 4);                                                              \
+    c##r = _mm512_dpbusd_epi32(c##r, b_, _mm512_set1_epi32(v));
+#define ZS_GROUP(src, g)                                                                        \
+    {                                                                                           \
+        const __m512i b_ = _mm512_loadu_si512((const void *)(src));                             \
+        int32_t v;                                                                              \
+        ZS_ROW(0) ZS_ROW(1) ZS_ROW(2) ZS_ROW(3) ZS_ROW(4) ZS_ROW(5) ZS_ROW(6) ZS_ROW(7)         \
+        if (mr > 8) {                                                                           \
+            ZS_ROW(8) ZS_ROW(9) ZS_ROW(10) ZS_ROW(11) ZS_ROW(12) ZS_ROW(13) ZS_ROW(14) ZS_ROW(15) \
+        }                                                                                       \
+    }
+/* group g's operand at `base + 64 g` (a packed im2col panel, off NULL) or `base + off[g]`
+ * (implicit GEMM, prefetched): AVX2's loop (IK_GROUP_LOOP, simd_common_avx2.h). Named
+ * accumulators, not an array: gcc 12 then keeps all 16 in registers across the unrolled
+ * k-groups (with an array it shuffled and spilled them). */
+static inline __attribute__((always_inline)) void
+z_s8u8_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups, int rows,
+            __m512i *out, const int mr) {
+    const char *l[ZS_MR];
+    for (int r = 0; r < mr; r++)   /* missing tail rows re-read row 0; results dropped */
+        l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
+    __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
+            c8 = c0, c9 = c0, c10 = c0, c11 = c0, c12 = c0, c13 = c0, c14 = c0, c15 = c0;
+    IK_GROUP_LOOP(ZS_GROUP)
+    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3; out[4] = c4; out[5] = c5; out[6] = c6; out[7] = c7;
+    if (mr > 8) {
+        out[8] = c8; out[9] = c9; out[10] = c10; out[11] = c11;
+        out[12] = c12; out[13] = c13; out[14] = c14; out[15] = c15;
+    }
+}
+#undef ZS_ROW
+#undef ZS_GROUP
+
+static inline __attribute__((always_inline)) void
+z_s8u8_tile(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups, int rows,
+            __m512i *out) {
+    if (rows > 8)
+        z_s8u8_body(L, ldl, base, off, groups, rows, out, ZS_MR);
+    else
+        z_s8u8_body(L, ldl, base, off, groups, rows, out, 8);
+}
+
+static void z_store(const __m512i *out, int32_t *C, ptrdiff_t ldc, int rows) {
+    for (int r = 0; r < rows; r++) _mm512_storeu_si512((void *)(C + r * ldc), out[r]);
+}
+
+/* a packed 16-column panel (the im2col fallback: a geometry the implicit path declines) */
+static void avx512vnni_s8u8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                            int32_t *C, ptrdiff_t ldc, int rows) {
+    __m512i out[ZS_MR];
+    z_s8u8_tile(L, ldl, (const char *)Rpanel, NULL, kp / 4, rows, out);
+    z_store(out, C, ldc, rows);
+}
+
+static void avx512vnni_s8u8_ik(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off,
+                               int groups, int32_t *C, ptrdiff_t ldc, int rows) {
+    __m512i out[ZS_MR];
+    z_s8u8_tile(L, ldl, base, off, groups, rows, out);
+    z_store(out, C, ldc, rows);
+}
+
+/* with the epilogue from the accumulators: each row's zmm as its two ymm halves (columns 0-7,
+ * 8-15) through AVX2's register epilogue (ql_ik_epilogue_avx2): the same instructions, so the
+ * same bits as every other level's epilogue */
+static void avx512vnni_s8u8_ik_ep(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off,
+                                  int groups, const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+    __m512i acc[ZS_MR];
+    z_s8u8_tile(L, ldl, base, off, groups, rows, acc);
+    __m256i out[ZS_MR][2];
+    for (int r = 0; r < rows; r++) {
+        out[r][0] = _mm512_castsi512_si256(acc[r]);
+        out[r][1] = _mm512_extracti64x4_epi64(acc[r], 1);
+    }
+    ql_ik_epilogue_avx2(out, ep, rn, i0, rows);
+}
+
+/* No narrow tails or dot kernels (optional fields): a tile of few real columns runs the full
+ * 16-column kernel and drops the rest; no fused im2col epilogue (kernel_ep). */
+static const ql_gemm_kernel k_avx512vnni_s8u8 = {
+    .name = "avx512vnni-s8u8", .mr = ZS_MR, .nr = 16, .kpack = 4, .form = QL_FORM_S8U8,
+    .kernel = avx512vnni_s8u8, .ikernel = avx512vnni_s8u8_ik, .ikernel_ep = avx512vnni_s8u8_ik_ep,
+    .s8_bound = 128,   /* vpdpbusd: any int8 weight (above) */
+    .grouped_b_t9 = ql_grouped_b_t9_avx2,
+};
+
 const ql_isa ql_isa_avx512vnni = {
     "avx512vnni", &k_avx512vnni, NULL, 1, ql_epilogue_avx2, ql_quantize_avx2, ql_dequantize_avx2,
-    NULL, ql_dw_rows_avx2, ql_dw_cl_avx2,
+    &k_avx512vnni_s8u8, ql_dw_rows_avx2, ql_dw_cl_avx2,
 };
 #endif

@@ -122,8 +122,10 @@ static PyObject *m_kernel_info(PyObject *self, PyObject *args) {
     if (!is) return NULL;
     const ql_gemm_kernel *k = which == 2 ? is->conv_fast : which ? is->fast : is->exact;
     if (!k) Py_RETURN_NONE;
-    return Py_BuildValue("{s:s,s:i,s:i,s:i,s:s,s:O}", "name", k->name, "mr", k->mr, "nr", k->nr,
-                         "kpack", k->kpack, "form", k->form == QL_FORM_I16 ? "i16" : "u8s8",
+    return Py_BuildValue("{s:s,s:i,s:i,s:i,s:s,s:i,s:O}", "name", k->name, "mr", k->mr, "nr", k->nr,
+                         "kpack", k->kpack, "form",
+                         k->form == QL_FORM_I16 ? "i16" : k->form == QL_FORM_S8U8 ? "s8u8" : "u8s8",
+                         "s8_bound", k->s8_bound,
                          "grouped_t9", (k->grouped_i16_t9 || k->grouped_b_t9) ? Py_True : Py_False);
 }
 

@@ -20,8 +20,9 @@
 /* ---------------------------------------------------------------------------------------
  * Operand forms
  * ------------------------------------------------------------------------------------- */
-/* QL_FORM_S8U8 (convolutions' 7-bit fast path): L rows are centered weights w - zw as int8,
- * proven within [-64, 64] when packed; R panels are u8-form bytes (uint8 as is, int8 ^ 0x80),
+/* QL_FORM_S8U8 (convolutions' fast path): L rows are centered weights w - zw as int8, proven
+ * within the kernel's bound when packed (ql_gemm_kernel.s8_bound: [-64, 64] on AVX2, all of
+ * [-128, 127] on the VNNI levels); R panels are u8-form bytes (uint8 as is, int8 ^ 0x80),
  * [kp/4][nr][4], no column sums (the weights are centered, so only a per-row term remains). */
 enum { QL_FORM_I16 = 0, QL_FORM_U8S8 = 1, QL_FORM_S8U8 = 2 };
 /* element types of source operands */
@@ -124,6 +125,13 @@ typedef struct ql_gemm_kernel {
      * of tail_nr or nr columns: the arithmetic of the real columns only. */
     ql_dot_fn dot;
     ql_dot_ep_fn dot_ep;           /* dot with ikernel_ep's epilogue (optional) */
+    /* QL_FORM_S8U8 only: the kernels are exact when every centered weight w - zw lies in
+     * [-s8_bound, min(s8_bound, 127)] (the int8 it is stored as caps the top at 127); conv.c
+     * proves that while packing and keeps the exact form for a layer that fails it.
+     * 64 for AVX2's vpmaddubsw (int16 pair sums |2 * 255 * 64| = 32640 <= 32767 never saturate);
+     * 128 for vpdpbusd (VNNI levels: 4 products |u8 * s8| <= 255 * 128 summed exactly into the
+     * int32 lane with wraparound, no intermediate saturation: any int8 is safe). */
+    int s8_bound;
     /* Convolution weights in conv.c's grouped order, 3x3 kernels (9 taps), this level's SIMD
      * packer for the kernel's form (conv.c's grouped_i16 / grouped_b give the contract), or
      * NULL: conv.c's portable loops. Filled where the level's tables are defined, so conv.c
@@ -210,7 +218,8 @@ typedef struct ql_isa {
     ql_quantize_fn quantize;
     ql_dequantize_fn dequantize;
     /* convolutions */
-    const ql_gemm_kernel *conv_fast;   /* QL_FORM_S8U8 kernel (7-bit weights as L), or NULL */
+    const ql_gemm_kernel *conv_fast;   /* QL_FORM_S8U8 kernel (centered int8 weights as L,
+                                          within its s8_bound), or NULL */
     ql_dw_rows_fn dw_rows;             /* depthwise row kernel */
     ql_dw_cl_fn dw_cl;                 /* depthwise channels-last kernel */
 } ql_isa;

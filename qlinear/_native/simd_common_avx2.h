@@ -1,5 +1,6 @@
-/* The 256-bit epilogue, QuantizeLinear and DequantizeLinear, included (as static functions)
- * by each x86 kernel file after its #pragma GCC target, so each level carries its own copy.
+/* The 256-bit epilogue, QuantizeLinear and DequantizeLinear, and the implicit-GEMM kernels'
+ * k-group loop and register epilogue, included (as static functions and macros) by each x86
+ * kernel file after its #pragma GCC target, so each level carries its own copy.
  * Bit-identical to epilogue.c / kernels_scalar.c:
  *   cvtdq2ps == (float)int32 (round to nearest even), mulps == one float32 multiply,
  *   maxps(v, lo) returns lo when v is NaN (the second operand), as `!(v >= lo)` does,
@@ -174,5 +175,100 @@ static void ql_dequantize_avx2(const void *x, int x_type, ptrdiff_t n, const flo
         ql_isa_scalar.dequantize((const char *)x + e * es, x_type, n - e, scale + e * scale_s,
                                  scale_s, zp + e * zp_s, zp_s, out + e, 0);
 }
+
+/* ---------------------------------------------------------------------------------------
+ * The implicit-GEMM k-group loop shared by the S8U8/I16 tile kernels of every x86 level
+ * ------------------------------------------------------------------------------------- */
+/* Implicit-GEMM operands (off != NULL) are read at base + off[g]: 64 bytes scattered over the
+ * padded copy (every tap and channel block elsewhere, four phase planes for stride 2), an
+ * address sequence the hardware prefetchers do not follow. The implicit kernels (every x86
+ * level's) prefetch group g + IK_PREFETCH's two lines (64 bytes at any alignment) into L1. Prefetches never fault; off
+ * is read only within [0, groups). Measured (1 thread, interleaved builds, best of 40):
+ * ResNet-50 3x3 stride-2 layers 12-21% faster, stride 1 4-6%; distances 4, 8 and 16 alike
+ * within 5%, 16 best on the 512-channel stride-2 layer. */
+#define IK_PREFETCH 16
+
+/* The k-group loop of both tile kernels' bodies (avx2_i16_body, avx2_s8u8_body): GROUP(src, g)
+ * is one k-group; its operand vectors at `base + 64 g` (a packed panel, off NULL) or at
+ * `base + off[g]` (implicit GEMM, prefetched IK_PREFETCH groups ahead). The implicit loop is
+ * split where the prefetch ends and unrolled by 2: avx2_i16_body's comment says why. */
+#define IK_GROUP_LOOP(GROUP)                                                                    \
+    {                                                                                           \
+        const ptrdiff_t ng = groups;                                                            \
+        if (off) {                                                                              \
+            ptrdiff_t g = 0;                                                                    \
+            _Pragma("GCC unroll 2")                                                             \
+            for (; g < ng - IK_PREFETCH; g++) {                                                 \
+                _mm_prefetch(base + off[g + IK_PREFETCH], _MM_HINT_T0);                         \
+                _mm_prefetch(base + off[g + IK_PREFETCH] + 63, _MM_HINT_T0);                    \
+                GROUP(base + off[g], g)                                                         \
+            }                                                                                   \
+            for (; g < ng; g++) GROUP(base + off[g], g)                                         \
+        } else {                                                                                \
+            for (ptrdiff_t g = 0; g < ng; g++) GROUP(base + 64 * g, g)                          \
+        }                                                                                       \
+    }
+
+/* ---------------------------------------------------------------------------------------
+ * Implicit-GEMM kernels' epilogue from the accumulators (ql_ikernel_ep_fn), AVX2 and the VNNI
+ * levels' (avx512vnni hands it each zmm row as two ymm halves):
+ * ql_epilogue_avx2's instructions (vpaddd bias, cvtdq2ps, mulps, maxps lo, minps hi,
+ * cvtps2dq, vpaddd zp, saturating packs of in-range values) on the 16 columns of each row,
+ * then the runs' bytes stored (a whole-tile run: one 16-byte store)
+ * ------------------------------------------------------------------------------------- */
+static inline __attribute__((always_inline)) void
+ql_ik_epilogue_avx2(__m256i (*out)[2], const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+    const int32_t *row_bias = ep->row_bias;
+    const ptrdiff_t out_rs = ep->out_rs;
+    const int whole = rn->n == 1 && rn->len[0] == QL_IK_NR;
+    if (!ep->quantized) {
+        int32_t *o = (int32_t *)ep->out + (ptrdiff_t)i0 * out_rs;
+        for (int r = 0; r < rows; r++) {
+            __m256i bias = _mm256_set1_epi32(row_bias ? row_bias[i0 + r] : 0);
+            __m256i a0 = _mm256_add_epi32(out[r][0], bias), a1 = _mm256_add_epi32(out[r][1], bias);
+            int32_t *orow = o + r * out_rs;
+            if (whole) {
+                _mm256_storeu_si256((__m256i *)(orow + rn->pix[0]), a0);
+                _mm256_storeu_si256((__m256i *)(orow + rn->pix[0] + 8), a1);
+                continue;
+            }
+            int32_t t[QL_IK_NR];
+            _mm256_storeu_si256((__m256i *)t, a0);
+            _mm256_storeu_si256((__m256i *)(t + 8), a1);
+            for (int k = 0; k < rn->n; k++)
+                memcpy(orow + rn->pix[k], t + rn->col[k], sizeof(int32_t) * (size_t)rn->len[k]);
+        }
+        return;
+    }
+    const int is_signed = ep->out_is_signed;
+    const float *mult = ep->mult;
+    const ptrdiff_t mult_rs = ep->mult_rs;
+    char *o = (char *)ep->out + (ptrdiff_t)i0 * out_rs;
+    const __m256 lo = _mm256_set1_ps(ep->lo), hi = _mm256_set1_ps(ep->hi);
+    const __m256i zp = _mm256_set1_epi32(ep->zp);
+    for (int r = 0; r < rows; r++) {
+        __m256 m = _mm256_set1_ps(mult[(ptrdiff_t)(i0 + r) * mult_rs]);
+        __m256i bias = _mm256_set1_epi32(row_bias ? row_bias[i0 + r] : 0);
+        __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(out[r][0], bias)), m);
+        __m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(out[r][1], bias)), m);
+        v0 = _mm256_min_ps(_mm256_max_ps(v0, lo), hi);
+        v1 = _mm256_min_ps(_mm256_max_ps(v1, lo), hi);
+        __m256i q0 = _mm256_add_epi32(_mm256_cvtps_epi32(v0), zp);
+        __m256i q1 = _mm256_add_epi32(_mm256_cvtps_epi32(v1), zp);
+        /* 16 values within T's range: the saturating packs are exact */
+        __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
+        __m128i a = _mm256_castsi256_si128(p16), b = _mm256_extracti128_si256(p16, 1);
+        __m128i p8 = is_signed ? _mm_packs_epi16(a, b) : _mm_packus_epi16(a, b);
+        char *orow = o + r * out_rs;
+        if (whole) {
+            _mm_storeu_si128((__m128i *)(orow + rn->pix[0]), p8);
+            continue;
+        }
+        uint8_t t[QL_IK_NR];
+        _mm_storeu_si128((__m128i *)t, p8);
+        for (int k = 0; k < rn->n; k++) memcpy(orow + rn->pix[k], t + rn->col[k], (size_t)rn->len[k]);
+    }
+}
+
 
 #endif
