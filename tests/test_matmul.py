@@ -470,3 +470,55 @@ def test_narrow_column_tails(seven_bit, engine_level):
         if native and _native._C.get_isa() == "avx2":
             panels = _native._C.tail_counts()[1] - before[1]
             assert (panels > 0) == (n - (n - 1) // 16 * 16 <= 8), (n, panels)
+
+
+# ----------------------------------------------------------------------------- fused epilogue
+
+# (M, K, N): rows around the tiles (avx2 6/4, avxvnni 6, avx512vnni 8), columns around the
+# 16-column half-tiles and the 32-column avx512vnni tile (a last panel of 1-15 real columns in
+# either half, a whole one, one and a half), K of one k-group up to several
+_FUSED_CASES = [
+    (1, 1, 1), (5, 37, 15), (7, 4, 16), (8, 100, 17), (9, 13, 31), (13, 64, 32), (17, 259, 33),
+    (6, 29, 47), (3, 130, 64), (11, 8, 70),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_FUSED_CASES)))
+def test_fused_epilogue_per_level(case, engine_level):
+    """The GEMM kernels' fused epilogue (kernel_ep: the U8S8 corrections and the requantization
+    straight from the accumulators) against the oracle, on every level: all 8 type
+    combinations, full-range operands (a at its type's ends every 3rd element), per-row a
+    scale / zero point and per-column b scale / zero point (and per-tensor ones on the other
+    side), QLinearMatMul and MatMulInteger (int32 out), plain calls (b packed per panel) and
+    prepared forms (b packed once); and that every one of those GEMMs ran on kernel_ep on a
+    level whose matmul kernel has it, which the VNNI levels' must (avx512vnni-u8s8,
+    avxvnni-u8s8; both run natively on VNNI CPUs and under scripts/emulated_isa.sh)."""
+    from qlinear import _native
+    native = engine_level not in (None, "numpy") and _native.native() is not None
+    level = _native._C.get_isa() if native else None
+    if level in ("avx512vnni", "avxvnni"):
+        assert _native._C.kernel_info(level, 0)["fused"]
+        assert _native._C.kernel_info(level, 1) is None   # the exact kernel is the only one
+    m, k, n = _FUSED_CASES[case]
+    rng = np.random.default_rng([case, 61])
+    for r, (adt, bdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+        a = rand_int(rng, adt, (m, k))
+        a.flat[::3] = rand_extreme(rng, adt, a.flat[::3].shape)
+        b = rand_int(rng, bdt, (k, n))
+        per_row, per_col = r % 4 != 3, r % 4 != 2   # both, both, per-column only, per-row only
+        a_s = rand_scale(rng, (m, 1) if per_row else ())
+        a_z = rand_int(rng, adt, (m, 1) if per_row else ())
+        b_s = rand_scale(rng, (n,) if per_col else ())
+        b_z = rand_int(rng, bdt, (n,) if per_col else ())
+        ys, yz = y_scale_for(rng, a_s, b_s, k), rand_int(rng, ydt, ())
+        before = _native._C.gemm_fused_count() if native else None
+        check_qmm(a, a_s, a_z, b, b_s, b_z, ys, yz)
+        check_mmi(a, b, a_z, b_z)
+        want = oracle.qlinear_matmul(a, a_s, a_z, b, b_s, b_z, ys, yz)
+        assert_exact(qlinear.prepare_qlinear_matmul(b, b_s, b_z).run(a, a_s, a_z, ys, yz), want)
+        assert_exact(qlinear.prepare_matmul_integer(b, b_z).run(a, a_z), oracle.matmul_integer(a, b, a_z, b_z))
+        if native:
+            which = [w for w in (0, 1) if _native._C.kernel_info(level, w) is not None]
+            fused = all(_native._C.kernel_info(level, w)["fused"] for w in which)
+            ran = _native._C.gemm_fused_count() - before
+            assert ran == (4 if fused else 0), (level, ran)

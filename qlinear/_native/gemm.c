@@ -115,6 +115,7 @@ static void gemm_task(void *vctx, ptrdiff_t t, int thread) {
 }
 
 long long ql_tail_calls[3];
+long long ql_gemm_fused_calls;
 
 int ql_gemm(const ql_gemm_problem *p) {
     const ql_gemm_kernel *k = p->kern;
@@ -166,6 +167,7 @@ int ql_gemm(const ql_gemm_problem *p) {
     /* the fused kernel applies its level's epilogue: only where the caller says `epilogue` is
      * that one (allow_fused) */
     g.fused = g.nkb == 1 && k->kernel_ep != NULL && p->allow_fused;
+    if (g.fused) __atomic_add_fetch(&ql_gemm_fused_calls, 1, __ATOMIC_RELAXED);
     size_t panel_part = p->Rpacked ? 0 : (g.pbytes + (size_t)QL_MAX_NR * sizeof(int32_t) + 63) & ~(size_t)63;
     size_t cblock = g.nkb > 1 ? ((size_t)mc * k->nr * sizeof(int32_t) + 63) & ~(size_t)63 : 0;
     size_t lblock = p->pack_L ? ((size_t)mc * (size_t)p->ldl_bytes + 63) & ~(size_t)63 : 0;

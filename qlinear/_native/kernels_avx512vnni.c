@@ -22,12 +22,11 @@
 
 /* 8 rows x 32 columns: 16 zmm accumulators, 2 panel registers, 1 broadcast */
 #define Z_MR 8
-static void avx512vnni_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
-                            int32_t *C, ptrdiff_t ldc, int rows) {
+static inline __attribute__((always_inline)) void
+avx512vnni_u8s8_body(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp, int rows, __m512i (*acc)[2]) {
     const char *l[Z_MR];
     for (int r = 0; r < Z_MR; r++) l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
     const char *R = (const char *)Rpanel;
-    __m512i acc[Z_MR][2];
     for (int r = 0; r < Z_MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
     int groups = kp / 4;
     for (int g = 0; g < groups; g++) {
@@ -41,17 +40,46 @@ static void avx512vnni_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, in
             acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], a, b1);
         }
     }
+}
+
+static void avx512vnni_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                            int32_t *C, ptrdiff_t ldc, int rows) {
+    __m512i acc[Z_MR][2];
+    avx512vnni_u8s8_body(L, ldl, Rpanel, kp, rows, acc);
     for (int r = 0; r < rows; r++) {
         _mm512_storeu_si512((void *)(C + r * ldc), acc[r][0]);
         _mm512_storeu_si512((void *)(C + r * ldc + 16), acc[r][1]);
     }
 }
 
-static const ql_gemm_kernel k_avx512vnni = {"avx512vnni-u8s8", Z_MR, 32, 4, QL_FORM_U8S8,
-                                          avx512vnni_u8s8, ql_pack_L_avx2, ql_pack_R_panel_avx2,
-                                          .grouped_b_t9 = ql_grouped_b_t9_avx2};
-
 #include "simd_common_avx2.h"
+
+/* avx512vnni-u8s8 with the epilogue fused (kernel_ep: matmuls and the convolutions' exact-form
+ * im2col GEMM): each 16-column half of the 32-column tile (zmm acc[r][h]) as its two ymm
+ * halves through AVX2's tile epilogue (ql_finish_tile16_avx2: the U8S8 corrections and the
+ * requantization, the same instructions as every level's); a half without real columns (a
+ * last panel of at most 16) is skipped, one with 1-15 takes ql_epilogue_avx2's tail code. */
+static void avx512vnni_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                               const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows,
+                               int cols) {
+    __m512i acc[Z_MR][2];
+    avx512vnni_u8s8_body(L, ldl, Rpanel, kp, rows, acc);
+    for (int h = 0; h < 2 && 16 * h < cols; h++) {
+        __m256i out[Z_MR][2];
+        for (int r = 0; r < rows; r++) {
+            out[r][0] = _mm512_castsi512_si256(acc[r][h]);
+            out[r][1] = _mm512_extracti64x4_epi64(acc[r][h], 1);
+        }
+        int hc = cols - 16 * h < 16 ? cols - 16 * h : 16;
+        ql_finish_tile16_avx2(out, ep, colsum ? colsum + 16 * h : NULL, i0, j0 + 16 * h, rows, hc);
+    }
+}
+
+static const ql_gemm_kernel k_avx512vnni = {
+    .name = "avx512vnni-u8s8", .mr = Z_MR, .nr = 32, .kpack = 4, .form = QL_FORM_U8S8,
+    .kernel = avx512vnni_u8s8, .pack_L = ql_pack_L_avx2, .pack_R = ql_pack_R_panel_avx2,
+    .kernel_ep = avx512vnni_u8s8_ep, .grouped_b_t9 = ql_grouped_b_t9_avx2,
+};
 
 /* ---------------------------------------------------------------------------------------
  * avx512vnni-s8u8: the convolutions' implicit GEMM (conv.c's S8U8 form), 16 rows x 16 columns.

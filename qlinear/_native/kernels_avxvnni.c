@@ -25,8 +25,8 @@
 
 /* 6 rows x 16 columns: 12 ymm accumulators, 2 panel registers, 1 broadcast */
 #define VNNI_MR 6
-static void avxvnni_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
-                         int32_t *C, ptrdiff_t ldc, int rows) {
+static inline __attribute__((always_inline)) void
+avxvnni_u8s8_body(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp, int rows, __m256i (*out)[2]) {
     const char *l[VNNI_MR];
     for (int r = 0; r < VNNI_MR; r++) l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
     const __m256i *R = (const __m256i *)Rpanel;
@@ -46,18 +46,37 @@ static void avxvnni_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int k
         ROW(3, c30, c31) ROW(4, c40, c41) ROW(5, c50, c51)
 #undef ROW
     }
-    __m256i out[VNNI_MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+    out[0][0] = c00; out[0][1] = c01; out[1][0] = c10; out[1][1] = c11; out[2][0] = c20; out[2][1] = c21;
+    out[3][0] = c30; out[3][1] = c31; out[4][0] = c40; out[4][1] = c41; out[5][0] = c50; out[5][1] = c51;
+}
+
+static void avxvnni_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                         int32_t *C, ptrdiff_t ldc, int rows) {
+    __m256i out[VNNI_MR][2];
+    avxvnni_u8s8_body(L, ldl, Rpanel, kp, rows, out);
     for (int r = 0; r < rows; r++) {
         _mm256_storeu_si256((__m256i *)(C + r * ldc), out[r][0]);
         _mm256_storeu_si256((__m256i *)(C + r * ldc + 8), out[r][1]);
     }
 }
 
-static const ql_gemm_kernel k_avxvnni = {"avxvnni-u8s8", VNNI_MR, 16, 4, QL_FORM_U8S8, avxvnni_u8s8,
-                                       ql_pack_L_avx2, ql_pack_R_panel_avx2,
-                                          .grouped_b_t9 = ql_grouped_b_t9_avx2};
-
 #include "simd_common_avx2.h"
+
+/* avxvnni-u8s8 with the epilogue fused (kernel_ep: matmuls and the convolutions' exact-form
+ * im2col GEMM): the U8S8 corrections and the requantization from the accumulators through
+ * AVX2's tile epilogue (ql_finish_tile16_avx2), the same instructions as every level's */
+static void avxvnni_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
+                            const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols) {
+    __m256i out[VNNI_MR][2];
+    avxvnni_u8s8_body(L, ldl, Rpanel, kp, rows, out);
+    ql_finish_tile16_avx2(out, ep, colsum, i0, j0, rows, cols);
+}
+
+static const ql_gemm_kernel k_avxvnni = {
+    .name = "avxvnni-u8s8", .mr = VNNI_MR, .nr = 16, .kpack = 4, .form = QL_FORM_U8S8,
+    .kernel = avxvnni_u8s8, .pack_L = ql_pack_L_avx2, .pack_R = ql_pack_R_panel_avx2,
+    .kernel_ep = avxvnni_u8s8_ep, .grouped_b_t9 = ql_grouped_b_t9_avx2,
+};
 
 /* ---------------------------------------------------------------------------------------
  * avxvnni-s8u8: the convolutions' implicit GEMM (conv.c's S8U8 form), 6 rows x 16 columns.

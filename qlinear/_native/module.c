@@ -122,11 +122,12 @@ static PyObject *m_kernel_info(PyObject *self, PyObject *args) {
     if (!is) return NULL;
     const ql_gemm_kernel *k = which == 2 ? is->conv_fast : which ? is->fast : is->exact;
     if (!k) Py_RETURN_NONE;
-    return Py_BuildValue("{s:s,s:i,s:i,s:i,s:s,s:i,s:O}", "name", k->name, "mr", k->mr, "nr", k->nr,
+    return Py_BuildValue("{s:s,s:i,s:i,s:i,s:s,s:i,s:O,s:O}", "name", k->name, "mr", k->mr, "nr", k->nr,
                          "kpack", k->kpack, "form",
                          k->form == QL_FORM_I16 ? "i16" : k->form == QL_FORM_S8U8 ? "s8u8" : "u8s8",
                          "s8_bound", k->s8_bound,
-                         "grouped_t9", (k->grouped_i16_t9 || k->grouped_b_t9) ? Py_True : Py_False);
+                         "grouped_t9", (k->grouped_i16_t9 || k->grouped_b_t9) ? Py_True : Py_False,
+                         "fused", k->kernel_ep ? Py_True : Py_False);
 }
 
 static PyObject *m_packed_b_bytes(PyObject *self, PyObject *args) {
@@ -1153,7 +1154,14 @@ static PyObject *m_tail_counts(PyObject *self, PyObject *args) {
                          __atomic_load_n(&ql_tail_calls[2], __ATOMIC_RELAXED));
 }
 
+/* gemm_fused_count() -> GEMMs that ran on their kernel's fused epilogue (kernel_ep) so far */
+static PyObject *m_gemm_fused_count(PyObject *self, PyObject *args) {
+    (void)self; (void)args;
+    return PyLong_FromLongLong(__atomic_load_n(&ql_gemm_fused_calls, __ATOMIC_RELAXED));
+}
+
 static PyMethodDef methods[] = {
+    {"gemm_fused_count", m_gemm_fused_count, METH_NOARGS, "GEMMs whose tiles ran on the kernel's fused epilogue (kernel_ep)."},
     {"conv_in_task_packs", m_conv_in_task_packs, METH_NOARGS, "Plain convolutions whose weights were packed inside the implicit GEMM's tasks."},
     {"tail_counts", m_tail_counts, METH_NOARGS, "Implicit tiles, packed panels and implicit dot-kernel tiles that ran a narrow tail kernel."},
     {"conv_path_counts", m_conv_path_counts, METH_NOARGS, "GEMM convolutions run on the implicit and im2col paths, implicit GEMMs over several images, their images and merged tail panels, implicit runs on shifted planes and implicit runs whose images ran in parallel."},

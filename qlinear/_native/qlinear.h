@@ -324,6 +324,10 @@ typedef struct ql_gemm_problem {
  * (relaxed atomics; one add per tail tile or panel, not per micro-kernel call). */
 extern long long ql_tail_calls[3];
 static inline void ql_tail_count(int which) { __atomic_add_fetch(&ql_tail_calls[which], 1, __ATOMIC_RELAXED); }
+/* GEMMs (ql_gemm calls) that ran their tiles on the kernel's kernel_ep (the fused epilogue) so
+ * far: a diagnostic the tests read to prove the fused path ran on each level (one relaxed add
+ * per ql_gemm call) */
+extern long long ql_gemm_fused_calls;
 
 /* Runs the problem (threads from the pool). Returns 0, or -1 when scratch cannot be allocated. */
 int ql_gemm(const ql_gemm_problem *p);

@@ -271,4 +271,106 @@ ql_ik_epilogue_avx2(__m256i (*out)[2], const ql_epilogue *ep, const ql_ik_runs *
 }
 
 
+/* ---------------------------------------------------------------------------------------
+ * The GEMM kernels' fused epilogue (ql_gemm_kernel.kernel_ep) of a 16-column tile, from the
+ * accumulators: AVX2's avx2-i16 / avx2-u8s8 / avx2-s8u8 and the VNNI levels' U8S8 kernels
+ * (avx512vnni hands each 16-column half of its 32-column tile as two ymm a row), so every
+ * level requantizes a matmul tile with the same instructions as ql_epilogue_avx2:
+ * vpaddd bias, the U8S8 corrections (vpmulld, wrap32), cvtdq2ps, mulps, maxps lo, minps hi,
+ * cvtps2dq, vpaddd zp, saturating packs of in-range values; one 16-byte (or two 32-byte)
+ * store per row: no int32 tile written and read back.
+ * ------------------------------------------------------------------------------------- */
+/* The register epilogue of a full 16-column tile (cols == 16, out_cs == 1, multipliers per
+ * tensor, row or column, column zero points per tensor or column); the caller checked that.
+ * U8S8 form (row_a set): acc -= col_z * row_a + row_z * colsum, vpmulld keeping the low 32
+ * bits (wrap32), as ql_epilogue_avx2 computes it. */
+static inline __attribute__((always_inline)) void
+ql_tile_epilogue16_avx2(__m256i (*out)[2], const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows) {
+    const int32_t *row_bias = ep->row_bias, *row_a = ep->row_a, *row_z = ep->row_z;
+    const ptrdiff_t out_rs = ep->out_rs, row_s = ep->row_s;
+    __m256i cz0 = _mm256_setzero_si256(), cz1 = cz0, cs0 = cz0, cs1 = cz0;
+    if (row_a) {
+        if (ep->col_z_s) {
+            cz0 = _mm256_loadu_si256((const __m256i *)(ep->col_z + j0));
+            cz1 = _mm256_loadu_si256((const __m256i *)(ep->col_z + j0 + 8));
+        } else {
+            cz0 = cz1 = _mm256_set1_epi32(ep->col_z[0]);
+        }
+        cs0 = _mm256_loadu_si256((const __m256i *)colsum);
+        cs1 = _mm256_loadu_si256((const __m256i *)(colsum + 8));
+    }
+    for (int r = 0; r < rows; r++) {
+        ptrdiff_t i = i0 + r;
+        __m256i bias = _mm256_set1_epi32(row_bias ? row_bias[i] : 0);
+        out[r][0] = _mm256_add_epi32(out[r][0], bias);
+        out[r][1] = _mm256_add_epi32(out[r][1], bias);
+        if (row_a) {
+            __m256i ra = _mm256_set1_epi32(row_a[i * row_s]), rz = _mm256_set1_epi32(row_z[i * row_s]);
+            out[r][0] = _mm256_sub_epi32(out[r][0], _mm256_add_epi32(_mm256_mullo_epi32(cz0, ra),
+                                                                     _mm256_mullo_epi32(rz, cs0)));
+            out[r][1] = _mm256_sub_epi32(out[r][1], _mm256_add_epi32(_mm256_mullo_epi32(cz1, ra),
+                                                                     _mm256_mullo_epi32(rz, cs1)));
+        }
+    }
+    if (!ep->quantized) {
+        int32_t *o = (int32_t *)ep->out + (ptrdiff_t)i0 * out_rs + j0;
+        for (int r = 0; r < rows; r++) {
+            _mm256_storeu_si256((__m256i *)(o + r * out_rs), out[r][0]);
+            _mm256_storeu_si256((__m256i *)(o + r * out_rs + 8), out[r][1]);
+        }
+        return;
+    }
+    const int is_signed = ep->out_is_signed;
+    const float *mult = ep->mult;
+    const ptrdiff_t mult_rs = ep->mult_rs, mult_cs = ep->mult_cs;
+    char *o = (char *)ep->out + (ptrdiff_t)i0 * out_rs + j0;
+    const __m256 lo = _mm256_set1_ps(ep->lo), hi = _mm256_set1_ps(ep->hi);
+    const __m256i zp = _mm256_set1_epi32(ep->zp);
+    for (int r = 0; r < rows; r++) {
+        const float *mrow = mult + (ptrdiff_t)(i0 + r) * mult_rs;
+        __m256 m0, m1;
+        if (mult_cs) {   /* per column (mult_cs == 1) */
+            m0 = _mm256_loadu_ps(mrow + j0);
+            m1 = _mm256_loadu_ps(mrow + j0 + 8);
+        } else {
+            m0 = m1 = _mm256_set1_ps(mrow[0]);
+        }
+        __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(out[r][0]), m0);
+        __m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(out[r][1]), m1);
+        v0 = _mm256_min_ps(_mm256_max_ps(v0, lo), hi);
+        v1 = _mm256_min_ps(_mm256_max_ps(v1, lo), hi);
+        __m256i q0 = _mm256_add_epi32(_mm256_cvtps_epi32(v0), zp);
+        __m256i q1 = _mm256_add_epi32(_mm256_cvtps_epi32(v1), zp);
+        /* 16 values within T's range: the saturating packs are exact */
+        __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
+        __m128i a = _mm256_castsi256_si128(p16), b = _mm256_extracti128_si256(p16, 1);
+        __m128i p8 = is_signed ? _mm_packs_epi16(a, b) : _mm_packus_epi16(a, b);
+        _mm_storeu_si128((__m128i *)(o + r * out_rs), p8);
+    }
+}
+
+/* whether ql_tile_epilogue16_avx2 applies; else the tile is stored and ql_epilogue_avx2 runs */
+static inline int ql_tile_epilogue16_ok(const ql_epilogue *ep, int cols) {
+    return cols == 16 && ep->out_cs == 1 && (!ep->quantized || ep->mult_cs <= 1) &&
+           (!ep->row_a || ep->col_z_s <= 1);
+}
+
+/* The fused kernels' epilogue of a tile of rows <= QL_MAX_MR accumulator rows and cols <= 16
+ * real columns (j0..): ql_tile_epilogue16_avx2 where it applies, else the tile stored and
+ * ql_epilogue_avx2 (narrow last tiles, strided outputs, per-element multipliers) */
+static inline __attribute__((always_inline)) void
+ql_finish_tile16_avx2(__m256i (*out)[2], const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols) {
+    if (!ql_tile_epilogue16_ok(ep, cols)) {
+        int32_t Ct[QL_MAX_MR * 16] __attribute__((aligned(32)));
+        for (int r = 0; r < rows; r++) {
+            _mm256_storeu_si256((__m256i *)(Ct + r * 16), out[r][0]);
+            _mm256_storeu_si256((__m256i *)(Ct + r * 16 + 8), out[r][1]);
+        }
+        ql_epilogue_avx2(ep, Ct, 16, colsum, i0, j0, rows, cols);
+        return;
+    }
+    ql_tile_epilogue16_avx2(out, ep, colsum, i0, j0, rows);
+}
+
+
 #endif
