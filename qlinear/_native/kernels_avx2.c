@@ -590,16 +590,8 @@ tile_epilogue(__m256i (*out)[2], const ql_epilogue *ep, const int32_t *colsum, i
         } else {
             m0 = m1 = _mm256_set1_ps(mrow[0]);
         }
-        __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(out[r][0]), m0);
-        __m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(out[r][1]), m1);
-        v0 = _mm256_min_ps(_mm256_max_ps(v0, lo), hi);
-        v1 = _mm256_min_ps(_mm256_max_ps(v1, lo), hi);
-        __m256i q0 = _mm256_add_epi32(_mm256_cvtps_epi32(v0), zp);
-        __m256i q1 = _mm256_add_epi32(_mm256_cvtps_epi32(v1), zp);
-        /* 16 values within T's range: the saturating packs are exact */
-        __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
-        __m128i a = _mm256_castsi256_si128(p16), b = _mm256_extracti128_si256(p16, 1);
-        __m128i p8 = is_signed ? _mm_packs_epi16(a, b) : _mm_packus_epi16(a, b);
+        __m128i p8 = ql_pack16_avx2(ql_requant8_avx2(out[r][0], m0, lo, hi, zp),
+                                    ql_requant8_avx2(out[r][1], m1, lo, hi, zp), is_signed);
         _mm_storeu_si128((__m128i *)(o + r * out_rs), p8);
     }
 }
