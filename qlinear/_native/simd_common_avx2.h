@@ -19,6 +19,25 @@ static inline void store8_i32(void *out, int is_signed, __m256i q) {
     _mm_storel_epi64((__m128i *)out, p8);
 }
 
+/* The contract's requantization of 8 int32 sums (../shared/SEMANTICS.md, epilogue.c):
+ * float32(acc) times m in ONE float32 multiply (vmulps: nothing to contract into an FMA),
+ * clamped to [lo, hi] = [qmin - zp, qmax - zp] before rounding (integer bounds: the same as
+ * saturating after; vmaxps(v, lo) returns lo for a NaN v, its second operand), rounded to
+ * nearest even by vcvtps2dq (MXCSR's default mode), + zp: int32 within T's range. */
+static inline __attribute__((always_inline)) __m256i ql_requant8_avx2(__m256i acc, __m256 m, __m256 lo,
+                                                                      __m256 hi, __m256i zp) {
+    __m256 v = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc), m), lo), hi);
+    return _mm256_add_epi32(_mm256_cvtps_epi32(v), zp);
+}
+
+/* 16 requantized values (two ql_requant8_avx2 results, within T's range) as 16 bytes in order:
+ * the saturating packs are exact there */
+static inline __attribute__((always_inline)) __m128i ql_pack16_avx2(__m256i q0, __m256i q1, int is_signed) {
+    __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
+    __m128i a = _mm256_castsi256_si128(p16), b = _mm256_extracti128_si256(p16, 1);
+    return is_signed ? _mm_packs_epi16(a, b) : _mm_packus_epi16(a, b);
+}
+
 static void ql_epilogue_avx2(const ql_epilogue *ep, const int32_t *C, ptrdiff_t ldc,
                              const int32_t *colsum, int i0, int j0, int rows, int cols) {
     if (ep->out_cs != 1 || (ep->quantized && ep->mult_cs > 1) || (ep->row_a && ep->col_z_s > 1)) {
@@ -63,10 +82,7 @@ static void ql_epilogue_avx2(const ql_epilogue *ep, const int32_t *C, ptrdiff_t 
                 continue;
             }
             __m256 m = mult_cs ? _mm256_loadu_ps(mrow + j) : mb;
-            __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), m);
-            v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
-            __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), zp);
-            store8_i32(out8 + i * out_rs + j, is_signed, q);
+            store8_i32(out8 + i * out_rs + j, is_signed, ql_requant8_avx2(acc, m, lo, hi, zp));
         }
         if (c < cols) {
             /* 1-7 columns left: the same instructions on copies padded to 8 lanes, only the
@@ -99,10 +115,7 @@ static void ql_epilogue_avx2(const ql_epilogue *ep, const int32_t *C, ptrdiff_t 
                 memcpy(tm, mrow + j, sizeof(float) * (size_t)n);
                 m = _mm256_loadu_ps(tm);
             }
-            __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), m);
-            v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
-            __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), zp);
-            store8_i32(t8, is_signed, q);
+            store8_i32(t8, is_signed, ql_requant8_avx2(acc, m, lo, hi, zp));
             memcpy(out8 + i * out_rs + j, t8, (size_t)n);
         }
     }
@@ -249,16 +262,8 @@ ql_ik_epilogue_avx2(__m256i (*out)[2], const ql_epilogue *ep, const ql_ik_runs *
     for (int r = 0; r < rows; r++) {
         __m256 m = _mm256_set1_ps(mult[(ptrdiff_t)(i0 + r) * mult_rs]);
         __m256i bias = _mm256_set1_epi32(row_bias ? row_bias[i0 + r] : 0);
-        __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(out[r][0], bias)), m);
-        __m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(out[r][1], bias)), m);
-        v0 = _mm256_min_ps(_mm256_max_ps(v0, lo), hi);
-        v1 = _mm256_min_ps(_mm256_max_ps(v1, lo), hi);
-        __m256i q0 = _mm256_add_epi32(_mm256_cvtps_epi32(v0), zp);
-        __m256i q1 = _mm256_add_epi32(_mm256_cvtps_epi32(v1), zp);
-        /* 16 values within T's range: the saturating packs are exact */
-        __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
-        __m128i a = _mm256_castsi256_si128(p16), b = _mm256_extracti128_si256(p16, 1);
-        __m128i p8 = is_signed ? _mm_packs_epi16(a, b) : _mm_packus_epi16(a, b);
+        __m128i p8 = ql_pack16_avx2(ql_requant8_avx2(_mm256_add_epi32(out[r][0], bias), m, lo, hi, zp),
+                                    ql_requant8_avx2(_mm256_add_epi32(out[r][1], bias), m, lo, hi, zp), is_signed);
         char *orow = o + r * out_rs;
         if (whole) {
             _mm_storeu_si128((__m128i *)(orow + rn->pix[0]), p8);
@@ -275,7 +280,8 @@ ql_ik_epilogue_avx2(__m256i (*out)[2], const ql_epilogue *ep, const ql_ik_runs *
  * The GEMM kernels' fused epilogue (ql_gemm_kernel.kernel_ep) of a 16-column tile, from the
  * accumulators: AVX2's avx2-i16 / avx2-u8s8 / avx2-s8u8 and the VNNI levels' U8S8 kernels
  * (avx512vnni hands each 16-column half of its 32-column tile as two ymm a row), so every
- * level requantizes a matmul tile with the same instructions as ql_epilogue_avx2:
+ * level requantizes a matmul tile with the same instructions as ql_epilogue_avx2
+ * (ql_requant8_avx2, ql_pack16_avx2):
  * vpaddd bias, the U8S8 corrections (vpmulld, wrap32), cvtdq2ps, mulps, maxps lo, minps hi,
  * cvtps2dq, vpaddd zp, saturating packs of in-range values; one 16-byte (or two 32-byte)
  * store per row: no int32 tile written and read back.
@@ -335,16 +341,8 @@ ql_tile_epilogue16_avx2(__m256i (*out)[2], const ql_epilogue *ep, const int32_t 
         } else {
             m0 = m1 = _mm256_set1_ps(mrow[0]);
         }
-        __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(out[r][0]), m0);
-        __m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(out[r][1]), m1);
-        v0 = _mm256_min_ps(_mm256_max_ps(v0, lo), hi);
-        v1 = _mm256_min_ps(_mm256_max_ps(v1, lo), hi);
-        __m256i q0 = _mm256_add_epi32(_mm256_cvtps_epi32(v0), zp);
-        __m256i q1 = _mm256_add_epi32(_mm256_cvtps_epi32(v1), zp);
-        /* 16 values within T's range: the saturating packs are exact */
-        __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
-        __m128i a = _mm256_castsi256_si128(p16), b = _mm256_extracti128_si256(p16, 1);
-        __m128i p8 = is_signed ? _mm_packs_epi16(a, b) : _mm_packus_epi16(a, b);
+        __m128i p8 = ql_pack16_avx2(ql_requant8_avx2(out[r][0], m0, lo, hi, zp),
+                                    ql_requant8_avx2(out[r][1], m1, lo, hi, zp), is_signed);
         _mm_storeu_si128((__m128i *)(o + r * out_rs), p8);
     }
 }
