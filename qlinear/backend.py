@@ -301,8 +301,16 @@ def _opset10_per_axis(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) 
     for i, what in ((1, f"{x}_scale"), (2, f"{x}_zero_point")):
         if i < len(node.input) and node.input[i]:
             shape = shapes.get(node.input[i])
-            if shape is not None and math.prod(shape) != 1:
-                return f"{node.op_type}-10 takes a scalar {what} (per-axis needs opset 13); got shape {shape}"
+            bad = None if shape is None else _opset10_not_scalar(node.op_type, what, shape)
+            if bad:
+                return bad
+    return None
+
+
+def _opset10_not_scalar(op_type: str, what: str, shape: tuple[int, ...]) -> str | None:
+    """The opset-10 rule on one parameter of ``shape``, for check_model and for run."""
+    if math.prod(shape) != 1:
+        return f"{op_type}-10 takes a scalar {what} (per-axis needs opset 13); got shape {shape}"
     return None
 
 
@@ -479,9 +487,9 @@ class _QLinearOp(OpRun):
     def _check_opset10_scalar(self, what: str, value: Any) -> None:
         """QuantizeLinear-10 / DequantizeLinear-10: ``what`` must have one element (per-axis
         parameters came with opset 13); the rule ``check_model`` applies to constant ones."""
-        if value is not None and np.asarray(value).size != 1:
-            raise self._fail(f"{self.onnx_node.op_type}-10 takes a scalar {what} (per-axis needs opset 13); "
-                             f"got shape {np.shape(value)}")
+        bad = None if value is None else _opset10_not_scalar(self.onnx_node.op_type, what, np.shape(value))
+        if bad:
+            raise self._fail(bad)
 
     def _call(self, fn, *args, **kwargs):
         try:

@@ -307,9 +307,7 @@ def _conv_fast_bound(isa: str) -> int:
     return got
 
 
-def _has_conv_fast(isa: str) -> bool:
-    """Whether ISA level ``isa`` has the convolutions' fast-path kernel."""
-    return _conv_fast_bound(isa) > 0
+
 _NO_MULT = np.ones(1, dtype=np.float32)
 
 
@@ -692,7 +690,7 @@ def _pack_plain(C: Any, isa: str, w2: np.ndarray, zp: np.ndarray, taps: int) -> 
     the first row outside it."""
     m, k = w2.shape
     need = C.conv_w_bytes(isa, _GEMM, m, k, taps)
-    if _has_conv_fast(isa):
+    if _conv_fast_bound(isa):
         need = max(need, C.conv_w_bytes(isa, _GEMM_FAST, m, k, taps))
     # from 1 MiB on, a block of the output pool (reused by the next call, without fresh
     # memory's page faults); smaller ones are left to malloc

@@ -142,6 +142,8 @@ class _Graph:
         # Names read inside subgraphs (If/Loop/Scan bodies) are implicit inputs of their node:
         # such tensors must keep their name and producer, as if they were graph outputs.
         self.pinned = set(self.outputs) | _subgraph_reads(g)
+        from .backend import _elem_types  # (the backend imports this module)
+
         self.types: dict[str, int] = _elem_types(model)
         for n in self.nodes:  # Constant nodes are constants too
             if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.output:
@@ -392,21 +394,6 @@ def _constant_value(node: onnx.NodeProto) -> Optional[np.ndarray]:
         if a.name == "value_ints":
             return np.array(list(a.ints), np.int64)
     return None
-
-
-def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    except Exception:
-        inferred = model
-    g = inferred.graph
-    types: dict[str, int] = {}
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-            types[vi.name] = vi.type.tensor_type.elem_type
-    for init in g.initializer:
-        types[init.name] = init.data_type
-    return types
 
 
 def _attr(node: onnx.NodeProto, name: str, default=None):

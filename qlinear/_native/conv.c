@@ -519,11 +519,8 @@ int ql_conv_pack_w_fast(const ql_isa *isa, const void *w, int w_type, int M, int
 int ql_conv_pack_w_auto(const ql_isa *isa, const void *w, int w_type, int M, int K, int64_t taps,
                         const int32_t *wzp, void *dst, int threads)
 {
-    if (isa->conv_fast) {
-        int rc = pack_w_threads(isa->conv_fast, w, w_type, M, K, taps, wzp, dst, threads);
-        if (rc == 0) return 2;
-        if (rc == -2) return -2;
-    }
+    int kind = ql_conv_pack_w_fast(isa, w, w_type, M, K, taps, wzp, dst, threads);
+    if (kind) return kind;
     return pack_w_threads(isa->exact, w, w_type, M, K, taps, wzp, dst, threads) == -2 ? -2 : 0;
 }
 
@@ -1824,6 +1821,15 @@ static void ig_group(ig_ctx *c, int64_t g, int64_t n0, const void *wpacked, cons
     c->fused = fused && c->ep_ok;
 }
 
+/* Rows of a row block (a multiple of mr, at least mr): at most 256 KiB of packed weights, so a
+ * block stays in L2 while the tiles of its columns use it. The blocks ig_run makes are at most
+ * this long, which also sizes a plain call's per-thread packing scratch. */
+static int ig_block_rows(ptrdiff_t ldl, int mr)
+{
+    int mc = (int)((256 * 1024) / (size_t)ldl) / mr * mr;
+    return mc < mr ? mr : mc;
+}
+
 /* Runs the convolution on the implicit path when it applies: returns 1 (done), 0 (not taken:
  * the caller runs the im2col path) or -1 (out of memory). fast_bias: the S8U8 per-row term. */
 static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern, void *wpacked,
@@ -2038,9 +2044,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     int in_task = 0;
     if (raw && kern->form == QL_FORM_I16) {
         ptrdiff_t ldl0 = w_row_bytes(kern, Kw);
-        int mc0 = (int)((256 * 1024) / (size_t)ldl0) / c.mr * c.mr;
-        if (mc0 < c.mr) mc0 = c.mr;
-        size_t wscr = align64((size_t)mc0 * (size_t)ldl0);
+        size_t wscr = align64((size_t)ig_block_rows(ldl0, c.mr) * (size_t)ldl0);
         if (copy_bytes + (c.scratch_bytes + wscr) * (size_t)threads <= workspace) {
             c.wscr_off = c.scratch_bytes;
             c.scratch_bytes += wscr;
@@ -2174,8 +2178,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     /* threads: none for small convolutions (as ql_gemm: 2^21 MACs, an image's or a chunk's);
      * row blocks of at most 256 KiB of packed weights (L2); enough tasks for every thread */
     double macs = (double)c.Mg * (double)P * (double)K;
-    int mc = (int)((256 * 1024) / (size_t)ldl) / c.mr * c.mr;
-    if (mc < c.mr) mc = c.mr;
+    int mc = ig_block_rows(ldl, c.mr);
     c.mgroups = (c.Mg + c.mr - 1) / c.mr;
     c.row_blocks = (c.mgroups + mc / c.mr - 1) / (mc / c.mr);
     c.mc = (c.mgroups + c.row_blocks - 1) / c.row_blocks * c.mr;   /* the largest block */

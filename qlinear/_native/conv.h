@@ -37,9 +37,9 @@ int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, in
  * max(ql_conv_w_bytes) of the two. */
 int ql_conv_pack_w_auto(const ql_isa *isa, const void *w, int w_type, int M, int K, int64_t taps,
                         const int32_t *wzp, void *dst, int threads);
-/* The fast part of ql_conv_pack_w_auto: 2 when isa->conv_fast exists and every w - wzp lies in
- * [-64, 64] (dst then holds the weights packed for it), else 0 (dst holds nothing usable), -2
- * when out of memory */
+/* The fast part of ql_conv_pack_w_auto: 2 when isa->conv_fast exists and every w - wzp lies
+ * within its kernel's s8_bound (dst then holds the weights packed for it), else 0 (dst holds
+ * nothing usable), -2 when out of memory */
 int ql_conv_pack_w_fast(const ql_isa *isa, const void *w, int w_type, int M, int K, int64_t taps,
                         const int32_t *wzp, void *dst, int threads);
 /* 0, -1 (out of memory), -2 (sizes beyond int), -3 (scratch above the workspace limit) */

@@ -336,6 +336,11 @@ static void qd_task(void *vctx, ptrdiff_t t, int thread) {
 
 /* quantize(isa, x, x_type, pre, C, post, per_axis, scale, zp, out, out_type) and
  * dequantize(isa, x, x_type, pre, C, post, per_axis, scale, zp, out) */
+/* Quantize/Dequantize tasks: runs of QD_CHUNK elements; threads from QD_PAR_MIN elements on
+ * (below, about 30 us on one core: not worth waking the pool) */
+#define QD_CHUNK ((Py_ssize_t)1 << 14)
+static int qd_threads(Py_ssize_t n) { return n >= ((Py_ssize_t)1 << 18) ? ql_num_threads() : 1; }
+
 static PyObject *qd_common(PyObject *args, int quant) {
     const char *isa_name; int x_type, per_axis, out_type = QL_F32;
     Py_ssize_t pre, C, post;
@@ -365,8 +370,8 @@ static PyObject *qd_common(PyObject *args, int quant) {
                     /* an output of 16 MiB or more does not stay in the caches anyway: stream it */
                     !quant && n * (Py_ssize_t)oes >= ((Py_ssize_t)16 << 20)};
         Py_ssize_t tasks;
-        const Py_ssize_t chunk = 1 << 14;
-        int threads = n >= (1 << 18) ? ql_num_threads() : 1;  /* below: ~30 us on one core */
+        const Py_ssize_t chunk = QD_CHUNK;
+        int threads = qd_threads(n);
         if (q.per_axis) {
             Py_ssize_t len = post == 1 ? C : post;
             q.chunk = len < chunk ? len : chunk;
@@ -460,10 +465,10 @@ static PyObject *m_dynamic_quantize(PyObject *self, PyObject *args) {
     /* initial is finite here (|mn / scale| <= 255-ish); round half to even, as Python's round */
     float clamped = initial < zero ? zero : (initial > 255.0f ? 255.0f : initial);
     int32_t zp = (int32_t)nearbyintf(clamped);
-    qd_ctx q = {isa, 1, (const char *)xs, QL_F32, 4, (char *)o.buf, QL_U8, 1, 1, 1, n, 1 << 14, 1,
+    qd_ctx q = {isa, 1, (const char *)xs, QL_F32, 4, (char *)o.buf, QL_U8, 1, 1, 1, n, QD_CHUNK, 1,
                 &scale, &zp, 0, 0};
     Py_ssize_t tasks = (n + q.chunk - 1) / q.chunk;
-    int threads = n >= (1 << 18) ? ql_num_threads() : 1;  /* as qd_common */
+    int threads = qd_threads(n);
     Py_BEGIN_ALLOW_THREADS
     ql_parallel_for(tasks, threads, qd_task, &q);
     Py_END_ALLOW_THREADS
@@ -1140,13 +1145,14 @@ static PyObject *m_conv_dw_path_counts(PyObject *self, PyObject *args) {
     return Py_BuildValue("(LLL)", a, b, c);
 }
 
-/* tail_counts() -> (implicit tiles, packed panels, implicit dot tiles) that ran a narrow
- * tail kernel so far */
+/* conv_in_task_packs() -> plain convolutions whose weights were packed in the GEMM's tasks */
 static PyObject *m_conv_in_task_packs(PyObject *self, PyObject *args) {
     (void)self; (void)args;
     return PyLong_FromLongLong(ql_conv_in_task_packs());
 }
 
+/* tail_counts() -> (implicit tiles, packed panels, implicit dot tiles) that ran a narrow
+ * tail kernel so far */
 static PyObject *m_tail_counts(PyObject *self, PyObject *args) {
     (void)self; (void)args;
     return Py_BuildValue("(LLL)", __atomic_load_n(&ql_tail_calls[0], __ATOMIC_RELAXED),

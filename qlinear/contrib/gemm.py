@@ -182,7 +182,7 @@ def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     arr = p.float_tensor(op, "x", x)
     v.check_size(op, "the output", arr.shape, 1)  # before reducing x (maybe a broadcast view)
     C = _native.native()
-    if C is not None and arr.dtype == F32 and arr.size and hasattr(C, "dynamic_quantize"):  # (a stale build: not)
+    if C is not None and arr.dtype == F32 and arr.size:
         # the usual case in one native call (parameters and quantization; a few microseconds
         # less than the NumPy scalars below, which a GPT-2 block pays for four times): the
         # same float32 operations, and None where the guarded branch below is needed
