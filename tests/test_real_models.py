@@ -70,6 +70,13 @@ QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", 
                  "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat", "QLinearWhere",
                  "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax", "QGemm"}
 
+#: Models whose outputs come from onnxruntime's float transformer kernels (QAttention,
+#: SkipLayerNormalization, EmbedLayerNormalization, FastGelu). Their rounding depends on the
+#: instruction set MLAS picks (on an AVX2 Zen 3 every output happened to be bit-identical; on an
+#: AVX-512 Xeon two of six are not), and qlinear promises no bits there
+#: (qlinear/contrib/transformer.py): the outputs are identical or within tolerance, never DIFFER.
+FLOAT_OUTPUT_MODELS = {"tiny_gpt2_ortdynamic"}
+
 ALL = sorted(["ece_cnn96_qoperator_qgemm", "kaldi_qtdnn_qlinearconv", "mnist_cntk_ortstatic_qdq",
               "mobilenetv2-7_qdq_opset10", "mobilenetv2_dynamic_convinteger_s8w",
               "retinaface_vitisai_qdq", "tf_mobilenetv2_ortstatic_qoperator",
@@ -153,6 +160,9 @@ def test_real_model(name, emulate, tmp_path, capsys):
         assert own is not None, row
         assert own == "identical" if row["op"] in QUANTIZED_OPS else own != "DIFFER", row
     verdicts = {o["name"]: o["verdict"] for o in result["outputs"]}
+    if name in FLOAT_OUTPUT_MODELS:
+        assert set(verdicts.values()) <= {"identical", "within tolerance"}, result["outputs"]
+        return
     if name not in FLOAT_CONV_MODELS:
         assert set(verdicts.values()) == {"identical"}, result["outputs"]
         return
