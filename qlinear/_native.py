@@ -3,7 +3,7 @@
 Selection, read once at import and changeable at run time:
 
 - ``QLINEAR_ENGINE=native|numpy``: the engine (default: native when it was built);
-- ``QLINEAR_ISA=avx512vnni|avxvnni|avx2|scalar``: force an instruction-set level (default:
+- ``QLINEAR_ISA=amx|avx512vnni|avxvnni|avx2|scalar``: force an instruction-set level (default:
   the best this CPU runs); a level this CPU cannot run is an error;
 - ``QLINEAR_NUM_THREADS=n`` or :func:`set_num_threads`: threads of the native engine
   (default: the CPUs this process may use, ``os.sched_getaffinity``);
@@ -36,7 +36,7 @@ except ImportError as exc:  # not built (no compiler at install time), or it doe
         _IMPORT_ERROR = f"the extension qlinear._qlnative does not load: {exc}"
 
 ENGINES = ("native", "numpy")
-ISA_LEVELS = ("avx512vnni", "avxvnni", "avx2", "scalar")
+ISA_LEVELS = ("amx", "avx512vnni", "avxvnni", "avx2", "scalar")
 
 # type codes shared with qlinear.h (QL_U8, QL_I8, QL_I32, QL_F32)
 TYPE_CODES = {"uint8": 0, "int8": 1, "int32": 2, "float32": 3}

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Check the AVX-512 VNNI and AVX-VNNI kernels on a CPU that lacks those instructions.
+# Check the AMX, AVX-512 VNNI and AVX-VNNI kernels on a CPU that lacks those instructions.
 #
-# Builds a copy of the extension with -DQL_SIMDE: kernels_avx512vnni.c and kernels_avxvnni.c
-# then include SIMDe's portable implementations of the intrinsics they use (Debian's
-# header-only libsimde-dev, SIMDE_ENABLE_NATIVE_ALIASES) instead of the CPU's, and
-# dispatch.c offers those levels on any AVX2 CPU. The native tests then run at the two
-# levels against the oracle. A check of the kernels' logic (packing, the U8S8 corrections,
+# Builds a copy of the extension with -DQL_SIMDE: kernels_avx512vnni.c, kernels_avxvnni.c and
+# kernels_amx.c then include SIMDe's portable implementations of the intrinsics they use
+# (Debian's header-only libsimde-dev, SIMDE_ENABLE_NATIVE_ALIASES) instead of the CPU's,
+# kernels_amx.c its own C emulation of the tile instructions, and dispatch.c offers those
+# levels on any AVX2 CPU. The native tests then run at the three levels against the oracle. A check of the kernels' logic (packing, the U8S8 corrections,
 # tails, the epilogue), not the shipped build: the source tree's own build is not touched.
 #
 # Usage: scripts/emulated_isa.sh [extra pytest args]   (with the test dependencies installed)
@@ -26,8 +26,8 @@ QLINEAR_REQUIRE_NATIVE=1 QLINEAR_CFLAGS="-DQL_SIMDE" "$PYTHON" setup.py -q build
 import qlinear
 info = qlinear.engine_info()
 print("emulated build:", info)
-assert info["emulated"] and {"avx512vnni", "avxvnni"} <= set(info["isas"]), info
+assert info["emulated"] and {"amx", "avx512vnni", "avxvnni"} <= set(info["isas"]), info
 PY
 QLINEAR_REQUIRE_NATIVE=1 "$PYTHON" -m pytest -q -p no:cacheprovider \
     tests/test_native.py tests/test_matmul.py tests/test_quantize.py tests/test_properties.py tests/test_conv.py \
-    tests/test_plain.py -k "native-avx512vnni or native-avxvnni" "$@"
+    tests/test_plain.py -k "native-amx or native-avx512vnni or native-avxvnni" "$@"

@@ -806,7 +806,7 @@ def test_vnni_fast_path_full_int8_weights(case, engine_level):
     the exact form (the U8S8 im2col GEMM) with the same bits."""
     from qlinear import _native
     level = _native._C.get_isa() if engine_level not in (None, "numpy") and _native.native() else None
-    if level not in ("avx512vnni", "avxvnni"):
+    if level not in ("amx", "avx512vnni", "avxvnni"):   # (amx: avx512vnni's conv kernels)
         pytest.skip(f"needs a VNNI level (this run: {engine_level}); runs natively on VNNI CPUs and "
                     "under scripts/emulated_isa.sh")
     assert _native._C.kernel_info(level, 2)["s8_bound"] == 128
@@ -1165,7 +1165,7 @@ def _takes_implicit(spatial, kernel, attrs, cin, group, seven_bit):
     from qlinear import _native
     cg = cin // group
     level = _native._C.get_isa()
-    vnni = level in ("avx512vnni", "avxvnni")
+    vnni = level in ("amx", "avx512vnni", "avxvnni")   # (amx: avx512vnni's conv kernels)
     kpack = 4 if seven_bit and (level == "avx2" or vnni) else 2
     blocks = -(-cg // kpack)
     if level not in ("avx2", "scalar") and not (vnni and seven_bit):

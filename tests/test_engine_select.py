@@ -28,7 +28,7 @@ def test_engine_info_keys():
     assert isinstance(info["threads"], int) and info["threads"] >= 1
     if _native.available():
         assert info["isas"][-1] == "scalar" and info["isa"] in info["isas"]
-        assert list(info["isas"]) == [i for i in ("avx512vnni", "avxvnni", "avx2", "scalar") if i in info["isas"]]
+        assert list(info["isas"]) == [i for i in ("amx", "avx512vnni", "avxvnni", "avx2", "scalar") if i in info["isas"]]
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True, None, 5000])
@@ -61,7 +61,7 @@ def test_environment_selects_engine_isa_and_threads():
 
 @needs_native
 @pytest.mark.parametrize("env,message", [
-    ({"QLINEAR_ISA": "avx9000"}, "QLINEAR_ISA must be one of avx512vnni, avxvnni, avx2, scalar; got 'avx9000'"),
+    ({"QLINEAR_ISA": "avx9000"}, "QLINEAR_ISA must be one of amx, avx512vnni, avxvnni, avx2, scalar; got 'avx9000'"),
     ({"QLINEAR_ENGINE": "fast"}, "QLINEAR_ENGINE must be one of native, numpy; got 'fast'"),
     ({"QLINEAR_NUM_THREADS": "0"}, "QLINEAR_NUM_THREADS must be an integer in [1, 1024]; got 0"),
     ({"QLINEAR_REQUIRE_NATIVE": "2"}, "QLINEAR_REQUIRE_NATIVE must be 0 or 1; got '2'"),
@@ -75,7 +75,7 @@ def test_environment_errors_are_clear(env, message):
 @needs_native
 @pytest.mark.parametrize("env,message", [
     ({"QLINEAR_ENGINE": "fast"}, "QLINEAR_ENGINE must be one of native, numpy; got 'fast'"),
-    ({"QLINEAR_ISA": "avx9000"}, "QLINEAR_ISA must be one of avx512vnni, avxvnni, avx2, scalar; got 'avx9000'"),
+    ({"QLINEAR_ISA": "avx9000"}, "QLINEAR_ISA must be one of amx, avx512vnni, avxvnni, avx2, scalar; got 'avx9000'"),
     ({"QLINEAR_NUM_THREADS": "many"}, "QLINEAR_NUM_THREADS must be an integer in [1, 1024]; got 'many'"),
     ({"QLINEAR_REQUIRE_NATIVE": "yes"}, "QLINEAR_REQUIRE_NATIVE must be 0 or 1; got 'yes'"),
 ])
@@ -98,7 +98,7 @@ def test_environment_errors_in_the_command_are_one_line(env, message):
 
 @needs_native
 def test_isa_the_cpu_lacks_is_an_error():
-    missing = [i for i in ("avx512vnni", "avxvnni", "avx2") if i not in qlinear.engine_info()["isas"]]
+    missing = [i for i in ("amx", "avx512vnni", "avxvnni", "avx2") if i not in qlinear.engine_info()["isas"]]
     if not missing:
         pytest.skip("this CPU runs every level")
     r = _run("import qlinear", QLINEAR_ISA=missing[0])

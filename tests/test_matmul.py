@@ -496,7 +496,7 @@ def test_fused_epilogue_per_level(case, engine_level):
     from qlinear import _native
     native = engine_level not in (None, "numpy") and _native.native() is not None
     level = _native._C.get_isa() if native else None
-    if level in ("avx512vnni", "avxvnni"):
+    if level in ("amx", "avx512vnni", "avxvnni"):
         assert _native._C.kernel_info(level, 0)["fused"]
         assert _native._C.kernel_info(level, 1) is None   # the exact kernel is the only one
     m, k, n = _FUSED_CASES[case]
@@ -522,3 +522,80 @@ def test_fused_epilogue_per_level(case, engine_level):
             fused = all(_native._C.kernel_info(level, w)["fused"] for w in which)
             ran = _native._C.gemm_fused_count() - before
             assert ran == (4 if fused else 0), (level, ran)
+
+
+# ----------------------------------------------------------------------------- tile edges
+
+# (M, K, N) around amx-u8s8's tile (2 x 2 tiles of 16 rows x 16 columns, K steps of 64, K
+# padded to 64 with zeros): rows 1-15 (one row tile of fewer rows), 16, 17-31 (a second row
+# tile of fewer rows), 32, 33 (a next call); columns 1-15 / 17-31 (masked epilogue lanes);
+# K one below, at and above multiples of 64. Every level runs them (the other levels' tiles
+# have edges there too: mr 4-16, nr 16-32, kpack 2-4).
+_TILE_EDGE_CASES = [(1, 1, 1), (15, 63, 17), (16, 64, 16), (17, 65, 31), (31, 127, 32), (32, 128, 33),
+                    (33, 129, 15), (47, 191, 49), (64, 256, 64), (5, 1000, 70)]
+
+
+@pytest.mark.parametrize("case", range(len(_TILE_EDGE_CASES)))
+def test_tile_edges_every_type_and_parameter_kind(case, engine_level):
+    """QLinearMatMul and MatMulInteger at the tile edges above, all 8 type combinations,
+    full-range operands, per-row a zero points that change from row to row (amx's epilogue
+    reuses row_z * colsum across rows with the same row_z: this breaks every run), per-column
+    b zero points and scales (its per-lane column path) and per-tensor ones; prepared and
+    plain calls, against the oracle."""
+    m, k, n = _TILE_EDGE_CASES[case]
+    rng = np.random.default_rng([case, 71])
+    for r, (adt, bdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+        a = rand_extreme(rng, adt, (m, k)) if r % 2 else rand_int(rng, adt, (m, k))
+        b = rand_extreme(rng, bdt, (k, n)) if r % 3 else rand_int(rng, bdt, (k, n))
+        per_row, per_col = r % 2 == 0, r % 4 < 2
+        a_s = rand_scale(rng, (m, 1) if per_row else ())
+        a_z = rand_int(rng, adt, (m, 1) if per_row else ())
+        if per_row and m > 2:
+            a_z[1::3] = a_z[0]   # runs of equal and of changing zero points
+        b_s = rand_scale(rng, (n,) if per_col else ())
+        b_z = rand_int(rng, bdt, (n,) if per_col else ())
+        ys, yz = y_scale_for(rng, a_s, b_s, k), rand_int(rng, ydt, ())
+        check_qmm(a, a_s, a_z, b, b_s, b_z, ys, yz)
+        check_mmi(a, b, a_z, b_z)
+        assert_exact(qlinear.prepare_qlinear_matmul(b, b_s, b_z).run(a, a_s, a_z, ys, yz),
+                     oracle.qlinear_matmul(a, a_s, a_z, b, b_s, b_z, ys, yz))
+        assert_exact(qlinear.prepare_matmul_integer(b, b_z).run(a, a_z), oracle.matmul_integer(a, b, a_z, b_z))
+
+
+def test_tile_sums_wrap(engine_level):
+    """The kernels' own int32 sums wrap (not only the corrections): a u8 row of 255 times an
+    int8 column of -128 over K = 67000 is -2.19e9 in the U8S8 form before any correction
+    (tdpbusd / vpdpbusd / vpmaddwd accumulate with wraparound), and +2.17e9 with 127."""
+    k = 67000
+    a = np.full((3, k), 255, U8)
+    b = np.full((k, 2), -128, I8)
+    b[:, 1] = 127
+    y = check_mmi(a, b, U8(0), I8(0))
+    assert int(y[0, 0]) == -255 * 128 * k + 2**32 and int(y[0, 1]) == 255 * 127 * k - 2**32
+    assert_exact(qlinear.prepare_matmul_integer(b, I8(0)).run(a, U8(0)), y)
+
+
+def test_amx_tile_configuration_shared_with_another_library():
+    """The tile configuration is per-thread state that other AMX code on the thread also uses
+    (onnxruntime's MLAS, on its caller's thread, keeps its shapes loaded across calls and faults
+    if they changed). amx-u8s8 saves it at the start of each task and restores it at the end,
+    and within a task reloads its own shapes only on a change. Here a foreign configuration
+    (every tile 1 row x 4 bytes) is loaded on this thread between calls of one shape (32 rows:
+    every tile wants the same full shapes, so a kernel trusting its own record of the last
+    load would run on the foreign shapes), on one thread (every task on this thread): the
+    results stay exact, and after each call the foreign configuration is loaded again."""
+    from qlinear import _native
+    if not _native.available() or "amx" not in _native.engine_info()["isas"]:
+        pytest.skip("needs the amx level (a CPU with AMX-INT8, or scripts/emulated_isa.sh)")
+    rng = np.random.default_rng(72)
+    a = rand_int(rng, U8, (32, 300))
+    b = rand_int(rng, I8, (300, 40))
+    want = oracle.matmul_integer(a, b, U8(3), I8(-2))
+    prepared = qlinear.prepare_matmul_integer(b, I8(-2))
+    with _native.use_isa("amx"), num_threads(1):
+        for _ in range(3):
+            _native._C.amx_foreign_tiles(True)
+            assert_exact(prepared.run(a, U8(3)), want)
+            assert _native._C.amx_foreign_tiles(False)
+            assert_exact(qlinear.matmul_integer(a, b, U8(3), I8(-2)), want)
+            assert _native._C.amx_foreign_tiles(False)

@@ -178,7 +178,7 @@ def test_implicit_nd_conv_equals_oracle(case):
     assert_exact(qlinear.qlinear_conv(*args, **attrs), oracle.qlinear_conv(*args, **attrs))
     x, _, xz, w, _, wz = args[:6]
     assert_exact(qlinear.conv_integer(x, w, xz, wz, **attrs), oracle.conv_integer(x, w, xz, wz, **attrs))
-    if level in ("avx2", "scalar", "avx512vnni", "avxvnni"):
+    if level in ("avx2", "scalar", "amx", "avx512vnni", "avxvnni"):
         took = tuple(a - b for a, b in zip(_native._C.conv_path_counts(), before))[:2]
         fast = _conv_kind(w, wz, **attrs) == 2   # the fast kernel wherever the weights fit its bound
         implicit = _takes_implicit(size, kernel, {k: v for k, v in attrs.items() if k != "group"}, cin, group, fast)

@@ -9,11 +9,16 @@
  * against SIMDe's portable implementations of those intrinsics, so those levels are offered on
  * any CPU with AVX2: a test build, never the shipped one.
  */
+#define _GNU_SOURCE   /* syscall() */
 #include "qlinear.h"
 #include "elementwise.h"
 
 #include <stdio.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #if QL_X86 && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
@@ -23,12 +28,24 @@
 #endif
 
 typedef struct {
-    int avx2, avxvnni, avx512vnni, fma;
+    int avx2, avxvnni, avx512vnni, fma, amx;
 } ql_features;
 
 static ql_features feat;
 static int feat_done;
 static char flags_text[160];
+
+/* AMX's tile data is an XSAVE component Linux enables per process, on request
+ * (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); kernel 5.16 and later): without it the
+ * first tile instruction raises SIGILL. The permission is process-wide and permanent. Other
+ * systems: AMX is not offered. */
+static int amx_permission(void) {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#else
+    return 0;
+#endif
+}
 
 #if QL_HAVE_CPUID
 static unsigned long long ql_xgetbv0(void) {
@@ -50,7 +67,6 @@ static void detect(void) {
         int os_zmm = os_ymm && (xcr0 & 0xE0) == 0xE0; /* opmask, ZMM0-15 high, ZMM16-31 */
         unsigned int b7 = 0, c7 = 0, d7 = 0, a71 = 0, t;
         __cpuid_count(7, 0, t, b7, c7, d7);
-        (void)d7;
         if (t >= 1) __cpuid_count(7, 1, a71, b, c, d);
         int avx2 = avx && os_ymm && ((b7 >> 5) & 1);
         feat.avx2 = avx2;
@@ -58,11 +74,17 @@ static void detect(void) {
         feat.avxvnni = avx2 && ((a71 >> 4) & 1);
         int f = (b7 >> 16) & 1, dq = (b7 >> 17) & 1, bw = (b7 >> 30) & 1, vl = (b7 >> 31) & 1;
         feat.avx512vnni = avx2 && os_zmm && f && dq && bw && vl && ((c7 >> 11) & 1);
+        /* AMX-TILE (EDX bit 24) and AMX-INT8 (bit 25), the OS saving the tile configuration
+         * and data (XCR0 bits 17 and 18), and Linux's permission; on top of AVX-512 VNNI,
+         * whose kernels the level uses for everything but the GEMM */
+        int amx_os = (xcr0 & 0x60000) == 0x60000;
+        feat.amx = feat.avx512vnni && ((d7 >> 24) & 1) && ((d7 >> 25) & 1) && amx_os && amx_permission();
     }
 #endif
-    snprintf(flags_text, sizeof flags_text, "%s%s%s%s",
+    snprintf(flags_text, sizeof flags_text, "%s%s%s%s%s",
              feat.avx2 ? "avx2 " : "", feat.fma ? "fma " : "",
-             feat.avxvnni ? "avxvnni " : "", feat.avx512vnni ? "avx512vnni " : "");
+             feat.avxvnni ? "avxvnni " : "", feat.avx512vnni ? "avx512vnni " : "",
+             feat.amx ? "amx " : "");
     size_t n = strlen(flags_text);
     if (n && flags_text[n - 1] == ' ') flags_text[n - 1] = 0;
     feat_done = 1;
@@ -74,22 +96,31 @@ static void detect(void) {
 #define QL_EMULATED 0
 #endif
 
-typedef struct { const ql_isa *isa; int (*runs)(void); } ql_entry;
+typedef struct { const ql_isa *(*isa)(void); int (*runs)(void); } ql_entry;
 
 #if QL_X86
+static int runs_amx(void) { return QL_EMULATED ? feat.avx2 : feat.amx; }
 static int runs_avx512vnni(void) { return QL_EMULATED ? feat.avx2 : feat.avx512vnni; }
 static int runs_avxvnni(void) { return QL_EMULATED ? feat.avx2 : feat.avxvnni; }
 static int runs_avx2(void) { return feat.avx2; }
 #endif
 static int runs_always(void) { return 1; }
 
+#if QL_X86
+static const ql_isa *isa_avx512vnni(void) { return &ql_isa_avx512vnni; }
+static const ql_isa *isa_avxvnni(void) { return &ql_isa_avxvnni; }
+static const ql_isa *isa_avx2(void) { return &ql_isa_avx2; }
+#endif
+static const ql_isa *isa_scalar(void) { return &ql_isa_scalar; }
+
 static const ql_entry table[] = {
 #if QL_X86
-    {&ql_isa_avx512vnni, runs_avx512vnni},
-    {&ql_isa_avxvnni, runs_avxvnni},
-    {&ql_isa_avx2, runs_avx2},
+    {ql_isa_amx, runs_amx},
+    {isa_avx512vnni, runs_avx512vnni},
+    {isa_avxvnni, runs_avxvnni},
+    {isa_avx2, runs_avx2},
 #endif
-    {&ql_isa_scalar, runs_always},
+    {isa_scalar, runs_always},
 };
 
 static const ql_isa *usable[8];
@@ -100,7 +131,7 @@ static void build(void) {
     detect();
     int n = 0;
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (table[i].runs()) usable[n++] = table[i].isa;
+        if (table[i].runs()) usable[n++] = table[i].isa();
     n_usable = n;
 }
 
@@ -120,7 +151,8 @@ const ql_isa *ql_isa_by_name(const char *name) {
 
 const char *ql_isa_compiled_names(void) {
 #if QL_X86
-    return QL_EMULATED ? "avx512vnni(simde),avxvnni(simde),avx2,scalar" : "avx512vnni,avxvnni,avx2,scalar";
+    return QL_EMULATED ? "amx(emulated),avx512vnni(simde),avxvnni(simde),avx2,scalar"
+                       : "amx,avx512vnni,avxvnni,avx2,scalar";
 #else
     return "scalar";
 #endif

@@ -32,7 +32,7 @@ typedef struct {
     size_t cblock_off, lblock_off;
 } gemm_ctx;
 
-static void gemm_task(void *vctx, ptrdiff_t t, int thread) {
+static void gemm_task_tiles(void *vctx, ptrdiff_t t, int thread) {
     gemm_ctx *g = (gemm_ctx *)vctx;
     const ql_gemm_problem *p = g->p;
     const ql_gemm_kernel *k = p->kern;
@@ -114,6 +114,14 @@ static void gemm_task(void *vctx, ptrdiff_t t, int thread) {
     }
 }
 
+/* one task, with the kernel's per-thread state hooks around it (qlinear.h: task_begin) */
+static void gemm_task(void *vctx, ptrdiff_t t, int thread) {
+    const ql_gemm_kernel *k = ((gemm_ctx *)vctx)->p->kern;
+    if (k->task_begin) k->task_begin();
+    gemm_task_tiles(vctx, t, thread);
+    if (k->task_end) k->task_end();
+}
+
 long long ql_tail_calls[3];
 long long ql_gemm_fused_calls;
 
@@ -161,8 +169,9 @@ int ql_gemm(const ql_gemm_problem *p) {
     g.row_blocks = (p->M + mc - 1) / mc;
     /* K block: about 8 KiB of panel (L1 holds it, the C block and a tile's L rows) */
     size_t es = k->form == QL_FORM_I16 ? 2 : 1;
-    g.kc = (int)(KC_BYTES / ((size_t)k->nr * es)) / k->kpack * k->kpack;
-    if (g.kc < k->kpack) g.kc = k->kpack;
+    int kal = k->kalign ? k->kalign : k->kpack;   /* K blocks keep the kernel's alignment */
+    g.kc = (int)(KC_BYTES / ((size_t)k->nr * es)) / kal * kal;
+    if (g.kc < kal) g.kc = kal;
     g.nkb = p->kp > g.kc + g.kc / 2 ? (p->kp + g.kc - 1) / g.kc : 1;
     /* the fused kernel applies its level's epilogue: only where the caller says `epilogue` is
      * that one (allow_fused) */

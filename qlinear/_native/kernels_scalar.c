@@ -13,7 +13,8 @@ static inline int32_t load8(const void *src, int type, ptrdiff_t idx) {
 }
 
 int ql_round_k(const ql_gemm_kernel *k, int K) {
-    return (K + k->kpack - 1) / k->kpack * k->kpack;
+    int a = k->kalign ? k->kalign : k->kpack;
+    return (K + a - 1) / a * a;
 }
 
 size_t ql_panel_bytes(const ql_gemm_kernel *k, int kp) {

@@ -1160,6 +1160,20 @@ static PyObject *m_tail_counts(PyObject *self, PyObject *args) {
                          __atomic_load_n(&ql_tail_calls[2], __ATOMIC_RELAXED));
 }
 
+/* amx_foreign_tiles(load) -> bool: load = 1 loads other tile shapes on this thread, as
+ * another library's AMX code would; load = 0: whether they are still loaded (tests of
+ * amx-u8s8's task_begin / task_end); an error where the amx level does not run */
+static PyObject *m_amx_foreign_tiles(PyObject *self, PyObject *args) {
+    (void)self;
+    int load;
+    if (!PyArg_ParseTuple(args, "p", &load)) return NULL;
+#if QL_X86
+    if (ql_isa_by_name("amx")) return PyBool_FromLong(ql_amx_foreign_tiles(load));
+#endif
+    PyErr_SetString(PyExc_RuntimeError, "qlinear: the amx level does not run here");
+    return NULL;
+}
+
 /* gemm_fused_count() -> GEMMs that ran on their kernel's fused epilogue (kernel_ep) so far */
 static PyObject *m_gemm_fused_count(PyObject *self, PyObject *args) {
     (void)self; (void)args;
@@ -1167,6 +1181,7 @@ static PyObject *m_gemm_fused_count(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
+    {"amx_foreign_tiles", m_amx_foreign_tiles, METH_VARARGS, "Tests: load other AMX tile shapes on this thread."},
     {"gemm_fused_count", m_gemm_fused_count, METH_NOARGS, "GEMMs whose tiles ran on the kernel's fused epilogue (kernel_ep)."},
     {"conv_in_task_packs", m_conv_in_task_packs, METH_NOARGS, "Plain convolutions whose weights were packed inside the implicit GEMM's tasks."},
     {"tail_counts", m_tail_counts, METH_NOARGS, "Implicit tiles, packed panels and implicit dot-kernel tiles that ran a narrow tail kernel."},

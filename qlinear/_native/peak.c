@@ -25,8 +25,10 @@ static void peak_task(void *vctx, ptrdiff_t t, int thread) {
     const size_t es = k->form == QL_FORM_I16 ? 2 : 1;
     memset(L, 1, sizeof L);
     memset(R, 1, sizeof R);
+    if (k->task_begin) k->task_begin();
     for (long r = 0; r < c->reps; r++)
         k->kernel(L, (ptrdiff_t)(PEAK_KP * es), R, PEAK_KP, Ct, k->nr, k->mr);
+    if (k->task_end) k->task_end();
 }
 
 long long ql_kernel_peak(const ql_gemm_kernel *k, long reps, int tasks, int threads) {

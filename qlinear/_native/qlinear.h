@@ -140,6 +140,16 @@ typedef struct ql_gemm_kernel {
      * `blocks` blocks of 4 channels, (byte ^ fx) - sub. */
     ql_grouped_i16_fn grouped_i16_t9;
     ql_grouped_b_fn grouped_b_t9;
+    /* K is padded (with zeros, by the packers) to a multiple of this; 0: of kpack. 64 for
+     * amx-u8s8, whose tiles take 64 bytes of k per step (ql_round_k) */
+    int kalign;
+    /* Optional: called by every caller of `kernel` / `kernel_ep` on the thread that runs a
+     * task, before its first kernel call and after its last one. For per-thread state the
+     * kernels change and other code on the thread may use between tasks: amx-u8s8's tile
+     * configuration, which it saves at task_begin and restores at task_end (onnxruntime's
+     * AMX kernels, on the same caller thread, fault on shapes they did not load). */
+    void (*task_begin)(void);
+    void (*task_end)(void);
 } ql_gemm_kernel;
 
 /* ---------------------------------------------------------------------------------------
@@ -289,7 +299,7 @@ void ql_dw_cl_scalar(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt,
                    ptrdiff_t row_step, int rows, int ow, const ql_dw_q *q, void *out);
 void ql_dw_rows_scalar(const int16_t *const *rows, const int16_t *w, int npairs, int32_t *acc,
                        int nblocks, int accumulate);
-int ql_round_k(const ql_gemm_kernel *k, int K);            /* kp: K rounded up to kpack */
+int ql_round_k(const ql_gemm_kernel *k, int K);            /* kp: K rounded up to kalign (or kpack) */
 
 /* ---------------------------------------------------------------------------------------
  * The GEMM driver (gemm.c): C (M x N) = L (M x K) . R (K x N), epilogue fused per tile
@@ -332,7 +342,7 @@ extern long long ql_gemm_fused_calls;
 /* Runs the problem (threads from the pool). Returns 0, or -1 when scratch cannot be allocated. */
 int ql_gemm(const ql_gemm_problem *p);
 
-#define QL_MAX_MR 16
+#define QL_MAX_MR 32   /* amx-u8s8: 2 x 16-row tiles */
 #define QL_MAX_NR 64
 
 /* ---------------------------------------------------------------------------------------
@@ -389,6 +399,8 @@ extern const ql_isa ql_isa_scalar;
 extern const ql_isa ql_isa_avx2;
 extern const ql_isa ql_isa_avxvnni;
 extern const ql_isa ql_isa_avx512vnni;
+const ql_isa *ql_isa_amx(void);   /* avx512vnni's table with the AMX GEMM kernel */
+int ql_amx_foreign_tiles(int load);  /* tests: another library's tile shapes on this thread */
 #endif
 
 #endif

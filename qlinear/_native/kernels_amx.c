@@ -1,0 +1,350 @@
+/* AMX-INT8 kernels (Intel Advanced Matrix Extensions: tile registers and tdpbusd): the U8S8
+ * GEMM, exact for every operand. Every other kernel of this level (the convolutions'
+ * implicit GEMM, depthwise, the epilogue, Quantize/Dequantize) is AVX-512 VNNI's or AVX2's:
+ * a CPU with AMX-INT8 has both.
+ *
+ * Arithmetic: tdpbusd tC, tA, tB adds, for each C element, 4 products zext(a) * sext(b) of
+ * one dword of A and one of B per k-group to the int32 accumulator, with wraparound (Intel
+ * SDM: the products and the sum are 32-bit, no saturation), so the tile holds the wrap32
+ * dot products the contract asks for; the U8S8 form (u8 rows, s8 panels, corrections in the
+ * epilogue) is the same as the VNNI levels', and the epilogue is the level's own.
+ *
+ * Layout: the packed operands are the VNNI levels' U8S8 ones. A tile of L is 16 rows x 64
+ * bytes (16 k-groups of 4) read at the row stride ldl; a tile of a 32-column panel
+ * ([kp/4][32][4]) is 16 k-groups x 16 columns x 4 bytes, read at a 128-byte stride (columns
+ * 0-15 at offset 0, 16-31 at offset 64): the panel's rows are the tile's rows, so panels
+ * packed for avx512vnni-u8s8 serve as they are. K is padded to a multiple of 64
+ * (ql_gemm_kernel.kalign; the packers zero the padding), so every tile step is a full one.
+ *
+ * Tile shape: 32 rows x 32 columns as 2 x 2 accumulator tiles (tmm0-3) from 2 L tiles (tmm4,
+ * tmm5) and 2 panel tiles (tmm6, tmm7): per 64-byte k step, 4 tile loads for 4 tdpbusd (each
+ * 16 x 16 x 64 multiply-adds), the fewest loads per product the 8 tile registers allow.
+ *
+ * Tile configuration: the shapes are per-thread state (ldtilecfg), and loading them costs
+ * (measured: 1024^3 on one thread went from 675 to 813 GMAC/s when a task's calls stopped
+ * reloading it). Each call needs 16-row tiles, or for a last row tile of fewer rows (rows <
+ * 32) tiles of those rows, so no row past the block is ever read. Within a task (nothing
+ * else runs on the thread then) the kernel reloads only on a change of shapes. Between tasks
+ * the thread may run another library's AMX code: onnxruntime's MLAS runs on its caller's
+ * thread too, keeps its shapes loaded across its calls and faults (#UD: tdpbusd on shapes it
+ * did not load) if they changed. So each task begins by saving the thread's configuration
+ * (sttilecfg) and ends by restoring it (ldtilecfg, or tilerelease when it was the initial
+ * state), and assumes nothing about it in between (ql_gemm_kernel.task_begin / task_end).
+ *
+ * With -DQL_SIMDE (scripts/emulated_isa.sh) the tile instructions are emulated in C below
+ * (the same arithmetic on a thread-local tile file), so the level runs on any AVX2 CPU.
+ */
+#include "qlinear.h"
+
+#if QL_X86
+#ifdef QL_SIMDE
+#pragma GCC target("avx2")
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <immintrin.h>
+#include <simde/x86/avx512.h>
+#else
+#pragma GCC target("avx2,avx512f,avx512bw,avx512dq,avx512vl,amx-tile,amx-int8")
+#include <immintrin.h>
+#endif
+#include <string.h>
+
+/* the 64-byte tile configuration (palette 1): bytes per row and rows of each tile */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} __attribute__((aligned(64))) amx_cfg;
+
+#ifdef QL_SIMDE
+/* ---- emulation: the instructions' semantics (Intel SDM), one thread-local tile file ---- */
+static _Thread_local struct { int rows, colsb; uint8_t d[16][64]; } amx_t[8];
+
+static _Thread_local amx_cfg amx_cur;   /* the configuration loaded (palette 0: none) */
+static void amx_loadcfg(const amx_cfg *c) {
+    amx_cur = *c;
+    for (int t = 0; t < 8; t++) {
+        amx_t[t].rows = c->palette ? c->rows[t] : 0;
+        amx_t[t].colsb = c->palette ? c->colsb[t] : 0;
+        memset(amx_t[t].d, 0, sizeof amx_t[t].d);   /* ldtilecfg zeroes the tiles */
+    }
+}
+static void amx_storecfg(amx_cfg *c) { *c = amx_cur; }
+static void amx_release(void) {
+    amx_cfg none;
+    memset(&none, 0, sizeof none);
+    amx_loadcfg(&none);
+}
+static void amx_load(int t, const void *p, ptrdiff_t stride) {
+    for (int r = 0; r < amx_t[t].rows; r++)
+        memcpy(amx_t[t].d[r], (const char *)p + r * stride, (size_t)amx_t[t].colsb);
+}
+static void amx_store(int t, void *p, ptrdiff_t stride) {
+    for (int r = 0; r < amx_t[t].rows; r++)
+        memcpy((char *)p + r * stride, amx_t[t].d[r], (size_t)amx_t[t].colsb);
+}
+/* tdpbusd: C[m][n] += sum over k-groups g, i < 4 of zext(A[m][4g+i]) * sext(B[g][4n+i]) */
+static void amx_dpbusd(int c, int a, int b) {
+    for (int m = 0; m < amx_t[c].rows; m++)
+        for (int n = 0; n < amx_t[c].colsb / 4; n++) {
+            uint32_t acc;
+            memcpy(&acc, &amx_t[c].d[m][4 * n], 4);
+            for (int g = 0; g < amx_t[a].colsb / 4; g++)
+                for (int i = 0; i < 4; i++)
+                    acc += (uint32_t)((int32_t)amx_t[a].d[m][4 * g + i] *
+                                      (int32_t)(int8_t)amx_t[b].d[g][4 * n + i]);
+            memcpy(&amx_t[c].d[m][4 * n], &acc, 4);
+        }
+}
+#define AMX_LOADCFG(c) amx_loadcfg(c)
+#define AMX_LOAD(t, p, s) amx_load(t, p, s)
+#define AMX_STORE(t, p, s) amx_store(t, p, s)
+#define AMX_DP(c, a, b) amx_dpbusd(c, a, b)
+#define AMX_ZERO(t) memset(amx_t[t].d, 0, sizeof amx_t[t].d)
+#define AMX_STORECFG(c) amx_storecfg(c)
+#define AMX_RELEASE() amx_release()
+#else
+/* The memory operands written out in full, not gcc 12's intrinsics: its _tile_loadconfig and
+ * _tile_storeconfig declare an 8-byte operand for the 64-byte configuration (the compiler
+ * then dropped the stores of a configuration's row counts as dead: ldtilecfg faulted on
+ * what was left), and its _tile_loadd declares no memory read at all (stores of the
+ * operand could legally move past it). ldtilecfg / sttilecfg name the whole structure;
+ * tileloadd and tilestored clobber memory. */
+#define AMX_LOADCFG(c) __asm__ volatile("ldtilecfg %0" ::"m"(*(const amx_cfg *)(c)))
+#define AMX_STORECFG(c) __asm__ volatile("sttilecfg %0" : "=m"(*(amx_cfg *)(c)))
+#define AMX_LOAD(t, p, s)                                                                       \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"((const void *)(p)), "r"((long)(s)) : "memory")
+#define AMX_STORE(t, p, s)                                                                      \
+    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"((void *)(p)), "r"((long)(s)) : "memory")
+#define AMX_DP(c, a, b) _tile_dpbusd(c, a, b)
+#define AMX_ZERO(t) _tile_zero(t)
+#define AMX_RELEASE() _tile_release()
+#endif
+
+#define AMX_MR 32
+#define AMX_NR 32
+
+/* tiles: 0 = C rows 0-15 x cols 0-15, 1 = rows 0-15 x cols 16-31, 2 and 3 = rows 16-31;
+ * 4 = L rows 0-15, 5 = L rows 16-31; 6 = panel cols 0-15, 7 = panel cols 16-31 */
+static void amx_config(amx_cfg *c, int r0, int r1) {
+    memset(c, 0, sizeof *c);
+    c->palette = 1;
+    for (int t = 0; t < 8; t++) c->colsb[t] = 64;
+    c->rows[0] = c->rows[1] = c->rows[4] = (uint8_t)r0;
+    c->rows[2] = c->rows[3] = c->rows[5] = (uint8_t)r1;
+    c->rows[6] = c->rows[7] = 16;
+    if (r1 == 0) c->colsb[2] = c->colsb[3] = c->colsb[5] = 0;   /* unused tiles */
+}
+
+/* within a task: the tile shapes this thread loaded last (r0 * 32 + r1), -1: none yet */
+static _Thread_local int amx_loaded = -1;
+static _Thread_local amx_cfg amx_saved;   /* the thread's configuration before the task */
+
+static void amx_task_begin(void) {
+    AMX_STORECFG(&amx_saved);   /* all zero (palette 0) in the initial state */
+    amx_loaded = -1;
+}
+
+static void amx_task_end(void) {
+    if (amx_loaded < 0) return;   /* nothing loaded: the configuration is the saved one */
+    if (amx_saved.palette)
+        AMX_LOADCFG(&amx_saved);
+    else
+        AMX_RELEASE();
+    amx_loaded = -1;
+}
+
+/* C (rows x 32 int32, row stride ldc) = L rows (rows <= 32, kp bytes each, stride ldl) times
+ * the 32-column panel; kp is a multiple of 64 (kalign) */
+static void amx_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp, int32_t *C,
+                     ptrdiff_t ldc, int rows) {
+    int r0 = rows < 16 ? rows : 16, r1 = rows - r0;
+    if (amx_loaded != r0 * 32 + r1) {
+        amx_cfg cfg;
+        amx_config(&cfg, r0, r1);
+        AMX_LOADCFG(&cfg);
+        amx_loaded = r0 * 32 + r1;
+    }
+    AMX_ZERO(0);
+    AMX_ZERO(1);
+    if (r1) {
+        AMX_ZERO(2);
+        AMX_ZERO(3);
+    }
+    const char *a = (const char *)L, *b = (const char *)Rpanel;
+    const ptrdiff_t bs = 4 * AMX_NR;    /* bytes of one k-group row of the panel */
+    if (r1) {
+        for (int k = 0; k < kp; k += 64) {
+            const char *bk = b + (ptrdiff_t)(k / 4) * bs;
+            AMX_LOAD(4, a + k, ldl);
+            AMX_LOAD(5, a + 16 * ldl + k, ldl);
+            AMX_LOAD(6, bk, bs);
+            AMX_LOAD(7, bk + 64, bs);
+            AMX_DP(0, 4, 6);
+            AMX_DP(1, 4, 7);
+            AMX_DP(2, 5, 6);
+            AMX_DP(3, 5, 7);
+        }
+    } else {
+        for (int k = 0; k < kp; k += 64) {
+            const char *bk = b + (ptrdiff_t)(k / 4) * bs;
+            AMX_LOAD(4, a + k, ldl);
+            AMX_LOAD(6, bk, bs);
+            AMX_LOAD(7, bk + 64, bs);
+            AMX_DP(0, 4, 6);
+            AMX_DP(1, 4, 7);
+        }
+    }
+    const ptrdiff_t cs = ldc * (ptrdiff_t)sizeof(int32_t);
+    AMX_STORE(0, C, cs);
+    AMX_STORE(1, C + 16, cs);
+    if (r1) {
+        AMX_STORE(2, C + 16 * ldc, cs);
+        AMX_STORE(3, C + 16 * ldc + 16, cs);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * kernel_ep: the tile through a 512-bit epilogue. The tile leaves the tile registers through
+ * memory either way (tilestored); what kernel_ep saves is the epilogue's arithmetic, which at
+ * K = 768 cost about as much as the tile's tdpbusd (the 256-bit epilogue multiplies both
+ * U8S8 corrections per element with vpmulld). Here, per tile:
+ *   acc[i][j] = C[i][j] + (bias[i] - zR'*row_a[i]) - row_z[i]*colsum[j]   (wrap32)
+ * with the first correction one scalar per row when zR' is one value (per-tensor b zero
+ * point), and the second one vector product per run of rows with the same row_z (all of them
+ * for a per-tensor a zero point). wrap32 sums do not depend on their order, so these are the
+ * bits of ql_epilogue_avx2's per-element form. The requantization is ql_requant8_avx2's
+ * instructions on 16 lanes (vcvtdq2ps, one vmulps, vmaxps lo then vminps hi: lo for a NaN,
+ * vcvtps2dq under the default rounding, vpaddd zp), then vpmovsdb / vpmovusdb, which cannot
+ * saturate: the clamp leaves values of the output type. Cases it does not take (strided
+ * outputs, per-element multipliers or zero points along a row) go to the level's epilogue.
+ * ------------------------------------------------------------------------------------- */
+static inline __attribute__((always_inline)) __m512i amx_requant16(__m512i acc, __m512 m, __m512 lo, __m512 hi,
+                                                                   __m512i zp) {
+    __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), m), lo), hi);
+    return _mm512_add_epi32(_mm512_cvtps_epi32(v), zp);
+}
+
+static void amx_epilogue(const ql_epilogue *ep, const int32_t *C, const int32_t *colsum, int i0, int j0,
+                         int rows, int cols) {
+    if (ep->out_cs != 1 || (ep->quantized && ep->mult_cs > 1) || (ep->row_a && ep->col_z_s > 1)) {
+        ql_isa_avx512vnni.epilogue(ep, C, AMX_NR, colsum, i0, j0, rows, cols);
+        return;
+    }
+    const int quantized = ep->quantized, is_signed = ep->out_is_signed;
+    const int32_t *row_bias = ep->row_bias, *row_a = ep->row_a, *row_z = ep->row_z, *col_z = ep->col_z;
+    const ptrdiff_t row_s = ep->row_s, col_z_s = ep->col_z_s, out_rs = ep->out_rs;
+    const float *mult = ep->mult;
+    const ptrdiff_t mult_rs = ep->mult_rs, mult_cs = ep->mult_cs;
+    const __mmask16 k0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
+    const __mmask16 k1 = cols >= 32 ? 0xFFFF : cols > 16 ? (__mmask16)((1u << (cols - 16)) - 1) : 0;
+    const __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
+    const __m512i zp = _mm512_set1_epi32(ep->zp);
+    __m512i cs0 = _mm512_setzero_si512(), cs1 = cs0, cz0 = cs0, cz1 = cs0, p0 = cs0, p1 = cs0;
+    if (row_a) {
+        cs0 = _mm512_maskz_loadu_epi32(k0, colsum);
+        cs1 = _mm512_maskz_loadu_epi32(k1, colsum + 16);
+        if (col_z_s) {
+            cz0 = _mm512_maskz_loadu_epi32(k0, col_z + j0);
+            cz1 = _mm512_maskz_loadu_epi32(k1, col_z + j0 + 16);
+        }
+    }
+    int32_t pz = 0;   /* the row_z of p0, p1 (= row_z * colsum); 0 with p = 0 */
+    for (int r = 0; r < rows; r++) {
+        ptrdiff_t i = i0 + r;
+        uint32_t rc = row_bias ? (uint32_t)row_bias[i] : 0;
+        __m512i a0 = _mm512_loadu_si512((const void *)(C + r * AMX_NR));
+        __m512i a1 = _mm512_loadu_si512((const void *)(C + r * AMX_NR + 16));
+        if (row_a) {
+            int32_t ra = row_a[i * row_s], rz = row_z[i * row_s];
+            if (col_z_s) {
+                __m512i rav = _mm512_set1_epi32(ra);
+                a0 = _mm512_sub_epi32(a0, _mm512_mullo_epi32(cz0, rav));
+                a1 = _mm512_sub_epi32(a1, _mm512_mullo_epi32(cz1, rav));
+            } else {
+                rc -= (uint32_t)col_z[0] * (uint32_t)ra;
+            }
+            if (rz != pz) {
+                __m512i rzv = _mm512_set1_epi32(rz);
+                p0 = _mm512_mullo_epi32(cs0, rzv);
+                p1 = _mm512_mullo_epi32(cs1, rzv);
+                pz = rz;
+            }
+            a0 = _mm512_sub_epi32(a0, p0);
+            a1 = _mm512_sub_epi32(a1, p1);
+        }
+        const __m512i rcv = _mm512_set1_epi32((int32_t)rc);
+        a0 = _mm512_add_epi32(a0, rcv);
+        a1 = _mm512_add_epi32(a1, rcv);
+        if (!quantized) {
+            int32_t *o = (int32_t *)ep->out + i * out_rs + j0;
+            _mm512_mask_storeu_epi32(o, k0, a0);
+            _mm512_mask_storeu_epi32(o + 16, k1, a1);
+            continue;
+        }
+        const float *mrow = mult + i * mult_rs;
+        __m512 m0, m1;
+        if (mult_cs) {
+            m0 = _mm512_maskz_loadu_ps(k0, mrow + j0);
+            m1 = _mm512_maskz_loadu_ps(k1, mrow + j0 + 16);
+        } else {
+            m0 = m1 = _mm512_set1_ps(mrow[0]);
+        }
+        __m512i q0 = amx_requant16(a0, m0, lo, hi, zp), q1 = amx_requant16(a1, m1, lo, hi, zp);
+        char *o = (char *)ep->out + i * out_rs + j0;
+        if (is_signed) {
+            _mm512_mask_cvtsepi32_storeu_epi8(o, k0, q0);
+            _mm512_mask_cvtsepi32_storeu_epi8(o + 16, k1, q1);
+        } else {
+            _mm512_mask_cvtusepi32_storeu_epi8(o, k0, q0);
+            _mm512_mask_cvtusepi32_storeu_epi8(o + 16, k1, q1);
+        }
+    }
+}
+
+static void amx_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp, const ql_epilogue *ep,
+                        const int32_t *colsum, int i0, int j0, int rows, int cols) {
+    int32_t C[AMX_MR * AMX_NR] __attribute__((aligned(64)));
+    amx_u8s8(L, ldl, Rpanel, kp, C, AMX_NR, rows);
+    amx_epilogue(ep, C, colsum, i0, j0, rows, cols);
+}
+
+static const ql_gemm_kernel k_amx = {
+    .name = "amx-u8s8", .mr = AMX_MR, .nr = AMX_NR, .kpack = 4, .kalign = 64, .form = QL_FORM_U8S8,
+    .kernel = amx_u8s8, .kernel_ep = amx_u8s8_ep, .pack_L = ql_pack_L_avx2, .pack_R = ql_pack_R_panel_avx2,
+    .grouped_b_t9 = ql_grouped_b_t9_avx2, .task_begin = amx_task_begin,
+    .task_end = amx_task_end,
+};
+
+/* A test's stand-in for another library's AMX code on this thread (only where the level
+ * runs): load = 1 loads a configuration of other shapes (every tile 1 row x 4 bytes) and
+ * returns 1; load = 0 returns whether the thread's configuration is that one. */
+int ql_amx_foreign_tiles(int load) {
+    amx_cfg c, now;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        c.colsb[t] = 4;
+        c.rows[t] = 1;
+    }
+    if (load) {
+        AMX_LOADCFG(&c);
+        return 1;
+    }
+    AMX_STORECFG(&now);
+    return memcmp(&c, &now, sizeof c) == 0;
+}
+
+/* The level: avx512vnni's table with this GEMM kernel (every CPU with AMX-INT8 so far has
+ * AVX-512 VNNI; dispatch.c offers this level only where both run). Built at run time from
+ * that table, so every other kernel is literally avx512vnni's. dispatch.c calls this once,
+ * before any other thread can ask for levels. */
+const ql_isa *ql_isa_amx(void) {
+    static ql_isa isa;
+    if (!isa.name) {
+        isa = ql_isa_avx512vnni;
+        isa.exact = &k_amx;
+        isa.name = "amx";
+    }
+    return &isa;
+}
+#endif
