@@ -27,8 +27,9 @@ threadpoolctl is not installed). Peak extra memory is the resident-set high-wate
 
 Before the cases, the bench measures this CPU's int8 peak with qlinear's own micro-kernels
 on L1-resident operands (``measure_peak``: on AVX2 the exact vpmaddwd kernel and the
-vpmaddubsw fast kernel, on VNNI levels vpdpbusd) and reports every case's GMAC/s as a
-percentage of the exact kernel's peak.
+vpmaddubsw fast kernel, on VNNI levels vpdpbusd, on AMX tdpbusd and, for reference, the
+avx512vnni level's vpdpbusd) and reports every case's GMAC/s as a percentage of the exact
+kernel's peak.
 
 Outputs (in ``--output-dir``): ``results.md`` (table and summary), ``results.json``,
 ``results.png`` (chart) and ``machine.md`` (machine description).
@@ -727,10 +728,12 @@ def measure_peak(threads: int, seconds: float = 0.1, trials: int = 5) -> dict[st
     """The int8 multiply-add peak of this CPU as qlinear's own micro-kernels reach it.
 
     Each kernel of the selected ISA level (exact: vpmaddwd on AVX2, vpdpbusd on the VNNI
-    levels; fast: AVX2's vpmaddubsw, used where packing proves it cannot saturate) runs on
-    operands that stay in L1, on 1 and on ``threads`` threads; the best of ``trials`` runs of
-    about ``seconds`` each is the peak (memory and packing excluded: a ceiling). Cases report
-    their GMAC/s as a percentage of the exact kernel's peak at ``threads`` threads.
+    levels, tdpbusd on AMX; fast: AVX2's vpmaddubsw, used where packing proves it cannot
+    saturate) runs on operands that stay in L1, on 1 and on ``threads`` threads; the best of
+    ``trials`` runs of about ``seconds`` each is the peak (memory and packing excluded: a
+    ceiling). On the amx level the avx512vnni level's exact kernel is measured too (role
+    ``vpdpbusd``): the VNNI ceiling, for comparison. Cases report their GMAC/s as a
+    percentage of the exact kernel's peak at ``threads`` threads.
     """
     from qlinear import _native
 
@@ -739,18 +742,21 @@ def measure_peak(threads: int, seconds: float = 0.1, trials: int = 5) -> dict[st
         return {"isa": None, "note": "the native engine is not selected: no kernel peak"}
     isa = C.get_isa()
     out: dict[str, Any] = {"isa": isa, "kernels": {}}
-    for which, role in ((0, "exact"), (1, "fast")):
-        info = C.kernel_info(isa, which)
+    kernels = [(isa, 0, "exact"), (isa, 1, "fast")]
+    if isa == "amx":
+        kernels.append(("avx512vnni", 0, "vpdpbusd"))
+    for level, which, role in kernels:
+        info = C.kernel_info(level, which)
         if info is None:
             continue
         row: dict[str, Any] = {"kernel": info["name"]}
         for t in sorted({1, threads}):
             reps = 200
-            C.kernel_peak(isa, which, reps, 4 * t, t)  # warm-up (and the pool's threads)
+            C.kernel_peak(level, which, reps, 4 * t, t)  # warm-up (and the pool's threads)
             best = 0.0
             for _ in range(trials):
                 t0 = time.perf_counter()
-                macs = C.kernel_peak(isa, which, reps, 4 * t, t)
+                macs = C.kernel_peak(level, which, reps, 4 * t, t)
                 dt = time.perf_counter() - t0
                 best = max(best, macs / dt / 1e9)
                 # size the next trial to about `seconds`
