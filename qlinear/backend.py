@@ -1262,6 +1262,8 @@ class QLinearRep(BackendRep):
         # (name, dtype, dimensions) each input declares: checked on every run, as onnxruntime
         # and the qlinear command check their feeds
         self._declared = [_declared_input(i) for i in model.graph.input if i.name not in inits]
+        self._tensor_inputs = frozenset(i.name for i in model.graph.input
+                                        if i.type.HasField("tensor_type"))
         self._all_input_names = {i.name for i in model.graph.input}  # defaults may be fed too
         # inputs with an initializer (a default): a fed value is copied on each run, because
         # the nodes treat initializers as the model's constants and may keep what they derived
@@ -1307,11 +1309,22 @@ class QLinearRep(BackendRep):
         else:
             if isinstance(inputs, np.ndarray):
                 inputs = [inputs]
+            if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Iterable):
+                # run(3.0) failed with Python's "'float' object is not iterable"
+                raise TypeError("run: inputs must be a list or tuple of arrays in the model's input "
+                                "order, or a dict of input name -> array; got "
+                                f"{type(inputs).__name__}")
             inputs = list(inputs)
             if len(inputs) > len(self.input_names):
                 raise ValueError(f"run: {len(inputs)} inputs given, the model takes "
                                  f"{len(self.input_names)} ({', '.join(self.input_names)})")
-            feeds = dict(zip(self.input_names, inputs))
+            # a value given for a tensor input as a list, a NumPy scalar or a Python number
+            # becomes an array, as in the dict form, so that the declared dtype and shape are
+            # checked below (it reached the first node unchecked: a float64 list was refused by
+            # a QuantizeLinear, np.float32(1) failed inside a Transpose)
+            feeds = {k: np.asarray(v) if k in self._tensor_inputs and v is not None
+                     and not isinstance(v, np.ndarray) else v
+                     for k, v in zip(self.input_names, inputs)}
         names = ", ".join(repr(n) for n in self.input_names)
         for k in feeds:
             if k not in self._all_input_names:
@@ -1415,13 +1428,25 @@ class QLinearBackend(Backend):
                             "emulate, qdq and max_tensor_bytes)")
         kernels_for(emulate)  # a bad name fails before anything is loaded
         from_bytes = isinstance(model, bytes)
-        if isinstance(model, (str, os.PathLike)):
-            model = _load_path(model)
-        elif isinstance(model, bytes):
-            model = onnx.load_from_string(model)
-        elif not isinstance(model, onnx.ModelProto):
-            raise TypeError("prepare: model must be an onnx.ModelProto, a path or bytes; got "
-                            f"{type(model).__name__}")
+        from google.protobuf.message import DecodeError
+
+        try:
+            if isinstance(model, (str, os.PathLike)):
+                model = _load_path(model)
+            elif isinstance(model, bytes):
+                model = onnx.load_from_string(model)
+            elif not isinstance(model, onnx.ModelProto):
+                raise TypeError("prepare: model must be an onnx.ModelProto, a path or bytes; got "
+                                f"{type(model).__name__}")
+        except DecodeError as e:
+            # protobuf's own exception (not a ValueError) said only 'Error parsing message'
+            raise ValueError(f"prepare: {'the bytes are' if from_bytes else f'{os.fspath(model)!r} is'} "
+                             f"not an ONNX model, or a corrupt or truncated protobuf ({e})") from None
+        if not model.HasField("graph"):
+            # empty bytes (or an empty file) parse as a ModelProto without a graph, which ran
+            # and returned no outputs; onnxruntime refuses it ('No graph was found')
+            raise ValueError("prepare: the model has no graph (empty bytes or an empty ModelProto "
+                             "are not an ONNX model)")
         if not cls.supports_device(device):
             raise ValueError(f"prepare: device {device!r} is not supported (CPU only)")
         _check_external_data_loaded(model, from_bytes)
