@@ -359,6 +359,55 @@ def _reference_gap(node: onnx.NodeProto, version: int) -> str | None:
     return None
 
 
+#: Operators with a sliding window whose geometry attributes ``_window_problem`` checks before
+#: anything runs (QLinearConv and ConvInteger are checked by their kernels' own validation).
+_WINDOW_OPS = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"})
+_AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+def _window_problem(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) -> str | None:
+    """Why the window attributes of a Conv / ConvTranspose / MaxPool / AveragePool / LpPool node
+    are malformed, or None: onnxruntime refuses each of these when it loads the model
+    ('Attribute strides must only contain positive values', '... has incorrect size', 'Unknown
+    AutoPadType String', 'Pad should be smaller than kernel'), while the float kernels and
+    onnx.reference failed halfway through a run with an IndexError or ZeroDivisionError, or
+    answered: a stride of -1, a dilation of 0 or an auto_pad of 'FOO' ran, and a 3-value
+    kernel_shape pooled a 4-D input over its last two axes."""
+    op = node.op_type
+    attrs = _attrs(node)
+    pool = op in ("MaxPool", "AveragePool", "LpPool")
+    kernel = attrs.get("kernel_shape")
+    if pool and kernel is None:
+        return "attribute kernel_shape is required"
+    x_shape = shapes.get(node.input[0]) if node.input else None
+    w_shape = shapes.get(node.input[1]) if not pool and len(node.input) > 1 else None
+    nd = len(kernel) if kernel is not None else (
+        len(x_shape) - 2 if x_shape is not None else len(w_shape) - 2 if w_shape is not None else None)
+    for name, least in (("kernel_shape", 1), ("strides", 1), ("dilations", 1), ("pads", 0)):
+        values = attrs.get(name)
+        if values is None:
+            continue
+        if any(v < least for v in values):
+            return f"attribute {name} values must be >= {least}; got {list(values)}"
+        want = None if nd is None else 2 * nd if name == "pads" else nd
+        if want is not None and len(values) != want:
+            return (f"attribute {name} must have {want} values "
+                    f"({'two ' if name == 'pads' else 'one '}per spatial axis); got {len(values)}: {list(values)}")
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    if auto_pad not in _AUTO_PADS:
+        return f"attribute auto_pad must be one of {', '.join(_AUTO_PADS)}; got {auto_pad!r}"
+    if nd is not None and x_shape is not None and len(x_shape) != nd + 2:
+        return (f"input {node.input[0]!r} has shape {list(x_shape)}: {len(x_shape) - 2} spatial axes, "
+                f"while the window has {nd}")
+    pads = attrs.get("pads")
+    if pool and pads is not None and auto_pad == "NOTSET" and kernel is not None \
+            and any(p >= kernel[i % len(kernel)] for i, p in enumerate(pads)):
+        # a window wholly in the padding: onnxruntime refuses it ('Pad should be smaller than
+        # kernel'); AveragePool would divide by a count of 0
+        return f"attribute pads {list(pads)} must be smaller than kernel_shape {list(kernel)} (each value)"
+    return None
+
+
 def _non_utf8_attribute(node: onnx.NodeProto) -> str | None:
     for a in node.attribute:
         texts = [a.s] if a.type == onnx.AttributeProto.STRING else \
@@ -456,7 +505,8 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
             problems.append(Problem(label, node.op_type, domain, version,
                                     "no implementation in onnx.reference"))
             continue
-        gap = _reference_gap(node, version) if domain == "" else None
+        gap = (_window_problem(node, shapes) if domain == "" and node.op_type in _WINDOW_OPS else None) \
+            or (_reference_gap(node, version) if domain == "" else None)
         if gap:
             problems.append(Problem(label, node.op_type, domain, version, gap))
     return problems
@@ -848,6 +898,9 @@ def _max_pool_geometry(shape, kernel_shape, strides, pads, dilations, auto_pad, 
     nd = len(shape) - 2
     spatial = list(shape[2:])
     kernel = list(kernel_shape)
+    if len(kernel) != nd:  # check_model refuses it where the input's shape is known beforehand
+        raise ValueError(f"MaxPool: kernel_shape {kernel} has {len(kernel)} values; x {tuple(shape)} has "
+                         f"{nd} spatial axes")
     strides = list(strides) if strides else [1] * nd
     dilations = list(dilations) if dilations else [1] * nd
     pb, pe = explicit_pads(spatial, kernel, strides, dilations, auto_pad,
@@ -859,6 +912,12 @@ def _max_pool_geometry(shape, kernel_shape, strides, pads, dilations, auto_pad, 
         o = (-(-span // strides[i]) if ceil_mode else span // strides[i]) + 1
         if ceil_mode and (o - 1) * strides[i] >= spatial[i] + pb[i]:
             o -= 1  # the last window would start in the end padding
+        if o < 0 and spatial[i] > 0:
+            # onnxruntime: 'Calculated output dimension is negative'; this used to answer an
+            # empty tensor (an empty input, size 0, still gives an empty output)
+            raise ValueError(f"MaxPool: x's size {spatial[i]} on spatial axis {i}, padded to "
+                             f"{spatial[i] + pb[i] + pe[i]}, is smaller than the window's extent {eff} "
+                             f"(kernel_shape {kernel[i]}, dilation {dilations[i]}): no output window")
         out.append(max(o, 0))
     return tuple(kernel), tuple(strides), tuple(dilations), tuple(pb), tuple(shape[:2]) + tuple(out)
 

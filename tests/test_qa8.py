@@ -86,3 +86,97 @@ def test_run_checks_the_shape_of_a_numpy_scalar_input():
     for feeds in ([F(1)], {"x": F(1)}):
         with pytest.raises(ValueError, match=r"run: input 'x' has shape \(\); the model declares \[N, 3\]"):
             rep.run(feeds)
+
+
+# ----------------------------------------------------------------------------- window attributes
+
+from onnx import numpy_helper as nh  # noqa: E402
+
+
+def _window_model(op, attrs, shape=(1, 2, 6, 6), dtype=T.FLOAT, w_shape=(3, 2, 2, 2)):
+    x = h.make_tensor_value_info("x", dtype, list(shape) if shape is not None else None)
+    y = h.make_tensor_value_info("y", dtype, None)
+    inputs, inits = ["x"], []
+    if op == "Conv":
+        inits = [nh.from_array(np.ones(w_shape, F), "w")]
+        inputs.append("w")
+    g = h.make_graph([h.make_node(op, inputs, ["y"], **attrs)], "g", [x], [y], initializer=inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+
+
+_K = {"kernel_shape": [2, 2]}
+WINDOW_CASES = {
+    "kernel 0": ({"kernel_shape": [0, 2]}, r"attribute kernel_shape values must be >= 1; got \[0, 2\]"),
+    "kernel -1": ({"kernel_shape": [-1, 2]}, r"attribute kernel_shape values must be >= 1"),
+    "stride 0": ({**_K, "strides": [0, 1]}, r"attribute strides values must be >= 1; got \[0, 1\]"),
+    "stride -1": ({**_K, "strides": [-1, 1]}, r"attribute strides values must be >= 1"),
+    "dilation 0": ({**_K, "dilations": [0, 1]}, r"attribute dilations values must be >= 1"),
+    "pads -1": ({**_K, "pads": [-1, 0, 0, 0]}, r"attribute pads values must be >= 0"),
+    "strides length": ({**_K, "strides": [1]}, r"attribute strides must have 2 values \(one per spatial axis\); got 1"),
+    "pads length": ({**_K, "pads": [1, 1]}, r"attribute pads must have 4 values \(two per spatial axis\); got 2"),
+    "auto_pad": ({**_K, "auto_pad": "SAME"}, r"attribute auto_pad must be one of NOTSET, SAME_UPPER, SAME_LOWER, "
+                                             r"VALID; got 'SAME'"),
+    "kernel rank": ({"kernel_shape": [2, 2, 2]}, r"input 'x' has shape \[1, 2, 6, 6\]: 2 spatial axes, while "
+                                                  r"the window has 3"),
+    "pads >= kernel": ({**_K, "pads": [2, 0, 0, 0]}, r"attribute pads \[2, 0, 0, 0\] must be smaller than "
+                                                       r"kernel_shape \[2, 2\]"),
+    "no kernel": ({}, r"attribute kernel_shape is required"),
+}
+_OPS = [("MaxPool", T.FLOAT), ("MaxPool", T.UINT8), ("MaxPool", T.INT8), ("AveragePool", T.FLOAT),
+        ("LpPool", T.FLOAT), ("Conv", T.FLOAT)]
+
+
+@pytest.mark.parametrize("op,dtype", _OPS, ids=[f"{o}-{T.DataType.Name(d)}" for o, d in _OPS])
+@pytest.mark.parametrize("case", sorted(WINDOW_CASES))
+def test_malformed_window_attributes_are_refused_up_front(op, dtype, case):
+    """Malformed kernel_shape / strides / dilations / pads / auto_pad on the pools and the float
+    Conv (all of which onnxruntime refuses when it loads the model) failed halfway through a
+    run with an IndexError ('list index out of range'), a ZeroDivisionError or 'index can't
+    contain negative values', or answered: a stride of -1 gave an empty output, a dilation of 0
+    or auto_pad 'SAME' ran, and a 3-value kernel_shape pooled a 4-D input over its last two axes.
+    check_model (and so prepare and `qlinear inspect`) now names the attribute and the rule."""
+    attrs, message = WINDOW_CASES[case]
+    if op == "Conv" and case in ("pads >= kernel", "no kernel"):
+        pytest.skip("pools only: a Conv takes its kernel from W, and pads >= kernel is valid for it")
+    if op != "MaxPool" and case == "dilation 0" and op != "Conv":
+        pytest.skip(f"{op}-17 has no dilations attribute (refused as unknown)")
+    model = _window_model(op, attrs, dtype=dtype)
+    problems = qb.check_model(model)
+    assert len(problems) == 1, problems
+    with pytest.raises(ValueError, match=message):
+        qb.prepare(model)
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("dtype", [F, np.uint8])
+def test_kernel_rank_against_an_undeclared_input_shape_at_run_time(op, dtype):
+    """Where x's shape is not declared, a kernel_shape of another rank is found when the node
+    runs: MaxPool with [2, 2, 2] on a 4-D input pooled its last two axes and answered (1, 2, 5, 5);
+    AveragePool with [2] failed with an IndexError."""
+    if op == "AveragePool" and dtype is not F:
+        pytest.skip("AveragePool is float only")
+    t = T.FLOAT if dtype is F else T.UINT8
+    for kernel, n in (([2, 2, 2], 3), ([2], 1)):
+        model = _window_model(op, {"kernel_shape": kernel}, shape=None, dtype=t)
+        assert not qb.check_model(model)
+        with pytest.raises(ValueError, match=rf"kernel_shape \[{', '.join(map(str, kernel))}\] has {n} values; "
+                                             r"x \(1, 2, 6, 6\) has 2 spatial axes"):
+            qb.prepare(model).run([np.ones((1, 2, 6, 6), dtype)])
+
+
+@pytest.mark.parametrize("op,dtype", [("MaxPool", F), ("MaxPool", np.uint8), ("MaxPool", np.int8),
+                                      ("AveragePool", F), ("Conv", F)])
+def test_a_window_larger_than_the_padded_input_is_refused(op, dtype):
+    """A 9x9 window on a 6x6 input: onnxruntime refuses it ('Calculated output dimension is
+    negative'); the pools answered an empty (1, 2, 0, 0) tensor."""
+    t = {F: T.FLOAT, np.uint8: T.UINT8, np.int8: T.INT8}[dtype]
+    model = _window_model(op, {"kernel_shape": [9, 9]} if op != "Conv" else {}, shape=None, dtype=t,
+                          w_shape=(3, 2, 9, 9))
+    with pytest.raises(ValueError, match=r"x's size 6 on spatial axis 0, padded to 6, is smaller than the "
+                                         r"window's extent 9 \(kernel_shape 9, dilation 1\): no output window"):
+        qb.prepare(model).run([np.ones((1, 2, 6, 6), dtype)])
+    # an empty input still gives an empty output, as before
+    if op != "Conv":
+        got = qb.prepare(_window_model(op, {"kernel_shape": [2, 2]}, shape=None, dtype=t)).run(
+            [np.ones((1, 2, 0, 0), dtype)])
+        assert got[0].shape == (1, 2, 0, 0)
