@@ -1363,7 +1363,7 @@ class QLinearRep(BackendRep):
 
     def _feeds(self, inputs) -> dict[str, np.ndarray]:
         if isinstance(inputs, dict):
-            feeds = {k: np.asarray(v) if not isinstance(v, np.ndarray) else v
+            feeds = {k: np.asarray(v) if not isinstance(v, np.ndarray) and v is not None else v
                      for k, v in inputs.items()}
         else:
             if isinstance(inputs, np.ndarray):
@@ -1391,6 +1391,10 @@ class QLinearRep(BackendRep):
         for k in self.input_names:
             if k not in feeds:
                 raise ValueError(f"run: no value for input {k!r} (the model's inputs are {names})")
+            if feeds[k] is None and k in self._tensor_inputs:
+                # reached the first node that read it ('quantize_linear: x must be a NumPy array
+                # ...; got a Python NoneType'), naming the node instead of the input
+                raise TypeError(f"run: input {k!r} is None; the model declares a tensor")
         for k, v in feeds.items():
             if isinstance(v, np.ndarray) and not v.dtype.isnative:  # '>f4': as qlinear's operators take it
                 feeds[k] = v.astype(v.dtype.newbyteorder("="))

@@ -180,3 +180,12 @@ def test_a_window_larger_than_the_padded_input_is_refused(op, dtype):
         got = qb.prepare(_window_model(op, {"kernel_shape": [2, 2]}, shape=None, dtype=t)).run(
             [np.ones((1, 2, 0, 0), dtype)])
         assert got[0].shape == (1, 2, 0, 0)
+
+
+def test_run_names_an_input_given_as_none():
+    """rep.run([None]) failed inside the first node that read the input ('node ... : got a
+    Python NoneType'), naming the node; run now names the input, in both forms."""
+    rep = qb.prepare(_relu_model())
+    for feeds in ([None], {"x": None}):
+        with pytest.raises(TypeError, match=r"run: input 'x' is None; the model declares a tensor"):
+            rep.run(feeds)
