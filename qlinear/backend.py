@@ -359,6 +359,55 @@ def _reference_gap(node: onnx.NodeProto, version: int) -> str | None:
     return None
 
 
+#: Operators with a sliding window whose geometry attributes ``_window_problem`` checks before
+#: anything runs (QLinearConv and ConvInteger are checked by their kernels' own validation).
+_WINDOW_OPS = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"})
+_AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+def _window_problem(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) -> str | None:
+    """Why the window attributes of a Conv / ConvTranspose / MaxPool / AveragePool / LpPool node
+    are malformed, or None: onnxruntime refuses each of these when it loads the model
+    ('Attribute strides must only contain positive values', '... has incorrect size', 'Unknown
+    AutoPadType String', 'Pad should be smaller than kernel'), while the float kernels and
+    onnx.reference failed halfway through a run with an IndexError or ZeroDivisionError, or
+    answered: a stride of -1, a dilation of 0 or an auto_pad of 'FOO' ran, and a 3-value
+    kernel_shape pooled a 4-D input over its last two axes."""
+    op = node.op_type
+    attrs = _attrs(node)
+    pool = op in ("MaxPool", "AveragePool", "LpPool")
+    kernel = attrs.get("kernel_shape")
+    if pool and kernel is None:
+        return "attribute kernel_shape is required"
+    x_shape = shapes.get(node.input[0]) if node.input else None
+    w_shape = shapes.get(node.input[1]) if not pool and len(node.input) > 1 else None
+    nd = len(kernel) if kernel is not None else (
+        len(x_shape) - 2 if x_shape is not None else len(w_shape) - 2 if w_shape is not None else None)
+    for name, least in (("kernel_shape", 1), ("strides", 1), ("dilations", 1), ("pads", 0)):
+        values = attrs.get(name)
+        if values is None:
+            continue
+        if any(v < least for v in values):
+            return f"attribute {name} values must be >= {least}; got {list(values)}"
+        want = None if nd is None else 2 * nd if name == "pads" else nd
+        if want is not None and len(values) != want:
+            return (f"attribute {name} must have {want} values "
+                    f"({'two ' if name == 'pads' else 'one '}per spatial axis); got {len(values)}: {list(values)}")
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    if auto_pad not in _AUTO_PADS:
+        return f"attribute auto_pad must be one of {', '.join(_AUTO_PADS)}; got {auto_pad!r}"
+    if nd is not None and x_shape is not None and len(x_shape) != nd + 2:
+        return (f"input {node.input[0]!r} has shape {list(x_shape)}: {len(x_shape) - 2} spatial axes, "
+                f"while the window has {nd}")
+    pads = attrs.get("pads")
+    if pool and pads is not None and auto_pad == "NOTSET" and kernel is not None \
+            and any(p >= kernel[i % len(kernel)] for i, p in enumerate(pads)):
+        # a window wholly in the padding: onnxruntime refuses it ('Pad should be smaller than
+        # kernel'); AveragePool would divide by a count of 0
+        return f"attribute pads {list(pads)} must be smaller than kernel_shape {list(kernel)} (each value)"
+    return None
+
+
 def _non_utf8_attribute(node: onnx.NodeProto) -> str | None:
     for a in node.attribute:
         texts = [a.s] if a.type == onnx.AttributeProto.STRING else \
@@ -456,7 +505,8 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
             problems.append(Problem(label, node.op_type, domain, version,
                                     "no implementation in onnx.reference"))
             continue
-        gap = _reference_gap(node, version) if domain == "" else None
+        gap = (_window_problem(node, shapes) if domain == "" and node.op_type in _WINDOW_OPS else None) \
+            or (_reference_gap(node, version) if domain == "" else None)
         if gap:
             problems.append(Problem(label, node.op_type, domain, version, gap))
     return problems
@@ -848,6 +898,9 @@ def _max_pool_geometry(shape, kernel_shape, strides, pads, dilations, auto_pad, 
     nd = len(shape) - 2
     spatial = list(shape[2:])
     kernel = list(kernel_shape)
+    if len(kernel) != nd:  # check_model refuses it where the input's shape is known beforehand
+        raise ValueError(f"MaxPool: kernel_shape {kernel} has {len(kernel)} values; x {tuple(shape)} has "
+                         f"{nd} spatial axes")
     strides = list(strides) if strides else [1] * nd
     dilations = list(dilations) if dilations else [1] * nd
     pb, pe = explicit_pads(spatial, kernel, strides, dilations, auto_pad,
@@ -859,6 +912,12 @@ def _max_pool_geometry(shape, kernel_shape, strides, pads, dilations, auto_pad, 
         o = (-(-span // strides[i]) if ceil_mode else span // strides[i]) + 1
         if ceil_mode and (o - 1) * strides[i] >= spatial[i] + pb[i]:
             o -= 1  # the last window would start in the end padding
+        if o < 0 and spatial[i] > 0:
+            # onnxruntime: 'Calculated output dimension is negative'; this used to answer an
+            # empty tensor (an empty input, size 0, still gives an empty output)
+            raise ValueError(f"MaxPool: x's size {spatial[i]} on spatial axis {i}, padded to "
+                             f"{spatial[i] + pb[i] + pe[i]}, is smaller than the window's extent {eff} "
+                             f"(kernel_shape {kernel[i]}, dilation {dilations[i]}): no output window")
         out.append(max(o, 0))
     return tuple(kernel), tuple(strides), tuple(dilations), tuple(pb), tuple(shape[:2]) + tuple(out)
 
@@ -1262,6 +1321,8 @@ class QLinearRep(BackendRep):
         # (name, dtype, dimensions) each input declares: checked on every run, as onnxruntime
         # and the qlinear command check their feeds
         self._declared = [_declared_input(i) for i in model.graph.input if i.name not in inits]
+        self._tensor_inputs = frozenset(i.name for i in model.graph.input
+                                        if i.type.HasField("tensor_type"))
         self._all_input_names = {i.name for i in model.graph.input}  # defaults may be fed too
         # inputs with an initializer (a default): a fed value is copied on each run, because
         # the nodes treat initializers as the model's constants and may keep what they derived
@@ -1302,16 +1363,27 @@ class QLinearRep(BackendRep):
 
     def _feeds(self, inputs) -> dict[str, np.ndarray]:
         if isinstance(inputs, dict):
-            feeds = {k: np.asarray(v) if not isinstance(v, np.ndarray) else v
+            feeds = {k: np.asarray(v) if not isinstance(v, np.ndarray) and v is not None else v
                      for k, v in inputs.items()}
         else:
             if isinstance(inputs, np.ndarray):
                 inputs = [inputs]
+            if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Iterable):
+                # run(3.0) failed with Python's "'float' object is not iterable"
+                raise TypeError("run: inputs must be a list or tuple of arrays in the model's input "
+                                "order, or a dict of input name -> array; got "
+                                f"{type(inputs).__name__}")
             inputs = list(inputs)
             if len(inputs) > len(self.input_names):
                 raise ValueError(f"run: {len(inputs)} inputs given, the model takes "
                                  f"{len(self.input_names)} ({', '.join(self.input_names)})")
-            feeds = dict(zip(self.input_names, inputs))
+            # a value given for a tensor input as a list, a NumPy scalar or a Python number
+            # becomes an array, as in the dict form, so that the declared dtype and shape are
+            # checked below (it reached the first node unchecked: a float64 list was refused by
+            # a QuantizeLinear, np.float32(1) failed inside a Transpose)
+            feeds = {k: np.asarray(v) if k in self._tensor_inputs and v is not None
+                     and not isinstance(v, np.ndarray) else v
+                     for k, v in zip(self.input_names, inputs)}
         names = ", ".join(repr(n) for n in self.input_names)
         for k in feeds:
             if k not in self._all_input_names:
@@ -1319,6 +1391,10 @@ class QLinearRep(BackendRep):
         for k in self.input_names:
             if k not in feeds:
                 raise ValueError(f"run: no value for input {k!r} (the model's inputs are {names})")
+            if feeds[k] is None and k in self._tensor_inputs:
+                # reached the first node that read it ('quantize_linear: x must be a NumPy array
+                # ...; got a Python NoneType'), naming the node instead of the input
+                raise TypeError(f"run: input {k!r} is None; the model declares a tensor")
         for k, v in feeds.items():
             if isinstance(v, np.ndarray) and not v.dtype.isnative:  # '>f4': as qlinear's operators take it
                 feeds[k] = v.astype(v.dtype.newbyteorder("="))
@@ -1415,13 +1491,25 @@ class QLinearBackend(Backend):
                             "emulate, qdq and max_tensor_bytes)")
         kernels_for(emulate)  # a bad name fails before anything is loaded
         from_bytes = isinstance(model, bytes)
-        if isinstance(model, (str, os.PathLike)):
-            model = _load_path(model)
-        elif isinstance(model, bytes):
-            model = onnx.load_from_string(model)
-        elif not isinstance(model, onnx.ModelProto):
-            raise TypeError("prepare: model must be an onnx.ModelProto, a path or bytes; got "
-                            f"{type(model).__name__}")
+        from google.protobuf.message import DecodeError
+
+        try:
+            if isinstance(model, (str, os.PathLike)):
+                model = _load_path(model)
+            elif isinstance(model, bytes):
+                model = onnx.load_from_string(model)
+            elif not isinstance(model, onnx.ModelProto):
+                raise TypeError("prepare: model must be an onnx.ModelProto, a path or bytes; got "
+                                f"{type(model).__name__}")
+        except DecodeError as e:
+            # protobuf's own exception (not a ValueError) said only 'Error parsing message'
+            raise ValueError(f"prepare: {'the bytes are' if from_bytes else f'{os.fspath(model)!r} is'} "
+                             f"not an ONNX model, or a corrupt or truncated protobuf ({e})") from None
+        if not model.HasField("graph"):
+            # empty bytes (or an empty file) parse as a ModelProto without a graph, which ran
+            # and returned no outputs; onnxruntime refuses it ('No graph was found')
+            raise ValueError("prepare: the model has no graph (empty bytes or an empty ModelProto "
+                             "are not an ONNX model)")
         if not cls.supports_device(device):
             raise ValueError(f"prepare: device {device!r} is not supported (CPU only)")
         _check_external_data_loaded(model, from_bytes)

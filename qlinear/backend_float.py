@@ -93,6 +93,12 @@ def _out_sizes(spatial, kernel, strides, dilations, pb, pe, ceil_mode=0):
         o = (-(-span // strides[i]) if ceil_mode else span // strides[i]) + 1
         if ceil_mode and (o - 1) * strides[i] >= spatial[i] + pb[i]:
             o -= 1  # the last window would start in the end padding
+        if o < 0 and spatial[i] > 0:
+            # onnxruntime: 'Calculated output dimension is negative'; this used to answer an
+            # empty tensor (an empty input, size 0, still gives an empty output)
+            raise ValueError(f"x's size {spatial[i]} on spatial axis {i}, padded to "
+                             f"{spatial[i] + pb[i] + pe[i]}, is smaller than the window's extent {eff} "
+                             f"(kernel_shape {kernel[i]}, dilation {dilations[i]}): no output window")
         out.append(max(o, 0))
     return out
 
@@ -116,6 +122,9 @@ def _geometry(x_shape, kernel, strides, dilations, pads, auto_pad):
     nd = len(x_shape) - 2
     spatial = list(x_shape[2:])
     kernel = [int(k) for k in kernel]
+    if len(kernel) != nd:  # backend.check_model refuses it where x's shape is known beforehand
+        raise ValueError(f"kernel_shape {kernel} has {len(kernel)} values; x {tuple(x_shape)} has "
+                         f"{nd} spatial axes")
     strides = [int(s) for s in strides] if strides else [1] * nd
     dilations = [int(d) for d in dilations] if dilations else [1] * nd
     pb, pe = _pads(spatial, kernel, strides, dilations, auto_pad or "NOTSET", pads)

@@ -325,7 +325,11 @@ def _print_run(r: dict[str, Any]) -> None:
                       + ("; qlinear emulates that" if r.get("emulate") else
                          "; 'qlinear run --emulate onnxruntime-avx2' reproduces them"))
             elif o.get("saturating_u8s8_kernels") is False:
-                print(f"  onnxruntime here: its uint8 x int8 kernels are exact ({how})")
+                # with --emulate on such a CPU the differences are the emulated saturation: said
+                # here, as the saturating case says 'qlinear emulates that'
+                print(f"  onnxruntime here: its uint8 x int8 kernels are exact ({how})"
+                      + ("; qlinear emulates their saturation on AVX2 CPUs without VNNI, so the "
+                         "values differ where it saturates" if r.get("emulate") else ""))
             if o["identical_elements"] != o["elements"]:
                 print("  (see 'qlinear compare' for where the values differ)")
     for p in r.get("written", []):
