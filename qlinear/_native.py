@@ -99,10 +99,10 @@ try:
     if _require == "1" and _C is None:
         raise ImportError(f"qlinear: QLINEAR_REQUIRE_NATIVE=1 but the native engine is not built: {_IMPORT_ERROR}")
     if os.environ.get("QLINEAR_ENGINE"):
-        _engine = _check_engine(os.environ["QLINEAR_ENGINE"], "QLINEAR_ENGINE")
+        _engine = _check_engine(os.environ["QLINEAR_ENGINE"].strip(), "QLINEAR_ENGINE")
     if _C is not None:
         if os.environ.get("QLINEAR_ISA"):
-            _C.set_isa(_check_isa(os.environ["QLINEAR_ISA"], "QLINEAR_ISA"))
+            _C.set_isa(_check_isa(os.environ["QLINEAR_ISA"].strip(), "QLINEAR_ISA"))
         if os.environ.get("QLINEAR_NUM_THREADS"):
             _env_threads = os.environ["QLINEAR_NUM_THREADS"].strip()
             _C.set_threads(_positive_threads(int(_env_threads) if _env_threads.isdigit() else _env_threads,

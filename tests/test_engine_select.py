@@ -60,6 +60,16 @@ def test_environment_selects_engine_isa_and_threads():
 
 
 @needs_native
+def test_environment_values_are_stripped():
+    """Surrounding blanks in QLINEAR_ENGINE / QLINEAR_ISA are ignored, as they are in
+    QLINEAR_NUM_THREADS and QLINEAR_REQUIRE_NATIVE (" avx2" was refused)."""
+    r = _run("import qlinear; i = qlinear.engine_info(); print(i['engine'], i['isa'])",
+             QLINEAR_ENGINE=" native ", QLINEAR_ISA=" scalar\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["native", "scalar"]
+
+
+@needs_native
 @pytest.mark.parametrize("env,message", [
     ({"QLINEAR_ISA": "avx9000"}, "QLINEAR_ISA must be one of amx, avx512vnni, avxvnni, avx2, scalar; got 'avx9000'"),
     ({"QLINEAR_ENGINE": "fast"}, "QLINEAR_ENGINE must be one of native, numpy; got 'fast'"),
