@@ -134,9 +134,72 @@ z_s8u8_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off
 #undef ZS_ROW
 #undef ZS_GROUP
 
+#ifndef QL_SIMDE
+/* The same k-group loop for a tile of exactly 8 or 16 rows (mr), written so that it issues no
+ * more loads than the arithmetic needs. Each row's weights are a memory operand of its
+ * vpdpbusd with embedded broadcast ({1to16}: the 4 bytes at the address in every lane, the same
+ * values _mm512_set1_epi32 gives the intrinsic body above; gcc 12 has no pattern for it, hence
+ * the asm), one micro-fused load+multiply-add instead of a vpbroadcastd and a vpdpbusd; and
+ * the 16 rows are addressed from two pointers (rows 0-7 at q, 8-15 at q8 = q + 8 ldl) and
+ * three strides: row k of a block at q + {0, 1, 2, 4} ldl, q + {1, 2} (3 ldl), q + 5 ldl,
+ * q + 7 ldl (x86 base + index * scale), instead of 16 row pointers, of which gcc kept a few on
+ * the stack and reloaded them every k-group (5 scalar loads a group beside 17 vector ones:
+ * the loop was bound by loads, not by vpdpbusd). q and q8 step 4 bytes a group. The
+ * accumulators are asm operands ("+v"), so gcc keeps them in zmm registers; the operand b_ is
+ * loaded by an intrinsic. Every byte read is within the tile's mr rows' kp bytes. */
+#define ZS_DP(c, addr) "vpdpbusd " addr "%{1to16%}, %[b], %[" #c "]\n\t"
+#define ZS_ASM8(q, c0, c1, c2, c3, c4, c5, c6, c7)                                                \
+    ZS_DP(c0, "(%[" #q "])") ZS_DP(c1, "(%[" #q "],%[s1],1)") ZS_DP(c2, "(%[" #q "],%[s1],2)")       \
+    ZS_DP(c3, "(%[" #q "],%[s3],1)") ZS_DP(c4, "(%[" #q "],%[s1],4)") ZS_DP(c5, "(%[" #q "],%[s5],1)") \
+    ZS_DP(c6, "(%[" #q "],%[s3],2)") ZS_DP(c7, "(%[" #q "],%[s7],1)")
+/* one asm statement per 8 rows ("+v" operands count twice against gcc's limit of 30) */
+#define ZS_ASM_BLOCK(q, c0, c1, c2, c3, c4, c5, c6, c7)                                          \
+    __asm__(ZS_ASM8(q, c0, c1, c2, c3, c4, c5, c6, c7)                                           \
+            : [c0] "+v"(c0), [c1] "+v"(c1), [c2] "+v"(c2), [c3] "+v"(c3), [c4] "+v"(c4),          \
+              [c5] "+v"(c5), [c6] "+v"(c6), [c7] "+v"(c7)                                        \
+            : [b] "v"(b_), [q] "r"(q), [s1] "r"(s1), [s3] "r"(s3), [s5] "r"(s5), [s7] "r"(s7)    \
+            : "memory");
+#define ZS_GROUP_ASM(src, g)                                                                    \
+    {                                                                                           \
+        const __m512i b_ = _mm512_loadu_si512((const void *)(src));                             \
+        ZS_ASM_BLOCK(q, c0, c1, c2, c3, c4, c5, c6, c7)                                         \
+        if (mr > 8) ZS_ASM_BLOCK(q8, c8, c9, c10, c11, c12, c13, c14, c15)                      \
+        q += 4;                                                                                 \
+        q8 += 4;                                                                                \
+    }
+static inline __attribute__((always_inline)) void
+z_s8u8_body_full(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
+                 __m512i *out, const int mr) {
+    const char *q = (const char *)L, *q8 = q + 8 * ldl;
+    const ptrdiff_t s1 = ldl, s3 = 3 * ldl, s5 = 5 * ldl, s7 = 7 * ldl;
+    __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
+            c8 = c0, c9 = c0, c10 = c0, c11 = c0, c12 = c0, c13 = c0, c14 = c0, c15 = c0;
+    IK_GROUP_LOOP(ZS_GROUP_ASM)
+    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3; out[4] = c4; out[5] = c5; out[6] = c6; out[7] = c7;
+    if (mr > 8) {
+        out[8] = c8; out[9] = c9; out[10] = c10; out[11] = c11;
+        out[12] = c12; out[13] = c13; out[14] = c14; out[15] = c15;
+    }
+}
+#undef ZS_DP
+#undef ZS_ASM8
+#undef ZS_GROUP_ASM
+#undef ZS_ASM_BLOCK
+#endif
+
 static inline __attribute__((always_inline)) void
 z_s8u8_tile(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups, int rows,
             __m512i *out) {
+#ifndef QL_SIMDE
+    if (rows == ZS_MR) {
+        z_s8u8_body_full(L, ldl, base, off, groups, out, ZS_MR);
+        return;
+    }
+    if (rows == 8) {
+        z_s8u8_body_full(L, ldl, base, off, groups, out, 8);
+        return;
+    }
+#endif
     if (rows > 8)
         z_s8u8_body(L, ldl, base, off, groups, rows, out, ZS_MR);
     else
