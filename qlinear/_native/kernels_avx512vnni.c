@@ -225,19 +225,62 @@ static void avx512vnni_s8u8_ik(const void *L, ptrdiff_t ldl, const char *base, c
     z_store(out, C, ldc, rows);
 }
 
-/* with the epilogue from the accumulators: each row's zmm as its two ymm halves (columns 0-7,
- * 8-15) through AVX2's register epilogue (ql_ik_epilogue_avx2): the same instructions, so the
- * same bits as every other level's epilogue */
+/* The implicit kernels' epilogue from the accumulators (ql_ikernel_ep_fn), one zmm per row:
+ * ql_ik_epilogue_avx2's instructions at 16 lanes, so the same bits as every level's epilogue:
+ * vpaddd bias (wrap32), vcvtdq2ps (float32(acc), round to nearest even), vmulps (one float32
+ * multiply: nothing to contract, -ffp-contract=off), vmaxps(v, lo) then vminps(., hi) (lo for
+ * a NaN v, the second operand, as ql_epilogue_avx2), vcvtps2dq under the default MXCSR (round
+ * to nearest even, as nearbyintf), vpaddd zp: int32 within T's range, so vpmovdb's truncation
+ * to the low byte is the value itself (int8 as two's complement, uint8 as is), which is what
+ * AVX2's saturating packs of in-range values give. A whole-tile run: one 16-byte (int32: one
+ * 64-byte) store per row; other runs through a row buffer, as AVX2's. */
+static inline __attribute__((always_inline)) void
+z_ik_epilogue(const __m512i *acc, const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+    const int32_t *row_bias = ep->row_bias;
+    const ptrdiff_t out_rs = ep->out_rs;
+    const int whole = rn->n == 1 && rn->len[0] == QL_IK_NR;
+    if (!ep->quantized) {
+        int32_t *o = (int32_t *)ep->out + (ptrdiff_t)i0 * out_rs;
+        for (int r = 0; r < rows; r++) {
+            __m512i a = _mm512_add_epi32(acc[r], _mm512_set1_epi32(row_bias ? row_bias[i0 + r] : 0));
+            int32_t *orow = o + r * out_rs;
+            if (whole) {
+                _mm512_storeu_si512((void *)(orow + rn->pix[0]), a);
+                continue;
+            }
+            int32_t t[QL_IK_NR];
+            _mm512_storeu_si512((void *)t, a);
+            for (int k = 0; k < rn->n; k++)
+                memcpy(orow + rn->pix[k], t + rn->col[k], sizeof(int32_t) * (size_t)rn->len[k]);
+        }
+        return;
+    }
+    const float *mult = ep->mult;
+    const ptrdiff_t mult_rs = ep->mult_rs;
+    char *o = (char *)ep->out + (ptrdiff_t)i0 * out_rs;
+    const __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
+    const __m512i zp = _mm512_set1_epi32(ep->zp);
+    for (int r = 0; r < rows; r++) {
+        __m512i a = _mm512_add_epi32(acc[r], _mm512_set1_epi32(row_bias ? row_bias[i0 + r] : 0));
+        __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(mult[(ptrdiff_t)(i0 + r) * mult_rs]));
+        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+        __m128i p8 = _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(v), zp));
+        char *orow = o + r * out_rs;
+        if (whole) {
+            _mm_storeu_si128((__m128i *)(orow + rn->pix[0]), p8);
+            continue;
+        }
+        uint8_t t[QL_IK_NR];
+        _mm_storeu_si128((__m128i *)t, p8);
+        for (int k = 0; k < rn->n; k++) memcpy(orow + rn->pix[k], t + rn->col[k], (size_t)rn->len[k]);
+    }
+}
+
 static void avx512vnni_s8u8_ik_ep(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off,
                                   int groups, const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
     __m512i acc[ZS_MR];
     z_s8u8_tile(L, ldl, base, off, groups, rows, acc);
-    __m256i out[ZS_MR][2];
-    for (int r = 0; r < rows; r++) {
-        out[r][0] = _mm512_castsi512_si256(acc[r]);
-        out[r][1] = _mm512_extracti64x4_epi64(acc[r], 1);
-    }
-    ql_ik_epilogue_avx2(out, ep, rn, i0, rows);
+    z_ik_epilogue(acc, ep, rn, i0, rows);
 }
 
 /* No narrow tails or dot kernels (optional fields): a tile of few real columns runs the full
