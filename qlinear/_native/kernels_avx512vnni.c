@@ -283,11 +283,125 @@ static void avx512vnni_s8u8_ik_ep(const void *L, ptrdiff_t ldl, const char *base
     z_ik_epilogue(acc, ep, rn, i0, rows);
 }
 
-/* No narrow tails or dot kernels (optional fields): a tile of few real columns runs the full
- * 16-column kernel and drops the rest; no fused im2col epilogue (kernel_ep). */
+/* ---------------------------------------------------------------------------------------
+ * Dot kernels (ql_dot_fn) for a last tile of at most QL_DOT_NR real columns (a 7x7 plane's
+ * 49 = 3*16 + 1, 14x14's 196 = 12*16 + 4): C[r][c] = sum over k of L row r times gathered
+ * column c, 64 bytes of k a step: vpdpbusd(acc[r][c], column c (u8 form, the unsigned
+ * source), L row r (centered int8 weights, the signed source)), so each lane adds the same 4
+ * products |u8 * s8| <= 255 * 128 as the tile kernel's, exactly and with wraparound (no
+ * vpdpbusds), any int8 weight; then the 16 lanes added (vpaddd, wrapping). Only the order of
+ * the wrap32 additions differs from the tile kernel's, and wrap32 addition is associative and
+ * commutative: the same sums. One vpdpbusd per (row, column, 64 bytes of k) is the tile
+ * kernel's cost per real column (16 per row per 16 k-groups for 16 columns), against a full
+ * tile's 16 columns for 1-8 real ones. Blocks of RB rows x CB columns, RB * CB = 16
+ * accumulators (CB = 1, 2 or 4 by ncols: 16 independent chains even for one column, a 7x7
+ * plane's 49th). The last kbytes % 64 bytes of each row and column are loaded masked (an L
+ * row is read only within kbytes, a column within kbytes rounded up to 32).
+ * ------------------------------------------------------------------------------------- */
+/* the first rem (< 64) bytes at p, zero-extended to 64: a masked load natively (masked-off
+ * bytes are neither read nor able to fault), a zero-padded copy under SIMDe (whose emulation
+ * may read the whole 64 bytes) */
+static inline __attribute__((always_inline)) __m512i z_load_rem(const char *p, int rem) {
+#ifdef QL_SIMDE
+    uint8_t b[64] = {0};
+    memcpy(b, p, (size_t)rem);
+    return _mm512_loadu_si512((const void *)b);
+#else
+    return _mm512_maskz_loadu_epi8((__mmask64)((1ULL << rem) - 1), (const void *)p);
+#endif
+}
+
+/* 16 vectors' horizontal sums as one vector, lane e = the sum of a[e]'s 16 lanes: pairs
+ * interleaved and added (dwords, then qwords, then 128-bit lanes twice), vpaddd throughout
+ * (wrapping: the order of wrap32 additions does not change the sum) */
+static inline __attribute__((always_inline)) __m512i z_hsum16(const __m512i *a) {
+    __m512i u[8], v[4], w[2];
+    for (int i = 0; i < 8; i++)   /* per 128-bit lane: a0 p0, a1 p0, a0 p1, a1 p1 */
+        u[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2 * i], a[2 * i + 1]),
+                                _mm512_unpackhi_epi32(a[2 * i], a[2 * i + 1]));
+    for (int i = 0; i < 4; i++)   /* per 128-bit lane: the lane's sums of a[4i..4i+3] */
+        v[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(u[2 * i], u[2 * i + 1]),
+                                _mm512_unpackhi_epi64(u[2 * i], u[2 * i + 1]));
+    for (int i = 0; i < 2; i++)   /* lanes 0+1, 2+3 of v[2i], then of v[2i + 1] */
+        w[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(v[2 * i], v[2 * i + 1], 0x88),
+                                _mm512_shuffle_i32x4(v[2 * i], v[2 * i + 1], 0xDD));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(w[0], w[1], 0x88), _mm512_shuffle_i32x4(w[0], w[1], 0xDD));
+}
+
+static inline __attribute__((always_inline)) void
+z_dot_block(const char *const *l, const char *const *x, int kbytes, int32_t (*t)[QL_IK_NR], int r0, int c0,
+            int rows, int ncols, const int RB, const int CB) {
+    __m512i acc[16];
+    for (int e = 0; e < 16; e++) acc[e] = _mm512_setzero_si512();
+    const int n64 = kbytes / 64, rem = kbytes % 64;
+    for (int k = 0; k <= n64; k++) {
+        if (k == n64 && !rem) break;
+        __m512i xv[4];
+        for (int c = 0; c < CB; c++)
+            xv[c] = k < n64 ? _mm512_loadu_si512((const void *)(x[c] + 64 * (ptrdiff_t)k))
+                            : z_load_rem(x[c] + 64 * (ptrdiff_t)k, rem);
+        for (int r = 0; r < RB; r++) {
+            __m512i w = k < n64 ? _mm512_loadu_si512((const void *)(l[r] + 64 * (ptrdiff_t)k))
+                                : z_load_rem(l[r] + 64 * (ptrdiff_t)k, rem);
+            for (int c = 0; c < CB; c++) acc[r * CB + c] = _mm512_dpbusd_epi32(acc[r * CB + c], xv[c], w);
+        }
+    }
+    int32_t sv[16];
+    _mm512_storeu_si512((void *)sv, z_hsum16(acc));
+    for (int r = 0; r < RB && r0 + r < rows; r++)
+        for (int c = 0; c < CB && c0 + c < ncols; c++) t[r0 + r][c0 + c] = sv[r * CB + c];
+}
+
+/* The product of rows <= ZS_MR rows and ncols <= QL_DOT_NR columns into t[r][c] (t zeroed by the
+ * caller; columns >= ncols stay 0). Missing rows and columns of a block re-read row / column 0;
+ * their sums are dropped. */
+static inline __attribute__((always_inline)) void
+z_dot_body(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
+           int32_t (*t)[QL_IK_NR], int rows, const int CB) {
+    const int RB = 16 / CB;
+    for (int r0 = 0; r0 < rows; r0 += RB)
+        for (int c0 = 0; c0 < ncols; c0 += CB) {
+            const char *l[16], *x[4];
+            for (int r = 0; r < RB; r++) l[r] = (const char *)L + (r0 + r < rows ? r0 + r : 0) * ldl;
+            for (int c = 0; c < CB; c++) x[c] = (const char *)X + (c0 + c < ncols ? c0 + c : 0) * xs;
+            z_dot_block(l, x, kbytes, t, r0, c0, rows, ncols, RB, CB);
+        }
+}
+
+static void z_dot_tile(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
+                       int32_t (*t)[QL_IK_NR], int rows) {
+    if (ncols == 1)
+        z_dot_body(L, ldl, X, xs, kbytes, ncols, t, rows, 1);
+    else if (ncols == 2)
+        z_dot_body(L, ldl, X, xs, kbytes, ncols, t, rows, 2);
+    else
+        z_dot_body(L, ldl, X, xs, kbytes, ncols, t, rows, 4);
+}
+
+static void avx512vnni_s8u8_dot(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
+                                int32_t *C, ptrdiff_t ldc, int rows) {
+    int32_t t[ZS_MR][QL_IK_NR] = {{0}};
+    z_dot_tile(L, ldl, X, xs, kbytes, ncols, t, rows);
+    for (int r = 0; r < rows; r++) memcpy(C + r * ldc, t[r], sizeof(int32_t) * (size_t)ncols);
+}
+
+/* the dot kernel with the fused epilogue: the sums as the low columns of a tile (runs end
+ * before ncols) */
+static void avx512vnni_s8u8_dot_ep(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes,
+                                   int ncols, const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+    int32_t t[ZS_MR][QL_IK_NR] = {{0}};
+    z_dot_tile(L, ldl, X, xs, kbytes, ncols, t, rows);
+    __m512i acc[ZS_MR];
+    for (int r = 0; r < rows; r++) acc[r] = _mm512_loadu_si512((const void *)t[r]);
+    z_ik_epilogue(acc, ep, rn, i0, rows);
+}
+
+/* No narrow tile kernels (tail_nr 0): the implicit path's narrow last tiles run the dot kernels
+ * above, merged tail panels the full tile; no fused im2col epilogue (kernel_ep). */
 static const ql_gemm_kernel k_avx512vnni_s8u8 = {
     .name = "avx512vnni-s8u8", .mr = ZS_MR, .nr = 16, .kpack = 4, .form = QL_FORM_S8U8,
     .kernel = avx512vnni_s8u8, .ikernel = avx512vnni_s8u8_ik, .ikernel_ep = avx512vnni_s8u8_ik_ep,
+    .dot = avx512vnni_s8u8_dot, .dot_ep = avx512vnni_s8u8_dot_ep,
     .s8_bound = 128,   /* vpdpbusd: any int8 weight (above) */
     .grouped_b_t9 = ql_grouped_b_t9_avx2,
 };
