@@ -93,11 +93,12 @@ static const ql_gemm_kernel k_avx512vnni = {
  * Why 16 rows (QL_MAX_MR): one accumulator per row, so 16 accumulators + the operand + the
  * broadcast = 18 of the 32 zmm; a k-group is 1 operand load + 16 broadcast loads for 16
  * vpdpbusd, the most rows per operand load the tile interface allows, and 16 independent
- * accumulation chains, more than vpdpbusd's latency x throughput (about 4-5 cycles x 2 a
- * cycle on Zen 4/5) needs to keep both pipes busy. Channel counts are multiples of 16 in
- * most networks (12 rows would cut 64 channels into 6 tiles, the last of 4 rows). Row tiles
- * of at most 8 rows (a layer's last) run an 8-row body instead of 16 rows of which half are
- * dropped. Not measured: no VNNI CPU here (docs/engine.md).
+ * accumulation chains, more than vpdpbusd's latency x throughput (about 5 cycles x 2 a
+ * cycle) needs to keep both pipes busy. Channel counts are multiples of 16 in most networks
+ * (12 rows would cut 64 channels into 6 tiles, the last of 4 rows). Row tiles of at most 8
+ * rows (a layer's last) run an 8-row body instead of 16 rows of which half are dropped.
+ * Tiles of exactly 16 or 8 rows take z_s8u8_body_full (embedded broadcasts, no row-pointer
+ * reloads); measured on an Intel Xeon (AVX-512 VNNI + AMX) in docs/engine.md.
  * ------------------------------------------------------------------------------------- */
 #define ZS_MR 16
 #define ZS_ROW(r)                                                                               \
@@ -236,6 +237,17 @@ static void avx512vnni_s8u8_ik(const void *L, ptrdiff_t ldl, const char *base, c
  * 64-byte) store per row; other runs through a row buffer, as AVX2's. */
 static inline __attribute__((always_inline)) void
 z_ik_epilogue(const __m512i *acc, const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+#ifdef QL_SIMDE
+    /* Debian's SIMDe lacks some of the 16-lane conversions (vcvtps2dq, vpmovdb): the emulated
+     * build hands each row to AVX2's epilogue as its two ymm halves, the same instructions at 8
+     * lanes (the 16-lane code is checked natively) */
+    __m256i out[ZS_MR][2];
+    for (int r = 0; r < rows; r++) {
+        out[r][0] = _mm512_castsi512_si256(acc[r]);
+        out[r][1] = _mm512_extracti64x4_epi64(acc[r], 1);
+    }
+    ql_ik_epilogue_avx2(out, ep, rn, i0, rows);
+#else
     const int32_t *row_bias = ep->row_bias;
     const ptrdiff_t out_rs = ep->out_rs;
     const int whole = rn->n == 1 && rn->len[0] == QL_IK_NR;
@@ -274,6 +286,7 @@ z_ik_epilogue(const __m512i *acc, const ql_epilogue *ep, const ql_ik_runs *rn, i
         _mm_storeu_si128((__m128i *)t, p8);
         for (int k = 0; k < rn->n; k++) memcpy(orow + rn->pix[k], t + rn->col[k], (size_t)rn->len[k]);
     }
+#endif
 }
 
 static void avx512vnni_s8u8_ik_ep(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off,
