@@ -144,8 +144,8 @@ z_s8u8_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off
  * the 16 rows are addressed from two pointers (rows 0-7 at q, 8-15 at q8 = q + 8 ldl) and
  * three strides: row k of a block at q + {0, 1, 2, 4} ldl, q + {1, 2} (3 ldl), q + 5 ldl,
  * q + 7 ldl (x86 base + index * scale), instead of 16 row pointers, of which gcc kept a few on
- * the stack and reloaded them every k-group (5 scalar loads a group beside 17 vector ones:
- * the loop was bound by loads, not by vpdpbusd). q and q8 step 4 bytes a group. The
+ * the stack and reloaded them every k-group (about 5 scalar loads a group beside 17 vector
+ * ones; measured on an Intel Xeon: docs/engine.md). q and q8 step 4 bytes a group. The
  * accumulators are asm operands ("+v"), so gcc keeps them in zmm registers; the operand b_ is
  * loaded by an intrinsic. Every byte read is within the tile's mr rows' kp bytes. */
 #define ZS_DP(c, addr) "vpdpbusd " addr "%{1to16%}, %[b], %[" #c "]\n\t"
@@ -171,7 +171,8 @@ z_s8u8_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off
 static inline __attribute__((always_inline)) void
 z_s8u8_body_full(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
                  __m512i *out, const int mr) {
-    const char *q = (const char *)L, *q8 = q + 8 * ldl;
+    /* q8 only for 16 rows: an 8-row tile's L may end at row 8 */
+    const char *q = (const char *)L, *q8 = mr > 8 ? q + 8 * ldl : q;
     const ptrdiff_t s1 = ldl, s3 = 3 * ldl, s5 = 5 * ldl, s7 = 7 * ldl;
     __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
             c8 = c0, c9 = c0, c10 = c0, c11 = c0, c12 = c0, c13 = c0, c14 = c0, c15 = c0;
