@@ -873,10 +873,11 @@ def test_vnni_dot_tiles(case, engine_level):
     at both ends -128 and 127 (int8 weights with zero point 0, uint8 with 128, and per-channel
     zero points around them), activations at their type's extremes (products 255 * 128), every
     type combination, QLinearConv and ConvInteger (the requantizing and the int32 epilogue),
-    batch 1; and that the implicit path and, on avx512vnni, the dot kernel ran (tail_counts)."""
+    batch 1; and that the implicit path and, on avx512vnni (and amx, which has its conv kernels),
+    the dot kernel ran (tail_counts)."""
     from qlinear import _native
     level = _native._C.get_isa() if engine_level not in (None, "numpy") and _native.native() else None
-    if level not in ("avx512vnni", "avxvnni"):
+    if level not in ("amx", "avx512vnni", "avxvnni"):   # (amx, where built: avx512vnni's conv kernels)
         pytest.skip(f"needs a VNNI level (this run: {engine_level}); runs natively on VNNI CPUs and "
                     "under scripts/emulated_isa.sh")
     spatial, kernel, pads, cin, m = _VNNI_DOT_CASES[case]
@@ -894,7 +895,7 @@ def test_vnni_dot_tiles(case, engine_level):
         check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
         assert _native._C.conv_path_counts()[0] - paths[0] == 2   # the implicit path
         dot = _tail_delta(before)[2]
-        assert (dot > 0) == (level == "avx512vnni"), (level, dot)   # avxvnni has no dot kernel
+        assert (dot > 0) == (level != "avxvnni"), (level, dot)   # avxvnni has no dot kernel
 
 
 def test_prepared_conv_repeated_calls_with_changing_parameters():
