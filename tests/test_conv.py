@@ -844,6 +844,60 @@ def test_vnni_fast_path_full_int8_weights(case, engine_level):
                 assert implicit, "every case here is one the implicit path takes"
 
 
+# Narrow last tiles on the VNNI fast path (test_vnni_dot_tiles): (x spatial, kernel, pads,
+# input channels, output channels); the last tile's real columns, the dot kernel's k bytes
+# (4 per k-group) and its blocks: 1 x n pointwise planes whose last tile has 1, 2, 3, 4, 5, 8
+# columns (its 16x1, 8x2 and 4x4 blocks, one and two column blocks), 7x7 / 14x14 planes (49 =
+# 3*16 + 1, 196 = 12*16 + 4) pointwise and 3x3 on shifted planes, k bytes below, at and past
+# 64 (8, 64, 100, 144: masked tails and none), rows 5, 16, 21 (partial row blocks, two row
+# tiles), and a reduction cut into K blocks (704 channels 3x3: the dot kernel over the whole K)
+_VNNI_DOT_CASES = [
+    ((1, 1), (1, 1), None, 8, 5),
+    ((1, 2), (1, 1), None, 64, 16),
+    ((1, 19), (1, 1), None, 100, 21),
+    ((1, 20), (1, 1), None, 8, 16),
+    ((1, 21), (1, 1), None, 64, 5),
+    ((1, 24), (1, 1), None, 100, 16),
+    ((7, 7), (1, 1), None, 64, 21),
+    ((14, 14), (1, 1), None, 100, 16),
+    ((7, 7), (3, 3), [1, 1, 1, 1], 16, 21),
+    ((14, 14), (3, 3), [1, 1, 1, 1], 16, 16),
+    ((1, 5), (3, 3), [1, 1, 1, 1], 704, 3),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_VNNI_DOT_CASES)))
+def test_vnni_dot_tiles(case, engine_level):
+    """The VNNI fast path's narrow last tiles (at most 8 real columns: a 7x7 plane's 49th, a
+    14x14 plane's last 4) through avx512vnni's dot kernel against the oracle: centered weights
+    at both ends -128 and 127 (int8 weights with zero point 0, uint8 with 128, and per-channel
+    zero points around them), activations at their type's extremes (products 255 * 128), every
+    type combination, QLinearConv and ConvInteger (the requantizing and the int32 epilogue),
+    batch 1; and that the implicit path and, on avx512vnni (and amx, which has its conv kernels),
+    the dot kernel ran (tail_counts)."""
+    from qlinear import _native
+    level = _native._C.get_isa() if engine_level not in (None, "numpy") and _native.native() else None
+    if level not in ("amx", "avx512vnni", "avxvnni"):   # (amx, where built: avx512vnni's conv kernels)
+        pytest.skip(f"needs a VNNI level (this run: {engine_level}); runs natively on VNNI CPUs and "
+                    "under scripts/emulated_isa.sh")
+    spatial, kernel, pads, cin, m = _VNNI_DOT_CASES[case]
+    attrs = dict(pads=pads) if pads else {}
+    rng = np.random.default_rng([case, 50])
+    combos = ALL_8BIT_COMBOS if cin < 704 else ALL_8BIT_COMBOS[:2]
+    for r, (xdt, wdt, ydt) in enumerate(combos):
+        x = rand_int(rng, xdt, (1, cin, *spatial))
+        x.flat[::7] = np.iinfo(xdt).min
+        x.flat[3::11] = np.iinfo(xdt).max
+        w, wz = _int8_weights_with_edges(rng, wdt, (m, cin, *kernel), 20 if r % 2 else 0)
+        assert _conv_kind(w, wz, **attrs) == 2
+        before, paths = _native._C.tail_counts(), _native._C.conv_path_counts()
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
+        assert _native._C.conv_path_counts()[0] - paths[0] == 2   # the implicit path
+        dot = _tail_delta(before)[2]
+        assert (dot > 0) == (level != "avxvnni"), (level, dot)   # avxvnni has no dot kernel
+
+
 def test_prepared_conv_repeated_calls_with_changing_parameters():
     """Repeated calls reuse the derived call arguments only while shapes, zero points and
     scales stay the same: alternating them gives the oracle's answer every time."""

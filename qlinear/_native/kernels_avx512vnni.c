@@ -93,11 +93,12 @@ static const ql_gemm_kernel k_avx512vnni = {
  * Why 16 rows (QL_MAX_MR): one accumulator per row, so 16 accumulators + the operand + the
  * broadcast = 18 of the 32 zmm; a k-group is 1 operand load + 16 broadcast loads for 16
  * vpdpbusd, the most rows per operand load the tile interface allows, and 16 independent
- * accumulation chains, more than vpdpbusd's latency x throughput (about 4-5 cycles x 2 a
- * cycle on Zen 4/5) needs to keep both pipes busy. Channel counts are multiples of 16 in
- * most networks (12 rows would cut 64 channels into 6 tiles, the last of 4 rows). Row tiles
- * of at most 8 rows (a layer's last) run an 8-row body instead of 16 rows of which half are
- * dropped. Not measured: no VNNI CPU here (docs/engine.md).
+ * accumulation chains, more than vpdpbusd's latency x throughput (about 5 cycles x 2 a
+ * cycle) needs to keep both pipes busy. Channel counts are multiples of 16 in most networks
+ * (12 rows would cut 64 channels into 6 tiles, the last of 4 rows). Row tiles of at most 8
+ * rows (a layer's last) run an 8-row body instead of 16 rows of which half are dropped.
+ * Tiles of exactly 16 or 8 rows take z_s8u8_body_full (embedded broadcasts, no row-pointer
+ * reloads); measured on an Intel Xeon (AVX-512 VNNI + AMX) in docs/engine.md.
  * ------------------------------------------------------------------------------------- */
 #define ZS_MR 16
 #define ZS_ROW(r)                                                                               \
@@ -134,9 +135,73 @@ z_s8u8_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off
 #undef ZS_ROW
 #undef ZS_GROUP
 
+#ifndef QL_SIMDE
+/* The same k-group loop for a tile of exactly 8 or 16 rows (mr), written so that it issues no
+ * more loads than the arithmetic needs. Each row's weights are a memory operand of its
+ * vpdpbusd with embedded broadcast ({1to16}: the 4 bytes at the address in every lane, the same
+ * values _mm512_set1_epi32 gives the intrinsic body above; gcc 12 has no pattern for it, hence
+ * the asm), one micro-fused load+multiply-add instead of a vpbroadcastd and a vpdpbusd; and
+ * the 16 rows are addressed from two pointers (rows 0-7 at q, 8-15 at q8 = q + 8 ldl) and
+ * three strides: row k of a block at q + {0, 1, 2, 4} ldl, q + {1, 2} (3 ldl), q + 5 ldl,
+ * q + 7 ldl (x86 base + index * scale), instead of 16 row pointers, of which gcc kept a few on
+ * the stack and reloaded them every k-group (about 5 scalar loads a group beside 17 vector
+ * ones; measured on an Intel Xeon: docs/engine.md). q and q8 step 4 bytes a group. The
+ * accumulators are asm operands ("+v"), so gcc keeps them in zmm registers; the operand b_ is
+ * loaded by an intrinsic. Every byte read is within the tile's mr rows' kp bytes. */
+#define ZS_DP(c, addr) "vpdpbusd " addr "%{1to16%}, %[b], %[" #c "]\n\t"
+#define ZS_ASM8(q, c0, c1, c2, c3, c4, c5, c6, c7)                                                \
+    ZS_DP(c0, "(%[" #q "])") ZS_DP(c1, "(%[" #q "],%[s1],1)") ZS_DP(c2, "(%[" #q "],%[s1],2)")       \
+    ZS_DP(c3, "(%[" #q "],%[s3],1)") ZS_DP(c4, "(%[" #q "],%[s1],4)") ZS_DP(c5, "(%[" #q "],%[s5],1)") \
+    ZS_DP(c6, "(%[" #q "],%[s3],2)") ZS_DP(c7, "(%[" #q "],%[s7],1)")
+/* one asm statement per 8 rows ("+v" operands count twice against gcc's limit of 30) */
+#define ZS_ASM_BLOCK(q, c0, c1, c2, c3, c4, c5, c6, c7)                                          \
+    __asm__(ZS_ASM8(q, c0, c1, c2, c3, c4, c5, c6, c7)                                           \
+            : [c0] "+v"(c0), [c1] "+v"(c1), [c2] "+v"(c2), [c3] "+v"(c3), [c4] "+v"(c4),          \
+              [c5] "+v"(c5), [c6] "+v"(c6), [c7] "+v"(c7)                                        \
+            : [b] "v"(b_), [q] "r"(q), [s1] "r"(s1), [s3] "r"(s3), [s5] "r"(s5), [s7] "r"(s7)    \
+            : "memory");
+#define ZS_GROUP_ASM(src, g)                                                                    \
+    {                                                                                           \
+        const __m512i b_ = _mm512_loadu_si512((const void *)(src));                             \
+        ZS_ASM_BLOCK(q, c0, c1, c2, c3, c4, c5, c6, c7)                                         \
+        if (mr > 8) ZS_ASM_BLOCK(q8, c8, c9, c10, c11, c12, c13, c14, c15)                      \
+        q += 4;                                                                                 \
+        q8 += 4;                                                                                \
+    }
+static inline __attribute__((always_inline)) void
+z_s8u8_body_full(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
+                 __m512i *out, const int mr) {
+    /* q8 only for 16 rows: an 8-row tile's L may end at row 8 */
+    const char *q = (const char *)L, *q8 = mr > 8 ? q + 8 * ldl : q;
+    const ptrdiff_t s1 = ldl, s3 = 3 * ldl, s5 = 5 * ldl, s7 = 7 * ldl;
+    __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
+            c8 = c0, c9 = c0, c10 = c0, c11 = c0, c12 = c0, c13 = c0, c14 = c0, c15 = c0;
+    IK_GROUP_LOOP(ZS_GROUP_ASM)
+    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3; out[4] = c4; out[5] = c5; out[6] = c6; out[7] = c7;
+    if (mr > 8) {
+        out[8] = c8; out[9] = c9; out[10] = c10; out[11] = c11;
+        out[12] = c12; out[13] = c13; out[14] = c14; out[15] = c15;
+    }
+}
+#undef ZS_DP
+#undef ZS_ASM8
+#undef ZS_GROUP_ASM
+#undef ZS_ASM_BLOCK
+#endif
+
 static inline __attribute__((always_inline)) void
 z_s8u8_tile(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups, int rows,
             __m512i *out) {
+#ifndef QL_SIMDE
+    if (rows == ZS_MR) {
+        z_s8u8_body_full(L, ldl, base, off, groups, out, ZS_MR);
+        return;
+    }
+    if (rows == 8) {
+        z_s8u8_body_full(L, ldl, base, off, groups, out, 8);
+        return;
+    }
+#endif
     if (rows > 8)
         z_s8u8_body(L, ldl, base, off, groups, rows, out, ZS_MR);
     else
@@ -162,26 +227,195 @@ static void avx512vnni_s8u8_ik(const void *L, ptrdiff_t ldl, const char *base, c
     z_store(out, C, ldc, rows);
 }
 
-/* with the epilogue from the accumulators: each row's zmm as its two ymm halves (columns 0-7,
- * 8-15) through AVX2's register epilogue (ql_ik_epilogue_avx2): the same instructions, so the
- * same bits as every other level's epilogue */
-static void avx512vnni_s8u8_ik_ep(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off,
-                                  int groups, const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
-    __m512i acc[ZS_MR];
-    z_s8u8_tile(L, ldl, base, off, groups, rows, acc);
+/* The implicit kernels' epilogue from the accumulators (ql_ikernel_ep_fn), one zmm per row:
+ * ql_ik_epilogue_avx2's instructions at 16 lanes, so the same bits as every level's epilogue:
+ * vpaddd bias (wrap32), vcvtdq2ps (float32(acc), round to nearest even), vmulps (one float32
+ * multiply: nothing to contract, -ffp-contract=off), vmaxps(v, lo) then vminps(., hi) (lo for
+ * a NaN v, the second operand, as ql_epilogue_avx2), vcvtps2dq under the default MXCSR (round
+ * to nearest even, as nearbyintf), vpaddd zp: int32 within T's range, so vpmovdb's truncation
+ * to the low byte is the value itself (int8 as two's complement, uint8 as is), which is what
+ * AVX2's saturating packs of in-range values give. A whole-tile run: one 16-byte (int32: one
+ * 64-byte) store per row; other runs through a row buffer, as AVX2's. */
+static inline __attribute__((always_inline)) void
+z_ik_epilogue(const __m512i *acc, const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+#ifdef QL_SIMDE
+    /* Debian's SIMDe lacks some of the 16-lane conversions (vcvtps2dq, vpmovdb): the emulated
+     * build hands each row to AVX2's epilogue as its two ymm halves, the same instructions at 8
+     * lanes (the 16-lane code is checked natively) */
     __m256i out[ZS_MR][2];
     for (int r = 0; r < rows; r++) {
         out[r][0] = _mm512_castsi512_si256(acc[r]);
         out[r][1] = _mm512_extracti64x4_epi64(acc[r], 1);
     }
     ql_ik_epilogue_avx2(out, ep, rn, i0, rows);
+#else
+    const int32_t *row_bias = ep->row_bias;
+    const ptrdiff_t out_rs = ep->out_rs;
+    const int whole = rn->n == 1 && rn->len[0] == QL_IK_NR;
+    if (!ep->quantized) {
+        int32_t *o = (int32_t *)ep->out + (ptrdiff_t)i0 * out_rs;
+        for (int r = 0; r < rows; r++) {
+            __m512i a = _mm512_add_epi32(acc[r], _mm512_set1_epi32(row_bias ? row_bias[i0 + r] : 0));
+            int32_t *orow = o + r * out_rs;
+            if (whole) {
+                _mm512_storeu_si512((void *)(orow + rn->pix[0]), a);
+                continue;
+            }
+            int32_t t[QL_IK_NR];
+            _mm512_storeu_si512((void *)t, a);
+            for (int k = 0; k < rn->n; k++)
+                memcpy(orow + rn->pix[k], t + rn->col[k], sizeof(int32_t) * (size_t)rn->len[k]);
+        }
+        return;
+    }
+    const float *mult = ep->mult;
+    const ptrdiff_t mult_rs = ep->mult_rs;
+    char *o = (char *)ep->out + (ptrdiff_t)i0 * out_rs;
+    const __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
+    const __m512i zp = _mm512_set1_epi32(ep->zp);
+    for (int r = 0; r < rows; r++) {
+        __m512i a = _mm512_add_epi32(acc[r], _mm512_set1_epi32(row_bias ? row_bias[i0 + r] : 0));
+        __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(mult[(ptrdiff_t)(i0 + r) * mult_rs]));
+        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+        __m128i p8 = _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(v), zp));
+        char *orow = o + r * out_rs;
+        if (whole) {
+            _mm_storeu_si128((__m128i *)(orow + rn->pix[0]), p8);
+            continue;
+        }
+        uint8_t t[QL_IK_NR];
+        _mm_storeu_si128((__m128i *)t, p8);
+        for (int k = 0; k < rn->n; k++) memcpy(orow + rn->pix[k], t + rn->col[k], (size_t)rn->len[k]);
+    }
+#endif
 }
 
-/* No narrow tails or dot kernels (optional fields): a tile of few real columns runs the full
- * 16-column kernel and drops the rest; no fused im2col epilogue (kernel_ep). */
+static void avx512vnni_s8u8_ik_ep(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off,
+                                  int groups, const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+    __m512i acc[ZS_MR];
+    z_s8u8_tile(L, ldl, base, off, groups, rows, acc);
+    z_ik_epilogue(acc, ep, rn, i0, rows);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Dot kernels (ql_dot_fn) for a last tile of at most QL_DOT_NR real columns (a 7x7 plane's
+ * 49 = 3*16 + 1, 14x14's 196 = 12*16 + 4): C[r][c] = sum over k of L row r times gathered
+ * column c, 64 bytes of k a step: vpdpbusd(acc[r][c], column c (u8 form, the unsigned
+ * source), L row r (centered int8 weights, the signed source)), so each lane adds the same 4
+ * products |u8 * s8| <= 255 * 128 as the tile kernel's, exactly and with wraparound (no
+ * vpdpbusds), any int8 weight; then the 16 lanes added (vpaddd, wrapping). Only the order of
+ * the wrap32 additions differs from the tile kernel's, and wrap32 addition is associative and
+ * commutative: the same sums. One vpdpbusd per (row, column, 64 bytes of k) is the tile
+ * kernel's cost per real column (16 per row per 16 k-groups for 16 columns), against a full
+ * tile's 16 columns for 1-8 real ones. Blocks of RB rows x CB columns, RB * CB = 16
+ * accumulators (CB = 1, 2 or 4 by ncols: 16 independent chains even for one column, a 7x7
+ * plane's 49th). The last kbytes % 64 bytes of each row and column are loaded masked (an L
+ * row is read only within kbytes, a column within kbytes rounded up to 32).
+ * ------------------------------------------------------------------------------------- */
+/* the first rem (< 64) bytes at p, zero-extended to 64: a masked load natively (masked-off
+ * bytes are neither read nor able to fault), a zero-padded copy under SIMDe (whose emulation
+ * may read the whole 64 bytes) */
+static inline __attribute__((always_inline)) __m512i z_load_rem(const char *p, int rem) {
+#ifdef QL_SIMDE
+    uint8_t b[64] = {0};
+    memcpy(b, p, (size_t)rem);
+    return _mm512_loadu_si512((const void *)b);
+#else
+    return _mm512_maskz_loadu_epi8((__mmask64)((1ULL << rem) - 1), (const void *)p);
+#endif
+}
+
+/* 16 vectors' horizontal sums as one vector, lane e = the sum of a[e]'s 16 lanes: pairs
+ * interleaved and added (dwords, then qwords, then 128-bit lanes twice), vpaddd throughout
+ * (wrapping: the order of wrap32 additions does not change the sum) */
+static inline __attribute__((always_inline)) __m512i z_hsum16(const __m512i *a) {
+    __m512i u[8], v[4], w[2];
+    for (int i = 0; i < 8; i++)   /* per 128-bit lane: a0 p0, a1 p0, a0 p1, a1 p1 */
+        u[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2 * i], a[2 * i + 1]),
+                                _mm512_unpackhi_epi32(a[2 * i], a[2 * i + 1]));
+    for (int i = 0; i < 4; i++)   /* per 128-bit lane: the lane's sums of a[4i..4i+3] */
+        v[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(u[2 * i], u[2 * i + 1]),
+                                _mm512_unpackhi_epi64(u[2 * i], u[2 * i + 1]));
+    for (int i = 0; i < 2; i++)   /* lanes 0+1, 2+3 of v[2i], then of v[2i + 1] */
+        w[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(v[2 * i], v[2 * i + 1], 0x88),
+                                _mm512_shuffle_i32x4(v[2 * i], v[2 * i + 1], 0xDD));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(w[0], w[1], 0x88), _mm512_shuffle_i32x4(w[0], w[1], 0xDD));
+}
+
+static inline __attribute__((always_inline)) void
+z_dot_block(const char *const *l, const char *const *x, int kbytes, int32_t (*t)[QL_IK_NR], int r0, int c0,
+            int rows, int ncols, const int RB, const int CB) {
+    __m512i acc[16];
+    for (int e = 0; e < 16; e++) acc[e] = _mm512_setzero_si512();
+    const int n64 = kbytes / 64, rem = kbytes % 64;
+    for (int k = 0; k <= n64; k++) {
+        if (k == n64 && !rem) break;
+        __m512i xv[4];
+        for (int c = 0; c < CB; c++)
+            xv[c] = k < n64 ? _mm512_loadu_si512((const void *)(x[c] + 64 * (ptrdiff_t)k))
+                            : z_load_rem(x[c] + 64 * (ptrdiff_t)k, rem);
+        for (int r = 0; r < RB; r++) {
+            __m512i w = k < n64 ? _mm512_loadu_si512((const void *)(l[r] + 64 * (ptrdiff_t)k))
+                                : z_load_rem(l[r] + 64 * (ptrdiff_t)k, rem);
+            for (int c = 0; c < CB; c++) acc[r * CB + c] = _mm512_dpbusd_epi32(acc[r * CB + c], xv[c], w);
+        }
+    }
+    int32_t sv[16];
+    _mm512_storeu_si512((void *)sv, z_hsum16(acc));
+    for (int r = 0; r < RB && r0 + r < rows; r++)
+        for (int c = 0; c < CB && c0 + c < ncols; c++) t[r0 + r][c0 + c] = sv[r * CB + c];
+}
+
+/* The product of rows <= ZS_MR rows and ncols <= QL_DOT_NR columns into t[r][c] (t zeroed by the
+ * caller; columns >= ncols stay 0). Missing rows and columns of a block re-read row / column 0;
+ * their sums are dropped. */
+static inline __attribute__((always_inline)) void
+z_dot_body(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
+           int32_t (*t)[QL_IK_NR], int rows, const int CB) {
+    const int RB = 16 / CB;
+    for (int r0 = 0; r0 < rows; r0 += RB)
+        for (int c0 = 0; c0 < ncols; c0 += CB) {
+            const char *l[16], *x[4];
+            for (int r = 0; r < RB; r++) l[r] = (const char *)L + (r0 + r < rows ? r0 + r : 0) * ldl;
+            for (int c = 0; c < CB; c++) x[c] = (const char *)X + (c0 + c < ncols ? c0 + c : 0) * xs;
+            z_dot_block(l, x, kbytes, t, r0, c0, rows, ncols, RB, CB);
+        }
+}
+
+static void z_dot_tile(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
+                       int32_t (*t)[QL_IK_NR], int rows) {
+    if (ncols == 1)
+        z_dot_body(L, ldl, X, xs, kbytes, ncols, t, rows, 1);
+    else if (ncols == 2)
+        z_dot_body(L, ldl, X, xs, kbytes, ncols, t, rows, 2);
+    else
+        z_dot_body(L, ldl, X, xs, kbytes, ncols, t, rows, 4);
+}
+
+static void avx512vnni_s8u8_dot(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes, int ncols,
+                                int32_t *C, ptrdiff_t ldc, int rows) {
+    int32_t t[ZS_MR][QL_IK_NR] = {{0}};
+    z_dot_tile(L, ldl, X, xs, kbytes, ncols, t, rows);
+    for (int r = 0; r < rows; r++) memcpy(C + r * ldc, t[r], sizeof(int32_t) * (size_t)ncols);
+}
+
+/* the dot kernel with the fused epilogue: the sums as the low columns of a tile (runs end
+ * before ncols) */
+static void avx512vnni_s8u8_dot_ep(const void *L, ptrdiff_t ldl, const void *X, ptrdiff_t xs, int kbytes,
+                                   int ncols, const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+    int32_t t[ZS_MR][QL_IK_NR] = {{0}};
+    z_dot_tile(L, ldl, X, xs, kbytes, ncols, t, rows);
+    __m512i acc[ZS_MR];
+    for (int r = 0; r < rows; r++) acc[r] = _mm512_loadu_si512((const void *)t[r]);
+    z_ik_epilogue(acc, ep, rn, i0, rows);
+}
+
+/* No narrow tile kernels (tail_nr 0): the implicit path's narrow last tiles run the dot kernels
+ * above, merged tail panels the full tile; no fused im2col epilogue (kernel_ep). */
 static const ql_gemm_kernel k_avx512vnni_s8u8 = {
     .name = "avx512vnni-s8u8", .mr = ZS_MR, .nr = 16, .kpack = 4, .form = QL_FORM_S8U8,
     .kernel = avx512vnni_s8u8, .ikernel = avx512vnni_s8u8_ik, .ikernel_ep = avx512vnni_s8u8_ik_ep,
+    .dot = avx512vnni_s8u8_dot, .dot_ep = avx512vnni_s8u8_dot_ep,
     .s8_bound = 128,   /* vpdpbusd: any int8 weight (above) */
     .grouped_b_t9 = ql_grouped_b_t9_avx2,
 };
