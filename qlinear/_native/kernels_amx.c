@@ -218,6 +218,7 @@ static void amx_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp, i
  * saturate: the clamp leaves values of the output type. Cases it does not take (strided
  * outputs, per-element multipliers or zero points along a row) go to the level's epilogue.
  * ------------------------------------------------------------------------------------- */
+#ifndef QL_SIMDE
 static inline __attribute__((always_inline)) __m512i amx_requant16(__m512i acc, __m512 m, __m512 lo, __m512 hi,
                                                                    __m512i zp) {
     __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), m), lo), hi);
@@ -300,6 +301,17 @@ static void amx_epilogue(const ql_epilogue *ep, const int32_t *C, const int32_t 
         }
     }
 }
+
+#else
+/* Debian's SIMDe lacks most of the 512-bit masked loads, stores and conversions above: the
+ * emulated build (a check of the tile logic) hands the tile to the level's 256-bit epilogue,
+ * which the 512-bit one reproduces bit for bit natively (tests on the amx level compare both
+ * to the oracle). */
+static void amx_epilogue(const ql_epilogue *ep, const int32_t *C, const int32_t *colsum, int i0, int j0,
+                         int rows, int cols) {
+    ql_isa_avx512vnni.epilogue(ep, C, AMX_NR, colsum, i0, j0, rows, cols);
+}
+#endif
 
 static void amx_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp, const ql_epilogue *ep,
                         const int32_t *colsum, int i0, int j0, int rows, int cols) {
