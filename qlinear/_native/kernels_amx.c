@@ -219,11 +219,7 @@ static void amx_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp, i
  * outputs, per-element multipliers or zero points along a row) go to the level's epilogue.
  * ------------------------------------------------------------------------------------- */
 #ifndef QL_SIMDE
-static inline __attribute__((always_inline)) __m512i amx_requant16(__m512i acc, __m512 m, __m512 lo, __m512 hi,
-                                                                   __m512i zp) {
-    __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), m), lo), hi);
-    return _mm512_add_epi32(_mm512_cvtps_epi32(v), zp);
-}
+#include "simd_common_avx512.h"
 
 static void amx_epilogue(const ql_epilogue *ep, const int32_t *C, const int32_t *colsum, int i0, int j0,
                          int rows, int cols) {
@@ -290,7 +286,7 @@ static void amx_epilogue(const ql_epilogue *ep, const int32_t *C, const int32_t 
         } else {
             m0 = m1 = _mm512_set1_ps(mrow[0]);
         }
-        __m512i q0 = amx_requant16(a0, m0, lo, hi, zp), q1 = amx_requant16(a1, m1, lo, hi, zp);
+        __m512i q0 = ql_requant16_avx512(a0, m0, lo, hi, zp), q1 = ql_requant16_avx512(a1, m1, lo, hi, zp);
         char *o = (char *)ep->out + i * out_rs + j0;
         if (is_signed) {
             _mm512_mask_cvtsepi32_storeu_epi8(o, k0, q0);

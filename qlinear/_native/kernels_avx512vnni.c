@@ -53,6 +53,9 @@ static void avx512vnni_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, in
 }
 
 #include "simd_common_avx2.h"
+#ifndef QL_SIMDE
+#include "simd_common_avx512.h"
+#endif
 
 /* avx512vnni-u8s8 with the epilogue fused (kernel_ep: matmuls and the convolutions' exact-form
  * im2col GEMM): each 16-column half of the 32-column tile (zmm acc[r][h]) as its two ymm
@@ -275,9 +278,8 @@ z_ik_epilogue(const __m512i *acc, const ql_epilogue *ep, const ql_ik_runs *rn, i
     const __m512i zp = _mm512_set1_epi32(ep->zp);
     for (int r = 0; r < rows; r++) {
         __m512i a = _mm512_add_epi32(acc[r], _mm512_set1_epi32(row_bias ? row_bias[i0 + r] : 0));
-        __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(mult[(ptrdiff_t)(i0 + r) * mult_rs]));
-        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-        __m128i p8 = _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(v), zp));
+        __m128i p8 = _mm512_cvtepi32_epi8(
+            ql_requant16_avx512(a, _mm512_set1_ps(mult[(ptrdiff_t)(i0 + r) * mult_rs]), lo, hi, zp));
         char *orow = o + r * out_rs;
         if (whole) {
             _mm_storeu_si128((__m128i *)(orow + rn->pix[0]), p8);
