@@ -201,7 +201,7 @@ class _ConvWeights:
         if depthwise:
             return _DEPTHWISE
         bound = _conv_fast_bound(isa)
-        if bound and self.fits_fast_path(bound):
+        if bound and not _exact_1x1(isa, self.w.shape) and self.fits_fast_path(bound):
             return _GEMM_FAST
         return _GEMM
 
@@ -295,6 +295,18 @@ _NATIVE_MAX_EXTENT = 1 << 59
 # rows): it is always allowed this much, whatever the workspace limit.
 _NATIVE_MIN_WORKSPACE = 16 << 20
 _CONV_FAST: dict[str, int] = {}
+# per level: (M, K) from which a 1x1 convolution takes the exact GEMM even where the fast
+# kernel would serve (amx: its exact GEMM on AMX tiles; qlinear.h, exact_1x1_min_m / _k),
+# (0, 0): never; filled with _CONV_FAST
+_EXACT_1X1: dict[str, tuple[int, int]] = {}
+
+
+def _exact_1x1(isa: str, w_shape: tuple) -> bool:
+    """Whether level ``isa`` runs a convolution of weights ``w_shape`` (M, C/group, kernel...)
+    on its exact GEMM although they fit its fast kernel (conv.c's ql_conv_pack_w_fast, the
+    same rule); ``_conv_fast_bound(isa)`` must have been asked first."""
+    m_min, k_min = _EXACT_1X1[isa]
+    return bool(m_min) and math.prod(w_shape[2:]) == 1 and w_shape[0] >= m_min and w_shape[1] >= k_min
 
 
 def _conv_fast_bound(isa: str) -> int:
@@ -303,6 +315,7 @@ def _conv_fast_bound(isa: str) -> int:
     got = _CONV_FAST.get(isa)
     if got is None:
         info = _native._C.kernel_info(isa, _GEMM_FAST)
+        _EXACT_1X1[isa] = (0, 0) if info is None else (int(info["exact_1x1_min_m"]), int(info["exact_1x1_min_k"]))
         got = _CONV_FAST[isa] = 0 if info is None else int(info["s8_bound"])
     return got
 

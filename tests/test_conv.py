@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 
 import numpy as np
 import pytest
@@ -832,16 +833,28 @@ def test_vnni_fast_path_full_int8_weights(case, engine_level):
                     wz[-1] = 129
                     w[-1].flat[-1] = 0                      # 0 - 129 = -129
             kind = _conv_kind(w, wz, **kw)
-            assert kind == (0 if outside else 2), (kind, outside)
+            exact = outside or _exact_first(level, kernel, shape)
+            assert kind == (0 if exact else 2), (kind, outside)
             before = _native._C.conv_path_counts()
             check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), kw)
             check_convint([x, w, rand_int(rng, xdt, ()), wz], kw)
             after = _native._C.conv_path_counts()
             took = after[0] - before[0], after[1] - before[1]
-            implicit = not outside and _takes_implicit(spatial, kernel, attrs, cin, group, True)
+            implicit = not exact and _takes_implicit(spatial, kernel, attrs, cin, group, True)
             assert took == ((2, 0) if implicit else (0, 2)), (took, outside)
-            if not outside:
+            if not exact:
                 assert implicit, "every case here is one the implicit path takes"
+
+
+def _exact_first(level, kernel, w_shape):
+    """Whether the level runs a convolution of this kernel and weights (M, C/group, ...) on its
+    exact GEMM even when the weights fit the fast kernel's bound: amx's 1x1 convolutions of at
+    least 96 output and 32 input channels (its exact GEMM is on AMX tiles; qlinear.h,
+    exact_1x1_min_m / exact_1x1_min_k, which kernel_info reports)."""
+    from qlinear import _native
+    info = _native._C.kernel_info(level, 2)
+    return (math.prod(kernel) == 1 and info["exact_1x1_min_m"] > 0 and w_shape[0] >= info["exact_1x1_min_m"]
+            and w_shape[1] >= info["exact_1x1_min_k"])
 
 
 # Narrow last tiles on the VNNI fast path (test_vnni_dot_tiles): (x spatial, kernel, pads,
@@ -889,13 +902,15 @@ def test_vnni_dot_tiles(case, engine_level):
         x.flat[::7] = np.iinfo(xdt).min
         x.flat[3::11] = np.iinfo(xdt).max
         w, wz = _int8_weights_with_edges(rng, wdt, (m, cin, *kernel), 20 if r % 2 else 0)
-        assert _conv_kind(w, wz, **attrs) == 2
+        exact = _exact_first(level, kernel, (m, cin))   # amx's wide 1x1: its exact GEMM, im2col (no dot kernel)
+        assert _conv_kind(w, wz, **attrs) == (0 if exact else 2)
         before, paths = _native._C.tail_counts(), _native._C.conv_path_counts()
         check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
         check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
-        assert _native._C.conv_path_counts()[0] - paths[0] == 2   # the implicit path
+        took = _native._C.conv_path_counts()
+        assert (took[0] - paths[0], took[1] - paths[1]) == ((0, 2) if exact else (2, 0))   # implicit / im2col
         dot = _tail_delta(before)[2]
-        assert (dot > 0) == (level != "avxvnni"), (level, dot)   # avxvnni has no dot kernel
+        assert (dot > 0) == (level != "avxvnni" and not exact), (level, dot)   # avxvnni has no dot kernel
 
 
 def test_prepared_conv_repeated_calls_with_changing_parameters():
@@ -1935,3 +1950,36 @@ def test_narrow_tails_k_blocks(seven_bit, engine_level):
         elif _native._C.get_isa() == "scalar" and not seven_bit:
             # no dot kernel there, so no row-aligned tiles: 7x7's last tile has 13 columns
             assert dot == 0 and (implicit_t8 > 0) == (narrow and spatial != (7, 7)), (spatial, implicit_t8, dot)
+
+
+# (x spatial, M, C, group, strides): 1x1 convolutions around amx's exact_1x1 thresholds (96
+# output channels, 32 input channels per group), strided ones, a grouped one
+_EXACT_1X1_CASES = [((7, 9), 96, 32, 1, None), ((7, 9), 95, 40, 1, None), ((5, 11), 100, 31, 1, None),
+                    ((13, 6), 130, 64, 1, [2, 2]), ((3, 70), 97, 33, 1, None), ((6, 6), 192, 64, 2, None)]
+
+
+@pytest.mark.parametrize("case", range(len(_EXACT_1X1_CASES)))
+def test_wide_pointwise_conv_path(case, engine_level):
+    """1x1 convolutions at every level against the oracle, with weights inside the VNNI fast
+    kernel's bound (full-range int8 centered weights -128 and 127), all 8 type combinations:
+    on amx those of at least 96 output and 32 input channels (per group) run on the exact GEMM
+    (AMX tiles, im2col) and the others on the fast implicit kernel; every level's path is
+    asserted (conv_path_counts, the prepared form's kind)."""
+    from qlinear import _native
+    level = _native._C.get_isa() if engine_level not in (None, "numpy") and _native.native() else None
+    spatial, m, cin, group, strides = _EXACT_1X1_CASES[case]
+    attrs = dict(group=group, **({"strides": strides} if strides else {}))
+    rng = np.random.default_rng([case, 73])
+    for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+        x = rand_int(rng, xdt, (2, cin, *spatial))
+        x.flat[::5] = np.iinfo(xdt).max
+        w, wz = _int8_weights_with_edges(rng, wdt, (m, cin // group, 1, 1), 20 if r % 2 else 0)
+        before = _native._C.conv_path_counts() if level else None
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), attrs)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
+        if level in ("amx", "avx512vnni", "avxvnni"):
+            exact = _exact_first(level, (1, 1), w.shape)
+            assert exact == (level == "amx" and m >= 96 and cin // group >= 32), (level, case)
+            assert _conv_kind(w, wz, **attrs) == (0 if exact else 2)
+            took = _native._C.conv_path_counts()
+            assert (took[0] - before[0], took[1] - before[1]) == ((0, 2) if exact else (2, 0)), (level, case)

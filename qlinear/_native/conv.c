@@ -512,6 +512,8 @@ int ql_conv_pack_w_fast(const ql_isa *isa, const void *w, int w_type, int M, int
                         const int32_t *wzp, void *dst, int threads)
 {
     if (!isa->conv_fast) return 0;
+    if (taps == 1 && isa->exact_1x1_min_m && M >= isa->exact_1x1_min_m && K >= isa->exact_1x1_min_k)
+        return 0;   /* the level's exact GEMM takes this 1x1 convolution (qlinear.h) */
     int rc = pack_w_threads(isa->conv_fast, w, w_type, M, K, taps, wzp, dst, threads);
     return rc == 0 ? 2 : rc == -2 ? -2 : 0;
 }

@@ -351,6 +351,8 @@ const ql_isa *ql_isa_amx(void) {
     if (!isa.name) {
         isa = ql_isa_avx512vnni;
         isa.exact = &k_amx;
+        isa.exact_1x1_min_m = 96;     /* wide 1x1 convolutions on the tiles (qlinear.h) */
+        isa.exact_1x1_min_k = 32;
         isa.name = "amx";
     }
     return &isa;

@@ -122,10 +122,13 @@ static PyObject *m_kernel_info(PyObject *self, PyObject *args) {
     if (!is) return NULL;
     const ql_gemm_kernel *k = which == 2 ? is->conv_fast : which ? is->fast : is->exact;
     if (!k) Py_RETURN_NONE;
-    return Py_BuildValue("{s:s,s:i,s:i,s:i,s:s,s:i,s:O,s:O}", "name", k->name, "mr", k->mr, "nr", k->nr,
+    return Py_BuildValue("{s:s,s:i,s:i,s:i,s:s,s:i,s:i,s:i,s:O,s:O}", "name", k->name, "mr", k->mr, "nr", k->nr,
                          "kpack", k->kpack, "form",
                          k->form == QL_FORM_I16 ? "i16" : k->form == QL_FORM_S8U8 ? "s8u8" : "u8s8",
                          "s8_bound", k->s8_bound,
+                         /* 1x1 convolutions this level runs on its exact GEMM (qlinear.h) */
+                         "exact_1x1_min_m", which == 2 ? is->exact_1x1_min_m : 0,
+                         "exact_1x1_min_k", which == 2 ? is->exact_1x1_min_k : 0,
                          "grouped_t9", (k->grouped_i16_t9 || k->grouped_b_t9) ? Py_True : Py_False,
                          "fused", k->kernel_ep ? Py_True : Py_False);
 }

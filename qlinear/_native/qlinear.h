@@ -232,6 +232,14 @@ typedef struct ql_isa {
                                           within its s8_bound), or NULL */
     ql_dw_rows_fn dw_rows;             /* depthwise row kernel */
     ql_dw_cl_fn dw_cl;                 /* depthwise channels-last kernel */
+    /* 1x1 convolutions (taps 1) with at least exact_1x1_min_m output channels (M) and
+     * exact_1x1_min_k input channels per group (K) take the exact GEMM even where conv_fast
+     * would serve them (0: never). amx: 96 and 32. Its exact GEMM on AMX tiles (after an im2col
+     * that is a re-layout for 1x1) outran avx512vnni's implicit kernel on such layers; on fewer
+     * output channels the re-layout, paid per input byte, is spread over too few rows, on
+     * fewer input channels K's padding to 64 wastes the tiles, and kernels larger than 1x1
+     * pay a real im2col copy (measured per layer: docs/engine.md, "AMX") */
+    int exact_1x1_min_m, exact_1x1_min_k;
 } ql_isa;
 
 /* dispatch.c */
