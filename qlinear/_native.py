@@ -30,8 +30,10 @@ except ImportError as exc:  # not built (no compiler at install time), or it doe
     _C = None
     _here = os.path.dirname(os.path.abspath(__file__))
     if not any(name.startswith("_qlnative") for name in os.listdir(_here)):
-        _IMPORT_ERROR = ("the extension qlinear._qlnative was not built (no working C compiler when "
-                         "qlinear was installed; reinstall with one to get the native engine)")
+        _IMPORT_ERROR = (f"the extension qlinear._qlnative was not built in {_here} (no working C "
+                         "compiler when qlinear was installed: reinstall with one to get the native "
+                         "engine; or this is a source checkout imported without building it in place: "
+                         "`pip install -e .` there, or import the installed qlinear from another folder)")
     else:
         _IMPORT_ERROR = f"the extension qlinear._qlnative does not load: {exc}"
 
