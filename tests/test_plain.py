@@ -240,6 +240,12 @@ def test_prepared_repeat_calls_stay_exact_and_validated():
         assert_exact(pi.run(x, xza), oracle.conv_integer(x, w, xza, wz, pads=[1, 1, 1, 1]))
         assert_exact(pq.run(a, xs, xza, ys, yz), oracle.qlinear_matmul(a, xs, xza, b, bs, bz, ys, yz))
         assert_exact(pm.run(a, xza), oracle.matmul_integer(a, b, xza, bz))
+    # MatMulInteger's zero point as a fresh NumPy scalar every call (its repeat path reads the
+    # value each time); one of another dtype takes the full path and its error
+    for value in (9, 200, 0, 255, 9):
+        assert_exact(pm.run(a, np.uint8(value)), oracle.matmul_integer(a, b, np.uint8(value), bz))
+    with pytest.raises(TypeError, match="a_zero_point must have the dtype of a"):
+        pm.run(a, np.int8(9))
     pc.run(x, xs, xz, ys, yz), pq.run(a, xs, xz, ys, yz), pm.run(a, xz), pi.run(x, xz)
     # another shape, a non-contiguous input, an int8 input with the same parameter objects
     x2, a2 = rand_int(rng, U8, (1, 4, 8, 3)), rand_int(rng, U8, (4, 30))
