@@ -396,10 +396,13 @@ class RepeatMemo:
     ``remember(x, params, call)`` after a call whose input x and call parameters ``params``
     (scales, zero points) were validated: kept only if every parameter is immutable (a NumPy
     scalar, a Python number, None). ``recall(x, params)`` gives ``call`` back when a new call
-    passes the very same parameter objects (identity of immutable objects proves equal values)
-    and an ndarray x of the same dtype object and shape, under an unchanged output size limit;
-    otherwise None, and the caller takes its full, validating path. Never keyed on a caller's
-    mutable array: 0-d arrays are not immutable, so they always take the full path."""
+    passes, parameter by parameter, the very same object or an equal one of the same type
+    (immutable values: ``np.float32(0.02)`` written in the call is a new object every time, and
+    the same type and value validate to the same arguments; a NaN equals nothing, so it always
+    takes the full path) and an ndarray x of the same dtype object and shape, under an
+    unchanged output size limit; otherwise None, and the caller takes its full, validating
+    path. Never keyed on a caller's mutable array: 0-d arrays are not immutable, so they always
+    take the full path."""
 
     __slots__ = ("_last",)
 
@@ -419,6 +422,6 @@ class RepeatMemo:
                 or last[4] != max_output_bytes()):   # a lowered size limit: checked again
             return None
         for given, known in zip(params, last[2]):
-            if given is not known:
+            if given is not known and (known is None or type(given) is not type(known) or not given == known):
                 return None
         return last[3]

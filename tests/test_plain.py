@@ -240,6 +240,21 @@ def test_prepared_repeat_calls_stay_exact_and_validated():
         assert_exact(pi.run(x, xza), oracle.conv_integer(x, w, xza, wz, pads=[1, 1, 1, 1]))
         assert_exact(pq.run(a, xs, xza, ys, yz), oracle.qlinear_matmul(a, xs, xza, b, bs, bz, ys, yz))
         assert_exact(pm.run(a, xza), oracle.matmul_integer(a, b, xza, bz))
+    # parameters as fresh NumPy scalars every call, equal or changing values: the repeat path
+    # takes equal ones (same type, same value), anything else the full path
+    for value, scale in ((9, 0.05), (9, 0.05), (200, 0.05), (200, 0.5), (9, 0.05)):
+        args = (np.float32(scale), np.uint8(value), np.float32(0.7), np.int8(-3))
+        assert_exact(pc.run(x, *args), oracle.qlinear_conv(x, args[0], args[1], w, ws, wz, args[2], args[3],
+                                                           pads=[1, 1, 1, 1]))
+        assert_exact(pi.run(x, np.uint8(value)), oracle.conv_integer(x, w, np.uint8(value), wz, pads=[1, 1, 1, 1]))
+        assert_exact(pq.run(a, *args), oracle.qlinear_matmul(a, args[0], args[1], b, bs, bz, args[2], args[3]))
+    # the same values in another type: float64 scales compute in float32 all the same, a uint8
+    # y zero point makes the output uint8
+    y8 = pq.run(a, np.float64(0.05), np.uint8(9), np.float32(0.7), np.uint8(3))
+    assert y8.dtype == U8
+    assert_exact(y8, oracle.qlinear_matmul(a, np.float64(0.05), np.uint8(9), b, bs, bz, np.float32(0.7), np.uint8(3)))
+    with pytest.raises(ValueError, match="scale"):
+        pq.run(a, np.float32("nan"), np.uint8(9), np.float32(0.7), np.int8(-3))
     # MatMulInteger's zero point as a fresh NumPy scalar every call (its repeat path reads the
     # value each time); one of another dtype takes the full path and its error
     for value in (9, 200, 0, 255, 9):
