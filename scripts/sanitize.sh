@@ -6,9 +6,9 @@
 # itself instrumented) and runs the native engine's tests at every ISA level this CPU runs.
 # Any sanitizer report aborts the run (halt_on_error / -fno-sanitize-recover).
 #
-# With EMULATED=1 the build also compiles the VNNI kernel files against SIMDe (as
-# scripts/emulated_isa.sh does), so the AVX-512 VNNI and AVX-VNNI levels run under the
-# sanitizers too.
+# With EMULATED=1 the build also compiles the VNNI and AMX kernel files against SIMDe and the
+# C tile emulation (as scripts/emulated_isa.sh does), so the AMX, AVX-512 VNNI and AVX-VNNI
+# levels run under the sanitizers too on CPUs without them (on an AMX CPU they run natively).
 #
 # Usage: [EMULATED=1] scripts/sanitize.sh [extra pytest args]   (test dependencies installed)
 set -euo pipefail
