@@ -294,30 +294,33 @@ _NATIVE_MAX_EXTENT = 1 << 59
 # The native engine's scratch is per thread and bounded by constants (offset tables, a few
 # rows): it is always allowed this much, whatever the workspace limit.
 _NATIVE_MIN_WORKSPACE = 16 << 20
-_CONV_FAST: dict[str, int] = {}
-# per level: (M, K) from which a 1x1 convolution takes the exact GEMM even where the fast
-# kernel would serve (amx: its exact GEMM on AMX tiles; qlinear.h, exact_1x1_min_m / _k),
-# (0, 0): never; filled with _CONV_FAST
-_EXACT_1X1: dict[str, tuple[int, int]] = {}
+# Per level, asked once: (the s8_bound of its convolution fast-path kernel, 0 when it has
+# none; the (M, K) from which a 1x1 convolution takes the exact GEMM even where the fast kernel
+# would serve, 0 0: never; amx: its exact GEMM on AMX tiles; qlinear.h, exact_1x1_min_m / _k)
+_CONV_FAST: dict[str, tuple[int, int, int]] = {}
+
+
+def _conv_fast_info(isa: str) -> tuple[int, int, int]:
+    got = _CONV_FAST.get(isa)
+    if got is None:
+        info = _native._C.kernel_info(isa, _GEMM_FAST)
+        got = _CONV_FAST[isa] = (0, 0, 0) if info is None else (
+            int(info["s8_bound"]), int(info["exact_1x1_min_m"]), int(info["exact_1x1_min_k"]))
+    return got
 
 
 def _exact_1x1(isa: str, w_shape: tuple) -> bool:
     """Whether level ``isa`` runs a convolution of weights ``w_shape`` (M, C/group, kernel...)
     on its exact GEMM although they fit its fast kernel (conv.c's ql_conv_pack_w_fast, the
-    same rule); ``_conv_fast_bound(isa)`` must have been asked first."""
-    m_min, k_min = _EXACT_1X1[isa]
+    same rule)."""
+    _, m_min, k_min = _conv_fast_info(isa)
     return bool(m_min) and math.prod(w_shape[2:]) == 1 and w_shape[0] >= m_min and w_shape[1] >= k_min
 
 
 def _conv_fast_bound(isa: str) -> int:
     """The s8_bound of ISA level ``isa``'s convolution fast-path kernel (64 on avx2, 128 on the
-    VNNI levels), or 0 when the level has none (asked once per level)."""
-    got = _CONV_FAST.get(isa)
-    if got is None:
-        info = _native._C.kernel_info(isa, _GEMM_FAST)
-        _EXACT_1X1[isa] = (0, 0) if info is None else (int(info["exact_1x1_min_m"]), int(info["exact_1x1_min_k"]))
-        got = _CONV_FAST[isa] = 0 if info is None else int(info["s8_bound"])
-    return got
+    VNNI levels), or 0 when the level has none."""
+    return _conv_fast_info(isa)[0]
 
 
 

@@ -223,7 +223,7 @@ static void amx_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp, i
 
 static void amx_epilogue(const ql_epilogue *ep, const int32_t *C, const int32_t *colsum, int i0, int j0,
                          int rows, int cols) {
-    if (ep->out_cs != 1 || (ep->quantized && ep->mult_cs > 1) || (ep->row_a && ep->col_z_s > 1)) {
+    if (!ql_epilogue_rows_contiguous(ep)) {
         ql_isa_avx512vnni.epilogue(ep, C, AMX_NR, colsum, i0, j0, rows, cols);
         return;
     }

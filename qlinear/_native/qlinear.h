@@ -169,6 +169,14 @@ typedef struct ql_epilogue {
     const int32_t *col_z; ptrdiff_t col_z_s;
 } ql_epilogue;
 
+/* Whether the SIMD epilogues take the problem: contiguous output rows, multipliers per row
+ * or broadcast or contiguous along a row, b's zero points broadcast or contiguous (else they
+ * hand the tile to a more general epilogue: ql_epilogue_avx2 to the portable one, amx's to
+ * ql_epilogue_avx2) */
+static inline int ql_epilogue_rows_contiguous(const ql_epilogue *ep) {
+    return ep->out_cs == 1 && !(ep->quantized && ep->mult_cs > 1) && !(ep->row_a && ep->col_z_s > 1);
+}
+
 /* Requantize/store one tile: C rows [0,rows) x cols [0,cols) of the product, which are output
  * rows i0.. and columns j0..; colsum (U8S8 form only) = colsum(R') for these cols. */
 typedef void (*ql_epilogue_fn)(const ql_epilogue *ep, const int32_t *C, ptrdiff_t ldc,

@@ -40,7 +40,7 @@ static inline __attribute__((always_inline)) __m128i ql_pack16_avx2(__m256i q0, 
 
 static void ql_epilogue_avx2(const ql_epilogue *ep, const int32_t *C, ptrdiff_t ldc,
                              const int32_t *colsum, int i0, int j0, int rows, int cols) {
-    if (ep->out_cs != 1 || (ep->quantized && ep->mult_cs > 1) || (ep->row_a && ep->col_z_s > 1)) {
+    if (!ql_epilogue_rows_contiguous(ep)) {
         ql_epilogue_scalar(ep, C, ldc, colsum, i0, j0, rows, cols);
         return;
     }
