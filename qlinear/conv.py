@@ -296,16 +296,19 @@ _NATIVE_MAX_EXTENT = 1 << 59
 _NATIVE_MIN_WORKSPACE = 16 << 20
 # Per level, asked once: (the s8_bound of its convolution fast-path kernel, 0 when it has
 # none; the (M, K) from which a 1x1 convolution takes the exact GEMM even where the fast kernel
-# would serve, 0 0: never; amx: its exact GEMM on AMX tiles; qlinear.h, exact_1x1_min_m / _k)
-_CONV_FAST: dict[str, tuple[int, int, int]] = {}
+# would serve, 0 0: never; amx: its exact GEMM on AMX tiles; qlinear.h, exact_1x1_min_m / _k;
+# the channels a chunk of the fast kernel holds, 0 for none: amx-s8u8's 64, which takes the 1x1
+# convolutions whose channels per group it divides itself, on tiles)
+_CONV_FAST: dict[str, tuple[int, int, int, int]] = {}
 
 
-def _conv_fast_info(isa: str) -> tuple[int, int, int]:
+def _conv_fast_info(isa: str) -> tuple[int, int, int, int]:
     got = _CONV_FAST.get(isa)
     if got is None:
         info = _native._C.kernel_info(isa, _GEMM_FAST)
-        got = _CONV_FAST[isa] = (0, 0, 0) if info is None else (
-            int(info["s8_bound"]), int(info["exact_1x1_min_m"]), int(info["exact_1x1_min_k"]))
+        got = _CONV_FAST[isa] = (0, 0, 0, 0) if info is None else (
+            int(info["s8_bound"]), int(info["exact_1x1_min_m"]), int(info["exact_1x1_min_k"]),
+            int(info["kchunk"]) * int(info["kpack"]) if int(info["kchunk"]) > 1 else 0)
     return got
 
 
@@ -313,8 +316,9 @@ def _exact_1x1(isa: str, w_shape: tuple) -> bool:
     """Whether level ``isa`` runs a convolution of weights ``w_shape`` (M, C/group, kernel...)
     on its exact GEMM although they fit its fast kernel (conv.c's ql_conv_pack_w_fast, the
     same rule)."""
-    _, m_min, k_min = _conv_fast_info(isa)
-    return bool(m_min) and math.prod(w_shape[2:]) == 1 and w_shape[0] >= m_min and w_shape[1] >= k_min
+    _, m_min, k_min, chunk = _conv_fast_info(isa)
+    return (bool(m_min) and math.prod(w_shape[2:]) == 1 and w_shape[0] >= m_min and w_shape[1] >= k_min
+            and not (chunk and w_shape[1] % chunk == 0))
 
 
 def _conv_fast_bound(isa: str) -> int:

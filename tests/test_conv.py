@@ -850,11 +850,13 @@ def _exact_first(level, kernel, w_shape):
     """Whether the level runs a convolution of this kernel and weights (M, C/group, ...) on its
     exact GEMM even when the weights fit the fast kernel's bound: amx's 1x1 convolutions of at
     least 96 output and 32 input channels (its exact GEMM is on AMX tiles; qlinear.h,
-    exact_1x1_min_m / exact_1x1_min_k, which kernel_info reports)."""
+    exact_1x1_min_m / exact_1x1_min_k, which kernel_info reports) whose input channels per group
+    are not a multiple of 64 (those run amx-s8u8, its implicit kernel on tiles)."""
     from qlinear import _native
     info = _native._C.kernel_info(level, 2)
+    chunk = info["kchunk"] * info["kpack"] if info["kchunk"] > 1 else 0   # amx-s8u8's 64 channels
     return (math.prod(kernel) == 1 and info["exact_1x1_min_m"] > 0 and w_shape[0] >= info["exact_1x1_min_m"]
-            and w_shape[1] >= info["exact_1x1_min_k"])
+            and w_shape[1] >= info["exact_1x1_min_k"] and not (chunk and w_shape[1] % chunk == 0))
 
 
 # Narrow last tiles on the VNNI fast path (test_vnni_dot_tiles): (x spatial, kernel, pads,
@@ -886,8 +888,8 @@ def test_vnni_dot_tiles(case, engine_level):
     at both ends -128 and 127 (int8 weights with zero point 0, uint8 with 128, and per-channel
     zero points around them), activations at their type's extremes (products 255 * 128), every
     type combination, QLinearConv and ConvInteger (the requantizing and the int32 epilogue),
-    batch 1; and that the implicit path and, on avx512vnni (and amx, which has its conv kernels),
-    the dot kernel ran (tail_counts)."""
+    batch 1; and that the implicit path and, on avx512vnni (and amx where its own amx-s8u8 does
+    not take the channel count: avx512vnni's kernels), the dot kernel ran (tail_counts)."""
     from qlinear import _native
     level = _native._C.get_isa() if engine_level not in (None, "numpy") and _native.native() else None
     if level not in ("amx", "avx512vnni", "avxvnni"):   # (amx, where built: avx512vnni's conv kernels)
@@ -910,7 +912,9 @@ def test_vnni_dot_tiles(case, engine_level):
         took = _native._C.conv_path_counts()
         assert (took[0] - paths[0], took[1] - paths[1]) == ((0, 2) if exact else (2, 0))   # implicit / im2col
         dot = _tail_delta(before)[2]
-        assert (dot > 0) == (level != "avxvnni" and not exact), (level, dot)   # avxvnni has no dot kernel
+        # avxvnni has no dot kernel, nor has amx-s8u8 (amx's kernel where 64 divides the channels)
+        tiles = _native._C.conv_kernel_name(level, 2, cin * math.prod(kernel), math.prod(kernel)) == "amx-s8u8"
+        assert (dot > 0) == (level != "avxvnni" and not exact and not tiles), (level, dot)
 
 
 def test_prepared_conv_repeated_calls_with_changing_parameters():
@@ -1953,18 +1957,20 @@ def test_narrow_tails_k_blocks(seven_bit, engine_level):
 
 
 # (x spatial, M, C, group, strides): 1x1 convolutions around amx's exact_1x1 thresholds (96
-# output channels, 32 input channels per group), strided ones, a grouped one
+# output channels, 32 input channels per group, not a multiple of 64), strided ones, a grouped one
 _EXACT_1X1_CASES = [((7, 9), 96, 32, 1, None), ((7, 9), 95, 40, 1, None), ((5, 11), 100, 31, 1, None),
-                    ((13, 6), 130, 64, 1, [2, 2]), ((3, 70), 97, 33, 1, None), ((6, 6), 192, 64, 2, None)]
+                    ((13, 6), 130, 64, 1, [2, 2]), ((3, 70), 97, 33, 1, None), ((6, 6), 192, 64, 2, None),
+                    ((6, 5), 96, 96, 1, None), ((4, 7), 128, 128, 1, None)]
 
 
 @pytest.mark.parametrize("case", range(len(_EXACT_1X1_CASES)))
 def test_wide_pointwise_conv_path(case, engine_level):
     """1x1 convolutions at every level against the oracle, with weights inside the VNNI fast
     kernel's bound (full-range int8 centered weights -128 and 127), all 8 type combinations:
-    on amx those of at least 96 output and 32 input channels (per group) run on the exact GEMM
-    (AMX tiles, im2col) and the others on the fast implicit kernel; every level's path is
-    asserted (conv_path_counts, the prepared form's kind)."""
+    on amx those of at least 96 output and 32 input channels (per group), the latter not a
+    multiple of 64, run on the exact GEMM (AMX tiles, im2col) and the others on the fast
+    implicit kernel (amx-s8u8 where 64 divides the channels); every level's path is asserted
+    (conv_path_counts, the prepared form's kind)."""
     from qlinear import _native
     level = _native._C.get_isa() if engine_level not in (None, "numpy") and _native.native() else None
     spatial, m, cin, group, strides = _EXACT_1X1_CASES[case]
@@ -1979,7 +1985,75 @@ def test_wide_pointwise_conv_path(case, engine_level):
         check_convint([x, w, rand_int(rng, xdt, ()), wz], attrs)
         if level in ("amx", "avx512vnni", "avxvnni"):
             exact = _exact_first(level, (1, 1), w.shape)
-            assert exact == (level == "amx" and m >= 96 and cin // group >= 32), (level, case)
+            assert exact == (level == "amx" and m >= 96 and cin // group >= 32 and cin // group % 64 != 0), (level, case)
             assert _conv_kind(w, wz, **attrs) == (0 if exact else 2)
             took = _native._C.conv_path_counts()
             assert (took[0] - before[0], took[1] - before[1]) == ((0, 2) if exact else (2, 0)), (level, case)
+
+
+# Geometries of test_amx_conv_tiles: (x spatial, kernel, attributes, input channels, group,
+# batch). Channels per group multiples of 64 (amx-s8u8's chunk), then the fallback: 2-D with
+# several tiles (pairs and a lone last tile), stride 2, dilations, 1-D, 3-D, pointwise, two
+# groups of 64, a batch whose images run in parallel (4 on 2 threads) and one with merged tail
+# panels (5 images of a 7x7 plane), stride 5 (beyond the implicit path: the im2col panels on the
+# same kernel), a 9x9 kernel (81 taps: the chunked weights written from the source row), a
+# reduction of 3168 k-groups (K blocks of whole chunks, no fused epilogue) and 96 channels (not
+# a multiple of 64: avx512vnni-s8u8 packs and runs it)
+_AMX_CONV_CASES = [
+    ((9, 21), (3, 3), dict(pads=[1, 1, 1, 1]), 64, 1, 2),
+    ((14, 15), (3, 3), dict(strides=[2, 2], pads=[1, 0, 0, 1]), 128, 1, 1),
+    ((11, 40), (3, 3), dict(dilations=[2, 3], pads=[2, 3, 2, 3]), 64, 1, 1),
+    ((37,), (3,), dict(pads=[1, 2]), 64, 1, 2),
+    ((5, 7, 9), (3, 3, 3), dict(pads=[1, 1, 1, 1, 1, 1]), 64, 1, 1),
+    ((13, 17), (1, 1), {}, 128, 1, 2),
+    ((9, 9), (3, 3), dict(pads=[1, 1, 1, 1]), 128, 2, 1),
+    ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 192, 1, 4),
+    ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 64, 1, 5),
+    ((11, 12), (3, 3), dict(strides=[5, 5], pads=[2, 2, 2, 2]), 64, 1, 1),
+    ((5, 6), (9, 9), dict(pads=[4, 4, 4, 4]), 64, 1, 1),
+    ((4, 5), (3, 3), dict(pads=[1, 1, 1, 1]), 1408, 1, 1),
+    ((9, 21), (3, 3), dict(pads=[1, 1, 1, 1]), 96, 1, 1),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_AMX_CONV_CASES)))
+def test_amx_conv_tiles(case, engine_level):
+    """amx's convolution kernel (amx-s8u8: tdpbsud on tiles of 32 rows x 16 or, as tile pairs, 32
+    columns; weights in 64-channel chunks per tap) against the oracle: all 8 type combinations,
+    centered weights at both ends -128 and 127 with differing per-channel zero points, full-range
+    activations, output channels around the 16- and 32-row tiles (1 to 65), the geometries above;
+    that the kernel ran where its chunk divides the channels (conv_kernel_name, conv_tile_counts:
+    chunked calls, tile pairs where a task has two full tiles of an image) and the implicit or
+    im2col path each geometry takes, and that other channel counts run avx512vnni-s8u8."""
+    from qlinear import _native
+    level = _native._C.get_isa() if engine_level not in (None, "numpy") and _native.native() else None
+    if level != "amx":
+        pytest.skip(f"amx's own kernel (this run: {engine_level}); runs natively on AMX-INT8 CPUs and "
+                    "under scripts/emulated_isa.sh")
+    spatial, kernel, attrs, cin, group, n = _AMX_CONV_CASES[case]
+    cg, taps = cin // group, math.prod(kernel)
+    name = _native._C.conv_kernel_name(level, 2, cg * taps, taps)
+    assert name == ("amx-s8u8" if cg % 64 == 0 else "avx512vnni-s8u8")
+    rng = np.random.default_rng([case, 91])
+    kw = dict(attrs, group=group)
+    combos = ALL_8BIT_COMBOS if cg * taps < 4096 else ALL_8BIT_COMBOS[:2]
+    for r, (xdt, wdt, ydt) in enumerate(combos):
+        m = group * [1, 17, 32, 33, 16, 47, 65, 31][(r + case) % 8]
+        shape = (m, cg, *kernel)
+        x = rand_int(rng, xdt, (n, cin, *spatial))
+        x.flat[::7] = np.iinfo(xdt).min
+        x.flat[3::11] = np.iinfo(xdt).max
+        w, wz = _int8_weights_with_edges(rng, wdt, shape, 20 if r % 2 else 0)
+        assert _conv_kind(w, wz, **kw) == 2
+        before, tiles0 = _native._C.conv_path_counts(), _native._C.conv_tile_counts()
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), kw)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], kw)
+        after, tiles1 = _native._C.conv_path_counts(), _native._C.conv_tile_counts()
+        implicit = _takes_implicit(spatial, kernel, attrs, cin, group, True)
+        assert implicit == (case not in (9, 10)), "stride 5 and the 9x9 kernel's tiles: im2col"
+        assert (after[0] - before[0], after[1] - before[1]) == ((2, 0) if implicit else (0, 2)), case
+        assert tiles1[0] - tiles0[0] == (2 if name == "amx-s8u8" else 0), case
+        if name == "amx-s8u8" and implicit and cg * taps < 4096:
+            assert tiles1[1] > tiles0[1], "tile pairs"
+        if cg * taps >= 4096:   # K blocks: the tiles' sums added, the level's epilogue after
+            assert tiles1[1] == tiles0[1]

@@ -512,7 +512,7 @@ def test_conv_grouped_pack_layout():
                 continue   # the VNNI levels' exact U8S8 form: covered by the emulated runs
             kpk = info["kpack"]
             for cg, taps in ((4, 9), (6, 9), (3, 49), (8, 2), (5, 25), (12, 27), (3, 3), (1, 9), (2, 9), (5, 9),
-                             (33, 9), (64, 9)):
+                             (33, 9), (64, 9), (128, 9), (64, 1), (64, 81), (96, 9)):
                 m, k = 7, cg * taps
                 for wdt, full in ((U8, False), (I8, False), (U8, True), (I8, True)):
                     if full and esize_of(info) == 1:
@@ -535,10 +535,17 @@ def test_conv_grouped_pack_layout():
                     # tested here: avx2-i16, avx2-s8u8, scalar-i16)
                     grouped = taps > 1 and (cg % kpk == 0 or 3 * cb * kpk <= 4 * cg)
                     centered = w.astype(np.int32) - z32[:, None]
+                    # a kernel with chunks (amx-s8u8: 16 blocks) packs the channel counts its
+                    # chunk divides, k' = ((c / (kpack ch) * taps + t) * ch + c / kpack % ch) *
+                    # kpack + c % kpack; the others are its fallback's (qlinear.h, kchunk)
+                    ch = info["kchunk"]
+                    if ch > 1 and cg % (ch * kpk):
+                        assert C.conv_kernel_name(isa, which, k, taps) != info["name"]
+                        ch = 1
                     if grouped:
                         src = np.zeros((m, cb * kpk, taps), np.int32)
                         src[:, :cg] = centered.reshape(m, cg, taps)
-                        perm = src.reshape(m, cb, kpk, taps).transpose(0, 1, 3, 2).reshape(m, -1)
+                        perm = src.reshape(m, cb // ch, ch, kpk, taps).transpose(0, 1, 4, 2, 3).reshape(m, -1)
                     else:
                         perm = centered
                     kp = rows // m // esize

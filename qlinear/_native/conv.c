@@ -121,6 +121,43 @@ static ptrdiff_t w_row_bytes(const ql_gemm_kernel *k, int K)
     return (ptrdiff_t)kp * (k->form == QL_FORM_I16 ? 2 : 1);
 }
 
+/* The kernel that packs and runs a convolution of K = Cg * taps weights per row on level
+ * kernel k: k itself, or for a kernel with chunks (ql_gemm_kernel.kchunk) whose chunk does
+ * not divide Cg, its conv_fallback. Every entry point below maps its kernel through this
+ * first, so a layer's weights are packed and run by the same kernel. */
+static const ql_gemm_kernel *conv_kernel(const ql_gemm_kernel *k, int64_t K, int64_t taps)
+{
+    if (k->kchunk > 1 && (taps < 1 || K % taps || (K / taps) % ((int64_t)k->kchunk * k->kpack)))
+        return k->conv_fallback;
+    return k;
+}
+
+/* k-group G of the grouped order (chunks of ch = max(kchunk, 1) blocks, qlinear.h): its
+ * channel block and tap */
+static inline void group_of(int64_t G, int64_t taps, int64_t ch, int64_t *blk, int64_t *tap)
+{
+    int64_t q = G / ch;
+    *tap = q % taps;
+    *blk = q / taps * ch + G % ch;
+}
+
+static int64_t kchunk_of(const ql_gemm_kernel *k) { return k->kchunk > 1 ? k->kchunk : 1; }
+
+const char *ql_conv_kernel_name(const ql_gemm_kernel *k, int64_t K, int64_t taps)
+{
+    return conv_kernel(k, K, taps)->name;
+}
+
+/* GEMM convolutions run on a kernel with chunks, and implicit-GEMM tasks that ran tile pairs
+ * (ikernel2_ep): a diagnostic the tests read (relaxed atomics, once per call / task) */
+static long long chunk_calls[2];
+
+void ql_conv_tile_counts(long long *chunked, long long *paired)
+{
+    *chunked = __atomic_load_n(&chunk_calls[0], __ATOMIC_RELAXED);
+    *paired = __atomic_load_n(&chunk_calls[1], __ATOMIC_RELAXED);
+}
+
 int ql_conv_grouped(const ql_gemm_kernel *k, int64_t K, int64_t taps)
 {
     if (taps <= 1 || K % taps) return 0;
@@ -141,6 +178,7 @@ int64_t ql_conv_wk(const ql_gemm_kernel *k, int64_t K, int64_t taps)
 
 size_t ql_conv_w_bytes(const ql_gemm_kernel *k, int M, int K, int64_t taps)
 {
+    k = conv_kernel(k, K, taps);
     size_t b = (size_t)M * (size_t)w_row_bytes(k, (int)ql_conv_wk(k, K, taps));
     if (k->form != QL_FORM_I16) b += 2 * sizeof(int32_t) * (size_t)M;
     return b;
@@ -408,6 +446,34 @@ static void grouped_b(const uint8_t *s, int64_t cg, int64_t taps, uint8_t fx, ui
     }
 }
 
+/* The chunked grouped order (kchunk ch > 1: qlinear.h) of one S8U8 row of cg channels (a
+ * multiple of 4 ch, conv_kernel) from the blocks' order grouped_b wrote at d: word b * taps + t
+ * (4 bytes: block b at tap t) goes to word (b / ch * taps + t) * ch + b % ch. Chunk q's words
+ * span [q ch taps, (q + 1) ch taps) in both orders, so each chunk is a ch x taps transpose of
+ * words in place, through a buffer of CHUNK_WORDS; longer chunks (kernels of more than 64
+ * taps) are written straight from the source row s instead (byte (4 (q ch + j) + r) taps + t,
+ * minus the zero point z, as grouped_b's S8U8 bytes). */
+#define CHUNK_WORDS 1024
+static void chunk_row(const uint8_t *s, int64_t cg, int64_t taps, int64_t ch, uint8_t z, uint8_t *d)
+{
+    int64_t nq = cg / (4 * ch);
+    if (ch * taps <= CHUNK_WORDS) {
+        uint32_t tmp[CHUNK_WORDS];
+        for (int64_t q = 0; q < nq; q++) {
+            uint8_t *dq = d + 4 * q * ch * taps;
+            memcpy(tmp, dq, (size_t)(4 * ch * taps));
+            for (int64_t t = 0; t < taps; t++)
+                for (int64_t j = 0; j < ch; j++) memcpy(dq + 4 * (t * ch + j), &tmp[j * taps + t], 4);
+        }
+        return;
+    }
+    for (int64_t q = 0; q < nq; q++)
+        for (int64_t t = 0; t < taps; t++)
+            for (int64_t j = 0; j < ch; j++)
+                for (int r = 0; r < 4; r++)
+                    d[4 * ((q * taps + t) * ch + j) + r] = (uint8_t)(s[(4 * (q * ch + j) + r) * taps + t] - z);
+}
+
 /* Rows [i0, i1) of w in the grouped order (above) into dst's layout (pack_w_rows'); 0 or -1 (the
  * fast path's bound, S8U8 form: nothing usable written). */
 static int pack_w_grouped(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K, int64_t taps,
@@ -427,7 +493,12 @@ static int pack_w_grouped(const ql_gemm_kernel *k, const void *w, int w_type, in
         } else if (k->form == QL_FORM_S8U8) {
             int32_t sum;
             if (s8u8_row(s, K, w_type, z, k->s8_bound, NULL, &sum)) return -1;
-            grouped_b(s, cg, taps, 0, (uint8_t)z, 0, (uint8_t *)d, k->grouped_b_t9);
+            if (k->kchunk > 1 && k->kchunk * taps > CHUNK_WORDS) {
+                chunk_row(s, cg, taps, k->kchunk, (uint8_t)z, (uint8_t *)d);
+            } else {
+                grouped_b(s, cg, taps, 0, (uint8_t)z, 0, (uint8_t *)d, k->grouped_b_t9);
+                if (k->kchunk > 1) chunk_row(s, cg, taps, k->kchunk, (uint8_t)z, (uint8_t *)d);
+            }
             memset(d + Kw, 0, (size_t)(kp - Kw));
             row_a[i] = sum;   /* padding adds 0 */
             row_z[i] = 0;
@@ -448,6 +519,7 @@ static int pack_w_grouped(const ql_gemm_kernel *k, const void *w, int w_type, in
 int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K, int64_t taps,
                    const int32_t *wzp, void *dst)
 {
+    k = conv_kernel(k, K, taps);
     if (!ql_conv_grouped(k, K, taps)) return pack_w_rows(k, w, w_type, M, K, wzp, dst, 0, M);
     return pack_w_grouped(k, w, w_type, M, K, taps, wzp, dst, 0, M);
 }
@@ -491,6 +563,7 @@ static int pack_w_threads(const ql_gemm_kernel *k, const void *w, int w_type, in
 {
     packw_ctx c;
     memset(&c, 0, sizeof c);
+    k = conv_kernel(k, K, taps);
     c.k = k; c.w = w; c.w_type = w_type; c.M = M; c.K = K; c.wzp = wzp; c.dst = dst;
     atomic_init(&c.outside, 0);
     c.taps = taps;
@@ -512,7 +585,8 @@ int ql_conv_pack_w_fast(const ql_isa *isa, const void *w, int w_type, int M, int
                         const int32_t *wzp, void *dst, int threads)
 {
     if (!isa->conv_fast) return 0;
-    if (taps == 1 && isa->exact_1x1_min_m && M >= isa->exact_1x1_min_m && K >= isa->exact_1x1_min_k)
+    if (taps == 1 && isa->exact_1x1_min_m && M >= isa->exact_1x1_min_m && K >= isa->exact_1x1_min_k &&
+        conv_kernel(isa->conv_fast, K, 1) != isa->conv_fast)
         return 0;   /* the level's exact GEMM takes this 1x1 convolution (qlinear.h) */
     int rc = pack_w_threads(isa->conv_fast, w, w_type, M, K, taps, wzp, dst, threads);
     return rc == 0 ? 2 : rc == -2 ? -2 : 0;
@@ -556,7 +630,8 @@ typedef struct im2col_ctx {
     int flat;                   /* pointwise (every kernel extent 1, stride 1, no pads): the
                                    output plane is the input plane, rows run across output rows */
     int grouped;                /* weights in the grouped order (ql_conv_grouped): k-group G =
-                                   (channel block G / taps, tap G % taps), kpack channels each */
+                                   (channel block, tap) by group_of, kpack channels each */
+    int64_t chunk;              /* the kernel's kchunk (at least 1) */
     int64_t Cg;                 /* channels per group (grouped: blocks past it are padding) */
     /* per-thread scratch layout (byte offsets) */
     size_t off_base, off_seg, off_rows, off_plan, off_direct;
@@ -826,7 +901,8 @@ static void im2col_pack(void *vctx, int j0, int ncols, void *dst, int32_t *colsu
         if (sums)
             for (int j = 0; j < nr; j++) colsums[j] = 0;
         for (int64_t G = 0; G < (int64_t)c->kp / kpk; G++) {
-            int64_t cq = G / c->taps, tt = G % c->taps;
+            int64_t cq, tt;
+            group_of(G, c->taps, c->chunk, &cq, &tt);
             const seg_plan *pl;
             ptrdiff_t dr;
             if (c->use_plans) {
@@ -1523,9 +1599,8 @@ static void ig_left_task(void *vctx, ptrdiff_t k, int thread)
  * at most c->kgroups k-groups: the operand a tile reads (64 bytes per k-group, scattered over
  * the copy) stays in L1 while every row tile passes over it; partial sums add (wrapping)
  * into the thread's C block. */
-static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
+static void ig_gemm_body(const ig_ctx *c, ptrdiff_t task, int thread)
 {
-    const ig_ctx *c = (const ig_ctx *)vctx;
     int rb = (int)(task % c->row_blocks);
     int64_t tb = task / c->row_blocks;
     /* row tiles [rb G / rbs, (rb + 1) G / rbs) and (image, tile) pairs likewise: blocks differ
@@ -1538,7 +1613,10 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
     int64_t tiles = c->tpm ? c->ntiles - 1 : c->ntiles;   /* per image, merged tails apart */
     int64_t npan = c->u_run1 - c->u_run0;
     int64_t pairs = c->nimg * tiles + npan + c->nleft;
-    int64_t t_beg = tb * pairs / c->tile_blocks, t_end = (tb + 1) * pairs / c->tile_blocks;
+    /* blocks of whole tile pairs for a kernel that runs two tiles at once (ig_tile_blocks) */
+    int64_t unit = c->kern->ikernel2_ep ? 2 : 1, units = (pairs + unit - 1) / unit;
+    int64_t t_beg = tb * units / c->tile_blocks * unit, t_end = (tb + 1) * units / c->tile_blocks * unit;
+    if (t_end > pairs) t_end = pairs;
     int32_t Ct[QL_MAX_MR * QL_IK_NR] __attribute__((aligned(64)));
     int32_t *Cb = (int32_t *)(c->cblock + (size_t)thread * c->cblock_bytes);
     size_t es = c->kern->form == QL_FORM_I16 ? 2 : 1;
@@ -1557,7 +1635,8 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
         Lb = d;
         ib = i_beg;
     }
-    ql_ik_runs rn;
+    ql_ik_runs rn, rn2[2];
+    int paired = 0;
     ql_epilogue epj = c->ep;   /* image j's: its output */
     const ql_epilogue *ep = &epj;
     for (int64_t pt = t_beg; pt < t_end; pt++) {
@@ -1601,6 +1680,22 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
             wt = c->tstride < QL_IK_NR ? c->tstride : QL_IK_NR;
             if (c->Q - q0 < wt) wt = c->Q - q0;
             if (c->xt) xt = c->xt + (size_t)j * c->xt_bytes;   /* gathered after the copy */
+            /* this tile and the image's next one (this thread's too) at once, where the
+             * kernel can (ikernel2_ep): both 16 columns apart, the next not a narrow one */
+            int64_t w2 = c->Q - q0 - QL_IK_NR < QL_IK_NR ? c->Q - q0 - QL_IK_NR : QL_IK_NR;
+            if (c->kern->ikernel2_ep && c->fused && c->tstride == QL_IK_NR && wt == QL_IK_NR && t + 1 < tiles &&
+                pt + 1 < t_end && !(c->xt && w2 <= QL_DOT_NR) && !(c->kern->ikernel_tail && w2 <= c->kern->tail_nr)) {
+                rn2[0] = rn;
+                ig_runs(c, q0 + QL_IK_NR, &rn2[1]);
+                for (int i = i_beg; i < i_end; i += c->mr) {
+                    int rows = i_end - i < c->mr ? i_end - i : c->mr;
+                    c->kern->ikernel2_ep(Lb + (ptrdiff_t)(i - ib) * c->ldl, c->ldl, base, off, c->groups, ep, rn2, i,
+                                         rows);
+                }
+                pt++;
+                paired = 1;
+                continue;
+            }
         }
         /* a tile with at most tail_nr or QL_DOT_NR columns: the narrow kernels (the runs lie
          * within them); a 7x7 plane's 49 = 3*16 + 1 */
@@ -1662,6 +1757,16 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
             ig_store(c, ep, Cb + (size_t)(i - i_beg) * QL_IK_NR, &rn, i, rows);
         }
     }
+    if (paired) __atomic_add_fetch(&chunk_calls[1], 1, __ATOMIC_RELAXED);
+}
+
+/* ig_gemm_body with the kernel's per-thread state hooks around it (qlinear.h: task_begin) */
+static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
+{
+    const ig_ctx *c = (const ig_ctx *)vctx;
+    if (c->kern->task_begin) c->kern->task_begin();
+    ig_gemm_body(c, task, thread);
+    if (c->kern->task_end) c->kern->task_end();
 }
 
 long long ql_conv_in_task_packs(void) { return __atomic_load_n(&ig_calls[7], __ATOMIC_RELAXED); }
@@ -1711,9 +1816,12 @@ static void ig_tile_blocks(ig_ctx *c, int run_threads)
         c->tile_blocks = 0;
         return;
     }
+    /* blocks of whole tile pairs for a kernel that runs two tiles at once (ig_gemm_body) */
+    int64_t units = c->kern->ikernel2_ep ? (pairs + 1) / 2 : pairs;
     c->tile_blocks = (target + c->row_blocks - 1) / c->row_blocks;
-    if (c->tile_blocks > pairs) c->tile_blocks = pairs;
-    int64_t most = c->nimg > 1 ? pairs / IG_MIN_PAIRS : pairs;
+    if (c->tile_blocks > units) c->tile_blocks = units;
+    int64_t most = c->nimg > 1 ? pairs / IG_MIN_PAIRS : units;
+    if (most > units) most = units;
     if (run_threads > 1)
         for (int64_t nb = c->tile_blocks; nb <= most; nb++)
             if (c->row_blocks * nb % run_threads == 0) {
@@ -2006,7 +2114,9 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         int64_t toff = c.shift ? (a * c.nfw + tw) * c.PL + rows * c.Wph
                                : (a * c.nfw + idx_w[rw % c.sw]) * c.PL + rows * c.Wph + rw / c.sw;
         if (toff > toff_max) toff_max = toff;
-        for (int b = 0; b < c.nblk; b++) c.off[(int64_t)b * c.taps + t] = (ptrdiff_t)(4 * (b * c.BS + toff));
+        /* k-group of block b at tap t in the grouped order (group_of's inverse) */
+        for (int64_t b = 0, ch = kchunk_of(kern); b < c.nblk; b++)
+            c.off[(b / ch * c.taps + t) * ch + b % ch] = (ptrdiff_t)(4 * (b * c.BS + toff));
     }
     int64_t positions = (int64_t)c.nblk * c.BS,
             reach = (int64_t)(c.nblk - 1) * c.BS + toff_max + (c.ntiles - 1) * c.tstride + QL_IK_NR;
@@ -2187,8 +2297,9 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     /* K blocks (past IG_KBLOCK_GROUPS): IG_KC_BYTES of a tile's operand (64 bytes per k-group) */
     c.kgroups = IG_KC_BYTES / 64;
     if (c.groups > IG_KBLOCK_GROUPS) {
-        int nkb = (c.groups + c.kgroups - 1) / c.kgroups;   /* equal blocks */
-        c.kgroups = (c.groups + nkb - 1) / nkb;
+        int nkb = (c.groups + c.kgroups - 1) / c.kgroups;   /* equal blocks (of whole chunks) */
+        int ch = (int)kchunk_of(kern);
+        c.kgroups = ((c.groups + nkb - 1) / nkb + ch - 1) / ch * ch;
         c.cblock_bytes = align64(sizeof(int32_t) * QL_IK_NR * (size_t)c.mc);
         c.cblock_mem = (char *)malloc(c.cblock_bytes * (size_t)threads + 64);
         c.cblock = line_up(c.cblock_mem);
@@ -2310,6 +2421,8 @@ static int conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_ker
     int64_t P = prod(p->out, p->nsp);
     int64_t plane = prod(p->in, p->nsp);
     if (K64 > INT_MAX / 2 || Mg > INT_MAX) return -2;
+    kern = conv_kernel(kern, K64, taps);
+    if (kern->kchunk > 1) __atomic_add_fetch(&chunk_calls[0], 1, __ATOMIC_RELAXED);
     int K = (int)ql_conv_wk(kern, K64, taps);   /* the packed rows' length (<= 4/3 K64) */
     int kp = ql_round_k(kern, K);
     ptrdiff_t ldl = w_row_bytes(kern, K);
@@ -2330,6 +2443,7 @@ static int conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_ker
     c.flip = (p->x_type == QL_U8) != (kern->form == QL_FORM_S8U8) ? 0x80 : 0;
     c.tail = kern->form == QL_FORM_I16 ? (uint8_t)p->x_zp : c.flip;
     c.grouped = ql_conv_grouped(kern, K64, taps);
+    c.chunk = kchunk_of(kern);
     c.Cg = Cg;
     c.flat = 1;
     for (int a = 0; a < p->nsp; a++)

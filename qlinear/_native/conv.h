@@ -54,6 +54,11 @@ typedef struct ql_conv_wraw { const void *w; int w_type; const int32_t *wzp; } q
  * and run as ql_conv_gemm. Same returns. */
 int ql_conv_gemm_raw(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern,
                      const ql_conv_wraw *raw, void *wbuf, size_t workspace);
+/* The name of the kernel that packs and runs a convolution of K = C/group * taps on level
+ * kernel k (k's, or its conv_fallback's: qlinear.h, kchunk), and the GEMM convolutions run so
+ * far on a kernel with chunks and the implicit-GEMM tasks that ran tile pairs (diagnostics) */
+const char *ql_conv_kernel_name(const ql_gemm_kernel *k, int64_t K, int64_t taps);
+void ql_conv_tile_counts(long long *chunked, long long *paired);
 /* ql_conv_gemm_raw runs that packed the weights inside the GEMM tasks (diagnostic) */
 long long ql_conv_in_task_packs(void);
 /* Calls of ql_conv_gemm that ran the implicit GEMM and the im2col path, the implicit path's

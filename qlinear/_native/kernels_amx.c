@@ -82,23 +82,28 @@ static void amx_store(int t, void *p, ptrdiff_t stride) {
     for (int r = 0; r < amx_t[t].rows; r++)
         memcpy((char *)p + r * stride, amx_t[t].d[r], (size_t)amx_t[t].colsb);
 }
-/* tdpbusd: C[m][n] += sum over k-groups g, i < 4 of zext(A[m][4g+i]) * sext(B[g][4n+i]) */
-static void amx_dpbusd(int c, int a, int b) {
+/* tdpbusd (a_signed 0): C[m][n] += sum over k-groups g, i < 4 of zext(A[m][4g+i]) *
+ * sext(B[g][4n+i]); tdpbsud (a_signed 1): sext(A) * zext(B) */
+static void amx_dp(int c, int a, int b, int a_signed) {
     for (int m = 0; m < amx_t[c].rows; m++)
         for (int n = 0; n < amx_t[c].colsb / 4; n++) {
             uint32_t acc;
             memcpy(&acc, &amx_t[c].d[m][4 * n], 4);
             for (int g = 0; g < amx_t[a].colsb / 4; g++)
-                for (int i = 0; i < 4; i++)
-                    acc += (uint32_t)((int32_t)amx_t[a].d[m][4 * g + i] *
-                                      (int32_t)(int8_t)amx_t[b].d[g][4 * n + i]);
+                for (int i = 0; i < 4; i++) {
+                    uint8_t x = amx_t[a].d[m][4 * g + i], y = amx_t[b].d[g][4 * n + i];
+                    int32_t xa = a_signed ? (int32_t)(int8_t)x : (int32_t)x;
+                    int32_t yb = a_signed ? (int32_t)y : (int32_t)(int8_t)y;
+                    acc += (uint32_t)(xa * yb);
+                }
             memcpy(&amx_t[c].d[m][4 * n], &acc, 4);
         }
 }
 #define AMX_LOADCFG(c) amx_loadcfg(c)
 #define AMX_LOAD(t, p, s) amx_load(t, p, s)
 #define AMX_STORE(t, p, s) amx_store(t, p, s)
-#define AMX_DP(c, a, b) amx_dpbusd(c, a, b)
+#define AMX_DP(c, a, b) amx_dp(c, a, b, 0)
+#define AMX_DPSU(c, a, b) amx_dp(c, a, b, 1)
 #define AMX_ZERO(t) memset(amx_t[t].d, 0, sizeof amx_t[t].d)
 #define AMX_STORECFG(c) amx_storecfg(c)
 #define AMX_RELEASE() amx_release()
@@ -116,6 +121,7 @@ static void amx_dpbusd(int c, int a, int b) {
 #define AMX_STORE(t, p, s)                                                                      \
     __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"((void *)(p)), "r"((long)(s)) : "memory")
 #define AMX_DP(c, a, b) _tile_dpbusd(c, a, b)
+#define AMX_DPSU(c, a, b) _tile_dpbsud(c, a, b)
 #define AMX_ZERO(t) _tile_zero(t)
 #define AMX_RELEASE() _tile_release()
 #endif
@@ -155,15 +161,20 @@ static void amx_task_end(void) {
 
 /* C (rows x 32 int32, row stride ldc) = L rows (rows <= 32, kp bytes each, stride ldl) times
  * the 32-column panel; kp is a multiple of 64 (kalign) */
-static void amx_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp, int32_t *C,
-                     ptrdiff_t ldc, int rows) {
-    int r0 = rows < 16 ? rows : 16, r1 = rows - r0;
+/* the shapes for a tile of r0 + r1 rows (r0 <= 16), loaded unless they are already */
+static inline void amx_shapes(int r0, int r1) {
     if (amx_loaded != r0 * 32 + r1) {
         amx_cfg cfg;
         amx_config(&cfg, r0, r1);
         AMX_LOADCFG(&cfg);
         amx_loaded = r0 * 32 + r1;
     }
+}
+
+static void amx_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp, int32_t *C,
+                     ptrdiff_t ldc, int rows) {
+    int r0 = rows < 16 ? rows : 16, r1 = rows - r0;
+    amx_shapes(r0, r1);
     AMX_ZERO(0);
     AMX_ZERO(1);
     if (r1) {
@@ -323,6 +334,148 @@ static const ql_gemm_kernel k_amx = {
     .task_end = amx_task_end,
 };
 
+/* ---------------------------------------------------------------------------------------
+ * amx-s8u8: the convolutions' implicit GEMM (conv.c's S8U8 form: centered int8 weights as L,
+ * u8-form bytes of the padded copy as the operand), 32 rows x 16 columns.
+ *
+ * Arithmetic: tdpbsud adds 4 products sext(a) * zext(b) per k-group to each int32 element
+ * with wraparound, no saturation (Intel SDM), so every int8 weight is safe (s8_bound 128), as
+ * for avx512vnni-s8u8's vpdpbusd with the operands' roles swapped.
+ *
+ * Layout: a tile step is 16 k-groups. The weights come in conv.c's chunked grouped order
+ * (kchunk 16: qlinear.h), so a weight tile is 16 rows x 64 bytes of 64 channels at one tap,
+ * read at the row stride ldl; the operand tile is those 16 channel blocks at that tap, 16
+ * columns x 4 bytes each: one 64-byte row per block, the blocks equally far apart in the copy
+ * (conv.c's block stride; 64 bytes in a packed panel), so one tileloadd at stride off[g + 1]
+ * - off[g] (conv.c builds off[] in the chunked order: that difference is the same for the 16
+ * k-groups of a step). groups is a multiple of 16: conv.c gives this kernel only layers whose
+ * channels per group are a multiple of 64 (conv_kernel) and K blocks of whole chunks; the
+ * others run on conv_fallback, avx512vnni-s8u8.
+ *
+ * Tiles (amx_config's, shared with amx-u8s8): 0 = C rows 0-15, 2 = C rows 16-31, 4 and 5 = the
+ * weight tiles of those rows, 6 = the operand. Per step 3 tile loads for 2 tdpbsud: the
+ * interface's tile is 16 columns (QL_IK_NR), so the operand tile is used by 2 weight tiles.
+ * ------------------------------------------------------------------------------------- */
+#define AMXC_MR 32
+
+/* C (rows x 16 int32, row stride ldc) = L rows (rows <= 32) times the operand: k-group step g
+ * at base + off[g] (stride off[g + 1] - off[g]), or with off NULL a packed panel's (base +
+ * 64 g, stride 64) */
+static void amx_s8u8_tile(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
+                          int32_t *C, ptrdiff_t ldc, int rows) {
+    int r0 = rows < 16 ? rows : 16, r1 = rows - r0;
+    amx_shapes(r0, r1);
+    AMX_ZERO(0);
+    const char *a = (const char *)L;
+    if (r1) {
+        AMX_ZERO(2);
+        for (int g = 0; g < groups; g += 16) {
+            const char *b = off ? base + off[g] : base + 64 * (ptrdiff_t)g;
+            ptrdiff_t bs = off ? off[g + 1] - off[g] : 64;
+            AMX_LOAD(6, b, bs);
+            AMX_LOAD(4, a + 4 * (ptrdiff_t)g, ldl);
+            AMX_LOAD(5, a + 16 * ldl + 4 * (ptrdiff_t)g, ldl);
+            AMX_DPSU(0, 4, 6);
+            AMX_DPSU(2, 5, 6);
+        }
+    } else {
+        for (int g = 0; g < groups; g += 16) {
+            const char *b = off ? base + off[g] : base + 64 * (ptrdiff_t)g;
+            ptrdiff_t bs = off ? off[g + 1] - off[g] : 64;
+            AMX_LOAD(6, b, bs);
+            AMX_LOAD(4, a + 4 * (ptrdiff_t)g, ldl);
+            AMX_DPSU(0, 4, 6);
+        }
+    }
+    const ptrdiff_t cs = ldc * (ptrdiff_t)sizeof(int32_t);
+    AMX_STORE(0, C, cs);
+    if (r1) AMX_STORE(2, C + 16 * ldc, cs);
+}
+
+/* Two adjacent tiles (ikernel2_ep): C (rows x 32 int32, row stride ldc), the second tile's
+ * operand 64 bytes after the first's: amx-u8s8's 2 x 2 accumulator tiles, 4 tile loads for 4
+ * tdpbsud per step (the weight tiles used twice) */
+static void amx_s8u8_tile2(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
+                           int32_t *C, ptrdiff_t ldc, int rows) {
+    int r0 = rows < 16 ? rows : 16, r1 = rows - r0;
+    amx_shapes(r0, r1);
+    AMX_ZERO(0);
+    AMX_ZERO(1);
+    const char *a = (const char *)L;
+    if (r1) {
+        AMX_ZERO(2);
+        AMX_ZERO(3);
+        for (int g = 0; g < groups; g += 16) {
+            const char *b = base + off[g];
+            ptrdiff_t bs = off[g + 1] - off[g];
+            AMX_LOAD(4, a + 4 * (ptrdiff_t)g, ldl);
+            AMX_LOAD(6, b, bs);
+            AMX_LOAD(7, b + 64, bs);
+            AMX_LOAD(5, a + 16 * ldl + 4 * (ptrdiff_t)g, ldl);
+            AMX_DPSU(0, 4, 6);
+            AMX_DPSU(1, 4, 7);
+            AMX_DPSU(2, 5, 6);
+            AMX_DPSU(3, 5, 7);
+        }
+    } else {
+        for (int g = 0; g < groups; g += 16) {
+            const char *b = base + off[g];
+            ptrdiff_t bs = off[g + 1] - off[g];
+            AMX_LOAD(4, a + 4 * (ptrdiff_t)g, ldl);
+            AMX_LOAD(6, b, bs);
+            AMX_LOAD(7, b + 64, bs);
+            AMX_DPSU(0, 4, 6);
+            AMX_DPSU(1, 4, 7);
+        }
+    }
+    const ptrdiff_t cs = ldc * (ptrdiff_t)sizeof(int32_t);
+    AMX_STORE(0, C, cs);
+    AMX_STORE(1, C + 16, cs);
+    if (r1) {
+        AMX_STORE(2, C + 16 * ldc, cs);
+        AMX_STORE(3, C + 16 * ldc + 16, cs);
+    }
+}
+
+static void amx_s8u8_ik2_ep(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
+                            const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+    int32_t C[AMXC_MR * 2 * QL_IK_NR] __attribute__((aligned(64)));
+    amx_s8u8_tile2(L, ldl, base, off, groups, C, 2 * QL_IK_NR, rows);
+    ql_ik_epilogue_avx512(C, 2 * QL_IK_NR, ep, &rn[0], i0, rows);
+    ql_ik_epilogue_avx512(C + QL_IK_NR, 2 * QL_IK_NR, ep, &rn[1], i0, rows);
+}
+
+/* a packed 16-column panel (the im2col path: a geometry the implicit path declines) */
+static void amx_s8u8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp, int32_t *C, ptrdiff_t ldc,
+                     int rows) {
+    amx_s8u8_tile(L, ldl, (const char *)Rpanel, NULL, kp / 4, C, ldc, rows);
+}
+
+static void amx_s8u8_ik(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
+                        int32_t *C, ptrdiff_t ldc, int rows) {
+    amx_s8u8_tile(L, ldl, base, off, groups, C, ldc, rows);
+}
+
+/* the tile through avx512vnni-s8u8's implicit epilogue (the same bits as the level's) */
+static void amx_s8u8_ik_ep(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
+                           const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+    int32_t C[AMXC_MR * QL_IK_NR] __attribute__((aligned(64)));
+    amx_s8u8_tile(L, ldl, base, off, groups, C, QL_IK_NR, rows);
+    ql_ik_epilogue_avx512(C, QL_IK_NR, ep, rn, i0, rows);
+}
+
+/* No dot kernels: a tile of 16 columns costs the tiles no more than one of a few columns, and
+ * less than avx512vnni's dot products of those columns (so no row-aligned tiles either, and a
+ * batch's narrow last tiles go into merged panels of full tiles). conv_fallback is set where
+ * the level is built (ql_isa_amx): avx512vnni's table is not a constant expression here. */
+static ql_gemm_kernel k_amx_s8u8 = {
+    .name = "amx-s8u8", .mr = AMXC_MR, .nr = QL_IK_NR, .kpack = 4, .kalign = 64, .form = QL_FORM_S8U8,
+    .kernel = amx_s8u8, .ikernel = amx_s8u8_ik, .ikernel_ep = amx_s8u8_ik_ep, .ikernel2_ep = amx_s8u8_ik2_ep,
+    .s8_bound = 128,   /* tdpbsud: any int8 weight (above) */
+    .grouped_b_t9 = ql_grouped_b_t9_avx2, .task_begin = amx_task_begin, .task_end = amx_task_end,
+    .kchunk = 16,
+};
+
 /* A test's stand-in for another library's AMX code on this thread (only where the level
  * runs): load = 1 loads a configuration of other shapes (every tile 1 row x 4 bytes) and
  * returns 1; load = 0 returns whether the thread's configuration is that one. */
@@ -351,6 +504,8 @@ const ql_isa *ql_isa_amx(void) {
     if (!isa.name) {
         isa = ql_isa_avx512vnni;
         isa.exact = &k_amx;
+        k_amx_s8u8.conv_fallback = ql_isa_avx512vnni.conv_fast;
+        isa.conv_fast = &k_amx_s8u8;
         isa.exact_1x1_min_m = 96;     /* wide 1x1 convolutions on the tiles (qlinear.h) */
         isa.exact_1x1_min_k = 32;
         isa.name = "amx";

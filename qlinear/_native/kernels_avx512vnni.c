@@ -292,6 +292,16 @@ z_ik_epilogue(const __m512i *acc, const ql_epilogue *ep, const ql_ik_runs *rn, i
 #endif
 }
 
+void ql_ik_epilogue_avx512(const int32_t *C, ptrdiff_t ldc, const ql_epilogue *ep, const ql_ik_runs *rn,
+                           int i0, int rows) {
+    __m512i acc[ZS_MR];
+    for (int r0 = 0; r0 < rows; r0 += ZS_MR) {
+        int n = rows - r0 < ZS_MR ? rows - r0 : ZS_MR;
+        for (int r = 0; r < n; r++) acc[r] = _mm512_loadu_si512((const void *)(C + (ptrdiff_t)(r0 + r) * ldc));
+        z_ik_epilogue(acc, ep, rn, i0 + r0, n);
+    }
+}
+
 static void avx512vnni_s8u8_ik_ep(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off,
                                   int groups, const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
     __m512i acc[ZS_MR];

@@ -122,8 +122,8 @@ static PyObject *m_kernel_info(PyObject *self, PyObject *args) {
     if (!is) return NULL;
     const ql_gemm_kernel *k = which == 2 ? is->conv_fast : which ? is->fast : is->exact;
     if (!k) Py_RETURN_NONE;
-    return Py_BuildValue("{s:s,s:i,s:i,s:i,s:s,s:i,s:i,s:i,s:O,s:O}", "name", k->name, "mr", k->mr, "nr", k->nr,
-                         "kpack", k->kpack, "form",
+    return Py_BuildValue("{s:s,s:i,s:i,s:i,s:i,s:s,s:i,s:i,s:i,s:O,s:O}", "name", k->name, "mr", k->mr, "nr", k->nr,
+                         "kpack", k->kpack, "kchunk", k->kchunk > 1 ? k->kchunk : 1, "form",
                          k->form == QL_FORM_I16 ? "i16" : k->form == QL_FORM_S8U8 ? "s8u8" : "u8s8",
                          "s8_bound", k->s8_bound,
                          /* 1x1 convolutions this level runs on its exact GEMM (qlinear.h) */
@@ -1130,6 +1130,27 @@ static PyObject *m_conv_path_counts(PyObject *self, PyObject *args) {
     return Py_BuildValue("(LLLLLLL)", a, b, m, mi, mt, sh, pc);
 }
 
+/* conv_tile_counts() -> (chunked, paired): GEMM convolutions run so far on a kernel with chunks
+ * (amx-s8u8) and implicit-GEMM tasks that ran tile pairs (ikernel2_ep) */
+static PyObject *m_conv_tile_counts(PyObject *self, PyObject *args) {
+    (void)self; (void)args;
+    long long a, b;
+    ql_conv_tile_counts(&a, &b);
+    return Py_BuildValue("(LL)", a, b);
+}
+
+/* conv_kernel_name(isa, which, K, taps) -> the name of the kernel that packs and runs a
+ * convolution of K = C/group * taps weights per row on that level's kernel `which` (kernel_arg's) */
+static PyObject *m_conv_kernel_name(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *isa_name; int which; long long K, taps;
+    if (!PyArg_ParseTuple(args, "siLL", &isa_name, &which, &K, &taps)) return NULL;
+    if (K < 1 || taps < 1) return PyErr_Format(PyExc_ValueError, "qlinear native: conv_kernel_name K %lld taps %lld", K, taps);
+    const ql_gemm_kernel *k = kernel_arg(isa_name, which, NULL);
+    if (!k) return NULL;
+    return PyUnicode_FromString(ql_conv_kernel_name(k, (int64_t)K, (int64_t)taps));
+}
+
 /* conv_copy_counts() -> (split rows, tap rows): implicit-path stride-2 copy rows so far, input
  * rows split into both column phases at once, and shifted tap rows copied from those phase rows */
 static PyObject *m_conv_copy_counts(PyObject *self, PyObject *args) {
@@ -1188,6 +1209,8 @@ static PyMethodDef methods[] = {
     {"gemm_fused_count", m_gemm_fused_count, METH_NOARGS, "GEMMs whose tiles ran on the kernel's fused epilogue (kernel_ep)."},
     {"conv_in_task_packs", m_conv_in_task_packs, METH_NOARGS, "Plain convolutions whose weights were packed inside the implicit GEMM's tasks."},
     {"tail_counts", m_tail_counts, METH_NOARGS, "Implicit tiles, packed panels and implicit dot-kernel tiles that ran a narrow tail kernel."},
+    {"conv_tile_counts", m_conv_tile_counts, METH_NOARGS, "GEMM convolutions run on a kernel with chunks (amx-s8u8), implicit-GEMM tasks that ran tile pairs."},
+    {"conv_kernel_name", m_conv_kernel_name, METH_VARARGS, "The kernel that packs and runs a convolution of K weights per row and taps taps on a level's kernel."},
     {"conv_path_counts", m_conv_path_counts, METH_NOARGS, "GEMM convolutions run on the implicit and im2col paths, implicit GEMMs over several images, their images and merged tail panels, implicit runs on shifted planes and implicit runs whose images ran in parallel."},
     {"conv_copy_counts", m_conv_copy_counts, METH_NOARGS, "Implicit-path stride-2 copy rows: input rows split into both column phases at once, and shifted tap rows copied from those phase rows."},
     {"conv_dw_path_counts", m_conv_dw_path_counts, METH_NOARGS, "Depthwise convolutions run on the channels-last, plane and rows paths."},

@@ -150,6 +150,23 @@ typedef struct ql_gemm_kernel {
      * AMX kernels, on the same caller thread, fault on shapes they did not load). */
     void (*task_begin)(void);
     void (*task_end)(void);
+    /* Convolutions' grouped order in chunks (QL_FORM_S8U8 kernels; 0 or 1: none): k-groups
+     * come in runs of kchunk channel blocks (kpack channels each) at one tap, a chunk of
+     * kchunk * kpack channels at tap 0, then at tap 1, ...: k-group G is block
+     * (G / kchunk / taps) * kchunk + G % kchunk at tap (G / kchunk) % taps (conv.c, group_of).
+     * amx-s8u8: 16, so that one 64-byte row of a weight tile is 64 channels at one tap and the
+     * 16 k-groups of an operand tile are 16 blocks of the padded copy at one tap, equally
+     * far apart (one tileloadd with that stride). Such a kernel takes convolutions whose
+     * channels per group are a multiple of kchunk * kpack; conv.c hands the others (packing
+     * and running alike) to conv_fallback, a kernel of the same form without chunks. */
+    int kchunk;
+    const struct ql_gemm_kernel *conv_fallback;
+    /* Optional: ikernel_ep on two adjacent tiles at once, 2 * QL_IK_NR columns (the second
+     * tile's operand of k-group g at base + off[g] + 64), runs rn[0] and rn[1]: an operand-
+     * bound kernel then loads its weights once for both (amx-s8u8). conv.c pairs a thread's
+     * consecutive full tiles of one image where the whole K runs at once. */
+    void (*ikernel2_ep)(const void *L, ptrdiff_t ldl_bytes, const char *base, const ptrdiff_t *off, int groups,
+                        const struct ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows);
 } ql_gemm_kernel;
 
 /* ---------------------------------------------------------------------------------------
@@ -246,7 +263,10 @@ typedef struct ql_isa {
      * that is a re-layout for 1x1) outran avx512vnni's implicit kernel on such layers; on fewer
      * output channels the re-layout, paid per input byte, is spread over too few rows, on
      * fewer input channels K's padding to 64 wastes the tiles, and kernels larger than 1x1
-     * pay a real im2col copy (measured per layer: docs/engine.md, "AMX") */
+     * pay a real im2col copy (measured per layer: docs/engine.md, "AMX"). Not where the fast
+     * kernel takes the layer on tiles itself (amx-s8u8, input channels a multiple of its 64-
+     * channel chunk: conv.c's conv_kernel), which outran the exact GEMM on every such ResNet-50
+     * and MobileNetV2 1x1 layer measured (docs/engine.md) */
     int exact_1x1_min_m, exact_1x1_min_k;
 } ql_isa;
 
@@ -416,6 +436,10 @@ extern const ql_isa ql_isa_avx2;
 extern const ql_isa ql_isa_avxvnni;
 extern const ql_isa ql_isa_avx512vnni;
 const ql_isa *ql_isa_amx(void);   /* avx512vnni's table with the AMX GEMM kernel */
+/* avx512vnni-s8u8's implicit epilogue (ql_ikernel_ep_fn's) on a stored tile: C rows (rows <=
+ * QL_MAX_MR) x QL_IK_NR int32, row stride ldc (kernels_avx512vnni.c) */
+void ql_ik_epilogue_avx512(const int32_t *C, ptrdiff_t ldc, const ql_epilogue *ep, const ql_ik_runs *rn,
+                           int i0, int rows);
 int ql_amx_foreign_tiles(int load);  /* tests: another library's tile shapes on this thread */
 #endif
 
