@@ -38,7 +38,7 @@ import dataclasses
 import functools
 import math
 import os
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -624,6 +624,20 @@ class _QLinearOp(OpRun):
         scalars = tuple(None if p is None else p.reshape(-1)[0] for p in params)
         self._scalars = (params, scalars, prep)
 
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """The graph loop's short path for this node (``qlinear.backend_float.FastEvaluator``),
+        asked after a call of ``_run(*inputs)`` that succeeded: a function of the node's input
+        list giving its one output for inputs whose positions in ``fixed`` hold these very
+        objects (the loop guarantees it: the model's constants) and whose other inputs are like
+        these (the function checks them), and None otherwise (the loop then calls ``_run``);
+        or None when there is none. Each must give exactly ``_run``'s result. Only the exact
+        classes take it (an emulating subclass overrides ``_run``)."""
+        return None
+
+    def _bound(self, inputs: list, fixed: frozenset[int], params: tuple[int, ...]) -> bool:
+        """Whether the inputs at ``params`` (those given) are all fixed for ``fast_path``."""
+        return all(i in fixed for i in params if i < len(inputs) and inputs[i] is not None)
+
     def _check_float32(self, what: str, v) -> None:
         if v is not None and np.asarray(v).dtype != np.float32:
             raise self._fail(f"{what} is {np.asarray(v).dtype}; qlinear implements the float32 "
@@ -675,6 +689,9 @@ class QuantizeLinear(_QLinearOp):
             return (self._call(prepared.run, x),)
         return (self._call(_q.quantize_linear, x, y_scale, y_zero_point, axis=g.get("axis", 1)),)
 
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        return _bound_prepared_io(self, QuantizeLinear, inputs, fixed)
+
 
 class DequantizeLinear(_QLinearOp):
     def _run(self, x, x_scale, x_zero_point=None, **_):
@@ -698,6 +715,25 @@ class DequantizeLinear(_QLinearOp):
         if prepared is not None:
             return (self._call(prepared.run, x),)
         return (self._call(_q.dequantize_linear, x, x_scale, x_zero_point, axis=g.get("axis", 1)),)
+
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        return _bound_prepared_io(self, DequantizeLinear, inputs, fixed)
+
+
+def _bound_prepared_io(node: _QLinearOp, cls: type, inputs: list, fixed: frozenset[int]):
+    """QuantizeLinear's / DequantizeLinear's ``fast_path``: the repeat path of their ``_run``
+    (the prepared form of these very constant parameters) bound to the input's shape."""
+    prepared = node._prepared
+    if (type(node) is not cls or prepared is None or len(inputs) not in (2, 3)
+            or not node._bound(inputs, fixed, (1, 2))
+            or inputs[1] is not node._weights_ref[0] or _arg(inputs, 2) is not node._weights_ref[1]):
+        return None
+    run = prepared.bound_run(inputs[0])
+    return None if run is None else (lambda ins: run(ins[0]))
+
+
+def _arg(args: list | tuple, i: int) -> Any:
+    return args[i] if len(args) > i else None
 
 
 class QLinearConv(_QLinearOp):
@@ -723,6 +759,9 @@ class QLinearConv(_QLinearOp):
         return (self._call(_q.qlinear_conv, x, x_scale, x_zero_point, w, w_scale, w_zero_point,
                            y_scale, y_zero_point, B, **attrs),)
 
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        return _bound_weighted(self, QLinearConv, inputs, fixed, (3, 4, 5, 8))
+
 
 class QLinearMatMul(_QLinearOp):
     def _run(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point,
@@ -744,6 +783,25 @@ class QLinearMatMul(_QLinearOp):
             return (y,)
         return (self._call(_q.qlinear_matmul, a, a_scale, a_zero_point, b, b_scale, b_zero_point,
                            y_scale, y_zero_point),)
+
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        return _bound_weighted(self, QLinearMatMul, inputs, fixed, (3, 4, 5))
+
+
+def _bound_weighted(node: _QLinearOp, cls: type, inputs: list, fixed: frozenset[int],
+                    weights: tuple[int, ...]):
+    """QLinearConv's / QLinearMatMul's ``fast_path``: their repeat path (the prepared form of
+    these very constant weights, called with the scalars of these very constant parameters)
+    bound to the data input's shape."""
+    prep = node._prepared
+    params = (1, 2, 6, 7)
+    if (type(node) is not cls or prep is None or len(inputs) < 8
+            or not node._bound(inputs, fixed, params + weights)
+            or any(_arg(inputs, i) is not r for i, r in zip(weights, node._weights_ref))):
+        return None
+    scalars = node._scalar_params(tuple(inputs[i] for i in params), params, prep)
+    run = None if scalars is None else prep.bound_run(*scalars)
+    return None if run is None else (lambda ins: run(ins[0]))
 
 
 class _IntegerOp(_QLinearOp):
@@ -987,6 +1045,34 @@ class MaxPool(OpRun):
 
     def _run(self, *args, **kwargs):  # run() above does the work
         raise NotImplementedError
+
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """The compiled byte kernel's call bound to an 8-bit NCHW input of this shape (see
+        ``_QLinearOp.fast_path``): what ``run`` does for it, minus the per-call planning."""
+        from qlinear import _native
+
+        x = inputs[0] if len(inputs) == 1 else None
+        C = _native.native()
+        if (type(self) is not MaxPool or self._with_indices or self._attr_key is None or C is None
+                or type(x) is not np.ndarray or x.ndim != 4 or x.dtype not in _NP_EIGHT_BIT
+                or not x.flags.c_contiguous):
+            return None
+        plan = _max_pool_native_plan(x.shape, *self._attr_key)
+        if plan is None:
+            return None
+        (out, geometry), shape, dtype, signed = plan, x.shape, x.dtype, x.dtype == np.int8
+        maxpool2d, empty = C.maxpool2d, _native.empty
+
+        def run(ins: list) -> np.ndarray | None:
+            x = ins[0]
+            if (type(x) is not np.ndarray or x.dtype is not dtype or x.shape != shape or not x.flags.c_contiguous
+                    or _native.native() is not C):
+                return None
+            y = empty(out, dtype)
+            maxpool2d(C.get_isa(), x, y, *geometry, signed)
+            return y
+
+        return run
 
 
 KERNELS: list[type[OpRun]] = [QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul,

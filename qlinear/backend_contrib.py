@@ -10,7 +10,7 @@ onnxruntime's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -183,6 +183,15 @@ class ContribOp(OpRun):
             self._prepared, self._key, self._alive = prepared, key, weights
         return prepared
 
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """The graph loop's short path for this node, or None: see
+        ``qlinear.backend._QLinearOp.fast_path``."""
+        return None
+
+    def _bound(self, inputs: list, fixed: frozenset[int], params: tuple[int, ...]) -> bool:
+        """Whether the inputs at ``params`` (those given) are all fixed for ``fast_path``."""
+        return all(i in fixed for i in params if i < len(inputs) and inputs[i] is not None)
+
     def _kw(self, *names: str) -> dict[str, Any]:
         return {k: (list(self.given[k]) if isinstance(self.given[k], (list, tuple)) else self.given[k])
                 for k in names if k in self.given}
@@ -226,6 +235,15 @@ class _QLinearBinary(ContribOp):
             fn = _c.qlinear_mul if self._op == "mul" else _c.qlinear_add
             return (self._call(fn, *args),)
         return (self._call(prepared.run, args[0], args[3]),)
+
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """``_run``'s prepared path (these very constant parameters) bound to operands like
+        these: two full-size C-contiguous arrays (``PreparedBinary.bound_run``)."""
+        if type(self) not in (QLinearAdd, QLinearMul) or len(inputs) not in (7, 8) \
+                or not self._bound(inputs, fixed, (1, 2, 4, 5, 6, 7)) or self._binary(tuple(inputs)) is None:
+            return None
+        run = self._bin.bound_run(inputs[0], inputs[3])
+        return None if run is None else (lambda ins: run(ins[0], ins[3]))
 
 
 class QLinearAdd(_QLinearBinary):
@@ -274,6 +292,18 @@ class _QLinearTableOp(ContribOp):
         self._table = self._call(_elementwise.unary_table, self._kind, x.dtype, *params, alpha=alpha)
         self._table_params, self._table_dtype = params, x.dtype  # kept alive: the same objects each run
         return (_elementwise.apply_table(x, self._table),)
+
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """The table lookup of ``_run`` (the table of these very constant parameters) bound to
+        a C-contiguous input of this shape and dtype."""
+        p, x = self._table_params, inputs[0] if inputs else None
+        if (type(self) not in (QLinearSigmoid, QLinearLeakyRelu) or p is None or len(inputs) not in (4, 5)
+                or not self._bound(inputs, fixed, (1, 2, 3, 4))
+                or any(a is not b for a, b in zip((inputs[1], inputs[2], inputs[3], _arg(inputs, 4)), p))
+                or type(x) is not np.ndarray or x.dtype != self._table_dtype):
+            return None
+        run = _elementwise.bound_table(x, self._table)
+        return None if run is None else (lambda ins: run(ins[0]))
 
 
 class QLinearSigmoid(_QLinearTableOp):

@@ -252,6 +252,38 @@ class PreparedBinary:
             C.qbinary(C.get_isa(), self._mul, fp, ps, fq, qs, size, f0, f1, f2, z0, z1, self._signed, out)
         return out
 
+    def bound_run(self, A: Any, B: Any) -> Callable[[Any, Any], np.ndarray | None] | None:
+        """``run`` bound to operands like A and B when both are C-contiguous arrays of the
+        prepared dtype and of the output's size (no broadcasting) on the native engine:
+        ``f(A2, B2)`` gives ``run(A2, B2)`` for operands of the same shapes, dtype and
+        contiguity while the native engine is selected, None for anything else (the caller then
+        calls ``run``); None when A and B are not such operands. For a graph's planned node
+        (``qlinear.backend_float``): one Python frame and the native call."""
+        C = _native.native()
+        if (C is None or type(A) is not np.ndarray or type(B) is not np.ndarray or A.dtype != self.dtype
+                or B.dtype != self.dtype or not A.flags.c_contiguous or not B.flags.c_contiguous):
+            return None
+        try:
+            shape, size, swap = self._plan(A.shape, B.shape)
+        except ValueError:
+            return None
+        if not size or A.size != size or B.size != size:
+            return None
+        sa, sb, dtype, mul, signed, qbinary = A.shape, B.shape, self.dtype, self._mul, self._signed, C.qbinary
+        f0, f1, f2, z0, z1 = self._args[swap]
+
+        def run(A: Any, B: Any) -> np.ndarray | None:
+            if (type(A) is not np.ndarray or type(B) is not np.ndarray or A.dtype is not dtype or B.dtype is not dtype
+                    or A.shape != sa or B.shape != sb or not A.flags.c_contiguous or not B.flags.c_contiguous
+                    or _native.native() is not C):
+                return None
+            out = np.empty(shape, dtype)
+            first, second = (B, A) if swap else (A, B)
+            qbinary(C.get_isa(), mul, first, False, second, False, size, f0, f1, f2, z0, z1, signed, out)
+            return out
+
+        return run
+
 
 def prepare_qlinear_binary(op: str, dtype: Any, A_scale: Any, A_zero_point: Any, B_scale: Any,
                            B_zero_point: Any, C_scale: Any, C_zero_point: Any = None) -> PreparedBinary:
@@ -283,6 +315,28 @@ def _apply_table(x: np.ndarray, table: np.ndarray) -> np.ndarray:
     C.lut(np.ascontiguousarray(x).reshape(-1).view(np.uint8), table.view(np.uint8),
           out.reshape(-1).view(np.uint8))
     return out
+
+
+def bound_table(x: Any, table: np.ndarray) -> Callable[[Any], np.ndarray | None] | None:
+    """``apply_table(x2, table)`` bound to inputs like x when it takes the native lookup
+    (a C-contiguous 8-bit array of at least 64 elements): ``f(x2)`` gives its result for an
+    x2 of x's shape and dtype, C-contiguous, while the native engine is selected, None for
+    anything else (the caller then calls ``apply_table``); None when x is not such an input."""
+    C = _native.native()
+    if (C is None or type(x) is not np.ndarray or x.size < 64 or not x.flags.c_contiguous
+            or x.dtype not in (np.dtype(np.uint8), np.dtype(np.int8))):
+        return None
+    shape, dtype, tbytes, lut = x.shape, x.dtype, table.view(np.uint8), C.lut
+
+    def run(x: Any) -> np.ndarray | None:
+        if (type(x) is not np.ndarray or x.dtype is not dtype or x.shape != shape or not x.flags.c_contiguous
+                or _native.native() is not C):
+            return None
+        out = np.empty(shape, table.dtype)
+        lut(x.reshape(-1).view(np.uint8), tbytes, out.reshape(-1).view(np.uint8))
+        return out
+
+    return run
 
 
 _TABLES: dict[tuple, np.ndarray] = {}  # recent tables by operator and parameters
