@@ -711,3 +711,25 @@ def test_bound_short_path_outputs_are_fresh_arrays():
     for o, r in zip(outs, ref):
         _same([o], [r])
     assert len({o.__array_interface__["data"][0] for o in outs}) == len(outs)
+
+
+def test_openblas_switched_only_where_a_node_may_call_it(monkeypatch):
+    """A run switches OpenBLAS to one thread (and back) only when the graph has a node that may
+    call a BLAS on this engine: not for a model of native integer operators, yes for a float
+    Conv, and yes for the same integer model on the NumPy engine (float32 BLAS sums)."""
+    from qlinear import _blas, _native
+    from qlinear.tools import synthetic
+
+    switches = []
+    real = _blas.single_threaded
+    monkeypatch.setattr(_blas, "single_threaded", lambda: switches.append(1) or real())
+    x = np.zeros((1, 3, 8, 8), np.uint8)
+    rep = backend.prepare(_qlinear_conv_model())
+    want = rep.run([x])
+    assert switches == []
+    with _native.use_engine("numpy"):
+        _same(rep.run([x]), want)
+    assert switches == [1]
+    cnn = synthetic.small_cnn(0)  # float Conv and Gemm: BLAS products
+    backend.prepare(cnn).run([np.zeros((1, 3, 16, 16), np.float32)])
+    assert switches == [1, 1]
