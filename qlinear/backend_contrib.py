@@ -23,6 +23,7 @@ from . import prepare_matmul_integer, prepare_qlinear_conv
 from .contrib import elementwise as _elementwise
 from .contrib import _params
 from .contrib import gemm as _gemm
+from .contrib import pool as _pool
 from .contrib import transformer as _transformer
 
 DOMAIN = "com.microsoft"
@@ -363,6 +364,14 @@ class QLinearGlobalAveragePool(ContribOp):
     def _run(self, *args, **_):
         return (self._call(_c.qlinear_global_average_pool, *args, **self._kw("channels_last")),)
 
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """The function bound to these very constant scales and zero points and to inputs of
+        this shape (``pool.bound_global_average_pool``: validated once)."""
+        if type(self) is not QLinearGlobalAveragePool or len(inputs) != 5 or not self._bound(inputs, fixed, (1, 2, 3, 4)):
+            return None
+        run = _pool.bound_global_average_pool(*inputs, **self._kw("channels_last"))
+        return None if run is None else (lambda ins: run(ins[0]))
+
 
 class QLinearAveragePool(ContribOp):
     def _run(self, *args, **_):
@@ -383,6 +392,17 @@ class QGemm(ContribOp):
         prepared = self._prepared_for(_c.prepare_qgemm, (B, b_scale, b_zero_point), (3, 4, 5), **self._kw("transB"))
         return (self._call(prepared.run, A, a_scale, a_zero_point, C, y_scale, y_zero_point,
                            **self._kw("alpha", "transA")),)
+
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """``_run`` bound to its prepared B and to these very constant parameters and bias
+        (``PreparedQGemm.bound_run``: validated once) for an A of this shape."""
+        if (type(self) is not QGemm or not 6 <= len(inputs) <= 9 or self._prepared is None
+                or not self._bound(inputs, fixed, (1, 2, 3, 4, 5, 6, 7, 8))
+                or self._key != tuple(id(w) for w in inputs[3:6])):
+            return None
+        run = self._prepared.bound_run(inputs[0], inputs[1], inputs[2], _arg(inputs, 6), _arg(inputs, 7),
+                                       _arg(inputs, 8), **self._kw("alpha", "transA"))
+        return None if run is None else (lambda ins: run(ins[0]))
 
 
 class QLinearConv(ContribOp):
