@@ -624,15 +624,14 @@ class _QLinearOp(OpRun):
         scalars = tuple(None if p is None else p.reshape(-1)[0] for p in params)
         self._scalars = (params, scalars, prep)
 
-    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
-        """The graph loop's short path for this node (``qlinear.backend_float.FastEvaluator``),
-        asked after a call of ``_run(*inputs)`` that succeeded: a function of the node's input
-        list giving its one output for inputs whose positions in ``fixed`` hold these very
-        objects (the loop guarantees it: the model's constants) and whose other inputs are like
-        these (the function checks them), and None otherwise (the loop then calls ``_run``);
-        or None when there is none. Each must give exactly ``_run``'s result. Only the exact
-        classes take it (an emulating subclass overrides ``_run``)."""
-        return None
+    # ``fast_path(inputs, fixed)``, defined by the kernels that have one (the graph loop,
+    # ``qlinear.backend_float.FastEvaluator``, asks only those): asked after a call of
+    # ``_run(*inputs)`` that succeeded, a function of the node's input list giving its one
+    # output for inputs whose positions in ``fixed`` hold these very objects (the loop
+    # guarantees it: the model's constants) and whose other inputs are like these (the function
+    # checks them), and None otherwise (the loop then calls ``_run``); or None when there is
+    # none. It must give exactly ``_run``'s result. Only the exact classes take it (an
+    # emulating subclass overrides ``_run``).
 
     def _bound(self, inputs: list, fixed: frozenset[int], params: tuple[int, ...]) -> bool:
         """Whether the inputs at ``params`` (those given) are all fixed for ``fast_path``."""

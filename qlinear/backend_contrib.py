@@ -184,10 +184,8 @@ class ContribOp(OpRun):
             self._prepared, self._key, self._alive = prepared, key, weights
         return prepared
 
-    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
-        """The graph loop's short path for this node, or None: see
-        ``qlinear.backend._QLinearOp.fast_path``."""
-        return None
+    # ``fast_path(inputs, fixed)``: defined by the kernels that have one, as in
+    # ``qlinear.backend._QLinearOp``.
 
     def _bound(self, inputs: list, fixed: frozenset[int], params: tuple[int, ...]) -> bool:
         """Whether the inputs at ``params`` (those given) are all fixed for ``fast_path``."""
