@@ -352,6 +352,17 @@ class QLinearConcat(ContribOp):
             return (self._call(_c.qlinear_concat, *args, **self._kw("axis")),)
         return (self._call(prepared.run, *args[2::3]),)
 
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """``_run``'s prepared concatenation (these very constant parameters) bound to inputs of
+        these shapes (``PreparedQLinearConcat.bound_run``)."""
+        n = len(inputs)
+        if type(self) is not QLinearConcat or n < 5 or (n - 2) % 3 \
+                or not self._bound(inputs, fixed, (0, 1) + tuple(i for i in range(2, n) if (i - 2) % 3)):
+            return None
+        prepared = self._prepared_concat(tuple(inputs))
+        run = None if prepared is None else prepared.bound_run(*inputs[2::3])
+        return None if run is None else (lambda ins: run(*ins[2::3]))
+
 
 class QLinearWhere(ContribOp):
     def _run(self, *args, **_):

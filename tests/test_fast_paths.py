@@ -733,3 +733,24 @@ def test_openblas_switched_only_where_a_node_may_call_it(monkeypatch):
     cnn = synthetic.small_cnn(0)  # float Conv and Gemm: BLAS products
     backend.prepare(cnn).run([np.zeros((1, 3, 16, 16), np.float32)])
     assert switches == [1, 1]
+
+
+def test_qlinear_concat_bound_short_path():
+    """QLinearConcat's bound path: the full path's bytes (a copied input and two requantized
+    ones, small and large), None for other shapes, and a fed scale (a default of a graph
+    input) rechecked per run."""
+    rng = np.random.default_rng(24)
+    for fed in (False, True):
+        m = _concat_model(fed)
+        fast, slow = backend.prepare(m), _slow(backend.prepare(m))
+        for shape in [(2, 3, 40), (2, 3, 40), (2, 3, 40), (2, 3, 1), (2, 3, 40)]:
+            feeds = {n: rng.integers(0, 256, (shape[0], k + 1, shape[2])).astype(np.uint8)
+                     for k, n in enumerate("abc")}
+            _same(fast.run(feeds), slow.run(feeds))
+        (entry,) = _bound(fast)
+        ins = [None, None, np.zeros((2, 1, 40), np.uint8), None, None, np.zeros((2, 2, 40), np.uint8), None, None,
+               np.zeros((2, 3, 1), np.uint8), None, None]
+        assert entry[7][1](ins) is None
+        if fed:
+            feeds["s2"] = np.array(0.5, np.float32)
+            _same(fast.run(feeds), slow.run(feeds))

@@ -525,6 +525,41 @@ class PreparedQLinearConcat:
         return _concatenated(op, xs, self.axis,
                              lambda: [x if t is None else _apply_table(x, t) for x, t in zip(xs, tables)])
 
+    def bound_run(self, *tensors: Any) -> Callable[..., np.ndarray | None] | None:
+        """``run`` bound to tensors like these (NumPy arrays of the prepared dtype whose shapes
+        concatenate), for a graph's planned node (``qlinear.backend_float``): the checks are
+        done now, once; ``f(*tensors2)`` gives run's result for arrays of the same shapes and
+        dtype under an unchanged output size limit, None for anything else (the caller then
+        calls ``run``). None when run would not take these tensors."""
+        if len(tensors) != len(self.tables) or any(type(t) is not np.ndarray or t.dtype != self.dtype
+                                                    for t in tensors):
+            return None
+        try:
+            op = "qlinear_concat"
+            for k, x in enumerate(tensors):
+                _concat_rank(op, k, x)
+            ax = p.axis(op, self.axis, tensors[0].ndim)
+            first = tensors[0]
+            if any(x.ndim != first.ndim or x.shape[:ax] + x.shape[ax + 1:] != first.shape[:ax] + first.shape[ax + 1:]
+                   for x in tensors):
+                return None
+            out_shape = list(first.shape)
+            out_shape[ax] = sum(x.shape[ax] for x in tensors)
+            v.check_size(op, "the output", tuple(out_shape), 1)
+        except (ValueError, TypeError):
+            return None
+        shapes, dtype, tables, limit = [x.shape for x in tensors], self.dtype, self.tables, v.max_output_bytes()
+
+        def run(*xs: Any) -> np.ndarray | None:
+            if v.max_output_bytes() != limit:
+                return None
+            for x, shape in zip(xs, shapes):
+                if type(x) is not np.ndarray or x.dtype is not dtype or x.shape != shape:
+                    return None
+            return np.concatenate([x if t is None else _apply_table(x, t) for x, t in zip(xs, tables)], axis=ax)
+
+        return run
+
 
 def qlinear_where(condition: np.ndarray, X: np.ndarray, x_scale: Any, x_zero_point: Any, Y: np.ndarray,
                   y_scale: Any, y_zero_point: Any, z_scale: Any, z_zero_point: Any) -> np.ndarray:
