@@ -376,7 +376,8 @@ class QLinearGlobalAveragePool(ContribOp):
     def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
         """The function bound to these very constant scales and zero points and to inputs of
         this shape (``pool.bound_global_average_pool``: validated once)."""
-        if type(self) is not QLinearGlobalAveragePool or len(inputs) != 5 or not self._bound(inputs, fixed, (1, 2, 3, 4)):
+        if (type(self) is not QLinearGlobalAveragePool or len(inputs) != 5
+                or not self._bound(inputs, fixed, (1, 2, 3, 4))):
             return None
         run = _pool.bound_global_average_pool(*inputs, **self._kw("channels_last"))
         return None if run is None else (lambda ins: run(ins[0]))

@@ -265,7 +265,8 @@ class PreparedQuantize:
         if (C is None or not self._per_tensor or type(x) is not np.ndarray or x.dtype != np.float32
                 or not x.flags.c_contiguous):
             return None
-        shape, dtype, size, scale, zp, code, odt = x.shape, x.dtype, x.size, self._scale, self._zp, self._code, self.dtype
+        shape, dtype, size, odt = x.shape, x.dtype, x.size, self.dtype
+        scale, zp, code = self._scale, self._zp, self._code
         quantize = C.quantize
 
         def run(x: Any) -> np.ndarray | None:
