@@ -416,6 +416,16 @@ class RepeatMemo:
         else:
             self._last = None
 
+    def memo_for(self, params: tuple) -> tuple | None:
+        """(x's shape, x's dtype, the remembered call, the output size limit then) when the
+        remembered call's parameters are these very objects, else None: what a caller binding
+        the repeat path once (a graph's planned node, ``qlinear.backend_float``) checks per call
+        instead of ``recall``'s parameter comparison (the parameters then never change)."""
+        last = self._last
+        if last is None or len(last[2]) != len(params) or any(a is not b for a, b in zip(params, last[2])):
+            return None
+        return last[0], last[1], last[3], last[4]
+
     def recall(self, x: Any, params: tuple) -> Any:
         last = self._last
         if (last is None or type(x) is not np.ndarray or x.dtype is not last[1] or x.shape != last[0]

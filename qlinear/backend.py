@@ -38,7 +38,7 @@ import dataclasses
 import functools
 import math
 import os
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -48,7 +48,7 @@ from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 from onnx.reference.op_run import OpRun
 
 import qlinear as _q
-from qlinear import _blas
+from qlinear import _blas, _native
 from qlinear._validate import byte_count, check_view, repeats_memory, sizes
 from qlinear.quantize import PreparedDequantize, PreparedQuantize
 from qlinear import backend_contrib as _contrib
@@ -624,6 +624,19 @@ class _QLinearOp(OpRun):
         scalars = tuple(None if p is None else p.reshape(-1)[0] for p in params)
         self._scalars = (params, scalars, prep)
 
+    # ``fast_path(inputs, fixed)``, defined by the kernels that have one (the graph loop,
+    # ``qlinear.backend_float.FastEvaluator``, asks only those): asked after a call of
+    # ``_run(*inputs)`` that succeeded, a function of the node's input list giving its one
+    # output for inputs whose positions in ``fixed`` hold these very objects (the loop
+    # guarantees it: the model's constants) and whose other inputs are like these (the function
+    # checks them), and None otherwise (the loop then calls ``_run``); or None when there is
+    # none. It must give exactly ``_run``'s result. Only the exact classes take it (an
+    # emulating subclass overrides ``_run``).
+
+    def _bound(self, inputs: list, fixed: frozenset[int], params: tuple[int, ...]) -> bool:
+        """Whether the inputs at ``params`` (those given) are all fixed for ``fast_path``."""
+        return all(i in fixed for i in params if i < len(inputs) and inputs[i] is not None)
+
     def _check_float32(self, what: str, v) -> None:
         if v is not None and np.asarray(v).dtype != np.float32:
             raise self._fail(f"{what} is {np.asarray(v).dtype}; qlinear implements the float32 "
@@ -675,6 +688,9 @@ class QuantizeLinear(_QLinearOp):
             return (self._call(prepared.run, x),)
         return (self._call(_q.quantize_linear, x, y_scale, y_zero_point, axis=g.get("axis", 1)),)
 
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        return _bound_prepared_io(self, QuantizeLinear, inputs, fixed)
+
 
 class DequantizeLinear(_QLinearOp):
     def _run(self, x, x_scale, x_zero_point=None, **_):
@@ -698,6 +714,25 @@ class DequantizeLinear(_QLinearOp):
         if prepared is not None:
             return (self._call(prepared.run, x),)
         return (self._call(_q.dequantize_linear, x, x_scale, x_zero_point, axis=g.get("axis", 1)),)
+
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        return _bound_prepared_io(self, DequantizeLinear, inputs, fixed)
+
+
+def _bound_prepared_io(node: _QLinearOp, cls: type, inputs: list, fixed: frozenset[int]):
+    """QuantizeLinear's / DequantizeLinear's ``fast_path``: the repeat path of their ``_run``
+    (the prepared form of these very constant parameters) bound to the input's shape."""
+    prepared = node._prepared
+    if (type(node) is not cls or prepared is None or len(inputs) not in (2, 3)
+            or not node._bound(inputs, fixed, (1, 2))
+            or inputs[1] is not node._weights_ref[0] or _arg(inputs, 2) is not node._weights_ref[1]):
+        return None
+    run = prepared.bound_run(inputs[0])
+    return None if run is None else (lambda ins: run(ins[0]))
+
+
+def _arg(args: list | tuple, i: int) -> Any:
+    return args[i] if len(args) > i else None
 
 
 class QLinearConv(_QLinearOp):
@@ -723,6 +758,9 @@ class QLinearConv(_QLinearOp):
         return (self._call(_q.qlinear_conv, x, x_scale, x_zero_point, w, w_scale, w_zero_point,
                            y_scale, y_zero_point, B, **attrs),)
 
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        return _bound_weighted(self, QLinearConv, inputs, fixed, (3, 4, 5, 8))
+
 
 class QLinearMatMul(_QLinearOp):
     def _run(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point,
@@ -744,6 +782,25 @@ class QLinearMatMul(_QLinearOp):
             return (y,)
         return (self._call(_q.qlinear_matmul, a, a_scale, a_zero_point, b, b_scale, b_zero_point,
                            y_scale, y_zero_point),)
+
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        return _bound_weighted(self, QLinearMatMul, inputs, fixed, (3, 4, 5))
+
+
+def _bound_weighted(node: _QLinearOp, cls: type, inputs: list, fixed: frozenset[int],
+                    weights: tuple[int, ...]):
+    """QLinearConv's / QLinearMatMul's ``fast_path``: their repeat path (the prepared form of
+    these very constant weights, called with the scalars of these very constant parameters)
+    bound to the data input's shape."""
+    prep = node._prepared
+    params = (1, 2, 6, 7)
+    if (type(node) is not cls or prep is None or len(inputs) < 8
+            or not node._bound(inputs, fixed, params + weights)
+            or any(_arg(inputs, i) is not r for i, r in zip(weights, node._weights_ref))):
+        return None
+    scalars = node._scalar_params(tuple(inputs[i] for i in params), params, prep)
+    run = None if scalars is None else prep.bound_run(*scalars)
+    return None if run is None else (lambda ins: run(ins[0]))
 
 
 class _IntegerOp(_QLinearOp):
@@ -987,6 +1044,34 @@ class MaxPool(OpRun):
 
     def _run(self, *args, **kwargs):  # run() above does the work
         raise NotImplementedError
+
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """The compiled byte kernel's call bound to an 8-bit NCHW input of this shape (see
+        ``_QLinearOp.fast_path``): what ``run`` does for it, minus the per-call planning."""
+        from qlinear import _native
+
+        x = inputs[0] if len(inputs) == 1 else None
+        C = _native.native()
+        if (type(self) is not MaxPool or self._with_indices or self._attr_key is None or C is None
+                or type(x) is not np.ndarray or x.ndim != 4 or x.dtype not in _NP_EIGHT_BIT
+                or not x.flags.c_contiguous):
+            return None
+        plan = _max_pool_native_plan(x.shape, *self._attr_key)
+        if plan is None:
+            return None
+        (out, geometry), shape, dtype, signed = plan, x.shape, x.dtype, x.dtype == np.int8
+        maxpool2d, empty = C.maxpool2d, _native.empty
+
+        def run(ins: list) -> np.ndarray | None:
+            x = ins[0]
+            if (type(x) is not np.ndarray or x.dtype is not dtype or x.shape != shape or not x.flags.c_contiguous
+                    or _native.native() is not C):
+                return None
+            y = empty(out, dtype)
+            maxpool2d(C.get_isa(), x, y, *geometry, signed)
+            return y
+
+        return run
 
 
 KERNELS: list[type[OpRun]] = [QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul,
@@ -1274,6 +1359,42 @@ def _declared_input(vi: onnx.ValueInfoProto) -> tuple[str, np.dtype | None, list
     return vi.name, dtype, dims
 
 
+#: The errors a graph run reports as a NodeError naming the node (``QLinearRep._named``).
+_NODE_ERRORS = (ValueError, TypeError, RuntimeError, IndexError, KeyError, ZeroDivisionError,
+                OverflowError, MemoryError, NotImplementedError, AttributeError)
+
+#: Operators (domain, type) whose kernels here never call a BLAS on the native engine: its
+#: integer operators (native kernels; on the NumPy engine they do, on float32 BLAS), onnxruntime's
+#: quantized element-wise, table, pooling and concatenation operators (native or NumPy
+#: element-wise), MaxPool and data movement / element-wise NumPy. A model made only of these
+#: runs without switching OpenBLAS to one thread and back (``QLinearRep._blas_threads``).
+_BLAS_FREE = frozenset(
+    [("ai.onnx", op) for op in (
+        "QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
+        "DynamicQuantizeLinear", "MaxPool", "Relu", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
+        "Identity", "Concat", "Constant", "Shape", "Gather", "Slice", "Split", "Pad", "Cast", "Add", "Sub",
+        "Mul", "Div", "Clip", "Exp", "Sigmoid", "LeakyRelu", "Softmax")]
+    + [(_contrib.DOMAIN, op) for op in (
+        "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat", "QLinearWhere",
+        "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax", "QLinearConv", "QGemm",
+        "QuantizeLinear", "DequantizeLinear")])
+
+
+class _NoSwitch:
+    """A context manager doing nothing (reusable, re-entrant)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+_NO_BLAS_SWITCH = _NoSwitch()
+
+
 class QLinearRep(BackendRep):
     """A prepared model: ``run(inputs)`` returns the outputs in graph order.
 
@@ -1330,6 +1451,11 @@ class QLinearRep(BackendRep):
         # write into its array between runs
         self._defaults = frozenset(i.name for i in model.graph.input if i.name in inits)
         self.output_names = [o.name for o in model.graph.output]
+        #: every node is one that never calls a BLAS on the native engine (``_blas_threads``)
+        self._blas_free = all((n.domain or "ai.onnx", n.op_type) in _BLAS_FREE
+                              and not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                                          for a in n.attribute)
+                              for n in model.graph.node)
         #: graph outputs of optional type: onnx.reference holds such a value as a one-element
         #: list ([tensor], or [None] when empty); the caller gets the tensor (or None), as
         #: from onnxruntime
@@ -1350,16 +1476,22 @@ class QLinearRep(BackendRep):
             return fn()
         except NodeError:
             raise
-        except (ValueError, TypeError, RuntimeError, IndexError, KeyError, ZeroDivisionError,
-                OverflowError, MemoryError, NotImplementedError, AttributeError) as e:
-            node = getattr(self.evaluator.rt_nodes_, "current", None)
-            if node is None:
+        except _NODE_ERRORS as e:
+            err = self._node_error(e)
+            if err is None:
                 raise
-            name = node.onnx_node.name or (node.onnx_node.output[0] if node.onnx_node.output
-                                           else "?")
-            msg = " ".join(str(e).split()) or type(e).__name__
-            raise NodeError(f"node {name!r} ({node.onnx_node.op_type}): "
-                            f"{type(e).__name__}: {msg}") from e
+            raise err from e
+
+    def _node_error(self, e: Exception) -> NodeError | None:
+        """``e``, raised inside the graph run, as a NodeError naming the node being run; None
+        when no node was running (the error is then raised as it is)."""
+        node = getattr(self.evaluator.rt_nodes_, "current", None)
+        if node is None:
+            return None
+        name = node.onnx_node.name or (node.onnx_node.output[0] if node.onnx_node.output
+                                       else "?")
+        msg = " ".join(str(e).split()) or type(e).__name__
+        return NodeError(f"node {name!r} ({node.onnx_node.op_type}): {type(e).__name__}: {msg}")
 
     def _feeds(self, inputs) -> dict[str, np.ndarray]:
         if isinstance(inputs, dict):
@@ -1428,12 +1560,31 @@ class QLinearRep(BackendRep):
                                      f"more than the limit of {most} per tensor (max_tensor_bytes)")
         return feeds
 
+    def _blas_threads(self):
+        """The run's OpenBLAS setting: single-threaded (``_blas.single_threaded``), unless no node
+        of the graph calls a BLAS on this run's engine (``_BLAS_FREE``), where switching it
+        would only cost its two library calls (about 4 us of a small model's 45)."""
+        if self._blas_free and _native.native() is not None:
+            return _NO_BLAS_SWITCH
+        return _blas.single_threaded()
+
     def run(self, inputs, progress: bool | None = False, **kwargs) -> tuple[np.ndarray, ...]:  # type: ignore[override]
         """Outputs in graph order. ``progress=None`` shows a bar on a terminal's stderr."""
         feeds = self._feeds(inputs)
-        with _blas.single_threaded(), np.errstate(**_IEEE):
-            values = self._named(lambda: self._with_progress(
-                lambda: self.evaluator.run(None, feeds), progress))
+        with self._blas_threads(), np.errstate(**_IEEE):
+            if progress is False:  # what _named(_with_progress(...)) does, without its closures
+                try:
+                    values = self.evaluator.run(None, feeds)
+                except NodeError:
+                    raise
+                except _NODE_ERRORS as e:
+                    err = self._node_error(e)
+                    if err is None:
+                        raise
+                    raise err from e
+            else:
+                values = self._named(lambda: self._with_progress(
+                    lambda: self.evaluator.run(None, feeds), progress))
         return tuple(self._unwrap_optionals(values) if self._optional_outputs else values)
 
     def run_all(self, inputs, progress: bool | None = False) -> dict[str, Any]:

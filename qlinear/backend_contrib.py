@@ -10,7 +10,7 @@ onnxruntime's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from . import prepare_matmul_integer, prepare_qlinear_conv
 from .contrib import elementwise as _elementwise
 from .contrib import _params
 from .contrib import gemm as _gemm
+from .contrib import pool as _pool
 from .contrib import transformer as _transformer
 
 DOMAIN = "com.microsoft"
@@ -183,6 +184,13 @@ class ContribOp(OpRun):
             self._prepared, self._key, self._alive = prepared, key, weights
         return prepared
 
+    # ``fast_path(inputs, fixed)``: defined by the kernels that have one, as in
+    # ``qlinear.backend._QLinearOp``.
+
+    def _bound(self, inputs: list, fixed: frozenset[int], params: tuple[int, ...]) -> bool:
+        """Whether the inputs at ``params`` (those given) are all fixed for ``fast_path``."""
+        return all(i in fixed for i in params if i < len(inputs) and inputs[i] is not None)
+
     def _kw(self, *names: str) -> dict[str, Any]:
         return {k: (list(self.given[k]) if isinstance(self.given[k], (list, tuple)) else self.given[k])
                 for k in names if k in self.given}
@@ -226,6 +234,15 @@ class _QLinearBinary(ContribOp):
             fn = _c.qlinear_mul if self._op == "mul" else _c.qlinear_add
             return (self._call(fn, *args),)
         return (self._call(prepared.run, args[0], args[3]),)
+
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """``_run``'s prepared path (these very constant parameters) bound to operands like
+        these: two full-size C-contiguous arrays (``PreparedBinary.bound_run``)."""
+        if type(self) not in (QLinearAdd, QLinearMul) or len(inputs) not in (7, 8) \
+                or not self._bound(inputs, fixed, (1, 2, 4, 5, 6, 7)) or self._binary(tuple(inputs)) is None:
+            return None
+        run = self._bin.bound_run(inputs[0], inputs[3])
+        return None if run is None else (lambda ins: run(ins[0], ins[3]))
 
 
 class QLinearAdd(_QLinearBinary):
@@ -275,6 +292,18 @@ class _QLinearTableOp(ContribOp):
         self._table_params, self._table_dtype = params, x.dtype  # kept alive: the same objects each run
         return (_elementwise.apply_table(x, self._table),)
 
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """The table lookup of ``_run`` (the table of these very constant parameters) bound to
+        a C-contiguous input of this shape and dtype."""
+        p, x = self._table_params, inputs[0] if inputs else None
+        if (type(self) not in (QLinearSigmoid, QLinearLeakyRelu) or p is None or len(inputs) not in (4, 5)
+                or not self._bound(inputs, fixed, (1, 2, 3, 4))
+                or any(a is not b for a, b in zip((inputs[1], inputs[2], inputs[3], _arg(inputs, 4)), p))
+                or type(x) is not np.ndarray or x.dtype != self._table_dtype):
+            return None
+        run = _elementwise.bound_table(x, self._table)
+        return None if run is None else (lambda ins: run(ins[0]))
+
 
 class QLinearSigmoid(_QLinearTableOp):
     _kind = "sigmoid"
@@ -323,6 +352,17 @@ class QLinearConcat(ContribOp):
             return (self._call(_c.qlinear_concat, *args, **self._kw("axis")),)
         return (self._call(prepared.run, *args[2::3]),)
 
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """``_run``'s prepared concatenation (these very constant parameters) bound to inputs of
+        these shapes (``PreparedQLinearConcat.bound_run``)."""
+        n = len(inputs)
+        if type(self) is not QLinearConcat or n < 5 or (n - 2) % 3 \
+                or not self._bound(inputs, fixed, (0, 1) + tuple(i for i in range(2, n) if (i - 2) % 3)):
+            return None
+        prepared = self._prepared_concat(tuple(inputs))
+        run = None if prepared is None else prepared.bound_run(*inputs[2::3])
+        return None if run is None else (lambda ins: run(*ins[2::3]))
+
 
 class QLinearWhere(ContribOp):
     def _run(self, *args, **_):
@@ -332,6 +372,15 @@ class QLinearWhere(ContribOp):
 class QLinearGlobalAveragePool(ContribOp):
     def _run(self, *args, **_):
         return (self._call(_c.qlinear_global_average_pool, *args, **self._kw("channels_last")),)
+
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """The function bound to these very constant scales and zero points and to inputs of
+        this shape (``pool.bound_global_average_pool``: validated once)."""
+        if (type(self) is not QLinearGlobalAveragePool or len(inputs) != 5
+                or not self._bound(inputs, fixed, (1, 2, 3, 4))):
+            return None
+        run = _pool.bound_global_average_pool(*inputs, **self._kw("channels_last"))
+        return None if run is None else (lambda ins: run(ins[0]))
 
 
 class QLinearAveragePool(ContribOp):
@@ -353,6 +402,17 @@ class QGemm(ContribOp):
         prepared = self._prepared_for(_c.prepare_qgemm, (B, b_scale, b_zero_point), (3, 4, 5), **self._kw("transB"))
         return (self._call(prepared.run, A, a_scale, a_zero_point, C, y_scale, y_zero_point,
                            **self._kw("alpha", "transA")),)
+
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """``_run`` bound to its prepared B and to these very constant parameters and bias
+        (``PreparedQGemm.bound_run``: validated once) for an A of this shape."""
+        if (type(self) is not QGemm or not 6 <= len(inputs) <= 9 or self._prepared is None
+                or not self._bound(inputs, fixed, (1, 2, 3, 4, 5, 6, 7, 8))
+                or self._key != tuple(id(w) for w in inputs[3:6])):
+            return None
+        run = self._prepared.bound_run(inputs[0], inputs[1], inputs[2], _arg(inputs, 6), _arg(inputs, 7),
+                                       _arg(inputs, 8), **self._kw("alpha", "transA"))
+        return None if run is None else (lambda ins: run(ins[0]))
 
 
 class QLinearConv(ContribOp):

@@ -39,7 +39,13 @@ node instead of 25-60): onnx.reference operators are called through ``_run`` wit
 attributes read once, elementwise binaries through their ufunc, Constant nodes once; each
 intermediate tensor is released after its last consumer (memory is reused instead of growing
 over the whole graph). Logging, shape-annotation checks and function attributes take
-ReferenceEvaluator's own ``run``.
+ReferenceEvaluator's own ``run``. After a node's full call succeeds, the loop asks it for a
+*bound short path* (``fast_path``: qlinear's quantized operators, MaxPool): its repeat path
+bound once to the model's constants and to inputs like these, one Python frame and the native
+call, which answers None for any other input (shape, dtype, layout), engine, ISA level or
+size limit, and the node's full call then runs. A node's Python work is mostly touched cold
+inside a whole model (the convolutions stream megabytes of weights through the caches
+between two calls of it), so fewer frames per node save more there than alone.
 """
 
 from __future__ import annotations
@@ -730,6 +736,12 @@ def _plain_cast(impl: OpRun) -> np.dtype | None:
 #: the results key of a node's omitted ("") outputs in the graph loop
 _OMITTED = object()
 
+#: How many times the graph loop asks a node for its bound short path (``fast_path``) after a
+#: full call: once a node has one it is asked again only after the short path declined its
+#: inputs (another shape, engine or level), so a node whose inputs keep changing between runs
+#: stops asking after this many.
+_FAST_TRIES = 8
+
 
 def _tracking(tracked: Any, nodes: list):
     """``nodes`` in order, each recorded as ``tracked.current`` while it runs (what iterating
@@ -738,6 +750,22 @@ def _tracking(tracked: Any, nodes: list):
         tracked.current = node
         yield node
     tracked.current = None
+
+
+def _bind_fast(fast: list, node: OpRun, inputs: list, outputs: Any) -> None:
+    """After a full call of ``node`` on ``inputs`` that gave ``outputs``: ask it for its bound
+    short path (the graph loop's plan entry ``fast``, see ``FastEvaluator._make_plan``)."""
+    fast[2] -= 1  # a node whose inputs keep changing stops asking
+    fast[1] = None
+    if type(outputs) is not tuple or len(outputs) != 1 or type(outputs[0]) is not np.ndarray:
+        return
+    try:
+        fn = node.fast_path(inputs, fast[0])
+    except Exception:  # noqa: BLE001 - no short path then
+        return
+    if fn is not None:
+        fast[4] = tuple((j, inputs[j]) for j in fast[3] if j < len(inputs))
+        fast[1] = fn
 
 
 class FastEvaluator(ReferenceEvaluator):
@@ -791,6 +819,7 @@ class FastEvaluator(ReferenceEvaluator):
         # of a constant weight, a Shape-free chain of Reshape constants, ...).
         graph_inputs = set(self.input_names)
         constant = {n for n in self.rt_inits_ if n not in graph_inputs} if not subgraphs else set()
+        default_inputs = {n for n in self.rt_inits_ if n in graph_inputs} if not subgraphs else set()
         for i, node in enumerate(nodes):
             how, extra, check = "run", None, None
             impl = node
@@ -825,7 +854,19 @@ class FastEvaluator(ReferenceEvaluator):
                 # node (under "" it would become the value of every later omitted input)
                 outs = [o if o else _OMITTED for o in outs]
                 drop[i].append(_OMITTED)
-            plan.append((impl, how, extra, list(node.input), outs, drop[i], check, fold))
+            fast = None
+            if (how in ("direct0", "run") and check is None and not fold and impl is node
+                    and callable(getattr(type(impl), "fast_path", None))):
+                # [the input positions holding model constants (the same objects on every run:
+                # initializers no feed replaces, Constant and folded outputs) or a graph input's
+                # initializer (its default: the same object unless fed, checked per run), the
+                # node's bound short path or None (asked for after a successful call), tries
+                # left, the positions of defaults, (position, object) of the defaults it was
+                # bound to]
+                defaults = tuple(j for j, n in enumerate(node.input) if n in default_inputs)
+                fast = [frozenset(j for j, n in enumerate(node.input) if n and n in constant) | set(defaults),
+                        None, _FAST_TRIES, defaults, ()]
+            plan.append((impl, how, extra, list(node.input), outs, drop[i], check, fast, fold))
         return plan
 
     def run(self, output_names, feed_inputs, attributes=None, intermediate=False,  # type: ignore[override]
@@ -855,7 +896,7 @@ class FastEvaluator(ReferenceEvaluator):
             results.update(const_results)
             if hasattr(nodes, "current"):
                 order = _tracking(nodes, order)
-        for _, (pnode, how, extra, ins, outs, drop, check, fold) in zip(order, plan):
+        for _, (pnode, how, extra, ins, outs, drop, check, fast, fold) in zip(order, plan):
             if timing is not None:
                 t0 = time.perf_counter()
             if fold:
@@ -874,7 +915,20 @@ class FastEvaluator(ReferenceEvaluator):
             if check is not None and (how != "binary" or getattr(inputs[0], "shape", None)
                                       != getattr(inputs[1], "shape", ())):
                 check(inputs)  # a binary of equal shapes: the output is no larger than an input
-            if how == "direct0":  # qlinear's kernels: they read their attributes themselves
+            y = None
+            if fast is not None and fast[1] is not None:
+                # the node's bound short path (``fast_path``): None when these inputs are not
+                # the kind it was bound to; an error there is left to the full path to report
+                if not fast[4] or all(inputs[j] is o for j, o in fast[4]):
+                    try:
+                        y = fast[1](inputs)
+                    except Exception:  # noqa: BLE001 - the full path below runs, and raises
+                        y = None
+                if y is None:
+                    fast[1] = None  # asked for again after the full call
+            if y is not None:
+                outputs = (y,)
+            elif how == "direct0":  # qlinear's kernels: they read their attributes themselves
                 try:
                     outputs = pnode._run(*inputs)
                 except (TypeError, AttributeError):
@@ -882,6 +936,8 @@ class FastEvaluator(ReferenceEvaluator):
                 if type(outputs) is not tuple or ((len(outputs) != 1 or type(outputs[0]) is not np.ndarray)
                                                   and any(type(o) is not np.ndarray for o in outputs)):
                     outputs = pnode._check_and_fix_outputs(outputs)  # (one array: no generator)
+                if fast is not None and fast[2] > 0:
+                    _bind_fast(fast, pnode, inputs, outputs)
             elif how == "cast" and type(inputs[0]) is np.ndarray and len(inputs) == 1:
                 outputs = (inputs[0].astype(extra),)  # what onnx.reference's cast_to returns
             elif how == "binary" and type(inputs[0]) is np.ndarray \
@@ -906,6 +962,8 @@ class FastEvaluator(ReferenceEvaluator):
                 outputs = pnode.run(*inputs, context=results)
             else:
                 outputs = pnode.run(*inputs)
+                if fast is not None and fast[2] > 0:
+                    _bind_fast(fast, pnode, inputs, outputs)
             if fold:
                 # read-only: a consumer writing into a cached tensor would change later runs
                 for o in outputs:
@@ -941,7 +999,7 @@ class FastEvaluator(ReferenceEvaluator):
             return None
         kept, kept_plan, made = [], [], {}
         for node, entry in zip(nodes, plan):
-            impl, how, fold, outs = entry[0], entry[1], entry[7], entry[4]
+            impl, how, fold, outs = entry[0], entry[1], entry[8], entry[4]
             if fold or how == "const":
                 outputs = consts.get(id(impl))
                 if outputs is None:

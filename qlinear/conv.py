@@ -8,7 +8,7 @@ exactly one code path.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -254,6 +254,31 @@ class _ConvWeights:
                max(workspace_limit(), _NATIVE_MIN_WORKSPACE))
         return y
 
+    def bound_repeat(self, params: tuple) -> Callable[[Any], np.ndarray | None] | None:
+        """The repeat path (``repeat``) bound once to the remembered call whose parameters are
+        these very objects, or None: ``f(x)`` is the output for an x of the remembered shape
+        and dtype, C-contiguous, on the same engine, ISA level and output size limit (what
+        ``repeat`` checks per call), else None (the caller then takes its full path). For a
+        caller that passes the same parameter objects on every call (a graph's planned node,
+        ``qlinear.backend_float``): one Python frame and the native call."""
+        memo = self._last.memo_for(params)
+        C = _native.native()
+        if memo is None or C is None:
+            return None
+        shape, dtype, call, limit = memo
+        isa, kind, w, out_shape, y_dtype, head, tail, bias = call
+        conv, empty, max_output_bytes = C.conv, _native.empty, v.max_output_bytes
+
+        def run(x: Any) -> np.ndarray | None:
+            if (type(x) is not np.ndarray or x.dtype is not dtype or x.shape != shape or not x.flags.c_contiguous
+                    or _native.native() is not C or C.get_isa() != isa or max_output_bytes() != limit):
+                return None
+            y = empty(out_shape, y_dtype)
+            conv(isa, kind, x, *head, w, y, *tail, bias, max(workspace_limit(), _NATIVE_MIN_WORKSPACE))
+            return y
+
+        return run
+
     def _native_plan(self, isa: str, x: np.ndarray, zp: np.ndarray, geom: ConvGeometry,
                      mult: np.ndarray | None, y_zero_point: np.ndarray | None) -> tuple:
         """(kind, packed weights, output shape, output dtype, C.conv's arguments before the
@@ -414,6 +439,14 @@ class PreparedQLinearConv:
             int(np.abs(self.bias.astype(np.int64)).max(initial=0)) if _owned else None)
         # (x_scale, y_scale, y_zero_point) → (multiplier, y_zero_point), for repeated calls.
         self._params = v.Memo()
+
+    def bound_run(self, x_scale: Any, x_zero_point: Any, y_scale: Any, y_zero_point: Any
+                  ) -> Callable[[Any], np.ndarray | None] | None:
+        """``run(x, x_scale, x_zero_point, y_scale, y_zero_point)`` bound to these very parameter
+        objects, after a call with them that took the native engine: ``f(x)`` gives run's
+        output for an x like that call's, None for any other (see
+        ``_ConvWeights.bound_repeat``); None when there is no such call."""
+        return self._weights.bound_repeat((x_scale, x_zero_point, y_scale, y_zero_point))
 
     def run(self, x: np.ndarray, x_scale: Any, x_zero_point: Any, y_scale: Any, y_zero_point: Any) -> np.ndarray:
         """The quantized convolution of x; output dtype is y_zero_point's, shape (N, M, O1..On)."""

@@ -8,7 +8,7 @@ or per column of ``b`` ([N] or [..., 1, N]). The prepared classes pre-transform 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -173,6 +173,29 @@ class _RightOperand:
         out = _native.empty(out_shape, out_dtype)
         C.matmul(*head, a if a.flags.c_contiguous else np.ascontiguousarray(a), *mid, out, *tail)
         return self.finish(out, a)
+
+    def bound_repeat(self, params: tuple) -> Callable[[Any], np.ndarray | None] | None:
+        """``repeat`` bound once to the remembered call whose parameters are these very objects,
+        or None: ``f(a)`` is the output for an a of the remembered shape and dtype, C-contiguous,
+        on the same engine, ISA level and output size limit, else None (the caller then takes
+        its full path); see ``conv._ConvWeights.bound_repeat``."""
+        memo = self._last.memo_for(params)
+        C = _native.native()
+        if memo is None or C is None:
+            return None
+        shape, dtype, call, limit = memo
+        head, mid, tail, out_shape, out_dtype = call
+        isa, matmul, empty, max_output_bytes, finish = head[0], C.matmul, _native.empty, v.max_output_bytes, self.finish
+
+        def run(a: Any) -> np.ndarray | None:
+            if (type(a) is not np.ndarray or a.dtype is not dtype or a.shape != shape or not a.flags.c_contiguous
+                    or _native.native() is not C or C.get_isa() != isa or max_output_bytes() != limit):
+                return None
+            out = empty(out_shape, out_dtype)
+            matmul(*head, a, *mid, out, *tail)
+            return finish(out, a)
+
+        return run
 
     def _fits_fast_path(self) -> bool:
         """Whether every b value in the byte kernels' s8 form (int8 as is, uint8 - 128) lies in
@@ -425,6 +448,14 @@ class PreparedQLinearMatMul:
         self._params = v.Memo()
         if _owned and _native_takes(self._b):
             self._b.packed(_native.isa())  # pack once, now
+
+    def bound_run(self, a_scale: Any, a_zero_point: Any, y_scale: Any, y_zero_point: Any
+                  ) -> Callable[[Any], np.ndarray | None] | None:
+        """``run(a, a_scale, a_zero_point, y_scale, y_zero_point)`` bound to these very parameter
+        objects after a native call with them: ``f(a)`` gives run's output for an a like that
+        call's, None for any other (``_RightOperand.bound_repeat``); None when there is no
+        such call."""
+        return self._b.bound_repeat((a_scale, a_zero_point, y_scale, y_zero_point))
 
     def run(self, a: np.ndarray, a_scale: Any, a_zero_point: Any, y_scale: Any, y_zero_point: Any) -> np.ndarray:
         """The quantized product; output dtype is y_zero_point's."""

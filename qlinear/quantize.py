@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -255,6 +255,30 @@ class PreparedQuantize:
         C.quantize(C.get_isa(), x, 3, 1, 1, x.size, 0, self._scale, self._zp, out, self._code)
         return out
 
+    def bound_run(self, x: Any) -> Callable[[Any], np.ndarray | None] | None:
+        """``run`` bound to inputs like ``x`` when run would take the native kernel for it:
+        ``f(x2)`` gives ``run(x2)`` for a C-contiguous float32 array of x's shape while the
+        native engine is selected, None for anything else (the caller then calls ``run``);
+        None when x does not take the native kernel. For a graph's planned node
+        (``qlinear.backend_float``): one Python frame and the native call."""
+        C = _native.native()
+        if (C is None or not self._per_tensor or type(x) is not np.ndarray or x.dtype != np.float32
+                or not x.flags.c_contiguous):
+            return None
+        shape, dtype, size, odt = x.shape, x.dtype, x.size, self.dtype
+        scale, zp, code = self._scale, self._zp, self._code
+        quantize = C.quantize
+
+        def run(x: Any) -> np.ndarray | None:
+            if (type(x) is not np.ndarray or x.dtype is not dtype or x.shape != shape or not x.flags.c_contiguous
+                    or _native.native() is not C):
+                return None
+            out = np.empty(shape, dtype=odt)
+            quantize(C.get_isa(), x, 3, 1, 1, size, 0, scale, zp, out, code)
+            return out
+
+        return run
+
 
 class PreparedDequantize:
     """``dequantize_linear(x, x_scale, x_zero_point, axis=axis)`` with the parameters validated
@@ -289,4 +313,30 @@ class PreparedDequantize:
         out = np.empty(x.shape, dtype=np.float32)
         C.dequantize(C.get_isa(), x, _CODES[x.dtype], 1, 1, x.size, 0, self._scale, self._zp, out)
         return out
+
+    def bound_run(self, x: Any) -> Callable[[Any], np.ndarray | None] | None:
+        """``run`` bound to inputs like ``x`` when run would take the native kernel for it:
+        ``f(x2)`` gives ``run(x2)`` for a C-contiguous array of x's shape and dtype while the
+        native engine is selected and the output size limit is unchanged, None for anything
+        else (the caller then calls ``run``); None when x does not take the native kernel."""
+        C = _native.native()
+        if (C is None or not self._fast or type(x) is not np.ndarray or not x.flags.c_contiguous
+                or x.dtype not in _EIGHT_BIT or (self._zp_dtype is not None and x.dtype != self._zp_dtype)):
+            return None
+        try:
+            v.check_size("dequantize_linear", "the output", x.shape, 4)
+        except ValueError:
+            return None
+        shape, dtype, size, scale, zp, code = x.shape, x.dtype, x.size, self._scale, self._zp, _CODES[x.dtype]
+        limit, max_output_bytes, dequantize = v.max_output_bytes(), v.max_output_bytes, C.dequantize
+
+        def run(x: Any) -> np.ndarray | None:
+            if (type(x) is not np.ndarray or x.dtype is not dtype or x.shape != shape or not x.flags.c_contiguous
+                    or _native.native() is not C or max_output_bytes() != limit):
+                return None
+            out = np.empty(shape, dtype=np.float32)
+            dequantize(C.get_isa(), x, code, 1, 1, size, 0, scale, zp, out)
+            return out
+
+        return run
 

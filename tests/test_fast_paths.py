@@ -559,3 +559,198 @@ def test_dynamic_quantize_linear_native_call_same_bits():
         assert (got is not None) == usual, x
         declined += got is None
     assert declined >= 8  # the guarded inputs above did reach the NumPy path
+
+
+# --------------------------------------------------------------------------- bound short paths
+# The graph loop (qlinear.backend_float.FastEvaluator) asks a node, after a full call, for its
+# short path bound to the model's constants (``fast_path``): one Python frame and the native
+# call, used while the inputs are like the ones it was bound to.
+
+
+def _bound(rep) -> list:
+    """The graph loop's plan entries whose node has a bound short path."""
+    return [e for e in rep.evaluator._fast_plan if e[7] is not None and e[7][1] is not None]
+
+
+def _counting(rep) -> list[int]:
+    """Wrap every bound short path of ``rep`` to count the calls it answered."""
+    calls = [0]
+    for e in _bound(rep):
+        fn = e[7][1]
+
+        def counted(ins, fn=fn):
+            y = fn(ins)
+            if y is not None:
+                calls[0] += 1
+            return y
+        e[7][1] = counted
+    return calls
+
+
+@pytest.mark.parametrize("name", _model_names() or ["(none)"])
+def test_real_model_bound_short_paths_bit_identical(name):
+    """Every shared model, three rounds of two inputs: the bound short paths are taken and give
+    the full paths' bytes."""
+    if MODELS is None:
+        pytest.skip("shared/models is absent")
+    model = onnx.load(str(Path(MODELS) / f"{name}.onnx"))
+    if name.startswith("tiny_gpt2"):
+        feeds = [_gpt2_inputs(s) for s in (0, 1)]
+    else:
+        feeds = [random_inputs(model, seed=s, shapes=SHAPES.get(name)) for s in (0, 1)]
+    fast, slow = backend.prepare(model), _slow(backend.prepare(model))
+    want = [slow.run(f) for f in feeds]
+    for f, w in zip(feeds * 2, want * 2):
+        _same(fast.run(f), w)
+    calls = _counting(fast)
+    for f, w in zip(feeds, want):
+        _same(fast.run(f), w)
+    quantized = {"QLinearConv", "QuantizeLinear", "QLinearAdd", "QLinearSigmoid"}
+    if quantized & {n.op_type for n in model.graph.node}:
+        assert calls[0] > 0
+
+
+def test_bound_short_path_declines_other_inputs():
+    """Once bound, inputs of another shape or dtype, a transposed view, and the engine or its
+    level switched all take the full path, with the full path's bytes; the bound path itself
+    answers None for them."""
+    rng = np.random.default_rng(21)
+    from qlinear import _native
+
+    fast, slow = backend.prepare(_qlinear_conv_model()), _slow(backend.prepare(_qlinear_conv_model()))
+    x = rng.integers(0, 256, (1, 3, 8, 8)).astype(np.uint8)
+    for _ in range(3):
+        _same(fast.run([x]), slow.run([x]))
+    (entry,) = _bound(fast)
+    fn = entry[7][1]
+    assert fn([x] + [None] * 8) is not None
+    other = rng.integers(0, 256, (2, 3, 5, 7)).astype(np.uint8)
+    view = np.ascontiguousarray(x.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)  # x's values, F order
+    for y in (other, view, x.astype(np.int8)):
+        assert fn([y] + [None] * 8) is None
+    _same(fast.run([other]), slow.run([other]))
+    _same(fast.run([view]), slow.run([x]))
+    for _ in range(2):
+        _same(fast.run([x]), slow.run([x]))  # bound again for x
+    fn = _bound(fast)[0][7][1]
+    with _native.use_engine("numpy"):
+        assert fn([x] + [None] * 8) is None
+        _same(fast.run([x]), slow.run([x]))
+    others = [i for i in _native.engine_info()["isas"] if i != _native.isa()]
+    if others:
+        with _native.use_isa(others[0]):
+            assert fn([x] + [None] * 8) is None
+            _same(fast.run([x]), slow.run([x]))
+
+
+def test_bound_short_path_follows_the_size_limit():
+    """A changed output size limit unbinds: the bound path answers None (the node's full path
+    then decides, as it did before the loop bound anything) and the run's bytes are the same."""
+    x = np.zeros((1, 3, 8, 8), np.uint8)
+    fast = backend.prepare(_qlinear_conv_model())
+    want = _slow(backend.prepare(_qlinear_conv_model())).run([x])
+    for _ in range(3):
+        fast.run([x])
+    (entry,) = _bound(fast)
+    fn = entry[7][1]
+    before = qlinear.max_output_bytes()
+    try:
+        qlinear.set_max_output_bytes(before - 1)
+        assert fn([x] + [None] * 8) is None
+        _same(fast.run([x]), want)
+    finally:
+        qlinear.set_max_output_bytes(before)
+    assert fn([x] + [None] * 8) is not None
+
+
+def test_bound_short_path_rechecks_a_default_initializer():
+    """A graph input with an initializer (its default, as IR < 4 models list every
+    initializer) may be bound while the default is used; a run that feeds a value must then
+    compute with the value fed, not the default the node was bound to."""
+    rng = np.random.default_rng(22)
+    m = _qlinear_conv_model()
+    m.graph.input.extend([helper.make_tensor_value_info("ys", TensorProto.FLOAT, [])])
+    rep = backend.prepare(m)
+    x = rng.integers(0, 256, (1, 3, 6, 6)).astype(np.uint8)
+    for _ in range(3):
+        _same(rep.run({"x": x}), backend.prepare(m).run({"x": x}))
+    assert _bound(rep)  # bound with the default 0.5
+    ys = np.array(0.25, np.float32)
+    want = backend.prepare(m).run({"x": x, "ys": ys})
+    assert not np.array_equal(want[0], rep.run({"x": x})[0])
+    _same(rep.run({"x": x, "ys": ys}), want)
+    _same(rep.run({"x": x}), backend.prepare(m).run({"x": x}))
+
+
+def test_bound_short_path_outputs_are_fresh_arrays():
+    """A run's outputs are the caller's: a later run (bound short paths, the output pool for
+    large outputs) never writes into arrays an earlier run returned."""
+    from qlinear.tools import synthetic
+
+    model = synthetic.resnet50_qoperator(0, image=32, classes=10)  # every node bound: Q, convs, adds, pools
+    rep = backend.prepare(model)
+    rng = np.random.default_rng(23)
+    feeds = [random_inputs(model, seed=s) for s in range(4)]
+    kept = [rep.run(f) for f in feeds]
+    copies = [[np.array(o, copy=True) for o in k] for k in kept]
+    assert _bound(rep)
+    for f in feeds:
+        rep.run(f)
+    for k, c in zip(kept, copies):
+        _same(k, c)
+    assert len({k[0].__array_interface__["data"][0] for k in kept}) == len(kept)
+    big = _qlinear_conv_model()
+    rep = backend.prepare(big)
+    # outputs of 1.4 MiB: from the native output pool (qlinear._native.empty)
+    xs = [rng.integers(0, 256, (1, 3, 600, 600)).astype(np.uint8) for _ in range(4)]
+    outs = [rep.run([x])[0] for x in xs]
+    assert _bound(rep)
+    ref = [np.array(o, copy=True) for o in outs]
+    for x in xs:
+        rep.run([x])
+    for o, r in zip(outs, ref):
+        _same([o], [r])
+    assert len({o.__array_interface__["data"][0] for o in outs}) == len(outs)
+
+
+def test_openblas_switched_only_where_a_node_may_call_it(monkeypatch):
+    """A run switches OpenBLAS to one thread (and back) only when the graph has a node that may
+    call a BLAS on this engine: not for a model of native integer operators, yes for a float
+    Conv, and yes for the same integer model on the NumPy engine (float32 BLAS sums)."""
+    from qlinear import _blas, _native
+    from qlinear.tools import synthetic
+
+    switches = []
+    real = _blas.single_threaded
+    monkeypatch.setattr(_blas, "single_threaded", lambda: switches.append(1) or real())
+    x = np.zeros((1, 3, 8, 8), np.uint8)
+    rep = backend.prepare(_qlinear_conv_model())
+    want = rep.run([x])
+    assert switches == []
+    with _native.use_engine("numpy"):
+        _same(rep.run([x]), want)
+    assert switches == [1]
+    cnn = synthetic.small_cnn(0)  # float Conv and Gemm: BLAS products
+    backend.prepare(cnn).run([np.zeros((1, 3, 16, 16), np.float32)])
+    assert switches == [1, 1]
+
+
+def test_qlinear_concat_bound_short_path():
+    """QLinearConcat's bound path: the full path's bytes (a copied input and two requantized
+    ones, small and large), None for other shapes, and a fed scale (a default of a graph
+    input) rechecked per run."""
+    rng = np.random.default_rng(24)
+    for fed in (False, True):
+        m = _concat_model(fed)
+        fast, slow = backend.prepare(m), _slow(backend.prepare(m))
+        for shape in [(2, 3, 40), (2, 3, 40), (2, 3, 40), (2, 3, 1), (2, 3, 40)]:
+            feeds = {n: rng.integers(0, 256, (shape[0], k + 1, shape[2])).astype(np.uint8)
+                     for k, n in enumerate("abc")}
+            _same(fast.run(feeds), slow.run(feeds))
+        (entry,) = _bound(fast)
+        ins = [None, None, np.zeros((2, 1, 40), np.uint8), None, None, np.zeros((2, 2, 40), np.uint8), None, None,
+               np.zeros((2, 3, 1), np.uint8), None, None]
+        assert entry[7][1](ins) is None
+        if fed:
+            feeds["s2"] = np.array(0.5, np.float32)
+            _same(fast.run(feeds), slow.run(feeds))

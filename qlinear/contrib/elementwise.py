@@ -252,6 +252,38 @@ class PreparedBinary:
             C.qbinary(C.get_isa(), self._mul, fp, ps, fq, qs, size, f0, f1, f2, z0, z1, self._signed, out)
         return out
 
+    def bound_run(self, A: Any, B: Any) -> Callable[[Any, Any], np.ndarray | None] | None:
+        """``run`` bound to operands like A and B when both are C-contiguous arrays of the
+        prepared dtype and of the output's size (no broadcasting) on the native engine:
+        ``f(A2, B2)`` gives ``run(A2, B2)`` for operands of the same shapes, dtype and
+        contiguity while the native engine is selected, None for anything else (the caller then
+        calls ``run``); None when A and B are not such operands. For a graph's planned node
+        (``qlinear.backend_float``): one Python frame and the native call."""
+        C = _native.native()
+        if (C is None or type(A) is not np.ndarray or type(B) is not np.ndarray or A.dtype != self.dtype
+                or B.dtype != self.dtype or not A.flags.c_contiguous or not B.flags.c_contiguous):
+            return None
+        try:
+            shape, size, swap = self._plan(A.shape, B.shape)
+        except ValueError:
+            return None
+        if not size or A.size != size or B.size != size:
+            return None
+        sa, sb, dtype, mul, signed, qbinary = A.shape, B.shape, self.dtype, self._mul, self._signed, C.qbinary
+        f0, f1, f2, z0, z1 = self._args[swap]
+
+        def run(A: Any, B: Any) -> np.ndarray | None:
+            if (type(A) is not np.ndarray or type(B) is not np.ndarray or A.dtype is not dtype or B.dtype is not dtype
+                    or A.shape != sa or B.shape != sb or not A.flags.c_contiguous or not B.flags.c_contiguous
+                    or _native.native() is not C):
+                return None
+            out = np.empty(shape, dtype)
+            first, second = (B, A) if swap else (A, B)
+            qbinary(C.get_isa(), mul, first, False, second, False, size, f0, f1, f2, z0, z1, signed, out)
+            return out
+
+        return run
+
 
 def prepare_qlinear_binary(op: str, dtype: Any, A_scale: Any, A_zero_point: Any, B_scale: Any,
                            B_zero_point: Any, C_scale: Any, C_zero_point: Any = None) -> PreparedBinary:
@@ -283,6 +315,28 @@ def _apply_table(x: np.ndarray, table: np.ndarray) -> np.ndarray:
     C.lut(np.ascontiguousarray(x).reshape(-1).view(np.uint8), table.view(np.uint8),
           out.reshape(-1).view(np.uint8))
     return out
+
+
+def bound_table(x: Any, table: np.ndarray) -> Callable[[Any], np.ndarray | None] | None:
+    """``apply_table(x2, table)`` bound to inputs like x when it takes the native lookup
+    (a C-contiguous 8-bit array of at least 64 elements): ``f(x2)`` gives its result for an
+    x2 of x's shape and dtype, C-contiguous, while the native engine is selected, None for
+    anything else (the caller then calls ``apply_table``); None when x is not such an input."""
+    C = _native.native()
+    if (C is None or type(x) is not np.ndarray or x.size < 64 or not x.flags.c_contiguous
+            or x.dtype not in (np.dtype(np.uint8), np.dtype(np.int8))):
+        return None
+    shape, dtype, tbytes, lut = x.shape, x.dtype, table.view(np.uint8), C.lut
+
+    def run(x: Any) -> np.ndarray | None:
+        if (type(x) is not np.ndarray or x.dtype is not dtype or x.shape != shape or not x.flags.c_contiguous
+                or _native.native() is not C):
+            return None
+        out = np.empty(shape, table.dtype)
+        lut(x.reshape(-1).view(np.uint8), tbytes, out.reshape(-1).view(np.uint8))
+        return out
+
+    return run
 
 
 _TABLES: dict[tuple, np.ndarray] = {}  # recent tables by operator and parameters
@@ -470,6 +524,41 @@ class PreparedQLinearConcat:
         tables = self.tables
         return _concatenated(op, xs, self.axis,
                              lambda: [x if t is None else _apply_table(x, t) for x, t in zip(xs, tables)])
+
+    def bound_run(self, *tensors: Any) -> Callable[..., np.ndarray | None] | None:
+        """``run`` bound to tensors like these (NumPy arrays of the prepared dtype whose shapes
+        concatenate), for a graph's planned node (``qlinear.backend_float``): the checks are
+        done now, once; ``f(*tensors2)`` gives run's result for arrays of the same shapes and
+        dtype under an unchanged output size limit, None for anything else (the caller then
+        calls ``run``). None when run would not take these tensors."""
+        if len(tensors) != len(self.tables) or any(type(t) is not np.ndarray or t.dtype != self.dtype
+                                                    for t in tensors):
+            return None
+        try:
+            op = "qlinear_concat"
+            for k, x in enumerate(tensors):
+                _concat_rank(op, k, x)
+            ax = p.axis(op, self.axis, tensors[0].ndim)
+            first = tensors[0]
+            if any(x.ndim != first.ndim or x.shape[:ax] + x.shape[ax + 1:] != first.shape[:ax] + first.shape[ax + 1:]
+                   for x in tensors):
+                return None
+            out_shape = list(first.shape)
+            out_shape[ax] = sum(x.shape[ax] for x in tensors)
+            v.check_size(op, "the output", tuple(out_shape), 1)
+        except (ValueError, TypeError):
+            return None
+        shapes, dtype, tables, limit = [x.shape for x in tensors], self.dtype, self.tables, v.max_output_bytes()
+
+        def run(*xs: Any) -> np.ndarray | None:
+            if v.max_output_bytes() != limit:
+                return None
+            for x, shape in zip(xs, shapes):
+                if type(x) is not np.ndarray or x.dtype is not dtype or x.shape != shape:
+                    return None
+            return np.concatenate([x if t is None else _apply_table(x, t) for x, t in zip(xs, tables)], axis=ax)
+
+        return run
 
 
 def qlinear_where(condition: np.ndarray, X: np.ndarray, x_scale: Any, x_zero_point: Any, Y: np.ndarray,

@@ -100,6 +100,60 @@ class PreparedQGemm:
         return requantize_multiply(acc.astype(F32), mult, yz, yzp.dtype)
 
 
+    def bound_run(self, A: Any, a_scale: Any, a_zero_point: Any, C: Any = None, y_scale: Any = None,
+                  y_zero_point: Any = None, *, alpha: float = 1.0, transA: int = 0):
+        """``run`` bound to these parameters and to inputs like A, for a caller that passes the
+        same parameter objects every time (a graph's planned node, ``qlinear.backend_float``):
+        every parameter is validated now, once; ``f(A2)`` gives run's result for an A2 of A's
+        shape and dtype (the integer product still checks it), None for anything else (the
+        caller then calls ``run``). None when this call would not succeed, or for a subclass
+        (an emulation computes another product)."""
+        if type(self) is not PreparedQGemm or type(A) is not np.ndarray:
+            return None
+        op = self.op
+        try:
+            ta = p.flag(op, "transA", transA)
+            if A.ndim != 2 or (A.T if ta else A).shape[1] != self.k:
+                return None
+            m, n = (A.T if ta else A).shape[0], self.n
+            sa, za = p.qparams(op, "a_scale", a_scale, "a_zero_point", a_zero_point, "A", A.dtype, required_zp=True)
+            c = None
+            if C is not None:
+                c = v.integer_tensor(op, "C", C, (np.dtype(np.int32),))
+                np.broadcast_to(c, (m, n))
+            with np.errstate(all="ignore"):
+                s = F32(p.float_attribute(op, "alpha", alpha)) * sa * self.b_scale
+            if y_scale is None:
+                if y_zero_point is not None:
+                    return None
+                mult = yz = ydt = None
+            else:
+                if y_zero_point is None:
+                    return None
+                yzp = v.output_zero_point(op, "y_zero_point", y_zero_point)
+                ys, yz = p.qparams(op, "y_scale", y_scale, "y_zero_point", yzp, "Y", yzp.dtype, divides=True)
+                with np.errstate(all="ignore"):
+                    mult = v.finite_multiplier(op, np.asarray(s / ys, F32), "alpha * a_scale * b_scale / y_scale")
+                ydt = yzp.dtype
+        except (ValueError, TypeError):
+            return None
+        shape, dtype, zpa, accumulate = A.shape, A.dtype, np.asarray(za, A.dtype), self._accumulate
+
+        def run(A: Any) -> np.ndarray | None:
+            if type(A) is not np.ndarray or A.dtype is not dtype or A.shape != shape:
+                return None
+            a2 = np.ascontiguousarray(A.T) if ta else A
+            acc = _product_as(op, accumulate, a2, zpa)
+            if c is not None:
+                acc = np.add(acc, c, dtype=np.int32)  # wraps modulo 2**32, as onnxruntime's int32 adds
+            if mult is None:
+                with np.errstate(all="ignore"):
+                    return acc.astype(F32) * s
+            return requantize_multiply(acc.astype(F32), mult, yz, ydt)
+
+        return run
+
+
 def prepare_qgemm(B: np.ndarray, b_scale: Any, b_zero_point: Any, *, transB: int = 0) -> PreparedQGemm:
     """Pre-transform QGemm's constant B once for repeated ``run(A, a_scale, a_zero_point, C,
     y_scale, y_zero_point, *, alpha, transA)`` calls."""

@@ -27,9 +27,9 @@ def _from_channels_first(y: np.ndarray, channels_last: int) -> np.ndarray:
     return np.moveaxis(y, 1, -1) if channels_last else y
 
 
-def _global_average(op: str, x: np.ndarray, sx, zx, sy, zy) -> np.ndarray:
-    """x channels-first (N, C, spatial...) → (N, C, 1, ...): the integer path of MLAS."""
-    count = math.prod(x.shape[2:])
+def _global_average_multiplier(op: str, shape: tuple[int, ...], sx, sy) -> tuple[int, np.float32]:
+    """(count, m) of a channels-first x of ``shape``, checked as onnxruntime checks them."""
+    count = math.prod(shape[2:])
     if count >= 2 ** 24:
         raise ValueError(f"{op}: the pooled window has {count} elements; onnxruntime requires fewer than 2**24")
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
@@ -37,10 +37,49 @@ def _global_average(op: str, x: np.ndarray, sx, zx, sy, zy) -> np.ndarray:
     if not (2.0 ** -32 <= m < 256.0):
         raise ValueError(f"{op}: the requantization multiplier x_scale / (y_scale * {count}) = {m} "
                          "is outside [2**-32, 256), which onnxruntime refuses")
-    spatial = tuple(range(2, x.ndim))
-    v.check_size(op, "the int64 sums", x.shape[:2], 8)
-    acc = _wrap32(x.sum(axis=spatial, dtype=np.int64, keepdims=True) - np.int64(zx) * count)
+    v.check_size(op, "the int64 sums", shape[:2], 8)
+    return count, m
+
+
+def _global_average_values(x: np.ndarray, count: int, m: np.float32, zx, zy) -> np.ndarray:
+    """The integer path of MLAS on a checked channels-first x: (N, C, 1, ...)."""
+    acc = _wrap32(x.sum(axis=tuple(range(2, x.ndim)), dtype=np.int64, keepdims=True) - np.int64(zx) * count)
     return requantize_multiply(acc.astype(F32), m, zy, x.dtype)
+
+
+def _global_average(op: str, x: np.ndarray, sx, zx, sy, zy) -> np.ndarray:
+    """x channels-first (N, C, spatial...) → (N, C, 1, ...): the integer path of MLAS."""
+    count, m = _global_average_multiplier(op, x.shape, sx, sy)
+    return _global_average_values(x, count, m, zx, zy)
+
+
+def bound_global_average_pool(X: Any, x_scale: Any, x_zero_point: Any, y_scale: Any, y_zero_point: Any, *,
+                              channels_last: int = 0):
+    """``qlinear_global_average_pool`` bound to these parameters and to inputs like X, for a
+    caller that passes the same parameter objects every time (a graph's planned node,
+    ``qlinear.backend_float``): everything is validated now, once; ``f(X2)`` gives the
+    function's result for an X2 of X's shape and dtype under an unchanged output size limit,
+    None for anything else (the caller then calls the function). None when this call would
+    fail (the function then reports it)."""
+    op = "qlinear_global_average_pool"
+    try:
+        x = p.tensor(op, "X", X)
+        cl = p.flag(op, "channels_last", channels_last)
+        if type(X) is not np.ndarray or x.ndim < 3:
+            return None
+        sx, zx = p.qparams(op, "x_scale", x_scale, "x_zero_point", x_zero_point, "X", x.dtype)
+        sy, zy = p.qparams(op, "y_scale", y_scale, "y_zero_point", y_zero_point, "X", x.dtype, divides=True)
+        count, m = _global_average_multiplier(op, _to_channels_first(x, cl).shape, sx, sy)
+    except (ValueError, TypeError):
+        return None
+    shape, dtype, limit = x.shape, x.dtype, v.max_output_bytes()
+
+    def run(X: Any) -> np.ndarray | None:
+        if type(X) is not np.ndarray or X.dtype is not dtype or X.shape != shape or v.max_output_bytes() != limit:
+            return None
+        return _from_channels_first(_global_average_values(_to_channels_first(X, cl), count, m, zx, zy), cl)
+
+    return run
 
 
 def qlinear_global_average_pool(X: np.ndarray, x_scale: Any, x_zero_point: Any, y_scale: Any,
