@@ -227,7 +227,7 @@ static void amx_epilogue(const ql_epilogue *ep, const int32_t *C, const int32_t 
         ql_isa_avx512vnni.epilogue(ep, C, AMX_NR, colsum, i0, j0, rows, cols);
         return;
     }
-    const int quantized = ep->quantized, is_signed = ep->out_is_signed;
+    const int quantized = ep->quantized, is_signed = ep->out_is_signed, stream = ep->stream;
     const int32_t *row_bias = ep->row_bias, *row_a = ep->row_a, *row_z = ep->row_z, *col_z = ep->col_z;
     const ptrdiff_t row_s = ep->row_s, col_z_s = ep->col_z_s, out_rs = ep->out_rs;
     const float *mult = ep->mult;
@@ -274,6 +274,12 @@ static void amx_epilogue(const ql_epilogue *ep, const int32_t *C, const int32_t 
         a1 = _mm512_add_epi32(a1, rcv);
         if (!quantized) {
             int32_t *o = (int32_t *)ep->out + i * out_rs + j0;
+            if (stream && cols == AMX_NR && !((uintptr_t)o & 63)) {
+                /* two whole lines (ql_epilogue.stream: the driver fences) */
+                _mm512_stream_si512((void *)o, a0);
+                _mm512_stream_si512((void *)(o + 16), a1);
+                continue;
+            }
             _mm512_mask_storeu_epi32(o, k0, a0);
             _mm512_mask_storeu_epi32(o + 16, k1, a1);
             continue;

@@ -167,6 +167,11 @@ typedef struct ql_epilogue {
      * colsum is passed per tile (it belongs to the packed R panel). Strides 0 = broadcast. */
     const int32_t *row_a; const int32_t *row_z; ptrdiff_t row_s;
     const int32_t *col_z; ptrdiff_t col_z_s;
+    /* int32 output only: 1 = whole 64-byte-aligned lines of the output may be written with
+     * non-temporal stores (the SIMD epilogues; the scalar one ignores it). Set once per call
+     * by the matmul driver (gemm.c: ql_gemm_stream_bytes); ql_gemm fences (sfence) at the end
+     * of each task that ran with it. Zero everywhere else (conv.c memsets its epilogues). */
+    int stream;
 } ql_epilogue;
 
 /* Whether the SIMD epilogues take the problem: contiguous output rows, multipliers per row
@@ -354,6 +359,12 @@ static inline void ql_tail_count(int which) { __atomic_add_fetch(&ql_tail_calls[
  * far: a diagnostic the tests read to prove the fused path ran on each level (one relaxed add
  * per ql_gemm call) */
 extern long long ql_gemm_fused_calls;
+/* MatMulInteger outputs (int32, all batch entries) of at least this many bytes are written
+ * with non-temporal stores (ql_epilogue.stream; gemm.c says why 32 MiB); tests lower it to
+ * reach the path with small products. ql_gemm_stream_tasks counts GEMM tasks that ran with it
+ * (one relaxed add per task): the tests' proof that the path ran. */
+extern long long ql_gemm_stream_bytes;
+extern long long ql_gemm_stream_tasks;
 
 /* Runs the problem (threads from the pool). Returns 0, or -1 when scratch cannot be allocated. */
 int ql_gemm(const ql_gemm_problem *p);
