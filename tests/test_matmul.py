@@ -574,6 +574,44 @@ def test_streamed_int32_output(case, engine_level):
             _native._C.gemm_stream(saved)
 
 
+# ----------------------------------------------------------------------------- panel pairs
+
+# (M, K, N): N around the 64 columns of a pair of 32-column panels (a last panel of 1-31
+# columns after pairs, an odd count of whole panels: the last one alone), K with a partial last
+# k-group (K % 4) and K's padding to 64 (amx)
+_PAIR_CASES = [(5, 37, 64), (9, 5, 95), (3, 64, 96), (17, 130, 130), (2, 1, 200), (33, 771, 257)]
+
+
+@pytest.mark.parametrize("case", range(len(_PAIR_CASES)))
+def test_plain_panel_pairs(case, engine_level):
+    """Plain calls (b packed per panel inside the GEMM) whose packer takes two 32-column
+    panels in one pass (ql_gemm_kernel.pack_R_pairs: avx512vnni and amx) against the oracle on
+    every level: uint8 and int8 b at its type's ends, per-column and per-tensor zero points,
+    QLinearMatMul and MatMulInteger, 1 and 2 threads; on one thread at a pairing level, exactly
+    N // 64 pairs (every pair of whole panels from the first, the rest alone)."""
+    from qlinear import _native
+    native = engine_level not in (None, "numpy") and _native.native() is not None
+    pairs_level = native and _native._C.get_isa() in ("amx", "avx512vnni")
+    m, k, n = _PAIR_CASES[case]
+    rng = np.random.default_rng([case, 71])
+    for r, (adt, bdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+        a = rand_int(rng, adt, (m, k))
+        b = rand_extreme(rng, bdt, (k, n))
+        per_col = r % 2 == 0
+        a_s, a_z = rand_scale(rng, ()), rand_int(rng, adt, ())
+        b_s = rand_scale(rng, (n,) if per_col else ())
+        b_z = rand_int(rng, bdt, (n,) if per_col else ())
+        ys, yz = y_scale_for(rng, a_s, b_s, k), rand_int(rng, ydt, ())
+        for threads in (1, 2):
+            with num_threads(threads):
+                before = _native._C.gemm_pair_count() if native else 0
+                check_mmi(a, b, a_z, b_z)
+                ran = _native._C.gemm_pair_count() - before if native else 0
+                check_qmm(a, a_s, a_z, b, b_s, b_z, ys, yz)
+            if threads == 1:
+                assert ran == (n // 64 if pairs_level else 0), (n, ran)
+
+
 # ----------------------------------------------------------------------------- tile edges
 
 # (M, K, N) around amx-u8s8's tile (2 x 2 tiles of 16 rows x 16 columns, K steps of 64, K

@@ -22,6 +22,8 @@
 #define MIN_TASK_MACS (1 << 20)  /* below this (~15 us of one core), waking a second thread
                                     costs about what it gives (measured on a 2-vCPU VM) */
 
+long long ql_gemm_pair_packs;
+
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline ptrdiff_t pmin(ptrdiff_t a, ptrdiff_t b) { return a < b ? a : b; }
 
@@ -30,6 +32,7 @@ typedef struct {
     int mc, ppt, row_blocks, col_blocks, npanels;
     int kc, nkb;                           /* K block (elements, multiple of kpack) and count */
     int fused;                             /* kernel_ep replaces kernel + epilogue */
+    int panel_slots;                       /* per-call packed panels per thread: 1, or 2 (pairs) */
     size_t pbytes;
     char *scratch; size_t scratch_stride;  /* per thread: [packed panel + colsums] [C block] */
     size_t cblock_off, lblock_off;
@@ -56,6 +59,7 @@ static void gemm_task_tiles(void *vctx, ptrdiff_t t, int thread) {
     } else {
         Lb = (const char *)p->L + (ptrdiff_t)i_beg * p->ldl_bytes;
     }
+    int paired = 0;   /* the next panel was packed with this one (pack_R_pairs) */
     for (int pi = p_beg; pi < p_end; pi++) {
         int j0 = pi * nr, ncols = imin(nr, p->N - j0);
         const char *panel;
@@ -64,10 +68,21 @@ static void gemm_task_tiles(void *vctx, ptrdiff_t t, int thread) {
             panel = (const char *)p->Rpacked + (size_t)pi * g->pbytes;
             if (p->R_colsums) cs = p->R_colsums + j0;
         } else {
-            int32_t *colsums = (int32_t *)(s + g->pbytes);
-            p->pack_R(p->pack_ctx, j0, ncols, s, colsums, thread);
-            panel = s;
-            cs = colsums;
+            int32_t *colsums = (int32_t *)(s + g->panel_slots * g->pbytes);
+            if (paired) {
+                /* the second panel of a pair, packed with the previous one */
+                panel = s + g->pbytes;
+                cs = colsums + nr;
+                paired = 0;
+            } else {
+                /* two whole panels at once where the kernel's packer takes pairs: each row's
+                 * 2 * nr bytes read in one pass (qlinear.h: pack_R_pairs) */
+                paired = g->panel_slots == 2 && pi + 1 < p_end && p->N - j0 >= 2 * nr;
+                if (paired) __atomic_add_fetch(&ql_gemm_pair_packs, 1, __ATOMIC_RELAXED);
+                p->pack_R(p->pack_ctx, j0, paired ? 2 * nr : ncols, s, colsums, thread);
+                panel = s;
+                cs = colsums;
+            }
         }
         /* a last panel of at most tail_nr real columns: the narrow kernel */
         ql_kernel_fn kfn = k->kernel;
@@ -190,7 +205,8 @@ int ql_gemm(const ql_gemm_problem *p) {
      * that one (allow_fused) */
     g.fused = g.nkb == 1 && k->kernel_ep != NULL && p->allow_fused;
     if (g.fused) __atomic_add_fetch(&ql_gemm_fused_calls, 1, __ATOMIC_RELAXED);
-    size_t panel_part = p->Rpacked ? 0 : (g.pbytes + (size_t)QL_MAX_NR * sizeof(int32_t) + 63) & ~(size_t)63;
+    g.panel_slots = !p->Rpacked && p->pack_R_pairs && g.nkb <= 1 ? 2 : 1;
+    size_t panel_part = p->Rpacked ? 0 : (g.panel_slots * g.pbytes + 2 * (size_t)QL_MAX_NR * sizeof(int32_t) + 63) & ~(size_t)63;
     size_t cblock = g.nkb > 1 ? ((size_t)mc * k->nr * sizeof(int32_t) + 63) & ~(size_t)63 : 0;
     size_t lblock = p->pack_L ? ((size_t)mc * (size_t)p->ldl_bytes + 63) & ~(size_t)63 : 0;
     g.cblock_off = panel_part;
@@ -372,6 +388,7 @@ static int mm_batch(mm_ctx *x, ptrdiff_t bi, int thread, int threads) {
         rb.ks = mm->b_ks; rb.K = mm->K; rb.kp = x->kp;
         rb.zp = mm->bzp + bidx * mm->bzp_bs; rb.zp_cs = mm->bzp_cs;
         p.pack_R = rawb_panel; p.pack_ctx = &rb;
+        p.pack_R_pairs = k->pack_R_pairs;   /* rawb_panel hands ncols to the kernel's packer */
     }
     p.epilogue = mm->isa->epilogue;
     p.allow_fused = 1;   /* the level's own epilogue, which kernel_ep applies */

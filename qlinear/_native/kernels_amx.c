@@ -324,9 +324,10 @@ static void amx_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp
 
 static const ql_gemm_kernel k_amx = {
     .name = "amx-u8s8", .mr = AMX_MR, .nr = AMX_NR, .kpack = 4, .kalign = 64, .form = QL_FORM_U8S8,
-    .kernel = amx_u8s8, .kernel_ep = amx_u8s8_ep, .pack_L = ql_pack_L_avx2, .pack_R = ql_pack_R_panel_avx2,
+    .kernel = amx_u8s8, .kernel_ep = amx_u8s8_ep, .pack_L = ql_pack_L_avx2, .pack_R = ql_pack_R_panel_vnni,
     .grouped_b_t9 = ql_grouped_b_t9_avx2, .task_begin = amx_task_begin,
     .task_end = amx_task_end,
+    .pack_R_pairs = 1,
 };
 
 /* A test's stand-in for another library's AMX code on this thread (only where the level

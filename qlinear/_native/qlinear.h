@@ -150,6 +150,12 @@ typedef struct ql_gemm_kernel {
      * AMX kernels, on the same caller thread, fault on shapes they did not load). */
     void (*task_begin)(void);
     void (*task_end)(void);
+    /* 1: pack_R also takes ncols = 2 * nr (two whole panels of contiguous columns, from a
+     * per-call packer in the GEMM driver): the second panel written at dst +
+     * ql_panel_bytes(kp), colsums for all 2 * nr columns. Each row's 2 * nr bytes are then
+     * read at once (whole cache lines for nr = 32 bytes of int8 b) instead of half a line per
+     * panel, the other half read again for the next panel. */
+    int pack_R_pairs;
 } ql_gemm_kernel;
 
 /* ---------------------------------------------------------------------------------------
@@ -307,6 +313,10 @@ void ql_pack_L_avx2(const void *src, int type, ptrdiff_t rs, ptrdiff_t ks, int r
 void ql_pack_R_panel_avx2(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs, int K, int ncols,
                           const int32_t *zp, ptrdiff_t zp_s, int form, int nr, void *dst, int kp,
                           int32_t *colsums);
+/* the VNNI levels' U8S8 panel packer (kernels_avx512vnni.c: avx512vnni-u8s8, amx-u8s8) */
+void ql_pack_R_panel_vnni(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs, int K, int ncols,
+                          const int32_t *zp, ptrdiff_t zp_s, int form, int nr, void *dst, int kp,
+                          int32_t *colsums);
 /* depthwise row kernels (conv_avx2.c; portable one in conv.c) */
 void ql_dw_rows_avx2(const int16_t *const *rows, const int16_t *w, int npairs, int32_t *acc,
                      int nblocks, int accumulate);
@@ -348,6 +358,8 @@ typedef struct ql_gemm_problem {
     int allow_fused;                            /* 1: the kernel's kernel_ep may replace kernel +
                                                    `epilogue` (which must be the level's own) */
     int threads;                                /* max threads for this call (<= pool size) */
+    int pack_R_pairs;                           /* 1: pack_R also takes ncols = 2 * nr (two
+                                                   whole panels, as ql_gemm_kernel.pack_R_pairs) */
 } ql_gemm_problem;
 
 /* Tiles that ran a narrow tail kernel so far, [0] implicit-GEMM tiles (conv.c), [1] packed
@@ -365,6 +377,9 @@ extern long long ql_gemm_fused_calls;
  * (one relaxed add per task): the tests' proof that the path ran. */
 extern long long ql_gemm_stream_bytes;
 extern long long ql_gemm_stream_tasks;
+/* Panel pairs packed by per-call packers (pack_R_pairs) so far: the tests' proof that the
+ * paired packing ran (one relaxed add per pair) */
+extern long long ql_gemm_pair_packs;
 
 /* Runs the problem (threads from the pool). Returns 0, or -1 when scratch cannot be allocated. */
 int ql_gemm(const ql_gemm_problem *p);
