@@ -206,6 +206,17 @@ int ql_gemm(const ql_gemm_problem *p) {
     g.fused = g.nkb == 1 && k->kernel_ep != NULL && p->allow_fused;
     if (g.fused) __atomic_add_fetch(&ql_gemm_fused_calls, 1, __ATOMIC_RELAXED);
     g.panel_slots = !p->Rpacked && p->pack_R_pairs && g.nkb <= 1 ? 2 : 1;
+    /* pairs: an even count of panels per task, so a task's last panel is not packed alone
+     * (the other half of its lines would be read again by the next task's first panel), as
+     * long as the threads keep at least 2 tasks each (bert.ffn2's 24 panels on 2 threads: 6
+     * tasks of 4 instead of 8 of 3) */
+    if (g.panel_slots == 2 && (g.ppt & 1) && g.ppt < g.npanels) {
+        int ppt2 = g.ppt + 1, cb2 = (g.npanels + ppt2 - 1) / ppt2;
+        if ((ptrdiff_t)g.row_blocks * cb2 >= 2 * (ptrdiff_t)threads) {
+            g.ppt = ppt2;
+            g.col_blocks = cb2;
+        }
+    }
     size_t panel_part = p->Rpacked ? 0 : (g.panel_slots * g.pbytes + 2 * (size_t)QL_MAX_NR * sizeof(int32_t) + 63) & ~(size_t)63;
     size_t cblock = g.nkb > 1 ? ((size_t)mc * k->nr * sizeof(int32_t) + 63) & ~(size_t)63 : 0;
     size_t lblock = p->pack_L ? ((size_t)mc * (size_t)p->ldl_bytes + 63) & ~(size_t)63 : 0;
