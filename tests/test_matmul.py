@@ -524,6 +524,94 @@ def test_fused_epilogue_per_level(case, engine_level):
             assert ran == (4 if fused else 0), (level, ran)
 
 
+# ----------------------------------------------------------------------------- streamed int32 output
+
+# (a shape, b shape): outputs of 1 MiB and more (a block of the output pool: 64-byte aligned,
+# rows of whole lines, so the non-temporal stores run on every row of full tiles) and small
+# ones (numpy.empty's alignment, rows alternating in alignment, last panels of 1-31 columns:
+# the ordinary stores within a streamed call); batched and plain / prepared b
+_STREAM_CASES = [((512, 70), (70, 512)), ((300, 129), (129, 1000)), ((37, 200), (200, 77)),
+                 ((3, 33, 64), (64, 50)), ((2, 40, 65), (2, 65, 48))]
+
+
+@pytest.mark.parametrize("case", range(len(_STREAM_CASES)))
+def test_streamed_int32_output(case, engine_level):
+    """MatMulInteger's int32 output written with non-temporal stores (gemm.c's
+    ql_gemm_stream_bytes, 32 MiB, lowered here to the case's own output size) against the
+    oracle on every level, all four type combinations, per-row a zero points and per-column b
+    zero points or per-tensor ones, plain calls and prepared forms, 1 and 2 threads; and that
+    the call streamed exactly when its output reached the threshold (GEMM tasks counted by
+    the driver; one byte above the output's size: none)."""
+    from qlinear import _native
+    native = engine_level not in (None, "numpy") and _native.native() is not None
+    a_shape, b_shape = _STREAM_CASES[case]
+    rng = np.random.default_rng([case, 67])
+    out_bytes = 4 * int(np.prod(np.matmul(np.zeros(a_shape, np.int64), np.zeros(b_shape, np.int64)).shape))
+    saved = _native._C.gemm_stream()[0] if native else None
+    try:
+        for r, (adt, bdt) in enumerate([(U8, I8), (U8, U8), (I8, I8), (I8, U8)]):
+            a = rand_int(rng, adt, a_shape)
+            a.flat[::5] = rand_extreme(rng, adt, a.flat[::5].shape)
+            b = rand_extreme(rng, bdt, b_shape)
+            per_elem = r % 2 == 0
+            a_z = rand_int(rng, adt, (*a_shape[:-1], 1) if per_elem else ())
+            b_z = rand_int(rng, bdt, (b_shape[-1],) if per_elem else ())
+            want = oracle.matmul_integer(a, b, a_z, b_z)
+            prep = qlinear.prepare_matmul_integer(b, b_z)
+            for threads in (1, 2):
+                with num_threads(threads):
+                    for limit, streams in ((out_bytes, True), (out_bytes + 1, False)):
+                        if native:
+                            _native._C.gemm_stream(limit)
+                            before = _native._C.gemm_stream()[1]
+                        assert_exact(call_untouched(qlinear.matmul_integer, a, b, a_z, b_z), want)
+                        assert_exact(prep.run(a, a_z), want)
+                        if native:
+                            ran = _native._C.gemm_stream()[1] - before
+                            assert (ran >= 2) == streams and (ran > 0) == streams, (limit, ran)
+    finally:
+        if native:
+            _native._C.gemm_stream(saved)
+
+
+# ----------------------------------------------------------------------------- panel pairs
+
+# (M, K, N): N around the 64 columns of a pair of 32-column panels (a last panel of 1-31
+# columns after pairs, an odd count of whole panels: the last one alone), K with a partial last
+# k-group (K % 4) and K's padding to 64 (amx)
+_PAIR_CASES = [(5, 37, 64), (9, 5, 95), (3, 64, 96), (17, 130, 130), (2, 1, 200), (33, 771, 257)]
+
+
+@pytest.mark.parametrize("case", range(len(_PAIR_CASES)))
+def test_plain_panel_pairs(case, engine_level):
+    """Plain calls (b packed per panel inside the GEMM) whose packer takes two 32-column
+    panels in one pass (ql_gemm_kernel.pack_R_pairs: avx512vnni and amx) against the oracle on
+    every level: uint8 and int8 b at its type's ends, per-column and per-tensor zero points,
+    QLinearMatMul and MatMulInteger, 1 and 2 threads; on one thread at a pairing level, exactly
+    N // 64 pairs (every pair of whole panels from the first, the rest alone)."""
+    from qlinear import _native
+    native = engine_level not in (None, "numpy") and _native.native() is not None
+    pairs_level = native and _native._C.get_isa() in ("amx", "avx512vnni")
+    m, k, n = _PAIR_CASES[case]
+    rng = np.random.default_rng([case, 71])
+    for r, (adt, bdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+        a = rand_int(rng, adt, (m, k))
+        b = rand_extreme(rng, bdt, (k, n))
+        per_col = r % 2 == 0
+        a_s, a_z = rand_scale(rng, ()), rand_int(rng, adt, ())
+        b_s = rand_scale(rng, (n,) if per_col else ())
+        b_z = rand_int(rng, bdt, (n,) if per_col else ())
+        ys, yz = y_scale_for(rng, a_s, b_s, k), rand_int(rng, ydt, ())
+        for threads in (1, 2):
+            with num_threads(threads):
+                before = _native._C.gemm_pair_count() if native else 0
+                check_mmi(a, b, a_z, b_z)
+                ran = _native._C.gemm_pair_count() - before if native else 0
+                check_qmm(a, a_s, a_z, b, b_s, b_z, ys, yz)
+            if threads == 1:
+                assert ran == (n // 64 if pairs_level else 0), (n, ran)
+
+
 # ----------------------------------------------------------------------------- tile edges
 
 # (M, K, N) around amx-u8s8's tile (2 x 2 tiles of 16 rows x 16 columns, K steps of 64, K

@@ -11,6 +11,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#if QL_X86
+#include <immintrin.h>   /* _mm_sfence (SSE: every x86-64 CPU) */
+#endif
 
 #define L2_BUDGET (256 * 1024)   /* bytes of packed L per row block (Zen 3 L2: 512 KiB): few
                                     row blocks, so the packed R streams from memory few times */
@@ -18,6 +21,8 @@
                                     blocks, L1-sized, were slower on Zen 3) */
 #define MIN_TASK_MACS (1 << 20)  /* below this (~15 us of one core), waking a second thread
                                     costs about what it gives (measured on a 2-vCPU VM) */
+
+long long ql_gemm_pair_packs;
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline ptrdiff_t pmin(ptrdiff_t a, ptrdiff_t b) { return a < b ? a : b; }
@@ -27,6 +32,7 @@ typedef struct {
     int mc, ppt, row_blocks, col_blocks, npanels;
     int kc, nkb;                           /* K block (elements, multiple of kpack) and count */
     int fused;                             /* kernel_ep replaces kernel + epilogue */
+    int panel_slots;                       /* per-call packed panels per thread: 1, or 2 (pairs) */
     size_t pbytes;
     char *scratch; size_t scratch_stride;  /* per thread: [packed panel + colsums] [C block] */
     size_t cblock_off, lblock_off;
@@ -53,6 +59,7 @@ static void gemm_task_tiles(void *vctx, ptrdiff_t t, int thread) {
     } else {
         Lb = (const char *)p->L + (ptrdiff_t)i_beg * p->ldl_bytes;
     }
+    int paired = 0;   /* the next panel was packed with this one (pack_R_pairs) */
     for (int pi = p_beg; pi < p_end; pi++) {
         int j0 = pi * nr, ncols = imin(nr, p->N - j0);
         const char *panel;
@@ -61,10 +68,21 @@ static void gemm_task_tiles(void *vctx, ptrdiff_t t, int thread) {
             panel = (const char *)p->Rpacked + (size_t)pi * g->pbytes;
             if (p->R_colsums) cs = p->R_colsums + j0;
         } else {
-            int32_t *colsums = (int32_t *)(s + g->pbytes);
-            p->pack_R(p->pack_ctx, j0, ncols, s, colsums, thread);
-            panel = s;
-            cs = colsums;
+            int32_t *colsums = (int32_t *)(s + g->panel_slots * g->pbytes);
+            if (paired) {
+                /* the second panel of a pair, packed with the previous one */
+                panel = s + g->pbytes;
+                cs = colsums + nr;
+                paired = 0;
+            } else {
+                /* two whole panels at once where the kernel's packer takes pairs: each row's
+                 * 2 * nr bytes read in one pass (qlinear.h: pack_R_pairs) */
+                paired = g->panel_slots == 2 && pi + 1 < p_end && p->N - j0 >= 2 * nr;
+                if (paired) __atomic_add_fetch(&ql_gemm_pair_packs, 1, __ATOMIC_RELAXED);
+                p->pack_R(p->pack_ctx, j0, paired ? 2 * nr : ncols, s, colsums, thread);
+                panel = s;
+                cs = colsums;
+            }
         }
         /* a last panel of at most tail_nr real columns: the narrow kernel */
         ql_kernel_fn kfn = k->kernel;
@@ -114,16 +132,26 @@ static void gemm_task_tiles(void *vctx, ptrdiff_t t, int thread) {
     }
 }
 
+long long ql_tail_calls[3];
+long long ql_gemm_fused_calls;
+long long ql_gemm_stream_tasks;
+
 /* one task, with the kernel's per-thread state hooks around it (qlinear.h: task_begin) */
 static void gemm_task(void *vctx, ptrdiff_t t, int thread) {
-    const ql_gemm_kernel *k = ((gemm_ctx *)vctx)->p->kern;
+    const ql_gemm_problem *p = ((gemm_ctx *)vctx)->p;
+    const ql_gemm_kernel *k = p->kern;
     if (k->task_begin) k->task_begin();
     gemm_task_tiles(vctx, t, thread);
     if (k->task_end) k->task_end();
+    if (p->ep.stream) {
+        /* non-temporal stores are weakly ordered: drain them before the pool's completion
+         * signal (a release store), so the caller and other threads read the values */
+#if QL_X86
+        _mm_sfence();
+#endif
+        __atomic_add_fetch(&ql_gemm_stream_tasks, 1, __ATOMIC_RELAXED);
+    }
 }
-
-long long ql_tail_calls[3];
-long long ql_gemm_fused_calls;
 
 int ql_gemm(const ql_gemm_problem *p) {
     const ql_gemm_kernel *k = p->kern;
@@ -177,7 +205,19 @@ int ql_gemm(const ql_gemm_problem *p) {
      * that one (allow_fused) */
     g.fused = g.nkb == 1 && k->kernel_ep != NULL && p->allow_fused;
     if (g.fused) __atomic_add_fetch(&ql_gemm_fused_calls, 1, __ATOMIC_RELAXED);
-    size_t panel_part = p->Rpacked ? 0 : (g.pbytes + (size_t)QL_MAX_NR * sizeof(int32_t) + 63) & ~(size_t)63;
+    g.panel_slots = !p->Rpacked && p->pack_R_pairs && g.nkb <= 1 ? 2 : 1;
+    /* pairs: an even count of panels per task, so a task's last panel is not packed alone
+     * (the other half of its lines would be read again by the next task's first panel), as
+     * long as the threads keep at least 2 tasks each (bert.ffn2's 24 panels on 2 threads: 6
+     * tasks of 4 instead of 8 of 3) */
+    if (g.panel_slots == 2 && (g.ppt & 1) && g.ppt < g.npanels) {
+        int ppt2 = g.ppt + 1, cb2 = (g.npanels + ppt2 - 1) / ppt2;
+        if ((ptrdiff_t)g.row_blocks * cb2 >= 2 * (ptrdiff_t)threads) {
+            g.ppt = ppt2;
+            g.col_blocks = cb2;
+        }
+    }
+    size_t panel_part = p->Rpacked ? 0 : (g.panel_slots * g.pbytes + 2 * (size_t)QL_MAX_NR * sizeof(int32_t) + 63) & ~(size_t)63;
     size_t cblock = g.nkb > 1 ? ((size_t)mc * k->nr * sizeof(int32_t) + 63) & ~(size_t)63 : 0;
     size_t lblock = p->pack_L ? ((size_t)mc * (size_t)p->ldl_bytes + 63) & ~(size_t)63 : 0;
     g.cblock_off = panel_part;
@@ -244,8 +284,23 @@ void ql_pack_b(const ql_gemm_kernel *kern, const void *b, int b_type, ptrdiff_t 
 /* ---------------------------------------------------------------------------------------
  * MatMulInteger / QLinearMatMul
  * ------------------------------------------------------------------------------------- */
+/* Non-temporal stores for int32 outputs of 32 MiB or more (all batch entries of the call),
+ * decided once per call. An ordinary store first reads its line (read for ownership); a
+ * streaming store does not, but it sends the line to memory, so whatever reads the output
+ * next (the consumer) reads it from DRAM instead of the caches. Measured on the Xeon (AVX-512
+ * VNNI + AMX, 2 vCPUs, amx level, one thread, output buffer reused from the pool, 24 Nov
+ * 2026): 1024x1024x1024 (4 MiB) 891 -> 651 GMAC/s streamed, 2048x512x2048 (16 MiB) 671 ->
+ * 555, 3072x256x4096 (48 MiB) 281 -> 377, 4096x256x4096 (64 MiB) 248 -> 520; the call plus a
+ * consumer reading the output (astype float32) broke even near 24-32 MiB (2 threads: 24 MiB
+ * 5.2 vs 4.9 ms, 32 MiB 7.9 vs 8.1 ms) and gained above (64 MiB 18.8 -> 17.1 ms). Below
+ * that the output stays in the last-level cache and ordinary stores win. 8-bit outputs are
+ * never streamed: a tile writes 32 bytes of a row (half a line), and a partly written line
+ * is flushed from the write-combining buffer in pieces. */
+long long ql_gemm_stream_bytes = 32LL << 20;
+
 typedef struct {
     const ql_matmul *mm;
+    int stream;                            /* ql_epilogue.stream for every batch entry */
     int kp; size_t ldl; size_t lbytes;     /* packed a: M rows of ldl bytes */
     char *scratch; size_t scratch_stride;  /* per thread: packed a + rowsums + row_a + row_z
                                               (+ zR' per column: raw b, U8S8 form) */
@@ -344,6 +399,7 @@ static int mm_batch(mm_ctx *x, ptrdiff_t bi, int thread, int threads) {
         rb.ks = mm->b_ks; rb.K = mm->K; rb.kp = x->kp;
         rb.zp = mm->bzp + bidx * mm->bzp_bs; rb.zp_cs = mm->bzp_cs;
         p.pack_R = rawb_panel; p.pack_ctx = &rb;
+        p.pack_R_pairs = k->pack_R_pairs;   /* rawb_panel hands ncols to the kernel's packer */
     }
     p.epilogue = mm->isa->epilogue;
     p.allow_fused = 1;   /* the level's own epilogue, which kernel_ep applies */
@@ -353,6 +409,7 @@ static int mm_batch(mm_ctx *x, ptrdiff_t bi, int thread, int threads) {
     size_t out_es = mm->quantized ? 1 : 4;
     ep->out = (char *)mm->out + (size_t)bi * mm->M * mm->N * out_es;
     ep->out_rs = mm->N; ep->out_cs = 1;
+    ep->stream = x->stream;
     if (mm->quantized) {
         ep->mult = mm->mult + bi * mm->m_bs;
         ep->mult_rs = mm->m_rs; ep->mult_cs = mm->m_cs;
@@ -401,6 +458,9 @@ int ql_matmul_run(const ql_matmul *mm) {
     memset(&x, 0, sizeof x);
     x.mm = mm;
     x.kp = ql_round_k(k, mm->K);
+    x.stream = !mm->quantized &&
+               (double)mm->batches * mm->M * mm->N * sizeof(int32_t) >=
+                   (double)__atomic_load_n(&ql_gemm_stream_bytes, __ATOMIC_RELAXED);
     size_t es = k->form == QL_FORM_I16 ? 2 : 1;
     x.ldl = ((size_t)x.kp * es + 15) & ~(size_t)15;
     if (x.ldl == 0) x.ldl = 16;

@@ -238,7 +238,7 @@ static void amx_epilogue(const ql_epilogue *ep, const int32_t *C, const int32_t 
         ql_isa_avx512vnni.epilogue(ep, C, AMX_NR, colsum, i0, j0, rows, cols);
         return;
     }
-    const int quantized = ep->quantized, is_signed = ep->out_is_signed;
+    const int quantized = ep->quantized, is_signed = ep->out_is_signed, stream = ep->stream;
     const int32_t *row_bias = ep->row_bias, *row_a = ep->row_a, *row_z = ep->row_z, *col_z = ep->col_z;
     const ptrdiff_t row_s = ep->row_s, col_z_s = ep->col_z_s, out_rs = ep->out_rs;
     const float *mult = ep->mult;
@@ -285,6 +285,12 @@ static void amx_epilogue(const ql_epilogue *ep, const int32_t *C, const int32_t 
         a1 = _mm512_add_epi32(a1, rcv);
         if (!quantized) {
             int32_t *o = (int32_t *)ep->out + i * out_rs + j0;
+            if (stream && cols == AMX_NR && !((uintptr_t)o & 63)) {
+                /* two whole lines (ql_epilogue.stream: the driver fences) */
+                _mm512_stream_si512((void *)o, a0);
+                _mm512_stream_si512((void *)(o + 16), a1);
+                continue;
+            }
             _mm512_mask_storeu_epi32(o, k0, a0);
             _mm512_mask_storeu_epi32(o + 16, k1, a1);
             continue;
@@ -329,9 +335,10 @@ static void amx_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp
 
 static const ql_gemm_kernel k_amx = {
     .name = "amx-u8s8", .mr = AMX_MR, .nr = AMX_NR, .kpack = 4, .kalign = 64, .form = QL_FORM_U8S8,
-    .kernel = amx_u8s8, .kernel_ep = amx_u8s8_ep, .pack_L = ql_pack_L_avx2, .pack_R = ql_pack_R_panel_avx2,
+    .kernel = amx_u8s8, .kernel_ep = amx_u8s8_ep, .pack_L = ql_pack_L_avx2, .pack_R = ql_pack_R_panel_vnni,
     .grouped_b_t9 = ql_grouped_b_t9_avx2, .task_begin = amx_task_begin,
     .task_end = amx_task_end,
+    .pack_R_pairs = 1,
 };
 
 /* ---------------------------------------------------------------------------------------

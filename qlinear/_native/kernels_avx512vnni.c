@@ -78,10 +78,102 @@ static void avx512vnni_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel,
     }
 }
 
+/* The U8S8 R-panel packer of the VNNI levels' 32-column panels (avx512vnni, amx): AVX2's
+ * 32-column ymm loop (ql_pack_R_panel_avx2: rows k..k+3 unpacked into 4-byte column groups,
+ * vperm2i128 gathering each 16-column group), with the column sums by one vpdpbusd(1, v) per
+ * 8 columns instead of vpmaddubsw + vpmaddwd + vpaddd: 1 * s8 products, four summed per
+ * column and added in wrap32 (never vpdpbusds), the same sums. int8 b needs no flip (u8 b:
+ * ^ 0x80 gives its s8 form), and the main loop runs whole k-groups without the per-row K
+ * test. Anything else (narrow panels, strided b or zero points) goes to AVX2's packer. */
+#ifndef QL_SIMDE
+void ql_pack_R_panel_vnni(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs, int K, int ncols,
+                          const int32_t *zp, ptrdiff_t zp_s, int form, int nr, void *dst, int kp,
+                          int32_t *colsums) {
+    const int pair = ncols == 2 * nr;   /* two panels (ql_gemm_kernel.pack_R_pairs) */
+    const int fast = form == QL_FORM_U8S8 && cs == 1 && nr == 32 && (zp_s == 0 || zp_s == 1);
+    if (pair && !fast) {   /* one panel at a time */
+        ql_pack_R_panel_vnni(src, type, ks, cs, K, nr, zp, zp_s, form, nr, dst, kp, colsums);
+        ql_pack_R_panel_vnni((const char *)src + nr * cs, type, ks, cs, K, nr, zp ? zp + nr * zp_s : NULL,
+                             zp_s, form, nr, (char *)dst + (size_t)kp * nr * (form == QL_FORM_I16 ? 2 : 1), kp,
+                             colsums ? colsums + nr : NULL);
+        return;
+    }
+    if (!fast || (ncols != 32 && !pair)) {
+        ql_pack_R_panel_avx2(src, type, ks, cs, K, ncols, zp, zp_s, form, nr, dst, kp, colsums);
+        return;
+    }
+    const uint8_t *s = (const uint8_t *)src;
+    const __m256i fv = _mm256_set1_epi8((char)(type == QL_U8 ? 0x80 : 0)), one8 = _mm256_set1_epi8(1);
+    __m256i sum[8];
+    for (int t = 0; t < 8; t++) sum[t] = _mm256_setzero_si256();
+    int8_t *d0 = (int8_t *)dst, *d1 = d0 + (size_t)kp * 32;
+    const int kfull = K / 4 * 4;
+    /* rows k..k+3, columns c..c+31 into the panel at d, sums into sum[h..h+3] */
+#define PACK_STEP(LOAD, c, d, h)                                                                   \
+    {                                                                                              \
+        __m256i r[4];                                                                              \
+        for (int t = 0; t < 4; t++) r[t] = LOAD(c);                                                \
+        __m256i a01lo = _mm256_unpacklo_epi8(r[0], r[1]), a01hi = _mm256_unpackhi_epi8(r[0], r[1]); \
+        __m256i a23lo = _mm256_unpacklo_epi8(r[2], r[3]), a23hi = _mm256_unpackhi_epi8(r[2], r[3]); \
+        __m256i q0 = _mm256_unpacklo_epi16(a01lo, a23lo), q1 = _mm256_unpackhi_epi16(a01lo, a23lo); \
+        __m256i q2 = _mm256_unpacklo_epi16(a01hi, a23hi), q3 = _mm256_unpackhi_epi16(a01hi, a23hi); \
+        __m256i o[4] = {_mm256_permute2x128_si256(q0, q1, 0x20), _mm256_permute2x128_si256(q2, q3, 0x20), \
+                        _mm256_permute2x128_si256(q0, q1, 0x31), _mm256_permute2x128_si256(q2, q3, 0x31)}; \
+        int8_t *out = (d) + (ptrdiff_t)(k / 4) * 128;                                              \
+        for (int t = 0; t < 4; t++) {                                                              \
+            _mm256_storeu_si256((__m256i *)(out + 32 * t), o[t]);                                  \
+            sum[(h) + t] = _mm256_dpbusd_epi32(sum[(h) + t], one8, o[t]);                          \
+        }                                                                                          \
+    }
+#define LD_U8(c) _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(s + (ptrdiff_t)(k + t) * ks + (c))), fv)
+#define LD_I8(c) _mm256_loadu_si256((const __m256i *)(s + (ptrdiff_t)(k + t) * ks + (c)))
+#define LD_TAIL(c) (k + t < K ? LD_U8(c) : _mm256_setzero_si256())
+    int k = 0;
+    if (pair) {
+        /* each row's 64 bytes (a whole line when aligned) read at one k step */
+        if (type == QL_U8) {
+            for (; k < kfull; k += 4) { PACK_STEP(LD_U8, 0, d0, 0) PACK_STEP(LD_U8, 32, d1, 4) }
+        } else {
+            for (; k < kfull; k += 4) { PACK_STEP(LD_I8, 0, d0, 0) PACK_STEP(LD_I8, 32, d1, 4) }
+        }
+        for (; k < kp; k += 4) { PACK_STEP(LD_TAIL, 0, d0, 0) PACK_STEP(LD_TAIL, 32, d1, 4) }
+    } else {
+        if (type == QL_U8) {
+            for (; k < kfull; k += 4) PACK_STEP(LD_U8, 0, d0, 0)
+        } else {
+            for (; k < kfull; k += 4) PACK_STEP(LD_I8, 0, d0, 0)
+        }
+        /* the last partial k-group and K's padding: zero rows */
+        for (; k < kp; k += 4) PACK_STEP(LD_TAIL, 0, d0, 0)
+    }
+#undef PACK_STEP
+#undef LD_U8
+#undef LD_I8
+#undef LD_TAIL
+    if (colsums)
+        for (int t = 0; t < (pair ? 8 : 4); t++) _mm256_storeu_si256((__m256i *)(colsums + 8 * t), sum[t]);
+}
+#else
+/* emulated builds (scripts/emulated_isa.sh): AVX2's packer, the same bytes and sums */
+void ql_pack_R_panel_vnni(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs, int K, int ncols,
+                          const int32_t *zp, ptrdiff_t zp_s, int form, int nr, void *dst, int kp,
+                          int32_t *colsums) {
+    if (ncols == 2 * nr) {   /* a pair (pack_R_pairs): two panels, the same bytes and sums */
+        ql_pack_R_panel_avx2(src, type, ks, cs, K, nr, zp, zp_s, form, nr, dst, kp, colsums);
+        ql_pack_R_panel_avx2((const char *)src + nr * cs, type, ks, cs, K, nr, zp ? zp + nr * zp_s : NULL,
+                             zp_s, form, nr, (char *)dst + (size_t)kp * nr * (form == QL_FORM_I16 ? 2 : 1), kp,
+                             colsums ? colsums + nr : NULL);
+        return;
+    }
+    ql_pack_R_panel_avx2(src, type, ks, cs, K, ncols, zp, zp_s, form, nr, dst, kp, colsums);
+}
+#endif
+
 static const ql_gemm_kernel k_avx512vnni = {
     .name = "avx512vnni-u8s8", .mr = Z_MR, .nr = 32, .kpack = 4, .form = QL_FORM_U8S8,
-    .kernel = avx512vnni_u8s8, .pack_L = ql_pack_L_avx2, .pack_R = ql_pack_R_panel_avx2,
+    .kernel = avx512vnni_u8s8, .pack_L = ql_pack_L_avx2, .pack_R = ql_pack_R_panel_vnni,
     .kernel_ep = avx512vnni_u8s8_ep, .grouped_b_t9 = ql_grouped_b_t9_avx2,
+    .pack_R_pairs = 1,
 };
 
 /* ---------------------------------------------------------------------------------------

@@ -1204,8 +1204,27 @@ static PyObject *m_gemm_fused_count(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(__atomic_load_n(&ql_gemm_fused_calls, __ATOMIC_RELAXED));
 }
 
+/* gemm_stream(bytes=-1) -> (threshold before, GEMM tasks streamed so far): tests lower the
+ * int32-output size from which MatMulInteger streams its output (gemm.c), and read the count */
+static PyObject *m_gemm_stream(PyObject *self, PyObject *args) {
+    (void)self;
+    long long bytes = -1;
+    if (!PyArg_ParseTuple(args, "|L", &bytes)) return NULL;
+    long long before = __atomic_load_n(&ql_gemm_stream_bytes, __ATOMIC_RELAXED);
+    if (bytes >= 0) __atomic_store_n(&ql_gemm_stream_bytes, bytes, __ATOMIC_RELAXED);
+    return Py_BuildValue("LL", before, __atomic_load_n(&ql_gemm_stream_tasks, __ATOMIC_RELAXED));
+}
+
+/* gemm_pair_count() -> panel pairs packed in one pass by plain matmuls' per-call packers */
+static PyObject *m_gemm_pair_count(PyObject *self, PyObject *args) {
+    (void)self; (void)args;
+    return PyLong_FromLongLong(__atomic_load_n(&ql_gemm_pair_packs, __ATOMIC_RELAXED));
+}
+
 static PyMethodDef methods[] = {
     {"amx_foreign_tiles", m_amx_foreign_tiles, METH_VARARGS, "Tests: load other AMX tile shapes on this thread."},
+    {"gemm_stream", m_gemm_stream, METH_VARARGS, "Tests: (threshold, tasks streamed); sets the int32-output bytes from which MatMulInteger streams its output."},
+    {"gemm_pair_count", m_gemm_pair_count, METH_NOARGS, "Panel pairs packed in one pass by plain matmuls (pack_R_pairs)."},
     {"gemm_fused_count", m_gemm_fused_count, METH_NOARGS, "GEMMs whose tiles ran on the kernel's fused epilogue (kernel_ep)."},
     {"conv_in_task_packs", m_conv_in_task_packs, METH_NOARGS, "Plain convolutions whose weights were packed inside the implicit GEMM's tasks."},
     {"tail_counts", m_tail_counts, METH_NOARGS, "Implicit tiles, packed panels and implicit dot-kernel tiles that ran a narrow tail kernel."},

@@ -167,6 +167,12 @@ typedef struct ql_gemm_kernel {
      * consecutive full tiles of one image where the whole K runs at once. */
     void (*ikernel2_ep)(const void *L, ptrdiff_t ldl_bytes, const char *base, const ptrdiff_t *off, int groups,
                         const struct ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows);
+    /* 1: pack_R also takes ncols = 2 * nr (two whole panels of contiguous columns, from a
+     * per-call packer in the GEMM driver): the second panel written at dst +
+     * ql_panel_bytes(kp), colsums for all 2 * nr columns. Each row's 2 * nr bytes are then
+     * read at once (whole cache lines for nr = 32 bytes of int8 b) instead of half a line per
+     * panel, the other half read again for the next panel. */
+    int pack_R_pairs;
 } ql_gemm_kernel;
 
 /* ---------------------------------------------------------------------------------------
@@ -184,6 +190,11 @@ typedef struct ql_epilogue {
      * colsum is passed per tile (it belongs to the packed R panel). Strides 0 = broadcast. */
     const int32_t *row_a; const int32_t *row_z; ptrdiff_t row_s;
     const int32_t *col_z; ptrdiff_t col_z_s;
+    /* int32 output only: 1 = whole 64-byte-aligned lines of the output may be written with
+     * non-temporal stores (the SIMD epilogues; the scalar one ignores it). Set once per call
+     * by the matmul driver (gemm.c: ql_gemm_stream_bytes); ql_gemm fences (sfence) at the end
+     * of each task that ran with it. Zero everywhere else (conv.c memsets its epilogues). */
+    int stream;
 } ql_epilogue;
 
 /* Whether the SIMD epilogues take the problem: contiguous output rows, multipliers per row
@@ -322,6 +333,10 @@ void ql_pack_L_avx2(const void *src, int type, ptrdiff_t rs, ptrdiff_t ks, int r
 void ql_pack_R_panel_avx2(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs, int K, int ncols,
                           const int32_t *zp, ptrdiff_t zp_s, int form, int nr, void *dst, int kp,
                           int32_t *colsums);
+/* the VNNI levels' U8S8 panel packer (kernels_avx512vnni.c: avx512vnni-u8s8, amx-u8s8) */
+void ql_pack_R_panel_vnni(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs, int K, int ncols,
+                          const int32_t *zp, ptrdiff_t zp_s, int form, int nr, void *dst, int kp,
+                          int32_t *colsums);
 /* depthwise row kernels (conv_avx2.c; portable one in conv.c) */
 void ql_dw_rows_avx2(const int16_t *const *rows, const int16_t *w, int npairs, int32_t *acc,
                      int nblocks, int accumulate);
@@ -363,6 +378,8 @@ typedef struct ql_gemm_problem {
     int allow_fused;                            /* 1: the kernel's kernel_ep may replace kernel +
                                                    `epilogue` (which must be the level's own) */
     int threads;                                /* max threads for this call (<= pool size) */
+    int pack_R_pairs;                           /* 1: pack_R also takes ncols = 2 * nr (two
+                                                   whole panels, as ql_gemm_kernel.pack_R_pairs) */
 } ql_gemm_problem;
 
 /* Tiles that ran a narrow tail kernel so far, [0] implicit-GEMM tiles (conv.c), [1] packed
@@ -374,6 +391,15 @@ static inline void ql_tail_count(int which) { __atomic_add_fetch(&ql_tail_calls[
  * far: a diagnostic the tests read to prove the fused path ran on each level (one relaxed add
  * per ql_gemm call) */
 extern long long ql_gemm_fused_calls;
+/* MatMulInteger outputs (int32, all batch entries) of at least this many bytes are written
+ * with non-temporal stores (ql_epilogue.stream; gemm.c says why 32 MiB); tests lower it to
+ * reach the path with small products. ql_gemm_stream_tasks counts GEMM tasks that ran with it
+ * (one relaxed add per task): the tests' proof that the path ran. */
+extern long long ql_gemm_stream_bytes;
+extern long long ql_gemm_stream_tasks;
+/* Panel pairs packed by per-call packers (pack_R_pairs) so far: the tests' proof that the
+ * paired packing ran (one relaxed add per pair) */
+extern long long ql_gemm_pair_packs;
 
 /* Runs the problem (threads from the pool). Returns 0, or -1 when scratch cannot be allocated. */
 int ql_gemm(const ql_gemm_problem *p);

@@ -321,6 +321,12 @@ ql_tile_epilogue16_avx2(__m256i (*out)[2], const ql_epilogue *ep, const int32_t 
     if (!ep->quantized) {
         int32_t *o = (int32_t *)ep->out + (ptrdiff_t)i0 * out_rs + j0;
         for (int r = 0; r < rows; r++) {
+            if (ep->stream && !((uintptr_t)(o + r * out_rs) & 63)) {
+                /* one whole line (ql_epilogue.stream: the driver fences) */
+                _mm256_stream_si256((__m256i *)(o + r * out_rs), out[r][0]);
+                _mm256_stream_si256((__m256i *)(o + r * out_rs + 8), out[r][1]);
+                continue;
+            }
             _mm256_storeu_si256((__m256i *)(o + r * out_rs), out[r][0]);
             _mm256_storeu_si256((__m256i *)(o + r * out_rs + 8), out[r][1]);
         }
