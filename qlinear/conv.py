@@ -86,7 +86,8 @@ class _ConvWeights:
         op = self.op
         x = v.integer_tensor(op, "x", x)
         zkey = ("absent",) if x_zero_point is None else v.param_key(x_zero_point)
-        key = None if zkey is None else (x.shape, x.dtype, zkey)
+        # the size limit in the key: a lowered one checks a shape seen before again
+        key = None if zkey is None else (x.shape, x.dtype, zkey, v.max_output_bytes())
         known = self._inputs.get(key)
         if known is None:
             check_conv_shapes(op, x.shape, self.w_shape, self.attributes.group)

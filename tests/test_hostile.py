@@ -83,6 +83,32 @@ def test_conv_output_above_limit_is_named_before_allocating(attrs, shape):
         qlinear.qlinear_conv(X44, F32(1), U8(0), W11, F32(1), I8(0), F32(1), U8(0), **attrs)
 
 
+@pytest.mark.parametrize("engine_level", [None, "numpy"], indirect=True)
+def test_lowered_limit_applies_to_shapes_seen_before(output_limit, engine_level):
+    """A prepared form that has run an input shape (its validation remembered, its repeat path
+    armed) checks that shape again after the limit is lowered below the output's size: the
+    prepared QLinearConv / ConvInteger once kept answering (found by the whole-model work,
+    24 November), the matmuls already refused."""
+    w = rand_int(np.random.default_rng(1), I8, (8, 4, 3, 3))
+    x = np.ones((1, 4, 16, 16), U8)
+    a, b = np.ones((16, 64), U8), np.ones((64, 64), I8)
+    forms = [
+        ("qlinear_conv", qlinear.prepare_qlinear_conv(w, F32(0.1), I8(0), None, pads=[1] * 4),
+         lambda p: p.run(x, F32(0.1), U8(0), F32(1), U8(0))),
+        ("conv_integer", qlinear.prepare_conv_integer(w, I8(0), pads=[1] * 4), lambda p: p.run(x, U8(0))),
+        ("qlinear_matmul", qlinear.prepare_qlinear_matmul(b, F32(0.1), I8(0)),
+         lambda p: p.run(a, F32(0.1), U8(0), F32(1), U8(0))),
+        ("matmul_integer", qlinear.prepare_matmul_integer(b, I8(0)), lambda p: p.run(a, U8(0))),
+    ]
+    for op, p, call in forms:
+        qlinear.set_max_output_bytes(1 << 30)
+        call(p)
+        call(p)
+        qlinear.set_max_output_bytes(1500)   # above the weights' copies, below every output
+        with raises(ValueError, op, "output", "set_max_output_bytes"):
+            call(p)
+
+
 def test_conv_huge_strides_have_one_output():
     w = rand_int(np.random.default_rng(0), I8, (2, 1, 3, 3))
     for attrs in (dict(strides=[2**62] * 2), dict(strides=[2**63 - 1] * 2, pads=[1] * 4)):
