@@ -1,7 +1,8 @@
 /* AMX-INT8 kernels (Intel Advanced Matrix Extensions: tile registers and tdpbusd): the U8S8
- * GEMM, exact for every operand. Every other kernel of this level (the convolutions'
- * implicit GEMM, depthwise, the epilogue, Quantize/Dequantize) is AVX-512 VNNI's or AVX2's:
- * a CPU with AMX-INT8 has both.
+ * GEMM, exact for every operand, and the convolutions' S8U8 implicit GEMM (amx-s8u8, below)
+ * for layers whose channels per group are a multiple of 64. Every other kernel of this level
+ * (the other convolutions' implicit GEMM, depthwise, the epilogue, Quantize/Dequantize) is
+ * AVX-512 VNNI's or AVX2's: a CPU with AMX-INT8 has both.
  *
  * Arithmetic: tdpbusd tC, tA, tB adds, for each C element, 4 products zext(a) * sext(b) of
  * one dword of A and one of B per k-group to the int32 accumulator, with wraparound (Intel
