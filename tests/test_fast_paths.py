@@ -77,15 +77,19 @@ def _model_names() -> list[str]:
     return sorted(p.stem for p in Path(MODELS).glob("*.onnx"))
 
 
-@pytest.mark.parametrize("name", _model_names() or ["(none)"])
-def test_real_model_short_paths_bit_identical(name):
+def _model_and_feeds(name):
+    """Shared model ``name`` and two inputs for it (seeds 0 and 1); skips where the models are absent."""
     if MODELS is None:
         pytest.skip("shared/models is absent")
     model = onnx.load(str(Path(MODELS) / f"{name}.onnx"))
     if name.startswith("tiny_gpt2"):
-        feeds = [_gpt2_inputs(s) for s in (0, 1)]
-    else:
-        feeds = [random_inputs(model, seed=s, shapes=SHAPES.get(name)) for s in (0, 1)]
+        return model, [_gpt2_inputs(s) for s in (0, 1)]
+    return model, [random_inputs(model, seed=s, shapes=SHAPES.get(name)) for s in (0, 1)]
+
+
+@pytest.mark.parametrize("name", _model_names() or ["(none)"])
+def test_real_model_short_paths_bit_identical(name):
+    model, feeds = _model_and_feeds(name)
     fast, slow = backend.prepare(model), _slow(backend.prepare(model))
     want = [slow.run(f) for f in feeds]
     for f, w in zip(feeds + feeds, want + want):  # the second round: short paths everywhere
@@ -591,13 +595,7 @@ def _counting(rep) -> list[int]:
 def test_real_model_bound_short_paths_bit_identical(name):
     """Every shared model, three rounds of two inputs: the bound short paths are taken and give
     the full paths' bytes."""
-    if MODELS is None:
-        pytest.skip("shared/models is absent")
-    model = onnx.load(str(Path(MODELS) / f"{name}.onnx"))
-    if name.startswith("tiny_gpt2"):
-        feeds = [_gpt2_inputs(s) for s in (0, 1)]
-    else:
-        feeds = [random_inputs(model, seed=s, shapes=SHAPES.get(name)) for s in (0, 1)]
+    model, feeds = _model_and_feeds(name)
     fast, slow = backend.prepare(model), _slow(backend.prepare(model))
     want = [slow.run(f) for f in feeds]
     for f, w in zip(feeds * 2, want * 2):
