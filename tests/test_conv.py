@@ -2057,3 +2057,35 @@ def test_amx_conv_tiles(case, engine_level):
             assert tiles1[1] > tiles0[1], "tile pairs"
         if cg * taps >= 4096:   # K blocks: the tiles' sums added, the level's epilogue after
             assert tiles1[1] == tiles0[1]
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_amx_conv_tiles_random_geometry(seed, engine_level):
+    """amx-s8u8 on seeded random 1-3-D geometry (kernels 1-3, strides 1-3, dilations 1-2, pads,
+    every auto_pad), 64 or 128 channels per group, 1 or 2 groups, batch 1-3, output channels 1-40
+    per group, every type combination in turn, full-range centered weights and activations,
+    against the oracle; that the kernel ran (conv_tile_counts)."""
+    from qlinear import _native
+    level = _native._C.get_isa() if engine_level not in (None, "numpy") and _native.native() else None
+    if level != "amx":
+        pytest.skip(f"amx's own kernel (this run: {engine_level}); runs natively on AMX-INT8 CPUs and "
+                    "under scripts/emulated_isa.sh")
+    rng = np.random.default_rng([seed, 92])
+    nsp = 1 + seed % 3
+    auto_pad = AUTO_PADS[seed % 4]
+    size, kernel, strides, dilations, pads = random_geometry(rng, nsp, auto_pad, max_size=12 if nsp < 3 else 6)
+    group = 1 + seed % 2
+    cg = 64 * int(rng.integers(1, 2, endpoint=True))
+    m = group * int(rng.integers(1, 40, endpoint=True))
+    xdt, wdt, ydt = ALL_8BIT_COMBOS[seed % len(ALL_8BIT_COMBOS)]
+    x = rand_int(rng, xdt, (int(rng.integers(1, 3, endpoint=True)), cg * group, *size))
+    x.flat[::7] = np.iinfo(xdt).min
+    x.flat[3::11] = np.iinfo(xdt).max
+    w, wz = _int8_weights_with_edges(rng, wdt, (m, cg, *kernel), 20 if seed % 2 else 0)
+    kwargs = dict(auto_pad=auto_pad, kernel_shape=kernel, strides=strides, dilations=dilations, group=group)
+    if pads is not None:
+        kwargs["pads"] = pads
+    before = _native._C.conv_tile_counts()
+    check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), kwargs)
+    check_convint([x, w, rand_int(rng, xdt, ()), wz], kwargs)
+    assert _native._C.conv_tile_counts()[0] - before[0] == 2
