@@ -2063,8 +2063,8 @@ def test_amx_conv_tiles(case, engine_level):
 def test_amx_conv_tiles_random_geometry(seed, engine_level):
     """amx-s8u8 on seeded random 1-3-D geometry (kernels 1-3, strides 1-3, dilations 1-2, pads,
     every auto_pad), 64 or 128 channels per group, 1 or 2 groups, batch 1-3, output channels 1-40
-    per group, every type combination in turn, full-range centered weights and activations,
-    against the oracle; that the kernel ran (conv_tile_counts)."""
+    per group, every type combination in turn, full-range centered weights and activations, on
+    1, 2 and 3 threads in turn, against the oracle; that the kernel ran (conv_tile_counts)."""
     from qlinear import _native
     level = _native._C.get_isa() if engine_level not in (None, "numpy") and _native.native() else None
     if level != "amx":
@@ -2086,6 +2086,8 @@ def test_amx_conv_tiles_random_geometry(seed, engine_level):
     if pads is not None:
         kwargs["pads"] = pads
     before = _native._C.conv_tile_counts()
-    check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), kwargs)
-    check_convint([x, w, rand_int(rng, xdt, ()), wz], kwargs)
+    # 1, 2 and 3 threads in turn: the tasks' tile blocks of whole pairs (ig_tile_blocks) differ
+    with num_threads(1 + seed % 3):
+        check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), kwargs)
+        check_convint([x, w, rand_int(rng, xdt, ()), wz], kwargs)
     assert _native._C.conv_tile_counts()[0] - before[0] == 2
