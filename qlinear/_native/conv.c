@@ -451,7 +451,8 @@ static void grouped_b(const uint8_t *s, int64_t cg, int64_t taps, uint8_t fx, ui
  * (4 bytes: block b at tap t) goes to word (b / ch * taps + t) * ch + b % ch. Chunk q's words
  * span [q ch taps, (q + 1) ch taps) in both orders, so each chunk is a ch x taps transpose of
  * words in place, through a buffer of CHUNK_WORDS; longer chunks (kernels of more than 64
- * taps) are written straight from the source row s instead (byte (4 (q ch + j) + r) taps + t,
+ * taps: rare, so grouped_b's row is simply overwritten) are written straight from the source
+ * row s instead (byte (4 (q ch + j) + r) taps + t,
  * minus the zero point z, as grouped_b's S8U8 bytes). */
 #define CHUNK_WORDS 1024
 static void chunk_row(const uint8_t *s, int64_t cg, int64_t taps, int64_t ch, uint8_t z, uint8_t *d)
@@ -493,12 +494,8 @@ static int pack_w_grouped(const ql_gemm_kernel *k, const void *w, int w_type, in
         } else if (k->form == QL_FORM_S8U8) {
             int32_t sum;
             if (s8u8_row(s, K, w_type, z, k->s8_bound, NULL, &sum)) return -1;
-            if (k->kchunk > 1 && k->kchunk * taps > CHUNK_WORDS) {
-                chunk_row(s, cg, taps, k->kchunk, (uint8_t)z, (uint8_t *)d);
-            } else {
-                grouped_b(s, cg, taps, 0, (uint8_t)z, 0, (uint8_t *)d, k->grouped_b_t9);
-                if (k->kchunk > 1) chunk_row(s, cg, taps, k->kchunk, (uint8_t)z, (uint8_t *)d);
-            }
+            grouped_b(s, cg, taps, 0, (uint8_t)z, 0, (uint8_t *)d, k->grouped_b_t9);
+            if (k->kchunk > 1) chunk_row(s, cg, taps, k->kchunk, (uint8_t)z, (uint8_t *)d);
             memset(d + Kw, 0, (size_t)(kp - Kw));
             row_a[i] = sum;   /* padding adds 0 */
             row_z[i] = 0;

@@ -196,6 +196,17 @@ static const ql_gemm_kernel k_avx512vnni = {
  * reloads); measured on an Intel Xeon (AVX-512 VNNI + AMX) in docs/engine.md.
  * ------------------------------------------------------------------------------------- */
 #define ZS_MR 16
+/* the 16 named accumulators of both tile bodies below, and their copy to out[] (the first 8
+ * for an 8-row tile) */
+#define ZS_ACC_DECL                                                                             \
+    __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0, \
+            c8 = c0, c9 = c0, c10 = c0, c11 = c0, c12 = c0, c13 = c0, c14 = c0, c15 = c0;
+#define ZS_ACC_OUT                                                                              \
+    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3; out[4] = c4; out[5] = c5; out[6] = c6; out[7] = c7; \
+    if (mr > 8) {                                                                               \
+        out[8] = c8; out[9] = c9; out[10] = c10; out[11] = c11;                                 \
+        out[12] = c12; out[13] = c13; out[14] = c14; out[15] = c15;                             \
+    }
 #define ZS_ROW(r)                                                                               \
     memcpy(&v, l[r] + 4 * (g), 4);                                                              \
     c##r = _mm512_dpbusd_epi32(c##r, b_, _mm512_set1_epi32(v));
@@ -218,14 +229,9 @@ z_s8u8_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off
     const char *l[ZS_MR];
     for (int r = 0; r < mr; r++)   /* missing tail rows re-read row 0; results dropped */
         l[r] = (const char *)L + (r < rows ? r : 0) * ldl;
-    __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
-            c8 = c0, c9 = c0, c10 = c0, c11 = c0, c12 = c0, c13 = c0, c14 = c0, c15 = c0;
+    ZS_ACC_DECL
     IK_GROUP_LOOP(ZS_GROUP)
-    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3; out[4] = c4; out[5] = c5; out[6] = c6; out[7] = c7;
-    if (mr > 8) {
-        out[8] = c8; out[9] = c9; out[10] = c10; out[11] = c11;
-        out[12] = c12; out[13] = c13; out[14] = c14; out[15] = c15;
-    }
+    ZS_ACC_OUT
 }
 #undef ZS_ROW
 #undef ZS_GROUP
@@ -269,14 +275,9 @@ z_s8u8_body_full(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t
     /* q8 only for 16 rows: an 8-row tile's L may end at row 8 */
     const char *q = (const char *)L, *q8 = mr > 8 ? q + 8 * ldl : q;
     const ptrdiff_t s1 = ldl, s3 = 3 * ldl, s5 = 5 * ldl, s7 = 7 * ldl;
-    __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
-            c8 = c0, c9 = c0, c10 = c0, c11 = c0, c12 = c0, c13 = c0, c14 = c0, c15 = c0;
+    ZS_ACC_DECL
     IK_GROUP_LOOP(ZS_GROUP_ASM)
-    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3; out[4] = c4; out[5] = c5; out[6] = c6; out[7] = c7;
-    if (mr > 8) {
-        out[8] = c8; out[9] = c9; out[10] = c10; out[11] = c11;
-        out[12] = c12; out[13] = c13; out[14] = c14; out[15] = c15;
-    }
+    ZS_ACC_OUT
 }
 #undef ZS_DP
 #undef ZS_ASM8
@@ -372,14 +373,7 @@ z_ik_epilogue(const __m512i *acc, const ql_epilogue *ep, const ql_ik_runs *rn, i
         __m512i a = _mm512_add_epi32(acc[r], _mm512_set1_epi32(row_bias ? row_bias[i0 + r] : 0));
         __m128i p8 = _mm512_cvtepi32_epi8(
             ql_requant16_avx512(a, _mm512_set1_ps(mult[(ptrdiff_t)(i0 + r) * mult_rs]), lo, hi, zp));
-        char *orow = o + r * out_rs;
-        if (whole) {
-            _mm_storeu_si128((__m128i *)(orow + rn->pix[0]), p8);
-            continue;
-        }
-        uint8_t t[QL_IK_NR];
-        _mm_storeu_si128((__m128i *)t, p8);
-        for (int k = 0; k < rn->n; k++) memcpy(orow + rn->pix[k], t + rn->col[k], (size_t)rn->len[k]);
+        ql_ik_store8(o + r * out_rs, p8, rn, whole);
     }
 #endif
 }

@@ -222,6 +222,20 @@ static void ql_dequantize_avx2(const void *x, int x_type, ptrdiff_t n, const flo
         }                                                                                       \
     }
 
+
+/* One tile row's 16 requantized bytes p8 to its output row orow, run by run (the implicit
+ * epilogues': AVX2's below, avx512vnni's z_ik_epilogue); whole (one run of the whole tile):
+ * one 16-byte store */
+static inline void ql_ik_store8(char *orow, __m128i p8, const ql_ik_runs *rn, int whole) {
+    if (whole) {
+        _mm_storeu_si128((__m128i *)(orow + rn->pix[0]), p8);
+        return;
+    }
+    uint8_t t[QL_IK_NR];
+    _mm_storeu_si128((__m128i *)t, p8);
+    for (int k = 0; k < rn->n; k++) memcpy(orow + rn->pix[k], t + rn->col[k], (size_t)rn->len[k]);
+}
+
 /* ---------------------------------------------------------------------------------------
  * Implicit-GEMM kernels' epilogue from the accumulators (ql_ikernel_ep_fn), AVX2 and the VNNI
  * levels' (avx512vnni hands it each zmm row as two ymm halves):
@@ -264,14 +278,7 @@ ql_ik_epilogue_avx2(__m256i (*out)[2], const ql_epilogue *ep, const ql_ik_runs *
         __m256i bias = _mm256_set1_epi32(row_bias ? row_bias[i0 + r] : 0);
         __m128i p8 = ql_pack16_avx2(ql_requant8_avx2(_mm256_add_epi32(out[r][0], bias), m, lo, hi, zp),
                                     ql_requant8_avx2(_mm256_add_epi32(out[r][1], bias), m, lo, hi, zp), is_signed);
-        char *orow = o + r * out_rs;
-        if (whole) {
-            _mm_storeu_si128((__m128i *)(orow + rn->pix[0]), p8);
-            continue;
-        }
-        uint8_t t[QL_IK_NR];
-        _mm_storeu_si128((__m128i *)t, p8);
-        for (int k = 0; k < rn->n; k++) memcpy(orow + rn->pix[k], t + rn->col[k], (size_t)rn->len[k]);
+        ql_ik_store8(o + r * out_rs, p8, rn, whole);
     }
 }
 
