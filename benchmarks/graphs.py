@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+import noamx  # noqa: F401  (first: --no-amx must precede both runtimes)
 import numpy as np
 
 import onnx
@@ -385,6 +386,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", type=Path, default=Path("/work/shared/models"))
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--no-amx", action="store_true", help=noamx.HELP)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--only", default=None)
     ap.add_argument("--blas-threads", type=int, default=None,

@@ -16,6 +16,7 @@ import argparse
 import os
 import time
 
+import noamx  # noqa: F401  (first: --no-amx must precede both runtimes)
 import numpy as np
 
 import qlinear
@@ -32,6 +33,7 @@ def main() -> None:
     p.add_argument("--wall", action="store_true", help="wall-clock time with --threads threads each")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--no-amx", action="store_true", help=noamx.HELP)
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--weight-bits", type=int, default=8, choices=(7, 8),
                    help="7: int8 weights in [-64, 64), where qlinear's 7-bit fast path applies")

@@ -20,6 +20,7 @@ import argparse
 import os
 import time
 
+import noamx  # noqa: F401  (first: --no-amx must precede both runtimes)
 import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
@@ -55,6 +56,7 @@ def main() -> None:
     p.add_argument("--wall", action="store_true", help="wall-clock time with --threads threads each")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--no-amx", action="store_true", help=noamx.HELP)
     args = p.parse_args()
     threads = args.threads if args.wall else 1
     clock = time.perf_counter if args.wall else time.thread_time

@@ -25,6 +25,7 @@ import os
 import sys
 import time
 
+import noamx  # noqa: F401  (first: --no-amx must precede both runtimes)
 import numpy as np
 
 import qlinear
@@ -45,6 +46,7 @@ EXTRA_CASES = [
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=15)
+    p.add_argument("--no-amx", action="store_true", help=noamx.HELP)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--cases", default="resnet50.*b8", help="comma-separated globs or substrings")
     args = p.parse_args()

@@ -56,6 +56,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import _noamx
+
 # ----------------------------------------------------------------------------------------
 # Case definitions
 # ----------------------------------------------------------------------------------------
@@ -842,7 +844,10 @@ def markdown_report(results: list[dict[str, Any]], summary: dict[str, Any],
                  f"{', '.join(machine.get('simd', []))}), {machine.get('threads_per_engine')} "
                  f"threads per engine; {_qlinear_version_text(machine)}, numpy "
                  f"{machine.get('numpy')}, onnxruntime {machine.get('onnxruntime')}, onnx "
-                 f"{machine.get('onnx')}. Median of at least {args.repeat} interleaved runs "
+                 f"{machine.get('onnx')}"
+                 + ("; AMX denied to both runtimes (--no-amx): their AVX-512 VNNI kernels"
+                    if machine.get("amx") else "")
+                 + f". Median of at least {args.repeat} interleaved runs "
                  "(more for fast cases). Load average (1 min) "
                  f"{_fmt((machine.get('load_average') or [None])[0], '.1f')} at the start, "
                  f"{_fmt((machine.get('load_average_end') or [None])[0], '.1f')} at the end "
@@ -1056,6 +1061,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip onnx.reference where one run is estimated above this "
                         "(default 8)")
     p.add_argument("--seed", type=int, default=0, help="random data seed, 0 or more (default 0)")
+    p.add_argument("--no-amx", action="store_true",
+                   help="run both runtimes as on a CPU without AMX (Linux x86-64): the process "
+                        "is denied AMX before either detects the CPU, so both pick their "
+                        "AVX-512 VNNI kernels, as on AMD Zen 4/5")
     p.add_argument("--json", action="store_true",
                    help="print the results (machine, summary, every case) as JSON on stdout "
                         "instead of the summary; the files are written as well")
@@ -1102,6 +1111,14 @@ def _main(argv: list[str] | None = None) -> int:
         raise BenchError("--reference-budget must be a positive number of seconds")
     if args.seed < 0:  # NumPy's seeds are non-negative (as run's and compare's --seed)
         raise BenchError(f"--seed {args.seed}: must be 0 or more")
+    if args.no_amx and os.environ.get(_noamx.ENV_MARK) != "1":
+        # The denial must precede both runtimes' CPU detection (qlinear's at import, which has
+        # happened in this process) and cannot be undone: run the bench in a child process.
+        why = _noamx.supported()
+        if why:
+            raise BenchError(f"--no-amx {why}")
+        argv = sys.argv[1:] if argv is None else list(argv)
+        return subprocess.call(_noamx.child_command("qlinear.bench", argv))
     try:
         import onnx  # noqa: F401
         import onnxruntime  # noqa: F401
@@ -1146,6 +1163,10 @@ def _main(argv: list[str] | None = None) -> int:
         raise BenchError(f"cannot import qlinear: {e}") from None
 
     machine = machine_description(args.threads)
+    if args.no_amx:  # this is the child: say so, and check that the denial holds
+        if not _noamx.amx_request_denied():
+            raise BenchError("--no-amx: the AMX permission request was not denied")
+        machine["amx"] = "denied to both runtimes (--no-amx)"
     machine["int8_peak"] = measure_peak(args.threads)
     peak = machine["int8_peak"].get("peak_gmacs")
     results: list[dict[str, Any]] = []
