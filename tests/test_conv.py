@@ -2091,3 +2091,50 @@ def test_amx_conv_tiles_random_geometry(seed, engine_level):
         check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), kwargs)
         check_convint([x, w, rand_int(rng, xdt, ()), wz], kwargs)
     assert _native._C.conv_tile_counts()[0] - before[0] == 2
+
+
+# (spatial, kernel, attrs, channels per group, group, batch): planes of at least two full
+# 16-column tiles, so that the implicit path's tasks pair them (ikernel2_ep)
+_VNNI_PAIR_CASES = [
+    ((9, 21), (3, 3), dict(pads=[1, 1, 1, 1]), 32, 1, 2),
+    ((14, 14), (3, 3), dict(pads=[1, 1, 1, 1]), 48, 1, 1),
+    ((13, 37), (3, 3), dict(pads=[0, 1, 0, 1]), 16, 1, 1),
+    ((11, 40), (3, 3), dict(dilations=[2, 3], pads=[2, 3, 2, 3]), 8, 2, 1),
+    ((67,), (3,), dict(pads=[1, 2]), 96, 1, 3),
+    ((4, 8, 9), (3, 3, 3), dict(pads=[1, 1, 1, 1, 1, 1]), 20, 1, 1),
+    ((12, 12), (1, 1), {}, 36, 1, 2),
+    ((7, 7), (3, 3), dict(pads=[1, 1, 1, 1]), 32, 1, 4),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_VNNI_PAIR_CASES)))
+def test_vnni_conv_tile_pairs(case, engine_level):
+    """avx512vnni-s8u8's tile pairs (ikernel2_ep: two adjacent 16-column tiles as 8 rows x 32
+    columns per pass, one weight broadcast for both tiles' vpdpbusd) against the oracle: output
+    channels 1-40 per group, so that row tiles of 16 and 8 rows take the pair body and others
+    (5, 12, ...) its single-tile fallback; all 8 type combinations, centered weights at both
+    ends -128 and 127 with differing per-channel zero points, full-range activations, 1, 2 and 3
+    threads; and that tasks ran pairs (conv_tile_counts). On amx these channel counts run the
+    same kernel (amx-s8u8's fallback: channels per group not a multiple of 64)."""
+    from qlinear import _native
+    level = _native._C.get_isa() if engine_level not in (None, "numpy") and _native.native() else None
+    if level not in ("avx512vnni", "amx"):
+        pytest.skip(f"avx512vnni-s8u8's tile pairs (this run: {engine_level}); run on AVX-512 VNNI "
+                    "CPUs and under scripts/emulated_isa.sh")
+    spatial, kernel, attrs, cg, group, n = _VNNI_PAIR_CASES[case]
+    taps = math.prod(kernel)
+    assert _native._C.conv_kernel_name(level, 2, cg * taps, taps) == "avx512vnni-s8u8"
+    rng = np.random.default_rng([case, 93])
+    kw = dict(attrs, group=group)
+    for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+        m = group * [16, 8, 5, 33, 12, 40, 1, 24][(r + case) % 8]
+        x = rand_int(rng, xdt, (n, cg * group, *spatial))
+        x.flat[::7] = np.iinfo(xdt).min
+        x.flat[3::11] = np.iinfo(xdt).max
+        w, wz = _int8_weights_with_edges(rng, wdt, (m, cg, *kernel), 20 if r % 2 else 0)
+        assert _conv_kind(w, wz, **kw) == 2
+        before = _native._C.conv_tile_counts()
+        with num_threads(1 + r % 3):
+            check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), kw)
+            check_convint([x, w, rand_int(rng, xdt, ()), wz], kw)
+        assert _native._C.conv_tile_counts()[1] > before[1], ("tile pairs", case, r)

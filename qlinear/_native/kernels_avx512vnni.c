@@ -20,13 +20,16 @@
 #endif
 #include <string.h>
 
-/* 8 rows x 32 columns: 16 zmm accumulators, 2 panel registers, 1 broadcast. The accumulators
- * are named variables, not an array: with `__m512i acc[8][2]` gcc 12 copied all 16 between
- * registers and spilled some to the stack on every k-group (81 vmovdqa64 beside 16 vpdpbusd in
- * the loop), which cost this kernel about a tenth of its speed against onnxruntime's on a CPU
- * without AMX (docs/engine.md). Row r's 4 bytes are the unsigned operand, so they cannot be
+/* 12 rows x 32 columns: 24 zmm accumulators, 2 panel registers, 1 broadcast (27 of 32). A
+ * k-group is 2 panel loads and 12 broadcast loads for 24 vpdpbusd; 12 rows rather than 8 cut
+ * the panel's loads per multiply-add by a third, measured 4-5 % faster on an Intel Xeon
+ * without AMX (--no-amx: 1024^3 1 thread 377 -> 395 GMAC/s, 128x768x3072 349 -> 356; the
+ * register-only vpdpbusd ceiling there is 489). The accumulators are named variables, not an
+ * array: with `__m512i acc[8][2]` gcc 12 copied all of them between registers and spilled some
+ * to the stack on every k-group (81 vmovdqa64 beside 16 vpdpbusd in the loop; 1024^3 313 ->
+ * 363 GMAC/s once named). Row r's 4 bytes are the unsigned operand, so they cannot be
  * vpdpbusd's embedded-broadcast source (that is the signed one): one vpbroadcastd load each. */
-#define Z_MR 8
+#define Z_MR 12
 #define ZU_ROW(r)                                                                               \
     {                                                                                           \
         int32_t v;                                                                              \
@@ -40,21 +43,26 @@ avx512vnni_u8s8_body(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp, i
     /* missing tail rows re-read row 0; their results are dropped */
 #define ZU_PTR(r) const char *l##r = (const char *)L + (r < rows ? r : 0) * ldl;
     ZU_PTR(0) ZU_PTR(1) ZU_PTR(2) ZU_PTR(3) ZU_PTR(4) ZU_PTR(5) ZU_PTR(6) ZU_PTR(7)
+    ZU_PTR(8) ZU_PTR(9) ZU_PTR(10) ZU_PTR(11)
 #undef ZU_PTR
     const char *R = (const char *)Rpanel;
     __m512i u0a = _mm512_setzero_si512(), u0b = u0a, u1a = u0a, u1b = u0a, u2a = u0a, u2b = u0a,
             u3a = u0a, u3b = u0a, u4a = u0a, u4b = u0a, u5a = u0a, u5b = u0a, u6a = u0a, u6b = u0a,
-            u7a = u0a, u7b = u0a;
+            u7a = u0a, u7b = u0a, u8a = u0a, u8b = u0a, u9a = u0a, u9b = u0a, u10a = u0a, u10b = u0a,
+            u11a = u0a, u11b = u0a;
     const ptrdiff_t groups = kp / 4;
     for (ptrdiff_t g = 0; g < groups; g++) {
         const __m512i b0 = _mm512_loadu_si512((const void *)(R + (size_t)g * 128));
         const __m512i b1 = _mm512_loadu_si512((const void *)(R + (size_t)g * 128 + 64));
         ZU_ROW(0) ZU_ROW(1) ZU_ROW(2) ZU_ROW(3) ZU_ROW(4) ZU_ROW(5) ZU_ROW(6) ZU_ROW(7)
+        ZU_ROW(8) ZU_ROW(9) ZU_ROW(10) ZU_ROW(11)
     }
     acc[0][0] = u0a; acc[0][1] = u0b; acc[1][0] = u1a; acc[1][1] = u1b;
     acc[2][0] = u2a; acc[2][1] = u2b; acc[3][0] = u3a; acc[3][1] = u3b;
     acc[4][0] = u4a; acc[4][1] = u4b; acc[5][0] = u5a; acc[5][1] = u5b;
     acc[6][0] = u6a; acc[6][1] = u6b; acc[7][0] = u7a; acc[7][1] = u7b;
+    acc[8][0] = u8a; acc[8][1] = u8b; acc[9][0] = u9a; acc[9][1] = u9b;
+    acc[10][0] = u10a; acc[10][1] = u10b; acc[11][0] = u11a; acc[11][1] = u11b;
 }
 #undef ZU_ROW
 
@@ -411,6 +419,72 @@ static void avx512vnni_s8u8_ik_ep(const void *L, ptrdiff_t ldl, const char *base
     z_ik_epilogue(acc, ep, rn, i0, rows);
 }
 
+/* Two adjacent tiles at once (ikernel2_ep; conv.c pairs a task's two full 16-column tiles of
+ * one image): 8 rows x 32 columns per pass, the second tile's operand 64 bytes after the
+ * first's. A k-group is then 2 operand loads and 8 weight broadcasts (vpbroadcastd into a
+ * register, each used by both tiles' vpdpbusd) for 16 vpdpbusd: 10 loads, against the single
+ * tile's 1 + 16 (one embedded broadcast per vpdpbusd) for the same 16, which is what bound the
+ * single tile on an AVX-512 VNNI CPU (2 loads and 2 vpdpbusd a cycle). Same operands and
+ * products as the single tile (vpdpbusd: u8-form operand unsigned, centered int8 weight
+ * signed, wrap32), so the same sums. Rows 0-7 then 8-15 of a 16-row tile; a tile of other
+ * row counts (a layer's last) runs the single-tile kernel on each tile. Rows are addressed as
+ * q + {0, 1, 2, 3, 4, 5, 6, 7} ldl through the strides s1, s3, s5, s7 (z_s8u8_body_full's
+ * scheme): no row pointers to spill. */
+#define ZP_ROW(r, addr)                                                                         \
+    {                                                                                           \
+        int32_t v;                                                                              \
+        memcpy(&v, addr, 4);                                                                    \
+        const __m512i w = _mm512_set1_epi32(v);                                                 \
+        p##r##a = _mm512_dpbusd_epi32(p##r##a, b0, w);                                          \
+        p##r##b = _mm512_dpbusd_epi32(p##r##b, b1, w);                                          \
+    }
+#define ZP_GROUP(src)                                                                           \
+    {                                                                                           \
+        const char *src_ = (src);                                                               \
+        const __m512i b0 = _mm512_loadu_si512((const void *)src_);                              \
+        const __m512i b1 = _mm512_loadu_si512((const void *)(src_ + 64));                       \
+        ZP_ROW(0, q) ZP_ROW(1, q + s1) ZP_ROW(2, q + 2 * s1) ZP_ROW(3, q + s3)                  \
+        ZP_ROW(4, q + 4 * s1) ZP_ROW(5, q + s5) ZP_ROW(6, q + 2 * s3) ZP_ROW(7, q + s7)         \
+        q += 4;                                                                                 \
+    }
+static inline __attribute__((always_inline)) void
+z_pair8(const char *q, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups, __m512i *t0,
+        __m512i *t1) {
+    const ptrdiff_t s1 = ldl, s3 = 3 * ldl, s5 = 5 * ldl, s7 = 7 * ldl;
+    __m512i p0a = _mm512_setzero_si512(), p0b = p0a, p1a = p0a, p1b = p0a, p2a = p0a, p2b = p0a,
+            p3a = p0a, p3b = p0a, p4a = p0a, p4b = p0a, p5a = p0a, p5b = p0a, p6a = p0a, p6b = p0a,
+            p7a = p0a, p7b = p0a;
+    const ptrdiff_t ng = groups;
+    ptrdiff_t g = 0;
+    for (; g < ng - IK_PREFETCH; g++) {
+        const char *pf = base + off[g + IK_PREFETCH];
+        _mm_prefetch(pf, _MM_HINT_T0);
+        _mm_prefetch(pf + 64, _MM_HINT_T0);
+        _mm_prefetch(pf + 127, _MM_HINT_T0);
+        ZP_GROUP(base + off[g])
+    }
+    for (; g < ng; g++) ZP_GROUP(base + off[g])
+    t0[0] = p0a; t0[1] = p1a; t0[2] = p2a; t0[3] = p3a; t0[4] = p4a; t0[5] = p5a; t0[6] = p6a; t0[7] = p7a;
+    t1[0] = p0b; t1[1] = p1b; t1[2] = p2b; t1[3] = p3b; t1[4] = p4b; t1[5] = p5b; t1[6] = p6b; t1[7] = p7b;
+}
+#undef ZP_ROW
+#undef ZP_GROUP
+
+static void avx512vnni_s8u8_ik2_ep(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off,
+                                   int groups, const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+    if (rows != 8 && rows != ZS_MR) {
+        avx512vnni_s8u8_ik_ep(L, ldl, base, off, groups, ep, &rn[0], i0, rows);
+        avx512vnni_s8u8_ik_ep(L, ldl, base + 64, off, groups, ep, &rn[1], i0, rows);
+        return;
+    }
+    for (int r0 = 0; r0 < rows; r0 += 8) {
+        __m512i t0[8], t1[8];
+        z_pair8((const char *)L + (ptrdiff_t)r0 * ldl, ldl, base, off, groups, t0, t1);
+        z_ik_epilogue(t0, ep, &rn[0], i0 + r0, 8);
+        z_ik_epilogue(t1, ep, &rn[1], i0 + r0, 8);
+    }
+}
+
 /* ---------------------------------------------------------------------------------------
  * Dot kernels (ql_dot_fn) for a last tile of at most QL_DOT_NR real columns (a 7x7 plane's
  * 49 = 3*16 + 1, 14x14's 196 = 12*16 + 4): C[r][c] = sum over k of L row r times gathered
@@ -529,6 +603,7 @@ static void avx512vnni_s8u8_dot_ep(const void *L, ptrdiff_t ldl, const void *X, 
 static const ql_gemm_kernel k_avx512vnni_s8u8 = {
     .name = "avx512vnni-s8u8", .mr = ZS_MR, .nr = 16, .kpack = 4, .form = QL_FORM_S8U8,
     .kernel = avx512vnni_s8u8, .ikernel = avx512vnni_s8u8_ik, .ikernel_ep = avx512vnni_s8u8_ik_ep,
+    .ikernel2_ep = avx512vnni_s8u8_ik2_ep,
     .dot = avx512vnni_s8u8_dot, .dot_ep = avx512vnni_s8u8_dot_ep,
     .s8_bound = 128,   /* vpdpbusd: any int8 weight (above) */
     .grouped_b_t9 = ql_grouped_b_t9_avx2,
