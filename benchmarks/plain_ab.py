@@ -20,6 +20,7 @@ import math
 import os
 import time
 
+import noamx  # noqa: F401  (first: --no-amx must precede both runtimes)
 import numpy as np
 
 import qlinear
@@ -50,6 +51,7 @@ def _call(fn_name: str, module, closure: dict, op: str):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=30)
+    p.add_argument("--no-amx", action="store_true", help=noamx.HELP)
     p.add_argument("--wall", action="store_true", help="wall-clock time with --threads threads each")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--weight-bits", type=int, default=8, choices=(7, 8))

@@ -207,13 +207,17 @@ static uint32_t sum_u8form(const uint8_t *s, int64_t n, uint8_t flip)
  * [zu - bound, zu + min(bound, 127)] (clamped to [0, 255]) and w - z = u - zu, so on x86 16
  * bytes a step: vpmaxub/vpminub clamp (a byte that moves is outside), vpsubb, vpsadbw for the
  * sum. (|sum| <= 128 K < 2^31: K is below 2^29, module.c.) */
-static int s8u8_row(const uint8_t *s, int64_t n, int w_type, int32_t z, int bound, int8_t *d, int32_t *sum)
+static int s8u8_row(const ql_gemm_kernel *k, const uint8_t *s, int64_t n, int w_type, int32_t z, int8_t *d,
+                    int32_t *sum)
 {
+    const int bound = k->s8_bound;
     int32_t flip = w_type == QL_I8 ? 128 : 0, zu = z + flip, up = bound < 127 ? bound : 127;
     int32_t lo = zu - bound < 0 ? 0 : zu - bound, hi = zu + up > 255 ? 255 : zu + up;
     uint32_t usum = 0;
     int bad = 0;
     int64_t j = 0;
+    if (k->s8u8_row_bulk)   /* the level's wider loop first */
+        j = k->s8u8_row_bulk(s, n, (uint8_t)flip, (uint8_t)lo, (uint8_t)hi, (uint8_t)zu, d, &usum, &bad);
 #if QL_X86
     const __m128i fv = _mm_set1_epi8((char)flip), lov = _mm_set1_epi8((char)lo), hiv = _mm_set1_epi8((char)hi),
                   zv = _mm_set1_epi8((char)zu), zero = _mm_setzero_si128();
@@ -224,8 +228,8 @@ static int s8u8_row(const uint8_t *s, int64_t n, int w_type, int32_t z, int boun
         acc = _mm_add_epi64(acc, _mm_sad_epu8(u, zero));
         if (d) _mm_storeu_si128((__m128i *)(d + j), _mm_sub_epi8(u, zv));
     }
-    bad = _mm_movemask_epi8(_mm_cmpeq_epi8(out, zero)) != 0xFFFF;
-    usum = (uint32_t)_mm_cvtsi128_si32(acc) + (uint32_t)_mm_cvtsi128_si32(_mm_unpackhi_epi64(acc, acc));
+    bad |= _mm_movemask_epi8(_mm_cmpeq_epi8(out, zero)) != 0xFFFF;
+    usum += (uint32_t)_mm_cvtsi128_si32(acc) + (uint32_t)_mm_cvtsi128_si32(_mm_unpackhi_epi64(acc, acc));
 #endif
     for (; j < n; j++) {
         int32_t u = (int32_t)(uint8_t)(s[j] ^ (uint8_t)flip);
@@ -265,7 +269,7 @@ static int pack_w_rows(const ql_gemm_kernel *k, const void *w0, int w_type, int 
             const uint8_t *src = (const uint8_t *)w0 + (size_t)(i - i0) * (size_t)K;
             int8_t *d = (int8_t *)dst + (size_t)i * (size_t)ldl;
             int32_t sum;
-            if (s8u8_row(src, K, w_type, wzp[i], k->s8_bound, d, &sum)) return -1;
+            if (s8u8_row(k, src, K, w_type, wzp[i], d, &sum)) return -1;
             for (int kk = K; kk < kp; kk++) d[kk] = 0;
             row_a[i] = sum;
             row_z[i] = 0;
@@ -493,7 +497,7 @@ static int pack_w_grouped(const ql_gemm_kernel *k, const void *w, int w_type, in
             memset(d + 2 * Kw, 0, (size_t)(kp - Kw) * 2);
         } else if (k->form == QL_FORM_S8U8) {
             int32_t sum;
-            if (s8u8_row(s, K, w_type, z, k->s8_bound, NULL, &sum)) return -1;
+            if (s8u8_row(k, s, K, w_type, z, NULL, &sum)) return -1;
             grouped_b(s, cg, taps, 0, (uint8_t)z, 0, (uint8_t *)d, k->grouped_b_t9);
             if (k->kchunk > 1) chunk_row(s, cg, taps, k->kchunk, (uint8_t)z, (uint8_t *)d);
             memset(d + Kw, 0, (size_t)(kp - Kw));
@@ -614,6 +618,7 @@ int ql_conv_pack_w_auto(const ql_isa *isa, const void *w, int w_type, int M, int
 
 typedef struct im2col_ctx {
     const ql_conv_plan *p;
+    const ql_gemm_kernel *kern;  /* the GEMM's kernel (its interleave4_bulk) */
     const uint8_t *xg;          /* image n, first channel of the group */
     int64_t pix0;               /* output pixel of column 0 of this GEMM call */
     int form, nr, kp, K;
@@ -793,9 +798,9 @@ static void pair_i16(const uint8_t *a, const uint8_t *b, int type, int32_t zx, i
 }
 
 /* Four raw rows into one [nr][4] group of a byte-form panel, each byte ^ flip. */
-static void interleave4(const uint8_t *const *src, uint8_t flip, uint8_t *dk, int nr)
+static void interleave4(const ql_gemm_kernel *k, const uint8_t *const *src, uint8_t flip, uint8_t *dk, int nr)
 {
-    int j = 0;
+    int j = k->interleave4_bulk ? k->interleave4_bulk(src, flip, dk, nr) : 0;   /* the level's wider loop */
 #if QL_X86
     const __m128i f = _mm_set1_epi8((char)flip);
     for (; j + 16 <= nr; j += 16) {
@@ -921,7 +926,7 @@ static void im2col_pack(void *vctx, int j0, int ncols, void *dst, int32_t *colsu
             if (kpk == 2) {
                 pair_i16(src[0], src[1], p->x_type, p->x_zp, (int16_t *)dst + (size_t)G * 2 * nr, nr);
             } else {
-                interleave4(src, c->flip, (uint8_t *)dst + (size_t)G * 4 * nr, nr);
+                interleave4(c->kern, src, c->flip, (uint8_t *)dst + (size_t)G * 4 * nr, nr);
                 if (sums)
                     for (int j = 0; j < nr; j++)
                         for (int q = 0; q < 4; q++) colsums[j] += (int8_t)(src[q][j] ^ c->flip);
@@ -958,7 +963,7 @@ static void im2col_pack(void *vctx, int j0, int ncols, void *dst, int32_t *colsu
                     src[q] = r[q];
                 }
             }
-            interleave4(src, c->flip, d + (size_t)k * nr, nr);   /* [k/4][nr][4] */
+            interleave4(c->kern, src, c->flip, d + (size_t)k * nr, nr);   /* [k/4][nr][4] */
             if (sums)   /* U8S8: per-pixel sums of the s8-form values (padding columns: 0) */
                 for (int j = 0; j < nr; j++)
                     for (int q = 0; q < 4; q++) colsums[j] += (int8_t)(src[q][j] ^ c->flip);
@@ -1252,7 +1257,7 @@ static void ig_phase_row(const ig_ctx *c, const uint8_t *raw, uint8_t *prow, int
         }
     }
     if (c->kpk == 2) pair_i16(rows[0], rows[1], c->p->x_type, c->p->x_zp, (int16_t *)drow, (int)c->Wr);
-    else interleave4(rows, c->flip, (uint8_t *)drow, (int)c->Wr);
+    else interleave4(c->kern, rows, c->flip, (uint8_t *)drow, (int)c->Wr);
 }
 
 /* Stride 2, both column phases of a channel block at once, in the kernel's operand form (the
@@ -1351,7 +1356,7 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
                 for (int q = 0; q < c->kpk; q++) rows[q] = c->xg + ((int64_t)b * c->kpk + q) * plane;
                 if (n16 > 0) {
                     if (c->kpk == 2) pair_i16(rows[0], rows[1], p->x_type, p->x_zp, (int16_t *)d0, (int)n16);
-                    else interleave4(rows, c->flip, (uint8_t *)d0, (int)n16);
+                    else interleave4(c->kern, rows, c->flip, (uint8_t *)d0, (int)n16);
                 }
                 if (n > n16) {
                     for (int q = 0; q < c->kpk; q++) {
@@ -1363,7 +1368,7 @@ static void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
                     }
                     char *d1 = d0 + 4 * (size_t)n16;
                     if (c->kpk == 2) pair_i16(rows[0], rows[1], p->x_type, p->x_zp, (int16_t *)d1, 16);
-                    else interleave4(rows, c->flip, (uint8_t *)d1, 16);
+                    else interleave4(c->kern, rows, c->flip, (uint8_t *)d1, 16);
                 }
                 i = bulk1 - 1;
                 ig_row_coords(c, i, ix);
@@ -2429,6 +2434,7 @@ static int conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_ker
     im2col_ctx c;
     memset(&c, 0, sizeof c);
     c.p = p;
+    c.kern = kern;
     c.form = kern->form;
     c.nr = kern->nr;
     c.kp = kp;

@@ -469,6 +469,54 @@ void ql_grouped_b_t9_avx2(const uint8_t *s, int64_t blocks, uint8_t fx, uint8_t 
     }
 }
 
+/* conv.c's s8u8_row, 32 bytes a step (ql_s8u8_row_bulk_fn): u = byte ^ flip; a byte that
+ * vpmaxub/vpminub to [lo, hi] moves is outside the bound (*bad); vpsadbw sums u (four 64-bit
+ * partial sums: at most 255 * n, far below 2^64); d = u - zu (8-bit wrap, the int8 w - z for
+ * a byte within the bound). Whole 32-byte blocks only. */
+int64_t ql_s8u8_row_bulk_avx2(const uint8_t *s, int64_t n, uint8_t flip, uint8_t lo, uint8_t hi, uint8_t zu,
+                              int8_t *d, uint32_t *usum, int *bad)
+{
+    const __m256i fv = _mm256_set1_epi8((char)flip), lov = _mm256_set1_epi8((char)lo),
+                  hiv = _mm256_set1_epi8((char)hi), zv = _mm256_set1_epi8((char)zu), zero = _mm256_setzero_si256();
+    __m256i acc = zero, out = zero;
+    int64_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(s + j)), fv);
+        out = _mm256_or_si256(out, _mm256_xor_si256(u, _mm256_min_epu8(_mm256_max_epu8(u, lov), hiv)));
+        acc = _mm256_add_epi64(acc, _mm256_sad_epu8(u, zero));
+        if (d) _mm256_storeu_si256((__m256i *)(d + j), _mm256_sub_epi8(u, zv));
+    }
+    *bad = !_mm256_testz_si256(out, out);
+    __m128i a = _mm_add_epi64(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+    *usum = (uint32_t)_mm_cvtsi128_si32(a) + (uint32_t)_mm_cvtsi128_si32(_mm_unpackhi_epi64(a, a));
+    return j;
+}
+
+/* conv.c's interleave4, 32 positions a step (ql_interleave4_bulk_fn): dk[4j + q] = src[q][j] ^
+ * flip. The byte and word unpacks work within 128-bit lanes, so lane 0 holds positions 0-15
+ * and lane 1 positions 16-31 in four 4-position groups each; vperm2i128 puts them in order. */
+int ql_interleave4_bulk_avx2(const uint8_t *const *src, uint8_t flip, uint8_t *dk, int nr)
+{
+    const __m256i f = _mm256_set1_epi8((char)flip);
+    int j = 0;
+    for (; j + 32 <= nr; j += 32) {
+        __m256i a = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(src[0] + j)), f);
+        __m256i b = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(src[1] + j)), f);
+        __m256i c = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(src[2] + j)), f);
+        __m256i e = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(src[3] + j)), f);
+        __m256i ab0 = _mm256_unpacklo_epi8(a, b), ab1 = _mm256_unpackhi_epi8(a, b);
+        __m256i ce0 = _mm256_unpacklo_epi8(c, e), ce1 = _mm256_unpackhi_epi8(c, e);
+        __m256i q0 = _mm256_unpacklo_epi16(ab0, ce0), q1 = _mm256_unpackhi_epi16(ab0, ce0);
+        __m256i q2 = _mm256_unpacklo_epi16(ab1, ce1), q3 = _mm256_unpackhi_epi16(ab1, ce1);
+        __m256i *o = (__m256i *)(dk + 4 * j);
+        _mm256_storeu_si256(o, _mm256_permute2x128_si256(q0, q1, 0x20));
+        _mm256_storeu_si256(o + 1, _mm256_permute2x128_si256(q2, q3, 0x20));
+        _mm256_storeu_si256(o + 2, _mm256_permute2x128_si256(q0, q1, 0x31));
+        _mm256_storeu_si256(o + 3, _mm256_permute2x128_si256(q2, q3, 0x31));
+    }
+    return j;
+}
+
 #pragma GCC pop_options
 #else
 typedef int ql_conv_avx2_empty;   /* ISO C: a translation unit is not empty */

@@ -522,7 +522,7 @@ static void avx2_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int k
                          const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols);
 static const ql_gemm_kernel k_avx2_u8s8 = {"avx2-u8s8", U8_MR, 16, 4, QL_FORM_U8S8, avx2_u8s8,
                                        ql_pack_L_avx2, ql_pack_R_panel_avx2, NULL, NULL, avx2_u8s8_ep, 8,
-                                       avx2_u8s8_t8, NULL, NULL, NULL, NULL, .grouped_b_t9 = ql_grouped_b_t9_avx2};
+                                       avx2_u8s8_t8, NULL, NULL, NULL, NULL, QL_BYTE_PACKERS_AVX2};
 
 /* conv fast path: L and R packed by conv.c (centered int8 weights, u8-form im2col panels) */
 static void avx2_s8u8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
@@ -530,7 +530,7 @@ static void avx2_s8u8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int k
 static const ql_gemm_kernel k_avx2_s8u8 = {"avx2-s8u8", U8_MR, 16, 4, QL_FORM_S8U8, avx2_s8u8, NULL, NULL,
                                            avx2_s8u8_ik, avx2_s8u8_ik_ep, avx2_s8u8_ep, 8, avx2_s8u8_t8, NULL, NULL,
                                            avx2_s8u8_dot, avx2_s8u8_dot_ep, .s8_bound = 64 /* vpmaddubsw */,
-                                           .grouped_b_t9 = ql_grouped_b_t9_avx2};
+                                           QL_BYTE_PACKERS_AVX2};
 
 
 /* ---------------------------------------------------------------------------------------

@@ -87,6 +87,12 @@ typedef void (*ql_ikernel_ep_fn)(const void *L, ptrdiff_t ldl_bytes, const char 
 /* conv.c's grouped-order weight packers at 9 taps (ql_gemm_kernel.grouped_*_t9) */
 typedef void (*ql_grouped_i16_fn)(const uint8_t *s, int is_signed, int64_t pairs, int32_t z, int16_t *d);
 typedef void (*ql_grouped_b_fn)(const uint8_t *s, int64_t blocks, uint8_t fx, uint8_t sub, uint8_t *d);
+/* conv.c's byte-form loops, wider (ql_gemm_kernel.s8u8_row_bulk / interleave4_bulk): each does
+ * the first whole blocks of its loop and returns how many elements it did; conv.c does the
+ * rest, so the result is conv.c's whatever the split */
+typedef int64_t (*ql_s8u8_row_bulk_fn)(const uint8_t *s, int64_t n, uint8_t flip, uint8_t lo, uint8_t hi,
+                                       uint8_t zu, int8_t *d, uint32_t *usum, int *bad);
+typedef int (*ql_interleave4_bulk_fn)(const uint8_t *const *src, uint8_t flip, uint8_t *dk, int nr);
 
 typedef struct ql_gemm_kernel {
     const char *name;       /* "avx512vnni-u8s8", "avx2-i16", "scalar-i16", ... */
@@ -140,6 +146,11 @@ typedef struct ql_gemm_kernel {
      * `blocks` blocks of 4 channels, (byte ^ fx) - sub. */
     ql_grouped_i16_fn grouped_i16_t9;
     ql_grouped_b_fn grouped_b_t9;
+    /* Byte forms: the level's wider loops for conv.c's s8u8_row (a weight row's bound check,
+     * sum and centered bytes) and interleave4 (4 channels' rows side by side, the activation
+     * copies and im2col panels), or NULL: conv.c's 16-byte loops alone. Same bytes and sums. */
+    ql_s8u8_row_bulk_fn s8u8_row_bulk;
+    ql_interleave4_bulk_fn interleave4_bulk;
     /* K is padded (with zeros, by the packers) to a multiple of this; 0: of kpack. 64 for
      * amx-u8s8, whose tiles take 64 bytes of k per step (ql_round_k) */
     int kalign;
@@ -345,6 +356,13 @@ void ql_dw_cl_avx2(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, i
 /* conv_avx2.c: the grouped-order weight packers at 9 taps (ql_gemm_kernel.grouped_*_t9) */
 void ql_grouped_i16_t9_avx2(const uint8_t *s, int is_signed, int64_t pairs, int32_t z, int16_t *d);
 void ql_grouped_b_t9_avx2(const uint8_t *s, int64_t blocks, uint8_t fx, uint8_t sub, uint8_t *d);
+int64_t ql_s8u8_row_bulk_avx2(const uint8_t *s, int64_t n, uint8_t flip, uint8_t lo, uint8_t hi, uint8_t zu,
+                              int8_t *d, uint32_t *usum, int *bad);
+int ql_interleave4_bulk_avx2(const uint8_t *const *src, uint8_t flip, uint8_t *dk, int nr);
+/* every AVX2-and-up byte-form kernel's conv packers (a designated-initializer list) */
+#define QL_BYTE_PACKERS_AVX2                                                                    \
+    .grouped_b_t9 = ql_grouped_b_t9_avx2, .s8u8_row_bulk = ql_s8u8_row_bulk_avx2,               \
+    .interleave4_bulk = ql_interleave4_bulk_avx2
 #endif
 void ql_dw_cl_scalar(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs, ptrdiff_t step,
                    ptrdiff_t row_step, int rows, int ow, const ql_dw_q *q, void *out);
