@@ -97,9 +97,23 @@ static void avx512vnni_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel,
         ql_ep32 s;
         ql_ep32_init(&s, ep, colsum, j0, cols);
         /* constant indices only: the accumulators stay in registers (no array in memory) */
-#define ZU_EP_ROW(r) if (r < rows) ql_ep32_row(&s, acc[r][0], acc[r][1], (ptrdiff_t)i0 + r, j0);
-        ZU_EP_ROW(0) ZU_EP_ROW(1) ZU_EP_ROW(2) ZU_EP_ROW(3) ZU_EP_ROW(4) ZU_EP_ROW(5) ZU_EP_ROW(6) ZU_EP_ROW(7)
-#undef ZU_EP_ROW
+#define ZU_EP_ROWS(r)                                                                              \
+    if (r + 1 < rows)                                                                              \
+        ql_ep32_row2(&s, acc[r][0], acc[r][1], acc[r + 1][0], acc[r + 1][1], (ptrdiff_t)i0 + r, j0); \
+    else if (r < rows)                                                                             \
+        ql_ep32_row(&s, acc[r][0], acc[r][1], (ptrdiff_t)i0 + r, j0);
+        if (ql_ep32_usual(&s)) {
+            if (s.quantized) {
+                s.quantized = 1;
+                ZU_EP_ROWS(0) ZU_EP_ROWS(2) ZU_EP_ROWS(4) ZU_EP_ROWS(6)
+            } else {
+                s.quantized = 0;
+                ZU_EP_ROWS(0) ZU_EP_ROWS(2) ZU_EP_ROWS(4) ZU_EP_ROWS(6)
+            }
+            return;
+        }
+        ZU_EP_ROWS(0) ZU_EP_ROWS(2) ZU_EP_ROWS(4) ZU_EP_ROWS(6)
+#undef ZU_EP_ROWS
         return;
     }
 #endif

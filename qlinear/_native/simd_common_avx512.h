@@ -27,7 +27,7 @@ static inline __attribute__((always_inline)) __m512i ql_requant16_avx512(__m512i
  * then vpmovsdb / vpmovusdb, which cannot saturate: the clamp leaves values of the output
  * type. Columns at and beyond `cols` are masked off (loads and stores).
  * ql_ep32_init once per tile, then ql_ep32_row for each row with its two accumulators
- * (columns 0-15, 16-31): both always inlined, so a kernel's named accumulators and these
+ * (columns 0-15, 16-31), or ql_ep32_row2 for two rows: both always inlined, so a kernel's named accumulators and these
  * constants stay in registers. */
 typedef struct {
     __m512i cs0, cs1, cz0, cz1, p0, p1, zp;
@@ -78,16 +78,30 @@ ql_ep32_init(ql_ep32 *s, const ql_epilogue *ep, const int32_t *colsum, int j0, i
     s->out = (char *)ep->out + (ptrdiff_t)j0 * (ep->quantized ? 1 : 4);
 }
 
-/* output row i (columns j0..j0+31, masked to the tile's cols) from its accumulators a0, a1 */
+/* The usual matmul epilogue: U8S8 corrections with one b zero point (col_z per tensor), no
+ * bias, and a multiplier per tensor or per row (8-bit output) or none (int32). A caller runs
+ * its rows once more under `if (ql_ep32_usual(&s))`, which stores these known field values
+ * into s (a local whose fields the compiler then treats as constants), so that copy has none
+ * of the per-row tests of the general fields. */
+static inline __attribute__((always_inline)) int ql_ep32_usual(ql_ep32 *s) {
+    if (!s->row_a || s->row_bias || s->col_z_s || s->stream || (s->quantized && s->mult_cs)) return 0;
+    s->row_bias = NULL;
+    s->col_z_s = 0;
+    s->stream = 0;
+    s->mult_cs = 0;
+    return 1;
+}
+
+/* row i's corrections and bias added to its accumulators a0 (columns 0-15), a1 (16-31) */
 static inline __attribute__((always_inline)) void
-ql_ep32_row(ql_ep32 *s, __m512i a0, __m512i a1, ptrdiff_t i, int j0) {
+ql_ep32_correct(ql_ep32 *s, __m512i *a0, __m512i *a1, ptrdiff_t i) {
     uint32_t rc = s->row_bias ? (uint32_t)s->row_bias[i] : 0;
     if (s->row_a) {
         const int32_t ra = s->row_a[i * s->row_s], rz = s->row_z[i * s->row_s];
         if (s->col_z_s) {
             const __m512i rav = _mm512_set1_epi32(ra);
-            a0 = _mm512_sub_epi32(a0, _mm512_mullo_epi32(s->cz0, rav));
-            a1 = _mm512_sub_epi32(a1, _mm512_mullo_epi32(s->cz1, rav));
+            *a0 = _mm512_sub_epi32(*a0, _mm512_mullo_epi32(s->cz0, rav));
+            *a1 = _mm512_sub_epi32(*a1, _mm512_mullo_epi32(s->cz1, rav));
         } else {
             rc -= (uint32_t)s->col_z0 * (uint32_t)ra;
         }
@@ -97,24 +111,17 @@ ql_ep32_row(ql_ep32 *s, __m512i a0, __m512i a1, ptrdiff_t i, int j0) {
             s->p1 = _mm512_mullo_epi32(s->cs1, rzv);
             s->pz = rz;
         }
-        a0 = _mm512_sub_epi32(a0, s->p0);
-        a1 = _mm512_sub_epi32(a1, s->p1);
+        *a0 = _mm512_sub_epi32(*a0, s->p0);
+        *a1 = _mm512_sub_epi32(*a1, s->p1);
     }
     const __m512i rcv = _mm512_set1_epi32((int32_t)rc);
-    a0 = _mm512_add_epi32(a0, rcv);
-    a1 = _mm512_add_epi32(a1, rcv);
-    if (!s->quantized) {
-        int32_t *o = (int32_t *)s->out + i * s->out_rs;
-        if (s->stream && s->k1 == 0xFFFF && !((uintptr_t)o & 63)) {
-            /* two whole lines (ql_epilogue.stream: the driver fences) */
-            _mm512_stream_si512((void *)o, a0);
-            _mm512_stream_si512((void *)(o + 16), a1);
-            return;
-        }
-        _mm512_mask_storeu_epi32(o, s->k0, a0);
-        _mm512_mask_storeu_epi32(o + 16, s->k1, a1);
-        return;
-    }
+    *a0 = _mm512_add_epi32(*a0, rcv);
+    *a1 = _mm512_add_epi32(*a1, rcv);
+}
+
+/* the requantized values of row i's corrected accumulators (quantized epilogues) */
+static inline __attribute__((always_inline)) void
+ql_ep32_requant(const ql_ep32 *s, __m512i *a0, __m512i *a1, ptrdiff_t i, int j0) {
     const float *mrow = s->mult + i * s->mult_rs;
     __m512 m0, m1;
     if (s->mult_cs) {
@@ -123,8 +130,27 @@ ql_ep32_row(ql_ep32 *s, __m512i a0, __m512i a1, ptrdiff_t i, int j0) {
     } else {
         m0 = m1 = _mm512_set1_ps(mrow[0]);
     }
-    const __m512i q0 = ql_requant16_avx512(a0, m0, s->lo, s->hi, s->zp);
-    const __m512i q1 = ql_requant16_avx512(a1, m1, s->lo, s->hi, s->zp);
+    *a0 = ql_requant16_avx512(*a0, m0, s->lo, s->hi, s->zp);
+    *a1 = ql_requant16_avx512(*a1, m1, s->lo, s->hi, s->zp);
+}
+
+/* store row i's corrected int32 accumulators (MatMulInteger, ConvInteger) */
+static inline __attribute__((always_inline)) void
+ql_ep32_store32(const ql_ep32 *s, __m512i a0, __m512i a1, ptrdiff_t i) {
+    int32_t *o = (int32_t *)s->out + i * s->out_rs;
+    if (s->stream && s->k1 == 0xFFFF && !((uintptr_t)o & 63)) {
+        /* two whole lines (ql_epilogue.stream: the driver fences) */
+        _mm512_stream_si512((void *)o, a0);
+        _mm512_stream_si512((void *)(o + 16), a1);
+        return;
+    }
+    _mm512_mask_storeu_epi32(o, s->k0, a0);
+    _mm512_mask_storeu_epi32(o + 16, s->k1, a1);
+}
+
+/* store row i's requantized values (masked to the tile's columns) */
+static inline __attribute__((always_inline)) void
+ql_ep32_store8(const ql_ep32 *s, __m512i q0, __m512i q1, ptrdiff_t i) {
     char *o = s->out + i * s->out_rs;
     if (s->is_signed) {
         _mm512_mask_cvtsepi32_storeu_epi8(o, s->k0, q0);
@@ -133,6 +159,46 @@ ql_ep32_row(ql_ep32 *s, __m512i a0, __m512i a1, ptrdiff_t i, int j0) {
         _mm512_mask_cvtusepi32_storeu_epi8(o, s->k0, q0);
         _mm512_mask_cvtusepi32_storeu_epi8(o + 16, s->k1, q1);
     }
+}
+
+/* output row i (columns j0..j0+31, masked to the tile's cols) from its accumulators a0, a1 */
+static inline __attribute__((always_inline)) void
+ql_ep32_row(ql_ep32 *s, __m512i a0, __m512i a1, ptrdiff_t i, int j0) {
+    ql_ep32_correct(s, &a0, &a1, i);
+    if (!s->quantized) {
+        ql_ep32_store32(s, a0, a1, i);
+        return;
+    }
+    ql_ep32_requant(s, &a0, &a1, i, j0);
+    ql_ep32_store8(s, a0, a1, i);
+}
+
+/* rows i and i + 1 (accumulators a0, a1 and b0, b1). 8-bit outputs of a whole tile (32
+ * columns) are narrowed together: vpackssdw then vpackuswb / vpacksswb, whose saturation
+ * cannot trigger (the requantized values already lie in the output type's range), and one
+ * vpermd putting each row's 32 bytes in order, stored as two 32-byte halves: 4 shuffles for
+ * 64 outputs where vpmov[u]sdb takes 2 shuffle uops (and a store) per 16 */
+static inline __attribute__((always_inline)) void
+ql_ep32_row2(ql_ep32 *s, __m512i a0, __m512i a1, __m512i b0, __m512i b1, ptrdiff_t i, int j0) {
+    if (!s->quantized || s->k1 != 0xFFFF) {
+        ql_ep32_row(s, a0, a1, i, j0);
+        ql_ep32_row(s, b0, b1, i + 1, j0);
+        return;
+    }
+    ql_ep32_correct(s, &a0, &a1, i);
+    ql_ep32_correct(s, &b0, &b1, i + 1);
+    ql_ep32_requant(s, &a0, &a1, i, j0);
+    ql_ep32_requant(s, &b0, &b1, i + 1, j0);
+    /* per 128-bit lane l: [a0 l | a1 l] and [b0 l | b1 l] as int16, then as bytes
+     * [a0 l | a1 l | b0 l | b1 l], 4 bytes (one dword) each */
+    const __m512i wa = _mm512_packs_epi32(a0, a1), wb = _mm512_packs_epi32(b0, b1);
+    const __m512i v = s->is_signed ? _mm512_packs_epi16(wa, wb) : _mm512_packus_epi16(wa, wb);
+    /* dword 4l + t of v: t = 0 a0's, 1 a1's, 2 b0's, 3 b1's columns 4l..4l+3 of that half */
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const __m512i rows = _mm512_permutexvar_epi32(idx, v);
+    char *o = s->out + i * s->out_rs;
+    _mm256_storeu_si256((__m256i *)o, _mm512_castsi512_si256(rows));
+    _mm256_storeu_si256((__m256i *)(o + s->out_rs), _mm512_extracti64x4_epi64(rows, 1));
 }
 
 #endif
