@@ -241,9 +241,26 @@ static void amx_epilogue(const ql_epilogue *ep, const int32_t *C, const int32_t 
     }
     ql_ep32 s;
     ql_ep32_init(&s, ep, colsum, j0, cols);
-    for (int r = 0; r < rows; r++)
-        ql_ep32_row(&s, _mm512_loadu_si512((const void *)(C + r * AMX_NR)),
-                    _mm512_loadu_si512((const void *)(C + r * AMX_NR + 16)), (ptrdiff_t)i0 + r, j0);
+#define AMX_C(r, h) _mm512_loadu_si512((const void *)(C + (r) * AMX_NR + 16 * (h)))
+#define AMX_EP_ROWS                                                                                \
+    {                                                                                              \
+        int r = 0;                                                                                 \
+        for (; r + 1 < rows; r += 2)                                                               \
+            ql_ep32_row2(&s, AMX_C(r, 0), AMX_C(r, 1), AMX_C(r + 1, 0), AMX_C(r + 1, 1), (ptrdiff_t)i0 + r, j0); \
+        if (r < rows) ql_ep32_row(&s, AMX_C(r, 0), AMX_C(r, 1), (ptrdiff_t)i0 + r, j0);             \
+    }
+    if (!s.quantized) {
+        for (int r = 0; r < rows; r++) ql_ep32_row(&s, AMX_C(r, 0), AMX_C(r, 1), (ptrdiff_t)i0 + r, j0);
+        return;
+    }
+    if (ql_ep32_usual(&s)) {   /* the usual matmul epilogue, its fields constants */
+        s.quantized = 1;
+        AMX_EP_ROWS
+        return;
+    }
+    AMX_EP_ROWS
+#undef AMX_EP_ROWS
+#undef AMX_C
 }
 
 #else
