@@ -227,8 +227,10 @@ static void amx_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp, i
  * bits of ql_epilogue_avx2's per-element form. The requantization is ql_requant8_avx2's
  * instructions on 16 lanes (vcvtdq2ps, one vmulps, vmaxps lo then vminps hi: lo for a NaN,
  * vcvtps2dq under the default rounding, vpaddd zp), then vpmovsdb / vpmovusdb, which cannot
- * saturate: the clamp leaves values of the output type. Cases it does not take (strided
- * outputs, per-element multipliers or zero points along a row) go to the level's epilogue.
+ * saturate: the clamp leaves values of the output type (two rows of a whole tile: packs and
+ * one vpermd, ql_ep32_row2). This is ql_ep32 (simd_common_avx512.h), which avx512vnni-u8s8
+ * runs on its accumulators too. Cases it does not take (strided outputs, per-element
+ * multipliers or zero points along a row) go to the level's epilogue.
  * ------------------------------------------------------------------------------------- */
 #ifndef QL_SIMDE
 #include "simd_common_avx512.h"
