@@ -524,6 +524,55 @@ def test_fused_epilogue_per_level(case, engine_level):
             assert ran == (4 if fused else 0), (level, ran)
 
 
+# ----------------------------------------------------------------------------- 512-bit tile epilogue
+
+# (M, K, N): row counts that pair up or leave one row (the two-row narrowing of the 8-bit
+# epilogue, ql_ep32_row2, and the single last row), within one 8-row avx512vnni tile, across
+# tiles and one 32-row amx tile; whole 32-column tiles (narrowed by packs) and last panels of
+# 1-31 columns (masked vpmov stores); K of one k-group and several
+_WIDE_CASES = [(2, 64, 32), (3, 4, 64), (8, 131, 96), (9, 64, 33), (16, 20, 100), (17, 64, 31),
+               (33, 9, 64), (40, 128, 128)]
+
+
+@pytest.mark.parametrize("case", range(len(_WIDE_CASES)))
+def test_wide_tile_epilogue(case, engine_level):
+    """The 512-bit tile epilogue of avx512vnni-u8s8 and amx-u8s8 (simd_common_avx512.h:
+    ql_ep32; the other levels run their own on the same inputs) against the oracle: all 8 type
+    combinations with full-range operands, zero points per tensor (the 'usual' specialization,
+    ql_ep32_usual: its fields taken as constants), per row of a only (still usual: a
+    multiplier per row), per column of b and both; y zero points at the output type's ends
+    and y scales that saturate most outputs at both ends as well as ones that do not;
+    QLinearMatMul and MatMulInteger, plain calls and prepared forms, a 2-D and a batched a."""
+    m, k, n = _WIDE_CASES[case]
+    rng = np.random.default_rng([case, 67])
+    for r, (adt, bdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+        mode = (r + case) % 4   # 0: per tensor, 1: a per row, 2: b per column, 3: both
+        a = rand_int(rng, adt, (m, k))
+        a.flat[::3] = rand_extreme(rng, adt, a.flat[::3].shape)
+        b = rand_int(rng, bdt, (k, n))
+        b.flat[1::4] = rand_extreme(rng, bdt, b.flat[1::4].shape)
+        rows, cols = mode in (1, 3), mode in (2, 3)
+        a_s = rand_scale(rng, (m, 1) if rows else ())
+        a_z = rand_int(rng, adt, (m, 1) if rows else ())
+        b_s = rand_scale(rng, (n,) if cols else ())
+        b_z = rand_int(rng, bdt, (n,) if cols else ())
+        info = np.iinfo(ydt)
+        for ys, yz in ((y_scale_for(rng, a_s, b_s, k), rand_int(rng, ydt, ())),
+                       (y_scale_for(rng, a_s, b_s, k) / 50, np.array(info.min if r % 2 else info.max, ydt))):
+            check_qmm(a, a_s, a_z, b, b_s, b_z, np.float32(ys), yz)
+            want = oracle.qlinear_matmul(a, a_s, a_z, b, b_s, b_z, np.float32(ys), yz)
+            assert_exact(qlinear.prepare_qlinear_matmul(b, b_s, b_z).run(a, a_s, a_z, np.float32(ys), yz), want)
+        check_mmi(a, b, a_z, b_z)
+        assert_exact(qlinear.prepare_matmul_integer(b, b_z).run(a, a_z), oracle.matmul_integer(a, b, a_z, b_z))
+        if not rows:   # batched: 3 entries of a against one b, and 3 against 3
+            a3 = rand_int(rng, adt, (3, m, k))
+            b3 = rand_int(rng, bdt, (3, k, n))
+            ys = np.float32(y_scale_for(rng, a_s, b_s, k))
+            check_qmm(a3, a_s, a_z, b, b_s, b_z, ys, yz)
+            check_qmm(a3, a_s, a_z, b3, b_s, b_z, ys, yz)
+            check_mmi(a3, b3, a_z, b_z)
+
+
 # ----------------------------------------------------------------------------- streamed int32 output
 
 # (a shape, b shape): outputs of 1 MiB and more (a block of the output pool: 64-byte aligned,

@@ -223,13 +223,19 @@ int ql_gemm(const ql_gemm_problem *p) {
     g.cblock_off = panel_part;
     g.lblock_off = panel_part + cblock;
     g.scratch_stride = panel_part + cblock + lblock;
+    int own = 0;
     if (g.scratch_stride) {
-        g.scratch = aligned_alloc(64, g.scratch_stride * (size_t)threads);
-        if (!g.scratch) return -1;
+        if (p->scratch && g.scratch_stride * (size_t)threads <= p->scratch_bytes) {
+            g.scratch = (char *)p->scratch;
+        } else {
+            g.scratch = aligned_alloc(64, g.scratch_stride * (size_t)threads);
+            if (!g.scratch) return -1;
+            own = 1;
+        }
     }
     ptrdiff_t tasks = (ptrdiff_t)g.row_blocks * g.col_blocks;
     ql_parallel_for(tasks, threads, gemm_task, &g);
-    free(g.scratch);
+    if (own) free(g.scratch);
     return 0;
 }
 
@@ -305,6 +311,8 @@ typedef struct {
     char *scratch; size_t scratch_stride;  /* per thread: packed a + rowsums + row_a + row_z
                                               (+ zR' per column: raw b, U8S8 form) */
     size_t zcol_off;
+    size_t gemm_off, gemm_bytes;           /* per thread: room for ql_gemm's own scratch (a
+                                              single-thread GEMM of a raw b: its panels) */
     int inner_threads;
 } mm_ctx;
 
@@ -404,6 +412,7 @@ static int mm_batch(mm_ctx *x, ptrdiff_t bi, int thread, int threads) {
     p.epilogue = mm->isa->epilogue;
     p.allow_fused = 1;   /* the level's own epilogue, which kernel_ep applies */
     p.threads = threads;
+    if (x->gemm_bytes) { p.scratch = s + x->gemm_off; p.scratch_bytes = x->gemm_bytes; }
     ql_epilogue *ep = &p.ep;
     ep->quantized = mm->quantized;
     size_t out_es = mm->quantized ? 1 : 4;
@@ -466,7 +475,15 @@ int ql_matmul_run(const ql_matmul *mm) {
     if (x.ldl == 0) x.ldl = 16;
     x.lbytes = ((size_t)mm->M * x.ldl + 63) & ~(size_t)63;
     x.zcol_off = x.lbytes + 3 * (size_t)mm->M * sizeof(int32_t);
-    x.scratch_stride = (x.zcol_off + (size_t)mm->N * sizeof(int32_t) + 63) & ~(size_t)63;
+    x.gemm_off = (x.zcol_off + (size_t)mm->N * sizeof(int32_t) + 63) & ~(size_t)63;
+    if (!mm->bpack) {
+        /* a plain call's GEMMs pack b's panels into ql_gemm's per-thread scratch: room for a
+         * pair of panels and their column sums (ql_gemm's panel part, without K blocks), so
+         * the GEMMs (one per batch entry) do not allocate and free it each (ql_gemm checks it and
+         * allocates its own when this does not hold what it needs) */
+        x.gemm_bytes = (2 * ql_panel_bytes(k, x.kp) + 2 * (size_t)QL_MAX_NR * sizeof(int32_t) + 63) & ~(size_t)63;
+    }
+    x.scratch_stride = x.gemm_off + x.gemm_bytes;
     int threads = imin(mm->threads, ql_num_threads());
     if (threads < 1) threads = 1;
     ql_matmul pre;           /* raw b packed first (raw_prepacked): the prepared form's call */

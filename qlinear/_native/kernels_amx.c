@@ -227,8 +227,10 @@ static void amx_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp, i
  * bits of ql_epilogue_avx2's per-element form. The requantization is ql_requant8_avx2's
  * instructions on 16 lanes (vcvtdq2ps, one vmulps, vmaxps lo then vminps hi: lo for a NaN,
  * vcvtps2dq under the default rounding, vpaddd zp), then vpmovsdb / vpmovusdb, which cannot
- * saturate: the clamp leaves values of the output type. Cases it does not take (strided
- * outputs, per-element multipliers or zero points along a row) go to the level's epilogue.
+ * saturate: the clamp leaves values of the output type (two rows of a whole tile: packs and
+ * one vpermd, ql_ep32_row2). This is ql_ep32 (simd_common_avx512.h), which avx512vnni-u8s8
+ * runs on its accumulators too. Cases it does not take (strided outputs, per-element
+ * multipliers or zero points along a row) go to the level's epilogue.
  * ------------------------------------------------------------------------------------- */
 #ifndef QL_SIMDE
 #include "simd_common_avx512.h"
@@ -239,81 +241,28 @@ static void amx_epilogue(const ql_epilogue *ep, const int32_t *C, const int32_t 
         ql_isa_avx512vnni.epilogue(ep, C, AMX_NR, colsum, i0, j0, rows, cols);
         return;
     }
-    const int quantized = ep->quantized, is_signed = ep->out_is_signed, stream = ep->stream;
-    const int32_t *row_bias = ep->row_bias, *row_a = ep->row_a, *row_z = ep->row_z, *col_z = ep->col_z;
-    const ptrdiff_t row_s = ep->row_s, col_z_s = ep->col_z_s, out_rs = ep->out_rs;
-    const float *mult = ep->mult;
-    const ptrdiff_t mult_rs = ep->mult_rs, mult_cs = ep->mult_cs;
-    const __mmask16 k0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
-    const __mmask16 k1 = cols >= 32 ? 0xFFFF : cols > 16 ? (__mmask16)((1u << (cols - 16)) - 1) : 0;
-    const __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
-    const __m512i zp = _mm512_set1_epi32(ep->zp);
-    __m512i cs0 = _mm512_setzero_si512(), cs1 = cs0, cz0 = cs0, cz1 = cs0, p0 = cs0, p1 = cs0;
-    if (row_a) {
-        cs0 = _mm512_maskz_loadu_epi32(k0, colsum);
-        cs1 = _mm512_maskz_loadu_epi32(k1, colsum + 16);
-        if (col_z_s) {
-            cz0 = _mm512_maskz_loadu_epi32(k0, col_z + j0);
-            cz1 = _mm512_maskz_loadu_epi32(k1, col_z + j0 + 16);
-        }
+    ql_ep32 s;
+    ql_ep32_init(&s, ep, colsum, j0, cols);
+#define AMX_C(r, h) _mm512_loadu_si512((const void *)(C + (r) * AMX_NR + 16 * (h)))
+#define AMX_EP_ROWS                                                                                \
+    {                                                                                              \
+        int r = 0;                                                                                 \
+        for (; r + 1 < rows; r += 2)                                                               \
+            ql_ep32_row2(&s, AMX_C(r, 0), AMX_C(r, 1), AMX_C(r + 1, 0), AMX_C(r + 1, 1), (ptrdiff_t)i0 + r, j0); \
+        if (r < rows) ql_ep32_row(&s, AMX_C(r, 0), AMX_C(r, 1), (ptrdiff_t)i0 + r, j0);             \
     }
-    int32_t pz = 0;   /* the row_z of p0, p1 (= row_z * colsum); 0 with p = 0 */
-    for (int r = 0; r < rows; r++) {
-        ptrdiff_t i = i0 + r;
-        uint32_t rc = row_bias ? (uint32_t)row_bias[i] : 0;
-        __m512i a0 = _mm512_loadu_si512((const void *)(C + r * AMX_NR));
-        __m512i a1 = _mm512_loadu_si512((const void *)(C + r * AMX_NR + 16));
-        if (row_a) {
-            int32_t ra = row_a[i * row_s], rz = row_z[i * row_s];
-            if (col_z_s) {
-                __m512i rav = _mm512_set1_epi32(ra);
-                a0 = _mm512_sub_epi32(a0, _mm512_mullo_epi32(cz0, rav));
-                a1 = _mm512_sub_epi32(a1, _mm512_mullo_epi32(cz1, rav));
-            } else {
-                rc -= (uint32_t)col_z[0] * (uint32_t)ra;
-            }
-            if (rz != pz) {
-                __m512i rzv = _mm512_set1_epi32(rz);
-                p0 = _mm512_mullo_epi32(cs0, rzv);
-                p1 = _mm512_mullo_epi32(cs1, rzv);
-                pz = rz;
-            }
-            a0 = _mm512_sub_epi32(a0, p0);
-            a1 = _mm512_sub_epi32(a1, p1);
-        }
-        const __m512i rcv = _mm512_set1_epi32((int32_t)rc);
-        a0 = _mm512_add_epi32(a0, rcv);
-        a1 = _mm512_add_epi32(a1, rcv);
-        if (!quantized) {
-            int32_t *o = (int32_t *)ep->out + i * out_rs + j0;
-            if (stream && cols == AMX_NR && !((uintptr_t)o & 63)) {
-                /* two whole lines (ql_epilogue.stream: the driver fences) */
-                _mm512_stream_si512((void *)o, a0);
-                _mm512_stream_si512((void *)(o + 16), a1);
-                continue;
-            }
-            _mm512_mask_storeu_epi32(o, k0, a0);
-            _mm512_mask_storeu_epi32(o + 16, k1, a1);
-            continue;
-        }
-        const float *mrow = mult + i * mult_rs;
-        __m512 m0, m1;
-        if (mult_cs) {
-            m0 = _mm512_maskz_loadu_ps(k0, mrow + j0);
-            m1 = _mm512_maskz_loadu_ps(k1, mrow + j0 + 16);
-        } else {
-            m0 = m1 = _mm512_set1_ps(mrow[0]);
-        }
-        __m512i q0 = ql_requant16_avx512(a0, m0, lo, hi, zp), q1 = ql_requant16_avx512(a1, m1, lo, hi, zp);
-        char *o = (char *)ep->out + i * out_rs + j0;
-        if (is_signed) {
-            _mm512_mask_cvtsepi32_storeu_epi8(o, k0, q0);
-            _mm512_mask_cvtsepi32_storeu_epi8(o + 16, k1, q1);
-        } else {
-            _mm512_mask_cvtusepi32_storeu_epi8(o, k0, q0);
-            _mm512_mask_cvtusepi32_storeu_epi8(o + 16, k1, q1);
-        }
+    if (!s.quantized) {
+        for (int r = 0; r < rows; r++) ql_ep32_row(&s, AMX_C(r, 0), AMX_C(r, 1), (ptrdiff_t)i0 + r, j0);
+        return;
     }
+    if (ql_ep32_usual(&s)) {   /* the usual matmul epilogue, its fields constants */
+        s.quantized = 1;
+        AMX_EP_ROWS
+        return;
+    }
+    AMX_EP_ROWS
+#undef AMX_EP_ROWS
+#undef AMX_C
 }
 
 #else

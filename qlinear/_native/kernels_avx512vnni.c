@@ -82,15 +82,49 @@ static void avx512vnni_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, in
 #endif
 
 /* avx512vnni-u8s8 with the epilogue fused (kernel_ep: matmuls and the convolutions' exact-form
- * im2col GEMM): each 16-column half of the 32-column tile (zmm acc[r][h]) as its two ymm
- * halves through AVX2's tile epilogue (ql_finish_tile16_avx2: the U8S8 corrections and the
- * requantization, the same instructions as every level's); a half without real columns (a
- * last panel of at most 16) is skipped, one with 1-15 takes ql_epilogue_avx2's tail code. */
+ * im2col GEMM). Native builds: the 512-bit tile epilogue of simd_common_avx512.h (ql_ep32,
+ * amx-u8s8's too) straight from the named accumulators, one row at a time: the U8S8
+ * corrections folded into one scalar per row and one vector product per run of equal row
+ * zero points (per-tensor zero points: none per element), the requantization on 16 lanes and
+ * vpmov[u]sdb stores. The 256-bit tile epilogue it replaces (each zmm split into ymm halves
+ * through ql_finish_tile16_avx2, two vpmulld per element and the halves spilled to the stack)
+ * was three quarters of this kernel's time at K = 64 (bert.attn.scores, perf, 20:20 UTC).
+ * Epilogues whose rows are not contiguous (strided outputs, per-element multipliers or zero
+ * points along a row), and the emulated build (Debian's SIMDe lacks the 512-bit conversions),
+ * take the 256-bit path: each 16-column half of the tile as its two ymm halves through AVX2's
+ * tile epilogue (a half without real columns is skipped, one with 1-15 takes
+ * ql_epilogue_avx2's tail code). The same bits either way (the tests compare every level to
+ * the oracle). */
 static void avx512vnni_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
                                const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows,
                                int cols) {
     __m512i acc[Z_MR][2];
     avx512vnni_u8s8_body(L, ldl, Rpanel, kp, rows, acc);
+#ifndef QL_SIMDE
+    if (ql_epilogue_rows_contiguous(ep)) {
+        ql_ep32 s;
+        ql_ep32_init(&s, ep, colsum, j0, cols);
+        /* constant indices only: the accumulators stay in registers (no array in memory) */
+#define ZU_EP_ROWS(r)                                                                              \
+    if (r + 1 < rows)                                                                              \
+        ql_ep32_row2(&s, acc[r][0], acc[r][1], acc[r + 1][0], acc[r + 1][1], (ptrdiff_t)i0 + r, j0); \
+    else if (r < rows)                                                                             \
+        ql_ep32_row(&s, acc[r][0], acc[r][1], (ptrdiff_t)i0 + r, j0);
+        if (ql_ep32_usual(&s)) {
+            if (s.quantized) {
+                s.quantized = 1;
+                ZU_EP_ROWS(0) ZU_EP_ROWS(2) ZU_EP_ROWS(4) ZU_EP_ROWS(6)
+            } else {
+                s.quantized = 0;
+                ZU_EP_ROWS(0) ZU_EP_ROWS(2) ZU_EP_ROWS(4) ZU_EP_ROWS(6)
+            }
+            return;
+        }
+        ZU_EP_ROWS(0) ZU_EP_ROWS(2) ZU_EP_ROWS(4) ZU_EP_ROWS(6)
+#undef ZU_EP_ROWS
+        return;
+    }
+#endif
     for (int h = 0; h < 2 && 16 * h < cols; h++) {
         __m256i out[Z_MR][2];
         for (int r = 0; r < rows; r++) {

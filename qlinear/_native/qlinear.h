@@ -398,6 +398,10 @@ typedef struct ql_gemm_problem {
     int threads;                                /* max threads for this call (<= pool size) */
     int pack_R_pairs;                           /* 1: pack_R also takes ncols = 2 * nr (two
                                                    whole panels, as ql_gemm_kernel.pack_R_pairs) */
+    /* optional: the caller's memory for the per-thread scratch (64-byte aligned), used when
+     * it holds what this call needs, else ql_gemm allocates its own (the matmul driver hands
+     * each batch entry's single-thread GEMM its slot: no malloc / free per entry) */
+    void *scratch; size_t scratch_bytes;
 } ql_gemm_problem;
 
 /* Tiles that ran a narrow tail kernel so far, [0] implicit-GEMM tiles (conv.c), [1] packed
