@@ -110,18 +110,22 @@ static void avx512vnni_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel,
         ql_ep32_row2(&s, acc[r][0], acc[r][1], acc[r + 1][0], acc[r + 1][1], (ptrdiff_t)i0 + r, j0); \
     else if (r < rows)                                                                             \
         ql_ep32_row(&s, acc[r][0], acc[r][1], (ptrdiff_t)i0 + r, j0);
+/* every row pair of the Z_MR = 12-row tile */
+_Static_assert(Z_MR == 12, "ZU_EP_ALL names the row pairs of a 12-row tile");
+#define ZU_EP_ALL ZU_EP_ROWS(0) ZU_EP_ROWS(2) ZU_EP_ROWS(4) ZU_EP_ROWS(6) ZU_EP_ROWS(8) ZU_EP_ROWS(10)
         if (ql_ep32_usual(&s)) {
             if (s.quantized) {
                 s.quantized = 1;
-                ZU_EP_ROWS(0) ZU_EP_ROWS(2) ZU_EP_ROWS(4) ZU_EP_ROWS(6)
+                ZU_EP_ALL
             } else {
                 s.quantized = 0;
-                ZU_EP_ROWS(0) ZU_EP_ROWS(2) ZU_EP_ROWS(4) ZU_EP_ROWS(6)
+                ZU_EP_ALL
             }
             return;
         }
-        ZU_EP_ROWS(0) ZU_EP_ROWS(2) ZU_EP_ROWS(4) ZU_EP_ROWS(6)
+        ZU_EP_ALL
 #undef ZU_EP_ROWS
+#undef ZU_EP_ALL
         return;
     }
 #endif
