@@ -105,16 +105,22 @@ def amx_request_denied() -> bool:
     return libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, 18) != 0
 
 
-def child_command(module: str, args: list[str]) -> list[str]:
-    """The command that runs ``python -m module args`` with the filter installed first."""
-    code = ("import importlib.util as u, runpy, sys\n"
+def filter_prelude() -> str:
+    """Python source that loads this file by path (not the qlinear package) and installs the
+    filter, exiting with qlinear's one-line error where it cannot; code after it runs denied."""
+    return ("import importlib.util as u, runpy, sys\n"
             f"s = u.spec_from_file_location('_qlinear_noamx', {os.path.abspath(__file__)!r})\n"
             "m = u.module_from_spec(s); s.loader.exec_module(m)\n"
             "try:\n"
             "    m.deny_amx()\n"
             "except OSError as e:\n"
-            "    sys.exit(f'qlinear: error: {e}')\n"
-            f"sys.argv = [{module!r}] + sys.argv[1:]\n"
+            "    sys.exit(f'qlinear: error: {e}')\n")
+
+
+def child_command(module: str, args: list[str]) -> list[str]:
+    """The command that runs ``python -m module args`` with the filter installed first."""
+    code = (filter_prelude()
+            + f"sys.argv = [{module!r}] + sys.argv[1:]\n"
             f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
     return [sys.executable, "-c", code, *args]
 

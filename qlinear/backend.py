@@ -1470,10 +1470,11 @@ class QLinearRep(BackendRep):
                 values[i] = v[0]
         return values
 
-    def _named(self, fn):
-        """Run ``fn``; an error from inside an operator names the node it came from."""
+    def _named(self, fn, *args):
+        """``fn(*args)``; an error from inside an operator names the node it came from. (The
+        arguments are passed through, so a plain run builds no closure for it.)"""
         try:
-            return fn()
+            return fn(*args)
         except NodeError:
             raise
         except _NODE_ERRORS as e:
@@ -1572,16 +1573,8 @@ class QLinearRep(BackendRep):
         """Outputs in graph order. ``progress=None`` shows a bar on a terminal's stderr."""
         feeds = self._feeds(inputs)
         with self._blas_threads(), np.errstate(**_IEEE):
-            if progress is False:  # what _named(_with_progress(...)) does, without its closures
-                try:
-                    values = self.evaluator.run(None, feeds)
-                except NodeError:
-                    raise
-                except _NODE_ERRORS as e:
-                    err = self._node_error(e)
-                    if err is None:
-                        raise
-                    raise err from e
+            if progress is False:  # no bar: the evaluator itself, no closures per run
+                values = self._named(self.evaluator.run, None, feeds)
             else:
                 values = self._named(lambda: self._with_progress(
                     lambda: self.evaluator.run(None, feeds), progress))

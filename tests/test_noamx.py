@@ -20,10 +20,8 @@ pytestmark = pytest.mark.skipif(_noamx.supported() is not None,
 
 
 def _child(code: str) -> subprocess.CompletedProcess:
-    cmd = _noamx.child_command("qlinear._noamx", [])
-    # the child command runs a module after the filter; here: the filter, then `code`
-    cmd[2] = cmd[2].split("sys.argv =")[0] + code
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
+    return subprocess.run([sys.executable, "-c", _noamx.filter_prelude() + code], capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
 
 
 def test_the_filter_denies_amx_to_qlinear_and_only_that():
