@@ -29,6 +29,7 @@
 
 typedef struct {
     int avx2, avxvnni, avx512vnni, fma, amx;
+    int vbmi;   /* AVX512-VBMI with the AVX-512 VNNI level: its packers' sub-choice (below) */
 } ql_features;
 
 static ql_features feat;
@@ -74,6 +75,7 @@ static void detect(void) {
         feat.avxvnni = avx2 && ((a71 >> 4) & 1);
         int f = (b7 >> 16) & 1, dq = (b7 >> 17) & 1, bw = (b7 >> 30) & 1, vl = (b7 >> 31) & 1;
         feat.avx512vnni = avx2 && os_zmm && f && dq && bw && vl && ((c7 >> 11) & 1);
+        feat.vbmi = feat.avx512vnni && ((c7 >> 1) & 1);   /* CPUID.7.0:ECX bit 1 */
         /* AMX-TILE (EDX bit 24) and AMX-INT8 (bit 25), the OS saving the tile configuration
          * and data (XCR0 bits 17 and 18), and Linux's permission; on top of AVX-512 VNNI,
          * whose kernels the level uses for everything but the GEMM */
@@ -81,10 +83,10 @@ static void detect(void) {
         feat.amx = feat.avx512vnni && ((d7 >> 24) & 1) && ((d7 >> 25) & 1) && amx_os && amx_permission();
     }
 #endif
-    snprintf(flags_text, sizeof flags_text, "%s%s%s%s%s",
+    snprintf(flags_text, sizeof flags_text, "%s%s%s%s%s%s",
              feat.avx2 ? "avx2 " : "", feat.fma ? "fma " : "",
              feat.avxvnni ? "avxvnni " : "", feat.avx512vnni ? "avx512vnni " : "",
-             feat.amx ? "amx " : "");
+             feat.vbmi ? "avx512vbmi " : "", feat.amx ? "amx " : "");
     size_t n = strlen(flags_text);
     if (n && flags_text[n - 1] == ' ') flags_text[n - 1] = 0;
     feat_done = 1;
@@ -159,6 +161,19 @@ const char *ql_isa_compiled_names(void) {
 }
 
 const char *ql_cpu_flags(void) { detect(); return flags_text; }
+
+#if QL_X86
+/* The AVX-512 levels' 3x3 byte-form weight packer (QL_BYTE_PACKERS_AVX512): VBMI's two-table byte
+ * permute where the CPU has it, else the AVX2 shuffles (Cascade Lake and Cooper Lake have AVX-512
+ * VNNI without VBMI). The same bytes either way. The levels are only handed out after detect()
+ * (build), so feat is set whenever a kernel runs; emulated builds (SIMDe) take the VBMI code, so
+ * scripts/emulated_isa.sh checks it on any AVX2 CPU. */
+void ql_grouped_b_t9_zmm(const uint8_t *s, int64_t blocks, uint8_t fx, uint8_t sub, uint8_t *d)
+{
+    if (QL_EMULATED || feat.vbmi) ql_grouped_b_t9_vbmi(s, blocks, fx, sub, d);
+    else ql_grouped_b_t9_avx2(s, blocks, fx, sub, d);
+}
+#endif
 
 const ql_ew_kernels *ql_ew_for(const ql_isa *isa) {
     detect();

@@ -234,7 +234,7 @@ void ql_pack_R_panel_vnni(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs,
 static const ql_gemm_kernel k_avx512vnni = {
     .name = "avx512vnni-u8s8", .mr = Z_MR, .nr = 32, .kpack = 4, .form = QL_FORM_U8S8,
     .kernel = avx512vnni_u8s8, .pack_L = ql_pack_L_avx2, .pack_R = ql_pack_R_panel_vnni,
-    .kernel_ep = avx512vnni_u8s8_ep, QL_BYTE_PACKERS_AVX2,
+    .kernel_ep = avx512vnni_u8s8_ep, QL_BYTE_PACKERS_AVX512,
     .pack_R_pairs = 1,
 };
 
@@ -644,7 +644,7 @@ static const ql_gemm_kernel k_avx512vnni_s8u8 = {
     .ikernel2_ep = avx512vnni_s8u8_ik2_ep,
     .dot = avx512vnni_s8u8_dot, .dot_ep = avx512vnni_s8u8_dot_ep,
     .s8_bound = 128,   /* vpdpbusd: any int8 weight (above) */
-    QL_BYTE_PACKERS_AVX2,
+    QL_BYTE_PACKERS_AVX512,
 };
 
 const ql_isa ql_isa_avx512vnni = {

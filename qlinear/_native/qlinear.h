@@ -363,6 +363,16 @@ int ql_interleave4_bulk_avx2(const uint8_t *const *src, uint8_t flip, uint8_t *d
 #define QL_BYTE_PACKERS_AVX2                                                                    \
     .grouped_b_t9 = ql_grouped_b_t9_avx2, .s8u8_row_bulk = ql_s8u8_row_bulk_avx2,               \
     .interleave4_bulk = ql_interleave4_bulk_avx2
+/* conv_avx512.c: the AVX-512 levels' (AVX-512 BW; the grouped order with AVX512-VBMI) */
+int64_t ql_s8u8_row_bulk_avx512(const uint8_t *s, int64_t n, uint8_t flip, uint8_t lo, uint8_t hi, uint8_t zu,
+                                int8_t *d, uint32_t *usum, int *bad);
+void ql_grouped_b_t9_vbmi(const uint8_t *s, int64_t blocks, uint8_t fx, uint8_t sub, uint8_t *d);
+/* dispatch.c: ql_grouped_b_t9_vbmi where the CPU has AVX512-VBMI, else ql_grouped_b_t9_avx2 */
+void ql_grouped_b_t9_zmm(const uint8_t *s, int64_t blocks, uint8_t fx, uint8_t sub, uint8_t *d);
+/* every AVX-512 byte-form kernel's conv packers */
+#define QL_BYTE_PACKERS_AVX512                                                                  \
+    .grouped_b_t9 = ql_grouped_b_t9_zmm, .s8u8_row_bulk = ql_s8u8_row_bulk_avx512,              \
+    .interleave4_bulk = ql_interleave4_bulk_avx2
 #endif
 void ql_dw_cl_scalar(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs, ptrdiff_t step,
                    ptrdiff_t row_step, int rows, int ow, const ql_dw_q *q, void *out);
