@@ -425,6 +425,62 @@ def test_plain_conv_weights_packed_in_the_gemm_tasks(n, c, m, hw, kernel, stride
             assert C.conv_in_task_packs() > before
 
 
+# The fast form's weights packed in the implicit GEMM's first copy job (conv.c's
+# ig_copy_pack_task): 3x3 (the grouped order, the SIMD packers), 1x1 and 1-D / 3-D kernels, two
+# groups (every group's rows in the first group's job), stride 2, rows around the packing's
+# tasks; the weights within the level's bound, or one weight just past it in the first or the
+# last row (the attempt abandoned after the copy tasks began: the exact form runs, y untouched).
+@pytest.mark.parametrize("c,m,spatial,kernel,stride,group", [
+    (64, 40, (9, 9), (3, 3), 1, 1), (256, 96, (6, 6), (3, 3), 2, 1), (48, 24, (7, 7), (3, 3), 1, 2),
+    (96, 70, (8, 8), (1, 1), 1, 1), (40, 33, (30,), (3,), 1, 1), (16, 20, (4, 5, 6), (3, 3, 3), 1, 1)])
+def test_plain_conv_weights_packed_in_the_copy_job(c, m, spatial, kernel, stride, group, threads, engine_level):
+    """A plain call's fast-path weights packed while the input is copied: the oracle's answer
+    and the prepared form's, per-channel zero points that differ, both weight types, both x
+    types; on the levels with a convolution fast path the lean (second) calls take the copy-job
+    packing (conv_copy_job_packs counts the ones that ran) unless a weight is past the bound."""
+    if engine_level == "numpy":
+        pytest.skip("the native engine's packing (the NumPy engine has none)")
+    from qlinear import _native
+    C = _native._C
+    fast = C.kernel_info(C.get_isa(), 2)
+    bound = fast["s8_bound"] if fast and fast["form"] == "s8u8" else 0
+    rng = np.random.default_rng([61, c, m, len(spatial), stride, group, threads])
+    nd = len(kernel)
+    args = dict(group=group, strides=[stride] * nd, pads=[k // 2 for k in kernel] * 2)
+    for xdt, wdt in ((U8, I8), (I8, U8), (U8, U8), (I8, I8)):
+        x = rand_int(rng, xdt, (1, c) + spatial)
+        wz = rand_int(rng, wdt, (m,), -40 if wdt == I8 else 90, 40 if wdt == I8 else 165)
+        xs, ws, ys = rand_scale(rng), rand_scale(rng, (m,)), np.float32(rng.uniform(0.5, 4.0))
+        xz, yz = rand_int(rng, xdt, ()), rand_int(rng, U8, ())
+        bias = rand_int(rng, np.int32, (m,), -50000, 50000)
+        shape = (m, c // group) + kernel
+        w_in = _centered_weights(rng, wdt, shape, wz, min(bound, 127) if bound else 64)
+        cases = [(w_in, wz, True)]
+        if bound:
+            info = np.iinfo(wdt)
+            for row in (0, m - 1):
+                w, wzr = w_in.copy(), wz.copy()
+                # w - z just past the bound: bound + 1 or -(bound + 1) (64: either), 128 (the
+                # int8 store's top) or -129; where the row's zero point allows none (uint8 at
+                # 128 against 128), that zero point one lower and w - z = 128
+                z = int(wz[row])
+                hi = z + (bound + 1 if bound < 127 else 128)
+                v = hi if hi <= info.max else z - bound - 1
+                if v < info.min:
+                    wzr[row] = z - 1
+                    v = z - 1 + 128
+                w.flat[row * w[0].size + w[0].size // 2] = v
+                cases.append((w, wzr, False))
+        for w, wz, fits in cases:
+            before = C.conv_copy_job_packs()
+            _plain_twice(x, xs, xz, w, ws, wz, ys, yz, bias, **args)
+            ran = C.conv_copy_job_packs() - before
+            if bound and fits:
+                assert ran >= 2, ran   # at least the lean (second) QLinearConv and ConvInteger calls
+            else:
+                assert ran == 0, ran
+
+
 @pytest.mark.parametrize("xdt,wdt,ydt", ALL_8BIT_COMBOS)
 def test_plain_conv_lean_path_all_types(xdt, wdt, ydt, threads):
     """Every type combination through the lean path (module.c's conv_plain) with per-tensor and

@@ -558,17 +558,18 @@ static void packw_task(void *vctx, ptrdiff_t t, int thread)
     }
 }
 
-/* 0, -1 (a row outside the fast bound), -2 (out of memory) */
-static int pack_w_threads(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K, int64_t taps,
-                          const int32_t *wzp, void *dst, int threads)
+/* The packing's tasks for `threads` threads (their count: packw_task 0..count-1 then pack every
+ * row), in a job of their own (pack_w_threads) or beside the implicit GEMM's first copy tasks
+ * (ig_copy_pack_task). */
+static ptrdiff_t packw_setup(packw_ctx *c, const ql_gemm_kernel *k, const void *w, int w_type, int M, int K,
+                             int64_t taps, const int32_t *wzp, void *dst, int threads)
 {
-    packw_ctx c;
-    memset(&c, 0, sizeof c);
+    memset(c, 0, sizeof *c);
     k = conv_kernel(k, K, taps);
-    c.k = k; c.w = w; c.w_type = w_type; c.M = M; c.K = K; c.wzp = wzp; c.dst = dst;
-    atomic_init(&c.outside, 0);
-    c.taps = taps;
-    c.grouped = ql_conv_grouped(k, K, taps);
+    c->k = k; c->w = w; c->w_type = w_type; c->M = M; c->K = K; c->wzp = wzp; c->dst = dst;
+    atomic_init(&c->outside, 0);
+    c->taps = taps;
+    c->grouped = ql_conv_grouped(k, K, taps);
     /* below 2^15 weights (a few microseconds of one core) one thread; from there on both: the
      * pool's workers are still spinning from the last call's GEMM (threads.c) and this call's
      * GEMM wants them next anyway, so sharing costs little. Measured: 2^18 as the bound left
@@ -576,19 +577,46 @@ static int pack_w_threads(const ql_gemm_kernel *k, const void *w, int w_type, in
     if ((int64_t)M * K < (1 << 15)) threads = 1;
     if (threads < 1) threads = 1;
     int tasks = threads > 1 ? 4 * threads : 1;
-    c.rows_per_task = (M + tasks - 1) / tasks;
-    if (c.rows_per_task < 1) c.rows_per_task = 1;
-    ql_parallel_for((M + c.rows_per_task - 1) / c.rows_per_task, threads, packw_task, &c);
+    c->rows_per_task = (M + tasks - 1) / tasks;
+    if (c->rows_per_task < 1) c->rows_per_task = 1;
+    return (M + c->rows_per_task - 1) / c->rows_per_task;
+}
+
+/* 0, -1 (a row outside the fast bound) */
+static int pack_w_threads(const ql_gemm_kernel *k, const void *w, int w_type, int M, int K, int64_t taps,
+                          const int32_t *wzp, void *dst, int threads)
+{
+    packw_ctx c;
+    ptrdiff_t tasks = packw_setup(&c, k, w, w_type, M, K, taps, wzp, dst, threads);
+    ql_parallel_for(tasks, threads, packw_task, &c);
     return atomic_load(&c.outside) ? -1 : 0;
 }
 
-int ql_conv_pack_w_fast(const ql_isa *isa, const void *w, int w_type, int M, int K, int64_t taps,
-                        const int32_t *wzp, void *dst, int threads)
+/* S8U8 (fast path): C = sum x'(w - zw) over K, padding read as zx'; the result is
+ * C - zx' * sum(w - zw): folded with the bias into one per-row term fb, in wrap32, from the
+ * packed weights' row sums (after the packing: a plain call's are packed during the call) */
+static void fast_bias_fill(const ql_conv_plan *p, const void *wpacked, ptrdiff_t ldl, int32_t *fb)
+{
+    const int32_t *wsum = (const int32_t *)((const char *)wpacked + (size_t)p->M * (size_t)ldl);
+    uint32_t zxu = (uint32_t)(p->x_type == QL_I8 ? p->x_zp + 128 : p->x_zp);   /* zx' */
+    for (int64_t i = 0; i < p->M; i++)
+        fb[i] = (int32_t)((p->bias ? (uint32_t)p->bias[i] : 0u) - zxu * (uint32_t)wsum[i]);
+}
+
+/* whether a convolution of M rows of K weights may run on isa->conv_fast (if its weights fit) */
+static int fast_applies(const ql_isa *isa, int64_t M, int64_t K, int64_t taps)
 {
     if (!isa->conv_fast) return 0;
     if (taps == 1 && isa->exact_1x1_min_m && M >= isa->exact_1x1_min_m && K >= isa->exact_1x1_min_k &&
         conv_kernel(isa->conv_fast, K, 1) != isa->conv_fast)
         return 0;   /* the level's exact GEMM takes this 1x1 convolution (qlinear.h) */
+    return 1;
+}
+
+int ql_conv_pack_w_fast(const ql_isa *isa, const void *w, int w_type, int M, int K, int64_t taps,
+                        const int32_t *wzp, void *dst, int threads)
+{
+    if (!fast_applies(isa, M, K, taps)) return 0;
     int rc = pack_w_threads(isa->conv_fast, w, w_type, M, K, taps, wzp, dst, threads);
     return rc == 0 ? 2 : rc == -2 ? -2 : 0;
 }
@@ -1120,6 +1148,10 @@ typedef struct ig_ctx {
      * its row block into its thread's scratch at wscr_off (at most mc rows) before its tiles */
     const uint8_t *wr, *wr0; const int32_t *wzp, *wzp0; int w_type, Kraw, wgrouped;
     size_t wscr_off;
+    /* a plain call's S8U8 weights, packed by npack tasks (packw_task on wjob) in the same job as
+     * the first copy tasks (ig_copy_pack_task): one job fewer, and the copy overlaps them */
+    packw_ctx *wjob;
+    ptrdiff_t npack;
 } ig_ctx;
 
 /* Rows of a phase plane, whatever the rank: row r's outer coordinates i[] (the phase grid's,
@@ -1505,6 +1537,17 @@ static void ig_copy_chunk_task(void *vctx, ptrdiff_t task, int thread)
     }
 }
 
+/* The first copy job of a plain call's fast path: the weights' packing tasks first (the longer
+ * ones: the two threads start on them and share the copy tasks after), then the copy tasks,
+ * skipped once a row is outside the bound (full-range weights on AVX2's 7-bit form: found in
+ * the first rows, so a failed attempt costs little before the exact form runs). */
+static void ig_copy_pack_task(void *vctx, ptrdiff_t task, int thread)
+{
+    const ig_ctx *c = (const ig_ctx *)vctx;
+    if (task < c->npack) packw_task(c->wjob, task, thread);
+    else if (!atomic_load_explicit(&c->wjob->outside, memory_order_relaxed)) ig_copy_chunk_task(vctx, task - c->npack, thread);
+}
+
 /* The runs of tile q0: columns q with ow < OW (and q < Q) in real rows, by output pixel; a run
  * continues across a row's end when the next row follows in both the tile and the output (no
  * dropped column, Wph == OW, and the next row real). */
@@ -1566,7 +1609,7 @@ static void ig_gather_task(void *vctx, ptrdiff_t j, int thread)
  * parallel, one thread an image (ig_chunk_task): a diagnostic the tests
  * read to prove which path their cases exercised (relaxed atomics: calls may come from several
  * threads). */
-static long long ig_calls[8];
+static long long ig_calls[9];
 
 /* Packing task: the chunk's images' last tiles into the panel u = n0 / tpm + task they belong to. */
 static void ig_tail_task(void *vctx, ptrdiff_t task, int thread)
@@ -1772,6 +1815,7 @@ static void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
 }
 
 long long ql_conv_in_task_packs(void) { return __atomic_load_n(&ig_calls[7], __ATOMIC_RELAXED); }
+long long ql_conv_copy_job_packs(void) { return __atomic_load_n(&ig_calls[8], __ATOMIC_RELAXED); }
 
 void ql_conv_path_counts(long long *implicit, long long *im2col, long long *merged, long long *merged_images,
                          long long *merged_tails, long long *shifted, long long *parallel_chunks)
@@ -1945,7 +1989,7 @@ static int ig_block_rows(ptrdiff_t ldl, int mr)
 /* Runs the convolution on the implicit path when it applies: returns 1 (done), 0 (not taken:
  * the caller runs the im2col path) or -1 (out of memory). fast_bias: the S8U8 per-row term. */
 static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern, void *wpacked,
-                  const ql_conv_wraw *raw, const int32_t *fast_bias, size_t workspace)
+                  const ql_conv_wraw *raw, int32_t *fast_bias, size_t workspace)
 {
     if (!kern->ikernel || kern->form == QL_FORM_U8S8) return 0;
     ig_ctx c;
@@ -2248,13 +2292,21 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         }
     }
     /* images in parallel run every row block once per image: a plain call's weights are then
-     * packed whole first, as they are for the other forms and when the scratch did not fit */
+     * packed whole first, as they are when the scratch did not fit; the S8U8 form's (a bound
+     * to prove, row sums for fast_bias) in the first copy job where there is one (below) */
+    int pack_in_copy = 0;
+    packw_ctx wjob;
     if (raw && (!in_task || pk)) {
         if (in_task) c.scratch_bytes = c.wscr_off;
         in_task = 0;
-        if (pack_w_threads(kern, raw->w, raw->w_type, (int)p->M, (int)K, c.taps, raw->wzp, wpacked, threads) != 0) {
-            free(c.off);
-            return -1;   /* not reached: only the S8U8 form has a bound, and it is never raw */
+        if (kern->form == QL_FORM_S8U8 && !pk) {
+            pack_in_copy = 1;
+        } else {
+            if (pack_w_threads(kern, raw->w, raw->w_type, (int)p->M, (int)K, c.taps, raw->wzp, wpacked, threads) != 0) {
+                free(c.off);
+                return -4;   /* a weight outside the S8U8 form's bound (the only form with one) */
+            }
+            if (fast_bias) fast_bias_fill(p, wpacked, w_row_bytes(kern, Kw), fast_bias);
         }
     }
     if (in_task) {
@@ -2362,7 +2414,8 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         }
     }
     int64_t u_done = 0;   /* panels run so far */
-    for (int64_t n0 = 0; n0 < p->N && !pk; n0 += nimg) {
+    int result = 1;
+    for (int64_t n0 = 0; n0 < p->N && !pk && result == 1; n0 += nimg) {
         c.nimg = p->N - n0 < nimg ? p->N - n0 : nimg;
         c.n0 = n0;
         if (tpm) {
@@ -2385,7 +2438,26 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
             ptrdiff_t ncopy = (ptrdiff_t)(c.nimg * c.nblk);
             c.cpt = c.nimg > 1 ? (ncopy + 16 * run_threads - 1) / (16 * run_threads) : 1;
             ncopy = (ncopy + c.cpt - 1) / c.cpt;
-            ql_parallel_for(ncopy, ncopy > 1 ? run_threads : 1, ig_copy_chunk_task, &c);
+            if (pack_in_copy) {
+                /* every group's rows (the first group's job), then the per-row terms: the
+                 * GEMM tasks below are the first to read either */
+                c.npack = packw_setup(&wjob, kern, raw->w, raw->w_type, (int)p->M, (int)K, c.taps, raw->wzp, wpacked,
+                                      run_threads);
+                c.wjob = &wjob;
+                ptrdiff_t n = c.npack + ncopy;
+                ql_parallel_for(n, n > 1 ? run_threads : 1, ig_copy_pack_task, &c);
+                c.npack = 0;
+                c.wjob = NULL;
+                pack_in_copy = 0;
+                if (atomic_load(&wjob.outside)) {
+                    result = -4;   /* a weight outside the bound: nothing written to y yet */
+                    break;
+                }
+                __atomic_add_fetch(&ig_calls[8], 1, __ATOMIC_RELAXED);
+                fast_bias_fill(p, wpacked, ldl, fast_bias);
+            } else {
+                ql_parallel_for(ncopy, ncopy > 1 ? run_threads : 1, ig_copy_chunk_task, &c);
+            }
             /* the narrow last tile's columns, gathered once per image for every task */
             if (tpm) {   /* the chunk's last tiles into their panels (those it touches) */
                 ql_parallel_for((ptrdiff_t)((n0 + c.nimg - 1) / tpm - n0 / tpm + 1), run_threads, ig_tail_task, &c);
@@ -2395,7 +2467,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
             }
             ql_parallel_for((ptrdiff_t)(c.row_blocks * c.tile_blocks), run_threads, ig_gemm_task, &c);
         }
-        if (c.nimg > 1) {
+        if (c.nimg > 1 && result == 1) {
             __atomic_add_fetch(&ig_calls[2], 1, __ATOMIC_RELAXED);
             __atomic_add_fetch(&ig_calls[3], c.nimg, __ATOMIC_RELAXED);
         }
@@ -2407,8 +2479,8 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     free(c.xt);
     free(tp_mem);
     free(c.offp);
-    if (c.shift) __atomic_add_fetch(&ig_calls[5], 1, __ATOMIC_RELAXED);
-    return 1;
+    if (c.shift && result == 1) __atomic_add_fetch(&ig_calls[5], 1, __ATOMIC_RELAXED);
+    return result;
 }
 
 /* The GEMM convolution on packed weights (wpacked), or with raw: a plain call's weights as
@@ -2464,30 +2536,30 @@ static int conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_ker
         row_z = row_a + p->M;
     }
     int32_t col_z = p->x_type == QL_U8 ? p->x_zp - 128 : p->x_zp;   /* zR' */
-    /* S8U8 (fast path): C = sum x'(w - zw) over K, padding read as zx'; the result is
-     * C - zx' * sum(w - zw): folded with the bias into one per-row term, in wrap32 */
+    /* S8U8 (fast path): the bias and the row sums' term (fast_bias_fill), once the weights are
+     * packed: now, or in ig_run / below for a plain call's (raw) */
     int32_t *fast_bias = NULL;
     if (kern->form == QL_FORM_S8U8) {
-        const int32_t *wsum = (const int32_t *)((const char *)wpacked + (size_t)p->M * (size_t)ldl);
-        uint32_t zxu = (uint32_t)(p->x_type == QL_I8 ? p->x_zp + 128 : p->x_zp);   /* zx' */
         fast_bias = (int32_t *)malloc(sizeof(int32_t) * (size_t)p->M);
         if (!fast_bias) { free(c.scratch_mem); return -1; }
-        for (int64_t i = 0; i < p->M; i++)
-            fast_bias[i] = (int32_t)((p->bias ? (uint32_t)p->bias[i] : 0u) - zxu * (uint32_t)wsum[i]);
+        if (!raw) fast_bias_fill(p, wpacked, ldl, fast_bias);
     }
     {
         int ig = ig_run(p, isa, kern, wpacked, raw, fast_bias, workspace);
-        __atomic_add_fetch(&ig_calls[ig ? 0 : 1], 1, __ATOMIC_RELAXED);
+        if (ig != -4) __atomic_add_fetch(&ig_calls[ig ? 0 : 1], 1, __ATOMIC_RELAXED);
         if (ig) {
             free(c.scratch_mem);
             free(fast_bias);
-            return ig < 0 ? -1 : 0;
+            return ig == 1 ? 0 : ig == -4 ? -4 : -1;
         }
     }
-    if (raw && pack_w_threads(kern, raw->w, raw->w_type, (int)p->M, (int)K64, taps, raw->wzp, wpacked, threads) != 0) {
-        free(c.scratch_mem);
-        free(fast_bias);
-        return -1;   /* not reached: raw weights are for the I16 form, which has no bound */
+    if (raw) {
+        if (pack_w_threads(kern, raw->w, raw->w_type, (int)p->M, (int)K64, taps, raw->wzp, wpacked, threads) != 0) {
+            free(c.scratch_mem);
+            free(fast_bias);
+            return -4;   /* a weight outside the S8U8 form's bound (the only form with one) */
+        }
+        if (fast_bias) fast_bias_fill(p, wpacked, ldl, fast_bias);
     }
     int rc = 0;
     for (int64_t n = 0; n < p->N && rc == 0; n++) {
@@ -2541,7 +2613,7 @@ int ql_conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel 
 int ql_conv_gemm_raw(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern,
                      const ql_conv_wraw *raw, void *wbuf, size_t workspace)
 {
-    if (kern->form != QL_FORM_I16) {   /* packed whole first (a bound to prove, row sums) */
+    if (kern->form == QL_FORM_U8S8) {   /* packed whole first (the corrections' row sums) */
         int64_t taps = prod(p->k, p->nsp), K64 = p->C / p->group * taps;
         if (K64 > INT_MAX / 2) return -2;
         if (pack_w_threads(kern, raw->w, raw->w_type, (int)p->M, (int)K64, taps, raw->wzp, wbuf,
@@ -2550,6 +2622,16 @@ int ql_conv_gemm_raw(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_ker
         return conv_gemm(p, isa, kern, wbuf, NULL, workspace);
     }
     return conv_gemm(p, isa, kern, wbuf, raw, workspace);
+}
+
+int ql_conv_plain_fast(const ql_conv_plan *p, const ql_isa *isa, const ql_conv_wraw *raw, void *wbuf,
+                       size_t workspace)
+{
+    int64_t taps = prod(p->k, p->nsp), K64 = p->C / p->group * taps;
+    if (K64 > INT_MAX / 2) return -2;
+    if (!fast_applies(isa, p->M, K64, taps)) return 0;
+    int rc = conv_gemm(p, isa, isa->conv_fast, wbuf, raw, workspace);
+    return rc == 0 ? 1 : rc == -4 ? 0 : rc;
 }
 
 /* ---------------------------------------------------------------------------------------

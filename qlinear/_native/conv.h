@@ -54,13 +54,21 @@ typedef struct ql_conv_wraw { const void *w; int w_type; const int32_t *wzp; } q
  * and run as ql_conv_gemm. Same returns. */
 int ql_conv_gemm_raw(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern,
                      const ql_conv_wraw *raw, void *wbuf, size_t workspace);
+/* A plain call on isa->conv_fast, its weights (raw) packed into wbuf during the call (beside the
+ * implicit GEMM's first copy tasks where it runs, else first) while proving its bound: 1 (done),
+ * 0 (no fast kernel for this convolution, or a weight outside its bound: y untouched, the caller
+ * runs the exact form), or ql_conv_gemm's errors; wbuf: ql_conv_w_bytes of isa->conv_fast */
+int ql_conv_plain_fast(const ql_conv_plan *p, const ql_isa *isa, const ql_conv_wraw *raw, void *wbuf,
+                       size_t workspace);
 /* The name of the kernel that packs and runs a convolution of K = C/group * taps on level
  * kernel k (k's, or its conv_fallback's: qlinear.h, kchunk), and the GEMM convolutions run so
  * far on a kernel with chunks and the implicit-GEMM tasks that ran tile pairs (diagnostics) */
 const char *ql_conv_kernel_name(const ql_gemm_kernel *k, int64_t K, int64_t taps);
 void ql_conv_tile_counts(long long *chunked, long long *paired);
-/* ql_conv_gemm_raw runs that packed the weights inside the GEMM tasks (diagnostic) */
+/* ql_conv_gemm_raw runs that packed the weights inside the GEMM tasks, and plain fast-path
+ * calls that packed them in the implicit GEMM's first copy job (diagnostics) */
 long long ql_conv_in_task_packs(void);
+long long ql_conv_copy_job_packs(void);
 /* Calls of ql_conv_gemm that ran the implicit GEMM and the im2col path, the implicit path's
  * GEMMs over several images, their images and merged tail panels, the implicit runs on
  * shifted planes and those whose images ran in parallel (diagnostics) */

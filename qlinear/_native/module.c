@@ -857,12 +857,15 @@ static PyObject *m_conv_plain(PyObject *self, PyObject *args) {
     } else {
         /* the 7-bit form where the weights fit it (packed whole while proving the bound), else
          * the exact form, packed inside the GEMM's tasks where the path allows it (conv.h) */
-        kind = ql_conv_pack_w_fast(isa, w.buf, w_type, M, (int)K, taps, wzp, wp, ql_num_threads());
-        if (kind == -2) rc = -1;
-        else if (p.N > 0 && p.M > 0 && kind == 2) rc = ql_conv_gemm(&p, isa, isa->conv_fast, wp, (size_t)workspace);
-        else if (p.N > 0 && p.M > 0) {
-            ql_conv_wraw raw = {w.buf, w_type, wzp};
-            rc = ql_conv_gemm_raw(&p, isa, isa->exact, &raw, wp, (size_t)workspace);
+        ql_conv_wraw raw = {w.buf, w_type, wzp};
+        if (p.N > 0 && p.M > 0) {
+            rc = ql_conv_plain_fast(&p, isa, &raw, wp, (size_t)workspace);
+            if (rc == 1) {
+                kind = 2;
+                rc = 0;
+            } else if (rc == 0) {
+                rc = ql_conv_gemm_raw(&p, isa, isa->exact, &raw, wp, (size_t)workspace);
+            }
         }
     }
     Py_END_ALLOW_THREADS
@@ -1175,6 +1178,13 @@ static PyObject *m_conv_in_task_packs(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(ql_conv_in_task_packs());
 }
 
+/* conv_copy_job_packs() -> plain fast-path convolutions whose weights were packed in the implicit
+ * GEMM's first copy job */
+static PyObject *m_conv_copy_job_packs(PyObject *self, PyObject *args) {
+    (void)self; (void)args;
+    return PyLong_FromLongLong(ql_conv_copy_job_packs());
+}
+
 /* tail_counts() -> (implicit tiles, packed panels, implicit dot tiles) that ran a narrow
  * tail kernel so far */
 static PyObject *m_tail_counts(PyObject *self, PyObject *args) {
@@ -1227,6 +1237,7 @@ static PyMethodDef methods[] = {
     {"gemm_pair_count", m_gemm_pair_count, METH_NOARGS, "Panel pairs packed in one pass by plain matmuls (pack_R_pairs)."},
     {"gemm_fused_count", m_gemm_fused_count, METH_NOARGS, "GEMMs whose tiles ran on the kernel's fused epilogue (kernel_ep)."},
     {"conv_in_task_packs", m_conv_in_task_packs, METH_NOARGS, "Plain convolutions whose weights were packed inside the implicit GEMM's tasks."},
+    {"conv_copy_job_packs", m_conv_copy_job_packs, METH_NOARGS, "Plain fast-path convolutions whose weights were packed in the implicit GEMM's first copy job."},
     {"tail_counts", m_tail_counts, METH_NOARGS, "Implicit tiles, packed panels and implicit dot-kernel tiles that ran a narrow tail kernel."},
     {"conv_tile_counts", m_conv_tile_counts, METH_NOARGS, "GEMM convolutions run on a kernel with chunks (amx-s8u8), implicit-GEMM tasks that ran tile pairs."},
     {"conv_kernel_name", m_conv_kernel_name, METH_VARARGS, "The kernel that packs and runs a convolution of K weights per row and taps taps on a level's kernel."},
