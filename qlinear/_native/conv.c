@@ -2546,7 +2546,7 @@ static int conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_ker
     }
     {
         int ig = ig_run(p, isa, kern, wpacked, raw, fast_bias, workspace);
-        if (ig != -4) __atomic_add_fetch(&ig_calls[ig ? 0 : 1], 1, __ATOMIC_RELAXED);
+        if (ig && ig != -4) __atomic_add_fetch(&ig_calls[0], 1, __ATOMIC_RELAXED);
         if (ig) {
             free(c.scratch_mem);
             free(fast_bias);
@@ -2561,6 +2561,7 @@ static int conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_ker
         }
         if (fast_bias) fast_bias_fill(p, wpacked, ldl, fast_bias);
     }
+    __atomic_add_fetch(&ig_calls[1], 1, __ATOMIC_RELAXED);   /* the im2col path runs (counted once it can) */
     int rc = 0;
     for (int64_t n = 0; n < p->N && rc == 0; n++) {
         for (int64_t g = 0; g < p->group && rc == 0; g++) {
