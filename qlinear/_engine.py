@@ -405,8 +405,27 @@ def conv_accumulate(x: np.ndarray, x_zero_point: np.ndarray, kernel: ConvKernel,
             return out, pending
         if pending is not None:
             out += pending.reshape(bias_shape)
-        return out.astype(np.int32), None
+        return _int32_in_place(out), None
     return finish_accumulator(out, bias, bias_shape, out_dtype), None
+
+
+_CAST_BLOCK = 1 << 16  # elements converted per step of _int32_in_place (256 KiB)
+
+
+def _int32_in_place(values: np.ndarray) -> np.ndarray:
+    """A C-contiguous float32 array of integers below 2**24 as int32, in its own memory.
+
+    ``values.astype(np.int32)`` would allocate a second array as large as the whole output
+    (ConvInteger's output is its accumulator), outside the workspace limit. Same item size, so
+    element i of the int32 view sits where element i of the float32 array was: a block is
+    read (NumPy copies an overlapping source first: one block, 256 KiB) before it is written,
+    and no later block is touched. Exact: every value is an integer float32 represents.
+    """
+    src = values.reshape(-1)
+    dst = src.view(np.int32)
+    for i in range(0, src.size, _CAST_BLOCK):
+        dst[i:i + _CAST_BLOCK] = src[i:i + _CAST_BLOCK]
+    return dst.reshape(values.shape)
 
 
 def _pointwise(geom: ConvGeometry, kernel: ConvKernel) -> bool:

@@ -1,0 +1,57 @@
+"""New-user QA, round 9: an acceptance audit of issue #9 (the compiled engine). One test per
+defect found (see the commit that fixes each)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import qlinear
+from qlinear import _native
+
+# ----------------------------------------------------------------------------- workspace limit
+
+_CONV_INTEGER_CHILD = r"""
+import ctypes, json, sys
+ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE (see test_memory.py)
+import numpy as np
+import qlinear
+qlinear._native.set_engine("numpy")
+qlinear.set_workspace_limit(int(sys.argv[1]))
+rng = np.random.default_rng(0)
+x = rng.integers(0, 256, (16, 64, 56, 56), dtype=np.uint8)
+w = rng.integers(-128, 128, (64, 64, 3, 3), dtype=np.int8)
+p = qlinear.prepare_conv_integer(w, np.int8(1), pads=[1, 1, 1, 1])
+p.run(x[:1], np.uint8(128))
+ctypes.CDLL("libc.so.6").malloc_trim(0)
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")
+def status_kib(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+before = status_kib("VmRSS")
+y = p.run(x, np.uint8(128))
+print(json.dumps({"above": (status_kib("VmHWM") - before) * 1024 - y.nbytes, "output": y.nbytes,
+                  "padded_image": 4 * 64 * 58 * 58}))
+"""
+
+
+def test_numpy_conv_integer_makes_no_second_output_sized_copy():
+    """The NumPy engine's ConvInteger accumulated in float32 (exact) and returned
+    ``out.astype(np.int32)``: a second buffer the size of the whole output, outside the
+    workspace limit (the issue's batch-64 224x224 3x3 64->64 layer: 784 MiB above the output
+    with the limit at 256 MiB; here 12 MiB above a 4 MiB limit). The conversion now happens
+    in place, a bounded block at a time."""
+    if not os.access("/proc/self/clear_refs", os.W_OK):
+        pytest.skip("needs Linux's /proc/self/clear_refs to reset the peak resident set")
+    limit, noise = 4 << 20, 3 << 20
+    out = subprocess.run([sys.executable, "-c", _CONV_INTEGER_CHILD, str(limit)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["above"] <= limit + got["padded_image"] + noise, got
