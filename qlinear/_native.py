@@ -9,6 +9,10 @@ Selection, read once at import and changeable at run time:
   (default: the CPUs this process may use, ``os.sched_getaffinity``);
 - ``QLINEAR_REQUIRE_NATIVE=1``: importing qlinear fails if the native engine is missing (CI).
 
+Without the native engine (no C compiler at install time), importing qlinear warns once
+(RuntimeWarning; in the ``qlinear`` command a ``qlinear: warning:`` line) unless
+``QLINEAR_ENGINE=numpy`` chose the NumPy engine on purpose.
+
 The operators validate their inputs in Python, then hand this module's functions plain
 buffers; the NumPy engine (qlinear._engine) stays as the fallback and as a cross-check.
 """
@@ -115,6 +119,17 @@ except ValueError as _env_error:
     # the command's convention for bad input: one line, exit status 2, no traceback
     sys.stderr.write("qlinear: error: " + str(_env_error).removeprefix("qlinear: ") + "\n")
     raise SystemExit(2) from None
+if _C is None and not os.environ.get("QLINEAR_ENGINE", "").strip():
+    # pip shows a build's output only when it fails (or with -v), so setup.py's warning that
+    # the engine could not be built reaches nobody: the first import says it instead, unless
+    # the NumPy engine was chosen on purpose
+    _missing = (f"qlinear: the native engine is not built ({_IMPORT_ERROR}); running on the NumPy engine, "
+                "exact but much slower. QLINEAR_ENGINE=numpy chooses it and silences this warning")
+    if _in_the_command():
+        sys.stderr.write("qlinear: warning: " + _missing.removeprefix("qlinear: ") + "\n")
+    else:
+        import warnings
+        warnings.warn(_missing, RuntimeWarning, stacklevel=2)
 _threads_numpy = None  # set_num_threads without the native engine: remembered only
 
 

@@ -55,3 +55,40 @@ def test_numpy_conv_integer_makes_no_second_output_sized_copy():
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["above"] <= limit + got["padded_image"] + noise, got
+
+
+# ----------------------------------------------------------------------------- no C compiler
+
+
+def _without_extension(tmp_path, code: str, **env: str) -> subprocess.CompletedProcess:
+    """Run ``code`` against a copy of the package without the compiled module (what
+    ``pip install .`` leaves where no C compiler works)."""
+    import shutil
+
+    pkg = tmp_path / "qlinear"
+    if not pkg.exists():
+        shutil.copytree(os.path.dirname(qlinear.__file__), pkg,
+                        ignore=shutil.ignore_patterns("_qlnative*", "__pycache__", "_native"))
+    prelude = ("import sys\n"
+               "sys.meta_path = [m for m in sys.meta_path if 'editable' not in repr(m).lower()]\n"
+               f"sys.path.insert(0, {str(tmp_path)!r})\n")
+    full = {k: v for k, v in os.environ.items() if not k.startswith("QLINEAR_")}
+    full.update(env)
+    return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, env=full,
+                          timeout=120)
+
+
+def test_missing_native_engine_is_said_at_import(tmp_path):
+    """Without a C compiler `pip install .` succeeds on the NumPy engine, and setup.py prints
+    why, but pip shows a successful build's output only with -v: the install said nothing
+    a user would see, and importing qlinear said nothing either (only engine_info() told).
+    The first import now warns once (RuntimeWarning), naming the cause and how to silence it;
+    choosing the NumPy engine explicitly (QLINEAR_ENGINE=numpy) silences it."""
+    code = "import qlinear\nprint(qlinear.engine_info()['engine'])\n"  # Python's default warning filters
+    r = _without_extension(tmp_path, code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["numpy"]
+    assert "RuntimeWarning: qlinear: the native engine is not built" in r.stderr, r.stderr
+    assert "running on the NumPy engine" in r.stderr and "QLINEAR_ENGINE=numpy" in r.stderr, r.stderr
+    r = _without_extension(tmp_path, code, QLINEAR_ENGINE="numpy")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
