@@ -237,8 +237,9 @@ def use_isa(name: str) -> Iterator[None]:
     """Temporarily select the native engine and an ISA level (tests, benchmarks)."""
     global _engine
     saved_engine, saved_isa = _engine, _C.get_isa() if _C is not None else None
-    set_engine("native")
-    set_isa(name)
+    _check_engine("native", "engine")
+    set_isa(name)   # a refused level raises here, before anything changed
+    _engine = "native"
     try:
         yield
     finally:

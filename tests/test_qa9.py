@@ -92,3 +92,19 @@ def test_missing_native_engine_is_said_at_import(tmp_path):
     assert "running on the NumPy engine" in r.stderr and "QLINEAR_ENGINE=numpy" in r.stderr, r.stderr
     r = _without_extension(tmp_path, code, QLINEAR_ENGINE="numpy")
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+# ----------------------------------------------------------------------------- engine selection
+
+
+@pytest.mark.skipif(not _native.available(), reason="native engine not built")
+@pytest.mark.parametrize("bad", ["avx9000", "AMX", ""])
+def test_use_isa_refused_leaves_the_engine_as_it_was(bad):
+    """_native.use_isa (what the tests and benchmarks select levels with) switched to the
+    native engine before checking the level: a refused level raised but left the native engine
+    selected where the NumPy engine was."""
+    with _native.use_engine("numpy"):
+        with pytest.raises(ValueError, match="isa"):
+            with _native.use_isa(bad):
+                pass
+        assert _native.engine() == "numpy"
