@@ -111,7 +111,8 @@ try:
             _C.set_isa(_check_isa(os.environ["QLINEAR_ISA"].strip(), "QLINEAR_ISA"))
         if os.environ.get("QLINEAR_NUM_THREADS"):
             _env_threads = os.environ["QLINEAR_NUM_THREADS"].strip()
-            _C.set_threads(_positive_threads(int(_env_threads) if _env_threads.isdigit() else _env_threads,
+            _C.set_threads(_positive_threads(int(_env_threads) if _env_threads.isascii() and _env_threads.isdigit()
+                                             else _env_threads,
                                              "QLINEAR_NUM_THREADS"))
 except ValueError as _env_error:
     if not _in_the_command():

@@ -108,3 +108,16 @@ def test_use_isa_refused_leaves_the_engine_as_it_was(bad):
             with _native.use_isa(bad):
                 pass
         assert _native.engine() == "numpy"
+
+
+@pytest.mark.skipif(not _native.available(), reason="native engine not built")
+@pytest.mark.parametrize("value", ["\u00b2", "\u0663", "1\u00b2"])
+def test_num_threads_variable_of_non_ascii_digits_is_named(value):
+    """QLINEAR_NUM_THREADS='²' passed str.isdigit, then int() raised its own ValueError
+    ('invalid literal for int() with base 10'), naming neither the variable nor the accepted
+    range (and '٣', an Arabic-Indic three, was taken as 3 threads)."""
+    r = subprocess.run([sys.executable, "-c", "import qlinear"], capture_output=True, text=True, timeout=60,
+                       env={**{k: v for k, v in os.environ.items() if not k.startswith("QLINEAR_")},
+                            "QLINEAR_NUM_THREADS": value})
+    assert r.returncode != 0
+    assert f"QLINEAR_NUM_THREADS must be an integer in [1, 1024]; got {value!r}" in r.stderr, r.stderr
