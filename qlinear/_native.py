@@ -80,9 +80,10 @@ def _check_isa(name: str, source: str) -> str:
 
 
 def _positive_threads(n: Any, source: str) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
+    # a NumPy integer is an integer too (set_workspace_limit takes them); bools are not counts
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or not 1 <= n <= 1024:
         raise ValueError(f"qlinear: {source} must be an integer in [1, 1024]; got {n!r}")
-    return n
+    return int(n)
 
 
 def _in_the_command() -> bool:

@@ -121,3 +121,20 @@ def test_num_threads_variable_of_non_ascii_digits_is_named(value):
                             "QLINEAR_NUM_THREADS": value})
     assert r.returncode != 0
     assert f"QLINEAR_NUM_THREADS must be an integer in [1, 1024]; got {value!r}" in r.stderr, r.stderr
+
+
+def test_set_num_threads_takes_a_numpy_integer():
+    """set_num_threads(np.int64(2)) was refused as 'must be an integer in [1, 1024]; got
+    np.int64(2)' (set_workspace_limit and set_max_output_bytes take NumPy integers)."""
+    saved = qlinear.get_num_threads()
+    try:
+        qlinear.set_num_threads(np.int64(1))
+        assert qlinear.get_num_threads() == 1 and type(qlinear.get_num_threads()) is int
+        assert qlinear.engine_info()["threads"] == 1
+        qlinear.set_num_threads(np.uint8(2))
+        assert qlinear.get_num_threads() == 2
+        for bad in (np.int64(0), np.int64(1025), np.bool_(True), np.float32(2)):
+            with pytest.raises(ValueError, match=r"set_num_threads\(n\) must be an integer in \[1, 1024\]"):
+                qlinear.set_num_threads(bad)
+    finally:
+        qlinear.set_num_threads(saved)
