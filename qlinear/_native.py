@@ -97,6 +97,7 @@ def _in_the_command() -> bool:
 
 
 _engine = "native" if _C is not None else "numpy"
+_threads_numpy: int | None = None  # set_num_threads without the native engine: remembered only
 try:
     # "1" requires the engine; "0" or unset does not; anything else ("2", "yes") would have been
     # silently ignored, so a CI that asks for the engine believed it got it
@@ -107,14 +108,19 @@ try:
         raise ImportError(f"qlinear: QLINEAR_REQUIRE_NATIVE=1 but the native engine is not built: {_IMPORT_ERROR}")
     if os.environ.get("QLINEAR_ENGINE"):
         _engine = _check_engine(os.environ["QLINEAR_ENGINE"].strip(), "QLINEAR_ENGINE")
-    if _C is not None:
-        if os.environ.get("QLINEAR_ISA"):
-            _C.set_isa(_check_isa(os.environ["QLINEAR_ISA"].strip(), "QLINEAR_ISA"))
-        if os.environ.get("QLINEAR_NUM_THREADS"):
-            _env_threads = os.environ["QLINEAR_NUM_THREADS"].strip()
-            _C.set_threads(_positive_threads(int(_env_threads) if _env_threads.isascii() and _env_threads.isdigit()
-                                             else _env_threads,
-                                             "QLINEAR_NUM_THREADS"))
+    # read whether or not the native engine is built: a level is an error without it (none
+    # runs), and the thread count is remembered as set_num_threads remembers it
+    if os.environ.get("QLINEAR_ISA", "").strip():
+        _env_isa = _check_isa(os.environ["QLINEAR_ISA"].strip(), "QLINEAR_ISA")
+        _C.set_isa(_env_isa)
+    if os.environ.get("QLINEAR_NUM_THREADS", "").strip():
+        _env_threads = os.environ["QLINEAR_NUM_THREADS"].strip()
+        _env_count = _positive_threads(int(_env_threads) if _env_threads.isascii() and _env_threads.isdigit()
+                                       else _env_threads, "QLINEAR_NUM_THREADS")
+        if _C is not None:
+            _C.set_threads(_env_count)
+        else:
+            _threads_numpy = _env_count
 except ValueError as _env_error:
     if not _in_the_command():
         raise  # importing qlinear fails with the one-sentence ValueError
@@ -132,7 +138,6 @@ if _C is None and not os.environ.get("QLINEAR_ENGINE", "").strip():
     else:
         import warnings
         warnings.warn(_missing, RuntimeWarning, stacklevel=2)
-_threads_numpy = None  # set_num_threads without the native engine: remembered only
 
 
 def engine() -> str:

@@ -138,3 +138,27 @@ def test_set_num_threads_takes_a_numpy_integer():
                 qlinear.set_num_threads(bad)
     finally:
         qlinear.set_num_threads(saved)
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"QLINEAR_ISA": "avx9000"}, "QLINEAR_ISA='avx9000' needs the native engine, which is not built"),
+    ({"QLINEAR_ISA": "avx2"}, "QLINEAR_ISA='avx2' needs the native engine, which is not built"),
+    ({"QLINEAR_NUM_THREADS": "abc"}, "QLINEAR_NUM_THREADS must be an integer in [1, 1024]; got 'abc'"),
+    ({"QLINEAR_NUM_THREADS": "0"}, "QLINEAR_NUM_THREADS must be an integer in [1, 1024]; got 0"),
+])
+def test_environment_is_checked_without_the_native_engine(tmp_path, env, message):
+    """Without the compiled module, QLINEAR_ISA and QLINEAR_NUM_THREADS were not read at all:
+    a misspelt level, a level that cannot run, or 'abc' threads were silently ignored (with the
+    native engine each is an error at import)."""
+    r = _without_extension(tmp_path, "import qlinear\n", QLINEAR_ENGINE="numpy", **env)
+    assert r.returncode != 0
+    assert message in r.stderr, r.stderr
+
+
+def test_thread_count_from_the_environment_without_the_native_engine(tmp_path):
+    """QLINEAR_NUM_THREADS=3 is what engine_info() and get_num_threads() report without the
+    native engine too, as set_num_threads(3) is (it was ignored: they said the CPU count)."""
+    code = "import qlinear\nprint(qlinear.get_num_threads(), qlinear.engine_info()['threads'])\n"
+    r = _without_extension(tmp_path, code, QLINEAR_ENGINE="numpy", QLINEAR_NUM_THREADS="3")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["3", "3"]
