@@ -234,7 +234,9 @@ def _chunked_int32(a: np.ndarray, b: np.ndarray, plan: list[tuple[int, int]]) ->
         if i == 0:
             np.copyto(acc, part, casting="unsafe")
         else:
-            acc += part.astype(np.int32)
+            # converted in part's own memory (the next chunk's matmul overwrites all of it):
+            # astype would allocate another output-sized array per chunk
+            acc += _int32_in_place(part)
     return acc
 
 
@@ -288,7 +290,7 @@ def matmul_accumulate(a: np.ndarray, a_zero_point: np.ndarray, b_centered: np.nd
         # Exact: every value is an integer <= 2**24.
         acc = gemm(rows, b_centered)
         if out_dtype is np.int32:
-            acc = acc.astype(np.int32)
+            acc = _int32_in_place(acc)   # not astype: a second output-sized array
     else:
         acc = _chunked_int32(rows, b_centered, plan)
     if acc.dtype != np.dtype(out_dtype):

@@ -162,3 +162,44 @@ def test_thread_count_from_the_environment_without_the_native_engine(tmp_path):
     r = _without_extension(tmp_path, code, QLINEAR_ENGINE="numpy", QLINEAR_NUM_THREADS="3")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["3", "3"]
+
+
+_MATMUL_CHILD = r"""
+import ctypes, json, sys
+ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE (see test_memory.py)
+import numpy as np
+import qlinear
+qlinear._native.set_engine("numpy")
+rng = np.random.default_rng(0)
+m, k, n = 2048, 2048, 2048
+a = rng.integers(0, 256, (m, k), dtype=np.uint8)
+b = rng.integers(-128, 128, (k, n), dtype=np.int8)   # full range: K = 2048 takes 3 float32 chunks
+p = qlinear.prepare_matmul_integer(b, np.int8(1))
+p.run(a[:1], np.uint8(3))
+ctypes.CDLL("libc.so.6").malloc_trim(0)
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")
+def status_kib(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+before = status_kib("VmRSS")
+y = p.run(a, np.uint8(3))
+print(json.dumps({"above": (status_kib("VmHWM") - before) * 1024 - y.nbytes,
+                  "centered_a": 4 * m * k, "part": 4 * m * n}))
+"""
+
+
+def test_numpy_matmul_integer_chunks_make_no_extra_output_sized_copies():
+    """The NumPy engine's MatMulInteger added each float32 chunk as ``acc +=
+    part.astype(np.int32)`` (and converted a one-chunk sum with astype): one more
+    output-sized array than the sum needs, per call (16 MiB here). Now converted in the
+    chunk's own memory: above the output, only the float32 centered copy of a, one float32
+    chunk, and one BLAS thread's packing buffers (OpenBLAS: about 5 MiB measured; 8 allowed)."""
+    if not os.access("/proc/self/clear_refs", os.W_OK):
+        pytest.skip("needs Linux's /proc/self/clear_refs to reset the peak resident set")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")  # BLAS buffers of one thread
+    out = subprocess.run([sys.executable, "-c", _MATMUL_CHILD], capture_output=True, text=True, timeout=120,
+                         env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["above"] <= got["centered_a"] + got["part"] + (8 << 20), got
