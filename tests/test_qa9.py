@@ -261,3 +261,36 @@ print(codes, bad)
                        timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == f"{[0] * 20} []", r.stdout
+
+
+def test_calls_do_not_import_numpy_ma():
+    """Every call checked ``isinstance(value, np.ma.MaskedArray)``; NumPy imports numpy.ma
+    lazily on that first attribute access, under importlib's module lock. A process forked
+    (multiprocessing's default on Linux) while another thread made its first qlinear call
+    inherited that lock held by a thread it does not have: the child's first call waited on it
+    forever (seen as hung children in a fork stress test: 'acquire' in
+    importlib._bootstrap._lock_unlock_module under numpy.__getattr__ under as_array). A
+    masked array can only exist once numpy.ma was imported, so the check now looks in
+    sys.modules and never imports it; masked arrays are still refused."""
+    code = ("import sys, numpy as np, qlinear\n"
+            "u8, i8, f = np.uint8, np.int8, np.float32\n"
+            "a = np.ones((3, 4), u8); b = np.ones((4, 2), i8)\n"
+            "qlinear.matmul_integer(a, b, u8(1), i8(0))\n"
+            "qlinear.qlinear_matmul(a, f(.1), u8(1), b, f(.1), i8(0), f(.2), u8(3))\n"
+            "qlinear.prepare_qlinear_matmul(b, f(.1), i8(0)).run(a, f(.1), u8(1), f(.2), u8(3))\n"
+            "x = np.ones((1, 2, 3, 3), u8); w = np.ones((2, 2, 1, 1), i8)\n"
+            "qlinear.conv_integer(x, w, u8(1), i8(0))\n"
+            "qlinear.qlinear_conv(x, f(.1), u8(1), w, f(.1), i8(0), f(.2), u8(3), np.zeros(2, np.int32))\n"
+            "qlinear.quantize_linear(np.ones(3, f), f(.5), u8(2))\n"
+            "qlinear.dequantize_linear(np.ones(3, u8), f(.5), u8(2))\n"
+            "print('numpy.ma' in sys.modules)\n"
+            "import numpy.ma\n"
+            "try:\n"
+            "    qlinear.matmul_integer(np.ma.masked_array(a), b)\n"
+            "except TypeError as e:\n"
+            "    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert lines[0] == "False"
+    assert lines[1].startswith("matmul_integer: a must not be a masked array")
