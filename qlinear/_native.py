@@ -110,10 +110,10 @@ try:
         _engine = _check_engine(os.environ["QLINEAR_ENGINE"].strip(), "QLINEAR_ENGINE")
     # read whether or not the native engine is built: a level is an error without it (none
     # runs), and the thread count is remembered as set_num_threads remembers it
-    if os.environ.get("QLINEAR_ISA", "").strip():
+    if os.environ.get("QLINEAR_ISA"):
         _env_isa = _check_isa(os.environ["QLINEAR_ISA"].strip(), "QLINEAR_ISA")
         _C.set_isa(_env_isa)
-    if os.environ.get("QLINEAR_NUM_THREADS", "").strip():
+    if os.environ.get("QLINEAR_NUM_THREADS"):
         _env_threads = os.environ["QLINEAR_NUM_THREADS"].strip()
         _env_count = _positive_threads(int(_env_threads) if _env_threads.isascii() and _env_threads.isdigit()
                                        else _env_threads, "QLINEAR_NUM_THREADS")
