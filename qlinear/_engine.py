@@ -423,6 +423,8 @@ def _int32_in_place(values: np.ndarray) -> np.ndarray:
     read (NumPy copies an overlapping source first: one block, 256 KiB) before it is written,
     and no later block is touched. Exact: every value is an integer float32 represents.
     """
+    if not values.flags.c_contiguous or values.dtype != np.float32:   # (every caller's is)
+        return values.astype(np.int32)
     src = values.reshape(-1)
     dst = src.view(np.int32)
     for i in range(0, src.size, _CAST_BLOCK):
