@@ -234,7 +234,9 @@ def _chunked_int32(a: np.ndarray, b: np.ndarray, plan: list[tuple[int, int]]) ->
         if i == 0:
             np.copyto(acc, part, casting="unsafe")
         else:
-            acc += part.astype(np.int32)
+            # converted in part's own memory (the next chunk's matmul overwrites all of it):
+            # astype would allocate another output-sized array per chunk
+            acc += _int32_in_place(part)
     return acc
 
 
@@ -288,7 +290,7 @@ def matmul_accumulate(a: np.ndarray, a_zero_point: np.ndarray, b_centered: np.nd
         # Exact: every value is an integer <= 2**24.
         acc = gemm(rows, b_centered)
         if out_dtype is np.int32:
-            acc = acc.astype(np.int32)
+            acc = _int32_in_place(acc)   # not astype: a second output-sized array
     else:
         acc = _chunked_int32(rows, b_centered, plan)
     if acc.dtype != np.dtype(out_dtype):
@@ -405,8 +407,29 @@ def conv_accumulate(x: np.ndarray, x_zero_point: np.ndarray, kernel: ConvKernel,
             return out, pending
         if pending is not None:
             out += pending.reshape(bias_shape)
-        return out.astype(np.int32), None
+        return _int32_in_place(out), None
     return finish_accumulator(out, bias, bias_shape, out_dtype), None
+
+
+_CAST_BLOCK = 1 << 16  # elements converted per step of _int32_in_place (256 KiB)
+
+
+def _int32_in_place(values: np.ndarray) -> np.ndarray:
+    """A C-contiguous float32 array of integers below 2**24 as int32, in its own memory.
+
+    ``values.astype(np.int32)`` would allocate a second array as large as the whole output
+    (ConvInteger's output is its accumulator), outside the workspace limit. Same item size, so
+    element i of the int32 view sits where element i of the float32 array was: a block is
+    read (NumPy copies an overlapping source first: one block, 256 KiB) before it is written,
+    and no later block is touched. Exact: every value is an integer float32 represents.
+    """
+    if not values.flags.c_contiguous or values.dtype != np.float32:   # (every caller's is)
+        return values.astype(np.int32)
+    src = values.reshape(-1)
+    dst = src.view(np.int32)
+    for i in range(0, src.size, _CAST_BLOCK):
+        dst[i:i + _CAST_BLOCK] = src[i:i + _CAST_BLOCK]
+    return dst.reshape(values.shape)
 
 
 def _pointwise(geom: ConvGeometry, kernel: ConvKernel) -> bool:

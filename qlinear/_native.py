@@ -9,6 +9,10 @@ Selection, read once at import and changeable at run time:
   (default: the CPUs this process may use, ``os.sched_getaffinity``);
 - ``QLINEAR_REQUIRE_NATIVE=1``: importing qlinear fails if the native engine is missing (CI).
 
+Without the native engine (no C compiler at install time), importing qlinear warns once
+(RuntimeWarning; in the ``qlinear`` command a ``qlinear: warning:`` line) unless
+``QLINEAR_ENGINE=numpy`` chose the NumPy engine on purpose.
+
 The operators validate their inputs in Python, then hand this module's functions plain
 buffers; the NumPy engine (qlinear._engine) stays as the fallback and as a cross-check.
 """
@@ -76,9 +80,10 @@ def _check_isa(name: str, source: str) -> str:
 
 
 def _positive_threads(n: Any, source: str) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
+    # a NumPy integer is an integer too (set_workspace_limit takes them); bools are not counts
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or not 1 <= n <= 1024:
         raise ValueError(f"qlinear: {source} must be an integer in [1, 1024]; got {n!r}")
-    return n
+    return int(n)
 
 
 def _in_the_command() -> bool:
@@ -92,6 +97,7 @@ def _in_the_command() -> bool:
 
 
 _engine = "native" if _C is not None else "numpy"
+_threads_numpy: int | None = None  # set_num_threads without the native engine: remembered only
 try:
     # "1" requires the engine; "0" or unset does not; anything else ("2", "yes") would have been
     # silently ignored, so a CI that asks for the engine believed it got it
@@ -102,20 +108,36 @@ try:
         raise ImportError(f"qlinear: QLINEAR_REQUIRE_NATIVE=1 but the native engine is not built: {_IMPORT_ERROR}")
     if os.environ.get("QLINEAR_ENGINE"):
         _engine = _check_engine(os.environ["QLINEAR_ENGINE"].strip(), "QLINEAR_ENGINE")
-    if _C is not None:
-        if os.environ.get("QLINEAR_ISA"):
-            _C.set_isa(_check_isa(os.environ["QLINEAR_ISA"].strip(), "QLINEAR_ISA"))
-        if os.environ.get("QLINEAR_NUM_THREADS"):
-            _env_threads = os.environ["QLINEAR_NUM_THREADS"].strip()
-            _C.set_threads(_positive_threads(int(_env_threads) if _env_threads.isdigit() else _env_threads,
-                                             "QLINEAR_NUM_THREADS"))
+    # read whether or not the native engine is built: a level is an error without it (none
+    # runs), and the thread count is remembered as set_num_threads remembers it
+    if os.environ.get("QLINEAR_ISA"):
+        _env_isa = _check_isa(os.environ["QLINEAR_ISA"].strip(), "QLINEAR_ISA")
+        _C.set_isa(_env_isa)
+    if os.environ.get("QLINEAR_NUM_THREADS"):
+        _env_threads = os.environ["QLINEAR_NUM_THREADS"].strip()
+        _env_count = _positive_threads(int(_env_threads) if _env_threads.isascii() and _env_threads.isdigit()
+                                       else _env_threads, "QLINEAR_NUM_THREADS")
+        if _C is not None:
+            _C.set_threads(_env_count)
+        else:
+            _threads_numpy = _env_count
 except ValueError as _env_error:
     if not _in_the_command():
         raise  # importing qlinear fails with the one-sentence ValueError
     # the command's convention for bad input: one line, exit status 2, no traceback
     sys.stderr.write("qlinear: error: " + str(_env_error).removeprefix("qlinear: ") + "\n")
     raise SystemExit(2) from None
-_threads_numpy = None  # set_num_threads without the native engine: remembered only
+if _C is None and not os.environ.get("QLINEAR_ENGINE", "").strip():
+    # pip shows a build's output only when it fails (or with -v), so setup.py's warning that
+    # the engine could not be built reaches nobody: the first import says it instead, unless
+    # the NumPy engine was chosen on purpose
+    _missing = (f"qlinear: the native engine is not built ({_IMPORT_ERROR}); running on the NumPy engine, "
+                "exact but much slower. QLINEAR_ENGINE=numpy chooses it and silences this warning")
+    if _in_the_command():
+        sys.stderr.write("qlinear: warning: " + _missing.removeprefix("qlinear: ") + "\n")
+    else:
+        import warnings
+        warnings.warn(_missing, RuntimeWarning, stacklevel=2)
 
 
 def engine() -> str:
@@ -222,8 +244,9 @@ def use_isa(name: str) -> Iterator[None]:
     """Temporarily select the native engine and an ISA level (tests, benchmarks)."""
     global _engine
     saved_engine, saved_isa = _engine, _C.get_isa() if _C is not None else None
-    set_engine("native")
-    set_isa(name)
+    _check_engine("native", "engine")
+    set_isa(name)   # a refused level raises here, before anything changed
+    _engine = "native"
     try:
         yield
     finally:

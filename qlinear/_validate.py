@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -100,9 +101,22 @@ def check_size(op: str, what: str, shape: tuple[int, ...], itemsize: int) -> Non
     )
 
 
+def is_masked(value: Any) -> bool:
+    """True for a NumPy masked array, without importing numpy.ma.
+
+    ``np.ma`` is imported lazily by NumPy, under importlib's module lock, on first access: a
+    process forked while another thread held that lock (its first qlinear call) would wait for
+    it forever in the child. No masked array exists before numpy.ma was imported (or while
+    its class is not yet defined), so sys.modules answers without importing.
+    """
+    ma = sys.modules.get("numpy.ma")
+    cls = getattr(ma, "MaskedArray", None) if ma is not None else None
+    return cls is not None and isinstance(value, cls)
+
+
 def as_array(op: str, name: str, value: Any) -> np.ndarray:
     """A NumPy array or scalar as a plain ndarray in native byte order (see the module notes)."""
-    if isinstance(value, np.ma.MaskedArray):
+    if is_masked(value):
         raise TypeError(
             f"{op}: {name} must not be a masked array (its mask cannot be honoured); "
             f"pass {name}.filled(...) or a plain array; got a {type(value).__name__}"
@@ -340,7 +354,7 @@ def param_key(value: Any) -> tuple | None:
             return None
         return value.dtype, value.shape, value.tobytes()  # the bits: -0.0 is not 0.0
     if isinstance(value, np.ndarray):   # subclasses
-        if value.size != 1 or isinstance(value, np.ma.MaskedArray):  # refused when validated
+        if value.size != 1 or is_masked(value):  # refused when validated
             return None
         return value.dtype, value.shape, value.tobytes()
     if isinstance(value, float):
