@@ -1710,68 +1710,131 @@ def exact_integer_convs(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with every float Conv whose float32 result is provably exact
     (:func:`_exact_conv_plan`: power-of-two scales, each output channel's terms below 2^24
     units) computed on integers: DequantizeLinear(x) -> Conv(DequantizeLinear(w),
-    DequantizeLinear(b)) becomes ConvInteger(x_q, w_q) -> Cast(float) -> Mul(x_scale * w_scale)
-    -> Add(bias), whose output tensor (the Conv's name) has the same bits, +0.0 included.
+    DequantizeLinear(b)) becomes ConvInteger(x_q, w_q) and then
 
-    This is not one of onnxruntime's rewrites: both runtimes compute such a Conv in float32
-    (onnxruntime as FusedConv), and because the float result is exact, the integer form gives
-    the same bits as either. Vitis AI's power-of-two QDQ models (retinaface) have such Convs
-    followed by LeakyRelu or Relu and a QuantizeLinear, which stay as written.
+    - with a QuantizeLinear after it (directly, or after a Relu or a LeakyRelu with
+      0 <= alpha <= 1): qlinear.internal QDQConvTail, the float tail (scale, bias, activation,
+      quantization) in one pass, to the QuantizeLinear's output;
+    - with such branches feeding a Concat whose only consumer is a QuantizeLinear: each
+      branch's QDQConvTail with that QuantizeLinear's parameters, and the Concat on the 8-bit
+      results (QuantizeLinear is element-wise with one scale, so it commutes with Concat);
+    - otherwise Cast(float) -> Mul(x_scale * w_scale) -> Add(bias), under the Conv's name.
+
+    Every tensor that remains has the same bytes as in the float graph (+0.0 included, as the
+    plan's docstring says): this is not one of onnxruntime's rewrites, but since both runtimes
+    compute such a Conv in float32 (onnxruntime as FusedConv) and the float result is exact,
+    the integer form gives the same bits. Vitis AI's power-of-two QDQ models (retinaface) are
+    made of such Convs.
     """
     g = _Graph(model)
-    changed = False
-    for conv in list(g.nodes):
-        if not g.has(conv):
-            continue
+    plans = {}
+    for conv in g.nodes:
         plan = _exact_conv_plan(g, conv)
-        if plan is None:
+        if plan is not None:
+            plans[id(conv)] = plan
+    if not plans:
+        return model
+    # branches of a Concat -> QuantizeLinear: conv id -> (activation, act, alpha, q, concat, slot)
+    via_concat: dict[int, tuple] = {}
+    for cat in g.nodes:
+        if not _is(cat, "Concat") or not cat.input:
+            continue
+        q = g.single_consumer(cat)
+        if q is None or not _q_ok(g, q):
+            continue
+        heads = [_branch(g, name, plans) for name in cat.input]
+        if all(h is not None for h in heads) and len(set(id(h[0]) for h in heads)) == len(heads):
+            for slot, (conv, act_node, act, alpha) in enumerate(heads):
+                via_concat[id(conv)] = (act_node, act, alpha, q, cat, slot)
+    done_concats: dict[int, tuple] = {}
+    for conv in list(g.nodes):
+        plan = plans.get(id(conv))
+        if plan is None or not g.has(conv):
             continue
         dqx, dqw, dqb, w, zx, zw, mult, bias = plan
         m = w.shape[0]
         shape = (1, m) + (1,) * (w.ndim - 2)
         base = conv.name or conv.output[0]
-        acc, accf, scaled = g.fresh(base + "_acc"), g.fresh(base + "_accf"), g.fresh(base + "_scaled")
-        w_name = dqw.input[0]
+        acc = g.fresh(base + "_acc")
         zx_name = g.add_const(base + "_x_zero_point", zx)
         zw_name = g.add_const(base + "_w_zero_point", np.asarray(zw))
-        mult_name = g.add_const(base + "_multiplier", mult.reshape(shape))
-        bias_name = g.add_const(base + "_bias", bias.reshape(shape))
-        ci = helper.make_node("ConvInteger", [dqx.input[0], w_name, zx_name, zw_name], [acc],
+        ci = helper.make_node("ConvInteger", [dqx.input[0], dqw.input[0], zx_name, zw_name], [acc],
                               name=(conv.name + "_integer") if conv.name else None)
         ci.attribute.extend(_copy(conv).attribute)
-        tail = _quantized_tail(g, conv)
+        drop = [dqx, dqw, dqb]
+        tail = via_concat.get(id(conv))
+        if tail is None:
+            t = _quantized_tail(g, conv)
+            if t is not None:
+                act_node, q, act, alpha = t
+                tail = (act_node, act, alpha, q, None, None)
         if tail is not None:
-            # ... -> [Relu | LeakyRelu] -> QuantizeLinear: one pass from the accumulators to
-            # the 8-bit output, the float graph's operations on the same (exact) values
-            act_node, q, act, alpha = tail
+            # one pass from the accumulators to the 8-bit output, the float graph's operations
+            # on the same (exact) values
+            act_node, act, alpha, q, cat, slot = tail
+            out = q.output[0] if cat is None else g.fresh(base + "_quantized")
             rest = [helper.make_node(
                 "QDQConvTail", [acc, g.add_const(base + "_multiplier", mult),
                                 g.add_const(base + "_bias", bias), q.input[1], _q_zero_point(g, q)],
-                [q.output[0]], domain=INTERNAL_DOMAIN, act=act, alpha=alpha,
-                name=(q.name or q.output[0]) + "_qdqconv")]
-            drop = [dqx, dqw, dqb] + ([act_node] if act_node is not None else []) + [q]
+                [out], domain=INTERNAL_DOMAIN, act=act, alpha=alpha,
+                name=(q.name or q.output[0]) + "_qdqconv" + ("" if cat is None else str(slot)))]
+            drop += [act_node] if act_node is not None else []
+            if cat is None:
+                drop.append(q)
+            else:
+                g.types[out] = _q_output_type(g, q)
+                done_concats[id(cat)] = (cat, q)
         else:
+            accf, scaled = g.fresh(base + "_accf"), g.fresh(base + "_scaled")
             mult_name = g.add_const(base + "_multiplier", mult.reshape(shape))
             bias_name = g.add_const(base + "_bias", bias.reshape(shape))
             rest = [helper.make_node("Cast", [acc], [accf], to=_T.FLOAT),
                     helper.make_node("Mul", [accf, mult_name], [scaled]),
                     helper.make_node("Add", [scaled, bias_name], [conv.output[0]])]
-            drop = [dqx, dqw, dqb]
+            g.types[accf] = g.types[scaled] = _T.FLOAT
+        g.types[acc] = _T.INT32
         g.remove(*drop)
         g.replace_node(conv, ci)
         i = g.pos(ci)
         g.nodes[i + 1:i + 1] = rest
         for n in rest:
             g._add_to_index(n)
-        for n, t in ((acc, _T.INT32), (accf, _T.FLOAT), (scaled, _T.FLOAT)):
-            g.types[n] = t
-        changed = True
-    if not changed:
-        return model
-    out = g.to_model()
-    if any(n.domain == INTERNAL_DOMAIN for n in out.graph.node):
-        out.opset_import.append(helper.make_opsetid(INTERNAL_DOMAIN, 1))
-    return out
+        if tail is not None and tail[4] is not None:
+            g.set_input(tail[4], tail[5], out)
+    for cat, q in done_concats.values():
+        g.remove(q)
+        g.set_output(cat, 0, q.output[0])
+    out_model = g.to_model()
+    if any(n.domain == INTERNAL_DOMAIN for n in out_model.graph.node):
+        out_model.opset_import.append(helper.make_opsetid(INTERNAL_DOMAIN, 1))
+    return out_model
+
+
+def _activation(g: _Graph, node: Optional[onnx.NodeProto]) -> Optional[tuple[int, float]]:
+    """(1, 0.0) for a Relu, (2, alpha) for a LeakyRelu with 0 <= alpha <= 1, else None."""
+    if node is None or len(node.input) != 1:
+        return None
+    if _is(node, "Relu"):
+        return 1, 0.0
+    if _is(node, "LeakyRelu"):
+        alpha = float(np.float32(_attr(node, "alpha", 0.01)))
+        return (2, alpha) if 0.0 <= alpha <= 1.0 else None
+    return None
+
+
+def _branch(g: _Graph, name: str, plans: dict):
+    """(conv, activation node or None, act, alpha) when ``name`` is an exact Conv's output, or
+    a Relu / LeakyRelu's of one, each intermediate read only there; else None."""
+    p = g.producer.get(name)
+    if p is None or g.single_consumer(p) is None:
+        return None
+    if id(p) in plans:
+        return p, None, 0, 0.0
+    a = _activation(g, p)
+    conv = g.producer.get(p.input[0]) if a is not None else None
+    if conv is None or id(conv) not in plans or g.single_consumer(conv) is not p:
+        return None
+    return conv, p, a[0], a[1]
 
 
 #: The domain of qlinear's own internal operators (QDQConvTail), which only
@@ -1785,37 +1848,35 @@ def _q_zero_point(g: _Graph, q: onnx.NodeProto) -> str:
     return g.add_const("optional_zero_point", np.zeros((), np.uint8))
 
 
-def _quantized_tail(g: _Graph, conv: onnx.NodeProto):
-    """(activation node or None, QuantizeLinear, act code, alpha) when the Conv's only
-    consumer is a QuantizeLinear, or a Relu / LeakyRelu (0 <= alpha <= 1) whose only consumer
-    is one, with a constant per-tensor float32 scale (positive, finite) and a constant 8-bit
-    zero point (or none: uint8 0), and no intermediate tensor is a graph output; else None."""
-    nxt = g.single_consumer(conv)
-    act_node, act, alpha = None, 0, 0.0
-    if nxt is not None and (_is(nxt, "Relu") or _is(nxt, "LeakyRelu")) and len(nxt.input) == 1:
-        if _is(nxt, "LeakyRelu"):
-            alpha = float(np.float32(_attr(nxt, "alpha", 0.01)))
-            if not 0.0 <= alpha <= 1.0:
-                return None
-            act = 2
-        else:
-            act = 1
-        act_node, nxt = nxt, g.single_consumer(nxt)
-    if nxt is None or not _is_q(nxt) or len(nxt.input) < 2:
-        return None
-    q = nxt
+def _q_ok(g: _Graph, q: onnx.NodeProto) -> bool:
+    """A QuantizeLinear QDQConvTail can compute: a constant per-tensor float32 scale (positive,
+    finite), a constant 8-bit zero point (or none: uint8 0), no block_size."""
+    if not _is_q(q) or len(q.input) < 2:
+        return False
     if _attr(q, "block_size", 0) or _attr(q, "output_dtype", 0) not in (0, _T.UINT8, _T.INT8):
-        return None
+        return False
     s = g.const(q.input[1])
     if not _scalar(s) or s.dtype != np.float32 or not (np.isfinite(s).all() and (s > 0).all()):
-        return None
+        return False
     if len(q.input) > 2 and q.input[2]:
         z = g.const(q.input[2])
         if not _scalar(z) or z.dtype not in (np.uint8, np.int8):
-            return None
+            return False
         odt = _attr(q, "output_dtype", 0)
-        if odt and odt != helper.np_dtype_to_tensor_dtype(z.dtype):
-            return None
-    elif _attr(q, "output_dtype", 0) == _T.INT8:
-        return None  # an int8 zero point would be needed: left as written (rare)
-    return act_node, q, act, alpha
+        return not odt or odt == helper.np_dtype_to_tensor_dtype(z.dtype)
+    return _attr(q, "output_dtype", 0) != _T.INT8  # an int8 zero point would be needed (rare)
+
+
+def _quantized_tail(g: _Graph, conv: onnx.NodeProto):
+    """(activation node or None, QuantizeLinear, act code, alpha) when the Conv's only
+    consumer is a QuantizeLinear :func:`_q_ok` accepts, or a Relu / LeakyRelu (0 <= alpha <= 1)
+    whose only consumer is one, no intermediate tensor being a graph output; else None."""
+    nxt = g.single_consumer(conv)
+    act_node, act, alpha = None, 0, 0.0
+    a = _activation(g, nxt)
+    if a is not None:
+        act, alpha = a
+        act_node, nxt = nxt, g.single_consumer(nxt)
+    if nxt is None or not _q_ok(g, nxt):
+        return None
+    return act_node, nxt, act, alpha

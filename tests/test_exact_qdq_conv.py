@@ -130,6 +130,58 @@ def test_rewrite_gives_the_float_graphs_bytes(case):
         _same_on_every_level(new, old, {"x": np.full_like(x, v)})
 
 
+def _concat_model(rng, acts=("Relu", "LeakyRelu", None), inexact=None, y_type=T.UINT8, zy=7):
+    """Three DQ -> Conv (3x3, 5x5, 1x1) -> [act] branches from one input, Concat on channels,
+    one QuantizeLinear (retinaface's SSH modules). ``inexact``: the branch whose weight scale is
+    not a power of two (its Conv stays float, so the Concat must stay float too)."""
+    nodes, inits = [], []
+    xs = np.array(2.0 ** -3, np.float32)
+    inits += [numpy_helper.from_array(xs, "sx"), numpy_helper.from_array(np.array(128, np.uint8), "zx"),
+              numpy_helper.from_array(np.array(2.0 ** -2, np.float32), "sy"),
+              numpy_helper.from_array(np.array(zy, np.uint8 if y_type == T.UINT8 else np.int8), "zy")]
+    branch_outs = []
+    for k, (ks, act) in enumerate(zip((3, 5, 1), acts)):
+        w = rng.integers(-127, 128, size=(4 + k, 6, ks, ks)).astype(np.int8)
+        b = rng.integers(-3000, 3001, size=4 + k).astype(np.int32)
+        sw = np.array(0.3 if inexact == k else 2.0 ** -7, np.float32)
+        inits += [numpy_helper.from_array(w, f"w{k}"), numpy_helper.from_array(sw, f"sw{k}"),
+                  numpy_helper.from_array(b, f"b{k}"),
+                  numpy_helper.from_array(np.array(2.0 ** -10, np.float32), f"sb{k}")]
+        nodes += [helper.make_node("DequantizeLinear", ["x", "sx", "zx"], [f"xf{k}"]),
+                  helper.make_node("DequantizeLinear", [f"w{k}", f"sw{k}"], [f"wf{k}"]),
+                  helper.make_node("DequantizeLinear", [f"b{k}", f"sb{k}"], [f"bf{k}"]),
+                  helper.make_node("Conv", [f"xf{k}", f"wf{k}", f"bf{k}"], [f"c{k}"],
+                                   kernel_shape=[ks, ks], pads=[ks // 2] * 4)]
+        if act is None:
+            branch_outs.append(f"c{k}")
+        else:
+            nodes.append(helper.make_node(act, [f"c{k}"], [f"a{k}"], **({"alpha": 0.1} if act == "LeakyRelu" else {})))
+            branch_outs.append(f"a{k}")
+    nodes += [helper.make_node("Concat", branch_outs, ["cat"], axis=1),
+              helper.make_node("QuantizeLinear", ["cat", "sy", "zy"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.UINT8, [1, 6, 10, 13])],
+                          [helper.make_tensor_value_info("y", y_type, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m, {"x": rng.integers(0, 256, size=(1, 6, 10, 13)).astype(np.uint8)}
+
+
+@pytest.mark.parametrize("inexact", [None, 1])
+@pytest.mark.parametrize("y_type", [T.UINT8, T.INT8])
+def test_concat_of_exact_branches_then_quantize(inexact, y_type):
+    m, feeds = _concat_model(np.random.default_rng(9), inexact=inexact, y_type=y_type,
+                             zy=7 if y_type == T.UINT8 else -7)
+    new, old = _both(m)
+    ops = [n.op_type for n in new.model.graph.node]
+    if inexact is None:  # three tails to 8 bits, the Concat on bytes, no QuantizeLinear left
+        assert ops.count("QDQConvTail") == 3 and "QuantizeLinear" not in ops and "Conv" not in ops
+    else:  # the float Concat stays: the exact branches end in Cast, Mul, Add
+        assert ops.count("QDQConvTail") == 0 and ops.count("Conv") == 1 and ops.count("Cast") == 2
+    _same_on_every_level(new, old, feeds)
+    for v in (0, 255):
+        _same_on_every_level(new, old, {"x": np.full_like(feeds["x"], v)})
+
+
 def _worst_case(rng, cin=128):
     """Weights at +-127 everywhere: 128 * 127 * 1152 = 18.7M > 2^24 units per output."""
     m, feeds = _qdq_conv_model(rng, cin=cin, cout=4, act="Relu", b_range=0)
@@ -301,7 +353,7 @@ def test_retinaface_same_bytes_and_rewritten():
 
     m = onnx.load(RETINAFACE)
     new, old = _both(m)
-    assert _rewritten(new) == 56 and sum(n.op_type == "QDQConvTail" for n in new.model.graph.node) == 38
+    assert _rewritten(new) == 56 and sum(n.op_type == "QDQConvTail" for n in new.model.graph.node) == 47
     feeds = graphs.model_inputs("retinaface_vitisai_qdq", m, 0)
     scaled = {k: (v * np.float32(255 / float(np.abs(v).max()))).astype(np.float32) for k, v in feeds.items()}
     for name, level in _levels()[:2]:  # NumPy and the default level (the others: time)
