@@ -1698,7 +1698,10 @@ def _exact_conv_plan(g: _Graph, conv: onnx.NodeProto):
     for c in range(m):
         total = mx * int(dw[c]) * (1 << int(e_prod[c] - unit[c])) \
             + abs(int(db[c])) * (1 << int(eb[c] - unit[c]))
-        if total >= _F32_EXACT or e_prod[c] < -100:
+        # |result| < 2^(24 + e_prod): far from float32's overflow for e_prod <= 60 (the float
+        # Conv of larger scales may reach inf, and inf - inf is NaN, which acc cannot give);
+        # products and sums stay on the 2^-100 grid, exactly representable, for e_prod >= -100
+        if total >= _F32_EXACT or not -100 <= e_prod[c] <= 60:
             return None
     mult = np.ldexp(np.float32(1), e_prod.astype(np.int32)).astype(np.float32)
     bias = (db.astype(np.float64) * np.ldexp(1.0, eb.astype(np.int32))).astype(np.float32)

@@ -221,7 +221,7 @@ def test_refused_above_the_bound_and_where_the_float_sum_rounds(monkeypatch):
     assert forced.run(feeds)[0].tobytes() != old.run(feeds)[0].tobytes()
 
 
-@pytest.mark.parametrize("change", ["scale", "no_bias", "graph_output", "two_consumers"])
+@pytest.mark.parametrize("change", ["scale", "no_bias", "graph_output", "two_consumers", "huge_scales"])
 def test_not_rewritten(change):
     rng = np.random.default_rng(5)
     m, feeds = _qdq_conv_model(rng, act="Relu")
@@ -238,6 +238,10 @@ def test_not_rewritten(change):
     elif change == "two_consumers":  # x's DequantizeLinear also feeds another node
         g.node.append(helper.make_node("Relu", ["xf"], ["xr"]))
         g.output.append(helper.make_tensor_value_info("xr", T.FLOAT, None))
+    elif change == "huge_scales":  # 2^40 * 2^40 (products near 2^100; the sum bound refuses it too)
+        for t in g.initializer:
+            if t.name in ("sx", "sw"):
+                t.CopyFrom(numpy_helper.from_array(np.array(2.0 ** 40, np.float32), t.name))
     new, old = _both(m)
     tails = sum(n.op_type == "QDQConvTail" for n in new.model.graph.node)
     if change == "graph_output":
