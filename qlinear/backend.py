@@ -1099,6 +1099,20 @@ def fusable_ops() -> frozenset[tuple[str, str]]:
     return frozenset(op for op in FUSED_OPS if op in have)
 
 
+def _exact_convs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``qlinear.qdq.exact_integer_convs`` where the model has a DequantizeLinear feeding a
+    Conv (a rewrite error leaves the model as it was: the float path is always correct)."""
+    if not any(n.op_type == "Conv" for n in model.graph.node) or \
+            not any(n.op_type == "DequantizeLinear" for n in model.graph.node):
+        return model
+    from qlinear.qdq import exact_integer_convs
+
+    try:
+        return exact_integer_convs(model)
+    except Exception:  # noqa: BLE001 - an optimisation only; the graph as fused runs
+        return model
+
+
 def apply_qdq(model: onnx.ModelProto, qdq: str = "fuse") -> onnx.ModelProto:
     """The model as it will run: QDQ node groups fused (``qdq="fuse"``) or unchanged
     (``"literal"``)."""
@@ -1666,7 +1680,13 @@ class QLinearBackend(Backend):
         problems = check_model(model)
         if problems:
             raise UnsupportedModelError(problems)
-        return QLinearRep(apply_qdq(model, qdq), emulate=emulate, max_tensor_bytes=max_tensor_bytes)
+        model = apply_qdq(model, qdq)
+        if qdq == "fuse" and emulate is None:
+            # float Convs whose float32 result is exact run on integers, same bits
+            # (qlinear.qdq.exact_integer_convs); not under an emulation, which changes
+            # ConvInteger's arithmetic, nor for qdq="literal", which runs the graph as written
+            model = _exact_convs(model)
+        return QLinearRep(model, emulate=emulate, max_tensor_bytes=max_tensor_bytes)
 
     @classmethod
     def run_model(cls, model, inputs, device="CPU", emulate: str | None = None, **kwargs):

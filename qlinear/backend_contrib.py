@@ -613,8 +613,55 @@ class DynamicQuantizeLinear(ContribOp):
         return self._call(_c.dynamic_quantize_linear, x)
 
 
+class QDQConvTail(ContribOp):
+    """qlinear.internal QDQConvTail (emitted by ``qlinear.qdq.exact_integer_convs`` only): the
+    float tail of a QDQ Conv whose float32 result is exact, from ConvInteger's accumulators
+    ``acc`` (N, M, ...) to QuantizeLinear's 8-bit output. Inputs: acc, the per-channel
+    multiplier and bias (float32, M values), y_scale, y_zero_point; attributes ``act`` (0 none,
+    1 Relu, 2 LeakyRelu) and ``alpha``.
+
+    The float graph's nodes on the same values: ``float32(acc) * multiplier + bias`` (exact:
+    the rewrite checked |acc| < 2^24 and the sums' bound), ``backend_float.relu`` or
+    ``leaky_relu``, then ``quantize_linear``; the native engine does all of it in one pass
+    (``qdqconv``, qlinear/_native/elementwise*.c), the same float32 operations in the same
+    order, hence the same bytes (tests/test_exact_qdq_conv.py)."""
+
+    op_domain = "qlinear.internal"
+
+    def _run(self, acc, mult, bias, y_scale, y_zero_point, **_):
+        from . import _native
+
+        if type(acc) is not np.ndarray or acc.dtype != np.int32 or acc.ndim < 2 \
+                or acc.shape[1] != mult.size or bias.size != mult.size:
+            raise ValueError("QDQConvTail: acc must be int32 (N, M, ...) with M multipliers and biases")
+        act = int(self.given.get("act", 0))
+        alpha = float(self.given.get("alpha", 0.0))
+        C = _native.native()
+        out = np.empty(acc.shape, y_zero_point.dtype)
+        if C is not None and acc.size:
+            m = acc.shape[1]
+            plane = acc.size // (acc.shape[0] * m) if acc.shape[0] * m else 0
+            C.qdqconv(C.get_isa(), np.ascontiguousarray(acc), acc.shape[0] * m, m, plane,
+                      np.ascontiguousarray(mult, np.float32), np.ascontiguousarray(bias, np.float32),
+                      act, alpha, float(np.asarray(y_scale).reshape(-1)[0]),
+                      int(np.asarray(y_zero_point).reshape(-1)[0]), y_zero_point.dtype == np.int8, out)
+            return (out,)
+        # the NumPy engine: the float graph's own functions, in its order
+        from .backend_float import leaky_relu, relu
+        from .quantize import quantize_linear
+
+        shape = (1, mult.size) + (1,) * (acc.ndim - 2)
+        s = acc.astype(np.float32) * mult.reshape(shape)
+        s = s + bias.reshape(shape)
+        if act == 1:
+            s = relu(s)
+        elif act == 2:
+            s = leaky_relu(s, alpha)
+        return (quantize_linear(s, y_scale, y_zero_point),)
+
+
 KERNELS: list[type[OpRun]] = [
-    QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearConcat, QLinearWhere,
+    QDQConvTail, QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearConcat, QLinearWhere,
     QLinearGlobalAveragePool, QLinearAveragePool, QLinearSoftmax, QGemm, QLinearConv,
     MatMulIntegerToFloat, DynamicQuantizeMatMul, QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
     QAttention, Attention, EmbedLayerNormalization, SkipLayerNormalization, FastGelu, Gelu,

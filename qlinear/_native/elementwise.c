@@ -87,4 +87,27 @@ void ql_maxrows_portable(uint8_t *restrict dst, const uint8_t *const *src, ptrdi
     }
 }
 
-const ql_ew_kernels ql_ew_scalar = {"scalar", qadd_scalar, qmul_scalar, ql_maxrows_portable};
+void ql_qdqconv_portable(const int32_t *acc, ptrdiff_t n, float mult, float bias, int act,
+                         float alpha, float y_scale, int32_t y_zp, int is_signed, uint8_t *out) {
+    /* qmin - y_zp and qmax - y_zp: small integers, exact (quantize_scalar's bounds) */
+    float lo = (is_signed ? -128.0f : 0.0f) - (float)y_zp, hi = (is_signed ? 127.0f : 255.0f) - (float)y_zp;
+    for (ptrdiff_t i = 0; i < n; i++) {
+        float s = (float)acc[i] * mult;  /* the caller's bound: |acc| < 2^24, both exact */
+        s = s + bias;
+        float r = s;
+        if (act == 1) {
+            r = s > 0.0f ? s : 0.0f;     /* np.maximum(s, 0); the sign of a zero is lost below */
+        } else if (act == 2) {
+            float y = s * alpha;         /* leaky_relu's float32 product */
+            r = s >= y ? s : y;          /* np.maximum(s, y) (no NaN: s is finite) */
+        }
+        float v = r / y_scale;           /* QuantizeLinear's true float32 division */
+        if (!(v >= lo)) v = lo;
+        if (v > hi) v = hi;
+        int32_t q = ql_rne(v) + y_zp;
+        out[i] = is_signed ? (uint8_t)(int8_t)q : (uint8_t)q;
+    }
+}
+
+const ql_ew_kernels ql_ew_scalar = {"scalar", qadd_scalar, qmul_scalar, ql_maxrows_portable,
+                                    ql_qdqconv_portable};

@@ -27,12 +27,27 @@ typedef void (*ql_qmul_fn)(const uint8_t *a, ptrdiff_t as, const uint8_t *b, ptr
 typedef void (*ql_maxrows_fn)(uint8_t *dst, const uint8_t *const *src, ptrdiff_t m, ptrdiff_t n,
                               uint8_t bias);
 
+/* The float tail of a QDQ Conv whose float32 result is exact (qlinear.qdq.exact_integer_convs),
+ * over one output plane of n values: s = f(f(float)acc * mult) + bias) (both exact there);
+ * r = s (act 0), max(s, 0) (act 1, Relu), max(s, f(s * alpha)) (act 2, LeakyRelu with
+ * 0 <= alpha <= 1); then QuantizeLinear's sat(rne(f(r / y_scale)) + y_zp) after clamping
+ * r / y_scale to [qmin - y_zp, qmax - y_zp] -- each float32 operation the one the float
+ * graph's node performs (NumPy's float32 ufuncs, the quantize kernels), in the same order. */
+typedef void (*ql_qdqconv_fn)(const int32_t *acc, ptrdiff_t n, float mult, float bias, int act,
+                              float alpha, float y_scale, int32_t y_zp, int is_signed,
+                              uint8_t *out);
+
 typedef struct ql_ew_kernels {
     const char *name;  /* "scalar", "avx2-fma" */
     ql_qadd_fn qadd;
     ql_qmul_fn qmul;
     ql_maxrows_fn maxrows;
+    ql_qdqconv_fn qdqconv;
 } ql_ew_kernels;
+
+/* the portable QDQ Conv tail (the scalar level's, and the AVX2 kernel's tail) */
+void ql_qdqconv_portable(const int32_t *acc, ptrdiff_t n, float mult, float bias, int act,
+                         float alpha, float y_scale, int32_t y_zp, int is_signed, uint8_t *out);
 
 /* the portable row maximum (SSE2 on x86-64, whose baseline it is; C elsewhere) */
 void ql_maxrows_portable(uint8_t *dst, const uint8_t *const *src, ptrdiff_t m, ptrdiff_t n, uint8_t bias);

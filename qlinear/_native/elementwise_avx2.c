@@ -185,6 +185,44 @@ static void maxrows_avx2(uint8_t *restrict dst, const uint8_t *const *src, ptrdi
     }
 }
 
-const ql_ew_kernels ql_ew_avx2fma = {"avx2-fma", qadd_avx2, qmul_avx2, maxrows_avx2};
+/* ql_qdqconv_portable, 8 values a vector, the same float32 operations in the same order:
+ * vcvtdq2ps is exact for |acc| < 2^24 (the caller's bound), vmulps / vaddps / vdivps round as
+ * the C operators do (no contraction), vmaxps is the portable selects on finite values (no
+ * NaN reaches it; only the sign of a zero may differ, which the quantization drops), the
+ * clamp to [lo, hi] then vcvtps2dq (round half to even, the MXCSR default) is quantize's,
+ * and the packs cannot saturate (values already in range). */
+QL_INLINE __m256i qdqconv8(const int32_t *acc, __m256 vm, __m256 vb, int act, __m256 va,
+                           __m256 vs, __m256 lo, __m256 hi, __m256i vz) {
+    __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)acc)), vm);
+    s = _mm256_add_ps(s, vb);
+    if (act == 1)
+        s = _mm256_max_ps(s, _mm256_setzero_ps());
+    else if (act == 2)
+        s = _mm256_max_ps(s, _mm256_mul_ps(s, va));
+    __m256 v = _mm256_div_ps(s, vs);
+    v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+    return _mm256_add_epi32(_mm256_cvtps_epi32(v), vz);
+}
+
+static void qdqconv_avx2(const int32_t *acc, ptrdiff_t n, float mult, float bias, int act,
+                         float alpha, float y_scale, int32_t y_zp, int is_signed, uint8_t *out) {
+    const __m256 vm = _mm256_set1_ps(mult), vb = _mm256_set1_ps(bias), va = _mm256_set1_ps(alpha);
+    const __m256 vs = _mm256_set1_ps(y_scale);
+    const __m256 lo = _mm256_set1_ps((is_signed ? -128.0f : 0.0f) - (float)y_zp);
+    const __m256 hi = _mm256_set1_ps((is_signed ? 127.0f : 255.0f) - (float)y_zp);
+    const __m256i vz = _mm256_set1_epi32(y_zp);
+    ptrdiff_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i r0 = qdqconv8(acc + i, vm, vb, act, va, vs, lo, hi, vz);
+        __m256i r1 = qdqconv8(acc + i + 8, vm, vb, act, va, vs, lo, hi, vz);
+        __m256i r2 = qdqconv8(acc + i + 16, vm, vb, act, va, vs, lo, hi, vz);
+        __m256i r3 = qdqconv8(acc + i + 24, vm, vb, act, va, vs, lo, hi, vz);
+        store32(out + i, r0, r1, r2, r3, is_signed);
+    }
+    if (i < n)
+        ql_qdqconv_portable(acc + i, n - i, mult, bias, act, alpha, y_scale, y_zp, is_signed, out + i);
+}
+
+const ql_ew_kernels ql_ew_avx2fma = {"avx2-fma", qadd_avx2, qmul_avx2, maxrows_avx2, qdqconv_avx2};
 
 #endif

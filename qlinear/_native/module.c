@@ -942,6 +942,63 @@ done:
     return ret;
 }
 
+/* qdqconv(isa, acc int32[planes * n], planes, channels, n, mult float32[channels],
+ *         bias float32[channels], act, alpha, y_scale, y_zp, signed, out 8-bit[planes * n]):
+ * the float tail of an exact QDQ Conv (elementwise.h, ql_qdqconv_fn), plane p with channel
+ * p % channels' multiplier and bias. The caller guarantees |acc| < 2^24 (qlinear.qdq). */
+typedef struct {
+    const ql_ew_kernels *k; const int32_t *acc; const float *mult, *bias; uint8_t *out;
+    Py_ssize_t planes, channels, n, per_task; int act, is_signed; float alpha, y_scale; int32_t y_zp;
+} qdqconv_ctx;
+
+static void qdqconv_task(void *vctx, ptrdiff_t t, int thread) {
+    (void)thread;
+    qdqconv_ctx *c = (qdqconv_ctx *)vctx;
+    Py_ssize_t p0 = t * c->per_task, p1 = p0 + c->per_task < c->planes ? p0 + c->per_task : c->planes;
+    for (Py_ssize_t p = p0; p < p1; p++) {
+        Py_ssize_t ch = p % c->channels;
+        c->k->qdqconv(c->acc + p * c->n, c->n, c->mult[ch], c->bias[ch], c->act, c->alpha, c->y_scale,
+                      c->y_zp, c->is_signed, c->out + p * c->n);
+    }
+}
+
+static PyObject *m_qdqconv(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *isa_name; Py_ssize_t planes, channels, n; int act, y_zp, is_signed;
+    float alpha, y_scale;
+    PyObject *oa, *om, *ob, *oo;
+    if (!PyArg_ParseTuple(args, "sOnnnOOiffipO", &isa_name, &oa, &planes, &channels, &n, &om, &ob,
+                          &act, &alpha, &y_scale, &y_zp, &is_signed, &oo))
+        return NULL;
+    const ql_isa *isa = isa_arg(isa_name);
+    if (!isa) return NULL;
+    if (planes < 0 || channels < 1 || n < 0 || planes % channels || act < 0 || act > 2 ||
+        y_zp < (is_signed ? -128 : 0) || y_zp > (is_signed ? 127 : 255) ||
+        (n && planes > PY_SSIZE_T_MAX / 4 / n))
+        return PyErr_Format(PyExc_ValueError, "qlinear native: bad qdqconv geometry or parameters");
+    Py_buffer a = {0}, m = {0}, b = {0}, o = {0};
+    PyObject *ret = NULL;
+    if (get_buf(oa, &a, 0, planes * n * 4, "acc") < 0 || get_buf(om, &m, 0, channels * 4, "mult") < 0 ||
+        get_buf(ob, &b, 0, channels * 4, "bias") < 0 || get_buf(oo, &o, 1, planes * n, "out") < 0)
+        goto done;
+    qdqconv_ctx c = {ql_ew_for(isa), (const int32_t *)a.buf, (const float *)m.buf, (const float *)b.buf,
+                     (uint8_t *)o.buf, planes, channels, n, 1, act, is_signed, alpha, y_scale, y_zp};
+    Py_ssize_t total = planes * n;
+    if (total > 0) {
+        /* tasks of about 64 Ki values (whole planes); two threads from 128 Ki values on */
+        c.per_task = n >= (1 << 16) ? 1 : (1 << 16) / (n ? n : 1);
+        Py_ssize_t tasks = (planes + c.per_task - 1) / c.per_task;
+        int threads = total >= (1 << 17) ? ql_num_threads() : 1;
+        Py_BEGIN_ALLOW_THREADS
+        ql_parallel_for(tasks, threads, qdqconv_task, &c);
+        Py_END_ALLOW_THREADS
+    }
+    ret = Py_None; Py_INCREF(ret);
+done:
+    REL(a); REL(m); REL(b); REL(o);
+    return ret;
+}
+
 /* lut(x, table, out): out[i] = table[x[i]] over len(out) bytes */
 static PyObject *m_lut(PyObject *self, PyObject *args) {
     (void)self;
@@ -1271,6 +1328,7 @@ static PyMethodDef methods[] = {
     {"qbinary", m_qbinary, METH_VARARGS, "QLinearAdd / QLinearMul (com.microsoft) on bytes."},
     {"fdwconv2d", m_fdwconv2d, METH_VARARGS, "Float32 depthwise Conv (the backend's float glue), NumPy's order of operations."},
     {"fim2col", m_fim2col, METH_VARARGS, "The im2col matrix of a float32 Conv (the backend's float glue)."},
+    {"qdqconv", m_qdqconv, METH_VARARGS, "The float tail (scale, bias, Relu / LeakyRelu, QuantizeLinear) of an exact QDQ Conv."},
     {"lut", m_lut, METH_VARARGS, "Byte table lookup (QLinearSigmoid, QLinearLeakyRelu, requantization)."},
     {"maxpool2d", m_maxpool2d, METH_VARARGS, "MaxPool of uint8 / int8 planes (two spatial axes)."},
     {NULL, NULL, 0, NULL},
