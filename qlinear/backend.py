@@ -70,6 +70,7 @@ __all__ = [
     "QLINEAR_OPS",
     "QDQ_MODES",
     "apply_qdq",
+    "model_as_run",
     "fusable_ops",
     "EMULATIONS",
 ]
@@ -1113,6 +1114,26 @@ def _exact_convs(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
 
 
+def model_as_run(model: onnx.ModelProto, qdq: str = "fuse", emulate: str | None = None) -> onnx.ModelProto:
+    """The graph ``prepare`` and ``qlinear run`` execute: :func:`apply_qdq`, then with
+    ``qdq="fuse"`` the float Convs whose float32 result is exact on integers
+    (:func:`qlinear.qdq.exact_integer_convs`: the same bytes). Not under an emulation (which
+    changes ConvInteger's arithmetic), not for ``qdq="literal"`` (the graph as written), and
+    only where ConvInteger is the faster form: the native engine at a SIMD level (its portable
+    scalar level and the NumPy engine run ConvInteger slower than the float Conv's BLAS:
+    retinaface 290 against 105 ms at the scalar level). ``qlinear compare`` keeps the float
+    Convs: it compares their outputs with onnxruntime's."""
+    model = apply_qdq(model, qdq)
+    if qdq != "fuse" or emulate is not None:
+        return model
+    from qlinear import _native
+
+    info = _native.engine_info()
+    if info["engine"] != "native" or info["isa"] == "scalar":
+        return model
+    return _exact_convs(model)
+
+
 def apply_qdq(model: onnx.ModelProto, qdq: str = "fuse") -> onnx.ModelProto:
     """The model as it will run: QDQ node groups fused (``qdq="fuse"``) or unchanged
     (``"literal"``)."""
@@ -1680,13 +1701,7 @@ class QLinearBackend(Backend):
         problems = check_model(model)
         if problems:
             raise UnsupportedModelError(problems)
-        model = apply_qdq(model, qdq)
-        if qdq == "fuse" and emulate is None:
-            # float Convs whose float32 result is exact run on integers, same bits
-            # (qlinear.qdq.exact_integer_convs); not under an emulation, which changes
-            # ConvInteger's arithmetic, nor for qdq="literal", which runs the graph as written
-            model = _exact_convs(model)
-        return QLinearRep(model, emulate=emulate, max_tensor_bytes=max_tensor_bytes)
+        return QLinearRep(model_as_run(model, qdq, emulate), emulate=emulate, max_tensor_bytes=max_tensor_bytes)
 
     @classmethod
     def run_model(cls, model, inputs, device="CPU", emulate: str | None = None, **kwargs):

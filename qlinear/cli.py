@@ -224,7 +224,7 @@ def output_files(out_dir: str, names: list[str]) -> dict[str, str]:
 
 
 def cmd_run(args) -> int:
-    from qlinear.backend import QLinearRep, apply_qdq
+    from qlinear.backend import QLinearRep, model_as_run
     from qlinear.tools.model import ToolError
 
     example = args.model is None
@@ -234,7 +234,7 @@ def cmd_run(args) -> int:
         raise ToolError(f"--output-dir {args.output_dir}: exists and is not a directory")
 
     t0 = time.perf_counter()
-    rep = QLinearRep(apply_qdq(model, getattr(args, "qdq", "fuse")), emulate=args.emulate,
+    rep = QLinearRep(model_as_run(model, getattr(args, "qdq", "fuse"), args.emulate), emulate=args.emulate,
                      max_tensor_bytes=args.max_tensor_bytes)
     t_prepare = time.perf_counter() - t0
     t0 = time.perf_counter()

@@ -259,6 +259,19 @@ def test_not_under_emulation_nor_literal():
     assert _rewritten(backend.prepare(m, qdq="literal")) == 0
 
 
+def test_only_where_conv_integer_is_the_faster_form():
+    """prepare rewrites at the native engine's SIMD levels only: not on the NumPy engine, not
+    at the portable scalar level (ConvInteger slower there than the float Conv's BLAS); the
+    command's run builds the same graph as prepare (model_as_run)."""
+    m, _ = _qdq_conv_model(np.random.default_rng(2), act="Relu")
+    for name, level in _levels():
+        with level():
+            want = 0 if name in ("numpy", "scalar") else 1
+            assert _rewritten(backend.prepare(m)) == want, name
+            ran = backend.model_as_run(topologically_sorted(m))
+            assert sum(n.op_type == "ConvInteger" for n in ran.graph.node) == want, name
+
+
 @pytest.mark.skipif(not _native.available(), reason="native engine not built")
 def test_native_tail_equals_the_numpy_composition():
     """``qdqconv`` against the float graph's functions on random accumulators within the
