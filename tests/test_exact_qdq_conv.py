@@ -3,7 +3,6 @@
 every engine and ISA level, and the rewrite is refused where the float32 result may round."""
 from __future__ import annotations
 
-import contextlib
 import os
 
 import numpy as np
