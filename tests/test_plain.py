@@ -481,6 +481,43 @@ def test_plain_conv_weights_packed_in_the_copy_job(c, m, spatial, kernel, stride
                 assert ran == 0, ran
 
 
+# The fast form packed in the GEMM tasks, one task per row block (conv.c's affine schedule)
+# where no weight can be past the bound (int8 weights at zero point 0, uint8 at 128, on the
+# VNNI levels): row blocks fewer than the threads' multiple (8 rows), many (300 rows), K blocked
+# (704 channels of 3x3), 1x1, stride 2, two groups (each group's rows and per-row terms), a
+# batch (images in parallel: packed whole first).
+@pytest.mark.parametrize("n,c,m,hw,kernel,stride,group", [
+    (1, 16, 8, 9, (3, 3), 1, 1), (1, 64, 300, 5, (3, 3), 1, 1), (1, 704, 40, 4, (3, 3), 1, 1),
+    (1, 96, 70, 6, (1, 1), 1, 1), (1, 40, 38, 11, (3, 3), 2, 2), (3, 32, 64, 10, (3, 3), 1, 1)])
+def test_plain_conv_centered_weights_packed_in_the_gemm_tasks(n, c, m, hw, kernel, stride, group, threads,
+                                                              engine_level):
+    """Full-range weights at the type's center zero point (every w - z an int8: the VNNI
+    levels' fast form needs no proof), per tensor and per channel, biases near the wrap, both x
+    types: the oracle's answer; on levels whose fast kernel takes any int8 the in-task packing
+    runs for one image at a time (conv_in_task_packs counts it)."""
+    if engine_level == "numpy":
+        pytest.skip("the native engine's packing (the NumPy engine has none)")
+    from qlinear import _native
+    C = _native._C
+    fast = C.kernel_info(C.get_isa(), 2)
+    any_int8 = bool(fast) and fast["form"] == "s8u8" and fast["s8_bound"] >= 128
+    rng = np.random.default_rng([62, n, c, m, hw, threads])
+    pads = [kernel[0] // 2] * 4
+    for xdt, wdt in ((U8, I8), (I8, U8), (U8, U8), (I8, I8)):
+        x = rand_int(rng, xdt, (n, c, hw, hw))
+        w = rand_int(rng, wdt, (m, c // group) + kernel)
+        w.flat[0], w.flat[-1] = np.iinfo(wdt).min, np.iinfo(wdt).max
+        center = 0 if wdt == I8 else 128
+        for wz in (np.array(center, dtype=wdt), np.full((m,), center, dtype=wdt)):
+            xs, ws, ys = rand_scale(rng), rand_scale(rng, wz.shape), np.float32(rng.uniform(0.5, 4.0))
+            xz, yz = rand_int(rng, xdt, ()), rand_int(rng, U8, ())
+            bias = rand_int(rng, np.int32, (m,), 2**31 - 40000, 2**31 - 1)
+            before = C.conv_in_task_packs()
+            _plain_twice(x, xs, xz, w, ws, wz, ys, yz, bias, pads=pads, strides=[stride, stride], group=group)
+            if any_int8 and (n == 1 or threads == 1):
+                assert C.conv_in_task_packs() > before
+
+
 @pytest.mark.parametrize("xdt,wdt,ydt", ALL_8BIT_COMBOS)
 def test_plain_conv_lean_path_all_types(xdt, wdt, ydt, threads):
     """Every type combination through the lean path (module.c's conv_plain) with per-tensor and

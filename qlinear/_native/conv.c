@@ -1152,6 +1152,12 @@ typedef struct ig_ctx {
      * the first copy tasks (ig_copy_pack_task): one job fewer, and the copy overlaps them */
     packw_ctx *wjob;
     ptrdiff_t npack;
+    /* affine: the S8U8 form packed in the tasks, one task per row block, which also fills its
+     * rows' per-row terms fb (fb_all + the group's first row: ig_group) from its row sums */
+    int affine;
+    int32_t *fb_all, *fb;
+    const int32_t *bias_g;
+    uint32_t zxu;
 } ig_ctx;
 
 /* Rows of a phase plane, whatever the rank: row r's outer coordinates i[] (the phase grid's,
@@ -1677,6 +1683,11 @@ static void ig_gemm_body(const ig_ctx *c, ptrdiff_t task, int thread)
             pack_w_grouped(c->kern, src, c->w_type, rows, c->Kraw, c->taps, c->wzp + i_beg, d, 0, rows);
         else
             pack_w_rows(c->kern, src, c->w_type, rows, c->Kraw, c->wzp + i_beg, d, 0, rows);
+        if (c->fb) {   /* S8U8: bias - zx' * row sum, the rows' terms (this task's rows only) */
+            const int32_t *sum = (const int32_t *)(d + (size_t)rows * (size_t)c->ldl);
+            for (int i = 0; i < rows; i++)
+                c->fb[i_beg + i] = (int32_t)((c->bias_g ? (uint32_t)c->bias_g[i_beg + i] : 0u) - c->zxu * (uint32_t)sum[i]);
+        }
         Lb = d;
         ib = i_beg;
     }
@@ -1967,6 +1978,10 @@ static void ig_group(ig_ctx *c, int64_t g, int64_t n0, const void *wpacked, cons
     plan_epilogue(p, &c->ep);
     if (p->bias) c->ep.row_bias = p->bias + g * c->Mg;
     if (fast_bias) c->ep.row_bias = fast_bias + g * c->Mg;
+    if (c->fb_all) {
+        c->fb = c->fb_all + g * c->Mg;
+        c->bias_g = p->bias ? p->bias + g * c->Mg : NULL;
+    }
     c->ep.mult = p->mult + g * c->Mg * p->mult_s;
     c->ep.out = (char *)p->y + (size_t)((n0 * p->M + g * c->Mg) * P) * esize;
     c->ep.out_rs = (ptrdiff_t)P;
@@ -1984,6 +1999,19 @@ static int ig_block_rows(ptrdiff_t ldl, int mr)
 {
     int mc = (int)((256 * 1024) / (size_t)ldl) / mr * mr;
     return mc < mr ? mr : mc;
+}
+
+/* Whether no weight of a plain call can lie outside kern's S8U8 bound: every int8 w - z is
+ * stored exactly where the bound is 128 (the VNNI levels) and every zero point is the type's
+ * center (int8 0, uint8 128: w - z then spans [-128, 127]), so nothing needs proving before
+ * the GEMM starts. */
+static int trivial_bound(const ql_gemm_kernel *kern, const ql_conv_wraw *raw, int M)
+{
+    if (kern->s8_bound < 128) return 0;
+    int32_t center = raw->w_type == QL_I8 ? 0 : 128;
+    for (int i = 0; i < M; i++)
+        if (raw->wzp[i] != center) return 0;
+    return 1;
 }
 
 /* Runs the convolution on the implicit path when it applies: returns 1 (done), 0 (not taken:
@@ -2200,9 +2228,15 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
      * room for a row block's packed rows (at most mc of them, as the row blocks below), where
      * the workspace limit allows it with the copy; else packed whole first (below) */
     int in_task = 0;
-    if (raw && kern->form == QL_FORM_I16) {
+    /* the S8U8 form too where no weight can be outside its bound (trivial_bound), a row block
+     * per task then (c.affine, below): its packed rows, row sums and per-row terms are the
+     * task's own, written to its thread's scratch and read there, never to memory another core
+     * reads; measured against packing the whole matrix first (2 threads, --no-amx) */
+    int s8_in_task = raw && kern->form == QL_FORM_S8U8 && trivial_bound(kern, raw, (int)p->M);
+    if (raw && (kern->form == QL_FORM_I16 || s8_in_task)) {
         ptrdiff_t ldl0 = w_row_bytes(kern, Kw);
-        size_t wscr = align64((size_t)ig_block_rows(ldl0, c.mr) * (size_t)ldl0);
+        int rows0 = ig_block_rows(ldl0, c.mr);
+        size_t wscr = align64((size_t)rows0 * (size_t)ldl0 + (s8_in_task ? 2 * sizeof(int32_t) * (size_t)rows0 : 0));
         if (copy_bytes + (c.scratch_bytes + wscr) * (size_t)threads <= workspace) {
             c.wscr_off = c.scratch_bytes;
             c.scratch_bytes += wscr;
@@ -2299,6 +2333,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     if (raw && (!in_task || pk)) {
         if (in_task) c.scratch_bytes = c.wscr_off;
         in_task = 0;
+        s8_in_task = 0;
         if (kern->form == QL_FORM_S8U8 && !pk) {
             pack_in_copy = 1;
         } else {
@@ -2315,6 +2350,11 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         c.w_type = raw->w_type;
         c.Kraw = (int)K;
         c.wgrouped = ql_conv_grouped(kern, K, c.taps);
+        if (s8_in_task) {
+            c.affine = 1;
+            c.fb_all = fast_bias;
+            c.zxu = (uint32_t)(p->x_type == QL_I8 ? p->x_zp + 128 : p->x_zp);
+        }
         __atomic_add_fetch(&ig_calls[7], 1, __ATOMIC_RELAXED);
     }
     /* the copies in the scratch kept between calls (dw_scratch_get: a fresh block of this size
@@ -2347,6 +2387,10 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
     int mc = ig_block_rows(ldl, c.mr);
     c.mgroups = (c.Mg + c.mr - 1) / c.mr;
     c.row_blocks = (c.mgroups + mc / c.mr - 1) / (mc / c.mr);
+    if (c.affine && threads > 1) {   /* one task per row block: as many as the threads, or a multiple */
+        int rb = (c.row_blocks + threads - 1) / threads * threads;
+        c.row_blocks = rb < c.mgroups ? rb : c.mgroups;
+    }
     c.mc = (c.mgroups + c.row_blocks - 1) / c.row_blocks * c.mr;   /* the largest block */
     /* K blocks (past IG_KBLOCK_GROUPS): IG_KC_BYTES of a tile's operand (64 bytes per k-group) */
     c.kgroups = IG_KC_BYTES / 64;
@@ -2432,6 +2476,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         }
         int run_threads = macs * (double)c.nimg < (double)(1 << 21) ? 1 : threads;
         ig_tile_blocks(&c, run_threads);
+        if (c.affine && c.tile_blocks > 1) c.tile_blocks = 1;   /* each row block packed once */
         for (int64_t g = 0; g < p->group; g++) {
             ig_group(&c, g, n0, wpacked, fast_bias, fused);
             /* one image: a task per block, as ever; a chunk: about 16 tasks per thread */
