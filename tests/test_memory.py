@@ -18,10 +18,11 @@ import subprocess
 import sys
 
 import pytest
+import rss_probe
 
 from qlinear import _native
 
-CHILD = r"""
+CHILD = rss_probe.PRELUDE + r"""
 import ctypes, json, sys
 # no transparent huge pages: with them, touching one byte of a 2 MiB-aligned region (a
 # thread's malloc arena, say) makes 2 MiB resident, which is noise here, not workspace
@@ -40,13 +41,7 @@ w = rng.integers(-128, 128, (m, c, *(3,) * rank), dtype=np.int8)
 p = qlinear.prepare_qlinear_conv(w, np.float32(0.01), np.int8(0), pads=[1] * (2 * rank))
 args = (np.float32(0.02), np.uint8(128), np.float32(4.0), np.uint8(128))
 p.run(x[:1], *args)  # first-call work (packing, lazy imports) out of the way
-ctypes.CDLL("libc.so.6").malloc_trim(0)
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")  # the peak resident set restarts from the current one
-def status_kib(field):
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
-before = status_kib("VmRSS")
+before = reset_peak()
 paths = qlinear._native._C.conv_path_counts() if engine == "native" else (0, 0)
 y = p.run(x, *args)
 peak = status_kib("VmHWM")
@@ -115,7 +110,7 @@ def test_numpy_convolution_in_image_groups_is_exact(monkeypatch):
     assert_exact(got, oracle.qlinear_conv(*args, pads=[1, 0, 1, 2]))
 
 
-PADS_CHILD = r"""
+PADS_CHILD = rss_probe.PRELUDE + r"""
 import ctypes, json, sys
 ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE
 import numpy as np
@@ -126,13 +121,7 @@ x = (np.arange(64 * 4 ** rank, dtype=np.int64) % 251).astype(np.uint8).reshape(1
 w = np.ones((8, 64, *(3,) * rank), np.int8)
 attrs = dict(pads=[3000] * (2 * rank), strides=[3000] * rank)
 qlinear.conv_integer(x, w, np.uint8(7))  # first-call work out of the way
-ctypes.CDLL("libc.so.6").malloc_trim(0)
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")
-def status_kib(field):
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
-before = status_kib("VmRSS")
+before = reset_peak()
 y = qlinear.conv_integer(x, w, np.uint8(7), **attrs)
 print(json.dumps({"above": (status_kib("VmHWM") - before) * 1024, "shape": list(y.shape)}))
 """

@@ -10,13 +10,14 @@ import sys
 
 import numpy as np
 import pytest
+import rss_probe
 
 import qlinear
 from qlinear import _native
 
 # ----------------------------------------------------------------------------- workspace limit
 
-_CONV_INTEGER_CHILD = r"""
+_CONV_INTEGER_CHILD = rss_probe.PRELUDE + r"""
 import ctypes, json, sys
 ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE (see test_memory.py)
 import numpy as np
@@ -28,13 +29,7 @@ x = rng.integers(0, 256, (16, 64, 56, 56), dtype=np.uint8)
 w = rng.integers(-128, 128, (64, 64, 3, 3), dtype=np.int8)
 p = qlinear.prepare_conv_integer(w, np.int8(1), pads=[1, 1, 1, 1])
 p.run(x[:1], np.uint8(128))
-ctypes.CDLL("libc.so.6").malloc_trim(0)
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")
-def status_kib(field):
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
-before = status_kib("VmRSS")
+before = reset_peak()
 y = p.run(x, np.uint8(128))
 print(json.dumps({"above": (status_kib("VmHWM") - before) * 1024 - y.nbytes, "output": y.nbytes,
                   "padded_image": 4 * 64 * 58 * 58}))
@@ -164,7 +159,7 @@ def test_thread_count_from_the_environment_without_the_native_engine(tmp_path):
     assert r.stdout.split() == ["3", "3"]
 
 
-_MATMUL_CHILD = r"""
+_MATMUL_CHILD = rss_probe.PRELUDE + r"""
 import ctypes, json, sys
 ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE (see test_memory.py)
 import numpy as np
@@ -176,13 +171,7 @@ a = rng.integers(0, 256, (m, k), dtype=np.uint8)
 b = rng.integers(-128, 128, (k, n), dtype=np.int8)   # full range: K = 2048 takes 3 float32 chunks
 p = qlinear.prepare_matmul_integer(b, np.int8(1))
 p.run(a[:1], np.uint8(3))
-ctypes.CDLL("libc.so.6").malloc_trim(0)
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")
-def status_kib(field):
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
-before = status_kib("VmRSS")
+before = reset_peak()
 y = p.run(a, np.uint8(3))
 print(json.dumps({"above": (status_kib("VmHWM") - before) * 1024 - y.nbytes,
                   "centered_a": 4 * m * k, "part": 4 * m * n}))
