@@ -595,12 +595,22 @@ static int pack_w_threads(const ql_gemm_kernel *k, const void *w, int w_type, in
 /* S8U8 (fast path): C = sum x'(w - zw) over K, padding read as zx'; the result is
  * C - zx' * sum(w - zw): folded with the bias into one per-row term fb, in wrap32, from the
  * packed weights' row sums (after the packing: a plain call's are packed during the call) */
+/* x's zero point in the u8 form zx' (int8 x: x ^ 0x80, so zx + 128) */
+static inline uint32_t zx_u8form(const ql_conv_plan *p)
+{
+    return (uint32_t)(p->x_type == QL_I8 ? p->x_zp + 128 : p->x_zp);
+}
+
+/* fb[i] = bias[i] (0 without one) - zx' * wsum[i], wrap32, for n rows */
+static void fast_terms(const int32_t *bias, uint32_t zxu, const int32_t *wsum, int64_t n, int32_t *fb)
+{
+    for (int64_t i = 0; i < n; i++) fb[i] = (int32_t)((bias ? (uint32_t)bias[i] : 0u) - zxu * (uint32_t)wsum[i]);
+}
+
 static void fast_bias_fill(const ql_conv_plan *p, const void *wpacked, ptrdiff_t ldl, int32_t *fb)
 {
-    const int32_t *wsum = (const int32_t *)((const char *)wpacked + (size_t)p->M * (size_t)ldl);
-    uint32_t zxu = (uint32_t)(p->x_type == QL_I8 ? p->x_zp + 128 : p->x_zp);   /* zx' */
-    for (int64_t i = 0; i < p->M; i++)
-        fb[i] = (int32_t)((p->bias ? (uint32_t)p->bias[i] : 0u) - zxu * (uint32_t)wsum[i]);
+    fast_terms(p->bias, zx_u8form(p), (const int32_t *)((const char *)wpacked + (size_t)p->M * (size_t)ldl), p->M,
+               fb);
 }
 
 /* whether a convolution of M rows of K weights may run on isa->conv_fast (if its weights fit) */
@@ -1683,11 +1693,9 @@ static void ig_gemm_body(const ig_ctx *c, ptrdiff_t task, int thread)
             pack_w_grouped(c->kern, src, c->w_type, rows, c->Kraw, c->taps, c->wzp + i_beg, d, 0, rows);
         else
             pack_w_rows(c->kern, src, c->w_type, rows, c->Kraw, c->wzp + i_beg, d, 0, rows);
-        if (c->fb) {   /* S8U8: bias - zx' * row sum, the rows' terms (this task's rows only) */
-            const int32_t *sum = (const int32_t *)(d + (size_t)rows * (size_t)c->ldl);
-            for (int i = 0; i < rows; i++)
-                c->fb[i_beg + i] = (int32_t)((c->bias_g ? (uint32_t)c->bias_g[i_beg + i] : 0u) - c->zxu * (uint32_t)sum[i]);
-        }
+        if (c->fb)   /* S8U8: the per-row terms of this task's rows, from their sums */
+            fast_terms(c->bias_g ? c->bias_g + i_beg : NULL, c->zxu,
+                       (const int32_t *)(d + (size_t)rows * (size_t)c->ldl), rows, c->fb + i_beg);
         Lb = d;
         ib = i_beg;
     }
@@ -2353,7 +2361,7 @@ static int ig_run(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel
         if (s8_in_task) {
             c.affine = 1;
             c.fb_all = fast_bias;
-            c.zxu = (uint32_t)(p->x_type == QL_I8 ? p->x_zp + 128 : p->x_zp);
+            c.zxu = zx_u8form(p);
         }
         __atomic_add_fetch(&ig_calls[7], 1, __ATOMIC_RELAXED);
     }
