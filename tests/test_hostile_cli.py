@@ -1392,3 +1392,124 @@ def test_optional_output_after_a_plain_one_and_an_empty_optional():
     assert e is None
     every = backend.prepare(m).run_all({"x": x})
     assert every["o"].shape == (2,) and every["e"] is None and every["r"].shape == (2,)
+
+
+# --------------------------------------------------------------------------- files written (issue 28)
+
+
+def _plant_link(folder, name, target):
+    folder.mkdir(parents=True, exist_ok=True)
+    os.symlink(target, folder / name)
+
+
+@pytest.mark.parametrize("command", ["run", "compare"])
+def test_save_inputs_never_writes_through_a_symbolic_link(capsys, tmp_path, command):
+    """Issue 28, 1 (security): DIR/inputs.npz a symbolic link to a file elsewhere; the file
+    was overwritten. Now one line naming the link, and the file elsewhere is untouched."""
+    path = _relu(tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    _plant_link(tmp_path / "s", "inputs.npz", victim)
+    _one_line_error(*_main(capsys, command, path, "--save-inputs", tmp_path / "s"),
+                    "--save-inputs", "inputs.npz", "symbolic link")
+    assert victim.read_text() == "precious"
+    dangling = tmp_path / "nowhere.npz"  # a link to a file that does not exist yet: not created
+    _plant_link(tmp_path / "d", "inputs.npz", dangling)
+    _one_line_error(*_main(capsys, command, path, "--save-inputs", tmp_path / "d"),
+                    "symbolic link")
+    assert not dangling.exists()
+
+
+def test_output_dir_never_writes_through_a_symbolic_link(capsys, tmp_path):
+    """--output-dir: neither an output file nor the manifest is written through a link, to a
+    file outside the folder or inside it."""
+    path = _relu(tmp_path)
+    victim = tmp_path / "victim.txt"
+    for i, name in enumerate(("y.npy", "outputs.json")):
+        victim.write_text("precious")
+        _plant_link(tmp_path / f"o{i}", name, victim)
+        _one_line_error(*_main(capsys, "run", path, "--output-dir", tmp_path / f"o{i}"),
+                        "--output-dir", name, "symbolic link")
+        assert victim.read_text() == "precious"
+    inside = tmp_path / "in"
+    inside.mkdir()
+    (inside / "keep.txt").write_text("precious")
+    _plant_link(inside, "outputs.json", "keep.txt")  # relative, inside the folder
+    _one_line_error(*_main(capsys, "run", path, "--output-dir", inside), "symbolic link")
+    assert (inside / "keep.txt").read_text() == "precious"
+
+
+def test_outputs_replace_hard_links_and_refuse_pipes(capsys, tmp_path):
+    """A hard link in the folder is replaced, not written through (the other name keeps its
+    bytes); a FIFO of the name is refused at once (no hang); no temporary file is left."""
+    path = _relu(tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (tmp_path / "s").mkdir()
+    os.link(victim, tmp_path / "s" / "inputs.npz")
+    rc, out, err = _main(capsys, "run", path, "--save-inputs", tmp_path / "s")
+    assert rc == 0, err
+    assert victim.read_text() == "precious"
+    assert list(np.load(tmp_path / "s" / "inputs.npz").keys()) == ["x"]
+    assert sorted(os.listdir(tmp_path / "s")) == ["inputs.npz"]
+    (tmp_path / "f").mkdir()
+    os.mkfifo(tmp_path / "f" / "inputs.npz")
+    t0 = time.monotonic()
+    _one_line_error(*_main(capsys, "run", path, "--save-inputs", tmp_path / "f"),
+                    "not a regular file")
+    assert time.monotonic() - t0 < 10
+    assert sorted(os.listdir(tmp_path / "f")) == ["inputs.npz"]
+
+
+def test_files_are_written_with_the_usual_mode(capsys, tmp_path):
+    """The atomic writer's temporary file (mode 0600) gets the mode a new file gets."""
+    path = _relu(tmp_path)
+    old = os.umask(0o022)
+    try:
+        rc, out, err = _main(capsys, "run", path, "--output-dir", tmp_path / "o",
+                             "--save-inputs", tmp_path / "o")
+    finally:
+        os.umask(old)
+    assert rc == 0, err
+    for name in ("y.npy", "outputs.json", "inputs.npz"):
+        assert os.stat(tmp_path / "o" / name).st_mode & 0o777 == 0o644, name
+
+
+@pytest.mark.parametrize("flag", ["--output-dir", "--save-inputs"])
+def test_an_empty_folder_name_is_refused(capsys, tmp_path, monkeypatch, flag):
+    """Issue 28, 8: --output-dir "" wrote into the current folder."""
+    monkeypatch.chdir(tmp_path)
+    path = _relu(tmp_path)
+    _one_line_error(*_main(capsys, "run", path, flag, ""), f"{flag} '': an empty folder name")
+    assert sorted(os.listdir(tmp_path)) == ["relu.onnx"]
+
+
+def test_bench_refuses_links_and_an_empty_folder_before_anything_runs(capsys, tmp_path,
+                                                                      monkeypatch):
+    monkeypatch.setattr(bench, "run_case", lambda *a, **k: pytest.fail("a case ran"))
+    monkeypatch.setattr(bench, "measure_peak", lambda *a, **k: pytest.fail("the peak ran"))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    _plant_link(tmp_path / "b", "results.md", victim)
+    argv = ["bench", "--cases", "tiny.qlinearconv.1x8x8x8.k3", "--no-reference", "--output-dir"]
+    _one_line_error(*_main(capsys, *argv, tmp_path / "b"), "results.md", "symbolic link")
+    assert victim.read_text() == "precious"
+    monkeypatch.chdir(tmp_path)
+    _one_line_error(*_main(capsys, *argv, ""), "an empty folder name")
+
+
+def test_guarded_writer_leaves_nothing_on_failure(tmp_path):
+    """qlinear.tools.files.write_file: an error inside the writing removes the temporary file
+    and leaves the old file as it was."""
+    from qlinear.tools import files
+
+    target = tmp_path / "x.bin"
+    target.write_bytes(b"old")
+
+    def fail(f):
+        f.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(files.OutputError, match="No space left on device"):
+        files.write_file("--flag", str(tmp_path), str(target), fail)
+    assert target.read_bytes() == b"old" and os.listdir(tmp_path) == ["x.bin"]

@@ -608,7 +608,8 @@ def load_inputs_npz(file: str) -> dict[str, np.ndarray]:
 
 def save_inputs(out_dir: str, feeds: dict[str, np.ndarray]) -> str:
     """Write ``feeds`` to OUT_DIR/inputs.npz (array names = input names); returns the path.
-    ``--input OUT_DIR/inputs.npz`` reads them back, so a run or comparison can be repeated."""
+    ``--input OUT_DIR/inputs.npz`` reads them back, so a run or comparison can be repeated.
+    Written as every output is (:mod:`qlinear.tools.files`): never through a link."""
     folder = make_output_dir(out_dir, "--save-inputs")
     path = os.path.join(folder, "inputs.npz")
     write_file("--save-inputs", out_dir, path,
@@ -616,33 +617,29 @@ def save_inputs(out_dir: str, feeds: dict[str, np.ndarray]) -> str:
     return path
 
 
-def write_file(flag: str, out_dir: str, path: str, write: Callable[[str], Any]) -> None:
-    """``write(path)``; an OSError (a folder of that name in the way, a read-only or full file
-    system) becomes one ToolError naming the flag, the file and the reason."""
+def write_file(flag: str, out_dir: str, path: str, write: Callable[[Any], Any]) -> None:
+    """``write(f)`` (``f`` a binary file object) through the guarded atomic writer
+    :func:`qlinear.tools.files.write_file`: a link, folder, pipe or device at ``path`` is
+    refused, and any failure is one ToolError naming the flag, the file and the reason."""
+    from qlinear.tools.files import OutputError
+    from qlinear.tools.files import write_file as guarded_write
+
     try:
-        write(path)
-    except OSError as e:
-        raise ToolError(f"{flag} {out_dir}: cannot write {path} ({e.strerror or e})") from None
+        guarded_write(flag, out_dir, path, write)
+    except OutputError as e:
+        raise ToolError(str(e)) from None
 
 
 def make_output_dir(out_dir: str, flag: str) -> str:
     """The normalized folder ``out_dir`` (``a/../b`` is ``b``), created if missing: only that
     folder, never the intermediate ones the unnormalized path spells out, and only inside an
-    existing parent."""
-    folder = os.path.normpath(out_dir)
-    if os.path.isdir(folder):
-        return folder
-    if os.path.exists(folder):
-        raise ToolError(f"{flag} {out_dir}: exists and is not a directory")
-    parent = os.path.dirname(folder) or "."
-    if not os.path.isdir(parent):
-        raise ToolError(f"{flag} {out_dir}: the folder {parent} does not exist (only the last "
-                        "folder is created)")
+    existing parent; an empty name is refused (:func:`qlinear.tools.files.output_dir`)."""
+    from qlinear.tools.files import OutputError, output_dir
+
     try:
-        os.mkdir(folder)
-    except OSError as e:
-        raise ToolError(f"{flag} {out_dir}: cannot create it ({e.strerror})") from None
-    return folder
+        return output_dir(out_dir, flag)
+    except OutputError as e:
+        raise ToolError(str(e)) from None
 
 
 def overridable_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -742,11 +739,13 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0, *,
 
 
 def safe_output_path(out_dir: str, tensor_name: str, suffix: str = ".npy") -> str:
-    """A file name inside ``out_dir`` for a tensor (path separators and dots neutralized)."""
+    """A file name inside ``out_dir`` for a tensor (path separators and dots neutralized): the
+    folder's real path joined with the name, the name itself not resolved (a link of that name
+    is refused when written, never followed)."""
     clean = "".join(c if (c.isalnum() or c in "-_.") else "_" for c in tensor_name).lstrip(".")
     clean = clean or "tensor"
-    path = os.path.realpath(os.path.join(out_dir, clean + suffix))
     base = os.path.realpath(out_dir)
-    if os.path.commonpath([base, path]) != base:  # cannot happen after cleaning; belt and braces
+    path = os.path.join(base, clean + suffix)
+    if os.path.dirname(path) != base:  # cannot happen after cleaning; belt and braces
         raise ToolError(f"refusing to write {tensor_name!r} outside {out_dir}")
     return path
