@@ -94,7 +94,9 @@ def test_device_is_refused(capsys, device):
 def test_model_file_size_cap(capsys, tmp_path, monkeypatch):
     path = tmp_path / "big.onnx"
     path.write_bytes(b"\0" * 4096)
-    monkeypatch.setattr(tmodel, "MAX_MODEL_FILE_BYTES", 1000)
+    from qlinear import modelfile
+
+    monkeypatch.setattr(modelfile, "MAX_MODEL_FILE_BYTES", 1000)
     _one_line_error(*_main(capsys, "run", path), "larger than the largest model file")
 
 
@@ -1513,3 +1515,110 @@ def test_guarded_writer_leaves_nothing_on_failure(tmp_path):
     with pytest.raises(files.OutputError, match="No space left on device"):
         files.write_file("--flag", str(tmp_path), str(target), fail)
     assert target.read_bytes() == b"old" and os.listdir(tmp_path) == ["x.bin"]
+
+
+# --------------------------------------------------------------------------- one model loader (issue 28)
+
+
+def _matmul_external(folder, location="w.bin", name="model.onnx"):
+    """A MatMulInteger model whose weight w (4x4 int8) is external data at ``location``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    w = numpy_helper.from_array(np.arange(16, dtype=np.int8).reshape(4, 4), "w")
+    w.ClearField("raw_data")
+    w.data_location = T.EXTERNAL
+    for k, v in (("location", location), ("offset", "0"), ("length", "16")):
+        e = w.external_data.add()
+        e.key, e.value = k, v
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node("MatMulInteger", ["x", "w"], ["y"])], "g",
+        [_vi("x", T.INT8, [1, 4])], [_vi("y", T.INT32, [1, 4])], [w]),
+        opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    path = folder / name
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "/dev/urandom", "folder"])
+def test_prepare_reads_only_regular_model_files(tmp_path, kind):
+    """Issue 28, 3: qlinear.backend.prepare(path) read FIFOs (blocked for ever) and devices
+    (read until memory ran out); the CLI refused them. Both go through one loader now."""
+    if kind == "fifo":
+        path = tmp_path / "model.onnx"
+        os.mkfifo(path)
+    elif kind == "folder":
+        path = tmp_path
+    else:
+        path = kind
+        if not os.path.exists(path):
+            pytest.skip(f"no {path}")
+    import signal
+
+    def expire(*_):  # a FIFO blocked prepare for ever: fail instead of hanging
+        raise TimeoutError("prepare still reading after 5 s")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, 5)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ValueError, match=r"^prepare: .*(not a regular file|is a directory)"):
+            backend.prepare(str(path))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert time.monotonic() - t0 < 2
+
+
+@pytest.mark.parametrize("where", ["absolute", "dotdot", "link-out", "fifo", "dev-link",
+                                   "short", "huge-dims"])
+def test_external_data_is_confined_and_checked_by_both_loaders(capsys, tmp_path, where):
+    """Issue 28, 6: external data outside the model's folder was refused by prepare with
+    onnx's ValidationError (not a ValueError); a FIFO or device there would be read. Both the
+    API and every command now refuse each case with one ValueError / one line, nothing read."""
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(bytes(16))
+    d = tmp_path / "m"
+    if where == "absolute":
+        path = _matmul_external(d, str(outside))
+    elif where == "dotdot":
+        path = _matmul_external(d, "../outside.bin")
+    elif where == "link-out":
+        path = _matmul_external(d, "link.bin")
+        os.symlink(outside, d / "link.bin")
+    elif where == "fifo":
+        path = _matmul_external(d, "w.bin")
+        os.mkfifo(d / "w.bin")
+    elif where == "dev-link":
+        path = _matmul_external(d, "w.bin")
+        os.symlink("/dev/zero", d / "w.bin")
+    elif where == "short":
+        path = _matmul_external(d, "w.bin")
+        (d / "w.bin").write_bytes(bytes(8))
+    else:  # declares 2^40 elements, one small file: refused before reading
+        path = _matmul_external(d, "w.bin")
+        m = onnx.load(path, load_external_data=False)
+        m.graph.initializer[0].dims[:] = [1 << 20, 1 << 20]
+        path.write_bytes(m.SerializeToString())
+        (d / "w.bin").write_bytes(bytes(16))
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match=r"^prepare: tensor 'w'") as e:
+        backend.prepare(str(path))
+    assert type(e.value) is ValueError, type(e.value)  # not onnx's ValidationError
+    _one_line_error(*_main(capsys, "run", path), "tensor 'w'")
+    assert time.monotonic() - t0 < 4
+    assert outside.read_bytes() == bytes(16)
+
+
+def test_external_data_inside_the_folder_is_read_by_both(capsys, tmp_path):
+    path = _matmul_external(tmp_path / "m", "sub/w.bin")
+    (tmp_path / "m" / "sub").mkdir()
+    (tmp_path / "m" / "sub" / "w.bin").write_bytes(np.arange(16, dtype=np.int8).tobytes())
+    x = np.arange(4, dtype=np.int8).reshape(1, 4)
+    want = x.astype(np.int32) @ np.arange(16, dtype=np.int32).reshape(4, 4)
+    np.testing.assert_array_equal(backend.prepare(str(path)).run([x])[0], want)
+    np.testing.assert_array_equal(backend.prepare(path).run([x])[0], want)
+    np.save(tmp_path / "x.npy", x)
+    rc, out, err = _main(capsys, "run", path, "--input", f"x={tmp_path / 'x.npy'}",
+                         "--output-dir", tmp_path / "o")
+    assert rc == 0, err
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "y.npy"), want)

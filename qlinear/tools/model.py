@@ -16,7 +16,6 @@ the checker under IR 4's rule.
 from __future__ import annotations
 
 import os
-import stat
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -28,9 +27,8 @@ from onnx import helper
 #: shape), in bytes. ``--max-tensor-bytes`` changes it.
 DEFAULT_MAX_TENSOR_BYTES = 2 * 1024**3
 
-#: Largest model file read (protobuf cannot parse a message of 2 GiB or more; bigger models
-#: keep their weights in external data files).
-MAX_MODEL_FILE_BYTES = 2 * 1024**3 - 1
+from qlinear.modelfile import MAX_MODEL_FILE_BYTES, ModelFileError  # noqa: E402,F401 (re-exported)
+from qlinear.modelfile import human as _human  # noqa: E402
 
 
 class ToolError(Exception):
@@ -51,14 +49,6 @@ def _tensor_nbytes(dims: Iterable[int], elem_type: int) -> int:
     return n * itemsize
 
 
-def _human(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def _all_tensors(graph: onnx.GraphProto):
     yield from graph.initializer
     for node in graph.node:
@@ -72,53 +62,6 @@ def _all_tensors(graph: onnx.GraphProto):
             elif a.type == onnx.AttributeProto.GRAPHS:
                 for g in a.graphs:
                     yield from _all_tensors(g)
-
-
-def _check_external_data(model: onnx.ModelProto, base_dir: str, max_bytes: int) -> None:
-    base = os.path.realpath(base_dir)
-    for t in _all_tensors(model.graph):
-        if t.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        info = {e.key: e.value for e in t.external_data}
-        loc = info.get("location", "")
-        if not loc:
-            raise ToolError(f"tensor {t.name!r}: external data without a location")
-        if os.path.isabs(loc) or loc.startswith(("/", "\\")) or ".." in loc.replace("\\", "/").split("/"):
-            raise ToolError(f"tensor {t.name!r}: external data path {loc!r} points outside the "
-                            "model's folder")
-        path = os.path.realpath(os.path.join(base, loc))
-        if os.path.commonpath([base, path]) != base:
-            raise ToolError(f"tensor {t.name!r}: external data path {loc!r} points outside the "
-                            "model's folder")
-        if not os.path.isfile(path):
-            from qlinear.backend import missing_external_data
-
-            raise ToolError(missing_external_data(t.name, loc, base_dir)
-                            or f"tensor {t.name!r}: external data file {loc!r} not found")
-        need = _tensor_nbytes(t.dims, t.data_type)
-        offset = _external_int(t, info, "offset", 0)
-        length = _external_int(t, info, "length", need) or need
-        if need > max_bytes:
-            raise ToolError(f"tensor {t.name!r} declares {_human(need)}, more than the limit "
-                            f"of {_human(max_bytes)} (--max-tensor-bytes)")
-        if offset + length > os.path.getsize(path):
-            raise ToolError(f"tensor {t.name!r}: external data file {loc!r} is shorter than "
-                            "the tensor it should hold (truncated?)")
-
-
-def _external_int(t: onnx.TensorProto, info: dict[str, str], key: str, default: int) -> int:
-    """An external-data field that must be a non-negative whole number of bytes."""
-    text = info.get(key, "")
-    if text == "":
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ToolError(f"tensor {t.name!r}: external data {key} {text[:40]!r} is not a "
-                        "non-negative whole number of bytes")
-    return value
 
 
 def _graphs(graph: onnx.GraphProto):
@@ -365,47 +308,19 @@ def _check_structure(model: onnx.ModelProto, path: str) -> None:
 
 
 def load_model(path: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> onnx.ModelProto:
-    """Load an ONNX model file and check its structure and sizes; external data is read only
-    from the model's folder. (onnx's checker: :func:`validate_model`.)"""
-    if not os.path.exists(path):
-        raise ToolError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise ToolError(f"{path}: is a directory, not an ONNX model file")
-    # Only regular files: a FIFO or a device (/dev/zero) would block or never end. The file is
-    # opened without blocking and checked again through its descriptor (no race with a swap).
+    """Load an ONNX model file and check its structure and sizes. The file is read by the one
+    model loader :mod:`qlinear.modelfile` (a regular file only, never above protobuf's 2 GiB;
+    external data only from the model's folder, its sizes checked before reading), as
+    ``qlinear.backend.prepare(path)`` reads it. (onnx's checker: :func:`validate_model`.)"""
+    from qlinear import modelfile
+
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as e:
-        raise ToolError(f"{path}: cannot open ({e.strerror})") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ToolError(f"{path}: not a regular file (a pipe, socket or device); an ONNX "
-                            "model must be a file")
-        if st.st_size > MAX_MODEL_FILE_BYTES:
-            raise ToolError(f"{path}: {_human(st.st_size)}, larger than the largest model "
-                            f"file protobuf can parse ({_human(MAX_MODEL_FILE_BYTES)}); keep "
-                            "the weights in external data")
-        # read(n) allocates n bytes before reading: ask for the size the file has (and one
-        # byte more, to notice a file that grows), never blindly for the 2 GiB cap
-        chunks = [f.read(st.st_size + 1)]
-        read = len(chunks[0])
-        while read > st.st_size and read <= MAX_MODEL_FILE_BYTES:  # it grew while being read
-            chunk = f.read(min(64 << 20, MAX_MODEL_FILE_BYTES + 1 - read))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            read += len(chunk)
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    if len(data) > MAX_MODEL_FILE_BYTES:
-        raise ToolError(f"{path}: grew past {_human(MAX_MODEL_FILE_BYTES)} while being read")
-    if not data:
-        raise ToolError(f"{path}: empty file, not an ONNX model")
-    model = onnx.ModelProto()
-    try:
-        model.ParseFromString(data)
-    except Exception:
-        raise ToolError(f"{path}: not an ONNX model, or a corrupt or truncated protobuf") from None
+        data = modelfile.read_bytes(path)
+        if not data:
+            raise ToolError(f"{path}: empty file, not an ONNX model")
+        model = modelfile.parse(data, f"{path}: this file is")
+    except ModelFileError as e:
+        raise ToolError(str(e)) from None
     if not model.ir_version:
         raise ToolError(f"{path}: not an ONNX model (no ir_version; corrupt or truncated?)")
     _check_elem_types_and_strings(model, path)
@@ -413,14 +328,11 @@ def load_model(path: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -
     _check_tensor_data(model, path)
     _densify_sparse_initializers(model, path, max_tensor_bytes)
     _check_structure(model, path)
-    base = os.path.dirname(os.path.abspath(path))
-    _check_external_data(model, base, max_tensor_bytes)
     try:
-        from onnx.external_data_helper import load_external_data_for_model
-
-        load_external_data_for_model(model, base)
-    except Exception as e:
-        raise ToolError(f"{path}: cannot read external data: {_one_line(e)}") from None
+        modelfile.load_external_data(model, os.path.dirname(os.path.abspath(path)),
+                                     max_tensor_bytes)
+    except ModelFileError as e:
+        raise ToolError(str(e)) from None
     return model
 
 
