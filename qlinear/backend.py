@@ -1198,10 +1198,16 @@ def kernels_for(emulate: str | None) -> list[type[OpRun]]:
 def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with its model-local functions (FunctionProto) inlined, so that the six
     operators inside them run on qlinear's kernels too (onnx.reference would otherwise run
-    a function's body with its own implementations); ``model`` itself if it has none."""
+    a function's body with its own implementations); ``model`` itself if it has none.
+    ValueError, before anything is expanded, when the inlined graph would exceed
+    ``qlinear._inline.MAX_INLINED_NODES`` nodes or the functions call each other in a cycle."""
     if not model.functions:
         return model
     from onnx.inliner import inline_local_functions
+
+    from qlinear._inline import check_inline_size
+
+    check_inline_size(model)
 
     return inline_local_functions(model)
 

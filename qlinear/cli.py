@@ -525,8 +525,11 @@ class _Timeout(Exception):
 
 
 class _time_limit:
-    """``--timeout``: a SIGALRM interrupts the run between two Python steps (a node, a Loop
-    iteration), so a model that computes forever ends with one line instead of a hang."""
+    """``--timeout``: a SIGALRM interrupts the whole command (loading, preparing, running)
+    between two Python steps (a node, a Loop iteration), so a model that computes forever
+    ends with one line instead of a hang. The one step that could expand without bound in C++
+    out of its reach, inlining model-local functions, is bounded before it starts
+    (qlinear._inline)."""
 
     def __init__(self, seconds: float | None):
         import signal
@@ -544,7 +547,8 @@ class _time_limit:
 
             def stop(signum, frame):
                 raise _Timeout(f"stopped after --timeout {self.seconds:g} s: the model was "
-                               "still running (a Loop or recursion that does not end?)")
+                               "still being loaded, prepared or run (a Loop or recursion that "
+                               "does not end?)")
 
             self._old = signal.signal(signal.SIGALRM, stop)
             signal.setitimer(signal.ITIMER_REAL, self.seconds)

@@ -1622,3 +1622,92 @@ def test_external_data_inside_the_folder_is_read_by_both(capsys, tmp_path):
                          "--output-dir", tmp_path / "o")
     assert rc == 0, err
     np.testing.assert_array_equal(np.load(tmp_path / "o" / "y.npy"), want)
+
+
+# --------------------------------------------------------------------------- inlining bounded (issue 28)
+
+
+def _fanout_functions_model(tmp_path, depth=40, calls=2, name="fanout.onnx"):
+    """f0 is Relu; f_i calls f_{i-1} ``calls`` times in a chain: inlined, 2^39 nodes for 40."""
+    fns = [helper.make_function("local", "f0", ["x"], ["y"], [helper.make_node("Relu", ["x"], ["y"])],
+                                [helper.make_opsetid("", 13)])]
+    for i in range(1, depth):
+        nodes, prev = [], "x"
+        for j in range(calls):
+            out = "y" if j == calls - 1 else f"t{j}"
+            nodes.append(helper.make_node(f"f{i - 1}", [prev], [out], domain="local"))
+            prev = out
+        fns.append(helper.make_function("local", f"f{i}", ["x"], ["y"], nodes,
+                                        [helper.make_opsetid("", 13), helper.make_opsetid("local", 1)]))
+    m = helper.make_model(
+        helper.make_graph([helper.make_node(f"f{depth - 1}", ["x"], ["y"], domain="local")], "g",
+                          [_vi("x", T.FLOAT, [1, 4])], [_vi("y", T.FLOAT, [1, 4])]),
+        opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("local", 1)], functions=fns)
+    m.ir_version = 8
+    path = tmp_path / name
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+def _alarm(seconds):
+    import signal
+
+    def expire(*_):
+        raise TimeoutError(f"still preparing after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    return lambda: (signal.setitimer(signal.ITIMER_REAL, 0), signal.signal(signal.SIGALRM, old))
+
+
+def test_function_inlining_is_bounded_before_expanding(capsys, tmp_path):
+    """Issue 28, 2: functions calling each other with fan-out inline to 2^39 nodes; prepare,
+    inspect, run and compare ran for minutes (in onnx's C++ inliner, out of --timeout's
+    reach) and grew past gigabytes. Now the inlined size is counted first (each function
+    once) and refused past the documented limit, within a second."""
+    path = _fanout_functions_model(tmp_path)
+    m = onnx.load(path)
+    try:
+        from qlinear import _inline
+    except ImportError:  # (before the bound existed)
+        pass
+    else:
+        assert _inline.inlined_size(m, 10**6) > 10**6
+        assert _inline.inlined_size(onnx.load(_fanout_functions_model(tmp_path, 5, name="s.onnx"))) == 16
+    # fails (TimeoutError) rather than hanging where the bound is missing: the alarm can
+    # interrupt only between Python steps, so the C++ inliner is first given 2^20 nodes
+    small = _fanout_functions_model(tmp_path, depth=22, name="small.onnx")
+    restore = _alarm(20)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ValueError, match="more than 1,000,000 nodes"):
+            backend.prepare(str(small))
+        with pytest.raises(ValueError, match="more than 1,000,000 nodes"):
+            backend.prepare(str(path))
+        with pytest.raises(ValueError, match="more than 1,000,000 nodes"):
+            backend.QLinearRep(m)
+        for argv in (("inspect", path), ("run", path, "--timeout", "30"),
+                     ("compare", path, "--timeout", "30")):
+            rc, out, err = _main(capsys, *argv)
+            if argv[0] == "inspect":  # inspect reports it and exits 0: nothing is run
+                assert rc == 0 and "more than 1,000,000 nodes" in out, (rc, out, err)
+            else:
+                _one_line_error(rc, out, err, "more than 1,000,000 nodes")
+        assert time.monotonic() - t0 < 10
+    finally:
+        restore()
+
+
+def test_recursive_functions_are_refused(tmp_path):
+    fns = [helper.make_function("local", "f", ["x"], ["y"],
+                                [helper.make_node("g", ["x"], ["y"], domain="local")],
+                                [helper.make_opsetid("local", 1)]),
+           helper.make_function("local", "g", ["x"], ["y"],
+                                [helper.make_node("f", ["x"], ["y"], domain="local")],
+                                [helper.make_opsetid("local", 1)])]
+    m = helper.make_model(
+        helper.make_graph([helper.make_node("f", ["x"], ["y"], domain="local")], "g",
+                          [_vi("x", T.FLOAT, [1])], [_vi("y", T.FLOAT, [1])]),
+        opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("local", 1)], functions=fns)
+    with pytest.raises(ValueError, match=r"(?i)cycle"):
+        backend.prepare(m)
