@@ -153,7 +153,7 @@ def _model_and_inputs(args):
     else:
         model_path = args.model
         model = load_model(model_path, max_tensor_bytes=args.max_tensor_bytes)
-        feeds = parse_input_args(args.input)
+        feeds = parse_input_args(args.input, max_tensor_bytes=args.max_tensor_bytes)
         if feeds and shapes:
             raise ToolError("--shape sets the shape of generated inputs; it cannot be combined "
                             "with --input")

@@ -44,8 +44,8 @@ def human(n: float) -> str:
     return str(n)
 
 
-def _open_regular(path: str, what: str, nofollow: bool = False):
-    """A binary file object of the regular file ``path`` and its size; ModelFileError for
+def open_regular(path: str, what: str, nofollow: bool = False):
+    """(Also for --input array files, :mod:`qlinear.tools.arrayfile`.) A binary file object of the regular file ``path`` and its size; ModelFileError for
     anything else. Opened with O_NONBLOCK (a FIFO opens at once instead of waiting for a
     writer) and checked through the descriptor."""
     try:
@@ -74,7 +74,7 @@ def read_bytes(path: str | os.PathLike) -> bytes:
     path = os.fspath(path)
     if os.path.isdir(path):
         raise ModelFileError(f"{path}: is a directory, not an ONNX model file")
-    f, size = _open_regular(path, path)
+    f, size = open_regular(path, path)
     with f:
         if size > MAX_MODEL_FILE_BYTES:
             raise ModelFileError(f"{path}: {human(size)}, larger than the largest model file "
@@ -265,7 +265,7 @@ def load_external_data(model: onnx.ModelProto, folder: str,
         loc, path, info = _external_path(t, folder)
         need = _declared_nbytes(t)
         offset = _external_int(t, info, "offset", 0)
-        f, size = _open_regular(path, f"tensor {t.name!r}: external data file {loc!r}",
+        f, size = open_regular(path, f"tensor {t.name!r}: external data file {loc!r}",
                                 nofollow=True)
         with f:
             length = _length(t, info, need, size, offset)

@@ -1711,3 +1711,55 @@ def test_recursive_functions_are_refused(tmp_path):
         opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("local", 1)], functions=fns)
     with pytest.raises(ValueError, match=r"(?i)cycle"):
         backend.prepare(m)
+
+
+# --------------------------------------------------------------------------- input files checked before allocating (issue 28)
+
+
+def _npy_declaring(shape, dtype="<f4", body=2 << 20):
+    """The bytes of a .npy whose header declares ``shape`` and which holds ``body`` bytes."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": dtype, "fortran_order": False,
+                                               "shape": tuple(shape)})
+    return buf.getvalue() + bytes(body)
+
+
+@pytest.mark.parametrize("kind", ["npy", "npz-named", "npz-file", "npz-second-member"])
+@pytest.mark.parametrize("declared,limit,fragment", [
+    ((10 * 1024**3,), None, "declares an array of 40.0 GiB, more than the limit of 2.0 GiB"),
+    ((25 << 20,), "10000000", "declares an array of 100.0 MiB, more than the limit of 9.5 MiB"),
+    ((1 << 20,), None, "declares an array of 4.0 MiB but holds 2.0 MiB"),
+])
+def test_input_files_declaring_huge_arrays_are_refused_before_allocating(
+        capsys, tmp_path, kind, declared, limit, fragment):
+    """Issue 28, 4: a small .npz whose member declares a huge array (2 MB on disk, 40 GiB
+    declared) was allocated before any size check; a .npy likewise (NumPy allocates what the
+    header says, then finds the data missing). Every header is now read and checked first:
+    one line, nothing allocated (traced peak far below the declared size)."""
+    import tracemalloc
+    import zipfile
+
+    path = _relu(tmp_path, shape=(1, 3, 4))
+    data = _npy_declaring(declared)
+    if kind == "npy":
+        (tmp_path / "x.npy").write_bytes(data)
+        given = f"x={tmp_path / 'x.npy'}"
+    else:
+        with zipfile.ZipFile(tmp_path / "x.npz", "w") as z:
+            if kind == "npz-second-member":
+                buf = io.BytesIO()
+                np.save(buf, np.ones((1, 3, 4), np.float32))
+                z.writestr("a.npy", buf.getvalue())
+            z.writestr("x.npy", data)
+        given = str(tmp_path / "x.npz") if kind != "npz-named" else f"x={tmp_path / 'x.npz'}"
+    argv = ["run", path, "--input", given] + (["--max-tensor-bytes", limit] if limit else [])
+    tracemalloc.start()
+    t0 = time.monotonic()
+    try:
+        rc, out, err = _main(capsys, *argv)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    _one_line_error(rc, out, err, fragment)
+    assert time.monotonic() - t0 < 5
+    assert peak < 64 << 20, peak

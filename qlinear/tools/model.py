@@ -449,12 +449,16 @@ def parse_shape_args(args: Iterable[str] | None) -> dict[str, list[int]]:
     return shapes
 
 
-def parse_input_args(args: Iterable[str] | None) -> dict[str, np.ndarray]:
-    """``NAME=FILE.npy`` (or ``NAME=FILE.npz``, the array NAME or its only array)."""
+def parse_input_args(args: Iterable[str] | None, *,
+                     max_tensor_bytes: int | None = DEFAULT_MAX_TENSOR_BYTES) -> dict[str, np.ndarray]:
+    """``NAME=FILE.npy`` (or ``NAME=FILE.npz``, the array NAME or its only array), or
+    ``FILE.npz`` holding every input by name. Every array's header is read and its declared
+    size checked against ``max_tensor_bytes`` before anything is allocated
+    (:mod:`qlinear.tools.arrayfile`)."""
     feeds: dict[str, np.ndarray] = {}
     for arg in args or []:
         if "=" not in arg and arg.endswith(".npz"):
-            for name, arr in load_inputs_npz(arg).items():
+            for name, arr in load_inputs_npz(arg, max_tensor_bytes=max_tensor_bytes).items():
                 if name in feeds:
                     raise ToolError(f"--input {name!r} given twice")
                 feeds[name] = arr
@@ -467,26 +471,16 @@ def parse_input_args(args: Iterable[str] | None) -> dict[str, np.ndarray]:
             raise ToolError(f"--input {arg!r}: expected NAME=FILE.npy")
         if name in feeds:
             raise ToolError(f"--input {name!r} given twice")
-        _check_input_file(f"--input {name}: {file}", file)
-        try:
-            loaded = np.load(file, allow_pickle=False)
-        except ValueError as e:
-            if str(e).startswith("Object arrays cannot be loaded"):  # NumPy's words for a .npy of objects
-                raise ToolError(f"--input {name}: {file}: holds Python objects (a pickled object array), "
-                                "which are never loaded; save a numeric array") from None
-            raise ToolError(f"--input {name}: {file}: not a NumPy .npy/.npz file") from None
-        except Exception:
-            raise ToolError(f"--input {name}: {file}: not a NumPy .npy/.npz file") from None
-        if isinstance(loaded, np.lib.npyio.NpzFile):
-            with loaded:
-                keys = list(loaded.keys())
-                if name in keys:
-                    arr = loaded[name]
-                elif len(keys) == 1:
-                    arr = loaded[keys[0]]
-                else:
-                    raise ToolError(f"--input {name}: {file} holds {len(keys)} arrays "
-                                    f"({', '.join(keys)}) and none is named {name!r}")
+        loaded = _load_array_file(f"--input {name}: {file}", file, max_tensor_bytes)
+        if isinstance(loaded, dict):
+            keys = list(loaded)
+            if name in keys:
+                arr = loaded[name]
+            elif len(keys) == 1:
+                arr = loaded[keys[0]]
+            else:
+                raise ToolError(f"--input {name}: {file} holds {len(keys)} arrays "
+                                f"({', '.join(keys)}) and none is named {name!r}")
         else:
             arr = loaded
         feeds[name] = arr
@@ -504,18 +498,25 @@ def _check_input_file(what: str, file: str) -> None:
         raise ToolError(f"{what}: not a regular file")
 
 
-def load_inputs_npz(file: str) -> dict[str, np.ndarray]:
-    """Every array of an .npz by name (``--input FILE.npz``, the file ``--save-inputs`` writes)."""
-    _check_input_file(f"--input {file}", file)
+def _load_array_file(what: str, file: str, max_tensor_bytes: int | None):
+    """:func:`qlinear.tools.arrayfile.load` with its errors as one ToolError."""
+    from qlinear.tools import arrayfile
+
+    _check_input_file(what, file)
     try:
-        with np.load(file, allow_pickle=False) as z:
-            if not isinstance(z, np.lib.npyio.NpzFile):
-                raise ValueError
-            return {k: z[k] for k in z.keys()}
-    except ToolError:
-        raise
-    except Exception:
-        raise ToolError(f"--input {file}: not a NumPy .npz file") from None
+        return arrayfile.load(file, what, max_tensor_bytes)
+    except ValueError as e:  # ArrayFileError, ModelFileError (a file swapped since the check)
+        raise ToolError(str(e)) from None
+
+
+def load_inputs_npz(file: str, *, max_tensor_bytes: int | None = DEFAULT_MAX_TENSOR_BYTES
+                    ) -> dict[str, np.ndarray]:
+    """Every array of an .npz by name (``--input FILE.npz``, the file ``--save-inputs`` writes),
+    each member's declared size checked before it is loaded."""
+    loaded = _load_array_file(f"--input {file}", file, max_tensor_bytes)
+    if not isinstance(loaded, dict):
+        raise ToolError(f"--input {file}: not a NumPy .npz file")
+    return loaded
 
 
 def save_inputs(out_dir: str, feeds: dict[str, np.ndarray]) -> str:
