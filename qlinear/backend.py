@@ -1621,6 +1621,9 @@ class QLinearBackend(Backend):
                 raise TypeError("prepare: model must be an onnx.ModelProto, a path or bytes; got "
                                 f"{type(model).__name__}")
             modelfile.check_loaded(model, from_bytes)
+            # element types, attribute types, strings: what onnx would fail on with a bare
+            # KeyError (61, 0) or UnicodeDecodeError, named here (the commands check the same)
+            modelfile.check_contents(model, "the model")
         except modelfile.ModelFileError as e:
             raise ValueError(f"prepare: {e}") from None
         if not model.HasField("graph"):

@@ -297,6 +297,123 @@ def check_loaded(model: onnx.ModelProto, from_bytes: bool) -> None:
                                  f"{location!r}, which was not loaded; {how}")
 
 
+def _graphs(graph: onnx.GraphProto) -> Iterable[onnx.GraphProto]:
+    """The graph and every subgraph (If/Loop/Scan bodies), depth first."""
+    yield graph
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    yield from _graphs(g)
+
+
+def _known_elem_type(elem: int) -> bool:
+    from onnx import helper
+
+    try:
+        helper.tensor_dtype_to_np_dtype(elem)
+    except Exception:  # KeyError for numbers onnx does not define
+        return False
+    return True
+
+
+#: INT attributes that hold an element type (Cast's ``to``, RandomNormal's ``dtype``, ...).
+_ELEM_TYPE_ATTRS = ("to", "dtype", "output_dtype")
+
+
+def check_contents(model: onnx.ModelProto, where: str) -> None:
+    """ModelFileError naming the place (``where``: the file, or "prepare"'s model) of the
+    first value onnx or NumPy would otherwise fail on with a bare KeyError or
+    UnicodeDecodeError, far from its cause: an element type ONNX does not define (an
+    initializer's, sparse initializer's, tensor attribute's, graph input's, output's or
+    value_info's, an element-type attribute such as Cast's ``to``), an attribute whose type
+    field is unset, a string that is not UTF-8. Graphs, subgraphs and model-local functions
+    are all walked."""
+    def bad_type(what: str, elem: int) -> ModelFileError:
+        return ModelFileError(f"{where}: {what} has element type {elem}, which is not an ONNX "
+                              "element type (invalid or corrupt model)")
+
+    bad = _first_non_utf8_field(model, "model")
+    if bad:
+        place, value = bad
+        raise ModelFileError(f"{where}: {place} is not valid UTF-8 text ({value[:20]!r}); "
+                             "corrupt model?")
+    graphs = [g for g in _graphs(model.graph)]
+    node_lists = [(g.node, "") for g in graphs]
+    for fn in model.functions:
+        node_lists.append((fn.node, f"function {fn.name!r}: "))
+        for node in fn.node:
+            for a in node.attribute:
+                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                          list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
+                    for sub in _graphs(g):
+                        graphs.append(sub)
+                        node_lists.append((sub.node, f"function {fn.name!r}: "))
+    for g in graphs:
+        for t in g.initializer:
+            if not _known_elem_type(t.data_type):
+                raise bad_type(f"initializer {t.name!r}", t.data_type)
+        for sp in g.sparse_initializer:
+            if not _known_elem_type(sp.values.data_type):
+                raise bad_type(f"sparse initializer {sp.values.name!r}", sp.values.data_type)
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            if vi.type.HasField("tensor_type"):
+                elem = vi.type.tensor_type.elem_type
+                if elem and not _known_elem_type(elem):
+                    raise bad_type(f"tensor {vi.name!r}", elem)
+    for nodes, prefix in node_lists:
+        for i, node in enumerate(nodes):
+            label = f"{prefix}node {node.name or f'#{i}'!r} ({node.op_type})"
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.UNDEFINED and not a.ref_attr_name:
+                    raise ModelFileError(f"{where}: {label}: attribute {a.name!r} has no type "
+                                         "(its type field is unset; invalid or corrupt model)")
+                texts = [a.s] if a.type == onnx.AttributeProto.STRING else \
+                    list(a.strings) if a.type == onnx.AttributeProto.STRINGS else []
+                for text in texts:
+                    try:
+                        text.decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise ModelFileError(f"{where}: {label}: attribute {a.name!r} is not "
+                                             f"valid UTF-8 text ({text[:20]!r})") from None
+                if a.type == onnx.AttributeProto.INT and a.name in _ELEM_TYPE_ATTRS \
+                        and a.i and not _known_elem_type(a.i):
+                    raise ModelFileError(f"{where}: {label}: attribute {a.name!r} = {a.i} is not "
+                                         "an ONNX element type")
+                tensors = [a.t] if a.type == onnx.AttributeProto.TENSOR else \
+                    list(a.tensors) if a.type == onnx.AttributeProto.TENSORS else []
+                for t in tensors:
+                    if not _known_elem_type(t.data_type):
+                        raise bad_type(f"{label} attribute {a.name!r}", t.data_type)
+
+
+def _first_non_utf8_field(msg, where: str):
+    """(field path, value) of the first string field that is not valid UTF-8, or None.
+    protobuf hands such a field back as bytes instead of str; onnx and the checker then fail
+    with a bare UnicodeDecodeError. Walks every message of the model (tensor payloads are
+    bytes fields, not visited)."""
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    for fd, value in msg.ListFields():
+        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else \
+            fd.label == F.LABEL_REPEATED  # protobuf < 5.26 has no is_repeated
+        if fd.type == F.TYPE_STRING:
+            for i, v in enumerate(value if repeated else [value]):
+                if isinstance(v, bytes):
+                    name = getattr(msg, "name", "") if fd.name != "name" else ""
+                    label = f" {name!r}" if isinstance(name, str) and name else ""
+                    return f"{where}{label}: {fd.name}" + (f"[{i}]" if repeated else ""), v
+        elif fd.type == F.TYPE_MESSAGE:
+            for i, v in enumerate(value if repeated else [value]):
+                found = _first_non_utf8_field(v, f"{where}.{fd.name}" + (f"[{i}]" if repeated
+                                                                          else ""))
+                if found:
+                    return found
+    return None
+
+
 def load(path: str | os.PathLike, *, max_tensor_bytes: int | None = None,
          external_data: bool = True) -> onnx.ModelProto:
     """The model at ``path`` with its external data read from its folder (see the module's

@@ -1763,3 +1763,64 @@ def test_input_files_declaring_huge_arrays_are_refused_before_allocating(
     _one_line_error(rc, out, err, fragment)
     assert time.monotonic() - t0 < 5
     assert peak < 64 << 20, peak
+
+
+# --------------------------------------------------------------------------- onnx's KeyErrors named (issue 28)
+
+
+def _bad_type_model(case):
+    x3, y3 = _vi("x", T.FLOAT, [3]), _vi("y", T.FLOAT, [3])
+    nodes, inputs, outputs, inits, value_info = [helper.make_node("Relu", ["x"], ["y"])], [x3], [y3], [], []
+    if case == "initializer":
+        w = numpy_helper.from_array(np.ones(3, np.float32), "w")
+        w.data_type = 61
+        nodes, inits = [helper.make_node("Add", ["x", "w"], ["y"])], [w]
+    elif case == "input":
+        inputs = [_vi("x", 61, [3])]
+    elif case == "value_info":
+        nodes = [helper.make_node("Relu", ["x"], ["t"]), helper.make_node("Relu", ["t"], ["y"])]
+        value_info = [_vi("t", 61, [3])]
+    elif case in ("attribute-unset", "attribute-empty"):
+        n = helper.make_node("LeakyRelu", ["x"], ["y"], name="leaky")
+        if case == "attribute-unset":
+            n.attribute.extend([helper.make_attribute("alpha", 0.5)])
+            n.attribute[0].type = onnx.AttributeProto.UNDEFINED
+        else:
+            n.attribute.add().name = "alpha"
+        nodes = [n]
+    elif case == "constant":
+        t = numpy_helper.from_array(np.ones(3, np.float32), "c")
+        t.data_type = 61
+        nodes = [helper.make_node("Constant", [], ["c"], value=t, name="const"),
+                 helper.make_node("Add", ["x", "c"], ["y"])]
+    elif case == "cast-to":
+        nodes = [helper.make_node("Cast", ["x"], ["y"], to=61, name="cast")]
+    g = helper.make_graph(nodes, "g", inputs, outputs, inits, value_info=value_info)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("case,fragments", [
+    ("initializer", ("initializer 'w'", "element type 61")),
+    ("input", ("tensor 'x'", "element type 61")),
+    ("value_info", ("tensor 't'", "element type 61")),
+    ("attribute-unset", ("node 'leaky' (LeakyRelu)", "attribute 'alpha'", "type field is unset")),
+    ("attribute-empty", ("node 'leaky' (LeakyRelu)", "attribute 'alpha'", "type field is unset")),
+    ("constant", ("node 'const' (Constant)", "attribute 'value'", "element type 61")),
+    ("cast-to", ("node 'cast' (Cast)", "attribute 'to' = 61")),
+])
+def test_unknown_element_and_attribute_types_are_named(capsys, tmp_path, case, fragments):
+    """Issue 28, 5: prepare leaked KeyError: 61 (an element type ONNX does not define) and
+    KeyError: 0 (an attribute whose type field is unset), or ran with the bad type ignored.
+    One check (qlinear.modelfile.check_contents), run by prepare and by every command, names
+    the tensor, input, node and attribute and what was given."""
+    m = _bad_type_model(case)
+    with pytest.raises(ValueError) as e:
+        backend.prepare(m)
+    assert type(e.value) is ValueError and str(e.value).startswith("prepare: "), repr(e.value)
+    for f in fragments:
+        assert f in str(e.value), (f, str(e.value))
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(m.SerializeToString())
+    _one_line_error(*_main(capsys, "run", path), *fragments)

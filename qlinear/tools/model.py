@@ -76,90 +76,15 @@ def _graphs(graph: onnx.GraphProto):
                     yield from _graphs(g)
 
 
-def _known_elem_type(elem: int) -> bool:
-    try:
-        helper.tensor_dtype_to_np_dtype(elem)
-    except Exception:  # KeyError for numbers onnx does not define
-        return False
-    return True
-
-
-#: INT attributes that hold an element type (Cast's ``to``, RandomNormal's ``dtype``, ...).
-_ELEM_TYPE_ATTRS = ("to", "dtype", "output_dtype")
-
-
 def _check_elem_types_and_strings(model: onnx.ModelProto, path: str) -> None:
-    """Element types onnx defines, and attribute strings that are UTF-8, everywhere in the
-    model: both would otherwise fail deep inside onnx or numpy (``KeyError: 61``,
-    ``UnicodeDecodeError``) without saying where."""
-    def bad_type(what: str, elem: int) -> ToolError:
-        return ToolError(f"{path}: {what} has element type {elem}, which is not an ONNX "
-                         "element type (invalid or corrupt model)")
+    """:func:`qlinear.modelfile.check_contents` (element types, UTF-8 strings, attribute
+    types: the checks qlinear.backend.prepare runs too) as one ToolError."""
+    from qlinear import modelfile
 
-    bad = _first_non_utf8_field(model, "model")
-    if bad:
-        where, value = bad
-        raise ToolError(f"{path}: {where} is not valid UTF-8 text ({value[:20]!r}); corrupt "
-                        "model?")
-
-    for g in _graphs(model.graph):
-        for t in list(g.initializer):
-            if not _known_elem_type(t.data_type):
-                raise bad_type(f"initializer {t.name!r}", t.data_type)
-        for sp in g.sparse_initializer:
-            if not _known_elem_type(sp.values.data_type):
-                raise bad_type(f"sparse initializer {sp.values.name!r}", sp.values.data_type)
-        for vi in list(g.input) + list(g.output) + list(g.value_info):
-            if vi.type.HasField("tensor_type"):
-                elem = vi.type.tensor_type.elem_type
-                if elem and not _known_elem_type(elem):
-                    raise bad_type(f"tensor {vi.name!r}", elem)
-        for i, node in enumerate(g.node):
-            label = f"node {node.name or f'#{i}'!r} ({node.op_type})"
-            for a in node.attribute:
-                if a.type == onnx.AttributeProto.STRING:
-                    texts = [a.s]
-                elif a.type == onnx.AttributeProto.STRINGS:
-                    texts = list(a.strings)
-                else:
-                    texts = []
-                for text in texts:
-                    try:
-                        text.decode("utf-8")
-                    except UnicodeDecodeError:
-                        raise ToolError(f"{path}: {label}: attribute {a.name!r} is not valid "
-                                        f"UTF-8 text ({text[:20]!r})") from None
-                if a.type == onnx.AttributeProto.INT and a.name in _ELEM_TYPE_ATTRS \
-                        and a.i and not _known_elem_type(a.i):
-                    raise ToolError(f"{path}: {label}: attribute {a.name!r} = {a.i} is not an "
-                                    "ONNX element type")
-                if a.type == onnx.AttributeProto.TENSOR and not _known_elem_type(a.t.data_type):
-                    raise bad_type(f"{label} attribute {a.name!r}", a.t.data_type)
-
-
-def _first_non_utf8_field(msg, where: str):
-    """(field path, value) of the first string field that is not valid UTF-8, or None.
-    protobuf hands such a field back as bytes instead of str; onnx and the checker then fail
-    with a bare UnicodeDecodeError. Walks every message of the model (tensor payloads are
-    bytes fields, not visited)."""
-    from google.protobuf.descriptor import FieldDescriptor as F
-
-    for fd, value in msg.ListFields():
-        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else \
-            fd.label == F.LABEL_REPEATED  # protobuf < 5.26 has no is_repeated
-        if fd.type == F.TYPE_STRING:
-            for i, v in enumerate(value if repeated else [value]):
-                if isinstance(v, bytes):
-                    name = getattr(msg, "name", "") if fd.name != "name" else ""
-                    label = f" {name!r}" if isinstance(name, str) and name else ""
-                    return f"{where}{label}: {fd.name}" + (f"[{i}]" if repeated else ""), v
-        elif fd.type == F.TYPE_MESSAGE:
-            for i, v in enumerate(value if repeated else [value]):
-                found = _first_non_utf8_field(v, f"{where}.{fd.name}" + (f"[{i}]" if repeated
-                                                                          else ""))
-                if found:
-                    return found
-    return None
+    try:
+        modelfile.check_contents(model, path)
+    except ModelFileError as e:
+        raise ToolError(str(e)) from None
 
 
 #: TensorProto fields that can hold the values, besides raw_data.
