@@ -1824,3 +1824,55 @@ def test_unknown_element_and_attribute_types_are_named(capsys, tmp_path, case, f
     path = tmp_path / "bad.onnx"
     path.write_bytes(m.SerializeToString())
     _one_line_error(*_main(capsys, "run", path), *fragments)
+
+
+# --------------------------------------------------------------------------- peak memory of the refusals (issue 28)
+
+_REFUSALS_CHILD = r"""
+import io, json, os, signal, sys, time, zipfile
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import test_hostile_cli as t
+from qlinear import backend
+from qlinear.tools import model as tmodel
+tmp = __import__("pathlib").Path(sys.argv[2])
+fan = t._fanout_functions_model(tmp)
+with zipfile.ZipFile(tmp / "x.npz", "w") as z:
+    z.writestr("x.npy", t._npy_declaring((10 * 1024**3,)))
+signal.alarm(60)  # fail, never hang
+cases = {"inline": lambda: backend.prepare(str(fan)),
+         "npz": lambda: tmodel.parse_input_args([str(tmp / "x.npz")]),
+         "dev-zero": lambda: backend.prepare("/dev/zero")}
+got = {}
+for name, call in cases.items():
+    before = reset_peak()
+    t0 = time.monotonic()
+    try:
+        call()
+        err = None
+    except Exception as e:
+        kind = "ValueError" if isinstance(e, ValueError) else type(e).__name__
+        err = kind + ": " + str(e)[:200]
+    got[name] = {"peak_kib": status_kib("VmHWM") - before, "seconds": time.monotonic() - t0,
+                 "error": err}
+print(json.dumps(got))
+"""
+
+
+def test_refusals_end_fast_with_little_memory(tmp_path):
+    """The refusals of issue 28 measured in a child process (peak resident set, which counts
+    what onnx's C++ and NumPy allocate): the fan-out functions (2^39 nodes inlined), a 2 MB
+    .npz declaring 40 GiB, prepare('/dev/zero'). Each ends in a ValueError (ToolError for
+    the command's input parser) within seconds and well under 64 MiB above the start."""
+    import rss_probe
+
+    if not os.access("/proc/self/clear_refs", os.W_OK):
+        pytest.skip("needs Linux's /proc/self/clear_refs to reset the peak resident set")
+    out = subprocess.run([sys.executable, "-c", rss_probe.PRELUDE + _REFUSALS_CHILD,
+                          os.path.dirname(os.path.abspath(__file__)), str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    for name, r in got.items():
+        assert r["error"] and r["error"].split(":")[0] in ("ValueError", "ToolError"), (name, r)
+        assert r["seconds"] < 5 and r["peak_kib"] < 64 * 1024, (name, r)
