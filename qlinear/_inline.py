@@ -93,6 +93,6 @@ def check_inline_size(model: onnx.ModelProto, limit: int = MAX_INLINED_NODES) ->
         return
     n = inlined_size(model, limit)
     if n > limit:
-        raise ValueError(f"inlining the model-local functions would produce more than {limit:,} "
+        raise ValueError(f"inlining them would produce more than {limit:,} "
                          f"nodes (the limit, qlinear._inline.MAX_INLINED_NODES): functions "
                          "calling other functions several times multiply their size")

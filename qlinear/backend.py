@@ -1614,7 +1614,7 @@ class QLinearBackend(Backend):
         from_bytes = isinstance(model, bytes)
         try:  # files and bytes through the one loader (qlinear.modelfile): one ValueError each
             if isinstance(model, (str, os.PathLike)):
-                model = modelfile.load(model)
+                model = modelfile.load(model, max_tensor_bytes=max_tensor_bytes)
             elif isinstance(model, bytes):
                 model = modelfile.parse(model, "the bytes are")
             elif not isinstance(model, onnx.ModelProto):

@@ -237,7 +237,8 @@ def check_external_data(model: onnx.ModelProto, folder: str,
         need = _declared_nbytes(t)
         if max_tensor_bytes is not None and need is not None and need > max_tensor_bytes:
             raise ModelFileError(f"tensor {t.name!r} declares {human(need)}, more than the limit "
-                                 f"of {human(max_tensor_bytes)} (--max-tensor-bytes)")
+                                 f"of {human(max_tensor_bytes)} (max_tensor_bytes, qlinear's "
+                                 "--max-tensor-bytes)")
         if not os.path.isfile(path):
             raise ModelFileError(missing_external_data(t.name, loc, folder)
                                  or f"tensor {t.name!r}: external data file {loc!r} is not a "

@@ -1617,6 +1617,8 @@ def test_external_data_inside_the_folder_is_read_by_both(capsys, tmp_path):
     want = x.astype(np.int32) @ np.arange(16, dtype=np.int32).reshape(4, 4)
     np.testing.assert_array_equal(backend.prepare(str(path)).run([x])[0], want)
     np.testing.assert_array_equal(backend.prepare(path).run([x])[0], want)
+    with pytest.raises(ValueError, match=r"^prepare: tensor 'w' declares 16 B, more than the limit of 8 B"):
+        backend.prepare(path, max_tensor_bytes=8)  # checked before its data is read
     np.save(tmp_path / "x.npy", x)
     rc, out, err = _main(capsys, "run", path, "--input", f"x={tmp_path / 'x.npy'}",
                          "--output-dir", tmp_path / "o")

@@ -79,6 +79,8 @@ def check_target(flag: str, out_dir: str, path: str) -> None:
 
 
 def _umask() -> int:
+    """The process's umask (read by setting it and back: the commands are single-threaded
+    while they write)."""
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
