@@ -4,9 +4,13 @@ A function may call other functions, each call expanding into the callee's whole
 dozen functions each calling the previous one twice inline to 2^39 nodes (onnx's inliner, in
 C++, then runs for minutes and grows past gigabytes, beyond the reach of ``--timeout``). The
 count here walks each function's body once (memoized), so it costs the size of the model as
-written, and :func:`check_inline_size` refuses a model whose inlined graph would exceed
-:data:`MAX_INLINED_NODES` before anything is expanded. A function that calls itself, directly
-or through others, can never be inlined and is refused too.
+written, and :func:`check_inline_size` refuses, before anything is expanded, a model whose
+inlined graph would be more than :data:`INLINE_BASE` nodes plus :data:`INLINE_FACTOR` times the
+nodes the file holds (its graphs and its functions' bodies), or more than
+:data:`MAX_INLINED_NODES` in any case. Preparing costs about 0.1 ms per node, so the work
+inlining can add to a file is bounded by the file's own size: a small file cannot ask for
+more than a second or two. A function that calls itself, directly or through others, can never
+be inlined and is refused too.
 """
 
 from __future__ import annotations
@@ -20,6 +24,15 @@ import onnx
 #: thousands), and small enough that inlining and preparing take seconds and a few hundred
 #: MiB at most.
 MAX_INLINED_NODES = 1_000_000
+
+#: Nodes inlining may produce beyond :data:`INLINE_FACTOR` times the nodes written: a model
+#: whose few functions are each called a few times (layers, blocks) stays far below it, and
+#: preparing 20,000 nodes takes a second or two.
+INLINE_BASE = 20_000
+
+#: How many times its written size inlining may make a model larger than :data:`INLINE_BASE`
+#: (a real model calls each function about once per layer; 2^k fan-out is what is refused).
+INLINE_FACTOR = 8
 
 
 def _key(domain: str, name: str, overload: str = "") -> tuple[str, str, str]:
@@ -86,13 +99,32 @@ def inlined_size(model: onnx.ModelProto, limit: int | None = None) -> int:
         sys.setrecursionlimit(depth)
 
 
-def check_inline_size(model: onnx.ModelProto, limit: int = MAX_INLINED_NODES) -> None:
+def written_size(model: onnx.ModelProto) -> int:
+    """The nodes the model holds as written: its graph's, its subgraphs' and its functions'
+    bodies' (each counted once, however often it is called)."""
+    def count(nodes: Iterable[onnx.NodeProto]) -> int:
+        return sum(1 + sum(count(g.node) for g in _subgraphs(n)) for n in nodes)
+
+    return count(model.graph.node) + sum(count(f.node) for f in model.functions)
+
+
+def inline_limit(model: onnx.ModelProto) -> int:
+    """Most nodes the model may have once inlined: :data:`INLINE_BASE` plus
+    :data:`INLINE_FACTOR` times its written size, at most :data:`MAX_INLINED_NODES`."""
+    return min(MAX_INLINED_NODES, INLINE_BASE + INLINE_FACTOR * written_size(model))
+
+
+def check_inline_size(model: onnx.ModelProto, limit: int | None = None) -> None:
     """ValueError when inlining the model's functions would produce more than ``limit``
-    nodes, or when they call each other in a cycle; nothing is expanded."""
+    nodes (default :func:`inline_limit`), or when they call each other in a cycle; nothing
+    is expanded."""
     if not model.functions:
         return
+    if limit is None:
+        limit = inline_limit(model)
     n = inlined_size(model, limit)
     if n > limit:
-        raise ValueError(f"inlining them would produce more than {limit:,} "
-                         f"nodes (the limit, qlinear._inline.MAX_INLINED_NODES): functions "
+        raise ValueError(f"inlining them would produce more than {limit:,} nodes from "
+                         f"{written_size(model):,} written (the limit: {INLINE_BASE:,} plus "
+                         f"{INLINE_FACTOR} times the nodes written, qlinear._inline): functions "
                          "calling other functions several times multiply their size")

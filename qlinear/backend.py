@@ -442,7 +442,9 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
         model = inline_functions(model)
     except Exception as e:  # a malformed function: report it instead of running its body blind
         return [Problem("(model)", "FunctionProto", "", None,
-                        f"the model-local functions cannot be inlined: {' '.join(str(e).split())}")]
+                        "the model-local functions cannot be inlined: "
+                        + " ".join(str(e).split()).removeprefix(
+                            "the model-local functions cannot be inlined: "))]
     opsets = {d.domain if d.domain != "ai.onnx" else "": d.version for d in model.opset_import}
     functions = {(f.domain, f.name) for f in model.functions}
     types, shapes = _types_and_shapes(model)
@@ -1200,7 +1202,8 @@ def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     operators inside them run on qlinear's kernels too (onnx.reference would otherwise run
     a function's body with its own implementations); ``model`` itself if it has none.
     ValueError, before anything is expanded, when the inlined graph would exceed
-    ``qlinear._inline.MAX_INLINED_NODES`` nodes or the functions call each other in a cycle."""
+    ``qlinear._inline.inline_limit`` nodes or the functions call each other in a cycle; and
+    when onnx's inliner refuses them (call chains deeper than 100)."""
     if not model.functions:
         return model
     from onnx.inliner import inline_local_functions
@@ -1208,8 +1211,11 @@ def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     from qlinear._inline import check_inline_size
 
     check_inline_size(model)
-
-    return inline_local_functions(model)
+    try:
+        return inline_local_functions(model)
+    except Exception as e:  # onnx's ValidationError (call chains deeper than 100, ...)
+        raise ValueError(f"the model-local functions cannot be inlined: "
+                         f"{' '.join(str(e).split())}") from None
 
 
 def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
@@ -1398,6 +1404,14 @@ class QLinearRep(BackendRep):
 
         if max_tensor_bytes is not None:
             byte_count(max_tensor_bytes, "QLinearRep: max_tensor_bytes", "None or an integer >= 1")
+        if not isinstance(model, onnx.ModelProto):
+            raise TypeError(f"QLinearRep: model must be an onnx.ModelProto; got "
+                            f"{type(model).__name__} (backend.prepare takes paths and bytes)")
+        try:  # what onnx would fail on with a bare KeyError, named (prepare's check, here too
+            # for a QLinearRep built directly; cheap: one walk of the model's messages)
+            modelfile.check_contents(model, "the model")
+        except modelfile.ModelFileError as e:
+            raise ValueError(f"QLinearRep: {e}") from None
         model = topologically_sorted(inline_functions(model))
         self.model = model
         self.emulate = emulate
@@ -1587,12 +1601,48 @@ class QLinearRep(BackendRep):
                 wrapped.close()
 
 
+def _load(model, caller: str, max_tensor_bytes: int | None = None) -> onnx.ModelProto:
+    """``model`` (ModelProto, path or bytes) as a ModelProto: files and bytes through the one
+    loader (qlinear.modelfile), one ValueError each; a ModelProto whose external data was not
+    read is refused naming the tensor."""
+    from_bytes = isinstance(model, bytes)
+    try:
+        if isinstance(model, (str, os.PathLike)):
+            model = modelfile.load(model, max_tensor_bytes=max_tensor_bytes)
+        elif isinstance(model, bytes):
+            model = modelfile.parse(model, "the bytes are")
+        elif not isinstance(model, onnx.ModelProto):
+            raise TypeError(f"{caller}: model must be an onnx.ModelProto, a path or bytes; got "
+                            f"{type(model).__name__}")
+        modelfile.check_loaded(model, from_bytes)
+    except modelfile.ModelFileError as e:
+        raise ValueError(f"{caller}: {e}") from None
+    return model
+
+
 class QLinearBackend(Backend):
     """``onnx.backend.base.Backend`` for qlinear (CPU only)."""
 
     @classmethod
     def is_compatible(cls, model, device="CPU", **kwargs) -> bool:
-        return cls.supports_device(device) and not check_model(model)
+        """Whether :meth:`prepare` would run ``model`` (ModelProto, path or bytes) on
+        ``device``: False for a model with contents onnx cannot read (see
+        :func:`qlinear.modelfile.check_contents`), without a graph, or with a node qlinear
+        does not run (:func:`check_model`). A path or bytes that are not a readable ONNX model
+        are a ValueError, as from ``prepare``: they go through the same loader."""
+        if not cls.supports_device(device):
+            return False
+        model = _load(model, "is_compatible", kwargs.get("max_tensor_bytes"))
+        try:
+            modelfile.check_contents(model, "the model")
+        except modelfile.ModelFileError:
+            return False
+        if not model.HasField("graph"):
+            return False
+        try:
+            return not check_model(topologically_sorted(model))
+        except ValueError:  # a cycle among the nodes
+            return False
 
     @classmethod
     def prepare(cls, model, device="CPU", emulate: str | None = None, qdq: str = "fuse",
@@ -1611,16 +1661,8 @@ class QLinearBackend(Backend):
             raise TypeError(f"prepare: unknown keyword argument {unknown[0]!r} (it takes device, "
                             "emulate, qdq and max_tensor_bytes)")
         kernels_for(emulate)  # a bad name fails before anything is loaded
-        from_bytes = isinstance(model, bytes)
-        try:  # files and bytes through the one loader (qlinear.modelfile): one ValueError each
-            if isinstance(model, (str, os.PathLike)):
-                model = modelfile.load(model, max_tensor_bytes=max_tensor_bytes)
-            elif isinstance(model, bytes):
-                model = modelfile.parse(model, "the bytes are")
-            elif not isinstance(model, onnx.ModelProto):
-                raise TypeError("prepare: model must be an onnx.ModelProto, a path or bytes; got "
-                                f"{type(model).__name__}")
-            modelfile.check_loaded(model, from_bytes)
+        model = _load(model, "prepare", max_tensor_bytes)
+        try:
             # element types, attribute types, strings: what onnx would fail on with a bare
             # KeyError (61, 0) or UnicodeDecodeError, named here (the commands check the same)
             modelfile.check_contents(model, "the model")

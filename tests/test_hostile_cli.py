@@ -1682,19 +1682,19 @@ def test_function_inlining_is_bounded_before_expanding(capsys, tmp_path):
     restore = _alarm(20)
     try:
         t0 = time.monotonic()
-        with pytest.raises(ValueError, match="more than 1,000,000 nodes"):
+        with pytest.raises(ValueError, match=r"more than [\d,]+ nodes"):
             backend.prepare(str(small))
-        with pytest.raises(ValueError, match="more than 1,000,000 nodes"):
+        with pytest.raises(ValueError, match=r"more than [\d,]+ nodes"):
             backend.prepare(str(path))
-        with pytest.raises(ValueError, match="more than 1,000,000 nodes"):
+        with pytest.raises(ValueError, match=r"more than [\d,]+ nodes"):
             backend.QLinearRep(m)
         for argv in (("inspect", path), ("run", path, "--timeout", "30"),
                      ("compare", path, "--timeout", "30")):
             rc, out, err = _main(capsys, *argv)
             if argv[0] == "inspect":  # inspect reports it and exits 0: nothing is run
-                assert rc == 0 and "more than 1,000,000 nodes" in out, (rc, out, err)
+                assert rc == 0 and "nodes from" in out and "more than" in out, (rc, out, err)
             else:
-                _one_line_error(rc, out, err, "more than 1,000,000 nodes")
+                _one_line_error(rc, out, err, "nodes from", "written")
         assert time.monotonic() - t0 < 10
     finally:
         restore()
