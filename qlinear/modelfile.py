@@ -357,8 +357,9 @@ def check_contents(model: onnx.ModelProto, where: str) -> None:
             if not _known_elem_type(t.data_type):
                 raise bad_type(f"initializer {t.name!r}", t.data_type)
         for sp in g.sparse_initializer:
-            if not _known_elem_type(sp.values.data_type):
-                raise bad_type(f"sparse initializer {sp.values.name!r}", sp.values.data_type)
+            for part, t in (("values", sp.values), ("indices", sp.indices)):
+                if not _known_elem_type(t.data_type):
+                    raise bad_type(f"sparse initializer {sp.values.name!r} ({part})", t.data_type)
         for vi in list(g.input) + list(g.output) + list(g.value_info):
             if vi.type.HasField("tensor_type"):
                 elem = vi.type.tensor_type.elem_type
@@ -388,6 +389,12 @@ def check_contents(model: onnx.ModelProto, where: str) -> None:
                 for t in tensors:
                     if not _known_elem_type(t.data_type):
                         raise bad_type(f"{label} attribute {a.name!r}", t.data_type)
+                sparse = [a.sparse_tensor] if a.type == onnx.AttributeProto.SPARSE_TENSOR else \
+                    list(a.sparse_tensors) if a.type == onnx.AttributeProto.SPARSE_TENSORS else []
+                for sp in sparse:
+                    for part, t in (("values", sp.values), ("indices", sp.indices)):
+                        if not _known_elem_type(t.data_type):
+                            raise bad_type(f"{label} attribute {a.name!r} ({part})", t.data_type)
 
 
 def _first_non_utf8_field(msg, where: str):

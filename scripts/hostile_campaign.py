@@ -796,7 +796,8 @@ def mutations():
                       [_vi("y", T.FLOAT, [2])])
 
     def m_castlike():
-        t = helper.make_tensor("t", bad, [1], [0])
+        t = helper.make_tensor("t", T.FLOAT, [1], [0])
+        t.data_type = bad
         return _model([helper.make_node("CastLike", ["x", "t"], ["y"])], [_vi("x", T.FLOAT, [2])],
                       [_vi("y", T.FLOAT, [2])], [t], opset=15)
 
@@ -845,9 +846,11 @@ def mutations():
     def m_attr_bogus_type():
         m = relu_model()
         node = helper.make_node("LeakyRelu", ["x"], ["y"], alpha=0.1)
-        node.attribute[0].type = 77
         m.graph.node[0].CopyFrom(node)
-        return m
+        raw = m.SerializeToString()  # protobuf refuses 77 from Python: patch the bytes
+        tag = b"\xa0\x01" + bytes([onnx.AttributeProto.FLOAT])  # field 20 (type), varint
+        assert raw.count(tag) == 1
+        return raw.replace(tag, b"\xa0\x01\x4d")
 
     def in_if(inner):
         """``inner`` (a model of one input x [1,3,4] -> y) as both branches of an If."""
@@ -955,7 +958,7 @@ def mutations():
     for name, m in plain:
         out.append((name, m))
     for name, m in plain:  # the same inside every kind of subgraph
-        if name.startswith(("input", "sequence", "optional", "map", "sparse tensor input", "output",
+        if isinstance(m, bytes) or name.startswith(("input", "sequence", "optional", "map", "sparse tensor input", "output",
                             "Constant sparse", "sparse initializer", "initializer dims")):
             continue
         for wrap, how in (("If branch", in_if), ("Loop body", in_loop), ("function", in_function)):

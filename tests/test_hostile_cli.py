@@ -1700,6 +1700,81 @@ def test_function_inlining_is_bounded_before_expanding(capsys, tmp_path):
         restore()
 
 
+def test_inlining_is_bounded_by_the_written_size(tmp_path):
+    """Found by scripts/hostile_campaign.py: a 2^18-node fan-out (under the absolute bound of
+    1,000,000) or three functions each calling the next 1000 times took minutes to prepare
+    (about 0.1 ms a node). The bound is now 20,000 nodes plus 8 times the nodes written: a
+    small file is refused in a fraction of a second, and a model whose functions are called
+    once per layer is not refused."""
+    from qlinear import _inline
+
+    small = onnx.load(_fanout_functions_model(tmp_path, depth=19, name="small.onnx"))
+    assert _inline.written_size(small) == 1 + 1 + 2 * 18
+    restore = _alarm(20)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ValueError, match=r"more than 20,304 nodes from 38 written"):
+            backend.prepare(small)
+        with pytest.raises(ValueError, match=r"more than 20,304 nodes"):
+            backend.QLinearRep(small)
+        assert time.monotonic() - t0 < 5
+    finally:
+        restore()
+    # a layer function (100 nodes) called 24 times: 2,400 nodes inlined, far inside the bound
+    body = [helper.make_node("Relu", ["x" if i == 0 else f"t{i - 1}"], [f"t{i}" if i < 99 else "y"])
+            for i in range(100)]
+    layer = helper.make_function("local", "layer", ["x"], ["y"], body, [helper.make_opsetid("", 13)])
+    calls = [helper.make_node("layer", ["x" if i == 0 else f"h{i - 1}"], [f"h{i}" if i < 23 else "y"],
+                              domain="local") for i in range(24)]
+    m = helper.make_model(helper.make_graph(calls, "g", [_vi("x", T.FLOAT, [1, 4])],
+                                            [_vi("y", T.FLOAT, [1, 4])]),
+                          opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("local", 1)],
+                          functions=[layer])
+    m.ir_version = 8
+    x = np.array([[-1, 2, -3, 4]], np.float32)
+    np.testing.assert_array_equal(backend.prepare(m).run([x])[0], np.maximum(x, 0))
+
+
+def test_call_chains_onnx_cannot_inline_are_a_value_error(tmp_path):
+    """Found by scripts/hostile_campaign.py: functions nested 3000 calls deep (onnx's inliner
+    stops at 100) came out of QLinearRep(model) as onnx's ValidationError."""
+    fns = [helper.make_function("local", "f0", ["x"], ["y"], [helper.make_node("Relu", ["x"], ["y"])],
+                                [helper.make_opsetid("", 13)])]
+    ops = [helper.make_opsetid("", 13), helper.make_opsetid("local", 1)]
+    for i in range(1, 150):
+        fns.append(helper.make_function("local", f"f{i}", ["x"], ["y"],
+                                        [helper.make_node(f"f{i - 1}", ["x"], ["y"], domain="local")], ops))
+    m = helper.make_model(
+        helper.make_graph([helper.make_node("f149", ["x"], ["y"], domain="local")], "g",
+                          [_vi("x", T.FLOAT, [1])], [_vi("y", T.FLOAT, [1])]),
+        opset_imports=ops, functions=fns)
+    m.ir_version = 8
+    with pytest.raises(ValueError) as e:
+        backend.QLinearRep(m)
+    assert type(e.value) is ValueError and "cannot be inlined" in str(e.value) \
+        and "depth exceeds" in str(e.value), repr(e.value)
+    with pytest.raises(ValueError, match="cannot be inlined: Function call chain") as e:
+        backend.prepare(m)
+    assert "inlined: the model-local" not in str(e.value)
+
+
+def test_is_compatible_takes_a_path_through_the_one_loader(tmp_path):
+    """is_compatible(path) handed the path to check_model, which failed on a str (AttributeError);
+    now a path (or bytes) is read as prepare reads it: a FIFO is a ValueError at once."""
+    path = _relu(tmp_path)
+    assert backend.is_compatible(str(path)) is True
+    assert backend.is_compatible(open(path, "rb").read()) is True
+    fifo = tmp_path / "fifo.onnx"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match=r"^is_compatible: .*not a regular file"):
+        backend.is_compatible(str(fifo))
+    with pytest.raises(ValueError, match="is_compatible: .*not an ONNX model"):
+        backend.is_compatible(b"garbage")
+    with pytest.raises(TypeError, match="is_compatible: model must be"):
+        backend.is_compatible(3)
+    assert backend.is_compatible(str(path), device="CUDA") is False
+
+
 def test_recursive_functions_are_refused(tmp_path):
     fns = [helper.make_function("local", "f", ["x"], ["y"],
                                 [helper.make_node("g", ["x"], ["y"], domain="local")],
@@ -1797,6 +1872,20 @@ def _bad_type_model(case):
                  helper.make_node("Add", ["x", "c"], ["y"])]
     elif case == "cast-to":
         nodes = [helper.make_node("Cast", ["x"], ["y"], to=61, name="cast")]
+    elif case.startswith("sparse-"):  # sparse-{constant,initializer}-{values,indices}
+        v = numpy_helper.from_array(np.array([1, 2], np.float32), "w")
+        i = numpy_helper.from_array(np.array([0, 2], np.int64), "wi")
+        (v if case.endswith("values") else i).data_type = 61
+        sp = helper.make_sparse_tensor(v, i, [3])
+        if "constant" in case:
+            nodes = [helper.make_node("Constant", [], ["w"], sparse_value=sp, name="const"),
+                     helper.make_node("Add", ["x", "w"], ["y"])]
+        else:
+            nodes = [helper.make_node("Add", ["x", "w"], ["y"])]
+            g = helper.make_graph(nodes, "g", inputs, outputs, sparse_initializer=[sp])
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+            m.ir_version = 8
+            return m
     g = helper.make_graph(nodes, "g", inputs, outputs, inits, value_info=value_info)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
@@ -1811,6 +1900,11 @@ def _bad_type_model(case):
     ("attribute-empty", ("node 'leaky' (LeakyRelu)", "attribute 'alpha'", "type field is unset")),
     ("constant", ("node 'const' (Constant)", "attribute 'value'", "element type 61")),
     ("cast-to", ("node 'cast' (Cast)", "attribute 'to' = 61")),
+    # found by scripts/hostile_campaign.py: a Constant's sparse_value leaked KeyError: 61
+    ("sparse-constant-values", ("node 'const' (Constant)", "'sparse_value' (values)", "element type 61")),
+    ("sparse-constant-indices", ("node 'const' (Constant)", "'sparse_value' (indices)", "element type 61")),
+    ("sparse-initializer-values", ("sparse initializer 'w' (values)", "element type 61")),
+    ("sparse-initializer-indices", ("sparse initializer 'w' (indices)", "element type 61")),
 ])
 def test_unknown_element_and_attribute_types_are_named(capsys, tmp_path, case, fragments):
     """Issue 28, 5: prepare leaked KeyError: 61 (an element type ONNX does not define) and
@@ -1826,6 +1920,15 @@ def test_unknown_element_and_attribute_types_are_named(capsys, tmp_path, case, f
     path = tmp_path / "bad.onnx"
     path.write_bytes(m.SerializeToString())
     _one_line_error(*_main(capsys, "run", path), *fragments)
+    # a QLinearRep built directly (no prepare) makes the same check: it used to leak the
+    # KeyError from inside onnx.reference
+    with pytest.raises(ValueError) as e:
+        backend.QLinearRep(m)
+    assert type(e.value) is ValueError and str(e.value).startswith("QLinearRep: "), repr(e.value)
+    for f in fragments:
+        assert f in str(e.value), (f, str(e.value))
+    # is_compatible takes a path through the same loader, and says no
+    assert backend.is_compatible(str(path)) is False
 
 
 # --------------------------------------------------------------------------- peak memory of the refusals (issue 28)
