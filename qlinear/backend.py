@@ -1410,6 +1410,7 @@ class QLinearRep(BackendRep):
         try:  # what onnx would fail on with a bare KeyError, named (prepare's check, here too
             # for a QLinearRep built directly; cheap: one walk of the model's messages)
             modelfile.check_contents(model, "the model")
+            model = _densified(model, max_tensor_bytes)
         except modelfile.ModelFileError as e:
             raise ValueError(f"QLinearRep: {e}") from None
         model = topologically_sorted(inline_functions(model))
@@ -1601,6 +1602,17 @@ class QLinearRep(BackendRep):
                 wrapped.close()
 
 
+def _densified(model: onnx.ModelProto, max_tensor_bytes: int | None) -> onnx.ModelProto:
+    """``model``, or a copy with its sparse initializers made dense (onnx.reference cannot run
+    them: protobuf's 'SparseTensorProto has no "data_location" field' came out)."""
+    if not any(len(g.sparse_initializer) for g in modelfile._graphs(model.graph)):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    modelfile.densify_sparse_initializers(copy, "the model", max_tensor_bytes)
+    return copy
+
+
 def _load(model, caller: str, max_tensor_bytes: int | None = None) -> onnx.ModelProto:
     """``model`` (ModelProto, path or bytes) as a ModelProto: files and bytes through the one
     loader (qlinear.modelfile), one ValueError each; a ModelProto whose external data was not
@@ -1666,6 +1678,7 @@ class QLinearBackend(Backend):
             # element types, attribute types, strings: what onnx would fail on with a bare
             # KeyError (61, 0) or UnicodeDecodeError, named here (the commands check the same)
             modelfile.check_contents(model, "the model")
+            model = _densified(model, max_tensor_bytes)
         except modelfile.ModelFileError as e:
             raise ValueError(f"prepare: {e}") from None
         if not model.HasField("graph"):

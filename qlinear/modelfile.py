@@ -108,36 +108,38 @@ def parse(data: bytes, what: str) -> onnx.ModelProto:
     return model
 
 
-def graph_tensors(graph: onnx.GraphProto) -> Iterable[onnx.TensorProto]:
-    """Every tensor a graph holds: initializers (sparse ones too) and tensor attributes, in
-    subgraphs as well."""
-    yield from graph.initializer
-    for sparse in graph.sparse_initializer:
-        yield sparse.values
-        yield sparse.indices
-    for node in graph.node:
+def _node_tensors(nodes: Iterable[onnx.NodeProto]) -> Iterable[onnx.TensorProto]:
+    """Every tensor the nodes' attributes hold: tensors, sparse tensors' values and indices
+    (a Constant's ``sparse_value``), and their subgraphs' tensors."""
+    for node in nodes:
         for a in node.attribute:
             if a.HasField("t"):
                 yield a.t
             yield from a.tensors
+            for sparse in ([a.sparse_tensor] if a.HasField("sparse_tensor") else []) + \
+                    list(a.sparse_tensors):
+                yield sparse.values
+                yield sparse.indices
             if a.HasField("g"):
                 yield from graph_tensors(a.g)
             for g in a.graphs:
                 yield from graph_tensors(g)
 
 
+def graph_tensors(graph: onnx.GraphProto) -> Iterable[onnx.TensorProto]:
+    """Every tensor a graph holds: initializers (sparse ones too) and tensor attributes
+    (sparse ones too), in subgraphs as well."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    yield from _node_tensors(graph.node)
+
+
 def _model_tensors(model: onnx.ModelProto) -> Iterable[onnx.TensorProto]:
     yield from graph_tensors(model.graph)
     for fn in model.functions:  # a model-local function's Constant nodes
-        for node in fn.node:
-            for a in node.attribute:
-                if a.HasField("t"):
-                    yield a.t
-                yield from a.tensors
-                if a.HasField("g"):
-                    yield from graph_tensors(a.g)
-                for g in a.graphs:
-                    yield from graph_tensors(g)
+        yield from _node_tensors(fn.node)
 
 
 def missing_external_data(tensor: str, location: str, folder: str) -> str | None:
@@ -281,6 +283,70 @@ def load_external_data(model: onnx.ModelProto, folder: str,
         t.raw_data = data
         del t.external_data[:]
         t.data_location = onnx.TensorProto.DEFAULT
+
+
+def densify_sparse_initializers(model: onnx.ModelProto, where: str, max_bytes: int | None = None,
+                                limit_name: str = "max_tensor_bytes") -> None:
+    """Replace every ``sparse_initializer`` by the dense initializer it stands for (onnx's
+    reference evaluator reads dense initializers only, and fails on a sparse one with
+    protobuf's 'SparseTensorProto has no "data_location" field'). Shapes and indices are
+    checked first: the dense size against ``max_bytes`` (when given), every index inside the
+    shape; ModelFileError naming the initializer otherwise. External data must have been read
+    (:func:`load_external_data`): onnx's ``to_array`` would read it relative to the current
+    directory."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    for g in _graphs(model.graph):
+        if not len(g.sparse_initializer):
+            continue
+        dense = []
+        for sp in g.sparse_initializer:
+            name = sp.values.name
+            what = f"{where}: sparse initializer {name!r}"
+            dims = [int(d) for d in sp.dims]
+            if any(d < 0 for d in dims):
+                raise ModelFileError(f"{what}: negative dimension in {dims}")
+            probe = onnx.TensorProto(dims=dims, data_type=sp.values.data_type)
+            need = _declared_nbytes(probe) or 0
+            if max_bytes is not None and need > max_bytes:
+                raise ModelFileError(f"tensor {name!r} declares {human(need)}, more than the limit "
+                                     f"of {human(max_bytes)} ({limit_name})")
+            if onnx.TensorProto.EXTERNAL in (sp.values.data_location, sp.indices.data_location):
+                raise ModelFileError(f"{what}: its external data was not read (pass the model's "
+                                     "path)")
+            try:
+                values = numpy_helper.to_array(sp.values)
+                indices = numpy_helper.to_array(sp.indices) if sp.HasField("indices") else \
+                    np.zeros((0,), np.int64)
+            except Exception as e:
+                raise ModelFileError(f"{what}: unreadable values or indices ({' '.join(str(e).split())[:300]})") from None
+            nnz = values.size
+            size = int(np.prod(dims, dtype=np.int64)) if dims else 1
+            if values.ndim != 1:
+                raise ModelFileError(f"{what}: values must be 1-D, got shape {list(values.shape)}")
+            if indices.dtype != np.int64:
+                raise ModelFileError(f"{what}: indices must be int64, got {indices.dtype}")
+            if indices.shape == (nnz,):
+                flat = indices
+            elif indices.shape == (nnz, len(dims)):
+                if nnz and ((indices < 0).any() or (indices >= np.array(dims)).any()):
+                    raise ModelFileError(f"{what}: an index lies outside the shape {dims}")
+                flat = np.ravel_multi_index(tuple(indices.T), dims) if nnz else \
+                    np.zeros((0,), np.int64)
+            else:
+                raise ModelFileError(f"{what}: indices of shape {list(indices.shape)} do not match "
+                                f"{nnz} values of a rank-{len(dims)} tensor")
+            if nnz and ((flat < 0).any() or (flat >= size).any()):
+                raise ModelFileError(f"{what}: an index lies outside the {size} elements of shape "
+                                f"{dims}")
+            arr = np.zeros(dims, dtype=values.dtype)
+            arr.reshape(-1)[flat] = values
+            t = numpy_helper.from_array(arr, name)
+            t.data_type = sp.values.data_type  # keep e.g. bfloat16 as declared
+            dense.append(t)
+        g.initializer.extend(dense)
+        g.ClearField("sparse_initializer")
 
 
 def check_loaded(model: onnx.ModelProto, from_bytes: bool) -> None:

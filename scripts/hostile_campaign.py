@@ -271,7 +271,7 @@ def run_case(case, base, args):
         else:
             outcome, detail = "unclear", f"{res['exc']}: {res['msg'][:200]} {res.get('tb', '')[-600:]}"
         if res.get("wrong") and outcome == "ok":
-            outcome, detail = "wrong", res["wrong"]
+            outcome, detail = ("known" if res["wrong"].startswith("KNOWN") else "wrong"), res["wrong"]
         elif res and res["elapsed"] > (case.slow or args.slow):
             outcome, detail = "slow", f"{res['elapsed']:.1f} s; {outcome}: {detail}"
         elif res and res["peak_mib"] > args.max_rss_mib:
@@ -279,7 +279,7 @@ def run_case(case, base, args):
         elif res and res["outside"]:
             outcome, detail = "outside", f"touched {res['outside']}; {outcome}: {detail}"
     after = _snapshot(d, skip)
-    if outcome in ("ok", "clear") and after != before:
+    if outcome in ("ok", "clear", "known") and after != before:
         changed = sorted(set(after.items()) ^ set(before.items()))
         outcome, detail = "outside", f"changed {[c[0] for c in changed][:5]}; {detail}"
     os.close(r)
@@ -343,21 +343,6 @@ WRITE_FLAGS = [  # (command argv builder, file names the flag writes in DIR)
                                          "--repeat", "1", "--no-reference", "--output-dir", o],
      ["results.md", "results.json"]),
 ]
-
-
-def _bench_stub():
-    """bench's cases replaced by an instant fake result, so a write case costs no benchmark."""
-    from qlinear import bench
-
-    real = bench.run_case
-
-    def fake(case, *a, **k):
-        try:
-            return real(case, *a, **{**k})
-        except Exception:
-            raise
-
-    return fake
 
 
 def write_cases():
@@ -625,7 +610,8 @@ def path_cases():
 def _external_model(d, location, tensor_place="initializer", nbytes=48, offset=None, length=None,
                     data=None, make_data=True):
     """A MatMul model whose weight w (4x3 float32) lives in external data at ``location``."""
-    w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3), "w")
+    w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(
+        (12,) if tensor_place.startswith("sparse") else (4, 3)), "w")  # sparse values are 1-D
     raw = w.raw_data if data is None else data
     w.ClearField("raw_data")
     w.data_location = T.EXTERNAL
@@ -669,10 +655,6 @@ def _external_model(d, location, tensor_place="initializer", nbytes=48, offset=N
                    [x], [y], [c])
     save(m, os.path.join(d, "user", "m.onnx"))
     return m
-
-
-def _right_matmul(d, value):
-    return None
 
 
 def external_cases():
@@ -1199,6 +1181,7 @@ def conv_case(rng, i):
     dil = [_pick(rng, [1, 2]) for _ in range(nd)]
     auto_pad = rng.choice(["NOTSET"] * 6 + ["SAME_UPPER", "SAME_LOWER", "VALID"])
     seed = rng.randrange(1 << 30)
+    include_pad = rng.choice([0, 1])
     engines = ["native", "numpy"]
     label = f"{op} {nd}-D x{spatial} k{kernel} pads {pads} strides {strides} dilations {dil} {auto_pad}"
 
@@ -1217,7 +1200,7 @@ def conv_case(rng, i):
             if op == "contrib.qlinear_conv":
                 return contrib.qlinear_conv(x, 0.05, 3, w, 0.02, 0, 0.3, 10, dilations=dil, **kw)
             return contrib.qlinear_average_pool(x, 0.05, 3, 0.07, 5, kernel_shape=kernel,
-                                                count_include_pad=rng.choice([0, 1]), **kw)
+                                                count_include_pad=include_pad, **kw)
 
     results = {}
 
@@ -1260,6 +1243,28 @@ def conv_case(rng, i):
         return None
 
     return Case("conv", label, run, None, check)
+
+
+def _padding_only_window(spatial, kernel, attrs):
+    """A MaxPool geometry where some window reads padding only: the dilated kernel longer than
+    the padded input, or ceil_mode's last window starting in the end padding. onnxruntime
+    computes the output length with C's truncating division (one window of -FLT_MAX where
+    the spec's floor gives none) and fills a padding-only window with -FLT_MAX (qlinear:
+    -inf): a known difference on degenerate geometry, reported as ``known``."""
+    n = len(spatial)
+    pads = attrs.get("pads", [0] * 2 * n)
+    strides = attrs.get("strides", [1] * n)
+    dil = attrs.get("dilations", [1] * n)
+    for i in range(n):
+        span = (kernel[i] - 1) * dil[i] + 1
+        padded = spatial[i] + pads[i] + pads[n + i]
+        if padded < span:
+            return True
+        if attrs.get("ceil_mode"):
+            out = -(-(padded - span) // strides[i]) + 1
+            if (out - 1) * strides[i] >= spatial[i] + pads[i]:
+                return True
+    return False
 
 
 def graphconv_case(rng, i):
@@ -1310,11 +1315,12 @@ def graphconv_case(rng, i):
             want = s.run(None, {"x": np.random.default_rng(1).standard_normal((1, 2, *spatial)).astype(np.float32)})[0]
         except Exception:  # noqa: BLE001 - onnxruntime refuses it: qlinear answered
             return None
-        if want.shape != y.shape:
-            return f"shape {y.shape}, onnxruntime {want.shape}"
-        if not np.allclose(y, want, rtol=1e-4, atol=1e-4, equal_nan=True):
-            return "differs from onnxruntime"
-        return None
+        differs = f"shape {y.shape}, onnxruntime {want.shape}" if want.shape != y.shape else \
+            None if np.allclose(y, want, rtol=1e-4, atol=1e-4, equal_nan=True) else \
+            "differs from onnxruntime"
+        if differs and op == "MaxPool" and _padding_only_window(spatial, kernel, attrs):
+            return f"KNOWN: {differs}"  # see _padding_only_window
+        return differs
 
     return Case("graphconv", label, run, setup, check)
 
@@ -1352,7 +1358,9 @@ def main(argv=None):
         outcome, detail = run_case(case, base, args)
         counts[case.cls][outcome] += 1
         records.append({"class": case.cls, "case": case.name, "outcome": outcome, "detail": detail})
-        if outcome not in ("ok", "clear"):
+        if outcome == "known":
+            print(f"known [{case.cls}] {case.name}: {detail}", flush=True)
+        elif outcome not in ("ok", "clear"):
             findings.append((case.cls, case.name, outcome, detail))
             print(f"FINDING [{case.cls}] {case.name}: {outcome}: {detail}", flush=True)
         elif args.verbose:
@@ -1386,7 +1394,7 @@ def main(argv=None):
         shutil.rmtree(base, ignore_errors=True)
     print(f"\ncampaign seed {args.seed}, {time.monotonic() - start:.0f} s, "
           f"{sum(sum(c.values()) for c in counts.values())} cases")
-    outcomes = ["ok", "clear", "wrong", "unclear", "hang", "slow", "memory", "outside", "crash"]
+    outcomes = ["ok", "clear", "known", "wrong", "unclear", "hang", "slow", "memory", "outside", "crash"]
     print(f"{'class':10}" + "".join(f"{o:>9}" for o in outcomes))
     for c in counts:
         print(f"{c:10}" + "".join(f"{counts[c][o]:>9}" for o in outcomes))

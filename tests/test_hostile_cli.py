@@ -1626,6 +1626,66 @@ def test_external_data_inside_the_folder_is_read_by_both(capsys, tmp_path):
     np.testing.assert_array_equal(np.load(tmp_path / "o" / "y.npy"), want)
 
 
+def _sparse_external(folder, place):
+    """y = x + w, w (3 floats, 2 stored) a sparse initializer or a Constant's sparse_value
+    whose values live in the external file w.bin."""
+    v = numpy_helper.from_array(np.array([1, 2], np.float32), "w")
+    v.ClearField("raw_data")
+    v.data_location = T.EXTERNAL
+    v.external_data.add(key="location", value="w.bin")
+    i = numpy_helper.from_array(np.array([0, 2], np.int64), "wi")
+    sp = helper.make_sparse_tensor(v, i, [3])
+    x, y = _vi("x", T.FLOAT, [3]), _vi("y", T.FLOAT, [3])
+    if place == "initializer":
+        g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g", [x], [y],
+                              sparse_initializer=[sp])
+    else:
+        g = helper.make_graph([helper.make_node("Constant", [], ["w"], sparse_value=sp),
+                               helper.make_node("Add", ["x", "w"], ["y"])], "g", [x], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    folder.mkdir(exist_ok=True)
+    (folder / "m.onnx").write_bytes(m.SerializeToString())
+    return folder / "m.onnx"
+
+
+@pytest.mark.parametrize("place", ["initializer", "constant"])
+def test_sparse_tensors_external_data_is_read_from_the_models_folder_only(
+        capsys, tmp_path, monkeypatch, place):
+    """Found by scripts/hostile_campaign.py: the external data of a sparse initializer (qlinear
+    run) and of a Constant's sparse_value (prepare, run) was read by onnx relative to the
+    current directory, not the model's folder, and unchecked (onnx's ValidationError came
+    out); prepare failed on any sparse initializer with protobuf's 'SparseTensorProto has no
+    "data_location" field'. Now both are confined and read by the one loader, and sparse
+    initializers are made dense for the backend as for the commands."""
+    path = _sparse_external(tmp_path / "model", place)
+    (tmp_path / "model" / "w.bin").write_bytes(np.array([1, 2], np.float32).tobytes())
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    (cwd / "w.bin").write_bytes(np.array([7, 9], np.float32).tobytes())  # a decoy
+    monkeypatch.chdir(cwd)
+    x = np.zeros(3, np.float32)
+    if place == "initializer":  # runs, with the model folder's data
+        np.testing.assert_array_equal(backend.prepare(str(path)).run([x])[0], [1, 0, 2])
+        np.save(tmp_path / "x.npy", x)
+        rc, out, err = _main(capsys, "run", path, "--input", f"x={tmp_path / 'x.npy'}",
+                             "--output-dir", tmp_path / "o")
+        assert rc == 0, err
+        np.testing.assert_array_equal(np.load(tmp_path / "o" / "y.npy"), [1, 0, 2])
+    else:  # onnx.reference cannot run a sparse Constant: one clear error, after a confined read
+        with pytest.raises(ValueError, match="Constant"):
+            backend.prepare(str(path)).run([x])
+    # the data file outside the folder: refused by the loader, never read from the cwd
+    (tmp_path / "model" / "w.bin").unlink()
+    with pytest.raises(ValueError) as e:
+        backend.prepare(str(path))
+    assert type(e.value) is ValueError and "expected at" in str(e.value), repr(e.value)
+    _one_line_error(*_main(capsys, "run", path), "tensor 'w'", "expected at")
+    os.symlink(cwd / "w.bin", tmp_path / "model" / "w.bin")
+    with pytest.raises(ValueError, match="points outside the model's folder"):
+        backend.prepare(str(path))
+
+
 # --------------------------------------------------------------------------- inlining bounded (issue 28)
 
 
@@ -1840,6 +1900,23 @@ def test_input_files_declaring_huge_arrays_are_refused_before_allocating(
     _one_line_error(rc, out, err, fragment)
     assert time.monotonic() - t0 < 5
     assert peak < 64 << 20, peak
+
+
+def test_npz_holding_an_array_twice_is_refused(capsys, tmp_path):
+    """Found by scripts/hostile_campaign.py: an .npz with two members named x.npy ran with
+    one of them, silently; now one line naming the array."""
+    import warnings
+    import zipfile
+
+    path = _relu(tmp_path, shape=(1, 3, 4))
+    with zipfile.ZipFile(tmp_path / "x.npz", "w") as z, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile's 'Duplicate name' warning
+        for v in (0, 1):
+            buf = io.BytesIO()
+            np.save(buf, np.full((1, 3, 4), v, np.float32))
+            z.writestr("x.npy", buf.getvalue())
+    _one_line_error(*_main(capsys, "run", path, "--input", tmp_path / "x.npz"),
+                    "holds the array 'x' more than once")
 
 
 # --------------------------------------------------------------------------- onnx's KeyErrors named (issue 28)

@@ -81,6 +81,11 @@ def load(file: str, what: str, max_bytes: int | None) -> np.ndarray | dict[str, 
             raise ArrayFileError(f"{what}: not a NumPy .npy/.npz file") from None
         with zf:
             arrays: dict[str, np.ndarray] = {}
+            names = [i.filename[:-4] if i.filename.endswith(".npy") else i.filename for i in infos]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:  # NumPy (and a dict) would keep one of them, silently
+                raise ArrayFileError(f"{what}: holds the array {twice[0]!r} more than once "
+                                     "(a corrupt or tampered .npz); which one is meant?")
             for info in infos:
                 name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
                 member = f"{what} (array {name!r})"

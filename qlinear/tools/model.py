@@ -132,57 +132,13 @@ _FOUR_BIT = {getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1
 
 
 def _densify_sparse_initializers(model: onnx.ModelProto, path: str, max_bytes: int) -> None:
-    """Replace every ``sparse_initializer`` by the dense initializer it stands for (onnx's
-    reference evaluator reads dense initializers only). Shapes and indices are checked first:
-    the dense size against the limit, every index inside the shape."""
-    from onnx import numpy_helper
+    """:func:`qlinear.modelfile.densify_sparse_initializers`, its error a ToolError."""
+    from qlinear import modelfile
 
-    for g in _graphs(model.graph):
-        if not len(g.sparse_initializer):
-            continue
-        dense = []
-        for sp in g.sparse_initializer:
-            name = sp.values.name
-            what = f"{path}: sparse initializer {name!r}"
-            dims = [int(d) for d in sp.dims]
-            if any(d < 0 for d in dims):
-                raise ToolError(f"{what}: negative dimension in {dims}")
-            need = _tensor_nbytes(dims, sp.values.data_type)
-            if need > max_bytes:
-                raise ToolError(f"tensor {name!r} declares {_human(need)}, more than the limit "
-                                f"of {_human(max_bytes)} (--max-tensor-bytes)")
-            try:
-                values = numpy_helper.to_array(sp.values)
-                indices = numpy_helper.to_array(sp.indices) if sp.HasField("indices") else \
-                    np.zeros((0,), np.int64)
-            except Exception as e:
-                raise ToolError(f"{what}: unreadable values or indices ({_one_line(e)})") from None
-            nnz = values.size
-            size = int(np.prod(dims, dtype=np.int64)) if dims else 1
-            if values.ndim != 1:
-                raise ToolError(f"{what}: values must be 1-D, got shape {list(values.shape)}")
-            if indices.dtype != np.int64:
-                raise ToolError(f"{what}: indices must be int64, got {indices.dtype}")
-            if indices.shape == (nnz,):
-                flat = indices
-            elif indices.shape == (nnz, len(dims)):
-                if nnz and ((indices < 0).any() or (indices >= np.array(dims)).any()):
-                    raise ToolError(f"{what}: an index lies outside the shape {dims}")
-                flat = np.ravel_multi_index(tuple(indices.T), dims) if nnz else \
-                    np.zeros((0,), np.int64)
-            else:
-                raise ToolError(f"{what}: indices of shape {list(indices.shape)} do not match "
-                                f"{nnz} values of a rank-{len(dims)} tensor")
-            if nnz and ((flat < 0).any() or (flat >= size).any()):
-                raise ToolError(f"{what}: an index lies outside the {size} elements of shape "
-                                f"{dims}")
-            arr = np.zeros(dims, dtype=values.dtype)
-            arr.reshape(-1)[flat] = values
-            t = numpy_helper.from_array(arr, name)
-            t.data_type = sp.values.data_type  # keep e.g. bfloat16 as declared
-            dense.append(t)
-        g.initializer.extend(dense)
-        g.ClearField("sparse_initializer")
+    try:
+        modelfile.densify_sparse_initializers(model, path, max_bytes, "--max-tensor-bytes")
+    except ModelFileError as e:
+        raise ToolError(str(e)) from None
 
 
 def _check_declared_sizes(model: onnx.ModelProto, max_bytes: int) -> None:
@@ -251,13 +207,14 @@ def load_model(path: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -
     _check_elem_types_and_strings(model, path)
     _check_declared_sizes(model, max_tensor_bytes)
     _check_tensor_data(model, path)
-    _densify_sparse_initializers(model, path, max_tensor_bytes)
-    _check_structure(model, path)
-    try:
+    try:  # before densifying: onnx's to_array reads external data relative to the current
+        # directory, never the model's folder
         modelfile.load_external_data(model, os.path.dirname(os.path.abspath(path)),
                                      max_tensor_bytes)
     except ModelFileError as e:
         raise ToolError(str(e)) from None
+    _densify_sparse_initializers(model, path, max_tensor_bytes)
+    _check_structure(model, path)
     return model
 
 
