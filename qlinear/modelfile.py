@@ -394,7 +394,8 @@ def check_contents(model: onnx.ModelProto, where: str) -> None:
     """ModelFileError naming the place (``where``: the file, or "prepare"'s model) of the
     first value onnx or NumPy would otherwise fail on with a bare KeyError or
     UnicodeDecodeError, far from its cause: an element type ONNX does not define (an
-    initializer's, sparse initializer's, tensor attribute's, graph input's, output's or
+    initializer's, a sparse initializer's or sparse tensor attribute's values or indices, a
+    tensor attribute's, graph input's, output's or
     value_info's, an element-type attribute such as Cast's ``to``), an attribute whose type
     field is unset, a string that is not UTF-8. Graphs, subgraphs and model-local functions
     are all walked."""

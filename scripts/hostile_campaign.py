@@ -1166,7 +1166,7 @@ def arrays_cases(rng):
 EXTREME = [0, 1, 2, 3, 7, 2**31 - 1, 2**31, 2**32, 2**62, 2**63 - 1, -1, -(2**31)]
 
 
-def _pick(rng, small, weight=0.6):
+def _pick(rng, small, weight=0.85):
     return rng.choice(small) if rng.random() < weight else rng.choice(EXTREME)
 
 
