@@ -1112,7 +1112,7 @@ def array_files(rng):
                                                      ("x.npy", _npy_bytes({"descr": "<f4", "fortran_order": False, "shape": (2, 4)}, (good + 1).tobytes()))]), None),
         (".npz member name with ..", npz_members([("../x.npy", _npy_bytes({"descr": "<f4", "fortran_order": False, "shape": (2, 4)}, good.tobytes()))]), "either"),
         (".npz zip bomb 1 GiB of zeros", bomb, None),
-        (".npz central directory lies about size", lying_size, None),
+        (".npz central directory lies about size", lying_size, good),  # the data is all there
         (".npz 10,000 members", npz_members([(f"m{i}.npy", _npy_bytes({"descr": "<f4", "fortran_order": False, "shape": (1,)}, b"\0" * 4)) for i in range(10000)]), None),
         (".npz not a zip", lambda p: _write(p, b"PK\x03\x04" + os.urandom(100)), None),
     ]
@@ -1380,7 +1380,7 @@ def main(argv=None):
                 one(case)
         randoms = [c for c in classes if c in RANDOM or c == "arrays"]
         i = 0
-        while randoms and left() > 0:
+        while randoms and left() > 0 and not args.filter:
             c = randoms[i % len(randoms)]
             if c == "arrays":
                 name, data = _npy_random(rng)
