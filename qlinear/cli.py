@@ -520,8 +520,10 @@ def cmd_bench(args) -> int:
 # --------------------------------------------------------------------------- timeout
 
 
-class _Timeout(Exception):
-    pass
+class _Timeout(BaseException):
+    """``--timeout`` expired. A BaseException, as KeyboardInterrupt: the loaders' broad
+    ``except Exception`` (which turn a library's failure into 'corrupt file') must not catch
+    it and report a slow file as a corrupt one."""
 
 
 class _time_limit:
@@ -761,7 +763,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except Exception as e:  # every error is one line; QLINEAR_DEBUG=1 shows the traceback
+    except (Exception, _Timeout) as e:  # every error is one line; QLINEAR_DEBUG=1 shows the traceback
         if debug:
             raise
         msg = " ".join(str(e).split()) or type(e).__name__

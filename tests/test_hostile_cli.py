@@ -1902,6 +1902,25 @@ def test_input_files_declaring_huge_arrays_are_refused_before_allocating(
     assert peak < 64 << 20, peak
 
 
+def test_timeout_while_reading_inputs_says_timeout(capsys, tmp_path, monkeypatch):
+    """Found by scripts/hostile_campaign.py: --timeout expiring while an .npz of 10,000
+    members was read came out as "(array 'm4809'): unreadable (corrupt .npz?)": the loaders'
+    broad except caught the timeout. It now passes through every such except."""
+    path = _relu(tmp_path, shape=(1, 3, 4))
+    np.savez(tmp_path / "x.npz", x=np.ones((1, 3, 4), np.float32))
+    real = np.lib.format.read_array
+
+    def slow(*a, **k):
+        time.sleep(5)  # interrupted by --timeout's alarm
+        return real(*a, **k)
+
+    monkeypatch.setattr(np.lib.format, "read_array", slow)
+    t0 = time.monotonic()
+    _one_line_error(*_main(capsys, "run", path, "--input", tmp_path / "x.npz", "--timeout", "0.5"),
+                    "stopped after --timeout 0.5 s")
+    assert time.monotonic() - t0 < 4
+
+
 def test_npz_holding_an_array_twice_is_refused(capsys, tmp_path):
     """Found by scripts/hostile_campaign.py: an .npz with two members named x.npy ran with
     one of them, silently; now one line naming the array."""
