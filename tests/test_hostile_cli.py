@@ -1921,6 +1921,25 @@ def test_timeout_while_reading_inputs_says_timeout(capsys, tmp_path, monkeypatch
     assert time.monotonic() - t0 < 4
 
 
+def test_npz_with_too_many_members_is_refused_before_reading_them(capsys, tmp_path):
+    """Found by scripts/hostile_campaign.py: an .npz of 10,000 one-element members (1 MB)
+    took 6-13 s to check and load; the member count is now bounded from the zip's directory."""
+    import zipfile
+
+    from qlinear.tools import arrayfile
+
+    path = _relu(tmp_path, shape=(1, 3, 4))
+    buf = io.BytesIO()
+    np.save(buf, np.zeros(1, np.float32))
+    with zipfile.ZipFile(tmp_path / "x.npz", "w") as z:
+        for i in range(arrayfile.MAX_NPZ_MEMBERS + 1):
+            z.writestr(f"m{i}.npy", buf.getvalue())
+    t0 = time.monotonic()
+    _one_line_error(*_main(capsys, "run", path, "--input", f"x={tmp_path / 'x.npz'}"),
+                    "holds 4,097 arrays, more than the 4,096")
+    assert time.monotonic() - t0 < 2
+
+
 def test_npz_holding_an_array_twice_is_refused(capsys, tmp_path):
     """Found by scripts/hostile_campaign.py: an .npz with two members named x.npy ran with
     one of them, silently; now one line naming the array."""

@@ -19,6 +19,11 @@ import numpy as np
 from qlinear.modelfile import human
 
 
+#: Most arrays an .npz may hold: reading each member's header costs about a millisecond, and
+#: a model has at most a few hundred inputs (a large language model's caches: two per layer).
+MAX_NPZ_MEMBERS = 4096
+
+
 class ArrayFileError(ValueError):
     """An input file that is not a NumPy .npy/.npz file, or declares too much."""
 
@@ -80,6 +85,11 @@ def load(file: str, what: str, max_bytes: int | None) -> np.ndarray | dict[str, 
         except Exception:
             raise ArrayFileError(f"{what}: not a NumPy .npy/.npz file") from None
         with zf:
+            if len(infos) > MAX_NPZ_MEMBERS:
+                raise ArrayFileError(f"{what}: holds {len(infos):,} arrays, more than the "
+                                     f"{MAX_NPZ_MEMBERS:,} an input file may hold "
+                                     "(qlinear.tools.arrayfile.MAX_NPZ_MEMBERS); nothing was "
+                                     "loaded")
             arrays: dict[str, np.ndarray] = {}
             names = [i.filename[:-4] if i.filename.endswith(".npy") else i.filename for i in infos]
             twice = sorted({n for n in names if names.count(n) > 1})
