@@ -386,6 +386,22 @@ def _known_elem_type(elem: int) -> bool:
     return True
 
 
+_A = onnx.AttributeProto
+#: The field that holds an attribute's value, by its declared type.
+_ATTR_FIELD = {_A.FLOAT: "f", _A.INT: "i", _A.STRING: "s", _A.TENSOR: "t", _A.GRAPH: "g",
+               _A.SPARSE_TENSOR: "sparse_tensor", _A.TYPE_PROTO: "tp", _A.FLOATS: "floats",
+               _A.INTS: "ints", _A.STRINGS: "strings", _A.TENSORS: "tensors",
+               _A.GRAPHS: "graphs", _A.SPARSE_TENSORS: "sparse_tensors",
+               _A.TYPE_PROTOS: "type_protos"}
+_SCALAR_FIELDS = frozenset("f i s t g sparse_tensor tp".split())
+
+
+def _value_fields(a: onnx.AttributeProto) -> list[str]:
+    """The value fields an attribute has set."""
+    return [f for f in _ATTR_FIELD.values()
+            if (a.HasField(f) if f in _SCALAR_FIELDS else len(getattr(a, f)))]
+
+
 #: INT attributes that hold an element type (Cast's ``to``, RandomNormal's ``dtype``, ...).
 _ELEM_TYPE_ATTRS = ("to", "dtype", "output_dtype")
 
@@ -439,6 +455,15 @@ def check_contents(model: onnx.ModelProto, where: str) -> None:
                 if a.type == onnx.AttributeProto.UNDEFINED and not a.ref_attr_name:
                     raise ModelFileError(f"{where}: {label}: attribute {a.name!r} has no type "
                                          "(its type field is unset; invalid or corrupt model)")
+                held = _value_fields(a) if not a.ref_attr_name else []
+                if held and _ATTR_FIELD.get(a.type) not in held:
+                    # onnx.reference reads the declared type's field (its default: alpha 0.0
+                    # read as the INT 0), onnxruntime and onnx's checker refuse the model
+                    raise ModelFileError(
+                        f"{where}: {label}: attribute {a.name!r} is declared "
+                        f"{onnx.AttributeProto.AttributeType.Name(a.type)} but holds a value in "
+                        f"its field {held[0]!r} (type and value do not match; invalid or corrupt "
+                        "model)")
                 texts = [a.s] if a.type == onnx.AttributeProto.STRING else \
                     list(a.strings) if a.type == onnx.AttributeProto.STRINGS else []
                 for text in texts:

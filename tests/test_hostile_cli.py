@@ -1972,6 +1972,10 @@ def _bad_type_model(case):
     elif case == "value_info":
         nodes = [helper.make_node("Relu", ["x"], ["t"]), helper.make_node("Relu", ["t"], ["y"])]
         value_info = [_vi("t", 61, [3])]
+    elif case == "attribute-mismatch":  # declared INT, holding the float 0.5
+        n = helper.make_node("LeakyRelu", ["x"], ["y"], name="leaky", alpha=0.5)
+        n.attribute[0].type = onnx.AttributeProto.INT
+        nodes = [n]
     elif case in ("attribute-unset", "attribute-empty"):
         n = helper.make_node("LeakyRelu", ["x"], ["y"], name="leaky")
         if case == "attribute-unset":
@@ -2013,6 +2017,10 @@ def _bad_type_model(case):
     ("value_info", ("tensor 't'", "element type 61")),
     ("attribute-unset", ("node 'leaky' (LeakyRelu)", "attribute 'alpha'", "type field is unset")),
     ("attribute-empty", ("node 'leaky' (LeakyRelu)", "attribute 'alpha'", "type field is unset")),
+    # found by scripts/hostile_campaign.py: prepare ran LeakyRelu with alpha 0 (the INT field's
+    # default), where onnxruntime and onnx's checker refuse the model
+    ("attribute-mismatch", ("node 'leaky' (LeakyRelu)", "attribute 'alpha' is declared INT",
+                            "field 'f'")),
     ("constant", ("node 'const' (Constant)", "attribute 'value'", "element type 61")),
     ("cast-to", ("node 'cast' (Cast)", "attribute 'to' = 61")),
     # found by scripts/hostile_campaign.py: a Constant's sparse_value leaked KeyError: 61
