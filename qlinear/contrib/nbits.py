@@ -157,7 +157,7 @@ def _float_param(op: str, name: str, value: Any, dtype: np.dtype, shapes: tuple[
         raise TypeError(f"{op}: {name} must be a NumPy array; got {type(value).__name__}")
     arr = v.as_array(op, name, value)
     if arr.dtype != dtype:
-        raise TypeError(f"{op}: {name} must have A's dtype ({dtype}); got dtype {arr.dtype}")
+        raise TypeError(f"{op}: {name} must have the dtype of A and scales ({dtype}); got dtype {arr.dtype}")
     if arr.shape not in shapes:
         raise ValueError(f"{op}: {name} must have shape {' or '.join(str(s) for s in shapes)}; got shape {arr.shape}")
     if finite and not np.isfinite(arr).all():
@@ -278,9 +278,13 @@ class PreparedMatMulNBits:
             d = (q.astype(np.int16) - zp).astype(F32)
         return d * s
 
-    def _chunk(self, m: int, per_column: int) -> int:
-        """Columns a chunk takes: its working arrays stay near 1 MiB whatever N and K are."""
-        return max(1, min(self.N, (1 << 17) // max(1, per_column)))
+    def _chunk(self, per_column: int) -> int:
+        """Columns a chunk takes: its working arrays (about ``per_column`` elements a column,
+        up to 8 bytes each, a few at a time) stay within ~1/256 of the float32 weight size
+        (32k elements at least), so the peak above the inputs, the packed weights and the
+        output is a few percent of a float32 copy of W."""
+        budget = max(1 << 15, self.N * self.K // 256)
+        return max(1, min(self.N, budget // max(1, per_column)))
 
     # -- the modes --------------------------------------------------------------------------
 
@@ -289,7 +293,7 @@ class PreparedMatMulNBits:
         y = np.empty((m, self.N), F32)
         a64 = a.astype(F64)
         full, tail = divmod(K, LANES)
-        step = self._chunk(m, max(K, m * LANES * 4))
+        step = self._chunk(K + m * LANES * 4)
         for n0 in range(0, self.N, step):
             n1 = min(self.N, n0 + step)
             w = self._weights_f32(n0, n1).astype(F64)
@@ -334,7 +338,7 @@ class PreparedMatMulNBits:
         codes, sa, bad = self._quantize_a(a)
         ca = codes.transpose(1, 0, 2)  # [nb, M, B]
         y = np.empty((m, self.N), F32)
-        step = self._chunk(m, max(nb * bs, m * nb * 4))
+        step = self._chunk(nb * bs + m * nb * 4)
         for n0 in range(0, self.N, step):
             n1 = min(self.N, n0 + step)
             q = self._b[n0:n1].reshape(n1 - n0, -1)
@@ -462,6 +466,13 @@ def matmul_nbits(A: np.ndarray, B: np.ndarray, scales: np.ndarray, zero_points: 
     ``mode="contract"`` computes docs/contract.md's arithmetic for the accuracy level (the same
     bits everywhere); ``mode="exact"`` the exact sum rounded once (for diagnosis).
     """
+    op = PreparedMatMulNBits.op
+    if not isinstance(A, np.ndarray):
+        raise TypeError(f"{op}: A must be a NumPy float32 or float16 array; got {type(A).__name__}")
+    if A.dtype not in _FLOATS:
+        raise TypeError(f"{op}: A must have dtype float32 or float16; got dtype {A.dtype}")
+    if isinstance(scales, np.ndarray) and scales.dtype != A.dtype:
+        raise TypeError(f"{op}: scales must have A's dtype ({A.dtype}); got dtype {scales.dtype}")
     return PreparedMatMulNBits(B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits, block_size=block_size,
                                accuracy_level=accuracy_level, mode=mode).run(A)
 
