@@ -158,6 +158,52 @@ def test_activation_code_ties_and_tiny_blocks():
     same_bits(*both(inputs, attrs, accuracy_level=4))
 
 
+def _unit_weights(K, block_size, scales, ones):
+    """4-bit B whose codes are zp + 1 at the positions ``ones`` and zp (w = 0) elsewhere, with
+    the given per-block scales: W[0, k] = scale of k's block at those positions."""
+    nb = -(-K // block_size)
+    codes = np.full(nb * block_size, 8, np.uint8)
+    codes[list(ones)] = 9
+    packed = (codes[0::2] | (codes[1::2] << 4)).astype(np.uint8).reshape(1, nb, block_size // 2)
+    return packed, np.array([scales], F32)
+
+
+def test_float_level_fma_is_one_rounding():
+    """Lane 0 holds 1 + 2**-23 after k = 0; k = 16 adds 2**-24 - 2**-54 exactly
+    (2**-12·(1 + 2**-15) · 2**-12·(1 - 2**-15)). Rounded once the sum is 1 + 2**-23; a float64 sum
+    rounded again to float32 lands on the midpoint and goes to 1 + 2**-22 (double rounding)."""
+    B, scales = _unit_weights(32, 16, [1 + 2 ** -23, 2 ** -12 * (1 - 2 ** -15)], [0, 16])
+    A = np.zeros((1, 32), F32)
+    A[0, 0], A[0, 16] = 1, 2 ** -12 * (1 + 2 ** -15)
+    y = contrib.matmul_nbits(A, B, scales, K=32, N=1, block_size=16)
+    assert y[0, 0] == F32(1 + 2 ** -23)
+    same_bits(y, oracle.matmul_nbits(A, B, scales, K=32, N=1, bits=4, block_size=16))
+
+
+def test_exact_mode_rounds_once():
+    """1 + 2**-24 + 2**-80 is above the float32 midpoint: 1 + 2**-23. Through float64 it would
+    lose 2**-80 and tie to even (1.0)."""
+    B, scales = _unit_weights(32, 16, [1.0, 1.0], [0, 1, 2])
+    A = np.zeros((1, 32), F32)
+    A[0, :3] = 1, 2 ** -24, 2 ** -80
+    y = contrib.matmul_nbits(A, B, scales, K=32, N=1, block_size=16, mode="exact")
+    assert y[0, 0] == F32(1 + 2 ** -23)
+    same_bits(y, oracle.matmul_nbits(A, B, scales, K=32, N=1, bits=4, block_size=16, mode="exact"))
+
+
+def test_activation_inverse_is_127_over_amax():
+    """onnxruntime multiplies by f(127 / amax), not by 1 / s_a: with amax = 1.4442534 the two
+    differ by an ulp, and a = 0.017058112 then gets code 2 (f(a · f(127/amax)) = 1.5 + ε) where
+    1 / s_a would give 1."""
+    amax, a = F32(1.4442534), F32(0.017058112)
+    B, scales = _unit_weights(16, 16, [1.0], [1])
+    A = np.zeros((1, 16), F32)
+    A[0, 0], A[0, 1] = amax, a
+    y = contrib.matmul_nbits(A, B, scales, K=16, N=1, block_size=16, accuracy_level=4)
+    assert y[0, 0] == F32(F32(2) * F32(F32(amax / F32(127)) * F32(1)))
+    same_bits(y, oracle.matmul_nbits(A, B, scales, K=16, N=1, bits=4, block_size=16, accuracy_level=4))
+
+
 # ------------------------------------------------------------------------------------------
 # The same bits on every engine level and thread count
 # ------------------------------------------------------------------------------------------
