@@ -266,18 +266,6 @@ class PreparedMatMulNBits:
     def _block_of_k(self) -> np.ndarray:
         return self._g if self._g is not None else np.arange(self.K) // self.block_size
 
-    def _weights_f32(self, n0: int, n1: int) -> np.ndarray:
-        """W[n0:n1, :] in float32: f((q − zp)·s) (integer zp: q − zp exact; float zp: f(q − zp))."""
-        g = self._block_of_k()
-        q = self._codes(n0, n1)
-        zp = self._zp[n0:n1][:, g]
-        s = self._scales[n0:n1][:, g]
-        if self.zero_point_kind == "float":
-            d = q.astype(F32) - zp
-        else:
-            d = (q.astype(np.int16) - zp).astype(F32)
-        return d * s
-
     def _chunk(self, per_column: int) -> int:
         """Columns a chunk takes: its working arrays (about ``per_column`` elements a column,
         up to 8 bytes each, a few at a time) stay within ~1/256 of the float32 weight size
@@ -288,70 +276,94 @@ class PreparedMatMulNBits:
 
     # -- the modes --------------------------------------------------------------------------
 
+    def _weights_slice(self, n0: int, n1: int, k: int, count: int) -> np.ndarray:
+        """W[n0:n1, k:k+count] in float32 (count <= 16, k a multiple of 16: inside one block,
+        since block sizes are multiples of 16), unpacked from those columns' bytes only."""
+        bits, bs = self.bits, self.block_size
+        off = (k % bs) * bits // 8
+        raw = self._b[n0:n1, k // bs, off:off + LANES * bits // 8]
+        q = unpack_codes(raw, bits, count)
+        if self._g is None:
+            zp = self._zp[n0:n1, k // bs][:, None]
+            s = self._scales[n0:n1, k // bs][:, None]
+        else:
+            gk = self._g[k:k + count]
+            zp = self._zp[n0:n1][:, gk]
+            s = self._scales[n0:n1][:, gk]
+        if self.zero_point_kind == "float":
+            d = q.astype(F32) - zp
+        else:
+            d = (q.astype(np.int16) - zp).astype(F32)
+        return d * s
+
     def _float_levels(self, a: np.ndarray) -> np.ndarray:
         m, K = a.shape
         y = np.empty((m, self.N), F32)
-        a64 = a.astype(F64)
-        full, tail = divmod(K, LANES)
-        step = self._chunk(K + m * LANES * 4)
+        step = self._chunk(m * LANES * 8)
         for n0 in range(0, self.N, step):
             n1 = min(self.N, n0 + step)
-            w = self._weights_f32(n0, n1).astype(F64)
             acc = np.full((m, n1 - n0, LANES), -0.0, F32)  # -0.0: the exact identity of addition
-            for j in range(full):
-                k = j * LANES
-                p = a64[:, None, k:k + LANES] * w[None, :, k:k + LANES]  # exact: 24 x 24 bits
-                acc = _fma_into(p, acc)
-            if tail:
-                k = full * LANES
-                p = a64[:, None, k:] * w[None, :, k:]
-                acc[..., :tail] = _fma_into(p, acc[..., :tail])  # lanes past K are left as they are
+            for k in range(0, K, LANES):
+                count = min(LANES, K - k)
+                w = self._weights_slice(n0, n1, k, count).astype(F64)
+                p = a[:, None, k:k + count].astype(F64) * w[None]  # exact: 24 x 24 significant bits
+                if count == LANES:
+                    acc = _fma_into(p, acc)
+                else:  # the last, partial group: lanes past K are left as they are
+                    acc[..., :count] = _fma_into(p, acc[..., :count])
             y[:, n0:n1] = _fold_lanes(acc)
         return y
 
     def _quantize_a(self, a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """onnxruntime's CompInt8 activation quantization: per row and K-block, amax = max |a|,
         s_a = f(amax / 127), inverse = f(127 / amax) (0 when amax is 0), code = rne(f(a · inverse))
-        in int8, zeros padding the last block. Returns (codes [M, kblocks, B] int8 as float64,
-        s_a [M, kblocks] float32, bad [M] rows holding NaN or ±inf)."""
+        in int8, zeros padding the last block. Returns (codes [kblocks, M, B] int8, s_a
+        [kblocks, M] float32, bad [M]: rows holding NaN or ±inf)."""
         m, K = a.shape
         bs, nb = self.block_size, self.kblocks
-        ap = np.zeros((m, nb * bs), F32)
-        ap[:, :K] = a
-        ap = ap.reshape(m, nb, bs)
         bad = ~np.isfinite(a).all(axis=1)
-        ap[bad] = 0  # such rows give NaN (below); their codes are not used
-        amax = np.abs(ap).max(axis=2)  # a max is exact in any order
-        sa = amax / F32(127)
-        with np.errstate(divide="ignore", over="ignore"):
-            inv = np.where(amax != 0, F32(127) / np.where(amax != 0, amax, F32(1)), F32(0)).astype(F32)
-        codes = np.rint(ap * inv[:, :, None])
-        # 127 / amax overflows for amax < 127 / FLT_MAX: a · inf is ±inf (NaN for 0), which
-        # cvtps2dq turns into INT_MIN and AVX-512's vpmovdb truncates to 0 (AVX2's saturating
-        # packs give -128 there: onnxruntime differs from itself; qlinear takes 0)
-        codes[~np.isfinite(codes)] = 0
-        return codes.astype(F64), sa, bad
+        codes = np.zeros((nb, m, bs), np.int8)
+        sa = np.empty((nb, m), F32)
+        for b in range(nb):
+            ab = a[:, b * bs:(b + 1) * bs]
+            ab = np.where(bad[:, None], F32(0), ab)  # such rows give NaN (below); codes unused
+            amax = np.abs(ab).max(axis=1)  # a max is exact in any order
+            sa[b] = amax / F32(127)
+            with np.errstate(divide="ignore", over="ignore"):
+                inv = np.where(amax != 0, F32(127) / np.where(amax != 0, amax, F32(1)), F32(0)).astype(F32)
+            c = np.rint(ab * inv[:, None])
+            # 127 / amax overflows for amax < 127 / FLT_MAX: a · inf is ±inf (NaN for 0), which
+            # cvtps2dq turns into INT_MIN and AVX-512's vpmovdb truncates to 0 (AVX2's
+            # saturating packs give -128 there: onnxruntime differs from itself; qlinear takes 0).
+            # Otherwise |a · inv| <= 127·(1 + 2**-23): the code fits int8.
+            c[~np.isfinite(c)] = 0
+            codes[b, :, :c.shape[1]] = c
+        return codes, sa, bad
 
     def _int8_level(self, a: np.ndarray) -> np.ndarray:
         m, K = a.shape
-        bs, nb = self.block_size, self.kblocks
+        bs, nb, bits = self.block_size, self.kblocks, self.bits
         codes, sa, bad = self._quantize_a(a)
-        ca = codes.transpose(1, 0, 2)  # [nb, M, B]
+        # The block products are integer sums computed by a float matmul: exact in any order
+        # (FMA or not, any BLAS blocking or thread count) while every partial sum is an integer
+        # the float type holds: |Σ| <= B · 128 · max|q - zp| must stay below 2**24 for float32
+        # (B <= 512 at 8 bits, B <= 8192 at 4 bits), else float64 (2**53).
+        maxw = 255 if self.zero_point_kind == "uint8" else (1 << (bits - 1))
+        ft = F32 if bs * 128 * maxw < (1 << 24) else F64
         y = np.empty((m, self.N), F32)
-        step = self._chunk(nb * bs + m * nb * 4)
+        step = self._chunk(bs * 12 + m * 24)
         for n0 in range(0, self.N, step):
             n1 = min(self.N, n0 + step)
-            q = self._b[n0:n1].reshape(n1 - n0, -1)
-            q = unpack_codes(q, self.bits, nb * bs).reshape(n1 - n0, nb, bs).astype(np.int16)
-            d = (q - self._zp[n0:n1][:, :, None]).astype(F64)  # codes past K are never read: A's are 0
-            # exact: |Σ| <= B·128·255 < 2**53, integers in float64, any summation order
-            dots = np.matmul(ca, d.transpose(1, 2, 0))  # [nb, M, ncols]
-            s = sa.T[:, :, None] * self._scales[n0:n1].T[:, None, :]  # f(s_a · s_b), [nb, M, ncols]
             acc = np.full((m, n1 - n0), -0.0, F32)
-            for blk in range(nb):
-                # f32(d) (rne), then fma(f32(d), f(s_a·s_b), acc): the float64 product of a
-                # float32 value and a float32 value is exact
-                acc = _fma_into(dots[blk].astype(F32).astype(F64) * s[blk].astype(F64), acc)
+            for b in range(nb):
+                q = unpack_codes(self._b[n0:n1, b], bits, bs)
+                # codes past K (padding) meet A's zero codes: they add 0
+                d = (q.astype(np.int16) - self._zp[n0:n1, b][:, None]).astype(ft)
+                dots = np.matmul(codes[b].astype(ft), d.T)  # [M, ncols], exact integers
+                s = sa[b][:, None] * self._scales[n0:n1, b][None, :]  # f(s_a · s_b)
+                # f32(d) (rne), then fma(f32(d), f(s_a · s_b), acc); the float64 product of two
+                # float32 values is exact
+                acc = _fma_into(dots.astype(F32).astype(F64) * s.astype(F64), acc)
             y[:, n0:n1] = acc
         y[bad] = np.nan
         return y
@@ -432,7 +444,7 @@ class PreparedMatMulNBits:
             raise ValueError(f"{op}: A must have shape (..., K) with K={self.K}; got shape {a.shape}")
         lead = a.shape[:-1]
         v.check_size(op, "the output", lead + (self.N,), max(4, a.dtype.itemsize))
-        a2 = a.reshape(-1, self.K).astype(F32)
+        a2 = a.reshape(-1, self.K).astype(F32, copy=False)
         if a2.shape[0] == 0:
             return np.zeros(lead + (self.N,), self.dtype)
         with np.errstate(all="ignore"):
@@ -441,8 +453,8 @@ class PreparedMatMulNBits:
                 return y.astype(self.dtype).reshape(lead + (self.N,))  # exact: already representable
             y = self._int8_level(a2) if self.int8 else self._float_levels(a2)
             if self._bias is not None:
-                y = y + self._bias
-            return y.astype(self.dtype).reshape(lead + (self.N,))
+                np.add(y, self._bias, out=y)  # one float32 addition, in place (no second output)
+            return y.astype(self.dtype, copy=False).reshape(lead + (self.N,))
 
 
 def prepare_matmul_nbits(B: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None = None,
