@@ -356,6 +356,64 @@ def test_gather_block_quantized_matches_oracle():
         same_bits(got, oracle.gather_block_quantized(data, ind, sc, zp, **attrs))
 
 
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_gather_block_quantized_random_shapes_match_oracle(data):
+    """Random ranks, axes, block sizes, data kinds and indices (extremes of int32/int64 included)."""
+    kind = data.draw(st.sampled_from(["int4", "uint4", "uint8", "float8", "float4"]))
+    rank = data.draw(st.integers(1 if kind in ("int4", "uint4") else 2, 3))
+    shape = [data.draw(st.integers(1, 4)) for _ in range(rank)]
+    ga = data.draw(st.integers(-rank, rank - 1))
+    qa = data.draw(st.integers(-rank, rank - 1))
+    bits, per = 4, 1
+    if kind == "uint8":
+        ga = 0
+        bits = data.draw(st.sampled_from([2, 4, 8]))
+        per = 8 // bits
+        if per > 1 and qa % rank == 0:
+            qa = rank - 1 if rank > 1 else qa
+        if per > 1 and qa % rank == 0:
+            return
+    qlen = data.draw(st.integers(1, 40))
+    shape[qa % rank] = qlen
+    if per > 1:
+        shape[-1] = -(-shape[-1] // per) * per  # whole bytes
+    block = data.draw(st.sampled_from([16, 32] + ([0] if kind.startswith("float") else [])))
+    D = shape[qa % rank]
+    nblk = 1 if block == 0 else -(-D // block)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
+    if kind in ("int4", "uint4"):
+        dt = ml_dtypes.int4 if kind == "int4" else ml_dtypes.uint4
+        lo, hi = (-8, 7) if kind == "int4" else (0, 15)
+        arr = rng.integers(lo, hi + 1, shape).astype(dt)
+    elif kind == "uint8":
+        arr = rng.integers(0, 256, shape[:-1] + [shape[-1] // per], dtype=np.uint8)
+    else:
+        dt = ml_dtypes.float8_e5m2 if kind == "float8" else ml_dtypes.float4_e2m1fn
+        arr = rng.integers(0, 256 if kind == "float8" else 16, shape, dtype=np.uint8).view(dt)
+    sshape = [nblk if ax == qa % rank else shape[ax] for ax in range(rank)]
+    if kind.startswith("float"):
+        sshape = [d if data.draw(st.booleans()) or ax == qa % rank else 1 for ax, d in enumerate(sshape)]
+    sdt = data.draw(st.sampled_from([F32, F16, ml_dtypes.bfloat16]))
+    sc = rng.uniform(-2, 2, sshape).astype(sdt)
+    zp = None
+    if not kind.startswith("float") and data.draw(st.booleans()):
+        if kind == "uint8":
+            zp = rng.integers(0, 256, sshape[:-1] + [-(-sshape[-1] // per)], dtype=np.uint8)
+        else:
+            zp = rng.integers(lo, hi + 1, sshape).astype(dt)
+    s = shape[ga % rank]
+    idt = data.draw(st.sampled_from([np.int32, np.int64]))
+    info = np.iinfo(idt)
+    pool = st.integers(-s - 2, s + 2) | st.sampled_from([int(info.min), int(info.max), -s, s - 1, s])
+    ind = np.array(data.draw(st.lists(pool, min_size=0, max_size=5)), idt).reshape(-1)
+    if data.draw(st.booleans()) and ind.size % 2 == 0 and ind.size:
+        ind = ind.reshape(2, -1)
+    attrs = dict(bits=bits, block_size=block, gather_axis=ga, quantize_axis=qa)
+    same_bits(contrib.gather_block_quantized(arr, ind, sc, zp, **attrs),
+              oracle.gather_block_quantized(arr, ind, sc, zp, **attrs))
+
+
 @pytest.mark.parametrize("args, attrs, error, words", [
     ((np.zeros((4, 32), np.int8),), {}, TypeError, "data must be int4"),
     ((np.zeros((4, 32), ml_dtypes.int4), np.zeros(2, np.int16)), {}, TypeError, "indices must have dtype"),
