@@ -300,6 +300,17 @@ def test_errors(inputs, attrs, error, words):
         _call(inputs, attrs)
 
 
+def test_other_byte_orders_and_views_are_read_as_values():
+    rng = np.random.default_rng(12)
+    inputs, attrs = make_case(rng, bits=4, block_size=16, zp_kind="float", g_idx=True, K=40)
+    want = contrib.matmul_nbits(*inputs.values(), **attrs, accuracy_level=4)
+    swapped = {k: (v.astype(v.dtype.newbyteorder(">")) if v is not None and v.dtype.itemsize > 1 else v)
+               for k, v in inputs.items()}
+    same_bits(contrib.matmul_nbits(*swapped.values(), **attrs, accuracy_level=4), want)
+    strided = dict(inputs, A=np.repeat(inputs["A"], 2, axis=0)[::2])
+    same_bits(contrib.matmul_nbits(*strided.values(), **attrs, accuracy_level=4), want)
+
+
 def test_error_float_zero_point_with_8_bits():
     rng = np.random.default_rng(0)
     inputs, attrs = make_case(rng, bits=8, block_size=16, zp_kind="none", g_idx=False, K=32)

@@ -481,9 +481,10 @@ def matmul_nbits(A: np.ndarray, B: np.ndarray, scales: np.ndarray, zero_points: 
     op = PreparedMatMulNBits.op
     if not isinstance(A, np.ndarray):
         raise TypeError(f"{op}: A must be a NumPy float32 or float16 array; got {type(A).__name__}")
+    A = v.as_array(op, "A", A)  # native byte order
     if A.dtype not in _FLOATS:
         raise TypeError(f"{op}: A must have dtype float32 or float16; got dtype {A.dtype}")
-    if isinstance(scales, np.ndarray) and scales.dtype != A.dtype:
+    if isinstance(scales, np.ndarray) and scales.dtype.newbyteorder("=") != A.dtype:
         raise TypeError(f"{op}: scales must have A's dtype ({A.dtype}); got dtype {scales.dtype}")
     return PreparedMatMulNBits(B, scales, zero_points, g_idx, bias, K=K, N=N, bits=bits, block_size=block_size,
                                accuracy_level=accuracy_level, mode=mode).run(A)
