@@ -20,6 +20,7 @@ qlinear and for onnxruntime, and the diagnoses with their counts.
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from typing import Any
@@ -222,11 +223,11 @@ class Tally:
 
     def merge(self, other: "Tally") -> None:
         self.samples += other.samples
-        self.info = self.info or other.info
+        self.info = self.info or dict(other.info)
         for name, o in other.outputs.items():
             t = self.outputs.get(name)
             if t is None:
-                self.outputs[name] = o
+                self.outputs[name] = copy.deepcopy(o)  # never alias another tally's figures
                 continue
             for v in VERDICTS:
                 t["samples"][v] += o["samples"][v]
@@ -236,7 +237,7 @@ class Tally:
                 t[k] = _max(t[k], o[k])
         if other.top1:
             if not self.top1:
-                self.top1 = other.top1
+                self.top1 = copy.deepcopy(other.top1)
             else:
                 for k, v in other.top1["counts"].items():
                     if k != "output":
@@ -244,7 +245,7 @@ class Tally:
         for name, o in other.nodes.items():
             t = self.nodes.get(name)
             if t is None:
-                self.nodes[name] = o
+                self.nodes[name] = copy.deepcopy(o)
                 continue
             for k in ("elements", "mismatches", "samples_differing"):
                 t[k] += o[k]
@@ -257,7 +258,7 @@ class Tally:
             for out, s in o["sqnr"].items():
                 mine = t["sqnr"].get(out)
                 if mine is None:
-                    t["sqnr"][out] = s
+                    t["sqnr"][out] = copy.deepcopy(s)
                 else:
                     for k in ("signal", "noise_qlinear", "noise_onnxruntime"):
                         mine[k].merge(s[k])
