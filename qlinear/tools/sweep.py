@@ -203,6 +203,7 @@ class Tally:
             if not isinstance(q, np.ndarray) or not isinstance(o, np.ndarray) \
                     or q.shape != o.shape or q.dtype != o.dtype or q.dtype.kind not in "fiu" or not q.size:
                 continue
+            q, o = q.reshape(-1), o.reshape(-1)  # a scalar output (a scale) too
             if q.dtype.kind in "iu":
                 d = np.abs(q.astype(np.int64) - o.astype(np.int64))
                 t["max_steps"] = _max(t["max_steps"], int(d.max()))
