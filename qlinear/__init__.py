@@ -42,10 +42,12 @@ _SESSION_NAMES = frozenset({
 
 
 def __getattr__(name: str):
-    if name in _SESSION_NAMES:
-        from . import session
+    if name == "session" or name in _SESSION_NAMES:
+        import importlib  # (``from . import session`` would look the name up here again)
 
-        return getattr(session, name)
+        session = importlib.import_module(".session", __name__)
+        # "session": the module itself, with its error classes (qlinear.session.InvalidArgument)
+        return session if name == "session" else getattr(session, name)
     raise AttributeError(f"module 'qlinear' has no attribute {name!r}")
 
 

@@ -262,9 +262,7 @@ def test_sqnr_against_the_float_model_is_the_whole_datasets_figure(capsys, tmp_p
     x[3] *= 0.05  # samples of very different size: a mean of per-sample SQNRs would differ
     np.savez(tmp_path / "d.npz", x=x)
     r, _, _ = _report(capsys, "compare", qpath, "--dataset", str(tmp_path / "d.npz"),
-                      "--float", fpath, "--qdq", "literal", "--plot", str(tmp_path / "p.png"),
-                      "--workers", "1")
-    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+                      "--float", fpath, "--qdq", "literal", "--workers", "1")
     rows = {row["node"] or row["op"]: row for row in r["nodes"]}
     sq = {s["tensor"]: s for row in r["nodes"] for s in row.get("sqnr", [])}
     assert sq["conv_DequantizeLinear_Output"]["float_tensor"] == "conv"
@@ -287,3 +285,36 @@ def test_sqnr_against_the_float_model_is_the_whole_datasets_figure(capsys, tmp_p
     assert r["top1"]["predictions"] == 7 * 3 * 5  # argmax over the last axis, per row
     assert rows  # every node has a row
     del f
+
+
+def test_plot_is_a_png(capsys, digits, tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (qlinear[bench])")
+    rc, out, err = _main(capsys, "compare", EXAMPLE, "--dataset", digits[0], "--workers", "1",
+                         "--plot", str(tmp_path / "p.png"))
+    assert rc == 0, err
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"wrote {tmp_path / 'p.png'}" in out
+
+
+def test_readme_dataset_example_runs(tmp_path):
+    """The README's shell commands for --dataset run as written (qlinear as python -m qlinear)."""
+    import re
+    import shlex
+    import subprocess
+
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    block = re.search(r"```sh\n(.*?)```", readme[readme.index("Over a dataset"):], flags=re.S).group(1)
+    commands = [line[2:] for line in block.splitlines() if line.startswith("$ ")]
+    assert len(commands) == 2 and "--dataset" in commands[1]
+    for c in commands:
+        argv = shlex.split(c)
+        argv = [sys.executable] + (["-m", "qlinear"] + argv[1:] if argv[0] == "qlinear" else argv[1:])
+        if "--plot" in argv:
+            try:
+                import matplotlib  # noqa: F401
+            except ImportError:
+                i = argv.index("--plot")
+                del argv[i:i + 2]
+        out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+    assert "accuracy with --labels: qlinear 98.50% (394/400)" in out.stdout

@@ -437,8 +437,12 @@ def format_dataset_report(rep: dict[str, Any]) -> str:
     for r in rep["nodes"]:
         row = {**r, "rate": f"{r['mismatch_rate']:.2%}" if r["mismatches"] else "0",
                "max": _diff_text(r), "mean": _diff_text(r, mean=True),
-               "diag": "; ".join(f"{d['diagnosis']} [{d['samples']} sample{'s' if d['samples'] != 1 else ''}]"
-                                 for d in r["diagnoses"][:2])}
+               # each diagnosis with the number of samples it was given for; its figures are
+               # those of the first such sample
+               "diag": "; ".join(f"{d['diagnosis']} [{d['samples']} sample{'s' if d['samples'] != 1 else ''}; "
+                                 f"figures of sample {d['first_sample']}]"
+                                 for d in r["diagnoses"][:2])
+               + (f"; {len(r['diagnoses']) - 2} more (--json)" if len(r["diagnoses"]) > 2 else "")}
         if has_float:
             sq = r.get("sqnr") or []
             row["sq_q"] = ", ".join(f"{s['qlinear_db']:.1f}" for s in sq)
