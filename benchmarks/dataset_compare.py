@@ -48,8 +48,13 @@ def _tree_rss_kib(pid: int) -> int:
     return total
 
 
-def run(cmd: list[str]) -> tuple[dict, float, int]:
+def run(cmd: list[str]) -> tuple[dict, float, int, float]:
+    """(report, wall seconds, peak RSS KiB of the command and its workers, CPU seconds of the
+    command and its waited-for descendants: the worker processes, not Ray's daemons)."""
+    import resource
     import tempfile
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
 
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         # files, not pipes: a report larger than a pipe's buffer would block the command
@@ -64,7 +69,9 @@ def run(cmd: list[str]) -> tuple[dict, float, int]:
         err.seek(0)
         if proc.returncode not in (0, 1):
             sys.exit(f"{' '.join(cmd)} failed: {err.read().strip()}")
-        return json.loads(out.read()), wall, peak
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        return json.loads(out.read()), wall, peak, cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,12 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     load = os.getloadavg()[0]
     for label, extra in configs:
-        report, wall, peak = run(base + extra)
+        report, wall, peak, cpu = run(base + extra)
         run_section = report.pop("run")
         results[label] = (json.dumps(report, sort_keys=True), wall, run_section, peak)
         print(f"{label:14s} {wall:8.1f} s wall  {args.samples / wall:7.2f} samples/s  "
-              f"(command's own {run_section['seconds']:.1f} s)  peak RSS of command + workers "
-              f"{peak / 1024:.0f} MiB", flush=True)
+              f"(command's own {run_section['seconds']:.1f} s)  CPU {cpu:.1f} s"
+              f"{' (without Ray daemons and actors)' if 'Ray' in label else ''}  "
+              f"peak RSS of command + workers {peak / 1024:.0f} MiB", flush=True)
     texts = {r[0] for r in results.values()}
     one, two = results["1 worker"][1], results["2 workers"][1]
     print(f"2 workers / 1 worker: {one / two:.2f}x (target >= 1.7x)")

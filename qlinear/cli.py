@@ -4,6 +4,7 @@
     qlinear run model.onnx --input x=x.npy --output-dir out/
     qlinear run --emulate onnxruntime-avx2          # onnxruntime's results on AVX2 CPUs
     qlinear compare model.onnx --input x=x.npy      # exit 1 when outputs DIFFER
+    qlinear compare model.onnx --dataset val/ --labels y.npy --workers 2   # a whole dataset
     qlinear inspect model.onnx        # inputs, outputs, operators, what qlinear supports
     qlinear --version
     qlinear conformance               # ONNX's backend node tests for the operators
@@ -399,6 +400,9 @@ def _compare_dataset(args) -> int:
     if args.workers is not None and args.workers < 1:
         raise ToolError(f"--workers {args.workers}: must be 1 or more")
     if args.ray is not None:
+        if args.ray.endswith(".onnx"):  # `--ray model.onnx`: the optional ADDRESS took the model
+            raise ToolError(f"--ray {args.ray}: that is a model, not a Ray address; put MODEL.onnx "
+                            "before --ray (or give --ray an ADDRESS)")
         W.ray_module()  # not installed: one line naming ray, before anything runs
     if args.plot is not None:
         try:
@@ -447,7 +451,10 @@ def _compare_dataset(args) -> int:
     t0 = time.perf_counter()
     try:
         if args.ray is not None:
-            tally, restarts = W.run_ray(job, workers, total, args.ray or None, bar)
+            # Ray's driver prints its own notices (a worker died, ...): to stderr, so that
+            # stdout stays the report (--json > report.json)
+            with contextlib.redirect_stdout(sys.stderr):
+                tally, restarts = W.run_ray(job, workers, total, args.ray or None, bar)
             how = "ray"
         else:
             tally, restarts = W.run_local(job, workers, total, bar)
@@ -801,9 +808,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "tolerance (default 0); integer tensors are always compared exactly")
     _add_emulate_arg(p)
     g = p.add_argument_group(
-        "dataset mode", "compare over many samples and report aggregated figures (per output: "
-        "samples identical / within tolerance / DIFFER; top-1 agreement; per node: mismatch "
-        "rate, max and mean difference, SQNR against --float, diagnoses with their counts)")
+        "dataset mode", _wrap("compare over many samples and report aggregated figures (per "
+                              "output: samples identical / within tolerance / DIFFER; top-1 "
+                              "agreement; per node: mismatch rate, max and mean difference, "
+                              "SQNR against --float, diagnoses with their counts)"))
     g.add_argument("--dataset", metavar="DATA",
                    help="a folder of .npz files (one sample each, arrays named by input, in "
                         "file-name order), or one .npz whose arrays have a leading sample axis "

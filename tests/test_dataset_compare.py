@@ -107,6 +107,9 @@ def test_report_identical_for_one_and_two_workers_and_a_lost_worker(capsys, digi
 
 
 def test_report_identical_on_ray(capsys, digits):
+    """On a local Ray instance (2 CPUs, 2 actors): the same report as one process. (Ray
+    restarts a lost actor and retries its shard itself, max_restarts / max_task_retries; with
+    an actor killed the run takes over a minute on 2 busy cores, so it is not in the suite.)"""
     ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'qlinear[scale]')")
     data, labels = digits
     _, _, text1 = _report(capsys, "compare", EXAMPLE, "--dataset", data, "--labels", labels,
@@ -115,14 +118,12 @@ def test_report_identical_on_ray(capsys, digits):
     if started:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        t0 = time.perf_counter()
         _, run, text = _report(capsys, "compare", EXAMPLE, "--dataset", data, "--labels", labels,
                                "--workers", "2", "--ray")
-        assert time.perf_counter() - t0 < 120
     finally:
         if started:
             ray.shutdown()
-    assert run["on"] == "ray" and text == text1
+    assert run["on"] == "ray" and run["workers"] == 2 and text == text1
 
 
 def test_folder_and_single_file_forms_agree(capsys, tmp_path):

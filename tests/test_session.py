@@ -302,3 +302,29 @@ def test_import_qlinear_does_not_import_onnx():
            "assert 'onnx' not in sys.modules; print('ok')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+@pytest.mark.parametrize("name", ["mnist_cntk_ortstatic_qdq.onnx", "mobilenetv2-7_qdq_opset10.onnx",
+                                  "tf_mobilenetv2_ortstatic_qoperator.onnx"])
+def test_shared_models_run_like_onnxruntime(name):
+    """A script's loop over a real model: inputs built from get_inputs() (symbolic dimensions
+    as a batch of 2), every output by None; the outputs have onnxruntime's names, shapes and
+    dtypes, and are qlinear.backend's values (the session adds no arithmetic of its own)."""
+    path = os.path.join(MODELS, name)
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is not here (QLINEAR_MODELS)")
+    outs = {}
+    for make in (_ort, qlinear.InferenceSession):
+        sess = make(path)
+        feeds = {}
+        for i in sess.get_inputs():
+            shape = [d if isinstance(d, int) else 2 for d in i.shape]
+            assert i.type == "tensor(float)"
+            feeds[i.name] = np.random.default_rng(0).random(shape, dtype=np.float32)
+        outs[make] = (sess.run(None, feeds), [o.name for o in sess.get_outputs()], feeds)
+    (o_vals, o_names, feeds), (q_vals, q_names, _) = outs[_ort], outs[qlinear.InferenceSession]
+    assert q_names == o_names
+    assert [(v.shape, v.dtype) for v in q_vals] == [(v.shape, v.dtype) for v in o_vals]
+    want = qlinear.backend.prepare(path).run(feeds)
+    for a, b in zip(q_vals, want):
+        np.testing.assert_array_equal(a, b)

@@ -221,6 +221,7 @@ def run_local(job: Job, workers: int, total: int, bar=None):
                     bar.update(shard[1] - shard[0])
             pending = []
         except _Lost as lost:
+            pool.shutdown(wait=True, cancel_futures=True)
             restarts += 1
             pending = [s for s in pending if s not in done_now]
             if restarts > MAX_RESTARTS:
@@ -228,9 +229,26 @@ def run_local(job: Job, workers: int, total: int, bar=None):
                 raise ToolError(f"worker processes were lost {restarts} times (the last one "
                                 f"while comparing samples {a} to {b - 1}): out of memory, or "
                                 "killed?") from None
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        except BaseException:
+            # an error in a sample, --timeout, Ctrl-C: the other workers' shards are of no use
+            # now, and waiting for them would delay the error by a shard (or hang on a model
+            # that does not end)
+            _terminate(pool)
+            raise
+        else:
+            pool.shutdown(wait=True)
     return merged, restarts
+
+
+def _terminate(pool) -> None:
+    """Stop a process pool's workers now (concurrent.futures has no public way to)."""
+    processes = list(getattr(pool, "_processes", {}).values())  # private: no public handle
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in processes:
+        if p.is_alive():
+            p.terminate()
+    for p in processes:
+        p.join(timeout=5)
 
 
 # --------------------------------------------------------------------------- Ray
