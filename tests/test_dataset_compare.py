@@ -319,3 +319,25 @@ def test_readme_dataset_example_runs(tmp_path):
         out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr
     assert "accuracy with --labels: qlinear 98.50% (394/400)" in out.stdout
+
+
+def test_kept_diagnosis_evaluators_change_nothing(digits):
+    """The single-node evaluators a worker keeps across samples give the diagnoses a fresh
+    evaluator gives (here with the emulation, which makes the convolutions differ on VNNI CPUs
+    and agree where onnxruntime saturates: diagnoses either way)."""
+    from qlinear.tools import workers as W
+
+    reports = []
+    for keep in (True, False):
+        w = W.Worker(W.Job(model=EXAMPLE, dataset=digits[0], emulate="onnxruntime-avx2"))
+        if not keep:
+            w.comparison._evaluators = None
+        else:
+            assert w.comparison._evaluators == {}
+        reports.append(json.dumps(w.run(0, 6).report(total_samples=6, labels=False, has_float=False),
+                                  sort_keys=True))
+        if keep:
+            assert w.comparison._evaluators  # kept and reused
+            diagnosed = [n for n in json.loads(reports[0])["nodes"] if n["diagnoses"]]
+            assert diagnosed
+    assert reports[0] == reports[1]

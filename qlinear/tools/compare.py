@@ -221,21 +221,32 @@ def _median_seconds(fn, budget: float, max_runs: int) -> dict[str, Any]:
 
 
 def _run_node_qlinear(node, opsets, values: dict[str, np.ndarray], emulate: str | None = None,
-                      exact: bool = False) -> dict[str, np.ndarray]:
+                      exact: bool = False, cache: dict | None = None) -> dict[str, np.ndarray]:
+    """``node`` run alone by qlinear's kernels on ``values``. ``cache`` (a Comparison's, for
+    one model): the single-node evaluators kept across inputs, by node, kernels and input
+    types and shapes (building one costs about as much as running it)."""
     from onnx.reference import ReferenceEvaluator
 
     from qlinear.backend import kernels_for
 
-    ins = [n for n in node.input if n] + [n for n in _outer_names(node) if n in values]
-    g = helper.make_graph(
-        [node], "single",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(values[n].dtype),
-                                       values[n].shape) for n in dict.fromkeys(ins)],
-        [helper.make_empty_tensor_value_info(o) for o in node.output if o])
-    m = helper.make_model(g, opset_imports=list(opsets))
-    from qlinear.backend_float import FLOAT_KERNELS  # the float operators the backend runs
+    ins = list(dict.fromkeys([n for n in node.input if n] + [n for n in _outer_names(node) if n in values]))
+    key = None
+    if cache is not None:
+        key = (id(node), None if exact else emulate,
+               tuple((n, values[n].dtype.str, values[n].shape) for n in ins))
+    ev = cache.get(key) if cache is not None else None
+    if ev is None:
+        g = helper.make_graph(
+            [node], "single",
+            [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(values[n].dtype),
+                                           values[n].shape) for n in ins],
+            [helper.make_empty_tensor_value_info(o) for o in node.output if o])
+        m = helper.make_model(g, opset_imports=list(opsets))
+        from qlinear.backend_float import FLOAT_KERNELS  # the float operators the backend runs
 
-    ev = ReferenceEvaluator(m, new_ops=kernels_for(None if exact else emulate) + FLOAT_KERNELS)
+        ev = ReferenceEvaluator(m, new_ops=kernels_for(None if exact else emulate) + FLOAT_KERNELS)
+        if cache is not None:
+            cache[key] = ev
     outs = [o for o in node.output if o]
     return dict(zip(outs, ev.run(None, {n: values[n] for n in ins})))
 
@@ -334,6 +345,8 @@ class Comparison:
         self.normal = None
         self._exposed: tuple[Any, Any] | None = None  # (dtypes key, session or error)
         self.last_values: tuple[dict, dict, dict] | None = None
+        #: single-node evaluators of the diagnoses, kept across inputs (_run_node_qlinear)
+        self._evaluators: dict | None = None if single_shot else {}
 
     def _normal_outputs(self, feeds):
         try:
@@ -440,7 +453,8 @@ class Comparison:
             if row["mismatches"] and not row["diagnosis"]:
                 info: dict[str, Any] = {}
                 row["diagnosis"] = _diagnose(node, model.opset_import, ql, values_ort,
-                                             mismatched_tensors, emulate, info=info, tol=tol)
+                                             mismatched_tensors, emulate, info=info, tol=tol,
+                                             cache=self._evaluators)
                 row["own_verdict"] = info.get("own_verdict")
             rows.append(row)
 
@@ -484,14 +498,15 @@ class Comparison:
 
 
 def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str | None = None,
-              info: dict[str, Any] | None = None, tol: dict[str, Any] | None = None) -> str:
+              info: dict[str, Any] | None = None, tol: dict[str, Any] | None = None,
+              cache: dict | None = None) -> str:
     """The diagnosis text of a mismatching node; ``info["own_verdict"]`` gets the verdict of
     qlinear's kernel run on onnxruntime's own inputs against onnxruntime's outputs (every
     output of the node; None when it could not be re-run)."""
     out = node.output[0]
     inputs_differ = any(n in mismatched for n in [*node.input, *_outer_names(node)] if n)
     try:
-        own_all = _run_node_qlinear(node, opsets, values_ort, emulate=emulate)
+        own_all = _run_node_qlinear(node, opsets, values_ort, emulate=emulate, cache=cache)
     except Exception:
         own_all = None
     if own_all is not None:
@@ -516,7 +531,7 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
     else:
         prefix = ""
     if node.domain == "com.microsoft" and node.op_type in _CONTRIB_GEMM_OPS:
-        return prefix + _diagnose_contrib_gemm(node, opsets, values_ort, out, own, emulate)
+        return prefix + _diagnose_contrib_gemm(node, opsets, values_ort, out, own, emulate, cache)
     if node.op_type in _GEMM_OPS:
         ins = [values_ort[n] if n else None for n in node.input]
         try:
@@ -525,7 +540,7 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
             emu = None
         if emulate:
             if emu is not None and own is not None:
-                exact = _run_node_qlinear(node, opsets, values_ort, exact=True)[out]
+                exact = _run_node_qlinear(node, opsets, values_ort, exact=True, cache=cache)[out]
                 if not _mismatch(np.asarray(exact), np.asarray(ort_out)).any():
                     n_sat = int(_mismatch(np.asarray(emu), np.asarray(exact)).sum())
                     return (prefix + "onnxruntime here is exact; with AVX2 and no VNNI its 16-bit "
@@ -563,15 +578,16 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
     return prefix.rstrip("; ")
 
 
-def _diagnose_contrib_gemm(node, opsets, values_ort, out: str, own, emulate: str | None) -> str:
+def _diagnose_contrib_gemm(node, opsets, values_ort, out: str, own, emulate: str | None,
+                           cache: dict | None = None) -> str:
     """The diagnosis of a com.microsoft operator built on onnxruntime's u8 x s8 GEMM (QGemm,
     MatMulIntegerToFloat, DynamicQuantizeMatMul, QAttention): qlinear's kernel re-run on
     onnxruntime's inputs exactly and emulating onnxruntime-avx2, both against onnxruntime."""
     ort_out = np.asarray(values_ort[out])
     try:
-        exact = np.asarray(_run_node_qlinear(node, opsets, values_ort, exact=True)[out])
+        exact = np.asarray(_run_node_qlinear(node, opsets, values_ort, exact=True, cache=cache)[out])
         emu = np.asarray(_run_node_qlinear(node, opsets, values_ort,
-                                           emulate="onnxruntime-avx2")[out])
+                                           emulate="onnxruntime-avx2", cache=cache)[out])
     except Exception:
         return ""
     n_sat = int(_mismatch(emu, exact).sum())
