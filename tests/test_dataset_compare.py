@@ -147,11 +147,14 @@ def test_single_npz_is_read_sample_by_sample(tmp_path):
     np.savez_compressed(tmp_path / "c.npz", x=x)
     req = {"x": (np.dtype(np.float32), [None, 4])}
     stored, comp = D.open_dataset(str(tmp_path / "s.npz"), req), D.open_dataset(str(tmp_path / "c.npz"), req)
-    assert stored.members["x"].mapped is not None  # memory-mapped inside the zip
-    assert comp.members["x"].mapped is None  # decompressed as a stream
+    assert stored.members["x"].file is not None  # positioned reads inside the zip
+    assert comp.members["x"].file is None and comp.members["x"].mapped is None  # a stream
+    np.savez(tmp_path / "f.npz", x=np.asfortranarray(x))
+    fortran = D.open_dataset(str(tmp_path / "f.npz"), req)
+    assert fortran.members["x"].mapped is not None  # strided samples: memory-mapped
     for i in (0, 3, 1, 4, 4, 2):  # backwards too: the stream is reopened
-        np.testing.assert_array_equal(stored.sample(i)["x"], x[i:i + 1])
-        np.testing.assert_array_equal(comp.sample(i)["x"], x[i:i + 1])
+        for ds in (stored, comp, fortran):
+            np.testing.assert_array_equal(ds.sample(i)["x"], x[i:i + 1])
 
 
 def _bad(capsys, data, *extra):
@@ -341,3 +344,34 @@ def test_kept_diagnosis_evaluators_change_nothing(digits):
             diagnosed = [n for n in json.loads(reports[0])["nodes"] if n["diagnoses"]]
             assert diagnosed
     assert reports[0] == reports[1]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self (Linux)")
+@pytest.mark.parametrize("compressed", [False, True], ids=["savez", "savez_compressed"])
+def test_a_large_npz_is_never_loaded_whole(tmp_path, compressed):
+    """Reading every sample of a 96 MiB .npz (stored: positioned reads; compressed: a stream)
+    raises the peak resident memory by far less than the file: about one sample (1 MiB)."""
+    import subprocess
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    import rss_probe
+
+    rng = np.random.default_rng(0)
+    x = rng.random((96, 1, 512, 512), dtype=np.float32)  # 96 samples of 1 MiB
+    path = tmp_path / "big.npz"
+    (np.savez_compressed if compressed else np.savez)(path, x=x)
+    del x
+    child = rss_probe.PRELUDE + f"""
+import numpy as np
+from qlinear.tools.dataset import open_dataset
+ds = open_dataset({str(path)!r}, {{"x": (np.dtype(np.float32), [None, 1, 512, 512])}})
+before = reset_peak()
+total = 0.0
+for i in range(ds.size):
+    total += float(ds.sample(i)["x"][0, 0, 0, 0])
+print(status_kib("VmHWM") - before)
+"""
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    grown_kib = int(out.stdout.split()[-1])
+    assert grown_kib < 24 * 1024, f"peak grew by {grown_kib} KiB reading a 96 MiB dataset"

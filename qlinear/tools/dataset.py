@@ -8,8 +8,9 @@ Two forms:
 - **one .npz** whose arrays carry a leading sample axis: ``(N, *input shape)``, or
   ``(N, *input shape without its first dimension)`` where the input's first dimension is 1 or
   symbolic (each sample is then a batch of one). Arrays stored uncompressed (``np.savez``) are
-  memory-mapped and read sample by sample; compressed ones (``np.savez_compressed``) are
-  decompressed as a stream, so neither is ever loaded whole.
+  read a sample at a time at its offset inside the zip (memory-mapped only for a Fortran-order
+  array); compressed ones (``np.savez_compressed``) are decompressed as a stream; neither is
+  ever loaded whole.
 
 Every problem is one :class:`DatasetError` naming the file (and the array): a sample of the
 wrong shape, a dtype that is not the model's (float64 for a float32 input is refused, as
@@ -131,6 +132,8 @@ class _Member:
         self.shape, self.dtype, self.fortran = tuple(shape), dtype, fortran
         self.row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
         self.mapped = None
+        self.file = None  # stored in C order: positioned reads of one sample
+        self.start = 0
         self.stream = None
         self.pos = 0
         if header_len is not None:  # stored: memory-map the array's bytes inside the zip
@@ -145,15 +148,28 @@ class _Member:
             if start + need > os.path.getsize(npz):
                 raise DatasetError(f"{self.where}: truncated (the file ends before the array's "
                                    f"{need} bytes)")
-            self.mapped = np.memmap(npz, dtype=dtype, mode="r", offset=start, shape=self.shape,
-                                    order="F" if fortran else "C")
+            if fortran and len(shape) > 1:  # a sample's elements are strided: map the array
+                self.mapped = np.memmap(npz, dtype=dtype, mode="r", offset=start,
+                                        shape=self.shape, order="F")
+            else:
+                # a sample's bytes are contiguous: read them with one positioned read (a
+                # memory map would leave every page read resident in the process, so its
+                # memory would grow to the file's size over a run, though reclaimable)
+                self.start = start
+                self.file = open(npz, "rb")
         elif fortran and len(shape) > 1:
             raise DatasetError(f"{self.where}: compressed and in Fortran order, so it cannot be "
                                "read sample by sample; save it in C order or with np.savez")
 
     def row(self, i: int) -> np.ndarray:
+        if self.file is not None:
+            buf = bytearray(self.row_bytes)
+            self.file.seek(self.start + i * self.row_bytes)
+            if self.file.readinto(buf) != self.row_bytes:
+                raise DatasetError(f"{self.where}: truncated (the array ends early)")
+            return np.frombuffer(buf, dtype=self.dtype).reshape(self.shape[1:])
         if self.mapped is not None:
-            return np.array(self.mapped[i])  # a copy: the map stays read-only and small
+            return np.array(self.mapped[i])  # a copy: the map stays read-only
         if self.stream is None or i < self.pos:
             if self.stream is not None:
                 self.stream.close()
@@ -188,6 +204,8 @@ class _Member:
     def close(self) -> None:
         if self.stream is not None:
             self.stream.close()
+        if self.file is not None:
+            self.file.close()
         self.mapped = None
 
 
