@@ -115,7 +115,7 @@ class Worker:
         from qlinear.tools.compare import _one_line
 
         names = {i.name for i in self.float_session.get_inputs()}
-        missing = [n for n in names if n not in feeds]
+        missing = sorted(n for n in names if n not in feeds)
         if missing:
             raise ToolError(f"--float {self.job.float_model}: its input {missing[0]!r} is not an "
                             "input of the model compared (the float model must take the same inputs)")
@@ -193,9 +193,18 @@ def run_local(job: Job, workers: int, total: int, bar=None):
     from qlinear.tools.sweep import Tally
 
     merged = Tally()
-    if workers == 1:
-        w = Worker(job)
-        merged.merge(w.run(0, total, (lambda n: bar.update(n)) if bar is not None else None))
+    if workers == 1:  # in this process: its thread settings restored afterwards
+        from qlinear import _native
+        from qlinear.tools import compare
+
+        saved = compare.ORT_THREADS, _native.get_num_threads()
+        try:
+            w = Worker(job)
+            merged.merge(w.run(0, total, (lambda n: bar.update(n)) if bar is not None else None))
+        finally:
+            compare.ORT_THREADS = saved[0]
+            if _native.native() is not None:
+                _native.set_num_threads(saved[1])
         return merged, 0
     import concurrent.futures as cf
     import multiprocessing
