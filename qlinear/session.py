@@ -112,6 +112,10 @@ class NotImplemented(SessionError):  # noqa: A001 - onnxruntime's name for it
     """onnxruntime's ``NotImplemented``: nodes qlinear does not run (every one listed)."""
 
 
+#: The class above under a name that does not read as Python's NotImplemented constant
+_Unsupported = NotImplemented
+
+
 class RuntimeException(Fail):
     """An error inside a node while running, naming it. onnxruntime raises ``Fail`` ("Non-zero
     status code returned while running X node") or ``RuntimeException`` (a kernel's own
@@ -264,7 +268,7 @@ class SessionOptions:
         self._free_dims[dim_name] = int(dim_value)
 
     def _refuse(self, what: str) -> None:
-        raise NotImplemented(f"SessionOptions.{what}: not supported by qlinear (it would change "
+        raise _Unsupported(f"SessionOptions.{what}: not supported by qlinear (it would change "
                              "the model qlinear runs); give qlinear the model as onnxruntime "
                              "should see it")
 
@@ -574,7 +578,7 @@ class InferenceSession:
         except SessionError:
             raise
         except backend.UnsupportedModelError as e:
-            raise NotImplemented(f"InferenceSession: {e}") from e
+            raise _Unsupported(f"InferenceSession: {e}") from e
         except ValueError as e:
             text = str(e)
             if "not an ONNX model" in text or "corrupt" in text:

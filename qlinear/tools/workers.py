@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import numpy as np
 
