@@ -475,6 +475,7 @@ def _compare_dataset(args) -> int:
     result.update(tally.report(total_samples=total, labels=args.labels is not None,
                                has_float=args.float_model is not None))
     result["run"] = {"workers": workers, "on": how, "ray_address": args.ray or None,
+                     # restarts: None on Ray, whose own retries are not counted
                      "restarts": restarts, "seconds": round(seconds, 3),
                      "samples_per_second": round(total / seconds, 3) if seconds > 0 else None}
     if args.plot is not None:

@@ -304,10 +304,9 @@ def run_ray(job: Job, workers: int, total: int, address: str | None, bar=None):
             merged.merge(tally[1])
             if bar is not None:
                 bar.update(tally[0])
-        restarts = 0
         for a in actors:
             ray.kill(a)
-        return merged, restarts
+        return merged, None  # Ray restarts lost actors and retries their shards itself, uncounted
     except Exception as e:
         cause = getattr(e, "cause", None)  # a worker's error, wrapped by Ray (RayTaskError)
         if isinstance(cause, ToolError):
