@@ -462,8 +462,9 @@ def format_dataset_report(rep: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot_report(rep: dict[str, Any], path: str) -> None:
-    """Per-node mismatch rate (and SQNR against the float model, when given) as a PNG."""
+def plot_report(rep: dict[str, Any], out: Any) -> None:
+    """Per-node mismatch rate (and SQNR against the float model, when given) as a PNG, to
+    ``out`` (a path or a binary file object: the command's guarded writer gives one)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -491,5 +492,5 @@ def plot_report(rep: dict[str, Any], path: str) -> None:
         ax.set_xlabel("SQNR against the float model (dB)")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(out, dpi=110, format="png")
     plt.close(fig)
