@@ -515,7 +515,7 @@ class InferenceSession:
                 raise InvalidArgument(f"SessionOptions.{name}={getattr(options, name)!r}: {kind}")
         self._providers = _check_providers(providers, provider_options)
         self._options = options
-        self._model, rep_source = _load(path_or_bytes, options)
+        self._model, rep_source = _load(path_or_bytes, options, max_tensor_bytes)
         self._qdq = self._qdq_mode(options)
         self._rep = self._prepare(rep_source, emulate, max_tensor_bytes)
         inits = {i.name for i in self._model.graph.initializer}
@@ -720,43 +720,44 @@ def _check_providers(providers: Sequence[Any] | None, provider_options: Any) -> 
     return ["CPUExecutionProvider"]
 
 
-def _load(path_or_bytes: Any, options: SessionOptions):
-    """(ModelProto for the descriptions, what to give prepare)."""
+def _load(path_or_bytes: Any, options: SessionOptions, max_tensor_bytes: int | None = None):
+    """(ModelProto for the descriptions, what to give prepare): a path is read once, by the
+    one model loader (:mod:`qlinear.modelfile`: a regular file, external data only from its
+    folder), and the loaded model given to prepare."""
     import onnx
-    from google.protobuf.message import DecodeError
+
+    from qlinear import modelfile
 
     source = path_or_bytes
     try:
         if isinstance(path_or_bytes, (str, os.PathLike)):
             path = os.fspath(path_or_bytes)
-            if not os.path.exists(path):
+            if not os.path.lexists(path):
                 raise NoSuchFile(f"InferenceSession: {path!r}: no such file")
-            if not os.path.isfile(path):
-                raise InvalidArgument(f"InferenceSession: {path!r}: not a regular file (a folder, "
-                                      "pipe or device); an ONNX model must be a file")
-            model = onnx.load(path, load_external_data=False)
+            model = modelfile.load(path, max_tensor_bytes=max_tensor_bytes)
+            source = model
         elif isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
             source = bytes(path_or_bytes)
-            model = onnx.load_from_string(source)
+            model = modelfile.parse(source, "InferenceSession: the bytes are")
         elif isinstance(path_or_bytes, onnx.ModelProto):
             model = path_or_bytes
         else:
             raise TypeError("InferenceSession: path_or_bytes must be a path, bytes or an "
                             f"onnx.ModelProto; got {type(path_or_bytes).__name__}")
-    except DecodeError as e:
-        raise InvalidProtobuf(f"InferenceSession: not an ONNX model, or a corrupt or truncated "
-                              f"protobuf ({e})") from None
+    except modelfile.ModelFileError as e:
+        text = str(e)
+        if "not an ONNX model" in text and "is a directory" not in text:
+            raise InvalidProtobuf(text if text.startswith("InferenceSession") else
+                                  f"InferenceSession: {text}") from None
+        if "no such file" in text or "does not exist" in text:
+            raise NoSuchFile(f"InferenceSession: {text}") from None
+        raise InvalidArgument(f"InferenceSession: {text}") from None
     if not model.HasField("graph"):
         raise NoModel("InferenceSession: the model has no graph (empty bytes or file)")
     if options._free_dims:
-        if isinstance(source, (str, os.PathLike)):
-            from onnx.external_data_helper import load_external_data_for_model
-
-            load_external_data_for_model(model, os.path.dirname(os.path.abspath(source)))
-        else:
-            copy = onnx.ModelProto()
-            copy.CopyFrom(model)
-            model = copy
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        model = copy
         for vi in model.graph.input:
             if vi.type.WhichOneof("value") == "tensor_type":
                 for d in vi.type.tensor_type.shape.dim:

@@ -149,12 +149,18 @@ def test_feed_errors_are_onnxruntime_like_and_name_the_input():
     assert type(eo).__name__ == "InvalidArgument"
 
 
-def test_load_errors():
+def test_load_errors(tmp_path):
     with pytest.raises(qs.NoSuchFile, match="no such file") as e:
         qlinear.InferenceSession("/nonexistent/m.onnx")
     assert isinstance(e.value, FileNotFoundError) and isinstance(e.value, ValueError)
     with pytest.raises(qs.InvalidProtobuf, match="not an ONNX model"):
         qlinear.InferenceSession(b"garbage\xff\xff")
+    with pytest.raises(qs.InvalidArgument, match="is a directory"):
+        qlinear.InferenceSession(os.path.dirname(EXAMPLE))
+    fifo = str(tmp_path / "fifo")
+    os.mkfifo(fifo)  # read by the one model loader: refused at once, never waited on
+    with pytest.raises(qs.InvalidArgument, match="not a regular file"):
+        qlinear.InferenceSession(fifo)
     with pytest.raises(qs.NoModel):
         qlinear.InferenceSession(b"")
     # an operator qlinear does not run: every node listed, as NotImplemented (onnxruntime's name)
