@@ -421,7 +421,7 @@ def _compare_dataset(args) -> int:
     check_supported(model)
     validate_model(model, model_path)
     required, optional = W.declared_inputs(model)
-    ds = open_dataset(args.dataset, required, optional)
+    ds = open_dataset(args.dataset, required, optional, args.max_tensor_bytes)
     total, kind = ds.size, ds.kind
     ds.close()
     del model

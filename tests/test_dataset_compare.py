@@ -159,6 +159,7 @@ def test_single_npz_is_read_sample_by_sample(tmp_path):
 def _bad(capsys, data, *extra):
     rc, out, err = _main(capsys, "compare", EXAMPLE, "--dataset", data, "--workers", "1", *extra)
     assert rc == 2 and out == "" and err.count("\n") == 1 and err.startswith("qlinear: error: "), err
+    assert "Error:" not in err, err  # the sentence alone, no exception class name
     return err
 
 
@@ -184,7 +185,7 @@ def test_bad_datasets_are_one_line_naming_the_file(capsys, tmp_path):
     os.remove(f / "b.npz")
     (f / "b.npz").write_bytes(b"PK\x03\x04 not really a zip")
     err = _bad(capsys, str(f))
-    assert "b.npz" in err and "corrupt" in err
+    assert "b.npz" in err and "not a NumPy .npy/.npz file" in err
     os.remove(f / "b.npz")
     (f / "notes.txt").write_text("hi")
     err = _bad(capsys, str(f))
@@ -374,3 +375,30 @@ print(status_kib("VmHWM") - before)
     assert out.returncode == 0, out.stderr
     grown_kib = int(out.stdout.split()[-1])
     assert grown_kib < 24 * 1024, f"peak grew by {grown_kib} KiB reading a 96 MiB dataset"
+
+
+def _huge_header_npz(path, name, shape):
+    """An .npz of a few hundred bytes whose member declares ``shape`` float32."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{name}.npy", buf.getvalue() + b"\0" * 64)
+
+
+def test_a_header_declaring_terabytes_is_refused_before_allocating(capsys, tmp_path):
+    """A sample whose header declares 4 TiB (a few hundred bytes on disk) is one line, in both
+    forms, nothing allocated (NumPy would allocate what the header declares)."""
+    f = tmp_path / "f"
+    f.mkdir()
+    _huge_header_npz(f / "a.npz", "image", (1 << 40, 1, 8, 8))
+    err = _bad(capsys, str(f))
+    assert "a.npz" in err and "declares" in err
+    _huge_header_npz(tmp_path / "one.npz", "image", (1 << 40, 1, 8, 8))
+    err = _bad(capsys, str(tmp_path / "one.npz"))
+    assert "one.npz" in err and "declares" in err and "truncated or corrupt" in err
+    _huge_header_npz(tmp_path / "row.npz", "image", (2, 1 << 20, 1 << 20))  # one sample: 4 TiB
+    err = _bad(capsys, str(tmp_path / "row.npz"))
+    assert "row.npz" in err and "limit" in err

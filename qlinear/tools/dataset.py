@@ -27,11 +27,13 @@ from typing import Any
 
 import numpy as np
 
+from qlinear.modelfile import human
 from qlinear.tools.model import ToolError
 
 
-class DatasetError(ToolError):
-    """A bad dataset or labels file: one line naming the file."""
+class DatasetError(ToolError, ValueError):
+    """A bad dataset or labels file: one line naming the file (a ValueError too, so the
+    command prints its sentence alone, as a ToolError's)."""
 
 
 #: name -> (numpy dtype or None, declared shape with None for symbolic dimensions, or None)
@@ -70,8 +72,10 @@ class FolderDataset:
 
     kind = "folder of .npz files, one sample each"
 
-    def __init__(self, path: str, required: Declared, optional: Declared) -> None:
+    def __init__(self, path: str, required: Declared, optional: Declared,
+                 max_bytes: int | None = None) -> None:
         self.path, self.required, self.optional = path, required, optional
+        self.max_bytes = max_bytes
         try:
             names = sorted(os.listdir(path))
         except OSError as e:
@@ -88,22 +92,19 @@ class FolderDataset:
         self.size = len(self.files)
 
     def sample(self, i: int) -> dict[str, np.ndarray]:
+        from qlinear.modelfile import ModelFileError
+        from qlinear.tools.arrayfile import ArrayFileError, load
+
         file = self.files[i]
         try:
-            with np.load(file, allow_pickle=False) as z:
-                if not isinstance(z, np.lib.npyio.NpzFile):
-                    raise DatasetError(f"{file}: not a .npz file")
-                arrays = {k: z[k] for k in z.files}
-        except DatasetError:
-            raise
-        except ValueError as e:
-            if "pickle" in str(e) or "object" in str(e):
-                raise DatasetError(f"{file}: holds an object array (pickled data is never "
-                                   "loaded)") from None
-            raise DatasetError(f"{file}: not a readable .npz file (corrupt or truncated? {e})") from None
-        except Exception as e:  # BadZipFile, EOFError, OSError, zlib.error, ...
-            raise DatasetError(f"{file}: not a readable .npz file (corrupt or truncated? "
-                               f"{type(e).__name__}: {e})") from None
+            # every member's header checked (its size against the limit and the bytes the
+            # file holds) before NumPy allocates anything: qlinear.tools.arrayfile
+            arrays = load(file, file, self.max_bytes)
+        except (ArrayFileError, ModelFileError) as e:
+            raise DatasetError(str(e)) from None
+        if not isinstance(arrays, dict):
+            raise DatasetError(f"{file}: a .npy array; a dataset sample is a .npz of arrays named "
+                               "by input")
         check_sample(file, arrays, self.required, self.optional)
         return arrays
 
@@ -114,7 +115,8 @@ class FolderDataset:
 class _Member:
     """One array of a .npz, read sample by sample along its first axis."""
 
-    def __init__(self, npz: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo, name: str) -> None:
+    def __init__(self, npz: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo, name: str,
+                 max_bytes: int | None = None) -> None:
         self.where = f"{npz} (array {name!r})"
         self.npz, self.zf, self.info = npz, zf, info
         with zf.open(info) as f:
@@ -123,14 +125,27 @@ class _Member:
                 shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
             else:
                 shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-            header_len = f.tell() if info.compress_type == zipfile.ZIP_STORED else None
+            header = f.tell()
+            header_len = header if info.compress_type == zipfile.ZIP_STORED else None
         if dtype.hasobject:
             raise DatasetError(f"{self.where}: an object array (pickled data is never loaded)")
         if not shape:
             raise DatasetError(f"{self.where}: a scalar; the arrays of a single-file dataset carry "
                                "a leading sample axis")
         self.shape, self.dtype, self.fortran = tuple(shape), dtype, fortran
-        self.row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+        row = dtype.itemsize
+        for d in shape[1:]:
+            row *= int(d)
+        self.row_bytes = row
+        # sizes from the header, checked before anything is allocated: a sample above the
+        # limit, or an array larger than the bytes the member holds (its size in the zip's
+        # directory), is refused
+        if max_bytes is not None and row > max_bytes:
+            raise DatasetError(f"{self.where}: one sample declares {human(row)}, more than the "
+                               f"limit of {human(max_bytes)} (--max-tensor-bytes)")
+        if row * int(shape[0]) > info.file_size - header:
+            raise DatasetError(f"{self.where}: declares {human(row * int(shape[0]))} but holds "
+                               f"{human(max(info.file_size - header, 0))} (truncated or corrupt?)")
         self.mapped = None
         self.file = None  # stored in C order: positioned reads of one sample
         self.start = 0
@@ -214,7 +229,8 @@ class NpzDataset:
 
     kind = "one .npz, samples along the first axis"
 
-    def __init__(self, path: str, required: Declared, optional: Declared) -> None:
+    def __init__(self, path: str, required: Declared, optional: Declared,
+                 max_bytes: int | None = None) -> None:
         self.path, self.required, self.optional = path, required, optional
         try:
             self.zf = zipfile.ZipFile(path)
@@ -231,7 +247,7 @@ class NpzDataset:
                     raise DatasetError(f"{path}: member {fname!r} is not a .npy array (not a NumPy "
                                        ".npz file?)")
                 name = fname[:-4]
-                self.members[name] = _Member(path, self.zf, info, name)
+                self.members[name] = _Member(path, self.zf, info, name, max_bytes)
         except DatasetError:
             raise
         except Exception as e:
@@ -286,19 +302,21 @@ class NpzDataset:
         self.zf.close()
 
 
-def open_dataset(path: str, required: Declared, optional: Declared | None = None):
+def open_dataset(path: str, required: Declared, optional: Declared | None = None,
+                 max_bytes: int | None = None):
     """The dataset at ``path`` (a folder of .npz files or one .npz), checked as far as can be
-    without reading the samples: folder entries; a single file's array headers."""
+    without reading the samples: folder entries; a single file's array headers. ``max_bytes``
+    (``--max-tensor-bytes``) bounds one sample of one array, checked on its header."""
     optional = optional or {}
     if not os.path.exists(path):
         raise DatasetError(f"--dataset {path}: no such file or folder")
     if os.path.isdir(path):
-        ds = FolderDataset(path, required, optional)
+        ds = FolderDataset(path, required, optional, max_bytes)
         ds.sample(0)  # most mistakes show in the first sample: said before anything runs
         return ds
     if not os.path.isfile(path):
         raise DatasetError(f"--dataset {path}: not a regular file or folder (a pipe or device)")
-    return NpzDataset(path, required, optional)
+    return NpzDataset(path, required, optional, max_bytes)
 
 
 def load_labels(path: str, samples: int) -> np.ndarray:

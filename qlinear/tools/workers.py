@@ -72,7 +72,7 @@ class Worker:
         check_supported(model)
         validate_model(model, job.model)
         required, optional = declared_inputs(model)
-        self.dataset = open_dataset(job.dataset, required, optional)
+        self.dataset = open_dataset(job.dataset, required, optional, job.max_tensor_bytes)
         self.labels = load_labels(job.labels, self.dataset.size) if job.labels else None
         self.comparison = compare.Comparison(model, ulp=job.ulp, atol=job.atol, rtol=job.rtol,
                                              emulate=job.emulate, max_tensor_bytes=job.max_tensor_bytes,
