@@ -226,3 +226,21 @@ def test_python_m_runs_the_bench(tmp_path):
     r = subprocess.run([sys.executable, "-m", "qlinear.tools.bench", "--cases", "nothing-at-all"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.startswith("qlinear: error: no case matches")
+
+
+def test_graphs_default_mode_runs_each_runtime_in_its_own_process(tmp_path):
+    """benchmarks/graphs.py's default mode on a one-node model (--smoke): a qlinear process
+    and an onnxruntime process, each reporting its warm median to the parent."""
+    import os
+    import re
+    import subprocess
+
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "benchmarks", "graphs.py")
+    p = subprocess.run([sys.executable, script, "--smoke", "--repeat", "3"], capture_output=True,
+                       text=True, timeout=300, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    m = re.search(r"^smoke\.qlinearconv\S*: qlinear ([\d.]+) ms, onnxruntime ([\d.]+) ms, ratio "
+                  r"([\d.]+) \(each alone in its own process, median of 1 round;", p.stdout, re.M)
+    assert m, p.stdout
+    assert "geometric mean qlinear/onnxruntime" in p.stdout
