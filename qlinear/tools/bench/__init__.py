@@ -23,12 +23,6 @@ Outputs (in ``--output-dir``): ``results.md`` (summary and table), ``results.jso
 
 from __future__ import annotations
 
+from .command import main
 
-def main(argv: list[str] | None = None) -> int:
-    """``qlinear bench`` with ``argv`` (the arguments after ``bench``); the exit status.
-
-    Imported on call, so that ``qlinear.tools.bench.memory`` (the tests' memory probe) and
-    ``noamx`` load without the rest."""
-    from .command import main as _main
-
-    return _main(argv)
+__all__ = ["main"]

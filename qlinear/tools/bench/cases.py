@@ -16,6 +16,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+import qlinear
+
 MIB = 1 << 20
 
 
@@ -139,8 +141,6 @@ def _conv_case(name: str, n: int, c: int, spatial: tuple[int, ...], m: int,
              + f" -> {'x'.join(map(str, out))}")
 
     def build(rng: np.random.Generator) -> Built:
-        import qlinear
-
         x = _full_range(rng, (n, c) + spatial, x_dt)
         x_zp = _mid_zero_point(rng, x_dt)
         attrs = dict(kernel_shape=list(kernel), pads=list(pads), strides=list(strides),
@@ -204,8 +204,6 @@ def matmul_case(name: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...], *
     a_dt, b_dt = _TYPES[types]
 
     def build(rng: np.random.Generator) -> Built:
-        import qlinear
-
         a = _full_range(rng, a_shape, a_dt)
         b = _full_range(rng, b_shape, b_dt)
         a_zp = _mid_zero_point(rng, a_dt)
@@ -255,8 +253,6 @@ QUANT_OPSET = 19
 
 def quant_case(name: str, shape: tuple[int, ...], op: str, quick: bool = False) -> Case:
     def build(rng: np.random.Generator) -> Built:
-        import qlinear
-
         scale, zp = np.float32(0.05), np.uint8(117)
         if op == "QuantizeLinear":
             x = (rng.standard_normal(shape, dtype=np.float32) * 3.0).astype(np.float32)

@@ -17,10 +17,11 @@ import tempfile
 import time
 from typing import Any
 
+import qlinear
+
 from . import cases as _cases
 from . import inmodel, machine, noamx, report, run
 from .cases import MIB
-
 
 #: The files bench writes into --output-dir (results.png only with matplotlib).
 OUTPUT_FILES = ("results.json", "results.md", "machine.md", "results.png")
@@ -152,14 +153,7 @@ def _main(argv: list[str] | None = None) -> int:
                    OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
         argv = sys.argv[1:] if argv is None else list(argv)
         return subprocess.call([sys.executable, "-m", "qlinear.tools.bench", *argv], env=env)
-    try:
-        import qlinear
-
-        set_threads = getattr(qlinear, "set_num_threads", None)
-        if set_threads is not None:
-            set_threads(args.threads)
-    except ImportError as e:
-        raise BenchError(f"cannot import qlinear: {e}") from None
+    qlinear.set_num_threads(args.threads)
 
     desc = machine.machine_description(args.threads)
     if args.no_amx:  # this is the child: say so, and check that the denial holds

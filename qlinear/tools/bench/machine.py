@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from .cases import MIB
+import qlinear
+from qlinear import _native
 
 
 def machine_description(threads: int) -> dict[str, Any]:
@@ -33,7 +34,6 @@ def machine_description(threads: int) -> dict[str, Any]:
         "threads_per_engine": threads,
     }
     try:
-        from qlinear import _native
         info["qlinear_engine"] = _native.engine_info()
     except Exception as e:  # noqa: BLE001 - the report says why
         info["qlinear_engine"] = {"error": str(e)}
@@ -74,34 +74,16 @@ def machine_description(threads: int) -> dict[str, Any]:
     except ImportError:
         info["blas"] = os.environ.get("OPENBLAS_NUM_THREADS")
     try:
-        import qlinear
-
         info["qlinear"] = getattr(qlinear, "__version__", None)
         here = os.path.dirname(os.path.abspath(qlinear.__file__))
         info["qlinear_commit"] = subprocess.run(
             ["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True,
             text=True, timeout=10).stdout.strip() or None
-        info["workspace_limit_bytes"] = _workspace_limit()
+        info["workspace_limit_bytes"] = int(qlinear.workspace_limit())
     except Exception:  # noqa: BLE001 - description only
         pass
     info["load_average"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     return info
-
-
-def _workspace_limit() -> int:
-    try:
-        from qlinear import _engine
-
-        for attr in ("get_workspace_limit", "workspace_limit"):
-            v = getattr(_engine, attr, None)
-            if callable(v):
-                return int(v())
-        for attr in ("WORKSPACE_LIMIT", "DEFAULT_WORKSPACE_LIMIT", "WORKSPACE_BYTES"):
-            if hasattr(_engine, attr):
-                return int(getattr(_engine, attr))
-    except Exception:  # noqa: BLE001
-        pass
-    return 256 * MIB
 
 
 # ----------------------------------------------------------------------------------------
@@ -180,8 +162,6 @@ def measure_peak(threads: int, seconds: float = 0.1, trials: int = 5, *, max_tri
     Cases report their GMAC/s as a percentage of the exact kernel's peak at ``threads``
     threads (``peak_gmacs``).
     """
-    from qlinear import _native
-
     C = _native.native()
     if C is None:
         return {"isa": None, "note": "the native engine is not selected: no kernel peak"}

@@ -11,6 +11,8 @@ import ctypes
 import tracemalloc
 from typing import Any, Callable
 
+from qlinear import _native
+
 
 def status_kib(field: str) -> int | None:
     """A field of /proc/self/status (``VmRSS``, ``VmHWM``) in KiB; None where there is none."""
@@ -52,13 +54,8 @@ def peak_extra_memory(fn: Callable[[], Any]) -> tuple[int, str]:
     peak (NumPy's allocations only). The native engine's output pool is emptied first, so that
     the call allocates everything it uses.
     """
-    try:
-        from qlinear import _native
-
-        if _native.available() and hasattr(_native._C, "pool_clear"):
-            _native._C.pool_clear()
-    except ImportError:
-        pass
+    if _native.available() and hasattr(_native._C, "pool_clear"):
+        _native._C.pool_clear()
     base = reset_peak()
     if base is not None:
         out = fn()
