@@ -56,14 +56,15 @@ def _ort_profiled_session(model, threads: int, prefix: str):
 
 
 def kernel_times(events: list[dict[str, Any]], op: str) -> tuple[list[float], list[float]]:
-    """Per run of the profiled session, in order: seconds in the ``op`` node's kernel, and
+    """Per run of the profiled session, in order: seconds in the ``op`` node's kernel (by
+    that name, or ``Nhwc`` + it, as some onnxruntime versions name the rewritten node), and
     seconds in every other node's kernel (the layout Transposes). A run ends at its
     ``model_run`` event, which the profiler writes after the run's node events."""
     ours, others = [], []
     k = o = 0.0
     for e in events:
         if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time"):
-            if e.get("args", {}).get("op_name") == op:
+            if e.get("args", {}).get("op_name") in (op, "Nhwc" + op):
                 k += e["dur"] * 1e-6
             else:
                 o += e["dur"] * 1e-6
@@ -119,6 +120,9 @@ def run_case_in_model(case: Case, *, repeat: int, threads: int, seed: int) -> di
         raise RuntimeError(f"{case.name}: onnxruntime's profile holds {len(kern)} runs, "
                            f"expected {n_ort}")
     kern_t = [kern[i] for i in timed_ort]
+    if not all(kern_t):
+        raise RuntimeError(f"{case.name}: onnxruntime's profile has no {case.op} kernel time in "
+                           "some runs (its node was rewritten to another operator)")
     other_t = [other[i] for i in timed_ort]
     # the rounds' ratios: each qlinear block against the onnxruntime block beside it
     q_blocks = [float(np.median(b)) for b in blocks["qlinear"]]
