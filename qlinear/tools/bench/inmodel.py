@@ -34,7 +34,8 @@ import numpy as np
 from . import run
 from .cases import Case
 
-#: Blocks of back-to-back runs per runtime (ABBA order): two rounds of two.
+#: Blocks of back-to-back runs per runtime, in ABBA order; a qlinear block and the
+#: onnxruntime block beside it are a round.
 BLOCKS = 4
 #: Seconds between blocks: onnxruntime's workers spin after a run before they sleep, and
 #: would take a core from qlinear's next block.
@@ -92,7 +93,7 @@ def run_case_in_model(case: Case, *, repeat: int, threads: int, seed: int) -> di
         t0 = time.perf_counter()
         theirs = ort_fn()
         warm = time.perf_counter() - t0
-        per_block = max(1, -(-run.run_count(repeat, max(warm, run.time_once(qfn))) // 2))
+        per_block = max(2, -(-run.run_count(repeat, max(warm, run.time_once(qfn))) // BLOCKS))
         # which of onnxruntime's runs are timed: the first of each block warms it up again
         timed_ort: list[int] = []
         n_ort = 1  # the warm-up above
