@@ -8,7 +8,6 @@ function, not the module).
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import os
 import subprocess
@@ -19,6 +18,7 @@ from typing import Any
 
 import qlinear
 
+from ..files import OutputError, check_target, output_dir, write_file
 from . import cases as _cases
 from . import inmodel, machine, noamx, report, run
 from .cases import MIB
@@ -126,25 +126,18 @@ def _main(argv: list[str] | None = None) -> int:
         raise BenchError(f"qlinear bench needs onnx and onnxruntime ({e}); "
                          "pip install 'qlinear[bench]'") from None
 
-    args.output_dir = os.path.normpath(args.output_dir)
-    try:  # before the long run, so that a bad folder fails at once
-        os.makedirs(args.output_dir, exist_ok=True)
+    try:  # before the long run, so that a bad folder or a link in the way fails at once
+        args.output_dir = output_dir(args.output_dir, "--output-dir", parents=True)
+        for name in OUTPUT_FILES:  # a folder or link of that name in the way
+            check_target("--output-dir", args.output_dir, os.path.join(args.output_dir, name))
+    except OutputError as e:
+        raise BenchError(str(e)) from None
+    try:  # a read-only folder: a temporary file created and removed, no empty file left
+        tempfile.TemporaryFile(dir=args.output_dir).close()
     except OSError as e:
-        raise BenchError(f"--output-dir {args.output_dir}: cannot create it ({e.strerror})") \
-            from None
-    for name in OUTPUT_FILES:  # a folder of that name in the way, a read-only folder
-        path = os.path.join(args.output_dir, name)
-        try:
-            if os.path.isdir(path):
-                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
-            if os.path.exists(path):
-                with open(path, "a"):  # opened, not truncated: the old file stays as it was
-                    pass
-            else:  # created and removed: no empty file left behind
-                tempfile.TemporaryFile(dir=args.output_dir).close()
-        except OSError as e:
-            raise BenchError(f"--output-dir {args.output_dir}: cannot write {path} "
-                             f"({e.strerror or e})") from None
+        raise BenchError(f"--output-dir {args.output_dir}: cannot write "
+                         f"{os.path.join(args.output_dir, OUTPUT_FILES[0])} "
+                         f"({e.strerror or e})") from None
     limiter = run.limit_threads(args.threads)
     if limiter is None and os.environ.get("OPENBLAS_NUM_THREADS") != str(args.threads):
         # Without threadpoolctl, OpenBLAS reads its thread count once, when NumPy loads:
@@ -209,17 +202,15 @@ def _main(argv: list[str] | None = None) -> int:
     else:
         summary = report.summarize(results, desc.get("workspace_limit_bytes", 256 * MIB))
         text = report.markdown_report(results, summary, desc, args)
-    try:  # checked writable before the run; a full disk can still fail here
-        with open(os.path.join(args.output_dir, "results.json"), "w") as f:
-            json.dump({"machine": desc, "summary": summary, "args": vars(args),
-                       "results": results}, f, indent=1)
-        with open(os.path.join(args.output_dir, "results.md"), "w") as f:
-            f.write(text)
-        with open(os.path.join(args.output_dir, "machine.md"), "w") as f:
-            f.write(report.machine_markdown(desc))
-    except OSError as e:
-        raise BenchError(f"--output-dir {args.output_dir}: cannot write {e.filename} "
-                         f"({e.strerror or e})") from None
+    texts = {"results.json": json.dumps({"machine": desc, "summary": summary,
+                                         "args": vars(args), "results": results}, indent=1),
+             "results.md": text, "machine.md": report.machine_markdown(desc)}
+    try:  # checked before the run; a full disk or a link planted since still fails here
+        for name, content in texts.items():
+            write_file("--output-dir", args.output_dir, os.path.join(args.output_dir, name),
+                       lambda f, content=content: f.write(content.encode()))
+    except OutputError as e:
+        raise BenchError(str(e)) from None
     why_no_chart = ("not drawn with --in-model (results.md has the table)" if args.in_model
                     else report.chart(results, os.path.join(args.output_dir, "results.png")))
     if args.json:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from typing import Any
 
 import numpy as np
 
+from ..files import write_file
 from .cases import MIB
 from .run import NOISY_SPREAD
 
@@ -278,8 +280,9 @@ def chart(results: list[dict[str, Any]], path: str) -> str | None:
         return "matplotlib is not installed (pip install 'qlinear[bench]')"
     if not results:
         return "no results to draw"
-    try:
-        _draw_chart(results, path, plt, matplotlib)
+    try:  # written as every output is (qlinear.tools.files): never through a link
+        write_file("--output-dir", os.path.dirname(path) or ".", path,
+                   lambda f: _draw_chart(results, f, plt, matplotlib))
     except Exception as e:  # noqa: BLE001 - the chart is optional; say why it is missing
         return f"drawing it failed ({type(e).__name__}: {' '.join(str(e).split())[:200]})"
     return None
@@ -312,7 +315,7 @@ def _draw_chart(results, path, plt, matplotlib) -> None:
     ax1.legend(handles, list(colors), loc="lower right", fontsize=8)
     fig.suptitle("qlinear vs onnxruntime and onnx.reference (same thread count)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
 
