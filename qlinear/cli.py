@@ -8,7 +8,7 @@
     qlinear inspect model.onnx        # inputs, outputs, operators, what qlinear supports
     qlinear --version
     qlinear conformance               # ONNX's backend node tests for the operators
-    qlinear bench                     # the speed suite (qlinear.bench)
+    qlinear bench                     # the speed suite (qlinear.tools.bench)
 
 Bad input (missing or broken model, unsupported operators, wrong inputs) prints one line
 ``qlinear: error: ...`` and exits with status 2. Set QLINEAR_DEBUG=1 for tracebacks.
@@ -634,11 +634,11 @@ def cmd_bench(args) -> int:
     import importlib
 
     try:
-        bench = importlib.import_module("qlinear.bench")
+        bench = importlib.import_module("qlinear.tools.bench")
     except ImportError as e:
-        if getattr(e, "name", "") in ("qlinear.bench", "qlinear"):
-            raise _Error("the benchmark suite (qlinear.bench) is not installed in this copy of "
-                         "qlinear") from None
+        if getattr(e, "name", "") in ("qlinear.tools.bench", "qlinear.tools", "qlinear"):
+            raise _Error("the benchmark suite (qlinear.tools.bench) is not installed in this "
+                         "copy of qlinear") from None
         raise
     rc = bench.main(list(args.bench_args))
     return int(rc or 0)
@@ -863,8 +863,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "bench", formatter_class=fmt, add_help=False,
-        help="run the speed benchmark suite (qlinear.bench)",
-        description="Run qlinear's benchmark suite; arguments are passed to qlinear.bench.",
+        help="run the speed benchmark suite (qlinear.tools.bench)",
+        description="Run qlinear's benchmark suite; arguments are passed to qlinear.tools.bench.",
         epilog="examples:\n  qlinear bench\n  qlinear bench --help")
     p.add_argument("bench_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
@@ -889,7 +889,7 @@ def main(argv: list[str] | None = None) -> int:
                 forced()
             except ValueError as e:
                 raise _Error(str(e).removeprefix("qlinear: ")) from None
-        if argv[:1] == ["bench"]:  # everything after "bench" belongs to qlinear.bench, options too
+        if argv[:1] == ["bench"]:  # everything after "bench" belongs to qlinear.tools.bench, options too
             return cmd_bench(argparse.Namespace(bench_args=argv[1:]))
         args = parser.parse_args(argv)
         if not getattr(args, "command", None):
