@@ -82,14 +82,17 @@ def read_bytes(path: str | os.PathLike) -> bytes:
                                  "weights in external data")
         # read(n) allocates n bytes before reading: ask for the size the file has (and one
         # byte more, to notice a file that grows), never blindly for the 2 GiB cap
-        chunks = [f.read(size + 1)]
-        read = len(chunks[0])
-        while read > size and read <= MAX_MODEL_FILE_BYTES:  # it grew while being read
-            chunk = f.read(min(64 << 20, MAX_MODEL_FILE_BYTES + 1 - read))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            read += len(chunk)
+        try:  # (a "regular" file that fails to read: /proc/self/mem's EIO)
+            chunks = [f.read(size + 1)]
+            read = len(chunks[0])
+            while read > size and read <= MAX_MODEL_FILE_BYTES:  # it grew while being read
+                chunk = f.read(min(64 << 20, MAX_MODEL_FILE_BYTES + 1 - read))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                read += len(chunk)
+        except OSError as e:
+            raise ModelFileError(f"{path}: cannot read it ({e.strerror or e})") from None
     data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if len(data) > MAX_MODEL_FILE_BYTES:
         raise ModelFileError(f"{path}: grew past {human(MAX_MODEL_FILE_BYTES)} while being read")
@@ -275,8 +278,12 @@ def load_external_data(model: onnx.ModelProto, folder: str,
             if offset + length > size:
                 raise ModelFileError(f"tensor {t.name!r}: external data file {loc!r} is shorter "
                                      "than the tensor it should hold (truncated?)")
-            f.seek(offset)
-            data = f.read(length)
+            try:
+                f.seek(offset)
+                data = f.read(length)
+            except OSError as e:
+                raise ModelFileError(f"tensor {t.name!r}: external data file {loc!r}: cannot read "
+                                     f"it ({e.strerror or e})") from None
         if len(data) != length:
             raise ModelFileError(f"tensor {t.name!r}: external data file {loc!r} is shorter "
                                  "than the tensor it should hold (truncated?)")

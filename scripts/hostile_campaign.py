@@ -562,6 +562,14 @@ def _model_entry_points():
     ]
 
 
+def _has_onnxruntime():
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def path_cases():
     cases = []
     for kname, make in path_kinds():
@@ -569,12 +577,12 @@ def path_cases():
             if ename.startswith("QLinearRep") or ename == "qlinear compare" and kname not in ("FIFO", "/dev/zero"):
                 continue
 
-            def run(d, make=make, call=call):
+            d_paths = {}  # case folder -> the other path the kind names (/dev/zero, ...)
+
+            def run(d, call=call, d_paths=d_paths):
                 p = os.path.join(d, "user", "m.onnx")
                 got = d_paths.get(d)
                 return call(got if got else p)
-
-            d_paths = {}
 
             def setup(d, make=make, d_paths=d_paths):
                 p = os.path.join(d, "user", "m.onnx")
@@ -586,13 +594,13 @@ def path_cases():
                               allowed=("user", "outside") if "outside" in kname else ("user",)))
         # --input FILE of the same kind
         for cmd in ("run",):
-            def run_in(d, make=make):
+            d_paths2 = {}
+
+            def run_in(d, d_paths2=d_paths2, cmd=cmd):
                 p = os.path.join(d, "user", "x.npy")
                 got = d_paths2.get(d)
                 return "cli", [cmd, os.path.join(d, "user", "m.onnx"), "--input",
                                f"x={got if got else p}", "--timeout", "5"]
-
-            d_paths2 = {}
 
             def setup_in(d, make=make, d_paths2=d_paths2):
                 save(matmul_model(), os.path.join(d, "user", "m.onnx"))
@@ -601,6 +609,23 @@ def path_cases():
                     d_paths2[d] = other
 
             cases.append(Case("path", f"--input {kname}: {cmd}", run_in, setup_in))
+
+        d_paths3 = {}
+
+        def run_ds(d, d_paths3=d_paths3):  # compare --dataset DATA: a folder of .npz or one .npz
+            got = d_paths3.get(d)
+            return "cli", ["compare", os.path.join(d, "user", "m.onnx"), "--dataset",
+                           got if got else os.path.join(d, "user", "ds.npz"), "--workers", "1",
+                           "--timeout", "5"]
+
+        def setup_ds(d, make=make, d_paths3=d_paths3):
+            save(relu_model(), os.path.join(d, "user", "m.onnx"))
+            other = make(os.path.join(d, "user", "ds.npz"))
+            if isinstance(other, str):
+                d_paths3[d] = other
+
+        if _has_onnxruntime():
+            cases.append(Case("path", f"--dataset {kname}: compare", run_ds, setup_ds))
     return cases
 
 

@@ -1943,6 +1943,20 @@ def test_npz_with_too_many_members_is_refused_before_reading_them(capsys, tmp_pa
     assert time.monotonic() - t0 < 2
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="Linux's /proc/self/mem")
+def test_a_regular_file_that_fails_to_read_is_named(capsys, tmp_path):
+    """Found by scripts/hostile_campaign.py: /proc/self/mem is a 'regular file' of size 0 whose
+    read fails (EIO): prepare(path) leaked OSError, and the commands said only
+    '[Errno 5] Input/output error', naming no file."""
+    with pytest.raises(ValueError) as e:
+        backend.prepare("/proc/self/mem")
+    assert type(e.value) is ValueError and "/proc/self/mem: cannot read it" in str(e.value)
+    _one_line_error(*_main(capsys, "run", "/proc/self/mem"), "/proc/self/mem: cannot read it")
+    path = _relu(tmp_path, shape=(1, 3, 4))
+    _one_line_error(*_main(capsys, "run", path, "--input", "x=/proc/self/mem"),
+                    "--input x: /proc/self/mem: cannot read it")
+
+
 def test_npz_holding_an_array_twice_is_refused(capsys, tmp_path):
     """Found by scripts/hostile_campaign.py: an .npz with two members named x.npy ran with
     one of them, silently; now one line naming the array."""

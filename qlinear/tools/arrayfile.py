@@ -63,6 +63,15 @@ def _check(what: str, need: int, have: int, max_bytes: int | None) -> None:
 def load(file: str, what: str, max_bytes: int | None) -> np.ndarray | dict[str, np.ndarray]:
     """The array of a .npy, or every array of an .npz by name; ArrayFileError (or the
     loader's ModelFileError for a missing or non-regular file) naming ``what`` otherwise."""
+    try:
+        return _load(file, what, max_bytes)
+    except OSError as e:  # a "regular" file that fails to read: /proc/self/mem's EIO
+        raise ArrayFileError(f"{what}: cannot read it ({e.strerror or e})") from None
+
+
+def _load(file: str, what: str, max_bytes: int | None) -> np.ndarray | dict[str, np.ndarray]:
+    """The array of a .npy, or every array of an .npz by name; ArrayFileError (or the
+    loader's ModelFileError for a missing or non-regular file) naming ``what`` otherwise."""
     from qlinear.modelfile import open_regular
 
     f, size = open_regular(file, what)
