@@ -51,7 +51,6 @@ static inline void widen_i16(const uint8_t *src, int type, int32_t zx, int16_t *
     }
 }
 
-
 /* Rows collected before one pass of the row kernel (accumulators stay in registers). */
 #define DW_MAX_ROWS 32
 /* Output columns per segment (rounded to 16, the row kernels' block). */
@@ -65,7 +64,6 @@ static inline void widen_i16(const uint8_t *src, int type, int32_t zx, int16_t *
 #define DW_CHUNK 2048
 /* ... with strides at most this (outer strides: their product, the rows computed per output row) */
 #define DW_PLANE_MAX_STRIDE 4
-
 
 typedef struct dw_ctx {
     const ql_conv_plan *p;
@@ -195,7 +193,6 @@ static void dw_task(void *vctx, ptrdiff_t task, int thread)
         }
     }
 }
-
 
 /* Plane mode (stride 1 on every axis, small padded plane): the channel is widened once into a
  * centered int16 plane zero-padded to extents ep_ (row-major strides ps); output o and tap t

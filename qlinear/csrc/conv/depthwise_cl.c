@@ -16,7 +16,6 @@
 /* output pixels per epilogue call */
 #define DWCL_CHUNK 256
 
-
 typedef struct dwcl_ctx {
     const ql_conv_plan *p;
     const ql_isa *isa;
@@ -228,7 +227,6 @@ static void dwcl_untranspose(const int32_t *acc, int nch, int cols, int32_t *com
     for (int c = 0; c < nch; c++)
         for (int jj = j; jj < cols; jj++) comp[(size_t)c * cols + jj] = acc[16 * (size_t)jj + c];
 }
-
 
 static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
 {

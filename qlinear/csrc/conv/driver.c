@@ -18,14 +18,17 @@
  * by walking padded or strided space, so huge pads and strides cost nothing; scratch is per
  * thread, bounded by constants (and the caller's workspace limit), never proportional to the
  * padded input.
+ *
+ * The files of conv/: driver.c (this one: the entry points, which pick the path), plan.h (what
+ * they share), pack_w.c (the weights), im2col.c and rows.c (the im2col panels), implicit.h,
+ * implicit_plan.c and implicit_run.c (the implicit GEMM), depthwise.h, depthwise.c and
+ * depthwise_cl.c (the depthwise paths).
  */
 #include "plan.h"
-
 
 /* ---------------------------------------------------------------------------------------
  * The GEMM conv driver
  * ------------------------------------------------------------------------------------- */
-
 
 /* The GEMM convolution on packed weights (wpacked), or with raw: a plain call's weights as
  * given, packed inside the implicit GEMM's tasks where that applies (ig_run), else into wpacked

@@ -17,7 +17,6 @@
  * the interleaver reads x in place.
  * ------------------------------------------------------------------------------------- */
 
-
 /* One segment of one tap: x positions off + i*stride (in the channel plane) for the segment's
  * pixels i in [lo, hi), padding elsewhere (lo = hi = 0 when an outer axis reads padding). */
 typedef struct seg_plan { ptrdiff_t off; int lo, hi; } seg_plan;
@@ -25,7 +24,6 @@ typedef struct seg_plan { ptrdiff_t off; int lo, hi; } seg_plan;
 /* Tap plans are computed once per panel (they do not depend on the channel) when
  * taps * (nr + 1) entries stay below this (128 KiB); longer kernels plan per row. */
 #define PLAN_MAX 8192
-
 
 void im2col_layout(im2col_ctx *c)
 {
@@ -132,7 +130,6 @@ static const uint8_t *im2col_row(const im2col_ctx *c, const char *s, int64_t ch,
     for (int j = ncols; j < nr; j++) d[j] = c->tail;
     return d;
 }
-
 
 /* next row k: (channel, tap index, tap coordinates), the last axis fastest */
 static inline void next_tap(const ql_conv_plan *p, int64_t *ch, int64_t *t, int64_t *tc, int64_t taps)

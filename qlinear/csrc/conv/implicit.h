@@ -52,7 +52,6 @@
 #define IG_KBLOCK_GROUPS 3072
 #endif
 
-
 typedef struct ig_ctx {
     const ql_conv_plan *p;
     const ql_gemm_kernel *kern;

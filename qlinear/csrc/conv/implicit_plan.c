@@ -4,7 +4,6 @@
  * this path's: implicit.h. */
 #include "implicit.h"
 
-
 /* Images per GEMM on the implicit path. A small plane is a few tiles per image (7x7: 4), so
  * an image at a time streams every L2-sized block of packed weights for those few tiles, with
  * two thread barriers per image; a chunk of images is copied side by side and one GEMM runs

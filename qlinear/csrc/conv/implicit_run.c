@@ -3,7 +3,6 @@
  * panels, and the images-in-parallel chunk task. implicit_plan.c (ig_run) chooses them. */
 #include "implicit.h"
 
-
 /* Rows of a phase plane, whatever the rank: row r's outer coordinates i[] (the phase grid's,
  * last outer axis fastest), the next row's (an odometer: the copy tasks walk every row in
  * order), and the input row it holds in outer phase tuple a (the outer axes of x flattened) or
@@ -438,7 +437,6 @@ void ig_gather_task(void *vctx, ptrdiff_t j, int thread)
               c->xt + (size_t)j * c->xt_bytes);
 }
 
-
 /* Packing task: the chunk's images' last tiles into the panel u = n0 / tpm + task they belong to. */
 void ig_tail_task(void *vctx, ptrdiff_t task, int thread)
 {
@@ -644,7 +642,6 @@ void ig_gemm_task(void *vctx, ptrdiff_t task, int thread)
     ig_gemm_body(c, task, thread);
     if (c->kern->task_end) c->kern->task_end();
 }
-
 
 /* Chunk task of the images-in-parallel schedule (ig_run, which makes every chunk one image):
  * chunk `task` (images task * nimg..) run whole on this thread - its copy into the thread's

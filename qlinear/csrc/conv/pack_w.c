@@ -7,12 +7,10 @@
  * Weights of the GEMM path: packed once (prepared object), per ISA form
  * ------------------------------------------------------------------------------------- */
 
-
 const char *ql_conv_kernel_name(const ql_gemm_kernel *k, int64_t K, int64_t taps)
 {
     return conv_kernel(k, K, taps)->name;
 }
-
 
 int ql_conv_grouped(const ql_gemm_kernel *k, int64_t K, int64_t taps)
 {
@@ -381,8 +379,6 @@ int ql_conv_pack_w(const ql_gemm_kernel *k, const void *w, int w_type, int M, in
     return pack_w_grouped(k, w, w_type, M, K, taps, wzp, dst, 0, M);
 }
 
-
-
 void packw_task(void *vctx, ptrdiff_t t, int thread)
 {
     (void)thread;
@@ -438,7 +434,6 @@ int pack_w_threads(const ql_gemm_kernel *k, const void *w, int w_type, int M, in
     ql_parallel_for(tasks, threads, packw_task, &c);
     return atomic_load(&c.outside) ? -1 : 0;
 }
-
 
 void fast_bias_fill(const ql_conv_plan *p, const void *wpacked, ptrdiff_t ldl, int32_t *fb)
 {

@@ -56,7 +56,6 @@ static inline void tap_coords(const ql_conv_plan *p, int64_t t, int64_t *tc)
     }
 }
 
-
 static inline ptrdiff_t w_row_bytes(const ql_gemm_kernel *k, int K)
 {
     int kp = ql_round_k(k, K);

@@ -237,7 +237,6 @@ done:
     return ret;
 }
 
-
 /* multiplier(x_scale, w_scale, y_scale) -> ql_multiplier_f32's multiplier (epilogue/epilogue.c)
  * as a Python float, or None. Scales arrive as float32 values (exact as doubles). For the lean
  * paths of plain calls: no NumPy temporaries, no error-state context. */
