@@ -225,10 +225,10 @@ class _RightOperand:
         return y
 
 
-#: The native engine's matrix sizes are C ints (module.c's matmul, pack_b): larger M (batch
+#: The native engine's matrix sizes are C ints (its matmul, pack_b; limits()' max_dim): larger M (batch
 #: entries folded in), N or K go to the NumPy engine, which has no such bound (a K of 2**31
 #: used to raise the argument parser's OverflowError).
-_NATIVE_MAX_DIM = (1 << 31) - 1
+_NATIVE_MAX_DIM = _native.LIMITS["max_dim"]
 
 
 def _native_takes(right: "_RightOperand", matrix: np.ndarray | None = None) -> bool:
@@ -631,7 +631,7 @@ def _lean_matmul(key: tuple | None, a: np.ndarray, b: np.ndarray, a_zp: Any, b_z
                 and (type(y_zp) is np.ndarray or isinstance(y_zp, np.generic)) and y_zp.dtype in _RANGE
                 and y_zp.size == 1):
             return None
-        # float32(float32(a_scale * b_scale) / y_scale) in C (module.c's multiplier): None when a
+        # float32(float32(a_scale * b_scale) / y_scale) in C (the engine's multiplier, csrc/epilogue/epilogue.c): None when a
         # scale or the result is not finite or y_scale is 0; the full path then raises
         m = C.multiplier(v.one_value(a_scale), v.one_value(b_scale), v.one_value(y_scale))
         if m is None:

@@ -257,7 +257,7 @@ def _max_pool_oracle(x, kernel, strides, dilations, pb, out_hw):
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 def test_native_max_pool_matches_oracle_and_numpy(dtype, threads):
-    """The compiled byte MaxPool (qlinear/_native/pool.c) against the definition and against the
+    """The compiled byte MaxPool (qlinear/csrc/elementwise/pool.c) against the definition and against the
     NumPy formulation it replaces, on random geometries: kernels 1-4 per axis, strides 1-4
     (the stride-2 SSE2 split and the generic one), dilations, pads up to the kernel, ceil_mode,
     auto_pad, planes narrower and wider than a vector, full-range values, 1 and 2 threads."""

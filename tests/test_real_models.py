@@ -183,7 +183,7 @@ def test_real_model(name, emulate, tmp_path, capsys):
 
 
 #: Models that keep float Conv nodes after the QDQ fusion (retinaface: all 56 of them). The
-#: depthwise and padded ones run on the compiled float Conv helpers (qlinear/_native/fconv.c);
+#: depthwise and padded ones run on the compiled float Conv helpers (qlinear/csrc/elementwise/fconv.c);
 #: the MobileNetV2's 15 are 1x1 without padding (a view of x, no helper) and stay as a check
 #: that the switch changes nothing there.
 FLOAT_CONV_RUNS = {"mobilenetv2-7_qdq_opset10": 15, "retinaface_vitisai_qdq": 56,

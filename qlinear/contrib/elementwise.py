@@ -81,8 +81,9 @@ def _flat_operand(x: np.ndarray, shape: tuple[int, ...], size: int) -> tuple[np.
 
 def _native_binary(C, mul: bool, first: np.ndarray, second: np.ndarray, shape: tuple[int, ...],
                    dtype: np.dtype, f0, f1, f2, z0: int, z1: int) -> np.ndarray:
-    """QLinearAdd / QLinearMul on the compiled kernels (qlinear/_native/elementwise*.c): the
-    same float32 operations in the same order, fma as an explicit fused multiply-add."""
+    """QLinearAdd / QLinearMul on the compiled kernels (qlinear/csrc/elementwise/elementwise.c,
+    csrc/isa/elementwise_avx2.c): the same float32 operations in the same order, fma as an
+    explicit fused multiply-add."""
     size = int(np.prod(shape))
     out = np.empty(shape, dtype)
     if size:

@@ -1,4 +1,4 @@
-/* Convolutions (conv.c, conv_avx2.c): the plan handed over by Python and the entry points. */
+/* Convolutions (conv/, isa/conv_avx2.c): the plan handed over by Python and the entry points. */
 #ifndef QLINEAR_CONV_H
 #define QLINEAR_CONV_H
 
@@ -6,6 +6,12 @@
 
 /* Highest spatial rank the native engine takes (Python falls back to NumPy above). */
 #define QL_CONV_MAXD 12
+/* The channels-last depthwise path's most taps (conv/depthwise_cl.c: its tap offset table) */
+#define QL_DWCL_MAX_TAPS 64
+/* The convolution paths a prepared form packs its weights for and a call names (python/
+ * bind_conv.c's conv and conv_plain): the exact GEMM, the depthwise kernel, the GEMM's fast path
+ * (QL_FORM_S8U8; ql_conv_pack_w_auto's 2). Python reads them (_qlnative.limits()). */
+enum { QL_CONV_GEMM = 0, QL_CONV_DEPTHWISE = 1, QL_CONV_GEMM_FAST = 2 };
 
 typedef struct ql_conv_plan {
     int nsp;                                  /* spatial rank */
@@ -25,7 +31,7 @@ typedef struct ql_conv_plan {
 size_t ql_conv_w_bytes(const ql_gemm_kernel *k, int M, int K, int64_t taps);
 /* Entries per packed row: K, or the grouped order's K with channels padded to kpack */
 int64_t ql_conv_wk(const ql_gemm_kernel *k, int64_t K, int64_t taps);
-/* Whether weights of K = Cg * taps per row are packed in the grouped order (conv.c) */
+/* Whether weights of K = Cg * taps per row are packed in the grouped order (conv/pack_w.c) */
 int ql_conv_grouped(const ql_gemm_kernel *k, int64_t K, int64_t taps);
 /* 0, -1 when k is a QL_FORM_S8U8 kernel and some w - wzp lies outside [-64, 64] (the
  * caller checks first; this is the proof's last line, never a saturating product), -2 when
@@ -80,15 +86,14 @@ void ql_conv_path_counts(long long *implicit, long long *im2col, long long *merg
 void ql_conv_copy_counts(long long *split_rows, long long *tap_rows);
 /* Depthwise calls run so far on each path: channels-last, plane, rows (diagnostics) */
 void ql_conv_dw_path_counts(long long *cl, long long *plane, long long *rows);
-#if QL_X86
-/* conv_avx2.c: the channels-last fill's 16 x 16 transpose (conv.c's transpose16_i16) */
-void ql_dw_t16_avx2(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zsub, int16_t *dst, const ptrdiff_t *doff);
-/* conv_avx2.c: the channels-last store of 32 positions at a time (conv.c's dwcl_store_q, cols >= 32) */
-void ql_dw_store_avx2(const uint8_t *Q, int nch, int cols, uint8_t *y, ptrdiff_t P);
-/* conv_avx2.c: the 7-bit path's stride-2 copy row, both column phases of 4 channels at once
- * (conv.c's ig_split_s2; only for the S8U8 form, whose kernel is AVX2's) */
-void ql_ig_s2x4_avx2(const uint8_t *raw, ptrdiff_t rs, uint8_t flip, uint8_t *d0, uint8_t *d1, int64_t len);
-#endif
+/* runtime/diag.c: the counters behind these getters, added to by the conv/ files (relaxed
+ * atomics): chunked GEMM convolutions and paired tiles; split and tap copy rows; the GEMM
+ * paths' calls (implicit, im2col, merged, merged images, merged tails, shifted, parallel
+ * chunks, in-task packs, copy-job packs); depthwise calls (channels-last, plane, rows) */
+extern long long ql_conv_chunk_calls[2];
+extern long long ql_ig_copy_rows[2];
+extern long long ql_ig_calls[9];
+extern long long ql_dw_calls[3];
 /* wc: (M, taps) centered int16 weights, w_elems int16 in all; when 2-D with M == C and at most
  * 64 taps, they may be followed by the channels-last form (ceil(M/16), 2*ceil(taps/2), 16)
  * (channels beyond M and the padding tap 0), used when w_elems covers it */

@@ -293,13 +293,11 @@ void ql_pack_b(const ql_gemm_kernel *kern, const void *b, int b_type, ptrdiff_t 
 /* Non-temporal stores for int32 outputs of 32 MiB or more (all batch entries of the call),
  * decided once per call. An ordinary store first reads its line (read for ownership); a
  * streaming store does not, but it sends the line to memory, so whatever reads the output
- * next (the consumer) reads it from DRAM instead of the caches. Measured on the Xeon (AVX-512
- * VNNI + AMX, 2 vCPUs, amx level, one thread, output buffer reused from the pool, 24 Nov
- * 2026): 1024x1024x1024 (4 MiB) 891 -> 651 GMAC/s streamed, 2048x512x2048 (16 MiB) 671 ->
- * 555, 3072x256x4096 (48 MiB) 281 -> 377, 4096x256x4096 (64 MiB) 248 -> 520; the call plus a
- * consumer reading the output (astype float32) broke even near 24-32 MiB (2 threads: 24 MiB
- * 5.2 vs 4.9 ms, 32 MiB 7.9 vs 8.1 ms) and gained above (64 MiB 18.8 -> 17.1 ms). Below
- * that the output stays in the last-level cache and ordinary stores win. 8-bit outputs are
+ * next (the consumer) reads it from DRAM instead of the caches. Measured on an AVX-512 VNNI +
+ * AMX Xeon (docs/benchmarks.md, "MatMulInteger's int32 output and plain matmul packing"):
+ * streaming slowed outputs of 4-16 MiB and sped up 48-64 MiB ones, and the call plus a
+ * consumer reading the output broke even near 24-32 MiB and gained above. Below that the
+ * output stays in the last-level cache and ordinary stores win. 8-bit outputs are
  * never streamed: a tile writes 32 bytes of a row (half a line), and a partly written line
  * is flushed from the write-combining buffer in pieces. */
 long long ql_gemm_stream_bytes = 32LL << 20;

@@ -25,8 +25,11 @@
  * [-128, 127] on the VNNI levels); R panels are u8-form bytes (uint8 as is, int8 ^ 0x80),
  * [kp/4][nr][4], no column sums (the weights are centered, so only a per-row term remains). */
 enum { QL_FORM_I16 = 0, QL_FORM_U8S8 = 1, QL_FORM_S8U8 = 2 };
-/* element types of source operands */
+/* element types of source operands (Python reads them: _qlnative.limits()) */
 enum { QL_U8 = 0, QL_I8 = 1, QL_I32 = 2, QL_F32 = 3 };
+/* A level's GEMM kernels as the bindings name them (`which`): the exact one, the matmul's fast
+ * path (ql_isa.fast), the convolutions' fast path (ql_isa.conv_fast) */
+enum { QL_KERNEL_EXACT = 0, QL_KERNEL_FAST = 1, QL_KERNEL_CONV_FAST = 2 };
 
 /* C tile (rows x nr int32, row stride ldc, overwritten) = sum over kp of L rows . R panel.
  * L: `rows` packed rows, row r at (char*)L + r*ldl_bytes, kp elements of the form each.
@@ -34,7 +37,7 @@ enum { QL_U8 = 0, QL_I8 = 1, QL_I32 = 2, QL_F32 = 3 };
 typedef void (*ql_kernel_fn)(const void *L, ptrdiff_t ldl_bytes, const void *Rpanel, int kp,
                              int32_t *C, ptrdiff_t ldc, int rows);
 
-/* Implicit-GEMM micro-kernel (convolutions, conv.c's implicit path): C tile (rows x
+/* Implicit-GEMM micro-kernel (convolutions, conv/'s implicit path): C tile (rows x
  * QL_IK_NR int32, row stride ldc, overwritten) = sum over k-groups g < groups of L rows' group
  * g (kpack elements at L + row*ldl_bytes + g*kpack*esize) times the operand of group g, read
  * at base + off[g] (bytes): QL_IK_NR columns x kpack values in the form, [QL_IK_NR][kpack]
@@ -84,15 +87,19 @@ typedef void (*ql_ikernel_ep_fn)(const void *L, ptrdiff_t ldl_bytes, const char 
                                  int groups, const struct ql_epilogue *ep, const ql_ik_runs *runs, int i0,
                                  int rows);
 
-/* conv.c's grouped-order weight packers at 9 taps (ql_gemm_kernel.grouped_*_t9) */
+/* conv/pack_w.c's grouped-order weight packers at 9 taps (ql_gemm_kernel.grouped_*_t9) */
 typedef void (*ql_grouped_i16_fn)(const uint8_t *s, int is_signed, int64_t pairs, int32_t z, int16_t *d);
 typedef void (*ql_grouped_b_fn)(const uint8_t *s, int64_t blocks, uint8_t fx, uint8_t sub, uint8_t *d);
-/* conv.c's byte-form loops, wider (ql_gemm_kernel.s8u8_row_bulk / interleave4_bulk): each does
- * the first whole blocks of its loop and returns how many elements it did; conv.c does the
- * rest, so the result is conv.c's whatever the split */
+/* conv/implicit_run.c's byte-form loops, wider (ql_gemm_kernel.s8u8_row_bulk / interleave4_bulk): each does
+ * the first whole blocks of its loop and returns how many elements it did; conv/ does the
+ * rest, so the result is conv/'s own whatever the split */
 typedef int64_t (*ql_s8u8_row_bulk_fn)(const uint8_t *s, int64_t n, uint8_t flip, uint8_t lo, uint8_t hi,
                                        uint8_t zu, int8_t *d, uint32_t *usum, int *bad);
 typedef int (*ql_interleave4_bulk_fn)(const uint8_t *const *src, uint8_t flip, uint8_t *dk, int nr);
+/* the implicit GEMM's stride-2 copy row of the S8U8 form (ql_gemm_kernel.ig_s2x4): both column
+ * phases of 4 channels' raw rows (raw + q * rs) at once, bytes ^ flip, len positions
+ * (conv/implicit_run.c, ig_split_s2, gives the contract and the portable loop) */
+typedef void (*ql_ig_s2x4_fn)(const uint8_t *raw, ptrdiff_t rs, uint8_t flip, uint8_t *d0, uint8_t *d1, int64_t len);
 
 typedef struct ql_gemm_kernel {
     const char *name;       /* "avx512vnni-u8s8", "avx2-i16", "scalar-i16", ... */
@@ -132,23 +139,23 @@ typedef struct ql_gemm_kernel {
     ql_dot_fn dot;
     ql_dot_ep_fn dot_ep;           /* dot with ikernel_ep's epilogue (optional) */
     /* QL_FORM_S8U8 only: the kernels are exact when every centered weight w - zw lies in
-     * [-s8_bound, min(s8_bound, 127)] (the int8 it is stored as caps the top at 127); conv.c
+     * [-s8_bound, min(s8_bound, 127)] (the int8 it is stored as caps the top at 127); conv/pack_w.c
      * proves that while packing and keeps the exact form for a layer that fails it.
      * 64 for AVX2's vpmaddubsw (int16 pair sums |2 * 255 * 64| = 32640 <= 32767 never saturate);
      * 128 for vpdpbusd (VNNI levels: 4 products |u8 * s8| <= 255 * 128 summed exactly into the
      * int32 lane with wraparound, no intermediate saturation: any int8 is safe). */
     int s8_bound;
-    /* Convolution weights in conv.c's grouped order, 3x3 kernels (9 taps), this level's SIMD
-     * packer for the kernel's form (conv.c's grouped_i16 / grouped_b give the contract), or
-     * NULL: conv.c's portable loops. Filled where the level's tables are defined, so conv.c
+    /* Convolution weights in conv/pack_w.c's grouped order, 3x3 kernels (9 taps), this level's SIMD
+     * packer for the kernel's form (conv/pack_w.c's grouped_i16 / grouped_b give the contract), or
+     * NULL: conv/pack_w.c's portable loops. Filled where the level's tables are defined, so conv/
      * never infers the ISA; the bytes are the same either way (tests/test_plain.py compares
      * both on every level). I16 form: `pairs` channel pairs w - z as int16; byte forms:
      * `blocks` blocks of 4 channels, (byte ^ fx) - sub. */
     ql_grouped_i16_fn grouped_i16_t9;
     ql_grouped_b_fn grouped_b_t9;
-    /* Byte forms: the level's wider loops for conv.c's s8u8_row (a weight row's bound check,
+    /* Byte forms: the level's wider loops for conv/pack_w.c's s8u8_row (a weight row's bound check,
      * sum and centered bytes) and interleave4 (4 channels' rows side by side, the activation
-     * copies and im2col panels), or NULL: conv.c's 16-byte loops alone. Same bytes and sums. */
+     * copies and im2col panels), or NULL: conv/implicit_plan.c's 16-byte loops alone. Same bytes and sums. */
     ql_s8u8_row_bulk_fn s8u8_row_bulk;
     ql_interleave4_bulk_fn interleave4_bulk;
     /* K is padded (with zeros, by the packers) to a multiple of this; 0: of kpack. 64 for
@@ -164,17 +171,17 @@ typedef struct ql_gemm_kernel {
     /* Convolutions' grouped order in chunks (QL_FORM_S8U8 kernels; 0 or 1: none): k-groups
      * come in runs of kchunk channel blocks (kpack channels each) at one tap, a chunk of
      * kchunk * kpack channels at tap 0, then at tap 1, ...: k-group G is block
-     * (G / kchunk / taps) * kchunk + G % kchunk at tap (G / kchunk) % taps (conv.c, group_of).
+     * (G / kchunk / taps) * kchunk + G % kchunk at tap (G / kchunk) % taps (conv/plan.h, group_of).
      * amx-s8u8: 16, so that one 64-byte row of a weight tile is 64 channels at one tap and the
      * 16 k-groups of an operand tile are 16 blocks of the padded copy at one tap, equally
      * far apart (one tileloadd with that stride). Such a kernel takes convolutions whose
-     * channels per group are a multiple of kchunk * kpack; conv.c hands the others (packing
+     * channels per group are a multiple of kchunk * kpack; conv/ hands the others (packing
      * and running alike) to conv_fallback, a kernel of the same form without chunks. */
     int kchunk;
     const struct ql_gemm_kernel *conv_fallback;
     /* Optional: ikernel_ep on two adjacent tiles at once, 2 * QL_IK_NR columns (the second
      * tile's operand of k-group g at base + off[g] + 64), runs rn[0] and rn[1]: an operand-
-     * bound kernel then loads its weights once for both (amx-s8u8). conv.c pairs a thread's
+     * bound kernel then loads its weights once for both (amx-s8u8). conv/implicit_run.c pairs a thread's
      * consecutive full tiles of one image where the whole K runs at once. */
     void (*ikernel2_ep)(const void *L, ptrdiff_t ldl_bytes, const char *base, const ptrdiff_t *off, int groups,
                         const struct ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows);
@@ -184,6 +191,9 @@ typedef struct ql_gemm_kernel {
      * read at once (whole cache lines for nr = 32 bytes of int8 b) instead of half a line per
      * panel, the other half read again for the next panel. */
     int pack_R_pairs;
+    /* QL_FORM_S8U8 kernels: the level's stride-2 copy row for the implicit GEMM, or NULL:
+     * conv/implicit_run.c's portable loop. Same bytes. */
+    ql_ig_s2x4_fn ig_s2x4;
 } ql_gemm_kernel;
 
 /* ---------------------------------------------------------------------------------------
@@ -204,7 +214,7 @@ typedef struct ql_epilogue {
     /* int32 output only: 1 = whole 64-byte-aligned lines of the output may be written with
      * non-temporal stores (the SIMD epilogues; the scalar one ignores it). Set once per call
      * by the matmul driver (gemm.c: ql_gemm_stream_bytes); ql_gemm fences (sfence) at the end
-     * of each task that ran with it. Zero everywhere else (conv.c memsets its epilogues). */
+     * of each task that ran with it. Zero everywhere else (conv/plan.h's plan_epilogue memsets them). */
     int stream;
 } ql_epilogue;
 
@@ -287,9 +297,15 @@ typedef struct ql_isa {
      * fewer input channels K's padding to 64 wastes the tiles, and kernels larger than 1x1
      * pay a real im2col copy (measured per layer: docs/engine.md, "AMX"). Not where the fast
      * kernel takes the layer on tiles itself (amx-s8u8, input channels a multiple of its 64-
-     * channel chunk: conv.c's conv_kernel), which outran the exact GEMM on every such ResNet-50
+     * channel chunk: conv/plan.h's conv_kernel), which outran the exact GEMM on every such ResNet-50
      * and MobileNetV2 1x1 layer measured (docs/engine.md) */
     int exact_1x1_min_m, exact_1x1_min_k;
+    /* The channels-last depthwise path's helpers on levels whose dw_cl is AVX2's (NULL:
+     * conv/depthwise_cl.c's SSE2 ones): the fill's 16 x 16 transpose (depthwise_cl.c's
+     * transpose16_i16 gives the contract) and the store of 32 positions at a time (its
+     * dwcl_store_q, cols >= 32). Same values either way. */
+    void (*dw_t16)(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zsub, int16_t *dst, const ptrdiff_t *doff);
+    void (*dw_store32)(const uint8_t *Q, int nch, int cols, uint8_t *y, ptrdiff_t P);
 } ql_isa;
 
 /* dispatch.c */
@@ -298,6 +314,15 @@ const ql_isa *ql_isa_get(int i);
 const ql_isa *ql_isa_by_name(const char *name);  /* NULL when not runnable here */
 const char *ql_isa_compiled_names(void);     /* comma list of levels compiled in */
 const char *ql_cpu_flags(void);               /* detected features, for engine_info */
+
+/* elementwise/quantize.c: QuantizeLinear (quant 1: out_type's bytes) or DequantizeLinear (quant 0:
+ * float32) of x seen as C-contiguous (pre, C, post), scale and zp per C (per_axis) or one pair, on
+ * the pool's threads; and DynamicQuantizeLinear's usual case (1, or 0 when it declines) */
+void ql_quantize_tensor(const ql_isa *isa, int quant, const void *x, int x_type, void *out, int out_type,
+                        ptrdiff_t pre, ptrdiff_t C, ptrdiff_t post, int per_axis, const float *scale,
+                        const int32_t *zp);
+int ql_dynamic_quantize(const ql_isa *isa, const float *x, ptrdiff_t n, uint8_t *out, float *scale_out,
+                        int32_t *zp_out);
 
 /* threads.c: persistent pool; the caller participates; tasks claimed with an atomic counter */
 typedef void (*ql_task_fn)(void *ctx, ptrdiff_t task, int thread);
@@ -318,6 +343,9 @@ extern ql_scratch_cache ql_conv_scratch;     /* depthwise scratch, implicit GEMM
 extern ql_scratch_cache ql_plain_scratch;    /* a plain call's packed weights and parameters */
 char *ql_scratch_get(ql_scratch_cache *c, size_t n, int *cached);   /* NULL: out of memory */
 void ql_scratch_put(ql_scratch_cache *c, char *s, int cached);
+/* ql_conv_scratch's blocks with 64 bytes of slack past n (the convolution files' scratch) */
+char *ql_conv_scratch_get(size_t n, int *cached);
+void ql_conv_scratch_put(char *s, int cached);
 
 /* ---------------------------------------------------------------------------------------
  * Packers (portable, form-driven; kernels_scalar.c)
@@ -348,7 +376,7 @@ void ql_pack_R_panel_avx2(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs,
 void ql_pack_R_panel_vnni(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs, int K, int ncols,
                           const int32_t *zp, ptrdiff_t zp_s, int form, int nr, void *dst, int kp,
                           int32_t *colsums);
-/* depthwise row kernels (conv_avx2.c; portable one in conv.c) */
+/* depthwise row kernels (conv_avx2.c; portable one in kernels_scalar.c) */
 void ql_dw_rows_avx2(const int16_t *const *rows, const int16_t *w, int npairs, int32_t *acc,
                      int nblocks, int accumulate);
 void ql_dw_cl_avx2(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs, ptrdiff_t step,
@@ -359,10 +387,15 @@ void ql_grouped_b_t9_avx2(const uint8_t *s, int64_t blocks, uint8_t fx, uint8_t 
 int64_t ql_s8u8_row_bulk_avx2(const uint8_t *s, int64_t n, uint8_t flip, uint8_t lo, uint8_t hi, uint8_t zu,
                               int8_t *d, uint32_t *usum, int *bad);
 int ql_interleave4_bulk_avx2(const uint8_t *const *src, uint8_t flip, uint8_t *dk, int nr);
+void ql_ig_s2x4_avx2(const uint8_t *raw, ptrdiff_t rs, uint8_t flip, uint8_t *d0, uint8_t *d1, int64_t len);
+/* conv_avx2.c: the channels-last depthwise fill's 16 x 16 transpose and store of 32 positions
+ * (ql_isa.dw_t16, dw_store32) */
+void ql_dw_t16_avx2(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zsub, int16_t *dst, const ptrdiff_t *doff);
+void ql_dw_store_avx2(const uint8_t *Q, int nch, int cols, uint8_t *y, ptrdiff_t P);
 /* every AVX2-and-up byte-form kernel's conv packers (a designated-initializer list) */
 #define QL_BYTE_PACKERS_AVX2                                                                    \
     .grouped_b_t9 = ql_grouped_b_t9_avx2, .s8u8_row_bulk = ql_s8u8_row_bulk_avx2,               \
-    .interleave4_bulk = ql_interleave4_bulk_avx2
+    .interleave4_bulk = ql_interleave4_bulk_avx2, .ig_s2x4 = ql_ig_s2x4_avx2
 /* conv_avx512.c: the AVX-512 levels' (AVX-512 BW; the grouped order with AVX512-VBMI) */
 int64_t ql_s8u8_row_bulk_avx512(const uint8_t *s, int64_t n, uint8_t flip, uint8_t lo, uint8_t hi, uint8_t zu,
                                 int8_t *d, uint32_t *usum, int *bad);
@@ -372,7 +405,7 @@ void ql_grouped_b_t9_zmm(const uint8_t *s, int64_t blocks, uint8_t fx, uint8_t s
 /* every AVX-512 byte-form kernel's conv packers */
 #define QL_BYTE_PACKERS_AVX512                                                                  \
     .grouped_b_t9 = ql_grouped_b_t9_zmm, .s8u8_row_bulk = ql_s8u8_row_bulk_avx512,              \
-    .interleave4_bulk = ql_interleave4_bulk_avx2
+    .interleave4_bulk = ql_interleave4_bulk_avx2, .ig_s2x4 = ql_ig_s2x4_avx2
 #endif
 void ql_dw_cl_scalar(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs, ptrdiff_t step,
                    ptrdiff_t row_step, int rows, int ow, const ql_dw_q *q, void *out);
@@ -414,8 +447,8 @@ typedef struct ql_gemm_problem {
     void *scratch; size_t scratch_bytes;
 } ql_gemm_problem;
 
-/* Tiles that ran a narrow tail kernel so far, [0] implicit-GEMM tiles (conv.c), [1] packed
- * panels (gemm.c), [2] implicit-GEMM tiles on the dot kernel (conv.c): a diagnostic the tests read to prove their cases reached the tails
+/* Tiles that ran a narrow tail kernel so far, [0] implicit-GEMM tiles (conv/implicit_run.c), [1] packed
+ * panels (gemm.c), [2] implicit-GEMM tiles on the dot kernel (conv/implicit_run.c): a diagnostic the tests read to prove their cases reached the tails
  * (relaxed atomics; one add per tail tile or panel, not per micro-kernel call). */
 extern long long ql_tail_calls[3];
 static inline void ql_tail_count(int which) { __atomic_add_fetch(&ql_tail_calls[which], 1, __ATOMIC_RELAXED); }
@@ -486,6 +519,8 @@ void ql_epilogue_scalar(const ql_epilogue *ep, const int32_t *C, ptrdiff_t ldc,
                         const int32_t *colsum, int i0, int j0, int rows, int cols);
 /* rne(v) for |v| < 2^31, under the default rounding mode (nearbyintf) */
 int32_t ql_rne(float v);
+/* float32(float32(xs * ws) / ys) in *m; 0 when a scale or the result is not finite or ys is 0 */
+int ql_multiplier_f32(float xs, float ws, float ys, float *m);
 
 /* per-ISA tables (each kernels_*.c defines its own; NULL-free only where compiled) */
 extern const ql_isa ql_isa_scalar;

@@ -88,7 +88,8 @@ static void avx512vnni_u8s8(const void *L, ptrdiff_t ldl, const void *Rpanel, in
  * zero points (per-tensor zero points: none per element), the requantization on 16 lanes and
  * vpmov[u]sdb stores. The 256-bit tile epilogue it replaces (each zmm split into ymm halves
  * through ql_finish_tile16_avx2, two vpmulld per element and the halves spilled to the stack)
- * was three quarters of this kernel's time at K = 64 (bert.attn.scores, perf, 20:20 UTC).
+ * was three quarters of this kernel's time at K = 64 (measured: docs/benchmarks.md, "Measurements
+ * the C engine's comments cite").
  * Epilogues whose rows are not contiguous (strided outputs, per-element multipliers or zero
  * points along a row), and the emulated build (Debian's SIMDe lacks the 512-bit conversions),
  * take the 256-bit path: each 16-column half of the tile as its two ymm halves through AVX2's
@@ -239,7 +240,7 @@ static const ql_gemm_kernel k_avx512vnni = {
 };
 
 /* ---------------------------------------------------------------------------------------
- * avx512vnni-s8u8: the convolutions' implicit GEMM (conv.c's S8U8 form), 16 rows x 16 columns.
+ * avx512vnni-s8u8: the convolutions' implicit GEMM (the convolutions' S8U8 form), 16 rows x 16 columns.
  *
  * A k-group's operand is 16 columns x 4 u8-form bytes = 64 bytes: ONE zmm load, which every
  * row's vpdpbusd then uses as its unsigned source, with the row's 4 centered weights (int8)
@@ -457,7 +458,7 @@ static void avx512vnni_s8u8_ik_ep(const void *L, ptrdiff_t ldl, const char *base
     z_ik_epilogue(acc, ep, rn, i0, rows);
 }
 
-/* Two adjacent tiles at once (ikernel2_ep; conv.c pairs a task's two full 16-column tiles of
+/* Two adjacent tiles at once (ikernel2_ep; conv/implicit_run.c pairs a task's two full 16-column tiles of
  * one image): 8 rows x 32 columns per pass, the second tile's operand 64 bytes after the
  * first's. A k-group is then 2 operand loads and 8 weight broadcasts (vpbroadcastd into a
  * register, each used by both tiles' vpdpbusd) for 16 vpdpbusd: 10 loads, against the single
@@ -650,5 +651,6 @@ static const ql_gemm_kernel k_avx512vnni_s8u8 = {
 const ql_isa ql_isa_avx512vnni = {
     "avx512vnni", &k_avx512vnni, NULL, 1, ql_epilogue_avx2, ql_quantize_avx2, ql_dequantize_avx2,
     &k_avx512vnni_s8u8, ql_dw_rows_avx2, ql_dw_cl_avx2,
+    .dw_t16 = ql_dw_t16_avx2, .dw_store32 = ql_dw_store_avx2,
 };
 #endif

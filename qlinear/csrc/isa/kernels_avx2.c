@@ -59,7 +59,8 @@
  * every k-group, the index is a ptrdiff_t (the broadcasts address l[r] + 4 g directly, no
  * sign extension per row) and the prefetching part is unrolled by 2 (one loop test per two
  * k-groups). gcc 12 -O3: about 50 instructions a k-group before, 38.5 after (77 per unrolled
- * pair); ResNet-50 layers 5-14% faster on one thread (docs/benchmarks.md, branch b8). The
+ * pair): faster on every ResNet-50 layer measured (docs/benchmarks.md, "Batch-8 ResNet-50 layers
+ * on the exact path"). The
  * arithmetic is the same instructions on the same operands in the same order. */
 static inline __attribute__((always_inline)) void
 avx2_i16_body(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups,
@@ -524,7 +525,7 @@ static const ql_gemm_kernel k_avx2_u8s8 = {"avx2-u8s8", U8_MR, 16, 4, QL_FORM_U8
                                        ql_pack_L_avx2, ql_pack_R_panel_avx2, NULL, NULL, avx2_u8s8_ep, 8,
                                        avx2_u8s8_t8, NULL, NULL, NULL, NULL, QL_BYTE_PACKERS_AVX2};
 
-/* conv fast path: L and R packed by conv.c (centered int8 weights, u8-form im2col panels) */
+/* conv fast path: L and R packed by conv/ (centered int8 weights, u8-form im2col panels) */
 static void avx2_s8u8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
                          const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols);
 static const ql_gemm_kernel k_avx2_s8u8 = {"avx2-s8u8", U8_MR, 16, 4, QL_FORM_S8U8, avx2_s8u8, NULL, NULL,
@@ -602,5 +603,6 @@ static void avx2_s8u8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int k
 const ql_isa ql_isa_avx2 = {
     "avx2", &k_avx2_i16, &k_avx2_u8s8, 0, ql_epilogue_avx2, ql_quantize_avx2, ql_dequantize_avx2,
     &k_avx2_s8u8, ql_dw_rows_avx2, ql_dw_cl_avx2,
+    .dw_t16 = ql_dw_t16_avx2, .dw_store32 = ql_dw_store_avx2,
 };
 #endif

@@ -1,11 +1,11 @@
 /* The AVX-512 levels' conv weight packers (ql_gemm_kernel hooks, QL_BYTE_PACKERS_AVX512):
- * conv.c's s8u8_row check at 64 bytes a step (AVX-512 BW), and the 3x3 grouped order of the
+ * conv/pack_w.c's s8u8_row check at 64 bytes a step (AVX-512 BW), and the 3x3 grouped order of the
  * byte forms by AVX512-VBMI's two-table byte permute (vpermt2b), 4 blocks a step.
  *
  * A plain call packs its weights on every call: on an Intel Xeon without AMX (--no-amx) a
  * 256-channel 3x3 layer's 590 K weights took 65 us of CPU time in the AVX2 loops (34 us the
  * grouped order: 6 vpshufb per 36-byte block on the one shuffle port; 25 us the check), a
- * quarter of the prepared call's time. Same bytes and sums as conv.c's loops (tests/test_plain.py
+ * quarter of the prepared call's time. Same bytes and sums as conv/pack_w.c's loops (tests/test_plain.py
  * compares the levels' packers with the portable ones).
  *
  * Cascade Lake and Cooper Lake have AVX-512 VNNI without VBMI: dispatch.c picks between
@@ -26,10 +26,10 @@
 #endif
 #include <string.h>
 
-/* conv.c's s8u8_row, 64 bytes a step (ql_s8u8_row_bulk_fn; AVX-512 BW only, no VBMI): u = byte ^
+/* conv/pack_w.c's s8u8_row, 64 bytes a step (ql_s8u8_row_bulk_fn; AVX-512 BW only, no VBMI): u = byte ^
  * flip; a byte outside [lo, hi] (unsigned compares into a mask) makes the row *bad; vpsadbw sums
  * u (eight 64-bit partial sums: at most 255 * n, far below 2^64); d = u - zu (8-bit wrap, the
- * int8 w - z for a byte within the bound). Whole 64-byte blocks only; conv.c does the rest. */
+ * int8 w - z for a byte within the bound). Whole 64-byte blocks only; conv/pack_w.c does the rest. */
 int64_t ql_s8u8_row_bulk_avx512(const uint8_t *s, int64_t n, uint8_t flip, uint8_t lo, uint8_t hi, uint8_t zu,
                                 int8_t *d, uint32_t *usum, int *bad)
 {
@@ -49,12 +49,12 @@ int64_t ql_s8u8_row_bulk_avx512(const uint8_t *s, int64_t n, uint8_t flip, uint8
     _mm512_storeu_si512((void *)part, acc);
     uint64_t total = 0;
     for (int i = 0; i < 8; i++) total += part[i];
-    *usum = (uint32_t)total;   /* the low 32 bits: wrap32, as conv.c's */
+    *usum = (uint32_t)total;   /* the low 32 bits: wrap32, as conv/pack_w.c's */
     return j;
 }
 
 /* The output's byte o of a 4-block group (144 bytes: block o / 36, entry p = o % 36 = 4t + r,
- * channel r's tap t) comes from source byte 36 (o / 36) + 9 r + t of the group, as conv.c's
+ * channel r's tap t) comes from source byte 36 (o / 36) + 9 r + t of the group, as conv/pack_w.c's
  * grouped_b. vpermt2b picks from a 128-byte window of two registers: output bytes 0-63 (blocks
  * 0-1, source bytes 0-71) from the window at byte 0, bytes 64-143 (blocks 1-3, source 36-143)
  * from the window at byte 36. The index vectors: built once per call. */
@@ -83,7 +83,7 @@ static inline __attribute__((always_inline)) __m512i load_tail44(const uint8_t *
 #endif
 }
 
-/* conv.c's grouped_b at 9 taps (ql_grouped_b_fn), AVX512-VBMI: d[36 q + 4 t + r] = (s[36 q + 9 r
+/* conv/pack_w.c's grouped_b at 9 taps (ql_grouped_b_fn), AVX512-VBMI: d[36 q + 4 t + r] = (s[36 q + 9 r
  * + t] ^ fx) - sub (8-bit wrap). 4 blocks a step: 4 loads (the second window's last 44 bytes
  * by a masked load, so nothing past the group is read: the row may end there), 3 vpermt2b,
  * 3 stores (the last one 16 bytes: nothing written past the group, the next rows may be

@@ -292,20 +292,20 @@ static const ql_gemm_kernel k_amx = {
 };
 
 /* ---------------------------------------------------------------------------------------
- * amx-s8u8: the convolutions' implicit GEMM (conv.c's S8U8 form: centered int8 weights as L,
+ * amx-s8u8: the convolutions' implicit GEMM (the convolutions' S8U8 form: centered int8 weights as L,
  * u8-form bytes of the padded copy as the operand), 32 rows x 16 columns.
  *
  * Arithmetic: tdpbsud adds 4 products sext(a) * zext(b) per k-group to each int32 element
  * with wraparound, no saturation (Intel SDM), so every int8 weight is safe (s8_bound 128), as
  * for avx512vnni-s8u8's vpdpbusd with the operands' roles swapped.
  *
- * Layout: a tile step is 16 k-groups. The weights come in conv.c's chunked grouped order
+ * Layout: a tile step is 16 k-groups. The weights come in conv/pack_w.c's chunked grouped order
  * (kchunk 16: qlinear.h), so a weight tile is 16 rows x 64 bytes of 64 channels at one tap,
  * read at the row stride ldl; the operand tile is those 16 channel blocks at that tap, 16
  * columns x 4 bytes each: one 64-byte row per block, the blocks equally far apart in the copy
- * (conv.c's block stride; 64 bytes in a packed panel), so one tileloadd at stride off[g + 1]
- * - off[g] (conv.c builds off[] in the chunked order: that difference is the same for the 16
- * k-groups of a step). groups is a multiple of 16: conv.c gives this kernel only layers whose
+ * (conv/implicit_plan.c's block stride; 64 bytes in a packed panel), so one tileloadd at stride off[g + 1]
+ * - off[g] (conv/implicit_plan.c builds off[] in the chunked order: that difference is the same for the 16
+ * k-groups of a step). groups is a multiple of 16: conv/plan.h's conv_kernel gives this kernel only layers whose
  * channels per group are a multiple of 64 (conv_kernel) and K blocks of whole chunks; the
  * others run on conv_fallback, avx512vnni-s8u8.
  *

@@ -1,5 +1,5 @@
 /* AVX2 depthwise kernels (qlinear.h's ql_dw_rows_fn and ql_dw_cl_fn). Compiled for AVX2 only (no FMA: the
- * kernel is integer-only anyway); conv.c calls it only where the CPU runs AVX2. */
+ * kernel is integer-only anyway); the conv/ files call it (through the level tables) only where the CPU runs AVX2. */
 #include "conv.h"
 
 #include <string.h>
@@ -270,7 +270,7 @@ void ql_dw_cl_avx2(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, i
     else dw_cl_np(X, toff, wl, wh, npairs < MAXP ? npairs : MAXP, step, row_step, rows, ow, q, out);
 }
 
-/* The channels-last fill (conv.c's transpose16_i16, same contract): 16 positions x 16
+/* The channels-last fill (conv/depthwise_cl.c's transpose16_i16, same contract): 16 positions x 16
  * channels of bytes (rows src + c*cs) to 16 positions of 16 int16 (bytes ^ flip) - zsub, position
  * k at dst + doff[k] (int16 elements; doff NULL: dst + 16*k). Channels c and c + 8 share a ymm
  * (lanes 0 and 1), so each in-lane unpack stage transposes both halves at once: three stages
@@ -328,7 +328,7 @@ void ql_dw_t16_avx2(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zsub
     }
 }
 
-/* The channels-last store (conv.c's dwcl_store_q, same contract, cols >= 32): requantized
+/* The channels-last store (conv/depthwise_cl.c's dwcl_store_q, same contract, cols >= 32): requantized
  * bytes Q [cols][16] to the planes y + c*P (c < nch). Two 16 x 16 byte transposes per pass,
  * one per 128-bit lane (the in-lane unpacks of transpose16_u8): lane 0 takes positions j..j+15,
  * lane 1 j+16..j+31, so channel c's 32 positions leave as one store; the last pass overlaps
@@ -368,10 +368,10 @@ void ql_dw_store_avx2(const uint8_t *Q, int nch, int cols, uint8_t *y, ptrdiff_t
     }
 }
 
-/* The 7-bit path's stride-2 copy (conv.c's ig_split_s2, for both copy tasks; S8U8 form):
+/* The 7-bit path's stride-2 copy (conv/implicit_run.c's ig_split_s2, for both copy tasks; S8U8 form):
  * from 4 padded raw rows raw + q*rs (channels q < 4), position j < len (a multiple of 16) of
  * column phase 0 (raw byte 2j) to d0 and of phase 1 (byte 2j + 1) to d1, each as the 4
- * channels' bytes ^ flip side by side (4 bytes a position: conv.c's interleave4 of
+ * channels' bytes ^ flip side by side (4 bytes a position: conv/rows.c's interleave4 of
  * split_phase's rows, in one pass; reads raw[q*rs, q*rs + 2 len)). A 32-byte load holds 16
  * positions of both phases, 8 per lane; vpshufb gathers each lane's even bytes into its low
  * and the odd bytes into its high qword, so the unpacks of two channels' low (high) qwords
@@ -398,7 +398,7 @@ void ql_ig_s2x4_avx2(const uint8_t *raw, ptrdiff_t rs, uint8_t flip, uint8_t *d0
     }
 }
 
-/* A conv weight row's channel pairs in the I16 form's grouped order (conv.c's grouped_i16, 3x3
+/* A conv weight row's channel pairs in the I16 form's grouped order (conv/pack_w.c's grouped_i16, 3x3
  * kernels: 9 taps): pair q's 18 source bytes a0..a8 b0..b8 (channels 2q, 2q+1) become the 18
  * int16 a0-z b0-z a1-z .. a8-z b8-z. Two 16-byte loads (bytes 0-15 and 2-17: both inside the
  * pair's 18, so no read past the row), vpshufb picks a0 b0 .. a7 b7 (b7 = byte 16 is in the
@@ -428,7 +428,7 @@ void ql_grouped_i16_t9_avx2(const uint8_t *s, int is_signed, int64_t pairs, int3
     }
 }
 
-/* The byte forms' grouped order (conv.c's grouped_b), 9 taps: block q's 36 source bytes (4
+/* The byte forms' grouped order (conv/pack_w.c's grouped_b), 9 taps: block q's 36 source bytes (4
  * channels of 9 taps, channel r's tap t at 9r + t) become d[4t + r] = (byte ^ fx) - sub (8-bit
  * wrap). Three 16-byte loads (bytes 0-15, 16-31, 20-35: inside the block, no read past the
  * row), each in both lanes; vpshufb per lane picks taps 0-3 (low lane) and 4-7 (high lane) of
@@ -469,7 +469,7 @@ void ql_grouped_b_t9_avx2(const uint8_t *s, int64_t blocks, uint8_t fx, uint8_t 
     }
 }
 
-/* conv.c's s8u8_row, 32 bytes a step (ql_s8u8_row_bulk_fn): u = byte ^ flip; a byte that
+/* conv/pack_w.c's s8u8_row, 32 bytes a step (ql_s8u8_row_bulk_fn): u = byte ^ flip; a byte that
  * vpmaxub/vpminub to [lo, hi] moves is outside the bound (*bad); vpsadbw sums u (four 64-bit
  * partial sums: at most 255 * n, far below 2^64); d = u - zu (8-bit wrap, the int8 w - z for
  * a byte within the bound). Whole 32-byte blocks only. */
@@ -492,7 +492,7 @@ int64_t ql_s8u8_row_bulk_avx2(const uint8_t *s, int64_t n, uint8_t flip, uint8_t
     return j;
 }
 
-/* conv.c's interleave4, 32 positions a step (ql_interleave4_bulk_fn): dk[4j + q] = src[q][j] ^
+/* conv/rows.c's interleave4, 32 positions a step (ql_interleave4_bulk_fn): dk[4j + q] = src[q][j] ^
  * flip. The byte and word unpacks work within 128-bit lanes, so lane 0 holds positions 0-15
  * and lane 1 positions 16-31 in four 4-position groups each; vperm2i128 puts them in order. */
 int ql_interleave4_bulk_avx2(const uint8_t *const *src, uint8_t flip, uint8_t *dk, int nr)

@@ -11,6 +11,17 @@
 
 #include <math.h>
 
+/* The requantization multiplier float32(float32(x_scale * w_scale) / y_scale) in *m: the C
+ * engine's one copy of it (qlinear/_requant.py's is the contract's), for plain calls that form it
+ * in C (python/bind_conv.c). 0 when a scale or the result is not finite (inf * 0 is NaN, which
+ * has no integer) or y_scale is 0 (the caller's full path then raises its error). float32
+ * arithmetic in the contract's order, uncontracted (-ffp-contract=off). */
+int ql_multiplier_f32(float xs, float ws, float ys, float *m) {
+    float prod = xs * ws;   /* rounded to float32 here, then divided */
+    *m = prod / ys;
+    return isfinite(xs) && isfinite(ws) && isfinite(ys) && ys != 0.0f && isfinite(*m);
+}
+
 int32_t ql_rne(float v) {
     /* nearbyintf rounds to nearest even under the default rounding mode, which Python keeps */
     return (int32_t)nearbyintf(v);

@@ -79,7 +79,7 @@ static const ql_gemm_kernel k_avxvnni = {
 };
 
 /* ---------------------------------------------------------------------------------------
- * avxvnni-s8u8: the convolutions' implicit GEMM (conv.c's S8U8 form), 6 rows x 16 columns.
+ * avxvnni-s8u8: the convolutions' implicit GEMM (the convolutions' S8U8 form), 6 rows x 16 columns.
  *
  * AVX2's avx2-s8u8 with its vpmaddubsw + vpmaddwd(1) + vpaddd replaced by one vpdpbusd: the
  * operand (u8 form, [0, 255]) is vpdpbusd's unsigned source, the centered weight w - zw (int8,
@@ -165,5 +165,6 @@ static const ql_gemm_kernel k_avxvnni_s8u8 = {
 const ql_isa ql_isa_avxvnni = {
     "avxvnni", &k_avxvnni, NULL, 1, ql_epilogue_avx2, ql_quantize_avx2, ql_dequantize_avx2,
     &k_avxvnni_s8u8, ql_dw_rows_avx2, ql_dw_cl_avx2,
+    .dw_t16 = ql_dw_t16_avx2, .dw_store32 = ql_dw_store_avx2,
 };
 #endif

@@ -204,6 +204,46 @@ static void dequantize_scalar(const void *x, int x_type, ptrdiff_t n, const floa
     }
 }
 
+/* The depthwise kernels (conv/depthwise.c, conv/depthwise_cl.c call them through the table) */
+void ql_dw_rows_scalar(const int16_t *const *rows, const int16_t *w, int npairs, int32_t *acc,
+                       int nblocks, int accumulate)
+{
+    int n = nblocks * 16;
+    for (int i = 0; i < n; i++) {
+        uint32_t s = accumulate ? (uint32_t)acc[i] : 0u;
+        for (int q = 0; q < npairs; q++) {
+            /* |w|, |r| <= 255: the pair sum is below 2^17 in magnitude, exact in int32 */
+            int32_t v = (int32_t)w[2 * q] * rows[2 * q][i] + (int32_t)w[2 * q + 1] * rows[2 * q + 1][i];
+            s += (uint32_t)v;
+        }
+        acc[i] = (int32_t)s;
+    }
+}
+
+void ql_dw_cl_scalar(const int16_t *X, const ptrdiff_t *toff, const int16_t *wt, int npairs, ptrdiff_t step,
+                     ptrdiff_t row_step, int rows, int ow, const ql_dw_q *q, void *out)
+{
+    for (int ro = 0; ro < rows * ow; ro++) {
+        int r = ro / ow, o = ro % ow;
+        const int16_t *xo = X + ((ptrdiff_t)r * row_step + (ptrdiff_t)o * step) * 16;
+        for (int c = 0; c < 16; c++) {
+            uint32_t sum = 0;
+            for (int t = 0; t < 2 * npairs; t++)   /* |w|, |x| <= 255: each product exact */
+                sum += (uint32_t)((int32_t)wt[16 * t + c] * xo[toff[t] * 16 + c]);
+            if (!q) {
+                ((int32_t *)out)[16 * ro + c] = (int32_t)sum;
+                continue;
+            }
+            /* epilogue.c's arithmetic: wrap32 bias, one float32 multiply, clamp, nearest even */
+            sum += (uint32_t)q->bias[c];
+            float v = (float)(int32_t)sum * q->mult[c];
+            if (!(v >= q->lo)) v = q->lo;
+            if (v > q->hi) v = q->hi;
+            ((uint8_t *)out)[16 * ro + c] = (uint8_t)(ql_rne(v) + q->zp);   /* in T's range */
+        }
+    }
+}
+
 const ql_isa ql_isa_scalar = {
     "scalar", &k_scalar_i16, NULL, 0, ql_epilogue_scalar, quantize_scalar, dequantize_scalar,
     NULL, ql_dw_rows_scalar, ql_dw_cl_scalar,

@@ -241,3 +241,15 @@ void ql_scratch_put(ql_scratch_cache *c, char *s, int cached)
     if (cached) pthread_mutex_unlock(&c->mu);
     else free(s);
 }
+
+/* The convolutions' scratch (the depthwise paths, the implicit GEMM's padded copy): kept between
+ * calls in ql_conv_scratch, with 64 bytes of slack past the last buffer. */
+char *ql_conv_scratch_get(size_t n, int *cached)
+{
+    return ql_scratch_get(&ql_conv_scratch, n + 64, cached);
+}
+
+void ql_conv_scratch_put(char *s, int cached)
+{
+    ql_scratch_put(&ql_conv_scratch, s, cached);
+}
