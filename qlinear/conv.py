@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import _native
+from . import _native, dtypes
 from . import _validate as v
 from ._engine import ConvKernel, conv_accumulate, workspace_limit
 from ._geometry import ConvAttributes, ConvGeometry, check_conv_shapes
@@ -733,7 +733,7 @@ def _contiguous(op: str, name: str, arr: np.ndarray) -> np.ndarray:
 
 
 _F32, _I32 = np.dtype(np.float32), np.dtype(np.int32)
-_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
+_RANGES = dtypes.NATIVE_INT_RANGE  # the output types the native kernels store
 
 
 def _pack_plain(C: Any, isa: str, w2: np.ndarray, zp: np.ndarray, taps: int) -> tuple[int, Any]:

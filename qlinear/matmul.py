@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _native
+from . import _native, dtypes
 from . import _validate as v
 from ._engine import Reduction, dtype_bound, matmul_accumulate
 from ._requant import multiplier, round_saturate
@@ -286,7 +286,7 @@ def _batch_index(batch: tuple[int, ...], count: int, out_batch: tuple[int, ...])
 _NO_MULT = np.zeros(1, dtype=np.float32)
 _ZERO_IDX = np.zeros(1, dtype=np.int64)
 _TYPE = {np.dtype(np.uint8): 0, np.dtype(np.int8): 1}
-_RANGE = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
+_RANGE = dtypes.NATIVE_INT_RANGE  # the output types the native kernels store
 
 
 def _native_matmul(right: _RightOperand, matrix: np.ndarray, zp: np.ndarray,

@@ -12,7 +12,7 @@ from ._elementwise import as_3d, run_blocked, scratch
 from ._requant import round_saturate_block, saturation_params
 
 _QUANTIZABLE = (np.dtype(np.float32), np.dtype(np.int32))
-_EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
+_EIGHT_BIT = v.EIGHT_BIT
 
 
 def _axis_param(op: str, name: str, arr: np.ndarray, x_shape: tuple[int, ...], axis: Any) -> tuple[np.ndarray, int | None]:
@@ -196,7 +196,7 @@ def _real_array(x: np.ndarray) -> bool:
 
 
 # Type codes of the native engine by dtype (a dict lookup; ``dtype.name`` costs microseconds).
-_CODES = {np.dtype(k): c for k, c in _native.TYPE_CODES.items()}
+_CODES = _native.DTYPE_CODES
 
 
 #: unsigned integers of 2, 4 and 8 bytes, by size: a short contiguous last axis copied as one
