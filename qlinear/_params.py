@@ -28,7 +28,7 @@ from . import _validate as v
 
 #: elements per chunk: small enough that a chunk's temporaries (a few bytes to 8 per element)
 #: stay far below the output of a large tensor, large enough that NumPy's per-call cost is small
-CHUNK = 1 << 16
+CHUNK = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -129,10 +129,12 @@ def _units(lay: Layout, chunk: int):
 
 
 def run(kernel: Callable[..., None], x: np.ndarray, out: np.ndarray, params: Sequence[np.ndarray],
-        lay: Layout, chunk: int = CHUNK) -> None:
+        lay: Layout, chunk: int | None = None) -> None:
     """kernel(x_chunk, out_chunk, *param_chunks) over the whole of x, in chunks; each
     parameter chunk broadcasts against x's chunk (see the module notes). ``params`` are in
-    the layout's (P0, nblocks, P2) shape; ``out`` is a C-contiguous array of x's shape."""
+    the layout's (P0, nblocks, P2) shape, or (1, 1, 1) (one value for all); ``out`` is a
+    C-contiguous array of x's shape."""
+    chunk = CHUNK if chunk is None else chunk
     pre, d, post = lay.shape3
     if pre * d * post == 0:
         return
@@ -147,10 +149,12 @@ def run(kernel: Callable[..., None], x: np.ndarray, out: np.ndarray, params: Seq
             shape4 = (xs.shape[0], j1 - j0, b, xs.shape[2])
             xs = xs.reshape(shape4)
             os_ = os_.reshape(shape4)  # a view: o3 is contiguous and its D axis uniformly strided
-            pv = [p[(ps if p.shape[0] > 1 else slice(None)), j0:j1, (qs if p.shape[2] > 1 else slice(None))][:, :, None, :]
+            pv = [p[(ps if p.shape[0] > 1 else slice(None)), (slice(j0, j1) if p.shape[1] > 1 else slice(None)),
+                    (qs if p.shape[2] > 1 else slice(None))][:, :, None, :]
                   for p in params]
         else:
             j = k0 // b
-            pv = [p[(ps if p.shape[0] > 1 else slice(None)), j:j + 1, (qs if p.shape[2] > 1 else slice(None))]
+            pv = [p[(ps if p.shape[0] > 1 else slice(None)), (slice(j, j + 1) if p.shape[1] > 1 else slice(None)),
+                    (qs if p.shape[2] > 1 else slice(None))]
                   for p in params]
         kernel(xs, os_, *pv)

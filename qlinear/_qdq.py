@@ -216,12 +216,13 @@ class QuantizeParams:
         self.scale = scale
         self.zero_point = zp
         with np.errstate(over="ignore", under="ignore"):
-            sp = dtypes.to_precision(scale, p).astype(np.float32)  # exact widening of the P value
+            # the scale in P, held as float32 (exact); no copy when it is float32 already
+            sp = dtypes.to_precision(scale, p).astype(np.float32, copy=False)
         if not (np.isfinite(sp).all() and (sp != 0).all()):
             raise ValueError(f"{op}: y_scale must be finite and not zero in the division precision {p.name}; "
                              f"it overflows or underflows there (y_scale {scale.ravel()[:4]}...)")
         self.p_scale = sp.reshape(self.layout.pshape)
-        zf = np.zeros(self.layout.pshape, np.float32)
+        zf = np.zeros((1, 1, 1), np.float32)  # no zero point: one zero, broadcast
         if zp is not None:
             zf = dtypes.to_float32(zp).astype(np.float32).reshape(self.layout.pshape)
             if out_t.is_float:
@@ -244,14 +245,25 @@ def quantize(x: np.ndarray, xt: QType, qp: QuantizeParams) -> np.ndarray:
 
     if t.is_int:
         lo, hi = np.float32(t.lo), np.float32(t.hi)
+        # sub-byte types are written through a byte view: the two's-complement byte, then only
+        # the type's low bits kept (ml_dtypes stores int4 -1 as 0x0F)
+        sub = t.bits < 8
+        store = np.dtype(np.int8) if sub else t.dtype
+        mask = np.uint8((1 << min(t.bits, 8)) - 1)
 
         def kernel(xs, os, s, z):
             q = quotient(xs, s)
-            q[np.isnan(q)] = -np.inf  # NaN gives the type's minimum
             np.rint(q, out=q)
-            np.clip(q, lo - z, hi - z, out=q)  # bounds are integers: clamping then adding is exact
+            np.fmax(q, lo - z, out=q)  # fmax: NaN gives the other operand, so NaN -> T's min
+            np.fmin(q, hi - z, out=q)  # bounds are integers: clamping then adding is exact
             q += z
-            os[...] = q.astype(np.int32).astype(t.dtype)
+            if sub:
+                ob = os.view(store)
+                np.copyto(ob, q, casting="unsafe")  # exact: integers in T's range
+                u = ob.view(np.uint8)
+                u &= mask
+            else:
+                np.copyto(os, q, casting="unsafe")
     else:
         sat, add = qp.saturate, not qp.zero_is_zero
 
@@ -290,11 +302,11 @@ class DequantizeParams:
                 raise ValueError(f"{op}: x_zero_point must be 0 when x is int32; got {zp.ravel()[zp.ravel() != 0][0]}")
         self.layout = _layout(op, "x_scale", x.shape, scale, "x_zero_point", zp, axis, block_size, version)
         self.out = out_t if out_t is not None else (st if st in _WIDE else F32)
-        self.p_scale = dtypes.to_float32(scale).astype(np.float32).reshape(self.layout.pshape)
+        self.p_scale = dtypes.to_float32(scale).astype(np.float32, copy=False).reshape(self.layout.pshape)
         self.zero = None
         if zp is not None:
             # float formats: the decoded values; integers: exact in int32 (int64 for int32)
-            z = dtypes.to_float32(zp) if xt.is_float else zp.astype(np.int32 if xt.bits <= 16 else np.int64)
+            z = dtypes.to_float32(zp).astype(np.float32)  # exact for every type here (int32: zero)
             if np.any(z != 0):  # a zero zero point subtracts nothing (and -0 keeps its sign)
                 self.zero = z.reshape(self.layout.pshape)
 
@@ -312,20 +324,22 @@ def dequantize(x: np.ndarray, xt: QType, dp: DequantizeParams) -> np.ndarray:
             return (f.astype(np.float64) - z.astype(np.float64)).astype(np.float32)
         if xt is _I32:
             return xs.astype(np.float32)  # its zero point is 0; one rounding above 2**24
-        d = xs.astype(np.int32)
-        if z is not None:
-            d = d - z  # exact; |d| < 2**17, exact in float32
-        return d.astype(np.float32)
-
+        if z is None:
+            return xs.astype(np.float32)
+        # integers of at most 16 bits: exact in float32, and so is their difference (< 2**17)
+        d = xs.astype(np.float32)
+        d -= z
+        return d
     if dp.zero is None:
         def kernel(xs, os, s):
             y = centered(xs, None)
-            y = np.multiply(y, s, dtype=np.float32)
+            y *= s  # one float32 multiplication (y is a new float32 array)
             os[...] = dtypes.round_float32(y, ot)
         params = [dp.p_scale]
     else:
         def kernel(xs, os, s, z):
-            y = np.multiply(centered(xs, z), s, dtype=np.float32)
+            y = centered(xs, z)
+            y *= s
             os[...] = dtypes.round_float32(y, ot)
         params = [dp.p_scale, dp.zero]
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
