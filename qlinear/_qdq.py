@@ -320,8 +320,9 @@ def dequantize(x: np.ndarray, xt: QType, dp: DequantizeParams) -> np.ndarray:
             f = xt.decode(xs)
             if z is None:
                 return f
-            # the exact difference (float64 holds it: the formats span < 53 bits), rounded once
-            return (f.astype(np.float64) - z.astype(np.float64)).astype(np.float32)
+            # one float32 subtraction: IEEE gives the exact difference rounded once
+            f -= z
+            return f
         if xt is _I32:
             return xs.astype(np.float32)  # its zero point is 0; one rounding above 2**24
         if z is None:

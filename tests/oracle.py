@@ -667,8 +667,104 @@ def dequantize_linear_v(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, 
     return np.array(out, np.float64).reshape(x.shape).astype(WIDE_DTYPE[out_name])
 
 
+def _exact_product_sum(terms):
+    """Exact sum of products of (value, value) pairs, values Fraction / ±inf / NAN, with IEEE's
+    rules for the non-finite ones: NaN if a NaN, inf·0 or +inf + -inf occurs, else ±inf."""
+    total = Fraction(0)
+    infs = set()
+    for x, w in terms:
+        if x == NAN or w == NAN:
+            return math.nan
+        if isinstance(x, float) or isinstance(w, float):  # an infinity
+            other = w if isinstance(x, float) else x
+            if not isinstance(other, float) and other == 0:
+                return math.nan
+            sx = 1 if (x > 0) else -1
+            sw = 1 if (w > 0) else -1
+            infs.add(sx * sw)
+            continue
+        total += x * w
+    if len(infs) == 2:
+        return math.nan
+    if infs:
+        return math.inf * infs.pop()
+    return total
+
+
+def qlinear_matmul_v21(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
+    """QLinearMatMul-21 (2-D a and b), from the spec text and FORMATS.md Part A: the dot product
+    of the centered values summed exactly (two 8-bit operands: wrap32), rounded once to
+    float32; m = float32(float32(a_scale · b_scale) / y_scale) with the scales widened to
+    float32; y = float32(acc · m); integer output: rne + zp saturated (NaN -> min); float8
+    output: + zp in float32, saturating conversion."""
+    at, bt, yt = _type_of(a), _type_of(b), _type_of(np.asarray(y_zero_point))
+    M, K = a.shape
+    N = b.shape[1]
+
+    def param(p, i, j, per):  # per: "row" (a) or "col" (b)
+        p = np.asarray(p).reshape(-1)
+        if p.size == 1:
+            return p[0]
+        return p[i] if per == "row" else p[j]
+
+    def f32_value(p):
+        return Fraction(float(np.asarray(p).astype(np.float64)))
+
+    ys = f32_value(y_scale)
+    yzp = element_value(np.asarray(y_zero_point).reshape(-1)[0], yt)
+    out = []
+    for i in range(M):
+        for j in range(N):
+            az = element_value(param(a_zero_point, i, j, "row"), at)
+            bz = element_value(param(b_zero_point, i, j, "col"), bt)
+            az = Fraction(0) if az == "-0" else az
+            bz = Fraction(0) if bz == "-0" else bz
+
+            def centered(v, z):
+                if v == NAN:
+                    return NAN
+                if isinstance(v, float):
+                    return v
+                return (Fraction(0) if v == "-0" else v) - z
+            terms = [(centered(element_value(a[i, k], at), az), centered(element_value(b[k, j], bt), bz))
+                     for k in range(K)]
+            total = _exact_product_sum(terms)
+            if at in INT_TYPES and bt in INT_TYPES:
+                total = Fraction((int(total) + 2**31) % 2**32 - 2**31)
+            if isinstance(total, float):
+                acc = total
+            else:
+                acc = round_wide(abs(total), total < 0, "float32")
+            s_a, s_b = f32_value(param(a_scale, i, j, "row")), f32_value(param(b_scale, i, j, "col"))
+            prod = round_wide(abs(s_a * s_b), s_a * s_b < 0, "float32")
+            q = Fraction(prod) / ys
+            m = round_wide(abs(q), q < 0, "float32")
+            if math.isnan(acc) or math.isinf(acc):
+                y = acc * m if m != 0 else math.nan
+            else:
+                p_ = Fraction(acc) * Fraction(m)
+                y = round_wide(abs(p_), (p_ < 0) or (p_ == 0 and (math.copysign(1, acc) * math.copysign(1, m) < 0)),
+                               "float32")
+            if yt in INT_TYPES:
+                lo, hi, _ = INT_TYPES[yt]
+                if math.isnan(y):
+                    out.append(lo)
+                elif math.isinf(y):
+                    out.append(hi if y > 0 else lo)
+                else:
+                    out.append(min(max(_round_half_even(Fraction(y)) + int(yzp), lo), hi))
+            else:
+                if math.isfinite(y) and yzp not in ("-0",) and yzp != 0:
+                    t = Fraction(y) + yzp
+                    y = round_wide(abs(t), t < 0, "float32")
+                out.append(y)
+    if yt in INT_TYPES:
+        return np.array(out, np.int64).reshape(M, N).astype(INT_TYPES[yt][2])
+    return as_format(encode_float(np.array(out, np.float64).reshape(M, N), yt, 1), yt)
+
+
 __all__ = [
     "conv_geometry", "conv_integer", "dequantize_linear", "matmul_integer", "qlinear_conv",
     "qlinear_matmul", "quantize_linear", "wrap32", "multiplier", "INT_RANGES",
-    "FLOAT_FORMATS", "INT_TYPES", "decode_table", "encode_float", "quantize_linear_v", "dequantize_linear_v",
+    "FLOAT_FORMATS", "INT_TYPES", "decode_table", "encode_float", "quantize_linear_v", "dequantize_linear_v", "qlinear_matmul_v21",
 ]

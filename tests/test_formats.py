@@ -521,3 +521,93 @@ def test_bad_input_is_one_clear_error(case):
     with pytest.raises(exc, match=rf"^(quantize|dequantize)_linear: .*\b{name}\b") as info:
         fn()
     assert "\n" not in str(info.value)
+
+
+# ----------------------------------------------------------------------------- QLinearMatMul-21
+
+_MM_TYPES = ["int8", "uint8", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz"]
+
+
+def _mm_operand(rng, name, shape, specials=False):
+    if name in INTS:
+        lo, hi, storage = oracle.INT_TYPES[name]
+        return rng.integers(lo, hi + 1, size=shape).astype(storage)
+    codes = rng.integers(0, 256, size=shape).astype(np.uint8)
+    x = oracle.as_format(codes, name)
+    if not specials:  # NaN/inf codes replaced by finite ones
+        f = x.astype(np.float32)
+        codes = np.where(np.isfinite(f), codes, codes & 0x3F)
+        x = oracle.as_format(codes, name)
+    return x
+
+
+def _mm_zero(rng, name, shape):
+    if name in INTS:
+        lo, hi, storage = oracle.INT_TYPES[name]
+        return rng.integers(lo, hi + 1, size=shape).astype(storage)
+    vals = rng.choice([0.0, 0.5, -2.0, 0.0], size=shape)
+    return oracle.as_format(oracle.encode_float(np.asarray(vals, np.float64), name, 1), name)
+
+
+@pytest.mark.parametrize("yt", ["uint8", "int8", "float8e4m3fn", "float8e5m2"])
+@pytest.mark.parametrize("at,bt", [(x, w) for x in _MM_TYPES for w in _MM_TYPES
+                                   if "float8" in x or "float8" in w] + [("int8", "uint8")])
+def test_qlinear_matmul_21(at, bt, yt):
+    rng = np.random.default_rng(abs(hash((at, bt, yt))) % 2**32)
+    M, K, N = 3, 7, 4
+    a = _mm_operand(rng, at, (M, K))
+    b = _mm_operand(rng, bt, (K, N))
+    for gran in ("tensor", "row-col"):
+        shp_a, shp_b = ((), ()) if gran == "tensor" else ((M,), (N,))
+        stypes = [F32, F16, BF16]
+        sa = _scales(rng, shp_a, stypes[rng.integers(3)], 0.01, 0.5)
+        sb = _scales(rng, shp_b, stypes[rng.integers(3)], 0.01, 0.5)
+        ys = _scales(rng, (), stypes[rng.integers(3)], 0.5, 4.0)
+        za, zb, zy = _mm_zero(rng, at, shp_a), _mm_zero(rng, bt, shp_b), _mm_zero(rng, yt, ())
+        got = qlinear.qlinear_matmul(a, sa, za, b, sb, zb, ys, zy)
+        want = oracle.qlinear_matmul_v21(a, sa, za, b, sb, zb, ys, zy)
+        bits_equal(got, want)
+
+
+def test_qlinear_matmul_21_specials_and_wide_sums():
+    """NaN/inf operands (IEEE rules), and e5m2 x e5m2 sums beyond int64 (the split path)."""
+    rng = np.random.default_rng(9)
+    for at, bt in (("float8e5m2", "float8e5m2"), ("float8e4m3fn", "float8e5m2"), ("float8e5m2fnuz", "int8")):
+        a = _mm_operand(rng, at, (4, 9), specials=True)
+        b = _mm_operand(rng, bt, (9, 3), specials=True)
+        for yt in ("int8", "float8e4m3fn"):
+            z = lambda n, s=(): _mm_zero(rng, n, s) * 0 if n in INTS else oracle.as_format(np.zeros(s, np.uint8), n)  # noqa: E731
+            got = qlinear.qlinear_matmul(a, F32(0.01), z(at), b, F32(0.02), z(bt), F32(1e6), z(yt))
+            bits_equal(got, oracle.qlinear_matmul_v21(a, F32(0.01), z(at), b, F32(0.02), z(bt), F32(1e6), z(yt)))
+    # largest magnitudes: every product 57344^2 units of 2^-32, K = 600 (> 2^63 in int64 units)
+    a = oracle.as_format(np.full((2, 600), 0x7B, np.uint8), "float8e5m2")
+    b = oracle.as_format(np.array([[0x7B], [0xFB]] * 300, np.uint8), "float8e5m2")
+    b = np.concatenate([b, oracle.as_format(np.full((600, 1), 0x04, np.uint8), "float8e5m2")], axis=1)
+    zero = oracle.as_format(np.zeros((), np.uint8), "float8e5m2")
+    for ys in (F32(1e9), F32(1e5)):
+        got = qlinear.qlinear_matmul(a, F32(1), zero, b, F32(1), zero, ys, np.int8(0))
+        bits_equal(got, oracle.qlinear_matmul_v21(a, F32(1), zero, b, F32(1), zero, ys, np.int8(0)))
+
+
+def test_engine_qlinear_matmul_21_batched_and_8bit_float16_scales(engine_level):
+    """Batches and 1-D operands follow numpy.matmul (checked slice by slice against the
+    oracle); 8-bit operands with float16/bfloat16 scales take the 8-bit contract (the native
+    kernels) with the scales widened exactly."""
+    rng = np.random.default_rng(4)
+    a = _mm_operand(rng, "float8e4m3fn", (2, 3, 5))
+    b = _mm_operand(rng, "int8", (5, 4))
+    za, zb, zy = oracle.as_format(np.zeros((), np.uint8), "float8e4m3fn"), np.int8(3), np.uint8(7)
+    got = qlinear.qlinear_matmul(a, F16(0.1), za, b, BF16(0.2), zb, F32(0.3), zy)
+    for i in range(2):
+        bits_equal(got[i], oracle.qlinear_matmul_v21(a[i], F16(0.1), za, b, BF16(0.2), zb, F32(0.3), zy))
+    v = qlinear.qlinear_matmul(a[0, 0], F16(0.1), za, b, BF16(0.2), zb, F32(0.3), zy)
+    bits_equal(v, oracle.qlinear_matmul_v21(a[0, :1], F16(0.1), za, b, BF16(0.2), zb, F32(0.3), zy)[0])
+    a8 = _mm_operand(rng, "uint8", (6, 9))
+    b8 = _mm_operand(rng, "int8", (9, 5))
+    sb = _scales(rng, (5,), F16, 0.01, 0.1)
+    got = qlinear.qlinear_matmul(a8, BF16(0.05), np.uint8(128), b8, sb, np.zeros(5, np.int8), F16(0.7), np.int8(-3))
+    bits_equal(got, oracle.qlinear_matmul_v21(a8, BF16(0.05), np.uint8(128), b8, sb, np.zeros(5, np.int8),
+                                              F16(0.7), np.int8(-3)))
+    # ... which is the 10's contract on float32-widened scales
+    bits_equal(got, qlinear.qlinear_matmul(a8, F32(BF16(0.05)), np.uint8(128), b8, sb.astype(F32),
+                                           np.zeros(5, np.int8), F32(F16(0.7)), np.int8(-3)))
