@@ -611,3 +611,42 @@ def test_engine_qlinear_matmul_21_batched_and_8bit_float16_scales(engine_level):
     # ... which is the 10's contract on float32-widened scales
     bits_equal(got, qlinear.qlinear_matmul(a8, F32(BF16(0.05)), np.uint8(128), b8, sb.astype(F32),
                                            np.zeros(5, np.int8), F32(F16(0.7)), np.int8(-3)))
+
+
+def _f8(name, values):
+    return oracle.as_format(oracle.encode_float(np.asarray(values, np.float64), name, 1), name)
+
+
+def test_qlinear_matmul_21_accumulator_rounds_once():
+    """The exact sum is rounded to float32 once: sums built so that a rounding through float64
+    first (double rounding) lands on a tie and gives another output. int64 path (e4m3fn x
+    e5m2, S = 2**60 + 2**36 + 1 units) and the split path (e5m2 x e5m2, S = 2**64 + 2**40 + 1)."""
+    zero4, zero5 = _f8("float8e4m3fn", 0.0).reshape(()), _f8("float8e5m2", 0.0).reshape(())
+    a = _f8("float8e4m3fn", [[256.0] * 4097 + [2.0 ** -9]])
+    b = _f8("float8e5m2", [[32768.0]] * 4096 + [[8.0], [2.0 ** -16]])
+    got = qlinear.qlinear_matmul(a, F32(100.5), zero4, b, F32(2.0 ** -35), zero5, F32(1), np.int8(0))
+    want = oracle.qlinear_matmul_v21(a, F32(100.5), zero4, b, F32(2.0 ** -35), zero5, F32(1), np.int8(0))
+    assert int(want[0, 0]) == 101
+    bits_equal(got, want)
+    a = _f8("float8e5m2", [[32768.0] * 4 + [256.0, 2.0 ** -16]])
+    b = _f8("float8e5m2", [[32768.0]] * 4 + [[1.0], [2.0 ** -16]])
+    got = qlinear.qlinear_matmul(a, F32(100.5), zero5, b, F32(2.0 ** -32), zero5, F32(1), np.int8(0))
+    want = oracle.qlinear_matmul_v21(a, F32(100.5), zero5, b, F32(2.0 ** -32), zero5, F32(1), np.int8(0))
+    assert int(want[0, 0]) == 101
+    bits_equal(got, want)
+
+
+def test_qlinear_matmul_21_multiplier_order():
+    """m = float32(float32(a_scale · b_scale) / y_scale), in that order: scales found (seeded
+    search) where another order moves y = 1 · m across 0.5."""
+    rng = np.random.default_rng(0)
+    sa = rng.uniform(0.5, 2, 200000).astype(F32)
+    ys = rng.uniform(0.5, 2, 200000).astype(F32)
+    sb = ((F32(0.5) * ys) / sa).astype(F32)
+    m1 = (sa * sb) / ys
+    m2 = sa * (sb / ys)
+    i = int(np.flatnonzero(np.rint(m1) != np.rint(m2))[0])
+    a = _f8("float8e4m3fn", [[1.0]])
+    zero = _f8("float8e4m3fn", 0.0).reshape(())
+    got = qlinear.qlinear_matmul(a, sa[i], zero, np.ones((1, 1), np.int8), sb[i], np.int8(0), ys[i], np.uint8(0))
+    assert int(got[0, 0]) == int(np.rint(m1[i]))
