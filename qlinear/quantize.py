@@ -138,19 +138,24 @@ def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, ax
             return out
     if not isinstance(x, (np.ndarray, np.generic)):
         raise TypeError(f"{op}: x must be a NumPy array of dtype float32 or int32; got a Python {type(x).__name__}")
+    if (plain and x.dtype in _QUANTIZABLE and _plain_scale(y_scale)
+            and (not isinstance(y_zero_point, (np.ndarray, np.generic)) or y_zero_point.dtype in _EIGHT_BIT)):
+        # the 8-bit contract's own path (float32 or int32 x, float32 scale, P = float32)
+        return _quantize_8bit(op, v.as_array(op, "x", x), y_scale, y_zero_point, axis, y_scale, y_zero_point)
     ver = _qdq.version_of(op, version)
     x, xt = _qdq.input_tensor(op, "x", x, _qdq.Q_INPUTS, ver)
-    if not (plain and x.dtype in _QUANTIZABLE and _plain_scale(y_scale)
-            and (not isinstance(y_zero_point, (np.ndarray, np.generic)) or y_zero_point.dtype in _EIGHT_BIT)):
-        qp = _qdq.QuantizeParams(op, x, xt, y_scale, y_zero_point, axis, block_size, saturate, output_dtype,
-                                 precision, ver)
-        v.check_size(op, "the output", x.shape, qp.out.dtype.itemsize)
-        if (qp.out.native and x.dtype in _QUANTIZABLE and qp.scale_type is dtypes.F32
-                and qp.precision is dtypes.F32 and qp.layout.kind != "blocked"):
-            y_zero_point = qp.zero_point if qp.zero_point is not None else np.zeros(qp.scale.shape, qp.out.dtype)
-            return _quantize_8bit(op, x, qp.scale, y_zero_point, axis, y_scale, None)
-        return _qdq.quantize(x, xt, qp)
-    return _quantize_8bit(op, x, y_scale, y_zero_point, axis, y_scale, y_zero_point)
+    qp = _qdq.QuantizeParams(op, x, xt, y_scale, y_zero_point, axis, block_size, saturate, output_dtype,
+                             precision, ver)
+    v.check_size(op, "the output", x.shape, qp.out.dtype.itemsize)
+    if (qp.out.native and x.dtype in _QUANTIZABLE and qp.scale_type is dtypes.F32
+            and qp.precision is dtypes.F32 and qp.layout.kind != "blocked"):
+        # the same arithmetic: the 8-bit path (its kernels), with the validated parameters as
+        # arrays, which the repeat-call cache never keys on (the call's attributes are not
+        # part of its key)
+        zp = qp.zero_point if qp.zero_point is not None else np.zeros(qp.scale.shape, qp.out.dtype)
+        scale = np.asarray(qp.scale, np.float32)
+        return _quantize_8bit(op, x, scale, zp, axis, scale, zp)
+    return _qdq.quantize(x, xt, qp)
 
 
 def _plain_scale(s: Any) -> bool:

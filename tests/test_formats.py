@@ -650,3 +650,18 @@ def test_qlinear_matmul_21_multiplier_order():
     zero = _f8("float8e4m3fn", 0.0).reshape(())
     got = qlinear.qlinear_matmul(a, sa[i], zero, np.ones((1, 1), np.int8), sb[i], np.int8(0), ys[i], np.uint8(0))
     assert int(got[0, 0]) == int(np.rint(m1[i]))
+
+
+def test_engine_repeat_cache_keeps_attributes_apart(engine_level):
+    """The per-tensor repeat-call cache is keyed on the scale/zero-point objects only: a call
+    with output_dtype or another version must not leave an entry a plain call would take."""
+    x = np.linspace(-300, 300, 64, dtype=F32)
+    s = F32(2.0)
+    a = qlinear.quantize_linear(x, s, output_dtype=np.int8)
+    b = qlinear.quantize_linear(x, s)
+    c = qlinear.quantize_linear(x, s, output_dtype=np.int8)
+    assert a.dtype == np.int8 and b.dtype == np.uint8 and c.dtype == np.int8
+    bits_equal(b, oracle.quantize_linear_v(x, s))
+    bits_equal(c, oracle.quantize_linear_v(x, s, output_dtype=np.int8))
+    d = qlinear.dequantize_linear(c, s, version=13)
+    bits_equal(qlinear.dequantize_linear(c, s), d)
