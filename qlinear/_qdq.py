@@ -11,8 +11,9 @@ from version 23, the scale's type (float32 for an int32 or float8e8m0 scale); el
 operands are rounded to P once, then one correctly rounded division in P (a float32 division
 of the widened operands, then one rounding to P: float32's 24 bits are at least 2p+2 for
 float16's and bfloat16's p, so that is the division in P). Integer outputs: rne, the zero point
-added exactly, saturated; NaN gives the type's minimum. Float outputs: + zero point in P (a
-zero zero point adds nothing, so -0 keeps its sign), then one conversion by the Cast rules.
+added exactly, saturated; NaN gives the type's minimum. Float outputs: + zero point in P (for
+float8 a zero zero point adds nothing, so -0 keeps its sign as in onnxruntime; a float4/float6
+zero point is added as given), then one conversion by the Cast rules.
 
 DequantizeLinear: y = round_to_output(float32(x - x_zero_point) * float32(x_scale)), the
 difference exact (and rounded once to float32 where a float format's difference needs it).
@@ -228,7 +229,10 @@ class QuantizeParams:
             if out_t.is_float:
                 zf = dtypes.to_precision(zf, p).astype(np.float32)  # exact: every narrow float fits P
         self.p_zero = zf
-        self.zero_is_zero = not np.any(zf)
+        # float8: a zero zero point adds nothing (onnxruntime and onnx.reference ignore a float8
+        # zero point, so -0 keeps its sign there); float4/float6: a given zero point is added
+        # as IEEE adds it (-0 + 0 = +0), as onnx.reference and ONNX's own test data do
+        self.zero_is_zero = zp is None or (out_t.is_float and out_t.bits == 8 and not np.any(zf))
 
 
 def quantize(x: np.ndarray, xt: QType, qp: QuantizeParams) -> np.ndarray:

@@ -614,9 +614,17 @@ def quantize_linear_v(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, sa
                 r = min(max(_round_half_even(Fraction(q)) + int(zv), lo), hi)
             out.append(r)
         else:
-            if zv != "-0" and zv != 0 and math.isfinite(q):  # (zero: nothing added)
-                total = Fraction(q) + zv
-                q = round_wide(abs(total), total < 0, P)  # an exact zero sum is +0
+            # float8: a zero zero point adds nothing; float4/float6: a given one is added
+            # (IEEE: -0 + 0 = +0, an exact zero sum is +0)
+            float8 = FLOAT_FORMATS[out_name][0] + FLOAT_FORMATS[out_name][1] == 7
+            adds = zp is not None and (not float8 or (zv != "-0" and zv != 0))
+            if adds and math.isfinite(q):
+                z = Fraction(0) if zv == "-0" else zv
+                total = Fraction(q) + z
+                if total == 0 and math.copysign(1, q) < 0 and zv == "-0":
+                    q = -0.0  # -0 + -0 = -0
+                else:
+                    q = round_wide(abs(total), total < 0, P)
             out.append(q)
     if out_name in INT_TYPES:
         return np.array(out, np.int64).reshape(x.shape).astype(INT_TYPES[out_name][2])

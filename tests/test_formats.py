@@ -665,3 +665,89 @@ def test_engine_repeat_cache_keeps_attributes_apart(engine_level):
     bits_equal(c, oracle.quantize_linear_v(x, s, output_dtype=np.int8))
     d = qlinear.dequantize_linear(c, s, version=13)
     bits_equal(qlinear.dequantize_linear(c, s), d)
+
+
+# ----------------------------------------------------------------------------- ONNX's own cases
+
+
+#: the node cases onnx 1.23 ships for the family (test_onnx_family_cases_are_listed guards the list)
+ONNX_CASES = [
+    "test_dequantizelinear",
+    "test_dequantizelinear_axis",
+    "test_dequantizelinear_blocked",
+    "test_dequantizelinear_e4m3fn",
+    "test_dequantizelinear_e4m3fn_float16",
+    "test_dequantizelinear_e4m3fn_zero_point",
+    "test_dequantizelinear_e5m2",
+    "test_dequantizelinear_float4e2m1",
+    "test_dequantizelinear_int16",
+    "test_dequantizelinear_int2",
+    "test_dequantizelinear_int4",
+    "test_dequantizelinear_uint16",
+    "test_dequantizelinear_uint2",
+    "test_dequantizelinear_uint4",
+    "test_qlinearmatmul_2D_int8_float16",
+    "test_qlinearmatmul_2D_int8_float32",
+    "test_qlinearmatmul_2D_uint8_float16",
+    "test_qlinearmatmul_2D_uint8_float32",
+    "test_qlinearmatmul_3D_int8_float16",
+    "test_qlinearmatmul_3D_int8_float32",
+    "test_qlinearmatmul_3D_uint8_float16",
+    "test_qlinearmatmul_3D_uint8_float32",
+    "test_quantizelinear",
+    "test_quantizelinear_axis",
+    "test_quantizelinear_blocked_asymmetric",
+    "test_quantizelinear_blocked_symmetric",
+    "test_quantizelinear_e4m3fn",
+    "test_quantizelinear_e5m2",
+    "test_quantizelinear_float4e2m1",
+    "test_quantizelinear_int16",
+    "test_quantizelinear_int2",
+    "test_quantizelinear_int4",
+    "test_quantizelinear_uint16",
+    "test_quantizelinear_uint2",
+    "test_quantizelinear_uint4",
+]
+
+
+def _onnx_family_cases():
+    # test_onnx_cases collects onnx's node cases once per process (several seconds): shared
+    from test_onnx_cases import onnx_cases
+    return {n: c for n, c in onnx_cases().items()
+            if n.startswith(("test_quantizelinear", "test_dequantizelinear", "test_qlinearmatmul"))}
+
+
+def test_onnx_family_cases_are_listed():
+    assert sorted(_onnx_family_cases()) == sorted(ONNX_CASES)
+
+
+@pytest.mark.parametrize("name", ONNX_CASES)
+def test_onnx_node_cases(name):
+    """Every node test case onnx ships for QuantizeLinear, DequantizeLinear and QLinearMatMul,
+    at the model's opset version, bit for bit against ONNX's expected output and the oracle."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    def array(a):
+        return numpy_helper.to_array(a) if isinstance(a, onnx.TensorProto) else np.asarray(a)
+
+    case = _onnx_family_cases()[name]
+    (node,) = case.model.graph.node
+    version = [o.version for o in case.model.opset_import if o.domain in ("", "ai.onnx")][0]
+    fn = {"QuantizeLinear": (qlinear.quantize_linear, oracle.quantize_linear_v),
+          "DequantizeLinear": (qlinear.dequantize_linear, oracle.dequantize_linear_v),
+          "QLinearMatMul": (qlinear.qlinear_matmul, None)}[node.op_type]
+    for inputs, outputs in case.data_sets:
+        present = iter([array(a) for a in inputs])
+        args = [next(present) if n else None for n in node.input]
+        kwargs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        want = array(outputs[0])
+        if node.op_type == "QLinearMatMul":
+            bits_equal(fn[0](*args, **kwargs), want)
+            continue
+        got = fn[0](*args, **kwargs, version=version)
+        bits_equal(got, want)
+        if "output_dtype" in kwargs:
+            kwargs["output_dtype"] = dtypes.from_onnx(kwargs["output_dtype"]).dtype
+        bits_equal(fn[1](*args, **kwargs, version=version) if node.op_type == "QuantizeLinear"
+                   else fn[1](*args, **kwargs), want)
