@@ -298,10 +298,10 @@ class _ConvWeights:
             tail = (0, 0, 0, 0.0, 0.0, _NO_MULT, 0)
         else:
             y_dtype = y_zero_point.dtype
-            info = np.iinfo(y_dtype)
+            qmin, qmax = _RANGES[y_dtype]
             yz = int(y_zero_point)
             mm = np.ascontiguousarray(mult, dtype=np.float32).reshape(-1)
-            tail = (1, int(info.min < 0), yz, float(info.min - yz), float(info.max - yz), mm, int(mm.size > 1))
+            tail = (1, int(qmin < 0), yz, float(qmin - yz), float(qmax - yz), mm, int(mm.size > 1))
         head = (_native.DTYPE_CODES[x.dtype], int(zp), (n, c, m, group), geom.in_spatial, geom.out_spatial,
                 geom.kernel, geom.strides, geom.dilations, geom.pads_begin)
         return kind, w, out_shape, y_dtype, head, tail
