@@ -95,9 +95,7 @@ def scale_param(op: str, name: str, value: Any, allowed: tuple[QType, ...], vers
     """A scale of one of the allowed types, finite (and non-zero when the operator divides by
     it). A Python float is float32, as in the 8-bit API."""
     if isinstance(value, float):
-        value = np.float32(value) if np.isfinite(np.float32(value)) or not np.isfinite(value) else value
-        if isinstance(value, float):
-            raise ValueError(f"{op}: {name} must fit float32; got {value}, which overflows float32")
+        value = np.asarray(value)  # float64: rounded to float32 below, overflow reported
     if not isinstance(value, (np.ndarray, np.generic)):
         raise TypeError(f"{op}: {name} must be a float or a NumPy array of type {_names(allowed)}; "
                         f"got a Python {type(value).__name__}")

@@ -751,3 +751,25 @@ def test_onnx_node_cases(name):
             kwargs["output_dtype"] = dtypes.from_onnx(kwargs["output_dtype"]).dtype
         bits_equal(fn[1](*args, **kwargs, version=version) if node.op_type == "QuantizeLinear"
                    else fn[1](*args, **kwargs), want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_hypothesis_qlinear_matmul_21(data):
+    at = data.draw(st.sampled_from(_MM_TYPES))
+    bt = data.draw(st.sampled_from(_MM_TYPES))
+    yt = data.draw(st.sampled_from(_MM_TYPES))
+    M, K, N = (data.draw(st.integers(1, 6)) for _ in range(3))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    specials = data.draw(st.booleans())
+    a = _mm_operand(rng, at, (M, K), specials)
+    b = _mm_operand(rng, bt, (K, N), specials)
+    per_row, per_col = data.draw(st.booleans()), data.draw(st.booleans())
+    shp_a, shp_b = ((M,) if per_row else ()), ((N,) if per_col else ())
+    stypes = [F32, F16, BF16]
+    sa = _scales(rng, shp_a, stypes[data.draw(st.integers(0, 2))], 1e-3, 1.0)
+    sb = _scales(rng, shp_b, stypes[data.draw(st.integers(0, 2))], 1e-3, 1.0)
+    ys = _scales(rng, (), stypes[data.draw(st.integers(0, 2))], 1e-3, 10.0)
+    za, zb, zy = _mm_zero(rng, at, shp_a), _mm_zero(rng, bt, shp_b), _mm_zero(rng, yt, ())
+    got = qlinear.qlinear_matmul(a, sa, za, b, sb, zb, ys, zy)
+    bits_equal(got, oracle.qlinear_matmul_v21(a, sa, za, b, sb, zb, ys, zy))
