@@ -773,3 +773,13 @@ def test_hypothesis_qlinear_matmul_21(data):
     za, zb, zy = _mm_zero(rng, at, shp_a), _mm_zero(rng, bt, shp_b), _mm_zero(rng, yt, ())
     got = qlinear.qlinear_matmul(a, sa, za, b, sb, zb, ys, zy)
     bits_equal(got, oracle.qlinear_matmul_v21(a, sa, za, b, sb, zb, ys, zy))
+
+
+def test_int32_x_rounds_once_to_bfloat16():
+    """An int32 x goes to P = bfloat16 in one rounding: 2**30 + 2**22 + 1 is above the midpoint
+    between two bfloat16 values, but through float32 it becomes the midpoint and ties to even."""
+    x = np.array([2**30 + 2**22 + 1, -(2**30 + 2**22 + 1), 2**30 + 2**22, 2**24 + 2**16 + 1], np.int32)
+    s = BF16(2.0 ** 23)
+    got = qlinear.quantize_linear(x, s, output_dtype=np.int16)
+    assert got[0] == 129 and got[1] == -129 and got[2] == 128
+    bits_equal(got, oracle.quantize_linear_v(x, s, output_dtype=np.int16))
