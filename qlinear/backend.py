@@ -48,7 +48,7 @@ from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 from onnx.reference.op_run import OpRun
 
 import qlinear as _q
-from qlinear import _blas, _native
+from qlinear import _blas, _native, modelfile
 from qlinear._validate import byte_count, check_view, repeats_memory, sizes
 from qlinear.quantize import PreparedDequantize, PreparedQuantize
 from qlinear import backend_contrib as _contrib
@@ -1198,10 +1198,16 @@ def kernels_for(emulate: str | None) -> list[type[OpRun]]:
 def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with its model-local functions (FunctionProto) inlined, so that the six
     operators inside them run on qlinear's kernels too (onnx.reference would otherwise run
-    a function's body with its own implementations); ``model`` itself if it has none."""
+    a function's body with its own implementations); ``model`` itself if it has none.
+    ValueError, before anything is expanded, when the inlined graph would exceed
+    ``qlinear._inline.MAX_INLINED_NODES`` nodes or the functions call each other in a cycle."""
     if not model.functions:
         return model
     from onnx.inliner import inline_local_functions
+
+    from qlinear._inline import check_inline_size
+
+    check_inline_size(model)
 
     return inline_local_functions(model)
 
@@ -1296,72 +1302,8 @@ def _rebuild_rep(model: bytes, emulate: str | None, max_tensor_bytes: int | None
     return QLinearRep(onnx.load_from_string(model), emulate, max_tensor_bytes=max_tensor_bytes)
 
 
-def _graph_tensors(graph: onnx.GraphProto) -> Iterable[onnx.TensorProto]:
-    """Every tensor a graph holds: initializers (sparse ones too) and tensor attributes, in
-    subgraphs as well."""
-    yield from graph.initializer
-    for sparse in graph.sparse_initializer:
-        yield sparse.values
-        yield sparse.indices
-    for node in graph.node:
-        for a in node.attribute:
-            if a.HasField("t"):
-                yield a.t
-            yield from a.tensors
-            if a.HasField("g"):
-                yield from _graph_tensors(a.g)
-            for g in a.graphs:
-                yield from _graph_tensors(g)
-
-
-def missing_external_data(tensor: str, location: str, folder: str) -> str | None:
-    """Why the external data file ``location`` of ``tensor`` cannot be found in the model's
-    ``folder``, naming the path the model expects and what to do; None when it is a file.
-    External data is read relative to the model file's folder (onnx's rule), not the current
-    directory, and qlinear reads it nowhere else."""
-    folder = os.path.abspath(folder)
-    expected = os.path.normpath(os.path.join(folder, location))
-    if os.path.isfile(expected):
-        return None
-    parent = os.path.dirname(expected)
-    what = (f"the folder {parent} does not exist" if not os.path.isdir(parent) else
-            "it is not a regular file" if os.path.exists(expected) else "no such file")
-    return (f"tensor {tensor!r} keeps its data in the external file {location!r}, expected at {expected}, "
-            f"but {what}; external data is read from the model's folder ({folder}) whatever the "
-            f"current directory: put the file there, or keep the model next to its data")
-
-
-def _load_path(path: str | os.PathLike) -> onnx.ModelProto:
-    """``onnx.load(path)``, with a missing external data file named as
-    :func:`missing_external_data` names it (onnx said the data 'should be stored in ..., but it
-    is not regular file')."""
-    model = onnx.load(path, load_external_data=False)
-    folder = os.path.dirname(os.path.abspath(path))
-    for t in _graph_tensors(model.graph):
-        if t.data_location == onnx.TensorProto.EXTERNAL:
-            location = next((e.value for e in t.external_data if e.key == "location"), "")
-            why = missing_external_data(t.name, location, folder) if location else None
-            if why:
-                raise ValueError(f"prepare: {why}")
-    from onnx.external_data_helper import load_external_data_for_model
-
-    load_external_data_for_model(model, folder)
-    return model
-
-
-def _check_external_data_loaded(model: onnx.ModelProto, from_bytes: bool) -> None:
-    """ValueError naming a tensor whose data lives in an external file that was not read
-    (``onnx.load(path, load_external_data=False)``, or a model's bytes, which cannot name the
-    folder): onnx.reference failed on it with 'An instance of LargeContainer should be created
-    before using ReferenceEvaluator', which says neither what nor how to fix it."""
-    for t in _graph_tensors(model.graph):
-        if t.data_location == onnx.TensorProto.EXTERNAL:
-            location = next((e.value for e in t.external_data if e.key == "location"), "?")
-            how = ("a model given as bytes cannot read it: pass the model's path" if from_bytes else
-                   "pass the model's path, or load it with onnx.load(path) (which reads external data) or "
-                   "onnx.external_data_helper.load_external_data_for_model(model, folder)")
-            raise ValueError(f"prepare: tensor {t.name!r} keeps its data in the external file {location!r}, "
-                             f"which was not loaded; {how}")
+#: The one model-file loader (kept importable here by this name).
+missing_external_data = modelfile.missing_external_data
 
 
 class _TrackedNodes(list):
@@ -1670,20 +1612,20 @@ class QLinearBackend(Backend):
                             "emulate, qdq and max_tensor_bytes)")
         kernels_for(emulate)  # a bad name fails before anything is loaded
         from_bytes = isinstance(model, bytes)
-        from google.protobuf.message import DecodeError
-
-        try:
+        try:  # files and bytes through the one loader (qlinear.modelfile): one ValueError each
             if isinstance(model, (str, os.PathLike)):
-                model = _load_path(model)
+                model = modelfile.load(model, max_tensor_bytes=max_tensor_bytes)
             elif isinstance(model, bytes):
-                model = onnx.load_from_string(model)
+                model = modelfile.parse(model, "the bytes are")
             elif not isinstance(model, onnx.ModelProto):
                 raise TypeError("prepare: model must be an onnx.ModelProto, a path or bytes; got "
                                 f"{type(model).__name__}")
-        except DecodeError as e:
-            # protobuf's own exception (not a ValueError) said only 'Error parsing message'
-            raise ValueError(f"prepare: {'the bytes are' if from_bytes else f'{os.fspath(model)!r} is'} "
-                             f"not an ONNX model, or a corrupt or truncated protobuf ({e})") from None
+            modelfile.check_loaded(model, from_bytes)
+            # element types, attribute types, strings: what onnx would fail on with a bare
+            # KeyError (61, 0) or UnicodeDecodeError, named here (the commands check the same)
+            modelfile.check_contents(model, "the model")
+        except modelfile.ModelFileError as e:
+            raise ValueError(f"prepare: {e}") from None
         if not model.HasField("graph"):
             # empty bytes (or an empty file) parse as a ModelProto without a graph, which ran
             # and returned no outputs; onnxruntime refuses it ('No graph was found')
@@ -1691,7 +1633,6 @@ class QLinearBackend(Backend):
                              "are not an ONNX model)")
         if not cls.supports_device(device):
             raise ValueError(f"prepare: device {device!r} is not supported (CPU only)")
-        _check_external_data_loaded(model, from_bytes)
         if qdq not in QDQ_MODES:
             raise ValueError(f"prepare: qdq must be one of {', '.join(QDQ_MODES)}; got {qdq!r}")
         try:
