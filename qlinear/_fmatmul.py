@@ -195,3 +195,24 @@ def qlinear_matmul(op: str, a: Any, a_scale: Any, a_zero_point: Any, b: Any, b_s
         with np.errstate(over="ignore", invalid="ignore"):
             y = np.add(y, z, dtype=np.float32)
     return yt.encode(np.asarray(y, np.float32), True)
+
+
+def node_problem(version: int, elems: dict[int, int]) -> str | None:
+    """Why a QLinearMatMul node cannot run, from its inputs' ONNX element types (input index:
+    element type; 0 unknown), or None: version 10 takes 8-bit operands and float32 scales,
+    version 21 also float8 operands and float16/bfloat16 scales."""
+    for i, elem in elems.items():
+        if not elem:
+            continue
+        try:
+            t = dtypes.from_onnx(elem)
+        except KeyError:
+            t = None
+        if i in (1, 4, 6):
+            ok = t is dtypes.F32 or (version >= 21 and t in _SCALES)
+        else:
+            ok = t is not None and t in _OPERANDS and (version >= 21 or (t.is_int and t.bits == 8))
+        if not ok:
+            name = t.name if t is not None else f"ONNX element type {elem}"
+            return f"input {i} is {name}, which QLinearMatMul-{version} does not take"
+    return None

@@ -348,3 +348,62 @@ def dequantize(x: np.ndarray, xt: QType, dp: DequantizeParams) -> np.ndarray:
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         _params.run(kernel, x, out, params, dp.layout)
     return out
+
+
+# ----------------------------------------------------------------------------- graph nodes
+
+
+def _elem_name(elem: int) -> str:
+    try:
+        return dtypes.from_onnx(elem).name
+    except KeyError:
+        return f"ONNX element type {elem}"
+
+
+def node_problem(op_type: str, version: int, attrs: dict, x: int, scale: int, zero_point: int) -> str | None:
+    """Why a QuantizeLinear / DequantizeLinear node of this version cannot run, from its
+    attributes and its inputs' ONNX element types (0: unknown before running), or None. The
+    same rules as the functions' checks, decided before anything runs."""
+    version = version_of(op_type, version)
+    q = op_type == "QuantizeLinear"
+    inputs = Q_INPUTS if q else DQ_INPUTS
+    scales = Q_SCALES if q else DQ_SCALES
+
+    def entry(elem):
+        try:
+            return dtypes.from_onnx(elem)
+        except KeyError:
+            return None
+
+    xt, st, zt = entry(x), entry(scale), entry(zero_point)
+    if x and (xt is None or xt not in inputs or xt.since > version):
+        return f"input x is {_elem_name(x)}, which {op_type}-{version} does not take"
+    if scale:
+        if st is None or st not in scales:
+            return f"the scale is {_elem_name(scale)}, which {op_type}-{version} does not take"
+        first = 10 if st is F32 else (24 if st is _E8M0 else 19)
+        if version < first:
+            return f"a {st.name} scale needs {op_type} version >= {first}; the node is version {version}"
+        if q and 19 <= version < 23 and xt is not None and st is not xt:
+            return f"QuantizeLinear-{version} takes x and y_scale of one type; got {xt.name} and {st.name}"
+    if attrs.get("block_size", 0) and version < 21:
+        return f"block_size needs version >= 21; the node is version {version}"
+    odt = attrs.get("output_dtype", 0)
+    if odt:
+        ot = entry(odt)
+        allowed = Q_OUTPUTS if q else DQ_OUTPUTS
+        if version < (21 if q else 23) or ot is None or ot not in allowed or ot.since > version:
+            return f"output_dtype {_elem_name(odt)} is not valid for {op_type}-{version}"
+    if zero_point:
+        if q:
+            if zt is None or zt not in Q_OUTPUTS or zt.since > version:
+                return f"the zero point is {_elem_name(zero_point)}, which QuantizeLinear-{version} does not take"
+            if odt and odt != zero_point:
+                return f"output_dtype {_elem_name(odt)} differs from y_zero_point's type {zt.name}"
+        elif x and zero_point != x:
+            return f"x_zero_point is {_elem_name(zero_point)} but x is {_elem_name(x)}"
+    if q and attrs.get("precision", 0):
+        p = entry(attrs["precision"])
+        if version < 23 or p not in _WIDE:
+            return f"precision {_elem_name(attrs['precision'])} is not valid for QuantizeLinear-{version}"
+    return None
