@@ -783,3 +783,22 @@ def test_int32_x_rounds_once_to_bfloat16():
     got = qlinear.quantize_linear(x, s, output_dtype=np.int16)
     assert got[0] == 129 and got[1] == -129 and got[2] == 128
     bits_equal(got, oracle.quantize_linear_v(x, s, output_dtype=np.int16))
+
+
+def test_backend_quantize_21_output_dtype_per_axis_without_zero_point():
+    """Issue 29's 8-bit bug through the graph runtime: QuantizeLinear-21, output_dtype int8,
+    per-axis y_scale, no zero point."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from qlinear import backend
+    T = onnx.TensorProto
+    s = np.array([0.5, 1.0, 2.0], F32)
+    node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], axis=1, output_dtype=T.INT8)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", T.FLOAT, [2, 3, 4])],
+                              [helper.make_tensor_value_info("y", T.INT8, [2, 3, 4])],
+                              [numpy_helper.from_array(s, "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    x = np.linspace(-300, 300, 24, dtype=F32).reshape(2, 3, 4)
+    (y,) = backend.prepare(model).run([x])
+    bits_equal(y, oracle.quantize_linear_v(x, s, axis=1, output_dtype=np.int8))
