@@ -802,3 +802,34 @@ def test_backend_quantize_21_output_dtype_per_axis_without_zero_point():
     x = np.linspace(-300, 300, 24, dtype=F32).reshape(2, 3, 4)
     (y,) = backend.prepare(model).run([x])
     bits_equal(y, oracle.quantize_linear_v(x, s, axis=1, output_dtype=np.int8))
+
+
+@pytest.mark.parametrize("name", ["float8e4m3fn", "float8e5m2fnuz", "int2", "float4e2m1", "float6e3m2", "int4", "int16"])
+def test_backend_qdq_models_with_newer_types(name):
+    """A QDQ MatMul whose Q/DQ pairs use a newer type runs in the default (fusing) mode as
+    written (no fusion takes float formats or 2/4-bit integers), bit for bit as the literal
+    mode, which is the functions' arithmetic node by node."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from qlinear import backend
+    T = onnx.TensorProto
+    t = dtypes.get(name)
+    rng = np.random.default_rng(2)
+    w = qlinear.quantize_linear(rng.normal(0, 2, (8, 4)).astype(F32), F32(0.5), output_dtype=t.dtype)
+    zero = np.zeros((), t.dtype)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "z"], ["wd"]),
+             helper.make_node("MatMul", ["xd", "wd"], ["y"])]
+    inits = [numpy_helper.from_array(w, "wq"), numpy_helper.from_array(F32(0.05), "s"),
+             numpy_helper.from_array(zero, "z"), numpy_helper.from_array(F32(0.5), "ws")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [3, 8])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, [3, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 28)])
+    x = rng.normal(0, 1, (3, 8)).astype(F32)
+    fused = backend.prepare(model).run([x])[0]
+    literal = backend.prepare(model, qdq="literal").run([x])[0]
+    bits_equal(fused, literal)
+    xd = qlinear.dequantize_linear(qlinear.quantize_linear(x, F32(0.05), zero), F32(0.05), zero)
+    np.testing.assert_allclose(literal, xd @ qlinear.dequantize_linear(w, F32(0.5), zero), rtol=1e-5, atol=1e-6)
