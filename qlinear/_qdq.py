@@ -196,8 +196,8 @@ class QuantizeParams:
                 raise TypeError(f"{op}: y_zero_point must have an output type ({_names(Q_OUTPUTS)}); got dtype {zdt}")
             if out_t is not None and isinstance(y_zero_point, (np.ndarray, np.generic)) \
                     and np.asarray(y_zero_point).dtype != out_t.dtype:
-                raise TypeError(f"{op}: y_zero_point must have the type output_dtype gives ({out_t.name}); "
-                                f"got dtype {np.asarray(y_zero_point).dtype}")
+                raise TypeError(f"{op}: output_dtype {out_t.name} differs from y_zero_point's type "
+                                f"{np.asarray(y_zero_point).dtype}; they must be one type")
             zp = zero_point_param(op, "y_zero_point", y_zero_point, zt)
             out_t = zt
         if out_t is None:
