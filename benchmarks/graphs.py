@@ -1,25 +1,41 @@
 """Model graphs: qlinear's backend against onnxruntime's normal session, node type by node type.
 
-    python benchmarks/graphs.py [--models DIR] [--repeat 7] [--profile] [--only NAME]
+    python benchmarks/graphs.py [--models DIR] [--repeat 10] [--rounds 3] [--only NAME]
+    python benchmarks/graphs.py --interleaved [--repeat 7] [--profile] [--before]
     python benchmarks/graphs.py --table [--repeat 15]     # the docs/models.md table
     python benchmarks/graphs.py --verdicts                # its compare columns only
+    python benchmarks/graphs.py --smoke                   # the default mode on a one-node model
 
-``--blas-threads N`` limits NumPy's BLAS (which qlinear's matrix products use) to N threads.
 Each model in DIR (default /work/shared/models, when present) that qlinear's backend prepares,
 plus a QOperator ResNet-50 built as the tests build it (``qlinear.tools.synthetic``), runs on
-both engines with the same seeded input: onnxruntime with 2 intra-op threads and its default
-graph optimizations, batch 1; one warm-up run each, then ``--repeat`` rounds running every engine once in turn (order
-rotating); medians.
-``--profile`` adds qlinear's time per operator type (summed over nodes, median run) and the
-graph engine's per-node overhead (time outside the nodes' own ``run``).
+both engines with the same seeded input, batch 1, ``--threads`` threads (default 2).
+
+The default mode times them as users run them: each runtime alone in its own process with its
+default settings (onnxruntime's session options untouched but the thread count: its graph
+optimizations on, its workers spinning), warm (two runs first), ``--repeat`` runs back to back,
+median; ``--rounds`` such pairs of processes, the order alternating (qlinear first, then
+onnxruntime first, ...) so that a drift of the host touches both; the median of the rounds.
+The rounds' qlinear/onnxruntime ratios give the spread, and the model is marked noisy above
+qlinear.tools.bench.run.NOISY_SPREAD (as ``qlinear bench`` marks its cases).
+
+``--interleaved`` is the second view: both in this process, one warm-up run each, then
+``--repeat`` rounds running every engine once in turn (order rotating), onnxruntime's spinning
+off (it would take a core from qlinear's next run); medians. ``--profile`` (qlinear's time per
+operator type, summed over nodes, median run, the graph engine's per-node overhead and
+onnxruntime's profiler's kernel times) and ``--before`` need one process, and imply it.
+``--blas-threads N`` limits NumPy's BLAS (which qlinear's matrix products use) to N threads.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -219,6 +235,133 @@ def ort_profile(path_or_bytes, feeds, repeat: int):
     return {k: sum(v) / nrun / 1e3 for k, v in acc.items()}
 
 
+#: Warm-up runs of a runtime in its own process before the timed ones.
+WARM_RUNS = 2
+
+
+def _child(args) -> int:
+    """``--child RUNTIME``: one runtime alone in this process, its defaults but the threads:
+    WARM_RUNS runs, then ``--repeat`` timed back to back; prints {"ms": median, "min_ms": ...}
+    as the last line of stdout."""
+    model = onnx.load(args.model_path)
+    feeds = model_inputs(args.name, model)
+    if args.child == "qlinear":
+        import qlinear
+        import qlinear.backend as backend
+
+        qlinear.set_num_threads(args.threads)
+        rep = backend.prepare(model)
+
+        def fn():
+            return rep.run(feeds)
+    else:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = args.threads
+        sess = ort.InferenceSession(args.model_path, so, providers=["CPUExecutionProvider"])
+
+        def fn():
+            return sess.run(None, feeds)
+    for _ in range(WARM_RUNS):
+        fn()
+    ts = []
+    for _ in range(args.repeat):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    print(json.dumps({"ms": float(np.median(ts)) * 1e3, "min_ms": float(np.min(ts)) * 1e3}))
+    return 0
+
+
+def separate_ms(name: str, path: str, repeat: int, rounds: int, threads: int,
+                extra: list[str]) -> dict:
+    """The default mode for one model file: ``rounds`` pairs of processes, each runtime alone
+    in its own (``--child``), the order alternating; medians over the rounds, and the spread
+    of the rounds' ratios (qlinear.tools.bench.run.round_noise)."""
+    from qlinear.tools.bench.run import round_noise
+
+    ms: dict[str, list[float]] = {"qlinear": [], "onnxruntime": []}
+    for r in range(rounds):
+        for runtime in (("qlinear", "onnxruntime") if r % 2 == 0 else ("onnxruntime", "qlinear")):
+            p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", runtime,
+                                "--model-path", path, "--name", name, "--repeat", str(repeat),
+                                "--threads", str(threads), *extra],
+                               capture_output=True, text=True)
+            if p.returncode != 0:
+                last = (p.stderr.strip().splitlines() or ["no output"])[-1]
+                raise RuntimeError(f"{runtime} in its own process: {last}")
+            ms[runtime].append(json.loads(p.stdout.strip().splitlines()[-1])["ms"])
+    return {"qlinear": float(np.median(ms["qlinear"])),
+            "onnxruntime": float(np.median(ms["onnxruntime"])), "rounds": ms,
+            "noise": round_noise(ms["qlinear"], ms["onnxruntime"])}
+
+
+def _model_file(src, folder: str, name: str) -> str:
+    """A path onnxruntime and the child processes can load: the model's own file, or the
+    in-memory model saved into ``folder``."""
+    if isinstance(src, Path):
+        return str(src)
+    path = os.path.join(folder, "".join(c if c.isalnum() else "_" for c in name) + ".onnx")
+    onnx.save(src, path)
+    return path
+
+
+def _interleaved_options(threads: int):
+    """onnxruntime's session options in the interleaved view: ``threads`` intra-op threads,
+    one inter-op thread, spinning off: in the interleaved rounds its spinning workers took a
+    core from qlinear's next run (``qlinear bench`` turns it off too)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return so
+
+
+def child_flags(args) -> list[str]:
+    """The flags a child process repeats: --no-amx (its filter is inherited anyway, and the
+    child checks it), --blas-threads."""
+    return (["--no-amx"] if args.no_amx else []) + (
+        ["--blas-threads", str(args.blas_threads)] if args.blas_threads else [])
+
+
+def smoke_models():
+    """--smoke: one tiny QLinearConv model (a case of ``qlinear bench``)."""
+    from qlinear.tools.bench import cases
+
+    case = cases.conv_case("smoke.qlinearconv.1x8x8x8.k3", 1, 8, (8, 8), 8, (3, 3))
+    return [(case.name, case.build(np.random.default_rng(0)).model)]
+
+
+def separate(args, sources) -> list[tuple[str, float, float]]:
+    """The default mode over ``sources`` ((name, path or model) pairs): one line a model,
+    then the geometric mean."""
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for name, src in sources:
+            if args.only and args.only not in name:
+                continue
+            try:
+                t = separate_ms(name, _model_file(src, folder, name), args.repeat, args.rounds,
+                                args.threads, child_flags(args))
+            except Exception as e:  # noqa: BLE001 - report and go on
+                print(f"{name}: failed ({type(e).__name__}: {str(e)[:160]})", flush=True)
+                continue
+            q, o, nz = t["qlinear"], t["onnxruntime"], t["noise"]
+            rows.append((name, q, o))
+            print(f"{name}: qlinear {q:.2f} ms, onnxruntime {o:.2f} ms, ratio {q / o:.2f} "
+                  f"(each alone in its own process, median of {args.rounds} round"
+                  f"{'s' if args.rounds > 1 else ''}; rounds' spread {nz['ratio_spread']:.0%}"
+                  f"{', NOISY' if nz['noisy'] else ''})", flush=True)
+    if rows:
+        r = [q / o for _, q, o in rows]
+        print(f"geometric mean qlinear/onnxruntime: {float(np.exp(np.mean(np.log(r)))):.2f} "
+              "(each alone in its own process)")
+    return rows
+
+
 def models(directory: Path | None):
     from qlinear.tools import synthetic
 
@@ -320,12 +463,14 @@ def _verdict_text(result: dict) -> str:
     return text
 
 
-def table(directory: Path | None, repeat: int, only: str | None = None) -> list[str]:
+def table(directory: Path | None, repeat: int, only: str | None = None, *, rounds: int = 3,
+          threads: int = 2, extra: list[str] | None = None) -> list[str]:
     """The docs/models.md table: per model its format, operators, ``qlinear compare``'s
     verdict against onnxruntime's normal session on the command's own inputs (exact kernels,
     and ``--emulate onnxruntime-avx2`` where onnxruntime saturates here), the nodes that
-    differ on onnxruntime's own inputs, and warm medians of both engines (2 threads, batch 1)
-    on the benchmark's inputs (``model_inputs``), interleaved, and of each engine run alone."""
+    differ on onnxruntime's own inputs, and warm medians of both engines (``threads`` threads,
+    batch 1) on the benchmark's inputs (``model_inputs``), interleaved in this process, and
+    each alone in its own process (the default mode, ``rounds`` rounds)."""
     import onnxruntime as ort
 
     import qlinear.backend as backend
@@ -335,10 +480,12 @@ def table(directory: Path | None, repeat: int, only: str | None = None) -> list[
     formats = _formats(directory)
     lines = ["| model | format | operators | compare | compare --emulate onnxruntime-avx2 | "
              "quantized nodes differing on onnxruntime's inputs | qlinear ms | onnxruntime ms | "
-             "ratio | alone: qlinear ms | alone: onnxruntime ms | alone: ratio |",
+             "ratio | own process: qlinear ms | own process: onnxruntime ms | "
+             "own process: ratio |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
     ratios, alone_ratios = [], []
+    folder = tempfile.mkdtemp(prefix="graphs-")
     for name, src in models(directory):
         if only and only not in name:
             continue
@@ -346,23 +493,15 @@ def table(directory: Path | None, repeat: int, only: str | None = None) -> list[
         plain, emu, own_differ = verdicts(name, model, saturates)
         feeds = model_inputs(name, model)  # timing: the benchmark's inputs (GPT-2: 5 tokens after 3)
         rep = backend.prepare(model)
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = 2
-        so.inter_op_num_threads = 1
-        # onnxruntime's workers spin after each run: in the interleaved rounds that spinning
-        # took a core from qlinear's next (2-thread) run; qlinear.bench turns it off too
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        blob = str(src) if isinstance(src, Path) else model.SerializeToString()
-        sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(_model_file(src, folder, name), _interleaved_options(threads),
+                                    providers=["CPUExecutionProvider"])
         t = _interleaved_ms({"qlinear": lambda: rep.run(feeds),
                              "onnxruntime": lambda: sess.run(None, feeds)}, repeat)
         ratios.append(t["qlinear"] / t["onnxruntime"])
-        # each engine again without the other in between: onnxruntime's intra-op threads keep
-        # spinning for a while after each run and take a core from the next qlinear run; a
-        # pause lets them park first
-        time.sleep(0.5)
-        alone = _median_ms(lambda: rep.run(feeds), repeat)
-        ort_alone = _median_ms(lambda: sess.run(None, feeds), repeat)
+        rep = sess = None  # freed: the processes below have the machine to themselves
+        sep = separate_ms(name, _model_file(src, folder, name), repeat, rounds, threads,
+                          extra or [])
+        alone, ort_alone = sep["qlinear"], sep["onnxruntime"]
         alone_ratios.append(alone / ort_alone)
         fmt = formats.get(name, "QOperator (synthetic, 7-bit weights)" if "synthetic" in name
                           else "?")
@@ -373,21 +512,33 @@ def table(directory: Path | None, repeat: int, only: str | None = None) -> list[
     if ratios:
         g = float(np.exp(np.mean(np.log(ratios))))
         ga = float(np.exp(np.mean(np.log(alone_ratios))))
-        lines.append(f"\ngeometric mean qlinear/onnxruntime: {g:.2f} interleaved, {ga:.2f} alone")
+        lines.append(f"\ngeometric mean qlinear/onnxruntime: {g:.2f} interleaved, {ga:.2f} each "
+                     "in its own process")
         print(lines[-1])
+    shutil.rmtree(folder, ignore_errors=True)
     return lines
 
 
 def main(argv=None) -> int:
-    import onnxruntime as ort
-
-    import qlinear.backend as backend
-
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", type=Path, default=Path("/work/shared/models"))
-    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--repeat", type=int, default=7,
+                    help="timed runs per engine (per process in the default mode); default 7")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="default mode: pairs of processes, the order alternating; default 3 "
+                         "(1 with --smoke)")
+    ap.add_argument("--threads", type=int, default=2, help="threads per runtime (default 2)")
+    ap.add_argument("--interleaved", action="store_true",
+                    help="the second view: both runtimes in this process, one run of each in "
+                         "turn, onnxruntime's spinning off")
+    ap.add_argument("--smoke", action="store_true",
+                    help="the default mode on a one-node QLinearConv model (a quick check)")
     ap.add_argument("--no-amx", action="store_true", help=noamx.HELP)
-    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="per operator type and the graph loop's overhead (implies --interleaved)")
+    ap.add_argument("--child", choices=("qlinear", "onnxruntime"), help=argparse.SUPPRESS)
+    ap.add_argument("--model-path", help=argparse.SUPPRESS)
+    ap.add_argument("--name", default="", help=argparse.SUPPRESS)
     ap.add_argument("--only", default=None)
     ap.add_argument("--blas-threads", type=int, default=None,
                     help="limit NumPy's BLAS threads (threadpoolctl); default: its own setting")
@@ -401,14 +552,28 @@ def main(argv=None) -> int:
                     help="the compare columns of the docs/models.md table only (no timing)")
     ap.add_argument("--before", action="store_true",
                     help="also time the graph as before qlinear.backend_float: onnx.reference's "
-                         "evaluator and float operators, qlinear's kernels for the rest")
+                         "evaluator and float operators, qlinear's kernels for the rest "
+                         "(implies --interleaved)")
     args = ap.parse_args(argv)
+    if args.rounds is None:
+        args.rounds = 1 if args.smoke else 3
+    if min(args.repeat, args.rounds, args.threads) < 1:
+        ap.error("--repeat, --rounds and --threads must be at least 1")
     if args.blas_threads:
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(limits=args.blas_threads, user_api="blas")
+    if args.child:
+        return _child(args)
+    import onnxruntime as ort
+
+    import qlinear
+    import qlinear.backend as backend
+
+    sources = smoke_models() if args.smoke else models(args.models)
     if args.table:
-        table(args.models, args.repeat, args.only)
+        table(args.models, args.repeat, args.only, rounds=args.rounds, threads=args.threads,
+              extra=child_flags(args))
         return 0
     if args.verdicts:
         from qlinear.tools import ortsat
@@ -429,8 +594,11 @@ def main(argv=None) -> int:
     if args.overhead:
         for op, (q, r) in per_node_overhead().items():
             print(f"per-node overhead, {op:8s}: qlinear {q:5.1f} us, onnx.reference {r:5.1f} us")
+    if not (args.interleaved or args.profile or args.before):
+        return 0 if separate(args, sources) or not args.smoke else 1
+    qlinear.set_num_threads(args.threads)
     rows = []
-    for name, src in models(args.models):
+    for name, src in sources:
         if args.only and args.only not in name:
             continue
         model = onnx.load(src) if isinstance(src, Path) else src
@@ -440,12 +608,7 @@ def main(argv=None) -> int:
             print(f"{name}: not run by qlinear ({type(e).__name__}: {str(e)[:100]})", flush=True)
             continue
         feeds = model_inputs(name, model)
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = 2
-        so.inter_op_num_threads = 1
-        # onnxruntime's workers spin after each run: in the interleaved rounds that spinning
-        # took a core from qlinear's next (2-thread) run; qlinear.bench turns it off too
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        so = _interleaved_options(args.threads)
         blob = str(src) if isinstance(src, Path) else model.SerializeToString()
         engines = {"qlinear": lambda: rep.run(feeds)}
         try:
@@ -491,8 +654,9 @@ def main(argv=None) -> int:
                 f"{k} {v:.2f}" for k, v in sorted(ort_by.items(), key=lambda kv: -kv[1])[:8]))
     if rows:
         r = [q / o for _, q, o in rows]
-        print(f"geometric mean qlinear/onnxruntime: {float(np.exp(np.mean(np.log(r)))):.2f}")
-    return 0
+        print(f"geometric mean qlinear/onnxruntime: {float(np.exp(np.mean(np.log(r)))):.2f} "
+              "(interleaved in one process)")
+    return 0 if rows or not args.smoke else 1
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import noamx  # noqa: F401  (first: --no-amx must precede both runtimes)
 import numpy as np
 
 import qlinear
-from qlinear import bench
+from qlinear.tools.bench import cases as bench_cases, run as bench_run
 
 CASES = ["resnet50.l1.3x3.b1", "resnet50.l1.1x1a.b1", "resnet50.l1.1x1c.b1", "resnet50.l2.3x3.b1",
          "resnet50.l3.3x3.b1", "resnet50.l3.1x1c.b1", "resnet50.l4.3x3.b1", "resnet50.conv1.b1",
@@ -46,12 +46,12 @@ def main() -> None:
           f"{'wall clock' if args.wall else 'CPU time of the calling thread'}, best of {args.repeat}, "
           f"{args.weight_bits}-bit weights; "
           f"load average {os.getloadavg()[0]:.1f}")
-    by_name = {c.name: c for c in bench.all_cases(args.weight_bits)}
+    by_name = {c.name: c for c in bench_cases.all_cases(args.weight_bits)}
     for name in args.cases.split(","):
         case = by_name[name]
         built = case.build(np.random.default_rng(0))
         ours = built.prepare()
-        sess = bench._ort_session(built.model, threads)
+        sess = bench_run.ort_session(built.model, threads)
         theirs = lambda: sess.run(None, built.feeds)  # noqa: E731
         theirs(), ours()
         t_ort = t_ql = float("inf")

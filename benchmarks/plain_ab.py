@@ -25,7 +25,7 @@ import numpy as np
 
 import qlinear
 import qlinear_before  # type: ignore[import-not-found]
-from qlinear import bench
+from qlinear.tools.bench import cases as bench_cases, run as bench_run
 
 from native_plain import CASES
 
@@ -63,13 +63,13 @@ def main() -> None:
     qlinear_before.set_num_threads(threads)
     print(f"{threads} thread(s) each, {'wall clock' if args.wall else 'CPU time of the calling thread'}, "
           f"median of {args.repeat}, {args.weight_bits}-bit weights; load average {os.getloadavg()[0]:.1f}")
-    by_name = {c.name: c for c in bench.all_cases(args.weight_bits)}
+    by_name = {c.name: c for c in bench_cases.all_cases(args.weight_bits)}
     before, after = [], []
     for name in args.cases.split(","):
         case = by_name[name]
         built = case.build(np.random.default_rng(0))
         closure = {n: c.cell_contents for n, c in zip(built.plain.__code__.co_freevars, built.plain.__closure__)}
-        sess = bench._ort_session(built.model, threads)
+        sess = bench_run.ort_session(built.model, threads)
         fns = {"ort": lambda: sess.run(None, built.feeds), "prepared": built.prepare(),
                "before": _call("plain", qlinear_before, closure, case.op),
                "after": _call("plain", qlinear, closure, case.op)}

@@ -30,16 +30,16 @@ import numpy as np
 
 import qlinear
 import qlinear_before  # type: ignore[import-not-found]
-from qlinear import bench
+from qlinear.tools.bench import cases as bench_cases, run as bench_run
 
 
 # 3-D layers beyond the bench's conv3d case (select them with --cases like any other): a
 # video-style 64-channel 8x56x56 clip, a stride-2 one, a 7-bit-weight one (the fast path)
 EXTRA_CASES = [
-    bench._conv_case("conv3d.c64.8x56x56.k3", 1, 64, (8, 56, 56), 64, (3, 3, 3)),
-    bench._conv_case("conv3d.c32.16x56x56.k3s2", 1, 32, (16, 56, 56), 64, (3, 3, 3), strides=(2, 2, 2)),
-    bench._conv_case("conv3d.c64.4x28x28.k133", 1, 64, (4, 28, 28), 128, (1, 3, 3)),
-    bench._conv_case("conv3d.c16.8x28x28.k3.w7", 1, 16, (8, 28, 28), 32, (3, 3, 3), weight_bits=7),
+    bench_cases.conv_case("conv3d.c64.8x56x56.k3", 1, 64, (8, 56, 56), 64, (3, 3, 3)),
+    bench_cases.conv_case("conv3d.c32.16x56x56.k3s2", 1, 32, (16, 56, 56), 64, (3, 3, 3), strides=(2, 2, 2)),
+    bench_cases.conv_case("conv3d.c64.4x28x28.k133", 1, 64, (4, 28, 28), 128, (1, 3, 3)),
+    bench_cases.conv_case("conv3d.c16.8x28x28.k3.w7", 1, 16, (8, 28, 28), 32, (3, 3, 3), weight_bits=7),
 ]
 
 
@@ -54,11 +54,11 @@ def main() -> None:
     qlinear_before.set_num_threads(args.threads)
     print(f"{args.threads} threads each, wall time, median of {args.repeat} interleaved; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
-    cases = bench.select_cases(bench.all_cases() + EXTRA_CASES, args.cases.split(","), False)
+    cases = bench_cases.select_cases(bench_cases.all_cases() + EXTRA_CASES, args.cases.split(","), False)
     before, after = [], []
     for case in cases:
         built = case.build(np.random.default_rng(0))
-        sess = bench._ort_session(built.model, args.threads)
+        sess = bench_run.ort_session(built.model, args.threads)
         new = built.prepare()
         # the same case built again with qlinear_before in qlinear's place (the case builders
         # import qlinear when they run), the same seed: the same operands

@@ -33,6 +33,6 @@ if __name__ == "__main__":
     os.environ["PYTHONPATH"] = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
     if not any(a == "--output-dir" or a.startswith("--output-dir=") for a in argv):
         argv += ["--output-dir", os.path.join(HERE, "results")]
-    from qlinear.bench import main
+    from qlinear.tools.bench import main
 
     sys.exit(main(argv))

@@ -162,15 +162,16 @@ def test_conformance_table(capsys):
 
 def test_bench_delegates(monkeypatch, capsys):
     seen = []
-    monkeypatch.setitem(sys.modules, "qlinear.bench", types.SimpleNamespace(main=lambda argv: seen.append(argv) or 0))
+    monkeypatch.setitem(sys.modules, "qlinear.tools.bench",
+                        types.SimpleNamespace(main=lambda argv: seen.append(argv) or 0))
     rc, _, _ = _main(capsys, "bench", "--quick", "--json")
     assert rc == 0 and seen == [["--quick", "--json"]]
 
 
 def test_bench_missing(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "qlinear.bench", None)
+    monkeypatch.setitem(sys.modules, "qlinear.tools.bench", None)
     rc, out, err = _main(capsys, "bench")
-    assert rc == 2 and err.startswith("qlinear: error:") and "qlinear.bench" in err
+    assert rc == 2 and err.startswith("qlinear: error:") and "qlinear.tools.bench" in err
 
 
 @pytest.mark.parametrize("command", [[], ["run"], ["compare"], ["conformance"]])

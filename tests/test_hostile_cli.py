@@ -27,7 +27,10 @@ from onnx import TensorProto as T  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
 
 import qlinear  # noqa: E402
-from qlinear import backend, bench, cli  # noqa: E402
+from qlinear import backend, cli  # noqa: E402
+from qlinear.tools import bench  # noqa: E402
+from qlinear.tools.bench import cases as bench_cases, command as bench_command  # noqa: E402
+from qlinear.tools.bench import machine as bench_machine, report as bench_report, run as bench_run  # noqa: E402
 from qlinear.tools import model as tmodel  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -462,8 +465,8 @@ def test_bench_output_files_it_cannot_write_are_refused_before_anything_runs(cap
     """A results file bench could not write (a folder of that name in the way) is one line
     naming --output-dir and the file, before the cases run (it used to run every case and
     then end in '[Errno 21] Is a directory: .../results.md')."""
-    monkeypatch.setattr(bench, "run_case", lambda *a, **k: pytest.fail("a case ran"))
-    monkeypatch.setattr(bench, "measure_peak", lambda *a, **k: pytest.fail("the peak ran"))
+    monkeypatch.setattr(bench_run, "run_case", lambda *a, **k: pytest.fail("a case ran"))
+    monkeypatch.setattr(bench_machine, "measure_peak", lambda *a, **k: pytest.fail("the peak ran"))
     (tmp_path / "b" / "results.md").mkdir(parents=True)
     _one_line_error(*_main(capsys, "bench", "--cases", "tiny.qlinearconv.1x8x8x8.k3",
                            "--no-reference", "--output-dir", tmp_path / "b"),
@@ -482,15 +485,15 @@ def test_bench_list_with_a_pattern_that_selects_nothing_is_an_error(capsys):
     rc, out, err = _main(capsys, "bench", "--cases", "dequantize", "--list")
     assert rc == 0 and "dequantize.16M" in out, (rc, out, err)
     rc, out, err = _main(capsys, "bench", "--list")
-    assert rc == 0 and len(out.splitlines()) == len(bench.all_cases()), (rc, err)
+    assert rc == 0 and len(out.splitlines()) == len(bench_cases.all_cases()), (rc, err)
 
 
 @pytest.mark.parametrize("flag,value", [("--threads", 0), ("--threads", 5000), ("--repeat", 0),
                                         ("--reference-budget", -1), ("--seed", -1)])
 def test_bench_bad_numbers_are_refused_before_anything_runs(capsys, tmp_path, flag, value):
-    """Refused up front, naming the flag, both as `qlinear bench` and as qlinear.bench.main
-    (python -m qlinear.bench, benchmarks/run.py): --threads 5000 used to reach
-    set_num_threads and end in a ValueError traceback (python -m qlinear.bench) or a line
+    """Refused up front, naming the flag, both as `qlinear bench` and as qlinear.tools.bench.main
+    (python -m qlinear.tools.bench, benchmarks/run.py): --threads 5000 used to reach
+    set_num_threads and end in a ValueError traceback (run as a module) or a line
     naming set_num_threads(n) (qlinear bench), after creating the output folder; --seed -1
     started the run and ended in 'qlinear: error: expected non-negative integer' (NumPy's
     words, naming no flag)."""
@@ -517,7 +520,7 @@ def test_bench_json_version_and_chart(capsys, tmp_path, monkeypatch):
     assert "qlinear None" not in report and "qlinear 0." in report
     # outside a git checkout there is no commit: the version alone, never 'None'
     machine = dict(r["machine"], qlinear_commit=None)
-    assert bench._qlinear_version_text(machine) == f"qlinear {machine['qlinear']}"
+    assert bench_report._qlinear_version_text(machine) == f"qlinear {machine['qlinear']}"
 
 
 def test_plain_install_says_how_to_get_the_tools():
@@ -630,7 +633,7 @@ def test_readme_synopses_list_every_flag():
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
     for command, p in sub.choices.items():
         if command == "bench":
-            p = bench.build_parser()
+            p = bench_command.build_parser()
         synopsis = _readme_synopsis(text, command)
         for action in p._actions:
             flags = [o for o in action.option_strings if o.startswith("--") and o != "--help"]
@@ -1488,8 +1491,8 @@ def test_an_empty_folder_name_is_refused(capsys, tmp_path, monkeypatch, flag):
 
 def test_bench_refuses_links_and_an_empty_folder_before_anything_runs(capsys, tmp_path,
                                                                       monkeypatch):
-    monkeypatch.setattr(bench, "run_case", lambda *a, **k: pytest.fail("a case ran"))
-    monkeypatch.setattr(bench, "measure_peak", lambda *a, **k: pytest.fail("the peak ran"))
+    monkeypatch.setattr(bench_run, "run_case", lambda *a, **k: pytest.fail("a case ran"))
+    monkeypatch.setattr(bench_machine, "measure_peak", lambda *a, **k: pytest.fail("the peak ran"))
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
     _plant_link(tmp_path / "b", "results.md", victim)

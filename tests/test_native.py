@@ -318,7 +318,7 @@ def test_kernel_peak_runs_every_kernel(engine_level):
 def test_bench_measures_the_peak():
     if _native.native() is None:
         pytest.skip("needs the native engine")
-    from qlinear.bench import measure_peak
+    from qlinear.tools.bench.machine import measure_peak
 
     got = measure_peak(2, seconds=0.002, trials=2)
     assert got["isa"] == _native.isa()

@@ -1,4 +1,4 @@
-"""``--no-amx``: both runtimes run as on a CPU without AMX (qlinear/_noamx.py).
+"""``--no-amx``: both runtimes run as on a CPU without AMX (qlinear/tools/bench/noamx.py).
 
 The filter is irrevocable, so every check runs in a child process."""
 
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from qlinear import _noamx
+from qlinear.tools.bench import noamx as _noamx
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,7 +29,7 @@ def test_the_filter_denies_amx_to_qlinear_and_only_that():
     process otherwise works (threads, files), and the request really fails (on an AMX CPU it
     would succeed without the filter: checked in this process below)."""
     r = _child("import qlinear, numpy as np, os\n"
-               "from qlinear import _noamx\n"
+               "from qlinear.tools.bench import noamx as _noamx\n"
                "info = qlinear.engine_info()\n"
                "a = np.arange(64 * 64, dtype=np.uint8).reshape(64, 64)\n"
                "b = (np.arange(64 * 64) % 256 - 128).astype(np.int8).reshape(64, 64)\n"
@@ -65,7 +65,7 @@ def test_bench_no_amx_runs_in_a_child_and_says_so(tmp_path):
 
 
 def test_no_amx_where_it_cannot_work_is_a_one_line_error(monkeypatch, capsys):
-    from qlinear import bench
+    from qlinear.tools import bench
     monkeypatch.setattr(_noamx, "supported", lambda: "needs Linux (this is darwin)")
     monkeypatch.delenv(_noamx.ENV_MARK, raising=False)
     assert bench.main(["--no-amx", "--cases", "tiny.qlinearmatmul.4x64x64"]) == 2

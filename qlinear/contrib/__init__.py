@@ -9,7 +9,7 @@ com.microsoft operators").
 
 from types import SimpleNamespace
 
-from . import elementwise, gemm, pool, transformer
+from . import elementwise, gemm, nbits, pool, transformer
 from .elementwise import (
     PreparedBinary,
     prepare_qlinear_binary,
@@ -31,6 +31,7 @@ from .gemm import (
     qlinear_conv,
     quantize_linear,
 )
+from .nbits import PreparedMatMulNBits, gather_block_quantized, matmul_nbits, prepare_matmul_nbits
 from .pool import qlinear_average_pool, qlinear_global_average_pool, qlinear_softmax
 from .transformer import (
     attention,
@@ -68,6 +69,10 @@ __all__ = [
     "skip_layer_normalization",
     "fast_gelu",
     "gelu",
+    "matmul_nbits",
+    "prepare_matmul_nbits",
+    "PreparedMatMulNBits",
+    "gather_block_quantized",
 ]
 
 
@@ -92,7 +97,7 @@ def _public_under_ieee_errstate() -> SimpleNamespace:
         return wrapper
 
     g = globals()
-    raw = SimpleNamespace(elementwise=elementwise, gemm=gemm, pool=pool, transformer=transformer)
+    raw = SimpleNamespace(elementwise=elementwise, gemm=gemm, nbits=nbits, pool=pool, transformer=transformer)
     for name in __all__:
         obj = g[name]
         setattr(raw, name, obj)

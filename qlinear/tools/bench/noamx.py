@@ -2,7 +2,7 @@
 
 On Linux, a process may run AMX tile instructions only after asking the kernel for the tile
 data state (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``). qlinear's dispatch
-(``_native/dispatch.c``) and onnxruntime's MLAS (``MlasInitAMX`` in ``platform.cpp``) both ask
+(the C engine's ``dispatch.c``) and onnxruntime's MLAS (``MlasInitAMX`` in ``platform.cpp``) both ask
 once, when they detect the CPU, and fall back to their AVX-512 VNNI kernels when the request
 fails. A seccomp filter that fails that one request with EPERM therefore makes both runtimes
 choose exactly what they would choose on an AVX-512 VNNI CPU without AMX (AMD Zen 4 and 5,
@@ -13,7 +13,8 @@ runtimes' VNNI kernels on an AMX machine.
 The filter cannot be removed and is inherited by every later thread and child, so it is only
 ever installed in a child process started for it (:func:`child_command`). This file imports
 nothing from qlinear: the child loads it by path, installs the filter, and only then imports
-qlinear and onnxruntime, whose CPU detection must see the denial.
+qlinear and onnxruntime, whose CPU detection must see the denial (``benchmarks/noamx.py``
+loads it the same way).
 """
 
 from __future__ import annotations
