@@ -31,6 +31,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from . import dtypes
 from ._geometry import ConvGeometry
 from ._validate import byte_count
 
@@ -117,8 +118,8 @@ def dtype_bound(dtype: np.dtype, zero_point: np.ndarray) -> int:
 
 @functools.lru_cache(maxsize=1024)
 def _dtype_bound(dtype: np.dtype, zlo: int, zhi: int) -> int:
-    info = np.iinfo(dtype)
-    return max(abs(info.min - zhi), abs(info.max - zlo))
+    lo, hi = dtypes.INT_RANGE[dtype]
+    return max(abs(lo - zhi), abs(hi - zlo))
 
 
 class Reduction:

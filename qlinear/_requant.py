@@ -11,13 +11,14 @@ try:  # the ufunc behind np.clip, without its Python wrapper (~4 us a call, whic
 except ImportError:  # NumPy < 2
     _clip = np.clip
 
+from . import dtypes
 from ._elementwise import as_3d, run_blocked
 
 
 @functools.lru_cache(maxsize=None)
 def _range(dtype: np.dtype) -> tuple[np.float32, np.float32]:
-    info = np.iinfo(dtype)
-    return np.float32(info.min), np.float32(info.max)
+    lo, hi = dtypes.INT_RANGE[dtype]  # exact in float32: every integer type here has <= 16 bits
+    return np.float32(lo), np.float32(hi)
 
 
 def saturation_params(y_zero_point: np.ndarray, out_dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

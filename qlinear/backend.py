@@ -48,7 +48,7 @@ from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 from onnx.reference.op_run import OpRun
 
 import qlinear as _q
-from qlinear import _blas, _native, modelfile
+from qlinear import _blas, _fmatmul, _native, _qdq, modelfile
 from qlinear._validate import byte_count, check_view, repeats_memory, sizes
 from qlinear.quantize import PreparedDequantize, PreparedQuantize
 from qlinear import backend_contrib as _contrib
@@ -99,6 +99,13 @@ _T = onnx.TensorProto
 _IEEE = {"all": "ignore"}
 _EIGHT_BIT = {_T.UINT8, _T.INT8}
 _NP_EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
+_F32_I32 = (np.dtype(np.float32), np.dtype(np.int32))
+_NARROW_SCALES = (np.dtype(np.float16), _q.dtypes.BF16.dtype)
+
+
+def _dtype(v: Any) -> np.dtype | None:
+    """A kernel input's dtype (None for an absent one)."""
+    return None if v is None else np.asarray(v).dtype
 
 
 class UnsupportedModelError(ValueError):
@@ -248,37 +255,17 @@ def _check_qlinear_node(node: onnx.NodeProto, version: int, types: dict[str, int
         return helper.tensor_dtype_to_np_dtype(elem).name if elem else "?"
 
     if op in ("QuantizeLinear", "DequantizeLinear"):
-        if attrs.get("block_size", 0):
-            return "blocked quantization (block_size) is not supported"
-        if op == "QuantizeLinear" and attrs.get("precision", 0):
-            return "the precision attribute is not supported"
-        odt = attrs.get("output_dtype", 0)
-        if op == "QuantizeLinear" and odt not in (0, _T.UINT8, _T.INT8):
-            return f"output_dtype {name(odt)} is not supported (uint8, int8 only)"
-        if op == "DequantizeLinear" and odt not in (0, _T.FLOAT):
-            return f"output_dtype {name(odt)} is not supported (float32 only)"
-        if t(0) and op == "QuantizeLinear" and t(0) == _T.INT32 and version >= 19:
-            # from opset 19, x and y_scale share the type T1 (an int32 scale is meaningless)
-            return (f"QuantizeLinear-{version} takes x and y_scale of one type (T1); an int32 x "
-                    "with a float32 y_scale is valid in opsets 10 to 18 only")
-        if t(0) and op == "QuantizeLinear" and t(0) not in (_T.FLOAT, _T.INT32):
-            return f"input x is {name(t(0))}; only float32 and int32 are supported"
-        if t(0) and op == "DequantizeLinear" and t(0) not in (_T.UINT8, _T.INT8, _T.INT32):
-            return f"input x is {name(t(0))}; only uint8, int8 and int32 are supported"
-        if t(1) and t(1) != _T.FLOAT:
-            return f"scale is {name(t(1))}; only float32 is supported"
-        allowed_zp = (_T.UINT8, _T.INT8) if op == "QuantizeLinear" else (_T.UINT8, _T.INT8, _T.INT32)
-        if t(2) and t(2) not in allowed_zp:
-            return (f"zero point is {name(t(2))}; only "
-                    f"{'uint8 and int8' if op == 'QuantizeLinear' else 'uint8, int8 and int32'} are supported")
-        if op == "QuantizeLinear" and odt and t(2) and t(2) != odt:
-            # the schema's type constraint (onnxruntime refuses the model when it loads it)
-            return f"output_dtype {name(odt)} differs from y_zero_point's type {name(t(2))}"
+        # the types and attributes of every version: the operator's own rules (qlinear._qdq)
+        bad = _qdq.node_problem(op, version, attrs, t(0), t(1), t(2))
+        if bad:
+            return bad
         if version == 10:
             bad = _opset10_per_axis(node, shapes or {})
             if bad:
                 return bad
         return None
+    if op == "QLinearMatMul":
+        return _fmatmul.node_problem(version, {i: t(i) for i in range(8)})
     if op in ("QLinearConv", "QLinearMatMul"):
         for i in (1, 4, 6):
             if t(i) and t(i) != _T.FLOAT:
@@ -665,8 +652,15 @@ class QuantizeLinear(_QLinearOp):
             # passed then and depends only on them and the attributes (x checked here)
             return (self._call(prepared.run, x),)
         g = self.given
-        if g.get("block_size", 0) or g.get("precision", 0):
-            raise self._fail("block_size and precision attributes are not supported")
+        if (g.get("block_size", 0) or g.get("precision", 0) or g.get("output_dtype", 0) not in (0, _T.UINT8)
+                or _dtype(x) not in _F32_I32 or _dtype(y_scale) != np.float32
+                or (y_zero_point is not None and _dtype(y_zero_point) not in _NP_EIGHT_BIT)
+                or (self.version >= 19 and _dtype(x) == np.int32)):
+            # the newer types and attributes (versions 19-28): the function, which takes them all
+            return (self._call(_q.quantize_linear, x, y_scale, y_zero_point, axis=g.get("axis", 1),
+                               block_size=g.get("block_size", 0), saturate=g.get("saturate", 1),
+                               output_dtype=g.get("output_dtype", 0) or None,
+                               precision=g.get("precision", 0) or None, version=self.version),)
         if not (self.version < 19 and np.asarray(x).dtype == np.int32):  # T1 of opsets 10-18: float, int32
             self._check_float32("input x", x)
         self._check_float32("y_scale", y_scale)
@@ -700,10 +694,12 @@ class DequantizeLinear(_QLinearOp):
                 and x_scale is self._weights_ref[0] and x_zero_point is self._weights_ref[1]:
             return (self._call(prepared.run, x),)  # as in QuantizeLinear._run
         g = self.given
-        if g.get("block_size", 0):
-            raise self._fail("block_size is not supported")
-        if g.get("output_dtype", 0) not in (0, _T.FLOAT):
-            raise self._fail("output_dtype must be float32")
+        if (g.get("block_size", 0) or g.get("output_dtype", 0) not in (0, _T.FLOAT)
+                or _dtype(x) not in (*_NP_EIGHT_BIT, np.dtype(np.int32)) or _dtype(x_scale) != np.float32):
+            # the newer types and attributes (versions 19-28): the function, which takes them all
+            return (self._call(_q.dequantize_linear, x, x_scale, x_zero_point, axis=g.get("axis", 1),
+                               block_size=g.get("block_size", 0), output_dtype=g.get("output_dtype", 0) or None,
+                               version=self.version),)
         if np.asarray(x).dtype not in (*_NP_EIGHT_BIT, np.dtype(np.int32)):
             raise self._fail(f"input x is {np.asarray(x).dtype}; only uint8, int8 and int32 "
                              "are supported")
@@ -773,6 +769,11 @@ class QLinearMatMul(_QLinearOp):
             scalars = self._scalar_params(params, (1, 2, 6, 7), prep)
             if scalars is not None:  # as in QLinearConv._run
                 return (self._call(prep.run, a, *scalars),)
+        if any(_dtype(v) not in _NP_EIGHT_BIT for v in (a, b, y_zero_point)) or \
+                any(_dtype(v) in _NARROW_SCALES for v in (a_scale, b_scale, y_scale)):
+            # version 21: float8 operands or float16/bfloat16 scales, by the function
+            return (self._call(_q.qlinear_matmul, a, a_scale, a_zero_point, b, b_scale, b_zero_point,
+                               y_scale, y_zero_point),)
         for what, v in (("a_scale", a_scale), ("b_scale", b_scale), ("y_scale", y_scale)):
             self._check_float32(what, v)
         prep = self._prepared_for("prepare_qlinear_matmul", (b, b_scale, b_zero_point), (3, 4, 5))

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import _native
+from . import _native, dtypes
 from . import _validate as v
 from ._engine import ConvKernel, conv_accumulate, workspace_limit
 from ._geometry import ConvAttributes, ConvGeometry, check_conv_shapes
@@ -329,10 +329,10 @@ class _ConvWeights:
             tail = (0, 0, 0, 0.0, 0.0, _NO_MULT, 0)
         else:
             y_dtype = y_zero_point.dtype
-            info = np.iinfo(y_dtype)
+            qmin, qmax = _RANGES[y_dtype]
             yz = int(y_zero_point)
             mm = np.ascontiguousarray(mult, dtype=np.float32).reshape(-1)
-            tail = (1, int(info.min < 0), yz, float(info.min - yz), float(info.max - yz), mm, int(mm.size > 1))
+            tail = (1, int(qmin < 0), yz, float(qmin - yz), float(qmax - yz), mm, int(mm.size > 1))
         head = (_native.DTYPE_CODES[x.dtype], int(zp), (n, c, m, group), geom.in_spatial, geom.out_spatial,
                 geom.kernel, geom.strides, geom.dilations, geom.pads_begin)
         return kind, w, out_shape, y_dtype, head, tail
@@ -768,7 +768,7 @@ def _contiguous(op: str, name: str, arr: np.ndarray) -> np.ndarray:
 
 
 _F32, _I32 = np.dtype(np.float32), np.dtype(np.int32)
-_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
+_RANGES = dtypes.NATIVE_INT_RANGE  # the output types the native kernels store
 
 
 def _pack_plain(C: Any, isa: str, w2: np.ndarray, zp: np.ndarray, taps: int) -> tuple[int, Any]:

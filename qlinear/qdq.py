@@ -90,7 +90,10 @@ _OUTPUT_ZP_INPUT = {"QLinearConv": 7, "QLinearMatMul": 7, "QLinearAdd": 7, "QLin
 _UNARY = {"AveragePool", "LeakyRelu", "GlobalAveragePool", "Sigmoid", "Softmax"}
 _BINARY = {"Add", "Mul"}
 _INT16 = {_T.INT16, _T.UINT16}
-_INT4 = {_T.INT4, _T.UINT4}
+# the types no fusion takes: 4- and 2-bit integers and the float formats (onnxruntime's QDQ
+# selectors fuse 8- and 16-bit integers; these pairs run as written)
+_INT4 = {_T.INT4, _T.UINT4, _T.INT2, _T.UINT2, _T.FLOAT8E4M3FN, _T.FLOAT8E4M3FNUZ, _T.FLOAT8E5M2,
+         _T.FLOAT8E5M2FNUZ, _T.FLOAT4E2M1, _T.FLOAT6E2M3, _T.FLOAT6E3M2}
 _TYPE_MIN = {_T.UINT8: 0, _T.INT8: -128, _T.UINT16: 0, _T.INT16: -32768}
 _TYPE_MAX = {_T.UINT8: 255, _T.INT8: 127, _T.UINT16: 65535, _T.INT16: 32767}
 

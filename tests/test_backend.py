@@ -221,7 +221,7 @@ def test_quantize_dequantize_fast_path_checks_x_and_never_goes_stale():
     for _ in range(3):
         x = rng.normal(size=(3, 17)).astype(np.float32)
         assert_exact(rep.run([x])[0], _ort(m, {"x": x})[0])
-    with pytest.raises(backend.NodeError, match="'q'.*input x is float64"):
+    with pytest.raises(backend.NodeError, match="'q'.*x must have type .*got dtype float64"):
         rep.run([x.astype(np.float64)])
     assert_exact(rep.run([x])[0], _ort(m, {"x": x})[0])
     s = np.array(0.05, np.float32)
@@ -387,8 +387,10 @@ def test_unsupported_nodes_are_all_listed():
     nodes = [
         helper.make_node("QLinearReduceMean", ["a", "s", "z", "s", "z"], ["b"],  # a schema, no kernel
                          domain="com.microsoft", name="qadd"),
-        helper.make_node("QuantizeLinear", ["x", "sh"], ["q"], name="q_half"),
-        helper.make_node("DequantizeLinear", ["a", "s", "z"], ["d"], name="dq_blocked", block_size=2),
+        # version 21: x and y_scale share one type (float16 with float32 is invalid)
+        helper.make_node("QuantizeLinear", ["x", "s"], ["q"], name="q_half"),
+        # output_dtype came to DequantizeLinear with version 23
+        helper.make_node("DequantizeLinear", ["a", "s", "z"], ["d"], name="dq_odt", output_dtype=T.FLOAT16),
         helper.make_node("NoSuchOp", ["d"], ["e"], name="bogus"),
         helper.make_node("Relu", ["d"], ["r"], name="fine"),
     ]
@@ -401,11 +403,12 @@ def test_unsupported_nodes_are_all_listed():
     with pytest.raises(backend.UnsupportedModelError) as e:
         backend.prepare(m)
     problems = {p.node: p for p in e.value.problems}
-    assert set(problems) == {"qadd", "q_half", "dq_blocked", "bogus"}
+    assert set(problems) == {"qadd", "q_half", "dq_odt", "bogus"}
     assert problems["q_half"].version == 21 and "float16" in problems["q_half"].reason
     msg = str(e.value)
     assert msg.startswith("prepare: 4 unsupported nodes")
-    assert "QuantizeLinear-21 ×1 (input x is float16" in msg and "'q_half'" in msg
+    assert "QuantizeLinear-21 ×1 (QuantizeLinear-21 takes x and y_scale of one type; got float16 and float32" in msg
+    assert "'q_half'" in msg and "'output_dtype'" in msg and "'dq_odt'" in msg
     assert "com.microsoft.QLinearReduceMean ×1" in msg
     assert not backend.is_compatible(m)
 
