@@ -8,7 +8,7 @@ onnxruntime's quantized com.microsoft operators (QLinearAdd, QGemm, QLinearSoftm
 in ``qlinear.contrib``.
 """
 
-from ._engine import set_workspace_limit, workspace_limit
+from .engines import set_workspace_limit, workspace_limit
 from ._native import engine_info, get_num_threads, set_num_threads
 from ._validate import max_output_bytes, set_max_output_bytes
 from .conv import (

@@ -14,9 +14,11 @@ import numpy as np
 
 from . import _native
 from . import _validate as v
-from ._engine import ConvKernel, conv_accumulate, workspace_limit
+from ._engine import ConvKernel, conv_accumulate
+from .engines import workspace_limit
 from ._geometry import ConvAttributes, ConvGeometry, check_conv_shapes
-from ._requant import multiplier, requantize_channels
+from ._elementwise import requantize_channels
+from ._requant import multiplier
 
 
 class _ConvWeights:

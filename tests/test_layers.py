@@ -24,8 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                  "qlinear._qlnative", "qlinear.engines")),
     ("ops", ("qlinear", "qlinear.conv", "qlinear.matmul", "qlinear.quantize", "qlinear.contrib",
              "qlinear.ops")),
-    ("graph", ("qlinear.graph", "qlinear.backend", "qlinear.passes", "qlinear.qdq",
-               "qlinear.backend_float", "qlinear.backend_contrib", "qlinear._control", "qlinear._sizeguard")),
+    ("graph", ("qlinear.graph", "qlinear.backend", "qlinear.passes", "qlinear.qdq")),
     ("tools", ("qlinear.tools", "qlinear.cli", "qlinear.bench", "qlinear._noamx", "qlinear.__main__")),
 ]
 
@@ -34,86 +33,26 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 OPTIONAL_DEPENDENCIES = frozenset({"onnxruntime", "matplotlib", "tqdm", "ray", "threadpoolctl"})
 
 #: Function-level imports kept, (file, imported module) -> why.
-ALLOWED_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {  # today's, to be emptied
-    ('_blas.py', 'ctypes'): 'today',
-    ('_sizeguard.py', 'onnx.reference.ops'): 'today',
-    ('_sizeguard.py', 'qlinear._control'): 'today',
-    ('_sizeguard.py', 'qlinear.backend_contrib'): 'today',
-    ('_sizeguard.py', 'qlinear.contrib.pool'): 'today',
-    ('backend.py', 'google.protobuf.message'): 'today',
-    ('backend.py', 'heapq'): 'today',
-    ('backend.py', 'itertools'): 'today',
-    ('backend.py', 'onnx.external_data_helper'): 'today',
-    ('backend.py', 'onnx.inliner'): 'today',
-    ('backend.py', 'onnx.reference.op_run'): 'today',
-    ('backend.py', 'onnx.reference.ops'): 'today',
-    ('backend.py', 'qlinear._control'): 'today',
-    ('backend.py', 'qlinear._native'): 'today',
-    ('backend.py', 'qlinear._sizeguard'): 'today',
-    ('backend.py', 'qlinear.qdq'): 'today',
-    ('backend.py', 'qlinear.tools.ortsat'): 'today',
-    ('backend.py', 'qlinear.tools.table'): 'today',
-    ('backend_contrib.py', 'qlinear'): 'today',
-    ('backend_contrib.py', 'qlinear._native'): 'today',
-    ('backend_contrib.py', 'qlinear.backend'): 'today',
-    ('backend_contrib.py', 'qlinear.backend_float'): 'today',
-    ('backend_contrib.py', 'qlinear.quantize'): 'today',
-    ('backend_contrib.py', 'qlinear.tools.ortsat'): 'today',
-    ('backend_float.py', 'onnx.reference.ops'): 'today',
-    ('backend_float.py', 'onnx.reference.ops._op'): 'today',
-    ('bench.py', 'ctypes'): 'today',
-    ('bench.py', 'onnx'): 'today',
-    ('bench.py', 'onnx.reference'): 'today',
-    ('bench.py', 'qlinear'): 'today',
-    ('bench.py', 'qlinear._engine'): 'today',
-    ('bench.py', 'qlinear._native'): 'today',
-    ('cli.py', 'collections'): 'today',
-    ('cli.py', 'dataclasses'): 'today',
-    ('cli.py', 'importlib'): 'today',
-    ('cli.py', 'onnx'): 'today',
-    ('cli.py', 'qlinear'): 'today',
-    ('cli.py', 'qlinear.backend'): 'today',
-    ('cli.py', 'qlinear.tools.compare'): 'today',
-    ('cli.py', 'qlinear.tools.conformance'): 'today',
-    ('cli.py', 'qlinear.tools.model'): 'today',
-    ('cli.py', 'qlinear.tools.ortsat'): 'today',
-    ('cli.py', 'qlinear.tools.table'): 'today',
-    ('cli.py', 'signal'): 'today',
-    ('cli.py', 'textwrap'): 'today',
-    ('cli.py', 'threading'): 'today',
-    ('contrib/__init__.py', 'functools'): 'today',
-    ('contrib/__init__.py', 'numpy'): 'today',
-    ('qdq.py', 'heapq'): 'today',
-    ('qdq.py', 'onnx.reference'): 'today',
-    ('qdq.py', 'qlinear'): 'today',
-    ('qdq.py', 'qlinear.backend'): 'today',
-    ('qdq.py', 'qlinear.backend_contrib'): 'today',
-    ('tools/compare.py', 'onnx.reference'): 'today',
-    ('tools/compare.py', 'qlinear.backend'): 'today',
-    ('tools/compare.py', 'qlinear.backend_float'): 'today',
-    ('tools/conformance.py', 'glob'): 'today',
-    ('tools/conformance.py', 'onnx'): 'today',
-    ('tools/conformance.py', 'onnx.backend.test.case.node'): 'today',
-    ('tools/conformance.py', 'os'): 'today',
-    ('tools/conformance.py', 'types'): 'today',
-    ('tools/model.py', 'google.protobuf.descriptor'): 'today',
-    ('tools/model.py', 'onnx'): 'today',
-    ('tools/model.py', 'onnx.external_data_helper'): 'today',
-    ('tools/model.py', 'qlinear.backend'): 'today',
-    ('tools/ortsat.py', 'onnx'): 'today',
-    ('tools/ortsat.py', 'qlinear'): 'today',
+ALLOWED_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {
+    # bench.py moves to qlinear/tools/bench/ in the bench helper's branch, which fixes its
+    # imports there; it is a tool (nothing imports it).
+    **{("bench.py", m): "moved and fixed by the tools/bench/ split" for m in (
+        "onnx", "qlinear", "qlinear._native", "qlinear._engine", "ctypes", "onnx.reference")},
+    # onnx is an optional dependency (the tools extra): `qlinear --help`, `--version` and the
+    # error that says how to install it run without onnx (tests/test_hostile_cli.py), so the CLI
+    # imports the modules that need onnx when a command runs.
+    **{("cli.py", m): "needs onnx (the tools extra); imported when a command runs" for m in (
+        "qlinear.tools.model", "qlinear.tools.compare", "qlinear.tools.conformance", "qlinear.backend",
+        "qlinear.graph.proto", "onnx")},
+    ("tools/ortsat.py", "onnx"): "the probe's model, built only when the probe runs: the CLI imports "
+                                 "ortsat without onnx",
 }
 
-#: Upward edges kept.
-ALLOWED_UPWARD: dict[tuple[str, str], str] = {  # today's, to be emptied
-    ('qlinear._requant', 'qlinear._elementwise'): 'today',
-    ('qlinear.backend', 'qlinear.tools.ortsat'): 'today',
-    ('qlinear.backend', 'qlinear.tools.table'): 'today',
-    ('qlinear.backend_contrib', 'qlinear.tools.ortsat'): 'today',
-}
+#: Upward edges kept, (importing module, imported module) -> why. Empty: nothing imports up.
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
 
-#: Import circles kept (sorted module lists).
-ALLOWED_CIRCLES = [['qlinear._control', 'qlinear._sizeguard', 'qlinear.backend', 'qlinear.backend_contrib', 'qlinear.qdq']]
+#: Import circles kept (sorted lists of modules). Empty.
+ALLOWED_CIRCLES: list[list[str]] = []
 
 
 def _module_name(path: pathlib.Path) -> str:

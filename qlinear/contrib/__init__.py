@@ -7,7 +7,10 @@ the schema's names and defaults. The arithmetic is pinned in docs/contract.md ("
 com.microsoft operators").
 """
 
+import functools
 from types import SimpleNamespace
+
+import numpy as np
 
 from . import elementwise, gemm, pool, transformer
 from .elementwise import (
@@ -79,10 +82,6 @@ def _public_under_ieee_errstate() -> SimpleNamespace:
     warned, under a caller's np.errstate(all="raise"). Returns the unwrapped functions (and
     the submodules) for qlinear.backend_contrib, whose graph run is under that state already
     (an errstate costs microseconds a call)."""
-    import functools
-
-    import numpy as np
-
     def ieee(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):

@@ -37,8 +37,14 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from onnx.reference import ReferenceEvaluator
+
+from qlinear.backend import (QLinearRep, UnsupportedModelError, apply_qdq, check_model, inline_functions,
+                             kernels_for)
+from qlinear.graph.proto import node_attributes
+from qlinear.graph.registry import FLOAT_KERNELS  # the float operators the backend runs
 from qlinear.tools import ortsat
-from qlinear.tools.table import format_table, progress
+from qlinear.tools.table import format_table, node_progress, progress
 
 _GEMM_OPS = ("QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger")
 #: onnxruntime's com.microsoft operators on its u8 x s8 GEMM (saturating on AVX2 without VNNI;
@@ -214,10 +220,6 @@ def _median_seconds(fn, budget: float, max_runs: int) -> dict[str, Any]:
 
 def _run_node_qlinear(node, opsets, values: dict[str, np.ndarray], emulate: str | None = None,
                       exact: bool = False) -> dict[str, np.ndarray]:
-    from onnx.reference import ReferenceEvaluator
-
-    from qlinear.backend import kernels_for
-
     ins = [n for n in node.input if n] + [n for n in _outer_names(node) if n in values]
     g = helper.make_graph(
         [node], "single",
@@ -225,8 +227,6 @@ def _run_node_qlinear(node, opsets, values: dict[str, np.ndarray], emulate: str 
                                        values[n].shape) for n in dict.fromkeys(ins)],
         [helper.make_empty_tensor_value_info(o) for o in node.output if o])
     m = helper.make_model(g, opset_imports=list(opsets))
-    from qlinear.backend_float import FLOAT_KERNELS  # the float operators the backend runs
-
     ev = ReferenceEvaluator(m, new_ops=kernels_for(None if exact else emulate) + FLOAT_KERNELS)
     outs = [o for o in node.output if o]
     return dict(zip(outs, ev.run(None, {n: values[n] for n in ins})))
@@ -256,14 +256,6 @@ def _outer_names(node) -> list[str]:
     return list(names)
 
 
-def _attrs(node) -> dict[str, Any]:
-    out = {}
-    for a in node.attribute:
-        v = helper.get_attribute_value(a)
-        out[a.name] = v.decode() if isinstance(v, bytes) else (list(v) if isinstance(v, (list, tuple)) else v)
-    return out
-
-
 def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
                   show_progress: bool | None = None, ulp: int = 0, atol: float = DEFAULT_ATOL,
                   rtol: float = DEFAULT_RTOL, emulate: str | None = None,
@@ -283,9 +275,6 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
     compare with onnxruntime's normal session on the model as given. ``"literal"``: qlinear
     runs the graph as written.
     """
-    from qlinear.backend import (QLinearRep, UnsupportedModelError, apply_qdq, check_model,
-                                 inline_functions)
-
     if atol < 0 or rtol < 0 or ulp < 0:
         raise ValueError("compare: atol, rtol and ulp must be 0 or more")
     problems = check_model(model)
@@ -295,7 +284,7 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
     original = model
     model = apply_qdq(model, qdq)
     rep = QLinearRep(model, emulate=emulate, max_tensor_bytes=max_tensor_bytes)
-    ql = rep.run_all(feeds, progress=show_progress)
+    ql = rep.run_all(feeds, progress=node_progress(show_progress))
     dtypes = {k: v.dtype for k, v in ql.items() if isinstance(v, np.ndarray)}
     exposed, _ = expose_all(model, dtypes)
     note = ""
@@ -459,7 +448,7 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
     if node.op_type in _GEMM_OPS:
         ins = [values_ort[n] if n else None for n in node.input]
         try:
-            emu = ortsat.emulate(node.op_type, ins, _attrs(node))
+            emu = ortsat.emulate(node.op_type, ins, node_attributes(node))
         except Exception:
             emu = None
         if emulate:

@@ -22,7 +22,13 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 import onnx
-from onnx import helper
+from google.protobuf.descriptor import FieldDescriptor as F
+from onnx import helper, numpy_helper
+from onnx.external_data_helper import load_external_data_for_model
+
+from qlinear.backend import check_model, format_problems, topologically_sorted
+from qlinear.graph.load import missing_external_data
+from qlinear.graph.proto import graph_tensors, graphs, topological_order
 
 #: Default limit on any one declared tensor (initializer, input, intermediate with a static
 #: shape), in bytes. ``--max-tensor-bytes`` changes it.
@@ -59,24 +65,9 @@ def _human(n: int) -> str:
     return str(n)
 
 
-def _all_tensors(graph: onnx.GraphProto):
-    yield from graph.initializer
-    for node in graph.node:
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.TENSOR:
-                yield a.t
-            elif a.type == onnx.AttributeProto.TENSORS:
-                yield from a.tensors
-            elif a.type == onnx.AttributeProto.GRAPH:
-                yield from _all_tensors(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    yield from _all_tensors(g)
-
-
 def _check_external_data(model: onnx.ModelProto, base_dir: str, max_bytes: int) -> None:
     base = os.path.realpath(base_dir)
-    for t in _all_tensors(model.graph):
+    for t in graph_tensors(model.graph):
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
         info = {e.key: e.value for e in t.external_data}
@@ -91,8 +82,6 @@ def _check_external_data(model: onnx.ModelProto, base_dir: str, max_bytes: int) 
             raise ToolError(f"tensor {t.name!r}: external data path {loc!r} points outside the "
                             "model's folder")
         if not os.path.isfile(path):
-            from qlinear.backend import missing_external_data
-
             raise ToolError(missing_external_data(t.name, loc, base_dir)
                             or f"tensor {t.name!r}: external data file {loc!r} not found")
         need = _tensor_nbytes(t.dims, t.data_type)
@@ -121,18 +110,6 @@ def _external_int(t: onnx.TensorProto, info: dict[str, str], key: str, default: 
     return value
 
 
-def _graphs(graph: onnx.GraphProto):
-    """The graph and every subgraph (If/Loop/Scan bodies), depth first."""
-    yield graph
-    for node in graph.node:
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    yield from _graphs(g)
-
-
 def _known_elem_type(elem: int) -> bool:
     try:
         helper.tensor_dtype_to_np_dtype(elem)
@@ -159,7 +136,7 @@ def _check_elem_types_and_strings(model: onnx.ModelProto, path: str) -> None:
         raise ToolError(f"{path}: {where} is not valid UTF-8 text ({value[:20]!r}); corrupt "
                         "model?")
 
-    for g in _graphs(model.graph):
+    for g in graphs(model.graph):
         for t in list(g.initializer):
             if not _known_elem_type(t.data_type):
                 raise bad_type(f"initializer {t.name!r}", t.data_type)
@@ -199,8 +176,6 @@ def _first_non_utf8_field(msg, where: str):
     protobuf hands such a field back as bytes instead of str; onnx and the checker then fail
     with a bare UnicodeDecodeError. Walks every message of the model (tensor payloads are
     bytes fields, not visited)."""
-    from google.protobuf.descriptor import FieldDescriptor as F
-
     for fd, value in msg.ListFields():
         repeated = fd.is_repeated if hasattr(fd, "is_repeated") else \
             fd.label == F.LABEL_REPEATED  # protobuf < 5.26 has no is_repeated
@@ -227,7 +202,7 @@ _TYPED_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "doubl
 def _check_tensor_data(model: onnx.ModelProto, path: str) -> None:
     """Every embedded tensor holds as much data as its shape says: onnx would otherwise fail
     with a bare 'cannot reshape array of size ...' when the tensor is read."""
-    for t in _all_tensors(model.graph):
+    for t in graph_tensors(model.graph):
         if t.data_location == onnx.TensorProto.EXTERNAL:
             continue
         if any(d < 0 for d in t.dims):
@@ -267,9 +242,7 @@ def _densify_sparse_initializers(model: onnx.ModelProto, path: str, max_bytes: i
     """Replace every ``sparse_initializer`` by the dense initializer it stands for (onnx's
     reference evaluator reads dense initializers only). Shapes and indices are checked first:
     the dense size against the limit, every index inside the shape."""
-    from onnx import numpy_helper
-
-    for g in _graphs(model.graph):
+    for g in graphs(model.graph):
         if not len(g.sparse_initializer):
             continue
         dense = []
@@ -319,7 +292,7 @@ def _densify_sparse_initializers(model: onnx.ModelProto, path: str, max_bytes: i
 
 def _check_declared_sizes(model: onnx.ModelProto, max_bytes: int) -> None:
     g = model.graph
-    for t in _all_tensors(g):
+    for t in graph_tensors(g):
         n = _tensor_nbytes(t.dims, t.data_type)
         if n > max_bytes:
             raise ToolError(f"tensor {t.name!r} declares {_human(n)}, more than the limit of "
@@ -352,10 +325,8 @@ def _check_structure(model: onnx.ModelProto, path: str) -> None:
                 raise ToolError(f"{path}: invalid or truncated model: node "
                                 f"{node.name or node.op_type!r} reads {name!r}, which nothing "
                                 "produces")
-    from qlinear.backend import _topological_order
-
     try:
-        _topological_order(g)
+        topological_order(g.node)
     except ValueError as e:
         raise ToolError(f"{path}: invalid model: {e}") from None
     for o in g.output:
@@ -416,8 +387,6 @@ def load_model(path: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -
     base = os.path.dirname(os.path.abspath(path))
     _check_external_data(model, base, max_tensor_bytes)
     try:
-        from onnx.external_data_helper import load_external_data_for_model
-
         load_external_data_for_model(model, base)
     except Exception as e:
         raise ToolError(f"{path}: cannot read external data: {_one_line(e)}") from None
@@ -447,8 +416,6 @@ def validate_model(model: onnx.ModelProto, path: str) -> None:
             checked.CopyFrom(model)
         for vi in _values_without_shape(checked.graph):
             vi.type.tensor_type.shape.SetInParent()
-    from qlinear.backend import topologically_sorted
-
     # Nodes listed out of topological order, which the checker refuses and onnxruntime sorts
     # and runs (as the backend does): checked in the order they run.
     checked = topologically_sorted(checked)
@@ -476,8 +443,6 @@ def _one_line(e: BaseException) -> str:
 
 def check_supported(model: onnx.ModelProto) -> None:
     """ToolError listing every node qlinear cannot run exactly."""
-    from qlinear.backend import check_model
-
     problems = check_model(model)
     if problems:
         raise ToolError(describe_problems(problems))
@@ -486,8 +451,6 @@ def check_supported(model: onnx.ModelProto) -> None:
 def describe_problems(problems) -> str:
     """One line: model-level problems (opset) first, then every unsupported node counted,
     grouped by reason and operator (:func:`qlinear.backend.format_problems`)."""
-    from qlinear.backend import format_problems
-
     return format_problems(problems)
 
 

@@ -1,0 +1,8 @@
+"""The ONNX graph runtime over ``onnx.reference`` (its public face is :mod:`qlinear.backend`).
+
+Bottom to top: ``errors`` and ``proto`` (leaves: exceptions, ONNX proto helpers), ``support``
+(what can run, before anything runs), ``kernels/`` (the OpRun classes: the six operators,
+float glue, com.microsoft, control flow, size guards), ``registry`` (the kernel lists),
+``modes`` (QDQ fusion and emulation), ``evaluator`` (the lean graph loop), ``load`` (model
+files and external data), ``rep`` (:class:`QLinearRep`) and ``api`` (the onnx.backend API).
+"""
