@@ -263,7 +263,7 @@ class _ConvWeights:
         and dtype, C-contiguous, on the same engine, ISA level and output size limit (what
         ``repeat`` checks per call), else None (the caller then takes its full path). For a
         caller that passes the same parameter objects on every call (a graph's planned node,
-        ``qlinear.backend_float``): one Python frame and the native call."""
+        ``qlinear.graph.evaluator``): one Python frame and the native call."""
         memo = self._last.memo_for(params)
         C = _native.native()
         if memo is None or C is None:

@@ -80,7 +80,7 @@ def _public_under_ieee_errstate() -> SimpleNamespace:
     multipliers and quotients, and inf/NaN in the float operators, are the IEEE arithmetic
     onnxruntime does (docs/contract.md), so the results are the same, and nothing is raised or
     warned, under a caller's np.errstate(all="raise"). Returns the unwrapped functions (and
-    the submodules) for qlinear.backend_contrib, whose graph run is under that state already
+    the submodules) for qlinear.graph.kernels.contrib, whose graph run is under that state already
     (an errstate costs microseconds a call)."""
     def ieee(fn):
         @functools.wraps(fn)

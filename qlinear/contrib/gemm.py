@@ -105,7 +105,7 @@ class PreparedQGemm:
     def bound_run(self, A: Any, a_scale: Any, a_zero_point: Any, C: Any = None, y_scale: Any = None,
                   y_zero_point: Any = None, *, alpha: float = 1.0, transA: int = 0):
         """``run`` bound to these parameters and to inputs like A, for a caller that passes the
-        same parameter objects every time (a graph's planned node, ``qlinear.backend_float``):
+        same parameter objects every time (a graph's planned node, ``qlinear.graph.evaluator``):
         every parameter is validated now, once; ``f(A2)`` gives run's result for an A2 of A's
         shape and dtype (the integer product still checks it), None for anything else (the
         caller then calls ``run``). None when this call would not succeed, or for a subclass

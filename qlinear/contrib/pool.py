@@ -58,7 +58,7 @@ def bound_global_average_pool(X: Any, x_scale: Any, x_zero_point: Any, y_scale: 
                               channels_last: int = 0):
     """``qlinear_global_average_pool`` bound to these parameters and to inputs like X, for a
     caller that passes the same parameter objects every time (a graph's planned node,
-    ``qlinear.backend_float``): everything is validated now, once; ``f(X2)`` gives the
+    ``qlinear.graph.evaluator``): everything is validated now, once; ``f(X2)`` gives the
     function's result for an X2 of X's shape and dtype under an unchanged output size limit,
     None for anything else (the caller then calls the function). None when this call would
     fail (the function then reports it)."""

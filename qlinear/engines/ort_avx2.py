@@ -23,11 +23,10 @@ found empirically on onnxruntime 1.32 (matched bit for bit on random full-range 
   depthwise included; padded positions hold the raw ``x_zero_point``. uint8 x x int8 w is
   exact.
 
-The probe that says which kind of CPU this is, by measurement, is
-:func:`qlinear.tools.ortsat.onnxruntime_saturates`. The ``emulate_*`` functions are the plain arithmetic of the
-saturating kernels; ``qlinear.backend.prepare(model, emulate="onnxruntime-avx2")`` and the
-CLI's ``--emulate onnxruntime-avx2`` run whole models with them, on any CPU. qlinear's own
-kernels never saturate.
+The ``emulate_*`` functions are the plain arithmetic of the saturating kernels;
+``qlinear.backend.prepare(model, emulate="onnxruntime-avx2")`` and the CLI's ``--emulate
+onnxruntime-avx2`` run whole models with them, on any CPU. qlinear's own kernels never
+saturate. Which kind of CPU this is, by measurement: the probe, :mod:`qlinear.tools.ortsat`.
 """
 
 from __future__ import annotations

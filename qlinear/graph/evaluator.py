@@ -1,5 +1,5 @@
-"""The graph loop: :class:`FastEvaluator` is ReferenceEvaluator with a leaner top-level ``run`` (2-3 us per
-node instead of 25-60): onnx.reference operators are called through ``_run`` with their
+"""The graph loop: :class:`FastEvaluator` is ReferenceEvaluator with a leaner top-level
+``run`` (2-3 us per node instead of 25-60): onnx.reference operators are called through ``_run`` with their
 attributes read once, elementwise binaries through their ufunc, Constant nodes once; each
 intermediate tensor is released after its last consumer (memory is reused instead of growing
 over the whole graph). Logging, shape-annotation checks and function attributes take
@@ -138,7 +138,7 @@ class FastEvaluator(ReferenceEvaluator):
             how, extra, check = "run", None, None
             impl = node
             if isinstance(getattr(node, "guarded_impl", None), OpRun):
-                # a size guard (qlinear._sizeguard): its check, then the wrapped operator's
+                # a size guard (qlinear.graph.kernels.sizeguard): its check, then the wrapped operator's
                 # own fast path below (not the guard's run, which goes through OpRun.run)
                 check, impl = node.check_size, node.guarded_impl
             plain = not impl.has_linked_attribute and not getattr(impl, "has_subgraph", False)

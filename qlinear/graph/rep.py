@@ -112,7 +112,7 @@ class QLinearRep(BackendRep):
 
     ``emulate="onnxruntime-avx2"`` computes, instead of the exact results, what onnxruntime
     gives on x86 CPUs with AVX2 but without VNNI (16-bit pair saturation in its u8 x s8
-    kernels; see :mod:`qlinear.tools.ortsat`), on any CPU.
+    kernels; see :mod:`qlinear.engines.ort_avx2`), on any CPU.
     """
 
     def __reduce__(self):
@@ -127,7 +127,7 @@ class QLinearRep(BackendRep):
         depends on input values or broadcasting (Expand, ConstantOfShape, Tile, Pad, Resize,
         Range, OneHot, MatMul, elementwise operators, the quantized convolutions and products,
         com.microsoft QLinearAdd/Mul/Where/Concat/AveragePool, QGemm, ...) would allocate more (see
-        ``qlinear._sizeguard``); None: no limit."""
+        ``qlinear.graph.kernels.sizeguard``); None: no limit."""
         if max_tensor_bytes is not None:
             byte_count(max_tensor_bytes, "QLinearRep: max_tensor_bytes", "None or an integer >= 1")
         model = topologically_sorted(inline_functions(model))

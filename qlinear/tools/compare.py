@@ -22,7 +22,7 @@ float tensors, with float32 ulps only where the values are not near zero), and a
 - *onnxruntime 16-bit saturation*: a uint8 x int8 QLinearConv / QLinearMatMul (and the other
   operators on onnxruntime's u8 x s8 GEMM: ConvInteger, MatMulInteger, com.microsoft QGemm,
   MatMulIntegerToFloat, DynamicQuantizeMatMul, QAttention) whose pair
-  sums exceed 32767 (see :mod:`qlinear.tools.ortsat`); where the emulation reproduces
+  sums exceed 32767 (see :mod:`qlinear.engines.ort_avx2`); where the emulation reproduces
   onnxruntime's values exactly, it says so;
 - otherwise the size of the difference (float ulps), without a claim about its cause.
 """
@@ -48,7 +48,7 @@ from qlinear.tools.table import format_table, node_progress, progress
 
 _GEMM_OPS = ("QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger")
 #: onnxruntime's com.microsoft operators on its u8 x s8 GEMM (saturating on AVX2 without VNNI;
-#: qlinear.backend_contrib.EMULATING emulates them). Its QLinearConv is diagnosed as the standard one.
+#: qlinear.graph.modes emulates them). Its QLinearConv is diagnosed as the standard one.
 _CONTRIB_GEMM_OPS = ("QGemm", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QAttention")
 
 

@@ -506,7 +506,7 @@ class QDQConvTail(ContribOp):
     1 Relu, 2 LeakyRelu) and ``alpha``.
 
     The float graph's nodes on the same values: ``float32(acc) * multiplier + bias`` (exact:
-    the rewrite checked |acc| < 2^24 and the sums' bound), ``backend_float.relu`` or
+    the rewrite checked |acc| < 2^24 and the sums' bound), ``graph.kernels.float.relu`` or
     ``leaky_relu``, then ``quantize_linear``; the native engine does all of it in one pass
     (``qdqconv``, qlinear/_native/elementwise*.c), the same float32 operations in the same
     order, hence the same bytes (tests/test_exact_qdq_conv.py)."""

@@ -1,4 +1,5 @@
-"""Vectorized float "glue" operators for the ONNX backend, and a leaner graph loop.
+"""Vectorized float "glue" operators for the ONNX backend (the graph loop is
+:mod:`qlinear.graph.evaluator`).
 
 onnx.reference's implementations of the float operators that sit between quantized layers
 are written for clarity: Conv loops over windows and channels, the pools over windows in

@@ -136,7 +136,7 @@ class _QLinearOp(OpRun):
         self._scalars = (params, scalars, prep)
 
     # ``fast_path(inputs, fixed)``, defined by the kernels that have one (the graph loop,
-    # ``qlinear.backend_float.FastEvaluator``, asks only those): asked after a call of
+    # ``qlinear.graph.evaluator.FastEvaluator``, asks only those): asked after a call of
     # ``_run(*inputs)`` that succeeded, a function of the node's input list giving its one
     # output for inputs whose positions in ``fixed`` hold these very objects (the loop
     # guarantees it: the model's constants) and whose other inputs are like these (the function
