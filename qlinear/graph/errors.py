@@ -62,6 +62,3 @@ def format_problems(problems: Sequence[Problem], examples: int = 2) -> str:
         n = len(nodes)
         parts.append(f"{n} unsupported node{'s' if n != 1 else ''}: " + "; ".join(texts))
     return "; ".join(parts)
-
-
-# --------------------------------------------------------------------------- versions

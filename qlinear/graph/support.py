@@ -312,6 +312,3 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
         if gap:
             problems.append(Problem(label, node.op_type, domain, version, gap))
     return problems
-
-
-# --------------------------------------------------------------------------- kernels

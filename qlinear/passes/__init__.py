@@ -104,5 +104,3 @@ def fuse_qdq(model: onnx.ModelProto, *, int8_allowed: bool = False,
         s8_to_u8(g)
     node_groups(g, int8_allowed, emit)
     return g.to_model()
-
-

@@ -213,4 +213,3 @@ def _dims(model: onnx.ModelProto) -> dict[str, list]:
             out[vi.name] = [d.dim_value if d.HasField("dim_value") else
                             (d.dim_param or object()) for d in t.shape.dim]
     return out
-

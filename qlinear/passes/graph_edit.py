@@ -353,4 +353,3 @@ def _qdq_pair_supported(g: _Graph, q: onnx.NodeProto, dq: onnx.NodeProto) -> boo
     ds, dz = g.const(dq.input[1]), g.const(dq.input[2])
     return (qz.dtype == dz.dtype and qs.dtype == ds.dtype
             and qz.reshape(()) == dz.reshape(()) and qs.reshape(()) == ds.reshape(()))
-

@@ -438,4 +438,3 @@ def s8_to_u8(g: _Graph) -> None:
         g.set_input(dq, 0, out)
         g.set_input(q, 2, zname)
         g.set_input(dq, 2, zname)
-

@@ -492,5 +492,3 @@ def node_groups(g: _Graph, int8_allowed: bool, emit: Callable[[str, str], bool])
     for node in list(g.nodes):
         if g.has(node):
             rules.apply(node)
-
-

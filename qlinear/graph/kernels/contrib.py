@@ -546,6 +546,3 @@ KERNELS: list[type[OpRun]] = [
     MatMulIntegerToFloat, DynamicQuantizeMatMul, QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
     QAttention, Attention, EmbedLayerNormalization, SkipLayerNormalization, FastGelu, Gelu,
 ]
-
-
-# --------------------------------------------------------------------------- emulation
