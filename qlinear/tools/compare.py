@@ -41,7 +41,7 @@ from onnx.reference import ReferenceEvaluator
 
 from qlinear.backend import (QLinearRep, UnsupportedModelError, apply_qdq, check_model, inline_functions,
                              kernels_for)
-from qlinear.graph.proto import node_attributes
+from qlinear.graph.proto import node_attributes, subgraphs
 from qlinear.graph.registry import FLOAT_KERNELS  # the float operators the backend runs
 from qlinear.tools import ortsat
 from qlinear.tools.table import format_table, node_progress, progress
@@ -246,13 +246,11 @@ def _outer_names(node) -> list[str]:
             for i in n.input:
                 if i and i not in defined:
                     names[i] = None
-            for a in n.attribute:
-                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                    visit(sub, defined)
+            for sub in subgraphs(n):
+                visit(sub, defined)
 
-    for a in node.attribute:
-        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-            visit(sub, set())
+    for sub in subgraphs(node):
+        visit(sub, set())
     return list(names)
 
 

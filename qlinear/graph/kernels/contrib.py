@@ -1,13 +1,13 @@
 """onnxruntime's com.microsoft operators for qlinear's ONNX backend (``qlinear.backend``).
 
 Each class is an ``onnx.reference`` OpRun running the matching function of ``qlinear.contrib``;
-``KERNELS`` is appended to the backend's kernels and ``check_node`` is what ``check_model``
-asks about a com.microsoft node before anything runs. DynamicQuantizeLinear (ai.onnx) is
+``KERNELS`` is appended to the backend's kernels (``qlinear.graph.registry``); what
+``check_model`` asks about a com.microsoft node before anything runs is
+``qlinear.contrib.schema.check_node``. DynamicQuantizeLinear (ai.onnx) is
 replaced too: onnx.reference computes the ONNX formula, onnxruntime a different one
 (an all-zero input, the zero point's rounding), and the models that carry it are
 onnxruntime's.
 """
-
 
 from __future__ import annotations
 
