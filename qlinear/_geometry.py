@@ -38,7 +38,45 @@ class ConvGeometry:
     def padded_spatial(self) -> tuple[int, ...]:
         return tuple(b + n + e for b, n, e in zip(self.pads_begin, self.in_spatial, self.pads_end))
 
-    def compact(self, op: str, x_shape: tuple[int, ...]) -> tuple["ConvGeometry", "Gather | None"]:
+    def trim_padding(self) -> "PaddingTrim | None":
+        """The outputs whose windows read input, when some read only padding; None when every
+        window reads input (every usual convolution: pads below the kernel's extent).
+
+        A window that reads only padding (x_zero_point, centered to 0) sums nothing: its value
+        is the bias alone, the same at every such position. Pads of 2**31 on a small image make
+        almost every window such a one; the NumPy engine computes only the windows reading
+        input (on x cropped to what they read, pads and output shrunk to match) and fills the
+        rest, instead of indexing and copying gigabytes of padding.
+        """
+        span = [(k - 1) * d + 1 for k, d in zip(self.kernel, self.dilations)]
+        ranges = []
+        for b, n, s, sp, out in zip(self.pads_begin, self.in_spatial, self.strides, span,
+                                    self.out_spatial):
+            # window o covers padded positions [o*s, o*s + sp) = input [o*s - b, o*s - b + sp):
+            # it reads input iff o*s - b + sp > 0 and o*s - b < n (Python ints: exact)
+            lo = max(0, (b - sp) // s + 1)
+            hi = min(out, (b + n - 1) // s + 1)
+            ranges.append((lo, max(lo, hi)))
+        if all(lo == 0 and hi == out for (lo, hi), out in zip(ranges, self.out_spatial)):
+            return None
+        out_slices = tuple(slice(lo, hi) for lo, hi in ranges)
+        if any(hi == lo for lo, hi in ranges):  # every window reads padding only
+            return PaddingTrim(None, (), out_slices)
+        begin, end, size, crops = [], [], [], []
+        for (lo, hi), b, n, s, sp in zip(ranges, self.pads_begin, self.in_spatial, self.strides, span):
+            b2 = b - lo * s  # pads making exactly hi - lo windows, their reads unchanged
+            e2 = (hi - lo - 1) * s + sp - b2 - n
+            c0, c1 = max(0, -b2), max(0, -e2)  # a negative pad: input no window reads, cropped
+            begin.append(max(0, b2))
+            end.append(max(0, e2))
+            size.append(n - c0 - c1)
+            crops.append(slice(c0, n - c1))
+        inner = ConvGeometry(tuple(begin), tuple(end), self.strides, self.dilations, self.kernel,
+                             tuple(size), tuple(hi - lo for lo, hi in ranges))
+        return PaddingTrim(inner, tuple(crops), out_slices)
+
+    def compact(self, op: str, x_shape: tuple[int, ...], out_channels: int = 0
+                ) -> tuple["ConvGeometry", "Gather | None"]:
         """An equivalent geometry with nothing larger than what the output windows read.
 
         A stride along an axis with one output (except in an unpadded 1x1 convolution, which
@@ -51,7 +89,8 @@ class ConvGeometry:
         no pads.
 
         Refuses (ValueError) what would still be too large for ``max_output_bytes()``: the
-        gathered input and the engine's float32 padded copy of one image.
+        gathered input and the engine's float32 padded copy of one image, each alone and,
+        with the int32 output of ``out_channels`` channels and the index arrays, together.
         """
         nsp = len(self.kernel)
         # (Everything below runs on every unprepared call: new objects only when needed.)
@@ -66,6 +105,9 @@ class ConvGeometry:
             # spatial size (larger than the output when x has more channels than w outputs).
             v.check_size(op, "the float32 copy of one image of x",
                          (min(1, x_shape[0]), x_shape[1], *self.out_spatial), 4)
+            v.check_total(op, [("the output", (x_shape[0], out_channels, *self.out_spatial), 4),
+                               ("the float32 copy of one image",
+                                (min(1, x_shape[0]), x_shape[1], *self.out_spatial), 4)])
             return geom, None
         if 1 in self.out_spatial:
             strides = tuple(1 if o == 1 else s for o, s in zip(self.out_spatial, self.strides))
@@ -76,6 +118,8 @@ class ConvGeometry:
         images = min(1, x_shape[0])  # no image (N = 0), no padded copy
         if not axes:
             v.check_size(op, "the float32 padded copy of one image of x", (images, x_shape[1], *padded), 4)
+            v.check_total(op, [("the output", (x_shape[0], out_channels, *self.out_spatial), 4),
+                               ("the float32 padded copy of one image", (images, x_shape[1], *padded), 4)])
             return geom, None
         strides, dilations = geom.strides, geom.dilations
         lengths = [self.out_spatial[i] * self.kernel[i] if i in axes else None for i in range(nsp)]
@@ -84,6 +128,10 @@ class ConvGeometry:
         padded = tuple(p if n is None else n for p, n in zip(self.padded_spatial, lengths))
         v.check_size(op, "x's positions read by the windows", (*x_shape[:2], *padded), 1)
         v.check_size(op, "the float32 padded copy of one image of x", (images, x_shape[1], *padded), 4)
+        v.check_total(op, [("the output", (x_shape[0], out_channels, *self.out_spatial), 4),
+                           ("x's positions read", (*x_shape[:2], *padded), 1),
+                           ("the float32 padded copy of one image", (images, x_shape[1], *padded), 4)]
+                      + [(f"the index of axis {i}", (lengths[i],), 8) for i in axes])
         indices = []
         begin, end, st, dil, size = (list(t) for t in (geom.pads_begin, geom.pads_end, strides, dilations,
                                                       geom.in_spatial))
@@ -97,6 +145,15 @@ class ConvGeometry:
         gathered = ConvGeometry(tuple(begin), tuple(end), tuple(st), tuple(dil), self.kernel,
                                 tuple(size), self.out_spatial)
         return gathered, Gather(tuple(indices))
+
+
+@dataclass(frozen=True)
+class PaddingTrim:
+    """The windows of a convolution that read input (``ConvGeometry.trim_padding``)."""
+
+    geom: ConvGeometry | None  # their geometry on the cropped x; None: no window reads input
+    x_slices: tuple[slice, ...]  # x's spatial crop
+    out_slices: tuple[slice, ...]  # where their outputs go in the whole output
 
 
 def _read_positions(n: int, begin: int, stride: int, dilation: int, taps: int, outputs: int) -> np.ndarray:

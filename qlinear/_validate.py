@@ -20,7 +20,7 @@ import math
 import numbers
 import os
 import sys
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -99,6 +99,20 @@ def check_size(op: str, what: str, shape: tuple[int, ...], itemsize: int) -> Non
         f"{op}: {what} of shape {shape} would take {_size(nbytes)}, "
         f"above the limit of {_size(_max_output_bytes)} (qlinear.set_max_output_bytes)"
     )
+
+
+def check_total(op: str, parts: Sequence[tuple[str, tuple[int, ...], int]]) -> None:
+    """Refuse, before allocating any, arrays of one call that together take more than
+    ``max_output_bytes()`` (``parts``: (what, shape, itemsize) of each, alive at once): each
+    alone may be under the limit while all of them are not."""
+    sizes_ = [(what, math.prod(shape) * itemsize) for what, shape, itemsize in parts]
+    total = sum(n for _, n in sizes_)
+    if total <= _max_output_bytes:
+        return
+    listed = ", ".join(f"{what} {_size(n)}" for what, n in sorted(sizes_, key=lambda p: -p[1]))
+    raise ValueError(f"{op}: the arrays of this call would take {_size(total)} together "
+                     f"({listed}), above the limit of {_size(_max_output_bytes)} "
+                     "(qlinear.set_max_output_bytes)")
 
 
 def is_masked(value: Any) -> bool:

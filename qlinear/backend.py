@@ -44,9 +44,10 @@ from qlinear.graph.errors import NodeError, Problem, UnsupportedModelError, form
 from qlinear.graph.kernels.standard import (BatchNormalization, ConvInteger, DequantizeLinear, MatMulInteger,
                                             MaxPool, QLinearConv, QLinearMatMul, QuantizeLinear,
                                             batch_normalization_inference, max_pool)
-from qlinear.graph.load import missing_external_data
 from qlinear.graph.modes import EMULATIONS, QDQ_MODES, apply_qdq, fusable_ops, kernels_for, model_as_run
-from qlinear.graph.proto import inline_functions, node_version, topologically_sorted
+from qlinear._inline import inline_functions
+from qlinear.graph.proto import node_version, topologically_sorted
+from qlinear.modelfile import missing_external_data  # the one model-file loader
 from qlinear.graph.registry import KERNELS
 from qlinear.graph.rep import QLinearRep
 from qlinear.graph.support import QLINEAR_OPS, check_model

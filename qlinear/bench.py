@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import errno
 import fnmatch
 import functools
 import json
@@ -983,8 +982,11 @@ def chart(results: list[dict[str, Any]], path: str) -> str | None:
         return "matplotlib is not installed (pip install 'qlinear[bench]')"
     if not results:
         return "no results to draw"
-    try:
-        _draw_chart(results, path, plt, matplotlib)
+    from qlinear.tools.files import write_file
+
+    try:  # written as every output is (qlinear.tools.files): never through a link
+        write_file("--output-dir", os.path.dirname(path) or ".", path,
+                   lambda f: _draw_chart(results, f, plt, matplotlib))
     except Exception as e:  # noqa: BLE001 - the chart is optional; say why it is missing
         return f"drawing it failed ({type(e).__name__}: {' '.join(str(e).split())[:200]})"
     return None
@@ -1017,7 +1019,7 @@ def _draw_chart(results, path, plt, matplotlib) -> None:
     ax1.legend(handles, list(colors), loc="lower right", fontsize=8)
     fig.suptitle("qlinear vs onnxruntime and onnx.reference (same thread count)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
 
@@ -1126,25 +1128,20 @@ def _main(argv: list[str] | None = None) -> int:
         raise BenchError(f"qlinear bench needs onnx and onnxruntime ({e}); "
                          "pip install 'qlinear[bench]'") from None
 
-    args.output_dir = os.path.normpath(args.output_dir)
-    try:  # before the long run, so that a bad folder fails at once
-        os.makedirs(args.output_dir, exist_ok=True)
+    from qlinear.tools.files import OutputError, check_target, output_dir
+
+    try:  # before the long run, so that a bad folder or a link in the way fails at once
+        args.output_dir = output_dir(args.output_dir, "--output-dir", parents=True)
+        for name in OUTPUT_FILES:  # a folder or link of that name in the way
+            check_target("--output-dir", args.output_dir, os.path.join(args.output_dir, name))
+    except OutputError as e:
+        raise BenchError(str(e)) from None
+    try:  # a read-only folder: a temporary file created and removed, no empty file left
+        tempfile.TemporaryFile(dir=args.output_dir).close()
     except OSError as e:
-        raise BenchError(f"--output-dir {args.output_dir}: cannot create it ({e.strerror})") \
-            from None
-    for name in OUTPUT_FILES:  # a folder of that name in the way, a read-only folder
-        path = os.path.join(args.output_dir, name)
-        try:
-            if os.path.isdir(path):
-                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
-            if os.path.exists(path):
-                with open(path, "a"):  # opened, not truncated: the old file stays as it was
-                    pass
-            else:  # created and removed: no empty file left behind
-                tempfile.TemporaryFile(dir=args.output_dir).close()
-        except OSError as e:
-            raise BenchError(f"--output-dir {args.output_dir}: cannot write {path} "
-                             f"({e.strerror or e})") from None
+        raise BenchError(f"--output-dir {args.output_dir}: cannot write "
+                         f"{os.path.join(args.output_dir, OUTPUT_FILES[0])} "
+                         f"({e.strerror or e})") from None
     limiter = _limit_threads(args.threads)
     if limiter is None and os.environ.get("OPENBLAS_NUM_THREADS") != str(args.threads):
         # Without threadpoolctl, OpenBLAS reads its thread count once, when NumPy loads:
@@ -1192,17 +1189,17 @@ def _main(argv: list[str] | None = None) -> int:
     summary = summarize(results, machine.get("workspace_limit_bytes", 256 * MIB))
 
     report = markdown_report(results, summary, machine, args)
-    try:  # checked writable before the run; a full disk can still fail here
-        with open(os.path.join(args.output_dir, "results.json"), "w") as f:
-            json.dump({"machine": machine, "summary": summary, "args": vars(args),
-                       "results": results}, f, indent=1)
-        with open(os.path.join(args.output_dir, "results.md"), "w") as f:
-            f.write(report)
-        with open(os.path.join(args.output_dir, "machine.md"), "w") as f:
-            f.write(machine_markdown(machine))
-    except OSError as e:
-        raise BenchError(f"--output-dir {args.output_dir}: cannot write {e.filename} "
-                         f"({e.strerror or e})") from None
+    from qlinear.tools.files import write_file
+
+    texts = {"results.json": json.dumps({"machine": machine, "summary": summary,
+                                         "args": vars(args), "results": results}, indent=1),
+             "results.md": report, "machine.md": machine_markdown(machine)}
+    try:  # checked before the run; a full disk or a link planted since still fails here
+        for name, text in texts.items():
+            write_file("--output-dir", args.output_dir, os.path.join(args.output_dir, name),
+                       lambda f, text=text: f.write(text.encode()))
+    except OutputError as e:
+        raise BenchError(str(e)) from None
     why_no_chart = chart(results, os.path.join(args.output_dir, "results.png"))
     if args.json:
         print(json.dumps({"machine": machine, "summary": summary, "results": results},

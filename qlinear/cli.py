@@ -163,7 +163,7 @@ def _model_and_inputs(args):
     else:
         model_path = args.model
         model = load_model(model_path, max_tensor_bytes=args.max_tensor_bytes)
-        feeds = parse_input_args(args.input)
+        feeds = parse_input_args(args.input, max_tensor_bytes=args.max_tensor_bytes)
         if feeds and shapes:
             raise ToolError("--shape sets the shape of generated inputs; it cannot be combined "
                             "with --input")
@@ -276,16 +276,12 @@ def cmd_run(args) -> int:
             write_file("--output-dir", args.output_dir, files[k],
                        lambda f, v=v: np.save(f, np.asarray(v)))
             written.append(files[k])
-        manifest = os.path.realpath(os.path.join(out_dir, "outputs.json"))
+        manifest = os.path.join(os.path.realpath(out_dir), "outputs.json")
         listing = {"outputs": [{"name": k, "file": os.path.basename(files[k]),
                                 "shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype)}
                                for k, v in outputs.items()]}  # output name -> file, in graph order
-
-        def write_manifest(path: str) -> None:
-            with open(path, "w") as f:
-                json.dump(listing, f, indent=2)
-
-        write_file("--output-dir", args.output_dir, manifest, write_manifest)
+        write_file("--output-dir", args.output_dir, manifest,
+                   lambda f: f.write(json.dumps(listing, indent=2).encode()))
         result["written"] = written
         result["manifest"] = manifest
 
@@ -526,8 +522,11 @@ class _Timeout(Exception):
 
 
 class _time_limit:
-    """``--timeout``: a SIGALRM interrupts the run between two Python steps (a node, a Loop
-    iteration), so a model that computes forever ends with one line instead of a hang."""
+    """``--timeout``: a SIGALRM interrupts the whole command (loading, preparing, running)
+    between two Python steps (a node, a Loop iteration), so a model that computes forever
+    ends with one line instead of a hang. The one step that could expand without bound in C++
+    out of its reach, inlining model-local functions, is bounded before it starts
+    (qlinear._inline)."""
 
     def __init__(self, seconds: float | None):
         self.seconds = seconds
@@ -539,7 +538,8 @@ class _time_limit:
         if self.active:
             def stop(signum, frame):
                 raise _Timeout(f"stopped after --timeout {self.seconds:g} s: the model was "
-                               "still running (a Loop or recursion that does not end?)")
+                               "still being loaded, prepared or run (a Loop or recursion that "
+                               "does not end?)")
 
             self._old = signal.signal(signal.SIGALRM, stop)
             signal.setitimer(signal.ITIMER_REAL, self.seconds)
@@ -726,6 +726,11 @@ def main(argv: list[str] | None = None) -> int:
             args.max_tensor_bytes = DEFAULT_MAX_TENSOR_BYTES
         if getattr(args, "max_tensor_bytes", 1) < 1:
             raise _Error(f"--max-tensor-bytes {args.max_tensor_bytes}: must be 1 or more")
+        for flag in ("output_dir", "save_inputs"):  # before any work: '' meant the current folder
+            folder = getattr(args, flag, None)
+            if folder is not None and not folder.strip():
+                raise _Error(f"--{flag.replace('_', '-')} {folder!r}: an empty folder name (for "
+                             f"the current folder say --{flag.replace('_', '-')} .)")
         timeout = getattr(args, "timeout", None)
         if timeout is not None and not (0 < timeout < 1e9):
             raise _Error(f"--timeout {timeout:g}: must be a number of seconds above 0 and below "

@@ -76,11 +76,42 @@ class _ConvWeights:
         bias still to add."""
         x, zp, geom, compact = checked
         if not compact:
-            compact.append(geom.compact(self.op, x.shape))
-        geom, gather = compact[0]
+            trim = geom.trim_padding()  # None but for pads beyond the kernel's extent
+            if trim is None:
+                compact.append(geom.compact(self.op, x.shape, self.out_channels))
+            else:
+                crop = (*x.shape[:2], *(c.stop - c.start for c in trim.x_slices))
+                compact.append(None if trim.geom is None else
+                               trim.geom.compact(self.op, crop, self.out_channels))
+            compact.append(trim)
+        packed, trim = compact
+        full = geom
+        if trim is not None:  # windows reading padding only: computed once, below
+            if packed is None:
+                return self._padding_only(full, x.shape[0], None, bias, out_dtype), None
+            x = x[(slice(None), slice(None), *trim.x_slices)]
+        geom, gather = packed
         if gather is not None:  # extreme pads or strides: only the positions the windows read
             x = gather.apply(x, zp)
-        return conv_accumulate(x, zp, self.kernel, geom, bias, out_dtype, bias_bound)
+        values, pending = conv_accumulate(x, zp, self.kernel, geom, bias, out_dtype, bias_bound)
+        if trim is None:
+            return values, pending
+        y = self._padding_only(full, values.shape[0], pending, bias, values.dtype)
+        y[(slice(None), slice(None), *trim.out_slices)] = values
+        return y, pending
+
+    def _padding_only(self, geom: ConvGeometry, n: int, pending: np.ndarray | None,
+                      bias: np.ndarray | None, dtype: Any) -> np.ndarray:
+        """The whole output filled with the value of a window reading padding only: its sum is
+        0, so the value is wrap32(0 + B) = B in ``dtype`` (float32(B) rounds to nearest, as
+        the accumulator's conversion does), or 0 when the bias is absent or still pending."""
+        m = self.out_channels
+        y = np.empty((n, m, *geom.out_spatial), dtype=dtype)  # the output: checked by check_input
+        if bias is None or pending is not None:
+            y.fill(0)
+        else:
+            y[...] = bias.astype(dtype).reshape((m,) + (1,) * len(geom.out_spatial))
+        return y
 
     def check_input(self, x: Any, x_zero_point: Any) -> tuple[np.ndarray, np.ndarray, ConvGeometry, list]:
         """Validate x and its zero point against the weights: (x, zero point, geometry, the

@@ -117,6 +117,11 @@ class _RightOperand:
             # empty sum); the engine's reshapes and bounds assume non-empty operands.
             batch = _broadcast_batch(matrix.shape[:-2], self.matrix.shape[:-2])
             return np.zeros((*batch, matrix.shape[-2], self.matrix.shape[-1]), out_dtype)
+        # the NumPy engine's arrays of this call, alive at once: each was checked alone
+        batch = _broadcast_batch(matrix.shape[:-2], self.matrix.shape[:-2])
+        v.check_total(self.op, [("the output", (*batch, matrix.shape[-2], self.matrix.shape[-1]), 4),
+                                ("the float32 copy of a", matrix.shape, 4),
+                                ("the float32 copy of b", self.matrix.shape, 4)])
         centered, reduction = self._numpy_form()
         return matmul_accumulate(matrix, zp, centered, reduction, out_dtype)
 

@@ -19,6 +19,7 @@ import pytest
 
 import oracle
 import qlinear
+from qlinear import _native
 from conftest import I8, I32, U8, assert_exact, rand_int
 
 F32 = np.float32
@@ -456,6 +457,112 @@ def test_extreme_geometry_matches_oracle(case):
         got_int = qlinear.conv_integer(x, w, U8(131), wzp, **case)
     assert_exact(got, oracle.qlinear_conv(*args, **case))
     assert_exact(got_int, oracle.conv_integer(x, w, U8(131), wzp, **case))
+
+
+@pytest.mark.parametrize("engine_level", ["numpy", None], indirect=True)
+@pytest.mark.parametrize("op", ["conv_integer", "qlinear_conv"])
+def test_pads_of_2_31_compute_only_the_windows_reading_input(output_limit, engine_level, op):
+    """Issue 28, 7: a pad of 2**31 on a small input made the NumPy engine index and copy
+    every padded position the windows read (here 64 Mi positions: a 512 MiB index, 256 MiB
+    float copy, each under the limit alone), or refuse. Windows reading padding only sum
+    nothing: now they are filled with their one value (the bias alone), and only the window
+    reading x is computed: well under the limit, in well under a second."""
+    qlinear.set_max_output_bytes(768 << 20)
+    rng = np.random.default_rng(28)
+    x = rng.integers(0, 256, (1, 1, 4), dtype=U8)
+    w = rng.integers(-128, 128, (2, 1, 1024), dtype=I8)
+    pads, stride = [2**31, 2**31], 2**16
+    outputs = (2**32 + 4 - 1024) // stride + 1
+    hit = 2**31 // stride  # the one window whose taps 0..3 read x[0..3]
+    xzp, wzp = np.uint8(7), np.zeros(2, I8)
+    dot = (x[0, 0].astype(np.int64) - 7) @ (w[:, 0, :4].astype(np.int64) - wzp[:, None]).T
+    tracemalloc.start()
+    try:
+        with time_limit(20):
+            if op == "conv_integer":
+                y = qlinear.conv_integer(x, w, xzp, wzp, pads=pads, strides=[stride])
+                want = np.zeros((1, 2, outputs), np.int32)
+                want[0, :, hit] = dot
+            else:
+                bias = np.array([1000, -77777], np.int32)
+                args = (F32(0.05), xzp, w, np.array([0.01, 0.02], F32), wzp, F32(0.5), np.uint8(128))
+                y = qlinear.qlinear_conv(x, *args[:2], w, *args[3:], B=bias, pads=pads, strides=[stride])
+                window = np.full((1, 1, 1024), 7, U8)  # the window reading x, then padding
+                window[0, 0, :4] = x[0, 0]
+                one = oracle.qlinear_conv(window, *args[:2], w, *args[3:], B=bias)
+                pad = oracle.qlinear_conv(np.full((1, 1, 1024), 7, U8), *args[:2], w, *args[3:], B=bias)
+                want = np.broadcast_to(pad, (1, 2, outputs)).copy()
+                want[0, :, hit] = one[0, :, 0]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert_exact(y, want)
+    assert peak < 16 << 20, peak  # the output is 512 KiB
+
+
+@pytest.mark.parametrize("engine_level", ["numpy", None], indirect=True)
+def test_windows_reading_padding_only_match_the_oracle(engine_level):
+    """Pads beyond the kernel's extent, with strides and dilations, on 1-D and 2-D inputs
+    (the windows reading padding only are filled, the rest computed on cropped x): every
+    value equals the oracle's, bias included, for ConvInteger and QLinearConv."""
+    rng = np.random.default_rng(2028)
+    for _ in range(60):
+        nsp = int(rng.integers(1, 3))
+        spatial = rng.integers(1, 6, nsp)
+        kernel = rng.integers(1, 4, nsp)
+        dil = rng.integers(1, 4, nsp)
+        strides = [int(s) for s in rng.integers(1, 6, nsp)]
+        pads = [int(p) for p in rng.integers(0, 14, 2 * nsp)]
+        if any((b + n + e - ((k - 1) * d + 1)) < 0 for b, n, e, k, d in zip(
+                pads[:nsp], spatial, pads[nsp:], kernel, dil)):
+            continue
+        c, m = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+        x = rng.integers(0, 256, (2, c, *spatial), dtype=U8)
+        w = rng.integers(-128, 128, (m, c, *kernel), dtype=I8)
+        kw = dict(pads=pads, strides=strides, dilations=[int(d) for d in dil])
+        xzp = np.uint8(rng.integers(0, 256))
+        assert_exact(qlinear.conv_integer(x, w, xzp, np.int8(3), **kw),
+                     oracle.conv_integer(x, w, xzp, np.int8(3), **kw))
+        bias = rng.integers(-2**31, 2**31, m, dtype=np.int64).astype(np.int32) if rng.integers(2) \
+            else rng.integers(-300, 300, m).astype(np.int32)
+        args = (F32(0.03), xzp, w, F32(0.002), np.int8(0), F32(0.7), np.int8(-5))
+        assert_exact(qlinear.qlinear_conv(x, *args, B=bias, **kw),
+                     oracle.qlinear_conv(x, *args, B=bias, **kw))
+
+
+@pytest.mark.parametrize("op", ["matmul_integer", "qlinear_matmul", "conv_integer", "qlinear_conv"])
+def test_one_calls_arrays_are_bounded_together(output_limit, op):
+    """Issue 28, 7: max_output_bytes bounded each array alone, so the NumPy engine's arrays
+    of one call (output, float32 copies of the operands, padded copy of an image) could
+    together pass it. Here each is under the limit and their sum is not: refused before
+    anything is allocated, naming the total and the parts; the native engine, which makes
+    none of those copies, computes the call."""
+    rng = np.random.default_rng(7)
+    if "matmul" in op:
+        a = rng.integers(0, 256, (256, 512), dtype=U8)   # float32 copy 512 KiB
+        b = rng.integers(-128, 128, (512, 256), dtype=I8)  # float32 copy 512 KiB
+        args = (a, b, None, None) if op == "matmul_integer" else \
+            (a, F32(0.1), np.uint8(3), b, F32(0.01), np.int8(0), F32(0.5), np.uint8(9))
+        call = getattr(qlinear, op)
+        kw = {}
+    else:
+        x = rng.integers(0, 256, (1, 64, 32, 32), dtype=U8)  # padded float32 copy 296 KiB
+        w = rng.integers(-128, 128, (64, 64, 3, 3), dtype=I8)  # output 256 KiB
+        args = (x, w, None, None) if op == "conv_integer" else \
+            (x, F32(0.1), np.uint8(3), w, F32(0.01), np.int8(0), F32(0.5), np.uint8(9))
+        call = getattr(qlinear, op)
+        kw = {"pads": [1, 1, 1, 1]}
+    want = getattr(oracle, op)(*args, **kw)
+    qlinear.set_max_output_bytes(540 << 10 if "conv" in op else 1 << 20)
+    with _native.use_engine("numpy"):
+        with raises(ValueError, op, "together", "above the limit"):
+            call(*args, **kw)
+    if _native.available():
+        with _native.use_engine("native"):
+            assert_exact(call(*args, **kw), want)
+    qlinear.set_max_output_bytes(8 << 20)
+    with _native.use_engine("numpy"):
+        assert_exact(call(*args, **kw), want)
 
 
 # ----------------------------------------------------------------------------- NumPy's errors never leak

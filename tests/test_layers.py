@@ -24,7 +24,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                  "qlinear._qlnative", "qlinear.engines")),
     ("ops", ("qlinear", "qlinear.conv", "qlinear.matmul", "qlinear.quantize", "qlinear.contrib",
              "qlinear.ops")),
-    ("graph", ("qlinear.graph", "qlinear.backend", "qlinear.passes", "qlinear.qdq")),
+    ("graph", ("qlinear.graph", "qlinear.backend", "qlinear.passes", "qlinear.qdq", "qlinear.modelfile",
+               "qlinear._inline")),
     ("tools", ("qlinear.tools", "qlinear.cli", "qlinear.bench", "qlinear._noamx", "qlinear.__main__")),
 ]
 

@@ -8,12 +8,11 @@ import os
 import numpy as np
 
 import onnx
-from google.protobuf.message import DecodeError
 from onnx import helper
 from onnx.backend.base import Backend, Device, DeviceType
 
+from .. import modelfile
 from .errors import UnsupportedModelError
-from .load import _check_external_data_loaded, _load_path
 from .modes import QDQ_MODES, kernels_for, model_as_run
 from .proto import topologically_sorted
 from .rep import QLinearRep
@@ -44,18 +43,20 @@ class QLinearBackend(Backend):
                             "emulate, qdq and max_tensor_bytes)")
         kernels_for(emulate)  # a bad name fails before anything is loaded
         from_bytes = isinstance(model, bytes)
-        try:
+        try:  # files and bytes through the one loader (qlinear.modelfile): one ValueError each
             if isinstance(model, (str, os.PathLike)):
-                model = _load_path(model)
+                model = modelfile.load(model, max_tensor_bytes=max_tensor_bytes)
             elif isinstance(model, bytes):
-                model = onnx.load_from_string(model)
+                model = modelfile.parse(model, "the bytes are")
             elif not isinstance(model, onnx.ModelProto):
                 raise TypeError("prepare: model must be an onnx.ModelProto, a path or bytes; got "
                                 f"{type(model).__name__}")
-        except DecodeError as e:
-            # protobuf's own exception (not a ValueError) said only 'Error parsing message'
-            raise ValueError(f"prepare: {'the bytes are' if from_bytes else f'{os.fspath(model)!r} is'} "
-                             f"not an ONNX model, or a corrupt or truncated protobuf ({e})") from None
+            modelfile.check_loaded(model, from_bytes)
+            # element types, attribute types, strings: what onnx would fail on with a bare
+            # KeyError (61, 0) or UnicodeDecodeError, named here (the commands check the same)
+            modelfile.check_contents(model, "the model")
+        except modelfile.ModelFileError as e:
+            raise ValueError(f"prepare: {e}") from None
         if not model.HasField("graph"):
             # empty bytes (or an empty file) parse as a ModelProto without a graph, which ran
             # and returned no outputs; onnxruntime refuses it ('No graph was found')
@@ -63,7 +64,6 @@ class QLinearBackend(Backend):
                              "are not an ONNX model)")
         if not cls.supports_device(device):
             raise ValueError(f"prepare: device {device!r} is not supported (CPU only)")
-        _check_external_data_loaded(model, from_bytes)
         if qdq not in QDQ_MODES:
             raise ValueError(f"prepare: qdq must be one of {', '.join(QDQ_MODES)}; got {qdq!r}")
         try:

@@ -10,7 +10,6 @@ import numpy as np
 
 import onnx
 from onnx import helper
-from onnx.inliner import inline_local_functions
 
 T = onnx.TensorProto
 #: The 8-bit element types of the contract (ONNX codes and NumPy dtypes).
@@ -140,6 +139,20 @@ def graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
                 yield from a.tensors
 
 
+def model_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """:func:`graph_tensors` of the main graph, then the tensors of every model-local function
+    (its nodes' tensor attributes, e.g. a Constant's, and their subgraphs')."""
+    yield from graph_tensors(model.graph)
+    for fn in model.functions:
+        for node in fn.node:
+            for a in node.attribute:
+                if a.HasField("t"):
+                    yield a.t
+                yield from a.tensors
+            for g in subgraphs(node):
+                yield from graph_tensors(g)
+
+
 # --------------------------------------------------------------------------- order
 
 
@@ -207,12 +220,3 @@ def topologically_sorted(model: onnx.ModelProto) -> onnx.ModelProto:
     copy.CopyFrom(model)
     _sort_nodes(copy.graph)
     return copy
-
-
-def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` with its model-local functions (FunctionProto) inlined, so that the six
-    operators inside them run on qlinear's kernels too (onnx.reference would otherwise run
-    a function's body with its own implementations); ``model`` itself if it has none."""
-    if not model.functions:
-        return model
-    return inline_local_functions(model)

@@ -14,13 +14,14 @@ from onnx.backend.base import BackendRep
 from .. import _blas, _native
 from .._validate import byte_count, check_view, repeats_memory, sizes
 from ..contrib.schema import DOMAIN
+from .._inline import inline_functions
 from .errors import NodeError
 from .evaluator import FastEvaluator
 from .kernels.contrib import ContribOp
 from .kernels.sizeguard import with_size_guards
 from .kernels.standard import _QLinearOp
 from .modes import kernels_for
-from .proto import inline_functions, topologically_sorted
+from .proto import topologically_sorted
 from .registry import CONTROL_KERNELS, FLOAT_KERNELS
 
 #: NumPy's error state while a graph runs. ONNX's float operators are IEEE 754 arithmetic: an

@@ -14,8 +14,9 @@ from onnx.reference.ops import load_op
 from .._geometry import AUTO_PADS
 from ..contrib import schema
 from ..contrib.schema import DOMAIN
+from .._inline import inline_functions
 from .errors import Problem
-from .proto import (EIGHT_BIT, T, inline_functions, node_attributes, node_label, node_version,
+from .proto import (EIGHT_BIT, T, node_attributes, node_label, node_version,
                     types_and_shapes, walk_nodes)
 
 

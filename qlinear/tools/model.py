@@ -16,27 +16,24 @@ the checker under IR 4's rule.
 from __future__ import annotations
 
 import os
-import stat
 from typing import Any, Callable, Iterable
 
 import numpy as np
-
 import onnx
-from google.protobuf.descriptor import FieldDescriptor as F
 from onnx import helper, numpy_helper
-from onnx.external_data_helper import load_external_data_for_model
 
+from qlinear import modelfile
 from qlinear.backend import check_model, format_problems, topologically_sorted
-from qlinear.graph.load import missing_external_data
 from qlinear.graph.proto import graph_tensors, graphs, topological_order
+from qlinear.modelfile import MAX_MODEL_FILE_BYTES, ModelFileError  # noqa: F401 (re-exported)
+from qlinear.modelfile import human as _human
+from qlinear.tools import arrayfile
+from qlinear.tools.files import OutputError, output_dir
+from qlinear.tools.files import write_file as guarded_write
 
 #: Default limit on any one declared tensor (initializer, input, intermediate with a static
 #: shape), in bytes. ``--max-tensor-bytes`` changes it.
 DEFAULT_MAX_TENSOR_BYTES = 2 * 1024**3
-
-#: Largest model file read (protobuf cannot parse a message of 2 GiB or more; bigger models
-#: keep their weights in external data files).
-MAX_MODEL_FILE_BYTES = 2 * 1024**3 - 1
 
 
 class ToolError(Exception):
@@ -57,141 +54,13 @@ def _tensor_nbytes(dims: Iterable[int], elem_type: int) -> int:
     return n * itemsize
 
 
-def _human(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
-def _check_external_data(model: onnx.ModelProto, base_dir: str, max_bytes: int) -> None:
-    base = os.path.realpath(base_dir)
-    for t in graph_tensors(model.graph):
-        if t.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        info = {e.key: e.value for e in t.external_data}
-        loc = info.get("location", "")
-        if not loc:
-            raise ToolError(f"tensor {t.name!r}: external data without a location")
-        if os.path.isabs(loc) or loc.startswith(("/", "\\")) or ".." in loc.replace("\\", "/").split("/"):
-            raise ToolError(f"tensor {t.name!r}: external data path {loc!r} points outside the "
-                            "model's folder")
-        path = os.path.realpath(os.path.join(base, loc))
-        if os.path.commonpath([base, path]) != base:
-            raise ToolError(f"tensor {t.name!r}: external data path {loc!r} points outside the "
-                            "model's folder")
-        if not os.path.isfile(path):
-            raise ToolError(missing_external_data(t.name, loc, base_dir)
-                            or f"tensor {t.name!r}: external data file {loc!r} not found")
-        need = _tensor_nbytes(t.dims, t.data_type)
-        offset = _external_int(t, info, "offset", 0)
-        length = _external_int(t, info, "length", need) or need
-        if need > max_bytes:
-            raise ToolError(f"tensor {t.name!r} declares {_human(need)}, more than the limit "
-                            f"of {_human(max_bytes)} (--max-tensor-bytes)")
-        if offset + length > os.path.getsize(path):
-            raise ToolError(f"tensor {t.name!r}: external data file {loc!r} is shorter than "
-                            "the tensor it should hold (truncated?)")
-
-
-def _external_int(t: onnx.TensorProto, info: dict[str, str], key: str, default: int) -> int:
-    """An external-data field that must be a non-negative whole number of bytes."""
-    text = info.get(key, "")
-    if text == "":
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ToolError(f"tensor {t.name!r}: external data {key} {text[:40]!r} is not a "
-                        "non-negative whole number of bytes")
-    return value
-
-
-def _known_elem_type(elem: int) -> bool:
-    try:
-        helper.tensor_dtype_to_np_dtype(elem)
-    except Exception:  # KeyError for numbers onnx does not define
-        return False
-    return True
-
-
-#: INT attributes that hold an element type (Cast's ``to``, RandomNormal's ``dtype``, ...).
-_ELEM_TYPE_ATTRS = ("to", "dtype", "output_dtype")
-
-
 def _check_elem_types_and_strings(model: onnx.ModelProto, path: str) -> None:
-    """Element types onnx defines, and attribute strings that are UTF-8, everywhere in the
-    model: both would otherwise fail deep inside onnx or numpy (``KeyError: 61``,
-    ``UnicodeDecodeError``) without saying where."""
-    def bad_type(what: str, elem: int) -> ToolError:
-        return ToolError(f"{path}: {what} has element type {elem}, which is not an ONNX "
-                         "element type (invalid or corrupt model)")
-
-    bad = _first_non_utf8_field(model, "model")
-    if bad:
-        where, value = bad
-        raise ToolError(f"{path}: {where} is not valid UTF-8 text ({value[:20]!r}); corrupt "
-                        "model?")
-
-    for g in graphs(model.graph):
-        for t in list(g.initializer):
-            if not _known_elem_type(t.data_type):
-                raise bad_type(f"initializer {t.name!r}", t.data_type)
-        for sp in g.sparse_initializer:
-            if not _known_elem_type(sp.values.data_type):
-                raise bad_type(f"sparse initializer {sp.values.name!r}", sp.values.data_type)
-        for vi in list(g.input) + list(g.output) + list(g.value_info):
-            if vi.type.HasField("tensor_type"):
-                elem = vi.type.tensor_type.elem_type
-                if elem and not _known_elem_type(elem):
-                    raise bad_type(f"tensor {vi.name!r}", elem)
-        for i, node in enumerate(g.node):
-            label = f"node {node.name or f'#{i}'!r} ({node.op_type})"
-            for a in node.attribute:
-                if a.type == onnx.AttributeProto.STRING:
-                    texts = [a.s]
-                elif a.type == onnx.AttributeProto.STRINGS:
-                    texts = list(a.strings)
-                else:
-                    texts = []
-                for text in texts:
-                    try:
-                        text.decode("utf-8")
-                    except UnicodeDecodeError:
-                        raise ToolError(f"{path}: {label}: attribute {a.name!r} is not valid "
-                                        f"UTF-8 text ({text[:20]!r})") from None
-                if a.type == onnx.AttributeProto.INT and a.name in _ELEM_TYPE_ATTRS \
-                        and a.i and not _known_elem_type(a.i):
-                    raise ToolError(f"{path}: {label}: attribute {a.name!r} = {a.i} is not an "
-                                    "ONNX element type")
-                if a.type == onnx.AttributeProto.TENSOR and not _known_elem_type(a.t.data_type):
-                    raise bad_type(f"{label} attribute {a.name!r}", a.t.data_type)
-
-
-def _first_non_utf8_field(msg, where: str):
-    """(field path, value) of the first string field that is not valid UTF-8, or None.
-    protobuf hands such a field back as bytes instead of str; onnx and the checker then fail
-    with a bare UnicodeDecodeError. Walks every message of the model (tensor payloads are
-    bytes fields, not visited)."""
-    for fd, value in msg.ListFields():
-        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else \
-            fd.label == F.LABEL_REPEATED  # protobuf < 5.26 has no is_repeated
-        if fd.type == F.TYPE_STRING:
-            for i, v in enumerate(value if repeated else [value]):
-                if isinstance(v, bytes):
-                    name = getattr(msg, "name", "") if fd.name != "name" else ""
-                    label = f" {name!r}" if isinstance(name, str) and name else ""
-                    return f"{where}{label}: {fd.name}" + (f"[{i}]" if repeated else ""), v
-        elif fd.type == F.TYPE_MESSAGE:
-            for i, v in enumerate(value if repeated else [value]):
-                found = _first_non_utf8_field(v, f"{where}.{fd.name}" + (f"[{i}]" if repeated
-                                                                          else ""))
-                if found:
-                    return found
-    return None
+    """:func:`qlinear.modelfile.check_contents` (element types, UTF-8 strings, attribute
+    types: the checks qlinear.backend.prepare runs too) as one ToolError."""
+    try:
+        modelfile.check_contents(model, path)
+    except ModelFileError as e:
+        raise ToolError(str(e)) from None
 
 
 #: TensorProto fields that can hold the values, besides raw_data.
@@ -336,47 +205,17 @@ def _check_structure(model: onnx.ModelProto, path: str) -> None:
 
 
 def load_model(path: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> onnx.ModelProto:
-    """Load an ONNX model file and check its structure and sizes; external data is read only
-    from the model's folder. (onnx's checker: :func:`validate_model`.)"""
-    if not os.path.exists(path):
-        raise ToolError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise ToolError(f"{path}: is a directory, not an ONNX model file")
-    # Only regular files: a FIFO or a device (/dev/zero) would block or never end. The file is
-    # opened without blocking and checked again through its descriptor (no race with a swap).
+    """Load an ONNX model file and check its structure and sizes. The file is read by the one
+    model loader :mod:`qlinear.modelfile` (a regular file only, never above protobuf's 2 GiB;
+    external data only from the model's folder, its sizes checked before reading), as
+    ``qlinear.backend.prepare(path)`` reads it. (onnx's checker: :func:`validate_model`.)"""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as e:
-        raise ToolError(f"{path}: cannot open ({e.strerror})") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ToolError(f"{path}: not a regular file (a pipe, socket or device); an ONNX "
-                            "model must be a file")
-        if st.st_size > MAX_MODEL_FILE_BYTES:
-            raise ToolError(f"{path}: {_human(st.st_size)}, larger than the largest model "
-                            f"file protobuf can parse ({_human(MAX_MODEL_FILE_BYTES)}); keep "
-                            "the weights in external data")
-        # read(n) allocates n bytes before reading: ask for the size the file has (and one
-        # byte more, to notice a file that grows), never blindly for the 2 GiB cap
-        chunks = [f.read(st.st_size + 1)]
-        read = len(chunks[0])
-        while read > st.st_size and read <= MAX_MODEL_FILE_BYTES:  # it grew while being read
-            chunk = f.read(min(64 << 20, MAX_MODEL_FILE_BYTES + 1 - read))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            read += len(chunk)
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    if len(data) > MAX_MODEL_FILE_BYTES:
-        raise ToolError(f"{path}: grew past {_human(MAX_MODEL_FILE_BYTES)} while being read")
-    if not data:
-        raise ToolError(f"{path}: empty file, not an ONNX model")
-    model = onnx.ModelProto()
-    try:
-        model.ParseFromString(data)
-    except Exception:
-        raise ToolError(f"{path}: not an ONNX model, or a corrupt or truncated protobuf") from None
+        data = modelfile.read_bytes(path)
+        if not data:
+            raise ToolError(f"{path}: empty file, not an ONNX model")
+        model = modelfile.parse(data, f"{path}: this file is")
+    except ModelFileError as e:
+        raise ToolError(str(e)) from None
     if not model.ir_version:
         raise ToolError(f"{path}: not an ONNX model (no ir_version; corrupt or truncated?)")
     _check_elem_types_and_strings(model, path)
@@ -384,12 +223,11 @@ def load_model(path: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -
     _check_tensor_data(model, path)
     _densify_sparse_initializers(model, path, max_tensor_bytes)
     _check_structure(model, path)
-    base = os.path.dirname(os.path.abspath(path))
-    _check_external_data(model, base, max_tensor_bytes)
     try:
-        load_external_data_for_model(model, base)
-    except Exception as e:
-        raise ToolError(f"{path}: cannot read external data: {_one_line(e)}") from None
+        modelfile.load_external_data(model, os.path.dirname(os.path.abspath(path)),
+                                     max_tensor_bytes)
+    except ModelFileError as e:
+        raise ToolError(str(e)) from None
     return model
 
 
@@ -500,12 +338,16 @@ def parse_shape_args(args: Iterable[str] | None) -> dict[str, list[int]]:
     return shapes
 
 
-def parse_input_args(args: Iterable[str] | None) -> dict[str, np.ndarray]:
-    """``NAME=FILE.npy`` (or ``NAME=FILE.npz``, the array NAME or its only array)."""
+def parse_input_args(args: Iterable[str] | None, *,
+                     max_tensor_bytes: int | None = DEFAULT_MAX_TENSOR_BYTES) -> dict[str, np.ndarray]:
+    """``NAME=FILE.npy`` (or ``NAME=FILE.npz``, the array NAME or its only array), or
+    ``FILE.npz`` holding every input by name. Every array's header is read and its declared
+    size checked against ``max_tensor_bytes`` before anything is allocated
+    (:mod:`qlinear.tools.arrayfile`)."""
     feeds: dict[str, np.ndarray] = {}
     for arg in args or []:
         if "=" not in arg and arg.endswith(".npz"):
-            for name, arr in load_inputs_npz(arg).items():
+            for name, arr in load_inputs_npz(arg, max_tensor_bytes=max_tensor_bytes).items():
                 if name in feeds:
                     raise ToolError(f"--input {name!r} given twice")
                 feeds[name] = arr
@@ -518,26 +360,16 @@ def parse_input_args(args: Iterable[str] | None) -> dict[str, np.ndarray]:
             raise ToolError(f"--input {arg!r}: expected NAME=FILE.npy")
         if name in feeds:
             raise ToolError(f"--input {name!r} given twice")
-        _check_input_file(f"--input {name}: {file}", file)
-        try:
-            loaded = np.load(file, allow_pickle=False)
-        except ValueError as e:
-            if str(e).startswith("Object arrays cannot be loaded"):  # NumPy's words for a .npy of objects
-                raise ToolError(f"--input {name}: {file}: holds Python objects (a pickled object array), "
-                                "which are never loaded; save a numeric array") from None
-            raise ToolError(f"--input {name}: {file}: not a NumPy .npy/.npz file") from None
-        except Exception:
-            raise ToolError(f"--input {name}: {file}: not a NumPy .npy/.npz file") from None
-        if isinstance(loaded, np.lib.npyio.NpzFile):
-            with loaded:
-                keys = list(loaded.keys())
-                if name in keys:
-                    arr = loaded[name]
-                elif len(keys) == 1:
-                    arr = loaded[keys[0]]
-                else:
-                    raise ToolError(f"--input {name}: {file} holds {len(keys)} arrays "
-                                    f"({', '.join(keys)}) and none is named {name!r}")
+        loaded = _load_array_file(f"--input {name}: {file}", file, max_tensor_bytes)
+        if isinstance(loaded, dict):
+            keys = list(loaded)
+            if name in keys:
+                arr = loaded[name]
+            elif len(keys) == 1:
+                arr = loaded[keys[0]]
+            else:
+                raise ToolError(f"--input {name}: {file} holds {len(keys)} arrays "
+                                f"({', '.join(keys)}) and none is named {name!r}")
         else:
             arr = loaded
         feeds[name] = arr
@@ -555,23 +387,29 @@ def _check_input_file(what: str, file: str) -> None:
         raise ToolError(f"{what}: not a regular file")
 
 
-def load_inputs_npz(file: str) -> dict[str, np.ndarray]:
-    """Every array of an .npz by name (``--input FILE.npz``, the file ``--save-inputs`` writes)."""
-    _check_input_file(f"--input {file}", file)
+def _load_array_file(what: str, file: str, max_tensor_bytes: int | None):
+    """:func:`qlinear.tools.arrayfile.load` with its errors as one ToolError."""
+    _check_input_file(what, file)
     try:
-        with np.load(file, allow_pickle=False) as z:
-            if not isinstance(z, np.lib.npyio.NpzFile):
-                raise ValueError
-            return {k: z[k] for k in z.keys()}
-    except ToolError:
-        raise
-    except Exception:
-        raise ToolError(f"--input {file}: not a NumPy .npz file") from None
+        return arrayfile.load(file, what, max_tensor_bytes)
+    except ValueError as e:  # ArrayFileError, ModelFileError (a file swapped since the check)
+        raise ToolError(str(e)) from None
+
+
+def load_inputs_npz(file: str, *, max_tensor_bytes: int | None = DEFAULT_MAX_TENSOR_BYTES
+                    ) -> dict[str, np.ndarray]:
+    """Every array of an .npz by name (``--input FILE.npz``, the file ``--save-inputs`` writes),
+    each member's declared size checked before it is loaded."""
+    loaded = _load_array_file(f"--input {file}", file, max_tensor_bytes)
+    if not isinstance(loaded, dict):
+        raise ToolError(f"--input {file}: not a NumPy .npz file")
+    return loaded
 
 
 def save_inputs(out_dir: str, feeds: dict[str, np.ndarray]) -> str:
     """Write ``feeds`` to OUT_DIR/inputs.npz (array names = input names); returns the path.
-    ``--input OUT_DIR/inputs.npz`` reads them back, so a run or comparison can be repeated."""
+    ``--input OUT_DIR/inputs.npz`` reads them back, so a run or comparison can be repeated.
+    Written as every output is (:mod:`qlinear.tools.files`): never through a link."""
     folder = make_output_dir(out_dir, "--save-inputs")
     path = os.path.join(folder, "inputs.npz")
     write_file("--save-inputs", out_dir, path,
@@ -579,33 +417,24 @@ def save_inputs(out_dir: str, feeds: dict[str, np.ndarray]) -> str:
     return path
 
 
-def write_file(flag: str, out_dir: str, path: str, write: Callable[[str], Any]) -> None:
-    """``write(path)``; an OSError (a folder of that name in the way, a read-only or full file
-    system) becomes one ToolError naming the flag, the file and the reason."""
+def write_file(flag: str, out_dir: str, path: str, write: Callable[[Any], Any]) -> None:
+    """``write(f)`` (``f`` a binary file object) through the guarded atomic writer
+    :func:`qlinear.tools.files.write_file`: a link, folder, pipe or device at ``path`` is
+    refused, and any failure is one ToolError naming the flag, the file and the reason."""
     try:
-        write(path)
-    except OSError as e:
-        raise ToolError(f"{flag} {out_dir}: cannot write {path} ({e.strerror or e})") from None
+        guarded_write(flag, out_dir, path, write)
+    except OutputError as e:
+        raise ToolError(str(e)) from None
 
 
 def make_output_dir(out_dir: str, flag: str) -> str:
     """The normalized folder ``out_dir`` (``a/../b`` is ``b``), created if missing: only that
     folder, never the intermediate ones the unnormalized path spells out, and only inside an
-    existing parent."""
-    folder = os.path.normpath(out_dir)
-    if os.path.isdir(folder):
-        return folder
-    if os.path.exists(folder):
-        raise ToolError(f"{flag} {out_dir}: exists and is not a directory")
-    parent = os.path.dirname(folder) or "."
-    if not os.path.isdir(parent):
-        raise ToolError(f"{flag} {out_dir}: the folder {parent} does not exist (only the last "
-                        "folder is created)")
+    existing parent; an empty name is refused (:func:`qlinear.tools.files.output_dir`)."""
     try:
-        os.mkdir(folder)
-    except OSError as e:
-        raise ToolError(f"{flag} {out_dir}: cannot create it ({e.strerror})") from None
-    return folder
+        return output_dir(out_dir, flag)
+    except OutputError as e:
+        raise ToolError(str(e)) from None
 
 
 def overridable_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -705,11 +534,13 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0, *,
 
 
 def safe_output_path(out_dir: str, tensor_name: str, suffix: str = ".npy") -> str:
-    """A file name inside ``out_dir`` for a tensor (path separators and dots neutralized)."""
+    """A file name inside ``out_dir`` for a tensor (path separators and dots neutralized): the
+    folder's real path joined with the name, the name itself not resolved (a link of that name
+    is refused when written, never followed)."""
     clean = "".join(c if (c.isalnum() or c in "-_.") else "_" for c in tensor_name).lstrip(".")
     clean = clean or "tensor"
-    path = os.path.realpath(os.path.join(out_dir, clean + suffix))
     base = os.path.realpath(out_dir)
-    if os.path.commonpath([base, path]) != base:  # cannot happen after cleaning; belt and braces
+    path = os.path.join(base, clean + suffix)
+    if os.path.dirname(path) != base:  # cannot happen after cleaning; belt and braces
         raise ToolError(f"refusing to write {tensor_name!r} outside {out_dir}")
     return path
