@@ -4,6 +4,7 @@
     qlinear run model.onnx --input x=x.npy --output-dir out/
     qlinear run --emulate onnxruntime-avx2          # onnxruntime's results on AVX2 CPUs
     qlinear compare model.onnx --input x=x.npy      # exit 1 when outputs DIFFER
+    qlinear compare model.onnx --dataset val/ --labels y.npy --workers 2   # a whole dataset
     qlinear inspect model.onnx        # inputs, outputs, operators, what qlinear supports
     qlinear --version
     qlinear conformance               # ONNX's backend node tests for the operators
@@ -354,6 +355,12 @@ def cmd_compare(args) -> int:
     for flag, value in (("--ulp", args.ulp), ("--atol", args.atol), ("--rtol", args.rtol)):
         if not value >= 0:  # also refuses NaN
             raise ToolError(f"{flag} must be 0 or more; got {value}")
+    if args.dataset is not None:
+        return _compare_dataset(args)
+    for flag, value in (("--labels", args.labels), ("--float", args.float_model),
+                        ("--workers", args.workers), ("--ray", args.ray), ("--plot", args.plot)):
+        if value is not None:
+            raise ToolError(f"{flag} goes with --dataset (one input is compared without it)")
     model_path, model, feeds, _, _, note = _model_and_inputs(args)
     with _hint_dynamic_dims(args):
         result = compare_model(model, feeds, show_progress=_progress_enabled(args), ulp=args.ulp,
@@ -376,6 +383,126 @@ def cmd_compare(args) -> int:
             print("onnxruntime here: uint8 x int8 kernels "
                   + ("saturate 16-bit pair sums" if sat else "exact") + f" ({how})")
         print(format_report(result))
+    return 1 if result["verdict"] == "DIFFER" else 0
+
+
+def _compare_dataset(args) -> int:
+    """``qlinear compare MODEL --dataset DATA``: every sample compared, the figures merged."""
+    from qlinear.tools import workers as W
+    from qlinear.tools.dataset import load_labels, open_dataset
+    from qlinear.tools.model import ToolError, check_supported, load_model, validate_model
+    from qlinear.tools.sweep import format_dataset_report, plot_report
+
+    for flag, given in (("--input", args.input), ("--shape", args.shape),
+                        ("--save-inputs", args.save_inputs), ("--seed", args.seed != 0)):
+        if given:
+            raise ToolError(f"{flag} cannot be combined with --dataset (the samples are the inputs)")
+    if args.workers is not None and args.workers < 1:
+        raise ToolError(f"--workers {args.workers}: must be 1 or more")
+    if args.ray is not None:
+        if args.ray.endswith(".onnx"):  # `--ray model.onnx`: the optional ADDRESS took the model
+            raise ToolError(f"--ray {args.ray}: that is a model, not a Ray address; put MODEL.onnx "
+                            "before --ray (or give --ray an ADDRESS)")
+        W.ray_module()  # not installed: one line naming ray, before anything runs
+    if args.plot is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ToolError("--plot needs matplotlib, which is not installed: pip install "
+                            "matplotlib (or 'qlinear[bench]')") from None
+        if not args.plot.endswith(".png"):
+            raise ToolError(f"--plot {args.plot}: the chart is a PNG file; name it FILE.png")
+        folder = os.path.dirname(os.path.abspath(args.plot))
+        if not os.path.isdir(folder):
+            raise ToolError(f"--plot {args.plot}: the folder {folder} does not exist")
+    model_path = args.model
+    if model_path is None:
+        with open(EXAMPLE_META) as f:
+            model_path = os.path.join(EXAMPLES_DIR, json.load(f)["model"])
+    # checked here, before any worker starts: the model, the dataset's form and first sample,
+    # the labels, the float model (each worker loads its own copy: none is sent)
+    model = load_model(model_path, max_tensor_bytes=args.max_tensor_bytes)
+    check_supported(model)
+    validate_model(model, model_path)
+    required, optional = W.declared_inputs(model)
+    ds = open_dataset(args.dataset, required, optional, args.max_tensor_bytes)
+    total, kind = ds.size, ds.kind
+    ds.close()
+    del model
+    if args.labels is not None:
+        load_labels(args.labels, total)
+    if args.float_model is not None:
+        load_model(args.float_model, max_tensor_bytes=args.max_tensor_bytes)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = min(args.workers or cpus, total)
+    job = W.Job(model=model_path, dataset=args.dataset, labels=args.labels,
+                float_model=args.float_model, emulate=args.emulate, qdq=args.qdq, atol=args.atol,
+                rtol=args.rtol, ulp=args.ulp, max_tensor_bytes=args.max_tensor_bytes,
+                threads=max(1, cpus // workers))
+    bar = None
+    if _progress_enabled(args) is not False and sys.stderr.isatty():
+        try:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, unit="sample", desc="compare", file=sys.stderr, leave=False,
+                       dynamic_ncols=True)
+        except ImportError:
+            bar = None
+    t0 = time.perf_counter()
+    try:
+        if args.ray is not None:
+            # Ray's driver prints its own notices (a worker died, ...): to stderr, so that
+            # stdout stays the report (--json > report.json)
+            with contextlib.redirect_stdout(sys.stderr):
+                tally, restarts = W.run_ray(job, workers, total, args.ray or None, bar)
+            how = "ray"
+        else:
+            tally, restarts = W.run_local(job, workers, total, bar)
+            how = "processes" if workers > 1 else "this process"
+    finally:
+        if bar is not None:
+            bar.close()
+    seconds = time.perf_counter() - t0
+    from qlinear.tools.ortsat import onnxruntime_saturates, probe_source
+
+    result: dict[str, Any] = {
+        "model": model_path, "dataset": {"path": args.dataset, "form": kind, "samples": total},
+        "labels": args.labels, "float_model": args.float_model,
+        "tolerance": {"atol": args.atol, "rtol": args.rtol, "ulp": args.ulp},
+        "emulate": args.emulate, "qdq": args.qdq, "qdq_fused": bool(tally.info.get("qdq_fused")),
+        "onnxruntime_u8s8_saturates": onnxruntime_saturates(), "saturation_probe": probe_source(),
+    }
+    result.update(tally.report(total_samples=total, labels=args.labels is not None,
+                               has_float=args.float_model is not None))
+    result["run"] = {"workers": workers, "on": how, "ray_address": args.ray or None,
+                     # restarts: None on Ray, whose own retries are not counted
+                     "restarts": restarts, "seconds": round(seconds, 3),
+                     "samples_per_second": round(total / seconds, 3) if seconds > 0 else None}
+    if args.plot is not None:
+        from qlinear.tools.model import write_file
+
+        write_file("--plot", args.plot, args.plot, lambda f: plot_report(result, f))
+    if args.json:
+        print(_dumps(result))
+    else:
+        print(f"model: {model_path}")
+        print(f"dataset: {args.dataset} ({total} samples: {kind})"
+              + (f"; labels {args.labels}" if args.labels else "")
+              + (f"; float reference {args.float_model}" if args.float_model else ""))
+        sat = result["onnxruntime_u8s8_saturates"]
+        if sat is not None:
+            print("onnxruntime here: uint8 x int8 kernels "
+                  + ("saturate 16-bit pair sums" if sat else "exact")
+                  + f" ({'a probe on this machine' if result['saturation_probe'] == 'measured' else result['saturation_probe']})")
+        print(format_dataset_report(result))
+        r = result["run"]
+        print(f"{total} samples in {r['seconds']:.2f} s ({r['samples_per_second']:.2f} samples/s; "
+              f"{workers} worker{'s' if workers != 1 else ''}, {how}"
+              + (f"; {restarts} lost worker{'s' if restarts != 1 else ''} replaced" if restarts else "")
+              + ")")
+        if args.plot is not None:
+            print(f"wrote {args.plot}")
+        print(f"outputs: {result['verdict']}")
     return 1 if result["verdict"] == "DIFFER" else 0
 
 
@@ -643,14 +770,19 @@ def build_parser() -> argparse.ArgumentParser:
                     "kernels explains the difference. Integer tensors are compared exactly; "
                     "float tensors are identical, within tolerance (|q - o| <= atol + rtol*|o|) "
                     "or DIFFER. Times are warm medians of plain runs. Exit status 1 only when "
-                    "an output DIFFERs, else 0."),
+                    "an output DIFFERs, else 0. With --dataset, every sample of a dataset is "
+                    "compared, on worker processes or Ray actors, and the figures are merged "
+                    "exactly (counts and sums): the report is the same whatever the workers."),
         epilog="examples:\n  qlinear compare model.onnx --input x=x.npy\n"
                "  qlinear compare model.onnx --atol 1e-4 --rtol 1e-3\n"
                "  qlinear compare --emulate onnxruntime-avx2   # as on AVX2 servers without VNNI\n"
                "  qlinear compare            # the bundled example\n"
                "  qlinear compare model.onnx --input in/inputs.npz   # inputs saved by "
                "--save-inputs\n"
-               "  qlinear compare model.onnx --json > report.json")
+               "  qlinear compare model.onnx --json > report.json\n"
+               "  qlinear compare model.onnx --dataset samples/ --labels labels.npy --workers 2\n"
+               "  qlinear compare model.onnx --dataset val.npz --float model_fp32.onnx --plot nodes.png\n"
+               "  qlinear compare model.onnx --dataset val.npz --ray auto   # on a Ray cluster")
     _add_model_args(p, "compare")
     p.add_argument("--atol", type=float, default=1e-5, metavar="A",
                    help="absolute tolerance of float tensors: |q - o| <= A + R*|o| is within "
@@ -661,6 +793,32 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also count float32 values within N units in the last place as within "
                         "tolerance (default 0); integer tensors are always compared exactly")
     _add_emulate_arg(p)
+    g = p.add_argument_group(
+        "dataset mode", _wrap("compare over many samples and report aggregated figures (per "
+                              "output: samples identical / within tolerance / DIFFER; top-1 "
+                              "agreement; per node: mismatch rate, max and mean difference, "
+                              "SQNR against --float, diagnoses with their counts)"))
+    g.add_argument("--dataset", metavar="DATA",
+                   help="a folder of .npz files (one sample each, arrays named by input, in "
+                        "file-name order), or one .npz whose arrays have a leading sample axis "
+                        "(N, *input shape); read sample by sample, never loaded whole")
+    g.add_argument("--labels", metavar="FILE.npy",
+                   help="one integer class per sample: accuracy of qlinear, onnxruntime (and "
+                        "--float) from the argmax of the first output")
+    g.add_argument("--float", dest="float_model", metavar="MODEL.onnx",
+                   help="the float model the quantized one came from: top-1 agreement with it and "
+                        "each node's SQNR against its tensor of the same name (or X for "
+                        "X_DequantizeLinear_Output), as onnxruntime's qdq_loss_debug matches them")
+    g.add_argument("--workers", type=int, metavar="N",
+                   help="worker processes, each preparing the model once (default: one per CPU "
+                        "core); the report is the same whatever N")
+    g.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="run the workers as Ray actors: on a new local Ray instance, or on the "
+                        "cluster at ADDRESS (e.g. auto, ray://head:10001); needs pip install "
+                        "'qlinear[scale]', and DATA and the models at the same path on every node")
+    g.add_argument("--plot", metavar="FILE.png",
+                   help="write a chart of each node's mismatch rate (and SQNR with --float); "
+                        "needs matplotlib")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser(

@@ -36,7 +36,6 @@ import numpy as np
 
 import onnx
 from onnx import helper
-
 from onnx.reference import ReferenceEvaluator
 
 from qlinear.backend import (QLinearRep, UnsupportedModelError, apply_qdq, check_model, inline_functions,
@@ -71,11 +70,19 @@ def expose_all(model: onnx.ModelProto, dtypes: dict[str, np.dtype]) -> tuple[onn
     return m, added
 
 
+#: onnxruntime's intra-op threads for compare's sessions (0: its default, every core). The
+#: dataset mode's workers set 1: one worker a core, and results that cannot depend on how the
+#: samples were split.
+ORT_THREADS = 0
+
+
 def _session(model: onnx.ModelProto):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 4  # errors come back as exceptions; keep stderr to one line
+    if ORT_THREADS:
+        so.intra_op_num_threads = ORT_THREADS
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
@@ -219,15 +226,26 @@ def _median_seconds(fn, budget: float, max_runs: int) -> dict[str, Any]:
 
 
 def _run_node_qlinear(node, opsets, values: dict[str, np.ndarray], emulate: str | None = None,
-                      exact: bool = False) -> dict[str, np.ndarray]:
-    ins = [n for n in node.input if n] + [n for n in _outer_names(node) if n in values]
-    g = helper.make_graph(
-        [node], "single",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(values[n].dtype),
-                                       values[n].shape) for n in dict.fromkeys(ins)],
-        [helper.make_empty_tensor_value_info(o) for o in node.output if o])
-    m = helper.make_model(g, opset_imports=list(opsets))
-    ev = ReferenceEvaluator(m, new_ops=kernels_for(None if exact else emulate) + FLOAT_KERNELS)
+                      exact: bool = False, cache: dict | None = None) -> dict[str, np.ndarray]:
+    """``node`` run alone by qlinear's kernels on ``values``. ``cache`` (a Comparison's, for
+    one model): the single-node evaluators kept across inputs, by node, kernels and input
+    types and shapes (building one costs about as much as running it)."""
+    ins = list(dict.fromkeys([n for n in node.input if n] + [n for n in _outer_names(node) if n in values]))
+    key = None
+    if cache is not None:
+        key = (id(node), None if exact else emulate,
+               tuple((n, values[n].dtype.str, values[n].shape) for n in ins))
+    ev = cache.get(key) if cache is not None else None
+    if ev is None:
+        g = helper.make_graph(
+            [node], "single",
+            [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(values[n].dtype),
+                                           values[n].shape) for n in ins],
+            [helper.make_empty_tensor_value_info(o) for o in node.output if o])
+        m = helper.make_model(g, opset_imports=list(opsets))
+        ev = ReferenceEvaluator(m, new_ops=kernels_for(None if exact else emulate) + FLOAT_KERNELS)
+        if cache is not None:
+            cache[key] = ev
     outs = [o for o in node.output if o]
     return dict(zip(outs, ev.run(None, {n: values[n] for n in ins})))
 
@@ -273,151 +291,208 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
     compare with onnxruntime's normal session on the model as given. ``"literal"``: qlinear
     runs the graph as written.
     """
-    if atol < 0 or rtol < 0 or ulp < 0:
-        raise ValueError("compare: atol, rtol and ulp must be 0 or more")
-    problems = check_model(model)
-    if problems:
-        raise UnsupportedModelError(problems)
-    model = inline_functions(model)
-    original = model
-    model = apply_qdq(model, qdq)
-    rep = QLinearRep(model, emulate=emulate, max_tensor_bytes=max_tensor_bytes)
-    ql = rep.run_all(feeds, progress=node_progress(show_progress))
-    dtypes = {k: v.dtype for k, v in ql.items() if isinstance(v, np.ndarray)}
-    exposed, _ = expose_all(model, dtypes)
-    note = ""
-    try:
-        normal = _session(original)
-        ort_outputs = _run_session(normal, feeds)
-    except Exception as e:
-        raise RuntimeError(f"onnxruntime cannot run this model: {_one_line(e)}") from None
-    try:
-        ort_vals = run_onnxruntime(exposed, feeds)
-    except Exception as e_exposed:  # compare outputs only
-        ort_vals = dict(ort_outputs)
-        note = ("onnxruntime could not run the copy with intermediate outputs "
-                f"({_one_line(e_exposed)}); only graph outputs are compared")
-    values_ort = dict(ql)  # initializers and inputs are shared; node outputs replaced below
-    values_ort.update(ort_vals)
-    tol = dict(atol=atol, rtol=rtol, ulp=ulp)
-
-    rows = []
-    mismatched_tensors: set[str] = set()
-    nodes = list(model.graph.node)
-    for i, node in enumerate(progress(nodes, total=len(nodes), desc="compare",
-                                      enabled=show_progress)):
-        label = node.name or f"#{i} {node.op_type}"
-        row: dict[str, Any] = {"node": label, "op": node.op_type, "elements": 0,
-                               "mismatches": 0, "verdict": "identical", "max_diff": 0,
-                               "unit": "", "max_abs": None, "max_rel": None, "max_ulp": None,
-                               "diagnosis": ""}
-        steps: list[float] = []
-        floats: list[dict[str, Any]] = []
-        uncompared: list[str] = []
-        compared = 0
-        for out in node.output:
-            if not out or out not in ql:
-                continue
-            if out not in ort_vals or not isinstance(ql[out], np.ndarray):
-                uncompared.append(out)  # a sequence or map: never exposed, not compared
-                continue
-            compared += 1
-            q, r = np.asarray(ql[out]), np.asarray(ort_vals[out])
-            c = compare_tensor(q, r, **tol)
-            row["elements"] += c["elements"]
-            row["mismatches"] += c["mismatches"]
-            row["verdict"] = _worst([row["verdict"], c["verdict"]])
-            if not c["mismatches"]:
-                continue
-            mismatched_tensors.add(out)
-            if "problem" in c:
-                row["diagnosis"] = (c["problem"] if c["kind"] == "string"
-                                    else f"shapes or types differ: {c['problem']}")
-                row["max_diff"], row["unit"] = None, ""
-            elif c["kind"] == "integer":
-                steps.append(c["max_steps"])
-            elif node.op_type == "DequantizeLinear" and np.asarray(ql[node.input[1]]).size == 1:
-                scale = float(np.asarray(ql[node.input[1]]).reshape(()))
-                steps.append(round(c["max_abs"] / scale, 3))
-            else:
-                floats.append(c)
-        if (steps or floats) and row["max_diff"] is not None:  # None: shapes or types differ
-            # A node's outputs can be of both kinds (DynamicQuantizeLinear: uint8 y, float
-            # scale): quantization steps and absolute differences are kept apart, never one
-            # maximum over both, and each figure is the largest over the tensors of its kind.
-            if floats:
-                row["max_abs"] = max(f["max_abs"] for f in floats)
-                row["max_rel"] = _max_or_none(f["max_rel"] for f in floats)
-                row["max_ulp"] = _max_or_none(f["max_ulp"] for f in floats)
-            row["max_diff"], row["unit"] = ((max(steps), "steps") if steps
-                                            else (row["max_abs"], "abs"))
-        row["own_verdict"] = "identical" if not row["mismatches"] else None
-        if uncompared and not compared:  # "identical" would claim a comparison never made
-            kinds = {"sequence" if isinstance(ql[o], list) else "tensor" for o in uncompared}
-            row.update(verdict="not compared", own_verdict=None, max_diff=None,
-                       diagnosis=f"not compared: {', '.join(map(repr, uncompared))} "
-                                 f"({' or '.join(sorted(kinds))}) is not among onnxruntime's results")
-        if row["mismatches"] and not row["diagnosis"]:
-            info: dict[str, Any] = {}
-            row["diagnosis"] = _diagnose(node, model.opset_import, ql, values_ort,
-                                         mismatched_tensors, emulate, info=info, tol=tol)
-            row["own_verdict"] = info.get("own_verdict")
-        rows.append(row)
-
-    producers = {out: node for node in nodes for out in node.output if out}
-    outputs = []
-    for o in model.graph.output:
-        c = compare_tensor(np.asarray(ql[o.name]), np.asarray(ort_outputs[o.name]), **tol)
-        q = np.asarray(ql[o.name])
-        entry = {"name": o.name, "shape": list(q.shape), "dtype": str(q.dtype), **c}
-        node = producers.get(o.name)
-        if c.get("max_abs") is not None and node is not None and node.op_type == "DequantizeLinear" \
-                and np.asarray(ql.get(node.input[1])).size == 1:
-            scale = float(np.asarray(ql[node.input[1]]).reshape(()))
-            if scale > 0:  # a dequantized output: the difference in quantization steps too
-                entry["max_steps"] = round(c["max_abs"] / scale, 3)
-        if o.name in ort_vals and compare_tensor(np.asarray(ort_vals[o.name]),
-                                                 np.asarray(ort_outputs[o.name]))["mismatches"]:
-            entry["instrumented_differs"] = True  # normal session's optimizations change it
-        outputs.append(entry)
-    verdict = _worst(o["verdict"] for o in outputs)
-
-    seconds = {
+    comparison = Comparison(model, ulp=ulp, atol=atol, rtol=rtol, emulate=emulate,
+                            max_tensor_bytes=max_tensor_bytes, qdq=qdq, single_shot=True)
+    result = comparison.run(feeds, show_progress=show_progress)
+    rep, normal = comparison.rep, comparison.normal
+    result["seconds"] = {
         "qlinear": _median_seconds(lambda: rep.run(feeds), timing_budget, timing_runs),
         "onnxruntime": _median_seconds(lambda: _run_session(normal, feeds), timing_budget,
                                        timing_runs),
     }
-    return {
-        "nodes": rows,
-        "outputs": outputs,
-        "verdict": verdict,
-        "equal": verdict == "identical",
-        "mismatching_nodes": sum(1 for r in rows if r["mismatches"]),
-        "seconds": seconds,
-        "tolerance": {"atol": atol, "rtol": rtol, "ulp": ulp},
-        "ulp_tolerance": ulp,
-        "emulate": emulate,
-        "qdq": qdq,
-        # the node rows are the graph after QDQ fusion (the rewrite returns a new model even
-        # where it fuses nothing: compare what it holds)
-        "qdq_fused": sorted(n.op_type for n in model.graph.node)
-        != sorted(n.op_type for n in original.graph.node),
-        "has_qdq": any(n.op_type == "DequantizeLinear" for n in original.graph.node),
-        "onnxruntime_outputs": "normal session (default graph optimizations)",
-        "onnxruntime_nodes": "session with every intermediate exposed as an output",
-        "onnxruntime_note": note,
-    }
+    return result
+
+
+class Comparison:
+    """A model prepared once for comparing qlinear and onnxruntime on many inputs: qlinear's
+    representation, onnxruntime's normal session and (after the first run, which gives the
+    intermediates' dtypes) its intermediates-exposed session. ``run(feeds)`` returns what
+    :func:`compare_model` returns, without timings; ``last_values`` then holds qlinear's
+    tensors, onnxruntime's (exposed run over qlinear's inputs and initializers) and
+    onnxruntime's normal-session outputs, for figures beyond the report (``qlinear compare
+    --dataset``). ``single_shot``: one run (the exposed copy gets a session of its own via
+    :func:`run_onnxruntime`, not kept)."""
+
+    def __init__(self, model: onnx.ModelProto, *, ulp: int = 0, atol: float = DEFAULT_ATOL,
+                 rtol: float = DEFAULT_RTOL, emulate: str | None = None,
+                 max_tensor_bytes: int | None = None, qdq: str = "fuse",
+                 single_shot: bool = False) -> None:
+        if atol < 0 or rtol < 0 or ulp < 0:
+            raise ValueError("compare: atol, rtol and ulp must be 0 or more")
+        problems = check_model(model)
+        if problems:
+            raise UnsupportedModelError(problems)
+        model = inline_functions(model)
+        self.original = model
+        self.model = apply_qdq(model, qdq)
+        self.rep = QLinearRep(self.model, emulate=emulate, max_tensor_bytes=max_tensor_bytes)
+        self.emulate, self.qdq, self.single_shot = emulate, qdq, single_shot
+        self.tol = dict(atol=atol, rtol=rtol, ulp=ulp)
+        self.normal = None
+        self._exposed: tuple[Any, Any] | None = None  # (dtypes key, session or error)
+        self.last_values: tuple[dict, dict, dict] | None = None
+        #: single-node evaluators of the diagnoses, kept across inputs (_run_node_qlinear)
+        self._evaluators: dict | None = None if single_shot else {}
+
+    def _normal_outputs(self, feeds):
+        try:
+            if self.normal is None:
+                self.normal = _session(self.original)
+            return _run_session(self.normal, feeds)
+        except Exception as e:
+            raise RuntimeError(f"onnxruntime cannot run this model: {_one_line(e)}") from None
+
+    def _exposed_values(self, dtypes: dict[str, np.dtype], feeds):
+        exposed, _ = expose_all(self.model, dtypes)
+        if self.single_shot:
+            return run_onnxruntime(exposed, feeds)
+        key = tuple(sorted((k, str(v)) for k, v in dtypes.items()))
+        if self._exposed is None or self._exposed[0] != key:
+            try:
+                self._exposed = (key, _session(exposed))
+            except Exception as e:  # noqa: BLE001 - reported as the note, as in one run
+                self._exposed = (key, e)
+        if isinstance(self._exposed[1], Exception):
+            raise self._exposed[1]
+        return _run_session(self._exposed[1], feeds)
+
+    def run(self, feeds: dict[str, np.ndarray], show_progress: bool | None = None) -> dict[str, Any]:
+        """Compare one set of inputs (see :func:`compare_model`; no ``seconds``)."""
+        model, original, emulate = self.model, self.original, self.emulate
+        ql = self.rep.run_all(feeds, progress=node_progress(show_progress))
+        dtypes = {k: v.dtype for k, v in ql.items() if isinstance(v, np.ndarray)}
+        note = ""
+        ort_outputs = self._normal_outputs(feeds)
+        try:
+            ort_vals = self._exposed_values(dtypes, feeds)
+        except Exception as e_exposed:  # compare outputs only
+            ort_vals = dict(ort_outputs)
+            note = ("onnxruntime could not run the copy with intermediate outputs "
+                    f"({_one_line(e_exposed)}); only graph outputs are compared")
+        values_ort = dict(ql)  # initializers and inputs are shared; node outputs replaced below
+        values_ort.update(ort_vals)
+        self.last_values = (ql, values_ort, ort_outputs)
+        return self._report(model, original, emulate, ql, ort_vals, values_ort, ort_outputs,
+                            note, show_progress)
+
+    def _report(self, model, original, emulate, ql, ort_vals, values_ort, ort_outputs, note,
+                show_progress) -> dict[str, Any]:
+        tol = self.tol
+        atol, rtol, ulp = tol["atol"], tol["rtol"], tol["ulp"]
+        qdq = self.qdq
+        rows = []
+        mismatched_tensors: set[str] = set()
+        nodes = list(model.graph.node)
+        for i, node in enumerate(progress(nodes, total=len(nodes), desc="compare",
+                                          enabled=show_progress)):
+            label = node.name or f"#{i} {node.op_type}"
+            row: dict[str, Any] = {"node": label, "op": node.op_type, "elements": 0,
+                                   "mismatches": 0, "verdict": "identical", "max_diff": 0,
+                                   "unit": "", "max_abs": None, "max_rel": None, "max_ulp": None,
+                                   "diagnosis": ""}
+            steps: list[float] = []
+            floats: list[dict[str, Any]] = []
+            uncompared: list[str] = []
+            compared = 0
+            for out in node.output:
+                if not out or out not in ql:
+                    continue
+                if out not in ort_vals or not isinstance(ql[out], np.ndarray):
+                    uncompared.append(out)  # a sequence or map: never exposed, not compared
+                    continue
+                compared += 1
+                q, r = np.asarray(ql[out]), np.asarray(ort_vals[out])
+                c = compare_tensor(q, r, **tol)
+                row["elements"] += c["elements"]
+                row["mismatches"] += c["mismatches"]
+                row["verdict"] = _worst([row["verdict"], c["verdict"]])
+                if not c["mismatches"]:
+                    continue
+                mismatched_tensors.add(out)
+                if "problem" in c:
+                    row["diagnosis"] = (c["problem"] if c["kind"] == "string"
+                                        else f"shapes or types differ: {c['problem']}")
+                    row["max_diff"], row["unit"] = None, ""
+                elif c["kind"] == "integer":
+                    steps.append(c["max_steps"])
+                elif node.op_type == "DequantizeLinear" and np.asarray(ql[node.input[1]]).size == 1:
+                    scale = float(np.asarray(ql[node.input[1]]).reshape(()))
+                    steps.append(round(c["max_abs"] / scale, 3))
+                else:
+                    floats.append(c)
+            if (steps or floats) and row["max_diff"] is not None:  # None: shapes or types differ
+                # A node's outputs can be of both kinds (DynamicQuantizeLinear: uint8 y, float
+                # scale): quantization steps and absolute differences are kept apart, never one
+                # maximum over both, and each figure is the largest over the tensors of its kind.
+                if floats:
+                    row["max_abs"] = max(f["max_abs"] for f in floats)
+                    row["max_rel"] = _max_or_none(f["max_rel"] for f in floats)
+                    row["max_ulp"] = _max_or_none(f["max_ulp"] for f in floats)
+                row["max_diff"], row["unit"] = ((max(steps), "steps") if steps
+                                                else (row["max_abs"], "abs"))
+            row["own_verdict"] = "identical" if not row["mismatches"] else None
+            if uncompared and not compared:  # "identical" would claim a comparison never made
+                kinds = {"sequence" if isinstance(ql[o], list) else "tensor" for o in uncompared}
+                row.update(verdict="not compared", own_verdict=None, max_diff=None,
+                           diagnosis=f"not compared: {', '.join(map(repr, uncompared))} "
+                                     f"({' or '.join(sorted(kinds))}) is not among onnxruntime's results")
+            if row["mismatches"] and not row["diagnosis"]:
+                info: dict[str, Any] = {}
+                row["diagnosis"] = _diagnose(node, model.opset_import, ql, values_ort,
+                                             mismatched_tensors, emulate, info=info, tol=tol,
+                                             cache=self._evaluators)
+                row["own_verdict"] = info.get("own_verdict")
+            rows.append(row)
+
+        producers = {out: node for node in nodes for out in node.output if out}
+        outputs = []
+        for o in model.graph.output:
+            c = compare_tensor(np.asarray(ql[o.name]), np.asarray(ort_outputs[o.name]), **tol)
+            q = np.asarray(ql[o.name])
+            entry = {"name": o.name, "shape": list(q.shape), "dtype": str(q.dtype), **c}
+            node = producers.get(o.name)
+            if c.get("max_abs") is not None and node is not None and node.op_type == "DequantizeLinear" \
+                    and np.asarray(ql.get(node.input[1])).size == 1:
+                scale = float(np.asarray(ql[node.input[1]]).reshape(()))
+                if scale > 0:  # a dequantized output: the difference in quantization steps too
+                    entry["max_steps"] = round(c["max_abs"] / scale, 3)
+            if o.name in ort_vals and compare_tensor(np.asarray(ort_vals[o.name]),
+                                                     np.asarray(ort_outputs[o.name]))["mismatches"]:
+                entry["instrumented_differs"] = True  # normal session's optimizations change it
+            outputs.append(entry)
+        verdict = _worst(o["verdict"] for o in outputs)
+
+        return {
+            "nodes": rows,
+            "outputs": outputs,
+            "verdict": verdict,
+            "equal": verdict == "identical",
+            "mismatching_nodes": sum(1 for r in rows if r["mismatches"]),
+            "tolerance": {"atol": atol, "rtol": rtol, "ulp": ulp},
+            "ulp_tolerance": ulp,
+            "emulate": emulate,
+            "qdq": qdq,
+            # the node rows are the graph after QDQ fusion (the rewrite returns a new model even
+            # where it fuses nothing: compare what it holds)
+            "qdq_fused": sorted(n.op_type for n in model.graph.node)
+            != sorted(n.op_type for n in original.graph.node),
+            "has_qdq": any(n.op_type == "DequantizeLinear" for n in original.graph.node),
+            "onnxruntime_outputs": "normal session (default graph optimizations)",
+            "onnxruntime_nodes": "session with every intermediate exposed as an output",
+            "onnxruntime_note": note,
+        }
 
 
 def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str | None = None,
-              info: dict[str, Any] | None = None, tol: dict[str, Any] | None = None) -> str:
+              info: dict[str, Any] | None = None, tol: dict[str, Any] | None = None,
+              cache: dict | None = None) -> str:
     """The diagnosis text of a mismatching node; ``info["own_verdict"]`` gets the verdict of
     qlinear's kernel run on onnxruntime's own inputs against onnxruntime's outputs (every
     output of the node; None when it could not be re-run)."""
     out = node.output[0]
     inputs_differ = any(n in mismatched for n in [*node.input, *_outer_names(node)] if n)
     try:
-        own_all = _run_node_qlinear(node, opsets, values_ort, emulate=emulate)
+        own_all = _run_node_qlinear(node, opsets, values_ort, emulate=emulate, cache=cache)
     except Exception:
         own_all = None
     if own_all is not None:
@@ -442,7 +517,7 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
     else:
         prefix = ""
     if node.domain == "com.microsoft" and node.op_type in _CONTRIB_GEMM_OPS:
-        return prefix + _diagnose_contrib_gemm(node, opsets, values_ort, out, own, emulate)
+        return prefix + _diagnose_contrib_gemm(node, opsets, values_ort, out, own, emulate, cache)
     if node.op_type in _GEMM_OPS:
         ins = [values_ort[n] if n else None for n in node.input]
         try:
@@ -451,7 +526,7 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
             emu = None
         if emulate:
             if emu is not None and own is not None:
-                exact = _run_node_qlinear(node, opsets, values_ort, exact=True)[out]
+                exact = _run_node_qlinear(node, opsets, values_ort, exact=True, cache=cache)[out]
                 if not _mismatch(np.asarray(exact), np.asarray(ort_out)).any():
                     n_sat = int(_mismatch(np.asarray(emu), np.asarray(exact)).sum())
                     return (prefix + "onnxruntime here is exact; with AVX2 and no VNNI its 16-bit "
@@ -489,15 +564,16 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
     return prefix.rstrip("; ")
 
 
-def _diagnose_contrib_gemm(node, opsets, values_ort, out: str, own, emulate: str | None) -> str:
+def _diagnose_contrib_gemm(node, opsets, values_ort, out: str, own, emulate: str | None,
+                           cache: dict | None = None) -> str:
     """The diagnosis of a com.microsoft operator built on onnxruntime's u8 x s8 GEMM (QGemm,
     MatMulIntegerToFloat, DynamicQuantizeMatMul, QAttention): qlinear's kernel re-run on
     onnxruntime's inputs exactly and emulating onnxruntime-avx2, both against onnxruntime."""
     ort_out = np.asarray(values_ort[out])
     try:
-        exact = np.asarray(_run_node_qlinear(node, opsets, values_ort, exact=True)[out])
+        exact = np.asarray(_run_node_qlinear(node, opsets, values_ort, exact=True, cache=cache)[out])
         emu = np.asarray(_run_node_qlinear(node, opsets, values_ort,
-                                           emulate="onnxruntime-avx2")[out])
+                                           emulate="onnxruntime-avx2", cache=cache)[out])
     except Exception:
         return ""
     n_sat = int(_mismatch(emu, exact).sum())
