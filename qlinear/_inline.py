@@ -11,9 +11,13 @@ or through others, can never be inlined and is refused too.
 
 from __future__ import annotations
 
+import sys
 from typing import Iterable
 
 import onnx
+from onnx.inliner import inline_local_functions
+
+from qlinear.graph.proto import subgraphs
 
 #: Most nodes a model may have once its functions are inlined (nodes of subgraphs counted
 #: too). Far above real models (ResNet-50: about 200 nodes; a large transformer: tens of
@@ -24,14 +28,6 @@ MAX_INLINED_NODES = 1_000_000
 
 def _key(domain: str, name: str, overload: str = "") -> tuple[str, str, str]:
     return (domain if domain != "ai.onnx" else "", name, overload)
-
-
-def _subgraphs(node: onnx.NodeProto) -> Iterable[onnx.GraphProto]:
-    for a in node.attribute:
-        if a.type == onnx.AttributeProto.GRAPH:
-            yield a.g
-        elif a.type == onnx.AttributeProto.GRAPHS:
-            yield from a.graphs
 
 
 def inlined_size(model: onnx.ModelProto, limit: int | None = None) -> int:
@@ -52,7 +48,7 @@ def inlined_size(model: onnx.ModelProto, limit: int | None = None) -> int:
         for node in nodes:
             callee = _key(node.domain, node.op_type, getattr(node, "overload", ""))
             total += function_size(callee) if callee in functions else 1
-            for g in _subgraphs(node):
+            for g in subgraphs(node):
                 total += nodes_size(g.node)
             total = clip(total)
             if cap is not None and total >= cap:
@@ -72,8 +68,6 @@ def inlined_size(model: onnx.ModelProto, limit: int | None = None) -> int:
         finally:
             active.pop()
         return sizes[key]
-
-    import sys
 
     depth = sys.getrecursionlimit()
     sys.setrecursionlimit(max(depth, 10_000))  # functions nested a few thousand deep
@@ -96,3 +90,15 @@ def check_inline_size(model: onnx.ModelProto, limit: int = MAX_INLINED_NODES) ->
         raise ValueError(f"inlining them would produce more than {limit:,} "
                          f"nodes (the limit, qlinear._inline.MAX_INLINED_NODES): functions "
                          "calling other functions several times multiply their size")
+
+
+def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its model-local functions (FunctionProto) inlined, so that the six
+    operators inside them run on qlinear's kernels too (onnx.reference would otherwise run
+    a function's body with its own implementations); ``model`` itself if it has none.
+    ValueError, before anything is expanded, when the inlined graph would exceed
+    :data:`MAX_INLINED_NODES` nodes or the functions call each other in a cycle."""
+    if not model.functions:
+        return model
+    check_inline_size(model)
+    return inline_local_functions(model)

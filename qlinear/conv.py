@@ -14,9 +14,11 @@ import numpy as np
 
 from . import _native, dtypes
 from . import _validate as v
-from ._engine import ConvKernel, conv_accumulate, workspace_limit
+from ._engine import ConvKernel, conv_accumulate
+from .engines import workspace_limit
 from ._geometry import ConvAttributes, ConvGeometry, check_conv_shapes
-from ._requant import multiplier, requantize_channels
+from ._elementwise import requantize_channels
+from ._requant import multiplier
 
 
 class _ConvWeights:
@@ -292,7 +294,7 @@ class _ConvWeights:
         and dtype, C-contiguous, on the same engine, ISA level and output size limit (what
         ``repeat`` checks per call), else None (the caller then takes its full path). For a
         caller that passes the same parameter objects on every call (a graph's planned node,
-        ``qlinear.backend_float``): one Python frame and the native call."""
+        ``qlinear.graph.evaluator``): one Python frame and the native call."""
         memo = self._last.memo_for(params)
         C = _native.native()
         if memo is None or C is None:

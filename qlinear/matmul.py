@@ -15,7 +15,8 @@ import numpy as np
 from . import _fmatmul, _native, dtypes
 from . import _validate as v
 from ._engine import Reduction, dtype_bound, matmul_accumulate
-from ._requant import multiplier, round_saturate
+from ._elementwise import round_saturate
+from ._requant import multiplier
 
 
 def _operand_param(op: str, name: str, arr: np.ndarray, operand: str, shape: tuple[int, ...]) -> np.ndarray:

@@ -319,7 +319,7 @@ class PreparedQuantize:
         ``f(x2)`` gives ``run(x2)`` for a C-contiguous float32 array of x's shape while the
         native engine is selected, None for anything else (the caller then calls ``run``);
         None when x does not take the native kernel. For a graph's planned node
-        (``qlinear.backend_float``): one Python frame and the native call."""
+        (``qlinear.graph.evaluator``): one Python frame and the native call."""
         C = _native.native()
         if (C is None or not self._per_tensor or type(x) is not np.ndarray or x.dtype != np.float32
                 or not x.flags.c_contiguous):

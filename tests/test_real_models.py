@@ -194,7 +194,8 @@ FLOAT_CONV_RUNS = {"mobilenetv2-7_qdq_opset10": 15, "retinaface_vitisai_qdq": 56
 def test_native_float_conv_whole_model_bit_identical(name, monkeypatch):
     """Whole models with float Convs give the same output bits with the compiled float Conv
     paths (depthwise kernel, im2col) as with the NumPy formulation they replace."""
-    from qlinear import _native, backend, backend_float
+    from qlinear import _native, backend
+    from qlinear.graph.kernels import float as backend_float
 
     if not _native.available():
         pytest.skip("the native engine is not built")

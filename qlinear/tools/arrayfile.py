@@ -16,7 +16,7 @@ from typing import IO
 
 import numpy as np
 
-from qlinear.modelfile import human
+from qlinear.modelfile import human, open_regular
 
 
 class ArrayFileError(ValueError):
@@ -58,8 +58,6 @@ def _check(what: str, need: int, have: int, max_bytes: int | None) -> None:
 def load(file: str, what: str, max_bytes: int | None) -> np.ndarray | dict[str, np.ndarray]:
     """The array of a .npy, or every array of an .npz by name; ArrayFileError (or the
     loader's ModelFileError for a missing or non-regular file) naming ``what`` otherwise."""
-    from qlinear.modelfile import open_regular
-
     f, size = open_regular(file, what)
     with f:
         magic = f.read(6)

@@ -20,8 +20,16 @@ import time
 import warnings
 from typing import Any
 
+import glob
+import os
+import types
+
 import numpy as np
 import onnx
+
+import onnx
+from onnx import numpy_helper
+from onnx.backend.test.case.node import collect_testcases
 
 from qlinear.backend import QLINEAR_OPS, QLinearRep, check_model
 from qlinear.tools.table import format_table, progress
@@ -32,8 +40,6 @@ FAMILY = set(QLINEAR_OPS) | {"BatchNormalization"}
 @functools.lru_cache(maxsize=1)
 def collect_cases() -> tuple:
     """The selected cases, sorted by name (generated once per process: it takes seconds)."""
-    from onnx.backend.test.case.node import collect_testcases
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cases = collect_testcases(None)
@@ -51,13 +57,6 @@ def collect_cases() -> tuple:
 def _data_dir_cases() -> list:
     """Cases shipped as files by the installed onnx (model.onnx + test_data_set_*/), as
     ``onnx.backend.test.BackendTest`` loads them, when their model uses the family."""
-    import glob
-    import os
-    import types
-
-    import onnx
-    from onnx import numpy_helper
-
     root = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
     cases = []
     for model_path in sorted(glob.glob(os.path.join(root, "*", "test_*", "model.onnx"))):
@@ -94,7 +93,6 @@ def _array(a: Any) -> np.ndarray:
     """A data set's value as an array: onnx's generators store the types NumPy lacks (float8,
     int4, ...) as TensorProto, read into ml_dtypes' dtypes."""
     if isinstance(a, onnx.TensorProto):
-        from onnx import numpy_helper
         return numpy_helper.to_array(a)
     return np.asarray(a)
 

@@ -6,7 +6,7 @@ Tile, Pad, Resize, Range, OneHot, a broadcasting Add, ...): the declared sizes c
 time say nothing about it, and NumPy would try to allocate 93 GiB and fail with MemoryError
 (or succeed and swap). With ``max_tensor_bytes`` set, these operators compute their output's
 size from their inputs first and refuse, naming the node, when it is above the limit; so do
-the com.microsoft operators of qlinear.backend_contrib whose output follows from broadcasting
+the com.microsoft operators of qlinear.graph.kernels.contrib whose output follows from broadcasting
 or shapes (CONTRIB_SIZE_GUARDS: QLinearAdd, QLinearMul, QLinearWhere, QLinearConcat, QGemm,
 MatMulIntegerToFloat, DynamicQuantizeMatMul, QLinearConv, QLinearAveragePool) or whose
 largest tensor outgrows their inputs (DequantizeLinear, QLinearSoftmax,
@@ -23,8 +23,14 @@ import numpy as np
 import onnx
 from onnx import helper
 from onnx.reference.op_run import OpRun
+from onnx.reference.ops import load_op
 
-from qlinear.backend import NodeError, node_version
+from ..._geometry import AUTO_PADS, explicit_pads
+from ...contrib.pool import _pool_geometry
+from ...contrib.schema import DOMAIN
+from ..errors import NodeError
+from ..proto import node_version
+from . import control
 
 
 def _prod(dims) -> int:
@@ -151,10 +157,12 @@ def _window_geometry(spatial, kernel, attrs):
     nd = len(kernel)
     strides = list(attrs.get("strides") or [1] * nd)
     dilations = list(attrs.get("dilations") or [1] * nd)
-    pads = list(attrs.get("pads") or [0] * (2 * nd))
-    if attrs.get("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER"):
-        pads = [(k - 1) * d for k, d in zip(kernel, dilations)] * 2  # at most this much
-    padded = [spatial[i] + pads[i] + pads[i + nd] for i in range(nd)]
+    # ONNX's split: it pads at least as much as onnxruntime's pooling split (which reads the
+    # undilated kernel and may crop), so the sizes below bound both
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    auto_pad = auto_pad if auto_pad in AUTO_PADS else "NOTSET"  # the kernel itself reports a bad one
+    begin, end = explicit_pads(spatial, kernel, strides, dilations, auto_pad, attrs.get("pads"))
+    padded = [spatial[i] + max(0, begin[i]) + max(0, end[i]) for i in range(nd)]
     ceil = 1 if attrs.get("ceil_mode", 0) else 0
     out = [max((p - (k - 1) * d - 1) // s + 1 + ceil, 0)
            for p, k, d, s in zip(padded, kernel, dilations, strides)]
@@ -209,7 +217,7 @@ def _out_qlinear_matmul(args, attrs, version):
     return None if shape is None else (shape, 4)
 
 
-# com.microsoft operators (qlinear.backend_contrib): the output of the 8-bit elementwise ones
+# com.microsoft operators (qlinear.graph.kernels.contrib): the output of the 8-bit elementwise ones
 # and of QLinearConcat (qlinear's kernels write it directly, 1 byte an element), the int32
 # accumulator or float32 output of the matmul-like ones and of QLinearConv (4 bytes).
 
@@ -284,8 +292,6 @@ def _out_qlinear_average_pool(args, attrs, version):
     """com.microsoft QLinearAveragePool: the larger of its padded float32 copy of X and its
     int64 window sums, sized as qlinear.contrib.pool computes them (pads are below the kernel,
     but a large kernel still pads a small input to kernel-size windows)."""
-    from qlinear.contrib.pool import _pool_geometry
-
     shape = list(np.shape(args[0]))
     if len(shape) < 3:
         return None
@@ -363,7 +369,7 @@ def _out_attention(past_index: int):
     return predict
 
 
-#: The com.microsoft operators of qlinear.backend_contrib guarded as OUTPUT_SIZE_GUARDS: those
+#: The com.microsoft operators of qlinear.graph.kernels.contrib guarded as OUTPUT_SIZE_GUARDS: those
 #: whose output follows from broadcasting, shapes or attributes, and those whose largest tensor
 #: is larger than their inputs (a wider dtype, float64 working copies, attention scores).
 CONTRIB_SIZE_GUARDS: dict[str, Any] = {
@@ -408,8 +414,6 @@ class _SizeGuard(OpRun):
     _guards: dict[str, Any] = OUTPUT_SIZE_GUARDS
 
     def __init__(self, onnx_node, run_params, schema=None):
-        from onnx.reference.ops import load_op
-
         self.onnx_node = onnx_node
         if self.op_domain:  # com.microsoft: qlinear's own kernel, whose version it knows
             self.version = self._base.version
@@ -492,9 +496,6 @@ def with_size_guards(kernels: Sequence[type[OpRun]], max_tensor_bytes: int | Non
     when ``max_tensor_bytes`` is None."""
     if max_tensor_bytes is None:
         return list(kernels)
-    from qlinear import _control
-    from qlinear.backend_contrib import DOMAIN
-
     existing = {(k.op_domain, k.__name__): k for k in kernels}
     guards = [type(op, (_SizeGuard,), {"_limit": int(max_tensor_bytes),
                                        "_base": existing.get(("", op))})
@@ -509,5 +510,4 @@ def with_size_guards(kernels: Sequence[type[OpRun]], max_tensor_bytes: int | Non
     replaced = ({("", op) for op in OUTPUT_SIZE_GUARDS} | {(DOMAIN, op) for op in contrib}
                 | {("", "Loop"), ("", "Scan")})
     return ([k for k in kernels if (k.op_domain, k.__name__) not in replaced] + guards
-            + _control.limited(max_tensor_bytes))
-
+            + control.limited(max_tensor_bytes))

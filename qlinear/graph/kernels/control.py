@@ -5,7 +5,7 @@ of rank 2 and above along their first axis: a body output of shape (2, 3) over 4
 gives (8, 3) where the operator's definition (and onnxruntime) give (4, 2, 3). qlinear's Loop
 stacks along a new first axis for every rank, runs the body as written when ``cond`` is
 omitted (the loop then runs ``M`` times), and both operators count the bytes their scan
-outputs accumulate, so that a size limit (``max_tensor_bytes``; see :mod:`qlinear._sizeguard`)
+outputs accumulate, so that a size limit (``max_tensor_bytes``; see :mod:`qlinear.graph.kernels.sizeguard`)
 stops a loop as soon as one stacked output passes it, not after memory runs out.
 """
 
@@ -19,7 +19,7 @@ from onnx import helper
 from onnx.reference.ops.op_loop import Loop as _RefLoop
 from onnx.reference.ops.op_scan import Scan as _RefScan
 
-from qlinear.backend import NodeError
+from ..errors import NodeError
 
 
 def _human_bytes(n: float) -> str:

@@ -1,8 +1,9 @@
 """onnxruntime's com.microsoft operators for qlinear's ONNX backend (``qlinear.backend``).
 
 Each class is an ``onnx.reference`` OpRun running the matching function of ``qlinear.contrib``;
-``KERNELS`` is appended to the backend's kernels and ``check_node`` is what ``check_model``
-asks about a com.microsoft node before anything runs. DynamicQuantizeLinear (ai.onnx) is
+``KERNELS`` is appended to the backend's kernels (``qlinear.graph.registry``); what
+``check_model`` asks about a com.microsoft node before anything runs is
+``qlinear.contrib.schema.check_node``. DynamicQuantizeLinear (ai.onnx) is
 replaced too: onnx.reference computes the ONNX formula, onnxruntime a different one
 (an all-zero input, the zero point's rounding), and the models that carry it are
 onnxruntime's.
@@ -14,135 +15,21 @@ from typing import Any, Callable
 
 import numpy as np
 
-import onnx
-from onnx import helper
 from onnx.reference.op_run import OpRun
 
-from .contrib import _raw as _c  # the functions without their errstate wrapper: a graph run has it
-from . import prepare_matmul_integer, prepare_qlinear_conv
-from .contrib import elementwise as _elementwise
-from .contrib import _params
-from .contrib import gemm as _gemm
-from .contrib import pool as _pool
-from .contrib import transformer as _transformer
-
-DOMAIN = "com.microsoft"
-_T = onnx.TensorProto
-_EIGHT_BIT = {_T.UINT8, _T.INT8}
-_FLOAT = {_T.FLOAT}
-
-# Operator → {input index: allowed element types}, checked where shape inference knows them.
-_INPUT_TYPES: dict[str, dict[int, set[int]]] = {
-    "QLinearAdd": {0: _EIGHT_BIT, 1: _FLOAT, 3: _EIGHT_BIT, 4: _FLOAT, 6: _FLOAT},
-    "QLinearMul": {0: _EIGHT_BIT, 1: _FLOAT, 3: _EIGHT_BIT, 4: _FLOAT, 6: _FLOAT},
-    "QLinearSigmoid": {0: _EIGHT_BIT, 1: _FLOAT, 3: _FLOAT},
-    "QLinearLeakyRelu": {0: _EIGHT_BIT, 1: _FLOAT, 3: _FLOAT},
-    "QLinearConcat": {0: _FLOAT, 1: _EIGHT_BIT},
-    "QLinearWhere": {1: _EIGHT_BIT, 2: _FLOAT, 4: _EIGHT_BIT, 5: _FLOAT, 7: _FLOAT},
-    "QLinearGlobalAveragePool": {0: _EIGHT_BIT, 1: _FLOAT, 3: _FLOAT},
-    "QLinearAveragePool": {0: _EIGHT_BIT, 1: _FLOAT, 3: _FLOAT},
-    "QLinearSoftmax": {0: _EIGHT_BIT, 1: _FLOAT, 3: _FLOAT},
-    "QGemm": {0: _EIGHT_BIT, 1: _FLOAT, 3: _EIGHT_BIT, 4: _FLOAT, 6: {_T.INT32}, 7: _FLOAT},
-    "QLinearConv": {0: _EIGHT_BIT, 1: _FLOAT, 3: _EIGHT_BIT, 4: _FLOAT, 6: _FLOAT, 8: {_T.INT32}},
-    "MatMulIntegerToFloat": {0: _EIGHT_BIT, 1: _EIGHT_BIT, 2: _FLOAT, 3: _FLOAT, 6: _FLOAT},
-    "DynamicQuantizeMatMul": {0: _FLOAT, 1: _EIGHT_BIT, 2: _FLOAT},
-    # (float16 scales: onnxruntime computes a float16 output in float16 arithmetic where its
-    # schema allows them; qlinear's kernels are float32: refused rather than answered in float32)
-    "QuantizeLinear": {0: _FLOAT, 1: _FLOAT, 2: _EIGHT_BIT | {_T.UINT16, _T.INT16}},
-    "DequantizeLinear": {0: _EIGHT_BIT | {_T.UINT16, _T.INT16, _T.INT32}, 1: _FLOAT},
-    # The float operators of quantized transformers (within float tolerance, not bit-exact).
-    "QAttention": {0: _EIGHT_BIT, 1: _EIGHT_BIT, 2: _FLOAT, 3: _FLOAT, 4: _FLOAT},
-    "Attention": {0: _FLOAT, 1: _FLOAT},
-    "EmbedLayerNormalization": {0: {_T.INT32}, 2: _FLOAT},
-    "SkipLayerNormalization": {0: _FLOAT, 1: _FLOAT},
-    "FastGelu": {0: _FLOAT},
-    "Gelu": {0: _FLOAT},
-}
-
-#: The com.microsoft operators (opset 1) the backend runs.
-OPS: set[str] = set(_INPUT_TYPES)
-
-#: Each operator's attributes in onnxruntime 1.32's com.microsoft schemas (onnx has no schema
-#: for them, so its checker cannot tell): onnxruntime refuses a node with any other, and the
-#: kernels would ignore it (QLinearAveragePool's ``dilations``, which it does not have, would
-#: be answered as an undilated pool).
-ATTRIBUTES: dict[str, tuple[str, ...]] = {
-    "QLinearAdd": (), "QLinearMul": (), "QLinearSigmoid": (), "QLinearWhere": (),
-    "QLinearLeakyRelu": ("alpha",), "QLinearConcat": ("axis",),
-    "QLinearGlobalAveragePool": ("channels_last",),
-    "QLinearAveragePool": ("auto_pad", "ceil_mode", "channels_last", "count_include_pad", "kernel_shape", "pads",
-                           "strides"),
-    "QLinearSoftmax": ("axis", "opset"), "QGemm": ("alpha", "transA", "transB"),
-    "QLinearConv": ("auto_pad", "channels_last", "dilations", "group", "kernel_shape", "pads", "strides"),
-    "MatMulIntegerToFloat": (), "DynamicQuantizeMatMul": (),
-    "QuantizeLinear": ("axis",), "DequantizeLinear": ("axis",),
-    "QAttention": ("do_rotary", "mask_filter_value", "num_heads", "past_present_share_buffer", "scale",
-                   "unidirectional"),
-    "Attention": ("do_rotary", "mask_filter_value", "num_heads", "past_present_share_buffer", "qkv_hidden_sizes",
-                  "rotary_embedding_dim", "scale", "unidirectional"),
-    "EmbedLayerNormalization": ("epsilon", "mask_index_type"), "SkipLayerNormalization": ("epsilon",),
-    "FastGelu": (), "Gelu": (),
-}
-
-
-def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
-    out = {}
-    for a in node.attribute:
-        val = helper.get_attribute_value(a)
-        out[a.name] = val.decode() if isinstance(val, bytes) else val
-    return out
-
-
-def version(node: onnx.NodeProto) -> int | None:
-    """The com.microsoft opset version of an operator qlinear runs (1), None for the others."""
-    return 1 if node.op_type in OPS else None
-
-
-def check_node(node: onnx.NodeProto, types: dict[str, int]) -> str | None:
-    """Why a com.microsoft node cannot run, or None."""
-    if node.op_type not in OPS:
-        return "com.microsoft operator not implemented by qlinear"
-    for i, allowed in _INPUT_TYPES[node.op_type].items():
-        if i < len(node.input) and node.input[i]:
-            t = types.get(node.input[i], 0)
-            if t and t not in allowed:
-                names = sorted(helper.tensor_dtype_to_np_dtype(a).name for a in allowed)
-                return (f"input {i} is {helper.tensor_dtype_to_np_dtype(t).name}; "
-                        f"supported: {', '.join(names)}")
-    known = ATTRIBUTES[node.op_type]
-    unknown = sorted({a.name for a in node.attribute} - set(known))
-    if unknown:
-        return (f"unknown attribute{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
-                f"(the operator has {', '.join(known) if known else 'no attributes'})")
-    attrs = _attrs(node)
-    if node.op_type == "QLinearSoftmax" and "opset" not in attrs:
-        return "the opset attribute is required"
-    if node.op_type == "QLinearConcat" and "axis" not in attrs:
-        return "the axis attribute is required"
-    if node.op_type == "QLinearAveragePool" and "kernel_shape" not in attrs:
-        return "the kernel_shape attribute is required"
-    if node.op_type in ("QAttention", "Attention"):
-        if "num_heads" not in attrs:
-            return "the num_heads attribute is required"
-        unsupported = [a for a in ("do_rotary", "past_present_share_buffer", "qkv_hidden_sizes", "rotary_embedding_dim")
-                       if attrs.get(a)]
-        extra_inputs = [i for i in node.input[5:] if i] if node.op_type == "Attention" else []
-        if unsupported or extra_inputs:
-            return f"not supported: {', '.join(unsupported + ['attention_bias/past_sequence_length'] * bool(extra_inputs))}"
-    return None
-
-
-def constants_at(op: OpRun, positions: tuple[int, ...]) -> bool | None:
-    """Whether every input of ``op``'s node at ``positions`` (those present and named) is a
-    constant of the model: the same array object, never written, on every run, which is what
-    lets a node keep what it derived from it. None while unknown (``constant_inputs`` not set
-    by the backend's QLinearRep): nothing may then be kept across runs."""
-    known = op.constant_inputs
-    if known is None:
-        return None
-    names = op.onnx_node.input
-    return all(names[i] in known for i in positions if i < len(names) and names[i])
-
+from ... import _native, prepare_matmul_integer, prepare_qlinear_conv
+from ...contrib import _params
+from ...contrib import _raw as _c  # the functions without their errstate wrapper: a graph run has it
+from ...contrib import elementwise as _elementwise
+from ...contrib import gemm as _gemm
+from ...contrib import pool as _pool
+from ...contrib import transformer as _transformer
+from ...contrib.schema import DOMAIN
+from ...quantize import quantize_linear
+from ..errors import NodeError
+from ..proto import node_attributes
+from .base import constants_at
+from .float import leaky_relu, relu
 
 class ContribOp(OpRun):
     """Base: attributes of the node, error wrapping with node name, operator and version."""
@@ -154,14 +41,12 @@ class ContribOp(OpRun):
 
     def __init__(self, onnx_node, run_params, schema=None):
         super().__init__(onnx_node, run_params, schema)
-        self.given = _attrs(onnx_node)
+        self.given = node_attributes(onnx_node)
 
     def _call(self, fn, *args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except (ValueError, TypeError) as e:
-            from .backend import NodeError
-
             name = self.onnx_node.name or self.onnx_node.output[0]
             raise NodeError(f"node {name!r} ({self.op_domain}.{self.onnx_node.op_type}-{self.version}): {e}") from e
 
@@ -621,16 +506,14 @@ class QDQConvTail(ContribOp):
     1 Relu, 2 LeakyRelu) and ``alpha``.
 
     The float graph's nodes on the same values: ``float32(acc) * multiplier + bias`` (exact:
-    the rewrite checked |acc| < 2^24 and the sums' bound), ``backend_float.relu`` or
+    the rewrite checked |acc| < 2^24 and the sums' bound), ``graph.kernels.float.relu`` or
     ``leaky_relu``, then ``quantize_linear``; the native engine does all of it in one pass
-    (``qdqconv``, qlinear/_native/elementwise*.c), the same float32 operations in the same
+    (``qdqconv``, qlinear/csrc/elementwise/elementwise.c, isa/elementwise_avx2.c), the same float32 operations in the same
     order, hence the same bytes (tests/test_exact_qdq_conv.py)."""
 
     op_domain = "qlinear.internal"
 
     def _run(self, acc, mult, bias, y_scale, y_zero_point, **_):
-        from . import _native
-
         if type(acc) is not np.ndarray or acc.dtype != np.int32 or acc.ndim < 2 \
                 or acc.shape[1] != mult.size or bias.size != mult.size:
             raise ValueError("QDQConvTail: acc must be int32 (N, M, ...) with M multipliers and biases")
@@ -647,9 +530,6 @@ class QDQConvTail(ContribOp):
                       int(np.asarray(y_zero_point).reshape(-1)[0]), y_zero_point.dtype == np.int8, out)
             return (out,)
         # the NumPy engine: the float graph's own functions, in its order
-        from .backend_float import leaky_relu, relu
-        from .quantize import quantize_linear
-
         shape = (1, mult.size) + (1,) * (acc.ndim - 2)
         s = acc.astype(np.float32) * mult.reshape(shape)
         s = s + bias.reshape(shape)
@@ -666,75 +546,3 @@ KERNELS: list[type[OpRun]] = [
     MatMulIntegerToFloat, DynamicQuantizeMatMul, QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
     QAttention, Attention, EmbedLayerNormalization, SkipLayerNormalization, FastGelu, Gelu,
 ]
-
-
-# --------------------------------------------------------------------------- emulation
-
-
-def _saturating_product(a: np.ndarray, b: np.ndarray, a_zero_point: Any, b_zero_point: Any) -> np.ndarray:
-    """The integer product onnxruntime computes on x86 with AVX2 but without VNNI: 16-bit
-    saturated pair sums for uint8 x int8 (``qlinear.tools.ortsat``), exact for the others."""
-    from .tools import ortsat
-
-    acc = ortsat.emulate_matmul_integer(a, b, a_zero_point, b_zero_point)
-    return _q_matmul_integer(a, b, a_zero_point, b_zero_point) if acc is None else np.asarray(acc, np.int32)
-
-
-def _q_matmul_integer(*args):
-    from . import matmul_integer
-
-    return matmul_integer(*args)
-
-
-class _SaturatingQGemm(_c.PreparedQGemm):
-    def _accumulate(self, a: np.ndarray, a_zero_point: np.ndarray) -> np.ndarray:
-        return _saturating_product(a, self._b, a_zero_point, self._b_zero_point)
-
-
-def _emulating_qgemm_run(self, A, a_scale, a_zero_point, B, b_scale, b_zero_point, C=None, y_scale=None,
-                         y_zero_point=None, **_):
-    prepared = self._prepared_for(_SaturatingQGemm, (B, b_scale, b_zero_point), (3, 4, 5), **self._kw("transB"))
-    return (self._call(prepared.run, A, a_scale, a_zero_point, C, y_scale, y_zero_point,
-                       **self._kw("alpha", "transA")),)
-
-
-def _emulating_conv_run(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, **_):
-    exact = QLinearConv._run(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B)
-    from .tools import ortsat
-
-    channels_last = self.given.get("channels_last", 0)
-    xin = np.moveaxis(x, -1, 1) if channels_last else x
-    kw = self._kw("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
-    y = self._call(ortsat.emulate, "QLinearConv", [xin, x_scale, x_zero_point, w, w_scale, w_zero_point,
-                                                    y_scale, y_zero_point, B], kw)
-    if y is None:
-        return exact
-    return (np.moveaxis(y, 1, -1) if channels_last else y,)
-
-
-def _emulating_mitf_run(self, *args, **_):
-    return (self._call(_c.gemm._matmul_integer_to_float_op, *args, product=_saturating_product),)
-
-
-def _emulating_dqmm_run(self, *args, **_):
-    return (self._call(_c.gemm._dynamic_quantize_matmul_op, *args, product=_saturating_product),)
-
-
-def _emulating_qattention_run(self, *args, **_):
-    kw = self._kw("num_heads", "unidirectional", "scale", "mask_filter_value")
-    return self._call(_c.transformer._qattention_op, *args, product=_saturating_product, **kw)
-
-
-def _emulating(base: type[ContribOp], run) -> type[ContribOp]:
-    return type(base.__name__, (base,), {"_run": run, "__doc__": base.__doc__, "__module__": __name__})
-
-
-#: The kernels swapped in by ``qlinear.backend.prepare(..., emulate="onnxruntime-avx2")``: the
-#: integer products of these operators as onnxruntime computes them on AVX2 without VNNI.
-EMULATING: dict[type[OpRun], type[OpRun]] = {
-    QGemm: _emulating(QGemm, _emulating_qgemm_run),
-    QLinearConv: _emulating(QLinearConv, _emulating_conv_run),
-    MatMulIntegerToFloat: _emulating(MatMulIntegerToFloat, _emulating_mitf_run),
-    DynamicQuantizeMatMul: _emulating(DynamicQuantizeMatMul, _emulating_dqmm_run),
-    QAttention: _emulating(QAttention, _emulating_qattention_run),
-}
