@@ -1,13 +1,13 @@
 """Build of qlinear's optional compiled engine (qlinear._qlnative).
 
-`pip install .` compiles qlinear/_native/*.c with the system C compiler. Without a working
+`pip install .` compiles qlinear/csrc/**/*.c with the system C compiler. Without a working
 compiler the install still succeeds and qlinear runs on its NumPy engine (a warning says so);
 QLINEAR_REQUIRE_NATIVE=1 makes a failed build an error instead (CI uses it).
 
 Flags: -O3 -std=c11, -ffp-contract=off and -fno-fast-math (the requantization must be one
 float32 multiply and one rounding, never a fused multiply-add); never -march=native: every
 ISA-specific file enables its own instructions with #pragma GCC target and the CPU is
-checked at run time (qlinear/_native/dispatch.c). Extra flags for test builds (sanitizers,
+checked at run time (qlinear/csrc/runtime/dispatch.c). Extra flags for test builds (sanitizers,
 the SIMDe emulation of scripts/emulated_isa.sh): QLINEAR_CFLAGS and QLINEAR_LDFLAGS.
 """
 
@@ -65,8 +65,12 @@ def _flags() -> tuple[list[str], list[str]]:
 
 
 here = os.path.dirname(os.path.abspath(__file__))
-sources = sorted(os.path.relpath(p, here) for p in glob.glob(os.path.join(here, "qlinear", "_native", "*.c")))
-headers = sorted(os.path.relpath(p, here) for p in glob.glob(os.path.join(here, "qlinear", "_native", "*.h")))
+csrc = os.path.join(here, "qlinear", "csrc")
+sources = sorted(os.path.relpath(p, here) for p in glob.glob(os.path.join(csrc, "**", "*.c"), recursive=True))
+headers = sorted(os.path.relpath(p, here) for p in glob.glob(os.path.join(csrc, "**", "*.h"), recursive=True))
+# include/: the engine's shared headers (#include "qlinear.h"); csrc itself: a folder's header
+# included by path from another folder (#include "isa/x86_sse2.h")
+include_dirs = [os.path.relpath(os.path.join(csrc, "include"), here), os.path.relpath(csrc, here)]
 cflags, ldflags = _flags()
 
 setup(
@@ -75,6 +79,7 @@ setup(
             "qlinear._qlnative",
             sources=sources,
             depends=headers,
+            include_dirs=include_dirs,
             extra_compile_args=cflags,
             extra_link_args=ldflags,
             libraries=[] if sys.platform == "win32" else ["m"],

@@ -551,7 +551,7 @@ def main(argv=None) -> int:
     ap.add_argument("--verdicts", action="store_true",
                     help="the compare columns of the docs/models.md table only (no timing)")
     ap.add_argument("--before", action="store_true",
-                    help="also time the graph as before qlinear.backend_float: onnx.reference's "
+                    help="also time the graph as before qlinear.graph.evaluator: onnx.reference's "
                          "evaluator and float operators, qlinear's kernels for the rest "
                          "(implies --interleaved)")
     args = ap.parse_args(argv)
@@ -633,13 +633,14 @@ def main(argv=None) -> int:
         if args.profile:
             by_type, overhead, counts = profile_nodes(rep, feeds, args.repeat)
             ort_by = ort_profile(blob, feeds, args.repeat)
-            from qlinear import backend_contrib
+            from qlinear.graph.kernels.contrib import ContribOp
+            from qlinear.graph.kernels.standard import _QLinearOp
 
             # qlinear's quantized kernels: the six and onnxruntime's (com.microsoft, and the
             # standard DynamicQuantizeLinear computed as onnxruntime computes it)
             quantized = set(SIX_OPS) | {
                 n.op_type for n in rep.evaluator.rt_nodes_
-                if isinstance(n, (backend._QLinearOp, backend_contrib.ContribOp))}
+                if isinstance(n, (_QLinearOp, ContribOp))}
             six = sum(v for k, v in by_type.items() if k in quantized)
             glue = sum(v for k, v in by_type.items() if k not in quantized)
             total = six + glue + overhead

@@ -10,7 +10,7 @@ in ``qlinear.contrib``. ``qlinear.InferenceSession`` (with ``SessionOptions``,
 (:mod:`qlinear.session`, imported on first use: ``import qlinear`` does not import onnx).
 """
 
-from ._engine import set_workspace_limit, workspace_limit
+from .engines import set_workspace_limit, workspace_limit
 from ._native import engine_info, get_num_threads, set_num_threads
 from ._validate import max_output_bytes, set_max_output_bytes
 from .conv import (

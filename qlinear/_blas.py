@@ -13,6 +13,7 @@ thread: a QDQ MobileNetV2 ran in 270 ms with OpenBLAS's threads and 78 ms single
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import threading
@@ -35,8 +36,6 @@ def _find_openblas() -> tuple | None:
     """(set_num_threads, get_num_threads) of the OpenBLAS NumPy uses, through ctypes: the
     library mapped into this process (Linux ``/proc/self/maps``), under the symbol names of
     scipy-openblas (NumPy's wheels) or a plain OpenBLAS. None when there is none."""
-    import ctypes
-
     try:
         with open("/proc/self/maps") as f:
             paths = {line.split()[-1] for line in f if "openblas" in line.lower()}

@@ -31,8 +31,9 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from . import dtypes
 from ._geometry import ConvGeometry
-from ._validate import byte_count
+from .engines import set_workspace_limit, workspace_limit  # noqa: F401 - the old home of both
 
 # Every integer of magnitude <= 2**24 is a float32 (24-bit significand); 2**53 for float64.
 F32_EXACT = 1 << 24
@@ -44,7 +45,6 @@ MIN_F32_CHUNK = 64
 # Tiles aim at this many output pixels per GEMM, batching small images together.
 _MIN_TILE_PIXELS = 1024
 
-_workspace_bytes = 256 << 20
 # Depthwise convolutions on images of at most this many flat outputs per channel use the
 # batched-matmul method of ``_depthwise_flat``; tests and measurements may force a method.
 _DW_GEMM_MAX_LENGTH = 1024
@@ -75,17 +75,6 @@ def _buffer(shape: tuple[int, ...], zeroed: bool = False) -> np.ndarray:
     return np.zeros(shape, dtype=np.float32) if zeroed else np.empty(shape, dtype=np.float32)
 
 
-def set_workspace_limit(nbytes: int) -> None:
-    """Bound the scratch memory (im2col tiles, padded copies) one operator call may use."""
-    global _workspace_bytes
-    # the native engine takes the limit as a C ssize_t: at most 2**63 - 1
-    _workspace_bytes = byte_count(nbytes, "set_workspace_limit: nbytes", "an integer in [1, 2**63 - 1]",
-                                  most=(1 << 63) - 1)
-
-
-def workspace_limit() -> int:
-    """The current scratch-memory bound in bytes (default 256 MiB)."""
-    return _workspace_bytes
 
 
 def float32_chunk(a_bound: int, b_bound: int) -> int:
@@ -117,8 +106,8 @@ def dtype_bound(dtype: np.dtype, zero_point: np.ndarray) -> int:
 
 @functools.lru_cache(maxsize=1024)
 def _dtype_bound(dtype: np.dtype, zlo: int, zhi: int) -> int:
-    info = np.iinfo(dtype)
-    return max(abs(info.min - zhi), abs(info.max - zlo))
+    lo, hi = dtypes.INT_RANGE[dtype]
+    return max(abs(lo - zhi), abs(hi - zlo))
 
 
 class Reduction:
@@ -474,13 +463,13 @@ def _tile_plan(n: int, out_spatial: tuple[int, ...], col_bytes_per_pixel: int,
     """(images per tile, first-axis output rows per tile) under the workspace limit."""
     pixels = math.prod(out_spatial)
     slab = math.prod(out_spatial[1:])
-    budget = max(1, _workspace_bytes - image_bytes)
+    budget = max(1, workspace_limit() - image_bytes)
     max_pixels = max(1, budget // max(1, col_bytes_per_pixel))
     if pixels > max_pixels:
         return 1, max(1, max_pixels // max(1, slab))
     # Small images: several per GEMM, while their columns and padded copies fit.
     per = max(1, min(n, -(-_MIN_TILE_PIXELS // max(1, pixels)),
-                     _workspace_bytes // max(1, pixels * col_bytes_per_pixel + image_bytes)))
+                     workspace_limit() // max(1, pixels * col_bytes_per_pixel + image_bytes)))
     return per, out_spatial[0]
 
 
@@ -648,7 +637,7 @@ class _FlatLayout:
     @classmethod
     def make(cls, geom: ConvGeometry, kernel: ConvKernel, channels: int) -> "_FlatLayout | None":
         layout = cls(geom, kernel, channels)
-        return layout if layout.bytes <= _workspace_bytes else None
+        return layout if layout.bytes <= workspace_limit() else None
 
     def centered(self, x: np.ndarray, zp: np.ndarray, n: int, geom: ConvGeometry,
                  buf: np.ndarray | None) -> np.ndarray:

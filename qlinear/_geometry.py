@@ -256,22 +256,9 @@ class ConvAttributes:
 
     def geometry(self, in_spatial: tuple[int, ...]) -> ConvGeometry:
         """Resolve auto_pad for an input's spatial shape and compute the output's."""
-        nsp = len(self.kernel)
         span = tuple((k - 1) * d + 1 for k, d in zip(self.kernel, self.dilations))
-        if self.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            begin, end = [], []
-            for n, s, e in zip(in_spatial, self.strides, span):
-                out = -(-n // s)
-                total = max(0, (out - 1) * s + e - n)
-                small, large = total // 2, total - total // 2
-                # The odd pixel of padding goes at the end for SAME_UPPER, at the beginning for SAME_LOWER.
-                begin.append(small if self.auto_pad == "SAME_UPPER" else large)
-                end.append(large if self.auto_pad == "SAME_UPPER" else small)
-            pads_begin, pads_end = tuple(begin), tuple(end)
-        elif self.pads is None or self.auto_pad == "VALID":
-            pads_begin = pads_end = (0,) * nsp
-        else:
-            pads_begin, pads_end = self.pads[:nsp], self.pads[nsp:]
+        pads_begin, pads_end = map(tuple, explicit_pads(in_spatial, self.kernel, self.strides, self.dilations,
+                                                        self.auto_pad, self.pads))
         out_spatial = []
         for axis, (n, b, e, s, k) in enumerate(zip(in_spatial, pads_begin, pads_end, self.strides, span)):
             padded = n + b + e
@@ -299,3 +286,51 @@ def check_conv_shapes(op: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...
             f"{op}: x's channel count ({x_shape[1]}) must equal group × w.shape[1] "
             f"({group} × {w_shape[1]} = {group * w_shape[1]})"
         )
+
+
+#: The values of auto_pad (ONNX's Conv and pooling pages).
+AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+def explicit_pads(spatial: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+                  dilations: Sequence[int] | None = None, auto_pad: str = "NOTSET",
+                  pads: Sequence[int] | None = None, *, split: str = "onnx") -> tuple[list[int], list[int]]:
+    """(begin pads, end pads) of every spatial axis from the window attributes: the one
+    auto_pad resolver of the package.
+
+    ``auto_pad`` VALID, or NOTSET without ``pads``: no padding; NOTSET: ``pads`` (begin values,
+    then end values). SAME_UPPER / SAME_LOWER pad so that the output has ceil(size / stride)
+    positions, by one of two rules:
+
+    - ``split="onnx"`` (the ONNX pages; every operator but the two pools below): the total is
+      ``max(0, (ceil(n / s) - 1) * s + (k - 1) * d + 1 - n)`` over the dilated kernel, and its
+      odd pixel goes at the end for SAME_UPPER, at the beginning for SAME_LOWER.
+    - ``split="onnxruntime-pool"`` (onnxruntime's PoolAttributes, which AveragePool and
+      com.microsoft QLinearAveragePool follow for exactness against it): the total is
+      ``(ceil(n / s) - 1) * s + k - n`` over the *undilated* kernel and is NOT clamped at 0,
+      and it is split with C's truncating division (begin ``total / 2`` for SAME_UPPER,
+      ``(total + 1) / 2`` for SAME_LOWER). With a stride larger than the kernel the total is
+      negative, and a negative pad crops the input (the windows are centred).
+    """
+    nd = len(spatial)
+    if split not in ("onnx", "onnxruntime-pool"):
+        raise ValueError(f"explicit_pads: split must be 'onnx' or 'onnxruntime-pool'; got {split!r}")
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        dilations = dilations or [1] * nd
+        begin, end = [], []
+        for i in range(nd):
+            n, s = spatial[i], strides[i]
+            if split == "onnx":
+                total = max(0, (-(-n // s) - 1) * s + (kernel[i] - 1) * dilations[i] + 1 - n)
+                head = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+            else:
+                total = (-(-n // s) - 1) * s + kernel[i] - n
+                head = int((total if auto_pad == "SAME_UPPER" else total + 1) / 2)  # C's truncation
+            begin.append(head)
+            end.append(total - head)
+        return begin, end
+    if auto_pad not in AUTO_PADS:
+        raise ValueError(f"auto_pad must be one of {', '.join(AUTO_PADS)}; got {auto_pad!r}")
+    if auto_pad == "VALID" or not pads:
+        return [0] * nd, [0] * nd
+    return [int(p) for p in pads[:nd]], [int(p) for p in pads[nd:]]

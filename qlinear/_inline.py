@@ -15,9 +15,13 @@ be inlined and is refused too.
 
 from __future__ import annotations
 
+import sys
 from typing import Iterable
 
 import onnx
+from onnx.inliner import inline_local_functions
+
+from qlinear.graph.proto import subgraphs
 
 #: Most nodes a model may have once its functions are inlined (nodes of subgraphs counted
 #: too). Far above real models (ResNet-50: about 200 nodes; a large transformer: tens of
@@ -39,14 +43,6 @@ def _key(domain: str, name: str, overload: str = "") -> tuple[str, str, str]:
     return (domain if domain != "ai.onnx" else "", name, overload)
 
 
-def _subgraphs(node: onnx.NodeProto) -> Iterable[onnx.GraphProto]:
-    for a in node.attribute:
-        if a.type == onnx.AttributeProto.GRAPH:
-            yield a.g
-        elif a.type == onnx.AttributeProto.GRAPHS:
-            yield from a.graphs
-
-
 def inlined_size(model: onnx.ModelProto, limit: int | None = None) -> int:
     """The number of nodes the model's main graph (and its subgraphs) holds once every call
     of a model-local function is replaced by the function's body, recursively. Counting stops
@@ -65,7 +61,7 @@ def inlined_size(model: onnx.ModelProto, limit: int | None = None) -> int:
         for node in nodes:
             callee = _key(node.domain, node.op_type, getattr(node, "overload", ""))
             total += function_size(callee) if callee in functions else 1
-            for g in _subgraphs(node):
+            for g in subgraphs(node):
                 total += nodes_size(g.node)
             total = clip(total)
             if cap is not None and total >= cap:
@@ -86,8 +82,6 @@ def inlined_size(model: onnx.ModelProto, limit: int | None = None) -> int:
             active.pop()
         return sizes[key]
 
-    import sys
-
     depth = sys.getrecursionlimit()
     sys.setrecursionlimit(max(depth, 10_000))  # functions nested a few thousand deep
     try:
@@ -103,7 +97,7 @@ def written_size(model: onnx.ModelProto) -> int:
     """The nodes the model holds as written: its graph's, its subgraphs' and its functions'
     bodies' (each counted once, however often it is called)."""
     def count(nodes: Iterable[onnx.NodeProto]) -> int:
-        return sum(1 + sum(count(g.node) for g in _subgraphs(n)) for n in nodes)
+        return sum(1 + sum(count(g.node) for g in subgraphs(n)) for n in nodes)
 
     return count(model.graph.node) + sum(count(f.node) for f in model.functions)
 
@@ -128,3 +122,20 @@ def check_inline_size(model: onnx.ModelProto, limit: int | None = None) -> None:
                          f"{written_size(model):,} written (the limit: {INLINE_BASE:,} plus "
                          f"{INLINE_FACTOR} times the nodes written, qlinear._inline): functions "
                          "calling other functions several times multiply their size")
+
+
+def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its model-local functions (FunctionProto) inlined, so that the six
+    operators inside them run on qlinear's kernels too (onnx.reference would otherwise run
+    a function's body with its own implementations); ``model`` itself if it has none.
+    ValueError, before anything is expanded, when the inlined graph would exceed
+    :func:`inline_limit` nodes or the functions call each other in a cycle; and when onnx's
+    inliner refuses them (call chains deeper than 100: its ValidationError)."""
+    if not model.functions:
+        return model
+    check_inline_size(model)
+    try:
+        return inline_local_functions(model)
+    except Exception as e:  # onnx's ValidationError (call chains deeper than 100, ...)
+        raise ValueError(f"the model-local functions cannot be inlined: "
+                         f"{' '.join(str(e).split())}") from None

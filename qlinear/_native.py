@@ -44,8 +44,18 @@ except ImportError as exc:  # not built (no compiler at install time), or it doe
 ENGINES = ("native", "numpy")
 ISA_LEVELS = ("amx", "avx512vnni", "avxvnni", "avx2", "scalar")
 
-# type codes shared with qlinear.h (QL_U8, QL_I8, QL_I32, QL_F32)
-TYPE_CODES = {"uint8": 0, "int8": 1, "int32": 2, "float32": 3}
+#: The engine's limits and codes, read from it (``_qlnative.limits()``: the values of its C
+#: headers, qlinear/csrc/include), never copied by hand: conv_max_rank, dw_cl_max_taps, max_dim,
+#: conv_kinds, kernels, types. Without the engine nothing is ever handed to C, so the codes are
+#: placeholders then, distinct so that the kinds stay apart, and the limits 0.
+LIMITS: dict = _C.limits() if _C is not None else {
+    "conv_max_rank": 0, "dw_cl_max_taps": 0, "max_dim": 0,
+    "conv_kinds": {"gemm": -1, "depthwise": -2, "gemm_fast": -3},
+    "kernels": {"exact": -1, "fast": -2, "conv_fast": -3},
+    "types": {"uint8": -1, "int8": -2, "int32": -3, "float32": -4},
+}
+# type codes of qlinear.h (QL_U8, QL_I8, QL_I32, QL_F32)
+TYPE_CODES = dict(LIMITS["types"])
 # the same keyed by dtype objects (dtype.name builds a string on every use: per-call cost)
 DTYPE_CODES = {np.dtype(name): code for name, code in TYPE_CODES.items()}
 
@@ -199,7 +209,7 @@ def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
 
     With the native engine, outputs of 256 KiB or more are 64-byte aligned, and those of 1 MiB
     or more live in memory from a bounded pool
-    (qlinear/_native/outbuf.c, at most 8 blocks and 256 MiB kept): when the array and every
+    (qlinear/csrc/python/outbuf.c, at most 8 blocks and 256 MiB kept): when the array and every
     view of it are gone, the memory goes back to the pool and the next output of about the
     same size reuses it, without the page faults and zeroing of fresh memory (a 64 MiB output
     costs about as much to fault in as to compute). The array is an ordinary writable

@@ -24,8 +24,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
-DEQUANTIZABLE = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.int32))
+from . import dtypes
+
+EIGHT_BIT = dtypes.EIGHT_BIT
+DEQUANTIZABLE = (*dtypes.EIGHT_BIT, dtypes.get("int32").dtype)
 
 
 INT64_MAX = (1 << 63) - 1
@@ -252,11 +254,11 @@ def nonzero_scale(op: str, name: str, value: Any) -> np.ndarray:
 def zero_point(op: str, name: str, value: Any, tensor_name: str, tensor_dtype: np.dtype) -> np.ndarray:
     """A zero point that must have its tensor's dtype; a plain Python int takes that dtype."""
     if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.generic)):
-        info = np.iinfo(tensor_dtype)
-        if not info.min <= value <= info.max:
+        lo, hi = dtypes.INT_RANGE[np.dtype(tensor_dtype)]
+        if not lo <= value <= hi:
             raise ValueError(
                 f"{op}: {name} must fit {tensor_name}'s dtype {tensor_dtype} "
-                f"[{info.min}, {info.max}]; got {value}"
+                f"[{lo}, {hi}]; got {value}"
             )
         return np.asarray(value, dtype=tensor_dtype)
     if not isinstance(value, (np.ndarray, np.generic)):

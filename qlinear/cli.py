@@ -17,14 +17,24 @@ Bad input (missing or broken model, unsupported operators, wrong inputs) prints 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
+import dataclasses
+import importlib
 import json
 import os
+import signal
 import sys
+import textwrap
+import threading
 import time
 from typing import Any
 
 import numpy as np
+
+import qlinear
+from qlinear.tools.ortsat import forced, onnxruntime_saturates, probe_source
+from qlinear.tools.table import format_table, node_progress
 
 EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples")
 EXAMPLE_META = os.path.join(EXAMPLES_DIR, "digits_meta.json")
@@ -188,8 +198,6 @@ def _example_report(meta, outputs: dict[str, np.ndarray], labels, model, feeds) 
         rep["onnxruntime"] = None
         return rep
     ort_pred = ort_out.argmax(axis=-1)
-    from qlinear.tools.ortsat import onnxruntime_saturates, probe_source
-
     rep["onnxruntime"] = {
         # measured here by a probe (qlinear.tools.ortsat), not inferred from the CPU's name
         "saturating_u8s8_kernels": onnxruntime_saturates(),
@@ -240,7 +248,7 @@ def cmd_run(args) -> int:
     t_prepare = time.perf_counter() - t0
     t0 = time.perf_counter()
     with _hint_dynamic_dims(args):
-        values = rep.run(feeds, progress=_progress_enabled(args))
+        values = rep.run(feeds, progress=node_progress(_progress_enabled(args)))
     t_run = time.perf_counter() - t0
     outputs = dict(zip(rep.output_names, values))
 
@@ -286,8 +294,6 @@ def cmd_run(args) -> int:
 
 
 def _print_run(r: dict[str, Any]) -> None:
-    from qlinear.tools.table import format_table
-
     if r["example"]:
         print(f"bundled example: {r['model']}")
         print(f"  {r['description']}")
@@ -361,8 +367,6 @@ def cmd_compare(args) -> int:
                                atol=args.atol, rtol=args.rtol, emulate=args.emulate,
                                max_tensor_bytes=args.max_tensor_bytes,
                                qdq=getattr(args, "qdq", "fuse"))
-    from qlinear.tools.ortsat import onnxruntime_saturates, probe_source
-
     result["onnxruntime_u8s8_saturates"] = onnxruntime_saturates()
     result["saturation_probe"] = probe_source()
     result["model"] = model_path
@@ -508,9 +512,8 @@ def _compare_dataset(args) -> int:
 def inspect_model(model, model_path: str) -> dict[str, Any]:
     """What a model is made of and what qlinear makes of it, without running anything:
     inputs, outputs, opsets, operator counts by domain, and every node qlinear refuses."""
-    import collections
-
-    from qlinear.backend import _walk, check_model, format_problems
+    from qlinear.backend import check_model, format_problems
+    from qlinear.graph.proto import walk_nodes
     from qlinear.tools.model import ToolError, graph_inputs, validate_model
 
     def value(vi) -> dict[str, Any]:
@@ -529,7 +532,7 @@ def inspect_model(model, model_path: str) -> dict[str, Any]:
     g = model.graph
     problems = check_model(model)
     counts: collections.Counter = collections.Counter()
-    for node, _ in _walk(g):
+    for node, _ in walk_nodes(g):
         counts[("" if node.domain == "ai.onnx" else node.domain, node.op_type)] += 1
     refused: dict[tuple[str, str], list] = collections.defaultdict(list)
     for p in problems:
@@ -568,8 +571,6 @@ def inspect_model(model, model_path: str) -> dict[str, Any]:
 
 
 def _asdict(p) -> dict[str, Any]:
-    import dataclasses
-
     return dataclasses.asdict(p)
 
 
@@ -579,8 +580,6 @@ def _shape_text(shape) -> str:
 
 def cmd_inspect(args) -> int:
     from qlinear.tools.model import load_model
-    from qlinear.tools.table import format_table
-
     model = load_model(args.model, max_tensor_bytes=args.max_tensor_bytes)
     r = inspect_model(model, args.model)
     if args.json:
@@ -631,8 +630,6 @@ def cmd_conformance(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    import importlib
-
     try:
         bench = importlib.import_module("qlinear.tools.bench")
     except ImportError as e:
@@ -661,10 +658,6 @@ class _time_limit:
     (qlinear._inline)."""
 
     def __init__(self, seconds: float | None):
-        import signal
-
-        import threading
-
         self.seconds = seconds
         # signals reach the main thread only; elsewhere (an embedding program) no time limit
         self.active = bool(seconds) and hasattr(signal, "setitimer") and \
@@ -672,8 +665,6 @@ class _time_limit:
 
     def __enter__(self):
         if self.active:
-            import signal
-
             def stop(signum, frame):
                 raise _Timeout(f"stopped after --timeout {self.seconds:g} s: the model was "
                                "still being loaded, prepared or run (a Loop or recursion that "
@@ -685,8 +676,6 @@ class _time_limit:
 
     def __exit__(self, *exc):
         if self.active:
-            import signal
-
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._old)
         return False
@@ -735,14 +724,10 @@ def _add_emulate_arg(p) -> None:
 
 
 def _version() -> str:
-    import qlinear
-
     return f"qlinear {qlinear.__version__}"
 
 
 def _wrap(text: str) -> str:
-    import textwrap
-
     return textwrap.fill(text, 79)
 
 
@@ -885,8 +870,6 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("QLINEAR_ORT_SATURATES", "").strip():
             # checked up front, as qlinear's import checks the other QLINEAR_* variables: a
             # bad value would otherwise surface only after a whole comparison has run
-            from qlinear.tools.ortsat import forced
-
             try:
                 forced()
             except ValueError as e:

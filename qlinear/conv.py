@@ -12,11 +12,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import _native
+from . import _native, dtypes
 from . import _validate as v
-from ._engine import ConvKernel, conv_accumulate, workspace_limit
+from ._engine import ConvKernel, conv_accumulate
+from .engines import workspace_limit
 from ._geometry import ConvAttributes, ConvGeometry, check_conv_shapes
-from ._requant import multiplier, requantize_channels
+from ._elementwise import requantize_channels
+from ._requant import multiplier
 
 
 class _ConvWeights:
@@ -157,14 +159,14 @@ class _ConvWeights:
         k = self.w[0].size
         extents = (n + b + e + s + (kk - 1) * d for n, b, e, s, kk, d in zip(
             geom.in_spatial, geom.pads_begin, geom.pads_end, geom.strides, geom.kernel, geom.dilations))
-        # a dilation of a 1-tap axis adds nothing to the extent, yet module.c refuses any value
+        # a dilation of a 1-tap axis adds nothing to the extent, yet the engine refuses any value
         # above 2^60: bound each one too (the NumPy engine takes the rest)
         return k <= _NATIVE_MAX_K and max(extents) <= _NATIVE_MAX_EXTENT and max(geom.dilations) <= _NATIVE_MAX_EXTENT
 
     def native_weights(self, isa: str, kind: int) -> np.ndarray:
         """The weights in the native engine's form for ISA level ``isa`` and path ``kind``
         (``_GEMM``, ``_GEMM_FAST``, ``_DEPTHWISE``), built once per level and path: packed GEMM
-        rows (conv.c's ql_conv_pack_w), or centered int16 taps (M, taps) for the depthwise
+        rows (csrc/conv/pack_w.c's ql_conv_pack_w), or centered int16 taps (M, taps) for the depthwise
         kernel."""
         key = (isa, kind)
         got = self._native.get(key)
@@ -179,7 +181,7 @@ class _ConvWeights:
                 if self.owned and self.w.ndim == 4 and m == self.attributes.group and taps <= _DW_CL_MAX_TAPS:
                     # prepared forms: followed by the channels-last kernel's form (conv.h),
                     # blocks of 16 channels, taps padded to pairs, [block][tap][channel],
-                    # zeros beyond (a plain call's weights are used once: conv.c gathers
+                    # zeros beyond (a plain call's weights are used once: the engine gathers
                     # each block's instead, cheaper than building this)
                     cl = np.zeros((-(-m // 16) * 16, taps + taps % 2), dtype=np.int16)
                     cl[:m, :taps] = got
@@ -196,7 +198,7 @@ class _ConvWeights:
     def plain_weights(self, isa: str) -> tuple[int, bytes]:
         """A plain call's weights for the GEMM path at ISA level ``isa``, packed for this call
         only (never kept: the caller may change w before the next one): (kind, packed). One
-        native pass (conv.c's ql_conv_pack_w_auto), on the threads, packs them in the fast
+        native pass (csrc/conv/pack_w.c's ql_conv_pack_w_auto), on the threads, packs them in the fast
         path's form while proving the same bound as ``fits_fast_path``, and in the exact form
         from the first row outside it."""
         m = self.out_channels
@@ -207,7 +209,7 @@ class _ConvWeights:
 
     def fits_fast_path(self, bound: int = 64) -> bool:
         """Whether every centered weight w - w_zero_point lies in [-bound, min(bound, 127)],
-        the fast-path kernel's ``s8_bound`` (conv.c's QL_FORM_S8U8 stores w - zw as int8).
+        the fast-path kernel's ``s8_bound`` (the engine's QL_FORM_S8U8 stores w - zw as int8).
         64 on AVX2: vpmaddubsw's int16 pair sums |x'·(w - zw) + x'·(w - zw)| <= 2·255·64 =
         32640 cannot saturate (x' = x in its u8 form, [0, 255]). 128 on the VNNI levels:
         vpdpbusd adds its 4 products (each |x'·(w - zw)| <= 255·128) into the int32
@@ -292,7 +294,7 @@ class _ConvWeights:
         and dtype, C-contiguous, on the same engine, ISA level and output size limit (what
         ``repeat`` checks per call), else None (the caller then takes its full path). For a
         caller that passes the same parameter objects on every call (a graph's planned node,
-        ``qlinear.backend_float``): one Python frame and the native call."""
+        ``qlinear.graph.evaluator``): one Python frame and the native call."""
         memo = self._last.memo_for(params)
         C = _native.native()
         if memo is None or C is None:
@@ -329,23 +331,27 @@ class _ConvWeights:
             tail = (0, 0, 0, 0.0, 0.0, _NO_MULT, 0)
         else:
             y_dtype = y_zero_point.dtype
-            info = np.iinfo(y_dtype)
+            qmin, qmax = _RANGES[y_dtype]
             yz = int(y_zero_point)
             mm = np.ascontiguousarray(mult, dtype=np.float32).reshape(-1)
-            tail = (1, int(info.min < 0), yz, float(info.min - yz), float(info.max - yz), mm, int(mm.size > 1))
+            tail = (1, int(qmin < 0), yz, float(qmin - yz), float(qmax - yz), mm, int(mm.size > 1))
         head = (_native.DTYPE_CODES[x.dtype], int(zp), (n, c, m, group), geom.in_spatial, geom.out_spatial,
                 geom.kernel, geom.strides, geom.dilations, geom.pads_begin)
         return kind, w, out_shape, y_dtype, head, tail
 
-# Native paths (module.c's conv kinds): the exact GEMM, the depthwise kernel, the GEMM's
-# fast path (conv.c's QL_FORM_S8U8: 7-bit weights on AVX2, any int8 centered weight on the
-# VNNI levels; the bound on |w - w_zero_point| is the level's kernel's, _conv_fast_bound).
-_GEMM, _DEPTHWISE, _GEMM_FAST = 0, 1, 2
-# conv.c's DWCL_MAX_TAPS: the channels-last depthwise kernel's largest kernel
-_DW_CL_MAX_TAPS = 64
+# Native paths (the engine's conv kinds, conv.h's QL_CONV_*): the exact GEMM, the depthwise
+# kernel, the GEMM's fast path (QL_FORM_S8U8: 7-bit weights on AVX2, any int8 centered weight on
+# the VNNI levels; the bound on |w - w_zero_point| is the level's kernel's, _conv_fast_bound).
+# The same codes name the GEMM kernels (`which`: QL_KERNEL_EXACT, QL_KERNEL_CONV_FAST) where
+# weights are packed for a path.
+_GEMM, _DEPTHWISE, _GEMM_FAST = (_native.LIMITS["conv_kinds"][k] for k in ("gemm", "depthwise", "gemm_fast"))
+# conv.h's QL_DWCL_MAX_TAPS: the channels-last depthwise kernel's largest kernel
+_DW_CL_MAX_TAPS = _native.LIMITS["dw_cl_max_taps"]
 
-# The native engine's limits (qlinear/_native/conv.h, module.c); beyond them the NumPy engine runs.
-_NATIVE_MAX_RANK = 12
+# The native engine's limits; beyond them the NumPy engine runs. The rank is the engine's
+# (conv.h's QL_CONV_MAXD); K and the extents are this module's own, stricter than the checks of
+# qlinear/csrc/python/bind_conv.c (K below INT_MAX / 2, each geometry term at most 2^60).
+_NATIVE_MAX_RANK = _native.LIMITS["conv_max_rank"]
 _NATIVE_MAX_K = 1 << 29
 _NATIVE_MAX_EXTENT = 1 << 59
 # The native engine's scratch is per thread and bounded by constants (offset tables, a few
@@ -371,7 +377,7 @@ def _conv_fast_info(isa: str) -> tuple[int, int, int, int]:
 
 def _exact_1x1(isa: str, w_shape: tuple) -> bool:
     """Whether level ``isa`` runs a convolution of weights ``w_shape`` (M, C/group, kernel...)
-    on its exact GEMM although they fit its fast kernel (conv.c's ql_conv_pack_w_fast, the
+    on its exact GEMM although they fit its fast kernel (csrc/conv/pack_w.c's ql_conv_pack_w_fast, the
     same rule)."""
     _, m_min, k_min, chunk = _conv_fast_info(isa)
     return (bool(m_min) and math.prod(w_shape[2:]) == 1 and w_shape[0] >= m_min and w_shape[1] >= k_min
@@ -692,9 +698,9 @@ def _one(p: Any, dtype: np.dtype) -> bool:
 def _lean_conv(key: tuple | None, x: np.ndarray, x_zp: Any, w: np.ndarray, w_zp: Any,
                quant: tuple | None = None) -> np.ndarray | None:
     """A plain call by the lean path (see above), or None: the full path takes it. Python checks
-    the parameters' types and shapes; module.c's conv_plain does the rest in one crossing: the
-    multiplier (in float32, refusing one that is not finite: None, then the full path raises),
-    the weights packed as the full path packs them, and the convolution."""
+    the parameters' types and shapes; the engine's conv_plain (csrc/python/bind_conv.c) does the
+    rest in one crossing: the multiplier (in float32, refusing one that is not finite: None, then
+    the full path raises), the weights packed as the full path packs them, and the convolution."""
     plan = _LEAN.get(key) if key is not None else None
     if plan is None:
         return None
@@ -764,13 +770,13 @@ def _contiguous(op: str, name: str, arr: np.ndarray) -> np.ndarray:
 
 
 _F32, _I32 = np.dtype(np.float32), np.dtype(np.int32)
-_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
+_RANGES = dtypes.NATIVE_INT_RANGE  # the output types the native kernels store
 
 
 def _pack_plain(C: Any, isa: str, w2: np.ndarray, zp: np.ndarray, taps: int) -> tuple[int, Any]:
     """A plain call's GEMM weights (w as (M, K), K = C/group * taps, zero points int32 [M]), packed for this call
     only (never kept: the caller may change w before the next one): (kind, packed). One native
-    pass (conv.c's ql_conv_pack_w_auto), on the threads, packs them in the fast path's form
+    pass (csrc/conv/pack_w.c's ql_conv_pack_w_auto), on the threads, packs them in the fast path's form
     while proving the same bound as ``_ConvWeights.fits_fast_path``, and in the exact form from
     the first row outside it."""
     m, k = w2.shape

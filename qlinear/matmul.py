@@ -12,10 +12,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _native
+from . import _fmatmul, _native, dtypes
 from . import _validate as v
 from ._engine import Reduction, dtype_bound, matmul_accumulate
-from ._requant import multiplier, round_saturate
+from ._elementwise import round_saturate
+from ._requant import multiplier
 
 
 def _operand_param(op: str, name: str, arr: np.ndarray, operand: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -225,10 +226,10 @@ class _RightOperand:
         return y
 
 
-#: The native engine's matrix sizes are C ints (module.c's matmul, pack_b): larger M (batch
+#: The native engine's matrix sizes are C ints (its matmul, pack_b; limits()' max_dim): larger M (batch
 #: entries folded in), N or K go to the NumPy engine, which has no such bound (a K of 2**31
 #: used to raise the argument parser's OverflowError).
-_NATIVE_MAX_DIM = (1 << 31) - 1
+_NATIVE_MAX_DIM = _native.LIMITS["max_dim"]
 
 
 def _native_takes(right: "_RightOperand", matrix: np.ndarray | None = None) -> bool:
@@ -291,7 +292,7 @@ def _batch_index(batch: tuple[int, ...], count: int, out_batch: tuple[int, ...])
 _NO_MULT = np.zeros(1, dtype=np.float32)
 _ZERO_IDX = np.zeros(1, dtype=np.int64)
 _TYPE = {np.dtype(np.uint8): 0, np.dtype(np.int8): 1}
-_RANGE = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
+_RANGE = dtypes.NATIVE_INT_RANGE  # the output types the native kernels store
 
 
 def _native_matmul(right: _RightOperand, matrix: np.ndarray, zp: np.ndarray,
@@ -550,15 +551,26 @@ def qlinear_matmul(
     y_scale: Any,
     y_zero_point: Any,
 ) -> np.ndarray:
-    """ONNX QLinearMatMul-10, exact per docs/contract.md.
+    """ONNX QLinearMatMul-10 and 21, exact per docs/contract.md.
 
     acc = wrap32((a - a_zp) @ (b - b_zp)); m[i, j] = float32(float32(a_scale[i] · b_scale[j]) / y_scale);
     y = sat(rne(float32(float32(acc) · m)) + y_zero_point), dtype of y_zero_point.
+
+    Version 21: a, b and y_zero_point may each be uint8, int8 or a float8 format (ml_dtypes'
+    dtypes), the scales float32, float16 or bfloat16 (widened exactly to float32). With a float8
+    operand the dot product is accumulated exactly and rounded once to float32; a float8
+    output is y + y_zero_point converted with saturation.
     """
     key = _lean_key("qlinear_matmul", a, b)
     y = _lean_matmul(key, a, b, a_zero_point, b_zero_point, (a_scale, b_scale, y_scale, y_zero_point))
     if y is not None:
         return y
+    if any(_is_float8(p) for p in (a, b, y_zero_point)):
+        return _fmatmul.qlinear_matmul("qlinear_matmul", a, a_scale, a_zero_point, b, b_scale, b_zero_point,
+                                       y_scale, y_zero_point, _operand_param)
+    if any(_is_narrow_scale(p) for p in (a_scale, b_scale, y_scale)):  # float16/bfloat16: exact in float32
+        a_scale, b_scale, y_scale = (_fmatmul.scale("qlinear_matmul", n, p, n == "y_scale")
+                                     for n, p in (("a_scale", a_scale), ("b_scale", b_scale), ("y_scale", y_scale)))
     p = PreparedQLinearMatMul(b, b_scale, b_zero_point, _owned=False)
     y = p.run(a, a_scale, a_zero_point, y_scale, y_zero_point)
     _lean_remember(key, p._b)
@@ -590,6 +602,15 @@ def _lean_remember(key: tuple | None, right: _RightOperand) -> None:
     if len(_LEAN) >= _LEAN_SIZE:
         _LEAN.clear()
     _LEAN[key] = right.call
+
+
+def _is_float8(p: Any) -> bool:
+    t = dtypes.lookup(p.dtype) if isinstance(p, (np.ndarray, np.generic)) else None
+    return t is not None and t.is_float
+
+
+def _is_narrow_scale(p: Any) -> bool:
+    return isinstance(p, (np.ndarray, np.generic)) and p.dtype in (dtypes.F16.dtype, dtypes.BF16.dtype)
 
 
 def _one(p: Any, dtype: np.dtype) -> bool:
@@ -631,7 +652,7 @@ def _lean_matmul(key: tuple | None, a: np.ndarray, b: np.ndarray, a_zp: Any, b_z
                 and (type(y_zp) is np.ndarray or isinstance(y_zp, np.generic)) and y_zp.dtype in _RANGE
                 and y_zp.size == 1):
             return None
-        # float32(float32(a_scale * b_scale) / y_scale) in C (module.c's multiplier): None when a
+        # float32(float32(a_scale * b_scale) / y_scale) in C (the engine's multiplier, csrc/epilogue/epilogue.c): None when a
         # scale or the result is not finite or y_scale is 0; the full path then raises
         m = C.multiplier(v.one_value(a_scale), v.one_value(b_scale), v.one_value(y_scale))
         if m is None:

@@ -22,9 +22,14 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Iterable
 
+import numpy as np
 import onnx
+from google.protobuf.descriptor import FieldDescriptor as F
+from onnx import helper, numpy_helper
+
+from qlinear.graph.proto import model_tensors, subgraphs
+from qlinear.graph.proto import graphs as _graphs
 
 #: Largest model file read (protobuf cannot parse a message of 2 GiB or more; bigger models
 #: keep their weights in external data files).
@@ -111,40 +116,6 @@ def parse(data: bytes, what: str) -> onnx.ModelProto:
     return model
 
 
-def _node_tensors(nodes: Iterable[onnx.NodeProto]) -> Iterable[onnx.TensorProto]:
-    """Every tensor the nodes' attributes hold: tensors, sparse tensors' values and indices
-    (a Constant's ``sparse_value``), and their subgraphs' tensors."""
-    for node in nodes:
-        for a in node.attribute:
-            if a.HasField("t"):
-                yield a.t
-            yield from a.tensors
-            for sparse in ([a.sparse_tensor] if a.HasField("sparse_tensor") else []) + \
-                    list(a.sparse_tensors):
-                yield sparse.values
-                yield sparse.indices
-            if a.HasField("g"):
-                yield from graph_tensors(a.g)
-            for g in a.graphs:
-                yield from graph_tensors(g)
-
-
-def graph_tensors(graph: onnx.GraphProto) -> Iterable[onnx.TensorProto]:
-    """Every tensor a graph holds: initializers (sparse ones too) and tensor attributes
-    (sparse ones too), in subgraphs as well."""
-    yield from graph.initializer
-    for sparse in graph.sparse_initializer:
-        yield sparse.values
-        yield sparse.indices
-    yield from _node_tensors(graph.node)
-
-
-def _model_tensors(model: onnx.ModelProto) -> Iterable[onnx.TensorProto]:
-    yield from graph_tensors(model.graph)
-    for fn in model.functions:  # a model-local function's Constant nodes
-        yield from _node_tensors(fn.node)
-
-
 def missing_external_data(tensor: str, location: str, folder: str) -> str | None:
     """Why the external data file ``location`` of ``tensor`` cannot be found in the model's
     ``folder``, naming the path the model expects and what to do; None when it is a file.
@@ -180,8 +151,6 @@ def _external_int(t: onnx.TensorProto, info: dict[str, str], key: str, default: 
 def _declared_nbytes(t: onnx.TensorProto) -> int | None:
     """Bytes the tensor's dims and element type take (4-bit types packed), None for strings
     or an element type onnx does not define (then the length given is taken as it is)."""
-    from onnx import helper
-
     try:
         dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
     except Exception:  # KeyError for numbers onnx does not define
@@ -235,7 +204,7 @@ def check_external_data(model: onnx.ModelProto, folder: str,
     offset and length whole numbers inside it, its declared size no larger than
     ``max_tensor_bytes`` (when given); ModelFileError naming the tensor otherwise. Nothing
     is read."""
-    for t in _model_tensors(model):
+    for t in model_tensors(model):
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
         loc, path, info = _external_path(t, folder)
@@ -265,7 +234,7 @@ def load_external_data(model: onnx.ModelProto, folder: str,
     :func:`check_external_data`; each file opened through the same guarded open as the model
     (a file swapped for a FIFO or device after the check is refused, not read)."""
     check_external_data(model, folder, max_tensor_bytes)
-    for t in _model_tensors(model):
+    for t in model_tensors(model):
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
         loc, path, info = _external_path(t, folder)
@@ -301,9 +270,6 @@ def densify_sparse_initializers(model: onnx.ModelProto, where: str, max_bytes: i
     shape; ModelFileError naming the initializer otherwise. External data must have been read
     (:func:`load_external_data`): onnx's ``to_array`` would read it relative to the current
     directory."""
-    import numpy as np
-    from onnx import numpy_helper
-
     for g in _graphs(model.graph):
         if not len(g.sparse_initializer):
             continue
@@ -361,7 +327,7 @@ def check_loaded(model: onnx.ModelProto, from_bytes: bool) -> None:
     (``onnx.load(path, load_external_data=False)``, or a model's bytes, which cannot name the
     folder): onnx.reference failed on it with 'An instance of LargeContainer should be created
     before using ReferenceEvaluator', which says neither what nor how to fix it."""
-    for t in _model_tensors(model):
+    for t in model_tensors(model):
         if t.data_location == onnx.TensorProto.EXTERNAL:
             location = next((e.value for e in t.external_data if e.key == "location"), "?")
             how = ("a model given as bytes cannot read it: pass the model's path" if from_bytes else
@@ -371,21 +337,7 @@ def check_loaded(model: onnx.ModelProto, from_bytes: bool) -> None:
                                  f"{location!r}, which was not loaded; {how}")
 
 
-def _graphs(graph: onnx.GraphProto) -> Iterable[onnx.GraphProto]:
-    """The graph and every subgraph (If/Loop/Scan bodies), depth first."""
-    yield graph
-    for node in graph.node:
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    yield from _graphs(g)
-
-
 def _known_elem_type(elem: int) -> bool:
-    from onnx import helper
-
     try:
         helper.tensor_dtype_to_np_dtype(elem)
     except Exception:  # KeyError for numbers onnx does not define
@@ -436,12 +388,10 @@ def check_contents(model: onnx.ModelProto, where: str) -> None:
     for fn in model.functions:
         node_lists.append((fn.node, f"function {fn.name!r}: "))
         for node in fn.node:
-            for a in node.attribute:
-                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
-                          list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
-                    for sub in _graphs(g):
-                        graphs.append(sub)
-                        node_lists.append((sub.node, f"function {fn.name!r}: "))
+            for g in subgraphs(node):
+                for sub in _graphs(g):
+                    graphs.append(sub)
+                    node_lists.append((sub.node, f"function {fn.name!r}: "))
     for g in graphs:
         for t in g.initializer:
             if not _known_elem_type(t.data_type):
@@ -501,8 +451,6 @@ def _first_non_utf8_field(msg, where: str):
     protobuf hands such a field back as bytes instead of str; onnx and the checker then fail
     with a bare UnicodeDecodeError. Walks every message of the model (tensor payloads are
     bytes fields, not visited)."""
-    from google.protobuf.descriptor import FieldDescriptor as F
-
     for fd, value in msg.ListFields():
         repeated = fd.is_repeated if hasattr(fd, "is_repeated") else \
             fd.label == F.LABEL_REPEATED  # protobuf < 5.26 has no is_repeated

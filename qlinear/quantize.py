@@ -6,13 +6,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _native
+from . import _native, _qdq, dtypes
 from . import _validate as v
+from ._qdq import LATEST
 from ._elementwise import as_3d, run_blocked, scratch
 from ._requant import round_saturate_block, saturation_params
 
 _QUANTIZABLE = (np.dtype(np.float32), np.dtype(np.int32))
-_EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
+_EIGHT_BIT = v.EIGHT_BIT
 
 
 def _axis_param(op: str, name: str, arr: np.ndarray, x_shape: tuple[int, ...], axis: Any) -> tuple[np.ndarray, int | None]:
@@ -108,26 +109,63 @@ def _repeat(quantize: bool, x: Any, scale_arg: Any, zp_arg: Any) -> np.ndarray |
     return out
 
 
-def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1) -> np.ndarray:
-    """ONNX QuantizeLinear-10/13: y = sat_T(rne(float32(x / y_scale)) + y_zero_point).
+def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1,
+                    block_size: int = 0, saturate: int = 1, output_dtype: Any = None, precision: Any = None,
+                    version: int = LATEST) -> np.ndarray:
+    """ONNX QuantizeLinear (versions 10 to 28): y = convert(x / y_scale (+ y_zero_point)).
 
-    x is float32 (int32 is converted to float32 first). The division is one float32 division,
-    rounding is ties-to-even, T is y_zero_point's dtype (uint8 when absent). +inf saturates to
-    T's max, -inf and NaN to T's min (as onnxruntime's CPU kernel does). y_scale and
-    y_zero_point are per tensor, or 1-D along ``axis`` (opset 13, negative axis allowed).
+    x: float32, float16, bfloat16 or int32. y_scale: float32, float16, bfloat16, int32 or
+    float8e8m0 (a Python float is float32). The output type T is ``output_dtype`` (a NumPy or
+    ml_dtypes dtype, or an ONNX element type), else y_zero_point's type, else uint8: uint8,
+    int8, uint16, int16, uint4, int4, uint2, int2 (ml_dtypes' dtypes, one element per byte),
+    float8 e4m3fn/e4m3fnuz/e5m2/e5m2fnuz, float4e2m1, float6 e2m3/e3m2.
+
+    The division runs in P = ``precision`` if set; else, from version 23, y_scale's type
+    (float32 for an int32 or float8e8m0 scale); else float32: both operands rounded to P, one
+    correctly rounded division. Integer T: rne, + y_zero_point, saturated; +inf goes to T's
+    max, -inf and NaN to T's min. Float T: + y_zero_point in P, then one round-to-nearest-even
+    conversion; ``saturate=1`` sends ±inf and overflow to ±max, ``saturate=0`` to NaN (±inf
+    for e5m2); float4/float6 always saturate (NaN gives +max). Parameters per tensor, per
+    ``axis`` (1-D), or blocked (``block_size`` > 0: the rank of x, ceil(D / block_size) along
+    ``axis``). ``version`` (default the newest) selects the version's types, attributes and
+    division precision. docs/contract.md has the whole contract.
     """
     op = "quantize_linear"
-    out = _repeat(True, x, y_scale, y_zero_point)
-    if out is not None:
-        return out
+    plain = output_dtype is None and precision is None and block_size == 0 and version == LATEST
+    if plain:
+        out = _repeat(True, x, y_scale, y_zero_point)
+        if out is not None:
+            return out
     if not isinstance(x, (np.ndarray, np.generic)):
         raise TypeError(f"{op}: x must be a NumPy array of dtype float32 or int32; got a Python {type(x).__name__}")
-    x = v.as_array(op, "x", x)
-    if x.dtype not in _QUANTIZABLE:
-        raise TypeError(
-            f"{op}: x must have dtype float32 or int32; got dtype {x.dtype}"
-            + (" (convert with x.astype(np.float32))" if np.issubdtype(x.dtype, np.floating) else "")
-        )
+    if (plain and x.dtype in _QUANTIZABLE and _plain_scale(y_scale)
+            and (not isinstance(y_zero_point, (np.ndarray, np.generic)) or y_zero_point.dtype in _EIGHT_BIT)):
+        # the 8-bit contract's own path (float32 or int32 x, float32 scale, P = float32)
+        return _quantize_8bit(op, v.as_array(op, "x", x), y_scale, y_zero_point, axis, y_scale, y_zero_point)
+    ver = _qdq.version_of(op, version)
+    x, xt = _qdq.input_tensor(op, "x", x, _qdq.Q_INPUTS, ver)
+    qp = _qdq.QuantizeParams(op, x, xt, y_scale, y_zero_point, axis, block_size, saturate, output_dtype,
+                             precision, ver)
+    v.check_size(op, "the output", x.shape, qp.out.dtype.itemsize)
+    if (qp.out.native and x.dtype in _QUANTIZABLE and qp.scale_type is dtypes.F32
+            and qp.precision is dtypes.F32 and qp.layout.kind != "blocked"):
+        # the same arithmetic: the 8-bit path (its kernels), with the validated parameters as
+        # arrays, which the repeat-call cache never keys on (the call's attributes are not
+        # part of its key)
+        zp = qp.zero_point if qp.zero_point is not None else np.zeros(qp.scale.shape, qp.out.dtype)
+        scale = np.asarray(qp.scale, np.float32)
+        return _quantize_8bit(op, x, scale, zp, axis, scale, zp)
+    return _qdq.quantize(x, xt, qp)
+
+
+def _plain_scale(s: Any) -> bool:
+    """A float32 scale (or a Python float): what the 8-bit path takes without conversion."""
+    return isinstance(s, float) or (isinstance(s, (np.ndarray, np.generic)) and s.dtype == np.float32)
+
+
+def _quantize_8bit(op: str, x: np.ndarray, y_scale: Any, y_zero_point: Any, axis: Any, scale_arg: Any,
+                   zp_arg: Any) -> np.ndarray:
+    """The 8-bit path: float32 or int32 x, a float32 scale per tensor or per axis, P = float32."""
     scale = v.nonzero_scale(op, "y_scale", y_scale)
     if y_zero_point is None:
         zp = np.zeros(scale.shape, dtype=np.uint8)
@@ -141,7 +179,7 @@ def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, ax
     C = _native.native()
     if C is not None and x.flags.c_contiguous:  # (a broadcast view goes block by block below)
         out = _native.empty(x.shape, zp.dtype)
-        _native_elementwise(C, True, x, shape3, ax is not None, scale, zp_b, out, y_scale, y_zero_point)
+        _native_elementwise(C, True, x, shape3, ax is not None, scale, zp_b, out, scale_arg, zp_arg)
         return out
     out = np.empty(x.shape, dtype=zp.dtype)
     # NaN goes to T's min (in round_saturate_block), the value onnxruntime's CPU kernel gives.
@@ -153,16 +191,37 @@ def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, ax
     return out
 
 
-def dequantize_linear(x: np.ndarray, x_scale: Any, x_zero_point: Any = None, *, axis: int = 1) -> np.ndarray:
-    """ONNX DequantizeLinear-10/13: y = float32(float32(x - x_zero_point) · x_scale).
+def dequantize_linear(x: np.ndarray, x_scale: Any, x_zero_point: Any = None, *, axis: int = 1,
+                      block_size: int = 0, output_dtype: Any = None, version: int = LATEST) -> np.ndarray:
+    """ONNX DequantizeLinear (versions 10 to 28): y = round_out(float32(x - x_zero_point) · x_scale).
 
-    x is uint8, int8 or int32 (int32 takes no zero point, or a zero one; its conversion to
-    float32 rounds to nearest above 2**24). Per tensor, or 1-D along ``axis`` (opset 13).
+    x: uint8, int8, uint16, int16, int32, uint4, int4, uint2, int2 or a float8/float6/float4
+    format (ml_dtypes' dtypes); x_zero_point of x's type (int32: 0 only). x_scale: float32,
+    float16, bfloat16 or float8e8m0 (a Python float is float32). The difference is exact,
+    converted to float32 (rounded once only for int32 above 2**24 and for float-format
+    differences float32 cannot hold), one float32 multiplication, then one rounding to the
+    output type: ``output_dtype`` (float32, float16, bfloat16; version 23 on), else x_scale's
+    type (float32 for a float8e8m0 scale). Per tensor, per ``axis`` or blocked (``block_size``).
     """
     op = "dequantize_linear"
-    out = _repeat(False, x, x_scale, x_zero_point)
-    if out is not None:
-        return out
+    plain = output_dtype is None and block_size == 0 and version == LATEST
+    if plain:
+        out = _repeat(False, x, x_scale, x_zero_point)
+        if out is not None:
+            return out
+    if not (plain and isinstance(x, np.ndarray) and x.dtype in v.DEQUANTIZABLE and _plain_scale(x_scale)):
+        ver = _qdq.version_of(op, version)
+        x, xt = _qdq.input_tensor(op, "x", x, _qdq.DQ_INPUTS, ver)
+        dp = _qdq.DequantizeParams(op, x, xt, x_scale, x_zero_point, axis, block_size, output_dtype, ver)
+        if not (x.dtype in v.DEQUANTIZABLE and dp.out is dtypes.F32 and np.asarray(x_scale).dtype == np.float32
+                and dp.layout.kind != "blocked"):
+            v.check_size(op, "the output", x.shape, dp.out.dtype.itemsize)
+            return _qdq.dequantize(x, xt, dp)
+    return _dequantize_8bit(op, x, x_scale, x_zero_point, axis)
+
+
+def _dequantize_8bit(op: str, x: Any, x_scale: Any, x_zero_point: Any, axis: Any) -> np.ndarray:
+    """The 8-bit path: uint8, int8 or int32 x, a float32 scale per tensor or per axis."""
     x = v.integer_tensor(op, "x", x, v.DEQUANTIZABLE)
     scale = v.scale(op, "x_scale", x_scale)
     if x_zero_point is None:
@@ -196,7 +255,7 @@ def _real_array(x: np.ndarray) -> bool:
 
 
 # Type codes of the native engine by dtype (a dict lookup; ``dtype.name`` costs microseconds).
-_CODES = {np.dtype(k): c for k, c in _native.TYPE_CODES.items()}
+_CODES = _native.DTYPE_CODES
 
 
 #: unsigned integers of 2, 4 and 8 bytes, by size: a short contiguous last axis copied as one
@@ -260,7 +319,7 @@ class PreparedQuantize:
         ``f(x2)`` gives ``run(x2)`` for a C-contiguous float32 array of x's shape while the
         native engine is selected, None for anything else (the caller then calls ``run``);
         None when x does not take the native kernel. For a graph's planned node
-        (``qlinear.backend_float``): one Python frame and the native call."""
+        (``qlinear.graph.evaluator``): one Python frame and the native call."""
         C = _native.native()
         if (C is None or not self._per_tensor or type(x) is not np.ndarray or x.dtype != np.float32
                 or not x.flags.c_contiguous):

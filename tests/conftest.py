@@ -114,7 +114,8 @@ def pytest_generate_tests(metafunc):
     module = metafunc.module.__name__.rsplit(".", 1)[-1]
     name = metafunc.function.__name__
     wanted = module in ENGINE_MODULES or (
-        module == "test_properties" and ("matmul" in name or "quantize" in name or "conv" in name))
+        module == "test_properties" and ("matmul" in name or "quantize" in name or "conv" in name)) or (
+        module == "test_formats" and "engine" in name)
     if wanted and "engine_level" in metafunc.fixturenames:
         metafunc.parametrize("engine_level", engine_level_params(), indirect=True)
 

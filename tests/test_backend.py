@@ -20,6 +20,7 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 import oracle  # noqa: E402
 import qlinear  # noqa: E402
 from qlinear import backend  # noqa: E402
+from qlinear.graph.kernels import standard  # noqa: E402
 from conftest import assert_exact, rand_int, rand_scale  # noqa: E402
 
 
@@ -221,7 +222,7 @@ def test_quantize_dequantize_fast_path_checks_x_and_never_goes_stale():
     for _ in range(3):
         x = rng.normal(size=(3, 17)).astype(np.float32)
         assert_exact(rep.run([x])[0], _ort(m, {"x": x})[0])
-    with pytest.raises(backend.NodeError, match="'q'.*input x is float64"):
+    with pytest.raises(backend.NodeError, match="'q'.*x must have type .*got dtype float64"):
         rep.run([x.astype(np.float64)])
     assert_exact(rep.run([x])[0], _ort(m, {"x": x})[0])
     s = np.array(0.05, np.float32)
@@ -257,7 +258,7 @@ def _max_pool_oracle(x, kernel, strides, dilations, pb, out_hw):
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 def test_native_max_pool_matches_oracle_and_numpy(dtype, threads):
-    """The compiled byte MaxPool (qlinear/_native/pool.c) against the definition and against the
+    """The compiled byte MaxPool (qlinear/csrc/elementwise/pool.c) against the definition and against the
     NumPy formulation it replaces, on random geometries: kernels 1-4 per axis, strides 1-4
     (the stride-2 SSE2 split and the generic one), dilations, pads up to the kernel, ceil_mode,
     auto_pad, planes narrower and wider than a vector, full-range values, 1 and 2 threads."""
@@ -282,9 +283,9 @@ def test_native_max_pool_matches_oracle_and_numpy(dtype, threads):
             key = (x.shape, tuple(k), tuple(st), tuple(attrs.get("pads", ())) or None,
                    tuple(attrs.get("dilations", ())) or None, attrs.get("auto_pad", "NOTSET"),
                    attrs.get("ceil_mode", 0))
-            kernel, strides, dilations, pb, out = backend._max_pool_geometry(*key)
+            kernel, strides, dilations, pb, out = standard._max_pool_geometry(*key)
             want = _max_pool_oracle(x, kernel, strides, dilations, pb, out[2:])
-            assert_exact(backend._max_pool_numpy(x, key), want)
+            assert_exact(standard._max_pool_numpy(x, key), want)
             for isa in _native.engine_info()["isas"]:  # the row step of every level
                 with _native.use_isa(isa):
                     assert_exact(backend.max_pool(x, **attrs), want)
@@ -296,7 +297,7 @@ def test_native_max_pool_matches_oracle_and_numpy(dtype, threads):
                    tuple(attrs.get("pads", ())) or None, None, "NOTSET", 0)
             for isa in _native.engine_info()["isas"]:
                 with _native.use_isa(isa):
-                    assert_exact(backend.max_pool(x, **attrs), backend._max_pool_numpy(x, key))
+                    assert_exact(backend.max_pool(x, **attrs), standard._max_pool_numpy(x, key))
     finally:
         _native.set_num_threads(saved)
 
@@ -387,8 +388,10 @@ def test_unsupported_nodes_are_all_listed():
     nodes = [
         helper.make_node("QLinearReduceMean", ["a", "s", "z", "s", "z"], ["b"],  # a schema, no kernel
                          domain="com.microsoft", name="qadd"),
-        helper.make_node("QuantizeLinear", ["x", "sh"], ["q"], name="q_half"),
-        helper.make_node("DequantizeLinear", ["a", "s", "z"], ["d"], name="dq_blocked", block_size=2),
+        # version 21: x and y_scale share one type (float16 with float32 is invalid)
+        helper.make_node("QuantizeLinear", ["x", "s"], ["q"], name="q_half"),
+        # output_dtype came to DequantizeLinear with version 23
+        helper.make_node("DequantizeLinear", ["a", "s", "z"], ["d"], name="dq_odt", output_dtype=T.FLOAT16),
         helper.make_node("NoSuchOp", ["d"], ["e"], name="bogus"),
         helper.make_node("Relu", ["d"], ["r"], name="fine"),
     ]
@@ -401,11 +404,12 @@ def test_unsupported_nodes_are_all_listed():
     with pytest.raises(backend.UnsupportedModelError) as e:
         backend.prepare(m)
     problems = {p.node: p for p in e.value.problems}
-    assert set(problems) == {"qadd", "q_half", "dq_blocked", "bogus"}
+    assert set(problems) == {"qadd", "q_half", "dq_odt", "bogus"}
     assert problems["q_half"].version == 21 and "float16" in problems["q_half"].reason
     msg = str(e.value)
     assert msg.startswith("prepare: 4 unsupported nodes")
-    assert "QuantizeLinear-21 ×1 (input x is float16" in msg and "'q_half'" in msg
+    assert "QuantizeLinear-21 ×1 (QuantizeLinear-21 takes x and y_scale of one type; got float16 and float32" in msg
+    assert "'q_half'" in msg and "'output_dtype'" in msg and "'dq_odt'" in msg
     assert "com.microsoft.QLinearReduceMean ×1" in msg
     assert not backend.is_compatible(m)
 

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import qlinear.backend as backend
-from qlinear import backend_float as bf
+from qlinear.graph.kernels import float as bf
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -521,7 +521,7 @@ def test_size_guard_keeps_the_fast_paths(monkeypatch):
     ones, and a limit below a tensor still refuses on the fast path."""
     from onnx.reference.op_run import OpRun
 
-    from qlinear import _sizeguard
+    from qlinear.graph.kernels import sizeguard as _sizeguard
 
     model = _guarded_paths_model()
     rng = np.random.default_rng(70)

@@ -200,7 +200,7 @@ def bad_files(tmp_path_factory):
     (d / "empty.onnx").write_bytes(b"")
     nodes = [helper.make_node("QLinearReduceMean", ["a", "s", "z", "s", "z"], ["b"],  # no kernel anywhere
                               domain="com.microsoft", name="qadd"),
-             helper.make_node("QuantizeLinear", ["x", "sh"], ["q"], name="q_half"),
+             helper.make_node("QuantizeLinear", ["x", "s"], ["q"], name="q_half"),  # x, y_scale: one type at 21
              helper.make_node("FooBar", ["x"], ["y"], name="foo")]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT16, [2]),
                                        helper.make_tensor_value_info("a", T.UINT8, [2])],

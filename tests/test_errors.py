@@ -265,7 +265,7 @@ Q_CASES = {
     "x uint8": (TypeError, "x", dict(x=np.zeros((2, 3, 4), U8))),
     "x float64": (TypeError, "x", dict(x=np.zeros((2, 3, 4)))),
     "x list": (TypeError, "x", dict(x=[[1.0]])),
-    "y_scale int": (TypeError, "y_scale", dict(y_scale=np.ones(3, I32))),
+    "y_scale int before version 19": (TypeError, "y_scale", dict(y_scale=np.ones(3, I32), version=13)),
     "y_scale zero": (ValueError, "y_scale", dict(y_scale=np.array([0.1, 0.0, 0.3], F32))),
     "y_scale NaN": (ValueError, "y_scale", dict(y_scale=np.array([0.1, np.nan, 0.3], F32))),
     "y_scale inf": (ValueError, "y_scale", dict(y_scale=F32(np.inf), y_zero_point=U8(0))),
@@ -288,7 +288,8 @@ def test_quantize_linear_rejects(case):
 
 DQ_CASES = {
     "x float32": (TypeError, "x", dict(x=np.zeros((2, 3, 4), F32))),
-    "x int16": (TypeError, "x", dict(x=np.zeros((2, 3, 4), np.int16))),
+    "x int16 before version 21": (TypeError, "x", dict(x=np.zeros((2, 3, 4), np.int16), version=13)),
+    "x float64": (TypeError, "x", dict(x=np.zeros((2, 3, 4)))),
     "x_scale int": (TypeError, "x_scale", dict(x_scale=np.ones(3, I32))),
     "x_scale NaN": (ValueError, "x_scale", dict(x_scale=np.array([0.1, np.nan, 0.3], F32))),
     "x_scale inf": (ValueError, "x_scale", dict(x_scale=np.array([0.1, 0.2, np.inf], F32))),

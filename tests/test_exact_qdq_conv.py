@@ -11,7 +11,8 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-from qlinear import _native, backend, qdq
+from qlinear import _native, backend
+from qlinear.passes import exact_convs as qdq
 from qlinear.backend import QLinearRep, apply_qdq, topologically_sorted
 
 MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "models")
@@ -275,7 +276,7 @@ def test_only_where_conv_integer_is_the_faster_form():
 def test_native_tail_equals_the_numpy_composition():
     """``qdqconv`` against the float graph's functions on random accumulators within the
     bound, with rounding ties, saturation, both signs, every activation, at every level."""
-    from qlinear.backend_float import leaky_relu, relu
+    from qlinear.graph.kernels.float import leaky_relu, relu
     from qlinear.quantize import quantize_linear
 
     rng = np.random.default_rng(11)
@@ -316,7 +317,7 @@ def test_native_tail_on_the_values_where_a_reordering_shows():
     reciprocal of y_scale instead of the division, LeakyRelu's product taken after the
     division instead of before. Random accumulators seldom land there (a 1-ulp difference
     matters only next to a rounding boundary)."""
-    from qlinear.backend_float import leaky_relu
+    from qlinear.graph.kernels.float import leaky_relu
     from qlinear.quantize import quantize_linear
 
     for sy, alpha in ((np.float32(0.37), 0.1), (np.float32(0.7), 0.3), (np.float32(1.3), 0.2)):

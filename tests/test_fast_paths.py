@@ -27,7 +27,8 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import qlinear  # noqa: E402
 import qlinear.backend as backend  # noqa: E402
-from qlinear import backend_contrib  # noqa: E402
+from qlinear.graph.kernels import contrib as backend_contrib  # noqa: E402
+from qlinear.graph.kernels import standard  # noqa: E402
 from qlinear import contrib as qc  # noqa: E402
 from qlinear.contrib import transformer  # noqa: E402
 from qlinear.tools.model import random_inputs  # noqa: E402
@@ -53,7 +54,7 @@ def _slow(rep: backend.QLinearRep) -> backend.QLinearRep:
     """``rep`` with every node told nothing about constant inputs: the full paths, every call."""
     for node in rep.evaluator.rt_nodes_:
         node = getattr(node, "guarded_impl", node)
-        if isinstance(node, (backend._QLinearOp, backend_contrib.ContribOp)):
+        if isinstance(node, (standard._QLinearOp, backend_contrib.ContribOp)):
             node.constant_inputs = None
     return rep
 

@@ -28,6 +28,7 @@ pytest.importorskip("onnxruntime")
 
 import oracle  # noqa: E402
 from qlinear import backend  # noqa: E402
+from qlinear.graph.kernels import standard  # noqa: E402
 from qlinear.tools import synthetic  # noqa: E402
 from qlinear.tools.compare import compare_model  # noqa: E402
 from qlinear.tools.quantize import quantize_qoperator  # noqa: E402
@@ -85,12 +86,12 @@ def _run_with_oracle(model, feeds):
     fake = types.SimpleNamespace(**{f: getattr(oracle, f) for f in (
         "qlinear_conv", "conv_integer", "qlinear_matmul", "matmul_integer", "quantize_linear",
         "dequantize_linear")})
-    saved = backend._q
-    backend._q = fake
+    saved = standard._q
+    standard._q = fake
     try:
         return backend.QLinearRep(model).run_all(feeds)
     finally:
-        backend._q = saved
+        standard._q = saved
 
 
 def test_quantized_models_use_standard_operators(cnn_7bit, mlp_7bit, cnn_unfolded_bn):

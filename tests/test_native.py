@@ -323,3 +323,35 @@ def test_bench_measures_the_peak():
     got = measure_peak(2, seconds=0.002, trials=2)
     assert got["isa"] == _native.isa()
     assert got["kernels"]["exact"]["gmacs_1t"] > 0 and got["peak_gmacs"] > 0
+
+
+def test_limits_and_codes_come_from_the_engine():
+    """Python reads the engine's limits and codes (``_qlnative.limits()``: the values of its C
+    headers) instead of copies kept by hand: conv.py's rank, channels-last taps and path kinds,
+    matmul.py's C int bound and the type codes are the module's values, and the codes mean what
+    the module does with them (a kind past them is refused, the kernel codes pick the kernels
+    ``kernel_info`` describes)."""
+    C = _native._C
+    if C is None:
+        pytest.skip("needs the native engine")
+    from qlinear import conv, matmul
+
+    lim = C.limits()
+    assert _native.LIMITS == lim
+    assert conv._NATIVE_MAX_RANK == lim["conv_max_rank"] >= 3
+    assert conv._DW_CL_MAX_TAPS == lim["dw_cl_max_taps"] >= 9
+    kinds = lim["conv_kinds"]
+    assert (conv._GEMM, conv._DEPTHWISE, conv._GEMM_FAST) == (kinds["gemm"], kinds["depthwise"], kinds["gemm_fast"])
+    assert len(set(kinds.values())) == 3
+    assert matmul._NATIVE_MAX_DIM == lim["max_dim"] == 2**31 - 1
+    assert _native.TYPE_CODES == lim["types"]
+    assert {np.dtype(k): v for k, v in lim["types"].items()} == _native.DTYPE_CODES
+    isa = _native.isa()
+    kern = lim["kernels"]
+    assert C.kernel_info(isa, kern["exact"])["form"] in ("i16", "u8s8")
+    fast = C.kernel_info(isa, kern["conv_fast"])
+    assert fast is None or fast["form"] == "s8u8"
+    # a weight packing named by a conv kind packs for that kind's kernel (conv.py relies on it)
+    assert C.conv_w_bytes(isa, kinds["gemm"], 8, 9, 9) == C.conv_w_bytes(isa, kern["exact"], 8, 9, 9)
+    with pytest.raises(ValueError, match="conv kernel"):
+        C.conv_w_bytes(isa, kinds["depthwise"], 8, 9, 9)

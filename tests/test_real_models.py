@@ -183,7 +183,7 @@ def test_real_model(name, emulate, tmp_path, capsys):
 
 
 #: Models that keep float Conv nodes after the QDQ fusion (retinaface: all 56 of them). The
-#: depthwise and padded ones run on the compiled float Conv helpers (qlinear/_native/fconv.c);
+#: depthwise and padded ones run on the compiled float Conv helpers (qlinear/csrc/elementwise/fconv.c);
 #: the MobileNetV2's 15 are 1x1 without padding (a view of x, no helper) and stay as a check
 #: that the switch changes nothing there.
 FLOAT_CONV_RUNS = {"mobilenetv2-7_qdq_opset10": 15, "retinaface_vitisai_qdq": 56,
@@ -194,7 +194,8 @@ FLOAT_CONV_RUNS = {"mobilenetv2-7_qdq_opset10": 15, "retinaface_vitisai_qdq": 56
 def test_native_float_conv_whole_model_bit_identical(name, monkeypatch):
     """Whole models with float Convs give the same output bits with the compiled float Conv
     paths (depthwise kernel, im2col) as with the NumPy formulation they replace."""
-    from qlinear import _native, backend, backend_float
+    from qlinear import _native, backend
+    from qlinear.graph.kernels import float as backend_float
 
     if not _native.available():
         pytest.skip("the native engine is not built")

@@ -7,7 +7,10 @@ the schema's names and defaults. The arithmetic is pinned in docs/contract.md ("
 com.microsoft operators").
 """
 
+import functools
 from types import SimpleNamespace
+
+import numpy as np
 
 from . import elementwise, gemm, nbits, pool, transformer
 from .elementwise import (
@@ -82,12 +85,8 @@ def _public_under_ieee_errstate() -> SimpleNamespace:
     multipliers and quotients, and inf/NaN in the float operators, are the IEEE arithmetic
     onnxruntime does (docs/contract.md), so the results are the same, and nothing is raised or
     warned, under a caller's np.errstate(all="raise"). Returns the unwrapped functions (and
-    the submodules) for qlinear.backend_contrib, whose graph run is under that state already
+    the submodules) for qlinear.graph.kernels.contrib, whose graph run is under that state already
     (an errstate costs microseconds a call)."""
-    import functools
-
-    import numpy as np
-
     def ieee(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):

@@ -3,9 +3,9 @@ MlasQuantizeLinear. Every function takes and returns NumPy arrays and is element
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
+
+from .. import dtypes
 
 F32 = np.float32
 F64 = np.float64
@@ -53,10 +53,9 @@ def cvt(values: np.ndarray) -> np.ndarray:
     return out
 
 
-@functools.lru_cache(maxsize=None)
 def type_range(dtype: np.dtype) -> tuple[int, int]:
-    info = np.iinfo(dtype)
-    return int(info.min), int(info.max)
+    """(min, max) of an integer type, from the registry."""
+    return dtypes.INT_RANGE[np.dtype(dtype)]
 
 
 def saturate(ints: np.ndarray, dtype: np.dtype) -> np.ndarray:

@@ -81,8 +81,9 @@ def _flat_operand(x: np.ndarray, shape: tuple[int, ...], size: int) -> tuple[np.
 
 def _native_binary(C, mul: bool, first: np.ndarray, second: np.ndarray, shape: tuple[int, ...],
                    dtype: np.dtype, f0, f1, f2, z0: int, z1: int) -> np.ndarray:
-    """QLinearAdd / QLinearMul on the compiled kernels (qlinear/_native/elementwise*.c): the
-    same float32 operations in the same order, fma as an explicit fused multiply-add."""
+    """QLinearAdd / QLinearMul on the compiled kernels (qlinear/csrc/elementwise/elementwise.c,
+    csrc/isa/elementwise_avx2.c): the same float32 operations in the same order, fma as an
+    explicit fused multiply-add."""
     size = int(np.prod(shape))
     out = np.empty(shape, dtype)
     if size:
@@ -258,7 +259,7 @@ class PreparedBinary:
         ``f(A2, B2)`` gives ``run(A2, B2)`` for operands of the same shapes, dtype and
         contiguity while the native engine is selected, None for anything else (the caller then
         calls ``run``); None when A and B are not such operands. For a graph's planned node
-        (``qlinear.backend_float``): one Python frame and the native call."""
+        (``qlinear.graph.evaluator``): one Python frame and the native call."""
         C = _native.native()
         if (C is None or type(A) is not np.ndarray or type(B) is not np.ndarray or A.dtype != self.dtype
                 or B.dtype != self.dtype or not A.flags.c_contiguous or not B.flags.c_contiguous):
@@ -527,7 +528,7 @@ class PreparedQLinearConcat:
 
     def bound_run(self, *tensors: Any) -> Callable[..., np.ndarray | None] | None:
         """``run`` bound to tensors like these (NumPy arrays of the prepared dtype whose shapes
-        concatenate), for a graph's planned node (``qlinear.backend_float``): the checks are
+        concatenate), for a graph's planned node (``qlinear.graph.evaluator``): the checks are
         done now, once; ``f(*tensors2)`` gives run's result for arrays of the same shapes and
         dtype under an unchanged output size limit, None for anything else (the caller then
         calls ``run``). None when run would not take these tensors."""

@@ -9,10 +9,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-import qlinear as _q
-
 from .. import _validate as v
 from .. import _native
+from ..conv import qlinear_conv as _qlinear_conv
+from ..matmul import matmul_integer, prepare_matmul_integer
+from ..quantize import dequantize_linear as _dequantize_linear
+from ..quantize import quantize_linear as _quantize_linear
 from . import _params as p
 from ._arith import F32, mlas_quantize, requantize_multiply, type_range
 
@@ -57,7 +59,7 @@ class PreparedQGemm:
         bzp = _column_param(op, "b_zero_point", v.zero_point(op, "b_zero_point", b_zero_point, "B", b.dtype), self.n)
         self.b_scale = _column_param(op, "b_scale", v.scale(op, "b_scale", b_scale), self.n)
         self._b, self._b_zero_point = b2, bzp
-        self._product = _q.prepare_matmul_integer(b2, bzp)
+        self._product = prepare_matmul_integer(b2, bzp)
 
     def _accumulate(self, a: np.ndarray, a_zero_point: np.ndarray) -> np.ndarray:
         """The int32 integer product (the exact one; an emulation may compute another)."""
@@ -103,7 +105,7 @@ class PreparedQGemm:
     def bound_run(self, A: Any, a_scale: Any, a_zero_point: Any, C: Any = None, y_scale: Any = None,
                   y_zero_point: Any = None, *, alpha: float = 1.0, transA: int = 0):
         """``run`` bound to these parameters and to inputs like A, for a caller that passes the
-        same parameter objects every time (a graph's planned node, ``qlinear.backend_float``):
+        same parameter objects every time (a graph's planned node, ``qlinear.graph.evaluator``):
         every parameter is validated now, once; ``f(A2)`` gives run's result for an A2 of A's
         shape and dtype (the integer product still checks it), None for anything else (the
         caller then calls ``run``). None when this call would not succeed, or for a subclass
@@ -176,7 +178,7 @@ def qgemm(A: np.ndarray, a_scale: Any, a_zero_point: Any, B: np.ndarray, b_scale
 
 
 def _matmul_integer_to_float(op: str, a: np.ndarray, b: np.ndarray, sa: np.float32, za: int,
-                             b_scale: Any, b_zero_point: Any, bias: Any, product=_q.matmul_integer) -> np.ndarray:
+                             b_scale: Any, b_zero_point: Any, bias: Any, product=matmul_integer) -> np.ndarray:
     if b.ndim < 1 or a.ndim < 1:
         raise ValueError(f"{op}: A and B must have rank >= 1; got shapes {a.shape} and {b.shape}")
     n = b.shape[-1] if b.ndim > 1 else 1
@@ -206,7 +208,7 @@ def matmul_integer_to_float(A: np.ndarray, B: np.ndarray, a_scale: Any, b_scale:
 
 
 def _matmul_integer_to_float_op(A, B, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None,
-                                product=_q.matmul_integer) -> np.ndarray:
+                                product=matmul_integer) -> np.ndarray:
     """``matmul_integer_to_float`` with the integer product computed by ``product``."""
     op = "matmul_integer_to_float"
     a = p.tensor(op, "A", A)
@@ -295,7 +297,7 @@ def dynamic_quantize_matmul(A: np.ndarray, B: np.ndarray, b_scale: Any, b_zero_p
     return _dynamic_quantize_matmul_op(A, B, b_scale, b_zero_point, bias)
 
 
-def _dynamic_quantize_matmul_op(A, B, b_scale, b_zero_point=None, bias=None, product=_q.matmul_integer) -> np.ndarray:
+def _dynamic_quantize_matmul_op(A, B, b_scale, b_zero_point=None, bias=None, product=matmul_integer) -> np.ndarray:
     """``dynamic_quantize_matmul`` with the integer product computed by ``product``."""
     op = "dynamic_quantize_matmul"
     a_float = p.float_tensor(op, "A", A)
@@ -311,7 +313,7 @@ def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, ax
     op = "quantize_linear"
     zp_arr = None if y_zero_point is None else np.asarray(y_zero_point)
     if zp_arr is None or zp_arr.dtype not in _SIXTEEN_BIT:
-        return _q.quantize_linear(x, y_scale, y_zero_point, axis=axis)
+        return _quantize_linear(x, y_scale, y_zero_point, axis=axis)
     arr = p.float_tensor(op, "x", x)
     s = v.nonzero_scale(op, "y_scale", y_scale)
     v.same_shape(op, "y_scale", s, "y_zero_point", zp_arr)
@@ -345,7 +347,7 @@ def dequantize_linear(x: np.ndarray, x_scale: Any, x_zero_point: Any = None, *, 
     op = "dequantize_linear"
     arr = v.integer_tensor(op, "x", x, (*v.DEQUANTIZABLE, *_SIXTEEN_BIT))
     if arr.dtype not in _SIXTEEN_BIT:
-        return _q.dequantize_linear(arr, x_scale, x_zero_point, axis=axis)
+        return _dequantize_linear(arr, x_scale, x_zero_point, axis=axis)
     s = v.scale(op, "x_scale", x_scale)
     zp = np.zeros(s.shape, arr.dtype) if x_zero_point is None else v.zero_point(op, "x_zero_point", x_zero_point, "x", arr.dtype)
     v.same_shape(op, "x_scale", s, "x_zero_point", zp)
@@ -365,6 +367,6 @@ def qlinear_conv(x: np.ndarray, x_scale: Any, x_zero_point: Any, w: np.ndarray, 
     attrs = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
                  pads=pads, strides=strides)
     xin = np.moveaxis(x, -1, 1) if cl and isinstance(x, np.ndarray) and x.ndim >= 3 else x
-    y = _q.qlinear_conv(xin, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B,
+    y = _qlinear_conv(xin, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B,
                         **{k: val for k, val in attrs.items() if val is not None})
     return np.moveaxis(y, 1, -1) if cl else y

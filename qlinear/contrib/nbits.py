@@ -30,6 +30,7 @@ import math
 import numbers
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from .. import _validate as v
@@ -495,8 +496,6 @@ def matmul_nbits(A: np.ndarray, B: np.ndarray, scales: np.ndarray, zero_points: 
 # ------------------------------------------------------------------------------------------
 
 def _ml_dtypes():
-    import ml_dtypes
-
     return ml_dtypes
 
 

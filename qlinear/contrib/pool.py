@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import _validate as v
+from .._geometry import AUTO_PADS, explicit_pads
 from . import _params as p
 from ._arith import F32, INT32_MIN, requantize_multiply, type_range
 
@@ -57,7 +58,7 @@ def bound_global_average_pool(X: Any, x_scale: Any, x_zero_point: Any, y_scale: 
                               channels_last: int = 0):
     """``qlinear_global_average_pool`` bound to these parameters and to inputs like X, for a
     caller that passes the same parameter objects every time (a graph's planned node,
-    ``qlinear.backend_float``): everything is validated now, once; ``f(X2)`` gives the
+    ``qlinear.graph.evaluator``): everything is validated now, once; ``f(X2)`` gives the
     function's result for an X2 of X's shape and dtype under an unchanged output size limit,
     None for anything else (the caller then calls the function). None when this call would
     fail (the function then reports it)."""
@@ -102,23 +103,12 @@ def _pool_geometry(op: str, spatial: Sequence[int], kernel: Sequence[int], strid
                    pads: Sequence[int] | None, auto_pad: str, ceil_mode: int):
     """(begin pads, end pads, output sizes) as onnxruntime's PoolAttributes computes them."""
     nd = len(spatial)
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        # onnxruntime does not clamp the needed padding at 0: with a kernel smaller than the
-        # stride it is negative, and C++'s truncating division makes a negative begin pad,
-        # which shifts every window right.
-        begin, end = [], []
-        for i in range(nd):
-            target = -(-spatial[i] // strides[i])
-            total = (target - 1) * strides[i] + kernel[i] - spatial[i]
-            head = int((total if auto_pad == "SAME_UPPER" else total + 1) / 2)
-            begin.append(head), end.append(total - head)
-    elif auto_pad == "VALID":
-        begin, end = [0] * nd, [0] * nd
-    elif auto_pad == "NOTSET":
-        pads = list(pads) if pads is not None else [0] * (2 * nd)
-        begin, end = pads[:nd], pads[nd:]
-    else:
+    if auto_pad not in AUTO_PADS:
         raise ValueError(f"{op}: attribute auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID; got {auto_pad!r}")
+    # onnxruntime does not clamp the needed padding at 0: with a kernel smaller than the
+    # stride it is negative, and C++'s truncating division makes a negative begin pad,
+    # which shifts every window right.
+    begin, end = explicit_pads(spatial, kernel, strides, None, auto_pad, pads, split="onnxruntime-pool")
     out = []
     for i in range(nd):
         span = spatial[i] + begin[i] + end[i] - kernel[i]

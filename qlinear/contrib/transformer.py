@@ -17,9 +17,8 @@ from typing import Any
 
 import numpy as np
 
-import qlinear as _q
-
 from .. import _validate as v
+from ..matmul import matmul_integer
 from . import _params as p
 
 F32 = np.float32
@@ -327,7 +326,7 @@ class PreparedQAttention:
     call reports its errors in the usual order)."""
 
     def __init__(self, weight, bias, weight_scale, weight_zero_point, *, num_heads, unidirectional=0, scale=0.0,
-                 mask_filter_value=-10000.0, product=_q.matmul_integer):
+                 mask_filter_value=-10000.0, product=matmul_integer):
         op = "qattention"
         w = p.tensor(op, "weight", weight)
         if w.ndim != 2 or w.shape[1] % 3:
@@ -379,7 +378,7 @@ def _qkv(acc: np.ndarray, sx: np.float32, ws_cols: np.ndarray | None, ws: np.nda
 
 def _qattention_op(input, weight, bias, input_scale, weight_scale, mask_index=None, input_zero_point=None,
                    weight_zero_point=None, past=None, *, num_heads, unidirectional=0, scale=0.0,
-                   mask_filter_value=-10000.0, product=_q.matmul_integer):
+                   mask_filter_value=-10000.0, product=matmul_integer):
     """``qattention`` with the integer product computed by ``product``."""
     op = "qattention"
     x = p.tensor(op, "input", input)

@@ -16,7 +16,7 @@ from typing import IO
 
 import numpy as np
 
-from qlinear.modelfile import human
+from qlinear.modelfile import human, open_regular
 
 
 #: Most arrays an .npz may hold: reading each member's header costs about a millisecond, and
@@ -72,8 +72,6 @@ def load(file: str, what: str, max_bytes: int | None) -> np.ndarray | dict[str, 
 def _load(file: str, what: str, max_bytes: int | None) -> np.ndarray | dict[str, np.ndarray]:
     """The array of a .npy, or every array of an .npz by name; ArrayFileError (or the
     loader's ModelFileError for a missing or non-regular file) naming ``what`` otherwise."""
-    from qlinear.modelfile import open_regular
-
     f, size = open_regular(file, what)
     with f:
         magic = f.read(6)

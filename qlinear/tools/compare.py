@@ -22,7 +22,7 @@ float tensors, with float32 ulps only where the values are not near zero), and a
 - *onnxruntime 16-bit saturation*: a uint8 x int8 QLinearConv / QLinearMatMul (and the other
   operators on onnxruntime's u8 x s8 GEMM: ConvInteger, MatMulInteger, com.microsoft QGemm,
   MatMulIntegerToFloat, DynamicQuantizeMatMul, QAttention) whose pair
-  sums exceed 32767 (see :mod:`qlinear.tools.ortsat`); where the emulation reproduces
+  sums exceed 32767 (see :mod:`qlinear.engines.ort_avx2`); where the emulation reproduces
   onnxruntime's values exactly, it says so;
 - otherwise the size of the difference (float ulps), without a claim about its cause.
 """
@@ -36,13 +36,18 @@ import numpy as np
 
 import onnx
 from onnx import helper
+from onnx.reference import ReferenceEvaluator
 
+from qlinear.backend import (QLinearRep, UnsupportedModelError, apply_qdq, check_model, inline_functions,
+                             kernels_for)
+from qlinear.graph.proto import node_attributes, subgraphs
+from qlinear.graph.registry import FLOAT_KERNELS  # the float operators the backend runs
 from qlinear.tools import ortsat
-from qlinear.tools.table import format_table, progress
+from qlinear.tools.table import format_table, node_progress, progress
 
 _GEMM_OPS = ("QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger")
 #: onnxruntime's com.microsoft operators on its u8 x s8 GEMM (saturating on AVX2 without VNNI;
-#: qlinear.backend_contrib.EMULATING emulates them). Its QLinearConv is diagnosed as the standard one.
+#: qlinear.graph.modes emulates them). Its QLinearConv is diagnosed as the standard one.
 _CONTRIB_GEMM_OPS = ("QGemm", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QAttention")
 
 
@@ -225,10 +230,6 @@ def _run_node_qlinear(node, opsets, values: dict[str, np.ndarray], emulate: str 
     """``node`` run alone by qlinear's kernels on ``values``. ``cache`` (a Comparison's, for
     one model): the single-node evaluators kept across inputs, by node, kernels and input
     types and shapes (building one costs about as much as running it)."""
-    from onnx.reference import ReferenceEvaluator
-
-    from qlinear.backend import kernels_for
-
     ins = list(dict.fromkeys([n for n in node.input if n] + [n for n in _outer_names(node) if n in values]))
     key = None
     if cache is not None:
@@ -242,8 +243,6 @@ def _run_node_qlinear(node, opsets, values: dict[str, np.ndarray], emulate: str 
                                            values[n].shape) for n in ins],
             [helper.make_empty_tensor_value_info(o) for o in node.output if o])
         m = helper.make_model(g, opset_imports=list(opsets))
-        from qlinear.backend_float import FLOAT_KERNELS  # the float operators the backend runs
-
         ev = ReferenceEvaluator(m, new_ops=kernels_for(None if exact else emulate) + FLOAT_KERNELS)
         if cache is not None:
             cache[key] = ev
@@ -265,22 +264,12 @@ def _outer_names(node) -> list[str]:
             for i in n.input:
                 if i and i not in defined:
                     names[i] = None
-            for a in n.attribute:
-                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                    visit(sub, defined)
+            for sub in subgraphs(n):
+                visit(sub, defined)
 
-    for a in node.attribute:
-        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-            visit(sub, set())
+    for sub in subgraphs(node):
+        visit(sub, set())
     return list(names)
-
-
-def _attrs(node) -> dict[str, Any]:
-    out = {}
-    for a in node.attribute:
-        v = helper.get_attribute_value(a)
-        out[a.name] = v.decode() if isinstance(v, bytes) else (list(v) if isinstance(v, (list, tuple)) else v)
-    return out
 
 
 def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
@@ -328,9 +317,6 @@ class Comparison:
                  rtol: float = DEFAULT_RTOL, emulate: str | None = None,
                  max_tensor_bytes: int | None = None, qdq: str = "fuse",
                  single_shot: bool = False) -> None:
-        from qlinear.backend import (QLinearRep, UnsupportedModelError, apply_qdq, check_model,
-                                     inline_functions)
-
         if atol < 0 or rtol < 0 or ulp < 0:
             raise ValueError("compare: atol, rtol and ulp must be 0 or more")
         problems = check_model(model)
@@ -373,7 +359,7 @@ class Comparison:
     def run(self, feeds: dict[str, np.ndarray], show_progress: bool | None = None) -> dict[str, Any]:
         """Compare one set of inputs (see :func:`compare_model`; no ``seconds``)."""
         model, original, emulate = self.model, self.original, self.emulate
-        ql = self.rep.run_all(feeds, progress=show_progress)
+        ql = self.rep.run_all(feeds, progress=node_progress(show_progress))
         dtypes = {k: v.dtype for k, v in ql.items() if isinstance(v, np.ndarray)}
         note = ""
         ort_outputs = self._normal_outputs(feeds)
@@ -535,7 +521,7 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
     if node.op_type in _GEMM_OPS:
         ins = [values_ort[n] if n else None for n in node.input]
         try:
-            emu = ortsat.emulate(node.op_type, ins, _attrs(node))
+            emu = ortsat.emulate(node.op_type, ins, node_attributes(node))
         except Exception:
             emu = None
         if emulate:

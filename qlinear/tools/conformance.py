@@ -20,7 +20,16 @@ import time
 import warnings
 from typing import Any
 
+import glob
+import os
+import types
+
 import numpy as np
+import onnx
+
+import onnx
+from onnx import numpy_helper
+from onnx.backend.test.case.node import collect_testcases
 
 from qlinear.backend import QLINEAR_OPS, QLinearRep, check_model
 from qlinear.tools.table import format_table, progress
@@ -31,8 +40,6 @@ FAMILY = set(QLINEAR_OPS) | {"BatchNormalization"}
 @functools.lru_cache(maxsize=1)
 def collect_cases() -> tuple:
     """The selected cases, sorted by name (generated once per process: it takes seconds)."""
-    from onnx.backend.test.case.node import collect_testcases
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cases = collect_testcases(None)
@@ -50,13 +57,6 @@ def collect_cases() -> tuple:
 def _data_dir_cases() -> list:
     """Cases shipped as files by the installed onnx (model.onnx + test_data_set_*/), as
     ``onnx.backend.test.BackendTest`` loads them, when their model uses the family."""
-    import glob
-    import os
-    import types
-
-    import onnx
-    from onnx import numpy_helper
-
     root = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
     cases = []
     for model_path in sorted(glob.glob(os.path.join(root, "*", "test_*", "model.onnx"))):
@@ -86,6 +86,17 @@ def _exact_required(case, expected: np.ndarray) -> bool:
     return bool(ops & set(QLINEAR_OPS)) and "BatchNormalization" not in ops
 
 
+_NUMPY_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _array(a: Any) -> np.ndarray:
+    """A data set's value as an array: onnx's generators store the types NumPy lacks (float8,
+    int4, ...) as TensorProto, read into ml_dtypes' dtypes."""
+    if isinstance(a, onnx.TensorProto):
+        return numpy_helper.to_array(a)
+    return np.asarray(a)
+
+
 def run_case(case) -> dict[str, Any]:
     ops = sorted({n.op_type for n in case.model.graph.node} & FAMILY)
     opset = {d.domain or "ai.onnx": d.version for d in case.model.opset_import}.get("ai.onnx")
@@ -99,14 +110,18 @@ def run_case(case) -> dict[str, Any]:
     try:
         rep = QLinearRep(case.model)
         for inputs, expected in case.data_sets:
-            outputs = rep.run(list(inputs))
+            outputs = rep.run([_array(a) for a in inputs])
             for i, (got, want) in enumerate(zip(outputs, expected)):
-                got, want = np.asarray(got), np.asarray(want)
+                got, want = np.asarray(got), _array(want)
                 if got.shape != want.shape or got.dtype != want.dtype:
                     raise AssertionError(f"output {i}: got {got.dtype}{list(got.shape)}, "
                                          f"expected {want.dtype}{list(want.shape)}")
                 if _exact_required(case, want):
-                    same = np.array_equal(got, want, equal_nan=np.issubdtype(want.dtype, np.floating))
+                    if want.dtype not in _NUMPY_FLOATS:  # integers, ml_dtypes' types: the bytes
+                        same = np.array_equal(np.ascontiguousarray(got).view(np.uint8),
+                                              np.ascontiguousarray(want).view(np.uint8))
+                    else:
+                        same = np.array_equal(got, want, equal_nan=np.issubdtype(want.dtype, np.floating))
                     if not same:
                         n = int((got != want).sum())
                         raise AssertionError(f"output {i}: {n} of {want.size} elements differ")

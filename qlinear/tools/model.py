@@ -19,16 +19,21 @@ import os
 from typing import Any, Callable, Iterable
 
 import numpy as np
-
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
+
+from qlinear import modelfile
+from qlinear.backend import check_model, format_problems, topologically_sorted
+from qlinear.graph.proto import graph_tensors, graphs, topological_order
+from qlinear.modelfile import MAX_MODEL_FILE_BYTES, ModelFileError  # noqa: F401 (re-exported)
+from qlinear.modelfile import human as _human
+from qlinear.tools import arrayfile
+from qlinear.tools.files import OutputError, output_dir
+from qlinear.tools.files import write_file as guarded_write
 
 #: Default limit on any one declared tensor (initializer, input, intermediate with a static
 #: shape), in bytes. ``--max-tensor-bytes`` changes it.
 DEFAULT_MAX_TENSOR_BYTES = 2 * 1024**3
-
-from qlinear.modelfile import MAX_MODEL_FILE_BYTES, ModelFileError  # noqa: E402,F401 (re-exported)
-from qlinear.modelfile import human as _human  # noqa: E402
 
 
 class ToolError(Exception):
@@ -49,38 +54,9 @@ def _tensor_nbytes(dims: Iterable[int], elem_type: int) -> int:
     return n * itemsize
 
 
-def _all_tensors(graph: onnx.GraphProto):
-    yield from graph.initializer
-    for node in graph.node:
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.TENSOR:
-                yield a.t
-            elif a.type == onnx.AttributeProto.TENSORS:
-                yield from a.tensors
-            elif a.type == onnx.AttributeProto.GRAPH:
-                yield from _all_tensors(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    yield from _all_tensors(g)
-
-
-def _graphs(graph: onnx.GraphProto):
-    """The graph and every subgraph (If/Loop/Scan bodies), depth first."""
-    yield graph
-    for node in graph.node:
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    yield from _graphs(g)
-
-
 def _check_elem_types_and_strings(model: onnx.ModelProto, path: str) -> None:
     """:func:`qlinear.modelfile.check_contents` (element types, UTF-8 strings, attribute
     types: the checks qlinear.backend.prepare runs too) as one ToolError."""
-    from qlinear import modelfile
-
     try:
         modelfile.check_contents(model, path)
     except ModelFileError as e:
@@ -95,7 +71,7 @@ _TYPED_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "doubl
 def _check_tensor_data(model: onnx.ModelProto, path: str) -> None:
     """Every embedded tensor holds as much data as its shape says: onnx would otherwise fail
     with a bare 'cannot reshape array of size ...' when the tensor is read."""
-    for t in _all_tensors(model.graph):
+    for t in graph_tensors(model.graph):
         if t.data_location == onnx.TensorProto.EXTERNAL:
             continue
         if any(d < 0 for d in t.dims):
@@ -133,8 +109,6 @@ _FOUR_BIT = {getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1
 
 def _densify_sparse_initializers(model: onnx.ModelProto, path: str, max_bytes: int) -> None:
     """:func:`qlinear.modelfile.densify_sparse_initializers`, its error a ToolError."""
-    from qlinear import modelfile
-
     try:
         modelfile.densify_sparse_initializers(model, path, max_bytes, "--max-tensor-bytes")
     except ModelFileError as e:
@@ -143,7 +117,7 @@ def _densify_sparse_initializers(model: onnx.ModelProto, path: str, max_bytes: i
 
 def _check_declared_sizes(model: onnx.ModelProto, max_bytes: int) -> None:
     g = model.graph
-    for t in _all_tensors(g):
+    for t in graph_tensors(g):
         n = _tensor_nbytes(t.dims, t.data_type)
         if n > max_bytes:
             raise ToolError(f"tensor {t.name!r} declares {_human(n)}, more than the limit of "
@@ -176,10 +150,8 @@ def _check_structure(model: onnx.ModelProto, path: str) -> None:
                 raise ToolError(f"{path}: invalid or truncated model: node "
                                 f"{node.name or node.op_type!r} reads {name!r}, which nothing "
                                 "produces")
-    from qlinear.backend import _topological_order
-
     try:
-        _topological_order(g)
+        topological_order(g.node)
     except ValueError as e:
         raise ToolError(f"{path}: invalid model: {e}") from None
     for o in g.output:
@@ -193,8 +165,6 @@ def load_model(path: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -
     model loader :mod:`qlinear.modelfile` (a regular file only, never above protobuf's 2 GiB;
     external data only from the model's folder, its sizes checked before reading), as
     ``qlinear.backend.prepare(path)`` reads it. (onnx's checker: :func:`validate_model`.)"""
-    from qlinear import modelfile
-
     try:
         data = modelfile.read_bytes(path)
         if not data:
@@ -241,8 +211,6 @@ def validate_model(model: onnx.ModelProto, path: str) -> None:
             checked.CopyFrom(model)
         for vi in _values_without_shape(checked.graph):
             vi.type.tensor_type.shape.SetInParent()
-    from qlinear.backend import topologically_sorted
-
     # Nodes listed out of topological order, which the checker refuses and onnxruntime sorts
     # and runs (as the backend does): checked in the order they run.
     checked = topologically_sorted(checked)
@@ -270,8 +238,6 @@ def _one_line(e: BaseException) -> str:
 
 def check_supported(model: onnx.ModelProto) -> None:
     """ToolError listing every node qlinear cannot run exactly."""
-    from qlinear.backend import check_model
-
     problems = check_model(model)
     if problems:
         raise ToolError(describe_problems(problems))
@@ -280,8 +246,6 @@ def check_supported(model: onnx.ModelProto) -> None:
 def describe_problems(problems) -> str:
     """One line: model-level problems (opset) first, then every unsupported node counted,
     grouped by reason and operator (:func:`qlinear.backend.format_problems`)."""
-    from qlinear.backend import format_problems
-
     return format_problems(problems)
 
 
@@ -382,8 +346,6 @@ def _check_input_file(what: str, file: str) -> None:
 
 def _load_array_file(what: str, file: str, max_tensor_bytes: int | None):
     """:func:`qlinear.tools.arrayfile.load` with its errors as one ToolError."""
-    from qlinear.tools import arrayfile
-
     _check_input_file(what, file)
     try:
         return arrayfile.load(file, what, max_tensor_bytes)
@@ -416,9 +378,6 @@ def write_file(flag: str, out_dir: str, path: str, write: Callable[[Any], Any]) 
     """``write(f)`` (``f`` a binary file object) through the guarded atomic writer
     :func:`qlinear.tools.files.write_file`: a link, folder, pipe or device at ``path`` is
     refused, and any failure is one ToolError naming the flag, the file and the reason."""
-    from qlinear.tools.files import OutputError
-    from qlinear.tools.files import write_file as guarded_write
-
     try:
         guarded_write(flag, out_dir, path, write)
     except OutputError as e:
@@ -429,8 +388,6 @@ def make_output_dir(out_dir: str, flag: str) -> str:
     """The normalized folder ``out_dir`` (``a/../b`` is ``b``), created if missing: only that
     folder, never the intermediate ones the unnormalized path spells out, and only inside an
     existing parent; an empty name is refused (:func:`qlinear.tools.files.output_dir`)."""
-    from qlinear.tools.files import OutputError, output_dir
-
     try:
         return output_dir(out_dir, flag)
     except OutputError as e:

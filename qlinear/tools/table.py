@@ -40,3 +40,12 @@ def progress(iterable, *, total: int | None = None, desc: str = "", enabled: boo
         return iterable
     return tqdm(iterable, total=total, desc=desc, file=sys.stderr, leave=False,
                 dynamic_ncols=True)
+
+
+def node_progress(enabled: bool | None = None):
+    """The ``progress`` argument of ``QLinearRep.run`` / ``run_all``: a "qlinear" bar over the
+    graph's nodes (see :func:`progress`; ``enabled=None``: when stderr is a terminal), or None
+    when ``enabled`` is False."""
+    if enabled is False:
+        return None
+    return lambda nodes: progress(nodes, total=len(nodes), desc="qlinear", enabled=enabled)

@@ -2,7 +2,7 @@
 
 On Linux, a process may run AMX tile instructions only after asking the kernel for the tile
 data state (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``). qlinear's dispatch
-(the C engine's ``dispatch.c``) and onnxruntime's MLAS (``MlasInitAMX`` in ``platform.cpp``) both ask
+(``csrc/runtime/dispatch.c``) and onnxruntime's MLAS (``MlasInitAMX`` in ``platform.cpp``) both ask
 once, when they detect the CPU, and fall back to their AVX-512 VNNI kernels when the request
 fails. A seccomp filter that fails that one request with EPERM therefore makes both runtimes
 choose exactly what they would choose on an AVX-512 VNNI CPU without AMX (AMD Zen 4 and 5,

@@ -1,0 +1,111 @@
+"""The com.microsoft operators qlinear's graph runtime runs: their input types, attributes and
+version, and ``check_node``, what ``check_model`` asks about such a node before anything runs.
+
+A leaf of facts about onnxruntime's schemas (onnx has none for them). It needs onnx (the
+tools extra); ``qlinear.contrib`` itself does not import it.
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import helper
+
+
+DOMAIN = "com.microsoft"
+_T = onnx.TensorProto
+_EIGHT_BIT = {_T.UINT8, _T.INT8}
+_FLOAT = {_T.FLOAT}
+
+# Operator → {input index: allowed element types}, checked where shape inference knows them.
+_INPUT_TYPES: dict[str, dict[int, set[int]]] = {
+    "QLinearAdd": {0: _EIGHT_BIT, 1: _FLOAT, 3: _EIGHT_BIT, 4: _FLOAT, 6: _FLOAT},
+    "QLinearMul": {0: _EIGHT_BIT, 1: _FLOAT, 3: _EIGHT_BIT, 4: _FLOAT, 6: _FLOAT},
+    "QLinearSigmoid": {0: _EIGHT_BIT, 1: _FLOAT, 3: _FLOAT},
+    "QLinearLeakyRelu": {0: _EIGHT_BIT, 1: _FLOAT, 3: _FLOAT},
+    "QLinearConcat": {0: _FLOAT, 1: _EIGHT_BIT},
+    "QLinearWhere": {1: _EIGHT_BIT, 2: _FLOAT, 4: _EIGHT_BIT, 5: _FLOAT, 7: _FLOAT},
+    "QLinearGlobalAveragePool": {0: _EIGHT_BIT, 1: _FLOAT, 3: _FLOAT},
+    "QLinearAveragePool": {0: _EIGHT_BIT, 1: _FLOAT, 3: _FLOAT},
+    "QLinearSoftmax": {0: _EIGHT_BIT, 1: _FLOAT, 3: _FLOAT},
+    "QGemm": {0: _EIGHT_BIT, 1: _FLOAT, 3: _EIGHT_BIT, 4: _FLOAT, 6: {_T.INT32}, 7: _FLOAT},
+    "QLinearConv": {0: _EIGHT_BIT, 1: _FLOAT, 3: _EIGHT_BIT, 4: _FLOAT, 6: _FLOAT, 8: {_T.INT32}},
+    "MatMulIntegerToFloat": {0: _EIGHT_BIT, 1: _EIGHT_BIT, 2: _FLOAT, 3: _FLOAT, 6: _FLOAT},
+    "DynamicQuantizeMatMul": {0: _FLOAT, 1: _EIGHT_BIT, 2: _FLOAT},
+    # (float16 scales: onnxruntime computes a float16 output in float16 arithmetic where its
+    # schema allows them; qlinear's kernels are float32: refused rather than answered in float32)
+    "QuantizeLinear": {0: _FLOAT, 1: _FLOAT, 2: _EIGHT_BIT | {_T.UINT16, _T.INT16}},
+    "DequantizeLinear": {0: _EIGHT_BIT | {_T.UINT16, _T.INT16, _T.INT32}, 1: _FLOAT},
+    # The float operators of quantized transformers (within float tolerance, not bit-exact).
+    "QAttention": {0: _EIGHT_BIT, 1: _EIGHT_BIT, 2: _FLOAT, 3: _FLOAT, 4: _FLOAT},
+    "Attention": {0: _FLOAT, 1: _FLOAT},
+    "EmbedLayerNormalization": {0: {_T.INT32}, 2: _FLOAT},
+    "SkipLayerNormalization": {0: _FLOAT, 1: _FLOAT},
+    "FastGelu": {0: _FLOAT},
+    "Gelu": {0: _FLOAT},
+}
+
+#: The com.microsoft operators (opset 1) the backend runs.
+OPS: set[str] = set(_INPUT_TYPES)
+
+#: Each operator's attributes in onnxruntime 1.32's com.microsoft schemas (onnx has no schema
+#: for them, so its checker cannot tell): onnxruntime refuses a node with any other, and the
+#: kernels would ignore it (QLinearAveragePool's ``dilations``, which it does not have, would
+#: be answered as an undilated pool).
+ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    "QLinearAdd": (), "QLinearMul": (), "QLinearSigmoid": (), "QLinearWhere": (),
+    "QLinearLeakyRelu": ("alpha",), "QLinearConcat": ("axis",),
+    "QLinearGlobalAveragePool": ("channels_last",),
+    "QLinearAveragePool": ("auto_pad", "ceil_mode", "channels_last", "count_include_pad", "kernel_shape", "pads",
+                           "strides"),
+    "QLinearSoftmax": ("axis", "opset"), "QGemm": ("alpha", "transA", "transB"),
+    "QLinearConv": ("auto_pad", "channels_last", "dilations", "group", "kernel_shape", "pads", "strides"),
+    "MatMulIntegerToFloat": (), "DynamicQuantizeMatMul": (),
+    "QuantizeLinear": ("axis",), "DequantizeLinear": ("axis",),
+    "QAttention": ("do_rotary", "mask_filter_value", "num_heads", "past_present_share_buffer", "scale",
+                   "unidirectional"),
+    "Attention": ("do_rotary", "mask_filter_value", "num_heads", "past_present_share_buffer", "qkv_hidden_sizes",
+                  "rotary_embedding_dim", "scale", "unidirectional"),
+    "EmbedLayerNormalization": ("epsilon", "mask_index_type"), "SkipLayerNormalization": ("epsilon",),
+    "FastGelu": (), "Gelu": (),
+}
+
+
+def version(node: onnx.NodeProto) -> int | None:
+    """The com.microsoft opset version of an operator qlinear runs (1), None for the others."""
+    return 1 if node.op_type in OPS else None
+
+
+def check_node(node: onnx.NodeProto, types: dict[str, int]) -> str | None:
+    """Why a com.microsoft node cannot run, or None."""
+    if node.op_type not in OPS:
+        return "com.microsoft operator not implemented by qlinear"
+    for i, allowed in _INPUT_TYPES[node.op_type].items():
+        if i < len(node.input) and node.input[i]:
+            t = types.get(node.input[i], 0)
+            if t and t not in allowed:
+                names = sorted(helper.tensor_dtype_to_np_dtype(a).name for a in allowed)
+                return (f"input {i} is {helper.tensor_dtype_to_np_dtype(t).name}; "
+                        f"supported: {', '.join(names)}")
+    known = ATTRIBUTES[node.op_type]
+    unknown = sorted({a.name for a in node.attribute} - set(known))
+    if unknown:
+        return (f"unknown attribute{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+                f"(the operator has {', '.join(known) if known else 'no attributes'})")
+    # presence and truth of a few attributes: no text is read, so nothing is decoded
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type == "QLinearSoftmax" and "opset" not in attrs:
+        return "the opset attribute is required"
+    if node.op_type == "QLinearConcat" and "axis" not in attrs:
+        return "the axis attribute is required"
+    if node.op_type == "QLinearAveragePool" and "kernel_shape" not in attrs:
+        return "the kernel_shape attribute is required"
+    if node.op_type in ("QAttention", "Attention"):
+        if "num_heads" not in attrs:
+            return "the num_heads attribute is required"
+        unsupported = [a for a in ("do_rotary", "past_present_share_buffer", "qkv_hidden_sizes", "rotary_embedding_dim")
+                       if attrs.get(a)]
+        extra_inputs = [i for i in node.input[5:] if i] if node.op_type == "Attention" else []
+        if unsupported or extra_inputs:
+            return f"not supported: {', '.join(unsupported + ['attention_bias/past_sequence_length'] * bool(extra_inputs))}"
+    return None
+

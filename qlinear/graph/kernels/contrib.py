@@ -1,0 +1,548 @@
+"""onnxruntime's com.microsoft operators for qlinear's ONNX backend (``qlinear.backend``).
+
+Each class is an ``onnx.reference`` OpRun running the matching function of ``qlinear.contrib``;
+``KERNELS`` is appended to the backend's kernels (``qlinear.graph.registry``); what
+``check_model`` asks about a com.microsoft node before anything runs is
+``qlinear.contrib.schema.check_node``. DynamicQuantizeLinear (ai.onnx) is
+replaced too: onnx.reference computes the ONNX formula, onnxruntime a different one
+(an all-zero input, the zero point's rounding), and the models that carry it are
+onnxruntime's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from onnx.reference.op_run import OpRun
+
+from ... import _native, prepare_matmul_integer, prepare_qlinear_conv
+from ...contrib import _params
+from ...contrib import _raw as _c  # the functions without their errstate wrapper: a graph run has it
+from ...contrib import elementwise as _elementwise
+from ...contrib import gemm as _gemm
+from ...contrib import pool as _pool
+from ...contrib import transformer as _transformer
+from ...contrib.schema import DOMAIN
+from ...quantize import quantize_linear
+from ..errors import NodeError
+from ..proto import node_attributes
+from .base import constants_at
+from .float import leaky_relu, relu
+
+class ContribOp(OpRun):
+    """Base: attributes of the node, error wrapping with node name, operator and version."""
+
+    op_domain = DOMAIN
+    version = 1
+    #: ``_run`` reads the attributes from ``self.given``: the graph loop passes the inputs only
+    run_ignores_attributes = True
+
+    def __init__(self, onnx_node, run_params, schema=None):
+        super().__init__(onnx_node, run_params, schema)
+        self.given = node_attributes(onnx_node)
+
+    def _call(self, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, TypeError) as e:
+            name = self.onnx_node.name or self.onnx_node.output[0]
+            raise NodeError(f"node {name!r} ({self.op_domain}.{self.onnx_node.op_type}-{self.version}): {e}") from e
+
+    #: Names of this node's inputs that are constants of the model; set by the backend's
+    #: QLinearRep. None (unknown): nothing is cached across runs.
+    constant_inputs: frozenset[str] | None = None
+    _key: tuple | None = None
+    _prepared: Any = None
+
+    def _prepared_for(self, factory, weights: tuple, positions: tuple[int, ...], **kwargs):
+        """factory(*weights, **kwargs), cached across runs only when every weight (inputs at
+        ``positions``) is a constant of the model, as the backend's own kernels do: a weight
+        fed as a graph input may be a reused buffer with new values, so it is prepared anew."""
+        constant = constants_at(self, positions) is True
+        key = tuple(id(w) for w in weights)
+        if constant and key == self._key and self._prepared is not None:
+            return self._prepared
+        prepared = self._call(factory, *weights, **kwargs)
+        if constant:
+            self._prepared, self._key, self._alive = prepared, key, weights
+        return prepared
+
+    # ``fast_path(inputs, fixed)``: defined by the kernels that have one, as in
+    # ``qlinear.backend._QLinearOp``.
+
+    def _bound(self, inputs: list, fixed: frozenset[int], params: tuple[int, ...]) -> bool:
+        """Whether the inputs at ``params`` (those given) are all fixed for ``fast_path``."""
+        return all(i in fixed for i in params if i < len(inputs) and inputs[i] is not None)
+
+    def _kw(self, *names: str) -> dict[str, Any]:
+        return {k: (list(self.given[k]) if isinstance(self.given[k], (list, tuple)) else self.given[k])
+                for k in names if k in self.given}
+
+
+class _QLinearBinary(ContribOp):
+    """QLinearAdd / QLinearMul: when the six scales and zero points are constants of the model,
+    they are validated and folded once per node and tensor dtype (``PreparedBinary``); each
+    run then checks only A and B. Parameters fed at run time go through the public function
+    on every run (a fed buffer may hold new values)."""
+
+    _op = "add"
+    _bin: Any = None
+    _bin_params: tuple | None = None  # the six parameter objects _bin was prepared from
+    _constant_params: bool | None = None  # all six are constants of the model (decided once)
+
+    def _binary(self, args: tuple):
+        if len(args) not in (7, 8) or type(args[0]) is not np.ndarray:
+            return None
+        if self._constant_params is None:
+            self._constant_params = constants_at(self, (1, 2, 4, 5, 6, 7))
+            if self._constant_params is None:
+                return None  # not set up by the backend (yet): nothing is cached
+        if not self._constant_params:
+            return None
+        p, prepared = self._bin_params, self._bin
+        if p is not None and args[1] is p[0] and args[2] is p[1] and args[4] is p[2] and args[5] is p[3] \
+                and args[6] is p[4] and (args[7] if len(args) > 7 else None) is p[5] \
+                and args[0].dtype == prepared.dtype:
+            return prepared
+        if args[0].dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
+            return None  # the public function reports the bad tensor
+        params = (args[1], args[2], args[4], args[5], args[6], _arg(args, 7))
+        self._bin = self._call(_c.prepare_qlinear_binary, self._op, args[0].dtype, *params)
+        self._bin_params = params  # kept alive: the same objects on every run of the model
+        return self._bin
+
+    def _run(self, *args, **_):
+        prepared = self._binary(args)
+        if prepared is None:
+            fn = _c.qlinear_mul if self._op == "mul" else _c.qlinear_add
+            return (self._call(fn, *args),)
+        return (self._call(prepared.run, args[0], args[3]),)
+
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """``_run``'s prepared path (these very constant parameters) bound to operands like
+        these: two full-size C-contiguous arrays (``PreparedBinary.bound_run``)."""
+        if type(self) not in (QLinearAdd, QLinearMul) or len(inputs) not in (7, 8) \
+                or not self._bound(inputs, fixed, (1, 2, 4, 5, 6, 7)) or self._binary(tuple(inputs)) is None:
+            return None
+        run = self._bin.bound_run(inputs[0], inputs[3])
+        return None if run is None else (lambda ins: run(ins[0], ins[3]))
+
+
+class QLinearAdd(_QLinearBinary):
+    _op = "add"
+
+
+class QLinearMul(_QLinearBinary):
+    _op = "mul"
+
+
+class _QLinearTableOp(ContribOp):
+    """QLinearSigmoid / QLinearLeakyRelu: when the four scales and zero points are constants of
+    the model, the node keeps its validated 256-entry table (per X dtype) and each run is one
+    table lookup; parameters fed at run time go through the public function every run."""
+
+    _kind = "sigmoid"
+    _table: Any = None
+    _table_params: tuple | None = None
+    _table_dtype: Any = None
+    _constant_params: bool | None = None
+
+    def _public(self, args):
+        if self._kind == "sigmoid":
+            return self._call(_c.qlinear_sigmoid, *args)
+        return self._call(_c.qlinear_leaky_relu, *args, **self._kw("alpha"))
+
+    def _run(self, *args, **_):
+        x = args[0] if args else None
+        if type(x) is not np.ndarray or len(args) not in (4, 5):
+            return (self._public(args),)
+        params = (args[1], args[2], args[3], _arg(args, 4))
+        p = self._table_params
+        if p is not None and params[0] is p[0] and params[1] is p[1] and params[2] is p[2] \
+                and params[3] is p[3] and x.dtype == self._table_dtype:
+            return (_elementwise.apply_table(x, self._table),)
+        if self._constant_params is None:
+            self._constant_params = constants_at(self, (1, 2, 3, 4))
+            if self._constant_params is None:
+                return (self._public(args),)
+        if not self._constant_params or x.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
+            return (self._public(args),)
+        alpha = 0.0
+        if self._kind == "leaky_relu":
+            alpha = self._call(_params.float_attribute, "qlinear_leaky_relu", "alpha",
+                               self.given.get("alpha", 0.01))
+        self._table = self._call(_elementwise.unary_table, self._kind, x.dtype, *params, alpha=alpha)
+        self._table_params, self._table_dtype = params, x.dtype  # kept alive: the same objects each run
+        return (_elementwise.apply_table(x, self._table),)
+
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """The table lookup of ``_run`` (the table of these very constant parameters) bound to
+        a C-contiguous input of this shape and dtype."""
+        p, x = self._table_params, inputs[0] if inputs else None
+        if (type(self) not in (QLinearSigmoid, QLinearLeakyRelu) or p is None or len(inputs) not in (4, 5)
+                or not self._bound(inputs, fixed, (1, 2, 3, 4))
+                or any(a is not b for a, b in zip((inputs[1], inputs[2], inputs[3], _arg(inputs, 4)), p))
+                or type(x) is not np.ndarray or x.dtype != self._table_dtype):
+            return None
+        run = _elementwise.bound_table(x, self._table)
+        return None if run is None else (lambda ins: run(ins[0]))
+
+
+class QLinearSigmoid(_QLinearTableOp):
+    _kind = "sigmoid"
+
+
+class QLinearLeakyRelu(_QLinearTableOp):
+    _kind = "leaky_relu"
+
+
+class QLinearConcat(ContribOp):
+    """QLinearConcat: when Y's and every input's scale and zero point are constants of the
+    model, they are validated and their requantization tables chosen once
+    (``PreparedQLinearConcat``); each run then checks only the tensors. Parameters fed at
+    run time go through the public function on every run."""
+
+    _concat: Any = None
+    _concat_params: tuple | None = None  # the parameter objects _concat was prepared from
+    _constant_params: bool | None = None  # all of them are constants of the model (decided once)
+
+    def _prepared_concat(self, args: tuple):
+        n = len(args)
+        if n < 5 or (n - 2) % 3:
+            return None  # the public function reports it
+        params = (args[0], args[1]) + tuple(args[i] for i in range(2, n) if (i - 2) % 3)
+        old = self._concat_params
+        if old is not None and len(old) == len(params) and all(a is b for a, b in zip(params, old)):
+            return self._concat
+        if self._constant_params is None:
+            positions = (0, 1) + tuple(i for i in range(2, len(self.onnx_node.input)) if (i - 2) % 3)
+            self._constant_params = constants_at(self, positions)
+            if self._constant_params is None:
+                return None  # not set up by the backend (yet): nothing is cached
+        if not self._constant_params:
+            return None
+        try:
+            prepared = _elementwise.PreparedQLinearConcat(
+                args[0], args[1], list(zip(params[2::2], params[3::2])), **self._kw("axis"))
+        except (ValueError, TypeError):
+            return None  # the public function reports it, in its order
+        self._concat, self._concat_params = prepared, params  # kept alive: the same objects each run
+        return prepared
+
+    def _run(self, *args, **_):
+        prepared = self._prepared_concat(args)
+        if prepared is None:
+            return (self._call(_c.qlinear_concat, *args, **self._kw("axis")),)
+        return (self._call(prepared.run, *args[2::3]),)
+
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """``_run``'s prepared concatenation (these very constant parameters) bound to inputs of
+        these shapes (``PreparedQLinearConcat.bound_run``)."""
+        n = len(inputs)
+        if type(self) is not QLinearConcat or n < 5 or (n - 2) % 3 \
+                or not self._bound(inputs, fixed, (0, 1) + tuple(i for i in range(2, n) if (i - 2) % 3)):
+            return None
+        prepared = self._prepared_concat(tuple(inputs))
+        run = None if prepared is None else prepared.bound_run(*inputs[2::3])
+        return None if run is None else (lambda ins: run(*ins[2::3]))
+
+
+class QLinearWhere(ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.qlinear_where, *args),)
+
+
+class QLinearGlobalAveragePool(ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.qlinear_global_average_pool, *args, **self._kw("channels_last")),)
+
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """The function bound to these very constant scales and zero points and to inputs of
+        this shape (``pool.bound_global_average_pool``: validated once)."""
+        if (type(self) is not QLinearGlobalAveragePool or len(inputs) != 5
+                or not self._bound(inputs, fixed, (1, 2, 3, 4))):
+            return None
+        run = _pool.bound_global_average_pool(*inputs, **self._kw("channels_last"))
+        return None if run is None else (lambda ins: run(ins[0]))
+
+
+class QLinearAveragePool(ContribOp):
+    def _run(self, *args, **_):
+        kw = self._kw("kernel_shape", "auto_pad", "ceil_mode", "channels_last", "count_include_pad",
+                      "pads", "strides")
+        return (self._call(_c.qlinear_average_pool, *args, **kw),)
+
+
+class QLinearSoftmax(ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.qlinear_softmax, *args, **self._kw("opset", "axis")),)
+
+
+class QGemm(ContribOp):
+    """QGemm: a constant B is prepared once (``qlinear.contrib.prepare_qgemm``)."""
+
+    def _run(self, A, a_scale, a_zero_point, B, b_scale, b_zero_point, C=None, y_scale=None, y_zero_point=None, **_):
+        prepared = self._prepared_for(_c.prepare_qgemm, (B, b_scale, b_zero_point), (3, 4, 5), **self._kw("transB"))
+        return (self._call(prepared.run, A, a_scale, a_zero_point, C, y_scale, y_zero_point,
+                           **self._kw("alpha", "transA")),)
+
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """``_run`` bound to its prepared B and to these very constant parameters and bias
+        (``PreparedQGemm.bound_run``: validated once) for an A of this shape."""
+        if (type(self) is not QGemm or not 6 <= len(inputs) <= 9 or self._prepared is None
+                or not self._bound(inputs, fixed, (1, 2, 3, 4, 5, 6, 7, 8))
+                or self._key != tuple(id(w) for w in inputs[3:6])):
+            return None
+        run = self._prepared.bound_run(inputs[0], inputs[1], inputs[2], _arg(inputs, 6), _arg(inputs, 7),
+                                       _arg(inputs, 8), **self._kw("alpha", "transA"))
+        return None if run is None else (lambda ins: run(ins[0]))
+
+
+class QLinearConv(ContribOp):
+    """com.microsoft QLinearConv: constant weights are prepared once (``prepare_qlinear_conv``)."""
+
+    def _run(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, **_):
+        kw = self._kw("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+        channels_last = self.given.get("channels_last", 0)
+        prepared = self._prepared_for(prepare_qlinear_conv, (w, w_scale, w_zero_point, B), (3, 4, 5, 8), **kw)
+        if channels_last:
+            if not isinstance(x, np.ndarray) or x.ndim < 3:
+                return (self._call(_c.qlinear_conv, x, x_scale, x_zero_point, w, w_scale, w_zero_point,
+                                   y_scale, y_zero_point, B, channels_last=1, **kw),)
+            x = np.moveaxis(x, -1, 1)
+        y = self._call(prepared.run, x, x_scale, x_zero_point, y_scale, y_zero_point)
+        return (np.moveaxis(y, 1, -1) if channels_last else y,)
+
+
+class MatMulIntegerToFloat(ContribOp):
+    """MatMulIntegerToFloat: a constant B is packed once for the native GEMM."""
+
+    def _run(self, *args, **_):
+        product = self._prepared_for(_prepared_product, (args[1], _arg(args, 5)), (1, 5)) \
+            if len(args) > 1 else None
+        if product is None:
+            return (self._call(_c.matmul_integer_to_float, *args),)
+        return (self._call(_gemm._matmul_integer_to_float_op, *args, product=product),)
+
+
+class DynamicQuantizeMatMul(ContribOp):
+    """DynamicQuantizeMatMul: a constant B is packed once for the native GEMM."""
+
+    def _run(self, *args, **_):
+        product = self._prepared_for(_prepared_product, (args[1], _arg(args, 3)), (1, 3)) \
+            if len(args) > 1 else None
+        if product is None:
+            return (self._call(_c.dynamic_quantize_matmul, *args),)
+        return (self._call(_gemm._dynamic_quantize_matmul_op, *args, product=product),)
+
+
+class QuantizeLinear(ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.quantize_linear, *args, **self._kw("axis")),)
+
+
+class DequantizeLinear(ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.dequantize_linear, *args, **self._kw("axis")),)
+
+
+def _arg(args: tuple, i: int) -> Any:
+    return args[i] if len(args) > i else None
+
+
+def _prepared_product(w: np.ndarray, weight_zero_point: Any):
+    """An integer product with a constant right operand packed once (a product function
+    ``product(a, w, a_zero_point, w_zero_point)`` as QAttention, MatMulIntegerToFloat and
+    DynamicQuantizeMatMul take it, the operand and its zero point already bound), or None where
+    they are not in the forms those operators accept (their own checks then report)."""
+    if not isinstance(w, np.ndarray) or w.ndim != 2:
+        return None
+    wz = None
+    if weight_zero_point is not None:
+        wz = np.asarray(weight_zero_point)
+        if wz.size not in (1, w.shape[1]) or (wz.size > 1 and wz.shape not in ((w.shape[1],), (1, w.shape[1]))):
+            return None
+        wz = wz.reshape(()) if wz.size == 1 else wz.reshape(w.shape[1])
+    try:
+        prepared = prepare_matmul_integer(w, wz)
+    except (ValueError, TypeError):
+        return None
+    return lambda x, _w, a_zero_point, _wz: prepared.run(x, a_zero_point)
+
+
+class QAttention(ContribOp):
+    """QAttention: a constant weight is packed once for the native GEMM; when weight, bias,
+    weight_scale and weight_zero_point are all constants of the model, they and the
+    attributes are checked once (``transformer.PreparedQAttention``) and each run checks only
+    the other inputs."""
+
+    _whole: Any = None  # PreparedQAttention, or False where it does not apply
+    _whole_args: tuple | None = None
+
+    def _run(self, *args, **_):
+        whole, known = self._whole, self._whole_args
+        if whole and len(args) > 4 and args[1] is known[0] and args[2] is known[1] and args[4] is known[2] \
+                and _arg(args, 7) is known[3]:
+            # the constants the prepared form was made from (their packed product with them)
+            return self._call(whole.run, args[0], args[3], _arg(args, 5), _arg(args, 6), _arg(args, 8))
+        kw = self._kw("num_heads", "unidirectional", "scale", "mask_filter_value")
+        product = None
+        if len(args) > 1:
+            product = self._prepared_for(_prepared_product, (args[1], args[7] if len(args) > 7 else None), (1, 7))
+        if product is None:
+            return self._call(_c.qattention, *args, **kw)
+        whole = self._whole_for(args, product, kw)
+        if whole:
+            return self._call(whole.run, args[0], args[3], _arg(args, 5), _arg(args, 6), _arg(args, 8))
+        return self._call(_transformer._qattention_op, *args, product=product, **kw)
+
+    def _whole_for(self, args: tuple, product, kw: dict):
+        """The node's PreparedQAttention for these constant operands (the same objects on every
+        run: the model's constants), or None."""
+        const = (args[1], args[2], args[4], _arg(args, 7))
+        known = self._whole_args
+        if known is not None and all(a is b for a, b in zip(const, known)) and self._whole_product is product:
+            return self._whole
+        if constants_at(self, (1, 2, 4, 7)) is not True:
+            return None
+        try:
+            self._whole = _transformer.PreparedQAttention(*const, product=product, **kw)
+        except (ValueError, TypeError):
+            self._whole = False  # the full path reports it, in its order
+        self._whole_args, self._whole_product = const, product  # kept alive: the same objects each run
+        return self._whole
+
+
+class Attention(ContribOp):
+    def _run(self, *args, **_):
+        return self._call(_c.attention, *args, **self._kw("num_heads", "unidirectional", "scale", "mask_filter_value"))
+
+
+class EmbedLayerNormalization(ContribOp):
+    def _run(self, *args, **_):
+        return self._call(_c.embed_layer_normalization, *args, **self._kw("epsilon"))
+
+
+class _ConstantParams:
+    """A node's parameter checks (``check(op, name, value, *rest)``, deterministic in its
+    arguments) done once per constant input of the model and ``rest`` (the hidden size): the
+    result is kept with the input object (a model constant: the same array on every run, never
+    written) and handed out read-only. Other inputs are checked on every call."""
+
+    def __init__(self, check, constants: tuple) -> None:
+        self._check = check
+        self._ids = {id(c) for c in constants if c is not None}
+        self._alive = constants
+        self._memo: dict[tuple, np.ndarray] = {}
+
+    def __call__(self, op: str, name: str, value: Any, *rest: Any) -> np.ndarray:
+        if id(value) not in self._ids:
+            return self._check(op, name, value, *rest)
+        key = (name, id(value), *rest)  # rest: ints (a hidden size, a last dimension)
+        got = self._memo.get(key)
+        if got is None:
+            got = self._check(op, name, value, *rest)
+            if got is value or not isinstance(got, np.ndarray):
+                return got
+            got.flags.writeable = False
+            self._memo[key] = got
+        return got
+
+
+def _constant_params(self: ContribOp, check, args: tuple, positions: tuple[int, ...]):
+    """``self``'s _ConstantParams for its inputs at ``positions`` that are constants of the
+    model, built on the first run (the same objects on every later run), or ``check`` itself."""
+    memo = self.__dict__.get("_const_params")
+    if memo is None:
+        if self.constant_inputs is None:
+            return check
+        names = self.onnx_node.input
+        consts = tuple(args[i] for i in positions
+                       if i < len(args) and i < len(names) and names[i] in self.constant_inputs)
+        memo = self._const_params = _ConstantParams(check, consts)
+    return memo
+
+
+class SkipLayerNormalization(ContribOp):
+    """SkipLayerNormalization: constant gamma, beta and bias are checked and widened to float64
+    once per hidden size."""
+
+    def _run(self, *args, **_):
+        hp = _constant_params(self, _transformer._hidden_param, args, (2, 3, 4))
+        return self._call(_transformer._skip_layer_normalization_op, *args, hidden_param=hp, **self._kw("epsilon"))
+
+
+class FastGelu(ContribOp):
+    """FastGelu: a constant bias is checked and widened to float64 once per shape of X's last
+    axis."""
+
+    def _run(self, *args, **_):
+        bp = _constant_params(self, _transformer._fast_gelu_bias, args, (1,))
+        return (self._call(_transformer._fast_gelu_op, *args, bias_param=bp),)
+
+
+class Gelu(ContribOp):
+    def _run(self, *args, **_):
+        return (self._call(_c.gelu, *args),)
+
+
+class DynamicQuantizeLinear(ContribOp):
+    """ai.onnx DynamicQuantizeLinear computed as onnxruntime computes it."""
+
+    op_domain = ""
+    version = 11
+
+    def _run(self, x, **_):
+        return self._call(_c.dynamic_quantize_linear, x)
+
+
+class QDQConvTail(ContribOp):
+    """qlinear.internal QDQConvTail (emitted by ``qlinear.qdq.exact_integer_convs`` only): the
+    float tail of a QDQ Conv whose float32 result is exact, from ConvInteger's accumulators
+    ``acc`` (N, M, ...) to QuantizeLinear's 8-bit output. Inputs: acc, the per-channel
+    multiplier and bias (float32, M values), y_scale, y_zero_point; attributes ``act`` (0 none,
+    1 Relu, 2 LeakyRelu) and ``alpha``.
+
+    The float graph's nodes on the same values: ``float32(acc) * multiplier + bias`` (exact:
+    the rewrite checked |acc| < 2^24 and the sums' bound), ``graph.kernels.float.relu`` or
+    ``leaky_relu``, then ``quantize_linear``; the native engine does all of it in one pass
+    (``qdqconv``, qlinear/csrc/elementwise/elementwise.c, isa/elementwise_avx2.c), the same float32 operations in the same
+    order, hence the same bytes (tests/test_exact_qdq_conv.py)."""
+
+    op_domain = "qlinear.internal"
+
+    def _run(self, acc, mult, bias, y_scale, y_zero_point, **_):
+        if type(acc) is not np.ndarray or acc.dtype != np.int32 or acc.ndim < 2 \
+                or acc.shape[1] != mult.size or bias.size != mult.size:
+            raise ValueError("QDQConvTail: acc must be int32 (N, M, ...) with M multipliers and biases")
+        act = int(self.given.get("act", 0))
+        alpha = float(self.given.get("alpha", 0.0))
+        C = _native.native()
+        out = np.empty(acc.shape, y_zero_point.dtype)
+        if C is not None and acc.size:
+            m = acc.shape[1]
+            plane = acc.size // (acc.shape[0] * m) if acc.shape[0] * m else 0
+            C.qdqconv(C.get_isa(), np.ascontiguousarray(acc), acc.shape[0] * m, m, plane,
+                      np.ascontiguousarray(mult, np.float32), np.ascontiguousarray(bias, np.float32),
+                      act, alpha, float(np.asarray(y_scale).reshape(-1)[0]),
+                      int(np.asarray(y_zero_point).reshape(-1)[0]), y_zero_point.dtype == np.int8, out)
+            return (out,)
+        # the NumPy engine: the float graph's own functions, in its order
+        shape = (1, mult.size) + (1,) * (acc.ndim - 2)
+        s = acc.astype(np.float32) * mult.reshape(shape)
+        s = s + bias.reshape(shape)
+        if act == 1:
+            s = relu(s)
+        elif act == 2:
+            s = leaky_relu(s, alpha)
+        return (quantize_linear(s, y_scale, y_zero_point),)
+
+
+KERNELS: list[type[OpRun]] = [
+    QDQConvTail, QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearConcat, QLinearWhere,
+    QLinearGlobalAveragePool, QLinearAveragePool, QLinearSoftmax, QGemm, QLinearConv,
+    MatMulIntegerToFloat, DynamicQuantizeMatMul, QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
+    QAttention, Attention, EmbedLayerNormalization, SkipLayerNormalization, FastGelu, Gelu,
+]
