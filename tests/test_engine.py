@@ -294,3 +294,4 @@ def test_repeated_calls_keep_results_and_padding_apart():
         results.append((y, requantize_ref(wrap32(acc), 0.02, 0.01, 0.05, U8(128))))
     for got, want in results:  # earlier outputs untouched by later calls
         np.testing.assert_array_equal(got, want)
+
