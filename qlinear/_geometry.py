@@ -334,3 +334,25 @@ def explicit_pads(spatial: Sequence[int], kernel: Sequence[int], strides: Sequen
     if auto_pad == "VALID" or not pads:
         return [0] * nd, [0] * nd
     return [int(p) for p in pads[:nd]], [int(p) for p in pads[nd:]]
+
+
+def window_output_sizes(spatial: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+                        dilations: Sequence[int], pb: Sequence[int], pe: Sequence[int],
+                        ceil_mode: int = 0, op: str = "") -> list[int]:
+    """The output sizes of a pooling window over explicit pads (ONNX's pooling formula; with
+    ``ceil_mode`` a last window that would start in the end padding is dropped). A padded input
+    shorter than the window is a ValueError (onnxruntime: 'Calculated output dimension is
+    negative'); an empty input gives an empty output. ``op`` prefixes the message."""
+    out = []
+    for i in range(len(spatial)):
+        eff = (kernel[i] - 1) * dilations[i] + 1
+        span = spatial[i] + pb[i] + pe[i] - eff
+        o = (-(-span // strides[i]) if ceil_mode else span // strides[i]) + 1
+        if ceil_mode and (o - 1) * strides[i] >= spatial[i] + pb[i]:
+            o -= 1  # the last window would start in the end padding
+        if o < 0 and spatial[i] > 0:
+            raise ValueError(f"{op + ': ' if op else ''}x's size {spatial[i]} on spatial axis {i}, padded to "
+                             f"{spatial[i] + pb[i] + pe[i]}, is smaller than the window's extent {eff} "
+                             f"(kernel_shape {kernel[i]}, dilation {dilations[i]}): no output window")
+        out.append(max(o, 0))
+    return out

@@ -10,37 +10,9 @@ replaces such node groups by integer kernels, which round differently from the f
 qlinear's integer kernels compute what onnxruntime's normal session computes. It is pure
 (ModelProto in, new ModelProto out) and leaves every node it does not match unchanged.
 
-The passes, in onnxruntime's order (docs/qdq.md has each rule, its conditions, its source and
-its test):
-
-Level 1 (graph-wide, provider independent)
-  1. ``fold_constants``: a node whose inputs are all constants (a Shape of a known shape) is
-     folded into an initializer (onnxruntime's ConstantFolding; DequantizeLinear never is).
-  2. ``ensure_unique_dq``: a DequantizeLinear with several consumers (or a consumer and a
-     graph output) is duplicated so that every consumer has its own (EnsureUniqueDQForNodeUnit).
-  3. ``remove_double_qdq``: Q1 -> DQ1 -> Q2 -> DQ2 becomes one Q -> DQ pair whose scale and
-     zero point cover the intersection of both ranges (DoubleQDQPairsRemover).
-
-Level 2 (CPU)
-  4. ``remove_relu_clip``: a Relu or Clip whose only consumer is a QuantizeLinear that clamps
-     at least as tightly is removed (ReluQuantFusion, ClipQuantFusion).
-  5. ``s8_to_u8``: every Q -> DQ pair of int8 with one consumer and equal constant scalar zero
-     points becomes uint8 with zero point + 128 (QDQS8ToU8Transformer; x86 does not allow int8
-     activations in the fused kernels, ``int8_allowed=False``).
-  6. node groups (QDQSelectorActionTransformer), visited in graph order:
-     Q/DQ pairs dropped around data-movement operators, Split, ArgMax; Conv -> QLinearConv;
-     MatMul -> QLinearMatMul or com.microsoft MatMulIntegerToFloat; Gemm -> com.microsoft QGemm;
-     Add, Mul -> QLinearAdd, QLinearMul; Sigmoid, LeakyRelu, Softmax, AveragePool,
-     GlobalAveragePool -> QLinear*; Concat -> QLinearConcat; Where -> QLinearWhere.
-
-``ops`` restricts which fused operators may be emitted (a node group whose replacement is not
-in it stays as written), so that a backend emits only operators it has kernels for.
-
-What is not reproduced: QDQPropagation (not run by onnxruntime 1.32's default session, checked
-in tests), 16-bit and 4-bit fusions (MatMulNBits, which changes arithmetic with an
-accuracy_level), the com.microsoft NHWC layout of QLinearConv (same arithmetic as the ONNX
-operator), and float-only fusions (Conv + activation into FusedConv, NCHWc): those leave the
-float graph's arithmetic to within float rounding.
+The passes, their order (onnxruntime's), what each reproduces and what is not reproduced are
+described in :mod:`qlinear.passes` (and docs/qdq.md, rule by rule); this module is their
+public face.
 """
 
 from __future__ import annotations

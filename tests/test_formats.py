@@ -8,7 +8,6 @@ ISA level this CPU runs (conftest.py); the new types take the exact NumPy path o
 
 from __future__ import annotations
 
-import math
 import tracemalloc
 
 import ml_dtypes

@@ -31,7 +31,6 @@ from qlinear import backend, cli  # noqa: E402
 from qlinear.tools import bench  # noqa: E402
 from qlinear.tools.bench import cases as bench_cases, command as bench_command  # noqa: E402
 from qlinear.tools.bench import machine as bench_machine, report as bench_report, run as bench_run  # noqa: E402
-from qlinear.tools import model as tmodel  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

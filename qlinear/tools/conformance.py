@@ -27,7 +27,6 @@ import types
 import numpy as np
 import onnx
 
-import onnx
 from onnx import numpy_helper
 from onnx.backend.test.case.node import collect_testcases
 

@@ -20,11 +20,11 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from qlinear import modelfile
 from qlinear.backend import check_model, format_problems, topologically_sorted
-from qlinear.graph.proto import graph_tensors, graphs, topological_order
+from qlinear.graph.proto import graph_tensors, topological_order
 from qlinear.modelfile import MAX_MODEL_FILE_BYTES, ModelFileError  # noqa: F401 (re-exported)
 from qlinear.modelfile import human as _human
 from qlinear.tools import arrayfile

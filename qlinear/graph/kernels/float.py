@@ -49,7 +49,7 @@ from onnx.reference.op_run import OpRun
 from onnx.reference.ops import load_op
 
 from ... import _blas, _native
-from ..._geometry import explicit_pads
+from ..._geometry import explicit_pads, window_output_sizes
 from ..proto import node_attributes
 
 __all__ = ["conv", "average_pool", "resize", "softmax", "sigmoid", "relu", "leaky_relu", "FLOAT_KERNELS"]
@@ -58,24 +58,6 @@ _FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
 # --------------------------------------------------------------------------- geometry
-
-
-def _out_sizes(spatial, kernel, strides, dilations, pb, pe, ceil_mode=0):
-    out = []
-    for i in range(len(spatial)):
-        eff = (kernel[i] - 1) * dilations[i] + 1
-        span = spatial[i] + pb[i] + pe[i] - eff
-        o = (-(-span // strides[i]) if ceil_mode else span // strides[i]) + 1
-        if ceil_mode and (o - 1) * strides[i] >= spatial[i] + pb[i]:
-            o -= 1  # the last window would start in the end padding
-        if o < 0 and spatial[i] > 0:
-            # onnxruntime: 'Calculated output dimension is negative'; this used to answer an
-            # empty tensor (an empty input, size 0, still gives an empty output)
-            raise ValueError(f"x's size {spatial[i]} on spatial axis {i}, padded to "
-                             f"{spatial[i] + pb[i] + pe[i]}, is smaller than the window's extent {eff} "
-                             f"(kernel_shape {kernel[i]}, dilation {dilations[i]}): no output window")
-        out.append(max(o, 0))
-    return out
 
 
 def _tap_slices(off, out, strides, dilations):
@@ -142,7 +124,7 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, auto_pad:
         raise ValueError(f"Conv: kernel_shape {kernel} differs from W's spatial shape "
                          f"{list(w.shape[2:])}")
     nd = len(spatial)
-    out = _out_sizes(spatial, kernel, strides, dilations, pb, pe)
+    out = window_output_sizes(spatial, kernel, strides, dilations, pb, pe)
     mg = m // g
     ksize = math.prod(kernel)
     p = math.prod(out)
@@ -236,7 +218,7 @@ def average_pool(x: np.ndarray, *, kernel_shape, strides=None, pads=None, dilati
         x = x[(slice(None), slice(None)) + crop]
         spatial = list(x.shape[2:])
         pb, pe = [max(0, v) for v in pb], [max(0, v) for v in pe]
-    out = _out_sizes(spatial, kernel, strides, dilations, pb, pe, ceil_mode)
+    out = window_output_sizes(spatial, kernel, strides, dilations, pb, pe, ceil_mode)
     extra = [max(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
                  - (spatial[i] + pb[i] + pe[i])) for i in range(nd)]
     xp = _padded(x, pb, pe, extra)

@@ -19,7 +19,7 @@ from onnx.reference.ops import load_op
 
 import qlinear as _q
 from ... import _native
-from ..._geometry import explicit_pads
+from ..._geometry import explicit_pads, window_output_sizes
 from ...quantize import PreparedDequantize, PreparedQuantize
 from ..errors import NodeError
 from ..proto import NP_EIGHT_BIT, T, node_attributes, node_version
@@ -490,20 +490,7 @@ def _max_pool_geometry(shape, kernel_shape, strides, pads, dilations, auto_pad, 
     dilations = list(dilations) if dilations else [1] * nd
     pb, pe = explicit_pads(spatial, kernel, strides, dilations, auto_pad,
                            list(pads) if pads is not None else None)
-    out = []
-    for i in range(nd):
-        eff = (kernel[i] - 1) * dilations[i] + 1
-        span = spatial[i] + pb[i] + pe[i] - eff
-        o = (-(-span // strides[i]) if ceil_mode else span // strides[i]) + 1
-        if ceil_mode and (o - 1) * strides[i] >= spatial[i] + pb[i]:
-            o -= 1  # the last window would start in the end padding
-        if o < 0 and spatial[i] > 0:
-            # onnxruntime: 'Calculated output dimension is negative'; this used to answer an
-            # empty tensor (an empty input, size 0, still gives an empty output)
-            raise ValueError(f"MaxPool: x's size {spatial[i]} on spatial axis {i}, padded to "
-                             f"{spatial[i] + pb[i] + pe[i]}, is smaller than the window's extent {eff} "
-                             f"(kernel_shape {kernel[i]}, dilation {dilations[i]}): no output window")
-        out.append(max(o, 0))
+    out = window_output_sizes(spatial, kernel, strides, dilations, pb, pe, ceil_mode, "MaxPool")
     return tuple(kernel), tuple(strides), tuple(dilations), tuple(pb), tuple(shape[:2]) + tuple(out)
 
 
