@@ -270,6 +270,11 @@ def emulate(op_type: str, inputs: list, attrs: dict) -> np.ndarray | None:
     w_index = 3 if op_type.startswith("QLinear") else 1
     if len(inputs) > w_index and (np.asarray(inputs[0]).size == 0 or np.asarray(inputs[w_index]).size == 0):
         return None  # an empty operand: no pair sum at all, the exact result is the kernel's
+    return _emulate_op(op_type, inputs, attrs)
+
+
+def _emulate_op(op_type: str, inputs: list, attrs: dict) -> np.ndarray | None:
+    """The emulation of ``op_type`` on ``inputs`` (None for another operator)."""
     if op_type == "QLinearMatMul":
         return emulate_qlinear_matmul(*inputs[:8])
     if op_type == "QLinearConv":
@@ -285,14 +290,6 @@ def emulate_node(op_type: str, inputs: list, attrs: dict) -> np.ndarray | None:
     """Emulate one QLinearConv / QLinearMatMul / ConvInteger / MatMulInteger node; None where
     onnxruntime's kernel does not saturate (other types, depthwise QLinearConv)."""
     try:
-        if op_type == "QLinearMatMul":
-            return emulate_qlinear_matmul(*inputs[:8])
-        if op_type == "QLinearConv":
-            return emulate_qlinear_conv(*inputs[:9], **attrs)
-        if op_type == "MatMulInteger":
-            return emulate_matmul_integer(*inputs[:4])
-        if op_type == "ConvInteger":
-            return emulate_conv_integer(*inputs[:4], **attrs)
+        return _emulate_op(op_type, inputs, attrs)
     except (ValueError, IndexError, TypeError):
         return None
-    return None
