@@ -16,9 +16,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#if QL_X86
-#include <emmintrin.h>   /* SSE2: the x86-64 baseline, no target attribute needed */
-#endif
+#include "isa/x86_sse2.h"   /* the x86-64 baseline's loops: conv/ names no instruction set */
 
 /* ---------------------------------------------------------------------------------------
  * Shared geometry helpers
