@@ -38,7 +38,7 @@ void ig_tile_blocks(ig_ctx *c, int run_threads)
         return;
     }
     /* blocks of whole tile pairs for a kernel that runs two tiles at once (ig_gemm_body) */
-    int64_t units = c->kern->ikernel2_ep ? (pairs + 1) / 2 : pairs;
+    int64_t units = c->kern->conv.ikernel2_ep ? (pairs + 1) / 2 : pairs;
     c->tile_blocks = (target + c->row_blocks - 1) / c->row_blocks;
     if (c->tile_blocks > units) c->tile_blocks = units;
     int64_t most = c->nimg > 1 ? pairs / IG_MIN_PAIRS : units;
@@ -83,7 +83,7 @@ static int ig_shift_pays(const ig_ctx *c, const ql_gemm_kernel *kern, int64_t kw
     int64_t nblk = (c->Cg + c->kpk - 1) / c->kpk, block = 4 * c->nfo * kw * (c->Rph * c->OW + 48);
     if (block > IG_SHIFT_COPY_MAX || nblk > IG_SHIFT_COPY_MAX / block || (size_t)(block * nblk) > workspace / 2)
         return 0;
-    int dot = kern->dot != NULL;
+    int dot = kern->conv.dot != NULL;
     int64_t q = (c->Ro - 1) * c->Wph + c->OW, nt = (q + QL_IK_NR - 1) / QL_IK_NR;
     int64_t std = ig_tiles_cost(nt, q - (nt - 1) * QL_IK_NR, dot);
     if (c->OW <= QL_IK_NR && dot) {   /* the row-aligned tiles (ig_run) */
@@ -141,7 +141,7 @@ static int ig_block_rows(ptrdiff_t ldl, int mr)
  * the GEMM starts. */
 static int trivial_bound(const ql_gemm_kernel *kern, const ql_conv_wraw *raw, int M)
 {
-    if (kern->s8_bound < 128) return 0;
+    if (kern->conv.s8_bound < 128) return 0;
     int32_t center = raw->w_type == QL_I8 ? 0 : 128;
     for (int i = 0; i < M; i++)
         if (raw->wzp[i] != center) return 0;
@@ -164,7 +164,7 @@ typedef struct {
 static int ig_layout(ig_ctx *c, const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_kernel *kern,
                      size_t workspace, size_t *copy_bytes)
 {
-    if (!kern->ikernel || kern->form == QL_FORM_U8S8) return 0;
+    if (!kern->conv.ikernel || kern->form == QL_FORM_U8S8) return 0;
     c->p = p;
     c->kern = kern;
     c->epilogue = isa->epilogue;
@@ -291,7 +291,7 @@ static int ig_layout(ig_ctx *c, const ql_conv_plan *p, const ql_isa *isa, const 
      * tile of at most QL_DOT_NR columns counted as half a tile: a 7x7 plane with pads of 1
      * (Wph 9): tiles of rows 0-1, 2-3, 4-5 and 6, the last 7 columns wide (a dot tile),
      * against 16-q tiles whose last has 13 real columns. */
-    if (c->Wph > c->OW && c->OW <= QL_IK_NR && kern->dot) {
+    if (c->Wph > c->OW && c->OW <= QL_IK_NR && kern->conv.dot) {
         int64_t r = (QL_IK_NR - c->OW) / c->Wph + 1, nt = (c->Ro + r - 1) / r;
         int64_t wl = (c->Ro - (nt - 1) * r - 1) * c->Wph + c->OW;
         int64_t wl16 = c->Q - (c->ntiles - 1) * QL_IK_NR;
@@ -410,7 +410,7 @@ static int ig_schedule(ig_ctx *c, ig_sched *s, const ql_conv_wraw *raw, int32_t 
     c->wlast = c->Q - (c->ntiles - 1) * c->tstride;
     if (c->wlast > QL_IK_NR) c->wlast = QL_IK_NR;
     size_t xs = (4 * (size_t)c->groups + 31) / 32 * 32, xt_bytes = align64((size_t)c->wlast * xs);
-    int use_xt = kern->dot && c->wlast <= QL_DOT_NR &&
+    int use_xt = kern->conv.dot && c->wlast <= QL_DOT_NR &&
                  copy_bytes + c->scratch_bytes * (size_t)threads + xt_bytes <= workspace;
     if (!use_xt) xt_bytes = 0;
     /* merged tail panels: a batch whose last tile has at most QL_DOT_NR columns puts those of
@@ -536,7 +536,7 @@ static int ig_schedule(ig_ctx *c, ig_sched *s, const ql_conv_wraw *raw, int32_t 
     }
     /* the fused epilogue: the whole K at once, the level's own epilogue (which ikernel_ep
      * reproduces), no U8S8 corrections (these forms have none), per-row multipliers */
-    int fused = c->kgroups >= c->groups && kern->ikernel_ep != NULL;
+    int fused = c->kgroups >= c->groups && kern->conv.ikernel_ep != NULL;
     size_t esize = p->quantized ? 1 : 4;
     c->xstride = (size_t)(p->C * c->plane);
     c->ostride = (size_t)(p->M * P) * esize;

@@ -116,8 +116,8 @@ ig_split_s2(const ig_ctx *c, const uint8_t *raw, char *d0, char *d1, int64_t len
         pair_i16_s2(raw, raw + c->RW, c->p->x_type, c->p->x_zp, (int16_t *)d0, (int16_t *)d1, len);
         return;
     }
-    if (c->kern->form == QL_FORM_S8U8 && c->kern->ig_s2x4) {   /* the level's (its kernel table) */
-        c->kern->ig_s2x4(raw, (ptrdiff_t)c->RW, c->flip, (uint8_t *)d0, (uint8_t *)d1, len);
+    if (c->kern->form == QL_FORM_S8U8 && c->kern->conv.ig_s2x4) {   /* the level's (its kernel table) */
+        c->kern->conv.ig_s2x4(raw, (ptrdiff_t)c->RW, c->flip, (uint8_t *)d0, (uint8_t *)d1, len);
         return;
     }
     for (int64_t j = 0; j < len; j++)
@@ -440,7 +440,7 @@ static void ig_gemm_body(const ig_ctx *c, ptrdiff_t task, int thread)
     int64_t npan = c->u_run1 - c->u_run0;
     int64_t pairs = c->nimg * tiles + npan + c->nleft;
     /* blocks of whole tile pairs for a kernel that runs two tiles at once (ig_tile_blocks) */
-    int64_t unit = c->kern->ikernel2_ep ? 2 : 1, units = (pairs + unit - 1) / unit;
+    int64_t unit = c->kern->conv.ikernel2_ep ? 2 : 1, units = (pairs + unit - 1) / unit;
     int64_t t_beg = tb * units / c->tile_blocks * unit, t_end = (tb + 1) * units / c->tile_blocks * unit;
     if (t_end > pairs) t_end = pairs;
     int32_t Ct[QL_MAX_MR * QL_IK_NR] __attribute__((aligned(64)));
@@ -512,13 +512,13 @@ static void ig_gemm_body(const ig_ctx *c, ptrdiff_t task, int thread)
             /* this tile and the image's next one (this thread's too) at once, where the
              * kernel can (ikernel2_ep): both 16 columns apart, the next not a narrow one */
             int64_t w2 = c->Q - q0 - QL_IK_NR < QL_IK_NR ? c->Q - q0 - QL_IK_NR : QL_IK_NR;
-            if (c->kern->ikernel2_ep && c->fused && c->tstride == QL_IK_NR && wt == QL_IK_NR && t + 1 < tiles &&
-                pt + 1 < t_end && !(c->xt && w2 <= QL_DOT_NR) && !(c->kern->ikernel_tail && w2 <= c->kern->tail_nr)) {
+            if (c->kern->conv.ikernel2_ep && c->fused && c->tstride == QL_IK_NR && wt == QL_IK_NR && t + 1 < tiles &&
+                pt + 1 < t_end && !(c->xt && w2 <= QL_DOT_NR) && !(c->kern->conv.ikernel_tail && w2 <= c->kern->tail_nr)) {
                 rn2[0] = rn;
                 ig_runs(c, q0 + QL_IK_NR, &rn2[1]);
                 for (int i = i_beg; i < i_end; i += c->mr) {
                     int rows = i_end - i < c->mr ? i_end - i : c->mr;
-                    c->kern->ikernel2_ep(Lb + (ptrdiff_t)(i - ib) * c->ldl, c->ldl, base, off, c->groups, ep, rn2, i,
+                    c->kern->conv.ikernel2_ep(Lb + (ptrdiff_t)(i - ib) * c->ldl, c->ldl, base, off, c->groups, ep, rn2, i,
                                          rows);
                 }
                 pt++;
@@ -536,21 +536,21 @@ static void ig_gemm_body(const ig_ctx *c, ptrdiff_t task, int thread)
             for (int i = i_beg; i < i_end; i += c->mr) {
                 int rows = i_end - i < c->mr ? i_end - i : c->mr;
                 const char *Li = Lb + (ptrdiff_t)(i - ib) * c->ldl;
-                if (c->ep_ok && c->kern->dot_ep) {
-                    c->kern->dot_ep(Li, c->ldl, xt, c->xs, 4 * c->groups, w, ep, &rn, i, rows);
+                if (c->ep_ok && c->kern->conv.dot_ep) {
+                    c->kern->conv.dot_ep(Li, c->ldl, xt, c->xs, 4 * c->groups, w, ep, &rn, i, rows);
                     continue;
                 }
-                c->kern->dot(Li, c->ldl, xt, c->xs, 4 * c->groups, w, Ct, QL_IK_NR, rows);
+                c->kern->conv.dot(Li, c->ldl, xt, c->xs, 4 * c->groups, w, Ct, QL_IK_NR, rows);
                 ig_store(c, ep, Ct, &rn, i, rows);
             }
             ql_tail_count(2);
             continue;
         }
-        ql_ikernel_fn ik = c->kern->ikernel;
-        ql_ikernel_ep_fn ike = c->kern->ikernel_ep;
-        if (wt <= c->kern->tail_nr && c->kern->ikernel_tail) {
-            ik = c->kern->ikernel_tail;
-            ike = c->kern->ikernel_ep_tail;
+        ql_ikernel_fn ik = c->kern->conv.ikernel;
+        ql_ikernel_ep_fn ike = c->kern->conv.ikernel_ep;
+        if (wt <= c->kern->tail_nr && c->kern->conv.ikernel_tail) {
+            ik = c->kern->conv.ikernel_tail;
+            ike = c->kern->conv.ikernel_ep_tail;
             ql_tail_count(0);
         }
         if (c->kgroups >= c->groups) {

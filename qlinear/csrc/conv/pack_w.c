@@ -20,7 +20,7 @@ int ql_conv_grouped(const ql_gemm_kernel *k, int64_t K, int64_t taps)
     /* channels padded up to a multiple of kpack (a stem's 3 channels: 4): only for kernels
      * with an implicit variant, which the padding lets read the copy in place, and at most a
      * third more multiply-adds */
-    return k->ikernel != NULL && 3 * cb * kpk <= 4 * cg;
+    return k->conv.ikernel != NULL && 3 * cb * kpk <= 4 * cg;
 }
 
 int64_t ql_conv_wk(const ql_gemm_kernel *k, int64_t K, int64_t taps)
@@ -53,18 +53,23 @@ static uint32_t sum_u8form(const uint8_t *s, int64_t n, uint8_t flip)
  * (wrap32). In the u8 form (u = w ^ flip, zu = z + flip: both in [0, 255]) the bound is u in
  * [zu - bound, zu + min(bound, 127)] (clamped to [0, 255]) and w - z = u - zu, so on x86 16
  * bytes a step: vpmaxub/vpminub clamp (a byte that moves is outside), vpsubb, vpsadbw for the
- * sum. (|sum| <= 128 K < 2^31: K is below 2^29: qlinear/conv.py's _NATIVE_MAX_K.) */
+ * sum. The sum is kept modulo 2^32 (wrap32), not exactly: |sum| <= 128 K, and K may reach 2^29
+ * (qlinear/conv.py's _NATIVE_MAX_K), so the exact sum can reach 2^36, past int32. That is all
+ * its one use needs: it enters only the per-row term fb = bias - zx' * sum (plan.h's fast_terms,
+ * wrap32), which the kernels' int32 accumulators (wrapping too) take in; the output is a sum of
+ * products and this term, so modulo 2^32 it depends on the sum only modulo 2^32, and the int32
+ * accumulator is defined modulo 2^32 (qlinear.h's arithmetic rules). */
 static int s8u8_row(const ql_gemm_kernel *k, const uint8_t *s, int64_t n, int w_type, int32_t z, int8_t *d,
                     int32_t *sum)
 {
-    const int bound = k->s8_bound;
+    const int bound = k->conv.s8_bound;
     int32_t flip = w_type == QL_I8 ? 128 : 0, zu = z + flip, up = bound < 127 ? bound : 127;
     int32_t lo = zu - bound < 0 ? 0 : zu - bound, hi = zu + up > 255 ? 255 : zu + up;
     uint32_t usum = 0;
     int bad = 0;
     int64_t j = 0;
-    if (k->s8u8_row_bulk)   /* the level's wider loop first */
-        j = k->s8u8_row_bulk(s, n, (uint8_t)flip, (uint8_t)lo, (uint8_t)hi, (uint8_t)zu, d, &usum, &bad);
+    if (k->conv.s8u8_row_bulk)   /* the level's wider loop first */
+        j = k->conv.s8u8_row_bulk(s, n, (uint8_t)flip, (uint8_t)lo, (uint8_t)hi, (uint8_t)zu, d, &usum, &bad);
     j = ql_vec_s8u8_row(s, j, n, (uint8_t)flip, (uint8_t)lo, (uint8_t)hi, (uint8_t)zu, d, &usum, &bad);
     for (; j < n; j++) {
         int32_t u = (int32_t)(uint8_t)(s[j] ^ (uint8_t)flip);
@@ -88,7 +93,7 @@ static int s8u8_row(const ql_gemm_kernel *k, const uint8_t *s, int64_t n, int w_
  * - U8S8 form: rows in the u8 form, row_a = rowsum(L') - K*zL', row_z = zL' (the epilogue's
  *   corrections, wrap32);
  * - S8U8 form (fast path): rows = w - wzp as int8, which must lie within the kernel's s8_bound
- *   (else -1, nothing usable written); row_a = sum of the row (|sum| <= 128 K < 2^31), row_z = 0.
+ *   (else -1, nothing usable written); row_a = sum of the row (wrap32, see s8u8_row), row_z = 0.
  *   The per-call
  *   correction is then one term per row: - zx' * row_a (ql_conv_gemm).
  * Rows [i0, i1) only (the layout is the whole M's), so threads can share the work; w0 is row
@@ -205,7 +210,7 @@ grouped_b_body(const uint8_t *s, int64_t cg, int64_t taps, uint8_t fx, uint8_t s
 }
 
 /* the common kernels' tap counts as constants (3x3, 3, 3x3x3, 7x7): loops the compiler unrolls;
- * 3x3 through the kernel table's SIMD packer where the level has one (t9, ql_gemm_kernel's
+ * 3x3 through the kernel table's SIMD packer where the level has one (t9, ql_conv_kernels'
  * grouped_*_t9: conv_avx2.c's shuffles, 1.3-1.45 times as fast measured alone, 1 thread,
  * 128-512 channels). A plain call packs its weights on every call: a 512-channel 3x3 layer's
  * 2.4 M weights took about a quarter of the time of its GEMM. */
@@ -286,20 +291,20 @@ int pack_w_grouped(const ql_gemm_kernel *k, const void *w, int w_type, int M, in
         char *d = (char *)dst + (size_t)i * (size_t)ldl;
         int32_t z = wzp[i];
         if (k->form == QL_FORM_I16) {
-            grouped_i16(s, w_type, cg, taps, z, (int16_t *)d, k->grouped_i16_t9);
+            grouped_i16(s, w_type, cg, taps, z, (int16_t *)d, k->conv.grouped_i16_t9);
             memset(d + 2 * Kw, 0, (size_t)(kp - Kw) * 2);
         } else if (k->form == QL_FORM_S8U8) {
             int32_t sum;
             if (s8u8_row(k, s, K, w_type, z, NULL, &sum)) return -1;
-            grouped_b(s, cg, taps, 0, (uint8_t)z, 0, (uint8_t *)d, k->grouped_b_t9);
-            if (k->kchunk > 1) chunk_row(s, cg, taps, k->kchunk, (uint8_t)z, (uint8_t *)d);
+            grouped_b(s, cg, taps, 0, (uint8_t)z, 0, (uint8_t *)d, k->conv.grouped_b_t9);
+            if (k->conv.kchunk > 1) chunk_row(s, cg, taps, k->conv.kchunk, (uint8_t)z, (uint8_t *)d);
             memset(d + Kw, 0, (size_t)(kp - Kw));
             row_a[i] = sum;   /* padding adds 0 */
             row_z[i] = 0;
         } else {
             uint8_t flip = w_type == QL_I8 ? 0x80 : 0;
             int32_t zl = z + (w_type == QL_I8 ? 128 : 0);   /* u8 form: int8 + 128; = (raw z) ^ flip */
-            grouped_b(s, cg, taps, flip, 0, (uint8_t)zl, (uint8_t *)d, k->grouped_b_t9);
+            grouped_b(s, cg, taps, flip, 0, (uint8_t)zl, (uint8_t *)d, k->conv.grouped_b_t9);
             memset(d + Kw, 0, (size_t)(kp - Kw));
             /* pack_L's row sum over the Kw entries: the source row's plus zl per padding entry */
             uint32_t sum = sum_u8form(s, K, flip) + (uint32_t)(Kw - K) * (uint32_t)zl;

@@ -18,7 +18,7 @@ void pair_i16(const uint8_t *a, const uint8_t *b, int type, int32_t zx, int16_t 
 /* Four raw rows into one [nr][4] group of a byte-form panel, each byte ^ flip. */
 void interleave4(const ql_gemm_kernel *k, const uint8_t *const *src, uint8_t flip, uint8_t *dk, int nr)
 {
-    int j = k->interleave4_bulk ? k->interleave4_bulk(src, flip, dk, nr) : 0;   /* the level's wider loop */
+    int j = k->conv.interleave4_bulk ? k->conv.interleave4_bulk(src, flip, dk, nr) : 0;   /* the level's wider loop */
     j = ql_vec_interleave4(src, flip, dk, j, nr);
     for (; j < nr; j++)
         for (int q = 0; q < 4; q++) dk[4 * j + q] = (uint8_t)(src[q][j] ^ flip);
