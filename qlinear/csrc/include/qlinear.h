@@ -343,6 +343,10 @@ typedef void (*ql_task_fn)(void *ctx, ptrdiff_t task, int thread);
 void ql_parallel_for(ptrdiff_t n_tasks, int max_threads, ql_task_fn fn, void *ctx);
 int ql_num_threads(void);
 int ql_set_num_threads(int n);                /* returns 0, or -1 (bad n / cannot start) */
+/* diag.c: the pool's counters (diag.c says what each counts; relaxed atomics, one add per job
+ * or per sleep) */
+extern long long ql_pool_counts[4];
+static inline void ql_pool_count(int which) { __atomic_add_fetch(&ql_pool_counts[which], 1, __ATOMIC_RELAXED); }
 
 /* threads.c: scratch memory kept between calls. One block per cache, grown to the largest size
  * asked for up to the cache's limit, taken by one call at a time: a concurrent call (another

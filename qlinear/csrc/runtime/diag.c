@@ -70,3 +70,9 @@ long long ql_tail_calls[3];
 long long ql_gemm_fused_calls;
 long long ql_gemm_stream_tasks;
 long long ql_gemm_pair_packs;
+
+/* The thread pool's (runtime/threads.c): [0] jobs handed to the workers, [1] jobs run on the
+ * calling thread alone (one task, one thread, or the pool busy), [2] times a worker blocked
+ * (its spin window ran out before the next job), [3] jobs whose caller blocked waiting for a
+ * worker (its spin ran out) */
+long long ql_pool_counts[4];

@@ -4,6 +4,11 @@
  * claimed one at a time from an atomic counter, so a thread slowed by other load on the
  * machine simply takes fewer tasks.
  *
+ * Waiting (the workers for a job, the caller for the workers in it) adapts to the calls: see
+ * "Spinning" below. Tasks are the callers' own (their results never depend on which thread runs
+ * which task), so the split into more tasks than threads is what lets the caller take over
+ * the share of a worker that is slow to come (another process holds its CPU).
+ *
  * One job at a time: a second caller (another Python thread, the GIL being released, or a
  * task that itself calls ql_parallel_for) finds the pool busy and runs its tasks itself,
  * serially: never a deadlock, never oversubscription. After fork() the child has no workers;
@@ -16,6 +21,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 static pthread_mutex_t submit = PTHREAD_MUTEX_INITIALIZER;  /* one job at a time */
@@ -37,10 +43,28 @@ static atomic_int job_active;
 static int job_closed;
 static int sleepers;              /* workers blocked on cv_start */
 
-/* Spin this many pause instructions (about 20-40 us) before blocking: waking a sleeping
- * thread costs tens of microseconds (more on a virtual CPU), which back-to-back calls of a
- * layer would pay every time. Bounded, so an idle pool does not keep burning a CPU. */
-#define SPIN_LIMIT 2000
+/* Spinning. Waking a sleeping thread costs tens of microseconds (more on a virtual CPU, far
+ * more when another process holds the CPU the thread is woken on), which back-to-back calls
+ * would pay every time; spinning costs a CPU for as long as it lasts. So a worker spins after
+ * a job for a window that follows the calls: the window (ns) starts at SPIN_MIN_NS; a worker
+ * that blocked and was woken by a job after g ns widens it to 2 g (up to SPIN_MAX_NS) when g
+ * was within SPIN_MAX_NS: calls that keep coming find the workers awake; a window that runs
+ * out (no job came) halves it, so a pool whose calls stopped soon spins no longer than it did
+ * (tens of microseconds). The caller waiting for the workers in its job spins up to
+ * SPIN_MAX_NS, then blocks: a thread that blocks gives up its CPU, and with another process
+ * ready to run there it gets it back only when the scheduler next picks it (up to a time
+ * slice, milliseconds, for a job of a fraction of one); the workers it waits for are running
+ * tasks already claimed, which take about one task's time. (Not sched_yield: the CPU would
+ * go to whichever task the scheduler picks, most often the other process, for its slice.) */
+#define SPIN_MIN_NS 30000L        /* 30 us: the first window, and the floor */
+#define SPIN_MAX_NS 1000000L      /* 1 ms: the widest window (beyond: calls too far apart) */
+static atomic_long spin_ns = SPIN_MIN_NS;
+
+static inline long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long)t.tv_sec * 1000000000L + t.tv_nsec;
+}
 
 static inline void cpu_relax(void) {
 #if QL_X86 && (defined(__GNUC__) || defined(__clang__))
@@ -75,6 +99,18 @@ static void run_tasks(int thread) {
     }
 }
 
+/* spin until the generation moves or `window` ns pass; returns whether it moved */
+static int spin_for_job(unsigned long seen, long window) {
+    long end = now_ns() + window;
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            if (atomic_load_explicit(&generation, memory_order_acquire) != seen) return 1;
+            cpu_relax();
+        }
+        if (now_ns() >= end) return atomic_load_explicit(&generation, memory_order_acquire) != seen;
+    }
+}
+
 static void *worker(void *arg) {
     int idx = (int)(intptr_t)arg;  /* 1.. */
     pthread_mutex_lock(&mu);
@@ -82,14 +118,26 @@ static void *worker(void *arg) {
     for (;;) {
         if (generation == seen && !stopping) {
             pthread_mutex_unlock(&mu);
-            for (int i = 0; i < SPIN_LIMIT && atomic_load_explicit(&generation, memory_order_acquire) == seen; i++)
-                cpu_relax();
+            long window = atomic_load_explicit(&spin_ns, memory_order_relaxed);
+            int came = spin_for_job(seen, window);
+            if (!came && window > SPIN_MIN_NS)   /* no call came in the window: narrow it */
+                atomic_store_explicit(&spin_ns, window / 2 > SPIN_MIN_NS ? window / 2 : SPIN_MIN_NS,
+                                      memory_order_relaxed);
             pthread_mutex_lock(&mu);
         }
-        while (generation == seen && !stopping) {
-            sleepers++;
-            pthread_cond_wait(&cv_start, &mu);
-            sleepers--;
+        if (generation == seen && !stopping) {
+            ql_pool_count(2);
+            long slept = now_ns();
+            while (generation == seen && !stopping) {
+                sleepers++;
+                pthread_cond_wait(&cv_start, &mu);
+                sleepers--;
+            }
+            /* woken by a job g ns after the window ran out: a window of 2 (g + window) would have
+             * caught it, as long as calls come that often */
+            long gap = now_ns() - slept + atomic_load_explicit(&spin_ns, memory_order_relaxed);
+            if (!stopping && gap < SPIN_MAX_NS)
+                atomic_store_explicit(&spin_ns, 2 * gap < SPIN_MAX_NS ? 2 * gap : SPIN_MAX_NS, memory_order_relaxed);
         }
         if (stopping) break;
         seen = generation;
@@ -157,15 +205,18 @@ static void ensure_workers(void) {
 void ql_parallel_for(ptrdiff_t n_tasks, int max_threads, ql_task_fn fn, void *ctx) {
     if (n_tasks <= 0) return;
     if (n_tasks == 1 || max_threads <= 1 || pthread_mutex_trylock(&submit) != 0) {
+        ql_pool_count(1);
         for (ptrdiff_t t = 0; t < n_tasks; t++) fn(ctx, t, 0);
         return;
     }
     ensure_workers();
     if (n_workers == 0) {
         pthread_mutex_unlock(&submit);
+        ql_pool_count(1);
         for (ptrdiff_t t = 0; t < n_tasks; t++) fn(ctx, t, 0);
         return;
     }
+    ql_pool_count(0);
     pthread_mutex_lock(&mu);
     job_fn = fn;
     job_ctx = ctx;
@@ -182,9 +233,15 @@ void ql_parallel_for(ptrdiff_t n_tasks, int max_threads, ql_task_fn fn, void *ct
     pthread_mutex_lock(&mu);
     job_closed = 1;
     pthread_mutex_unlock(&mu);
-    for (int i = 0; i < SPIN_LIMIT && atomic_load_explicit(&job_active, memory_order_acquire) > 0; i++)
-        cpu_relax();
+    if (atomic_load_explicit(&job_active, memory_order_acquire) > 0) {
+        long t0 = now_ns();
+        for (int i = 0; atomic_load_explicit(&job_active, memory_order_acquire) > 0; i++) {
+            if ((i & 63) == 0 && now_ns() - t0 > SPIN_MAX_NS) break;
+            cpu_relax();
+        }
+    }
     pthread_mutex_lock(&mu);
+    if (atomic_load_explicit(&job_active, memory_order_acquire) > 0) ql_pool_count(3);
     while (atomic_load_explicit(&job_active, memory_order_acquire) > 0) pthread_cond_wait(&cv_done, &mu);
     pthread_mutex_unlock(&mu);
     pthread_mutex_unlock(&submit);
