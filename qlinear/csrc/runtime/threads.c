@@ -50,12 +50,13 @@ static int sleepers;              /* workers blocked on cv_start */
  * that blocked and was woken by a job after g ns widens it to 2 g (up to SPIN_MAX_NS) when g
  * was within SPIN_MAX_NS: calls that keep coming find the workers awake; a window that runs
  * out (no job came) halves it, so a pool whose calls stopped soon spins no longer than it did
- * (tens of microseconds). The caller waiting for the workers in its job spins up to
- * SPIN_MAX_NS, then blocks: a thread that blocks gives up its CPU, and with another process
- * ready to run there it gets it back only when the scheduler next picks it (up to a time
- * slice, milliseconds, for a job of a fraction of one); the workers it waits for are running
- * tasks already claimed, which take about one task's time. (Not sched_yield: the CPU would
- * go to whichever task the scheduler picks, most often the other process, for its slice.) */
+ * (tens of microseconds). The caller, once every task is claimed, waits for the workers still
+ * in a task: a worker that runs finishes within about one task's time, which the caller knows
+ * from its own tasks; so it spins twice its mean task time (within [SPIN_MIN_NS, SPIN_MAX_NS])
+ * and then blocks. Spinning longer would not help a worker that another process preempted:
+ * the caller's spinning CPU is the one that worker could move to, and blocking frees it.
+ * (Not sched_yield either: the CPU goes to whichever task the scheduler picks, most often the
+ * other process, for its whole slice.) */
 #define SPIN_MIN_NS 30000L        /* 30 us: the first window, and the floor */
 #define SPIN_MAX_NS 1000000L      /* 1 ms: the widest window (beyond: calls too far apart) */
 static atomic_long spin_ns = SPIN_MIN_NS;
@@ -91,12 +92,15 @@ static int default_threads(void) {
     return n > 0 ? (int)n : 1;
 }
 
-static void run_tasks(int thread) {
-    for (;;) {
+/* runs tasks until none is left; returns how many it ran */
+static ptrdiff_t run_tasks(int thread) {
+    ptrdiff_t ran = 0;
+    for (;; ran++) {
         ptrdiff_t t = atomic_fetch_add_explicit(&job_next, 1, memory_order_relaxed);
         if (t >= job_n) break;
         job_fn(job_ctx, t, thread);
     }
+    return ran;
 }
 
 /* spin until the generation moves or `window` ns pass; returns whether it moved */
@@ -228,15 +232,18 @@ void ql_parallel_for(ptrdiff_t n_tasks, int max_threads, ql_task_fn fn, void *ct
     generation++;
     if (sleepers) pthread_cond_broadcast(&cv_start);
     pthread_mutex_unlock(&mu);
-    run_tasks(0);
+    long t0 = now_ns();
+    ptrdiff_t ran = run_tasks(0);
     /* every task is claimed: close the job to late workers, then wait for those in it */
     pthread_mutex_lock(&mu);
     job_closed = 1;
     pthread_mutex_unlock(&mu);
     if (atomic_load_explicit(&job_active, memory_order_acquire) > 0) {
-        long t0 = now_ns();
+        long t1 = now_ns(), spin = ran ? 2 * (t1 - t0) / ran : SPIN_MAX_NS;
+        if (spin < SPIN_MIN_NS) spin = SPIN_MIN_NS;
+        if (spin > SPIN_MAX_NS) spin = SPIN_MAX_NS;
         for (int i = 0; atomic_load_explicit(&job_active, memory_order_acquire) > 0; i++) {
-            if ((i & 63) == 0 && now_ns() - t0 > SPIN_MAX_NS) break;
+            if ((i & 63) == 0 && now_ns() - t1 > spin) break;
             cpu_relax();
         }
     }
