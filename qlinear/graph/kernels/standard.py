@@ -24,26 +24,15 @@ from ...quantize import PreparedDequantize, PreparedQuantize
 from ..errors import NodeError
 from ..proto import NP_EIGHT_BIT, T, node_attributes, node_version
 from ..support import _opset10_not_scalar
-from .base import constants_at
+from .base import KernelOp, constants_at
 
-class _QLinearOp(OpRun):
-    """Base of the replacement kernels: version lookup and error wrapping."""
-
-    op_domain = ""
-    #: ``_run`` reads the attributes from ``self.given``: the graph loop passes the inputs only
-    run_ignores_attributes = True
+class _QLinearOp(KernelOp):
+    """Base of the six operators' kernels (``base.KernelOp``), with their ONNX version."""
 
     def __init__(self, onnx_node, run_params, schema=None):
         super().__init__(onnx_node, run_params, schema)
         opset = run_params["opsets"].get("", onnx.defs.onnx_opset_version())
         self.version = node_version(onnx_node.op_type, "", opset)
-        self.given = node_attributes(onnx_node)
-        self._cache_key: tuple | None = None
-        self._prepared: Any = None
-
-    def _fail(self, msg: str) -> NodeError:
-        return NodeError(f"node {self.onnx_node.name or self.onnx_node.output[0]!r} "
-                         f"({self.onnx_node.op_type}-{self.version}): {msg}")
 
     def _check_opset10_scalar(self, what: str, value: Any) -> None:
         """QuantizeLinear-10 / DequantizeLinear-10: ``what`` must have one element (per-axis
@@ -52,37 +41,13 @@ class _QLinearOp(OpRun):
         if bad:
             raise self._fail(bad)
 
-    def _call(self, fn, *args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except (ValueError, TypeError) as e:
-            raise self._fail(str(e)) from e
-
-    #: Names of this node's inputs that are constant for the model (initializers, Constant
-    #: outputs); set by QLinearRep. None (unknown): nothing is cached across runs.
-    constant_inputs: frozenset[str] | None = None
-
     def _prepared_for(self, factory_name: str, weights: tuple, positions: tuple[int, ...], **kwargs):
-        """A prepared object for these weight arrays (inputs at ``positions`` of the node).
-
-        Cached across runs only when every one of them is a constant of the model (the same
-        array object, never written, on every run): the pretransform is then paid once per
-        model. A weight fed as a graph input or computed at run time is prepared on each run,
-        so a caller reusing a buffer with new values gets results for the new values.
-        """
-        constant = constants_at(self, positions) is True
-        key = tuple(id(w) for w in weights)
-        if not constant or self._cache_key != key or self._prepared is None:
-            factory = getattr(_q, factory_name, None)
-            if factory is None:
-                return None
-            prepared = self._call(factory, *weights, **kwargs)
-            if not constant:
-                return prepared
-            self._prepared = prepared
-            self._cache_key = key
-            self._weights_ref = weights  # keep the arrays alive so ids stay unique
-        return self._prepared
+        """``KernelOp._prepared_for`` of the package face's ``factory_name`` (looked up per call:
+        the face is what a test or a user replaces), None when the face has none."""
+        factory = getattr(_q, factory_name, None)
+        if factory is None:
+            return None
+        return super()._prepared_for(factory, weights, positions, **kwargs)
 
     def _prepared_params(self, cls, scale, zero_point, axis):
         """``cls(scale, zero_point, axis=axis)`` built once when both are constants of the model
@@ -99,7 +64,7 @@ class _QLinearOp(OpRun):
     # The repeat path of a node whose weights and per-tensor call parameters (scales, zero
     # points) are all constants of the model: after one call with them validated and run, the
     # node passes its prepared form NumPy scalars of the same values and dtypes (immutable,
-    # so the prepared form's repeat path -- ``v.RepeatMemo`` -- may trust them by identity)
+    # so the prepared form's repeat path -- ``_prepared.RepeatMemo`` -- may trust them by identity)
     # instead of the model's 0-d or 1-element arrays, which a prepared form must re-validate
     # on every call. The prepared form still checks x on every call.
     _scalars: tuple | None = None  # (the model's parameter arrays, the scalars, the prepared form)
@@ -134,19 +99,6 @@ class _QLinearOp(OpRun):
             return
         scalars = tuple(None if p is None else p.reshape(-1)[0] for p in params)
         self._scalars = (params, scalars, prep)
-
-    # ``fast_path(inputs, fixed)``, defined by the kernels that have one (the graph loop,
-    # ``qlinear.graph.evaluator.FastEvaluator``, asks only those): asked after a call of
-    # ``_run(*inputs)`` that succeeded, a function of the node's input list giving its one
-    # output for inputs whose positions in ``fixed`` hold these very objects (the loop
-    # guarantees it: the model's constants) and whose other inputs are like these (the function
-    # checks them), and None otherwise (the loop then calls ``_run``); or None when there is
-    # none. It must give exactly ``_run``'s result. Only the exact classes take it (an
-    # emulating subclass overrides ``_run``).
-
-    def _bound(self, inputs: list, fixed: frozenset[int], params: tuple[int, ...]) -> bool:
-        """Whether the inputs at ``params`` (those given) are all fixed for ``fast_path``."""
-        return all(i in fixed for i in params if i < len(inputs) and inputs[i] is not None)
 
     def _check_float32(self, what: str, v) -> None:
         if v is not None and np.asarray(v).dtype != np.float32:
