@@ -15,7 +15,6 @@ from ._elementwise import as_3d, run_blocked, scratch
 from ._requant import round_saturate_block, saturation_params
 
 _QUANTIZABLE = (np.dtype(np.float32), np.dtype(np.int32))
-_EIGHT_BIT = v.EIGHT_BIT
 
 
 def _axis_param(op: str, name: str, arr: np.ndarray, x_shape: tuple[int, ...], axis: Any) -> tuple[np.ndarray, int | None]:
@@ -94,7 +93,7 @@ def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, ax
     if not isinstance(x, (np.ndarray, np.generic)):
         raise TypeError(f"{op}: x must be a NumPy array of dtype float32 or int32; got a Python {type(x).__name__}")
     if (plain and x.dtype in _QUANTIZABLE and _plain_scale(y_scale)
-            and (not isinstance(y_zero_point, (np.ndarray, np.generic)) or y_zero_point.dtype in _EIGHT_BIT)):
+            and (not isinstance(y_zero_point, (np.ndarray, np.generic)) or y_zero_point.dtype in dtypes.EIGHT_BIT)):
         # the 8-bit contract's own path (float32 or int32 x, float32 scale, P = float32)
         return _quantize_8bit(op, v.as_array(op, "x", x), y_scale, y_zero_point, axis, y_scale, y_zero_point)
     ver = _qdq.version_of(op, version)
@@ -280,7 +279,7 @@ class PreparedDequantize:
         op = "dequantize_linear"
         scale = v.scale(op, "x_scale", x_scale)
         zp = None
-        if isinstance(x_zero_point, np.ndarray) and x_zero_point.dtype in _EIGHT_BIT:
+        if isinstance(x_zero_point, np.ndarray) and x_zero_point.dtype in dtypes.EIGHT_BIT:
             zp = x_zero_point
         self._args = (x_scale, x_zero_point)
         self._axis = axis
@@ -293,7 +292,7 @@ class PreparedDequantize:
     def run(self, x: np.ndarray) -> np.ndarray:
         C = _native.native()
         if (C is None or not self._fast or type(x) is not np.ndarray or not _real_array(x)
-                or x.dtype not in _EIGHT_BIT
+                or x.dtype not in dtypes.EIGHT_BIT
                 or (self._zp_dtype is not None and x.dtype != self._zp_dtype)):
             return dequantize_linear(x, *self._args, axis=self._axis)
         v.check_size("dequantize_linear", "the output", x.shape, 4)
@@ -310,7 +309,7 @@ class PreparedDequantize:
         else (the caller then calls ``run``); None when x does not take the native kernel."""
         C = _native.native()
         if (C is None or not self._fast or type(x) is not np.ndarray or not x.flags.c_contiguous
-                or x.dtype not in _EIGHT_BIT or (self._zp_dtype is not None and x.dtype != self._zp_dtype)):
+                or x.dtype not in dtypes.EIGHT_BIT or (self._zp_dtype is not None and x.dtype != self._zp_dtype)):
             return None
         try:
             v.check_size("dequantize_linear", "the output", x.shape, 4)

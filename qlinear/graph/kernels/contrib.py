@@ -17,7 +17,7 @@ import numpy as np
 
 from onnx.reference.op_run import OpRun
 
-from ... import _native, prepare_matmul_integer, prepare_qlinear_conv
+from ... import _native, dtypes, prepare_matmul_integer, prepare_qlinear_conv
 from ...contrib import _params
 from ...contrib import _raw as _c  # the functions without their errstate wrapper: a graph run has it
 from ...contrib import elementwise as _elementwise
@@ -60,7 +60,7 @@ class _QLinearBinary(ContribOp):
                 and args[6] is p[4] and (args[7] if len(args) > 7 else None) is p[5] \
                 and args[0].dtype == prepared.dtype:
             return prepared
-        if args[0].dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
+        if args[0].dtype not in dtypes.EIGHT_BIT:
             return None  # the public function reports the bad tensor
         params = (args[1], args[2], args[4], args[5], args[6], _arg(args, 7))
         self._bin = self._call(_c.prepare_qlinear_binary, self._op, args[0].dtype, *params)
@@ -121,7 +121,7 @@ class _QLinearTableOp(ContribOp):
             self._constant_params = constants_at(self, (1, 2, 3, 4))
             if self._constant_params is None:
                 return (self._public(args),)
-        if not self._constant_params or x.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
+        if not self._constant_params or x.dtype not in dtypes.EIGHT_BIT:
             return (self._public(args),)
         alpha = 0.0
         if self._kind == "leaky_relu":
