@@ -327,6 +327,8 @@ const ql_isa *ql_isa_get(int i);
 const ql_isa *ql_isa_by_name(const char *name);  /* NULL when not runnable here */
 const char *ql_isa_compiled_names(void);     /* comma list of levels compiled in */
 const char *ql_cpu_flags(void);               /* detected features, for engine_info */
+/* tests: ql_amx_foreign_tiles(load) where the amx level runs, else -1 */
+int ql_foreign_tiles(int load);
 
 /* elementwise/quantize.c: QuantizeLinear (quant 1: out_type's bytes) or DequantizeLinear (quant 0:
  * float32) of x seen as C-contiguous (pre, C, post), scale and zp per C (per_axis) or one pair, on

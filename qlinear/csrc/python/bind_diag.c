@@ -99,9 +99,8 @@ static PyObject *m_amx_foreign_tiles(PyObject *self, PyObject *args) {
     (void)self;
     int load;
     if (!PyArg_ParseTuple(args, "p", &load)) return NULL;
-#if QL_X86
-    if (ql_isa_by_name("amx")) return PyBool_FromLong(ql_amx_foreign_tiles(load));
-#endif
+    int r = ql_foreign_tiles(load);
+    if (r >= 0) return PyBool_FromLong(r);
     PyErr_SetString(PyExc_RuntimeError, "qlinear: the amx level does not run here");
     return NULL;
 }

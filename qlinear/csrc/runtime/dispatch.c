@@ -1,4 +1,10 @@
-/* Runtime ISA dispatch: the ONLY file that names instruction-set levels.
+/* Runtime ISA dispatch: the ONLY file that names instruction-set levels, beside the levels' own
+ * files in isa/ (their tables and kernels) and qlinear.h's declarations of the tables. conv/,
+ * gemm/, epilogue/, elementwise/, python/ and runtime/ reach every level-specific kernel through
+ * the tables (ql_isa, ql_gemm_kernel, its .conv part, ql_ew_for); check with
+ *   grep -rnwE 'amx|avx512vnni|avxvnni|avx2' qlinear/csrc --exclude-dir=isa
+ * (comments aside, only this file and those declarations). The x86-64 baseline's SSE2 loops
+ * are not a level (every x86-64 CPU has them): isa/x86_sse2.h.
  *
  * CPU features are read once (CPUID for what the CPU implements, XGETBV for what the OS
  * saves on a context switch: a CPU with AVX-512 under an OS that does not save the ZMM state
@@ -174,6 +180,15 @@ void ql_grouped_b_t9_zmm(const uint8_t *s, int64_t blocks, uint8_t fx, uint8_t s
     else ql_grouped_b_t9_avx2(s, blocks, fx, sub, d);
 }
 #endif
+
+int ql_foreign_tiles(int load) {
+#if QL_X86
+    if (ql_isa_by_name("amx")) return ql_amx_foreign_tiles(load);
+#else
+    (void)load;
+#endif
+    return -1;
+}
 
 const ql_ew_kernels *ql_ew_for(const ql_isa *isa) {
     detect();
