@@ -120,9 +120,10 @@ static void *worker(void *arg) {
     pthread_mutex_lock(&mu);
     unsigned long seen = start_generation;  /* not `generation`: a job may already be posted */
     for (;;) {
+        long window = 0;   /* spun before blocking (ns) */
         if (generation == seen && !stopping) {
             pthread_mutex_unlock(&mu);
-            long window = atomic_load_explicit(&spin_ns, memory_order_relaxed);
+            window = atomic_load_explicit(&spin_ns, memory_order_relaxed);
             int came = spin_for_job(seen, window);
             if (!came && window > SPIN_MIN_NS)   /* no call came in the window: narrow it */
                 atomic_store_explicit(&spin_ns, window / 2 > SPIN_MIN_NS ? window / 2 : SPIN_MIN_NS,
@@ -139,7 +140,7 @@ static void *worker(void *arg) {
             }
             /* woken by a job g ns after the window ran out: a window of 2 (g + window) would have
              * caught it, as long as calls come that often */
-            long gap = now_ns() - slept + atomic_load_explicit(&spin_ns, memory_order_relaxed);
+            long gap = now_ns() - slept + window;
             if (!stopping && gap < SPIN_MAX_NS)
                 atomic_store_explicit(&spin_ns, 2 * gap < SPIN_MAX_NS ? 2 * gap : SPIN_MAX_NS, memory_order_relaxed);
         }
