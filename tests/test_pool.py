@@ -105,3 +105,20 @@ def test_same_bits_with_a_busy_neighbour():
                 for _ in range(3):   # back to back: workers spinning, sleeping, preempted
                     for name, call, want in cases:
                         assert_exact(call(), want)
+
+
+@needs_native
+def test_pool_counts_the_jobs_it_hands_out():
+    """pool_counts() (the diagnostic docs/engine.md names): a product past the one-thread limit
+    goes to the workers on 2 threads, and runs on the caller alone on 1."""
+    nat = _native.native()
+    rng = np.random.default_rng(5)
+    a, b = rand_int(rng, U8, (128, 256)), rand_int(rng, I8, (256, 256))
+    want = oracle.matmul_integer(a, b, U8(1))
+    for n, handed in ((2, True), (1, False)):
+        with _threads(n):
+            before = nat.pool_counts()
+            assert_exact(qlinear.matmul_integer(a, b, U8(1)), want)
+            after = nat.pool_counts()
+        assert (after[0] > before[0]) == handed, (n, before, after)
+        assert all(x >= y for x, y in zip(after, before))
