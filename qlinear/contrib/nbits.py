@@ -33,7 +33,9 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from .. import _native
 from .. import _validate as v
+from ..engines.native.nbits import NativeMatMulNBits
 
 F32 = np.float32
 F64 = np.float64
@@ -256,6 +258,11 @@ class PreparedMatMulNBits:
         if bias is not None:
             self._bias = _float_param(op, "bias", bias, sdt, ((N,),), finite=False).astype(F32)
         self.int8 = int8_activations(self.bits, bs, self.zero_point_kind, self._g is not None, lvl)
+        # the native kernels' layouts, made once (the same bits as the NumPy code below)
+        self._native = None
+        if _native.available() and mode == "contract":
+            self._native = NativeMatMulNBits(b, self._scales, self._zp, self.zero_point_kind != "none", self._g,
+                                             self._bias, K=K, N=N, bits=self.bits, block_size=bs, int8=self.int8)
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -452,6 +459,10 @@ class PreparedMatMulNBits:
             if self.mode == "exact":
                 y = self._exact(a2)
                 return y.astype(self.dtype).reshape(lead + (self.N,))  # exact: already representable
+            C = _native.native()
+            if C is not None and self._native is not None:
+                y = self._native.run(C, a2)  # bias included
+                return y.astype(self.dtype, copy=False).reshape(lead + (self.N,))
             y = self._int8_level(a2) if self.int8 else self._float_levels(a2)
             if self._bias is not None:
                 np.add(y, self._bias, out=y)  # one float32 addition, in place (no second output)
