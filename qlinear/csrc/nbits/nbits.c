@@ -103,18 +103,20 @@ static void ftile_scalar(const float *a, ptrdiff_t lda, const float *p, ptrdiff_
 void ql_nbits_fpanel_portable(const ql_nbits_w *w, int n0, int nc, int j0, int j1, float *p, ptrdiff_t ldp) {
     const int bits = w->bits, per = 8 / bits, nb = w->nb;
     const unsigned mask = (1u << bits) - 1;
-    for (int c = 0; c < nc; c++) {
-        int n = n0 + c;
-        const uint8_t *row = w->wf + n * w->wf_row;
+    for (int cc = 0; cc < nc; cc++) {
+        const int n = n0 + cc, c = n % QL_NB_FCOLS;
+        const ptrdiff_t G = n / QL_NB_FCOLS;
+        const uint8_t *grp = w->wf + G * QL_NB_FCOLS * w->wf_row;
+        const float *sf = w->sf + G * nb * QL_NB_FCOLS, *zf = w->zf + G * nb * QL_NB_FCOLS;
         for (int j = j0; j < j1; j++) {
-            const uint8_t *sc = row + (j / per) * 16;
+            const uint8_t *sc = grp + ((ptrdiff_t)(j / per) * QL_NB_FCOLS + c) * 16;
             int s = j % per;
             for (int i = 0; i < 16; i++) {
                 int k = 16 * j + i;
                 int b = w->g ? w->g[k] : k / w->bs;
                 float q = (float)((sc[i] >> (bits * s)) & mask);
-                float d = q - w->zf[n * nb + b];
-                p[c * ldp + (j - j0) * 16 + i] = d * w->sf[n * nb + b];
+                float d = q - zf[b * QL_NB_FCOLS + c];
+                p[cc * ldp + (j - j0) * 16 + i] = d * sf[b * QL_NB_FCOLS + c];
             }
         }
     }
@@ -131,7 +133,7 @@ void ql_nbits_ffold_portable(const float *acc, int count, const float *bias, flo
 }
 
 const ql_nbits_kernels ql_nbits_scalar = {"scalar", i8_scalar, 16, ftile_scalar, ql_nbits_fpanel_portable,
-                                          ql_nbits_ffold_portable};
+                                          ql_nbits_ffold_portable, NULL};
 
 /* ---------------------------------------------------------------------------------------
  * Drivers
@@ -176,6 +178,7 @@ static void f_task(void *vc, ptrdiff_t t, int thread) {
     nb_ctx *c = (nb_ctx *)vc;
     const ql_nbits_w *w = c->w;
     const ql_nbits_kernels *k = c->k;
+    if (c->M == 1 && k->fdec && k->fdec(w, c->a, (int)t * FT_NT, c->y)) return;
     float *panel = c->scratch + (size_t)thread * c->per_thread;
     float *acc = panel + FT_NT * FT_JC * 16;
     const ptrdiff_t ldp = FT_JC * 16;

@@ -8,10 +8,13 @@
  *   s < per = 8 / bits at bit bits * s. One line is therefore `per` vpdpbusd operands (16
  *   columns x 4 consecutive k each), the k order of the activation codes' dwords. Scales
  *   [group][block][16] float32, zero points [group][block][16] uint8 (or one constant).
- * - float levels: per column, per superchunk of 16 * per k, 16 bytes; byte i packs the codes
- *   of k = k0 + 16 * s + i at bit bits * s: one 16-byte load widened to 16 int32 lanes gives
- *   `per` groups of 16 consecutive k by one shift and one mask. Scales and zero points (as
- *   float32: an integer zero point is exact there) [N][kblocks]; g_idx [kpad] or NULL.
+ * - float levels: columns in groups of QL_NB_FCOLS (8); per group, per superchunk of 16 * per
+ *   k, 16 bytes per column; byte i packs the codes of k = k0 + 16 * s + i at bit bits * s: one
+ *   16-byte load widened to 16 int32 lanes gives `per` groups of 16 consecutive k by one shift
+ *   and one mask. A group's weights are one contiguous stream, read in order by the decode
+ *   kernel (columns in separate rows, read side by side, defeated the prefetchers: several
+ *   times slower). Scales and zero points (as float32: an integer zero point is exact there)
+ *   [N/8][kblocks][8]; g_idx [kpad] or NULL.
  *
  * Every kernel computes the contract's operations in the contract's order; the ISA levels
  * differ only in how many outputs they carry at once.
@@ -24,6 +27,8 @@
 
 #include "qlinear.h"
 
+#define QL_NB_FCOLS 8
+
 typedef struct ql_nbits_w {
     int bits, bs, K, N, nb;       /* nb: K-blocks */
     /* int8 layout */
@@ -32,9 +37,9 @@ typedef struct ql_nbits_w {
     const uint8_t *z8;            /* [ceil(N/16)][nb][16] or NULL: zconst */
     int zconst;
     /* float layout */
-    const uint8_t *wf;            /* [N][kpadf * bits / 8], kpadf = nb*bs rounded up to 16*per */
-    ptrdiff_t wf_row;             /* bytes per column */
-    const float *sf, *zf;         /* [N][nb] */
+    const uint8_t *wf;            /* [ceil(N/8)][kpadf / (16*per)][8][16], kpadf = nb*bs rounded up to 16*per */
+    ptrdiff_t wf_row;             /* bytes per column: kpadf * bits / 8 */
+    const float *sf, *zf;         /* [ceil(N/8)][nb][8] */
     const int32_t *g;             /* [kpadf] block of each k (0 past K), or NULL */
     const float *bias;            /* [N] or NULL */
 } ql_nbits_w;
@@ -56,6 +61,11 @@ typedef void (*ql_nbits_fpanel_fn)(const ql_nbits_w *w, int n0, int nc, int j0, 
 /* fold: y = f(((((l[i] + l[i+8]) ...) + bias) for `count` outputs with 16 lanes each */
 typedef void (*ql_nbits_ffold_fn)(const float *acc, int count, const float *bias, float *y);
 
+/* float levels, one row (decode): y[n] for n in [n0, n0 + 32) ∩ [0, N) (n0 a multiple of 32),
+ * the whole reduction in registers, weights dequantized as they are read (no panel); NULL
+ * where the level has none, or returns 0 for what it does not take (then the panel path) */
+typedef int (*ql_nbits_fdec_fn)(const ql_nbits_w *w, const float *a, int n0, float *y);
+
 typedef struct ql_nbits_kernels {
     const char *name;
     ql_nbits_i8_fn i8;
@@ -63,6 +73,7 @@ typedef struct ql_nbits_kernels {
     ql_nbits_ftile_fn ftile;
     ql_nbits_fpanel_fn fpanel;
     ql_nbits_ffold_fn ffold;
+    ql_nbits_fdec_fn fdec;
 } ql_nbits_kernels;
 
 extern const ql_nbits_kernels ql_nbits_scalar;

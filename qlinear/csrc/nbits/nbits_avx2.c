@@ -138,32 +138,39 @@ static void i8_avx2(const ql_nbits_w *w, const int8_t *codes, ptrdiff_t lda, con
 void ql_nbits_fpanel_avx2(const ql_nbits_w *w, int n0, int nc, int j0, int j1, float *p, ptrdiff_t ldp) {
     const int bits = w->bits, per = 8 / bits, nb = w->nb;
     const __m256i mask = _mm256_set1_epi32((1 << bits) - 1);
-    for (int c = 0; c < nc; c++) {
-        int n = n0 + c;
-        const uint8_t *row = w->wf + n * w->wf_row;
-        const float *sf = w->sf + (ptrdiff_t)n * nb, *zf = w->zf + (ptrdiff_t)n * nb;
-        float *pc = p + c * ldp;
-        for (int j = j0; j < j1; j++) {
-            const uint8_t *sc = row + (j / per) * 16;
-            int sh = bits * (j % per);
+    /* per and bs are powers of two: shifts, not divisions (a division per group cost more
+     * than the group's arithmetic) */
+    const int per_log = bits == 8 ? 0 : bits == 4 ? 1 : 2;
+    const int bs_log = __builtin_ctz((unsigned)w->bs);
+    /* superchunks outermost: each group of 8 columns is read in order */
+    for (int j = j0; j < j1; j++) {
+        const int sh = bits * (j & (per - 1)), b = (16 * j) >> bs_log;
+        __m256i gi0 = _mm256_setzero_si256(), gi1 = gi0;
+        if (w->g) {   /* per-lane blocks: the scale and zero point of k's block, gathered */
+            gi0 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(w->g + 16 * j)), 3);
+            gi1 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(w->g + 16 * j + 8)), 3);
+        }
+        for (int cc = 0; cc < nc; cc++) {
+            const int n = n0 + cc, c = n % QL_NB_FCOLS;
+            const ptrdiff_t G = n / QL_NB_FCOLS;
+            const float *sfg = w->sf + G * nb * QL_NB_FCOLS, *zfg = w->zf + G * nb * QL_NB_FCOLS;
+            const uint8_t *sc = w->wf + G * QL_NB_FCOLS * w->wf_row + ((ptrdiff_t)(j >> per_log) * QL_NB_FCOLS + c) * 16;
             __m256i q0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc));
             __m256i q1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8)));
             __m256 f0 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(q0, sh), mask));
             __m256 f1 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(q1, sh), mask));
             __m256 z0, z1, s0, s1;
             if (w->g) {
-                __m256i b0 = _mm256_loadu_si256((const __m256i *)(w->g + 16 * j));
-                __m256i b1 = _mm256_loadu_si256((const __m256i *)(w->g + 16 * j + 8));
-                z0 = _mm256_i32gather_ps(zf, b0, 4); z1 = _mm256_i32gather_ps(zf, b1, 4);
-                s0 = _mm256_i32gather_ps(sf, b0, 4); s1 = _mm256_i32gather_ps(sf, b1, 4);
+                z0 = _mm256_i32gather_ps(zfg + c, gi0, 4); z1 = _mm256_i32gather_ps(zfg + c, gi1, 4);
+                s0 = _mm256_i32gather_ps(sfg + c, gi0, 4); s1 = _mm256_i32gather_ps(sfg + c, gi1, 4);
             } else {
-                int b = 16 * j / w->bs;
-                z0 = z1 = _mm256_set1_ps(zf[b]);
-                s0 = s1 = _mm256_set1_ps(sf[b]);
+                z0 = z1 = _mm256_set1_ps(zfg[b * QL_NB_FCOLS + c]);
+                s0 = s1 = _mm256_set1_ps(sfg[b * QL_NB_FCOLS + c]);
             }
             /* f(f((float)q - zp) * s): two float32 operations, no fusion */
-            _mm256_storeu_ps(pc + (j - j0) * 16, _mm256_mul_ps(_mm256_sub_ps(f0, z0), s0));
-            _mm256_storeu_ps(pc + (j - j0) * 16 + 8, _mm256_mul_ps(_mm256_sub_ps(f1, z1), s1));
+            float *pc = p + cc * ldp + (j - j0) * 16;
+            _mm256_storeu_ps(pc, _mm256_mul_ps(_mm256_sub_ps(f0, z0), s0));
+            _mm256_storeu_ps(pc + 8, _mm256_mul_ps(_mm256_sub_ps(f1, z1), s1));
         }
     }
 }
@@ -230,5 +237,5 @@ static void ftile_avx2(const float *a, ptrdiff_t lda, const float *p, ptrdiff_t 
         }
 }
 
-const ql_nbits_kernels ql_nbits_avx2 = {"avx2", i8_avx2, 32, ftile_avx2, ql_nbits_fpanel_avx2, ql_nbits_ffold_avx};
+const ql_nbits_kernels ql_nbits_avx2 = {"avx2", i8_avx2, 32, ftile_avx2, ql_nbits_fpanel_avx2, ql_nbits_ffold_avx, NULL};
 #endif

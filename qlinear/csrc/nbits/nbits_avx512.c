@@ -170,6 +170,61 @@ static void ftile_avx512(const float *a, ptrdiff_t lda, const float *p, ptrdiff_
     }
 }
 
+/* Decode (one row): 8 columns (one layout group) at a time, 8 accumulators, the whole K in
+ * registers, no panel. 2- and 4-bit codes: a block's 16 possible weights of column c,
+ * T[q] = f(f(q - zp) * s), are one zmm, built once per block (vsubps, vmulps: the panel's two
+ * operations on the same values) and looked up with vpermps, which reads the low 4 bits of
+ * each lane's index: W = T[code] is the same float32 the panel would hold, for one
+ * instruction per 16 weights. 8-bit codes: the panel's conversion, subtraction and product. */
+QL_INLINE void fdec_group(const ql_nbits_w *w, const float *a, int G, float *y, int nc, const int bits) {
+    const int per = 8 / bits, nb = w->nb, K = w->K;
+    const int per_log = bits == 8 ? 0 : bits == 4 ? 1 : 2, bs_log = __builtin_ctz((unsigned)w->bs);
+    const uint8_t *grp = w->wf + (ptrdiff_t)G * QL_NB_FCOLS * w->wf_row;
+    const float *sfg = w->sf + (ptrdiff_t)G * nb * QL_NB_FCOLS, *zfg = w->zf + (ptrdiff_t)G * nb * QL_NB_FCOLS;
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i m2 = _mm512_set1_epi32(3), m8 = _mm512_set1_epi32(255);
+    __m512 acc[8], T[8], S[8];
+    for (int c = 0; c < 8; c++) acc[c] = _mm512_set1_ps(-0.0f), T[c] = S[c] = _mm512_setzero_ps();
+    const int Gk = (K + 15) / 16;
+    for (int j = 0; j < Gk; j++) {
+        if (((16 * j) & (w->bs - 1)) == 0) {   /* a new block: its tables (or scale, zero point) */
+            const int b = (16 * j) >> bs_log;
+            for (int c = 0; c < 8; c++) {
+                const __m512 z = _mm512_set1_ps(zfg[b * QL_NB_FCOLS + c]), sc = _mm512_set1_ps(sfg[b * QL_NB_FCOLS + c]);
+                if (bits == 8) T[c] = z, S[c] = sc;
+                else T[c] = _mm512_mul_ps(_mm512_sub_ps(iota, z), sc);
+            }
+        }
+        const int sh = bits * (j & (per - 1));
+        const uint8_t *scs = grp + (ptrdiff_t)(j >> per_log) * QL_NB_FCOLS * 16;
+        const int whole = 16 * j + 16 <= K;
+        const __mmask16 km = whole ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - 16 * j)) - 1);
+        const __m512 av = _mm512_maskz_loadu_ps(km, a + 16 * j);
+        for (int c = 0; c < 8; c++) {
+            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(scs + c * 16)));
+            if (sh) v = _mm512_srli_epi32(v, sh);
+            __m512 wv;
+            if (bits == 8) wv = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, m8)), T[c]), S[c]);
+            else wv = _mm512_permutexvar_ps(bits == 2 ? _mm512_and_si512(v, m2) : v, T[c]);
+            acc[c] = whole ? _mm512_fmadd_ps(av, wv, acc[c]) : _mm512_mask3_fmadd_ps(av, wv, acc[c], km);
+        }
+    }
+    float tmp[8 * 16];
+    for (int c = 0; c < 8; c++) _mm512_storeu_ps(tmp + 16 * c, acc[c]);
+    ql_nbits_ffold_avx(tmp, nc, w->bias ? w->bias + G * QL_NB_FCOLS : NULL, y + G * QL_NB_FCOLS);
+}
+
+static int fdec_avx512(const ql_nbits_w *w, const float *a, int n0, float *y) {
+    if (w->g) return 0;   /* per-lane blocks: the panel path */
+    for (int G = n0 / QL_NB_FCOLS; G * QL_NB_FCOLS < n0 + 32 && G * QL_NB_FCOLS < w->N; G++) {
+        int nc = w->N - G * QL_NB_FCOLS < QL_NB_FCOLS ? w->N - G * QL_NB_FCOLS : QL_NB_FCOLS;
+        if (w->bits == 4) fdec_group(w, a, G, y, nc, 4);
+        else if (w->bits == 2) fdec_group(w, a, G, y, nc, 2);
+        else fdec_group(w, a, G, y, nc, 8);
+    }
+    return 1;
+}
+
 const ql_nbits_kernels ql_nbits_avx512 = {"avx512vnni", i8_avx512, 64, ftile_avx512, ql_nbits_fpanel_avx2,
-                                          ql_nbits_ffold_avx};
+                                          ql_nbits_ffold_avx, fdec_avx512};
 #endif

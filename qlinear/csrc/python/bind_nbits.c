@@ -42,10 +42,11 @@ static PyObject *m_nbits_run(PyObject *self, PyObject *args) {
         w.w8 = (const uint8_t *)w8.buf; w.s8 = (const float *)s8.buf;
         w.z8 = z8.obj ? (const uint8_t *)z8.buf : NULL;
     } else {
-        if (wf_row < kpadf * bits / 8)
+        Py_ssize_t nf = (N + QL_NB_FCOLS - 1) / QL_NB_FCOLS * QL_NB_FCOLS;
+        if (wf_row != kpadf * bits / 8)
             { PyErr_Format(PyExc_ValueError, "qlinear native: bad nbits row size"); goto done; }
-        if (get_buf(owf, &wf, 0, (Py_ssize_t)N * wf_row, "wf") < 0 ||
-            get_buf(osf, &sf, 0, (Py_ssize_t)N * nb * 4, "sf") < 0 || get_buf(ozf, &zf, 0, (Py_ssize_t)N * nb * 4, "zf") < 0 ||
+        if (get_buf(owf, &wf, 0, nf * wf_row, "wf") < 0 ||
+            get_buf(osf, &sf, 0, nf * nb * 4, "sf") < 0 || get_buf(ozf, &zf, 0, nf * nb * 4, "zf") < 0 ||
             opt_buf(og, &g, kpadf * 4, "g") < 0)
             goto done;
         if (g.obj) {   /* every block index in range: the kernels read the scales through it */

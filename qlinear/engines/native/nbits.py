@@ -21,7 +21,8 @@ import numpy as np
 from ... import _native
 
 F32 = np.float32
-_CHUNK = 256  # columns repacked at a time (a multiple of 16): bounded temporaries
+_CHUNK = 256  # columns repacked at a time (a multiple of 16 and 32): bounded temporaries
+_FCOLS = 8  # the float layout's column group (QL_NB_FCOLS)
 
 
 def _unpack(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
@@ -85,16 +86,24 @@ class NativeMatMulNBits:
         else:
             kpadf = -(-kpad // (16 * per)) * (16 * per)
             nsc = kpadf // (16 * per)
-            wf = np.empty((N, nsc * 16), np.uint8)
+            G = -(-N // _FCOLS)
+            wf = np.zeros((G, nsc, _FCOLS, 16), np.uint8)
             for n0 in range(0, N, _CHUNK):
                 n1 = min(N, n0 + _CHUNK)
-                q = np.zeros((n1 - n0, kpadf), np.uint8)
-                q[:, :kpad] = _unpack(B[n0:n1].reshape(n1 - n0, -1), bits, kpad)
-                # k = superchunk·16·per + s·16 + i  →  [column, superchunk, i, s]
-                wf[n0:n1] = _pack_steps(q.reshape(n1 - n0, nsc, per, 16).transpose(0, 1, 3, 2), bits).reshape(n1 - n0, -1)
+                gc = -(-(n1 - n0) // _FCOLS)
+                q = np.zeros((gc * _FCOLS, kpadf), np.uint8)
+                q[:n1 - n0, :kpad] = _unpack(B[n0:n1].reshape(n1 - n0, -1), bits, kpad)
+                # k = superchunk·16·per + s·16 + i  →  [group, superchunk, column, i, s]
+                x = q.reshape(gc, _FCOLS, nsc, per, 16).transpose(0, 2, 1, 4, 3)
+                wf[n0 // _FCOLS:n0 // _FCOLS + gc] = _pack_steps(x, bits)
             self.wf, self.wf_row = wf, nsc * 16
-            self.sf = np.ascontiguousarray(scales, F32)
-            self.zf = np.ascontiguousarray(zp, F32)  # integer zero points are exact in float32
+
+            def by_group(v: np.ndarray) -> np.ndarray:
+                out = np.zeros((G * _FCOLS, nb), F32)
+                out[:N] = v  # integer zero points are exact in float32
+                return np.ascontiguousarray(out.reshape(G, _FCOLS, nb).transpose(0, 2, 1))
+
+            self.sf, self.zf = by_group(scales), by_group(zp)
             if g is not None:
                 gp = np.zeros(kpadf, np.int32)
                 gp[:K] = g
