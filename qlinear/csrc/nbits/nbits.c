@@ -168,11 +168,13 @@ static void i8_task(void *vc, ptrdiff_t t, int thread) {
     c->k->i8(w, c->codes, (ptrdiff_t)w->nb * w->bs, c->sa, c->csum, c->bad, c->M, g0, g1, c->y, w->N);
 }
 
-/* float levels: a task is FT_NT columns; the panel holds FT_JC groups of 16 k of them (32 KiB:
- * L1), the accumulators (16 lanes per output) FT_MC rows of them at a time */
+/* float levels: a task is FT_NT columns; the panel holds FT_JC groups of 16 k of them (64 KiB,
+ * L2; a column quad's 8 KiB stay in L1 while FT_MC rows go by), the accumulators (16 lanes per
+ * output: 256 KiB, L2) FT_MC rows of them at a time. Measured under load against onnxruntime on
+ * the Zen 4: JC 16 rows-outer 1.6x its time, columns-outer 1.4x, JC 8 2.0x, JC 32 1.0-1.2x. */
 #define FT_NT 32
-#define FT_JC 16
-#define FT_MC 64
+#define FT_JC 32
+#define FT_MC 128
 
 static void f_task(void *vc, ptrdiff_t t, int thread) {
     nb_ctx *c = (nb_ctx *)vc;
@@ -190,10 +192,11 @@ static void f_task(void *vc, ptrdiff_t t, int thread) {
         for (int j0 = 0; j0 < G; j0 += FT_JC) {
             int j1 = j0 + FT_JC < G ? j0 + FT_JC : G;
             k->fpanel(w, n0, nc, j0, j1, panel, ldp);
-            for (int r = 0; r < mc; r += 4) {
-                int mr = mc - r < 4 ? mc - r : 4;
-                for (int q = 0; q < nc; q += 4) {
-                    int nr = nc - q < 4 ? nc - q : 4;
+            /* columns outer: a quad's panel rows stay in L1 while the rows go by */
+            for (int q = 0; q < nc; q += 4) {
+                int nr = nc - q < 4 ? nc - q : 4;
+                for (int r = 0; r < mc; r += 4) {
+                    int mr = mc - r < 4 ? mc - r : 4;
                     k->ftile(c->a + (ptrdiff_t)(m0 + r) * w->K, w->K, panel + q * ldp, ldp, j0, j1, w->K,
                              acc + ((ptrdiff_t)r * FT_NT + q) * 16, FT_NT, mr, nr);
                 }

@@ -170,6 +170,41 @@ static void ftile_avx512(const float *a, ptrdiff_t lda, const float *p, ptrdiff_
     }
 }
 
+/* The panel (prefill): the decode kernel's tables, one vpermps per 16 weights; g_idx (per-lane
+ * blocks) takes the AVX2 panel's gathers. The same float32 values either way. */
+static void fpanel_avx512(const ql_nbits_w *w, int n0, int nc, int j0, int j1, float *p, ptrdiff_t ldp) {
+    if (w->g) { ql_nbits_fpanel_avx2(w, n0, nc, j0, j1, p, ldp); return; }
+    const int bits = w->bits, per = 8 / bits, nb = w->nb;
+    const int per_log = bits == 8 ? 0 : bits == 4 ? 1 : 2, bs_log = __builtin_ctz((unsigned)w->bs);
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i m2 = _mm512_set1_epi32(3), m8 = _mm512_set1_epi32(255);
+    for (int cc = 0; cc < nc; cc++) {
+        const int n = n0 + cc, c = n % QL_NB_FCOLS;
+        const ptrdiff_t G = n / QL_NB_FCOLS;
+        const uint8_t *grp = w->wf + G * QL_NB_FCOLS * w->wf_row + c * 16;
+        const float *sfg = w->sf + G * nb * QL_NB_FCOLS + c, *zfg = w->zf + G * nb * QL_NB_FCOLS + c;
+        float *pc = p + cc * ldp;
+        __m512 T = _mm512_setzero_ps(), Z = T, S = T;
+        int tb = -1;
+        for (int j = j0; j < j1; j++) {
+            const int b = (16 * j) >> bs_log;
+            if (b != tb) {
+                tb = b;
+                Z = _mm512_set1_ps(zfg[b * QL_NB_FCOLS]);
+                S = _mm512_set1_ps(sfg[b * QL_NB_FCOLS]);
+                T = _mm512_mul_ps(_mm512_sub_ps(iota, Z), S);
+            }
+            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(grp + (ptrdiff_t)(j >> per_log) * QL_NB_FCOLS * 16)));
+            const int sh = bits * (j & (per - 1));
+            if (sh) v = _mm512_srli_epi32(v, sh);
+            __m512 wv;
+            if (bits == 8) wv = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, m8)), Z), S);
+            else wv = _mm512_permutexvar_ps(bits == 2 ? _mm512_and_si512(v, m2) : v, T);
+            _mm512_storeu_ps(pc + (j - j0) * 16, wv);
+        }
+    }
+}
+
 /* Decode (one row): 8 columns (one layout group) at a time, 8 accumulators, the whole K in
  * registers, no panel. 2- and 4-bit codes: a block's 16 possible weights of column c,
  * T[q] = f(f(q - zp) * s), are one zmm, built once per block (vsubps, vmulps: the panel's two
@@ -225,6 +260,6 @@ static int fdec_avx512(const ql_nbits_w *w, const float *a, int n0, float *y) {
     return 1;
 }
 
-const ql_nbits_kernels ql_nbits_avx512 = {"avx512vnni", i8_avx512, 64, ftile_avx512, ql_nbits_fpanel_avx2,
+const ql_nbits_kernels ql_nbits_avx512 = {"avx512vnni", i8_avx512, 64, ftile_avx512, fpanel_avx512,
                                           ql_nbits_ffold_avx, fdec_avx512};
 #endif
