@@ -1,3 +1,8 @@
-"""The native engine's operator glue: each module turns an operator's prepared constants into
-the layouts its C kernels take and runs them (qlinear._native holds the loading, the ISA
-level and the threads)."""
+"""The native engine's side of the operators: validated operands and plans → the C module's
+argument lists (``qlinear._qlnative``, loaded and selected by ``qlinear._native``).
+
+One module per operator family (``conv``, ``matmul``, ``quantize``, ``nbits``): weight packing, the
+engine's limits for a call, the plan of a call (its C arguments) and ``run(plan, x)``. The
+operators (``qlinear/conv.py``, ``matmul.py``, ``quantize.py``) validate, decide and cache
+(``qlinear._prepared``); only these modules know how the engine takes its arguments.
+"""
