@@ -260,7 +260,7 @@ class PreparedMatMulNBits:
         self.int8 = int8_activations(self.bits, bs, self.zero_point_kind, self._g is not None, lvl)
         # the native kernels' layouts, made once (the same bits as the NumPy code below)
         self._native = None
-        if _native.available() and mode == "contract":
+        if _native.available() and mode == "contract" and bs <= 1 << 16:  # the kernels' int32 block sums
             self._native = NativeMatMulNBits(b, self._scales, self._zp, self.zero_point_kind != "none", self._g,
                                              self._bias, K=K, N=N, bits=self.bits, block_size=bs, int8=self.int8)
 
