@@ -214,10 +214,11 @@ _REFERENCE: dict = {}
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("engine_level", engine_level_params(), indirect=True)
 def test_same_bits_on_every_engine_level_and_thread_count(engine_level, threads):
-    """MatMulNBits runs on NumPy element-wise ufuncs (one IEEE operation per element, correctly
-    rounded on every SIMD path) and float64 matmuls of integers (exact in any order); no
-    reduction depends on the ISA or the thread count. This holds the result to the oracle's on
-    every level qlinear's engine runs (the operator does not call the native engine yet)."""
+    """MatMulNBits' NumPy path runs on element-wise ufuncs (one IEEE operation per element,
+    correctly rounded on every SIMD path) and float64 matmuls of integers (exact in any order);
+    no reduction depends on the ISA or the thread count. This holds the result to the oracle's on
+    every level qlinear's engine runs (the native kernels on the native levels; more cases in
+    test_matmul_nbits_native.py)."""
     rng = np.random.default_rng(99)
     cases = []
     for bits, level in ((4, 4), (8, 0), (2, 4)):
