@@ -24,7 +24,11 @@ def _opt(args: tuple, i: int) -> Any:
 
 
 class MatMulNBits(ContribOp):
-    """com.microsoft MatMulNBits: constant weights prepared once (``prepare_matmul_nbits``)."""
+    """com.microsoft MatMulNBits: constant weights prepared once (``prepare_matmul_nbits``).
+    ``mode``: the contract's arithmetic; a subclass with ``mode = "exact"`` computes the exact
+    sum rounded once (how benchmarks/nbits_distances.py measures a model's distance to it)."""
+
+    mode = "contract"
 
     def _run(self, A, B, scales, *rest, **_):
         given = self.given
@@ -37,7 +41,7 @@ class MatMulNBits(ContribOp):
         prepared = self._prepared_for(
             _c.prepare_matmul_nbits, weights, _WEIGHTS, K=given.get("K"), N=given.get("N"),
             bits=given.get("bits", 4), block_size=given.get("block_size"),
-            accuracy_level=given.get("accuracy_level", 0))
+            accuracy_level=given.get("accuracy_level", 0), mode=self.mode)
         return (self._call(prepared.run, A),)
 
 
