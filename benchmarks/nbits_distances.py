@@ -53,7 +53,8 @@ def main(argv=None) -> int:
     logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
     models = {
         "tiny GPT-2": (tiny_gpt2(), lambda r: {"ids": r.integers(0, 256, (1, 8)).astype(np.int64)}),
-        "transformer block": (transformer_block(128, 256), lambda r: {"x": r.standard_normal((5, 128)).astype(np.float32)}),
+        "transformer block": (transformer_block(128, 256),
+                              lambda r: {"x": r.standard_normal((5, 128)).astype(np.float32)}),
     }
     print("| model | quantization | mode | to the exact result (max, median) | to onnxruntime (max, median) |")
     print("|---|---|---|---|---|")

@@ -42,7 +42,8 @@ def dq_model(wtype=T.INT4, K=64, N=24, gran="block", bs=32, zp=True, op="MatMul"
     if bias is not None:
         inits.append(numpy_helper.from_array(np.asarray(bias, s.dtype), "b"))
         ins.append("b")
-    nodes = [helper.make_node("DequantizeLinear", dq_in, ["wd"], **kw), helper.make_node(op, ins, ["y"], **(attrs or {}))]
+    nodes = [helper.make_node("DequantizeLinear", dq_in, ["wd"], **kw),
+             helper.make_node(op, ins, ["y"], **(attrs or {}))]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", xt, [3, K])],
                           [helper.make_tensor_value_info("y", xt, None)], initializer=inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
