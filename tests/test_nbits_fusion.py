@@ -89,6 +89,15 @@ def _relu_then_sigmoid(m):
     m.graph.node.extend([helper.make_node("Relu", ["y0"], ["y1"]), helper.make_node("Sigmoid", ["y1"], ["y"])])
 
 
+def _activation_dq_too(m):
+    """x quantized and dequantized (uint8) before the MatMul: two DequantizeLinear inputs."""
+    m.graph.initializer.extend([numpy_helper.from_array(np.array(0.05, np.float32), "xs"),
+                                numpy_helper.from_array(np.array(128, np.uint8), "xz")])
+    m.graph.node.insert(0, helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]))
+    m.graph.node.insert(1, helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]))
+    m.graph.node[3].input[0] = "xd"
+
+
 def _weight_as_input(m):
     m.graph.input.append(helper.make_tensor_value_info("s", T.FLOAT, [2, 24]))
 
@@ -133,6 +142,7 @@ CASES = [
     ("q-after", dq_model(edit=_q_after), None),
     ("relu-then-sigmoid", dq_model(edit=_relu_then_sigmoid), None),
     ("scale-overridable", dq_model(edit=_weight_as_input), None),
+    ("activation-dq-too", dq_model(edit=_activation_dq_too), None),
 ]
 
 
@@ -246,6 +256,22 @@ def test_accuracy_level_through_prepare_session_and_literal():
 def test_bad_options_are_refused(options, match):
     with pytest.raises(ValueError, match=match):
         backend.prepare(dq_model(), options=options)
+
+
+def test_options_must_be_a_mapping_and_session_takes_the_block_size():
+    with pytest.raises(TypeError, match="mapping"):
+        backend.prepare(dq_model(), options=[("session.qdq_matmulnbits_accuracy_level", "0")])
+    m = dq_model(gran="channel", K=200)
+    so = qlinear.SessionOptions()
+    so.add_session_config_entry("session.qdq_matmulnbits_block_size", "-1")
+    so.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "0")
+    x = np.random.default_rng(6).standard_normal((3, 200)).astype(np.float32)
+    y = qlinear.InferenceSession(m.SerializeToString(), so).run(None, {"x": x})[0]
+    opts = {"session.qdq_matmulnbits_block_size": "-1", "session.qdq_matmulnbits_accuracy_level": "0"}
+    assert np.array_equal(y, backend.prepare(m, options=opts).run([x])[0])
+    assert [n.op_type for n in backend.apply_qdq(m, "fuse", opts).graph.node] == ["MatMulNBits"]
+    with pytest.raises(ValueError, match="qdq_matmulnbits_block_size"):
+        qlinear.SessionOptions().add_session_config_entry("session.qdq_matmulnbits_block_size", "48")
 
 
 def test_cli_qdq_accuracy(tmp_path, capsys):
