@@ -348,7 +348,8 @@ class Comparison:
     def _normal_outputs(self, feeds):
         try:
             if self.normal is None:
-                self.normal = _session(self.original, self.options)
+                self.normal = (_session(self.original, self.options) if self.options
+                               else _session(self.original))
             return _run_session(self.normal, feeds)
         except Exception as e:
             raise RuntimeError(f"onnxruntime cannot run this model: {_one_line(e)}") from None
