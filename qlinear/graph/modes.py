@@ -16,6 +16,7 @@ from ..contrib import _raw as _c  # the functions without their errstate wrapper
 from ..engines import ort_avx2
 from ..matmul import matmul_integer
 from ..passes import FUSED_OPS, QDQRefusal, exact_integer_convs, fuse_qdq
+from ..passes.matmul_nbits import block_size_for
 from .kernels.contrib import ContribOp, DynamicQuantizeMatMul, MatMulIntegerToFloat, QAttention, QGemm
 from .kernels.contrib import QLinearConv as ContribQLinearConv
 from .kernels.standard import ConvInteger, MatMulInteger, QLinearConv, QLinearMatMul, _QLinearOp
@@ -67,8 +68,6 @@ def qdq_options(options: Any, caller: str = "prepare") -> dict[str, int]:
     if not hasattr(options, "items"):
         raise TypeError(f"{caller}: options must be a mapping of onnxruntime session configuration keys "
                         f"({', '.join(QDQ_OPTIONS)}) to values; got {type(options).__name__}")
-    from ..passes.matmul_nbits import block_size_for
-
     out = {}
     for key, value in options.items():
         if key not in QDQ_OPTIONS:

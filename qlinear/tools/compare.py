@@ -45,6 +45,7 @@ from onnx.reference import ReferenceEvaluator
 
 from qlinear.backend import (QLinearRep, UnsupportedModelError, apply_qdq, check_model, inline_functions,
                              kernels_for)
+from qlinear.contrib.nbits import prepare_matmul_nbits
 from qlinear.graph.proto import node_attributes, subgraphs
 from qlinear.graph.registry import FLOAT_KERNELS  # the float operators the backend runs
 from qlinear.tools import ortsat
@@ -624,8 +625,6 @@ def _diagnose_matmul_nbits(node, values_ort, out: str, own) -> str:
     order their block sums are added; at the float levels only in the float reduction order.
     The figures: the largest difference over the largest output, and each one's distance from
     the exact sum (qlinear's ``mode="exact"``)."""
-    from qlinear.contrib.nbits import prepare_matmul_nbits
-
     if own is None:
         return ""
     attrs = node_attributes(node)
