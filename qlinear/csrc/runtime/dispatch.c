@@ -12,6 +12,7 @@
 #define _GNU_SOURCE   /* syscall() */
 #include "qlinear.h"
 #include "elementwise.h"
+#include "island.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -185,4 +186,15 @@ const ql_ew_kernels *ql_ew_for(const ql_isa *isa) {
     (void)isa;
 #endif
     return &ql_ew_scalar;
+}
+
+const ql_island_kernels *ql_island_for(const ql_isa *isa) {
+    detect();
+#if QL_X86
+    /* every x86 level above scalar implies AVX2 */
+    if (isa && isa != &ql_isa_scalar && feat.avx2) return &ql_island_avx2;
+#else
+    (void)isa;
+#endif
+    return &ql_island_scalar;
 }
