@@ -166,7 +166,7 @@ def _unary_step(g: _Graph, node: onnx.NodeProto):
 
 def _table_island(g: _Graph, dq: onnx.NodeProto):
     """(nodes to remove, q, tables (C, 256)) for DequantizeLinear -> steps -> QuantizeLinear
-    with at least one step, else None."""
+    (no step: a requantization), else None."""
     pin = _params(g, dq, False)
     if pin is None:
         return None
@@ -184,7 +184,7 @@ def _table_island(g: _Graph, dq: onnx.NodeProto):
         steps.append(fn)
         chain.append(node)
         node = _reader(g, node)
-    if node is None or not steps:
+    if node is None:
         return None
     pout = _params(g, node, True)
     if pout is None or pout[2] != pin[2]:
