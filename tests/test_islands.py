@@ -294,3 +294,24 @@ def test_island_threads_split_large_tensors_identically():
     want = _ort(m, feeds)
     for a, b, w in zip(one, two, want):
         assert np.asarray(a).tobytes() == np.asarray(b).tobytes() == w.tobytes()
+
+
+@pytest.mark.parametrize("types", [("s8", "u8", "u8"), ("u8", "s8", "s8"), ("s8", "s8", "u8")])
+def test_mixed_type_add_island(types):
+    """DequantizeLinear of int8 and of uint8 -> Add -> QuantizeLinear (onnxruntime's QLinearAdd
+    needs one type, so it runs the float Add: shared/models' mobilenetv2-7 QDQ has ten of
+    these): one QDQIsland, each operand read as its own type, onnxruntime's bytes."""
+    rng = np.random.default_rng(sum(map(ord, "".join(types))))
+    dts = [np.int8 if t == "s8" else np.uint8 for t in types]
+    tts = [T.INT8 if t == "s8" else T.UINT8 for t in types]
+    shape = [1, 12, 10, 10]
+    for trial in range(4):
+        nodes = [helper.make_node("DequantizeLinear", ["a", "a_s", "a_z"], ["da"]),
+                 helper.make_node("DequantizeLinear", ["b", "b_s", "b_z"], ["db"]),
+                 helper.make_node("Add", ["da", "db"], ["s"]),
+                 helper.make_node("QuantizeLinear", ["s", "y_s", "y_z"], ["y"])]
+        inits = _q_inits(rng, dts[0], ["a"]) + _q_inits(rng, dts[1], ["b"]) + _q_inits(rng, dts[2], ["y"])
+        m = _model(nodes, [helper.make_tensor_value_info("a", tts[0], shape), helper.make_tensor_value_info("b", tts[1], shape)],
+                   [helper.make_tensor_value_info("y", tts[2], shape)], inits)
+        feeds = {"a": _full_range(rng, dts[0], shape), "b": _full_range(rng, dts[1], shape)}
+        _check(m, feeds, {"QDQIsland": 1, "Add": 0, "QuantizeLinear": 0})

@@ -245,18 +245,10 @@ def _elementwise_island(g: _Graph, root: onnx.NodeProto):
     t = tail.output[0]
     qs = [c for c in g.consumer_nodes(t) if _is_q(c) and c.input[0] == t and _params(g, c, True) is not None]
     q = qs[0] if qs else None
-    dts = {o[2][2] for o in ops if o[2] is not None} | ({_params(g, q, True)[2]} if q is not None else set())
-    if len(dts) > 1:
-        if q is None:
-            return None
-        q, dts = None, {o[2][2] for o in ops if o[2] is not None}
-        if len(dts) > 1:
-            return None
     if not any(o[2] is not None for o in ops) and q is None and not relu and not any(o[3] is not None for o in ops):
         return None  # nothing to fuse: a plain float Add
     need_f = g.produces_graph_output(tail) or any(c is not q for c in g.consumer_nodes(t))
-    dt = next(iter(dts)) if dts else np.dtype(np.uint8)
-    attrs = dict(relu=relu, signed=int(dt == np.dtype(np.int8)))
+    attrs = dict(relu=relu, signed=int(q is not None and _params(g, q, True)[2] == np.dtype(np.int8)))
     inputs = []
     for k, (_, name, params, affine) in zip("ab", ops):
         mul = add = ""
@@ -264,7 +256,8 @@ def _elementwise_island(g: _Graph, root: onnx.NodeProto):
             mul = g.add_const((root.name or root.output[0]) + f"_{k}_mul", np.ascontiguousarray(affine[0], np.float32))
             add = g.add_const((root.name or root.output[0]) + f"_{k}_add", np.ascontiguousarray(affine[1], np.float32))
         inputs += [name, mul, add]
-        attrs[f"{k}_kind"] = 1 if params is not None else 2
+        # 1 uint8 codes, 3 int8 codes (each operand its own type), 2 float32
+        attrs[f"{k}_kind"] = 2 if params is None else (3 if params[2] == np.dtype(np.int8) else 1)
         if params is not None:
             attrs[f"{k}_scale"], attrs[f"{k}_zero_point"] = float(params[0]), params[1]
     if q is not None:

@@ -23,7 +23,8 @@
 #include "qlinear.h"
 
 typedef struct ql_island_operand {
-    const uint8_t *q;       /* 8-bit codes (is_signed says which type), or NULL */
+    const uint8_t *q;       /* 8-bit codes (is_signed: int8, else uint8), or NULL */
+    int is_signed;
     const float *f;         /* float32 values when q is NULL */
     float s;                /* DequantizeLinear's scale and zero point (q only) */
     int32_t z;
@@ -32,7 +33,7 @@ typedef struct ql_island_operand {
 
 typedef struct ql_island_job {
     ql_island_operand a, b;
-    int has_b, relu, is_signed;
+    int has_b, relu, is_signed;  /* is_signed: out_q is int8 */
     float *out_f;           /* float32 output, or NULL */
     uint8_t *out_q;         /* 8-bit output, or NULL */
     float ys;               /* QuantizeLinear's scale and zero point (out_q only) */

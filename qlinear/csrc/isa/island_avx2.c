@@ -14,12 +14,12 @@
 
 #define QL_INLINE static inline __attribute__((always_inline))
 
-QL_INLINE __m256 operand8(const ql_island_operand *o, ptrdiff_t i, int is_signed, __m256i vz, __m256 vs,
-                          __m256 vmul, __m256 vadd) {
+QL_INLINE __m256 operand8(const ql_island_operand *o, ptrdiff_t i, __m256i vz, __m256 vs, __m256 vmul,
+                          __m256 vadd) {
     __m256 v;
     if (o->q) {
         __m128i b = _mm_loadl_epi64((const __m128i *)(o->q + i));
-        __m256i x = is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+        __m256i x = o->is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
         v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(x, vz)), vs);
     } else {
         v = _mm256_loadu_ps(o->f + i);
@@ -39,8 +39,8 @@ QL_INLINE void run_body(const ql_island_job *j, ptrdiff_t i0, ptrdiff_t n, ptrdi
     const __m256 zero = _mm256_setzero_ps();
     ptrdiff_t i = i0, end = i0 + n;
     for (; i + 8 <= end; i += 8) {
-        __m256 v = operand8(a, i, is_signed, vza, vsa, ma, aa);
-        if (j->has_b) v = _mm256_add_ps(v, operand8(b, i, is_signed, vzb, vsb, mb, ab));
+        __m256 v = operand8(a, i, vza, vsa, ma, aa);
+        if (j->has_b) v = _mm256_add_ps(v, operand8(b, i, vzb, vsb, mb, ab));
         if (j->relu) v = _mm256_max_ps(zero, v);
         if (j->out_f) _mm256_storeu_ps(j->out_f + i, v);
         if (j->out_q) {
@@ -54,7 +54,8 @@ QL_INLINE void run_body(const ql_island_job *j, ptrdiff_t i0, ptrdiff_t n, ptrdi
     if (i < end) ql_island_run_portable(j, i, end - i, c);
 }
 
-/* one instantiation per signedness (the other flags are loop invariants the compiler unswitches) */
+/* one instantiation per output signedness (the other flags are loop invariants the compiler
+ * unswitches) */
 static void run_avx2(const ql_island_job *j, ptrdiff_t i0, ptrdiff_t n, ptrdiff_t c) {
     if (j->is_signed) run_body(j, i0, n, c, 1);
     else run_body(j, i0, n, c, 0);

@@ -12,10 +12,10 @@ static inline int32_t quantize1(float v, float ys, float lo, float hi, int32_t y
     return ql_rne(q) + yz;
 }
 
-static inline float operand(const ql_island_operand *o, ptrdiff_t i, ptrdiff_t c, int is_signed) {
+static inline float operand(const ql_island_operand *o, ptrdiff_t i, ptrdiff_t c) {
     float v;
     if (o->q) {
-        int32_t x = is_signed ? (int32_t)(int8_t)o->q[i] : (int32_t)o->q[i];
+        int32_t x = o->is_signed ? (int32_t)(int8_t)o->q[i] : (int32_t)o->q[i];
         v = (float)(x - o->z) * o->s;  /* |x - z| <= 255 converts exactly; one rounded product */
     } else {
         v = o->f[i];
@@ -31,8 +31,8 @@ void ql_island_run_portable(const ql_island_job *j, ptrdiff_t i0, ptrdiff_t n, p
     /* qmin - yz and qmax - yz: small integers, exact */
     const float lo = (j->is_signed ? -128.0f : 0.0f) - (float)j->yz, hi = (j->is_signed ? 127.0f : 255.0f) - (float)j->yz;
     for (ptrdiff_t i = i0; i < i0 + n; i++) {
-        float v = operand(&j->a, i, c, j->is_signed);
-        if (j->has_b) v = v + operand(&j->b, i, c, j->is_signed);  /* Add / Sum of two */
+        float v = operand(&j->a, i, c);
+        if (j->has_b) v = v + operand(&j->b, i, c);  /* Add / Sum of two */
         if (j->relu) v = v < 0.0f ? 0.0f : v;  /* onnxruntime's Relu: -0 and NaN kept (measured) */
         if (j->out_f) j->out_f[i] = v;
         if (j->out_q) {

@@ -2,19 +2,21 @@
 #include "args.h"
 #include "island.h"
 
-/* one operand: kind 0 absent, 1 8-bit codes, 2 float32; mul / add None or C float32 each */
+/* one operand: kind 0 absent, 1 uint8 codes, 3 int8 codes, 2 float32; mul / add None or C
+ * float32 each */
 static int operand_arg(PyObject *ox, int kind, float s, int z, PyObject *omul, PyObject *oadd, Py_ssize_t n,
                        Py_ssize_t C, Py_buffer *bx, Py_buffer *bm, Py_buffer *ba, ql_island_operand *o,
                        const char *what) {
     memset(o, 0, sizeof *o);
     if (kind == 0) return 0;
-    if (kind != 1 && kind != 2) {
+    if (kind < 1 || kind > 3) {
         PyErr_Format(PyExc_ValueError, "qlinear native: island operand %s: bad kind %d", what, kind);
         return -1;
     }
-    if (get_buf(ox, bx, 0, kind == 1 ? n : n * 4, what) < 0) return -1;
-    if (kind == 1) o->q = (const uint8_t *)bx->buf;
-    else o->f = (const float *)bx->buf;
+    if (get_buf(ox, bx, 0, kind == 2 ? n * 4 : n, what) < 0) return -1;
+    if (kind == 2) o->f = (const float *)bx->buf;
+    else o->q = (const uint8_t *)bx->buf;
+    o->is_signed = kind == 3;
     o->s = s;
     o->z = z;
     if (omul != Py_None || oadd != Py_None) {

@@ -22,7 +22,7 @@ _NONE.flags.writeable = False
 def _operand_value(x: np.ndarray, kind: int, scale: float, zero_point: int, mul, add) -> np.ndarray:
     """An operand's float32 values as onnxruntime's nodes compute them: DequantizeLinear
     f(float(x - z) * s) (the difference exact), then BatchNormalization's f(f(v * s') + b')."""
-    v = (x.astype(np.int32) - zero_point).astype(np.float32) * np.float32(scale) if kind == 1 else x
+    v = x if kind == 2 else (x.astype(np.int32) - zero_point).astype(np.float32) * np.float32(scale)
     if mul is not None:
         shape = (1, mul.size) + (1,) * (v.ndim - 2)
         v = v * mul.reshape(shape)
@@ -32,7 +32,7 @@ def _operand_value(x: np.ndarray, kind: int, scale: float, zero_point: int, mul,
 
 class QDQIsland(ContribOp):
     """An element-wise island (qlinear.passes.islands): operands A and optionally B (8-bit
-    codes behind a DequantizeLinear, kind 1, or float32, kind 2), each optionally through a
+    codes behind a DequantizeLinear, kind 1 uint8 and 3 int8, or float32, kind 2), each optionally through a
     per-channel affine (an unfolded BatchNormalization: inputs ``*_mul``, ``*_add``), summed,
     optional Relu; outputs the float32 result and / or its QuantizeLinear (either may be
     omitted). Inputs: a, a_mul, a_add, b, b_mul, b_add.
@@ -56,7 +56,7 @@ class QDQIsland(ContribOp):
         self._want_q = len(outs) > 1 and bool(outs[1])
 
     def _check(self, x, kind, what):
-        want = self._dtype if kind == 1 else np.dtype(np.float32)
+        want = np.dtype({1: np.uint8, 2: np.float32, 3: np.int8}[kind])
         if type(x) is not np.ndarray or x.dtype != want:
             raise ValueError(f"QDQIsland: {what} must be a {want} array; got {getattr(x, 'dtype', type(x).__name__)}")
 
