@@ -236,6 +236,9 @@ def _elementwise_island(g: _Graph, root: onnx.NodeProto):
         ops = [([*absorbed, root], name, params, _bn_fold(g, root))]
     else:
         return None
+    if any(g.const(o[1]) is not None for o in ops):
+        return None  # a constant operand is a broadcast bias as a rule: the island's NumPy form
+        # would run, no faster than the float nodes
     chain = [n for o in ops for n in o[0]] + ([root] if not _is(root, "BatchNormalization") else [])
     relu, tail = 0, root
     nxt = _reader(g, root)
