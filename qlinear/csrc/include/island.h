@@ -43,10 +43,17 @@ typedef struct ql_island_job {
 /* elements [i, i + n) of the job, all of channel c */
 typedef void (*ql_island_run_fn)(const ql_island_job *j, ptrdiff_t i, ptrdiff_t n, ptrdiff_t c);
 
+/* y[i] = table[x[i]] for i < n (one 256-byte table) */
+typedef void (*ql_island_lut_fn)(const uint8_t *x, ptrdiff_t n, const uint8_t *table, uint8_t *out);
+
 typedef struct ql_island_kernels {
-    const char *name;  /* "scalar", "avx2" */
+    const char *name;  /* "scalar", "avx2", "avx512vbmi" */
     ql_island_run_fn run;
+    ql_island_lut_fn lut;
 } ql_island_kernels;
+
+/* the AVX2 run (isa/island_avx2.c; the VBMI kernels' run too) */
+void ql_island_run_avx2(const ql_island_job *j, ptrdiff_t i, ptrdiff_t n, ptrdiff_t c);
 
 /* the portable run (the scalar level's, and the AVX2 kernel's tail) */
 void ql_island_run_portable(const ql_island_job *j, ptrdiff_t i, ptrdiff_t n, ptrdiff_t c);
@@ -54,9 +61,15 @@ void ql_island_run_portable(const ql_island_job *j, ptrdiff_t i, ptrdiff_t n, pt
 extern const ql_island_kernels ql_island_scalar;
 #if QL_X86
 extern const ql_island_kernels ql_island_avx2;
+#ifndef QL_SIMDE
+/* the AVX2 run with VBMI's two-table byte permute for the tables (AVX-512 levels on CPUs with
+ * AVX512-VBMI; not in the SIMDe-emulated build, where the AVX2 kernels serve every level) */
+extern const ql_island_kernels ql_island_avx512vbmi;
+#endif
 #endif
 
-/* dispatch.c: the island kernels for an ISA level (x86 levels above scalar: AVX2) */
+/* dispatch.c: the island kernels for an ISA level (x86 levels above scalar: AVX2; the AVX-512
+ * levels with VBMI: ql_island_avx512vbmi) */
 const ql_island_kernels *ql_island_for(const ql_isa *isa);
 
 /* island/island.c: the job over planes * plane elements (plane p has channel p % C; C = 1
@@ -67,7 +80,7 @@ void ql_island(const ql_island_kernels *k, const ql_island_job *j, ptrdiff_t pla
 
 /* island/island.c: y[p][i] = tables[(p % C) * 256 + x[p][i]] for planes p < planes of `plane`
  * bytes each (NCHW: planes = N * C), on up to `threads` threads */
-void ql_island_lut(const uint8_t *x, ptrdiff_t planes, ptrdiff_t C, ptrdiff_t plane, const uint8_t *tables,
-                   uint8_t *out, int threads);
+void ql_island_lut(const ql_island_kernels *k, const uint8_t *x, ptrdiff_t planes, ptrdiff_t C, ptrdiff_t plane,
+                   const uint8_t *tables, uint8_t *out, int threads);
 
 #endif

@@ -7,6 +7,7 @@
  * `!(q >= lo)` does, vcvtps2dq rounds half to even (the MXCSR default), and the packs cannot
  * saturate (values already in range). */
 #include "island.h"
+#include "elementwise.h"
 
 #if QL_X86
 #pragma GCC target("avx2")
@@ -61,6 +62,10 @@ static void run_avx2(const ql_island_job *j, ptrdiff_t i0, ptrdiff_t n, ptrdiff_
     else run_body(j, i0, n, c, 0);
 }
 
-const ql_island_kernels ql_island_avx2 = {"avx2", run_avx2};
+/* the AVX2 run, shared with the VBMI kernels (island_avx512.c) */
+void ql_island_run_avx2(const ql_island_job *j, ptrdiff_t i0, ptrdiff_t n, ptrdiff_t c) { run_avx2(j, i0, n, c); }
+
+/* a byte gather does not vectorize profitably on AVX2: the portable lookup */
+const ql_island_kernels ql_island_avx2 = {"avx2", run_avx2, ql_lut_u8};
 
 #endif

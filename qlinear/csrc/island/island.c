@@ -42,7 +42,7 @@ void ql_island_run_portable(const ql_island_job *j, ptrdiff_t i0, ptrdiff_t n, p
     }
 }
 
-const ql_island_kernels ql_island_scalar = {"scalar", ql_island_run_portable};
+const ql_island_kernels ql_island_scalar = {"scalar", ql_island_run_portable, ql_lut_u8};
 
 /* tasks of ISLAND_CHUNK elements; threads from ISLAND_PAR_MIN elements on (below, a few tens of
  * microseconds on one core: waking a worker that may be busy elsewhere costs more) */
@@ -76,6 +76,7 @@ void ql_island(const ql_island_kernels *k, const ql_island_job *j, ptrdiff_t pla
 }
 
 typedef struct {
+    const ql_island_kernels *k;
     const uint8_t *x, *tables;
     uint8_t *out;
     ptrdiff_t n, C, plane;
@@ -88,15 +89,15 @@ static void lut_task(void *vctx, ptrdiff_t t, int thread) {
     ptrdiff_t i = t * ISLAND_CHUNK, end = c->n - i < ISLAND_CHUNK ? c->n : i + ISLAND_CHUNK;
     while (i < end) {
         ptrdiff_t p = i / c->plane, stop = (p + 1) * c->plane < end ? (p + 1) * c->plane : end;
-        ql_lut_u8(c->x + i, stop - i, c->tables + (p % c->C) * 256, c->out + i);
+        c->k->lut(c->x + i, stop - i, c->tables + (p % c->C) * 256, c->out + i);
         i = stop;
     }
 }
 
-void ql_island_lut(const uint8_t *x, ptrdiff_t planes, ptrdiff_t C, ptrdiff_t plane, const uint8_t *tables,
-                   uint8_t *out, int threads) {
+void ql_island_lut(const ql_island_kernels *k, const uint8_t *x, ptrdiff_t planes, ptrdiff_t C, ptrdiff_t plane,
+                   const uint8_t *tables, uint8_t *out, int threads) {
     if (planes <= 0 || plane <= 0 || C <= 0) return;
-    lut_ctx c = {x, tables, out, planes * plane, C, plane};
+    lut_ctx c = {k, x, tables, out, planes * plane, C, plane};
     ptrdiff_t tasks = (c.n + ISLAND_CHUNK - 1) / ISLAND_CHUNK;
     ql_parallel_for(tasks, c.n >= ISLAND_PAR_MIN ? threads : 1, lut_task, &c);
 }

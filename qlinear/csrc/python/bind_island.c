@@ -80,12 +80,15 @@ done:
     return ret;
 }
 
-/* island_lut(x, planes, C, plane, tables, out): tables C * 256 bytes, x and out planes * plane */
+/* island_lut(isa, x, planes, C, plane, tables, out): tables C * 256 bytes, x and out planes * plane */
 static PyObject *m_island_lut(PyObject *self, PyObject *args) {
     (void)self;
+    const char *isa_name;
     Py_ssize_t planes, C, plane;
     PyObject *ox, *ot, *oo;
-    if (!PyArg_ParseTuple(args, "OnnnOO", &ox, &planes, &C, &plane, &ot, &oo)) return NULL;
+    if (!PyArg_ParseTuple(args, "sOnnnOO", &isa_name, &ox, &planes, &C, &plane, &ot, &oo)) return NULL;
+    const ql_isa *isa = isa_arg(isa_name);
+    if (!isa) return NULL;
     if (planes < 0 || C < 1 || plane < 0 || (planes && planes % C) || C > PY_SSIZE_T_MAX / 256 ||
         (plane && planes > PY_SSIZE_T_MAX / plane))
         return PyErr_Format(PyExc_ValueError, "qlinear native: bad island_lut geometry");
@@ -97,7 +100,8 @@ static PyObject *m_island_lut(PyObject *self, PyObject *args) {
         goto done;
     int threads = ql_num_threads();
     Py_BEGIN_ALLOW_THREADS
-    ql_island_lut((const uint8_t *)x.buf, planes, C, plane, (const uint8_t *)t.buf, (uint8_t *)o.buf, threads);
+    ql_island_lut(ql_island_for(isa), (const uint8_t *)x.buf, planes, C, plane, (const uint8_t *)t.buf,
+                  (uint8_t *)o.buf, threads);
     Py_END_ALLOW_THREADS
     ret = Py_None;
     Py_INCREF(ret);

@@ -191,7 +191,11 @@ const ql_ew_kernels *ql_ew_for(const ql_isa *isa) {
 const ql_island_kernels *ql_island_for(const ql_isa *isa) {
     detect();
 #if QL_X86
-    /* every x86 level above scalar implies AVX2 */
+    /* every x86 level above scalar implies AVX2; the AVX-512 levels (avx512vnni, amx) add VBMI's
+     * byte permute where the CPU has it */
+#ifndef QL_SIMDE
+    if (isa && (isa == &ql_isa_avx512vnni || isa == ql_isa_amx()) && feat.vbmi) return &ql_island_avx512vbmi;
+#endif
     if (isa && isa != &ql_isa_scalar && feat.avx2) return &ql_island_avx2;
 #else
     (void)isa;

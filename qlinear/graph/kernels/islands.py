@@ -110,7 +110,7 @@ class QDQTableIsland(ContribOp):
         C = _native.native()
         planes = x.shape[0] * c if c > 1 else 1
         if C is not None:
-            C.island_lut(np.ascontiguousarray(x).view(np.uint8), planes, c, x.size // planes,
+            C.island_lut(C.get_isa(), np.ascontiguousarray(x).view(np.uint8), planes, c, x.size // planes,
                          np.ascontiguousarray(tables).view(np.uint8), out.view(np.uint8))
             return (out,)
         flat = np.ascontiguousarray(x).view(np.uint8).reshape(planes, -1)
