@@ -100,10 +100,22 @@ def _reader(g: _Graph, node: onnx.NodeProto) -> Optional[onnx.NodeProto]:
 # --------------------------------------------------------------------------- table islands
 
 
+#: The first version of each operator with today's semantics: Add 7 (multidirectional
+#: broadcasting; before, a broadcast attribute), Sum 6, BatchNormalization 7 (no is_test /
+#: consumed_inputs), Relu 6 (no consumed_inputs)
+_MIN_VERSION = {"Add": 7, "Sum": 6, "BatchNormalization": 7, "Relu": 6}
+
+
+def _versions_ok(g: _Graph, node: onnx.NodeProto) -> bool:
+    v = g.version(node)
+    return v is not None and v >= _MIN_VERSION.get(node.op_type, 1)
+
+
 def _bn_fold(g: _Graph, bn: onnx.NodeProto) -> Optional[tuple[np.ndarray, np.ndarray]]:
     """onnxruntime's inference BatchNormalization as y = f(f(x * s') + b') per channel:
     s' = f(scale * f(1 / f(sqrt(f(var + eps))))), b' = f(B - f(mean * s'))."""
-    if len(bn.input) != 5 or len(bn.output) != 1 or _attr(bn, "training_mode", 0) or not _attr(bn, "spatial", 1):
+    if len(bn.input) != 5 or len(bn.output) != 1 or _attr(bn, "training_mode", 0) or not _attr(bn, "spatial", 1) \
+            or not _versions_ok(g, bn):
         return None
     vals = [g.const(n) for n in bn.input[1:]]
     if any(v is None or v.dtype != np.float32 or v.ndim != 1 for v in vals) or len({v.size for v in vals}) != 1:
@@ -121,8 +133,8 @@ def _unary_step(g: _Graph, node: onnx.NodeProto):
     channel count it needs (None: any), or None."""
     if len(node.input) < 1 or len(node.output) != 1:
         return None
-    if _is(node, "Relu") and len(node.input) == 1:
-        return (lambda v: np.maximum(v, np.float32(0))), None
+    if _is(node, "Relu") and len(node.input) == 1 and _versions_ok(g, node):
+        return (lambda v: np.where(v < 0, np.float32(0), v)), None  # onnxruntime's: -0, NaN kept
     if _is(node, "LeakyRelu") and len(node.input) == 1:
         alpha = np.float32(_attr(node, "alpha", 0.01))
         return (lambda v: np.where(v >= 0, v, v * alpha)), None
@@ -226,6 +238,8 @@ def _operand(g: _Graph, name: str, reader: onnx.NodeProto):
 def _elementwise_island(g: _Graph, root: onnx.NodeProto):
     """(nodes to remove, the new node's inputs, outputs, attributes) for an island rooted at
     an Add / Sum of two inputs or a BatchNormalization (module docstring), else None."""
+    if not _versions_ok(g, root):
+        return None
     if (_is(root, "Add") or _is(root, "Sum")) and len(root.input) == 2 and len(root.output) == 1:
         ops = [_operand(g, n, root) for n in root.input]
     elif _is(root, "BatchNormalization") and len(root.output) == 1 and _bn_fold(g, root) is not None:
@@ -242,14 +256,14 @@ def _elementwise_island(g: _Graph, root: onnx.NodeProto):
     chain = [n for o in ops for n in o[0]] + ([root] if not _is(root, "BatchNormalization") else [])
     relu, tail = 0, root
     nxt = _reader(g, root)
-    if nxt is not None and _is(nxt, "Relu") and len(nxt.input) == 1:
+    if nxt is not None and _is(nxt, "Relu") and len(nxt.input) == 1 and _versions_ok(g, nxt):
         chain.append(nxt)
         relu, tail = 1, nxt
     t = tail.output[0]
     qs = [c for c in g.consumer_nodes(t) if _is_q(c) and c.input[0] == t and _params(g, c, True) is not None]
     q = qs[0] if qs else None
-    if not any(o[2] is not None for o in ops) and q is None and not relu and not any(o[3] is not None for o in ops):
-        return None  # nothing to fuse: a plain float Add
+    if not any(o[2] is not None for o in ops) and q is None and not any(o[3] is not None for o in ops):
+        return None  # float operands only (of a type the kernel may not take): left as written
     need_f = g.produces_graph_output(tail) or any(c is not q for c in g.consumer_nodes(t))
     attrs = dict(relu=relu, signed=int(q is not None and _params(g, q, True)[2] == np.dtype(np.int8)))
     inputs = []
