@@ -107,8 +107,9 @@ def model_as_run(model: onnx.ModelProto, qdq: str = "fuse", emulate: str | None 
                  options: Any = None) -> onnx.ModelProto:
     """The graph ``prepare`` and ``qlinear run`` execute: :func:`apply_qdq`, then with
     ``qdq="fuse"`` the integer islands (:func:`qlinear.passes.integer_islands`: onnxruntime's
-    float glue between quantized nodes in one node each, the same bytes), and the float Convs whose float32 result is exact on integers
-    (:func:`qlinear.qdq.exact_integer_convs`: the same bytes). Not under an emulation (which
+    float glue between quantized nodes in one node each, the same bytes), and the float Convs
+    whose float32 result is exact on integers (:func:`qlinear.qdq.exact_integer_convs`: the
+    same bytes). The float Convs are not rewritten under an emulation (which
     changes ConvInteger's arithmetic), not for ``qdq="literal"`` (the graph as written), and
     only where ConvInteger is the faster form: the native engine at a SIMD level (its portable
     scalar level and the NumPy engine run ConvInteger slower than the float Conv's BLAS:
