@@ -121,6 +121,11 @@ def _add_model_args(p, what: str) -> None:
                    help="QDQ models: 'fuse' (default) runs DequantizeLinear -> op -> "
                         "QuantizeLinear groups on integer kernels as onnxruntime's CPU session "
                         "does; 'literal' runs the graph as written (docs/qdq.md)")
+    p.add_argument("--qdq-accuracy", type=int, choices=(0, 1, 2, 3, 4), default=None, metavar="LEVEL",
+                   help="accuracy_level of the MatMulNBits nodes that weight-only DequantizeLinear -> "
+                        "MatMul groups become under --qdq fuse, as onnxruntime's "
+                        "session.qdq_matmulnbits_accuracy_level (0-4; default 4, its default: int8 "
+                        "activations; 0 or 1: float32)")
 
 
 def _add_emulate_arg(p) -> None:

@@ -57,5 +57,11 @@ def summarize(arr: np.ndarray) -> str:
     return f"dtype {a.dtype}"
 
 
+def qdq_options(args) -> dict[str, str] | None:
+    """--qdq-accuracy as the onnxruntime session option both runtimes get (None: the default)."""
+    level = getattr(args, "qdq_accuracy", None)
+    return None if level is None else {"session.qdq_matmulnbits_accuracy_level": str(level)}
+
+
 def progress_enabled(args) -> bool | None:
     return False if getattr(args, "json", False) else None

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from qlinear.tools import workers as W
-from qlinear.tools.commands.common import EXAMPLE_META, EXAMPLES_DIR, dumps, progress_enabled
+from qlinear.tools.commands.common import EXAMPLE_META, EXAMPLES_DIR, dumps, progress_enabled, qdq_options
 from qlinear.tools.commands.inputs import hint_dynamic_dims, model_and_inputs
 from qlinear.tools.compare import compare_model, format_report
 from qlinear.tools.dataset import load_labels, open_dataset
@@ -40,7 +40,7 @@ def main(args) -> int:
         result = compare_model(model, feeds, show_progress=progress_enabled(args), ulp=args.ulp,
                                atol=args.atol, rtol=args.rtol, emulate=args.emulate,
                                max_tensor_bytes=args.max_tensor_bytes,
-                               qdq=getattr(args, "qdq", "fuse"))
+                               qdq=getattr(args, "qdq", "fuse"), options=qdq_options(args))
     result["onnxruntime_u8s8_saturates"] = onnxruntime_saturates()
     result["saturation_probe"] = probe_source()
     result["model"] = model_path
@@ -105,7 +105,8 @@ def _compare_dataset(args) -> int:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     workers = min(args.workers or cpus, total)
     job = W.Job(model=model_path, dataset=args.dataset, labels=args.labels,
-                float_model=args.float_model, emulate=args.emulate, qdq=args.qdq, atol=args.atol,
+                float_model=args.float_model, emulate=args.emulate, qdq=args.qdq,
+                qdq_accuracy=getattr(args, "qdq_accuracy", None), atol=args.atol,
                 rtol=args.rtol, ulp=args.ulp, max_tensor_bytes=args.max_tensor_bytes,
                 threads=max(1, cpus // workers))
     bar = None

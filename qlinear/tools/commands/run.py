@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from qlinear.backend import QLinearRep, model_as_run
-from qlinear.tools.commands.common import dumps, progress_enabled, summarize
+from qlinear.tools.commands.common import dumps, progress_enabled, qdq_options, summarize
 from qlinear.tools.commands.inputs import hint_dynamic_dims, model_and_inputs
 from qlinear.tools.compare import run_onnxruntime
 from qlinear.tools.model import ToolError, make_output_dir, safe_output_path, write_file
@@ -72,7 +72,8 @@ def main(args) -> int:
         raise ToolError(f"--output-dir {args.output_dir}: exists and is not a directory")
 
     t0 = time.perf_counter()
-    rep = QLinearRep(model_as_run(model, getattr(args, "qdq", "fuse"), args.emulate), emulate=args.emulate,
+    rep = QLinearRep(model_as_run(model, getattr(args, "qdq", "fuse"), args.emulate, qdq_options(args)),
+                     emulate=args.emulate,
                      max_tensor_bytes=args.max_tensor_bytes)
     t_prepare = time.perf_counter() - t0
     t0 = time.perf_counter()
