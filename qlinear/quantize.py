@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _native, _qdq, dtypes
+from . import _native, _qdq, _qdq_native, dtypes
 from . import _validate as v
 from ._qdq import LATEST
 from ._elementwise import as_3d, run_blocked, scratch
@@ -155,7 +155,8 @@ def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, ax
         zp = qp.zero_point if qp.zero_point is not None else np.zeros(qp.scale.shape, qp.out.dtype)
         scale = np.asarray(qp.scale, np.float32)
         return _quantize_8bit(op, x, scale, zp, axis, scale, zp)
-    return _qdq.quantize(x, xt, qp)
+    out = _qdq_native.quantize(x, xt, qp)
+    return out if out is not None else _qdq.quantize(x, xt, qp)
 
 
 def _plain_scale(s: Any) -> bool:
@@ -216,7 +217,8 @@ def dequantize_linear(x: np.ndarray, x_scale: Any, x_zero_point: Any = None, *, 
         if not (x.dtype in v.DEQUANTIZABLE and dp.out is dtypes.F32 and np.asarray(x_scale).dtype == np.float32
                 and dp.layout.kind != "blocked"):
             v.check_size(op, "the output", x.shape, dp.out.dtype.itemsize)
-            return _qdq.dequantize(x, xt, dp)
+            out = _qdq_native.dequantize(x, xt, dp)
+            return out if out is not None else _qdq.dequantize(x, xt, dp)
     return _dequantize_8bit(op, x, x_scale, x_zero_point, axis)
 
 

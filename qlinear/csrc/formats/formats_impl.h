@@ -1,0 +1,237 @@
+/* The newer formats' conversion kernels (include/formats.h), written once in plain C and compiled
+ * three times: formats/portable.c (the baseline ISA, always built), isa/formats_avx2.c and
+ * isa/formats_avx512.c (the same source under `#pragma GCC target`, so that the compiler's
+ * vectorizer turns each loop into 8- or 16-lane code). Every loop is branch-free selects on
+ * float32/uint32 values, so the vectorized loops compute what the scalar ones compute, lane by
+ * lane: IEEE float32 division, multiplication, addition and subtraction are correctly rounded
+ * in any vector width, the build forbids contraction (-ffp-contract=off) and fast-math, and the
+ * rest is integer bit manipulation.
+ *
+ * Work goes through a tile of QF_TILE float32 values on the stack (a few KiB, in L1): widen the
+ * input exactly, round to P, divide, round to P, convert and store. Each step is one simple
+ * loop. The including file defines QF_NAME (its ql_fmt_kernels variable) and QF_LABEL. */
+#include "formats.h"
+
+#include <string.h>
+
+#define QF_TILE 512
+
+static inline uint32_t qf_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float qf_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* float16 -> float32, exact. Normal: rebias the exponent (15 -> 127) and widen the mantissa.
+ * Subnormal m·2^-24: built as 2^-14·(1 + m/1024) minus 2^-14, both exact, so the difference is
+ * exact. Inf/NaN: the exponent all ones, the payload kept. */
+static inline float qf_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t o = (uint32_t)(h & 0x7fffu) << 13;
+    uint32_t e = o & 0x0f800000u;
+    uint32_t n = o + ((uint32_t)(127 - 15) << 23);
+    uint32_t inf = n + ((uint32_t)(128 - 16) << 23);
+    uint32_t sub = qf_bits(qf_float(n + (1u << 23)) - qf_float(113u << 23));
+    uint32_t r = e == 0x0f800000u ? inf : (e == 0 ? sub : n);
+    return qf_float(r | sign);
+}
+
+/* float32 -> float16, round to nearest even. Below 2^-14 (half's subnormals): the float32 sum
+ * |x| + 0.5 rounds |x| once to a multiple of 2^-24 (the ulp of 0.5), which is the code (a carry
+ * to 1024 is the smallest normal). Normal: rebias, then the 13 dropped bits rounded to even; a
+ * carry steps the exponent, and past 65504 gives the infinity's code. NaN: quiet, the payload's
+ * top bits kept (the hardware conversion's and NumPy's NaN). */
+static inline uint16_t qf_f32_to_f16(float f) {
+    uint32_t u = qf_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
+    uint32_t sub = qf_bits(qf_float(a) + 0.5f) - 0x3f000000u;
+    uint32_t nrm = (a - ((uint32_t)(127 - 15) << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
+    uint32_t r = a > 0x7f800000u ? nan : (a >= 0x47800000u ? 0x7c00u : (a < 0x38800000u ? sub : nrm));
+    return (uint16_t)(r | sign);
+}
+
+static inline float qf_bf16_to_f32(uint16_t h) { return qf_float((uint32_t)h << 16); }
+
+/* float32 -> bfloat16, round to nearest even on the 16 dropped bits (a carry steps the exponent,
+ * to inf past the largest finite); NaN -> 0x7FC0 | sign (ml_dtypes' cast) */
+static inline uint16_t qf_f32_to_bf16(float f) {
+    uint32_t u = qf_bits(f);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : r);
+}
+
+/* one rounding of float32 values to P (float16 or bfloat16), kept as float32 (exact) */
+static void qf_round_p(int prec, float *b, ptrdiff_t m) {
+    if (prec == QF_F16)
+        for (ptrdiff_t i = 0; i < m; i++) b[i] = qf_f16_to_f32(qf_f32_to_f16(b[i]));
+    else if (prec == QF_BF16)
+        for (ptrdiff_t i = 0; i < m; i++) b[i] = qf_bf16_to_f32(qf_f32_to_bf16(b[i]));
+}
+
+/* ---- narrow float encoding: the Cast tables, exact round-to-nearest-even on float32 bits
+ *
+ * With a the magnitude's bits, a format of m mantissa bits and bias b:
+ * - |x| >= 2^(1-b) (normal in the format): subtract the bias difference from the exponent field
+ *   (a - (127-b)<<23), then round off the 23-m low bits to nearest even; a carry out of the
+ *   mantissa steps the exponent, as it should, and the result is the code's magnitude.
+ * - below (subnormal in the format): the float32 sum |x| + 2^(1-b-m+23) rounds |x| once (IEEE
+ *   addition, to nearest even) to a multiple of 2^(1-b-m), the format's smallest subnormal, since
+ *   that is the ulp of the magic number; the sum's bits minus the magic's are the units, which is
+ *   the code (a carry to 2^m units is the smallest normal's code).
+ * - then the specials: magnitudes past the largest finite code and ±inf -> the saturate/overflow
+ *   code; NaN -> the NaN code; the fnuz formats have no -0. */
+typedef struct {
+    uint32_t minnorm, rebias, magic_bits, shift, half_m1, max_code, sign_bit;
+    uint32_t ov_base, ov_sign, nan_base, nan_sign, zero_unsigned;
+    float magic;
+} qf_enc;
+
+static void qf_enc_init(qf_enc *E, const ql_nfmt *F, int saturate) {
+    E->minnorm = (uint32_t)(128 - F->bias) << 23;
+    E->rebias = (uint32_t)(127 - F->bias) << 23;
+    E->magic_bits = (uint32_t)(1 - F->bias - F->mbits + 23 + 127) << 23;
+    E->magic = qf_float(E->magic_bits);
+    E->shift = (uint32_t)(23 - F->mbits);
+    E->half_m1 = (1u << (E->shift - 1)) - 1u;
+    E->max_code = F->max_code;
+    E->sign_bit = F->sign_bit;
+    int fl = F->flavour;
+    if (saturate || fl == QF_FINITE) { E->ov_base = F->max_code; E->ov_sign = ~0u; }
+    else if (fl == QF_IEEE) { E->ov_base = F->max_code + 1; E->ov_sign = ~0u; }   /* ±inf */
+    else if (fl == QF_FN) { E->ov_base = F->nan_code; E->ov_sign = ~0u; }
+    else { E->ov_base = F->nan_code; E->ov_sign = 0; }                              /* fnuz: 0x80 */
+    if (fl == QF_FINITE) { E->nan_base = F->max_code; E->nan_sign = 0; }           /* NaN -> +max */
+    else if (fl == QF_FNUZ) { E->nan_base = F->nan_code; E->nan_sign = 0; }
+    else { E->nan_base = F->nan_code; E->nan_sign = ~0u; }
+    E->zero_unsigned = fl == QF_FNUZ ? ~0u : 0;
+}
+
+static inline uint8_t qf_encode(float x, const qf_enc *E) {
+    uint32_t u = qf_bits(x), a = u & 0x7fffffffu;
+    uint32_t sign = (u >> 31) ? E->sign_bit : 0;
+    uint32_t r = a - E->rebias;
+    uint32_t ncode = (r + E->half_m1 + ((r >> E->shift) & 1u)) >> E->shift;
+    uint32_t scode = qf_bits(qf_float(a) + E->magic) - E->magic_bits;
+    uint32_t mag = a >= E->minnorm ? ncode : scode;
+    uint32_t code = mag | ((mag == 0 && E->zero_unsigned) ? 0 : sign);
+    uint32_t over = E->ov_base | (sign & E->ov_sign);
+    code = (a >= 0x7f800000u || mag > E->max_code) ? over : code;
+    code = a > 0x7f800000u ? (E->nan_base | (sign & E->nan_sign)) : code;
+    return (uint8_t)code;
+}
+
+/* ---- inputs to float32 (exact; int32 rounds once to nearest even above 2^24) */
+static void qf_widen(int type, const void *x, ptrdiff_t i0, ptrdiff_t m, const ql_nfmt *F, float *b) {
+    switch (type) {
+    case QF_F32: memcpy(b, (const float *)x + i0, (size_t)m * 4); break;
+    case QF_F16: { const uint16_t *p = (const uint16_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = qf_f16_to_f32(p[i]); } break;
+    case QF_BF16: { const uint16_t *p = (const uint16_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = qf_bf16_to_f32(p[i]); } break;
+    case QF_I32: { const int32_t *p = (const int32_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = (float)p[i]; } break;
+    case QF_U8: { const uint8_t *p = (const uint8_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = (float)p[i]; } break;
+    case QF_I8: { const int8_t *p = (const int8_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = (float)p[i]; } break;
+    case QF_U16: { const uint16_t *p = (const uint16_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = (float)p[i]; } break;
+    case QF_I16: { const int16_t *p = (const int16_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = (float)p[i]; } break;
+    /* sub-byte integers: the value in the low bits (ml_dtypes' storage); signed ones sign-extended
+     * from their top bit by an arithmetic shift of the byte moved to the top of an int32 */
+    case QF_U4: { const uint8_t *p = (const uint8_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = (float)(p[i] & 15); } break;
+    case QF_I4: { const uint8_t *p = (const uint8_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = (float)((int32_t)((uint32_t)p[i] << 28) >> 28); } break;
+    case QF_U2: { const uint8_t *p = (const uint8_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = (float)(p[i] & 3); } break;
+    case QF_I2: { const uint8_t *p = (const uint8_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = (float)((int32_t)((uint32_t)p[i] << 30) >> 30); } break;
+    case QF_NF: { const uint8_t *p = (const uint8_t *)x + i0; const float *t = F->table; for (ptrdiff_t i = 0; i < m; i++) b[i] = t[p[i]]; } break;
+    default: break;
+    }
+}
+
+/* QuantizeLinear over one run (include/formats.h has the formula) */
+static void qf_quantize(const ql_fmt_op *op, const void *x, ptrdiff_t n, const float *s, int ss, const float *z,
+                        int zs, void *out) {
+    float b[QF_TILE];
+    qf_enc E;
+    memset(&E, 0, sizeof E);
+    if (op->out_type == QF_NF) qf_enc_init(&E, &op->fmt, op->saturate);
+    const float lo = (float)op->lo, hi = (float)op->hi;
+    /* 1.5 * 2^23: |v| + this lies in [2^23, 2^24), whose ulp is 1, so the float32 addition
+     * rounds v to an integer, ties to even (the magic is even); the subtraction is exact. The
+     * values are clamped to the 16-bit types' bounds first, far inside |v| < 2^22. */
+    const float rmagic = 12582912.0f;
+    for (ptrdiff_t i0 = 0; i0 < n; i0 += QF_TILE) {
+        ptrdiff_t m = n - i0 < QF_TILE ? n - i0 : QF_TILE;
+        qf_widen(op->x_type, x, i0, m, &op->fmt, b);
+        if (op->prec != QF_F32) qf_round_p(op->prec, b, m);
+        if (ss) {
+            const float *sv = s + i0;
+            for (ptrdiff_t i = 0; i < m; i++) b[i] = b[i] / sv[i];
+        } else {
+            const float s0 = s[0];
+            for (ptrdiff_t i = 0; i < m; i++) b[i] = b[i] / s0;
+        }
+        if (op->prec != QF_F32) qf_round_p(op->prec, b, m);
+        if (op->out_type == QF_NF) {
+            uint8_t *o = (uint8_t *)out + i0;
+            if (op->add_zero && z) {
+                if (zs) { const float *zv = z + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = b[i] + zv[i]; }
+                else { const float z0 = z[0]; for (ptrdiff_t i = 0; i < m; i++) b[i] = b[i] + z0; }
+                if (op->prec != QF_F32) qf_round_p(op->prec, b, m);
+            }
+            for (ptrdiff_t i = 0; i < m; i++) o[i] = qf_encode(b[i], &E);
+            continue;
+        }
+        /* integers: clamp to [lo - z, hi - z] (a NaN fails v > l and takes l: the type's
+         * minimum), round (exact for these integer bounds: rounding then clamping is the same),
+         * add z. z is an integer of the type, so lo - z and hi - z are exact. */
+        int32_t *qi = (int32_t *)(void *)b;   /* the tile reused for the int32 results */
+        if (z && zs) {
+            const float *zv = z + i0;
+            for (ptrdiff_t i = 0; i < m; i++) {
+                float l = lo - zv[i], h = hi - zv[i], v = b[i];
+                v = v > l ? v : l;
+                v = v < h ? v : h;
+                v = (v + rmagic) - rmagic;
+                qi[i] = (int32_t)v + (int32_t)zv[i];
+            }
+        } else {
+            const float z0 = z ? z[0] : 0.0f, l = lo - z0, h = hi - z0;
+            const int32_t zi = (int32_t)z0;
+            for (ptrdiff_t i = 0; i < m; i++) {
+                float v = b[i];
+                v = v > l ? v : l;
+                v = v < h ? v : h;
+                v = (v + rmagic) - rmagic;
+                qi[i] = (int32_t)v + zi;
+            }
+        }
+        switch (op->out_type) {
+        case QF_U8: case QF_I8: { uint8_t *o = (uint8_t *)out + i0; for (ptrdiff_t i = 0; i < m; i++) o[i] = (uint8_t)qi[i]; } break;
+        case QF_U16: case QF_I16: { uint16_t *o = (uint16_t *)out + i0; for (ptrdiff_t i = 0; i < m; i++) o[i] = (uint16_t)qi[i]; } break;
+        /* sub-byte: the two's-complement low bits (ml_dtypes stores int4 -1 as 0x0F) */
+        case QF_U4: case QF_I4: { uint8_t *o = (uint8_t *)out + i0; for (ptrdiff_t i = 0; i < m; i++) o[i] = (uint8_t)(qi[i] & 15); } break;
+        case QF_U2: case QF_I2: { uint8_t *o = (uint8_t *)out + i0; for (ptrdiff_t i = 0; i < m; i++) o[i] = (uint8_t)(qi[i] & 3); } break;
+        default: break;
+        }
+    }
+}
+
+/* DequantizeLinear over one run: (float32(x) - z) * s, one rounding to the output type */
+static void qf_dequantize(const ql_fmt_op *op, const void *x, ptrdiff_t n, const float *s, int ss, const float *z,
+                          int zs, void *out) {
+    float b[QF_TILE];
+    for (ptrdiff_t i0 = 0; i0 < n; i0 += QF_TILE) {
+        ptrdiff_t m = n - i0 < QF_TILE ? n - i0 : QF_TILE;
+        qf_widen(op->x_type, x, i0, m, &op->fmt, b);
+        /* integers up to 16 bits and their zero point are exact in float32, and so is the
+         * difference; a float format's difference is one float32 subtraction */
+        if (z && zs) { const float *zv = z + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = b[i] - zv[i]; }
+        else if (z) { const float z0 = z[0]; for (ptrdiff_t i = 0; i < m; i++) b[i] = b[i] - z0; }
+        if (op->out_type == QF_F32) {
+            float *o = (float *)out + i0;
+            if (ss) { const float *sv = s + i0; for (ptrdiff_t i = 0; i < m; i++) o[i] = b[i] * sv[i]; }
+            else { const float s0 = s[0]; for (ptrdiff_t i = 0; i < m; i++) o[i] = b[i] * s0; }
+            continue;
+        }
+        if (ss) { const float *sv = s + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = b[i] * sv[i]; }
+        else { const float s0 = s[0]; for (ptrdiff_t i = 0; i < m; i++) b[i] = b[i] * s0; }
+        uint16_t *o = (uint16_t *)out + i0;
+        if (op->out_type == QF_F16) for (ptrdiff_t i = 0; i < m; i++) o[i] = qf_f32_to_f16(b[i]);
+        else for (ptrdiff_t i = 0; i < m; i++) o[i] = qf_f32_to_bf16(b[i]);
+    }
+}
+
+const ql_fmt_kernels QF_NAME = {QF_LABEL, qf_quantize, qf_dequantize};
