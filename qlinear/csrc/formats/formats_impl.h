@@ -19,32 +19,43 @@
 static inline uint32_t qf_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float qf_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
-/* float16 -> float32, exact. Normal: rebias the exponent (15 -> 127) and widen the mantissa.
- * Subnormal m·2^-24: built as 2^-14·(1 + m/1024) minus 2^-14, both exact, so the difference is
- * exact. Inf/NaN: the exponent all ones, the payload kept. */
-static inline float qf_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t o = (uint32_t)(h & 0x7fffu) << 13;
-    uint32_t e = o & 0x0f800000u;
-    uint32_t n = o + ((uint32_t)(127 - 15) << 23);
-    uint32_t inf = n + ((uint32_t)(128 - 16) << 23);
-    uint32_t sub = qf_bits(qf_float(n + (1u << 23)) - qf_float(113u << 23));
-    uint32_t r = e == 0x0f800000u ? inf : (e == 0 ? sub : n);
-    return qf_float(r | sign);
+/* float16 -> float32, exact, over a run. Normal: rebias the exponent (15 -> 127) and widen the
+ * mantissa. Subnormal m·2^-24: built as 2^-14·(1 + m/1024) minus 2^-14, both exact, so the
+ * difference is exact. Inf/NaN: the exponent all ones, the payload kept. The float subtraction
+ * runs for every value in a loop of its own: inside the select loop the compiler would move it
+ * under the branch that uses it, and a conditional float operation does not vectorize on AVX2.
+ * (The same split is made in every conversion below.) */
+static void qf_from_f16_run(const uint16_t *h, ptrdiff_t m, float *b) {
+    for (ptrdiff_t i = 0; i < m; i++) {
+        uint32_t n = ((uint32_t)(h[i] & 0x7fffu) << 13) + ((uint32_t)(127 - 15) << 23);
+        b[i] = qf_float(n + (1u << 23)) - qf_float(113u << 23);
+    }
+    for (ptrdiff_t i = 0; i < m; i++) {
+        uint32_t sign = (uint32_t)(h[i] & 0x8000u) << 16;
+        uint32_t o = (uint32_t)(h[i] & 0x7fffu) << 13;
+        uint32_t e = o & 0x0f800000u;
+        uint32_t n = o + ((uint32_t)(127 - 15) << 23);
+        uint32_t inf = n + ((uint32_t)(128 - 16) << 23);
+        uint32_t r = e == 0x0f800000u ? inf : (e == 0 ? qf_bits(b[i]) : n);
+        b[i] = qf_float(r | sign);
+    }
 }
 
-/* float32 -> float16, round to nearest even. Below 2^-14 (half's subnormals): the float32 sum
- * |x| + 0.5 rounds |x| once to a multiple of 2^-24 (the ulp of 0.5), which is the code (a carry
- * to 1024 is the smallest normal). Normal: rebias, then the 13 dropped bits rounded to even; a
- * carry steps the exponent, and past 65504 gives the infinity's code. NaN: quiet, the payload's
- * top bits kept (the hardware conversion's and NumPy's NaN). */
-static inline uint16_t qf_f32_to_f16(float f) {
-    uint32_t u = qf_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
-    uint32_t sub = qf_bits(qf_float(a) + 0.5f) - 0x3f000000u;
-    uint32_t nrm = (a - ((uint32_t)(127 - 15) << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
-    uint32_t r = a > 0x7f800000u ? nan : (a >= 0x47800000u ? 0x7c00u : (a < 0x38800000u ? sub : nrm));
-    return (uint16_t)(r | sign);
+/* float32 -> float16, round to nearest even, over a run. Below 2^-14 (half's subnormals): the
+ * float32 sum |x| + 0.5 rounds |x| once to a multiple of 2^-24 (the ulp of 0.5), which is the
+ * code (a carry to 1024 is the smallest normal). Normal: rebias, then the 13 dropped bits
+ * rounded to even; a carry steps the exponent, and past 65504 gives the infinity's code. NaN:
+ * quiet, the payload's top bits kept (the hardware conversion's and NumPy's NaN). */
+static void qf_to_f16_run(const float *b, ptrdiff_t m, uint16_t *o) {
+    uint32_t sc[QF_TILE];
+    for (ptrdiff_t i = 0; i < m; i++) sc[i] = qf_bits(qf_float(qf_bits(b[i]) & 0x7fffffffu) + 0.5f) - 0x3f000000u;
+    for (ptrdiff_t i = 0; i < m; i++) {
+        uint32_t u = qf_bits(b[i]), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+        uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
+        uint32_t nrm = (a - ((uint32_t)(127 - 15) << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
+        uint32_t r = a > 0x7f800000u ? nan : (a >= 0x47800000u ? 0x7c00u : (a < 0x38800000u ? sc[i] : nrm));
+        o[i] = (uint16_t)(r | sign);
+    }
 }
 
 static inline float qf_bf16_to_f32(uint16_t h) { return qf_float((uint32_t)h << 16); }
@@ -58,12 +69,16 @@ static inline uint16_t qf_f32_to_bf16(float f) {
     return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : r);
 }
 
-/* one rounding of float32 values to P (float16 or bfloat16), kept as float32 (exact) */
+/* one rounding of float32 values (at most QF_TILE) to P (float16 or bfloat16), kept as float32
+ * (exact) */
 static void qf_round_p(int prec, float *b, ptrdiff_t m) {
-    if (prec == QF_F16)
-        for (ptrdiff_t i = 0; i < m; i++) b[i] = qf_f16_to_f32(qf_f32_to_f16(b[i]));
-    else if (prec == QF_BF16)
+    if (prec == QF_F16) {
+        uint16_t h[QF_TILE];
+        qf_to_f16_run(b, m, h);
+        qf_from_f16_run(h, m, b);
+    } else if (prec == QF_BF16) {
         for (ptrdiff_t i = 0; i < m; i++) b[i] = qf_bf16_to_f32(qf_f32_to_bf16(b[i]));
+    }
 }
 
 /* ---- narrow float encoding: the Cast tables, exact round-to-nearest-even on float32 bits
@@ -104,25 +119,42 @@ static void qf_enc_init(qf_enc *E, const ql_nfmt *F, int saturate) {
     E->zero_unsigned = fl == QF_FNUZ ? ~0u : 0;
 }
 
-static inline uint8_t qf_encode(float x, const qf_enc *E) {
-    uint32_t u = qf_bits(x), a = u & 0x7fffffffu;
-    uint32_t sign = (u >> 31) ? E->sign_bit : 0;
-    uint32_t r = a - E->rebias;
-    uint32_t ncode = (r + E->half_m1 + ((r >> E->shift) & 1u)) >> E->shift;
-    uint32_t scode = qf_bits(qf_float(a) + E->magic) - E->magic_bits;
-    uint32_t mag = a >= E->minnorm ? ncode : scode;
-    uint32_t code = mag | ((mag == 0 && E->zero_unsigned) ? 0 : sign);
-    uint32_t over = E->ov_base | (sign & E->ov_sign);
-    code = (a >= 0x7f800000u || mag > E->max_code) ? over : code;
-    code = a > 0x7f800000u ? (E->nan_base | (sign & E->nan_sign)) : code;
-    return (uint8_t)code;
+/* One run of at most QF_TILE values. The float32 addition of the subnormal branch is done for
+ * every value in a loop of its own first: left inside the select loop, the compiler would move
+ * it under the branch that uses it and then refuse to vectorize a conditional float operation. E
+ * by value: a local the byte stores cannot alias, so the loop keeps it in registers. */
+static void qf_encode_run(const float *b, ptrdiff_t m, uint8_t *o, const qf_enc E) {
+    uint32_t sc[QF_TILE];
+    for (ptrdiff_t i = 0; i < m; i++) sc[i] = qf_bits(qf_float(qf_bits(b[i]) & 0x7fffffffu) + E.magic) - E.magic_bits;
+    for (ptrdiff_t i = 0; i < m; i++) {
+        uint32_t u = qf_bits(b[i]), a = u & 0x7fffffffu;
+        uint32_t sign = (u >> 31) ? E.sign_bit : 0;
+        uint32_t r = a - E.rebias;
+        uint32_t ncode = (r + E.half_m1 + ((r >> E.shift) & 1u)) >> E.shift;
+        uint32_t mag = a >= E.minnorm ? ncode : sc[i];
+        uint32_t keep = mag == 0 ? ~E.zero_unsigned : ~0u;   /* fnuz: no -0 */
+        uint32_t code = mag | (sign & keep);
+        uint32_t over = E.ov_base | (sign & E.ov_sign);
+        code = ((a >= 0x7f800000u) | (mag > E.max_code)) ? over : code;
+        code = a > 0x7f800000u ? (E.nan_base | (sign & E.nan_sign)) : code;
+        o[i] = (uint8_t)code;
+    }
+}
+
+/* b[i] = table[p[i]]: the including file may give a gather (QF_GATHER); else a plain loop */
+static void qf_lookup(const float *t, const uint8_t *p, ptrdiff_t m, float *b) {
+    ptrdiff_t i = 0;
+#ifdef QF_GATHER
+    i = QF_GATHER(t, p, m, b);
+#endif
+    for (; i < m; i++) b[i] = t[p[i]];
 }
 
 /* ---- inputs to float32 (exact; int32 rounds once to nearest even above 2^24) */
 static void qf_widen(int type, const void *x, ptrdiff_t i0, ptrdiff_t m, const ql_nfmt *F, float *b) {
     switch (type) {
     case QF_F32: memcpy(b, (const float *)x + i0, (size_t)m * 4); break;
-    case QF_F16: { const uint16_t *p = (const uint16_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = qf_f16_to_f32(p[i]); } break;
+    case QF_F16: qf_from_f16_run((const uint16_t *)x + i0, m, b); break;
     case QF_BF16: { const uint16_t *p = (const uint16_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = qf_bf16_to_f32(p[i]); } break;
     case QF_I32: { const int32_t *p = (const int32_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = (float)p[i]; } break;
     case QF_U8: { const uint8_t *p = (const uint8_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = (float)p[i]; } break;
@@ -135,7 +167,7 @@ static void qf_widen(int type, const void *x, ptrdiff_t i0, ptrdiff_t m, const q
     case QF_I4: { const uint8_t *p = (const uint8_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = (float)((int32_t)((uint32_t)p[i] << 28) >> 28); } break;
     case QF_U2: { const uint8_t *p = (const uint8_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = (float)(p[i] & 3); } break;
     case QF_I2: { const uint8_t *p = (const uint8_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = (float)((int32_t)((uint32_t)p[i] << 30) >> 30); } break;
-    case QF_NF: { const uint8_t *p = (const uint8_t *)x + i0; const float *t = F->table; for (ptrdiff_t i = 0; i < m; i++) b[i] = t[p[i]]; } break;
+    case QF_NF: qf_lookup(F->table, (const uint8_t *)x + i0, m, b); break;
     default: break;
     }
 }
@@ -144,8 +176,7 @@ static void qf_widen(int type, const void *x, ptrdiff_t i0, ptrdiff_t m, const q
 static void qf_quantize(const ql_fmt_op *op, const void *x, ptrdiff_t n, const float *s, int ss, const float *z,
                         int zs, void *out) {
     float b[QF_TILE];
-    qf_enc E;
-    memset(&E, 0, sizeof E);
+    qf_enc E = {0};
     if (op->out_type == QF_NF) qf_enc_init(&E, &op->fmt, op->saturate);
     const float lo = (float)op->lo, hi = (float)op->hi;
     /* 1.5 * 2^23: |v| + this lies in [2^23, 2^24), whose ulp is 1, so the float32 addition
@@ -171,7 +202,7 @@ static void qf_quantize(const ql_fmt_op *op, const void *x, ptrdiff_t n, const f
                 else { const float z0 = z[0]; for (ptrdiff_t i = 0; i < m; i++) b[i] = b[i] + z0; }
                 if (op->prec != QF_F32) qf_round_p(op->prec, b, m);
             }
-            for (ptrdiff_t i = 0; i < m; i++) o[i] = qf_encode(b[i], &E);
+            qf_encode_run(b, m, o, E);
             continue;
         }
         /* integers: clamp to [lo - z, hi - z] (a NaN fails v > l and takes l: the type's
@@ -229,7 +260,7 @@ static void qf_dequantize(const ql_fmt_op *op, const void *x, ptrdiff_t n, const
         if (ss) { const float *sv = s + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = b[i] * sv[i]; }
         else { const float s0 = s[0]; for (ptrdiff_t i = 0; i < m; i++) b[i] = b[i] * s0; }
         uint16_t *o = (uint16_t *)out + i0;
-        if (op->out_type == QF_F16) for (ptrdiff_t i = 0; i < m; i++) o[i] = qf_f32_to_f16(b[i]);
+        if (op->out_type == QF_F16) qf_to_f16_run(b, m, o);
         else for (ptrdiff_t i = 0; i < m; i++) o[i] = qf_f32_to_bf16(b[i]);
     }
 }
