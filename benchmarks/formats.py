@@ -166,6 +166,38 @@ def _bandwidth():
     return 2 * a.nbytes / _median_time(lambda: np.copyto(b, a), 9)
 
 
+def matmul_part(repeat):
+    """QLinearMatMul-21 (issue 29's targets): float8 e4m3fn operands against NumPy's float32
+    matmul of the dequantized operands (same process, same threads: OpenBLAS's), and 8-bit
+    operands with float16 scales against the same call with float32 scales."""
+    import qlinear
+    rng = np.random.default_rng(1)
+    e4 = ml_dtypes.float8_e4m3fn
+    print(f"{'QLinearMatMul-21':44s} {'qlinear':>10s} {'reference':>10s} {'ratio':>7s}")
+    for m, k, n in ((128, 768, 768), (128, 768, 3072)):
+        def f8(shape):
+            c = rng.integers(0, 256, shape, dtype=np.uint8)
+            c[(c & 0x7F) == 0x7F] = 0
+            return c.view(e4)
+        a, b = f8((m, k)), f8((k, n))
+        z = np.zeros((), e4)
+        af, bf = a.astype(np.float32), b.astype(np.float32)
+        tq = _median_time(lambda: qlinear.qlinear_matmul(a, np.float32(0.1), z, b, np.float32(0.1), z,
+                                                         np.float32(10.0), z), repeat)
+        tn = _median_time(lambda: np.matmul(af, bf), repeat)
+        print(f"{f'f8e4m3fn {m}x{k}x{n} vs numpy f32 matmul':44s} {tq * 1e3:8.2f}ms {tn * 1e3:8.2f}ms {tq / tn:7.2f}"
+              f"  (target <= 2)")
+        a8 = rng.integers(0, 256, (m, k), dtype=np.uint8)
+        b8 = rng.integers(-128, 128, (k, n), dtype=np.int8)
+        zu, zs = np.uint8(128), np.int8(0)
+        t16 = _median_time(lambda: qlinear.qlinear_matmul(a8, np.float16(0.05), zu, b8, np.float16(0.01), zs,
+                                                          np.float16(2.0), zu), repeat)
+        t32 = _median_time(lambda: qlinear.qlinear_matmul(a8, np.float32(0.05), zu, b8, np.float32(0.01), zs,
+                                                          np.float32(2.0), zu), repeat)
+        print(f"{f'u8s8 {m}x{k}x{n} f16 scales vs f32 scales':44s} {t16 * 1e3:8.2f}ms {t32 * 1e3:8.2f}ms "
+              f"{t16 / t32:7.2f}  (target ~1)")
+
+
 def main(argv):
     threads = len(os.sched_getaffinity(0))
     repeat = 15
@@ -176,6 +208,8 @@ def main(argv):
         if w.startswith("--repeat="):
             repeat = int(w.split("=")[1])
     names = [n for n in _case_defs() if not words or any(w in n for w in words)]
+    if not words or "matmul" in words:
+        matmul_part(repeat)
     bw = _bandwidth()
     print(f"memory bandwidth (numpy.copyto of 256 MiB, read + write): {bw / 1e9:.1f} GB/s; threads {threads}")
     print(f"{'case':44s} {'qlinear':>10s} {'ort':>10s} {'q/ort':>7s} {'ref':>10s} {'ref/q':>7s} {'bw':>6s}")
