@@ -535,6 +535,29 @@ def test_native_conversions_run_natively(monkeypatch):
                                 output_dtype=ml_dtypes.int4)
 
 
+def test_engine_prepared_forms_match_plain_calls(engine_level):
+    """PreparedQuantizeLinear / PreparedDequantizeLinear: the parameters checked once, the same
+    bits as the plain calls (and the oracle) on every call, for several x shapes."""
+    from qlinear.quantize import PreparedDequantizeLinear, PreparedQuantizeLinear
+    rng = np.random.default_rng(21)
+    s = _scales(rng, (3, 2, 4), F16, 0.05, 2.0)
+    zp = rng.integers(-8, 8, (3, 2, 4)).astype(ml_dtypes.int4)
+    pq = PreparedQuantizeLinear(s, zp, axis=1, block_size=4, output_dtype=ml_dtypes.int4)
+    pd = PreparedDequantizeLinear(s, zp, axis=1, block_size=4, output_dtype=BF16)
+    for d in (5, 8, 5):
+        x = _x(rng, (3, d, 4), F32, 10.0)
+        q = pq.run(x)
+        bits_equal(q, oracle.quantize_linear_v(x, s, zp, axis=1, block_size=4, output_dtype=ml_dtypes.int4))
+        bits_equal(q, qlinear.quantize_linear(x, s, zp, axis=1, block_size=4, output_dtype=ml_dtypes.int4))
+        bits_equal(pd.run(q), oracle.dequantize_linear_v(q, s, zp, axis=1, block_size=4, output_dtype=BF16))
+    with pytest.raises(ValueError, match="y_scale must have shape"):
+        pq.run(np.zeros((3, 9, 4), F32))
+    p8 = PreparedQuantizeLinear(np.float32(0.5), saturate=0, output_dtype=ml_dtypes.float8_e4m3fn)
+    x = _boundaries("float8e4m3fn")
+    bits_equal(p8.run(x), oracle.quantize_linear_v(x, np.float32(0.5), saturate=0,
+                                                    output_dtype=ml_dtypes.float8_e4m3fn))
+
+
 # ----------------------------------------------------------------------------- memory
 
 

@@ -20,7 +20,7 @@
 
 #include "qlinear.h"
 
-/* element types (the Python side's FORMAT_CODES, qlinear/_qdq_native.py) */
+/* element types (qlinear/engines/native/formats.py: FORMAT_CODES) */
 enum {
     QF_F32 = 0, QF_F16 = 1, QF_BF16 = 2, QF_I32 = 3,
     QF_U8 = 4, QF_I8 = 5, QF_U16 = 6, QF_I16 = 7, QF_U4 = 8, QF_I4 = 9, QF_U2 = 10, QF_I2 = 11,

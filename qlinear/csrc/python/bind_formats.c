@@ -1,4 +1,4 @@
-/* The newer formats' QuantizeLinear / DequantizeLinear (include/formats.h): qlinear/_qdq_native.py
+/* The newer formats' QuantizeLinear / DequantizeLinear (include/formats.h): qlinear/engines/native/formats.py
  * plans the call from the validated parameters (qlinear/_qdq.py) and the registry's facts; this
  * binding checks every buffer's size and the geometry again, then runs with the GIL released. */
 #include "args.h"

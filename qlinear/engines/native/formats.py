@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _native
-from . import dtypes
-from ._params import Layout
+from ... import _native
+from ... import dtypes
+from ..._params import Layout
 
 #: element type codes of qlinear/csrc/include/formats.h (QF_*); narrow float formats are QF_NF
 FORMAT_CODES = {"float32": 0, "float16": 1, "bfloat16": 2, "int32": 3, "uint8": 4, "int8": 5, "uint16": 6,
