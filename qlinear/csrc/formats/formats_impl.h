@@ -172,9 +172,71 @@ static void qf_widen(int type, const void *x, ptrdiff_t i0, ptrdiff_t m, const q
     }
 }
 
+/* The common cases in one pass, without the tile (the same operations in the same order as the
+ * tile path below): float32 x with P = float32 to an integer type, and an integer x of at most
+ * 16 bits to float32. S / Z: the run's parameter or the element's. */
+#define QF_Q_INT_BODY(S, Z) \
+    for (ptrdiff_t i = 0; i < n; i++) { \
+        float l = lo - (Z), h = hi - (Z), v = xs[i] / (S); \
+        v = v > l ? v : l; \
+        v = v < h ? v : h; \
+        v = (v + rmagic) - rmagic; \
+        uint32_t q = (uint32_t)((int32_t)v + (int32_t)(Z)) & mask; \
+        if (wide) o16[i] = (uint16_t)q; else o8[i] = (uint8_t)q; \
+    }
+
+static void qf_quantize_f32_int(const ql_fmt_op *op, const float *xs, ptrdiff_t n, const float *s, int ss,
+                                const float *z, int zs, void *out) {
+    const float lo = (float)op->lo, hi = (float)op->hi, rmagic = 12582912.0f;
+    const int wide = op->out_type == QF_U16 || op->out_type == QF_I16;
+    const uint32_t mask = wide ? 0xffffu : (op->out_type == QF_U4 || op->out_type == QF_I4) ? 15u
+                          : (op->out_type == QF_U2 || op->out_type == QF_I2) ? 3u : 0xffu;
+    uint16_t *o16 = (uint16_t *)out;
+    uint8_t *o8 = (uint8_t *)out;
+    const float s0 = s[0], z0 = z ? z[0] : 0.0f;
+    if (ss && z && zs) { QF_Q_INT_BODY(s[i], z[i]) }
+    else if (ss) { QF_Q_INT_BODY(s[i], z0) }
+    else if (z && zs) { QF_Q_INT_BODY(s0, z[i]) }
+    else { QF_Q_INT_BODY(s0, z0) }
+}
+
+#define QF_DQ_INT_LOOP(VAL) \
+    do { \
+        if (ss && z && zs) for (ptrdiff_t i = 0; i < n; i++) o[i] = ((float)(VAL) - z[i]) * s[i]; \
+        else if (ss && z) for (ptrdiff_t i = 0; i < n; i++) o[i] = ((float)(VAL) - z0) * s[i]; \
+        else if (ss) for (ptrdiff_t i = 0; i < n; i++) o[i] = (float)(VAL) * s[i]; \
+        else if (z && zs) for (ptrdiff_t i = 0; i < n; i++) o[i] = ((float)(VAL) - z[i]) * s0; \
+        else if (z) for (ptrdiff_t i = 0; i < n; i++) o[i] = ((float)(VAL) - z0) * s0; \
+        else for (ptrdiff_t i = 0; i < n; i++) o[i] = (float)(VAL) * s0; \
+    } while (0)
+
+static void qf_dequantize_int_f32(int type, const void *x, ptrdiff_t n, const float *s, int ss, const float *z,
+                                  int zs, float *o) {
+    const float s0 = s[0], z0 = z ? z[0] : 0.0f;
+    const uint8_t *u8 = (const uint8_t *)x;
+    const int8_t *i8 = (const int8_t *)x;
+    const uint16_t *u16 = (const uint16_t *)x;
+    const int16_t *i16 = (const int16_t *)x;
+    switch (type) {
+    case QF_U8: QF_DQ_INT_LOOP(u8[i]); break;
+    case QF_I8: QF_DQ_INT_LOOP(i8[i]); break;
+    case QF_U16: QF_DQ_INT_LOOP(u16[i]); break;
+    case QF_I16: QF_DQ_INT_LOOP(i16[i]); break;
+    case QF_U4: QF_DQ_INT_LOOP(u8[i] & 15); break;
+    case QF_I4: QF_DQ_INT_LOOP((int32_t)((uint32_t)u8[i] << 28) >> 28); break;
+    case QF_U2: QF_DQ_INT_LOOP(u8[i] & 3); break;
+    case QF_I2: QF_DQ_INT_LOOP((int32_t)((uint32_t)u8[i] << 30) >> 30); break;
+    default: break;
+    }
+}
+
 /* QuantizeLinear over one run (include/formats.h has the formula) */
 static void qf_quantize(const ql_fmt_op *op, const void *x, ptrdiff_t n, const float *s, int ss, const float *z,
                         int zs, void *out) {
+    if (op->x_type == QF_F32 && op->prec == QF_F32 && op->out_type >= QF_U8 && op->out_type <= QF_I2) {
+        qf_quantize_f32_int(op, (const float *)x, n, s, ss, z, zs, out);
+        return;
+    }
     float b[QF_TILE];
     qf_enc E = {0};
     if (op->out_type == QF_NF) qf_enc_init(&E, &op->fmt, op->saturate);
@@ -243,6 +305,10 @@ static void qf_quantize(const ql_fmt_op *op, const void *x, ptrdiff_t n, const f
 /* DequantizeLinear over one run: (float32(x) - z) * s, one rounding to the output type */
 static void qf_dequantize(const ql_fmt_op *op, const void *x, ptrdiff_t n, const float *s, int ss, const float *z,
                           int zs, void *out) {
+    if (op->out_type == QF_F32 && op->x_type >= QF_U8 && op->x_type <= QF_I2) {
+        qf_dequantize_int_f32(op->x_type, x, n, s, ss, z, zs, (float *)out);
+        return;
+    }
     float b[QF_TILE];
     for (ptrdiff_t i0 = 0; i0 < n; i0 += QF_TILE) {
         ptrdiff_t m = n - i0 < QF_TILE ? n - i0 : QF_TILE;
