@@ -14,6 +14,7 @@ import functools
 import math
 from typing import Any, Callable
 
+import ml_dtypes
 import numpy as np
 
 import qlinear
@@ -316,7 +317,6 @@ def format_case(name: str, op: str, shape: tuple[int, ...], x_dtype: Any, scale_
 
 def format_cases() -> list[Case]:
     """Issue 29's cases that onnxruntime's Python binding runs."""
-    import ml_dtypes
     e4 = ml_dtypes.float8_e4m3fn
     n16m = (16 << 20,)
     act = (1, 64, 112, 112)
