@@ -14,6 +14,7 @@
 #include "elementwise.h"
 #include "nbits/nbits.h"
 #include "island.h"
+#include "formats.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -216,4 +217,21 @@ const ql_island_kernels *ql_island_for(const ql_isa *isa) {
     (void)isa;
 #endif
     return &ql_island_scalar;
+}
+
+/* The newer formats' conversion kernels for an ISA level (formats/): the AVX-512 build with the
+ * AVX-512 levels on a CPU that has AVX-512 F/BW/DQ/VL (never under the SIMDe emulation, which
+ * offers those levels on AVX2 CPUs), the AVX2 build with any other x86 level, else portable. */
+const ql_fmt_kernels *ql_fmt_for(const ql_isa *isa) {
+    detect();
+#if QL_X86
+    if (isa && isa != &ql_isa_scalar && feat.avx2) {
+        if (!QL_EMULATED && feat.avx512vnni && (isa == &ql_isa_avx512vnni || isa == ql_isa_amx()))
+            return &ql_fmt_avx512;
+        return &ql_fmt_avx2;
+    }
+#else
+    (void)isa;
+#endif
+    return &ql_fmt_portable;
 }
