@@ -9,7 +9,7 @@ median run times divided by ``nodes - 1`` is the cost per node (graph loop, disp
 operator's call and its small output), with the cost per run (feeds, outputs, session entry)
 taken out. Chains:
 
-- ``float``: Add (a constant), Mul (a constant), Relu, Sigmoid in turn on a (1, 16) float32;
+- ``float``: Add, Mul, Sub (a constant each), Relu in turn on a (1, 16) float32;
 - ``reshape``: Reshape / Transpose / Identity in turn (data movement, no arithmetic);
 - ``qmatmul``: QLinearMatMul of a (1, 16) uint8 by a constant (16, 16) int8, scalar scales;
 - ``qadd``: com.microsoft QLinearAdd of the chain's tensor and a constant, (1, 16) uint8;
@@ -61,8 +61,8 @@ def chain_model(kind: str, n: int) -> onnx.ModelProto:
         for i in range(n):
             a, b = f"t{i}", f"t{i + 1}"
             if kind == "float":
-                op = ("Add", "Mul", "Relu", "Sigmoid")[i % 4]
-                nodes.append(helper.make_node(op, [a, "c"] if op in ("Add", "Mul") else [a], [b]))
+                op = ("Add", "Mul", "Sub", "Relu")[i % 4]
+                nodes.append(helper.make_node(op, [a, "c"] if op != "Relu" else [a], [b]))
             elif kind == "reshape":
                 op = i % 3
                 if op == 0:

@@ -16,6 +16,7 @@ from ..contrib import _raw as _c  # the functions without their errstate wrapper
 from ..engines import ort_avx2
 from ..matmul import matmul_integer
 from ..passes import FUSED_OPS, QDQRefusal, exact_integer_convs, fuse_qdq
+from ..passes.dynamic_matmul import fuse_dynamic_matmul
 from .kernels.contrib import ContribOp, DynamicQuantizeMatMul, MatMulIntegerToFloat, QAttention, QGemm
 from .kernels.contrib import QLinearConv as ContribQLinearConv
 from .kernels.standard import ConvInteger, MatMulInteger, QLinearConv, QLinearMatMul, _QLinearOp
@@ -53,7 +54,8 @@ def _exact_convs(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def model_as_run(model: onnx.ModelProto, qdq: str = "fuse", emulate: str | None = None) -> onnx.ModelProto:
     """The graph ``prepare`` and ``qlinear run`` execute: :func:`apply_qdq`, then with
-    ``qdq="fuse"`` the float Convs whose float32 result is exact on integers
+    ``qdq="fuse"`` onnxruntime's DynamicQuantizeMatMul fusion (the same arithmetic,
+    :mod:`qlinear.passes.dynamic_matmul`) and the float Convs whose float32 result is exact on integers
     (:func:`qlinear.qdq.exact_integer_convs`: the same bytes). Not under an emulation (which
     changes ConvInteger's arithmetic), not for ``qdq="literal"`` (the graph as written), and
     only where ConvInteger is the faster form: the native engine at a SIMD level (its portable
@@ -61,6 +63,8 @@ def model_as_run(model: onnx.ModelProto, qdq: str = "fuse", emulate: str | None 
     retinaface 290 against 105 ms at the scalar level). ``qlinear compare`` keeps the float
     Convs: it compares their outputs with onnxruntime's."""
     model = apply_qdq(model, qdq)
+    if qdq == "fuse":  # DynamicQuantizeLinear + MatMulInteger + Cast + Mul, as onnxruntime fuses them
+        model = fuse_dynamic_matmul(model)
     if qdq != "fuse" or emulate is not None:
         return model
     info = _native.engine_info()

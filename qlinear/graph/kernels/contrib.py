@@ -328,14 +328,51 @@ class MatMulIntegerToFloat(ContribOp):
 
 
 class DynamicQuantizeMatMul(ContribOp):
-    """DynamicQuantizeMatMul: a constant B is packed once for the native GEMM."""
+    """DynamicQuantizeMatMul: a constant B is packed once for the native GEMM; when B, b_scale,
+    b_zero_point and bias are all constants of the model, they are checked once (on the first
+    full call) and later calls with these very objects quantize A, multiply and scale only."""
+
+    _bound_consts: tuple | None = None  # ((position, object) ..., b_scale [N] or 0-d, bias, product)
 
     def _run(self, *args, **_):
+        bound = self._bound_consts
+        if bound is not None and len(args) == bound[0] and all(args[i] is o for i, o in bound[1]) \
+                and type(args[0]) is np.ndarray and args[0].dtype == np.float32 and args[0].ndim >= 1:
+            try:
+                qa, sa, za = _gemm.dynamic_quantize_linear(args[0])
+                acc = bound[4](qa, None, za, None)
+            except (ValueError, TypeError, MemoryError):
+                acc = None  # the full call below reports it, named
+            if acc is not None:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    y = acc.astype(np.float32) * (np.float32(sa) * bound[2])  # f(f(acc) * f(a_scale * b_scale_j))
+                    return (y if bound[3] is None else y + bound[3],)  # a separate float32 addition
         product = self._prepared_for(_prepared_product, (args[1], _arg(args, 3)), (1, 3)) \
             if len(args) > 1 else None
         if product is None:
             return (self._call(_c.dynamic_quantize_matmul, *args),)
-        return (self._call(_gemm._dynamic_quantize_matmul_op, *args, product=product),)
+        y = self._call(_gemm._dynamic_quantize_matmul_op, *args, product=product)
+        self._bind_consts(args, product)
+        return (y,)
+
+    def _bind_consts(self, args: tuple, product) -> None:
+        """After a full call that succeeded: remember B, b_scale, b_zero_point and bias when all
+        of them are constants of the model (the same objects on every run), as that call
+        validated them."""
+        names = self.onnx_node.input
+        consts = getattr(self, "constant_inputs", frozenset())
+        present = [i for i in range(1, len(args)) if args[i] is not None]
+        if not all(i < len(names) and names[i] in consts for i in present):
+            return
+        b, bs = args[1], np.asarray(args[2])
+        n = b.shape[-1]
+        if b.ndim != 2 or bs.dtype != np.float32 or bs.size not in (1, n):
+            return
+        bias = _arg(args, 4)
+        if bias is not None and (not isinstance(bias, np.ndarray) or bias.dtype != np.float32 or bias.shape != (n,)):
+            return
+        self._bound_consts = (len(args), tuple((i, args[i]) for i in present),
+                              bs.reshape(()) if bs.size == 1 else bs.reshape(n), bias, product)
 
 
 class QuantizeLinear(ContribOp):
