@@ -34,5 +34,6 @@ extern PyMethodDef ql_bind_matmul_methods[];
 extern PyMethodDef ql_bind_conv_methods[];
 extern PyMethodDef ql_bind_elementwise_methods[];
 extern PyMethodDef ql_bind_diag_methods[];
+extern PyMethodDef ql_bind_transformer_methods[];
 
 #endif

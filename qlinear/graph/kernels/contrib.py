@@ -360,7 +360,7 @@ class DynamicQuantizeMatMul(ContribOp):
         of them are constants of the model (the same objects on every run), as that call
         validated them."""
         names = self.onnx_node.input
-        consts = getattr(self, "constant_inputs", frozenset())
+        consts = getattr(self, "constant_inputs", None) or frozenset()
         present = [i for i in range(1, len(args)) if args[i] is not None]
         if not all(i < len(names) and names[i] in consts for i in present):
             return
