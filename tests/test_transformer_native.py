@@ -137,3 +137,45 @@ def test_native_skip_layer_norm_takes_strided_and_broadcast_inputs():
         want = _numpy(tf.skip_layer_normalization, x, s, gamma)
         for g, w in zip(got, want):
             assert np.array_equal(_bits(g), _bits(w))
+
+
+def _sln_gelu_model():
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(9)
+    inits = [numpy_helper.from_array(rng.standard_normal(16).astype(F32), n) for n in ("g", "b", "bias", "gb")]
+    nodes = [helper.make_node("SkipLayerNormalization", ["x", "skip", "g", "b", "bias"], ["s", "", "", "sum"],
+                              domain="com.microsoft", epsilon=1e-5, name="sln"),
+             helper.make_node("FastGelu", ["s", "gb"], ["y"], domain="com.microsoft", name="gelu")]
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph(nodes, "g", [vi("x", T.FLOAT, None), vi("skip", T.FLOAT, None)],
+                          [vi("y", T.FLOAT, None), vi("sum", T.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+
+
+def test_backend_binds_constant_parameters_once_and_gives_the_full_calls_bits():
+    from qlinear import backend
+
+    m = _sln_gelu_model()
+    rep = backend.prepare(m)
+    with _native.use_engine("numpy"):
+        ref = backend.prepare(m)
+    rng = np.random.default_rng(10)
+    for shape in ((1, 3, 16), (2, 5, 16), (2, 5, 16)):
+        feeds = {"x": rng.standard_normal(shape).astype(F32), "skip": rng.standard_normal(shape).astype(F32)}
+        got = rep.run(feeds)
+        with _native.use_engine("numpy"):
+            want = ref.run(feeds)
+        for g, w in zip(got, want):
+            assert np.array_equal(_bits(g), _bits(w))
+    kinds = {type(n).__name__: n._bound for n in rep.evaluator.rt_nodes_}
+    assert isinstance(kinds["SkipLayerNormalization"], tuple) and isinstance(kinds["FastGelu"], tuple)
+    # inputs the bound path does not take go the full way: a broadcast skip, a wrong hidden size
+    x = rng.standard_normal((2, 5, 16)).astype(F32)
+    got = rep.run({"x": x, "skip": x[:1]})
+    with _native.use_engine("numpy"):
+        want = ref.run({"x": x, "skip": x[:1]})
+    assert all(np.array_equal(_bits(g), _bits(w)) for g, w in zip(got, want))
+    with pytest.raises(backend.NodeError, match="'sln'.*hidden size"):
+        rep.run({"x": np.ones((2, 5, 8), F32), "skip": np.ones((2, 5, 8), F32)})

@@ -18,6 +18,7 @@ import numpy as np
 from onnx.reference.op_run import OpRun
 
 from ... import _native, prepare_matmul_integer, prepare_qlinear_conv
+from ... import _validate as v
 from ...contrib import _params
 from ...contrib import _raw as _c  # the functions without their errstate wrapper: a graph run has it
 from ...contrib import elementwise as _elementwise
@@ -506,18 +507,92 @@ class SkipLayerNormalization(ContribOp):
     """SkipLayerNormalization: constant gamma, beta and bias are checked and widened to float64
     once per hidden size."""
 
+    _bound: tuple | None = None  # see _bind
+
     def _run(self, *args, **_):
+        b = self._bound
+        if b and len(args) == b[0] and all(args[i] is o for i, o in b[1]):
+            y = _bound_skip_layer_norm(b, args[0], args[1])
+            if y is not None:
+                return y
         hp = _constant_params(self, _transformer._hidden_param, args, (2, 3, 4))
-        return self._call(_transformer._skip_layer_normalization_op, *args, hidden_param=hp, **self._kw("epsilon"))
+        out = self._call(_transformer._skip_layer_normalization_op, *args, hidden_param=hp, **self._kw("epsilon"))
+        if self._bound is None:
+            self._bound = _bind_constants(self, args, (2, 3, 4)) or False
+            if self._bound:
+                g, beta, bias = (None if i >= len(args) or args[i] is None else
+                                 np.ascontiguousarray(args[i], np.float64) for i in (2, 3, 4))
+                self._bound = (*self._bound, g.size, g, beta, bias, float(self._kw("epsilon").get("epsilon", 1e-12)))
+        return out
 
 
 class FastGelu(ContribOp):
     """FastGelu: a constant bias is checked and widened to float64 once per shape of X's last
     axis."""
 
+    _bound: tuple | None = None  # see _bind
+
     def _run(self, *args, **_):
+        b = self._bound
+        if b and len(args) == b[0] and all(args[i] is o for i, o in b[1]):
+            y = _bound_fast_gelu(b, args[0])
+            if y is not None:
+                return (y,)
         bp = _constant_params(self, _transformer._fast_gelu_bias, args, (1,))
-        return (self._call(_transformer._fast_gelu_op, *args, bias_param=bp),)
+        out = (self._call(_transformer._fast_gelu_op, *args, bias_param=bp),)
+        if self._bound is None:
+            self._bound = _bind_constants(self, args, (1,)) or False
+            if self._bound:
+                bias = None if len(args) < 2 or args[1] is None else np.ascontiguousarray(args[1], np.float64)
+                self._bound = (*self._bound, bias)
+        return out
+
+
+def _bind_constants(node: ContribOp, args: tuple, positions: tuple[int, ...]) -> tuple | None:
+    """After a full call of ``node`` that succeeded on the native engine: (the argument count,
+    (position, object) of its parameters at ``positions``), when every one given is a float32
+    1-D constant of the model (the same object on every run, as that call checked it), else
+    None. The bound path (``_bound_skip_layer_norm``, ``_bound_fast_gelu``) then checks only
+    the other inputs."""
+    names, consts = node.onnx_node.input, node.constant_inputs
+    if consts is None or _native.native() is None:
+        return None
+    given = [i for i in positions if i < len(args) and args[i] is not None]
+    if not all(i < len(names) and names[i] in consts and type(args[i]) is np.ndarray
+               and args[i].dtype == np.float32 and args[i].ndim == 1 for i in given):
+        return None
+    return len(args), tuple((i, args[i]) for i in given)
+
+
+def _bound_skip_layer_norm(b: tuple, x: Any, skip: Any):
+    """SkipLayerNormalization's outputs for constant gamma, beta and bias (``b``: see
+    SkipLayerNormalization._run) on the native kernel, or None for inputs the full call takes
+    (another dtype or shape, a broadcast skip, the NumPy engine)."""
+    _, _, hidden, g, beta, bias, eps = b
+    C = _native.native()
+    if (C is None or type(x) is not np.ndarray or type(skip) is not np.ndarray or x.dtype != np.float32
+            or skip.dtype != np.float32 or x.shape != skip.shape or x.ndim < 2 or x.shape[-1] != hidden
+            or not x.size or not x.flags.c_contiguous or not skip.flags.c_contiguous):
+        return None
+    v.check_size("skip_layer_normalization", "the float64 sum of input and skip", x.shape, 8)
+    y, s32 = np.empty(x.shape, np.float32), np.empty(x.shape, np.float32)
+    mean, inv_std = np.empty((*x.shape[:-1], 1), np.float32), np.empty((*x.shape[:-1], 1), np.float32)
+    C.skip_layer_norm(x, skip, g, beta, bias, x.size // hidden, hidden, eps, y, mean, inv_std, s32)
+    return y, mean, inv_std, s32
+
+
+def _bound_fast_gelu(b: tuple, x: Any):
+    """FastGelu's output for a constant bias (``b``: see FastGelu._run) on the native kernel, or
+    None for inputs the full call takes."""
+    bias = b[2]
+    C = _native.native()
+    if (C is None or type(x) is not np.ndarray or x.dtype != np.float32 or not x.ndim or not x.size
+            or not x.flags.c_contiguous or (bias is not None and x.shape[-1] != bias.size)):
+        return None
+    v.check_size("fast_gelu", "the float64 copy of X", x.shape, 8)
+    y = np.empty(x.shape, np.float32)
+    C.fast_gelu(x, bias, x.size // x.shape[-1], x.shape[-1], y)
+    return y
 
 
 class Gelu(ContribOp):
