@@ -12,8 +12,9 @@ import onnx
 from onnx import helper
 
 
+from .. import dtypes
 from ..graph.proto import T
-from .graph_edit import _Graph, _TYPE_MIN, _attr, _const_scalar_params, _copy, _is, _is_dq, _is_q, _qdq_pair_supported, _scalar
+from .graph_edit import _Graph, _attr, _const_scalar_params, _copy, _is, _is_dq, _is_q, _qdq_pair_supported, _scalar
 
 
 #: A Conv bias DQ scale b fuses when |b - x_scale * w_scale| <= ATOL + RTOL * |x_scale * w_scale|.
@@ -76,7 +77,7 @@ def remove_double_qdq(g: _Graph) -> None:
             if not (_qdq_pair_supported(g, q1, dq1) and _qdq_pair_supported(g, q2, dq2)):
                 continue
             zt = g.const(dq1.input[2]).dtype
-            if zt not in (np.uint8, np.int8):
+            if zt not in dtypes.EIGHT_BIT:
                 continue
             new = _double_qdq_params(g, dq1, q2)
             if new is False:
@@ -108,7 +109,7 @@ def _double_qdq_params(g: _Graph, n1: onnx.NodeProto, n2: onnx.NodeProto):
     sc1, sc2 = f(s1.reshape(-1)[0]), f(s2.reshape(-1)[0])
     if zp1 == zp2 and abs(float(sc1) - float(sc2)) < 1e-20:
         return None
-    qmin, qmax = int(np.iinfo(zt).min), int(np.iinfo(zt).max)
+    qmin, qmax = dtypes.INT_RANGE[zt]
     lo = max(f(qmin - zp1) * sc1, f(qmin - zp2) * sc2)
     hi = min(f(qmax - zp1) * sc1, f(qmax - zp2) * sc2)
     s = f(f(hi - lo) / f(qmax - qmin))
@@ -340,10 +341,8 @@ def _q_range(g: _Graph, q: onnx.NodeProto) -> Optional[tuple[np.float32, np.floa
     s, z = g.const(q.input[1]), g.const(q.input[2])
     if s is None or z is None or s.ndim != 0 or z.ndim != 0 or s.dtype != np.float32:
         return None
-    if z.dtype == np.int8:
-        lo, hi = -128, 127
-    elif z.dtype == np.uint8:
-        lo, hi = 0, 255
+    if z.dtype in dtypes.EIGHT_BIT:
+        lo, hi = dtypes.INT_RANGE[z.dtype]
     else:
         return None
     zp = int(z)
@@ -377,7 +376,9 @@ def _clip_redundant(g: _Graph, act: onnx.NodeProto, q: onnx.NodeProto) -> bool:
         if z is None or z.size != 1:
             return False
         zt = helper.np_dtype_to_tensor_dtype(z.dtype)
-        return zt in _TYPE_MIN and int(z.reshape(-1)[0]) == _TYPE_MIN[zt]
+        # an 8- or 16-bit output whose zero point is its type's minimum
+        return (zt in dtypes.EIGHT_BIT_ONNX | dtypes.SIXTEEN_BIT_ONNX
+                and int(z.reshape(-1)[0]) == dtypes.ONNX_INT_RANGE[zt][0])
     if _is(act, "Clip"):
         mm = _clip_min_max(g, act)
         rng = _q_range(g, q)

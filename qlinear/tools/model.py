@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from qlinear import modelfile
+from qlinear import dtypes, modelfile
 from qlinear.backend import check_model, format_problems, topologically_sorted
 from qlinear.graph.proto import graph_tensors, topological_order
 from qlinear.modelfile import MAX_MODEL_FILE_BYTES, ModelFileError  # noqa: F401 (re-exported)
@@ -103,8 +103,8 @@ def _check_tensor_data(model: onnx.ModelProto, path: str) -> None:
                             f"holds {have} values, not {want} (corrupt or truncated?)")
 
 
-_FOUR_BIT = {getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1")
-             if hasattr(onnx.TensorProto, n)}
+# the types ONNX stores two to a byte (qlinear.dtypes)
+_FOUR_BIT = frozenset(t.onnx for t in dtypes.TYPES if t.bits == 4)
 
 
 def _densify_sparse_initializers(model: onnx.ModelProto, path: str, max_bytes: int) -> None:
