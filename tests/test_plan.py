@@ -4,6 +4,8 @@ displays, per-node timing, fed defaults and size guards are those of the general
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -193,3 +195,34 @@ def test_compiled_run_releases_each_tensor_after_its_last_consumer():
     slot = compiled.slots
     assert seen["slots"][slot["a"]] is None and seen["slots"][slot["rs"]] is None
     assert seen["slots"][slot["r"]] is not None and seen["slots"][slot["d64"]] is not None
+
+
+def test_compiled_plan_runs_from_several_threads_at_once():
+    # one prepared model, four Python threads each running its own inputs many times: every
+    # result is the one a single thread gets (the steps keep no per-call state between calls)
+    import threading
+
+    rep = backend.prepare(_model())
+    feeds = [{"x": _x(i)} for i in range(4)]
+    want = [rep.run(f) for f in feeds]
+    bad = []
+
+    def work(k):
+        try:
+            for _ in range(50):
+                got = rep.run(feeds[k])
+                if not all(np.array_equal(g, w) for g, w in zip(got, want[k])):
+                    bad.append(k)
+        except Exception as e:  # noqa: BLE001 - reported below
+            bad.append(e)
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # threads switch between almost any two bytecodes
+    try:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(before)
+    assert not bad, bad[:3]

@@ -172,31 +172,28 @@ def _step(entry: tuple, ins: tuple[int, ...], outs: tuple[int, ...], template: l
         return cast
     if fast is not None and check is None and how in ("direct0", "run"):
         # a node with a bound short path (qlinear's quantized operators, MaxPool): the
-        # constant inputs (fast[0]: the same objects on every run) sit in its input list once;
+        # constant inputs (fast[0]: the same objects on every run) sit in a template of its
+        # input list, copied per call;
         # the others, and a graph input's default (fast[3]: fed or not on each run), are read
         # from their slots on each call
         fixed = fast[0] - set(fast[3])
-        buf = [template[i] if j in fixed else None for j, i in enumerate(ins)]
+        tmpl = [template[i] if j in fixed else None for j, i in enumerate(ins)]
         var = tuple((j, i) for j, i in enumerate(ins) if j not in fixed)
 
         def shortcut(s: list) -> None:
+            inputs = tmpl.copy()  # a list per call: runs of one model may overlap in threads
             for j, i in var:
-                buf[j] = s[i]
+                inputs[j] = s[i]
             fn = fast[1]
-            if fn is not None and (not fast[4] or all(buf[j] is v for j, v in fast[4])):
+            if fn is not None and (not fast[4] or all(inputs[j] is v for j, v in fast[4])):
                 try:
-                    y = fn(buf)
+                    y = fn(inputs)
                 except Exception:  # noqa: BLE001 - the full call below runs, and raises
                     y = None
                 if y is not None:
-                    for j, _ in var:
-                        buf[j] = None  # the list holds no tensor between runs
                     s[o] = y
                     return
             fast[1] = None  # asked for again after the full call
-            inputs = list(buf)
-            for j, _ in var:
-                buf[j] = None
             s[o] = full_call(entry, inputs)[0]
         return shortcut
     if how == "run" and fast is None and check is None:
