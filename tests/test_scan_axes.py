@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import onnx
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
