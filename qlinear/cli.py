@@ -232,6 +232,12 @@ def output_files(out_dir: str, names: list[str]) -> dict[str, str]:
     return paths
 
 
+def _qdq_options(args) -> dict[str, str] | None:
+    """--qdq-accuracy as the onnxruntime session option both runtimes get (None: the default)."""
+    level = getattr(args, "qdq_accuracy", None)
+    return None if level is None else {"session.qdq_matmulnbits_accuracy_level": str(level)}
+
+
 def cmd_run(args) -> int:
     from qlinear.backend import QLinearRep, model_as_run
     from qlinear.tools.model import ToolError
@@ -243,7 +249,8 @@ def cmd_run(args) -> int:
         raise ToolError(f"--output-dir {args.output_dir}: exists and is not a directory")
 
     t0 = time.perf_counter()
-    rep = QLinearRep(model_as_run(model, getattr(args, "qdq", "fuse"), args.emulate), emulate=args.emulate,
+    rep = QLinearRep(model_as_run(model, getattr(args, "qdq", "fuse"), args.emulate, _qdq_options(args)),
+                     emulate=args.emulate,
                      max_tensor_bytes=args.max_tensor_bytes)
     t_prepare = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -366,7 +373,7 @@ def cmd_compare(args) -> int:
         result = compare_model(model, feeds, show_progress=_progress_enabled(args), ulp=args.ulp,
                                atol=args.atol, rtol=args.rtol, emulate=args.emulate,
                                max_tensor_bytes=args.max_tensor_bytes,
-                               qdq=getattr(args, "qdq", "fuse"))
+                               qdq=getattr(args, "qdq", "fuse"), options=_qdq_options(args))
     result["onnxruntime_u8s8_saturates"] = onnxruntime_saturates()
     result["saturation_probe"] = probe_source()
     result["model"] = model_path
@@ -436,7 +443,8 @@ def _compare_dataset(args) -> int:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     workers = min(args.workers or cpus, total)
     job = W.Job(model=model_path, dataset=args.dataset, labels=args.labels,
-                float_model=args.float_model, emulate=args.emulate, qdq=args.qdq, atol=args.atol,
+                float_model=args.float_model, emulate=args.emulate, qdq=args.qdq,
+                qdq_accuracy=getattr(args, "qdq_accuracy", None), atol=args.atol,
                 rtol=args.rtol, ulp=args.ulp, max_tensor_bytes=args.max_tensor_bytes,
                 threads=max(1, cpus // workers))
     bar = None
@@ -709,6 +717,11 @@ def _add_model_args(p, what: str) -> None:
                    help="QDQ models: 'fuse' (default) runs DequantizeLinear -> op -> "
                         "QuantizeLinear groups on integer kernels as onnxruntime's CPU session "
                         "does; 'literal' runs the graph as written (docs/qdq.md)")
+    p.add_argument("--qdq-accuracy", type=int, choices=(0, 1, 2, 3, 4), default=None, metavar="LEVEL",
+                   help="accuracy_level of the MatMulNBits nodes that weight-only DequantizeLinear -> "
+                        "MatMul groups become under --qdq fuse, as onnxruntime's "
+                        "session.qdq_matmulnbits_accuracy_level (0-4; default 4, its default: int8 "
+                        "activations; 0 or 1: float32)")
 
 
 def _add_emulate_arg(p) -> None:

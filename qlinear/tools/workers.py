@@ -40,6 +40,7 @@ class Job:
     float_model: str | None = None
     emulate: str | None = None
     qdq: str = "fuse"
+    qdq_accuracy: int | None = None  # session.qdq_matmulnbits_accuracy_level (None: default)
     atol: float = 1e-5
     rtol: float = 1e-5
     ulp: int = 0
@@ -77,7 +78,8 @@ class Worker:
         self.labels = load_labels(job.labels, self.dataset.size) if job.labels else None
         self.comparison = compare.Comparison(model, ulp=job.ulp, atol=job.atol, rtol=job.rtol,
                                              emulate=job.emulate, max_tensor_bytes=job.max_tensor_bytes,
-                                             qdq=job.qdq)
+                                             qdq=job.qdq, options=None if job.qdq_accuracy is None else
+                                             {"session.qdq_matmulnbits_accuracy_level": str(job.qdq_accuracy)})
         self.float_session = None
         self.float_names: dict[str, str] = {}
         if job.float_model:

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE   /* syscall() */
 #include "qlinear.h"
 #include "elementwise.h"
+#include "nbits/nbits.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -185,4 +186,18 @@ const ql_ew_kernels *ql_ew_for(const ql_isa *isa) {
     (void)isa;
 #endif
     return &ql_ew_scalar;
+}
+
+/* MatMulNBits' kernels for a level (nbits/): the AVX-512 ones on the AVX-512 VNNI and AMX
+ * levels, the AVX2+FMA ones on AVX-VNNI and AVX2 (with FMA3, its float levels' fused
+ * multiply-add), else the portable ones. Every set computes the same bits. */
+const ql_nbits_kernels *ql_nbits_for(const ql_isa *isa) {
+    detect();
+#if QL_X86
+    if (isa && (strcmp(isa->name, "avx512vnni") == 0 || strcmp(isa->name, "amx") == 0)) return &ql_nbits_avx512;
+    if (isa && isa != &ql_isa_scalar && feat.avx2 && feat.fma) return &ql_nbits_avx2;
+#else
+    (void)isa;
+#endif
+    return &ql_nbits_scalar;
 }

@@ -19,6 +19,7 @@ from onnx.reference.ops import load_op
 
 import qlinear as _q
 from ... import _native
+from ... import dtypes as _dtypes
 from ..._geometry import explicit_pads, window_output_sizes
 from ...quantize import PreparedDequantize, PreparedQuantize
 from ..errors import NodeError
@@ -106,7 +107,7 @@ class _QLinearOp(KernelOp):
                              "contract only")
 
     def _check_8bit(self, what: str, v) -> None:
-        if v is not None and np.asarray(v).dtype not in _q.dtypes.EIGHT_BIT:
+        if v is not None and np.asarray(v).dtype not in _dtypes.EIGHT_BIT:
             raise self._fail(f"{what} is {np.asarray(v).dtype}; only uint8 and int8 are supported")
 
     def _conv_attrs(self) -> dict[str, Any]:
@@ -119,7 +120,7 @@ class _QLinearOp(KernelOp):
 
 
 _F32_I32 = (np.dtype(np.float32), np.dtype(np.int32))
-_NARROW_SCALES = (np.dtype(np.float16), _q.dtypes.BF16.dtype)
+_NARROW_SCALES = (np.dtype(np.float16), _dtypes.BF16.dtype)
 
 
 def _dtype(v: Any) -> np.dtype | None:
@@ -138,7 +139,7 @@ class QuantizeLinear(_QLinearOp):
         g = self.given
         if (g.get("block_size", 0) or g.get("precision", 0) or g.get("output_dtype", 0) not in (0, T.UINT8)
                 or _dtype(x) not in _F32_I32 or _dtype(y_scale) != np.float32
-                or (y_zero_point is not None and _dtype(y_zero_point) not in _q.dtypes.EIGHT_BIT)
+                or (y_zero_point is not None and _dtype(y_zero_point) not in _dtypes.EIGHT_BIT)
                 or (self.version >= 19 and _dtype(x) == np.int32)):
             # the newer types and attributes (versions 19-28): the function, which takes them all
             return (self._call(_q.quantize_linear, x, y_scale, y_zero_point, axis=g.get("axis", 1),
@@ -174,17 +175,17 @@ class QuantizeLinear(_QLinearOp):
 class DequantizeLinear(_QLinearOp):
     def _run(self, x, x_scale, x_zero_point=None, **_):
         prepared = self._prepared
-        if prepared is not None and type(x) is np.ndarray and x.dtype in _q.dtypes.EIGHT_BIT \
+        if prepared is not None and type(x) is np.ndarray and x.dtype in _dtypes.EIGHT_BIT \
                 and x_scale is self._weights_ref[0] and x_zero_point is self._weights_ref[1]:
             return (self._call(prepared.run, x),)  # as in QuantizeLinear._run
         g = self.given
         if (g.get("block_size", 0) or g.get("output_dtype", 0) not in (0, T.FLOAT)
-                or _dtype(x) not in (*_q.dtypes.EIGHT_BIT, np.dtype(np.int32)) or _dtype(x_scale) != np.float32):
+                or _dtype(x) not in (*_dtypes.EIGHT_BIT, np.dtype(np.int32)) or _dtype(x_scale) != np.float32):
             # the newer types and attributes (versions 19-28): the function, which takes them all
             return (self._call(_q.dequantize_linear, x, x_scale, x_zero_point, axis=g.get("axis", 1),
                                block_size=g.get("block_size", 0), output_dtype=g.get("output_dtype", 0) or None,
                                version=self.version),)
-        if np.asarray(x).dtype not in (*_q.dtypes.EIGHT_BIT, np.dtype(np.int32)):
+        if np.asarray(x).dtype not in (*_dtypes.EIGHT_BIT, np.dtype(np.int32)):
             raise self._fail(f"input x is {np.asarray(x).dtype}; only uint8, int8 and int32 "
                              "are supported")
         self._check_float32("x_scale", x_scale)
@@ -253,7 +254,7 @@ class QLinearMatMul(_QLinearOp):
             scalars = self._scalar_params(params, (1, 2, 6, 7), prep)
             if scalars is not None:  # as in QLinearConv._run
                 return (self._call(prep.run, a, *scalars),)
-        if any(_dtype(v) not in _q.dtypes.EIGHT_BIT for v in (a, b, y_zero_point)) or \
+        if any(_dtype(v) not in _dtypes.EIGHT_BIT for v in (a, b, y_zero_point)) or \
                 any(_dtype(v) in _NARROW_SCALES for v in (a_scale, b_scale, y_scale)):
             # version 21: float8 operands or float16/bfloat16 scales, by the function
             return (self._call(_q.qlinear_matmul, a, a_scale, a_zero_point, b, b_scale, b_zero_point,
@@ -389,7 +390,7 @@ def _max_pool(x: np.ndarray, attrs: tuple) -> np.ndarray:
     ceil_mode), each a tuple of ints or None: the compiled byte kernel for 8-bit NCHW input,
     the NumPy formulation otherwise."""
     key = (x.shape, *attrs)
-    if x.ndim == 4 and x.dtype in _q.dtypes.EIGHT_BIT:
+    if x.ndim == 4 and x.dtype in _dtypes.EIGHT_BIT:
         C = _native.native()
         plan = _max_pool_native_plan(*key) if C is not None else None
         if plan is not None:
@@ -514,7 +515,7 @@ class MaxPool(OpRun):
         x = inputs[0] if len(inputs) == 1 else None
         C = _native.native()
         if (type(self) is not MaxPool or self._with_indices or self._attr_key is None or C is None
-                or type(x) is not np.ndarray or x.ndim != 4 or x.dtype not in _q.dtypes.EIGHT_BIT
+                or type(x) is not np.ndarray or x.ndim != 4 or x.dtype not in _dtypes.EIGHT_BIT
                 or not x.flags.c_contiguous):
             return None
         plan = _max_pool_native_plan(x.shape, *self._attr_key)
