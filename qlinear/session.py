@@ -37,8 +37,9 @@ input is refused, as onnxruntime refuses it —, shape, missing input, unknown o
 not run), :class:`RuntimeException` (an error inside a node, naming it; a subclass of
 :class:`Fail`, which onnxruntime raises for most node errors), :class:`Fail`.
 
-Only NumPy is imported here; onnx and the backend are imported when a session is created, so
-``import qlinear`` stays as fast as before.
+Only NumPy (and the engine selection) is imported here; onnx and the backend are imported when
+a session is created, so that ``qlinear.SessionOptions`` and the error classes work without
+onnx (``import qlinear`` imports this module only on first use).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ import warnings
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+
+from qlinear import _native
 
 __all__ = [
     "InferenceSession",
@@ -645,8 +648,6 @@ class InferenceSession:
 
         try:
             if self._threads:
-                from qlinear import _native
-
                 with _THREADS_LOCK:
                     before = _native.get_num_threads()
                     _native.set_num_threads(self._threads)

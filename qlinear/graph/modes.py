@@ -15,7 +15,7 @@ from .. import _native
 from ..contrib import _raw as _c  # the functions without their errstate wrapper: a graph run has it
 from ..engines import ort_avx2
 from ..matmul import matmul_integer
-from ..passes import FUSED_OPS, QDQRefusal, exact_integer_convs, fuse_qdq
+from ..passes import FUSED_OPS, QDQRefusal, exact_integer_convs, fuse_qdq, integer_islands
 from ..passes.dynamic_matmul import fuse_dynamic_matmul
 from ..passes.matmul_nbits import block_size_for
 from .kernels.contrib import ContribOp, DynamicQuantizeMatMul, MatMulIntegerToFloat, QAttention, QGemm
@@ -93,21 +93,36 @@ def qdq_options(options: Any, caller: str = "prepare") -> dict[str, int]:
     return out
 
 
+def _islands(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``qlinear.passes.integer_islands`` where the model has a DequantizeLinear (a rewrite
+    error leaves the model as it was: the float nodes are always correct)."""
+    if not any(n.op_type == "DequantizeLinear" for n in model.graph.node):
+        return model
+    try:
+        return integer_islands(model)
+    except Exception:  # noqa: BLE001 - an optimisation only; the graph as fused runs
+        return model
+
+
 def model_as_run(model: onnx.ModelProto, qdq: str = "fuse", emulate: str | None = None,
                  options: Any = None) -> onnx.ModelProto:
     """The graph ``prepare`` and ``qlinear run`` execute: :func:`apply_qdq`, then with
     ``qdq="fuse"`` onnxruntime's DynamicQuantizeMatMul fusion (the same arithmetic,
-    :mod:`qlinear.passes.dynamic_matmul`) and the float Convs whose float32 result is exact on integers
-    (:func:`qlinear.qdq.exact_integer_convs`: the same bytes). Not under an emulation (which
+    :mod:`qlinear.passes.dynamic_matmul`), the integer islands (:func:`qlinear.passes.integer_islands`: onnxruntime's
+    float glue between quantized nodes in one node each, the same bytes), and the float Convs
+    whose float32 result is exact on integers (:func:`qlinear.qdq.exact_integer_convs`: the
+    same bytes). The float Convs are not rewritten under an emulation (which
     changes ConvInteger's arithmetic), not for ``qdq="literal"`` (the graph as written), and
     only where ConvInteger is the faster form: the native engine at a SIMD level (its portable
     scalar level and the NumPy engine run ConvInteger slower than the float Conv's BLAS:
     retinaface 290 against 105 ms at the scalar level). ``qlinear compare`` keeps the float
     Convs: it compares their outputs with onnxruntime's. ``options``: :func:`qdq_options`."""
     model = apply_qdq(model, qdq, options)
-    if qdq == "fuse":  # DynamicQuantizeLinear + MatMulInteger + Cast + Mul, as onnxruntime fuses them
-        model = fuse_dynamic_matmul(model)
-    if qdq != "fuse" or emulate is not None:
+    if qdq != "fuse":
+        return model
+    model = fuse_dynamic_matmul(model)  # DynamicQuantizeLinear + MatMulInteger + Cast + Mul, as onnxruntime fuses them
+    model = _islands(model)
+    if emulate is not None:
         return model
     info = _native.engine_info()
     if info["engine"] != "native" or info["isa"] == "scalar":

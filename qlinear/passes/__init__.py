@@ -13,8 +13,8 @@ qlinear's integer kernels compute what onnxruntime's normal session computes. It
 
 Files: ``graph_edit`` (the graph view the passes edit), ``cleanup`` (level-1 cleanups),
 ``qdq_pairs`` (the passes over Q/DQ pairs), ``qdq_rules`` (the node groups), ``matmul_nbits``
-(weight-only DequantizeLinear -> MatMul into MatMulNBits), ``exact_convs`` (qlinear's own
-fusion); :func:`fuse_qdq` here is the order.
+(weight-only DequantizeLinear -> MatMul into MatMulNBits), ``exact_convs`` and ``islands``
+(qlinear's own fusions, which change no byte); :func:`fuse_qdq` here is the order.
 
 The passes, in onnxruntime's order (docs/qdq.md has each rule, its conditions, its source and
 its test):
@@ -59,6 +59,7 @@ import onnx
 
 from .cleanup import fold_constants, fuse_consecutive_reshapes, fuse_reshape_shape, remove_dead_nodes
 from .exact_convs import exact_integer_convs
+from .islands import integer_islands
 from .graph_edit import DROP_QDQ_OPS, QDQRefusal, _Graph
 from .qdq_pairs import (ensure_unique_dq, propagate_qdq, quantize_bias, remove_double_qdq, remove_relu_clip,
                         s8_to_u8)
@@ -69,7 +70,7 @@ from .qdq_rules import node_groups
 #: The operators the fusion can emit, as (domain, op_type).
 FUSED_OPS: frozenset[tuple[str, str]] = _GROUP_OPS | {("com.microsoft", "MatMulNBits")}
 
-__all__ = ["fuse_qdq", "exact_integer_convs", "FUSED_OPS", "DROP_QDQ_OPS", "QDQRefusal",
+__all__ = ["fuse_qdq", "exact_integer_convs", "integer_islands", "FUSED_OPS", "DROP_QDQ_OPS", "QDQRefusal",
            "fold_constants", "fuse_reshape_shape", "fuse_consecutive_reshapes", "remove_dead_nodes",
            "ensure_unique_dq", "remove_double_qdq", "propagate_qdq", "quantize_bias", "remove_relu_clip",
            "s8_to_u8", "node_groups", "fuse_matmul_nbits"]

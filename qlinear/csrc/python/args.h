@@ -35,5 +35,6 @@ extern PyMethodDef ql_bind_conv_methods[];
 extern PyMethodDef ql_bind_elementwise_methods[];
 extern PyMethodDef ql_bind_diag_methods[];
 extern PyMethodDef ql_bind_transformer_methods[];
+extern PyMethodDef ql_bind_island_methods[];
 
 #endif

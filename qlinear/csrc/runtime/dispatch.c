@@ -13,6 +13,7 @@
 #include "qlinear.h"
 #include "elementwise.h"
 #include "nbits/nbits.h"
+#include "island.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -200,4 +201,19 @@ const ql_nbits_kernels *ql_nbits_for(const ql_isa *isa) {
     (void)isa;
 #endif
     return &ql_nbits_scalar;
+}
+
+const ql_island_kernels *ql_island_for(const ql_isa *isa) {
+    detect();
+#if QL_X86
+    /* every x86 level above scalar implies AVX2; the AVX-512 levels (avx512vnni, amx) add VBMI's
+     * byte permute where the CPU has it */
+#ifndef QL_SIMDE
+    if (isa && (isa == &ql_isa_avx512vnni || isa == ql_isa_amx()) && feat.vbmi) return &ql_island_avx512vbmi;
+#endif
+    if (isa && isa != &ql_isa_scalar && feat.avx2) return &ql_island_avx2;
+#else
+    (void)isa;
+#endif
+    return &ql_island_scalar;
 }
