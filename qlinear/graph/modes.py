@@ -16,6 +16,7 @@ from ..contrib import _raw as _c  # the functions without their errstate wrapper
 from ..engines import ort_avx2
 from ..matmul import matmul_integer
 from ..passes import FUSED_OPS, QDQRefusal, exact_integer_convs, fuse_qdq, integer_islands
+from ..passes.dynamic_matmul import fuse_dynamic_matmul
 from ..passes.matmul_nbits import block_size_for
 from .kernels.contrib import ContribOp, DynamicQuantizeMatMul, MatMulIntegerToFloat, QAttention, QGemm
 from .kernels.contrib import QLinearConv as ContribQLinearConv
@@ -106,7 +107,8 @@ def _islands(model: onnx.ModelProto) -> onnx.ModelProto:
 def model_as_run(model: onnx.ModelProto, qdq: str = "fuse", emulate: str | None = None,
                  options: Any = None) -> onnx.ModelProto:
     """The graph ``prepare`` and ``qlinear run`` execute: :func:`apply_qdq`, then with
-    ``qdq="fuse"`` the integer islands (:func:`qlinear.passes.integer_islands`: onnxruntime's
+    ``qdq="fuse"`` onnxruntime's DynamicQuantizeMatMul fusion (the same arithmetic,
+    :mod:`qlinear.passes.dynamic_matmul`), the integer islands (:func:`qlinear.passes.integer_islands`: onnxruntime's
     float glue between quantized nodes in one node each, the same bytes), and the float Convs
     whose float32 result is exact on integers (:func:`qlinear.qdq.exact_integer_convs`: the
     same bytes). The float Convs are not rewritten under an emulation (which
@@ -118,6 +120,7 @@ def model_as_run(model: onnx.ModelProto, qdq: str = "fuse", emulate: str | None 
     model = apply_qdq(model, qdq, options)
     if qdq != "fuse":
         return model
+    model = fuse_dynamic_matmul(model)  # DynamicQuantizeLinear + MatMulInteger + Cast + Mul, as onnxruntime fuses them
     model = _islands(model)
     if emulate is not None:
         return model
