@@ -1,6 +1,6 @@
 """Model graphs: qlinear's backend against onnxruntime's normal session, node type by node type.
 
-    python benchmarks/graphs.py [--models DIR] [--repeat 10] [--rounds 3] [--only NAME]
+    python benchmarks/graphs.py [--models DIR] [--repeat 10] [--rounds 3] [--only NAME] [--resnet50 all]
     python benchmarks/graphs.py --interleaved [--repeat 7] [--profile] [--before]
     python benchmarks/graphs.py --table [--repeat 15]     # the docs/models.md table
     python benchmarks/graphs.py --verdicts                # its compare columns only
@@ -373,6 +373,26 @@ def models(directory: Path | None):
     return out
 
 
+def resnet50_models(which: str) -> list[tuple[str, Path]]:
+    """``--resnet50``: issue #31's ResNet-50s as onnxruntime's quantizer writes them
+    (benchmarks/resnet50_models.py: QOperator with BatchNormalization folded, kept, and QDQ;
+    built once into a cache folder, about 15 s), "all" of them, "none", or a comma list of
+    the variant names."""
+    if which == "none":
+        return []
+    try:
+        import resnet50_models as rm
+    except ImportError:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import resnet50_models as rm
+    wanted = rm.VARIANTS if which == "all" else tuple(w.strip() for w in which.split(","))
+    try:
+        return [(v, Path(rm.quantized(v))) for v in wanted]
+    except Exception as e:  # noqa: BLE001 - say why and time the others
+        print(f"resnet50 models: not built ({type(e).__name__}: {str(e)[:160]})", flush=True)
+        return []
+
+
 def model_inputs(name: str, model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     """The benchmark's inputs: :func:`_inputs`, except the GPT-2 model, whose token ids must
     index its 1000-row embedding and whose past and mask lengths must agree: 5 new tokens
@@ -540,6 +560,10 @@ def main(argv=None) -> int:
     ap.add_argument("--model-path", help=argparse.SUPPRESS)
     ap.add_argument("--name", default="", help=argparse.SUPPRESS)
     ap.add_argument("--only", default=None)
+    ap.add_argument("--resnet50", default="all",
+                    help="issue #31's quantizer-made ResNet-50s to time besides the models: all (default), "
+                         "none, or a comma list of " + ", ".join(("resnet50_qoperator_bnfused",
+                                                                  "resnet50_qoperator_bnkept", "resnet50_qdq")))
     ap.add_argument("--blas-threads", type=int, default=None,
                     help="limit NumPy's BLAS threads (threadpoolctl); default: its own setting")
     ap.add_argument("--ops", action="store_true",
@@ -570,7 +594,7 @@ def main(argv=None) -> int:
     import qlinear
     import qlinear.backend as backend
 
-    sources = smoke_models() if args.smoke else models(args.models)
+    sources = smoke_models() if args.smoke else models(args.models) + resnet50_models(args.resnet50)
     if args.table:
         table(args.models, args.repeat, args.only, rounds=args.rounds, threads=args.threads,
               extra=child_flags(args))

@@ -12,9 +12,8 @@ after/before ratios; the outputs of before and after compared bit for bit. On a 
 run it in its own autogroup at a high priority (``flock /tmp/bench.lock setsid nice -n -15 ...``)
 and read the quartiles: at load 3 they span 0.85-1.15 for an unchanged case. For calls of
 milliseconds only: each build has its own thread pool, whose worker spins 20-40 us after a call,
-and on calls of tens of microseconds that biases the comparison (08:47 UTC, the same build as
-both, load 3.9: after/before 0.85-0.90 on tiny.qlinearconv, tiny.qlinearmatmul and a 7x7
-depthwise layer; 1.00-1.02 on l4 3x3 b8 and l2 1x1c b8 at 08:28).
+and on calls of tens of microseconds that biases the comparison (docs/benchmarks.md, "Reading
+the peak and the noise", has the measurement).
 """
 
 from __future__ import annotations

@@ -65,19 +65,32 @@ def scale(op: str, name: str, value: Any, divides: bool = False) -> np.ndarray:
 
 
 def _units(arr: np.ndarray, t: dtypes.QType) -> tuple[np.ndarray, np.ndarray | None]:
-    """(int64 units, float64 values or None): a float8 array as integer multiples of 2**e
-    (non-finite codes as 0 units, their float64 values returned for the IEEE pass)."""
+    """(float64 units, float64 values or None): an array as integer multiples of 2**e, held
+    exactly in float64 (|units| < 2**34); non-finite float8 codes as 0 units, their float64
+    values returned for the IEEE pass."""
     if t.is_int:
-        return arr.astype(np.int64), None
+        return arr.astype(np.float64), None
     f = t.decode(arr).astype(np.float64)
     finite = np.isfinite(f)
-    units = np.where(finite, f, 0.0) * 2.0 ** -t.fmt.unit_exponent  # exact integers < 2**34
-    return units.astype(np.int64), (None if finite.all() else f)
+    if finite.all():
+        f *= 2.0 ** -t.fmt.unit_exponent  # exact: a power of two, integers < 2**34
+        return f, None
+    units = np.where(finite, f, 0.0) * 2.0 ** -t.fmt.unit_exponent
+    return units, f
 
 
 def _exact_dot(ia: np.ndarray, ib: np.ndarray, bound_a: int, bound_b: int, k: int) -> tuple[np.ndarray, bool]:
-    """(S, is_int64): the exact integer matmul of int64 unit arrays, int64 when it fits, else an
-    object array of Python ints."""
+    """(S, is_int64): the exact integer matmul of unit arrays (float64 holding integers below
+    2**34), as int64 when it fits, else an object array of Python ints."""
+    if k * bound_a * bound_b < 2 ** 53:
+        # float64 BLAS (multi-threaded, ~100x NumPy's integer matmul), exact: every product is an
+        # integer of magnitude <= bound_a * bound_b and every partial sum, in whatever order and
+        # blocking the BLAS adds them, with or without fused multiply-add, an integer of
+        # magnitude <= K * bound_a * bound_b < 2**53, which float64 holds exactly; so every
+        # floating-point operation is exact and the result is the exact integer sum. (e4m3 x e4m3:
+        # up to K ~ 1.7e5 at the formats' largest values; the bounds are the data's own maxima.)
+        return np.matmul(ia, ib).astype(np.int64), True
+    ia, ib = ia.astype(np.int64), ib.astype(np.int64)  # exact: integers below 2**34
     if k * bound_a * bound_b < 2 ** 63:
         return np.matmul(ia, ib), True
     s = max(bound_a.bit_length(), bound_b.bit_length()) // 2 + 1
@@ -157,7 +170,7 @@ def qlinear_matmul(op: str, a: Any, a_scale: Any, a_zero_point: Any, b: Any, b_s
     ib, fb = _units(b2, bt)
     za, _ = _units(azp, at)
     zb, _ = _units(bzp, bt)
-    ia = ia - za  # exact: |units| < 2**34 each
+    ia = ia - za  # exact in float64: |units| < 2**34 each
     ib = ib - zb
     bound_a = int(np.abs(ia).max(initial=0))
     bound_b = int(np.abs(ib).max(initial=0))

@@ -53,8 +53,9 @@ def param_key(value: Any) -> tuple | None:
 class Memo:
     """What was derived from validated values, keyed by those values (``param_key``, shapes,
     dtypes, attribute values), so that repeated calls with the same ones skip the work.
-    Bounded: cleared when it holds ``size`` entries. A None key (something not keyable, such as
-    a parameter of several elements) is never stored."""
+    Bounded: at ``size`` entries the oldest one goes (not all of them: calls that alternate, a
+    plain QLinearConv and a ConvInteger of one layer, keep their entries across the bound). A
+    None key (something not keyable, such as a parameter of several elements) is never stored."""
 
     __slots__ = ("_items", "_size")
 
@@ -67,9 +68,10 @@ class Memo:
 
     def put(self, key: tuple | None, value: Any) -> Any:
         if key is not None:
-            if len(self._items) >= self._size:
-                self._items.clear()
-            self._items[key] = value
+            items = self._items
+            if len(items) >= self._size and key not in items:
+                del items[next(iter(items))]
+            items[key] = value
         return value
 
     def clear(self) -> None:

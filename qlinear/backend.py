@@ -44,7 +44,8 @@ from qlinear.graph.errors import NodeError, Problem, UnsupportedModelError, form
 from qlinear.graph.kernels.standard import (BatchNormalization, ConvInteger, DequantizeLinear, MatMulInteger,
                                             MaxPool, QLinearConv, QLinearMatMul, QuantizeLinear,
                                             batch_normalization_inference, max_pool)
-from qlinear.graph.modes import EMULATIONS, QDQ_MODES, apply_qdq, fusable_ops, kernels_for, model_as_run
+from qlinear.graph.modes import (EMULATIONS, QDQ_MODES, QDQ_OPTIONS, apply_qdq, fusable_ops, kernels_for, model_as_run,
+                                 qdq_options)
 from qlinear._inline import inline_functions
 from qlinear.graph.proto import node_version, topologically_sorted
 from qlinear.modelfile import missing_external_data  # the one model-file loader
@@ -68,6 +69,8 @@ __all__ = [
     "QLINEAR_OPS",
     "QDQ_MODES",
     "apply_qdq",
+    "QDQ_OPTIONS",
+    "qdq_options",
     "model_as_run",
     "fusable_ops",
     "EMULATIONS",

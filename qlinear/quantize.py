@@ -10,6 +10,7 @@ from . import _native, _qdq, dtypes
 from . import _validate as v
 from ._prepared import RepeatMemo, copy_contiguous
 from ._qdq import LATEST
+from .engines.native import formats as nformats
 from .engines.native import quantize as nq
 from ._elementwise import as_3d, run_blocked, scratch
 from ._requant import round_saturate_block, saturation_params
@@ -109,7 +110,8 @@ def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, ax
         zp = qp.zero_point if qp.zero_point is not None else np.zeros(qp.scale.shape, qp.out.dtype)
         scale = np.asarray(qp.scale, np.float32)
         return _quantize_8bit(op, x, scale, zp, axis, scale, zp)
-    return _qdq.quantize(x, xt, qp)
+    out = nformats.quantize(x, xt, qp)
+    return out if out is not None else _qdq.quantize(x, xt, qp)
 
 
 def _plain_scale(s: Any) -> bool:
@@ -170,7 +172,8 @@ def dequantize_linear(x: np.ndarray, x_scale: Any, x_zero_point: Any = None, *, 
         if not (x.dtype in v.DEQUANTIZABLE and dp.out is dtypes.F32 and np.asarray(x_scale).dtype == np.float32
                 and dp.layout.kind != "blocked"):
             v.check_size(op, "the output", x.shape, dp.out.dtype.itemsize)
-            return _qdq.dequantize(x, xt, dp)
+            out = nformats.dequantize(x, xt, dp)
+            return out if out is not None else _qdq.dequantize(x, xt, dp)
     return _dequantize_8bit(op, x, x_scale, x_zero_point, axis)
 
 
@@ -328,3 +331,69 @@ class PreparedDequantize:
 
         return run
 
+
+
+class PreparedQuantizeLinear:
+    """``quantize_linear(x, y_scale, y_zero_point, **attributes)`` for every type and version,
+    with the parameters validated and laid out once per x dtype and shape (the scale rounded
+    to the division precision, the zero point converted, the granularity decided): ``run(x)``
+    gives the same bits as the plain call. The first call of a dtype and shape raises the
+    plain call's errors."""
+
+    def __init__(self, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1, block_size: int = 0,
+                 saturate: int = 1, output_dtype: Any = None, precision: Any = None, version: int = LATEST):
+        self._args = (y_scale, y_zero_point)
+        self._attrs = dict(axis=axis, block_size=block_size, saturate=saturate, output_dtype=output_dtype,
+                           precision=precision, version=version)
+        self._plans: dict[tuple, tuple] = {}
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        op = "quantize_linear"
+        if type(x) is not np.ndarray or not x.dtype.isnative:
+            return quantize_linear(x, *self._args, **self._attrs)
+        key = (x.dtype, x.shape)
+        plan = self._plans.get(key)
+        if plan is None:
+            a = self._attrs
+            ver = _qdq.version_of(op, a["version"])
+            _, xt = _qdq.input_tensor(op, "x", x, _qdq.Q_INPUTS, ver)
+            qp = _qdq.QuantizeParams(op, x, xt, *self._args, a["axis"], a["block_size"], a["saturate"],
+                                     a["output_dtype"], a["precision"], ver)
+            plan = (xt, qp)
+            if len(self._plans) < 16:
+                self._plans[key] = plan
+        xt, qp = plan
+        v.check_size(op, "the output", x.shape, qp.out.dtype.itemsize)
+        out = nformats.quantize(x, xt, qp)
+        return out if out is not None else _qdq.quantize(x, xt, qp)
+
+
+class PreparedDequantizeLinear:
+    """``dequantize_linear(x, x_scale, x_zero_point, **attributes)`` for every type and version,
+    with the parameters validated and laid out once per x dtype and shape: ``run(x)`` gives the
+    same bits as the plain call."""
+
+    def __init__(self, x_scale: Any, x_zero_point: Any = None, *, axis: int = 1, block_size: int = 0,
+                 output_dtype: Any = None, version: int = LATEST):
+        self._args = (x_scale, x_zero_point)
+        self._attrs = dict(axis=axis, block_size=block_size, output_dtype=output_dtype, version=version)
+        self._plans: dict[tuple, tuple] = {}
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        op = "dequantize_linear"
+        if type(x) is not np.ndarray or not x.dtype.isnative:
+            return dequantize_linear(x, *self._args, **self._attrs)
+        key = (x.dtype, x.shape)
+        plan = self._plans.get(key)
+        if plan is None:
+            a = self._attrs
+            ver = _qdq.version_of(op, a["version"])
+            _, xt = _qdq.input_tensor(op, "x", x, _qdq.DQ_INPUTS, ver)
+            dp = _qdq.DequantizeParams(op, x, xt, *self._args, a["axis"], a["block_size"], a["output_dtype"], ver)
+            plan = (xt, dp)
+            if len(self._plans) < 16:
+                self._plans[key] = plan
+        xt, dp = plan
+        v.check_size(op, "the output", x.shape, dp.out.dtype.itemsize)
+        out = nformats.dequantize(x, xt, dp)
+        return out if out is not None else _qdq.dequantize(x, xt, dp)

@@ -37,8 +37,9 @@ input is refused, as onnxruntime refuses it —, shape, missing input, unknown o
 not run), :class:`RuntimeException` (an error inside a node, naming it; a subclass of
 :class:`Fail`, which onnxruntime raises for most node errors), :class:`Fail`.
 
-Only NumPy is imported here; onnx and the backend are imported when a session is created, so
-``import qlinear`` stays as fast as before.
+Only NumPy (and the engine selection) is imported here; onnx and the backend are imported when
+a session is created, so that ``qlinear.SessionOptions`` and the error classes work without
+onnx (``import qlinear`` imports this module only on first use).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ import warnings
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+
+from qlinear import _native
 
 __all__ = [
     "InferenceSession",
@@ -156,10 +159,11 @@ class ExecutionOrder(enum.IntEnum):
 
 #: Configuration keys qlinear honours, with the values it accepts (onnxruntime's key names).
 HONOURED_CONFIG_KEYS: dict[str, str] = {
-    # MatMulNBits' compute type for 4-bit weights (0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8):
-    # stored and validated; qlinear has no MatMulNBits fusion (such groups are refused or run
-    # as written, docs/qdq.md), so no model it runs reads it yet.
+    # the accuracy_level (0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8; default 4) of the MatMulNBits
+    # nodes weight-only DequantizeLinear -> MatMul / Gemm groups become (qlinear.passes.matmul_nbits)
     "session.qdq_matmulnbits_accuracy_level": "0, 1, 2, 3 or 4",
+    # their block size where the weight is per-channel or per-tensor (0: 32; -1: least padding)
+    "session.qdq_matmulnbits_block_size": "0, -1 or a power of two in [16, 256]",
     # "1": onnxruntime's DoubleQDQPairsRemover off (qlinear.qdq.fuse_qdq(double_qdq=False))
     "session.disable_double_qdq_remover": "0 or 1",
     # "1": int8 activations allowed in the fused kernels (onnxruntime's default on ARM, not x86)
@@ -343,7 +347,9 @@ def _check_field(name: str, value: Any) -> Any:
 
 def _check_config(key: str, value: str) -> str:
     if key in HONOURED_CONFIG_KEYS:
-        allowed = {"session.qdq_matmulnbits_accuracy_level": ("0", "1", "2", "3", "4")}.get(key, ("0", "1"))
+        allowed = {"session.qdq_matmulnbits_accuracy_level": ("0", "1", "2", "3", "4"),
+                   "session.qdq_matmulnbits_block_size": ("0", "-1", "16", "32", "64", "128", "256"),
+                   }.get(key, ("0", "1"))
         if value.strip() not in allowed:
             raise InvalidArgument(f"add_session_config_entry: {key} must be "
                                   f"{HONOURED_CONFIG_KEYS[key]}; got {value!r}")
@@ -558,6 +564,8 @@ class InferenceSession:
         from qlinear import backend
 
         config = self._options._config
+        nbits = {k: config[k] for k in ("session.qdq_matmulnbits_accuracy_level",
+                                        "session.qdq_matmulnbits_block_size") if k in config} or None
         custom = self._qdq == "fuse" and (config.get("session.disable_double_qdq_remover") == "1"
                                           or config.get("session.qdqisint8allowed") == "1")
         try:
@@ -568,13 +576,14 @@ class InferenceSession:
                 try:
                     model = fuse_qdq(model, ops=backend.fusable_ops(),
                                      int8_allowed=config.get("session.qdqisint8allowed") == "1",
-                                     double_qdq=config.get("session.disable_double_qdq_remover") != "1")
+                                     double_qdq=config.get("session.disable_double_qdq_remover") != "1",
+                                     **backend.qdq_options(nbits, "InferenceSession"))
                 except QDQRefusal as e:
                     raise InvalidGraph(f"InferenceSession: {e}") from None
                 return backend.prepare(model, emulate=emulate, qdq="literal",
                                        max_tensor_bytes=max_tensor_bytes)
             return backend.prepare(source, emulate=emulate, qdq=self._qdq,
-                                   max_tensor_bytes=max_tensor_bytes)
+                                   max_tensor_bytes=max_tensor_bytes, options=nbits)
         except SessionError:
             raise
         except backend.UnsupportedModelError as e:
@@ -639,8 +648,6 @@ class InferenceSession:
 
         try:
             if self._threads:
-                from qlinear import _native
-
                 with _THREADS_LOCK:
                     before = _native.get_num_threads()
                     _native.set_num_threads(self._threads)

@@ -1,4 +1,4 @@
-"""The peak-memory probe of the memory tests' child processes (test_memory.py, test_qa9.py).
+"""The peak-memory probe of the memory tests' child processes (test_memory.py).
 
 PRELUDE imports, in the child, the bench's probe (qlinear/tools/bench/memory.py, its one
 home): ``status_kib(field)``, a field of /proc/self/status in KiB, and ``reset_peak()``, which

@@ -839,3 +839,133 @@ def test_relu_blocks_bit_identical_to_scalar_maximum(dtype, size):
         assert got.reshape(-1).tobytes() == want.tobytes()
     strided = x[::2]
     assert bf.relu(strided).tobytes() == np.maximum(strided, dtype(0)).tobytes()
+
+
+# ----------------------------------------------------------------------------- regressions
+# found by new-user QA round 7
+
+import warnings  # noqa: E402
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper as h  # noqa: E402
+import qlinear.backend as qb  # noqa: E402
+
+
+F = np.float32
+
+
+BIG = F(3e38)
+
+
+def _float_model(op, names, attrs=None, domain="", opset=17, outputs=("y",), inits=()):
+    ins = [h.make_tensor_value_info(n, T.FLOAT, None) for n in names]
+    node = h.make_node(op, list(names) + [i.name for i in inits], list(outputs), domain=domain, **(attrs or {}))
+    g = h.make_graph([node], "g", ins, [h.make_tensor_value_info(o, T.FLOAT, None) for o in outputs],
+                     initializer=list(inits))
+    ops = [h.make_opsetid("", opset)] + ([h.make_opsetid(domain, 1)] if domain else [])
+    return h.make_model(g, opset_imports=ops, ir_version=8)
+
+
+_X = np.array([[-BIG, -1e30, -100, -90, 0, 1, 1e30, BIG, np.inf, -np.inf, np.nan, 1e-45]], F)
+
+
+_XP = np.full((1, 1, 4, 4), BIG, F)
+
+
+_XG = np.array([[-BIG, -1e20, -10, 0, 1], [1e20, BIG, np.inf, -np.inf, np.nan]], F)
+
+
+_XL = np.array([[[BIG, BIG, -BIG, 1], [1e20, -1e20, 3, 1]]], F)
+
+
+_ONES4, _ZEROS4 = np.ones(4, F), np.zeros(4, F)
+
+
+FLOAT_CASES = {
+    "Sigmoid": (_float_model("Sigmoid", "x"), {"x": _X}),
+    "Softmax": (_float_model("Softmax", "x"), {"x": np.array([[BIG, BIG, 0, -BIG]], F)}),
+    "Softmax-12": (_float_model("Softmax", "x"), {"x": np.array([[BIG, -BIG] + [0] * 10], F)}),
+    "Softmax-opset11": (_float_model("Softmax", "x", opset=11), {"x": np.array([[BIG, -BIG, 0]], F)}),
+    "LeakyRelu-10": (_float_model("LeakyRelu", "x", {"alpha": 10.0}), {"x": _X}),
+    "LeakyRelu-0.1": (_float_model("LeakyRelu", "x", {"alpha": 0.1}), {"x": _X}),
+    "LeakyRelu--2": (_float_model("LeakyRelu", "x", {"alpha": -2.0}), {"x": _X}),
+    "AveragePool": (_float_model("AveragePool", "x", {"kernel_shape": [2, 2]}), {"x": _XP}),
+    "AveragePool-pads": (_float_model("AveragePool", "x", {"kernel_shape": [3, 3], "pads": [1] * 4}), {"x": _XP}),
+    "AveragePool-cip": (_float_model("AveragePool", "x", {"kernel_shape": [3, 3], "pads": [1] * 4,
+                                                          "count_include_pad": 1}), {"x": _XP}),
+    "GlobalAveragePool": (_float_model("GlobalAveragePool", "x"), {"x": _XP}),
+    "Gelu-ms": (_float_model("Gelu", "x", domain="com.microsoft"), {"x": _XG}),
+    "FastGelu": (_float_model("FastGelu", "x", domain="com.microsoft"), {"x": _XG}),
+    "FastGelu-bias": (_float_model("FastGelu", "xb", domain="com.microsoft"),
+                      {"x": _XG, "b": np.full(5, BIG, F)}),
+    "SkipLayerNormalization": (_float_model("SkipLayerNormalization", "xsgb", domain="com.microsoft",
+                                            outputs=("y", "mean", "inv_std", "sum")),
+                               {"x": _XL[:, :1], "s": _XL[:, :1], "g": _ONES4, "b": _ZEROS4}),
+    "LayerNormalization": (_float_model("LayerNormalization", "xgb"), {"x": _XL[:, :1], "g": _ONES4, "b": _ZEROS4}),
+    "Gelu-20": (_float_model("Gelu", "x", opset=20), {"x": _XG}),
+    "Gelu-20-tanh": (_float_model("Gelu", "x", {"approximate": "tanh"}, opset=20), {"x": _XG}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FLOAT_CASES))
+def test_float_ops_near_float32_max_match_onnxruntime_without_floating_point_errors(case):
+    """regression: Inputs at ±3e38, ±inf and NaN: the backend gives onnxruntime's values (inf and NaN where
+    it gives them) under np.errstate(all="raise") and with warnings as errors. Intermediates
+    such as x - max(x) in Softmax, the window sums of AveragePool, alpha · x of LeakyRelu or
+    x³ of FastGelu overflowed and raised FloatingPointError (or warned)."""
+    ort = pytest.importorskip("onnxruntime")
+    model, feeds = FLOAT_CASES[case]
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    rep = qb.prepare(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(all="raise"):
+            got = rep.run(feeds)
+            got_all = rep.run_all(feeds)
+    for g, w, name in zip(got, want, [o.name for o in model.graph.output]):
+        assert g.dtype == w.dtype and g.shape == w.shape, name
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=f"{case} {name}")
+        np.testing.assert_array_equal(got_all[name], g)
+    if case == "SkipLayerNormalization":  # the float32 sum overflows: NaN, as onnxruntime
+        assert np.isnan(got[0][0, 0]).all() and np.isinf(got[3][0, 0, :3]).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_sigmoid_small_values_in_every_float_type(dtype):
+    """regression: Sigmoid of x in [-17.3, -11.1] was 0 in float16 (exp(-x) overflowed float16's 65504
+    below the float32 cutoff of -80 where exp(x) takes over), where onnx.reference and
+    onnxruntime give 6e-6 ... 6e-8."""
+    from onnx.reference import ReferenceEvaluator
+
+    tt = h.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    g = h.make_graph([h.make_node("Sigmoid", ["x"], ["y"])], "g", [h.make_tensor_value_info("x", tt, None)],
+                     [h.make_tensor_value_info("y", tt, None)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    x = np.concatenate([np.linspace(-30, 30, 601), [-80, -90, -103, -750, np.inf, -np.inf, np.nan]]).astype(dtype)
+    got = qb.prepare(m).run({"x": x})[0]
+    with np.errstate(all="ignore"):
+        want = ReferenceEvaluator(m).run(None, {"x": x})[0]
+    assert got.dtype == dtype
+    tiny = float(np.finfo(dtype).smallest_subnormal)
+    np.testing.assert_allclose(got, want, rtol=2 * float(np.finfo(dtype).eps), atol=2 * tiny, equal_nan=True)
+    assert ((got == 0) == (want == 0)).all()
+
+
+@pytest.mark.parametrize("attrs", [{"kernel_shape": [3, 3]}, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+                                   {"kernel_shape": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}])
+def test_float16_average_pool_sums_without_overflow(attrs):
+    """regression: float16 AveragePool summed its window in float16: nine taps of 40000 gave inf where
+    onnx.reference and onnxruntime give 40000 (GlobalAveragePool already summed in float32)."""
+    from onnx.reference import ReferenceEvaluator
+
+    g = h.make_graph([h.make_node("AveragePool", ["x"], ["y"], **attrs)], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT16, None)], [h.make_tensor_value_info("y", T.FLOAT16, None)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    rng = np.random.default_rng(7)
+    for x in (np.full((1, 2, 5, 5), 40000, np.float16),
+              (rng.standard_normal((2, 3, 7, 6)) * 3e4).clip(-65504, 65504).astype(np.float16)):
+        got = qb.prepare(m).run({"x": x})[0]
+        want = ReferenceEvaluator(m).run(None, {"x": x})[0]
+        assert got.dtype == np.float16 and np.isfinite(got).all()
+        np.testing.assert_allclose(got.astype(F), want.astype(F), rtol=1e-3)

@@ -363,3 +363,90 @@ def test_compare_ulp_tolerance_for_float_tail(capsys, tmp_path):
     for flag in ("--ulp", "--atol", "--rtol"):
         rc, out, err = _main(capsys, *args[:-1], flag, "-1")
         assert rc == 2 and flag in err and out == ""
+
+
+# ----------------------------------------------------------------------------- regressions
+# found by new-user QA round 7
+
+from onnx import helper as h  # noqa: E402
+from onnx import numpy_helper as nh  # noqa: E402
+import qlinear.backend as qb  # noqa: E402
+
+
+F = np.float32
+
+
+def _external_model(folder, location="weights/w.bin"):
+    w = nh.from_array(np.arange(16, dtype=F).reshape(4, 4), "w")
+    g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 4])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 4])], [w])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / location).parent.mkdir(parents=True, exist_ok=True)
+    path = folder / "model.onnx"
+    onnx.save(m, path, save_as_external_data=True, location=location, size_threshold=0)
+    return path
+
+
+@pytest.mark.parametrize("missing", ["folder", "file"])
+def test_missing_external_data_names_the_expected_path(capsys, tmp_path, monkeypatch, missing):
+    """regression: A model whose external data folder (or file) is missing: the CLI said only "external
+    data file 'weights/w.bin' not found" and prepare(path) passed on onnx's ValidationError;
+    both now name the absolute path the model expects, the model's folder it is read from
+    (whatever the current directory) and what to do."""
+    import shutil
+
+    from qlinear.cli import main
+
+    _external_model(tmp_path / "m")
+    if missing == "folder":
+        shutil.rmtree(tmp_path / "m" / "weights")
+    else:
+        (tmp_path / "m" / "weights" / "w.bin").unlink()
+    want = str(tmp_path / "m" / "weights" / "w.bin")
+    monkeypatch.chdir(tmp_path)  # a relative path from elsewhere: the data is still the model folder's
+    for cmd in ("run", "inspect", "compare"):
+        assert main([cmd, "m/model.onnx"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("qlinear: error: "), err
+        assert "tensor 'w'" in err and "'weights/w.bin'" in err and want in err, err
+        assert str(tmp_path / "m") in err and "model's folder" in err, err
+        if missing == "folder":
+            assert f"folder {tmp_path / 'm' / 'weights'} does not exist" in err, err
+    with pytest.raises(ValueError) as e:
+        qb.prepare("m/model.onnx")
+    msg = str(e.value)
+    assert msg.startswith("prepare: ") and "tensor 'w'" in msg and want in msg, msg
+
+
+def test_external_data_read_relative_to_the_model_from_any_directory(tmp_path, monkeypatch):
+    """regression: found by new-user QA round 7."""
+    path = _external_model(tmp_path / "m")
+    monkeypatch.chdir(tmp_path)
+    x = np.ones((1, 4), F)
+    want = x @ np.arange(16, dtype=F).reshape(4, 4)
+    np.testing.assert_array_equal(qb.prepare("m/model.onnx").run({"x": x})[0], want)
+    np.testing.assert_array_equal(qb.prepare(path).run({"x": x})[0], want)
+
+
+# ----------------------------------------------------------------------------- regressions
+# found by new-user QA round 8 (Intel Xeon, AVX-512 VNNI and AMX)
+
+
+def test_run_with_emulation_on_an_exact_cpu_says_why_values_differ(monkeypatch, capsys):
+    """regression: On a CPU where onnxruntime is exact (the Xeon), `qlinear run --emulate onnxruntime-avx2`
+    said 'its uint8 x int8 kernels are exact' and then agreed with onnxruntime on 391/400
+    predictions without saying why; where onnxruntime saturates the line says 'qlinear emulates
+    that'. The line now says the emulated saturation is the difference."""
+    pytest.importorskip("onnxruntime")
+    from qlinear import cli
+    from qlinear.tools import ortsat
+
+    monkeypatch.setenv(ortsat.PROBE_ENV, "0")
+    assert cli.main(["run", "--emulate", "onnxruntime-avx2"]) == 0
+    out = capsys.readouterr().out
+    assert ("onnxruntime here: its uint8 x int8 kernels are exact (set by QLINEAR_ORT_SATURATES=0); qlinear "
+            "emulates their saturation on AVX2 CPUs without VNNI, so the values differ where it saturates") in out
+    assert cli.main(["run"]) == 0
+    out = capsys.readouterr().out
+    assert "kernels are exact (set by QLINEAR_ORT_SATURATES=0)\n" in out

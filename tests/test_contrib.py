@@ -1218,3 +1218,82 @@ def test_backend_leaky_relu_alpha_must_be_a_number(alpha):
     with pytest.raises(ValueError, match=r"^node 'y' \(com.microsoft.QLinearLeakyRelu-1\): qlinear_leaky_relu: "
                                          r"attribute alpha must be a real number"):
         backend.prepare(m).run([np.arange(4, dtype=U8)])
+
+
+# ----------------------------------------------------------------------------- regressions
+# found by new-user QA round 7
+
+import warnings  # noqa: E402
+
+
+BIG = F(3e38)
+
+
+_XG = np.array([[-BIG, -1e20, -10, 0, 1], [1e20, BIG, np.inf, -np.inf, np.nan]], F)
+
+
+_XL = np.array([[[BIG, BIG, -BIG, 1], [1e20, -1e20, 3, 1]]], F)
+
+
+_ONES4, _ZEROS4 = np.ones(4, F), np.zeros(4, F)
+
+
+def test_contrib_float_functions_under_errstate_raise():
+    """regression: The public com.microsoft float functions return IEEE results (inf, NaN) without
+    FloatingPointError under np.errstate(all="raise")."""
+    x3 = np.array([[[BIG, -BIG, 1e30, np.inf, -np.inf, 0]]], F)
+    w = np.full((6, 6), BIG, F)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(all="raise"):
+            g = c.gelu(_XG)
+            fg = c.fast_gelu(_XG, np.full(5, BIG, F))
+            y, _, _, s = c.skip_layer_normalization(_XL, _XL, _ONES4, _ZEROS4)
+            out, present = c.attention(x3, w, num_heads=1)
+    with np.errstate(all="ignore"):
+        assert np.array_equal(g, c.gelu(_XG), equal_nan=True)
+        assert np.array_equal(fg, c.fast_gelu(_XG, np.full(5, BIG, F)), equal_nan=True)
+    assert np.isinf(s[0, 0, :3]).all() and np.isnan(y[0, 0]).all()  # the float32 sum, normalized
+    assert out.shape == (1, 1, 2) and present.shape == (2, 1, 1, 1, 2)
+
+
+def test_contrib_quantized_functions_with_extreme_scales_under_errstate_raise():
+    """regression: qlinear.contrib's quantized functions with scales whose products or quotients
+    underflow (1e-45, 1e-30) or overflow (3e38): the same results as under NumPy's default
+    error state, without FloatingPointError under np.errstate(all="raise") (qlinear_sigmoid,
+    qlinear_add/mul, qlinear_global_average_pool, qgemm and dynamic_quantize_linear raised
+    'underflow encountered in ...'), as the six ONNX operators promise."""
+    u = np.arange(0, 256, 51, dtype=np.uint8)
+    calls = {
+        "qlinear_sigmoid": lambda s: c.qlinear_sigmoid(u, s, np.uint8(128), F(1 / 256), np.uint8(0)),
+        "qlinear_leaky_relu": lambda s: c.qlinear_leaky_relu(u, s, np.uint8(128), F(0.1), np.uint8(0), alpha=0.1),
+        "qlinear_add": lambda s: c.qlinear_add(u, s, np.uint8(128), u, s, np.uint8(128), F(0.1), np.uint8(0)),
+        "qlinear_mul": lambda s: c.qlinear_mul(u, s, np.uint8(128), u, s, np.uint8(128), F(0.1), np.uint8(0)),
+        "prepared_mul": lambda s: c.prepare_qlinear_binary("mul", np.uint8, s, np.uint8(128), s, np.uint8(128),
+                                                           F(0.1), np.uint8(0)).run(u, u),
+        "qlinear_softmax": lambda s: c.qlinear_softmax(u[None], s, np.uint8(128), F(1 / 256), np.uint8(0), opset=13),
+        "qgemm": lambda s: c.qgemm(u.reshape(2, 3), s, np.uint8(128), u.reshape(3, 2).view(np.int8), s, np.int8(0),
+                                   None, F(0.1), np.uint8(0)),
+        "qgemm_float": lambda s: c.qgemm(u.reshape(2, 3), s, np.uint8(128), u.reshape(3, 2).view(np.int8), s,
+                                         np.int8(0)),
+        "prepared_qgemm": lambda s: c.prepare_qgemm(u.reshape(3, 2).view(np.int8), s, np.int8(0)).run(
+            u.reshape(2, 3), s, np.uint8(128)),
+        "dynamic_quantize_linear": lambda s: c.dynamic_quantize_linear(np.array([s, 0], F)),
+        "dequantize_linear": lambda s: c.dequantize_linear(u, s, np.uint8(3)),
+        "quantize_linear": lambda s: c.quantize_linear(np.array([1.0, -1e-30, 3e38], F), s, np.uint8(3)),
+    }
+    for name, call in calls.items():
+        for s in (F(1e-45), F(1e-30), F(3e38)):
+            try:
+                with np.errstate(all="ignore"):
+                    want = call(s)
+            except ValueError:  # scales onnxruntime refuses (e.g. qgemm's multiplier): refused either way
+                with np.errstate(all="raise"), pytest.raises(ValueError):
+                    call(s)
+                continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                with np.errstate(all="raise"):
+                    got = call(s)
+            for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+                assert np.array_equal(g, w, equal_nan=g.dtype.kind == "f"), (name, s)

@@ -2138,3 +2138,83 @@ def test_vnni_conv_tile_pairs(case, engine_level):
             check_qconv(_qconv_args(rng, x, w, wz=wz, ydt=ydt), kw)
             check_convint([x, w, rand_int(rng, xdt, ()), wz], kw)
         assert _native._C.conv_tile_counts()[1] > before[1], ("tile pairs", case, r)
+
+
+# ----------------------------------------------------------------------------- regressions
+# found by the reliability campaign of issue 8 (silent wrong answers: aliasing, zero sizes)
+
+
+def _conv_case(seed=0):
+    rng = np.random.default_rng(seed)
+    x = rand_int(rng, U8, (1, 4, 6, 6))
+    w = rand_int(rng, I8, (3, 4, 3, 3))
+    return rng, x, w
+
+
+def test_prepared_qlinear_conv_zero_points_are_not_views():
+    """regression: x_zero_point / y_zero_point memoized by value must not follow the caller's array."""
+    rng, x, w = _conv_case(1)
+    xs, ws, ys = np.float32(0.02), rand_scale(rng, (3,)), np.float32(0.3)
+    wzp = np.zeros(3, I8)
+    prep = qlinear.prepare_qlinear_conv(w, ws, wzp, pads=[1, 1, 1, 1])
+    xzp = np.array(100, U8)
+    yzp = np.array(10, U8)
+    first = prep.run(x, xs, xzp, ys, yzp)
+    assert_exact(first, oracle.qlinear_conv(x, xs, U8(100), w, ws, wzp, ys, U8(10), pads=[1, 1, 1, 1]))
+    xzp[...] = 3  # the caller reuses its buffers
+    yzp[...] = 200
+    again = prep.run(x, xs, np.array(100, U8), ys, np.array(10, U8))  # fresh arrays, old values
+    assert_exact(again, first)
+    new = prep.run(x, xs, xzp, ys, yzp)
+    assert_exact(new, oracle.qlinear_conv(x, xs, U8(3), w, ws, wzp, ys, U8(200), pads=[1, 1, 1, 1]))
+
+
+def test_prepared_qlinear_conv_owns_weights_scales_and_bias():
+    """regression: found by the reliability campaign of issue 8 (silent wrong answers: aliasing, zero sizes)."""
+    rng, x, w = _conv_case(2)
+    ws = rand_scale(rng, (3,))
+    wzp = np.array([0, 5, -7], I8)
+    B = rng.integers(-5000, 5000, 3).astype(np.int32)
+    args = (np.float32(0.02), U8(128), np.float32(0.2), U8(120))
+    want = oracle.qlinear_conv(x, args[0], args[1], w.copy(), ws.copy(), wzp.copy(), args[2], args[3], B.copy())
+    prep = qlinear.prepare_qlinear_conv(w, ws, wzp, B)
+    B[...] = -B  # changed in place after prepare: the prepared operator keeps the old values
+    w[...] = 0
+    ws[...] = 1.0
+    wzp[...] = 1
+    assert_exact(prep.run(x, *args), want)
+
+
+def test_prepared_conv_integer_zero_points_are_not_views():
+    """regression: found by the reliability campaign of issue 8 (silent wrong answers: aliasing, zero sizes)."""
+    rng, x, w = _conv_case(3)
+    wzp = np.array([1, -2, 3], I8)
+    prep = qlinear.prepare_conv_integer(w, wzp, pads=[1, 0, 1, 0])
+    want = oracle.conv_integer(x, w, U8(77), wzp.copy(), pads=[1, 0, 1, 0])
+    xzp = np.array(77, U8)
+    assert_exact(prep.run(x, xzp), want)
+    xzp[...] = 250
+    wzp[...] = 0
+    assert_exact(prep.run(x, np.array(77, U8)), want)
+    assert_exact(prep.run(x, xzp), oracle.conv_integer(x, w, U8(250), np.array([1, -2, 3], I8),
+                                                       pads=[1, 0, 1, 0]))
+
+
+@pytest.mark.parametrize("xshape,wshape,want_shape", [
+    ((0, 4, 5, 5), (3, 4, 3, 3), (0, 3, 3, 3)),   # empty batch
+    ((2, 4, 5, 5), (0, 4, 3, 3), (2, 0, 3, 3)),   # no output channels
+    ((2, 0, 5, 5), (3, 0, 3, 3), (2, 3, 3, 3)),   # no input channels: a sum over nothing
+])
+def test_conv_zero_size(xshape, wshape, want_shape):
+    """regression: found by the reliability campaign of issue 8 (silent wrong answers: aliasing, zero sizes)."""
+    x = np.zeros(xshape, U8)
+    w = np.zeros(wshape, I8)
+    try:
+        want = oracle.conv_integer(x, w, U8(3), I8(1))
+    except Exception:  # the oracle may refuse empty shapes; the result is then zeros
+        want = np.zeros(want_shape, np.int32)
+    assert want.shape == want_shape
+    assert_exact(qlinear.conv_integer(x, w, U8(3), I8(1)), want)
+    y = qlinear.qlinear_conv(x, np.float32(0.1), U8(3), w, np.float32(0.1), I8(1), np.float32(0.3),
+                             U8(9), None if wshape[0] == 0 else np.arange(wshape[0], dtype=np.int32))
+    assert y.shape == want_shape and y.dtype == np.uint8

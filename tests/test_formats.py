@@ -91,7 +91,7 @@ def test_packing_matches_onnx(name):
 
 
 @pytest.mark.parametrize("name", FLOATS)
-def test_every_code_decoded(name):
+def test_engine_every_code_decoded(name, engine_level):
     table = oracle.decode_table(name)
     width = table.size
     codes = np.arange(width, dtype=np.uint8)
@@ -114,7 +114,7 @@ def test_e8m0_every_code_decoded():
 
 
 @pytest.mark.parametrize("name", INTS)
-def test_every_integer_code_dequantized(name):
+def test_engine_every_integer_code_dequantized(name, engine_level):
     lo, hi, storage = oracle.INT_TYPES[name]
     x = np.arange(lo, hi + 1).astype(storage)
     for zp in (lo, 0, hi):
@@ -131,7 +131,7 @@ def _all16(dtype):
 
 @pytest.mark.parametrize("src", [F16, BF16], ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("name", FLOATS)
-def test_every_16bit_value_to_float_formats(name, src):
+def test_engine_every_16bit_value_to_float_formats(name, src, engine_level):
     """All 2**16 float16 and bfloat16 values, both saturate modes, through QuantizeLinear with a
     scale of 1 of the same type (P = that type: the quotient is x, exactly)."""
     x = _all16(src)
@@ -146,7 +146,7 @@ def test_every_16bit_value_to_float_formats(name, src):
 
 @pytest.mark.parametrize("src", [F16, BF16], ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("name", INTS)
-def test_every_16bit_value_to_integers(name, src):
+def test_engine_every_16bit_value_to_integers(name, src, engine_level):
     lo, hi, storage = oracle.INT_TYPES[name]
     x = _all16(src)
     zp = (lo + hi + 1) // 2
@@ -171,7 +171,7 @@ def _boundaries(name):
 
 
 @pytest.mark.parametrize("name", FLOATS)
-def test_float32_rounding_boundaries(name):
+def test_engine_float32_rounding_boundaries(name, engine_level):
     x = _boundaries(name)
     for sat in (0, 1):
         want = oracle.as_format(oracle.encode_float(x.astype(np.float64), name, sat), name)
@@ -179,7 +179,7 @@ def test_float32_rounding_boundaries(name):
         bits_equal(dtypes.get(name).fmt.encode_exact(x, sat).view(STORAGE[name]), want)
 
 
-def test_documented_special_values():
+def test_engine_documented_special_values(engine_level):
     """FORMATS.md Part A's spelled-out cases, independent of the oracle."""
     def q(v, name, sat):
         return int(qlinear.quantize_linear(np.array([v], F32), F32(1), output_dtype=STORAGE[name],
@@ -231,7 +231,7 @@ GRANULARITIES = [
 
 @pytest.mark.parametrize("gran", GRANULARITIES, ids=lambda g: f"{g[0]}-{g[1]}-ax{g[2]}-b{g[3]}")
 @pytest.mark.parametrize("out", INTS + FLOATS)
-def test_quantize_granularities(out, gran):
+def test_engine_quantize_granularities(out, gran, engine_level):
     x_shape, p_shape, axis, block = gran
     rng = np.random.default_rng(hash((out, gran)) % 2**32)
     x = _x(rng, x_shape, F32, spread=30.0 if out in INTS[:2] else 5.0)
@@ -259,7 +259,7 @@ PRECISIONS = [
 
 @pytest.mark.parametrize("case", PRECISIONS, ids=lambda c: f"{np.dtype(c[0])}-{np.dtype(c[1])}-{c[2] and np.dtype(c[2])}-v{c[3]}")
 @pytest.mark.parametrize("out", ["int8", "uint8", "int16", "int4", "float8e4m3fn", "float8e5m2", "float4e2m1"])
-def test_quantize_division_precision(out, case):
+def test_engine_quantize_division_precision(out, case, engine_level):
     xt, stype, prec, version = case
     if version < dtypes.get(out).since:
         pytest.skip(f"{out} needs version {dtypes.get(out).since}")
@@ -278,7 +278,7 @@ def test_quantize_division_precision(out, case):
     bits_equal(got, want)
 
 
-def test_precision_changes_results():
+def test_engine_precision_changes_results(engine_level):
     """float16 division differs from float32 division on some inputs: P is honoured (else a
     broken P rule would pass every test above by luck)."""
     rng = np.random.default_rng(3)
@@ -291,7 +291,7 @@ def test_precision_changes_results():
     bits_equal(a, oracle.quantize_linear_v(x, s, output_dtype=np.int16))
 
 
-def test_float_zero_point_and_e8m0_scale():
+def test_engine_float_zero_point_and_e8m0_scale(engine_level):
     rng = np.random.default_rng(5)
     x = _x(rng, (4, 8), F32, 20.0)
     for name in ("float8e4m3fn", "float8e5m2fnuz", "float6e2m3"):
@@ -304,7 +304,7 @@ def test_float_zero_point_and_e8m0_scale():
         bits_equal(got, oracle.quantize_linear_v(x, s, axis=1, output_dtype=out))
 
 
-def test_huge_and_tiny_scales():
+def test_engine_huge_and_tiny_scales(engine_level):
     x = np.array([1.0, -1.0, 3e38, -3e38, 1e-30, 5.0, 0.0, -0.0], F32)
     for s in (F32(1e-38), F32(1e-45), F32(3e38), F16(6e-8), F16(65504), BF16(1e-38), BF16(3e38)):
         for out in ("int8", "int16", "uint4", "float8e4m3fn", "float8e5m2", "float6e3m2"):
@@ -318,7 +318,7 @@ def test_huge_and_tiny_scales():
 
 @pytest.mark.parametrize("gran", GRANULARITIES, ids=lambda g: f"{g[0]}-{g[1]}-ax{g[2]}-b{g[3]}")
 @pytest.mark.parametrize("xname", INTS + FLOATS)
-def test_dequantize_granularities(xname, gran):
+def test_engine_dequantize_granularities(xname, gran, engine_level):
     x_shape, p_shape, axis, block = gran
     rng = np.random.default_rng(hash((xname, gran, 1)) % 2**32)
     if xname in INTS:
@@ -341,7 +341,7 @@ def test_dequantize_granularities(xname, gran):
         bits_equal(got, want)
 
 
-def test_dequantize_int16_double_rounding_and_float_zero_point():
+def test_engine_dequantize_int16_double_rounding_and_float_zero_point(engine_level):
     """int16 x, float16 output: one float32 product, then one rounding to float16 (FORMATS.md
     §3: this double rounding is the contract); float8 x with a non-zero zero point: the exact
     difference, rounded once to float32."""
@@ -355,7 +355,7 @@ def test_dequantize_int16_double_rounding_and_float_zero_point():
         bits_equal(qlinear.dequantize_linear(x8, F32(1), zp), oracle.dequantize_linear_v(x8, F32(1), zp))
 
 
-def test_int32_dequantize_and_huge_scales():
+def test_engine_int32_dequantize_and_huge_scales(engine_level):
     x = np.array([2**31 - 1, -(2**31), 2**24 + 1, 3, 0], np.int32)
     for s in (F32(3e38), F32(1e-45), F16(65504), BF16(3e38)):
         bits_equal(qlinear.dequantize_linear(x, s), oracle.dequantize_linear_v(x, s))
@@ -367,9 +367,18 @@ def test_int32_dequantize_and_huge_scales():
 _QTYPES = INTS + FLOATS
 
 
-@settings(max_examples=60, deadline=None)
+def _every_level():
+    """Context managers selecting the NumPy engine and each native ISA level this CPU runs."""
+    from qlinear import _native
+    yield _native.use_engine("numpy")
+    if _native.available():
+        for isa in _native.engine_info()["isas"]:
+            yield _native.use_isa(isa)
+
+
+@settings(max_examples=40, deadline=None)
 @given(st.data())
-def test_hypothesis_quantize_dequantize(data):
+def test_hypothesis_quantize_dequantize_every_level(data):
     rank = data.draw(st.integers(1, 3))
     shape = tuple(data.draw(st.lists(st.integers(1, 5), min_size=rank, max_size=rank)))
     axis = data.draw(st.integers(-rank, rank - 1))
@@ -394,12 +403,16 @@ def test_hypothesis_quantize_dequantize(data):
     if out in INTS and data.draw(st.booleans()):
         lo, hi, storage = oracle.INT_TYPES[out]
         zp = rng.integers(lo, hi + 1, size=p_shape).astype(storage)
-    got = qlinear.quantize_linear(x, s, zp, axis=axis, block_size=block, saturate=sat, output_dtype=STORAGE[out])
     want = oracle.quantize_linear_v(x, s, zp, axis=axis, block_size=block, saturate=sat, output_dtype=STORAGE[out])
-    bits_equal(got, want)
     outd = data.draw(st.sampled_from([None, F32, F16, BF16]))
-    y = qlinear.dequantize_linear(got, s, zp, axis=axis, block_size=block, output_dtype=outd)
-    bits_equal(y, oracle.dequantize_linear_v(got, s, zp, axis=axis, block_size=block, output_dtype=outd))
+    want_y = oracle.dequantize_linear_v(want, s, zp, axis=axis, block_size=block, output_dtype=outd)
+    for level in _every_level():
+        with level:
+            got = qlinear.quantize_linear(x, s, zp, axis=axis, block_size=block, saturate=sat,
+                                          output_dtype=STORAGE[out])
+            bits_equal(got, want)
+            y = qlinear.dequantize_linear(want, s, zp, axis=axis, block_size=block, output_dtype=outd)
+            bits_equal(y, want_y)
 
 
 # ----------------------------------------------------------------------------- both engines
@@ -428,6 +441,134 @@ def test_engine_output_dtype_per_axis_without_zero_point(engine_level):
     bits_equal(got, oracle.quantize_linear_v(x, s, axis=1, output_dtype=np.int8))
     got = qlinear.quantize_linear(x, s, axis=1, output_dtype=3, version=21)  # ONNX's INT8
     assert got.dtype == np.int8
+
+
+_ROUNDING_WANT: dict = {}
+
+
+def _rounding_case(out):
+    """int16 values (every one in [-1100, 1100], the extremes and 900 random others) times scales
+    that put the float32 products at, and one ulp around, the float16/bfloat16 rounding
+    midpoints, their subnormals and past their largest finite value; the oracle's results,
+    computed once for every level."""
+    rng = np.random.default_rng(16)
+    x = np.concatenate([np.arange(-1100, 1101), [-32768, 32767], rng.integers(-32768, 32768, 900)]).astype(np.int16)
+    scales = (F32(2.0 ** -30), F32(2.0 ** -10), F32(3.0517578e-05), F32(0.1), F32(1.0000001), F32(3e38))
+    key = np.dtype(out).name
+    if key not in _ROUNDING_WANT:
+        _ROUNDING_WANT[key] = [oracle.dequantize_linear_v(x, s, output_dtype=out) for s in scales]
+    return x, scales, _ROUNDING_WANT[key]
+
+
+@pytest.mark.parametrize("out", [F16, BF16], ids=["float16", "bfloat16"])
+def test_engine_dequantize_rounding_to_16bit_outputs(out, engine_level):
+    """The one rounding of the float32 product to float16/bfloat16, on every level."""
+    x, scales, wants = _rounding_case(out)
+    for s, want in zip(scales, wants):
+        bits_equal(qlinear.dequantize_linear(x, s, output_dtype=out), want)
+
+
+@pytest.mark.parametrize("name", FLOATS)
+def test_engine_every_code_dequantized_to_every_output(name, engine_level):
+    """Every code of a narrow float format (NaN and infinities included), with a zero point and
+    scales of each scale type, to float32, float16 and bfloat16."""
+    width = oracle.decode_table(name).size
+    x = oracle.as_format(np.arange(width, dtype=np.uint8), name)
+    zp = oracle.as_format(oracle.encode_float(np.array([0.5]), name, 1), name).reshape(())
+    for s in (F32(0.3), F16(1e-3), BF16(7.5), np.uint8(130).view(E8M0)):
+        for out in (F32, F16, BF16):
+            for z in (None, zp):
+                got = qlinear.dequantize_linear(x, s, z, output_dtype=out)
+                bits_equal(got, oracle.dequantize_linear_v(x, s, z, output_dtype=out))
+
+
+LARGE = [
+    # (x shape, param shape, axis, block): more than one task and one tile, threads (>= 2**17
+    # elements), partial blocks, vector tails
+    ((3, 301, 157), (), 1, 0),
+    ((3, 301, 157), (301,), 1, 0),
+    ((3, 301, 157), (157,), -1, 0),
+    ((3, 301, 157), (3, 10, 157), 1, 32),
+    ((3, 301, 157), (3, 301, 5), 2, 32),
+    ((1, 70001, 3), (1, 70001, 1), 2, 3),
+    ((300, 1000), (300, 8), 1, 128),
+    ((1000, 300), (32, 300), 0, 32),
+]
+
+
+@pytest.mark.parametrize("gran", LARGE, ids=lambda g: f"{g[0]}-{g[1]}-ax{g[2]}-b{g[3]}")
+@pytest.mark.parametrize("qname", ["int16", "uint4", "int2", "float8e4m3fn", "float8e5m2fnuz", "float6e3m2", "float4e2m1"])
+def test_engine_large_granularities(qname, gran, engine_level):
+    """Tensors of 10^5 elements and more: several tasks and tiles per run, both threads, partial
+    blocks and vector tails. Compared with the NumPy engine, bit for bit (the oracle is too slow
+    at this size; the NumPy path is checked against it on every granularity above)."""
+    if engine_level == "numpy":
+        pytest.skip("compares the native levels with the NumPy engine")
+    from qlinear import _native
+    x_shape, p_shape, axis, block = gran
+    rng = np.random.default_rng(hash((qname, gran)) % 2**32)
+    xt = F16 if "4" in qname else F32
+    x = _x(rng, x_shape, xt, spread=3e4 if qname == "int16" else 20.0)
+    s = _scales(rng, p_shape, BF16 if "6" in qname else F32, 0.05, 3.0)
+    zp = None
+    if qname in INTS:
+        lo, hi, storage = oracle.INT_TYPES[qname]
+        zp = rng.integers(lo, hi + 1, size=p_shape).astype(storage)
+
+    def both(f, *args, **kw):
+        got = f(*args, **kw)
+        with _native.use_engine("numpy"):
+            want = f(*args, **kw)
+        bits_equal(got, want)
+        return got
+    for sat in (0, 1):
+        q = both(qlinear.quantize_linear, x, s, zp, axis=axis, block_size=block, saturate=sat,
+                 output_dtype=STORAGE[qname])
+    for out in (None, F16):
+        both(qlinear.dequantize_linear, q, s, zp, axis=axis, block_size=block, output_dtype=out)
+
+
+def test_native_conversions_run_natively(monkeypatch):
+    """The native engine computes the newer types itself: with the NumPy kernels disabled, every
+    type still converts (so the engine tests above compare the native kernels, not a fallback)."""
+    from qlinear import _native, _qdq
+    if not _native.available():
+        pytest.skip("native engine not built")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the NumPy path ran")
+    monkeypatch.setattr(_qdq, "quantize", refuse)
+    monkeypatch.setattr(_qdq, "dequantize", refuse)
+    x = np.linspace(-9, 9, 64, dtype=F32).reshape(4, 16)
+    with _native.use_engine("native"):
+        for name in INTS + FLOATS:
+            q = qlinear.quantize_linear(x.astype(F16), F16(0.5), output_dtype=STORAGE[name])
+            qlinear.dequantize_linear(q, np.full((4, 4), 0.5, F32), axis=1, block_size=4, output_dtype=BF16)
+        qlinear.quantize_linear(x, np.full((4, 4), 3, np.uint8).view(E8M0), axis=1, block_size=4,
+                                output_dtype=ml_dtypes.int4)
+
+
+def test_engine_prepared_forms_match_plain_calls(engine_level):
+    """PreparedQuantizeLinear / PreparedDequantizeLinear: the parameters checked once, the same
+    bits as the plain calls (and the oracle) on every call, for several x shapes."""
+    from qlinear.quantize import PreparedDequantizeLinear, PreparedQuantizeLinear
+    rng = np.random.default_rng(21)
+    s = _scales(rng, (3, 2, 4), F16, 0.05, 2.0)
+    zp = rng.integers(-8, 8, (3, 2, 4)).astype(ml_dtypes.int4)
+    pq = PreparedQuantizeLinear(s, zp, axis=1, block_size=4, output_dtype=ml_dtypes.int4)
+    pd = PreparedDequantizeLinear(s, zp, axis=1, block_size=4, output_dtype=BF16)
+    for d in (5, 8, 5):
+        x = _x(rng, (3, d, 4), F32, 10.0)
+        q = pq.run(x)
+        bits_equal(q, oracle.quantize_linear_v(x, s, zp, axis=1, block_size=4, output_dtype=ml_dtypes.int4))
+        bits_equal(q, qlinear.quantize_linear(x, s, zp, axis=1, block_size=4, output_dtype=ml_dtypes.int4))
+        bits_equal(pd.run(q), oracle.dequantize_linear_v(q, s, zp, axis=1, block_size=4, output_dtype=BF16))
+    with pytest.raises(ValueError, match="y_scale must have shape"):
+        pq.run(np.zeros((3, 9, 4), F32))
+    p8 = PreparedQuantizeLinear(np.float32(0.5), saturate=0, output_dtype=ml_dtypes.float8_e4m3fn)
+    x = _boundaries("float8e4m3fn")
+    bits_equal(p8.run(x), oracle.quantize_linear_v(x, np.float32(0.5), saturate=0,
+                                                    output_dtype=ml_dtypes.float8_e4m3fn))
 
 
 # ----------------------------------------------------------------------------- memory
@@ -459,6 +600,56 @@ def test_blocked_int4_memory(op):
         tracemalloc.stop()
     assert y.nbytes == out_bytes
     assert peak - out_bytes <= 0.10 * out_bytes, f"peak {peak} bytes above the output's {out_bytes}"
+
+
+_RSS_CHILD = r"""
+import sys
+import ml_dtypes
+import numpy as np
+import qlinear
+op, broadcast = sys.argv[1], sys.argv[2] == "1"
+rows, cols, block = 4096, 4096, 32
+rng = np.random.default_rng(0)
+s = rng.uniform(0.01, 2.0, (rows // block, cols)).astype(np.float32)
+if op == "quantize":
+    x = rng.normal(0, 1, (rows, cols)).astype(np.float32)
+    call = lambda a, b: qlinear.quantize_linear(a, b, axis=0, block_size=block, output_dtype=ml_dtypes.int4)
+else:
+    x = rng.integers(-8, 8, (rows, cols)).astype(ml_dtypes.int4)
+    call = lambda a, b: qlinear.dequantize_linear(a, b, axis=0, block_size=block)
+call(x[:64], s[:2])  # every code path warm, nothing of the measured size kept
+before = reset_peak()
+if broadcast:  # what the test must catch: the scales broadcast to the tensor, as float32
+    full = np.repeat(s, block, axis=0)
+y = call(x, s)
+print((status_kib("VmHWM") - before) * 1024, y.nbytes)
+"""
+
+
+@pytest.mark.parametrize("op", ["quantize", "dequantize"])
+def test_native_blocked_int4_memory_rss(op):
+    """The native engine's blocked int4 Q / DQ (4096 x 4096, block 32): the peak resident set
+    above the inputs stays within the output plus 10% of it (a child process; /proc's VmHWM).
+    The same measurement with a float32 copy of the scales broadcast to the tensor fails."""
+    import subprocess
+    import sys
+    import rss_probe
+    from qlinear import _native
+    if not _native.available():
+        pytest.skip("native engine not built")
+    if "asan" in __import__("os").environ.get("LD_PRELOAD", ""):
+        pytest.skip("resident-set sizes mean nothing under AddressSanitizer (scripts/sanitize.sh)")
+    here = __import__("os").path.dirname(__file__)
+
+    def measure(broadcast):
+        out = subprocess.run([sys.executable, "-c", rss_probe.PRELUDE + _RSS_CHILD, op, str(int(broadcast))],
+                             capture_output=True, text=True, check=True, cwd=here)
+        peak, out_bytes = map(int, out.stdout.split())
+        return peak, out_bytes
+    peak, out_bytes = measure(False)
+    assert peak - out_bytes <= 0.10 * out_bytes, f"peak {peak} bytes above the output's {out_bytes}"
+    peak, out_bytes = measure(True)
+    assert peak - out_bytes > 0.10 * out_bytes  # the measurement sees a broadcast copy
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -736,3 +736,74 @@ def test_amx_tile_configuration_shared_with_another_library():
             assert _native._C.amx_foreign_tiles(False)
             assert_exact(qlinear.matmul_integer(a, b, U8(3), I8(-2)), want)
             assert _native._C.amx_foreign_tiles(False)
+
+
+# ----------------------------------------------------------------------------- regressions
+# found by the reliability campaign of issue 8 (silent wrong answers: aliasing, zero sizes)
+
+
+def test_prepared_matmuls_own_what_they_keep():
+    """regression: found by the reliability campaign of issue 8 (silent wrong answers: aliasing, zero sizes)."""
+    rng = np.random.default_rng(4)
+    a = rand_int(rng, U8, (5, 7))
+    b = rand_int(rng, I8, (7, 3))
+    bzp = np.array([1, 2, 3], I8)
+    bs = rand_scale(rng, (3,))
+    want_i = oracle.matmul_integer(a, b, U8(9), bzp.copy())
+    want_q = oracle.qlinear_matmul(a, np.float32(0.03), U8(9), b, bs.copy(), bzp.copy(), np.float32(0.5), U8(100))
+    pi = qlinear.prepare_matmul_integer(b, bzp)
+    pq = qlinear.prepare_qlinear_matmul(b, bs, bzp)
+    bzp[...] = -100
+    bs[...] = 7.0
+    b[...] = 0
+    assert_exact(pi.run(a, U8(9)), want_i)
+    assert_exact(pq.run(a, np.float32(0.03), U8(9), np.float32(0.5), U8(100)), want_q)
+
+
+MATMUL_SHAPES = [
+    ((2, 3, 0), (0, 4)),   # K = 0: zeros
+    ((0, 5), (5, 4)),      # M = 0
+    ((3, 5), (5, 0)),      # N = 0
+    ((0, 3, 5), (5, 4)),   # empty batch
+    ((2, 0, 5), (2, 5, 0)),
+    ((0,), (0, 3)),        # 1-D a with K = 0
+    ((4, 0), (0,)),        # 1-D b with K = 0
+    ((0,), (0,)),          # both 1-D, K = 0: a 0-d zero
+]
+
+
+@pytest.mark.parametrize("ashape,bshape", MATMUL_SHAPES, ids=[f"{a}x{b}" for a, b in MATMUL_SHAPES])
+def test_matmul_integer_zero_size_like_numpy(ashape, bshape):
+    """regression: found by the reliability campaign of issue 8 (silent wrong answers: aliasing, zero sizes)."""
+    a = np.zeros(ashape, U8)
+    b = np.zeros(bshape, I8)
+    want = np.matmul(a.astype(np.int32), b.astype(np.int32))
+    assert_exact(qlinear.matmul_integer(a, b), want)
+    assert_exact(qlinear.matmul_integer(a, b, U8(3), I8(-2)), want)  # K = 0 or nothing to sum
+    y = qlinear.qlinear_matmul(a, np.float32(0.1), U8(3), b, np.float32(0.2), I8(-2), np.float32(0.5), U8(7))
+    assert y.dtype == np.uint8 and y.shape == want.shape
+    assert (y == 7).all()  # acc 0 -> y_zero_point
+
+
+@pytest.mark.parametrize("m,n", [(0, 4), (3, 0), (0, 0)])
+def test_matmul_per_row_and_per_column_zero_points_with_empty_m_or_n(m, n):
+    """regression: found by the reliability campaign of issue 8 (silent wrong answers: aliasing, zero sizes)."""
+    rng = np.random.default_rng(5)
+    a = rand_int(rng, U8, (m, 6))
+    b = rand_int(rng, I8, (6, n))
+    azp = rand_int(rng, U8, (m,))
+    bzp = rand_int(rng, I8, (n,))
+    want = np.zeros((m, n), np.int32)
+    assert_exact(qlinear.matmul_integer(a, b, azp, bzp), want)
+    assert_exact(qlinear.matmul_integer(a, b, azp.reshape(m, 1), bzp.reshape(1, n)), want)
+    y = qlinear.qlinear_matmul(a, rand_scale(rng, (m,)), azp, b, rand_scale(rng, (n,)), bzp,
+                               np.float32(0.5), U8(7))
+    assert y.shape == (m, n) and y.dtype == np.uint8
+
+
+def test_matmul_per_row_zero_points_with_empty_k():
+    """regression: found by the reliability campaign of issue 8 (silent wrong answers: aliasing, zero sizes)."""
+    a = np.zeros((3, 0), U8)
+    b = np.zeros((0, 2), I8)
+    y = qlinear.matmul_integer(a, b, np.array([1, 2, 3], U8), np.array([4, 5], I8))
+    assert_exact(y, np.zeros((3, 2), np.int32))

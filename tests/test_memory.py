@@ -145,3 +145,77 @@ def test_no_padded_copy_on_either_engine(engine, rank):
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["shape"] == [1, 8, *(3,) * rank]
     assert got["above"] <= NOISE, got
+
+
+# ----------------------------------------------------------------------------- regressions
+# found by new-user QA round 9 (an acceptance audit of issue #9, the compiled engine)
+
+
+_CONV_INTEGER_CHILD = rss_probe.PRELUDE + r"""
+import ctypes, json, sys
+ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE (see test_memory.py)
+import numpy as np
+import qlinear
+qlinear._native.set_engine("numpy")
+qlinear.set_workspace_limit(int(sys.argv[1]))
+rng = np.random.default_rng(0)
+x = rng.integers(0, 256, (16, 64, 56, 56), dtype=np.uint8)
+w = rng.integers(-128, 128, (64, 64, 3, 3), dtype=np.int8)
+p = qlinear.prepare_conv_integer(w, np.int8(1), pads=[1, 1, 1, 1])
+p.run(x[:1], np.uint8(128))
+before = reset_peak()
+y = p.run(x, np.uint8(128))
+print(json.dumps({"above": (status_kib("VmHWM") - before) * 1024 - y.nbytes, "output": y.nbytes,
+                  "padded_image": 4 * 64 * 58 * 58}))
+"""
+
+
+def test_numpy_conv_integer_makes_no_second_output_sized_copy():
+    """regression: The NumPy engine's ConvInteger accumulated in float32 (exact) and returned
+    ``out.astype(np.int32)``: a second buffer the size of the whole output, outside the
+    workspace limit (the issue's batch-64 224x224 3x3 64->64 layer: 784 MiB above the output
+    with the limit at 256 MiB; here 12 MiB above a 4 MiB limit). The conversion now happens
+    in place, a bounded block at a time."""
+    if not os.access("/proc/self/clear_refs", os.W_OK):
+        pytest.skip("needs Linux's /proc/self/clear_refs to reset the peak resident set")
+    limit, noise = 4 << 20, 3 << 20
+    out = subprocess.run([sys.executable, "-c", _CONV_INTEGER_CHILD, str(limit)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["above"] <= limit + got["padded_image"] + noise, got
+
+
+_MATMUL_CHILD = rss_probe.PRELUDE + r"""
+import ctypes, json, sys
+ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE (see test_memory.py)
+import numpy as np
+import qlinear
+qlinear._native.set_engine("numpy")
+rng = np.random.default_rng(0)
+m, k, n = 2048, 2048, 2048
+a = rng.integers(0, 256, (m, k), dtype=np.uint8)
+b = rng.integers(-128, 128, (k, n), dtype=np.int8)   # full range: K = 2048 takes 3 float32 chunks
+p = qlinear.prepare_matmul_integer(b, np.int8(1))
+p.run(a[:1], np.uint8(3))
+before = reset_peak()
+y = p.run(a, np.uint8(3))
+print(json.dumps({"above": (status_kib("VmHWM") - before) * 1024 - y.nbytes,
+                  "centered_a": 4 * m * k, "part": 4 * m * n}))
+"""
+
+
+def test_numpy_matmul_integer_chunks_make_no_extra_output_sized_copies():
+    """regression: The NumPy engine's MatMulInteger added each float32 chunk as ``acc +=
+    part.astype(np.int32)`` (and converted a one-chunk sum with astype): one more
+    output-sized array than the sum needs, per call (16 MiB here). Now converted in the
+    chunk's own memory: above the output, only the float32 centered copy of a, one float32
+    chunk, and one BLAS thread's packing buffers (OpenBLAS: about 5 MiB measured; 8 allowed)."""
+    if not os.access("/proc/self/clear_refs", os.W_OK):
+        pytest.skip("needs Linux's /proc/self/clear_refs to reset the peak resident set")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")  # BLAS buffers of one thread
+    out = subprocess.run([sys.executable, "-c", _MATMUL_CHILD], capture_output=True, text=True, timeout=120,
+                         env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["above"] <= got["centered_a"] + got["part"] + (8 << 20), got

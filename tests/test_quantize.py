@@ -356,3 +356,15 @@ def test_prepared_forms_take_transposed_views_and_refuse_huge_strided_ones():
     huge = as_strided(base, shape=(1 << 20, 1 << 20), strides=(4, 4))
     with pytest.raises(ValueError, match="quantize_linear"):
         PreparedQuantize(s, z).run(huge)
+
+
+def test_repeat_path_tells_a_negative_zero_scale_apart():
+    """The repeat path (``_prepared.RepeatMemo``) reuses a call whose parameters are equal
+    immutable values; -0.0 == 0.0, yet x_scale's sign reaches DequantizeLinear's float output,
+    so a call with the other zero takes the full path: its own signed zeros."""
+    x = np.array([1, 2, 3], np.uint8)
+    for first, second in ((0.0, -0.0), (-0.0, 0.0)):
+        a = qlinear.dequantize_linear(x, np.float32(first), np.uint8(0))
+        b = qlinear.dequantize_linear(x, np.float32(second), np.uint8(0))
+        assert np.all(np.signbit(a) == np.signbit(np.float32(first)))
+        assert np.all(np.signbit(b) == np.signbit(np.float32(second)))

@@ -179,3 +179,65 @@ def test_backend_representation_from_several_threads():
 
     _in_threads(work)
     assert bad == []
+
+
+# ----------------------------------------------------------------------------- regressions
+# found by new-user QA round 9 (an acceptance audit of issue #9, the compiled engine)
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+
+@pytest.mark.skipif(not _native.available(), reason="native engine not built")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_fork_while_another_thread_runs_on_the_pool():
+    """regression: (Held; a regression test.) A fork while another Python thread is inside a native call
+    (the pool's job lock held, its workers busy): the child has neither that thread nor the
+    workers; it computes exactly, for every operator kind, and on its own rebuilt pool (2
+    threads: without threads.c's after-fork reset it would find the job lock taken, or count
+    the parent's workers as its own, and run every call serially); the parent's calls also
+    stay exact."""
+    code = r"""
+import os, sys, threading, numpy as np, qlinear
+sys.path.insert(0, sys.argv[1])
+import oracle
+qlinear.set_num_threads(2)
+rng = np.random.default_rng(0)
+a = rng.integers(0, 256, (400, 700), dtype=np.uint8); b = rng.integers(-128, 128, (700, 300), dtype=np.int8)
+want = oracle.matmul_integer(a, b, np.uint8(3), np.int8(-1))
+x = rng.integers(0, 256, (2, 8, 9, 9), dtype=np.uint8); w = rng.integers(-128, 128, (6, 8, 3, 3), dtype=np.int8)
+want_c = oracle.qlinear_conv(x, np.float32(.02), np.uint8(5), w, np.float32(.01), np.int8(0), np.float32(.7),
+                             np.int8(1), pads=[1] * 4)
+xf = rng.standard_normal((300, 70)).astype(np.float32) * 40
+want_q = oracle.quantize_linear(xf, np.float32(.3), np.int8(2))
+def ops():
+    return (np.array_equal(qlinear.matmul_integer(a, b, np.uint8(3), np.int8(-1)), want)
+            and np.array_equal(qlinear.qlinear_conv(x, np.float32(.02), np.uint8(5), w, np.float32(.01), np.int8(0),
+                                                    np.float32(.7), np.int8(1), pads=[1] * 4), want_c)
+            and np.array_equal(qlinear.quantize_linear(xf, np.float32(.3), np.int8(2)), want_q))
+assert ops()   # every lazy import and first-call setup done before any thread starts
+stop, bad = threading.Event(), []
+def busy():
+    while not stop.is_set():
+        if not ops():
+            bad.append(1)
+t = threading.Thread(target=busy); t.start()
+codes = []
+for _ in range(20):
+    pid = os.fork()
+    if pid == 0:
+        exact = ops() and ops()
+        with open("/proc/self/status") as f:   # the child's pool: itself and one worker
+            threads = next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+        os._exit(0 if exact and threads == 2 else 3 if not exact else 4)
+    codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+stop.set(); t.join()
+print(codes, bad)
+"""
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("needs Linux's /proc/self/status to count the child's threads")
+    r = subprocess.run([sys.executable, "-W", "ignore", "-c", code, tests_dir], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == f"{[0] * 20} []", r.stdout

@@ -32,8 +32,10 @@ from typing import Any
 
 import numpy as np
 
+from .. import _native
 from .. import _validate as v
 from .. import dtypes
+from ..engines.native.nbits import NativeMatMulNBits
 
 F32 = np.float32
 F64 = np.float64
@@ -43,6 +45,11 @@ LANES = 16
 MODES = ("contract", "exact")
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
 _TWO_BIT_INT8_BLOCKS = (32, 64, 128)
+# onnxruntime 1.32's int8-activation kernels quantize A in blocks of at most 256 values: with
+# weight blocks of 512 or 1024 its output matches the weights re-blocked to 256 (to float
+# order, ~2e-7 of the output, 4 and 8 bits) and not the weight-sized activation blocks
+# (4e-3 to 1e-2). The contract takes the same activation blocks (docs/nbits.md).
+INT8_BLOCK_MAX = 256
 
 
 def int8_activations(bits: int, block_size: int, zero_point_kind: str, has_g_idx: bool,
@@ -256,8 +263,28 @@ class PreparedMatMulNBits:
         if bias is not None:
             self._bias = _float_param(op, "bias", bias, sdt, ((N,),), finite=False).astype(F32)
         self.int8 = int8_activations(self.bits, bs, self.zero_point_kind, self._g is not None, lvl)
+        if self.int8 and bs > INT8_BLOCK_MAX:
+            self._reblock(INT8_BLOCK_MAX)
+            bs = self.block_size
+        # the native kernels' layouts, made once (the same bits as the NumPy code below)
+        self._native = None
+        if _native.available() and mode == "contract" and bs <= 1 << 16:  # the kernels' int32 block sums
+            self._native = NativeMatMulNBits(self._b, self._scales, self._zp, self.zero_point_kind != "none", self._g,
+                                             self._bias, K=K, N=N, bits=self.bits, block_size=bs, int8=self.int8)
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _reblock(self, ab: int) -> None:
+        """Split every weight block into blocks of ``ab`` codes, the scale and zero point
+        repeated: the same dequantized weights, so only the activation blocks change. Packed
+        codes are contiguous within a block (code j in byte j·bits/8), so each sub-block is a
+        contiguous byte run; sub-blocks wholly past K are dropped (they hold padding only)."""
+        N, K, r = self.N, self.K, self.block_size // ab
+        nb2 = -(-K // ab)
+        self._b = np.ascontiguousarray(self._b.reshape(N, self.kblocks * r, ab * self.bits // 8)[:, :nb2])
+        self._scales = np.ascontiguousarray(np.repeat(self._scales, r, axis=1)[:, :nb2])
+        self._zp = np.ascontiguousarray(np.repeat(self._zp, r, axis=1)[:, :nb2])
+        self.block_size, self.kblocks = ab, nb2
 
     def _codes(self, n0: int, n1: int) -> np.ndarray:
         """q[n0:n1, :K] as uint8 (unpacked from the packed blocks of those columns)."""
@@ -452,6 +479,10 @@ class PreparedMatMulNBits:
             if self.mode == "exact":
                 y = self._exact(a2)
                 return y.astype(self.dtype).reshape(lead + (self.N,))  # exact: already representable
+            C = _native.native()
+            if C is not None and self._native is not None:
+                y = self._native.run(C, a2)  # bias included
+                return y.astype(self.dtype, copy=False).reshape(lead + (self.N,))
             y = self._int8_level(a2) if self.int8 else self._float_levels(a2)
             if self._bias is not None:
                 np.add(y, self._bias, out=y)  # one float32 addition, in place (no second output)

@@ -44,6 +44,13 @@ _INPUT_TYPES: dict[str, dict[int, set[int]]] = {
     "SkipLayerNormalization": {0: _FLOAT, 1: _FLOAT},
     "FastGelu": {0: _FLOAT},
     "Gelu": {0: _FLOAT},
+    # Weight-only low-bit operators (qlinear.contrib.nbits; onnxruntime's CPU kernel runs A in
+    # float32 or float16, not the bfloat16 its schema lists)
+    "MatMulNBits": {0: _FLOAT | {_T.FLOAT16}, 1: {_T.UINT8}, 2: _FLOAT | {_T.FLOAT16},
+                    3: {_T.UINT8, _T.FLOAT, _T.FLOAT16}, 4: {_T.INT32}, 5: _FLOAT | {_T.FLOAT16}},
+    "GatherBlockQuantized": {0: {_T.INT4, _T.UINT4, _T.UINT8, _T.FLOAT8E4M3FN, _T.FLOAT8E4M3FNUZ, _T.FLOAT8E5M2,
+                                 _T.FLOAT8E5M2FNUZ, _T.FLOAT4E2M1},
+                             1: {_T.INT32, _T.INT64}, 2: _FLOAT | {_T.FLOAT16, _T.BFLOAT16}},
 }
 
 #: The com.microsoft operators (opset 1) the backend runs.
@@ -69,6 +76,8 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
                   "rotary_embedding_dim", "scale", "unidirectional"),
     "EmbedLayerNormalization": ("epsilon", "mask_index_type"), "SkipLayerNormalization": ("epsilon",),
     "FastGelu": (), "Gelu": (),
+    "MatMulNBits": ("K", "N", "accuracy_level", "bits", "block_size", "weight_prepacked"),
+    "GatherBlockQuantized": ("bits", "block_size", "gather_axis", "quantize_axis"),
 }
 
 
@@ -101,6 +110,8 @@ def check_node(node: onnx.NodeProto, types: dict[str, int]) -> str | None:
         return "the axis attribute is required"
     if node.op_type == "QLinearAveragePool" and "kernel_shape" not in attrs:
         return "the kernel_shape attribute is required"
+    if node.op_type == "MatMulNBits":
+        return _matmul_nbits_problem(attrs)
     if node.op_type in ("QAttention", "Attention"):
         if "num_heads" not in attrs:
             return "the num_heads attribute is required"
@@ -111,3 +122,28 @@ def check_node(node: onnx.NodeProto, types: dict[str, int]) -> str | None:
             return f"not supported: {', '.join(unsupported + ['attention_bias/past_sequence_length'] * bool(extra_inputs))}"
     return None
 
+
+
+def _matmul_nbits_problem(attrs: dict) -> str | None:
+    """Why a MatMulNBits node's attributes cannot run (the values ``qlinear.contrib.matmul_nbits``
+    refuses, said before anything runs), or None."""
+    missing = [a for a in ("K", "N", "block_size") if a not in attrs]
+    if missing:
+        return f"the {', '.join(missing)} attribute{'s are' if len(missing) > 1 else ' is'} required"
+    if attrs.get("weight_prepacked", 0):
+        return (f"weight_prepacked={attrs['weight_prepacked']} (weights pre-packed for another execution "
+                "provider) is not supported; only 0")
+    ints = {a: attrs[a] for a in ("K", "N", "block_size", "bits", "accuracy_level") if a in attrs}
+    bad = [a for a, v in ints.items() if not isinstance(v, int)]
+    if bad:
+        return f"attribute {bad[0]} must be an integer"
+    if ints["K"] < 1 or ints["N"] < 1:
+        return f"attributes K and N must be >= 1; got K={ints['K']}, N={ints['N']}"
+    if ints.get("bits", 4) not in (2, 4, 8):
+        return f"attribute bits must be 2, 4 or 8; got {ints['bits']}"
+    bs = ints["block_size"]
+    if bs < 16 or bs & (bs - 1):
+        return f"attribute block_size must be a power of two >= 16; got {bs}"
+    if not 0 <= ints.get("accuracy_level", 0) <= 4:
+        return f"attribute accuracy_level must be 0, 1, 2, 3 or 4; got {ints['accuracy_level']}"
+    return None

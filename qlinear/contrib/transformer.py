@@ -4,7 +4,10 @@ Attention, EmbedLayerNormalization, SkipLayerNormalization, FastGelu, Gelu.
 onnxruntime runs these on MLAS float kernels (SGEMM blocking, vectorized exp/tanh/erf) whose
 rounding depends on the instruction set, so no bit pattern is promised: qlinear evaluates the
 formulas in float64 and rounds the result to float32 once, which is within float32 tolerance of
-onnxruntime (tests/test_contrib.py measures it). QAttention's Q/K/V projection is the exception
+onnxruntime (tests/test_contrib.py measures it). On the native engine Gelu, FastGelu and
+SkipLayerNormalization run the same double operations in C (qlinear/csrc/transformer): Gelu
+and SkipLayerNormalization give these very bits, FastGelu may differ in the last bit of a
+double before the rounding to float32 (the C library's tanh against NumPy's). QAttention's Q/K/V projection is the exception
 where it can be exact: its integer product runs on qlinear's exact integer GEMM and is scaled
 as onnxruntime scales it, f(acc) · f(weight_scale · input_scale) + bias.
 """
@@ -17,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _native
 from .. import _validate as v
 from ..matmul import matmul_integer
 from . import _params as p
@@ -31,6 +35,12 @@ def gelu(X: np.ndarray) -> np.ndarray:
     """com.microsoft Gelu: x · Φ(x) = 0.5 · x · (1 + erf(x / √2))."""
     x = p.float_tensor("gelu", "X", X)
     v.check_size("gelu", "the float64 copy of X", x.shape, 8)
+    C = _native.native()
+    if C is not None and x.size:
+        # the same double operations in C (the C library's erf is math.erf): the same bits
+        y = np.empty(x.shape, F32)
+        C.gelu(np.ascontiguousarray(x), x.size, y)
+        return y
     x = x.astype(F64)
     return (0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))).astype(F32)
 
@@ -57,9 +67,18 @@ def _fast_gelu_op(X: np.ndarray, bias: np.ndarray | None = None, bias_param=_fas
     op = "fast_gelu"
     x = p.float_tensor(op, "X", X)
     v.check_size(op, "the float64 copy of X", x.shape, 8)
+    b = None if bias is None else bias_param(op, "bias", bias, x.shape[-1] if x.ndim else -1)
+    C = _native.native()
+    if C is not None and x.ndim and x.size:
+        # the formula's double operations in C (transformer/transformer.c: its tanh and v·v·v
+        # may differ from NumPy's in a double's last bit, below float32's rounding)
+        y = np.empty(x.shape, F32)
+        C.fast_gelu(np.ascontiguousarray(x), None if b is None else np.ascontiguousarray(b, F64),
+                    x.size // x.shape[-1], x.shape[-1], y)
+        return y
     x = x.astype(F64)
-    if bias is not None:
-        x = x + bias_param(op, "bias", bias, x.shape[-1] if x.ndim else -1)
+    if b is not None:
+        x = x + b
     return (0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))).astype(F32)
 
 
@@ -112,9 +131,24 @@ def _skip_layer_normalization_op(input, skip, gamma, beta=None, bias=None, *, ep
     if hidden == 0:  # layer normalization divides by it
         raise ValueError(f"{op}: input's hidden size (last dimension) must be >= 1; got shape {x.shape}")
     v.check_size(op, "the float64 sum of input and skip", x.shape, 8)
+    bias64 = None if bias is None else hidden_param(op, "bias", bias, hidden)
+    C = _native.native()
+    if C is not None and sk.shape == x.shape and x.size:
+        # the same double operations in C, NumPy's pairwise row sums included: the same bits
+        g = hidden_param(op, "gamma", gamma, hidden)
+        b = None if beta is None else hidden_param(op, "beta", beta, hidden)
+        eps = p.float_attribute(op, "epsilon", epsilon)
+        rows = x.size // hidden
+        y, s32 = np.empty(x.shape, F32), np.empty(x.shape, F32)
+        mean, inv_std = np.empty((*x.shape[:-1], 1), F32), np.empty((*x.shape[:-1], 1), F32)
+        C.skip_layer_norm(np.ascontiguousarray(x), np.ascontiguousarray(sk), np.ascontiguousarray(g, F64),
+                          None if b is None else np.ascontiguousarray(b, F64),
+                          None if bias64 is None else np.ascontiguousarray(bias64, F64),
+                          rows, hidden, eps, y, mean, inv_std, s32)
+        return y, mean, inv_std, s32
     s = np.add(x, sk, dtype=F64)  # x.astype(F64) + sk: both widened exactly, one float64 add
-    if bias is not None:
-        s += hidden_param(op, "bias", bias, hidden)
+    if bias64 is not None:
+        s += bias64
     # onnxruntime normalizes the float32 sum (its fourth output): the float64 sum rounded once
     # to float32, widened back exactly. Where that sum overflows float32, its row is inf and
     # normalizes to NaN, as onnxruntime's does.

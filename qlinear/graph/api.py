@@ -13,7 +13,7 @@ from onnx.backend.base import Backend, Device, DeviceType
 
 from .. import modelfile
 from .errors import UnsupportedModelError
-from .modes import QDQ_MODES, kernels_for, model_as_run
+from .modes import QDQ_MODES, kernels_for, model_as_run, qdq_options
 from .proto import topologically_sorted
 from .rep import QLinearRep, densified
 from .support import check_model
@@ -63,21 +63,26 @@ class QLinearBackend(Backend):
 
     @classmethod
     def prepare(cls, model, device="CPU", emulate: str | None = None, qdq: str = "fuse",
-                max_tensor_bytes: int | None = None, **kwargs) -> QLinearRep:
+                max_tensor_bytes: int | None = None, options=None, **kwargs) -> QLinearRep:
         """A :class:`QLinearRep` for ``model`` (ModelProto, path or bytes), after checking
         every node. ``emulate="onnxruntime-avx2"``: compute what onnxruntime gives on AVX2
         CPUs without VNNI (its u8 x s8 kernels' 16-bit pair saturation) instead of the exact
         results. ``qdq="fuse"`` (default) runs QDQ node groups as onnxruntime's CPU session
         does, on integer kernels (docs/qdq.md); ``qdq="literal"`` runs the graph as written
         (DequantizeLinear -> float operator -> QuantizeLinear). ``max_tensor_bytes``: the
-        run-time size guards of :class:`QLinearRep`. Other keywords are refused (TypeError),
+        run-time size guards of :class:`QLinearRep`. ``options``: onnxruntime session
+        configuration keys for the QDQ fusion, ``{"session.qdq_matmulnbits_accuracy_level": "0"}``
+        (the accuracy level of the MatMulNBits nodes weight-only DequantizeLinear -> MatMul
+        groups become; default 4, as onnxruntime) and ``"session.qdq_matmulnbits_block_size"``
+        (:data:`qlinear.graph.modes.QDQ_OPTIONS`). Other keywords are refused (TypeError),
         except ``rtol`` and ``atol``, which onnx's backend test runner passes for its own
         comparison."""
         unknown = [k for k in kwargs if k not in ("rtol", "atol")]
         if unknown:
             raise TypeError(f"prepare: unknown keyword argument {unknown[0]!r} (it takes device, "
-                            "emulate, qdq and max_tensor_bytes)")
+                            "emulate, qdq, max_tensor_bytes and options)")
         kernels_for(emulate)  # a bad name fails before anything is loaded
+        qdq_options(options)  # so does a bad option
         model = _load(model, "prepare", max_tensor_bytes)
         try:
             # element types, attribute types, strings: what onnx would fail on with a bare
@@ -102,7 +107,8 @@ class QLinearBackend(Backend):
         problems = check_model(model)
         if problems:
             raise UnsupportedModelError(problems)
-        return QLinearRep(model_as_run(model, qdq, emulate), emulate=emulate, max_tensor_bytes=max_tensor_bytes)
+        return QLinearRep(model_as_run(model, qdq, emulate, options), emulate=emulate,
+                          max_tensor_bytes=max_tensor_bytes)
 
     @classmethod
     def run_model(cls, model, inputs, device="CPU", emulate: str | None = None, **kwargs):

@@ -9,7 +9,8 @@ bound once to the model's constants and to inputs like these, one Python frame a
 call, which answers None for any other input (shape, dtype, layout), engine, ISA level or
 size limit, and the node's full call then runs. A node's Python work is mostly touched cold
 inside a whole model (the convolutions stream megabytes of weights through the caches
-between two calls of it), so fewer frames per node save more there than alone.
+between two calls of it), so fewer frames per node save more there than alone. From the
+second run on, a plain run takes the loop compiled once (:mod:`qlinear.graph.plan`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 from onnx.reference.ops import op_cast
 from onnx.reference.ops._op import OpRunBinaryNumpy
+
+from .plan import CompiledPlan, compile_plan
 
 #: Operators never folded into constants: their outputs differ between runs on the same
 #: inputs (random generators) or they have effects beyond their outputs.
@@ -84,6 +87,45 @@ def _bind_fast(fast: list, node: OpRun, inputs: list, outputs: Any) -> None:
         fast[1] = fn
 
 
+def _call(entry: tuple, inputs: list) -> tuple:
+    """A node's full call as the graph loop makes it (after its size check and its bound short
+    path, which declined or is not bound), for every kind of call but ``const`` and
+    ``context``: its outputs. After a qlinear kernel's full call the node is asked for its
+    bound short path (``_bind_fast``)."""
+    pnode, how, extra, _, _, _, _, fast, _ = entry
+    if how == "direct0":  # qlinear's kernels: they read their attributes themselves
+        try:
+            outputs = pnode._run(*inputs)
+        except (TypeError, AttributeError):
+            outputs = pnode.run(*inputs)  # for OpRun's own error message
+        if type(outputs) is not tuple or ((len(outputs) != 1 or type(outputs[0]) is not np.ndarray)
+                                          and any(type(o) is not np.ndarray for o in outputs)):
+            outputs = pnode._check_and_fix_outputs(outputs)  # (one array: no generator)
+        if fast is not None and fast[2] > 0:
+            _bind_fast(fast, pnode, inputs, outputs)
+    elif how == "cast" and type(inputs[0]) is np.ndarray and len(inputs) == 1:
+        outputs = (inputs[0].astype(extra),)  # what onnx.reference's cast_to returns
+    elif how == "binary" and type(inputs[0]) is np.ndarray \
+            and type(inputs[1]) is np.ndarray and inputs[0].dtype == inputs[1].dtype:
+        out = extra(inputs[0], inputs[1])
+        if type(out) is not np.ndarray:  # a ufunc of two 0-d arrays returns a scalar
+            out = np.asarray(out)
+        outputs = (out,) if out.dtype == inputs[0].dtype else pnode.run(*inputs)
+    elif how == "direct":
+        try:
+            outputs = pnode._run(*inputs, **extra)
+        except (TypeError, AttributeError):
+            outputs = pnode.run(*inputs)  # for OpRun's own error message
+        if type(outputs) is not tuple or ((len(outputs) != 1 or type(outputs[0]) is not np.ndarray)
+                                          and any(type(o) is not np.ndarray for o in outputs)):
+            outputs = pnode._check_and_fix_outputs(outputs)  # (one array: no generator)
+    else:
+        outputs = pnode.run(*inputs)
+        if fast is not None and fast[2] > 0:
+            _bind_fast(fast, pnode, inputs, outputs)
+    return outputs
+
+
 class FastEvaluator(ReferenceEvaluator):
     """ReferenceEvaluator whose top-level ``run`` is a lean loop over the nodes.
 
@@ -102,6 +144,10 @@ class FastEvaluator(ReferenceEvaluator):
         self._fast_compact: tuple[list, list, dict[str, Any]] | None = None
         #: when a dict, each run adds every node's seconds under its operator type
         self.node_seconds: dict[str, float] | None = None
+        #: the compiled plan (qlinear.graph.plan), built after the first full run, and the
+        #: node list it was built for (another one, a progress display's: the general loop)
+        self._compiled: CompiledPlan | None = None
+        self._compiled_for: Any = None
 
     def _make_plan(self, nodes):
         """Per node: how to call it, inputs, outputs, and the tensors whose last consumer it is.
@@ -194,12 +240,20 @@ class FastEvaluator(ReferenceEvaluator):
                                _bindings=_bindings)
         if output_names is None:
             output_names = self.output_names
+        nodes = self.rt_nodes_  # may be a progress-bar wrapper around the same list
+        compiled = self._compiled
+        if (compiled is not None and not intermediate and self.node_seconds is None
+                and nodes is self._compiled_for and output_names == self.output_names
+                and compiled.required.issubset(feed_inputs)):
+            # a plain run after the first: the compiled plan (qlinear.graph.plan)
+            if getattr(nodes, "current", None) is not None:
+                nodes.current = None
+            return compiled.run(feed_inputs, nodes if hasattr(nodes, "current") else None)
         plan = self._fast_plan
         consts = self._fast_consts
         results: dict[str, Any] = {"": None}
         results.update(self.rt_inits_)
         results.update(feed_inputs)
-        nodes = self.rt_nodes_  # may be a progress-bar wrapper around the same list
         timing = self.node_seconds
         compact = self._fast_compact
         order = nodes
@@ -210,7 +264,8 @@ class FastEvaluator(ReferenceEvaluator):
             results.update(const_results)
             if hasattr(nodes, "current"):
                 order = _tracking(nodes, order)
-        for _, (pnode, how, extra, ins, outs, drop, check, fast, fold) in zip(order, plan):
+        for _, entry in zip(order, plan):
+            pnode, how, extra, ins, outs, drop, check, fast, fold = entry
             if timing is not None:
                 t0 = time.perf_counter()
             if fold:
@@ -242,32 +297,6 @@ class FastEvaluator(ReferenceEvaluator):
                     fast[1] = None  # asked for again after the full call
             if y is not None:
                 outputs = (y,)
-            elif how == "direct0":  # qlinear's kernels: they read their attributes themselves
-                try:
-                    outputs = pnode._run(*inputs)
-                except (TypeError, AttributeError):
-                    outputs = pnode.run(*inputs)  # for OpRun's own error message
-                if type(outputs) is not tuple or ((len(outputs) != 1 or type(outputs[0]) is not np.ndarray)
-                                                  and any(type(o) is not np.ndarray for o in outputs)):
-                    outputs = pnode._check_and_fix_outputs(outputs)  # (one array: no generator)
-                if fast is not None and fast[2] > 0:
-                    _bind_fast(fast, pnode, inputs, outputs)
-            elif how == "cast" and type(inputs[0]) is np.ndarray and len(inputs) == 1:
-                outputs = (inputs[0].astype(extra),)  # what onnx.reference's cast_to returns
-            elif how == "binary" and type(inputs[0]) is np.ndarray \
-                    and type(inputs[1]) is np.ndarray and inputs[0].dtype == inputs[1].dtype:
-                out = extra(inputs[0], inputs[1])
-                if type(out) is not np.ndarray:  # a ufunc of two 0-d arrays returns a scalar
-                    out = np.asarray(out)
-                outputs = (out,) if out.dtype == inputs[0].dtype else pnode.run(*inputs)
-            elif how == "direct":
-                try:
-                    outputs = pnode._run(*inputs, **extra)
-                except (TypeError, AttributeError):
-                    outputs = pnode.run(*inputs)  # for OpRun's own error message
-                if type(outputs) is not tuple or ((len(outputs) != 1 or type(outputs[0]) is not np.ndarray)
-                                                  and any(type(o) is not np.ndarray for o in outputs)):
-                    outputs = pnode._check_and_fix_outputs(outputs)  # (one array: no generator)
             elif how == "const":
                 outputs = consts.get(id(pnode))
                 if outputs is None:
@@ -275,9 +304,7 @@ class FastEvaluator(ReferenceEvaluator):
             elif how == "context":
                 outputs = pnode.run(*inputs, context=results)
             else:
-                outputs = pnode.run(*inputs)
-                if fast is not None and fast[2] > 0:
-                    _bind_fast(fast, pnode, inputs, outputs)
+                outputs = _call(entry, inputs)
             if fold:
                 # read-only: a consumer writing into a cached tensor would change later runs
                 for o in outputs:
@@ -293,6 +320,9 @@ class FastEvaluator(ReferenceEvaluator):
                 timing[pnode.op_type] = timing.get(pnode.op_type, 0.0) + time.perf_counter() - t0
         if compact is None and isinstance(nodes, list):
             self._fast_compact = self._compact(nodes)
+            if self._fast_compact is not None:
+                self._compiled = compile_plan(self, *self._fast_compact, _call, _bind_fast)
+                self._compiled_for = nodes
         if intermediate:
             results.pop(_OMITTED, None)
             return results

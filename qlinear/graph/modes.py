@@ -15,7 +15,9 @@ from .. import _native
 from ..contrib import _raw as _c  # the functions without their errstate wrapper: a graph run has it
 from ..engines import ort_avx2
 from ..matmul import matmul_integer
-from ..passes import FUSED_OPS, QDQRefusal, exact_integer_convs, fuse_qdq
+from ..passes import FUSED_OPS, QDQRefusal, exact_integer_convs, fuse_qdq, integer_islands
+from ..passes.dynamic_matmul import fuse_dynamic_matmul
+from ..passes.matmul_nbits import block_size_for
 from .kernels.contrib import ContribOp, DynamicQuantizeMatMul, MatMulIntegerToFloat, QAttention, QGemm
 from .kernels.contrib import QLinearConv as ContribQLinearConv
 from .kernels.standard import ConvInteger, MatMulInteger, QLinearConv, QLinearMatMul, _QLinearOp
@@ -51,17 +53,76 @@ def _exact_convs(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
 
 
-def model_as_run(model: onnx.ModelProto, qdq: str = "fuse", emulate: str | None = None) -> onnx.ModelProto:
+#: The onnxruntime session configuration keys ``prepare(..., options=)`` takes: how the QDQ
+#: fusion rewrites weight-only DequantizeLinear -> MatMul / Gemm into MatMulNBits.
+QDQ_OPTIONS = {"session.qdq_matmulnbits_accuracy_level": "0, 1, 2, 3 or 4 (default 4)",
+               "session.qdq_matmulnbits_block_size": "0 (32, the default), -1 (least padding) or a "
+                                                     "power of two in [16, 256]"}
+
+
+def qdq_options(options: Any, caller: str = "prepare") -> dict[str, int]:
+    """``options`` (None or a mapping of the :data:`QDQ_OPTIONS` keys to values, strings as
+    onnxruntime's ``add_session_config_entry`` takes them, or ints) as ``fuse_qdq``'s keyword
+    arguments; a ValueError/TypeError naming the key and the value otherwise."""
+    if options is None:
+        return {}
+    if not hasattr(options, "items"):
+        raise TypeError(f"{caller}: options must be a mapping of onnxruntime session configuration keys "
+                        f"({', '.join(QDQ_OPTIONS)}) to values; got {type(options).__name__}")
+    out = {}
+    for key, value in options.items():
+        if key not in QDQ_OPTIONS:
+            raise ValueError(f"{caller}: options key {key!r} is not one qlinear takes here; it takes "
+                             f"{', '.join(QDQ_OPTIONS)}")
+        try:
+            n = int(value.strip() if isinstance(value, str) else value)
+            if isinstance(value, (bool, float)) or (not isinstance(value, str) and n != value):
+                raise ValueError
+        except (TypeError, ValueError):
+            raise ValueError(f"{caller}: options {key} must be {QDQ_OPTIONS[key]}; got {value!r}") from None
+        if key == "session.qdq_matmulnbits_accuracy_level":
+            if not 0 <= n <= 4:
+                raise ValueError(f"{caller}: options {key} must be {QDQ_OPTIONS[key]}; got {value!r}")
+            out["nbits_accuracy_level"] = n
+        else:
+            try:
+                block_size_for(32, n)
+            except ValueError:
+                raise ValueError(f"{caller}: options {key} must be {QDQ_OPTIONS[key]}; got {value!r}") from None
+            out["nbits_block_size"] = n
+    return out
+
+
+def _islands(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``qlinear.passes.integer_islands`` where the model has a DequantizeLinear (a rewrite
+    error leaves the model as it was: the float nodes are always correct)."""
+    if not any(n.op_type == "DequantizeLinear" for n in model.graph.node):
+        return model
+    try:
+        return integer_islands(model)
+    except Exception:  # noqa: BLE001 - an optimisation only; the graph as fused runs
+        return model
+
+
+def model_as_run(model: onnx.ModelProto, qdq: str = "fuse", emulate: str | None = None,
+                 options: Any = None) -> onnx.ModelProto:
     """The graph ``prepare`` and ``qlinear run`` execute: :func:`apply_qdq`, then with
-    ``qdq="fuse"`` the float Convs whose float32 result is exact on integers
-    (:func:`qlinear.qdq.exact_integer_convs`: the same bytes). Not under an emulation (which
+    ``qdq="fuse"`` onnxruntime's DynamicQuantizeMatMul fusion (the same arithmetic,
+    :mod:`qlinear.passes.dynamic_matmul`), the integer islands (:func:`qlinear.passes.integer_islands`: onnxruntime's
+    float glue between quantized nodes in one node each, the same bytes), and the float Convs
+    whose float32 result is exact on integers (:func:`qlinear.qdq.exact_integer_convs`: the
+    same bytes). The float Convs are not rewritten under an emulation (which
     changes ConvInteger's arithmetic), not for ``qdq="literal"`` (the graph as written), and
     only where ConvInteger is the faster form: the native engine at a SIMD level (its portable
     scalar level and the NumPy engine run ConvInteger slower than the float Conv's BLAS:
     retinaface 290 against 105 ms at the scalar level). ``qlinear compare`` keeps the float
-    Convs: it compares their outputs with onnxruntime's."""
-    model = apply_qdq(model, qdq)
-    if qdq != "fuse" or emulate is not None:
+    Convs: it compares their outputs with onnxruntime's. ``options``: :func:`qdq_options`."""
+    model = apply_qdq(model, qdq, options)
+    if qdq != "fuse":
+        return model
+    model = fuse_dynamic_matmul(model)  # DynamicQuantizeLinear + MatMulInteger + Cast + Mul, as onnxruntime fuses them
+    model = _islands(model)
+    if emulate is not None:
         return model
     info = _native.engine_info()
     if info["engine"] != "native" or info["isa"] == "scalar":
@@ -69,18 +130,19 @@ def model_as_run(model: onnx.ModelProto, qdq: str = "fuse", emulate: str | None 
     return _exact_convs(model)
 
 
-def apply_qdq(model: onnx.ModelProto, qdq: str = "fuse") -> onnx.ModelProto:
+def apply_qdq(model: onnx.ModelProto, qdq: str = "fuse", options: Any = None) -> onnx.ModelProto:
     """The model as it will run: QDQ node groups fused (``qdq="fuse"``) or unchanged
-    (``"literal"``)."""
+    (``"literal"``); ``options``: onnxruntime's session keys of :data:`QDQ_OPTIONS`."""
     if qdq not in QDQ_MODES:
         raise ValueError(f"prepare: qdq must be one of {', '.join(QDQ_MODES)}; got {qdq!r}")
+    fuse_kw = qdq_options(options)
     if qdq == "literal":
         return model
     if not any(n.op_type == "DequantizeLinear" for n in model.graph.node):
         return model  # nothing to fuse
     model = topologically_sorted(model)  # the rewrite reads the graph in order
     try:
-        return fuse_qdq(model, ops=fusable_ops())
+        return fuse_qdq(model, ops=fusable_ops(), **fuse_kw)
     except QDQRefusal as e:  # a model problem, said as such
         raise ValueError(f"prepare: {e}") from None
     except Exception as e:  # a rewrite bug must not look like a model problem

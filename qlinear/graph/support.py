@@ -131,12 +131,7 @@ def _reference_gap(node: onnx.NodeProto, version: int) -> str | None:
         if version < 9:
             return ("Scan-8 (batched, with sequence_lens) is not implemented in onnx.reference "
                     "(it runs Scan-9 and later)")
-        attrs = {a.name: list(helper.get_attribute_value(a)) for a in node.attribute
-                 if a.type == onnx.AttributeProto.INTS}
-        for name in ("scan_input_directions", "scan_output_directions",
-                     "scan_input_axes", "scan_output_axes"):
-            if any(v != 0 for v in attrs.get(name, [])):
-                return f"onnx.reference implements Scan only with {name} all 0"
+        # scan axes and directions: qlinear's own Scan (qlinear.graph.kernels.control)
     if op in ("LayerNormalization", "RMSNormalization"):
         stash = next((a.i for a in node.attribute if a.name == "stash_type"), 1)
         if stash != 1:

@@ -24,6 +24,11 @@ float tensors, with float32 ulps only where the values are not near zero), and a
   MatMulIntegerToFloat, DynamicQuantizeMatMul, QAttention) whose pair
   sums exceed 32767 (see :mod:`qlinear.engines.ort_avx2`); where the emulation reproduces
   onnxruntime's values exactly, it says so;
+- *MatMulNBits*: "onnxruntime quantizes activations (accuracy_level 4)" where its int8 kernel
+  runs (the same int8 codes as qlinear; the block sums' float order differs) or "float
+  reduction order" at the float levels, each with the measured magnitude and both runtimes'
+  distance from the exact sum; under ``qdq="literal"`` an output that onnxruntime's session
+  computes through fused MatMulNBits at accuracy_level 4 says so;
 - otherwise the size of the difference (float ulps), without a claim about its cause.
 """
 
@@ -40,6 +45,7 @@ from onnx.reference import ReferenceEvaluator
 
 from qlinear.backend import (QLinearRep, UnsupportedModelError, apply_qdq, check_model, inline_functions,
                              kernels_for)
+from qlinear.contrib.nbits import prepare_matmul_nbits
 from qlinear.graph.proto import node_attributes, subgraphs
 from qlinear.graph.registry import FLOAT_KERNELS  # the float operators the backend runs
 from qlinear.tools import ortsat
@@ -76,13 +82,15 @@ def expose_all(model: onnx.ModelProto, dtypes: dict[str, np.dtype]) -> tuple[onn
 ORT_THREADS = 0
 
 
-def _session(model: onnx.ModelProto):
+def _session(model: onnx.ModelProto, options: dict[str, str] | None = None):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 4  # errors come back as exceptions; keep stderr to one line
     if ORT_THREADS:
         so.intra_op_num_threads = ORT_THREADS
+    for key, value in (options or {}).items():  # the QDQ fusion's keys qlinear was given too
+        so.add_session_config_entry(key, str(value))
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
@@ -276,7 +284,8 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
                   show_progress: bool | None = None, ulp: int = 0, atol: float = DEFAULT_ATOL,
                   rtol: float = DEFAULT_RTOL, emulate: str | None = None,
                   timing_budget: float = 1.0, timing_runs: int = 5,
-                  max_tensor_bytes: int | None = None, qdq: str = "fuse") -> dict[str, Any]:
+                  max_tensor_bytes: int | None = None, qdq: str = "fuse",
+                  options: dict[str, str] | None = None) -> dict[str, Any]:
     """Run both runtimes, compare the outputs (normal onnxruntime session) and every node
     (intermediates-exposed run); returns rows, outputs, verdicts, timings.
 
@@ -289,10 +298,12 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
     (qlinear.qdq); the node rows compare that rewritten graph in both runtimes (exposing the
     original graph's tensors as outputs would stop onnxruntime's own fusion), the outputs
     compare with onnxruntime's normal session on the model as given. ``"literal"``: qlinear
-    runs the graph as written.
+    runs the graph as written. ``options``: onnxruntime session keys of the QDQ fusion
+    (``{"session.qdq_matmulnbits_accuracy_level": "0"}``), given to both runtimes.
     """
     comparison = Comparison(model, ulp=ulp, atol=atol, rtol=rtol, emulate=emulate,
-                            max_tensor_bytes=max_tensor_bytes, qdq=qdq, single_shot=True)
+                            max_tensor_bytes=max_tensor_bytes, qdq=qdq, single_shot=True,
+                            options=options)
     result = comparison.run(feeds, show_progress=show_progress)
     rep, normal = comparison.rep, comparison.normal
     result["seconds"] = {
@@ -316,7 +327,7 @@ class Comparison:
     def __init__(self, model: onnx.ModelProto, *, ulp: int = 0, atol: float = DEFAULT_ATOL,
                  rtol: float = DEFAULT_RTOL, emulate: str | None = None,
                  max_tensor_bytes: int | None = None, qdq: str = "fuse",
-                 single_shot: bool = False) -> None:
+                 single_shot: bool = False, options: dict[str, str] | None = None) -> None:
         if atol < 0 or rtol < 0 or ulp < 0:
             raise ValueError("compare: atol, rtol and ulp must be 0 or more")
         problems = check_model(model)
@@ -324,7 +335,8 @@ class Comparison:
             raise UnsupportedModelError(problems)
         model = inline_functions(model)
         self.original = model
-        self.model = apply_qdq(model, qdq)
+        self.options = options
+        self.model = apply_qdq(model, qdq, options)
         self.rep = QLinearRep(self.model, emulate=emulate, max_tensor_bytes=max_tensor_bytes)
         self.emulate, self.qdq, self.single_shot = emulate, qdq, single_shot
         self.tol = dict(atol=atol, rtol=rtol, ulp=ulp)
@@ -337,7 +349,8 @@ class Comparison:
     def _normal_outputs(self, feeds):
         try:
             if self.normal is None:
-                self.normal = _session(self.original)
+                self.normal = (_session(self.original, self.options) if self.options
+                               else _session(self.original))
             return _run_session(self.normal, feeds)
         except Exception as e:
             raise RuntimeError(f"onnxruntime cannot run this model: {_one_line(e)}") from None
@@ -477,6 +490,10 @@ class Comparison:
             "qdq_fused": sorted(n.op_type for n in model.graph.node)
             != sorted(n.op_type for n in original.graph.node),
             "has_qdq": any(n.op_type == "DequantizeLinear" for n in original.graph.node),
+            # weight-only groups onnxruntime's session fuses into MatMulNBits, which qlinear runs
+            # as written under qdq="literal" (at accuracy_level 4 they quantize activations)
+            "nbits_fusions": nbits_fusions(original, self.options) if qdq == "literal" else 0,
+            "nbits_accuracy_level": int((self.options or {}).get("session.qdq_matmulnbits_accuracy_level", 4)),
             "onnxruntime_outputs": "normal session (default graph optimizations)",
             "onnxruntime_nodes": "session with every intermediate exposed as an output",
             "onnxruntime_note": note,
@@ -516,6 +533,8 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
         prefix = f"inputs differ; {n_own} differ on onnxruntime's inputs: "
     else:
         prefix = ""
+    if node.domain == "com.microsoft" and node.op_type == "MatMulNBits":
+        return prefix + _diagnose_matmul_nbits(node, values_ort, out, own)
     if node.domain == "com.microsoft" and node.op_type in _CONTRIB_GEMM_OPS:
         return prefix + _diagnose_contrib_gemm(node, opsets, values_ort, out, own, emulate, cache)
     if node.op_type in _GEMM_OPS:
@@ -591,6 +610,57 @@ def _diagnose_contrib_gemm(node, opsets, values_ort, out: str, own, emulate: str
                 f"reproduces onnxruntime exactly ({reproduced}/{int(wrong.sum())})")
     return (f"pair sums exceed 32767 (onnxruntime 16-bit saturation); emulation reproduces "
             f"{reproduced}/{int(wrong.sum())}, not all")
+
+
+def _relative(a: np.ndarray, b: np.ndarray, scale: np.ndarray) -> float:
+    """max |a − b| over max |scale| (0 where scale is all 0), in float64."""
+    top = float(np.abs(scale.astype(np.float64)).max()) if scale.size else 0.0
+    d = float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max()) if a.size else 0.0
+    return d / top if top else d
+
+
+def _diagnose_matmul_nbits(node, values_ort, out: str, own) -> str:
+    """A MatMulNBits difference on onnxruntime's own inputs: at accuracy_level 4 (where int8
+    activations apply) both quantize the activations with the same int8 codes and differ in the
+    order their block sums are added; at the float levels only in the float reduction order.
+    The figures: the largest difference over the largest output, and each one's distance from
+    the exact sum (qlinear's ``mode="exact"``)."""
+    if own is None:
+        return ""
+    attrs = node_attributes(node)
+    ins = [values_ort[n] if n else None for n in node.input] + [None] * 6
+    try:
+        exact = prepare_matmul_nbits(*ins[1:6], K=attrs["K"], N=attrs["N"], bits=attrs.get("bits", 4),
+                                     block_size=attrs["block_size"], accuracy_level=attrs.get("accuracy_level", 0),
+                                     mode="exact").run(ins[0])
+        int8 = prepare_matmul_nbits(*ins[1:6], K=attrs["K"], N=attrs["N"], bits=attrs.get("bits", 4),
+                                    block_size=attrs["block_size"],
+                                    accuracy_level=attrs.get("accuracy_level", 0)).int8
+    except Exception:
+        return ""
+    ort_out, own = np.asarray(values_ort[out]), np.asarray(own)
+    d = _relative(own, ort_out, exact)
+    e_ort, e_own = _relative(ort_out, exact, exact), _relative(own, exact, exact)
+    if int8:
+        return (f"onnxruntime quantizes activations (accuracy_level 4), with the same int8 codes as "
+                f"qlinear; the block sums' float order differs: max {d:.2g} of the largest output "
+                f"(each {max(e_ort, e_own):.2g} from the exact sum)")
+    return (f"float reduction order (accuracy_level {attrs.get('accuracy_level', 0)}: float32 "
+            f"arithmetic): max {d:.2g} of the largest output (onnxruntime {e_ort:.2g}, qlinear "
+            f"{e_own:.2g} from the exact sum)")
+
+
+def nbits_fusions(model: onnx.ModelProto, options: dict[str, str] | None = None) -> int:
+    """How many weight-only DequantizeLinear -> MatMul / Gemm groups onnxruntime's session turns
+    into MatMulNBits (``qlinear.passes.matmul_nbits``: the same conditions); 0 on any failure."""
+    if not any(n.op_type == "DequantizeLinear" for n in model.graph.node):
+        return 0
+    try:
+        fused = apply_qdq(model, "fuse", options)
+    except Exception:
+        return 0
+    count = lambda m: sum(n.op_type == "MatMulNBits" for n in m.graph.node)  # noqa: E731
+    return count(fused) - count(model)
 
 
 def _one_line(e: BaseException) -> str:
@@ -669,6 +739,10 @@ def format_report(result: dict[str, Any]) -> str:
         if o.get("instrumented_differs"):
             hint = ("; --qdq fuse runs qlinear on the graph as onnxruntime fuses it"
                     if result.get("qdq") == "literal" and result.get("has_qdq") else "")
+            if result.get("nbits_fusions") and result.get("nbits_accuracy_level") == 4:
+                hint += (f"; onnxruntime quantizes activations (accuracy_level 4): it fuses "
+                         f"{result['nbits_fusions']} weight-only DequantizeLinear -> MatMul into MatMulNBits "
+                         "and quantizes their activations to int8 per block")
             lines.append("  (the normal session's result differs from the intermediates-exposed "
                          f"run: its graph optimizations change this output{hint})")
     s = result["seconds"]

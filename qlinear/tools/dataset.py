@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from qlinear.modelfile import human
+from qlinear.modelfile import ModelFileError, human
+from qlinear.tools.arrayfile import ArrayFileError, load
 from qlinear.tools.model import ToolError
 
 
@@ -92,9 +93,6 @@ class FolderDataset:
         self.size = len(self.files)
 
     def sample(self, i: int) -> dict[str, np.ndarray]:
-        from qlinear.modelfile import ModelFileError
-        from qlinear.tools.arrayfile import ArrayFileError, load
-
         file = self.files[i]
         try:
             # every member's header checked (its size against the limit and the bytes the

@@ -26,9 +26,11 @@ import re
 from typing import Any
 
 import numpy as np
+from onnx import TensorProto, shape_inference
 
 from qlinear.tools.compare import VERDICTS, _worst
 from qlinear.tools.model import ToolError
+from qlinear.tools.table import format_table
 
 #: float64 values as integers in units of 2^-1074 (the smallest subnormal): every finite
 #: float64 is an integer multiple of it, so sums are exact and independent of their order
@@ -351,7 +353,6 @@ def float_matches(model, float_model) -> dict[str, str]:
     """Compared tensor -> the float model's tensor it is checked against: the same name, or
     onnxruntime's quantizer's dequantized copy X_DequantizeLinear_Output of X (as its
     qdq_loss_debug matches them). Only float tensors of the float model count."""
-    from onnx import TensorProto, shape_inference
 
     try:
         inferred = shape_inference.infer_shapes(float_model)
@@ -396,8 +397,6 @@ def _diff_text(r: dict[str, Any], mean: bool = False) -> str:
 
 
 def format_dataset_report(rep: dict[str, Any]) -> str:
-    from qlinear.tools.table import format_table
-
     lines = []
     t = rep["tolerance"]
     tol = f"|q - o| <= {t['atol']:g} + {t['rtol']:g}|o|" + (f" or <= {t['ulp']} ulp" if t["ulp"] else "")

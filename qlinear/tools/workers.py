@@ -13,14 +13,22 @@ command's one-line error.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import dataclasses
+import multiprocessing
 import os
 from typing import Any, Callable
 
 import numpy as np
+from onnx import TensorProto, helper, shape_inference
 
-from qlinear import _blas
-from qlinear.tools.model import ToolError
+from qlinear import _blas, _native
+from qlinear.tools import compare
+from qlinear.tools.compare import _one_line
+from qlinear.tools.dataset import load_labels, open_dataset
+from qlinear.tools.model import (ToolError, _declared, check_supported, graph_inputs, load_model,
+                                 overridable_inputs, validate_model)
+from qlinear.tools.sweep import Tally, float_matches
 
 #: How many times lost workers are replaced before the command gives up.
 MAX_RESTARTS = 3
@@ -40,6 +48,7 @@ class Job:
     float_model: str | None = None
     emulate: str | None = None
     qdq: str = "fuse"
+    qdq_accuracy: int | None = None  # session.qdq_matmulnbits_accuracy_level (None: default)
     atol: float = 1e-5
     rtol: float = 1e-5
     ulp: int = 0
@@ -49,8 +58,6 @@ class Job:
 
 def declared_inputs(model) -> tuple[dict, dict]:
     """(required, optional) inputs: name -> (dtype, shape) as the dataset checks them."""
-    from qlinear.tools.model import _declared, graph_inputs, overridable_inputs
-
     return ({vi.name: _declared(vi) for vi in graph_inputs(model)},
             {vi.name: _declared(vi) for vi in overridable_inputs(model)})
 
@@ -59,12 +66,6 @@ class Worker:
     """One worker: the model prepared once, the dataset open; :meth:`run` compares a shard."""
 
     def __init__(self, job: Job) -> None:
-        from qlinear import _native
-        from qlinear.tools import compare
-        from qlinear.tools.dataset import load_labels, open_dataset
-        from qlinear.tools.model import check_supported, load_model, validate_model
-        from qlinear.tools.sweep import float_matches
-
         compare.ORT_THREADS = 1
         if _native.native() is not None:
             _native.set_num_threads(max(1, job.threads))
@@ -77,15 +78,14 @@ class Worker:
         self.labels = load_labels(job.labels, self.dataset.size) if job.labels else None
         self.comparison = compare.Comparison(model, ulp=job.ulp, atol=job.atol, rtol=job.rtol,
                                              emulate=job.emulate, max_tensor_bytes=job.max_tensor_bytes,
-                                             qdq=job.qdq)
+                                             qdq=job.qdq, options=None if job.qdq_accuracy is None else
+                                             {"session.qdq_matmulnbits_accuracy_level": str(job.qdq_accuracy)})
         self.float_session = None
         self.float_names: dict[str, str] = {}
         if job.float_model:
             self._prepare_float(compare, load_model, float_matches)
 
     def _prepare_float(self, compare, load_model, float_matches) -> None:
-        from onnx import TensorProto, helper, shape_inference
-
         fm = load_model(self.job.float_model)
         self.float_names = float_matches(self.comparison.model, fm)
         try:
@@ -112,8 +112,6 @@ class Worker:
     def _float_values(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
         if self.float_session is None:
             return None
-        from qlinear.tools.compare import _one_line
-
         names = {i.name for i in self.float_session.get_inputs()}
         missing = sorted(n for n in names if n not in feeds)
         if missing:
@@ -136,8 +134,6 @@ class Worker:
             return self._run(start, stop, progress)
 
     def _run(self, start: int, stop: int, progress: Callable[[int], None] | None):
-        from qlinear.tools.sweep import Tally
-
         fault = os.environ.get(FAULT_ENV)
         tally = Tally()
         tally.info["qdq_fused"] = sorted(n.op_type for n in self.comparison.model.graph.node) != \
@@ -198,13 +194,8 @@ class _Lost(Exception):
 
 def run_local(job: Job, workers: int, total: int, bar=None):
     """The merged tally of every sample, on ``workers`` processes (this one for 1)."""
-    from qlinear.tools.sweep import Tally
-
     merged = Tally()
     if workers == 1:  # in this process: its thread settings restored afterwards
-        from qlinear import _native
-        from qlinear.tools import compare
-
         saved = compare.ORT_THREADS, _native.get_num_threads()
         try:
             w = Worker(job)
@@ -214,9 +205,6 @@ def run_local(job: Job, workers: int, total: int, bar=None):
             if _native.native() is not None:
                 _native.set_num_threads(saved[1])
         return merged, 0
-    import concurrent.futures as cf
-    import multiprocessing
-
     ctx = multiprocessing.get_context("spawn")  # onnxruntime's threads do not survive fork
     pending = shards(total, workers)
     restarts = 0
@@ -283,8 +271,6 @@ def ray_module():
 def run_ray(job: Job, workers: int, total: int, address: str | None, bar=None):
     """The merged tally of every sample, on ``workers`` Ray actors (each prepares the model
     once; a lost actor is restarted and its shard run again, by Ray)."""
-    from qlinear.tools.sweep import Tally
-
     ray = ray_module()
     started = False
     if not ray.is_initialized():

@@ -34,5 +34,8 @@ extern PyMethodDef ql_bind_matmul_methods[];
 extern PyMethodDef ql_bind_conv_methods[];
 extern PyMethodDef ql_bind_elementwise_methods[];
 extern PyMethodDef ql_bind_diag_methods[];
+extern PyMethodDef ql_bind_transformer_methods[];
+extern PyMethodDef ql_bind_island_methods[];
+extern PyMethodDef ql_bind_formats_methods[];
 
 #endif

@@ -18,6 +18,9 @@
 #define _GNU_SOURCE   /* syscall() */
 #include "qlinear.h"
 #include "elementwise.h"
+#include "nbits/nbits.h"
+#include "island.h"
+#include "formats.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -200,4 +203,50 @@ const ql_ew_kernels *ql_ew_for(const ql_isa *isa) {
     (void)isa;
 #endif
     return &ql_ew_scalar;
+}
+
+/* MatMulNBits' kernels for a level (nbits/): the AVX-512 ones on the AVX-512 VNNI and AMX
+ * levels, the AVX2+FMA ones on AVX-VNNI and AVX2 (with FMA3, its float levels' fused
+ * multiply-add), else the portable ones. Every set computes the same bits. */
+const ql_nbits_kernels *ql_nbits_for(const ql_isa *isa) {
+    detect();
+#if QL_X86
+    if (isa && (strcmp(isa->name, "avx512vnni") == 0 || strcmp(isa->name, "amx") == 0)) return &ql_nbits_avx512;
+    if (isa && isa != &ql_isa_scalar && feat.avx2 && feat.fma) return &ql_nbits_avx2;
+#else
+    (void)isa;
+#endif
+    return &ql_nbits_scalar;
+}
+
+const ql_island_kernels *ql_island_for(const ql_isa *isa) {
+    detect();
+#if QL_X86
+    /* every x86 level above scalar implies AVX2; the AVX-512 levels (avx512vnni, amx) add VBMI's
+     * byte permute where the CPU has it */
+#ifndef QL_SIMDE
+    if (isa && (isa == &ql_isa_avx512vnni || isa == ql_isa_amx()) && feat.vbmi) return &ql_island_avx512vbmi;
+#endif
+    if (isa && isa != &ql_isa_scalar && feat.avx2) return &ql_island_avx2;
+#else
+    (void)isa;
+#endif
+    return &ql_island_scalar;
+}
+
+/* The newer formats' conversion kernels for an ISA level (formats/): the AVX-512 build with the
+ * AVX-512 levels on a CPU that has AVX-512 F/BW/DQ/VL (never under the SIMDe emulation, which
+ * offers those levels on AVX2 CPUs), the AVX2 build with any other x86 level, else portable. */
+const ql_fmt_kernels *ql_fmt_for(const ql_isa *isa) {
+    detect();
+#if QL_X86
+    if (isa && isa != &ql_isa_scalar && feat.avx2) {
+        if (!QL_EMULATED && feat.avx512vnni && (isa == &ql_isa_avx512vnni || isa == ql_isa_amx()))
+            return &ql_fmt_avx512;
+        return &ql_fmt_avx2;
+    }
+#else
+    (void)isa;
+#endif
+    return &ql_fmt_portable;
 }

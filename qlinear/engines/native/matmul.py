@@ -16,7 +16,7 @@ from ... import _native, dtypes
 
 #: The native engine's matrix sizes are C ints (its matmul, pack_b; limits()' max_dim): larger M (batch
 #: entries folded in), N or K go to the NumPy engine, which has no such bound (a K of 2**31
-#: used to raise the argument parser's OverflowError).
+#: would overflow the argument parser's C int).
 MAX_DIM = _native.LIMITS["max_dim"]
 
 #: the output types the native kernels store, with their ranges

@@ -18,6 +18,7 @@ import numpy as np
 from onnx.reference.op_run import OpRun
 
 from ... import _native, dtypes, prepare_matmul_integer, prepare_qlinear_conv
+from ... import _validate as v
 from ...contrib import _params
 from ...contrib import _raw as _c  # the functions without their errstate wrapper: a graph run has it
 from ...contrib import elementwise as _elementwise
@@ -282,14 +283,51 @@ class MatMulIntegerToFloat(ContribOp):
 
 
 class DynamicQuantizeMatMul(ContribOp):
-    """DynamicQuantizeMatMul: a constant B is packed once for the native GEMM."""
+    """DynamicQuantizeMatMul: a constant B is packed once for the native GEMM; when B, b_scale,
+    b_zero_point and bias are all constants of the model, they are checked once (on the first
+    full call) and later calls with these very objects quantize A, multiply and scale only."""
+
+    _bound_consts: tuple | None = None  # ((position, object) ..., b_scale [N] or 0-d, bias, product)
 
     def _run(self, *args, **_):
+        bound = self._bound_consts
+        if bound is not None and len(args) == bound[0] and all(args[i] is o for i, o in bound[1]) \
+                and type(args[0]) is np.ndarray and args[0].dtype == np.float32 and args[0].ndim >= 1:
+            try:
+                qa, sa, za = _gemm.dynamic_quantize_linear(args[0])
+                acc = bound[4](qa, None, za, None)
+            except (ValueError, TypeError, MemoryError):
+                acc = None  # the full call below reports it, named
+            if acc is not None:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    y = acc.astype(np.float32) * (np.float32(sa) * bound[2])  # f(f(acc) * f(a_scale * b_scale_j))
+                    return (y if bound[3] is None else y + bound[3],)  # a separate float32 addition
         product = self._prepared_for(_prepared_product, (args[1], _arg(args, 3)), (1, 3)) \
             if len(args) > 1 else None
         if product is None:
             return (self._call(_c.dynamic_quantize_matmul, *args),)
-        return (self._call(_gemm._dynamic_quantize_matmul_op, *args, product=product),)
+        y = self._call(_gemm._dynamic_quantize_matmul_op, *args, product=product)
+        self._bind_consts(args, product)
+        return (y,)
+
+    def _bind_consts(self, args: tuple, product) -> None:
+        """After a full call that succeeded: remember B, b_scale, b_zero_point and bias when all
+        of them are constants of the model (the same objects on every run), as that call
+        validated them."""
+        names = self.onnx_node.input
+        consts = getattr(self, "constant_inputs", None) or frozenset()
+        present = [i for i in range(1, len(args)) if args[i] is not None]
+        if not all(i < len(names) and names[i] in consts for i in present):
+            return
+        b, bs = args[1], np.asarray(args[2])
+        n = b.shape[-1]
+        if b.ndim != 2 or bs.dtype != np.float32 or bs.size not in (1, n):
+            return
+        bias = _arg(args, 4)
+        if bias is not None and (not isinstance(bias, np.ndarray) or bias.dtype != np.float32 or bias.shape != (n,)):
+            return
+        self._bound_consts = (len(args), tuple((i, args[i]) for i in present),
+                              bs.reshape(()) if bs.size == 1 else bs.reshape(n), bias, product)
 
 
 class QuantizeLinear(ContribOp):
@@ -423,18 +461,92 @@ class SkipLayerNormalization(ContribOp):
     """SkipLayerNormalization: constant gamma, beta and bias are checked and widened to float64
     once per hidden size."""
 
+    _bound: tuple | None = None  # see _bind
+
     def _run(self, *args, **_):
+        b = self._bound
+        if b and len(args) == b[0] and all(args[i] is o for i, o in b[1]):
+            y = _bound_skip_layer_norm(b, args[0], args[1])
+            if y is not None:
+                return y
         hp = _constant_params(self, _transformer._hidden_param, args, (2, 3, 4))
-        return self._call(_transformer._skip_layer_normalization_op, *args, hidden_param=hp, **self._kw("epsilon"))
+        out = self._call(_transformer._skip_layer_normalization_op, *args, hidden_param=hp, **self._kw("epsilon"))
+        if self._bound is None:
+            self._bound = _bind_constants(self, args, (2, 3, 4)) or False
+            if self._bound:
+                g, beta, bias = (None if i >= len(args) or args[i] is None else
+                                 np.ascontiguousarray(args[i], np.float64) for i in (2, 3, 4))
+                self._bound = (*self._bound, g.size, g, beta, bias, float(self._kw("epsilon").get("epsilon", 1e-12)))
+        return out
 
 
 class FastGelu(ContribOp):
     """FastGelu: a constant bias is checked and widened to float64 once per shape of X's last
     axis."""
 
+    _bound: tuple | None = None  # see _bind
+
     def _run(self, *args, **_):
+        b = self._bound
+        if b and len(args) == b[0] and all(args[i] is o for i, o in b[1]):
+            y = _bound_fast_gelu(b, args[0])
+            if y is not None:
+                return (y,)
         bp = _constant_params(self, _transformer._fast_gelu_bias, args, (1,))
-        return (self._call(_transformer._fast_gelu_op, *args, bias_param=bp),)
+        out = (self._call(_transformer._fast_gelu_op, *args, bias_param=bp),)
+        if self._bound is None:
+            self._bound = _bind_constants(self, args, (1,)) or False
+            if self._bound:
+                bias = None if len(args) < 2 or args[1] is None else np.ascontiguousarray(args[1], np.float64)
+                self._bound = (*self._bound, bias)
+        return out
+
+
+def _bind_constants(node: ContribOp, args: tuple, positions: tuple[int, ...]) -> tuple | None:
+    """After a full call of ``node`` that succeeded on the native engine: (the argument count,
+    (position, object) of its parameters at ``positions``), when every one given is a float32
+    1-D constant of the model (the same object on every run, as that call checked it), else
+    None. The bound path (``_bound_skip_layer_norm``, ``_bound_fast_gelu``) then checks only
+    the other inputs."""
+    names, consts = node.onnx_node.input, node.constant_inputs
+    if consts is None or _native.native() is None:
+        return None
+    given = [i for i in positions if i < len(args) and args[i] is not None]
+    if not all(i < len(names) and names[i] in consts and type(args[i]) is np.ndarray
+               and args[i].dtype == np.float32 and args[i].ndim == 1 for i in given):
+        return None
+    return len(args), tuple((i, args[i]) for i in given)
+
+
+def _bound_skip_layer_norm(b: tuple, x: Any, skip: Any):
+    """SkipLayerNormalization's outputs for constant gamma, beta and bias (``b``: see
+    SkipLayerNormalization._run) on the native kernel, or None for inputs the full call takes
+    (another dtype or shape, a broadcast skip, the NumPy engine)."""
+    _, _, hidden, g, beta, bias, eps = b
+    C = _native.native()
+    if (C is None or type(x) is not np.ndarray or type(skip) is not np.ndarray or x.dtype != np.float32
+            or skip.dtype != np.float32 or x.shape != skip.shape or x.ndim < 2 or x.shape[-1] != hidden
+            or not x.size or not x.flags.c_contiguous or not skip.flags.c_contiguous):
+        return None
+    v.check_size("skip_layer_normalization", "the float64 sum of input and skip", x.shape, 8)
+    y, s32 = np.empty(x.shape, np.float32), np.empty(x.shape, np.float32)
+    mean, inv_std = np.empty((*x.shape[:-1], 1), np.float32), np.empty((*x.shape[:-1], 1), np.float32)
+    C.skip_layer_norm(x, skip, g, beta, bias, x.size // hidden, hidden, eps, y, mean, inv_std, s32)
+    return y, mean, inv_std, s32
+
+
+def _bound_fast_gelu(b: tuple, x: Any):
+    """FastGelu's output for a constant bias (``b``: see FastGelu._run) on the native kernel, or
+    None for inputs the full call takes."""
+    bias = b[2]
+    C = _native.native()
+    if (C is None or type(x) is not np.ndarray or x.dtype != np.float32 or not x.ndim or not x.size
+            or not x.flags.c_contiguous or (bias is not None and x.shape[-1] != bias.size)):
+        return None
+    v.check_size("fast_gelu", "the float64 copy of X", x.shape, 8)
+    y = np.empty(x.shape, np.float32)
+    C.fast_gelu(x, bias, x.size // x.shape[-1], x.shape[-1], y)
+    return y
 
 
 class Gelu(ContribOp):

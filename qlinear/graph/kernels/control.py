@@ -7,6 +7,11 @@ stacks along a new first axis for every rank, runs the body as written when ``co
 omitted (the loop then runs ``M`` times), and both operators count the bytes their scan
 outputs accumulate, so that a size limit (``max_tensor_bytes``; see :mod:`qlinear.graph.kernels.sizeguard`)
 stops a loop as soon as one stacked output passes it, not after memory runs out.
+
+onnx.reference's Scan runs only scan axes 0 and forward directions; qlinear's runs every
+``scan_input_axes`` / ``scan_output_axes`` (negative ones counted from the end, the output's
+rank being the body output's plus one) and both directions of inputs and outputs, as the
+operator's definition and onnxruntime do.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from onnx import helper
+from onnx.reference.op_run import OpRun
 from onnx.reference.ops.op_loop import Loop as _RefLoop
 from onnx.reference.ops.op_scan import Scan as _RefScan
 
@@ -127,18 +133,93 @@ class Loop(_ScanOutputCounter, _RefLoop):
 
 
 class Scan(_ScanOutputCounter, _RefScan):
-    """ONNX Scan (opsets 9+) as onnx.reference runs it, with its scan outputs counted."""
+    """ONNX Scan (opsets 9+): ``N`` state variables carried through the body, ``M`` scan inputs
+    sliced along their ``scan_input_axes`` (forward, or backward where ``scan_input_directions``
+    is 1), the body's scan outputs stacked along their ``scan_output_axes`` (in reverse order
+    where ``scan_output_directions`` is 1), the scan outputs counted against the size limit."""
 
     op_domain = ""
 
     def __init__(self, onnx_node, run_params):
-        _RefScan.__init__(self, onnx_node, run_params)
-        states = len(onnx_node.input) - int(self.num_scan_inputs)
-        self._count_scan_outputs(max(len(self.body.output_names) - states, 0))
+        # onnx.reference's constructor refuses non-zero axes and directions: the attributes are
+        # read as OpRun reads them, the body prepared the same way, and the checks left out
+        OpRun.__init__(self, onnx_node, run_params)
+        if not hasattr(self.body, "run"):
+            raise RuntimeError(f"Parameter 'body' must have a method 'run', type {type(self.body)}.")
+        m = int(self.num_scan_inputs)
+        name = onnx_node.name or (onnx_node.output[0] if onnx_node.output else "?")
+        if m <= 0 or m > len(onnx_node.input):
+            raise ValueError(f"Scan node {name!r}: num_scan_inputs must be between 1 and the number of "
+                             f"inputs ({len(onnx_node.input)}); got {m}")
+        states = len(onnx_node.input) - m
+        k = max(len(self.body.output_names) - states, 0)
+        self._m, self._k = m, k
+        self.input_names = self.body.input_names
+        self.output_names = self.body.output_names
 
-    def _run(self, *args, **kwargs):
+        def attr(name_: str, count: int) -> list[int]:
+            values = list(getattr(self, name_, None) or [])
+            if len(values) > count:
+                raise ValueError(f"Scan node {name!r}: attribute {name_} has {len(values)} values, "
+                                 f"more than the {count} {'scan inputs' if 'input' in name_ else 'scan outputs'}")
+            return [int(v) for v in values] + [0] * (count - len(values))
+
+        self._in_axes = attr("scan_input_axes", m)
+        self._in_dirs = attr("scan_input_directions", m)
+        self._out_axes = attr("scan_output_axes", k)
+        self._out_dirs = attr("scan_output_directions", k)
+        for what, dirs in (("scan_input_directions", self._in_dirs),
+                           ("scan_output_directions", self._out_dirs)):
+            if any(d not in (0, 1) for d in dirs):
+                raise ValueError(f"Scan node {name!r}: attribute {what} takes 0 (forward) or 1 "
+                                 f"(reverse); got {dirs}")
+        self._node_name = name
+        self._count_scan_outputs(k)
+
+    def _axis(self, axis: int, rank: int, what: str) -> int:
+        if not -rank <= axis < rank:
+            raise ValueError(f"Scan node {self._node_name!r}: {what} is {axis}, outside [{-rank}, {rank - 1}] "
+                             f"for a tensor of rank {rank}")
+        return axis + rank if axis < 0 else axis
+
+    def _run(self, *args, context=None, attributes=None, bindings=None, **_attrs):  # type: ignore[override]
         self._start()
-        return super()._run(*args, **kwargs)
+        n = len(args) - self._m
+        states = list(args[:n])
+        scans = [np.asarray(a) for a in args[n:]]
+        axes = [self._axis(ax, s.ndim, f"scan_input_axes[{i}]") for i, (ax, s) in
+                enumerate(zip(self._in_axes, scans))]
+        lengths = {s.shape[ax] for s, ax in zip(scans, axes)}
+        if len(lengths) != 1:
+            got = ", ".join(f"{s.shape[ax]} (input {n + i}, axis {ax})"
+                            for i, (s, ax) in enumerate(zip(scans, axes)))
+            raise ValueError(f"Scan node {self._node_name!r}: the scan inputs differ in length along "
+                             f"their scan axes: {got}")
+        trips = lengths.pop()
+        names_in, names_out = self.input_names, self.output_names
+        state_in, scan_in = names_in[:n], names_in[n:]
+        parts: list[list[np.ndarray]] = [[] for _ in range(self._k)]
+        for it in range(trips):
+            inputs: dict[str, Any] = {}
+            if context is not None:
+                inputs.update(context)  # outer-scope names, shadowed by the body's own below
+            inputs.update(zip(state_in, states))
+            for name, s, ax, d in zip(scan_in, scans, axes, self._in_dirs):
+                inputs[name] = s[(slice(None),) * ax + (trips - 1 - it if d else it,)]
+            outputs = self._run_body(inputs, bindings=bindings)
+            states = list(outputs[:n])
+            for k, o in enumerate(list(outputs)[n:n + self._k]):
+                parts[k].append(np.asarray(o))
+        if trips == 0 and self._k:
+            # the slices' shape and type are known only by running the body
+            raise RuntimeError("Scan with zero scan-input length and scan outputs is not supported.")
+        results = states
+        for k, slices in enumerate(parts):
+            if self._out_dirs[k]:
+                slices = slices[::-1]
+            ax = self._axis(self._out_axes[k], slices[0].ndim + 1, f"scan_output_axes[{k}]")
+            results.append(np.stack(slices, axis=ax))
+        return self._check_and_fix_outputs(tuple(results))
 
 
 #: The control-flow kernels the backend always uses (no limit).

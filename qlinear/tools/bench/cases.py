@@ -14,6 +14,7 @@ import functools
 import math
 from typing import Any, Callable
 
+import ml_dtypes
 import numpy as np
 
 import qlinear
@@ -276,6 +277,65 @@ def quant_case(name: str, shape: tuple[int, ...], op: str, quick: bool = False) 
     return Case(name, "quant", op, "x".join(map(str, shape)), 0, build, quick)
 
 
+def format_case(name: str, op: str, shape: tuple[int, ...], x_dtype: Any, scale_shape: tuple[int, ...],
+                scale_dtype: Any, attrs: dict[str, Any], out_dtype: Any, opset: int = 21) -> Case:
+    """QuantizeLinear / DequantizeLinear with the newer types (issue 29): int16 per axis, float16
+    inputs and scales, float8. A float8 output is returned as its codes (uint8), as
+    onnxruntime's Python binding returns it. benchmarks/formats.py has the cases onnxruntime's
+    binding cannot feed or return (int4, bfloat16, float4) and the onnx.reference ones."""
+    def build(rng: np.random.Generator) -> Built:
+        from onnx import helper
+        scale = rng.uniform(0.01, 0.5, scale_shape).astype(np.float32).astype(scale_dtype)
+        out = np.dtype(out_dtype)
+        a = dict(attrs)
+        if op == "QuantizeLinear":
+            spread = 3e4 if out == np.int16 else 300.0
+            x = (rng.standard_normal(shape, dtype=np.float32) * spread).astype(x_dtype)
+            a["output_dtype"] = helper.np_dtype_to_tensor_dtype(out)
+            code = out.kind not in "iu"  # float8: its codes
+
+            def plain():
+                y = qlinear.quantize_linear(x, scale, output_dtype=out, version=opset, **attrs)
+                return y.view(np.uint8) if code else y
+        else:
+            info = np.iinfo(x_dtype)
+            x = rng.integers(info.min, info.max + 1, shape).astype(x_dtype)
+
+            def plain():
+                return qlinear.dequantize_linear(x, scale, version=opset, **attrs)
+        node = helper.make_node(op, ["x", "s"], ["y"], **a)
+        from onnx import numpy_helper
+        graph = helper.make_graph([node], name, [helper.make_tensor_value_info(
+            "x", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)], [helper.make_tensor_value_info(
+                "y", helper.np_dtype_to_tensor_dtype(out), None)], [numpy_helper.from_array(scale, "s")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        model.ir_version = 10
+        return Built({"x": x}, model, lambda: plain, plain)
+
+    return Case(name, "quant", op, "x".join(map(str, shape)), 0, build)
+
+
+def format_cases() -> list[Case]:
+    """Issue 29's cases that onnxruntime's Python binding runs."""
+    e4 = ml_dtypes.float8_e4m3fn
+    n16m = (16 << 20,)
+    act = (1, 64, 112, 112)
+    return [
+        format_case("formats.q.f32-f8e4m3fn.sat1.16M", "QuantizeLinear", n16m, np.float32, (), np.float32,
+                    {"saturate": 1}, e4),
+        format_case("formats.q.f32-f8e4m3fn.sat0.16M", "QuantizeLinear", n16m, np.float32, (), np.float32,
+                    {"saturate": 0}, e4),
+        format_case("formats.q.f32-int16.axis.1x64x112x112", "QuantizeLinear", act, np.float32, (64,), np.float32,
+                    {"axis": 1}, np.int16),
+        format_case("formats.dq.int16-f32.axis.1x64x112x112", "DequantizeLinear", act, np.int16, (64,), np.float32,
+                    {"axis": 1}, np.float32),
+        format_case("formats.q.f16-int8.f16scale.1x64x112x112", "QuantizeLinear", act, np.float16, (64,),
+                    np.float16, {"axis": 1}, np.int8),
+        format_case("formats.dq.int8-f16.f16scale.1x64x112x112", "DequantizeLinear", act, np.int8, (64,),
+                    np.float16, {"axis": 1}, np.float16),
+    ]
+
+
 # ResNet-50 (torchvision v1.5: stride on the 3x3 conv), every distinct convolution layer:
 # (name, C, H, M, k, stride)
 RESNET50_LAYERS = [
@@ -371,6 +431,7 @@ def all_cases(weight_bits: int = 8) -> list[Case]:
                    quick=True),
         quant_case("dequantize.16M", (16 << 20,), "DequantizeLinear"),
     ]
+    cases += format_cases()
     return cases
 
 

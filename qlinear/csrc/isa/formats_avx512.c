@@ -1,0 +1,23 @@
+/* The newer formats' conversion kernels, vectorized for AVX-512 (16 lanes): formats_impl.h
+ * under the target pragma; the same arithmetic lane by lane (see that file). The decode table
+ * is read by vgatherdps, 16 codes at a time. Offered with the AVX-512 VNNI and AMX levels,
+ * whose CPUs have AVX-512 F/BW/DQ/VL (dispatch.c). */
+#include "qlinear.h"
+
+#if QL_X86
+#pragma GCC target("avx2,avx512f,avx512bw,avx512dq,avx512vl,prefer-vector-width=512")
+#include <immintrin.h>
+
+static inline ptrdiff_t qf_gather_avx512(const float *t, const uint8_t *p, ptrdiff_t m, float *b) {
+    ptrdiff_t i = 0;
+    for (; i + 16 <= m; i += 16) {
+        __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p + i)));
+        _mm512_storeu_ps(b + i, _mm512_i32gather_ps(idx, t, 4));
+    }
+    return i;
+}
+#define QF_GATHER qf_gather_avx512
+#define QF_NAME ql_fmt_avx512
+#define QF_LABEL "avx512"
+#include "formats/formats_impl.h"
+#endif
