@@ -37,6 +37,8 @@ Level 2 (CPU)
      MatMul -> QLinearMatMul or com.microsoft MatMulIntegerToFloat; Gemm -> com.microsoft QGemm;
      Add, Mul -> QLinearAdd, QLinearMul; Sigmoid, LeakyRelu, Softmax, AveragePool,
      GlobalAveragePool -> QLinear*; Concat -> QLinearConcat; Where -> QLinearWhere.
+  7. ``remove_dq_q``: a DQ -> Q pair with equal parameters left in the graph disappears
+     (QDQFinalCleanupTransformer).
 
 ``ops`` restricts which fused operators may be emitted (a node group whose replacement is not
 in it stays as written), so that a backend emits only operators it has kernels for.
@@ -58,13 +60,13 @@ import onnx
 from .cleanup import fold_constants, fuse_consecutive_reshapes, fuse_reshape_shape, remove_dead_nodes
 from .exact_convs import exact_integer_convs
 from .graph_edit import DROP_QDQ_OPS, QDQRefusal, _Graph
-from .qdq_pairs import (ensure_unique_dq, propagate_qdq, quantize_bias, remove_double_qdq, remove_relu_clip,
-                        s8_to_u8)
+from .qdq_pairs import (ensure_unique_dq, propagate_qdq, quantize_bias, remove_double_qdq, remove_dq_q,
+                        remove_relu_clip, s8_to_u8)
 from .qdq_rules import FUSED_OPS, node_groups
 
 __all__ = ["fuse_qdq", "exact_integer_convs", "FUSED_OPS", "DROP_QDQ_OPS", "QDQRefusal",
            "fold_constants", "fuse_reshape_shape", "fuse_consecutive_reshapes", "remove_dead_nodes",
-           "ensure_unique_dq", "remove_double_qdq", "propagate_qdq", "quantize_bias", "remove_relu_clip",
+           "ensure_unique_dq", "remove_double_qdq", "remove_dq_q", "propagate_qdq", "quantize_bias", "remove_relu_clip",
            "s8_to_u8", "node_groups"]
 
 
@@ -103,4 +105,5 @@ def fuse_qdq(model: onnx.ModelProto, *, int8_allowed: bool = False,
     if not int8_allowed:
         s8_to_u8(g)
     node_groups(g, int8_allowed, emit)
+    remove_dq_q(g)
     return g.to_model()

@@ -40,6 +40,8 @@ _INT4 = {T.INT4, T.UINT4, T.INT2, T.UINT2, T.FLOAT8E4M3FN, T.FLOAT8E4M3FNUZ, T.F
          T.FLOAT8E5M2FNUZ, T.FLOAT4E2M1, T.FLOAT6E2M3, T.FLOAT6E3M2}
 _TYPE_MIN = {T.UINT8: 0, T.INT8: -128, T.UINT16: 0, T.INT16: -32768}
 _TYPE_MAX = {T.UINT8: 255, T.INT8: 127, T.UINT16: 65535, T.INT16: 32767}
+#: The sub-byte integers (their minimum: a Relu before a Q whose zero point is it changes nothing).
+_SUB_BYTE_MIN = {T.UINT4: 0, T.INT4: -8, T.UINT2: 0, T.INT2: -2}
 
 
 class QDQRefusal(ValueError):
@@ -356,3 +358,25 @@ def _qdq_pair_supported(g: _Graph, q: onnx.NodeProto, dq: onnx.NodeProto) -> boo
     ds, dz = g.const(dq.input[1]), g.const(dq.input[2])
     return (qz.dtype == dz.dtype and qs.dtype == ds.dtype
             and qz.reshape(()) == dz.reshape(()) and qs.reshape(()) == ds.reshape(()))
+
+
+def _granularity(g: _Graph, node: onnx.NodeProto) -> str:
+    """How a QuantizeLinear's or DequantizeLinear's parameters apply: "tensor" (one scale),
+    "blocked" (``block_size`` > 0), "axis" (a 1-D scale along ``axis``), or "unknown" (the
+    scale is not a constant)."""
+    scale = g.const(node.input[1]) if len(node.input) > 1 else None
+    if scale is None:
+        return "unknown"
+    if scale.size == 1 and not _attr(node, "block_size", 0):
+        return "tensor"
+    return "blocked" if _attr(node, "block_size", 0) else "axis"
+
+
+def _granularity_words(g: _Graph, node: onnx.NodeProto) -> str:
+    """The granularity in a sentence: "per axis (6 scales)", "blocked (block_size 16)"."""
+    kind = _granularity(g, node)
+    if kind == "blocked":
+        return f"blocked (block_size {_attr(node, 'block_size', 0)}, scale shape {list(g.const(node.input[1]).shape)})"
+    if kind == "axis":
+        return f"per axis ({g.const(node.input[1]).size} scales)"
+    return "per tensor" if kind == "tensor" else "of non-constant parameters"
