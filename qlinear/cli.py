@@ -514,6 +514,7 @@ def inspect_model(model, model_path: str) -> dict[str, Any]:
     inputs, outputs, opsets, operator counts by domain, and every node qlinear refuses."""
     from qlinear.backend import check_model, format_problems
     from qlinear.graph.proto import walk_nodes
+    from qlinear.tools.formats import onnxruntime_cannot_run, quantization_summary
     from qlinear.tools.model import ToolError, graph_inputs, validate_model
 
     def value(vi) -> dict[str, Any]:
@@ -567,6 +568,8 @@ def inspect_model(model, model_path: str) -> dict[str, Any]:
         "refused": [_asdict(p) for p in problems],
         "refusal": refusal,
         "onnx_checker": checker,
+        "quantization": quantization_summary(model),
+        "onnxruntime_cannot": onnxruntime_cannot_run(model),
     }
 
 
@@ -602,6 +605,15 @@ def cmd_inspect(args) -> int:
     print(format_table(rows, [("domain", "domain"), ("op", "operator"), ("nodes", "nodes"),
                               ("qlinear", "qlinear")]))
     print()
+    if r["quantization"]:
+        rows = [{**q, "op": q["op_type"] + ("" if q["domain"] == "ai.onnx" else f" ({q['domain']})")
+                 + f"-{q['version']}"} for q in r["quantization"]]
+        print(format_table(rows, [("op", "quantization"), ("type", "type"), ("scale", "scale"),
+                                  ("float", "float"), ("granularity", "granularity"),
+                                  ("attributes", "attributes"), ("nodes", "nodes")]))
+        print()
+    if r["onnxruntime_cannot"]:
+        print("onnxruntime: " + "; ".join(r["onnxruntime_cannot"]))
     if r["supported"]:
         print("qlinear runs every node")
     elif r["refused"]:

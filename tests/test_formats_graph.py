@@ -350,3 +350,247 @@ def test_contrib_quantize_linear_still_refuses_what_onnxruntime_refuses():
     m = _ms_qdq(np.zeros((2, 3), np.float32), np.array(0.5, np.float32), np.array(0, E4M3), None)
     problems = {p.node: p.reason for p in backend.check_model(m)}
     assert any("float8" in r for r in problems.values()), problems
+
+
+# --------------------------------------------------------------------------- the tools
+
+E8M0, F4 = ml_dtypes.float8_e8m0fnu, ml_dtypes.float4_e2m1fn
+F6 = ml_dtypes.float6_e2m3fn
+I2 = ml_dtypes.int2
+
+
+def _model(nodes, inits, inputs, outputs, opset=28):
+    g = helper.make_graph(nodes, "g", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 11 if opset >= 28 else 10
+    return m
+
+
+def _mixed28() -> onnx.ModelProto:
+    """Every granularity and several formats at opset 28 (onnxruntime 1.32 runs none of it)."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq"),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], name="dqw", axis=0, block_size=16),
+             helper.make_node("MatMul", ["y", "wf"], ["mm"], name="mm"),
+             helper.make_node("QuantizeLinear", ["mm", "s"], ["q8"], name="q8", output_dtype=T.FLOAT8E4M3FN,
+                              saturate=0),
+             helper.make_node("DequantizeLinear", ["q8", "s"], ["o"], name="dq8"),
+             helper.make_node("DequantizeLinear", ["f4", "e8"], ["o2"], name="mx", axis=1, block_size=32,
+                              output_dtype=T.FLOAT),
+             helper.make_node("DequantizeLinear", ["c", "cs", "cz"], ["o3"], name="pc", axis=1),
+             helper.make_node("DequantizeLinear", ["i2", "s"], ["o4"], name="dq2"),
+             helper.make_node("DequantizeLinear", ["f6", "s"], ["o5"], name="dq6")]
+    rng = np.random.default_rng(5)
+    inits = {"s": np.float32(0.5), "z": np.array(1, I4), "w": rng.integers(-8, 8, (32, 8)).astype(I4),
+             "ws": np.full((2, 8), 0.25, np.float32), "wz": np.zeros((2, 8), I4),
+             "f4": rng.uniform(-6, 6, (2, 64)).astype(F4), "e8": np.array([[0.5, 2.0], [4.0, 0.125]], E8M0),
+             "c": rng.integers(-999, 999, (2, 3)).astype(I16), "cs": np.ones(3, np.float32),
+             "cz": np.zeros(3, I16), "i2": np.array([-2, -1, 0, 1, 1], I2), "f6": rng.uniform(-7, 7, 7).astype(F6)}
+    return _model(nodes, inits, [helper.make_tensor_value_info("x", T.FLOAT, [4, 32])],
+                  [helper.make_tensor_value_info(n, T.FLOAT, None) for n in ("o", "o2", "o3", "o4", "o5")])
+
+
+def test_inspect_lists_types_granularities_attributes_and_what_onnxruntime_cannot_run(tmp_path, capsys):
+    from qlinear import cli
+    path = str(tmp_path / "mixed28.onnx")
+    onnx.save(_mixed28(), path)
+    r = cli.inspect_model(_mixed28(), path)
+    rows = {(q["op_type"], q["type"], q["granularity"], q["attributes"]): (q["version"], q["scale"], q["float"],
+                                                                          q["nodes"]) for q in r["quantization"]}
+    assert rows[("DequantizeLinear", "int4", "blocked, axis 0, block 16, scale [2, 8]", "")] == (28, "float32",
+                                                                                               "float32", 1)
+    assert rows[("DequantizeLinear", "float4e2m1", "blocked, axis 1, block 32, scale [2, 2]",
+                 "output_dtype=float32, e8m0 scale")] == (28, "float8e8m0", "float32", 1)
+    assert rows[("QuantizeLinear", "float8e4m3fn", "per tensor", "saturate=0, output_dtype=float8e4m3fn")][0] == 28
+    assert rows[("DequantizeLinear", "int16", "per axis 1 (3 scales)", "")][3] == 1
+    assert ("QuantizeLinear", "int4", "per tensor", "") in rows and ("DequantizeLinear", "int2", "per tensor", "") in rows
+    assert r["onnxruntime_cannot"] == ["onnxruntime 1.32 has no QuantizeLinear-28 kernel (nothing of opset 28)",
+                                       "onnxruntime 1.32 has no DequantizeLinear-28 kernel (nothing of opset 28)"]
+    assert cli.main(["inspect", path]) == 0
+    out = capsys.readouterr().out
+    assert "DequantizeLinear-28  float4e2m1" in out and "onnxruntime: onnxruntime 1.32 has no QuantizeLinear-28" in out
+    # an opset-21 model onnxruntime runs: nothing said; a bfloat16 scale: said
+    b = build()
+    x = b.input("x", [2, 4])
+    m = model(b, [b.qdq(x, 0.5, 3, U16)])
+    assert cli.inspect_model(m, "m")["onnxruntime_cannot"] == []
+    bf = _model([helper.make_node("DequantizeLinear", ["w", "s"], ["y"])],
+                {"w": np.ones(3, np.int8), "s": np.array(0.5, ml_dtypes.bfloat16)}, [],
+                [helper.make_tensor_value_info("y", T.BFLOAT16, None)], opset=21)
+    assert cli.inspect_model(bf, "bf")["onnxruntime_cannot"] == ["onnxruntime 1.32 has no DequantizeLinear kernel for bfloat16"]
+
+
+def test_run_takes_opset_28_models_onnxruntime_cannot_run(tmp_path, capsys):
+    """``qlinear run`` on every granularity, float4 with e8m0 scales, int2 and float6 (the
+    command used to refuse the valid 2-bit and float6 initializers as 'truncated': it counted
+    them one byte an element)."""
+    from onnx.reference import ReferenceEvaluator
+    from qlinear import cli
+    m = _mixed28()
+    path = str(tmp_path / "m.onnx")
+    onnx.save(m, path)
+    assert cli.main(["run", path]) == 0, capsys.readouterr().err
+    assert "o5" in capsys.readouterr().out
+    f = {"x": np.random.default_rng(1).uniform(-3, 3, (4, 32)).astype(np.float32)}
+    got = backend.prepare(m).run(f)
+    want = ReferenceEvaluator(m).run(None, f)
+    for g, w in zip(got, want):  # (no input here reaches a divergence of onnx.reference)
+        np.testing.assert_array_equal(g, w)
+
+
+def _single_q(opset, zdt, x_elem=T.FLOAT, scale=np.float32(0.5), **attrs):
+    zname = {"z": np.array(0, zdt)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q", **attrs),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq")]
+    return _model(nodes, {"s": scale, **zname}, [helper.make_tensor_value_info("x", x_elem, [8])],
+                  [helper.make_tensor_value_info("y", x_elem, None)], opset=opset)
+
+
+def test_compare_names_onnxruntimes_saturate_0_float8_bug_per_node():
+    from qlinear.tools.compare import compare_model, format_report
+    m = _single_q(21, E4M3, saturate=0)
+    x = np.array([470, 480, 485, 495, 496, 500, -490, 1], np.float32)
+    r = compare_model(m, {"x": x * 0.5}, timing_runs=1, timing_budget=0.01)
+    q = next(n for n in r["nodes"] if n["node"] == "q")
+    assert q["mismatches"] == 4  # 480, 485, 495, -490: NaN in the contract, ±448 in onnxruntime
+    assert q["diagnosis"] == ("known divergence: onnxruntime's saturate=0 float8e4m3fn conversion is wrong for "
+                              "|x / y_scale| in [480, 496) (gives 448 instead of NaN; its Cast has the same bug)")
+    assert "known divergence: onnxruntime's saturate=0" in format_report(r)
+    # outside the band: identical, float8 compared bit for bit (NaN = NaN)
+    r = compare_model(m, {"x": np.array([470, 496, 500, 1e6, -1e6, np.nan, 0, -0.0], np.float32) * 0.5},
+                      timing_runs=1, timing_budget=0.01)
+    assert r["verdict"] == "identical", r["nodes"]
+
+
+def test_compare_falls_back_to_onnx_reference_saying_why_and_names_its_divergences():
+    """An opset-28 model: onnxruntime 1.32 cannot run it; compare says so and why, compares
+    with onnx.reference on the graph as written, and names the reference's int32 wrap of
+    inf/NaN/huge quotients on the node where it bites (was: 'onnxruntime cannot run this
+    model: ... Could not find an implementation' and nothing compared)."""
+    from qlinear.tools.compare import compare_model, format_report
+    m = _single_q(28, I8)
+    r = compare_model(m, {"x": np.array([np.inf, -np.inf, np.nan, 1e10, 3, -3, 0.25, 0.75], np.float32)},
+                      timing_runs=1, timing_budget=0.01)
+    assert r["against"] == "onnx.reference" and r["qdq"] == "literal"
+    assert r["onnxruntime_cannot"] == ["onnxruntime 1.32 has no QuantizeLinear-28 kernel (nothing of opset 28)",
+                                       "onnxruntime 1.32 has no DequantizeLinear-28 kernel (nothing of opset 28)"]
+    rows = {n["node"]: n for n in r["nodes"]}
+    assert rows["q"]["mismatches"] == 2  # +inf and 1e10: 127 in the contract, -128 in the reference
+    assert rows["q"]["diagnosis"].startswith("known divergence: onnx.reference casts the quotient to int32 first")
+    assert rows["dq"]["diagnosis"] == "propagated (agrees on onnx.reference's inputs)"
+    text = format_report(r)
+    assert text.startswith("onnxruntime cannot run this model: onnxruntime 1.32 has no QuantizeLinear-28 kernel")
+    assert "compared with onnx.reference instead" in text and "onnx.reference" in text.splitlines()[-2]
+    # float16 at opset 28: the reference divides float16 by float16 in float16, as the contract
+    # does (P = the scale's type): identical; an x that rounds to inf in float16 is named
+    m16 = _single_q(28, I16, x_elem=T.FLOAT16, scale=np.float16(0.3))
+    r = compare_model(m16, {"x": np.array([0.1, 0.2, 0.3, 0.45, 1000, 3000, -7, 0.15], np.float16)},
+                      timing_runs=1, timing_budget=0.01)
+    assert r["verdict"] == "identical"
+
+
+def test_known_divergences_are_named_only_where_they_apply():
+    from qlinear.tools.formats import onnxruntime_divergence, reference_divergence
+    q = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], saturate=0)
+    s, z = np.float32(1), np.array(0, E4M3)
+    assert onnxruntime_divergence(q, {"x": np.array([479.0], np.float32), "s": s, "z": z}) is None
+    assert "[480, 496)" in onnxruntime_divergence(q, {"x": np.array([480.0], np.float32), "s": s, "z": z})
+    assert "ignores a non-zero float8 zero point" in onnxruntime_divergence(
+        q, {"x": np.array([1.0], np.float32), "s": s, "z": np.array(1, E4M3)})
+    # (onnxruntime's binding cannot return e5m2 tensors, so compare cannot show this row)
+    assert "[61440, 65536) (gives NaN instead of ±inf" in onnxruntime_divergence(
+        q, {"x": np.array([62000.0], np.float32), "s": s, "z": np.array(0, E5M2)})
+    q1 = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"])
+    assert onnxruntime_divergence(q1, {"x": np.array([480.0], np.float32), "s": s, "z": z}) is None  # saturate=1
+    ops = {"": 28}
+    z8 = np.array(0, U8)
+    assert reference_divergence(q1, {"x": np.array([1.0, 2.0], np.float32), "s": s, "z": z8}, ops) is None
+    assert "int32 first" in reference_divergence(q1, {"x": np.array([np.nan], np.float32), "s": s, "z": z8}, ops)
+    assert "promoted type" in reference_divergence(q1, {"x": np.array([1.0], np.float16), "s": np.float16(3),
+                                                        "z": z8}, ops)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_initializers_whose_data_does_not_fit_are_one_sentence_in_the_backend_and_the_cli(tmp_path, capsys):
+    """raw_data of narrow types must hold exactly ONNX's packed size. The backend used to fail
+    inside the QDQ pass with onnx's bare 'cannot reshape array of size 23' / 'buffer size must
+    be a multiple of element size', or (extra bytes of packed int4) answer."""
+    from qlinear import cli
+    cases = [(I4, -1, "11 bytes of data, not 12"), (I4, +1, "13 bytes of data, not 12"),
+             (E4M3, -1, "23 bytes of data, not 24"), (I16, -1, "47 bytes of data, not 48"),
+             (F4, -1, "11 bytes of data, not 12"), (F6, -1, "17 bytes of data, not 18"),
+             (I2, +1, "7 bytes of data, not 6")]
+    for dt, extra, words in cases:
+        t = numpy_helper.from_array(np.zeros((4, 6), dt), "w")
+        t.raw_data = t.raw_data[:-1] if extra < 0 else t.raw_data + b"\0"
+        g = helper.make_graph([helper.make_node("DequantizeLinear", ["w", "s"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None)],
+                              [t, numpy_helper.from_array(np.float32(1), "s")])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 28)])
+        m.ir_version = 11
+        with pytest.raises(ValueError, match=rf"^prepare: the model: tensor 'w' of shape \[4, 6\] \(.*\) holds {words}"):
+            backend.prepare(m)
+        path = str(tmp_path / "bad.onnx")
+        onnx.save(m, path)
+        assert cli.main(["run", path]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("qlinear: error: ") and words in err and "\n" not in err
+
+
+def test_e8m0_scale_without_output_dtype_is_refused_in_a_model(tmp_path, capsys):
+    """The NumPy API answers float32 (docs/contract.md); in a model the schema's type inference
+    makes y float8e8m0, no DequantizeLinear output type: refused naming the node and the fix
+    (was: answered float32 where the model says float8e8m0)."""
+    from qlinear import cli
+    m = _model([helper.make_node("DequantizeLinear", ["w", "s"], ["y"], axis=1, block_size=2)],
+               {"w": np.ones((4, 6), np.int8), "s": np.ones((4, 3), E8M0)}, [],
+               [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    with pytest.raises(backend.UnsupportedModelError, match="a float8e8m0 x_scale needs output_dtype"):
+        backend.prepare(m)
+    path = str(tmp_path / "e8.onnx")
+    onnx.save(m, path)
+    assert cli.main(["run", path]) == 2
+    assert "needs output_dtype" in capsys.readouterr().err
+    m.graph.node[0].attribute.append(helper.make_attribute("output_dtype", T.FLOAT))
+    assert backend.prepare(m).run({})[0].dtype == np.float32
+
+
+@pytest.mark.parametrize("case", ["scale fits no granularity", "block size does not match", "zero point type",
+                                  "int32 zero point"])
+def test_bad_parameters_are_one_sentence_in_api_backend_and_cli(case, tmp_path, capsys):
+    import qlinear
+    from qlinear import cli
+    x = np.ones((4, 6), np.float32)
+    if case == "scale fits no granularity":
+        call = lambda: qlinear.quantize_linear(x, np.ones(3, np.float32), axis=1)  # noqa: E731
+        node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], axis=1)
+        inits, out, words = {"s": np.ones(3, np.float32)}, T.UINT8, "y_scale has 3 elements but x has 6 along axis 1"
+    elif case == "block size does not match":
+        call = lambda: qlinear.quantize_linear(x, np.ones((4, 2), np.float32), np.zeros((4, 2), I8),  # noqa: E731
+                                               axis=1, block_size=2)
+        node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], axis=1, block_size=2)
+        inits, out = {"s": np.ones((4, 2), np.float32), "z": np.zeros((4, 2), I8)}, T.INT8
+        words = r"y_scale must have shape \(4, 3\) for blocked quantization of x of shape \(4, 6\) along axis 1"
+    elif case == "zero point type":
+        call = lambda: qlinear.quantize_linear(x, np.float32(1), np.uint8(0), output_dtype="int8")  # noqa: E731
+        node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], output_dtype=T.INT8)
+        inits, out, words = {"s": np.float32(1), "z": np.uint8(0)}, T.INT8, "output_dtype int8 differs from y_zero_point's type uint8"
+    else:
+        call = lambda: qlinear.dequantize_linear(np.ones(3, np.int32), np.float32(1), np.int32(3))  # noqa: E731
+        node = helper.make_node("DequantizeLinear", ["w", "s", "z"], ["y"])
+        inits, out = {"w": np.ones(3, np.int32), "s": np.float32(1), "z": np.int32(3)}, T.FLOAT
+        words = "x_zero_point must be 0 when x is int32; got 3"
+    with pytest.raises((ValueError, TypeError), match=words):
+        call()
+    ins = [] if "w" in inits else [helper.make_tensor_value_info("x", T.FLOAT, [4, 6])]
+    m = _model([node], inits, ins, [helper.make_tensor_value_info("y", out, None)])
+    feeds = {} if "w" in inits else {"x": x}
+    with pytest.raises((ValueError, TypeError), match=words):
+        backend.prepare(m).run(feeds)
+    path = str(tmp_path / "m.onnx")
+    onnx.save(m, path)
+    assert cli.main(["run", path]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("qlinear: error: ") and "\n" not in err and __import__("re").search(words, err)
