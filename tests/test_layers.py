@@ -47,7 +47,8 @@ ALLOWED_FUNCTION_IMPORTS: dict[tuple[str, str], str] = {
     # error that says how to install it run without onnx (tests/test_hostile_cli.py), so the CLI
     # imports the modules that need onnx when a command runs.
     **{("cli.py", m): "needs onnx (the tools extra); imported when a command runs" for m in (
-        "qlinear.tools.model", "qlinear.tools.compare", "qlinear.tools.conformance", "qlinear.backend",
+        "qlinear.tools.model", "qlinear.tools.compare", "qlinear.tools.conformance", "qlinear.tools.formats",
+        "qlinear.backend",
         "qlinear.graph.proto", "onnx")},
     # `import qlinear` must not import onnx: the face imports qlinear.session on first use of
     # qlinear.InferenceSession (a module __getattr__), by name
