@@ -362,54 +362,6 @@ def int32_bias(op: str, value: Any, out_channels: int) -> np.ndarray:
     return arr
 
 
-def param_key(value: Any) -> tuple | None:
-    """A hashable key for a one-element parameter's type and value (None for anything else),
-    so that prepared operators can reuse what they derived from the same scales and zero points."""
-    if type(value) is np.ndarray or isinstance(value, np.generic):   # the common cases, first
-        if value.size != 1:
-            return None
-        return value.dtype, value.shape, value.tobytes()  # the bits: -0.0 is not 0.0
-    if isinstance(value, np.ndarray):   # subclasses
-        if value.size != 1 or is_masked(value):  # refused when validated
-            return None
-        return value.dtype, value.shape, value.tobytes()
-    if isinstance(value, float):
-        return float, math.copysign(1.0, value), value
-    if isinstance(value, int):
-        return type(value), value
-    return None
-
-
-class Memo:
-    """What a prepared operator derived from validated call parameters, keyed by their values
-    (``param_key``), so that repeated calls with the same ones skip the work. Bounded: cleared
-    when it holds 16 entries. A None key (a parameter of several elements) is never stored."""
-
-    _SIZE = 16
-
-    def __init__(self) -> None:
-        self._items: dict[tuple, Any] = {}
-
-    def get(self, key: tuple | None) -> Any:
-        return None if key is None else self._items.get(key)
-
-    def put(self, key: tuple | None, value: Any) -> Any:
-        if key is not None:
-            if len(self._items) >= self._SIZE:
-                self._items.clear()
-            self._items[key] = value
-        return value
-
-
-def one_value(p: Any) -> int | float:
-    """The Python number of a one-element NumPy parameter (a NumPy scalar or an ndarray), exactly
-    as ``p.item()`` gives it, in fewer operations for a NumPy scalar (int() / float() of one:
-    about 0.05 us against 0.4 us for ``item()``; a lean plain call reads four of them)."""
-    if type(p) is np.ndarray:
-        return p.item()
-    return float(p) if p.dtype.kind == "f" else int(p)
-
-
 def finite_multiplier(op: str, multiplier: np.ndarray, names: str) -> np.ndarray:
     """The requantization multiplier must be finite: inf · 0 would make NaN, which has no integer."""
     if not np.all(np.isfinite(multiplier)):
@@ -418,50 +370,3 @@ def finite_multiplier(op: str, multiplier: np.ndarray, names: str) -> np.ndarray
             "the scales are out of range"
         )
     return multiplier
-
-
-class RepeatMemo:
-    """The last validated call of a prepared form, for the repeat-call short path.
-
-    ``remember(x, params, call)`` after a call whose input x and call parameters ``params``
-    (scales, zero points) were validated: kept only if every parameter is immutable (a NumPy
-    scalar, a Python number, None). ``recall(x, params)`` gives ``call`` back when a new call
-    passes, parameter by parameter, the very same object or an equal one of the same type
-    (immutable values: ``np.float32(0.02)`` written in the call is a new object every time, and
-    the same type and value validate to the same arguments; a NaN equals nothing, so it always
-    takes the full path) and an ndarray x of the same dtype object and shape, under an
-    unchanged output size limit; otherwise None, and the caller takes its full, validating
-    path. Never keyed on a caller's mutable array: 0-d arrays are not immutable, so they always
-    take the full path."""
-
-    __slots__ = ("_last",)
-
-    def __init__(self) -> None:
-        self._last: tuple | None = None
-
-    def remember(self, x: np.ndarray, params: tuple, call: Any) -> None:
-        if call is not None and all(p is None or type(p) in (int, float) or isinstance(p, np.generic)
-                                    for p in params):
-            self._last = (x.shape, x.dtype, params, call, max_output_bytes())
-        else:
-            self._last = None
-
-    def memo_for(self, params: tuple) -> tuple | None:
-        """(x's shape, x's dtype, the remembered call, the output size limit then) when the
-        remembered call's parameters are these very objects, else None: what a caller binding
-        the repeat path once (a graph's planned node, ``qlinear.backend_float``) checks per call
-        instead of ``recall``'s parameter comparison (the parameters then never change)."""
-        last = self._last
-        if last is None or len(last[2]) != len(params) or any(a is not b for a, b in zip(params, last[2])):
-            return None
-        return last[0], last[1], last[3], last[4]
-
-    def recall(self, x: Any, params: tuple) -> Any:
-        last = self._last
-        if (last is None or type(x) is not np.ndarray or x.dtype is not last[1] or x.shape != last[0]
-                or last[4] != max_output_bytes()):   # a lowered size limit: checked again
-            return None
-        for given, known in zip(params, last[2]):
-            if given is not known and (known is None or type(given) is not type(known) or not given == known):
-                return None
-        return last[3]

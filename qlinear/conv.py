@@ -12,10 +12,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import _native, dtypes
+from . import _native
 from . import _validate as v
 from ._engine import ConvKernel, conv_accumulate
+from ._prepared import F32, I32, PLAIN, Memo, RepeatMemo, contiguous, one, one_value, param_key
 from .engines import workspace_limit
+from .engines.native import conv as nconv
 from ._geometry import ConvAttributes, ConvGeometry, check_conv_shapes
 from ._elementwise import requantize_channels
 from ._requant import multiplier
@@ -50,13 +52,13 @@ class _ConvWeights:
         self._kernel: ConvKernel | None = None
         self._native: dict[tuple[str, bool], np.ndarray] = {}
         # (x shape, x dtype, x_zero_point) → (validated zero point, geometry), for repeated calls.
-        self._inputs = v.Memo()
-        # (ISA level, x shape, x dtype) → the native engine's call arguments (``run_native``).
-        self._plans = v.Memo()
+        self._inputs = Memo()
+        # (ISA level, x shape, x dtype) → the native engine's plan (``run_native``).
+        self._plans = Memo()
         self._fits: tuple | None = None   # (geometry, native_fits's answer) of the last call
         # The last native call's arguments (``run_native``), and what makes them reusable by
         # the next call without validating again (``remember``, ``repeat``).
-        self._last = v.RepeatMemo()
+        self._last = RepeatMemo(op, "x")
         self.native_geometry: ConvGeometry | None = None
 
     @property
@@ -118,7 +120,7 @@ class _ConvWeights:
         NumPy engine's compact geometry once derived)."""
         op = self.op
         x = v.integer_tensor(op, "x", x)
-        zkey = ("absent",) if x_zero_point is None else v.param_key(x_zero_point)
+        zkey = ("absent",) if x_zero_point is None else param_key(x_zero_point)
         # the size limit in the key: a lowered one checks a shape seen before again
         key = None if zkey is None else (x.shape, x.dtype, zkey, v.max_output_bytes())
         known = self._inputs.get(key)
@@ -154,251 +156,89 @@ class _ConvWeights:
         return fits
 
     def _native_fits(self, geom: ConvGeometry) -> bool:
-        if len(geom.kernel) > _NATIVE_MAX_RANK:
-            return False
-        k = self.w[0].size
-        extents = (n + b + e + s + (kk - 1) * d for n, b, e, s, kk, d in zip(
-            geom.in_spatial, geom.pads_begin, geom.pads_end, geom.strides, geom.kernel, geom.dilations))
-        # a dilation of a 1-tap axis adds nothing to the extent, yet the engine refuses any value
-        # above 2^60: bound each one too (the NumPy engine takes the rest)
-        return k <= _NATIVE_MAX_K and max(extents) <= _NATIVE_MAX_EXTENT and max(geom.dilations) <= _NATIVE_MAX_EXTENT
+        return nconv.fits(geom, self.w[0].size)
 
     def native_weights(self, isa: str, kind: int) -> np.ndarray:
         """The weights in the native engine's form for ISA level ``isa`` and path ``kind``
-        (``_GEMM``, ``_GEMM_FAST``, ``_DEPTHWISE``), built once per level and path: packed GEMM
-        rows (csrc/conv/pack_w.c's ql_conv_pack_w), or centered int16 taps (M, taps) for the depthwise
-        kernel."""
+        (``nconv.GEMM``, ``GEMM_FAST``, ``DEPTHWISE``; ``nconv.pack_weights``), built once per
+        level and path; a prepared form's depthwise weights with the channels-last form too."""
         key = (isa, kind)
         got = self._native.get(key)
         if got is None:
-            m = self.out_channels
-            w2 = np.ascontiguousarray(self.w.reshape(m, -1))
-            zp = np.ascontiguousarray(np.broadcast_to(self.w_zero_point.astype(np.int32).reshape(-1), (m,)))
-            if kind == _DEPTHWISE:
-                # |w - zp| <= 255: exact in int16
-                got = np.subtract(w2, zp[:, None].astype(np.int16), dtype=np.int16)
-                taps = got.shape[1]
-                if self.owned and self.w.ndim == 4 and m == self.attributes.group and taps <= _DW_CL_MAX_TAPS:
-                    # prepared forms: followed by the channels-last kernel's form (conv.h),
-                    # blocks of 16 channels, taps padded to pairs, [block][tap][channel],
-                    # zeros beyond (a plain call's weights are used once: the engine gathers
-                    # each block's instead, cheaper than building this)
-                    cl = np.zeros((-(-m // 16) * 16, taps + taps % 2), dtype=np.int16)
-                    cl[:m, :taps] = got
-                    cl = cl.reshape(-1, 16, cl.shape[1]).transpose(0, 2, 1)
-                    got = np.concatenate([got.ravel(), cl.ravel()])
-            else:
-                C = _native._C
-                taps = int(np.prod(self.w.shape[2:], dtype=np.int64))   # K = C/group * taps
-                got = np.empty(C.conv_w_bytes(isa, kind, m, w2.shape[1], taps), dtype=np.uint8)
-                C.conv_pack_w(isa, kind, w2, _native.DTYPE_CODES[w2.dtype], m, w2.shape[1], taps, zp, got)
+            got = nconv.pack_weights(isa, kind, self.w, self.w_zero_point, self.attributes.group, self.owned)
             self._native[key] = got
         return got
 
-    def plain_weights(self, isa: str) -> tuple[int, bytes]:
-        """A plain call's weights for the GEMM path at ISA level ``isa``, packed for this call
-        only (never kept: the caller may change w before the next one): (kind, packed). One
-        native pass (csrc/conv/pack_w.c's ql_conv_pack_w_auto), on the threads, packs them in the fast
-        path's form while proving the same bound as ``fits_fast_path``, and in the exact form
-        from the first row outside it."""
-        m = self.out_channels
-        w2 = np.ascontiguousarray(self.w).reshape(m, -1)
-        zp = self.w_zero_point
-        zp = np.full(m, int(zp), np.int32) if zp.ndim == 0 else zp.astype(np.int32)
-        return _pack_plain(_native._C, isa, w2, zp, math.prod(self.w.shape[2:]))
-
     def fits_fast_path(self, bound: int = 64) -> bool:
-        """Whether every centered weight w - w_zero_point lies in [-bound, min(bound, 127)],
-        the fast-path kernel's ``s8_bound`` (the engine's QL_FORM_S8U8 stores w - zw as int8).
-        64 on AVX2: vpmaddubsw's int16 pair sums |x'·(w - zw) + x'·(w - zw)| <= 2·255·64 =
-        32640 cannot saturate (x' = x in its u8 form, [0, 255]). 128 on the VNNI levels:
-        vpdpbusd adds its 4 products (each |x'·(w - zw)| <= 255·128) into the int32
-        accumulator exactly, with wraparound and no saturation, so any int8 value is safe."""
+        """Whether every centered weight lies within the fast-path kernel's ``bound``
+        (``nconv.within_fast_bound``), computed once per bound."""
         cache = getattr(self, "_fast", None)
         if cache is None:
             cache = self._fast = {}
         flag = cache.get(bound)
         if flag is None:
-            w = self.w.reshape(self.out_channels, -1)
-            if w.size == 0:
-                flag = True
-            else:   # per-row extremes (fast reductions on 8-bit data) against the row's zero point
-                zp = np.broadcast_to(self.w_zero_point.astype(np.int32).reshape(-1), (w.shape[0],))
-                flag = bool(np.all(w.max(axis=1).astype(np.int32) - zp <= min(bound, 127))
-                            and np.all(zp - w.min(axis=1).astype(np.int32) <= bound))
-            cache[bound] = flag
+            flag = cache[bound] = nconv.within_fast_bound(self.w, self.w_zero_point, bound)
         return flag
 
     def native_kind(self, isa: str, depthwise: bool) -> int:
         """The native path for this call: depthwise, the GEMM's fast path (a level that has
         one, weights proven within its bound) or the exact GEMM."""
-        if depthwise:
-            return _DEPTHWISE
-        bound = _conv_fast_bound(isa)
-        if bound and not _exact_1x1(isa, self.w.shape) and self.fits_fast_path(bound):
-            return _GEMM_FAST
-        return _GEMM
+        return nconv.kind(isa, depthwise, self.w.shape, self.fits_fast_path)
 
     def run_native(self, checked: tuple, bias: np.ndarray | None = None, mult: np.ndarray | None = None,
                    y_zero_point: np.ndarray | None = None) -> tuple[np.ndarray, tuple | None]:
         """The convolution on the native engine: int32 wrap32(acc + bias) (``mult`` None), or
         requantized with the per-channel (or per-tensor) float32 multiplier and y_zero_point;
-        and, for a prepared form, the call's arguments (for ``remember``)."""
+        and, for a prepared form, the call's plan (for ``remember``)."""
         x, zp, geom, _ = checked
-        C = _native._C
-        isa = C.get_isa()
+        isa = _native._C.get_isa()
         self.native_geometry = geom   # what a plain call's lean path reuses (``_lean_remember``)
-        # The call's constant arguments, derived once per (level, input) and reused while the
-        # memoized geometry, zero point and requantization parameters are the same objects
-        # (``v.Memo`` hands out the same ones for the same values): a repeated call only
-        # allocates y and crosses into C.
+        # The call's plan, derived once per (level, input) and reused while the memoized
+        # geometry, zero point and requantization parameters are the same objects (``Memo``
+        # hands out the same ones for the same values): a repeated call only allocates y and
+        # crosses into C.
         key = (isa, x.shape, x.dtype)
         plan = self._plans.get(key)
         if plan is None or plan[0] is not geom or plan[1] is not zp or plan[2] is not mult \
                 or plan[3] is not y_zero_point:
-            plan = self._plans.put(key, (geom, zp, mult, y_zero_point) + self._native_plan(isa, x, zp, geom, mult,
-                                                                                           y_zero_point))
-        kind, w, out_shape, y_dtype, head, tail = plan[4:]
-        y = _native.empty(out_shape, y_dtype)   # 1 MiB and more: from the output pool
+            n, c = x.shape[:2]
+            group = self.attributes.group
+            depthwise = group > 1 and c == group
+            if self.owned or depthwise:
+                kind = self.native_kind(isa, depthwise)
+                w = self.native_weights(isa, kind)
+            else:  # a plain call: the path is chosen from this call's weights while packing them
+                kind, w = nconv.pack_plain(isa, self.w, self.w_zero_point)
+            plan = self._plans.put(key, (geom, zp, mult, y_zero_point, nconv.plan(
+                isa, kind, w, x, zp, geom, self.out_channels, group, mult, y_zero_point)))
         if bias is not None:
             bias = np.ascontiguousarray(bias, dtype=np.int32)
-        C.conv(isa, kind, _contiguous(self.op, "x", x), *head, w, y, *tail, bias,
-               max(workspace_limit(), _NATIVE_MIN_WORKSPACE))
-        return y, ((isa, kind, w, out_shape, y_dtype, head, tail, bias) if self.owned else None)
+        call = plan[4] + (bias,)
+        y = nconv.run(call, contiguous(self.op, "x", x))
+        return y, (call if self.owned else None)
 
     def remember(self, x: np.ndarray, params: tuple, call: tuple | None) -> None:
         """After a native call of a prepared form (``run_native``) with input x and call
-        parameters ``params``, which returned the arguments ``call``: keep them for ``repeat``
-        (see ``v.RepeatMemo``). Passed by the caller, never kept on the object between the two:
-        another thread's call on the same prepared form could replace them meanwhile."""
+        parameters ``params``, which returned the plan ``call``: keep it for ``repeat`` (see
+        ``_prepared.RepeatMemo``). Passed by the caller, never kept on the object between the
+        two: another thread's call on the same prepared form could replace it meanwhile."""
         self._last.remember(x, params, call)
 
     def repeat(self, x: Any, params: tuple) -> np.ndarray | None:
         """The output of a call that repeats the remembered one (see ``remember``), or None
         (then the call takes the full path)."""
-        call = self._last.recall(x, params)
-        if call is None:
-            return None
-        C = _native.native()
-        isa, kind, w, out_shape, y_dtype, head, tail, bias = call
-        if C is None or C.get_isa() != isa:
-            return None
-        y = _native.empty(out_shape, y_dtype)
-        C.conv(isa, kind, x if x.flags.c_contiguous else _contiguous(self.op, "x", x), *head, w, y, *tail, bias,
-               max(workspace_limit(), _NATIVE_MIN_WORKSPACE))
-        return y
+        return self._last.repeat(x, params, nconv.run)
 
     def bound_repeat(self, params: tuple) -> Callable[[Any], np.ndarray | None] | None:
         """The repeat path (``repeat``) bound once to the remembered call whose parameters are
-        these very objects, or None: ``f(x)`` is the output for an x of the remembered shape
-        and dtype, C-contiguous, on the same engine, ISA level and output size limit (what
-        ``repeat`` checks per call), else None (the caller then takes its full path). For a
-        caller that passes the same parameter objects on every call (a graph's planned node,
-        ``qlinear.graph.evaluator``): one Python frame and the native call."""
-        memo = self._last.memo_for(params)
-        C = _native.native()
-        if memo is None or C is None:
-            return None
-        shape, dtype, call, limit = memo
-        isa, kind, w, out_shape, y_dtype, head, tail, bias = call
-        conv, empty, max_output_bytes = C.conv, _native.empty, v.max_output_bytes
-
-        def run(x: Any) -> np.ndarray | None:
-            if (type(x) is not np.ndarray or x.dtype is not dtype or x.shape != shape or not x.flags.c_contiguous
-                    or _native.native() is not C or C.get_isa() != isa or max_output_bytes() != limit):
-                return None
-            y = empty(out_shape, y_dtype)
-            conv(isa, kind, x, *head, w, y, *tail, bias, max(workspace_limit(), _NATIVE_MIN_WORKSPACE))
-            return y
-
-        return run
-
-    def _native_plan(self, isa: str, x: np.ndarray, zp: np.ndarray, geom: ConvGeometry,
-                     mult: np.ndarray | None, y_zero_point: np.ndarray | None) -> tuple:
-        """(kind, packed weights, output shape, output dtype, C.conv's arguments before the
-        weights and between y and the bias) for ``run_native``."""
-        n, c = x.shape[:2]
-        m, group = self.out_channels, self.attributes.group
-        depthwise = group > 1 and c == group
-        if self.owned or depthwise:
-            kind = self.native_kind(isa, depthwise)
-            w = self.native_weights(isa, kind)
-        else:  # a plain call: the path is chosen from this call's weights while packing them
-            kind, w = self.plain_weights(isa)
-        out_shape = (n, m, *geom.out_spatial)
-        if mult is None:
-            y_dtype = np.dtype(np.int32)
-            tail = (0, 0, 0, 0.0, 0.0, _NO_MULT, 0)
-        else:
-            y_dtype = y_zero_point.dtype
-            qmin, qmax = _RANGES[y_dtype]
-            yz = int(y_zero_point)
-            mm = np.ascontiguousarray(mult, dtype=np.float32).reshape(-1)
-            tail = (1, int(qmin < 0), yz, float(qmin - yz), float(qmax - yz), mm, int(mm.size > 1))
-        head = (_native.DTYPE_CODES[x.dtype], int(zp), (n, c, m, group), geom.in_spatial, geom.out_spatial,
-                geom.kernel, geom.strides, geom.dilations, geom.pads_begin)
-        return kind, w, out_shape, y_dtype, head, tail
-
-# Native paths (the engine's conv kinds, conv.h's QL_CONV_*): the exact GEMM, the depthwise
-# kernel, the GEMM's fast path (QL_FORM_S8U8: 7-bit weights on AVX2, any int8 centered weight on
-# the VNNI levels; the bound on |w - w_zero_point| is the level's kernel's, _conv_fast_bound).
-# The same codes name the GEMM kernels (`which`: QL_KERNEL_EXACT, QL_KERNEL_CONV_FAST) where
-# weights are packed for a path.
-_GEMM, _DEPTHWISE, _GEMM_FAST = (_native.LIMITS["conv_kinds"][k] for k in ("gemm", "depthwise", "gemm_fast"))
-# conv.h's QL_DWCL_MAX_TAPS: the channels-last depthwise kernel's largest kernel
-_DW_CL_MAX_TAPS = _native.LIMITS["dw_cl_max_taps"]
-
-# The native engine's limits; beyond them the NumPy engine runs. The rank is the engine's
-# (conv.h's QL_CONV_MAXD); K and the extents are this module's own, stricter than the checks of
-# qlinear/csrc/python/bind_conv.c (K below INT_MAX / 2, each geometry term at most 2^60).
-_NATIVE_MAX_RANK = _native.LIMITS["conv_max_rank"]
-_NATIVE_MAX_K = 1 << 29
-_NATIVE_MAX_EXTENT = 1 << 59
-# The native engine's scratch is per thread and bounded by constants (offset tables, a few
-# rows): it is always allowed this much, whatever the workspace limit.
-_NATIVE_MIN_WORKSPACE = 16 << 20
-# Per level, asked once: (the s8_bound of its convolution fast-path kernel, 0 when it has
-# none; the (M, K) from which a 1x1 convolution takes the exact GEMM even where the fast kernel
-# would serve, 0 0: never; amx: its exact GEMM on AMX tiles; qlinear.h, exact_1x1_min_m / _k;
-# the channels a chunk of the fast kernel holds, 0 for none: amx-s8u8's 64, which takes the 1x1
-# convolutions whose channels per group it divides itself, on tiles)
-_CONV_FAST: dict[str, tuple[int, int, int, int]] = {}
-
-
-def _conv_fast_info(isa: str) -> tuple[int, int, int, int]:
-    got = _CONV_FAST.get(isa)
-    if got is None:
-        info = _native._C.kernel_info(isa, _GEMM_FAST)
-        got = _CONV_FAST[isa] = (0, 0, 0, 0) if info is None else (
-            int(info["s8_bound"]), int(info["exact_1x1_min_m"]), int(info["exact_1x1_min_k"]),
-            int(info["kchunk"]) * int(info["kpack"]) if int(info["kchunk"]) > 1 else 0)
-    return got
-
-
-def _exact_1x1(isa: str, w_shape: tuple) -> bool:
-    """Whether level ``isa`` runs a convolution of weights ``w_shape`` (M, C/group, kernel...)
-    on its exact GEMM although they fit its fast kernel (csrc/conv/pack_w.c's ql_conv_pack_w_fast, the
-    same rule)."""
-    _, m_min, k_min, chunk = _conv_fast_info(isa)
-    return (bool(m_min) and math.prod(w_shape[2:]) == 1 and w_shape[0] >= m_min and w_shape[1] >= k_min
-            and not (chunk and w_shape[1] % chunk == 0))
-
-
-def _conv_fast_bound(isa: str) -> int:
-    """The s8_bound of ISA level ``isa``'s convolution fast-path kernel (64 on avx2, 128 on the
-    VNNI levels), or 0 when the level has none."""
-    return _conv_fast_info(isa)[0]
-
-
-
-_NO_MULT = np.ones(1, dtype=np.float32)
+        these very objects, or None (``_prepared.RepeatMemo.bind``)."""
+        return self._last.bind(params, nconv.run)
 
 
 # Validated attributes and geometries, keyed by values (shapes, attribute values with their
 # types: never by an array), so that plain calls of the same layer skip re-deriving them.
-_ATTRIBUTES: dict[tuple, ConvAttributes] = {}
-_GEOMETRIES: dict[tuple, ConvGeometry] = {}
-_SHAPE_MEMO_SIZE = 64
+_ATTRIBUTES = Memo(64)
+_GEOMETRIES = Memo(64)
 
 
 def _value_key(value: Any) -> tuple | None:
@@ -416,13 +256,9 @@ def _conv_attributes(op: str, w_shape: tuple[int, ...], attributes: dict[str, An
     """ConvAttributes.from_onnx, memoized by value (it depends on nothing else)."""
     keys = tuple((name, _value_key(value)) for name, value in attributes.items())
     key = None if any(k is None for _, k in keys) else (op, w_shape, keys)
-    got = _ATTRIBUTES.get(key) if key is not None else None
+    got = _ATTRIBUTES.get(key)
     if got is None:
-        got = ConvAttributes.from_onnx(op, w_shape, **attributes)
-        if key is not None:
-            if len(_ATTRIBUTES) >= _SHAPE_MEMO_SIZE:
-                _ATTRIBUTES.clear()
-            _ATTRIBUTES[key] = got
+        got = _ATTRIBUTES.put(key, ConvAttributes.from_onnx(op, w_shape, **attributes))
     return got
 
 
@@ -431,10 +267,7 @@ def _geometry(attributes: ConvAttributes, in_spatial: tuple[int, ...]) -> ConvGe
     key = (attributes, in_spatial)
     got = _GEOMETRIES.get(key)
     if got is None:
-        got = attributes.geometry(in_spatial)
-        if len(_GEOMETRIES) >= _SHAPE_MEMO_SIZE:
-            _GEOMETRIES.clear()
-        _GEOMETRIES[key] = got
+        got = _GEOMETRIES.put(key, attributes.geometry(in_spatial))
     return got
 
 
@@ -476,7 +309,7 @@ class PreparedQLinearConv:
         self._bias_bound = 0 if B is None else (
             int(np.abs(self.bias.astype(np.int64)).max(initial=0)) if _owned else None)
         # (x_scale, y_scale, y_zero_point) → (multiplier, y_zero_point), for repeated calls.
-        self._params = v.Memo()
+        self._params = Memo()
 
     def bound_run(self, x_scale: Any, x_zero_point: Any, y_scale: Any, y_zero_point: Any
                   ) -> Callable[[Any], np.ndarray | None] | None:
@@ -492,7 +325,7 @@ class PreparedQLinearConv:
         y = self._weights.repeat(x, (x_scale, x_zero_point, y_scale, y_zero_point))
         if y is not None:
             return y
-        keys = (v.param_key(x_scale), v.param_key(y_scale), v.param_key(y_zero_point))
+        keys = (param_key(x_scale), param_key(y_scale), param_key(y_zero_point))
         known = self._params.get(None if None in keys else keys)
         if known is None:
             xs = v.per_tensor(op, "x_scale", v.scale(op, "x_scale", x_scale))
@@ -636,15 +469,14 @@ def qlinear_conv(
 #
 # A plain call validates and plans everything, like a prepared form's first call. What depends
 # only on shapes, dtypes and attribute values (the geometry, the shape checks, the size limit's
-# verdict) is then remembered by those values (``_lean_remember``), never by an array; a later
-# plain call with equal ones checks only what may differ (its parameters' types, shapes and
-# values: finite scales, a nonzero y_scale, a finite multiplier, the bias) in a few
-# operations and goes to the native engine. Anything unusual (Python numbers as parameters,
-# subclasses, another engine, a parameter that fails a check) takes the full path, which
-# raises the usual errors. Measured: the full path's Python costs 0.2-0.4 ms per call right
-# after a large convolution (cold caches), a third of what packing the weights costs.
+# verdict) is then remembered by those values (``_lean_remember``, in ``_prepared.PLAIN``),
+# never by an array; a later plain call with equal ones checks only what may differ (its
+# parameters' types, shapes and values: finite scales, a nonzero y_scale, a finite multiplier,
+# the bias) in a few operations and goes to the native engine. Anything unusual (Python numbers
+# as parameters, subclasses, another engine, a parameter that fails a check) takes the full
+# path, which raises the usual errors. Why: the full path's Python costs 0.2-0.4 ms per call
+# right after a large convolution (cold caches), a third of what packing the weights costs.
 # ---------------------------------------------------------------------------------------------
-_LEAN: dict[tuple, tuple] = {}
 
 
 def _ints_key(value: Any) -> tuple | None:
@@ -680,42 +512,25 @@ def _lean_remember(key: tuple | None, weights: _ConvWeights) -> None:
     geom = weights.native_geometry
     if key is None or geom is None:
         return
-    if len(_LEAN) >= _SHAPE_MEMO_SIZE:
-        _LEAN.clear()
-    x_shape, w_shape = key[1], key[3]
-    n, c = x_shape[:2]
-    m, group = w_shape[0], weights.attributes.group
-    depthwise = group > 1 and c == group
-    _LEAN[key] = (int(depthwise), (n, c, m, group), geom.in_spatial, geom.out_spatial, geom.kernel, geom.strides,
-                  geom.dilations, geom.pads_begin, (n, m, *geom.out_spatial))
-
-
-def _one(p: Any, dtype: np.dtype) -> bool:
-    """A one-element parameter of exactly ``dtype``: a NumPy scalar or a plain ndarray."""
-    return (type(p) is dtype.type or (type(p) is np.ndarray and p.size == 1)) and p.dtype is dtype
+    PLAIN.put(key, nconv.plain_plan(key[1], key[3], weights.attributes.group, geom))
 
 
 def _lean_conv(key: tuple | None, x: np.ndarray, x_zp: Any, w: np.ndarray, w_zp: Any,
                quant: tuple | None = None) -> np.ndarray | None:
     """A plain call by the lean path (see above), or None: the full path takes it. Python checks
-    the parameters' types and shapes; the engine's conv_plain (csrc/python/bind_conv.c) does the
-    rest in one crossing: the multiplier (in float32, refusing one that is not finite: None, then
-    the full path raises), the weights packed as the full path packs them, and the convolution."""
-    plan = _LEAN.get(key) if key is not None else None
-    if plan is None:
+    the parameters' types and shapes; the engine (``nconv.run_plain``) does the rest in one
+    crossing."""
+    plan = PLAIN.get(key)
+    if plan is None or _native.native() is None:
         return None
-    C = _native.native()
-    if C is None:
-        return None
-    depthwise, dims, in_sp, out_sp, kern, strides, dil, pads, out_shape = plan
     xd, wd = x.dtype, w.dtype
-    m = dims[2]
+    m = plan[1][2]
     if x_zp is None:
         if quant is not None:
             return None
         zx = 0
-    elif _one(x_zp, xd):
-        zx = v.one_value(x_zp)
+    elif one(x_zp, xd):
+        zx = one_value(x_zp)
     else:
         return None
     if w_zp is None:
@@ -726,66 +541,22 @@ def _lean_conv(key: tuple | None, x: np.ndarray, x_zp: Any, w: np.ndarray, w_zp:
         return None
     elif type(w_zp) is np.ndarray and not w_zp.flags.c_contiguous:
         w_zp = np.ascontiguousarray(w_zp)
-    if quant is None:
-        bias = w_scale = None
-        yd, quantized, signed, yz, lo, hi, xs, ys = _I32, 0, 0, 0, 0.0, 0.0, 0.0, 0.0
-    else:
+    if quant is not None:
         x_scale, w_scale, y_scale, y_zp, bias = quant
-        f32 = _F32
-        if not (_one(x_scale, f32) and _one(y_scale, f32) and (type(y_zp) is np.ndarray or isinstance(y_zp, np.generic))
-                and y_zp.dtype in _RANGES and y_zp.size == 1 and (type(w_scale) is np.ndarray or type(w_scale) is np.float32)
-                and w_scale.dtype is f32):
+        if not (one(x_scale, F32) and one(y_scale, F32) and (type(y_zp) is np.ndarray or isinstance(y_zp, np.generic))
+                and y_zp.dtype in nconv.RANGES and y_zp.size == 1
+                and (type(w_scale) is np.ndarray or type(w_scale) is np.float32) and w_scale.dtype is F32):
             return None
         if not ((w_scale.size == 1 and w_zp.size == 1) or (w_scale.shape == (m,) and w_zp.shape == (m,))):
             return None   # per tensor both, or per channel both, of shape (M,)
         if bias is not None:
-            if type(bias) is not np.ndarray or bias.dtype is not _I32 or bias.shape != (m,):
+            if type(bias) is not np.ndarray or bias.dtype is not I32 or bias.shape != (m,):
                 return None
             if not bias.flags.c_contiguous:
                 bias = np.ascontiguousarray(bias)
         if type(w_scale) is np.ndarray and not w_scale.flags.c_contiguous:
             w_scale = np.ascontiguousarray(w_scale)
-        yd = y_zp.dtype
-        qmin, qmax = _RANGES[yd]
-        yz = v.one_value(y_zp)
-        quantized, signed, lo, hi, xs, ys = 1, int(qmin < 0), float(qmin - yz), float(qmax - yz), \
-            v.one_value(x_scale), v.one_value(y_scale)
-    y = _native.empty(out_shape, yd)
+        quant = (one_value(x_scale), w_scale, one_value(y_scale), y_zp.dtype, one_value(y_zp), bias)
     op = "conv_integer" if quant is None else "qlinear_conv"
-    kind = C.conv_plain(C.get_isa(), depthwise, x if x.flags.c_contiguous else _contiguous(op, "x", x),
-                        _native.DTYPE_CODES[xd], zx, dims, in_sp, out_sp, kern, strides, dil, pads,
-                        w if w.flags.c_contiguous else _contiguous(op, "w", w), _native.DTYPE_CODES[wd], w_zp, y,
-                        quantized, signed, yz, lo, hi, xs, w_scale, ys, bias,
-                        max(workspace_limit(), _NATIVE_MIN_WORKSPACE))
-    return None if kind is None else y
-
-
-def _contiguous(op: str, name: str, arr: np.ndarray) -> np.ndarray:
-    """arr in C order for the native engine: a copy when it is not (a slice, a broadcast view
-    that takes no memory), whose size is checked first like every array a call derives."""
-    if arr.flags.c_contiguous:
-        return arr
-    v.check_size(op, f"a contiguous copy of {name}", arr.shape, arr.itemsize)
-    return np.ascontiguousarray(arr)
-
-
-_F32, _I32 = np.dtype(np.float32), np.dtype(np.int32)
-_RANGES = dtypes.NATIVE_INT_RANGE  # the output types the native kernels store
-
-
-def _pack_plain(C: Any, isa: str, w2: np.ndarray, zp: np.ndarray, taps: int) -> tuple[int, Any]:
-    """A plain call's GEMM weights (w as (M, K), K = C/group * taps, zero points int32 [M]), packed for this call
-    only (never kept: the caller may change w before the next one): (kind, packed). One native
-    pass (csrc/conv/pack_w.c's ql_conv_pack_w_auto), on the threads, packs them in the fast path's form
-    while proving the same bound as ``_ConvWeights.fits_fast_path``, and in the exact form from
-    the first row outside it."""
-    m, k = w2.shape
-    need = C.conv_w_bytes(isa, _GEMM, m, k, taps)
-    if _conv_fast_bound(isa):
-        need = max(need, C.conv_w_bytes(isa, _GEMM_FAST, m, k, taps))
-    # from 1 MiB on, a block of the output pool (reused by the next call, without fresh
-    # memory's page faults); smaller ones are left to malloc
-    args = (isa, w2, _native.DTYPE_CODES[w2.dtype], m, k, taps, zp)
-    if need >= _native._POOL_MIN:
-        return C.conv_pack_w_auto(*args, C.empty(need))
-    return C.conv_pack_w_auto(*args)
+    return nconv.run_plain(plan, x if x.flags.c_contiguous else contiguous(op, "x", x), zx,
+                           w if w.flags.c_contiguous else contiguous(op, "w", w), w_zp, quant)

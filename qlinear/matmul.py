@@ -14,6 +14,8 @@ import numpy as np
 
 from . import _fmatmul, _native, dtypes
 from . import _validate as v
+from ._prepared import F32, Memo, PLAIN, RepeatMemo, one, one_value, param_key
+from .engines.native import matmul as nmm
 from ._engine import Reduction, dtype_bound, matmul_accumulate
 from ._elementwise import round_saturate
 from ._requant import multiplier
@@ -67,8 +69,9 @@ class _RightOperand:
         # call uses b once, while the caller waits.
         self.matrix = np.array(matrix, copy=True) if owned else matrix
         self.owned = owned
-        self.call: tuple | None = None   # the last native call's arguments (``_native_matmul``)
-        self._last = v.RepeatMemo()  # ``remember``
+        self.call: tuple | None = None   # the last native call's plan (``_native_matmul``)
+        self._last = RepeatMemo(op, "a")  # ``remember``
+        self._drop: dict[int, Any] = {}  # a's rank -> the output axes numpy.matmul drops
         self._numpy: tuple | None = None
         self._packed: dict[str, tuple] = {}  # ISA level -> packed form (kernel chosen per level)
 
@@ -99,7 +102,7 @@ class _RightOperand:
                 f"but b has shape {self.b_shape} (K = {self.matrix.shape[-2]})"
             )
         try:
-            batch = (_broadcast_batch(matrix.shape[:-2], self.matrix.shape[:-2])
+            batch = (nmm.broadcast_batch(matrix.shape[:-2], self.matrix.shape[:-2])
                      if matrix.ndim > 2 or self.matrix.ndim > 2 else ())
         except ValueError:
             raise ValueError(
@@ -115,10 +118,10 @@ class _RightOperand:
         if 0 in matrix.shape or 0 in self.matrix.shape:
             # Nothing to multiply: numpy.matmul's result, empty, or zeros when only K is 0 (an
             # empty sum); the engine's reshapes and bounds assume non-empty operands.
-            batch = _broadcast_batch(matrix.shape[:-2], self.matrix.shape[:-2])
+            batch = nmm.broadcast_batch(matrix.shape[:-2], self.matrix.shape[:-2])
             return np.zeros((*batch, matrix.shape[-2], self.matrix.shape[-1]), out_dtype)
         # the NumPy engine's arrays of this call, alive at once: each was checked alone
-        batch = _broadcast_batch(matrix.shape[:-2], self.matrix.shape[:-2])
+        batch = nmm.broadcast_batch(matrix.shape[:-2], self.matrix.shape[:-2])
         v.check_total(self.op, [("the output", (*batch, matrix.shape[-2], self.matrix.shape[-1]), 4),
                                 ("the float32 copy of a", matrix.shape, 4),
                                 ("the float32 copy of b", self.matrix.shape, 4)])
@@ -127,81 +130,38 @@ class _RightOperand:
 
     # -- native engine -----------------------------------------------------------------------
     def packed(self, isa: str) -> tuple:
-        """(which kernel, packed panels, column sums, zero points in the form's terms) for the
-        native engine at ISA level ``isa``; packed once per level."""
+        """(which kernel, packed panels, column sums, zero points in the form's terms, Bb) for
+        the native engine at ISA level ``isa`` (``nmm.pack_b``); packed once per level."""
         got = self._packed.get(isa)
         if got is None:
-            fast = _kernel_info(isa, 1) is not None and self._fits_fast_path()
-            got = _native_pack_b(isa, int(fast), self.matrix, self.zero_point)
+            fast = nmm.has_fast(isa) and self._fits_fast_path()
+            got = nmm.pack_b(isa, int(fast), self.matrix, self.zero_point)
             self._packed[isa] = got
         return got
 
-    def raw(self, isa: str) -> tuple:
-        """A plain call's b for the native engine at ISA level ``isa``, which packs it inside
-        the GEMM (each thread the panels it uses): (which kernel, b as C-contiguous (Bb, K, N),
-        its zero point as int32 with batch and column strides, Bb). The fast kernel is chosen
-        from this call's b by one native pass over it (``bytes_within``)."""
-        C = _native._C
-        m = self.matrix
-        K, N = m.shape[-2:]
-        batch = m.shape[:-2]
-        Bb = math.prod(batch)  # shape entries: Python ints, the product exact
-        b = np.ascontiguousarray(m)
-        # the s8 form of b (int8 as is, uint8 - 128) within [-64, 64]: in the u8 form, [64, 192]
-        fast = _kernel_info(isa, 1) is not None and C.bytes_within(b, _TYPE[b.dtype], 64, 192)
-        zp = self.zero_point
-        if zp.ndim == 0:
-            zpa, zp_bs, zp_cs = np.array([zp], dtype=np.int32), 0, 0
-        elif zp.ndim == 2:  # (1, N): one row for every batch entry
-            zpa, zp_bs, zp_cs = zp.astype(np.int32).reshape(-1), 0, 1
-        else:
-            zpa = np.ascontiguousarray(np.broadcast_to(zp, (*batch, 1, N)), dtype=np.int32).reshape(Bb, N)
-            zp_bs, zp_cs = N, 1
-        return int(fast), b, zpa, zp_bs, zp_cs, Bb
+    def drop(self, a_ndim: int) -> Any:
+        """The output axes numpy.matmul drops for 1-D operands (``nmm.drop_axes``)."""
+        got = self._drop.get(a_ndim, self)
+        if got is self:
+            got = self._drop[a_ndim] = nmm.drop_axes(a_ndim, len(self.b_shape))
+        return got
 
     def remember(self, a: np.ndarray, params: tuple, call: tuple) -> None:
         """After a prepared form's native call (``_native_matmul``) with input a and call
-        parameters ``params``, which returned the arguments ``call``: keep them for ``repeat``
-        (see ``v.RepeatMemo``). Passed by the caller, never read from ``self.call``: another
+        parameters ``params``, which returned the plan ``call``: keep it for ``repeat`` (see
+        ``_prepared.RepeatMemo``). Passed by the caller, never read from ``self.call``: another
         thread's call on the same prepared form may have replaced that meanwhile."""
-        self._last.remember(a, params, call)
+        self._last.remember(a, params, nmm.with_drop(call, self.drop(a.ndim)) if self.owned else None)
 
     def repeat(self, a: Any, params: tuple) -> np.ndarray | None:
         """The output of a call that repeats the remembered one (see ``remember``), or None
         (then the call takes the full path)."""
-        call = self._last.recall(a, params)
-        if call is None:
-            return None
-        C = _native.native()
-        head, mid, tail, out_shape, out_dtype = call
-        if C is None or C.get_isa() != head[0]:
-            return None
-        out = _native.empty(out_shape, out_dtype)
-        C.matmul(*head, a if a.flags.c_contiguous else np.ascontiguousarray(a), *mid, out, *tail)
-        return self.finish(out, a)
+        return self._last.repeat(a, params, nmm.run)
 
     def bound_repeat(self, params: tuple) -> Callable[[Any], np.ndarray | None] | None:
         """``repeat`` bound once to the remembered call whose parameters are these very objects,
-        or None: ``f(a)`` is the output for an a of the remembered shape and dtype, C-contiguous,
-        on the same engine, ISA level and output size limit, else None (the caller then takes
-        its full path); see ``conv._ConvWeights.bound_repeat``."""
-        memo = self._last.memo_for(params)
-        C = _native.native()
-        if memo is None or C is None:
-            return None
-        shape, dtype, call, limit = memo
-        head, mid, tail, out_shape, out_dtype = call
-        isa, matmul, empty, max_output_bytes, finish = head[0], C.matmul, _native.empty, v.max_output_bytes, self.finish
-
-        def run(a: Any) -> np.ndarray | None:
-            if (type(a) is not np.ndarray or a.dtype is not dtype or a.shape != shape or not a.flags.c_contiguous
-                    or _native.native() is not C or C.get_isa() != isa or max_output_bytes() != limit):
-                return None
-            out = empty(out_shape, out_dtype)
-            matmul(*head, a, *mid, out, *tail)
-            return finish(out, a)
-
-        return run
+        or None (``_prepared.RepeatMemo.bind``)."""
+        return self._last.bind(params, nmm.run)
 
     def _fits_fast_path(self) -> bool:
         """Whether every b value in the byte kernels' s8 form (int8 as is, uint8 - 128) lies in
@@ -226,152 +186,25 @@ class _RightOperand:
         return y
 
 
-#: The native engine's matrix sizes are C ints (its matmul, pack_b; limits()' max_dim): larger M (batch
-#: entries folded in), N or K go to the NumPy engine, which has no such bound (a K of 2**31
-#: used to raise the argument parser's OverflowError).
-_NATIVE_MAX_DIM = _native.LIMITS["max_dim"]
-
-
 def _native_takes(right: "_RightOperand", matrix: np.ndarray | None = None) -> bool:
     """Whether the native engine is selected and its C int sizes hold b (and a's rows)."""
-    if _native.native() is None:
-        return False
     K, N = right.matrix.shape[-2:]
-    if K > _NATIVE_MAX_DIM or N > _NATIVE_MAX_DIM:
-        return False
-    return matrix is None or math.prod(matrix.shape[:-1]) <= _NATIVE_MAX_DIM
-
-
-def _broadcast_batch(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-    """numpy.broadcast_shapes(a, b), without its cost (a few microseconds a call, paid per
-    plain call) when the batch shapes are equal, as in attention's per-head products."""
-    return a if a == b else np.broadcast_shapes(a, b)
-
-
-_KERNEL_INFO: dict[tuple[str, int], dict | None] = {}
-
-
-def _kernel_info(isa: str, which: int) -> dict | None:
-    """The native kernel_info(isa, which), asked once per level and kernel (it is constant)."""
-    key = (isa, which)
-    if key not in _KERNEL_INFO:
-        _KERNEL_INFO[key] = _native._C.kernel_info(isa, which)
-    return _KERNEL_INFO[key]
-
-
-def _native_pack_b(isa: str, which: int, matrix: np.ndarray, zp: np.ndarray) -> tuple:
-    C = _native._C
-    K, N = matrix.shape[-2:]
-    batch = matrix.shape[:-2]
-    Bb = math.prod(batch)  # shape entries: Python ints, the product exact
-    b = np.ascontiguousarray(matrix).reshape(Bb, K, N)
-    if zp.ndim == 0:
-        zpa, zp_bs, zp_cs = np.array([int(zp)], dtype=np.int32), 0, 0
-    else:
-        zpa = np.ascontiguousarray(np.broadcast_to(zp, (*batch, 1, N)), dtype=np.int32).reshape(Bb, N)
-        zp_bs, zp_cs = N, 1
-    info = _kernel_info(isa, which)
-    nr = info["nr"]
-    npad = -(-N // nr) * nr
-    packed = np.empty(Bb * C.packed_b_bytes(isa, which, K, N), dtype=np.uint8)
-    colsums = np.empty(Bb * npad if info["form"] == "u8s8" else 0, dtype=np.int32)
-    zcol = np.empty(Bb * N, dtype=np.int32)
-    C.pack_b(isa, which, b, _TYPE[b.dtype], Bb, K, N, K * N, N, 1,
-             zpa, zp_bs, zp_cs, packed, colsums, zcol)
-    return which, packed, colsums, zcol, Bb
-
-
-def _batch_index(batch: tuple[int, ...], count: int, out_batch: tuple[int, ...]) -> np.ndarray:
-    """For each output batch entry (C order), the index of the operand's matrix it reads."""
-    index = np.arange(count, dtype=np.int64)
-    if batch == out_batch:  # no broadcasting: entry i reads matrix i
-        return index
-    return np.ascontiguousarray(np.broadcast_to(index.reshape(batch), out_batch)).ravel()
-
-
-_NO_MULT = np.zeros(1, dtype=np.float32)
-_ZERO_IDX = np.zeros(1, dtype=np.int64)
-_TYPE = {np.dtype(np.uint8): 0, np.dtype(np.int8): 1}
-_RANGE = dtypes.NATIVE_INT_RANGE  # the output types the native kernels store
+    return nmm.takes(K, N, None if matrix is None else math.prod(matrix.shape[:-1]))
 
 
 def _native_matmul(right: _RightOperand, matrix: np.ndarray, zp: np.ndarray,
                    m: np.ndarray | None = None, yzp: np.ndarray | None = None) -> tuple[np.ndarray, tuple]:
-    """(a - zp) @ (b - b_zp) on the native engine: int32, or requantized with multiplier m
-    (broadcastable to the output) and output zero point yzp. Shapes as numpy.matmul. A
-    prepared form's call also returns its arguments, for ``_RightOperand.remember``; every call
-    leaves them in ``right.call`` too, which only a plain call's own operand may read
-    (``_lean_remember``): a prepared form's ``right.call`` may be another thread's by then."""
-    C = _native._C
-    isa = C.get_isa()
+    """(a - zp) @ (b - b_zp) on the native engine (``nmm.matmul``): the output and the call's
+    plan. A prepared form's plan is for ``_RightOperand.remember``; every call leaves its plan
+    in ``right.call`` too, which only a plain call's own operand may read (``_lean_remember``):
+    a prepared form's ``right.call`` may be another thread's by then."""
+    isa = _native._C.get_isa()
     if right.owned:
-        which, packed, colsums, zcol, Bb = right.packed(isa)
+        out, call = nmm.matmul(right.matrix, right.packed(isa), None, matrix, zp, m, yzp)
     else:  # a plain call: b is packed inside the GEMM, panel by panel
-        which, braw, bzp, bzp_bs, bzp_cs, Bb = right.raw(isa)
-    M, K = matrix.shape[-2:]
-    N = right.matrix.shape[-1]
-    a_batch, b_batch = matrix.shape[:-2], right.matrix.shape[:-2]
-    a = np.ascontiguousarray(matrix)
-    if not a_batch and not b_batch:  # the common case, kept short: one matrix times one
-        out_batch, rows, batches, Ba = (), M, 1, 1
-        a_idx = b_idx = _ZERO_IDX
-    else:
-        out_batch = _broadcast_batch(a_batch, b_batch)
-        Bout = math.prod(out_batch)
-        if Bb == 1 and a_batch == out_batch:
-            # b is one matrix: every batch entry's rows form one taller GEMM
-            rows, batches, Ba = Bout * M, 1, 1
-            a_idx = b_idx = _ZERO_IDX
-        else:
-            rows, batches = M, Bout
-            Ba = math.prod(a_batch)
-            a_idx = _batch_index(a_batch, Ba, out_batch)
-            b_idx = a_idx if b_batch == a_batch else _batch_index(b_batch, Bb, out_batch)
-    # a's zero point: per tensor, or one per (batch entry, row)
-    if zp.ndim == 0:
-        zpa, zpa_bs, zpa_rs = np.array([zp], dtype=np.int32), 0, 0
-    else:
-        zpa = np.ascontiguousarray(np.broadcast_to(zp, (*out_batch, M, 1)), dtype=np.int32).reshape(-1)
-        zpa_bs, zpa_rs = (M, 1) if batches > 1 else (0, 1)
-    quantized = m is not None
-    if quantized:
-        mm = m if isinstance(m, np.ndarray) and m.dtype == np.float32 else np.asarray(m, dtype=np.float32)
-        if mm.size == 1:
-            mult, m_bs, m_rs, m_cs = mm.reshape(1), 0, 0, 0
-        else:
-            mm = mm.reshape((1,) * (len(out_batch) + 2 - mm.ndim) + mm.shape)
-            Mm, Nm = mm.shape[-2:]
-            batch_varies = any(d != 1 for d in mm.shape[:-2])
-            if rows != M and (batch_varies or Mm != 1):  # folded batches: a multiplier row per output row
-                mult = np.ascontiguousarray(np.broadcast_to(mm, (*out_batch, M, Nm)), dtype=np.float32).reshape(-1)
-                m_bs, m_rs = 0, Nm
-            elif batch_varies:
-                mult = np.ascontiguousarray(np.broadcast_to(mm, (*out_batch, Mm, Nm)), dtype=np.float32).reshape(-1)
-                m_bs, m_rs = Mm * Nm, (Nm if Mm > 1 else 0)
-            else:
-                mult = np.ascontiguousarray(mm, dtype=np.float32).reshape(-1)
-                m_bs, m_rs = 0, (Nm if Mm > 1 else 0)
-            m_cs = 1 if Nm > 1 else 0
-        out_dtype = yzp.dtype
-        qmin, qmax = _RANGE[out_dtype]
-        z = int(yzp)
-        lo, hi = float(qmin - z), float(qmax - z)
-        out = _native.empty((*out_batch, M, N), out_dtype)
-        signed = int(qmin < 0)
-    else:
-        mult, m_bs, m_rs, m_cs, lo, hi, z, signed = _NO_MULT, 0, 0, 0, 0.0, 0.0, 0, 0
-        out = _native.empty((*out_batch, M, N), np.int32)
-    if right.owned:
-        head = (isa, which, rows, N, K, batches)
-        mid = (_TYPE[a.dtype], Ba, a_idx, zpa, zpa_bs, zpa_rs, packed, colsums, zcol, Bb, b_idx)
-        tail = (int(quantized), signed, mult, m_bs, m_rs, m_cs, lo, hi, z)
-        C.matmul(*head, a, *mid, out, *tail)
-        call = right.call = (head, mid, tail, out.shape, out.dtype)
-    else:
-        C.matmul_raw(isa, which, rows, N, K, batches, a, _TYPE[a.dtype], Ba, a_idx,
-                     zpa, zpa_bs, zpa_rs, braw, _TYPE[braw.dtype], Bb, b_idx, bzp, bzp_bs, bzp_cs,
-                     out, int(quantized), signed, mult, m_bs, m_rs, m_cs, lo, hi, z)
-        call = right.call = (rows, N, K, batches, Ba, a_idx, Bb, b_idx, out.shape)  # ``_lean_remember``
+        out, call = nmm.matmul(right.matrix, None, nmm.raw_b(isa, right.matrix, right.zero_point), matrix, zp,
+                               m, yzp)
+    right.call = call
     return out, call
 
 
@@ -418,8 +251,8 @@ class PreparedMatMulInteger:
     _zp_call: tuple | None = None
 
     def _remember_zero_point(self, a: np.ndarray, a_zero_point: Any, call: tuple) -> None:
-        if (_zero_d_of(a_zero_point, a.dtype) and call is not None and len(call) == 5):
-            self._zp_call = (a.shape, a.dtype, call, v.max_output_bytes())
+        if _zero_d_of(a_zero_point, a.dtype) and call is not None and len(call) == 7:
+            self._zp_call = (a.shape, a.dtype, nmm.with_drop(call, self._b.drop(a.ndim)), v.max_output_bytes())
         else:
             self._zp_call = None
 
@@ -429,14 +262,9 @@ class PreparedMatMulInteger:
                 or not _zero_d_of(a_zero_point, last[1]) or last[3] != v.max_output_bytes()):
             return None
         C = _native.native()
-        head, mid, tail, out_shape, out_dtype = last[2]
-        if C is None or C.get_isa() != head[0]:
+        if C is None or C.get_isa() != last[2][0]:
             return None
-        zpa = np.array([a_zero_point], dtype=np.int32)  # this call's value
-        out = _native.empty(out_shape, out_dtype)
-        C.matmul(*head, a if a.flags.c_contiguous else np.ascontiguousarray(a), mid[0], mid[1], mid[2],
-                 zpa, *mid[4:], out, *tail)
-        return self._b.finish(out, a)
+        return nmm.run_zero_point(last[2], a if a.flags.c_contiguous else np.ascontiguousarray(a), a_zero_point)
 
 
 class PreparedQLinearMatMul:
@@ -451,7 +279,7 @@ class PreparedQLinearMatMul:
         bzp = v.zero_point(op, "b_zero_point", b_zero_point, "b", self._b.dtype)
         v.same_shape(op, "b_scale", bs, "b_zero_point", bzp)
         self.b_scale = np.array(_operand_param(op, "b_scale", bs, "b", self._b.b_shape), copy=True)
-        self._params = v.Memo()
+        self._params = Memo()
         if _owned and _native_takes(self._b):
             self._b.packed(_native.isa())  # pack once, now
 
@@ -476,7 +304,7 @@ class PreparedQLinearMatMul:
         # Per-tensor a_scale, y_scale and y_zero_point (the usual case) are validated and turned
         # into the multiplier once per distinct value (keyed by their bits, never by the caller's
         # arrays); a per-row a_scale is validated on every call.
-        keys = (v.param_key(a_scale), v.param_key(y_scale), v.param_key(y_zero_point))
+        keys = (param_key(a_scale), param_key(y_scale), param_key(y_zero_point))
         key = None if None in keys else keys
         known = self._params.get(key)
         if known is None:
@@ -580,14 +408,12 @@ def qlinear_matmul(
 # ---------------------------------------------------------------------------------------------
 # The lean path of plain calls (as for convolutions, qlinear/conv.py): what depends only on the
 # operands' shapes and dtypes (the shape checks, the size limit's verdict, the batch indices) is
-# remembered by those values after a plain call ran natively; a later plain call with equal
-# ones and per-tensor parameters checks the parameters (types, shapes, finite scales, a
-# nonzero y_scale, a finite multiplier) in a few operations and calls the native engine. Per-row
-# or per-column parameters and anything unusual take the full path, which raises the usual
-# errors.
+# remembered by those values after a plain call ran natively (in ``_prepared.PLAIN``); a later
+# plain call with equal ones and per-tensor parameters checks the parameters (types, shapes,
+# finite scales, a nonzero y_scale, a finite multiplier) in a few operations and calls the
+# native engine. Per-row or per-column parameters and anything unusual take the full path, which
+# raises the usual errors.
 # ---------------------------------------------------------------------------------------------
-_LEAN: dict[tuple, tuple] = {}
-_LEAN_SIZE = 64
 
 
 def _lean_key(op: str, a: Any, b: Any) -> tuple | None:
@@ -599,9 +425,7 @@ def _lean_key(op: str, a: Any, b: Any) -> tuple | None:
 def _lean_remember(key: tuple | None, right: _RightOperand) -> None:
     if key is None or right.call is None:
         return
-    if len(_LEAN) >= _LEAN_SIZE:
-        _LEAN.clear()
-    _LEAN[key] = right.call
+    PLAIN.put(key, right.call)
 
 
 def _is_float8(p: Any) -> bool:
@@ -613,68 +437,32 @@ def _is_narrow_scale(p: Any) -> bool:
     return isinstance(p, (np.ndarray, np.generic)) and p.dtype in (dtypes.F16.dtype, dtypes.BF16.dtype)
 
 
-def _one(p: Any, dtype: np.dtype) -> bool:
-    """A one-element parameter of exactly ``dtype``: a NumPy scalar or a plain ndarray."""
-    return (type(p) is dtype.type or (type(p) is np.ndarray and p.size == 1)) and p.dtype is dtype
-
-
-_F32 = np.dtype(np.float32)
-
-
 def _lean_matmul(key: tuple | None, a: np.ndarray, b: np.ndarray, a_zp: Any, b_zp: Any,
                  quant: tuple | None = None) -> np.ndarray | None:
     """A plain call by the lean path (see above), or None: the full path takes it."""
-    plan = _LEAN.get(key) if key is not None else None
-    if plan is None:
-        return None
-    C = _native.native()
-    if C is None:
+    plan = PLAIN.get(key)
+    if plan is None or _native.native() is None:
         return None
     ad, bd = a.dtype, b.dtype
     if a_zp is None and quant is None:
         za = 0
-    elif _one(a_zp, ad):
-        za = v.one_value(a_zp)
+    elif one(a_zp, ad):
+        za = one_value(a_zp)
     else:
         return None
     if b_zp is None and quant is None:
         zb = 0
-    elif _one(b_zp, bd):
-        zb = v.one_value(b_zp)
+    elif one(b_zp, bd):
+        zb = one_value(b_zp)
     else:
         return None
-    rows, N, K, batches, Ba, a_idx, Bb, b_idx, out_shape = plan
-    if quant is None:
-        quantized, signed, mult, lo, hi, z, out_dtype = 0, 0, _NO_MULT, 0.0, 0.0, 0, _I32
-    else:
+    if quant is not None:
         a_scale, b_scale, y_scale, y_zp = quant
-        if not (_one(a_scale, _F32) and _one(b_scale, _F32) and _one(y_scale, _F32)
-                and (type(y_zp) is np.ndarray or isinstance(y_zp, np.generic)) and y_zp.dtype in _RANGE
+        if not (one(a_scale, F32) and one(b_scale, F32) and one(y_scale, F32)
+                and (type(y_zp) is np.ndarray or isinstance(y_zp, np.generic)) and y_zp.dtype in nmm.RANGES
                 and y_zp.size == 1):
             return None
-        # float32(float32(a_scale * b_scale) / y_scale) in C (the engine's multiplier, csrc/epilogue/epilogue.c): None when a
-        # scale or the result is not finite or y_scale is 0; the full path then raises
-        m = C.multiplier(v.one_value(a_scale), v.one_value(b_scale), v.one_value(y_scale))
-        if m is None:
-            return None
-        out_dtype = y_zp.dtype
-        qmin, qmax = _RANGE[out_dtype]
-        z = v.one_value(y_zp)
-        quantized, signed, lo, hi = 1, int(qmin < 0), float(qmin - z), float(qmax - z)
-        mult = np.float32(m)   # exact: m is a float32 value; a NumPy scalar is a 4-byte buffer
-    isa = C.get_isa()
-    bc = b if b.flags.c_contiguous else np.ascontiguousarray(b)
-    # the s8 form of b (int8 as is, uint8 - 128) within [-64, 64]: in the u8 form, [64, 192]
-    which = int(_kernel_info(isa, 1) is not None and C.bytes_within(bc, _TYPE[bd], 64, 192))
-    out = _native.empty(out_shape, out_dtype)
-    C.matmul_raw(isa, which, rows, N, K, batches, a if a.flags.c_contiguous else np.ascontiguousarray(a), _TYPE[ad],
-                 Ba, a_idx, np.int32(za), 0, 0, bc, _TYPE[bd], Bb, b_idx, np.int32(zb),
-                 0, 0, out, quantized, signed, mult, 0, 0, 0, lo, hi, z)
-    if b.ndim == 1:   # the axes numpy.matmul drops for 1-D operands (``_RightOperand.finish``)
-        out = out[..., 0]
-    if a.ndim == 1:
-        out = out[..., 0, :] if b.ndim > 1 else out[..., 0]
-    return out
-
-
-_I32 = np.dtype(np.int32)
+        quant = (one_value(a_scale), one_value(b_scale), one_value(y_scale), y_zp.dtype, one_value(y_zp))
+    return nmm.run_plain(plan, a if a.flags.c_contiguous else np.ascontiguousarray(a), za,
+                         b if b.flags.c_contiguous else np.ascontiguousarray(b), zb, quant,
+                         nmm.drop_axes(a.ndim, b.ndim))

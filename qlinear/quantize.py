@@ -8,12 +8,13 @@ import numpy as np
 
 from . import _native, _qdq, dtypes
 from . import _validate as v
+from ._prepared import RepeatMemo, copy_contiguous
 from ._qdq import LATEST
+from .engines.native import quantize as nq
 from ._elementwise import as_3d, run_blocked, scratch
 from ._requant import round_saturate_block, saturation_params
 
 _QUANTIZABLE = (np.dtype(np.float32), np.dtype(np.int32))
-_EIGHT_BIT = v.EIGHT_BIT
 
 
 def _axis_param(op: str, name: str, arr: np.ndarray, x_shape: tuple[int, ...], axis: Any) -> tuple[np.ndarray, int | None]:
@@ -53,60 +54,13 @@ def _dequantize_block(x: np.ndarray, out: np.ndarray, scale: np.ndarray, zp: np.
     out *= scale
 
 
-def _native_elementwise(C, quantize: bool, x: np.ndarray, shape3: tuple[int, int, int], per_axis: bool,
-                        scale: np.ndarray, zp: np.ndarray, out: np.ndarray, scale_arg: Any = None,
-                        zp_arg: Any = None) -> None:
-    """Quantize (or dequantize) x, seen as (pre, C, post), into out on the native engine
-    (``scale_arg``, ``zp_arg``: the caller's parameters, remembered for ``_repeat``)."""
-    x = np.ascontiguousarray(x)
-    s = np.ascontiguousarray(scale, dtype=np.float32).reshape(-1)
-    z = np.ascontiguousarray(zp, dtype=np.int32).reshape(-1)
-    code = _native.DTYPE_CODES
-    if quantize:
-        C.quantize(C.get_isa(), x, code[x.dtype], *shape3, int(per_axis), s, z, out, code[out.dtype])
-    else:
-        C.dequantize(C.get_isa(), x, code[x.dtype], *shape3, int(per_axis), s, z, out)
-    if not per_axis:
-        _remember(quantize, x.dtype, scale_arg, zp_arg, s, z, out.dtype)
-
-
-# The last per-tensor call's parameters, by identity: a call passing the very same immutable
-# objects (NumPy scalars, Python numbers, None; identity proves equal, already validated
-# values) and a contiguous x of the same dtype object goes straight to the kernel. Never an
-# array: a 0-d array could be changed between calls.
-_last: dict[bool, tuple] = {}
-
-
-def _immutable(p: Any) -> bool:
-    return p is None or type(p) in (int, float) or isinstance(p, np.generic)
-
-
-def _remember(quantize: bool, x_dtype: np.dtype, scale_arg: Any, zp_arg: Any, s: np.ndarray,
-              z: np.ndarray, out_dtype: np.dtype) -> None:
-    if _immutable(scale_arg) and _immutable(zp_arg):
-        _last[quantize] = (scale_arg, zp_arg, x_dtype, s, z, out_dtype, v.max_output_bytes())
-    else:
-        _last.pop(quantize, None)
-
-
-def _repeat(quantize: bool, x: Any, scale_arg: Any, zp_arg: Any) -> np.ndarray | None:
-    """The output of a per-tensor call repeating the last one's parameter objects, or None."""
-    last = _last.get(quantize)
-    if (last is None or type(x) is not np.ndarray or scale_arg is not last[0] or zp_arg is not last[1]
-            or x.dtype is not last[2] or not x.flags.c_contiguous or last[6] != v.max_output_bytes()):
-        return None
-    C = _native.native()
-    if C is None:
-        return None
-    out_dtype = last[5]
-    v.check_size("quantize_linear" if quantize else "dequantize_linear", "the output", x.shape, out_dtype.itemsize)
-    out = _native.empty(x.shape, out_dtype)
-    code = _native.DTYPE_CODES
-    if quantize:
-        C.quantize(C.get_isa(), x, code[x.dtype], 1, 1, x.size, 0, last[3], last[4], out, code[out_dtype])
-    else:
-        C.dequantize(C.get_isa(), x, code[x.dtype], 1, 1, x.size, 0, last[3], last[4], out)
-    return out
+# The last per-tensor call of each direction, for the repeat path: a call passing the same
+# immutable parameters (NumPy scalars, Python numbers, None: equal values validate alike) and a
+# contiguous x of the same shape and dtype object goes straight to the kernel. Never an array: a
+# 0-d array could be changed between calls. A non-contiguous x takes the full path (a broadcast
+# view runs block by block there, without a copy).
+_REPEAT = {True: RepeatMemo("quantize_linear", "x", copies=False),
+           False: RepeatMemo("dequantize_linear", "x", copies=False)}
 
 
 def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1,
@@ -133,13 +87,13 @@ def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, ax
     op = "quantize_linear"
     plain = output_dtype is None and precision is None and block_size == 0 and version == LATEST
     if plain:
-        out = _repeat(True, x, y_scale, y_zero_point)
+        out = _REPEAT[True].repeat(x, (y_scale, y_zero_point), nq.run)
         if out is not None:
             return out
     if not isinstance(x, (np.ndarray, np.generic)):
         raise TypeError(f"{op}: x must be a NumPy array of dtype float32 or int32; got a Python {type(x).__name__}")
     if (plain and x.dtype in _QUANTIZABLE and _plain_scale(y_scale)
-            and (not isinstance(y_zero_point, (np.ndarray, np.generic)) or y_zero_point.dtype in _EIGHT_BIT)):
+            and (not isinstance(y_zero_point, (np.ndarray, np.generic)) or y_zero_point.dtype in dtypes.EIGHT_BIT)):
         # the 8-bit contract's own path (float32 or int32 x, float32 scale, P = float32)
         return _quantize_8bit(op, v.as_array(op, "x", x), y_scale, y_zero_point, axis, y_scale, y_zero_point)
     ver = _qdq.version_of(op, version)
@@ -179,7 +133,7 @@ def _quantize_8bit(op: str, x: np.ndarray, y_scale: Any, y_zero_point: Any, axis
     C = _native.native()
     if C is not None and x.flags.c_contiguous:  # (a broadcast view goes block by block below)
         out = _native.empty(x.shape, zp.dtype)
-        _native_elementwise(C, True, x, shape3, ax is not None, scale, zp_b, out, scale_arg, zp_arg)
+        _REPEAT[True].remember(x, (scale_arg, zp_arg), nq.elementwise(True, x, shape3, ax is not None, scale, zp_b, out))
         return out
     out = np.empty(x.shape, dtype=zp.dtype)
     # NaN goes to T's min (in round_saturate_block), the value onnxruntime's CPU kernel gives.
@@ -206,7 +160,7 @@ def dequantize_linear(x: np.ndarray, x_scale: Any, x_zero_point: Any = None, *, 
     op = "dequantize_linear"
     plain = output_dtype is None and block_size == 0 and version == LATEST
     if plain:
-        out = _repeat(False, x, x_scale, x_zero_point)
+        out = _REPEAT[False].repeat(x, (x_scale, x_zero_point), nq.run)
         if out is not None:
             return out
     if not (plain and isinstance(x, np.ndarray) and x.dtype in v.DEQUANTIZABLE and _plain_scale(x_scale)):
@@ -238,7 +192,8 @@ def _dequantize_8bit(op: str, x: Any, x_scale: Any, x_zero_point: Any, axis: Any
     C = _native.native()
     if C is not None and x.flags.c_contiguous:
         out = _native.empty(x.shape, np.float32)
-        _native_elementwise(C, False, x, shape3, ax is not None, scale, zp, out, x_scale, x_zero_point)
+        _REPEAT[False].remember(x, (x_scale, x_zero_point),
+                                nq.elementwise(False, x, shape3, ax is not None, scale, zp, out))
         return out
     out = np.empty(x.shape, dtype=np.float32)
     zp = zp.astype(np.float32)
@@ -252,28 +207,6 @@ def _real_array(x: np.ndarray) -> bool:
     """Contiguous, or a view without a broadcast axis (stride 0), which the fast paths copy to
     a contiguous array first (a broadcast view takes the plain functions and their checks)."""
     return x.flags.c_contiguous or 0 not in x.strides
-
-
-# Type codes of the native engine by dtype (a dict lookup; ``dtype.name`` costs microseconds).
-_CODES = _native.DTYPE_CODES
-
-
-#: unsigned integers of 2, 4 and 8 bytes, by size: a short contiguous last axis copied as one
-_WIDE = {2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
-
-
-def _contiguous(x: np.ndarray) -> np.ndarray:
-    """``np.ascontiguousarray(x)``, the same bytes. A view whose last axis is contiguous but
-    short (a Slice of the first 2 of 4 values per row: 2 or 4 int8, 2 float32 ...) is copied with
-    each row as one unsigned integer of its size: NumPy's copy loops per row otherwise, taking
-    ten times as long on such rows. Copying moves bits, whatever the dtype."""
-    if x.ndim and x.shape[-1] > 1 and x.strides[-1] == x.itemsize and not x.flags.c_contiguous:
-        wide = _WIDE.get(x.shape[-1] * x.itemsize)
-        if wide is not None:
-            y = np.empty(x.shape, x.dtype)
-            y.view(wide)[...] = x.view(wide)
-            return y
-    return np.ascontiguousarray(x)
 
 
 class PreparedQuantize:
@@ -295,10 +228,8 @@ class PreparedQuantize:
         self._args = (y_scale, y_zero_point)
         self._axis = axis
         self._per_tensor = scale.size == 1
-        self._scale = np.ascontiguousarray(scale, dtype=np.float32).reshape(-1)[:1]
-        self._zp = np.ascontiguousarray(zp, dtype=np.int32).reshape(-1)[:1]
+        self._scale, self._zp = nq.per_tensor(scale, zp)
         self.dtype = zp.dtype
-        self._code = _CODES[zp.dtype]
 
     def run(self, x: np.ndarray) -> np.ndarray:
         C = _native.native()
@@ -307,11 +238,11 @@ class PreparedQuantize:
             return quantize_linear(x, *self._args, axis=self._axis)
         if not x.flags.c_contiguous:  # a transposed or strided view: copied first
             v.check_size("quantize_linear", "a contiguous copy of x", x.shape, 4)
-            x = _contiguous(x)
+            x = copy_contiguous(x)
         # x is a real contiguous float32 array, so the output (a quarter of its bytes) needs no
         # size check
         out = np.empty(x.shape, dtype=self.dtype)
-        C.quantize(C.get_isa(), x, 3, 1, 1, x.size, 0, self._scale, self._zp, out, self._code)
+        nq.quantize_tensor(C, x, self._scale, self._zp, out)
         return out
 
     def bound_run(self, x: Any) -> Callable[[Any], np.ndarray | None] | None:
@@ -324,16 +255,15 @@ class PreparedQuantize:
         if (C is None or not self._per_tensor or type(x) is not np.ndarray or x.dtype != np.float32
                 or not x.flags.c_contiguous):
             return None
-        shape, dtype, size, odt = x.shape, x.dtype, x.size, self.dtype
-        scale, zp, code = self._scale, self._zp, self._code
-        quantize = C.quantize
+        shape, dtype, odt = x.shape, x.dtype, self.dtype
+        scale, zp, quantize = self._scale, self._zp, nq.quantize_tensor
 
         def run(x: Any) -> np.ndarray | None:
             if (type(x) is not np.ndarray or x.dtype is not dtype or x.shape != shape or not x.flags.c_contiguous
                     or _native.native() is not C):
                 return None
             out = np.empty(shape, dtype=odt)
-            quantize(C.get_isa(), x, 3, 1, 1, size, 0, scale, zp, out, code)
+            quantize(C, x, scale, zp, out)
             return out
 
         return run
@@ -349,7 +279,7 @@ class PreparedDequantize:
         op = "dequantize_linear"
         scale = v.scale(op, "x_scale", x_scale)
         zp = None
-        if isinstance(x_zero_point, np.ndarray) and x_zero_point.dtype in _EIGHT_BIT:
+        if isinstance(x_zero_point, np.ndarray) and x_zero_point.dtype in dtypes.EIGHT_BIT:
             zp = x_zero_point
         self._args = (x_scale, x_zero_point)
         self._axis = axis
@@ -357,20 +287,19 @@ class PreparedDequantize:
         # point, a per-axis one or anything unusual goes through dequantize_linear's checks)
         self._fast = scale.size == 1 and (x_zero_point is None or (zp is not None and zp.size == 1))
         self._zp_dtype = zp.dtype if zp is not None else None
-        self._scale = np.ascontiguousarray(scale, dtype=np.float32).reshape(-1)[:1]
-        self._zp = np.ascontiguousarray(zp if zp is not None else np.zeros(1), dtype=np.int32).reshape(-1)[:1]
+        self._scale, self._zp = nq.per_tensor(scale, zp if zp is not None else np.zeros(1))
 
     def run(self, x: np.ndarray) -> np.ndarray:
         C = _native.native()
         if (C is None or not self._fast or type(x) is not np.ndarray or not _real_array(x)
-                or x.dtype not in _EIGHT_BIT
+                or x.dtype not in dtypes.EIGHT_BIT
                 or (self._zp_dtype is not None and x.dtype != self._zp_dtype)):
             return dequantize_linear(x, *self._args, axis=self._axis)
         v.check_size("dequantize_linear", "the output", x.shape, 4)
         if not x.flags.c_contiguous:  # a transposed or strided view: copied first (a quarter
-            x = _contiguous(x)  # of the output's bytes, checked above)
+            x = copy_contiguous(x)  # of the output's bytes, checked above)
         out = np.empty(x.shape, dtype=np.float32)
-        C.dequantize(C.get_isa(), x, _CODES[x.dtype], 1, 1, x.size, 0, self._scale, self._zp, out)
+        nq.dequantize_tensor(C, x, self._scale, self._zp, out)
         return out
 
     def bound_run(self, x: Any) -> Callable[[Any], np.ndarray | None] | None:
@@ -380,21 +309,21 @@ class PreparedDequantize:
         else (the caller then calls ``run``); None when x does not take the native kernel."""
         C = _native.native()
         if (C is None or not self._fast or type(x) is not np.ndarray or not x.flags.c_contiguous
-                or x.dtype not in _EIGHT_BIT or (self._zp_dtype is not None and x.dtype != self._zp_dtype)):
+                or x.dtype not in dtypes.EIGHT_BIT or (self._zp_dtype is not None and x.dtype != self._zp_dtype)):
             return None
         try:
             v.check_size("dequantize_linear", "the output", x.shape, 4)
         except ValueError:
             return None
-        shape, dtype, size, scale, zp, code = x.shape, x.dtype, x.size, self._scale, self._zp, _CODES[x.dtype]
-        limit, max_output_bytes, dequantize = v.max_output_bytes(), v.max_output_bytes, C.dequantize
+        shape, dtype, scale, zp = x.shape, x.dtype, self._scale, self._zp
+        limit, max_output_bytes, dequantize = v.max_output_bytes(), v.max_output_bytes, nq.dequantize_tensor
 
         def run(x: Any) -> np.ndarray | None:
             if (type(x) is not np.ndarray or x.dtype is not dtype or x.shape != shape or not x.flags.c_contiguous
                     or _native.native() is not C or max_output_bytes() != limit):
                 return None
             out = np.empty(shape, dtype=np.float32)
-            dequantize(C.get_isa(), x, code, 1, 1, size, 0, scale, zp, out)
+            dequantize(C, x, scale, zp, out)
             return out
 
         return run

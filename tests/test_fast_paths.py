@@ -482,11 +482,11 @@ def test_qlinear_concat_constant_parameters_once():
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.float32])
 def test_strided_views_copied_row_by_row_same_bits(dtype):
     """A view whose last axis is contiguous but short (a Slice of 2 of 4 values per row) is
-    copied with each row as one integer (``quantize._contiguous``) before the native
+    copied with each row as one integer (``_prepared.copy_contiguous``) before the native
     QuantizeLinear / DequantizeLinear: the bytes of np.ascontiguousarray, and the outputs of
     the operators on a contiguous copy, for rows of 2, 4 and 8 bytes and others (3 bytes,
     the last axis strided, one element) that keep NumPy's copy."""
-    from qlinear import quantize
+    from qlinear import _prepared, quantize
 
     rng = np.random.default_rng(23)
     full = rng.integers(0, 256, (3, 50, 12), dtype=np.uint8).view(np.int8 if dtype == np.int8 else np.uint8)
@@ -496,7 +496,7 @@ def test_strided_views_copied_row_by_row_same_bits(dtype):
     views = [full[..., :2], full[..., 3:5], full[..., :4], full[..., 1:9], full[..., :3], full[..., ::2],
              full[..., :1], full[:, ::2, :2], full.transpose(0, 2, 1)[..., :2], full[1:2, 5:6, 4:6]]
     for view in views:
-        got = quantize._contiguous(view)
+        got = _prepared.copy_contiguous(view)
         assert got.flags.c_contiguous and got.dtype == view.dtype and got.shape == view.shape
         assert got.tobytes() == np.ascontiguousarray(view).tobytes()
         if dtype == np.float32:

@@ -320,7 +320,9 @@ def test_matmul_sizes_beyond_the_native_ints_take_the_numpy_engine(monkeypatch, 
     above the bound go to the NumPy engine, exactly. Checked with the bound lowered to 7 (the
     real one needs arrays of gigabytes): the native engine is not called, the result is the
     oracle's, for plain and prepared MatMulInteger and QLinearMatMul."""
-    from qlinear import _native, matmul
+    from qlinear import _native
+    from qlinear.engines.native import matmul as native_matmul
+    from qlinear import matmul
 
     if not _native.available():
         pytest.skip("native engine not built")
@@ -328,7 +330,7 @@ def test_matmul_sizes_beyond_the_native_ints_take_the_numpy_engine(monkeypatch, 
     def refuse(*_, **__):
         raise AssertionError("the native engine was called")
 
-    monkeypatch.setattr(matmul, "_NATIVE_MAX_DIM", 7)
+    monkeypatch.setattr(native_matmul, "MAX_DIM", 7)
     monkeypatch.setattr(matmul, "_native_matmul", refuse)
     rng = np.random.default_rng(7)
     a = rng.integers(0, 256, shapes[0], dtype=np.int64).astype(U8)

@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("engines", ("qlinear._engine", "qlinear._elementwise", "qlinear._blas", "qlinear._native",
                  "qlinear._qlnative", "qlinear.engines")),
     ("ops", ("qlinear", "qlinear.conv", "qlinear.matmul", "qlinear.quantize", "qlinear.contrib",
-             "qlinear._qdq", "qlinear._fmatmul",
+             "qlinear._qdq", "qlinear._fmatmul", "qlinear._prepared",
              "qlinear.ops")),
     ("graph", ("qlinear.graph", "qlinear.backend", "qlinear.passes", "qlinear.qdq", "qlinear.modelfile",
                "qlinear._inline", "qlinear.session")),

@@ -334,16 +334,16 @@ def test_limits_and_codes_come_from_the_engine():
     C = _native._C
     if C is None:
         pytest.skip("needs the native engine")
-    from qlinear import conv, matmul
+    from qlinear.engines.native import conv, matmul
 
     lim = C.limits()
     assert _native.LIMITS == lim
-    assert conv._NATIVE_MAX_RANK == lim["conv_max_rank"] >= 3
-    assert conv._DW_CL_MAX_TAPS == lim["dw_cl_max_taps"] >= 9
+    assert conv.MAX_RANK == lim["conv_max_rank"] >= 3
+    assert conv.DW_CL_MAX_TAPS == lim["dw_cl_max_taps"] >= 9
     kinds = lim["conv_kinds"]
-    assert (conv._GEMM, conv._DEPTHWISE, conv._GEMM_FAST) == (kinds["gemm"], kinds["depthwise"], kinds["gemm_fast"])
+    assert (conv.GEMM, conv.DEPTHWISE, conv.GEMM_FAST) == (kinds["gemm"], kinds["depthwise"], kinds["gemm_fast"])
     assert len(set(kinds.values())) == 3
-    assert matmul._NATIVE_MAX_DIM == lim["max_dim"] == 2**31 - 1
+    assert matmul.MAX_DIM == lim["max_dim"] == 2**31 - 1
     assert _native.TYPE_CODES == lim["types"]
     assert {np.dtype(k): v for k, v in lim["types"].items()} == _native.DTYPE_CODES
     isa = _native.isa()

@@ -762,7 +762,7 @@ def test_plain_conv_lean_path_same_answers_and_errors():
     """Repeated plain calls of one layer take the lean path (shape-derived plan remembered by
     value); every parameter is still checked per call: a bad one raises exactly the error the
     first (full-path) call raises, and good ones of every accepted form give the oracle's bits."""
-    from qlinear import conv as conv_mod
+    from qlinear import _prepared
     rng = np.random.default_rng(25)
     m = 6
     x = rand_int(rng, U8, (1, 4, 7, 7))
@@ -807,7 +807,7 @@ def test_plain_conv_lean_path_same_answers_and_errors():
     for changes in bad:
         run()                                   # the layer's plan is remembered
         warm = _error_of(lambda: run(**changes))
-        conv_mod._LEAN.clear()
+        _prepared.PLAIN.clear()
         cold = _error_of(lambda: run(**changes))
         if cold is None:   # accepted (another valid form): the same bits either way
             assert warm is None
@@ -824,7 +824,7 @@ def test_plain_conv_lean_path_same_answers_and_errors():
                          oracle.conv_integer(x, w, None, good["w_zero_point"], **attrs))
     qlinear.conv_integer(x, w, z, **attrs)
     warm = _error_of(lambda: qlinear.conv_integer(x, w, np.int8(3), **attrs))
-    conv_mod._LEAN.clear()
+    _prepared.PLAIN.clear()
     assert warm == _error_of(lambda: qlinear.conv_integer(x, w, np.int8(3), **attrs)) is not None
     # depthwise through the lean path
     xd, wd = rand_int(rng, U8, (1, 5, 6, 6)), rand_int(rng, U8, (5, 1, 3, 3))
@@ -837,7 +837,7 @@ def test_plain_matmul_lean_path_same_answers_and_errors():
     """Repeated plain products of one shape take the lean path; every parameter is still
     checked per call (the same errors as the full path's) and every accepted form gives the
     oracle's bits, 1-D and batched operands included."""
-    from qlinear import matmul as mm_mod
+    from qlinear import _prepared
     rng = np.random.default_rng(26)
     for a_shape, b_shape in [((9, 40), (40, 13)), ((40,), (40, 13)), ((9, 40), (40,)), ((2, 3, 5, 40), (3, 40, 6))]:
         a, b = rand_int(rng, U8, a_shape), rand_int(rng, I8, b_shape)
@@ -873,7 +873,7 @@ def test_plain_matmul_lean_path_same_answers_and_errors():
         for changes in bad:
             run()
             warm = _error_of(lambda: run(**changes))
-            mm_mod._LEAN.clear()
+            _prepared.PLAIN.clear()
             cold = _error_of(lambda: run(**changes))
             if cold is None:
                 assert warm is None
@@ -882,5 +882,5 @@ def test_plain_matmul_lean_path_same_answers_and_errors():
                 assert warm == cold, changes
         qlinear.matmul_integer(a, b, np.uint8(1), np.int8(2))
         warm = _error_of(lambda: qlinear.matmul_integer(a, b, np.int8(1), np.int8(2)))
-        mm_mod._LEAN.clear()
+        _prepared.PLAIN.clear()
         assert warm == _error_of(lambda: qlinear.matmul_integer(a, b, np.int8(1), np.int8(2))) is not None

@@ -53,13 +53,8 @@ def cvt(values: np.ndarray) -> np.ndarray:
     return out
 
 
-def type_range(dtype: np.dtype) -> tuple[int, int]:
-    """(min, max) of an integer type, from the registry."""
-    return dtypes.INT_RANGE[np.dtype(dtype)]
-
-
 def saturate(ints: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    lo, hi = type_range(np.dtype(dtype))
+    lo, hi = dtypes.INT_RANGE[np.dtype(dtype)]
     return np.clip(ints, lo, hi).astype(dtype)
 
 
@@ -71,7 +66,7 @@ def mlas_quantize(values, y_scale: np.float32, y_zero_point: int, dtype: np.dtyp
     minimum (the clamp's max(NaN, lo) returns lo in MLAS's operand order).
     """
     dtype = np.dtype(dtype)
-    lo, hi = type_range(dtype)
+    lo, hi = dtypes.INT_RANGE[np.dtype(dtype)]
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         q = np.divide(np.asarray(values, F32), F32(y_scale), dtype=F32)
     if q.ndim == 0:
@@ -96,7 +91,7 @@ def _quantize_inplace(q: np.ndarray, lo: int, hi: int, zp: int, dtype: np.dtype)
 
 def requantize_multiply(values, multiplier, y_zero_point: int, dtype: np.dtype) -> np.ndarray:
     """MlasRequantizeOutput's epilogue: sat(rne(clamp(f(v · m), min - zp, max - zp)) + zp)."""
-    lo, hi = type_range(np.dtype(dtype))
+    lo, hi = dtypes.INT_RANGE[np.dtype(dtype)]
     with np.errstate(over="ignore", invalid="ignore"):
         q = np.asarray(values, F32) * np.asarray(multiplier, F32)
     q = np.clip(q, F32(lo - y_zero_point), F32(hi - y_zero_point))

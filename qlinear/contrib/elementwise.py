@@ -7,7 +7,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .. import _native
+from .. import _native, dtypes
 from .. import _validate as v
 from . import _params as p
 from ._arith import F32, cvt, fma, mlas_quantize, saturate
@@ -196,7 +196,7 @@ class PreparedBinary:
         self._fn = qlinear_mul if self._mul else qlinear_add
         name = f"qlinear_{op}"
         self.dtype = np.dtype(dtype)
-        if self.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
+        if self.dtype not in dtypes.EIGHT_BIT:
             raise TypeError(f"{name}: A must have dtype uint8 or int8; got dtype {self.dtype}")
         self._params = (A_scale, A_zero_point, B_scale, B_zero_point, C_scale, C_zero_point)
         pa = p.qparams(name, "A_scale", A_scale, "A_zero_point", A_zero_point, "A", self.dtype)
@@ -325,7 +325,7 @@ def bound_table(x: Any, table: np.ndarray) -> Callable[[Any], np.ndarray | None]
     anything else (the caller then calls ``apply_table``); None when x is not such an input."""
     C = _native.native()
     if (C is None or type(x) is not np.ndarray or x.size < 64 or not x.flags.c_contiguous
-            or x.dtype not in (np.dtype(np.uint8), np.dtype(np.int8))):
+            or x.dtype not in dtypes.EIGHT_BIT):
         return None
     shape, dtype, tbytes, lut = x.shape, x.dtype, table.view(np.uint8), C.lut
 

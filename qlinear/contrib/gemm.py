@@ -10,13 +10,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import _validate as v
+from .. import dtypes
 from .. import _native
 from ..conv import qlinear_conv as _qlinear_conv
 from ..matmul import matmul_integer, prepare_matmul_integer
 from ..quantize import dequantize_linear as _dequantize_linear
 from ..quantize import quantize_linear as _quantize_linear
 from . import _params as p
-from ._arith import F32, mlas_quantize, requantize_multiply, type_range
+from ._arith import F32, mlas_quantize, requantize_multiply
 
 _SIXTEEN_BIT = (np.dtype(np.uint16), np.dtype(np.int16))
 
@@ -318,7 +319,7 @@ def quantize_linear(x: np.ndarray, y_scale: Any, y_zero_point: Any = None, *, ax
     s = v.nonzero_scale(op, "y_scale", y_scale)
     v.same_shape(op, "y_scale", s, "y_zero_point", zp_arr)
     s, zp = _along_axis(op, arr, s, zp_arr, axis)
-    lo, hi = type_range(zp_arr.dtype)
+    lo, hi = dtypes.INT_RANGE[np.dtype(zp_arr.dtype)]
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         q = arr / s
     q = np.where(np.isnan(q), F32(-np.inf), q)

@@ -20,8 +20,8 @@ integer below 2**53 whatever order BLAS adds in. So the result does not depend o
 the BLAS build or the thread count. No float32 copy of the whole weight matrix is made: the
 codes are unpacked and dequantized per chunk of output columns.
 
-The sub-byte unpacking below is local to this module for now (MatMulNBits' block layout is
-its own); the generic packing facts belong to the dtypes registry once it lands.
+The sub-byte unpacking below is local to this module (MatMulNBits' block layout is its own);
+the types' facts come from the registry, ``qlinear.dtypes``.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ import math
 import numbers
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from .. import _validate as v
+from .. import dtypes
 
 F32 = np.float32
 F64 = np.float64
@@ -495,18 +495,11 @@ def matmul_nbits(A: np.ndarray, B: np.ndarray, scales: np.ndarray, zero_points: 
 # GatherBlockQuantized
 # ------------------------------------------------------------------------------------------
 
-def _ml_dtypes():
-    return ml_dtypes
-
-
-def _float_data_dtypes() -> tuple[np.dtype, ...]:
-    m = _ml_dtypes()
-    return tuple(np.dtype(t) for t in (m.float8_e4m3fn, m.float8_e4m3fnuz, m.float8_e5m2, m.float8_e5m2fnuz,
-                                       m.float4_e2m1fn))
-
-
-def _out_dtypes() -> tuple[np.dtype, ...]:
-    return (np.dtype(np.float32), np.dtype(np.float16), np.dtype(_ml_dtypes().bfloat16))
+# the types GatherBlockQuantized takes, from the registry (qlinear.dtypes)
+_INT4_DATA = (dtypes.get("int4").dtype, dtypes.get("uint4").dtype)
+#: float8 e4m3fn, e4m3fnuz, e5m2, e5m2fnuz and float4e2m1
+_FLOAT_DATA = tuple(t.dtype for t in dtypes.TYPES if t.is_float and t.bits in (8, 4))
+_OUT_DTYPES = (dtypes.F32.dtype, dtypes.F16.dtype, dtypes.BF16.dtype)
 
 
 def gather_block_quantized(data: np.ndarray, indices: np.ndarray, scales: np.ndarray,
@@ -524,7 +517,6 @@ def gather_block_quantized(data: np.ndarray, indices: np.ndarray, scales: np.nda
     axis (negative ones wrap); any other index gives a slice of zeros, as onnxruntime does.
     """
     op = "gather_block_quantized"
-    m = _ml_dtypes()
     for name, val in (("data", data), ("indices", indices), ("scales", scales)):
         if not isinstance(val, np.ndarray):
             raise TypeError(f"{op}: {name} must be a NumPy array; got {type(val).__name__}")
@@ -533,15 +525,14 @@ def gather_block_quantized(data: np.ndarray, indices: np.ndarray, scales: np.nda
     sc = v.as_array(op, "scales", scales)
     bits = _int_attr(op, "bits", bits)
     bs = _int_attr(op, "block_size", block_size)
-    int4s = (np.dtype(m.int4), np.dtype(m.uint4))
-    floats = _float_data_dtypes()
+    int4s, floats = _INT4_DATA, _FLOAT_DATA
     is_float = d.dtype in floats
     if d.dtype not in int4s + floats + (np.dtype(np.uint8),):
         raise TypeError(f"{op}: data must be int4, uint4 (ml_dtypes), uint8 or a float8/float4e2m1 dtype; "
                         f"got dtype {d.dtype}")
     if ind.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
         raise TypeError(f"{op}: indices must have dtype int32 or int64; got dtype {ind.dtype}")
-    if sc.dtype not in _out_dtypes():
+    if sc.dtype not in _OUT_DTYPES:
         raise TypeError(f"{op}: scales must have dtype float32, float16 or bfloat16; got dtype {sc.dtype}")
     if d.ndim < 1:
         raise ValueError(f"{op}: data must have rank >= 1; got shape {d.shape}")

@@ -11,9 +11,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import _validate as v
+from .. import dtypes
 from .._geometry import AUTO_PADS, explicit_pads
 from . import _params as p
-from ._arith import F32, INT32_MIN, requantize_multiply, type_range
+from ._arith import F32, INT32_MIN, requantize_multiply
 
 
 def _wrap32(values: np.ndarray) -> np.ndarray:
@@ -186,7 +187,7 @@ def qlinear_average_pool(X: np.ndarray, x_scale: Any, x_zero_point: Any, y_scale
         for i, s in enumerate(sizes):
             count = np.multiply.outer(count, s)
         count = count.astype(F32)
-    lo, hi = type_range(x.dtype)
+    lo, hi = dtypes.INT_RANGE[np.dtype(x.dtype)]
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         q = (total / count) / sy + F32(zy)
     ok = np.abs(q) < F32(2 ** 31)  # static_cast<int32_t> gives INT_MIN outside (and for NaN)
@@ -273,7 +274,7 @@ def _pair_table(scale_bits: bytes, y_scale_bits: bytes, zy: int, dtype: np.dtype
     k = np.arange(-255, 256, dtype=np.int32)
     reps = np.stack([k, np.zeros_like(k)], axis=1)[:, :, None]
     sy = np.frombuffer(y_scale_bits, F32)[0]
-    _, hi = type_range(dtype)
+    _, hi = dtypes.INT_RANGE[np.dtype(dtype)]
     out = _softmax_rows(reps, _cached_softmax_table(scale_bits, 2), np.floor(F32(1) / sy), zy, hi, dtype)
     out = np.ascontiguousarray(out[:, :, 0])
     out.flags.writeable = False
@@ -337,7 +338,7 @@ def qlinear_softmax(X: np.ndarray, X_scale: Any, x_zero_point: Any, y_scale: Any
     if d == 2 and x3.shape[0] * x3.shape[2] >= _PAIR_ROWS:
         y = _softmax_pairs(x3, F32(sx).tobytes(), F32(sy).tobytes(), int(zy))
     else:
-        _, hi = type_range(x.dtype)
+        _, hi = dtypes.INT_RANGE[np.dtype(x.dtype)]
         y = _softmax_rows(x3.astype(np.int32), _cached_softmax_table(F32(sx).tobytes(), d),
                           np.floor(F32(1) / sy), int(zy), hi, x.dtype)
     return y.reshape(x.shape)

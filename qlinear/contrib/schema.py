@@ -10,10 +10,12 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
+from .. import dtypes
+
 
 DOMAIN = "com.microsoft"
 _T = onnx.TensorProto
-_EIGHT_BIT = {_T.UINT8, _T.INT8}
+_EIGHT_BIT = dtypes.EIGHT_BIT_ONNX
 _FLOAT = {_T.FLOAT}
 
 # Operator → {input index: allowed element types}, checked where shape inference knows them.

@@ -199,6 +199,12 @@ EIGHT_BIT: tuple[np.dtype, ...] = tuple(t.dtype for t in TYPES if t.is_int and t
 INT_RANGE: dict[np.dtype, tuple[int, int]] = {t.dtype: (t.lo, t.hi) for t in TYPES if t.is_int}
 #: (lo, hi) of the integer types the native engine takes, by dtype
 NATIVE_INT_RANGE: dict[np.dtype, tuple[int, int]] = {t.dtype: (t.lo, t.hi) for t in TYPES if t.is_int and t.native}
+#: the same facts by ONNX element type, for the graph runtime and the model passes
+EIGHT_BIT_ONNX: frozenset[int] = frozenset(t.onnx for t in TYPES if t.is_int and t.bits == 8)
+SIXTEEN_BIT_ONNX: frozenset[int] = frozenset(t.onnx for t in TYPES if t.is_int and t.bits == 16)
+ONNX_INT_RANGE: dict[int, tuple[int, int]] = {t.onnx: (t.lo, t.hi) for t in TYPES if t.is_int}
+#: the integers of fewer than 8 bits and the narrow float formats (float8, float6, float4)
+NARROW_ONNX: frozenset[int] = frozenset(t.onnx for t in TYPES if (t.is_int and t.bits < 8) or t.is_float)
 
 
 def to_float32(arr: np.ndarray) -> np.ndarray:

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import dtypes
 from .._geometry import explicit_pads
 
 INT16_MIN, INT16_MAX = -32768, 32767
@@ -81,8 +82,8 @@ def requantize(acc: np.ndarray, m: np.ndarray, y_zp: np.ndarray, out_dtype) -> n
     acc32 = np.asarray(((np.asarray(acc, np.int64) + 2**31) % 2**32) - 2**31).astype(np.int32)
     v = (acc32.astype(np.float32) * m.astype(np.float32)).astype(np.float32)
     r = np.rint(v).astype(np.float64) + np.asarray(y_zp, np.float64)
-    info = np.iinfo(out_dtype)
-    return np.asarray(np.clip(r, info.min, info.max)).astype(out_dtype)
+    lo, hi = dtypes.INT_RANGE[np.dtype(out_dtype)]
+    return np.asarray(np.clip(r, lo, hi)).astype(out_dtype)
 
 
 def _multiplier(x_scale, w_scale, y_scale):

@@ -6,16 +6,10 @@ from __future__ import annotations
 import heapq
 from typing import Any, Iterable, Iterator
 
-import numpy as np
-
 import onnx
 from onnx import helper
 
 T = onnx.TensorProto
-#: The 8-bit element types of the contract (ONNX codes and NumPy dtypes).
-EIGHT_BIT = frozenset({T.UINT8, T.INT8})
-NP_EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
-
 
 # --------------------------------------------------------------------------- nodes
 

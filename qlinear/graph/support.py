@@ -11,13 +11,13 @@ from onnx import helper
 from onnx.reference.op_run import RuntimeContextError
 from onnx.reference.ops import load_op
 
-from .. import _fmatmul, _qdq
+from .. import _fmatmul, _qdq, dtypes
 from .._geometry import AUTO_PADS
 from ..contrib import schema
 from ..contrib.schema import DOMAIN
 from .._inline import inline_functions
 from .errors import Problem
-from .proto import (EIGHT_BIT, T, node_attributes, node_label, node_version,
+from .proto import (T, node_attributes, node_label, node_version,
                     types_and_shapes, walk_nodes)
 
 
@@ -86,12 +86,12 @@ def _check_qlinear_node(node: onnx.NodeProto, version: int, types: dict[str, int
             if t(i) and t(i) != T.FLOAT:
                 return f"input {i} (a scale) is {name(t(i))}; only float32 is supported"
         for i in (0, 2, 3, 5, 7):
-            if t(i) and t(i) not in EIGHT_BIT:
+            if t(i) and t(i) not in dtypes.EIGHT_BIT_ONNX:
                 return f"input {i} is {name(t(i))}; only uint8 and int8 are supported"
         return None
     if op in ("ConvInteger", "MatMulInteger"):
         for i in range(len(node.input)):
-            if t(i) and t(i) not in EIGHT_BIT:
+            if t(i) and t(i) not in dtypes.EIGHT_BIT_ONNX:
                 return f"input {i} is {name(t(i))}; only uint8 and int8 are supported"
     return None
 
@@ -288,7 +288,7 @@ def check_model(model: onnx.ModelProto) -> list[Problem]:
                                         "training outputs (mean, var, saved_*) are not supported"))
             continue
         if domain == "" and node.op_type == "MaxPool" and len([o for o in node.output if o]) > 1 \
-                and types.get(node.input[0]) in (T.UINT8, T.INT8):
+                and types.get(node.input[0]) in dtypes.EIGHT_BIT_ONNX:
             problems.append(Problem(label, node.op_type, domain, version,
                                     "the Indices output is not supported for integer inputs"))
             continue

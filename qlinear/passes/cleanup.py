@@ -11,6 +11,7 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import qlinear
+from qlinear import dtypes
 
 from .graph_edit import _Graph, _attr, _is, _is_dq, _is_q
 
@@ -60,7 +61,7 @@ def _fold_pass(g: _Graph, shapes: dict[str, tuple[int, ...]]) -> bool:
                 vals = [g.const(x) if x else None for x in n.input] + [None] * 3
                 zp = vals[2]
                 if vals[0].dtype != np.float32 or vals[1].dtype != np.float32 or \
-                        (zp is not None and zp.dtype not in (np.uint8, np.int8)):
+                        (zp is not None and zp.dtype not in dtypes.EIGHT_BIT):
                     continue
                 outs = [qlinear.quantize_linear(vals[0], vals[1], zp, axis=_attr(n, "axis", 1))]
             else:

@@ -11,6 +11,7 @@ import onnx
 from onnx import helper
 
 
+from .. import dtypes
 from ..graph.proto import T
 from .graph_edit import _Graph, _attr, _copy, _is, _is_dq, _is_q, _q_output_type, _scalar
 
@@ -85,7 +86,7 @@ def _exact_conv_plan(g: _Graph, conv: onnx.NodeProto):
         return None
     m = w.shape[0]
     tx = g.elem_type(dqx.input[0])
-    if tx not in (T.UINT8, T.INT8):
+    if tx not in dtypes.EIGHT_BIT_ONNX:
         return None
     x_dt = np.uint8 if tx == T.UINT8 else np.int8
 
@@ -118,7 +119,7 @@ def _exact_conv_plan(g: _Graph, conv: onnx.NodeProto):
     db = b.astype(np.int64) - zb_c.astype(np.int64)  # the bias as DequantizeLinear reads it
     if zw.size != 1 and zw.ndim != 1:
         return None
-    qmin, qmax = (0, 255) if x_dt == np.uint8 else (-128, 127)
+    qmin, qmax = dtypes.INT_RANGE[np.dtype(x_dt)]
     mx = max(int(zx.reshape(-1)[0]) - qmin, qmax - int(zx.reshape(-1)[0]))
     dw = np.abs(w.reshape(m, -1).astype(np.int64) - zw_c.astype(np.int64)[:, None]).sum(axis=1)
     e_prod = int(ex.reshape(-1)[0]) + ew  # exponent of x_scale * w_scale per channel
@@ -285,14 +286,14 @@ def _q_ok(g: _Graph, q: onnx.NodeProto) -> bool:
     finite), a constant 8-bit zero point (or none: uint8 0), no block_size."""
     if not _is_q(q) or len(q.input) < 2:
         return False
-    if _attr(q, "block_size", 0) or _attr(q, "output_dtype", 0) not in (0, T.UINT8, T.INT8):
+    if _attr(q, "block_size", 0) or _attr(q, "output_dtype", 0) not in (0, *dtypes.EIGHT_BIT_ONNX):
         return False
     s = g.const(q.input[1])
     if not _scalar(s) or s.dtype != np.float32 or not (np.isfinite(s).all() and (s > 0).all()):
         return False
     if len(q.input) > 2 and q.input[2]:
         z = g.const(q.input[2])
-        if not _scalar(z) or z.dtype not in (np.uint8, np.int8):
+        if not _scalar(z) or z.dtype not in dtypes.EIGHT_BIT:
             return False
         odt = _attr(q, "output_dtype", 0)
         return not odt or odt == helper.np_dtype_to_tensor_dtype(z.dtype)

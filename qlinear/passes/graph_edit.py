@@ -11,6 +11,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 
+from .. import dtypes
 from ..contrib.schema import ATTRIBUTES
 from ..graph.proto import T, elem_types, subgraph_reads, topological_order
 
@@ -33,15 +34,14 @@ DROP_QDQ_OPS: dict[str, tuple[bool, bool, Optional[tuple[int, ...]]]] = {
     "ReduceMax": (False, True, None),
     "ReduceMin": (False, True, None),
 }
-_INT16 = {T.INT16, T.UINT16}
+# the type facts, by ONNX element type (qlinear.dtypes)
+_INT16 = dtypes.SIXTEEN_BIT_ONNX
 # the types no fusion takes: 4- and 2-bit integers and the float formats (onnxruntime's QDQ
 # selectors fuse 8- and 16-bit integers; these pairs run as written)
-_INT4 = {T.INT4, T.UINT4, T.INT2, T.UINT2, T.FLOAT8E4M3FN, T.FLOAT8E4M3FNUZ, T.FLOAT8E5M2,
-         T.FLOAT8E5M2FNUZ, T.FLOAT4E2M1, T.FLOAT6E2M3, T.FLOAT6E3M2}
-_TYPE_MIN = {T.UINT8: 0, T.INT8: -128, T.UINT16: 0, T.INT16: -32768}
-_TYPE_MAX = {T.UINT8: 255, T.INT8: 127, T.UINT16: 65535, T.INT16: 32767}
-#: The sub-byte integers (their minimum: a Relu before a Q whose zero point is it changes nothing).
-_SUB_BYTE_MIN = {T.UINT4: 0, T.INT4: -8, T.UINT2: 0, T.INT2: -2}
+_INT4 = dtypes.NARROW_ONNX
+#: The sub-byte integers' minimum (a Relu before a Q whose zero point is it changes nothing).
+_SUB_BYTE_MIN = {elem: lo for elem, (lo, _) in dtypes.ONNX_INT_RANGE.items()
+                 if elem in dtypes.NARROW_ONNX}
 
 
 class QDQRefusal(ValueError):

@@ -32,79 +32,23 @@ typedef struct dwcl_ctx {
     uint8_t flip;
     int32_t zsub, zxu;
     int16_t pv;
-    /* the store's 32-position transpose on AVX2 levels (NULL: the SSE2 one of dwcl_store_q) */
+    /* the store's 32-position transpose on AVX2 levels (NULL: dwcl_store_q's 16 at a time) */
     void (*store32)(const uint8_t *Q, int nch, int cols, uint8_t *y, ptrdiff_t P);
     char *scratch;
     size_t scratch_bytes, off_x, off_w, off_acc, off_comp, off_band;
 } dwcl_ctx;
 
-#if QL_X86
-/* out[k] byte c = r[c] byte k: a 16 x 16 byte transpose by SSE2 unpacks */
-static inline void transpose16_u8(const __m128i r[16], __m128i out[16])
-{
-    __m128i u[16];
-    for (int c = 0; c < 8; c++) {   /* u[c]: bytes 0-7 of rows 2c, 2c+1 interleaved; u[c+8]: 8-15 */
-        u[c] = _mm_unpacklo_epi8(r[2 * c], r[2 * c + 1]);
-        u[c + 8] = _mm_unpackhi_epi8(r[2 * c], r[2 * c + 1]);
-    }
-    for (int h = 0; h < 2; h++) {
-        __m128i *v = u + 8 * h, a[8], b[8];
-        for (int c = 0; c < 4; c++) {   /* a[c]: bytes 0-3 of rows 4c..4c+3; a[c+4]: 4-7 */
-            a[c] = _mm_unpacklo_epi16(v[2 * c], v[2 * c + 1]);
-            a[c + 4] = _mm_unpackhi_epi16(v[2 * c], v[2 * c + 1]);
-        }
-        /* b[4g + 2c + e]: bytes 4g + 2e, 4g + 2e + 1 of rows 8c..8c+7 */
-        for (int g = 0; g < 2; g++)
-            for (int c = 0; c < 2; c++) {
-                b[4 * g + 2 * c] = _mm_unpacklo_epi32(a[4 * g + 2 * c], a[4 * g + 2 * c + 1]);
-                b[4 * g + 2 * c + 1] = _mm_unpackhi_epi32(a[4 * g + 2 * c], a[4 * g + 2 * c + 1]);
-            }
-        for (int g = 0; g < 2; g++)
-            for (int e = 0; e < 2; e++) {   /* byte k = 8h + 4g + 2e (and k + 1) of all 16 rows */
-                out[8 * h + 4 * g + 2 * e] = _mm_unpacklo_epi64(b[4 * g + e], b[4 * g + 2 + e]);
-                out[8 * h + 4 * g + 2 * e + 1] = _mm_unpackhi_epi64(b[4 * g + e], b[4 * g + 2 + e]);
-            }
-    }
-}
-
-/* 16 positions x 16 channels (rows src + c*cs, 16 bytes each) to 16 positions of 16 int16,
- * (bytes ^ flip) - zsub: the byte transpose, then widened; bytes ^ flip are uint8 and zsub is
- * 0 or zx in uint8 form, so |x - zsub| <= 255 fits int16. Position k goes to dst + doff[k]
- * (int16 elements), or dst + 16*k when doff is NULL. */
-static void transpose16_i16(const uint8_t *src, ptrdiff_t cs, uint8_t flip, int32_t zsub, int16_t *dst,
-                            const ptrdiff_t *doff)
-{
-    const __m128i f = _mm_set1_epi8((char)flip), z = _mm_set1_epi16((int16_t)zsub), zero = _mm_setzero_si128();
-    __m128i r[16], t[16];
-    for (int c = 0; c < 16; c++) r[c] = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src + c * cs)), f);
-    transpose16_u8(r, t);
-    for (int k = 0; k < 16; k++) {
-        int16_t *o = dst + (doff ? doff[k] : 16 * k);
-        _mm_storeu_si128((__m128i *)o, _mm_sub_epi16(_mm_unpacklo_epi8(t[k], zero), z));
-        _mm_storeu_si128((__m128i *)(o + 8), _mm_sub_epi16(_mm_unpackhi_epi8(t[k], zero), z));
-    }
-}
-#endif
 
 /* Requantized bytes Q [cols][16] (positions of 16 channels) to the output planes: channel c's
  * positions go to y + c*P (c < nch), 16 positions per byte transpose. */
 static void dwcl_store_q(const dwcl_ctx *d, const uint8_t *Q, int nch, int cols, uint8_t *y, ptrdiff_t P)
 {
-    int j = 0;
-#if QL_X86
-    if (d->store32 && cols >= 32) {
+    if (d->store32 && cols >= 32) {   /* the level's (its table) */
         d->store32(Q, nch, cols, y, P);
         return;
     }
-    __m128i r[16], t[16];
-    for (; j < cols && cols >= 16; j += 16) {
-        if (j + 16 > cols) j = cols - 16;   /* the last 16 (overlapping: the same bytes again) */
-        for (int k = 0; k < 16; k++) r[k] = _mm_loadu_si128((const __m128i *)(Q + 16 * (size_t)(j + k)));
-        transpose16_u8(r, t);
-        for (int c = 0; c < nch; c++) _mm_storeu_si128((__m128i *)(y + c * P + j), t[c]);
-    }
-    if (cols >= 16) return;
-#endif
+    if (ql_vec_store_q16(Q, nch, cols, y, P)) return;   /* 16 positions a transpose */
+    int j = 0;
     for (int c = 0; c < nch; c++)
         for (int jj = j; jj < cols; jj++) y[c * P + jj] = Q[16 * (size_t)jj + c];
 }
@@ -162,8 +106,7 @@ static void dwcl_fill(const dwcl_ctx *d, int64_t n, int64_t c0, int nch, int64_t
     }
     int64_t len = (ih_b - ih_a) * W;
     const uint8_t *xb = (const uint8_t *)p->x + (size_t)((n * p->C + c0) * plane + ih_a * W);
-#if QL_X86
-    if (nch == 16 && W >= 16) {
+    if (d->t16 && nch == 16 && W >= 16) {   /* the transposes (none: the loop below) */
         for (int64_t r = xa; r < xb_; r++) {
             const uint8_t *src = xb + (r - xa) * W;
             int16_t *dst = X + rowe * (size_t)r + 16 * (size_t)lp;
@@ -175,7 +118,7 @@ static void dwcl_fill(const dwcl_ctx *d, int64_t n, int64_t c0, int nch, int64_t
         }
         return;
     }
-    if (nch == 16 && len >= 16) {
+    if (d->t16 && nch == 16 && len >= 16) {
         /* flat position q lands in X row xa + q / W, column lp + q % W: doff[q] (int16
          * elements), the same for every block of the band */
         ptrdiff_t *doff = (ptrdiff_t *)(band + 2);
@@ -193,7 +136,6 @@ static void dwcl_fill(const dwcl_ctx *d, int64_t n, int64_t c0, int nch, int64_t
         }
         return;
     }
-#endif
     for (int64_t r = xa; r < xb_; r++) {
         int16_t *dst = X + rowe * (size_t)r + 16 * (size_t)lp;
         if (nch < 16) dwcl_set(dst, pv, (size_t)W);   /* lanes beyond the block (weight 0) */
@@ -204,26 +146,10 @@ static void dwcl_fill(const dwcl_ctx *d, int64_t n, int64_t c0, int nch, int64_t
     }
 }
 
-/* comp[c][j] = acc[j][c] for c < nch, j < cols (4x4 int32 blocks by SSE2 unpacks) */
+/* comp[c][j] = acc[j][c] for c < nch, j < cols (4x4 int32 blocks by unpacks where the baseline has them) */
 static void dwcl_untranspose(const int32_t *acc, int nch, int cols, int32_t *comp)
 {
-    int j = 0;
-#if QL_X86
-    if (nch == 16)
-        for (; j + 4 <= cols; j += 4)
-            for (int c = 0; c < 16; c += 4) {
-                __m128i r0 = _mm_loadu_si128((const __m128i *)(acc + 16 * j + c));
-                __m128i r1 = _mm_loadu_si128((const __m128i *)(acc + 16 * (j + 1) + c));
-                __m128i r2 = _mm_loadu_si128((const __m128i *)(acc + 16 * (j + 2) + c));
-                __m128i r3 = _mm_loadu_si128((const __m128i *)(acc + 16 * (j + 3) + c));
-                __m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpackhi_epi32(r0, r1);
-                __m128i t2 = _mm_unpacklo_epi32(r2, r3), t3 = _mm_unpackhi_epi32(r2, r3);
-                _mm_storeu_si128((__m128i *)(comp + (size_t)c * cols + j), _mm_unpacklo_epi64(t0, t2));
-                _mm_storeu_si128((__m128i *)(comp + (size_t)(c + 1) * cols + j), _mm_unpackhi_epi64(t0, t2));
-                _mm_storeu_si128((__m128i *)(comp + (size_t)(c + 2) * cols + j), _mm_unpacklo_epi64(t1, t3));
-                _mm_storeu_si128((__m128i *)(comp + (size_t)(c + 3) * cols + j), _mm_unpackhi_epi64(t1, t3));
-            }
-#endif
+    int j = ql_vec_untranspose16(acc, nch, cols, comp);   /* 4 x 4 blocks first */
     for (int c = 0; c < nch; c++)
         for (int jj = j; jj < cols; jj++) comp[(size_t)c * cols + jj] = acc[16 * (size_t)jj + c];
 }
@@ -266,22 +192,9 @@ static void dwcl_task(void *vctx, ptrdiff_t task, int thread)
          * zx*sum w joins the bias (wrap32: the same sum modulo 2^32). Taps outer: the
          * compiler vectorizes the 16 channels. */
         uint32_t sw[16] = {0};
-#if QL_X86
-        /* 16 channels in four int32 vectors (int16 sign-extended: unpack with itself, >> 16) */
-        __m128i s4[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
-        for (int t = 0; t < 2 * d->npairs; t++) {
-            __m128i a = _mm_loadu_si128((const __m128i *)(wt + 16 * t));
-            __m128i b = _mm_loadu_si128((const __m128i *)(wt + 16 * t + 8));
-            s4[0] = _mm_add_epi32(s4[0], _mm_srai_epi32(_mm_unpacklo_epi16(a, a), 16));
-            s4[1] = _mm_add_epi32(s4[1], _mm_srai_epi32(_mm_unpackhi_epi16(a, a), 16));
-            s4[2] = _mm_add_epi32(s4[2], _mm_srai_epi32(_mm_unpacklo_epi16(b, b), 16));
-            s4[3] = _mm_add_epi32(s4[3], _mm_srai_epi32(_mm_unpackhi_epi16(b, b), 16));
-        }
-        for (int i = 0; i < 4; i++) _mm_storeu_si128((__m128i *)(sw + 4 * i), s4[i]);
-#else
-        for (int t = 0; t < 2 * d->npairs; t++)
-            for (int c = 0; c < 16; c++) sw[c] += (uint32_t)(int32_t)wt[16 * t + c];
-#endif
+        if (!ql_vec_colsum16_i16(wt, 2 * d->npairs, sw))
+            for (int t = 0; t < 2 * d->npairs; t++)
+                for (int c = 0; c < 16; c++) sw[c] += (uint32_t)(int32_t)wt[16 * t + c];
         for (int c = 0; c < 16; c++) {
             uint32_t b = c < nch && p->bias ? (uint32_t)p->bias[c0 + c] : 0u;
             q.bias[c] = (int32_t)(b - (uint32_t)d->zxu * sw[c]);
@@ -332,9 +245,7 @@ int dwcl_run(const ql_conv_plan *p, const ql_isa *isa, const int16_t *wc, size_t
     d.wc = wc;
     d.H = p->in[0];
     d.W = p->in[1];
-#if QL_X86
-    d.t16 = isa->dw_t16 ? isa->dw_t16 : transpose16_i16;   /* the level's (its table) or SSE2's */
-#endif
+    d.t16 = isa->dw_t16 ? isa->dw_t16 : QL_VEC_T16;   /* the level's (its table), or the baseline's */
     /* int8 x: x - zx = (x ^ 0x80) - (zx + 128), so both types widen as uint8 (zxu: zx in that
      * form). X holds x - zx (padding 0) for int32 output; for the requantized output the raw
      * uint8 form x ^ flip (padding zxu: a padded tap adds w*zxu, which the bias takes back

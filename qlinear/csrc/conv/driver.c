@@ -43,7 +43,7 @@ static int conv_gemm(const ql_conv_plan *p, const ql_isa *isa, const ql_gemm_ker
     int64_t plane = prod(p->in, p->nsp);
     if (K64 > INT_MAX / 2 || Mg > INT_MAX) return -2;
     kern = conv_kernel(kern, K64, taps);
-    if (kern->kchunk > 1) __atomic_add_fetch(&ql_conv_chunk_calls[0], 1, __ATOMIC_RELAXED);
+    if (kern->conv.kchunk > 1) __atomic_add_fetch(&ql_conv_chunk_calls[0], 1, __ATOMIC_RELAXED);
     int K = (int)ql_conv_wk(kern, K64, taps);   /* the packed rows' length (<= 4/3 K64) */
     int kp = ql_round_k(kern, K);
     ptrdiff_t ldl = w_row_bytes(kern, K);

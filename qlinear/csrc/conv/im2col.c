@@ -110,19 +110,9 @@ static const uint8_t *im2col_row(const im2col_ctx *c, const char *s, int64_t ch,
             }
             for (; i < hi; i++) dd[i] = src[i];
         } else {
-#if QL_X86
-            /* stride 2 (a 7x7 s2 stem): 16 outputs from 32 bytes, even bytes kept (SSE2);
-             * only where the 32 bytes lie inside the channel plane */
-            if (step == 2) {
-                const __m128i lo8 = _mm_set1_epi16(0x00FF);
-                for (; i + 16 <= hi && plan[g].off + 2 * (ptrdiff_t)i + 32 <= (ptrdiff_t)c->plane; i += 16) {
-                    const uint8_t *q = xc + plan[g].off + 2 * (ptrdiff_t)i;
-                    __m128i v0 = _mm_and_si128(_mm_loadu_si128((const __m128i *)q), lo8);
-                    __m128i v1 = _mm_and_si128(_mm_loadu_si128((const __m128i *)(q + 16)), lo8);
-                    _mm_storeu_si128((__m128i *)(dd + i), _mm_packus_epi16(v0, v1));
-                }
-            }
-#endif
+            /* stride 2 (a 7x7 s2 stem): 16 outputs from 32 bytes where they lie inside the
+             * channel plane (the vector loop), then one by one */
+            if (step == 2) i = (int)ql_vec_even_bytes(xc, plan[g].off, i, hi, (int64_t)c->plane, dd);
             for (; i < hi; i++) dd[i] = xc[plan[g].off + (ptrdiff_t)i * step];
         }
         for (; i < len; i++) dd[i] = padv;

@@ -48,37 +48,13 @@ static int64_t ig_out_row(const ig_ctx *c, int64_t r)
     return orow;
 }
 
-/* The n bytes at src to dst (SSE2 16-byte moves, the last one overlapping; n >= 16), inline:
- * the rows are short (7 to 56 bytes in ResNet-50), where a libc call costs more than the copy. */
-static inline void copy_row(uint8_t *dst, const uint8_t *src, int64_t n)
-{
-#if QL_X86
-    if (n >= 16) {
-        int64_t j = 0;
-        for (; j + 16 <= n; j += 16) _mm_storeu_si128((__m128i *)(dst + j), _mm_loadu_si128((const __m128i *)(src + j)));
-        if (j < n) _mm_storeu_si128((__m128i *)(dst + n - 16), _mm_loadu_si128((const __m128i *)(src + n - 16)));
-        return;
-    }
-#endif
-    memcpy(dst, src, (size_t)n);
-}
 
 /* dst[j] = r[j * step] for j < len (a column phase of a padded raw row): reads r[0, step * len)
  * (len a multiple of 16 for the SIMD step; ig_run sizes the raw rows for fw + sw * Wr bytes) */
 static void split_phase(const uint8_t *r, int64_t step, uint8_t *dst, int64_t len)
 {
     int64_t j = 0;
-#if QL_X86
-    if (step == 2) {   /* 16 outputs from 32 bytes: even bytes kept (SSE2) */
-        const __m128i lo8 = _mm_set1_epi16(0x00FF);
-        for (; j < len; j += 16) {
-            __m128i v0 = _mm_and_si128(_mm_loadu_si128((const __m128i *)(r + 2 * j)), lo8);
-            __m128i v1 = _mm_and_si128(_mm_loadu_si128((const __m128i *)(r + 2 * j + 16)), lo8);
-            _mm_storeu_si128((__m128i *)(dst + j), _mm_packus_epi16(v0, v1));
-        }
-        return;
-    }
-#endif
+    if (step == 2) j = ql_vec_even_bytes(r, 0, 0, len, 2 * len, dst);   /* the vector loop first */
     for (; j < len; j++) dst[j] = r[j * step];
 }
 
@@ -91,28 +67,7 @@ static void split_phase(const uint8_t *r, int64_t step, uint8_t *dst, int64_t le
 static void pair_i16_s2(const uint8_t *a, const uint8_t *b, int type, int32_t zx, int16_t *d0, int16_t *d1,
                         int64_t len)
 {
-    int64_t j = 0;
-#if QL_X86
-    const __m128i z = _mm_set1_epi16((int16_t)zx), lo8 = _mm_set1_epi16(0x00FF);
-    for (; j < len; j += 8) {   /* 8 positions of each phase from 16 raw bytes per channel */
-        __m128i va = _mm_loadu_si128((const __m128i *)(a + 2 * j));
-        __m128i vb = _mm_loadu_si128((const __m128i *)(b + 2 * j));
-        __m128i ae, ao, be, bo;
-        if (type == QL_U8) {
-            ae = _mm_and_si128(va, lo8); ao = _mm_srli_epi16(va, 8);
-            be = _mm_and_si128(vb, lo8); bo = _mm_srli_epi16(vb, 8);
-        } else {   /* sign extension: the byte in the high half, arithmetic shift down */
-            ae = _mm_srai_epi16(_mm_slli_epi16(va, 8), 8); ao = _mm_srai_epi16(va, 8);
-            be = _mm_srai_epi16(_mm_slli_epi16(vb, 8), 8); bo = _mm_srai_epi16(vb, 8);
-        }
-        ae = _mm_sub_epi16(ae, z); ao = _mm_sub_epi16(ao, z);
-        be = _mm_sub_epi16(be, z); bo = _mm_sub_epi16(bo, z);
-        _mm_storeu_si128((__m128i *)(d0 + 2 * j), _mm_unpacklo_epi16(ae, be));
-        _mm_storeu_si128((__m128i *)(d0 + 2 * j + 8), _mm_unpackhi_epi16(ae, be));
-        _mm_storeu_si128((__m128i *)(d1 + 2 * j), _mm_unpacklo_epi16(ao, bo));
-        _mm_storeu_si128((__m128i *)(d1 + 2 * j + 8), _mm_unpackhi_epi16(ao, bo));
-    }
-#endif
+    int64_t j = ql_vec_pair_i16_s2(a, b, type, zx, d0, d1, len);   /* the vector loop first */
     for (; j < len; j++) {
         d0[2 * j] = (int16_t)(load8(a + 2 * j, type) - zx);
         d0[2 * j + 1] = (int16_t)(load8(b + 2 * j, type) - zx);
@@ -146,7 +101,7 @@ static void ig_phase_row(const ig_ctx *c, const uint8_t *raw, uint8_t *prow, int
  * block's kpk padded raw rows raw + q * RW (already at the first column), position j of phase
  * 0 (raw column 2j) to d0 and of phase 1 (2j + 1) to d1, j < len, 4 bytes a position; reads
  * raw[q * RW, q * RW + 2 len). The form decides only how: the exact form's int16 pairs
- * (pair_i16_s2, SSE2 and portable); the 7-bit form's 4 channels' bytes ^ flip side by side
+ * (pair_i16_s2: the vector loop, then the portable one); the 7-bit form's 4 channels' bytes ^ flip side by side
  * (the kernel's ig_s2x4, AVX2's on every level with an S8U8 kernel; the portable loop for a
  * byte form elsewhere, the values interleave4 writes of split_phase's rows). len must be a
  * multiple of IG_S2_STEP(kpk), the SIMD step (ig_run rounds the lengths up to it). Measured
@@ -161,8 +116,8 @@ ig_split_s2(const ig_ctx *c, const uint8_t *raw, char *d0, char *d1, int64_t len
         pair_i16_s2(raw, raw + c->RW, c->p->x_type, c->p->x_zp, (int16_t *)d0, (int16_t *)d1, len);
         return;
     }
-    if (c->kern->form == QL_FORM_S8U8 && c->kern->ig_s2x4) {   /* the level's (its kernel table) */
-        c->kern->ig_s2x4(raw, (ptrdiff_t)c->RW, c->flip, (uint8_t *)d0, (uint8_t *)d1, len);
+    if (c->kern->form == QL_FORM_S8U8 && c->kern->conv.ig_s2x4) {   /* the level's (its kernel table) */
+        c->kern->conv.ig_s2x4(raw, (ptrdiff_t)c->RW, c->flip, (uint8_t *)d0, (uint8_t *)d1, len);
         return;
     }
     for (int64_t j = 0; j < len; j++)
@@ -250,7 +205,7 @@ void ig_copy_task(void *vctx, ptrdiff_t b, int thread)
             /* channels past Cg (the last block of a 1x1 kernel) keep their all-padding rows */
             for (int q = 0; q < c->kpk; q++) {
                 int64_t ch = (int64_t)b * c->kpk + q;
-                if (ch < c->Cg) copy_row(raw + (size_t)q * (size_t)c->RW + c->pw, c->xg + ch * plane + ih * c->W, c->W);
+                if (ch < c->Cg) ql_vec_copy_row(raw + (size_t)q * (size_t)c->RW + c->pw, c->xg + ch * plane + ih * c->W, c->W);
             }
             if (c->sw == 2 && c->nfw == 2) {   /* phases 0 and 1: planes a*2, a*2 + 1 */
                 char *d0 = c->copy + 4 * (size_t)(b * c->BS + 2 * a * c->PL + i * c->Wph);
@@ -304,7 +259,7 @@ void ig_copy_shift_task(void *vctx, ptrdiff_t b, int thread)
             }
             for (int q = 0; q < c->kpk; q++) {
                 int64_t ch = (int64_t)b * c->kpk + q;
-                if (ch < c->Cg) copy_row(raw + (size_t)q * (size_t)c->RW + c->pw, c->xg + ch * plane + ih * c->W, c->W);
+                if (ch < c->Cg) ql_vec_copy_row(raw + (size_t)q * (size_t)c->RW + c->pw, c->xg + ch * plane + ih * c->W, c->W);
             }
             if (c->sw == 2) {
                 /* stride 2, any form: both column phases of the row split once (ig_split_s2,
@@ -329,7 +284,7 @@ void ig_copy_shift_task(void *vctx, ptrdiff_t b, int thread)
                     int64_t col = e * c->sdw;
                     char *de = d0 + 4 * (size_t)(e * c->PL), *src = ph[col & 1] + 4 * (size_t)(col >> 1);
                     if (src == de) continue;   /* the tap's row is its phase row */
-                    copy_row((uint8_t *)de, (const uint8_t *)src, 4 * c->OW);
+                    ql_vec_copy_row((uint8_t *)de, (const uint8_t *)src, 4 * c->OW);
                     n_taps++;
                 }
                 continue;
@@ -485,7 +440,7 @@ static void ig_gemm_body(const ig_ctx *c, ptrdiff_t task, int thread)
     int64_t npan = c->u_run1 - c->u_run0;
     int64_t pairs = c->nimg * tiles + npan + c->nleft;
     /* blocks of whole tile pairs for a kernel that runs two tiles at once (ig_tile_blocks) */
-    int64_t unit = c->kern->ikernel2_ep ? 2 : 1, units = (pairs + unit - 1) / unit;
+    int64_t unit = c->kern->conv.ikernel2_ep ? 2 : 1, units = (pairs + unit - 1) / unit;
     int64_t t_beg = tb * units / c->tile_blocks * unit, t_end = (tb + 1) * units / c->tile_blocks * unit;
     if (t_end > pairs) t_end = pairs;
     int32_t Ct[QL_MAX_MR * QL_IK_NR] __attribute__((aligned(64)));
@@ -557,13 +512,13 @@ static void ig_gemm_body(const ig_ctx *c, ptrdiff_t task, int thread)
             /* this tile and the image's next one (this thread's too) at once, where the
              * kernel can (ikernel2_ep): both 16 columns apart, the next not a narrow one */
             int64_t w2 = c->Q - q0 - QL_IK_NR < QL_IK_NR ? c->Q - q0 - QL_IK_NR : QL_IK_NR;
-            if (c->kern->ikernel2_ep && c->fused && c->tstride == QL_IK_NR && wt == QL_IK_NR && t + 1 < tiles &&
-                pt + 1 < t_end && !(c->xt && w2 <= QL_DOT_NR) && !(c->kern->ikernel_tail && w2 <= c->kern->tail_nr)) {
+            if (c->kern->conv.ikernel2_ep && c->fused && c->tstride == QL_IK_NR && wt == QL_IK_NR && t + 1 < tiles &&
+                pt + 1 < t_end && !(c->xt && w2 <= QL_DOT_NR) && !(c->kern->conv.ikernel_tail && w2 <= c->kern->tail_nr)) {
                 rn2[0] = rn;
                 ig_runs(c, q0 + QL_IK_NR, &rn2[1]);
                 for (int i = i_beg; i < i_end; i += c->mr) {
                     int rows = i_end - i < c->mr ? i_end - i : c->mr;
-                    c->kern->ikernel2_ep(Lb + (ptrdiff_t)(i - ib) * c->ldl, c->ldl, base, off, c->groups, ep, rn2, i,
+                    c->kern->conv.ikernel2_ep(Lb + (ptrdiff_t)(i - ib) * c->ldl, c->ldl, base, off, c->groups, ep, rn2, i,
                                          rows);
                 }
                 pt++;
@@ -581,21 +536,21 @@ static void ig_gemm_body(const ig_ctx *c, ptrdiff_t task, int thread)
             for (int i = i_beg; i < i_end; i += c->mr) {
                 int rows = i_end - i < c->mr ? i_end - i : c->mr;
                 const char *Li = Lb + (ptrdiff_t)(i - ib) * c->ldl;
-                if (c->ep_ok && c->kern->dot_ep) {
-                    c->kern->dot_ep(Li, c->ldl, xt, c->xs, 4 * c->groups, w, ep, &rn, i, rows);
+                if (c->ep_ok && c->kern->conv.dot_ep) {
+                    c->kern->conv.dot_ep(Li, c->ldl, xt, c->xs, 4 * c->groups, w, ep, &rn, i, rows);
                     continue;
                 }
-                c->kern->dot(Li, c->ldl, xt, c->xs, 4 * c->groups, w, Ct, QL_IK_NR, rows);
+                c->kern->conv.dot(Li, c->ldl, xt, c->xs, 4 * c->groups, w, Ct, QL_IK_NR, rows);
                 ig_store(c, ep, Ct, &rn, i, rows);
             }
             ql_tail_count(2);
             continue;
         }
-        ql_ikernel_fn ik = c->kern->ikernel;
-        ql_ikernel_ep_fn ike = c->kern->ikernel_ep;
-        if (wt <= c->kern->tail_nr && c->kern->ikernel_tail) {
-            ik = c->kern->ikernel_tail;
-            ike = c->kern->ikernel_ep_tail;
+        ql_ikernel_fn ik = c->kern->conv.ikernel;
+        ql_ikernel_ep_fn ike = c->kern->conv.ikernel_ep;
+        if (wt <= c->kern->tail_nr && c->kern->conv.ikernel_tail) {
+            ik = c->kern->conv.ikernel_tail;
+            ike = c->kern->conv.ikernel_ep_tail;
             ql_tail_count(0);
         }
         if (c->kgroups >= c->groups) {

@@ -20,7 +20,7 @@ int ql_conv_grouped(const ql_gemm_kernel *k, int64_t K, int64_t taps)
     /* channels padded up to a multiple of kpack (a stem's 3 channels: 4): only for kernels
      * with an implicit variant, which the padding lets read the copy in place, and at most a
      * third more multiply-adds */
-    return k->ikernel != NULL && 3 * cb * kpk <= 4 * cg;
+    return k->conv.ikernel != NULL && 3 * cb * kpk <= 4 * cg;
 }
 
 int64_t ql_conv_wk(const ql_gemm_kernel *k, int64_t K, int64_t taps)
@@ -42,14 +42,7 @@ size_t ql_conv_w_bytes(const ql_gemm_kernel *k, int M, int K, int64_t taps)
 static uint32_t sum_u8form(const uint8_t *s, int64_t n, uint8_t flip)
 {
     uint32_t sum = 0;
-    int64_t j = 0;
-#if QL_X86
-    const __m128i fv = _mm_set1_epi8((char)flip), zero = _mm_setzero_si128();
-    __m128i acc = zero;
-    for (; j + 16 <= n; j += 16)   /* vpsadbw: 8-byte sums in 64-bit lanes (low 32 bits: wrap32) */
-        acc = _mm_add_epi64(acc, _mm_sad_epu8(_mm_xor_si128(_mm_loadu_si128((const __m128i *)(s + j)), fv), zero));
-    sum = (uint32_t)_mm_cvtsi128_si32(acc) + (uint32_t)_mm_cvtsi128_si32(_mm_unpackhi_epi64(acc, acc));
-#endif
+    int64_t j = ql_vec_sum_u8(s, n, flip, &sum);   /* the vector loop first */
     for (; j < n; j++) sum += (uint8_t)(s[j] ^ flip);
     return sum;
 }
@@ -60,31 +53,24 @@ static uint32_t sum_u8form(const uint8_t *s, int64_t n, uint8_t flip)
  * (wrap32). In the u8 form (u = w ^ flip, zu = z + flip: both in [0, 255]) the bound is u in
  * [zu - bound, zu + min(bound, 127)] (clamped to [0, 255]) and w - z = u - zu, so on x86 16
  * bytes a step: vpmaxub/vpminub clamp (a byte that moves is outside), vpsubb, vpsadbw for the
- * sum. (|sum| <= 128 K < 2^31: K is below 2^29: qlinear/conv.py's _NATIVE_MAX_K.) */
+ * sum. The sum is kept modulo 2^32 (wrap32), not exactly: |sum| <= 128 K, and K may reach 2^29
+ * (qlinear/conv.py's _NATIVE_MAX_K), so the exact sum can reach 2^36, past int32. That is all
+ * its one use needs: it enters only the per-row term fb = bias - zx' * sum (plan.h's fast_terms,
+ * wrap32), which the kernels' int32 accumulators (wrapping too) take in; the output is a sum of
+ * products and this term, so modulo 2^32 it depends on the sum only modulo 2^32, and the int32
+ * accumulator is defined modulo 2^32 (qlinear.h's arithmetic rules). */
 static int s8u8_row(const ql_gemm_kernel *k, const uint8_t *s, int64_t n, int w_type, int32_t z, int8_t *d,
                     int32_t *sum)
 {
-    const int bound = k->s8_bound;
+    const int bound = k->conv.s8_bound;
     int32_t flip = w_type == QL_I8 ? 128 : 0, zu = z + flip, up = bound < 127 ? bound : 127;
     int32_t lo = zu - bound < 0 ? 0 : zu - bound, hi = zu + up > 255 ? 255 : zu + up;
     uint32_t usum = 0;
     int bad = 0;
     int64_t j = 0;
-    if (k->s8u8_row_bulk)   /* the level's wider loop first */
-        j = k->s8u8_row_bulk(s, n, (uint8_t)flip, (uint8_t)lo, (uint8_t)hi, (uint8_t)zu, d, &usum, &bad);
-#if QL_X86
-    const __m128i fv = _mm_set1_epi8((char)flip), lov = _mm_set1_epi8((char)lo), hiv = _mm_set1_epi8((char)hi),
-                  zv = _mm_set1_epi8((char)zu), zero = _mm_setzero_si128();
-    __m128i acc = zero, out = zero;
-    for (; j + 16 <= n; j += 16) {
-        __m128i u = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(s + j)), fv);
-        out = _mm_or_si128(out, _mm_xor_si128(u, _mm_min_epu8(_mm_max_epu8(u, lov), hiv)));
-        acc = _mm_add_epi64(acc, _mm_sad_epu8(u, zero));
-        if (d) _mm_storeu_si128((__m128i *)(d + j), _mm_sub_epi8(u, zv));
-    }
-    bad |= _mm_movemask_epi8(_mm_cmpeq_epi8(out, zero)) != 0xFFFF;
-    usum += (uint32_t)_mm_cvtsi128_si32(acc) + (uint32_t)_mm_cvtsi128_si32(_mm_unpackhi_epi64(acc, acc));
-#endif
+    if (k->conv.s8u8_row_bulk)   /* the level's wider loop first */
+        j = k->conv.s8u8_row_bulk(s, n, (uint8_t)flip, (uint8_t)lo, (uint8_t)hi, (uint8_t)zu, d, &usum, &bad);
+    j = ql_vec_s8u8_row(s, j, n, (uint8_t)flip, (uint8_t)lo, (uint8_t)hi, (uint8_t)zu, d, &usum, &bad);
     for (; j < n; j++) {
         int32_t u = (int32_t)(uint8_t)(s[j] ^ (uint8_t)flip);
         bad |= (u < lo) | (u > hi);
@@ -107,7 +93,7 @@ static int s8u8_row(const ql_gemm_kernel *k, const uint8_t *s, int64_t n, int w_
  * - U8S8 form: rows in the u8 form, row_a = rowsum(L') - K*zL', row_z = zL' (the epilogue's
  *   corrections, wrap32);
  * - S8U8 form (fast path): rows = w - wzp as int8, which must lie within the kernel's s8_bound
- *   (else -1, nothing usable written); row_a = sum of the row (|sum| <= 128 K < 2^31), row_z = 0.
+ *   (else -1, nothing usable written); row_a = sum of the row (wrap32, see s8u8_row), row_z = 0.
  *   The per-call
  *   correction is then one term per row: - zx' * row_a (ql_conv_gemm).
  * Rows [i0, i1) only (the layout is the whole M's), so threads can share the work; w0 is row
@@ -152,7 +138,7 @@ int pack_w_rows(const ql_gemm_kernel *k, const void *w0, int w_type, int M, int 
  * centered 0 in every form. The result is what pack_w_rows makes of the permuted row (the
  * layout, row sums and the fast path's verdict do not depend on the order: sums and the bound
  * are taken over the source row, contiguously, while it is in L1).
- * Interleaving: per block q of kpack channels, chunks of 16 taps; on x86 (SSE2, the baseline) a
+ * Interleaving: per block q of kpack channels, chunks of 16 taps; on x86 (the baseline's loop: ql_vec_grouped_*) a
  * chunk is loaded as 16 bytes per channel and interleaved with unpack instructions. A chunk may
  * read past its block (into the same row's later channels) and write past it (into entries the
  * same row's later chunks overwrite); the bounds below keep both inside the row, and what is
@@ -175,31 +161,10 @@ static inline __attribute__((always_inline)) void
 grouped_i16_body(const uint8_t *s, int w_type, int64_t cg, int64_t taps, int32_t z, int16_t *d)
 {
     int64_t full = cg / 2, cb = (cg + 1) / 2, n_in = cg * taps, n_out = 2 * cb * taps;
-#if QL_X86
-    const __m128i zv = _mm_set1_epi16((int16_t)z), zero = _mm_setzero_si128();
-#endif
     for (int64_t q = 0; q < full; q++) {
         const uint8_t *a = s + 2 * q * taps, *b = a + taps;
         int16_t *dq = d + 2 * q * taps;
-        int64_t t = 0;
-#if QL_X86
-        /* 16 taps a chunk: 16-byte loads of both channels, vpunpck{l,h}bw pairs them, and only the
-         * 4-tap quarters holding valid taps are widened and stored */
-        for (; t < taps && (2 * q + 1) * taps + t + 16 <= n_in &&
-               2 * (q * taps + t) + 8 * ((taps - t < 16 ? taps - t : 16) + 3) / 4 <= n_out; t += 16) {
-            __m128i va = _mm_loadu_si128((const __m128i *)(a + t)), vb = _mm_loadu_si128((const __m128i *)(b + t));
-            __m128i p[2] = {_mm_unpacklo_epi8(va, vb), _mm_unpackhi_epi8(va, vb)};   /* a0 b0 a1 b1 .. */
-            int64_t n = taps - t < 16 ? taps - t : 16;
-            for (int h = 0; h < 4 && 4 * h < n; h++) {
-                __m128i v = p[h >> 1], wv;
-                if (w_type == QL_U8)
-                    wv = (h & 1) ? _mm_unpackhi_epi8(v, zero) : _mm_unpacklo_epi8(v, zero);
-                else   /* each byte doubled into a 16-bit lane, shifted back arithmetically */
-                    wv = _mm_srai_epi16((h & 1) ? _mm_unpackhi_epi8(v, v) : _mm_unpacklo_epi8(v, v), 8);
-                _mm_storeu_si128((__m128i *)(dq + 2 * t + 8 * h), _mm_sub_epi16(wv, zv));   /* |v| <= 255 */
-            }
-        }
-#endif
+        int64_t t = ql_vec_grouped_i16(a, b, dq, w_type, z, q, taps, n_in, n_out);   /* 16-tap chunks first */
         if (t >= taps) continue;
         if (w_type == QL_U8) {
             for (; t < taps; t++) {
@@ -234,31 +199,10 @@ static inline __attribute__((always_inline)) void
 grouped_b_body(const uint8_t *s, int64_t cg, int64_t taps, uint8_t fx, uint8_t sub, uint8_t pad, uint8_t *d)
 {
     int64_t full = cg / 4, cb = (cg + 3) / 4, n_in = cg * taps, n_out = 4 * cb * taps;
-#if QL_X86
-    const __m128i fv = _mm_set1_epi8((char)fx), sv = _mm_set1_epi8((char)sub);
-#endif
     for (int64_t q = 0; q < full; q++) {
         const uint8_t *a = s + 4 * q * taps;
         uint8_t *dq = d + 4 * q * taps;
-        int64_t t = 0;
-#if QL_X86
-        /* 16 taps a chunk: 16-byte loads of the 4 channels, interleaved by bytes then by pairs;
-         * only the 4-tap quarters holding valid taps are stored */
-        for (; t < taps && (4 * q + 3) * taps + t + 16 <= n_in &&
-               4 * (q * taps + t) + 16 * ((taps - t < 16 ? taps - t : 16) + 3) / 4 <= n_out; t += 16) {
-            __m128i va = _mm_loadu_si128((const __m128i *)(a + t)), vb = _mm_loadu_si128((const __m128i *)(a + taps + t));
-            __m128i vc = _mm_loadu_si128((const __m128i *)(a + 2 * taps + t)),
-                    vd = _mm_loadu_si128((const __m128i *)(a + 3 * taps + t));
-            __m128i ab[2] = {_mm_unpacklo_epi8(va, vb), _mm_unpackhi_epi8(va, vb)};
-            __m128i cd[2] = {_mm_unpacklo_epi8(vc, vd), _mm_unpackhi_epi8(vc, vd)};
-            int64_t n = taps - t < 16 ? taps - t : 16;
-            for (int h = 0; h < 4 && 4 * h < n; h++) {
-                __m128i v = (h & 1) ? _mm_unpackhi_epi16(ab[h >> 1], cd[h >> 1])
-                                    : _mm_unpacklo_epi16(ab[h >> 1], cd[h >> 1]);   /* a0 b0 c0 d0 a1 .. */
-                _mm_storeu_si128((__m128i *)(dq + 4 * t + 16 * h), _mm_sub_epi8(_mm_xor_si128(v, fv), sv));
-            }
-        }
-#endif
+        int64_t t = ql_vec_grouped_b(a, dq, fx, sub, q, taps, n_in, n_out);   /* 16-tap chunks first */
         for (; t < taps; t++)
             for (int r = 0; r < 4; r++) dq[4 * t + r] = (uint8_t)((a[r * taps + t] ^ fx) - sub);
     }
@@ -266,7 +210,7 @@ grouped_b_body(const uint8_t *s, int64_t cg, int64_t taps, uint8_t fx, uint8_t s
 }
 
 /* the common kernels' tap counts as constants (3x3, 3, 3x3x3, 7x7): loops the compiler unrolls;
- * 3x3 through the kernel table's SIMD packer where the level has one (t9, ql_gemm_kernel's
+ * 3x3 through the kernel table's SIMD packer where the level has one (t9, ql_conv_kernels'
  * grouped_*_t9: conv_avx2.c's shuffles, 1.3-1.45 times as fast measured alone, 1 thread,
  * 128-512 channels). A plain call packs its weights on every call: a 512-channel 3x3 layer's
  * 2.4 M weights took about a quarter of the time of its GEMM. */
@@ -347,20 +291,20 @@ int pack_w_grouped(const ql_gemm_kernel *k, const void *w, int w_type, int M, in
         char *d = (char *)dst + (size_t)i * (size_t)ldl;
         int32_t z = wzp[i];
         if (k->form == QL_FORM_I16) {
-            grouped_i16(s, w_type, cg, taps, z, (int16_t *)d, k->grouped_i16_t9);
+            grouped_i16(s, w_type, cg, taps, z, (int16_t *)d, k->conv.grouped_i16_t9);
             memset(d + 2 * Kw, 0, (size_t)(kp - Kw) * 2);
         } else if (k->form == QL_FORM_S8U8) {
             int32_t sum;
             if (s8u8_row(k, s, K, w_type, z, NULL, &sum)) return -1;
-            grouped_b(s, cg, taps, 0, (uint8_t)z, 0, (uint8_t *)d, k->grouped_b_t9);
-            if (k->kchunk > 1) chunk_row(s, cg, taps, k->kchunk, (uint8_t)z, (uint8_t *)d);
+            grouped_b(s, cg, taps, 0, (uint8_t)z, 0, (uint8_t *)d, k->conv.grouped_b_t9);
+            if (k->conv.kchunk > 1) chunk_row(s, cg, taps, k->conv.kchunk, (uint8_t)z, (uint8_t *)d);
             memset(d + Kw, 0, (size_t)(kp - Kw));
             row_a[i] = sum;   /* padding adds 0 */
             row_z[i] = 0;
         } else {
             uint8_t flip = w_type == QL_I8 ? 0x80 : 0;
             int32_t zl = z + (w_type == QL_I8 ? 128 : 0);   /* u8 form: int8 + 128; = (raw z) ^ flip */
-            grouped_b(s, cg, taps, flip, 0, (uint8_t)zl, (uint8_t *)d, k->grouped_b_t9);
+            grouped_b(s, cg, taps, flip, 0, (uint8_t)zl, (uint8_t *)d, k->conv.grouped_b_t9);
             memset(d + Kw, 0, (size_t)(kp - Kw));
             /* pack_L's row sum over the Kw entries: the source row's plus zl per padding entry */
             uint32_t sum = sum_u8form(s, K, flip) + (uint32_t)(Kw - K) * (uint32_t)zl;

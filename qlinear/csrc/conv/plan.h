@@ -16,9 +16,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#if QL_X86
-#include <emmintrin.h>   /* SSE2: the x86-64 baseline, no target attribute needed */
-#endif
+#include "isa/x86_sse2.h"   /* the x86-64 baseline's loops: conv/ names no instruction set */
 
 /* ---------------------------------------------------------------------------------------
  * Shared geometry helpers
@@ -63,13 +61,13 @@ static inline ptrdiff_t w_row_bytes(const ql_gemm_kernel *k, int K)
 }
 
 /* The kernel that packs and runs a convolution of K = Cg * taps weights per row on level
- * kernel k: k itself, or for a kernel with chunks (ql_gemm_kernel.kchunk) whose chunk does
+ * kernel k: k itself, or for a kernel with chunks (ql_conv_kernels.kchunk) whose chunk does
  * not divide Cg, its conv_fallback. Every entry point below maps its kernel through this
  * first, so a layer's weights are packed and run by the same kernel. */
 static inline const ql_gemm_kernel *conv_kernel(const ql_gemm_kernel *k, int64_t K, int64_t taps)
 {
-    if (k->kchunk > 1 && (taps < 1 || K % taps || (K / taps) % ((int64_t)k->kchunk * k->kpack)))
-        return k->conv_fallback;
+    if (k->conv.kchunk > 1 && (taps < 1 || K % taps || (K / taps) % ((int64_t)k->conv.kchunk * k->kpack)))
+        return k->conv.conv_fallback;
     return k;
 }
 
@@ -82,7 +80,7 @@ static inline void group_of(int64_t G, int64_t taps, int64_t ch, int64_t *blk, i
     *blk = q / taps * ch + G % ch;
 }
 
-static inline int64_t kchunk_of(const ql_gemm_kernel *k) { return k->kchunk > 1 ? k->kchunk : 1; }
+static inline int64_t kchunk_of(const ql_gemm_kernel *k) { return k->conv.kchunk > 1 ? k->conv.kchunk : 1; }
 
 /* Pixels per ql_gemm call: its sizes are int. */
 #define PIX_CHUNK ((int64_t)1 << 30)

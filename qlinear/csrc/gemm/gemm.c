@@ -11,9 +11,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#if QL_X86
-#include <immintrin.h>   /* _mm_sfence (SSE: every x86-64 CPU) */
-#endif
+#include "isa/x86_sse2.h"   /* ql_store_fence */
 
 #define L2_BUDGET (256 * 1024)   /* bytes of packed L per row block (Zen 3 L2: 512 KiB): few
                                     row blocks, so the packed R streams from memory few times */
@@ -21,8 +19,6 @@
                                     blocks, L1-sized, were slower on Zen 3) */
 #define MIN_TASK_MACS (1 << 20)  /* below this (~15 us of one core), waking a second thread
                                     costs about what it gives (measured on a 2-vCPU VM) */
-
-long long ql_gemm_pair_packs;
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
 static inline ptrdiff_t pmin(ptrdiff_t a, ptrdiff_t b) { return a < b ? a : b; }
@@ -132,10 +128,6 @@ static void gemm_task_tiles(void *vctx, ptrdiff_t t, int thread) {
     }
 }
 
-long long ql_tail_calls[3];
-long long ql_gemm_fused_calls;
-long long ql_gemm_stream_tasks;
-
 /* one task, with the kernel's per-thread state hooks around it (qlinear.h: task_begin) */
 static void gemm_task(void *vctx, ptrdiff_t t, int thread) {
     const ql_gemm_problem *p = ((gemm_ctx *)vctx)->p;
@@ -146,9 +138,7 @@ static void gemm_task(void *vctx, ptrdiff_t t, int thread) {
     if (p->ep.stream) {
         /* non-temporal stores are weakly ordered: drain them before the pool's completion
          * signal (a release store), so the caller and other threads read the values */
-#if QL_X86
-        _mm_sfence();
-#endif
+        ql_store_fence();
         __atomic_add_fetch(&ql_gemm_stream_tasks, 1, __ATOMIC_RELAXED);
     }
 }

@@ -21,7 +21,7 @@
  * Operand forms
  * ------------------------------------------------------------------------------------- */
 /* QL_FORM_S8U8 (convolutions' fast path): L rows are centered weights w - zw as int8, proven
- * within the kernel's bound when packed (ql_gemm_kernel.s8_bound: [-64, 64] on AVX2, all of
+ * within the kernel's bound when packed (ql_conv_kernels.s8_bound: [-64, 64] on AVX2, all of
  * [-128, 127] on the VNNI levels); R panels are u8-form bytes (uint8 as is, int8 ^ 0x80),
  * [kp/4][nr][4], no column sums (the weights are centered, so only a per-row term remains). */
 enum { QL_FORM_I16 = 0, QL_FORM_U8S8 = 1, QL_FORM_S8U8 = 2 };
@@ -90,47 +90,30 @@ typedef void (*ql_ikernel_ep_fn)(const void *L, ptrdiff_t ldl_bytes, const char 
 /* conv/pack_w.c's grouped-order weight packers at 9 taps (ql_gemm_kernel.grouped_*_t9) */
 typedef void (*ql_grouped_i16_fn)(const uint8_t *s, int is_signed, int64_t pairs, int32_t z, int16_t *d);
 typedef void (*ql_grouped_b_fn)(const uint8_t *s, int64_t blocks, uint8_t fx, uint8_t sub, uint8_t *d);
-/* conv/implicit_run.c's byte-form loops, wider (ql_gemm_kernel.s8u8_row_bulk / interleave4_bulk): each does
+/* conv/implicit_run.c's byte-form loops, wider (ql_conv_kernels.s8u8_row_bulk / interleave4_bulk): each does
  * the first whole blocks of its loop and returns how many elements it did; conv/ does the
  * rest, so the result is conv/'s own whatever the split */
 typedef int64_t (*ql_s8u8_row_bulk_fn)(const uint8_t *s, int64_t n, uint8_t flip, uint8_t lo, uint8_t hi,
                                        uint8_t zu, int8_t *d, uint32_t *usum, int *bad);
 typedef int (*ql_interleave4_bulk_fn)(const uint8_t *const *src, uint8_t flip, uint8_t *dk, int nr);
-/* the implicit GEMM's stride-2 copy row of the S8U8 form (ql_gemm_kernel.ig_s2x4): both column
+/* the implicit GEMM's stride-2 copy row of the S8U8 form (ql_conv_kernels.ig_s2x4): both column
  * phases of 4 channels' raw rows (raw + q * rs) at once, bytes ^ flip, len positions
  * (conv/implicit_run.c, ig_split_s2, gives the contract and the portable loop) */
 typedef void (*ql_ig_s2x4_fn)(const uint8_t *raw, ptrdiff_t rs, uint8_t flip, uint8_t *d0, uint8_t *d1, int64_t len);
 
-typedef struct ql_gemm_kernel {
-    const char *name;       /* "avx512vnni-u8s8", "avx2-i16", "scalar-i16", ... */
-    int mr, nr;             /* tile rows (L) and columns (R) */
-    int kpack;              /* k values per packed group: 2 (i16 forms) or 4 (byte forms) */
-    int form;               /* QL_FORM_I16 or QL_FORM_U8S8 */
-    ql_kernel_fn kernel;
-    /* packers for this kernel's form (SIMD where the level has them; same output as the
-     * portable ql_pack_L / ql_pack_R_panel, which they may call for the cases they skip) */
-    ql_pack_L_fn pack_L;
-    ql_pack_R_panel_fn pack_R;
+/* What the convolution files (conv/) use of a GEMM kernel beyond the GEMM: its implicit-GEMM
+ * variants, narrow tails and dot kernels, the fast form's bound, the weight and copy packers,
+ * the chunked order. Part of each ql_gemm_kernel (.conv), not a table of its own per level: a
+ * level runs convolutions on two kernels of different forms (the exact one, I16 or U8S8, and
+ * conv_fast, S8U8), and each form has its own implicit kernels and packers. The GEMM driver
+ * (gemm/) never reads it. */
+struct ql_gemm_kernel;
+typedef struct ql_conv_kernels {
     /* implicit-GEMM variant of `kernel` (I16 and S8U8 forms), or NULL: convolutions then
      * take the im2col path */
     ql_ikernel_fn ikernel;
     ql_ikernel_ep_fn ikernel_ep;   /* optional (NULL: ikernel, then the level's epilogue) */
-    /* optional: `kernel` and the level's epilogue in one call, the tile's accumulators
-     * requantized (or stored) straight from the registers; the same result as `kernel` then
-     * the level's epilogue on the tile (rows < mr at output row i0, cols <= nr at column j0).
-     * Used by the GEMM driver when K is not blocked and the problem allows it (allow_fused). */
-    void (*kernel_ep)(const void *L, ptrdiff_t ldl_bytes, const void *Rpanel, int kp,
-                      const struct ql_epilogue *ep, const int32_t *colsum, int i0, int j0,
-                      int rows, int cols);
-    /* Narrow tails (optional; tail_nr 0: none). A tile whose real columns are all below
-     * tail_nr (< nr) may run these instead: same arguments and operand layout as kernel /
-     * ikernel / ikernel_ep (full nr- or QL_IK_NR-wide panels and groups, of which only the
-     * first tail_nr columns are read); columns [0, tail_nr) of C are the product's, columns
-     * [tail_nr, nr) are written as 0 (ikernel_ep_tail: runs must end before tail_nr).
-     * They save the arithmetic of the dropped columns: a 7x7 plane is 49 = 3*16 + 1 columns.
-     * (avx2 has kernel_tail only: its implicit narrow tiles run `dot`, which costs less.) */
-    int tail_nr;
-    ql_kernel_fn kernel_tail;
+    /* implicit tiles' narrow tails (ql_gemm_kernel.tail_nr's, which says how they work) */
     ql_ikernel_fn ikernel_tail;
     ql_ikernel_ep_fn ikernel_ep_tail;
     /* Narrowest tiles as dot products (optional): see ql_dot_fn. The implicit path gathers
@@ -158,16 +141,6 @@ typedef struct ql_gemm_kernel {
      * copies and im2col panels), or NULL: conv/implicit_plan.c's 16-byte loops alone. Same bytes and sums. */
     ql_s8u8_row_bulk_fn s8u8_row_bulk;
     ql_interleave4_bulk_fn interleave4_bulk;
-    /* K is padded (with zeros, by the packers) to a multiple of this; 0: of kpack. 64 for
-     * amx-u8s8, whose tiles take 64 bytes of k per step (ql_round_k) */
-    int kalign;
-    /* Optional: called by every caller of `kernel` / `kernel_ep` on the thread that runs a
-     * task, before its first kernel call and after its last one. For per-thread state the
-     * kernels change and other code on the thread may use between tasks: amx-u8s8's tile
-     * configuration, which it saves at task_begin and restores at task_end (onnxruntime's
-     * AMX kernels, on the same caller thread, fault on shapes they did not load). */
-    void (*task_begin)(void);
-    void (*task_end)(void);
     /* Convolutions' grouped order in chunks (QL_FORM_S8U8 kernels; 0 or 1: none): k-groups
      * come in runs of kchunk channel blocks (kpack channels each) at one tap, a chunk of
      * kchunk * kpack channels at tap 0, then at tap 1, ...: k-group G is block
@@ -185,15 +158,55 @@ typedef struct ql_gemm_kernel {
      * consecutive full tiles of one image where the whole K runs at once. */
     void (*ikernel2_ep)(const void *L, ptrdiff_t ldl_bytes, const char *base, const ptrdiff_t *off, int groups,
                         const struct ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows);
+    /* QL_FORM_S8U8 kernels: the level's stride-2 copy row for the implicit GEMM, or NULL:
+     * conv/implicit_run.c's portable loop. Same bytes. */
+    ql_ig_s2x4_fn ig_s2x4;
+} ql_conv_kernels;
+
+typedef struct ql_gemm_kernel {
+    const char *name;       /* "avx512vnni-u8s8", "avx2-i16", "scalar-i16", ... */
+    int mr, nr;             /* tile rows (L) and columns (R) */
+    int kpack;              /* k values per packed group: 2 (i16 forms) or 4 (byte forms) */
+    int form;               /* QL_FORM_I16 or QL_FORM_U8S8 */
+    ql_kernel_fn kernel;
+    /* packers for this kernel's form (SIMD where the level has them; same output as the
+     * portable ql_pack_L / ql_pack_R_panel, which they may call for the cases they skip) */
+    ql_pack_L_fn pack_L;
+    ql_pack_R_panel_fn pack_R;
+    /* optional: `kernel` and the level's epilogue in one call, the tile's accumulators
+     * requantized (or stored) straight from the registers; the same result as `kernel` then
+     * the level's epilogue on the tile (rows < mr at output row i0, cols <= nr at column j0).
+     * Used by the GEMM driver when K is not blocked and the problem allows it (allow_fused). */
+    void (*kernel_ep)(const void *L, ptrdiff_t ldl_bytes, const void *Rpanel, int kp,
+                      const struct ql_epilogue *ep, const int32_t *colsum, int i0, int j0,
+                      int rows, int cols);
+    /* Narrow tails (optional; tail_nr 0: none). A tile whose real columns are all below
+     * tail_nr (< nr) may run these instead: same arguments and operand layout as kernel /
+     * conv.ikernel / conv.ikernel_ep (full nr- or QL_IK_NR-wide panels and groups, of which only the
+     * first tail_nr columns are read); columns [0, tail_nr) of C are the product's, columns
+     * [tail_nr, nr) are written as 0 (ikernel_ep_tail: runs must end before tail_nr).
+     * They save the arithmetic of the dropped columns: a 7x7 plane is 49 = 3*16 + 1 columns.
+     * (avx2 has kernel_tail only: its implicit narrow tiles run `dot`, which costs less.) */
+    int tail_nr;
+    ql_kernel_fn kernel_tail;
+    /* K is padded (with zeros, by the packers) to a multiple of this; 0: of kpack. 64 for
+     * amx-u8s8, whose tiles take 64 bytes of k per step (ql_round_k) */
+    int kalign;
+    /* Optional: called by every caller of `kernel` / `kernel_ep` on the thread that runs a
+     * task, before its first kernel call and after its last one. For per-thread state the
+     * kernels change and other code on the thread may use between tasks: amx-u8s8's tile
+     * configuration, which it saves at task_begin and restores at task_end (onnxruntime's
+     * AMX kernels, on the same caller thread, fault on shapes they did not load). */
+    void (*task_begin)(void);
+    void (*task_end)(void);
     /* 1: pack_R also takes ncols = 2 * nr (two whole panels of contiguous columns, from a
      * per-call packer in the GEMM driver): the second panel written at dst +
      * ql_panel_bytes(kp), colsums for all 2 * nr columns. Each row's 2 * nr bytes are then
      * read at once (whole cache lines for nr = 32 bytes of int8 b) instead of half a line per
      * panel, the other half read again for the next panel. */
     int pack_R_pairs;
-    /* QL_FORM_S8U8 kernels: the level's stride-2 copy row for the implicit GEMM, or NULL:
-     * conv/implicit_run.c's portable loop. Same bytes. */
-    ql_ig_s2x4_fn ig_s2x4;
+    /* the convolutions' parts of this kernel (conv/ alone reads them; all zero: none) */
+    ql_conv_kernels conv;
 } ql_gemm_kernel;
 
 /* ---------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-/* The AVX-512 levels' conv weight packers (ql_gemm_kernel hooks, QL_BYTE_PACKERS_AVX512):
+/* The AVX-512 levels' conv weight packers (ql_conv_kernels hooks, QL_BYTE_PACKERS_AVX512):
  * conv/pack_w.c's s8u8_row check at 64 bytes a step (AVX-512 BW), and the 3x3 grouped order of the
  * byte forms by AVX512-VBMI's two-table byte permute (vpermt2b), 4 blocks a step.
  *

@@ -286,7 +286,7 @@ static void amx_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp
 static const ql_gemm_kernel k_amx = {
     .name = "amx-u8s8", .mr = AMX_MR, .nr = AMX_NR, .kpack = 4, .kalign = 64, .form = QL_FORM_U8S8,
     .kernel = amx_u8s8, .kernel_ep = amx_u8s8_ep, .pack_L = ql_pack_L_avx2, .pack_R = ql_pack_R_panel_vnni,
-    QL_BYTE_PACKERS_AVX512, .task_begin = amx_task_begin,
+    .conv = {QL_BYTE_PACKERS_AVX512}, .task_begin = amx_task_begin,
     .task_end = amx_task_end,
     .pack_R_pairs = 1,
 };
@@ -427,10 +427,10 @@ static void amx_s8u8_ik_ep(const void *L, ptrdiff_t ldl, const char *base, const
  * the level is built (ql_isa_amx): avx512vnni's table is not a constant expression here. */
 static ql_gemm_kernel k_amx_s8u8 = {
     .name = "amx-s8u8", .mr = AMXC_MR, .nr = QL_IK_NR, .kpack = 4, .kalign = 64, .form = QL_FORM_S8U8,
-    .kernel = amx_s8u8, .ikernel = amx_s8u8_ik, .ikernel_ep = amx_s8u8_ik_ep, .ikernel2_ep = amx_s8u8_ik2_ep,
-    .s8_bound = 128,   /* tdpbsud: any int8 weight (above) */
-    QL_BYTE_PACKERS_AVX512, .task_begin = amx_task_begin, .task_end = amx_task_end,
-    .kchunk = 16,
+    .kernel = amx_s8u8, .task_begin = amx_task_begin, .task_end = amx_task_end,
+    .conv = {.ikernel = amx_s8u8_ik, .ikernel_ep = amx_s8u8_ik_ep, .ikernel2_ep = amx_s8u8_ik2_ep,
+             .s8_bound = 128,   /* tdpbsud: any int8 weight (above) */
+             QL_BYTE_PACKERS_AVX512, .kchunk = 16},
 };
 
 /* A test's stand-in for another library's AMX code on this thread (only where the level
@@ -461,7 +461,7 @@ const ql_isa *ql_isa_amx(void) {
     if (!isa.name) {
         isa = ql_isa_avx512vnni;
         isa.exact = &k_amx;
-        k_amx_s8u8.conv_fallback = ql_isa_avx512vnni.conv_fast;
+        k_amx_s8u8.conv.conv_fallback = ql_isa_avx512vnni.conv_fast;
         isa.conv_fast = &k_amx_s8u8;
         isa.exact_1x1_min_m = 96;     /* wide 1x1 convolutions on the tiles (qlinear.h) */
         isa.exact_1x1_min_k = 32;

@@ -515,23 +515,30 @@ static void avx2_s8u8_dot_ep(const void *L, ptrdiff_t ldl, const void *X, ptrdif
 static void avx2_i16_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
                         const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols);
 
-static const ql_gemm_kernel k_avx2_i16 = {"avx2-i16", I16_MR, 16, 2, QL_FORM_I16, avx2_i16,
-                                      ql_pack_L_avx2, ql_pack_R_panel_avx2, avx2_i16_ik,
-                                      avx2_i16_ik_ep, avx2_i16_ep, 8, avx2_i16_t8, NULL, NULL,
-                                      avx2_i16_dot, avx2_i16_dot_ep, .grouped_i16_t9 = ql_grouped_i16_t9_avx2};
+static const ql_gemm_kernel k_avx2_i16 = {
+    .name = "avx2-i16", .mr = I16_MR, .nr = 16, .kpack = 2, .form = QL_FORM_I16, .kernel = avx2_i16,
+    .pack_L = ql_pack_L_avx2, .pack_R = ql_pack_R_panel_avx2, .kernel_ep = avx2_i16_ep, .tail_nr = 8,
+    .kernel_tail = avx2_i16_t8,
+    .conv = {.ikernel = avx2_i16_ik, .ikernel_ep = avx2_i16_ik_ep, .dot = avx2_i16_dot, .dot_ep = avx2_i16_dot_ep,
+             .grouped_i16_t9 = ql_grouped_i16_t9_avx2},
+};
 static void avx2_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
                          const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols);
-static const ql_gemm_kernel k_avx2_u8s8 = {"avx2-u8s8", U8_MR, 16, 4, QL_FORM_U8S8, avx2_u8s8,
-                                       ql_pack_L_avx2, ql_pack_R_panel_avx2, NULL, NULL, avx2_u8s8_ep, 8,
-                                       avx2_u8s8_t8, NULL, NULL, NULL, NULL, QL_BYTE_PACKERS_AVX2};
+static const ql_gemm_kernel k_avx2_u8s8 = {
+    .name = "avx2-u8s8", .mr = U8_MR, .nr = 16, .kpack = 4, .form = QL_FORM_U8S8, .kernel = avx2_u8s8,
+    .pack_L = ql_pack_L_avx2, .pack_R = ql_pack_R_panel_avx2, .kernel_ep = avx2_u8s8_ep, .tail_nr = 8,
+    .kernel_tail = avx2_u8s8_t8, .conv = {QL_BYTE_PACKERS_AVX2},
+};
 
 /* conv fast path: L and R packed by conv/ (centered int8 weights, u8-form im2col panels) */
 static void avx2_s8u8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, int kp,
                          const ql_epilogue *ep, const int32_t *colsum, int i0, int j0, int rows, int cols);
-static const ql_gemm_kernel k_avx2_s8u8 = {"avx2-s8u8", U8_MR, 16, 4, QL_FORM_S8U8, avx2_s8u8, NULL, NULL,
-                                           avx2_s8u8_ik, avx2_s8u8_ik_ep, avx2_s8u8_ep, 8, avx2_s8u8_t8, NULL, NULL,
-                                           avx2_s8u8_dot, avx2_s8u8_dot_ep, .s8_bound = 64 /* vpmaddubsw */,
-                                           QL_BYTE_PACKERS_AVX2};
+static const ql_gemm_kernel k_avx2_s8u8 = {
+    .name = "avx2-s8u8", .mr = U8_MR, .nr = 16, .kpack = 4, .form = QL_FORM_S8U8, .kernel = avx2_s8u8,
+    .kernel_ep = avx2_s8u8_ep, .tail_nr = 8, .kernel_tail = avx2_s8u8_t8,
+    .conv = {.ikernel = avx2_s8u8_ik, .ikernel_ep = avx2_s8u8_ik_ep, .dot = avx2_s8u8_dot, .dot_ep = avx2_s8u8_dot_ep,
+             .s8_bound = 64 /* vpmaddubsw */, QL_BYTE_PACKERS_AVX2},
+};
 
 
 /* ---------------------------------------------------------------------------------------

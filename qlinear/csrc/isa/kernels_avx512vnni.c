@@ -235,7 +235,7 @@ void ql_pack_R_panel_vnni(const void *src, int type, ptrdiff_t ks, ptrdiff_t cs,
 static const ql_gemm_kernel k_avx512vnni = {
     .name = "avx512vnni-u8s8", .mr = Z_MR, .nr = 32, .kpack = 4, .form = QL_FORM_U8S8,
     .kernel = avx512vnni_u8s8, .pack_L = ql_pack_L_avx2, .pack_R = ql_pack_R_panel_vnni,
-    .kernel_ep = avx512vnni_u8s8_ep, QL_BYTE_PACKERS_AVX512,
+    .kernel_ep = avx512vnni_u8s8_ep, .conv = {QL_BYTE_PACKERS_AVX512},
     .pack_R_pairs = 1,
 };
 
@@ -641,11 +641,12 @@ static void avx512vnni_s8u8_dot_ep(const void *L, ptrdiff_t ldl, const void *X, 
  * above, merged tail panels the full tile; no fused im2col epilogue (kernel_ep). */
 static const ql_gemm_kernel k_avx512vnni_s8u8 = {
     .name = "avx512vnni-s8u8", .mr = ZS_MR, .nr = 16, .kpack = 4, .form = QL_FORM_S8U8,
-    .kernel = avx512vnni_s8u8, .ikernel = avx512vnni_s8u8_ik, .ikernel_ep = avx512vnni_s8u8_ik_ep,
-    .ikernel2_ep = avx512vnni_s8u8_ik2_ep,
-    .dot = avx512vnni_s8u8_dot, .dot_ep = avx512vnni_s8u8_dot_ep,
-    .s8_bound = 128,   /* vpdpbusd: any int8 weight (above) */
-    QL_BYTE_PACKERS_AVX512,
+    .kernel = avx512vnni_s8u8,
+    .conv = {.ikernel = avx512vnni_s8u8_ik, .ikernel_ep = avx512vnni_s8u8_ik_ep,
+             .ikernel2_ep = avx512vnni_s8u8_ik2_ep,
+             .dot = avx512vnni_s8u8_dot, .dot_ep = avx512vnni_s8u8_dot_ep,
+             .s8_bound = 128,   /* vpdpbusd: any int8 weight (above) */
+             QL_BYTE_PACKERS_AVX512},
 };
 
 const ql_isa ql_isa_avx512vnni = {

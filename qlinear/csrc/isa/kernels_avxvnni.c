@@ -75,7 +75,7 @@ static void avxvnni_u8s8_ep(const void *L, ptrdiff_t ldl, const void *Rpanel, in
 static const ql_gemm_kernel k_avxvnni = {
     .name = "avxvnni-u8s8", .mr = VNNI_MR, .nr = 16, .kpack = 4, .form = QL_FORM_U8S8,
     .kernel = avxvnni_u8s8, .pack_L = ql_pack_L_avx2, .pack_R = ql_pack_R_panel_avx2,
-    .kernel_ep = avxvnni_u8s8_ep, QL_BYTE_PACKERS_AVX2,
+    .kernel_ep = avxvnni_u8s8_ep, .conv = {QL_BYTE_PACKERS_AVX2},
 };
 
 /* ---------------------------------------------------------------------------------------
@@ -157,9 +157,10 @@ static void avxvnni_s8u8_ik_ep(const void *L, ptrdiff_t ldl, const char *base, c
  * 16-column kernel and drops the rest; no fused im2col epilogue (kernel_ep). */
 static const ql_gemm_kernel k_avxvnni_s8u8 = {
     .name = "avxvnni-s8u8", .mr = VS_MR, .nr = 16, .kpack = 4, .form = QL_FORM_S8U8,
-    .kernel = avxvnni_s8u8, .ikernel = avxvnni_s8u8_ik, .ikernel_ep = avxvnni_s8u8_ik_ep,
-    .s8_bound = 128,   /* vpdpbusd: any int8 weight (above) */
-    QL_BYTE_PACKERS_AVX2,
+    .kernel = avxvnni_s8u8,
+    .conv = {.ikernel = avxvnni_s8u8_ik, .ikernel_ep = avxvnni_s8u8_ik_ep,
+             .s8_bound = 128,   /* vpdpbusd: any int8 weight (above) */
+             QL_BYTE_PACKERS_AVX2},
 };
 
 const ql_isa ql_isa_avxvnni = {

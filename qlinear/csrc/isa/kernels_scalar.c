@@ -167,8 +167,11 @@ static void scalar_i16_ik_t8(const void *L, ptrdiff_t ldl_bytes, const char *bas
 }
 
 /* packed panels are already 8 wide (no packed tail); the implicit tiles have an 8-column one */
-static const ql_gemm_kernel k_scalar_i16 = {"scalar-i16", SMR, SNR, 2, QL_FORM_I16, scalar_i16, ql_pack_L, ql_pack_R_panel,
-                                            scalar_i16_ik, NULL, NULL, 8, NULL, scalar_i16_ik_t8, NULL, NULL, NULL};
+static const ql_gemm_kernel k_scalar_i16 = {
+    .name = "scalar-i16", .mr = SMR, .nr = SNR, .kpack = 2, .form = QL_FORM_I16, .kernel = scalar_i16,
+    .pack_L = ql_pack_L, .pack_R = ql_pack_R_panel, .tail_nr = 8,
+    .conv = {.ikernel = scalar_i16_ik, .ikernel_tail = scalar_i16_ik_t8},
+};
 
 /* ---------------------------------------------------------------------------------------
  * QuantizeLinear / DequantizeLinear

@@ -41,8 +41,8 @@ static PyObject *m_conv_pack_w(PyObject *self, PyObject *args) {
     ql_gemm_kernel kport;
     if (portable) {
         kport = *k;
-        kport.grouped_i16_t9 = NULL;
-        kport.grouped_b_t9 = NULL;
+        kport.conv.grouped_i16_t9 = NULL;
+        kport.conv.grouped_b_t9 = NULL;
         k = &kport;
     }
     if (M < 0 || K < 1 || taps < 1 || K % taps || (w_type != QL_U8 && w_type != QL_I8))

@@ -78,13 +78,13 @@ static PyObject *m_kernel_info(PyObject *self, PyObject *args) {
     const ql_gemm_kernel *k = which == QL_KERNEL_CONV_FAST ? is->conv_fast : which ? is->fast : is->exact;
     if (!k) Py_RETURN_NONE;
     return Py_BuildValue("{s:s,s:i,s:i,s:i,s:i,s:s,s:i,s:i,s:i,s:O,s:O}", "name", k->name, "mr", k->mr, "nr", k->nr,
-                         "kpack", k->kpack, "kchunk", k->kchunk > 1 ? k->kchunk : 1, "form",
+                         "kpack", k->kpack, "kchunk", k->conv.kchunk > 1 ? k->conv.kchunk : 1, "form",
                          k->form == QL_FORM_I16 ? "i16" : k->form == QL_FORM_S8U8 ? "s8u8" : "u8s8",
-                         "s8_bound", k->s8_bound,
+                         "s8_bound", k->conv.s8_bound,
                          /* 1x1 convolutions this level runs on its exact GEMM (qlinear.h) */
                          "exact_1x1_min_m", which == QL_KERNEL_CONV_FAST ? is->exact_1x1_min_m : 0,
                          "exact_1x1_min_k", which == QL_KERNEL_CONV_FAST ? is->exact_1x1_min_k : 0,
-                         "grouped_t9", (k->grouped_i16_t9 || k->grouped_b_t9) ? Py_True : Py_False,
+                         "grouped_t9", (k->conv.grouped_i16_t9 || k->conv.grouped_b_t9) ? Py_True : Py_False,
                          "fused", k->kernel_ep ? Py_True : Py_False);
 }
 

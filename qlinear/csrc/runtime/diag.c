@@ -2,7 +2,8 @@
  * (the convolution paths, the implicit GEMM's copies and tile pairs, the depthwise paths): the
  * counters and their getters (python/bind_diag.c hands them to Python). Relaxed atomics: calls
  * may come from several threads; each counter is added to once per call or task, never per
- * micro-kernel call. The GEMM driver's own counters live with it (gemm.c: ql_tail_calls, ...). */
+ * micro-kernel call. All of the engine's counters live here (the GEMM driver's too); the
+ * files that count add to them (qlinear.h and conv.h declare them). */
 #include "qlinear.h"
 #include "conv.h"
 
@@ -61,3 +62,11 @@ void ql_conv_dw_path_counts(long long *cl, long long *plane, long long *rows)
     *plane = __atomic_load_n(&ql_dw_calls[1], __ATOMIC_RELAXED);
     *rows = __atomic_load_n(&ql_dw_calls[2], __ATOMIC_RELAXED);
 }
+
+/* The GEMM driver's (gemm/gemm.c; qlinear.h says what each counts): tiles that ran a narrow
+ * tail kernel, GEMMs that ran on the fused epilogue, tasks that streamed their output, panel
+ * pairs packed per call */
+long long ql_tail_calls[3];
+long long ql_gemm_fused_calls;
+long long ql_gemm_stream_tasks;
+long long ql_gemm_pair_packs;

@@ -18,7 +18,7 @@ import numpy as np
 
 from onnx.reference.op_run import OpRun
 
-from ... import _native, prepare_matmul_integer, prepare_qlinear_conv
+from ... import _native, dtypes, prepare_matmul_integer, prepare_qlinear_conv
 from ...contrib import _params
 from ...contrib import _raw as _c  # the functions without their errstate wrapper: a graph run has it
 from ...contrib import elementwise as _elementwise
@@ -27,62 +27,16 @@ from ...contrib import pool as _pool
 from ...contrib import transformer as _transformer
 from ...contrib.schema import DOMAIN
 from ...quantize import dequantize_linear, quantize_linear
-from ..errors import NodeError
-from ..proto import node_attributes
-from .base import constants_at
+from .base import KernelOp, constants_at
 from .float import leaky_relu, relu
 
 _MS_VIA_ONNX = (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4), np.dtype(np.float16))
 
 
-class ContribOp(OpRun):
-    """Base: attributes of the node, error wrapping with node name, operator and version."""
+class ContribOp(KernelOp):
+    """Base of the com.microsoft kernels (``base.KernelOp``), all version 1."""
 
     op_domain = DOMAIN
-    version = 1
-    #: ``_run`` reads the attributes from ``self.given``: the graph loop passes the inputs only
-    run_ignores_attributes = True
-
-    def __init__(self, onnx_node, run_params, schema=None):
-        super().__init__(onnx_node, run_params, schema)
-        self.given = node_attributes(onnx_node)
-
-    def _call(self, fn, *args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except (ValueError, TypeError) as e:
-            name = self.onnx_node.name or self.onnx_node.output[0]
-            raise NodeError(f"node {name!r} ({self.op_domain}.{self.onnx_node.op_type}-{self.version}): {e}") from e
-
-    #: Names of this node's inputs that are constants of the model; set by the backend's
-    #: QLinearRep. None (unknown): nothing is cached across runs.
-    constant_inputs: frozenset[str] | None = None
-    _key: tuple | None = None
-    _prepared: Any = None
-
-    def _prepared_for(self, factory, weights: tuple, positions: tuple[int, ...], **kwargs):
-        """factory(*weights, **kwargs), cached across runs only when every weight (inputs at
-        ``positions``) is a constant of the model, as the backend's own kernels do: a weight
-        fed as a graph input may be a reused buffer with new values, so it is prepared anew."""
-        constant = constants_at(self, positions) is True
-        key = tuple(id(w) for w in weights)
-        if constant and key == self._key and self._prepared is not None:
-            return self._prepared
-        prepared = self._call(factory, *weights, **kwargs)
-        if constant:
-            self._prepared, self._key, self._alive = prepared, key, weights
-        return prepared
-
-    # ``fast_path(inputs, fixed)``: defined by the kernels that have one, as in
-    # ``qlinear.backend._QLinearOp``.
-
-    def _bound(self, inputs: list, fixed: frozenset[int], params: tuple[int, ...]) -> bool:
-        """Whether the inputs at ``params`` (those given) are all fixed for ``fast_path``."""
-        return all(i in fixed for i in params if i < len(inputs) and inputs[i] is not None)
-
-    def _kw(self, *names: str) -> dict[str, Any]:
-        return {k: (list(self.given[k]) if isinstance(self.given[k], (list, tuple)) else self.given[k])
-                for k in names if k in self.given}
 
 
 class _QLinearBinary(ContribOp):
@@ -110,7 +64,7 @@ class _QLinearBinary(ContribOp):
                 and args[6] is p[4] and (args[7] if len(args) > 7 else None) is p[5] \
                 and args[0].dtype == prepared.dtype:
             return prepared
-        if args[0].dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
+        if args[0].dtype not in dtypes.EIGHT_BIT:
             return None  # the public function reports the bad tensor
         params = (args[1], args[2], args[4], args[5], args[6], _arg(args, 7))
         self._bin = self._call(_c.prepare_qlinear_binary, self._op, args[0].dtype, *params)
@@ -171,7 +125,7 @@ class _QLinearTableOp(ContribOp):
             self._constant_params = constants_at(self, (1, 2, 3, 4))
             if self._constant_params is None:
                 return (self._public(args),)
-        if not self._constant_params or x.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
+        if not self._constant_params or x.dtype not in dtypes.EIGHT_BIT:
             return (self._public(args),)
         alpha = 0.0
         if self._kind == "leaky_relu":
@@ -297,7 +251,7 @@ class QGemm(ContribOp):
         (``PreparedQGemm.bound_run``: validated once) for an A of this shape."""
         if (type(self) is not QGemm or not 6 <= len(inputs) <= 9 or self._prepared is None
                 or not self._bound(inputs, fixed, (1, 2, 3, 4, 5, 6, 7, 8))
-                or self._key != tuple(id(w) for w in inputs[3:6])):
+                or self._cache_key != tuple(id(w) for w in inputs[3:6])):
             return None
         run = self._prepared.bound_run(inputs[0], inputs[1], inputs[2], _arg(inputs, 6), _arg(inputs, 7),
                                        _arg(inputs, 8), **self._kw("alpha", "transA"))

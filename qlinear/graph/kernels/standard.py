@@ -19,31 +19,21 @@ from onnx.reference.ops import load_op
 
 import qlinear as _q
 from ... import _native
+from ... import dtypes as _dtypes
 from ..._geometry import explicit_pads, window_output_sizes
 from ...quantize import PreparedDequantize, PreparedQuantize
 from ..errors import NodeError
-from ..proto import NP_EIGHT_BIT, T, node_attributes, node_version
+from ..proto import T, node_attributes, node_version
 from ..support import _opset10_not_scalar
-from .base import constants_at
+from .base import KernelOp, constants_at
 
-class _QLinearOp(OpRun):
-    """Base of the replacement kernels: version lookup and error wrapping."""
-
-    op_domain = ""
-    #: ``_run`` reads the attributes from ``self.given``: the graph loop passes the inputs only
-    run_ignores_attributes = True
+class _QLinearOp(KernelOp):
+    """Base of the six operators' kernels (``base.KernelOp``), with their ONNX version."""
 
     def __init__(self, onnx_node, run_params, schema=None):
         super().__init__(onnx_node, run_params, schema)
         opset = run_params["opsets"].get("", onnx.defs.onnx_opset_version())
         self.version = node_version(onnx_node.op_type, "", opset)
-        self.given = node_attributes(onnx_node)
-        self._cache_key: tuple | None = None
-        self._prepared: Any = None
-
-    def _fail(self, msg: str) -> NodeError:
-        return NodeError(f"node {self.onnx_node.name or self.onnx_node.output[0]!r} "
-                         f"({self.onnx_node.op_type}-{self.version}): {msg}")
 
     def _check_opset10_scalar(self, what: str, value: Any) -> None:
         """QuantizeLinear-10 / DequantizeLinear-10: ``what`` must have one element (per-axis
@@ -52,37 +42,13 @@ class _QLinearOp(OpRun):
         if bad:
             raise self._fail(bad)
 
-    def _call(self, fn, *args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except (ValueError, TypeError) as e:
-            raise self._fail(str(e)) from e
-
-    #: Names of this node's inputs that are constant for the model (initializers, Constant
-    #: outputs); set by QLinearRep. None (unknown): nothing is cached across runs.
-    constant_inputs: frozenset[str] | None = None
-
     def _prepared_for(self, factory_name: str, weights: tuple, positions: tuple[int, ...], **kwargs):
-        """A prepared object for these weight arrays (inputs at ``positions`` of the node).
-
-        Cached across runs only when every one of them is a constant of the model (the same
-        array object, never written, on every run): the pretransform is then paid once per
-        model. A weight fed as a graph input or computed at run time is prepared on each run,
-        so a caller reusing a buffer with new values gets results for the new values.
-        """
-        constant = constants_at(self, positions) is True
-        key = tuple(id(w) for w in weights)
-        if not constant or self._cache_key != key or self._prepared is None:
-            factory = getattr(_q, factory_name, None)
-            if factory is None:
-                return None
-            prepared = self._call(factory, *weights, **kwargs)
-            if not constant:
-                return prepared
-            self._prepared = prepared
-            self._cache_key = key
-            self._weights_ref = weights  # keep the arrays alive so ids stay unique
-        return self._prepared
+        """``KernelOp._prepared_for`` of the package face's ``factory_name`` (looked up per call:
+        the face is what a test or a user replaces), None when the face has none."""
+        factory = getattr(_q, factory_name, None)
+        if factory is None:
+            return None
+        return super()._prepared_for(factory, weights, positions, **kwargs)
 
     def _prepared_params(self, cls, scale, zero_point, axis):
         """``cls(scale, zero_point, axis=axis)`` built once when both are constants of the model
@@ -99,7 +65,7 @@ class _QLinearOp(OpRun):
     # The repeat path of a node whose weights and per-tensor call parameters (scales, zero
     # points) are all constants of the model: after one call with them validated and run, the
     # node passes its prepared form NumPy scalars of the same values and dtypes (immutable,
-    # so the prepared form's repeat path -- ``v.RepeatMemo`` -- may trust them by identity)
+    # so the prepared form's repeat path -- ``_prepared.RepeatMemo`` -- may trust them by identity)
     # instead of the model's 0-d or 1-element arrays, which a prepared form must re-validate
     # on every call. The prepared form still checks x on every call.
     _scalars: tuple | None = None  # (the model's parameter arrays, the scalars, the prepared form)
@@ -135,26 +101,13 @@ class _QLinearOp(OpRun):
         scalars = tuple(None if p is None else p.reshape(-1)[0] for p in params)
         self._scalars = (params, scalars, prep)
 
-    # ``fast_path(inputs, fixed)``, defined by the kernels that have one (the graph loop,
-    # ``qlinear.graph.evaluator.FastEvaluator``, asks only those): asked after a call of
-    # ``_run(*inputs)`` that succeeded, a function of the node's input list giving its one
-    # output for inputs whose positions in ``fixed`` hold these very objects (the loop
-    # guarantees it: the model's constants) and whose other inputs are like these (the function
-    # checks them), and None otherwise (the loop then calls ``_run``); or None when there is
-    # none. It must give exactly ``_run``'s result. Only the exact classes take it (an
-    # emulating subclass overrides ``_run``).
-
-    def _bound(self, inputs: list, fixed: frozenset[int], params: tuple[int, ...]) -> bool:
-        """Whether the inputs at ``params`` (those given) are all fixed for ``fast_path``."""
-        return all(i in fixed for i in params if i < len(inputs) and inputs[i] is not None)
-
     def _check_float32(self, what: str, v) -> None:
         if v is not None and np.asarray(v).dtype != np.float32:
             raise self._fail(f"{what} is {np.asarray(v).dtype}; qlinear implements the float32 "
                              "contract only")
 
     def _check_8bit(self, what: str, v) -> None:
-        if v is not None and np.asarray(v).dtype not in NP_EIGHT_BIT:
+        if v is not None and np.asarray(v).dtype not in _dtypes.EIGHT_BIT:
             raise self._fail(f"{what} is {np.asarray(v).dtype}; only uint8 and int8 are supported")
 
     def _conv_attrs(self) -> dict[str, Any]:
@@ -167,7 +120,7 @@ class _QLinearOp(OpRun):
 
 
 _F32_I32 = (np.dtype(np.float32), np.dtype(np.int32))
-_NARROW_SCALES = (np.dtype(np.float16), _q.dtypes.BF16.dtype)
+_NARROW_SCALES = (np.dtype(np.float16), _dtypes.BF16.dtype)
 
 
 def _dtype(v: Any) -> np.dtype | None:
@@ -186,7 +139,7 @@ class QuantizeLinear(_QLinearOp):
         g = self.given
         if (g.get("block_size", 0) or g.get("precision", 0) or g.get("output_dtype", 0) not in (0, T.UINT8)
                 or _dtype(x) not in _F32_I32 or _dtype(y_scale) != np.float32
-                or (y_zero_point is not None and _dtype(y_zero_point) not in NP_EIGHT_BIT)
+                or (y_zero_point is not None and _dtype(y_zero_point) not in _dtypes.EIGHT_BIT)
                 or (self.version >= 19 and _dtype(x) == np.int32)):
             # the newer types and attributes (versions 19-28): the function, which takes them all
             return (self._call(_q.quantize_linear, x, y_scale, y_zero_point, axis=g.get("axis", 1),
@@ -222,17 +175,17 @@ class QuantizeLinear(_QLinearOp):
 class DequantizeLinear(_QLinearOp):
     def _run(self, x, x_scale, x_zero_point=None, **_):
         prepared = self._prepared
-        if prepared is not None and type(x) is np.ndarray and x.dtype in NP_EIGHT_BIT \
+        if prepared is not None and type(x) is np.ndarray and x.dtype in _dtypes.EIGHT_BIT \
                 and x_scale is self._weights_ref[0] and x_zero_point is self._weights_ref[1]:
             return (self._call(prepared.run, x),)  # as in QuantizeLinear._run
         g = self.given
         if (g.get("block_size", 0) or g.get("output_dtype", 0) not in (0, T.FLOAT)
-                or _dtype(x) not in (*NP_EIGHT_BIT, np.dtype(np.int32)) or _dtype(x_scale) != np.float32):
+                or _dtype(x) not in (*_dtypes.EIGHT_BIT, np.dtype(np.int32)) or _dtype(x_scale) != np.float32):
             # the newer types and attributes (versions 19-28): the function, which takes them all
             return (self._call(_q.dequantize_linear, x, x_scale, x_zero_point, axis=g.get("axis", 1),
                                block_size=g.get("block_size", 0), output_dtype=g.get("output_dtype", 0) or None,
                                version=self.version),)
-        if np.asarray(x).dtype not in (*NP_EIGHT_BIT, np.dtype(np.int32)):
+        if np.asarray(x).dtype not in (*_dtypes.EIGHT_BIT, np.dtype(np.int32)):
             raise self._fail(f"input x is {np.asarray(x).dtype}; only uint8, int8 and int32 "
                              "are supported")
         self._check_float32("x_scale", x_scale)
@@ -301,7 +254,7 @@ class QLinearMatMul(_QLinearOp):
             scalars = self._scalar_params(params, (1, 2, 6, 7), prep)
             if scalars is not None:  # as in QLinearConv._run
                 return (self._call(prep.run, a, *scalars),)
-        if any(_dtype(v) not in NP_EIGHT_BIT for v in (a, b, y_zero_point)) or \
+        if any(_dtype(v) not in _dtypes.EIGHT_BIT for v in (a, b, y_zero_point)) or \
                 any(_dtype(v) in _NARROW_SCALES for v in (a_scale, b_scale, y_scale)):
             # version 21: float8 operands or float16/bfloat16 scales, by the function
             return (self._call(_q.qlinear_matmul, a, a_scale, a_zero_point, b, b_scale, b_zero_point,
@@ -437,7 +390,7 @@ def _max_pool(x: np.ndarray, attrs: tuple) -> np.ndarray:
     ceil_mode), each a tuple of ints or None: the compiled byte kernel for 8-bit NCHW input,
     the NumPy formulation otherwise."""
     key = (x.shape, *attrs)
-    if x.ndim == 4 and x.dtype in NP_EIGHT_BIT:
+    if x.ndim == 4 and x.dtype in _dtypes.EIGHT_BIT:
         C = _native.native()
         plan = _max_pool_native_plan(*key) if C is not None else None
         if plan is not None:
@@ -562,7 +515,7 @@ class MaxPool(OpRun):
         x = inputs[0] if len(inputs) == 1 else None
         C = _native.native()
         if (type(self) is not MaxPool or self._with_indices or self._attr_key is None or C is None
-                or type(x) is not np.ndarray or x.ndim != 4 or x.dtype not in NP_EIGHT_BIT
+                or type(x) is not np.ndarray or x.ndim != 4 or x.dtype not in _dtypes.EIGHT_BIT
                 or not x.flags.c_contiguous):
             return None
         plan = _max_pool_native_plan(x.shape, *self._attr_key)

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 import qlinear
+from qlinear import dtypes
 
 MIB = 1 << 20
 
@@ -58,8 +59,8 @@ def _types_note(types: str) -> str:
 
 def _full_range(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """Uniform values over the whole range of the 8-bit dtype (what exactness must cover)."""
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, info.max + 1, shape, dtype=dtype)
+    lo, hi = dtypes.INT_RANGE[np.dtype(dtype)]
+    return rng.integers(lo, hi + 1, shape, dtype=dtype)
 
 
 def _weights(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype, bits: int) -> np.ndarray:
