@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from qlinear import dtypes, modelfile
+from qlinear import modelfile
 from qlinear.backend import check_model, format_problems, topologically_sorted
 from qlinear.graph.proto import graph_tensors, topological_order
 from qlinear.modelfile import MAX_MODEL_FILE_BYTES, ModelFileError  # noqa: F401 (re-exported)
