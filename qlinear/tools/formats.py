@@ -56,6 +56,31 @@ def _opsets(model: onnx.ModelProto) -> dict[str, int]:
     return {("" if d.domain == "ai.onnx" else d.domain): d.version for d in model.opset_import}
 
 
+def _types_and_shapes(model: onnx.ModelProto) -> tuple[dict[str, int], dict[str, tuple]]:
+    """Element types and fixed shapes, from onnx's shape inference for a model without
+    model-local functions; with functions (which shape inference expands, exponentially for
+    a fan-out of calls: the hostile-model tests), only what the model declares: initializers,
+    inputs, outputs, value_info, and each QuantizeLinear's output type."""
+    if not model.functions:
+        return types_and_shapes(model)
+    types: dict[str, int] = {}
+    shapes: dict[str, tuple] = {}
+    for g in (model.graph,):
+        for vi in list(g.input) + list(g.value_info) + list(g.output):
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+                types[vi.name] = vi.type.tensor_type.elem_type
+        for t in g.initializer:
+            types[t.name], shapes[t.name] = t.data_type, tuple(t.dims)
+    for node, _ in walk_nodes(model.graph):
+        if node.op_type == "QuantizeLinear" and node.output:
+            types.setdefault(node.output[0], _quantized_type(node, types))
+    return types, shapes
+
+
+def _has_quantization(model: onnx.ModelProto) -> bool:
+    return any(n.op_type in _QDQ + ("QLinearMatMul",) for n, _ in walk_nodes(model.graph))
+
+
 def _quantized_type(node: onnx.NodeProto, types: dict[str, int]) -> int:
     """The quantized (integer or narrow float) type of a Q's output or a DQ's input."""
     if node.op_type == "DequantizeLinear":
@@ -85,7 +110,9 @@ def quantization_summary(model: onnx.ModelProto) -> list[dict[str, Any]]:
     """One row per distinct (operator, domain, version, quantized type, scale type, output type,
     granularity, attributes) among the model's QuantizeLinear/DequantizeLinear nodes (subgraphs
     included), with the node count: what ``qlinear inspect`` lists."""
-    types, shapes = types_and_shapes(model)
+    if not _has_quantization(model):
+        return []
+    types, shapes = _types_and_shapes(model)
     opsets = _opsets(model)
     rows: collections.Counter = collections.Counter()
     for node, _ in walk_nodes(model.graph):
@@ -123,7 +150,9 @@ def onnxruntime_cannot_run(model: onnx.ModelProto) -> list[str]:
     """Why onnxruntime 1.32 cannot run the model's QuantizeLinear/DequantizeLinear and
     QLinearMatMul nodes (measured over 5,016 one-node models, ../shared/FORMATS.md §6), one
     sentence per distinct reason; empty when it has the kernels."""
-    types, _ = types_and_shapes(model)
+    if not _has_quantization(model):
+        return []
+    types, _ = _types_and_shapes(model)
     opsets = _opsets(model)
     reasons: dict[str, None] = {}
     for node, _ in walk_nodes(model.graph):
