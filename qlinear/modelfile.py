@@ -28,7 +28,8 @@ import onnx
 from google.protobuf.descriptor import FieldDescriptor as F
 from onnx import helper, numpy_helper
 
-from qlinear.graph.proto import model_tensors, subgraphs
+from qlinear import dtypes
+from qlinear.graph.proto import graph_tensors, model_tensors, subgraphs
 from qlinear.graph.proto import graphs as _graphs
 
 #: Largest model file read (protobuf cannot parse a message of 2 GiB or more; bigger models
@@ -405,6 +406,11 @@ def check_contents(model: onnx.ModelProto, where: str) -> None:
                 elem = vi.type.tensor_type.elem_type
                 if elem and not _known_elem_type(elem):
                     raise bad_type(f"tensor {vi.name!r}", elem)
+    for t in graph_tensors(model.graph):
+        if _known_elem_type(t.data_type):
+            problem = tensor_data_problem(t)
+            if problem:
+                raise ModelFileError(f"{where}: {problem}")
     for nodes, prefix in node_lists:
         for i, node in enumerate(nodes):
             label = f"{prefix}node {node.name or f'#{i}'!r} ({node.op_type})"
@@ -444,6 +450,50 @@ def check_contents(model: onnx.ModelProto, where: str) -> None:
                     for part, t in (("values", sp.values), ("indices", sp.indices)):
                         if not _known_elem_type(t.data_type):
                             raise bad_type(f"{label} attribute {a.name!r} ({part})", t.data_type)
+
+
+#: TensorProto fields that can hold the values, besides raw_data.
+_TYPED_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data",
+                 "uint64_data")
+
+
+def tensor_data_problem(t: onnx.TensorProto) -> str | None:
+    """Why an embedded tensor's data does not fit its shape and type, or None: raw_data must
+    hold exactly the bytes ONNX's layout takes (sub-byte types packed: 2-bit four to a byte,
+    4-bit two, float6 ceil(6n/8)), a typed field one entry per element (per packed byte for
+    2- and 4-bit types). onnx would otherwise fail far from the cause ('cannot reshape array
+    of size ...'), or ignore extra bytes and answer."""
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        return None
+    if any(d < 0 for d in t.dims):
+        return f"tensor {t.name!r} has a negative dimension {list(t.dims)}"
+    n = 1
+    for d in t.dims:
+        n *= int(d)
+    try:
+        dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
+    except KeyError:
+        return None  # an unknown element type: check_contents names it
+    try:
+        bits = dtypes.from_onnx(t.data_type).bits  # the registry: one home of packing widths
+    except (KeyError, ValueError):
+        bits = 8 * dtype.itemsize
+    shown = f"tensor {t.name!r} of shape {list(t.dims)} ({dtype})"
+    if t.raw_data:
+        if dtype.kind in "OSU":
+            return None
+        want = (n * bits + 7) // 8
+        if len(t.raw_data) != want:
+            return f"{shown} holds {len(t.raw_data)} bytes of data, not {want} (corrupt or truncated?)"
+        return None
+    counts = [len(getattr(t, f)) for f in _TYPED_FIELDS if len(getattr(t, f))]
+    have = counts[0] if counts else 0
+    complex_ = t.data_type in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128)
+    per_entry = 8 // bits if bits in (2, 4) else 1  # int32_data holds packed bytes of these
+    want = 2 * n if complex_ else (n + per_entry - 1) // per_entry
+    if have != want:
+        return f"{shown} holds {have} values, not {want} (corrupt or truncated?)"
+    return None
 
 
 def _first_non_utf8_field(msg, where: str):

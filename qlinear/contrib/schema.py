@@ -33,10 +33,12 @@ _INPUT_TYPES: dict[str, dict[int, set[int]]] = {
     "QLinearConv": {0: _EIGHT_BIT, 1: _FLOAT, 3: _EIGHT_BIT, 4: _FLOAT, 6: _FLOAT, 8: {_T.INT32}},
     "MatMulIntegerToFloat": {0: _EIGHT_BIT, 1: _EIGHT_BIT, 2: _FLOAT, 3: _FLOAT, 6: _FLOAT},
     "DynamicQuantizeMatMul": {0: _FLOAT, 1: _EIGHT_BIT, 2: _FLOAT},
-    # (float16 scales: onnxruntime computes a float16 output in float16 arithmetic where its
-    # schema allows them; qlinear's kernels are float32: refused rather than answered in float32)
-    "QuantizeLinear": {0: _FLOAT, 1: _FLOAT, 2: _EIGHT_BIT | {_T.UINT16, _T.INT16}},
-    "DequantizeLinear": {0: _EIGHT_BIT | {_T.UINT16, _T.INT16, _T.INT32}, 1: _FLOAT},
+    # (onnxruntime 1.32's contrib kernels take these, float16 and 4-bit included, with the ONNX
+    # kernels' arithmetic; float8, 2-bit and int32 outputs are refused, as onnxruntime does)
+    "QuantizeLinear": {0: _FLOAT | {_T.FLOAT16}, 1: _FLOAT | {_T.FLOAT16},
+                       2: _EIGHT_BIT | {_T.UINT16, _T.INT16, _T.UINT4, _T.INT4}},
+    "DequantizeLinear": {0: _EIGHT_BIT | {_T.UINT16, _T.INT16, _T.INT32, _T.UINT4, _T.INT4},
+                         1: _FLOAT | {_T.FLOAT16}},
     # The float operators of quantized transformers (within float tolerance, not bit-exact).
     "QAttention": {0: _EIGHT_BIT, 1: _EIGHT_BIT, 2: _FLOAT, 3: _FLOAT, 4: _FLOAT},
     "Attention": {0: _FLOAT, 1: _FLOAT},

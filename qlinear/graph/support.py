@@ -69,6 +69,11 @@ def _check_qlinear_node(node: onnx.NodeProto, version: int, types: dict[str, int
         bad = _qdq.node_problem(op, version, attrs, t(0), t(1), t(2))
         if bad:
             return bad
+        if op == "DequantizeLinear" and t(1) == T.FLOAT8E8M0 and not attrs.get("output_dtype"):
+            # (the NumPy API answers float32 here, docs/contract.md; a model has to say it)
+            return ("a float8e8m0 x_scale needs output_dtype (float32, float16 or bfloat16): "
+                    "without it the schema's type inference makes y float8e8m0, which is not a "
+                    "DequantizeLinear output type")
         if version == 10:
             bad = _opset10_per_axis(node, shapes or {})
             if bad:

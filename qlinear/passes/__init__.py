@@ -40,6 +40,8 @@ Level 2 (CPU)
      GlobalAveragePool -> QLinear*; Concat -> QLinearConcat; Where -> QLinearWhere;
      weight-only DequantizeLinear (2/4/8-bit, blocked, per-channel or per-tensor) -> MatMul
      or Gemm -> com.microsoft MatMulNBits at the session's accuracy level (``matmul_nbits``).
+  7. ``remove_dq_q``: a DQ -> Q pair with equal parameters left in the graph disappears
+     (QDQFinalCleanupTransformer).
 
 ``ops`` restricts which fused operators may be emitted (a node group whose replacement is not
 in it stays as written), so that a backend emits only operators it has kernels for.
@@ -61,8 +63,8 @@ from .cleanup import fold_constants, fuse_consecutive_reshapes, fuse_reshape_sha
 from .exact_convs import exact_integer_convs
 from .islands import integer_islands
 from .graph_edit import DROP_QDQ_OPS, QDQRefusal, _Graph
-from .qdq_pairs import (ensure_unique_dq, propagate_qdq, quantize_bias, remove_double_qdq, remove_relu_clip,
-                        s8_to_u8)
+from .qdq_pairs import (ensure_unique_dq, propagate_qdq, quantize_bias, remove_double_qdq, remove_dq_q,
+                        remove_relu_clip, s8_to_u8)
 from .matmul_nbits import fuse_matmul_nbits
 from .qdq_rules import FUSED_OPS as _GROUP_OPS
 from .qdq_rules import node_groups
@@ -72,8 +74,8 @@ FUSED_OPS: frozenset[tuple[str, str]] = _GROUP_OPS | {("com.microsoft", "MatMulN
 
 __all__ = ["fuse_qdq", "exact_integer_convs", "integer_islands", "FUSED_OPS", "DROP_QDQ_OPS", "QDQRefusal",
            "fold_constants", "fuse_reshape_shape", "fuse_consecutive_reshapes", "remove_dead_nodes",
-           "ensure_unique_dq", "remove_double_qdq", "propagate_qdq", "quantize_bias", "remove_relu_clip",
-           "s8_to_u8", "node_groups", "fuse_matmul_nbits"]
+           "ensure_unique_dq", "remove_double_qdq", "remove_dq_q", "propagate_qdq", "quantize_bias",
+           "remove_relu_clip", "s8_to_u8", "node_groups", "fuse_matmul_nbits"]
 
 
 # --------------------------------------------------------------------------- entry point
@@ -120,4 +122,6 @@ def fuse_qdq(model: onnx.ModelProto, *, int8_allowed: bool = False,
     # groups (one DequantizeLinear, on the weight, no QuantizeLinear) are disjoint from every
     # group above, so running it after them rewrites the same nodes
     fuse_matmul_nbits(g, emit, nbits_accuracy_level, nbits_block_size)
+    # then onnxruntime's QDQFinalCleanupTransformer (its DQ -> Q half)
+    remove_dq_q(g)
     return g.to_model()

@@ -39,6 +39,9 @@ _INT16 = dtypes.SIXTEEN_BIT_ONNX
 # the types no fusion takes: 4- and 2-bit integers and the float formats (onnxruntime's QDQ
 # selectors fuse 8- and 16-bit integers; these pairs run as written)
 _INT4 = dtypes.NARROW_ONNX
+#: The sub-byte integers' minimum (a Relu before a Q whose zero point is it changes nothing).
+_SUB_BYTE_MIN = {elem: lo for elem, (lo, _) in dtypes.ONNX_INT_RANGE.items()
+                 if elem in dtypes.NARROW_ONNX}
 
 
 class QDQRefusal(ValueError):
@@ -355,3 +358,25 @@ def _qdq_pair_supported(g: _Graph, q: onnx.NodeProto, dq: onnx.NodeProto) -> boo
     ds, dz = g.const(dq.input[1]), g.const(dq.input[2])
     return (qz.dtype == dz.dtype and qs.dtype == ds.dtype
             and qz.reshape(()) == dz.reshape(()) and qs.reshape(()) == ds.reshape(()))
+
+
+def _granularity(g: _Graph, node: onnx.NodeProto) -> str:
+    """How a QuantizeLinear's or DequantizeLinear's parameters apply: "tensor" (one scale),
+    "blocked" (``block_size`` > 0), "axis" (a 1-D scale along ``axis``), or "unknown" (the
+    scale is not a constant)."""
+    scale = g.const(node.input[1]) if len(node.input) > 1 else None
+    if scale is None:
+        return "unknown"
+    if scale.size == 1 and not _attr(node, "block_size", 0):
+        return "tensor"
+    return "blocked" if _attr(node, "block_size", 0) else "axis"
+
+
+def _granularity_words(g: _Graph, node: onnx.NodeProto) -> str:
+    """The granularity in a sentence: "per axis (6 scales)", "blocked (block_size 16)"."""
+    kind = _granularity(g, node)
+    if kind == "blocked":
+        return f"blocked (block_size {_attr(node, 'block_size', 0)}, scale shape {list(g.const(node.input[1]).shape)})"
+    if kind == "axis":
+        return f"per axis ({g.const(node.input[1]).size} scales)"
+    return "per tensor" if kind == "tensor" else "of non-constant parameters"

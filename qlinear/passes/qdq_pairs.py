@@ -14,8 +14,11 @@ from onnx import helper
 
 from .. import dtypes
 from ..graph.proto import T
-from .graph_edit import _Graph, _attr, _const_scalar_params, _copy, _is, _is_dq, _is_q, _qdq_pair_supported, _scalar
+from .graph_edit import QDQRefusal, _Graph, _SUB_BYTE_MIN, _attr, _const_scalar_params, _copy, _is, _is_dq, _is_q, _qdq_pair_supported, _scalar
 
+
+#: uint16, int16 (measured: onnxruntime 1.32's DoubleQDQPairsRemover and ClipQuantFusion take them)
+_SIXTEEN_BIT = tuple(np.dtype(d) for d in (np.uint16, np.int16))
 
 #: A Conv bias DQ scale b fuses when |b - x_scale * w_scale| <= ATOL + RTOL * |x_scale * w_scale|.
 BIAS_SCALE_ATOL, BIAS_SCALE_RTOL = 1e-6, 1e-2
@@ -45,14 +48,15 @@ def ensure_unique_dq(g: _Graph) -> None:
 
 
 def remove_double_qdq(g: _Graph) -> None:
-    """Q1 -> DQ1 -> Q2 -> DQ2 becomes Q1' -> DQ2' (DoubleQDQPairsRemover).
+    """Q1 -> DQ1 -> Q2 -> DQ2 (one or more DQ2) becomes Q1' -> DQ2' (DoubleQDQPairsRemover).
 
-    Conditions: DQ1 has one input edge (from Q1) and one output edge (to Q2); Q1 and Q2 have
-    one output edge each; none of Q1, DQ1, Q2 produces a graph output; DQ2 is a DQ; both pairs
-    satisfy IsQDQPairSupported; the zero points are uint8 or int8 of one type. When the two
-    pairs' parameters differ, the outer pair gets the scale and zero point of the intersection
-    of both real ranges: s = f((hi - lo) / (qmax - qmin)), zp = round_half_away(qmin - lo / s),
-    with lo, hi computed in float32 as in onnxruntime.
+    Conditions (onnxruntime 1.32): Q1 has one output edge, to DQ1; DQ1 has one input edge (from
+    Q1) and one output edge (to Q2); none of Q1, DQ1, Q2 produces a graph output; every reader
+    of Q2 is a DQ; Q1/DQ1 and Q2/each DQ2 satisfy IsQDQPairSupported; both Qs have one zero
+    point type, uint8, int8, uint16 or int16 (measured: 16-bit pairs collapse, 4-bit and float8
+    ones do not). When the two pairs' parameters differ, the outer pair gets the scale and zero
+    point of the intersection of both real ranges: s = f((hi - lo) / (qmax - qmin)),
+    zp = round_half_away(qmin - lo / s), with lo, hi computed in float32 as in onnxruntime.
     """
     changed = True
     while changed:
@@ -67,17 +71,18 @@ def remove_double_qdq(g: _Graph) -> None:
             if sum(1 for x in dq1.input if x and x in g.producer) != 1:
                 continue
             q2 = g.single_consumer(dq1)
-            if q2 is None or not _is_q(q2):
+            if q2 is None or not _is_q(q2) or g.produces_graph_output(q2):
                 continue
             if g.single_consumer(q1) is not dq1:
                 continue
-            dq2 = g.single_consumer(q2)
-            if dq2 is None or not _is_dq(dq2):
+            dq2s = [c for _, c, _ in g.edges_out(q2)]
+            if not dq2s or not all(_is_dq(d) for d in dq2s):
                 continue
-            if not (_qdq_pair_supported(g, q1, dq1) and _qdq_pair_supported(g, q2, dq2)):
+            if not (_qdq_pair_supported(g, q1, dq1) and
+                    all(_qdq_pair_supported(g, q2, d) for d in dq2s)):
                 continue
             zt = g.const(dq1.input[2]).dtype
-            if zt not in dtypes.EIGHT_BIT:
+            if zt not in dtypes.EIGHT_BIT + _SIXTEEN_BIT or g.const(q2.input[2]).dtype != zt:
                 continue
             new = _double_qdq_params(g, dq1, q2)
             if new is False:
@@ -86,10 +91,11 @@ def remove_double_qdq(g: _Graph) -> None:
                 s, z = new
                 sname = g.add_const("DoubleQDQRemoved_scale", s)
                 zname = g.add_const("DoubleQDQRemoved_zp", z)
-                for n in (q1, dq2):
+                for n in [q1] + dq2s:
                     g.set_input(n, 1, sname)
                     g.set_input(n, 2, zname)
-            g.set_input(dq2, 0, q1.output[0])
+            for dq2 in dq2s:
+                g.set_input(dq2, 0, q1.output[0])
             g.remove(dq1, q2)
             changed = True
             break
@@ -341,10 +347,9 @@ def _q_range(g: _Graph, q: onnx.NodeProto) -> Optional[tuple[np.float32, np.floa
     s, z = g.const(q.input[1]), g.const(q.input[2])
     if s is None or z is None or s.ndim != 0 or z.ndim != 0 or s.dtype != np.float32:
         return None
-    if z.dtype in dtypes.EIGHT_BIT:
-        lo, hi = dtypes.INT_RANGE[z.dtype]
-    else:
-        return None
+    if z.dtype not in dtypes.EIGHT_BIT + _SIXTEEN_BIT:
+        return None  # (remove_relu_clip refuses the other types: onnxruntime fails on them)
+    lo, hi = dtypes.INT_RANGE[z.dtype]
     zp = int(z)
     return np.float32(s * np.float32(lo - zp)), np.float32(s * np.float32(hi - zp))
 
@@ -394,7 +399,14 @@ def _clip_redundant(g: _Graph, act: onnx.NodeProto, q: onnx.NodeProto) -> bool:
 def remove_relu_clip(g: _Graph) -> None:
     """Relu -> Q with Q's zero point at the type minimum, and Clip -> Q with the clip range
     covering Q's range (to float32 epsilon), lose the Relu/Clip (ReluQuantFusion,
-    ClipQuantFusion). The activation must have exactly one output edge, to the Q."""
+    ClipQuantFusion). The activation must have exactly one output edge, to the Q.
+
+    Measured (onnxruntime 1.32), for a Q to another type than an 8- or 16-bit integer: it
+    removes the Relu whatever the zero point (a 4-bit zero point above the minimum, any float8
+    zero point: negative inputs then come out negative), and a Clip with constant bounds makes
+    its session fail to load ("Unexpected data type for QuantizeLinear input y_zero_point").
+    qlinear removes the Relu where that changes nothing (a sub-byte zero point at the type's
+    minimum) and refuses the other cases (:class:`QDQRefusal`)."""
     for act in list(g.nodes):
         if not (_is(act, "Relu") or _is(act, "Clip")):
             continue
@@ -405,10 +417,93 @@ def remove_relu_clip(g: _Graph) -> None:
             continue
         if _is(act, "Clip") and g.version(act) not in (1, 6, 11, 12, 13):
             continue
+        if _refuse_narrow_relu_clip(g, act, q):
+            g.set_input(q, 0, act.input[0])
+            g.remove(act)
+            continue
         if not _clip_redundant(g, act, q):
             continue
         g.set_input(q, 0, act.input[0])
         g.remove(act)
+
+
+def _type_name(elem: int) -> str:
+    try:
+        return dtypes.from_onnx(elem).name
+    except (KeyError, ValueError):
+        return helper.tensor_dtype_to_string(elem)
+
+
+def _narrow_zero_point(g: _Graph, q: onnx.NodeProto) -> Optional[np.ndarray]:
+    """The Q's constant zero point when it is of another type than an 8- or 16-bit integer
+    (the case onnxruntime's ReluQuantFusion and ClipQuantFusion mishandle), else None."""
+    if len(q.input) != 3 or not q.input[2]:
+        return None
+    z = g.const(q.input[2])
+    if z is None or z.dtype in dtypes.EIGHT_BIT + _SIXTEEN_BIT:
+        return None
+    return z
+
+
+def _refuse_narrow_relu_clip(g: _Graph, act: onnx.NodeProto, q: onnx.NodeProto) -> bool:
+    """True when ``act`` (a Relu before ``q``) is removed as onnxruntime removes it and that
+    changes nothing; QDQRefusal where onnxruntime's rewrite changes the results or fails."""
+    z = _narrow_zero_point(g, q)
+    if z is None:
+        return False
+    zt = helper.np_dtype_to_tensor_dtype(z.dtype)
+    name = f"{act.op_type} {act.name or act.output[0]!r}"
+    qname = f"QuantizeLinear {q.name or q.output[0]!r}"
+    if _is(act, "Relu"):
+        if z.size != 1:
+            return False
+        zv = z.reshape(-1)[0]
+        if zt in _SUB_BYTE_MIN and int(zv) == _SUB_BYTE_MIN[zt]:
+            return True  # the Q clamps there anyway: removing the Relu changes nothing
+        raise QDQRefusal(
+            f"{name} feeds {qname} to {_type_name(zt)} with zero point "
+            f"{zv}: onnxruntime 1.32 removes such a Relu for every type but 8- and 16-bit "
+            "integers whatever the zero point, so its negative inputs come out negative "
+            "(measured), which is not the model's arithmetic and qlinear does not reproduce it: "
+            "qdq='literal' (--qdq literal) runs the graph as written")
+    mm = _clip_min_max(g, act)
+    s = g.const(q.input[1])
+    if mm is None or s is None or s.ndim != 0 or s.dtype != np.float32 or z.ndim != 0:
+        return False  # onnxruntime stops before reading the zero point
+    raise QDQRefusal(
+        f"{name} feeds {qname} with a {_type_name(zt)} zero point: "
+        "onnxruntime 1.32's ClipQuantFusion takes 8- and 16-bit integers only and its session "
+        "fails to load ('Unexpected data type for QuantizeLinear input y_zero_point', measured): "
+        "qdq='literal' (--qdq literal) runs the graph as written")
+
+
+def remove_dq_q(g: _Graph) -> None:
+    """DQ -> Q with equal parameters disappears: the Q's readers read the DQ's input
+    (QDQFinalCleanupTransformer, the last level-2 pass; its DQ -> Q part is always on).
+
+    Conditions: the DQ has one output edge, to the Q, and no graph output; IsQDQPairSupported
+    (constant scalar scales and explicit zero points, equal, of one type: any type, measured
+    with uint4 and float8 too); a Q that produces a graph output must have no readers. Exact:
+    a DQ -> Q round trip with one scale and zero point gives back its input."""
+    for dq in list(g.nodes):
+        if not g.has(dq) or not _is_dq(dq):
+            continue
+        q = g.single_consumer(dq)
+        if q is None or not _is_q(q) or not _qdq_pair_supported(g, q, dq):
+            continue
+        out = q.output[0]
+        readers = g.consumers.get(out, [])
+        if out in g.pinned:
+            if readers:
+                continue
+            ident = helper.make_node("Identity", [dq.input[0]], [out], name=g.fresh("QDQFinalCleanup"))
+            g.types[out] = g.elem_type(dq.input[0])
+            g.replace_node(q, ident)
+            g.remove(dq)
+            continue
+        for c, i in list(readers):
+            g.set_input(c, i, dq.input[0])
+        g.remove(dq, q)
 
 
 def s8_to_u8(g: _Graph) -> None:

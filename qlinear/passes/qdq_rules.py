@@ -12,8 +12,9 @@ import onnx
 from onnx import helper
 
 
+from .. import dtypes
 from ..graph.proto import T
-from .graph_edit import DROP_QDQ_OPS, MS, QDQRefusal, _Graph, _INT16, _INT4, _attr, _const_scalar_params, _copy, _is, _is_dq, _is_q, _n_actual, _q_output_type, _qdq_pair_supported, _refuse_attributes_the_fused_node_lacks, _scalar
+from .graph_edit import DROP_QDQ_OPS, MS, QDQRefusal, _Graph, _INT16, _INT4, _SUB_BYTE_MIN, _attr, _const_scalar_params, _copy, _is, _is_dq, _is_q, _n_actual, _q_output_type, _qdq_pair_supported, _refuse_attributes_the_fused_node_lacks, _scalar, _granularity, _granularity_words
 from .qdq_pairs import BIAS_SCALE_ATOL, BIAS_SCALE_RTOL, _clip_redundant
 
 
@@ -24,6 +25,7 @@ FUSED_OPS: frozenset[tuple[str, str]] = frozenset({
     (MS, "QLinearSoftmax"), (MS, "QLinearAveragePool"), (MS, "QLinearGlobalAveragePool"),
     (MS, "QLinearConcat"), (MS, "QLinearWhere"),
 })
+_SUB_BYTE = frozenset(_SUB_BYTE_MIN)  # 4- and 2-bit integers
 _UNARY = {"AveragePool", "LeakyRelu", "GlobalAveragePool", "Sigmoid", "Softmax"}
 _BINARY = {"Add", "Mul"}
 
@@ -106,11 +108,11 @@ def _params_fit_the_product(g: _Graph, dq: onnx.NodeProto, column_axis: Optional
     activation leaves the group in float. A scale that is not a constant is left to the
     other checks."""
     scale = g.const(dq.input[1])
-    if scale is None or scale.size == 1:
+    if scale is None or (scale.size == 1 and not _attr(dq, "block_size", 0)):
         return True
     data = g.const(dq.input[0])
-    if column_axis is None or data is None or data.ndim != 2:
-        return False
+    if column_axis is None or data is None or data.ndim != 2 or _attr(dq, "block_size", 0):
+        return False  # measured: a blocked weight (any axis) leaves the group in float
     return int(_attr(dq, "axis", 1)) % 2 == column_axis
 
 
@@ -220,7 +222,8 @@ class _Rules:
             return False
         dq, q = grp.dqs[0], grp.qs[0]
         t_in, t_out = _dq_type(g, dq), _q_type(g, q)
-        if t_in != t_out or t_in in _INT4 or (t_in in _INT16 and not allow16):
+        if t_in != t_out or (t_in in _INT4 and not (positive and t_in in _SUB_BYTE)) or \
+                (t_in in _INT16 and not allow16):
             return False
         if positive:
             s = g.const(q.input[1]) if len(q.input) > 1 else None
@@ -228,6 +231,13 @@ class _Rules:
                 return False
         if not _qdq_pair_supported(g, q, dq):
             return False
+        if positive and t_in in _SUB_BYTE:
+            raise QDQRefusal(
+                f"{node.op_type} {node.name or node.output[0]!r}: onnxruntime 1.32 drops the "
+                f"{dtypes.from_onnx(t_in).name} QuantizeLinear/DequantizeLinear pair around it, which "
+                f"leaves a {node.op_type} on {dtypes.from_onnx(t_in).name} data that the operator does not "
+                "take, and its session then fails to load ('Type Error', measured): qdq='literal' "
+                "(--qdq literal) runs the graph as written")
         if node.op_type == "Resize" and _attr(node, "mode", "nearest") != "nearest":
             return False  # measured: onnxruntime 1.32 keeps linear/cubic Resize in float
         new = _copy(node)
@@ -316,10 +326,28 @@ class _Rules:
                 continue
             raise QDQRefusal(
                 f"{node.op_type} {node.name or node.output[0]!r}: its {qdq.op_type} "
-                f"{qdq.name or qdq.output[0]!r} is per axis ({g.const(qdq.input[1]).size} "
-                f"scales); onnxruntime fuses the group into {fused} anyway and {what} "
+                f"{qdq.name or qdq.output[0]!r} is {_granularity_words(g, qdq)}; onnxruntime fuses the group into {fused} anyway and {what} "
                 "(measured, onnxruntime 1.32): qdq='literal' (--qdq literal) runs the graph as "
                 "written")
+
+    def _refuse_weight_not_per_channel(self, node: onnx.NodeProto, w: onnx.NodeProto) -> None:
+        """QDQRefusal when a Conv's weight DequantizeLinear is blocked, or per axis along
+        another axis than the output channels (0). Measured (onnxruntime 1.32): such a group
+        is fused into QLinearConv anyway, which then fails when it runs ('filter scale shape
+        invalid'); qlinear's fused node would fail on a node the model does not have."""
+        g = self.g
+        kind = _granularity(g, w)
+        axis = int(_attr(w, "axis", 1))
+        data = g.const(w.input[0])
+        if kind == "axis" and data is not None and axis % data.ndim == 0:
+            return
+        if kind in ("blocked", "axis"):
+            raise QDQRefusal(
+                f"{node.op_type} {node.name or node.output[0]!r}: its weight's DequantizeLinear "
+                f"{w.name or w.output[0]!r} is {_granularity_words(g, w)}; onnxruntime fuses the group "
+                "into QLinearConv anyway, which takes one scale per output channel, and its session "
+                "then fails when it runs ('filter scale shape invalid', measured, onnxruntime 1.32): "
+                "qdq='literal' (--qdq literal) runs the graph as written")
 
     def binary(self, node: onnx.NodeProto) -> bool:
         g = self.g
@@ -395,6 +423,7 @@ class _Rules:
                 return False
             inputs.append(b.input[0])
         self._refuse_per_axis(node, "QLinearConv", (x, q))  # the weight's DQ may be per channel
+        self._refuse_weight_not_per_channel(node, w)
         return self._replace(grp, self._new(grp, "QLinearConv", "", inputs, [q.output[0]]))
 
     def _bias_scale_ok(self, x: onnx.NodeProto, w: onnx.NodeProto, b: onnx.NodeProto) -> bool:
@@ -436,11 +465,33 @@ class _Rules:
             return self._replace(grp, self._new(grp, "QLinearMatMul", "", inputs, [q.output[0]]))
         if not self.emit(MS, "MatMulIntegerToFloat"):
             return False
+        self._refuse_weight_not_per_column(node, b)
         za, zb = self._zp(a, ta), self._zp(b, tb)
         inputs = [a.input[0], b.input[0], a.input[1], b.input[1], za, zb]
         new = self._new(grp, "MatMulIntegerToFloat", MS, inputs, list(node.output),
                         copy_attrs=False)
         return self._replace(grp, new)
+
+    def _refuse_weight_not_per_column(self, node: onnx.NodeProto, b: onnx.NodeProto) -> None:
+        """QDQRefusal when the constant 2-D weight of a MatMul without Q is quantized blocked or
+        along K (axis 0). Measured (onnxruntime 1.32): the group becomes MatMulIntegerToFloat
+        anyway, which reads a non-scalar weight scale as one per column: the session fails
+        when it runs ('Per-column quantization parameter ...'), or, when K equals N, answers
+        with the row scales applied to the columns."""
+        g = self.g
+        data = g.const(b.input[0])
+        kind = _granularity(g, b)
+        if data is None or data.ndim != 2 or kind not in ("axis", "blocked"):
+            return
+        if kind == "axis" and int(_attr(b, "axis", 1)) % 2 == 1:
+            return
+        what = ("answers with those scales applied to its columns, which is not the model's arithmetic"
+                if kind == "axis" and data.shape[0] == data.shape[1] else "its session then fails when it runs")
+        raise QDQRefusal(
+            f"{node.op_type} {node.name or node.output[0]!r}: its weight's DequantizeLinear "
+            f"{b.name or b.output[0]!r} is {_granularity_words(g, b)}; onnxruntime fuses the group into "
+            f"com.microsoft MatMulIntegerToFloat anyway, which takes one scale per column, and {what} "
+            "(measured, onnxruntime 1.32): qdq='literal' (--qdq literal) runs the graph as written")
 
     def gemm(self, node: onnx.NodeProto) -> bool:
         g = self.g

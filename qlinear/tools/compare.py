@@ -43,12 +43,14 @@ import onnx
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
+from qlinear import dtypes as qdtypes
 from qlinear.backend import (QLinearRep, UnsupportedModelError, apply_qdq, check_model, inline_functions,
                              kernels_for)
 from qlinear.contrib.nbits import prepare_matmul_nbits
 from qlinear.graph.proto import node_attributes, subgraphs
 from qlinear.graph.registry import FLOAT_KERNELS  # the float operators the backend runs
 from qlinear.tools import ortsat
+from qlinear.tools.formats import onnxruntime_cannot_run, onnxruntime_divergence, reference_divergence
 from qlinear.tools.table import format_table, node_progress, progress
 
 _GEMM_OPS = ("QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger")
@@ -103,6 +105,26 @@ def _run_session(sess, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return dict(zip(names, sess.run(names, feeds, ro)))
 
 
+class _ReferenceSession:
+    """onnx.reference in the place of onnxruntime's session, for a model onnxruntime 1.32
+    cannot run (qlinear.tools.formats.onnxruntime_cannot_run): ``run`` gives the outputs,
+    ``run_all`` every tensor (the per-node rows)."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.model = model
+        self.evaluator = ReferenceEvaluator(model)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        names = [o.name for o in self.model.graph.output]
+        with np.errstate(all="ignore"):
+            return dict(zip(names, self.evaluator.run(names, feeds)))
+
+    def run_all(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        with np.errstate(all="ignore"):
+            return {k: v for k, v in self.evaluator.run(None, feeds, intermediate=True).items()
+                    if k and isinstance(v, np.ndarray)}
+
+
 def run_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """One run of ``model`` in an onnxruntime CPU session with default options."""
     return _run_session(_session(model), feeds)
@@ -133,7 +155,20 @@ def _mismatch(q: np.ndarray, r: np.ndarray, ulp: int = 0) -> np.ndarray:
         if ulp and q.dtype == np.float32:
             same |= _ulp_each(q, r) <= ulp
         return ~same
+    if q.dtype.kind == "V":  # ml_dtypes' narrow types (float8, int4, ...): bit for bit, NaN = NaN
+        u = np.dtype(f"u{q.dtype.itemsize}")
+        return q.view(u) != r.view(u)
     return q != r
+
+
+def _narrow_float(dt: np.dtype) -> bool:
+    """bfloat16, float8, float6, float4 (ml_dtypes): compared as floats."""
+    if dt.kind != "V":
+        return False
+    try:
+        return qdtypes.get(dt).kind in ("float", "wide", "e8m0")
+    except (KeyError, ValueError, TypeError):
+        return False
 
 
 VERDICTS = ("identical", "within tolerance", "DIFFER")
@@ -152,7 +187,8 @@ def compare_tensor(q: Any, r: Any, *, atol: float = DEFAULT_ATOL, rtol: float = 
     """
     q, r = np.asarray(q), np.asarray(r)
     out: dict[str, Any] = {"elements": int(q.size), "mismatches": 0, "outside": 0,
-                           "verdict": "identical", "kind": "float" if q.dtype.kind == "f" else "integer"}
+                           "verdict": "identical",
+                           "kind": "float" if q.dtype.kind == "f" or _narrow_float(q.dtype) else "integer"}
     if q.dtype.kind in "OSU" or r.dtype.kind in "OSU":
         return _compare_strings(q, r, out)
     if q.shape != r.shape or q.dtype != r.dtype:
@@ -164,7 +200,7 @@ def compare_tensor(q: Any, r: Any, *, atol: float = DEFAULT_ATOL, rtol: float = 
     out["mismatches"] = int(bad.sum())
     if not out["mismatches"]:
         return out
-    if q.dtype.kind != "f":
+    if out["kind"] != "float":
         out["max_steps"] = int(np.abs(q.astype(np.int64) - r.astype(np.int64)).max())
         out["outside"] = out["mismatches"]
         out["verdict"] = "DIFFER"
@@ -308,8 +344,8 @@ def compare_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
     rep, normal = comparison.rep, comparison.normal
     result["seconds"] = {
         "qlinear": _median_seconds(lambda: rep.run(feeds), timing_budget, timing_runs),
-        "onnxruntime": _median_seconds(lambda: _run_session(normal, feeds), timing_budget,
-                                       timing_runs),
+        "onnxruntime": _median_seconds(lambda: normal.run(feeds) if isinstance(normal, _ReferenceSession)
+                                       else _run_session(normal, feeds), timing_budget, timing_runs),
     }
     return result
 
@@ -336,6 +372,11 @@ class Comparison:
         model = inline_functions(model)
         self.original = model
         self.options = options
+        #: why onnxruntime 1.32 cannot run the model (its newer-format nodes): then both the
+        #: outputs and the node rows are compared with onnx.reference, on the graph as written
+        self.onnxruntime_cannot = onnxruntime_cannot_run(model)
+        if self.onnxruntime_cannot:
+            qdq = "literal"
         self.model = apply_qdq(model, qdq, options)
         self.rep = QLinearRep(self.model, emulate=emulate, max_tensor_bytes=max_tensor_bytes)
         self.emulate, self.qdq, self.single_shot = emulate, qdq, single_shot
@@ -347,6 +388,10 @@ class Comparison:
         self._evaluators: dict | None = None if single_shot else {}
 
     def _normal_outputs(self, feeds):
+        if self.onnxruntime_cannot:
+            if self.normal is None:
+                self.normal = _ReferenceSession(self.original)
+            return self.normal.run(feeds)
         try:
             if self.normal is None:
                 self.normal = (_session(self.original, self.options) if self.options
@@ -356,6 +401,8 @@ class Comparison:
             raise RuntimeError(f"onnxruntime cannot run this model: {_one_line(e)}") from None
 
     def _exposed_values(self, dtypes: dict[str, np.dtype], feeds):
+        if self.onnxruntime_cannot:
+            return _ReferenceSession(self.model).run_all(feeds)
         exposed, _ = expose_all(self.model, dtypes)
         if self.single_shot:
             return run_onnxruntime(exposed, feeds)
@@ -382,6 +429,8 @@ class Comparison:
             ort_vals = dict(ort_outputs)
             note = ("onnxruntime could not run the copy with intermediate outputs "
                     f"({_one_line(e_exposed)}); only graph outputs are compared")
+        _as_qlinear_dtypes(ort_vals, ql)
+        _as_qlinear_dtypes(ort_outputs, ql)
         values_ort = dict(ql)  # initializers and inputs are shared; node outputs replaced below
         values_ort.update(ort_vals)
         self.last_values = (ql, values_ort, ort_outputs)
@@ -453,7 +502,8 @@ class Comparison:
                 info: dict[str, Any] = {}
                 row["diagnosis"] = _diagnose(node, model.opset_import, ql, values_ort,
                                              mismatched_tensors, emulate, info=info, tol=tol,
-                                             cache=self._evaluators)
+                                             cache=self._evaluators,
+                                             against="onnx.reference" if self.onnxruntime_cannot else "onnxruntime")
                 row["own_verdict"] = info.get("own_verdict")
             rows.append(row)
 
@@ -497,15 +547,35 @@ class Comparison:
             "onnxruntime_outputs": "normal session (default graph optimizations)",
             "onnxruntime_nodes": "session with every intermediate exposed as an output",
             "onnxruntime_note": note,
+            **({"onnxruntime_outputs": "onnx.reference (onnxruntime cannot run this model)",
+                "onnxruntime_nodes": "onnx.reference, every intermediate",
+                "against": "onnx.reference", "onnxruntime_cannot": list(self.onnxruntime_cannot)}
+               if self.onnxruntime_cannot else {"against": "onnxruntime"}),
         }
+
+
+def _as_qlinear_dtypes(values: dict[str, Any], ql: dict[str, Any]) -> None:
+    """onnxruntime's Python binding returns a float8 tensor as its uint8 bytes: view it as the
+    ml_dtypes type qlinear's tensor of that name has (the same bytes, so nothing is converted)."""
+    for k, v in values.items():
+        q = ql.get(k)
+        if isinstance(v, np.ndarray) and isinstance(q, np.ndarray) and v.dtype == np.uint8 and \
+                q.dtype != v.dtype and q.dtype.itemsize == 1 and q.dtype.kind == "V" and v.shape == q.shape:
+            values[k] = v.view(q.dtype)
 
 
 def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str | None = None,
               info: dict[str, Any] | None = None, tol: dict[str, Any] | None = None,
-              cache: dict | None = None) -> str:
+              cache: dict | None = None, against: str = "onnxruntime") -> str:
     """The diagnosis text of a mismatching node; ``info["own_verdict"]`` gets the verdict of
     qlinear's kernel run on onnxruntime's own inputs against onnxruntime's outputs (every
-    output of the node; None when it could not be re-run)."""
+    output of the node; None when it could not be re-run). ``against``: "onnx.reference" when
+    the other values are onnx.reference's (onnxruntime cannot run the model); a documented
+    divergence of the other runtime from the contract (qlinear.tools.formats) is named."""
+    if against == "onnx.reference":
+        known = reference_divergence(node, values_ort, {(d.domain or ""): d.version for d in opsets})
+    else:
+        known = onnxruntime_divergence(node, values_ort)
     out = node.output[0]
     inputs_differ = any(n in mismatched for n in [*node.input, *_outer_names(node)] if n)
     try:
@@ -524,17 +594,20 @@ def _diagnose(node, opsets, ql, values_ort, mismatched: set[str], emulate: str |
         out = differing[0] if differing else out
     own = own_all.get(out) if own_all is not None else None
     ort_out = values_ort[out]
+    whose = "onnx.reference's" if against == "onnx.reference" else "onnxruntime's"
     if own is not None and not _mismatch(np.asarray(own), np.asarray(ort_out)).any():
         if inputs_differ:
-            return "propagated (agrees on onnxruntime's inputs)"
-        return "agrees on onnxruntime's inputs"
+            return f"propagated (agrees on {whose} inputs)"
+        return f"agrees on {whose} inputs"
     if own is not None and inputs_differ:
         n_own = int(_mismatch(np.asarray(own), np.asarray(ort_out)).sum())
-        prefix = f"inputs differ; {n_own} differ on onnxruntime's inputs: "
+        prefix = f"inputs differ; {n_own} differ on {whose} inputs: "
     else:
         prefix = ""
     if node.domain == "com.microsoft" and node.op_type == "MatMulNBits":
         return prefix + _diagnose_matmul_nbits(node, values_ort, out, own)
+    if known:
+        return prefix + "known divergence: " + known
     if node.domain == "com.microsoft" and node.op_type in _CONTRIB_GEMM_OPS:
         return prefix + _diagnose_contrib_gemm(node, opsets, values_ort, out, own, emulate, cache)
     if node.op_type in _GEMM_OPS:
@@ -728,12 +801,19 @@ def format_report(result: dict[str, Any]) -> str:
     lines = []
     if result.get("emulate"):
         lines.append(f"qlinear emulates {result['emulate']} (onnxruntime on AVX2 CPUs without VNNI)")
+    if result.get("onnxruntime_cannot"):
+        lines.append("onnxruntime cannot run this model: " + "; ".join(result["onnxruntime_cannot"])
+                     + "; compared with onnx.reference instead, on the graph as written "
+                     "(its known divergences from the contract are named per node)")
     head = "nodes: qlinear vs onnxruntime with every intermediate exposed (fusions off)"
+    if result.get("against") == "onnx.reference":
+        head = "nodes: qlinear vs onnx.reference, every intermediate"
     if result.get("qdq_fused"):
         head += ", both on the graph after onnxruntime's QDQ fusions (--qdq fuse)"
+    other = ("onnx.reference" if result.get("against") == "onnx.reference"
+             else "onnxruntime's normal session (default optimizations)")
     lines += [head, table, "",
-              f"outputs: qlinear vs onnxruntime's normal session (default optimizations); "
-              f"floats within {tol}, integers exact"]
+              f"outputs: qlinear vs {other}; floats within {tol}, integers exact"]
     for o in result["outputs"]:
         lines.append(_output_line(o))
         if o.get("instrumented_differs"):
@@ -751,7 +831,9 @@ def format_report(result: dict[str, Any]) -> str:
     not_compared = f" ({n_not} not compared)" if n_not else ""
     lines.append(f"{result['mismatching_nodes']} of {len(result['nodes'])} nodes not bit-identical"
                  f"{not_compared}; "
-                 f"warm median: qlinear {q['median'] * 1e3:.2f} ms, onnxruntime {o['median'] * 1e3:.2f} ms "
+                 f"warm median: qlinear {q['median'] * 1e3:.2f} ms, "
+                 f"{'onnx.reference' if result.get('against') == 'onnx.reference' else 'onnxruntime'} "
+                 f"{o['median'] * 1e3:.2f} ms "
                  f"({q['runs']} and {o['runs']} runs after a first one)")
     if result.get("onnxruntime_note"):
         lines.append(f"note: {result['onnxruntime_note']}")

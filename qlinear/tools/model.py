@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from qlinear import dtypes, modelfile
+from qlinear import modelfile
 from qlinear.backend import check_model, format_problems, topologically_sorted
 from qlinear.graph.proto import graph_tensors, topological_order
 from qlinear.modelfile import MAX_MODEL_FILE_BYTES, ModelFileError  # noqa: F401 (re-exported)
@@ -63,48 +63,13 @@ def _check_elem_types_and_strings(model: onnx.ModelProto, path: str) -> None:
         raise ToolError(str(e)) from None
 
 
-#: TensorProto fields that can hold the values, besides raw_data.
-_TYPED_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data",
-                 "uint64_data")
-
-
 def _check_tensor_data(model: onnx.ModelProto, path: str) -> None:
-    """Every embedded tensor holds as much data as its shape says: onnx would otherwise fail
-    with a bare 'cannot reshape array of size ...' when the tensor is read."""
+    """Every embedded tensor holds as much data as its shape says
+    (:func:`qlinear.modelfile.tensor_data_problem`)."""
     for t in graph_tensors(model.graph):
-        if t.data_location == onnx.TensorProto.EXTERNAL:
-            continue
-        if any(d < 0 for d in t.dims):
-            raise ToolError(f"{path}: tensor {t.name!r} has a negative dimension {list(t.dims)}")
-        n = 1
-        for d in t.dims:
-            n *= int(d)
-        try:
-            dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
-        except KeyError:
-            continue  # reported by _check_elem_types_and_strings
-        if t.raw_data:
-            if dtype.kind in "OSU":
-                continue
-            bits = 4 if t.data_type in _FOUR_BIT else 8 * dtype.itemsize
-            want = (n * bits + 7) // 8
-            if len(t.raw_data) != want:
-                raise ToolError(f"{path}: tensor {t.name!r} of shape {list(t.dims)} "
-                                f"({dtype}) holds {len(t.raw_data)} bytes of data, not {want} "
-                                "(corrupt or truncated?)")
-            continue
-        counts = [len(getattr(t, f)) for f in _TYPED_FIELDS if len(getattr(t, f))]
-        have = counts[0] if counts else 0
-        complex_ = t.data_type in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128)
-        packed = t.data_type in _FOUR_BIT
-        want = 2 * n if complex_ else (n + 1) // 2 if packed else n
-        if have != want:
-            raise ToolError(f"{path}: tensor {t.name!r} of shape {list(t.dims)} ({dtype}) "
-                            f"holds {have} values, not {want} (corrupt or truncated?)")
-
-
-# the types ONNX stores two to a byte (qlinear.dtypes)
-_FOUR_BIT = frozenset(t.onnx for t in dtypes.TYPES if t.bits == 4)
+        problem = modelfile.tensor_data_problem(t)
+        if problem:
+            raise ToolError(f"{path}: {problem}")
 
 
 def _densify_sparse_initializers(model: onnx.ModelProto, path: str, max_bytes: int) -> None:

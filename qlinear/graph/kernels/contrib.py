@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import ml_dtypes
 import numpy as np
 
 from onnx.reference.op_run import OpRun
@@ -26,9 +27,12 @@ from ...contrib import gemm as _gemm
 from ...contrib import pool as _pool
 from ...contrib import transformer as _transformer
 from ...contrib.schema import DOMAIN
-from ...quantize import quantize_linear
+from ...quantize import dequantize_linear, quantize_linear
 from .base import KernelOp, constants_at
 from .float import leaky_relu, relu
+
+_MS_VIA_ONNX = (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4), np.dtype(np.float16))
+
 
 class ContribOp(KernelOp):
     """Base of the com.microsoft kernels (``base.KernelOp``), all version 1."""
@@ -330,13 +334,24 @@ class DynamicQuantizeMatMul(ContribOp):
                               bs.reshape(()) if bs.size == 1 else bs.reshape(n), bias, product)
 
 
+def _ms_onnx_arithmetic(args: tuple) -> bool:
+    """A com.microsoft QuantizeLinear/DequantizeLinear with a 4-bit quantized type or float16
+    data: onnxruntime 1.32 runs it with its ONNX kernel's arithmetic (measured bit for bit:
+    tests/test_formats_graph.py), which is qlinear's version-21 QuantizeLinear/DequantizeLinear."""
+    return any(isinstance(a, np.ndarray) and a.dtype in _MS_VIA_ONNX for a in args[:3])
+
+
 class QuantizeLinear(ContribOp):
     def _run(self, *args, **_):
+        if _ms_onnx_arithmetic(args):
+            return (self._call(quantize_linear, *args, **self._kw("axis"), version=21),)
         return (self._call(_c.quantize_linear, *args, **self._kw("axis")),)
 
 
 class DequantizeLinear(ContribOp):
     def _run(self, *args, **_):
+        if _ms_onnx_arithmetic(args):
+            return (self._call(dequantize_linear, *args, **self._kw("axis"), version=21),)
         return (self._call(_c.dequantize_linear, *args, **self._kw("axis")),)
 
 

@@ -10,6 +10,7 @@ from onnx import helper
 
 from qlinear.backend import check_model, format_problems
 from qlinear.graph.proto import walk_nodes
+from qlinear.tools.formats import onnxruntime_cannot_run, quantization_summary
 from qlinear.tools.commands.common import dumps
 from qlinear.tools.model import ToolError, graph_inputs, load_model, validate_model
 from qlinear.tools.table import format_table
@@ -67,6 +68,8 @@ def inspect_model(model, model_path: str) -> dict[str, Any]:
         "refused": [_asdict(p) for p in problems],
         "refusal": refusal,
         "onnx_checker": checker,
+        "quantization": quantization_summary(model),
+        "onnxruntime_cannot": onnxruntime_cannot_run(model),
     }
 
 
@@ -102,6 +105,15 @@ def main(args) -> int:
     print(format_table(rows, [("domain", "domain"), ("op", "operator"), ("nodes", "nodes"),
                               ("qlinear", "qlinear")]))
     print()
+    if r["quantization"]:
+        rows = [{**q, "op": q["op_type"] + ("" if q["domain"] == "ai.onnx" else f" ({q['domain']})")
+                 + f"-{q['version']}"} for q in r["quantization"]]
+        print(format_table(rows, [("op", "quantization"), ("type", "type"), ("scale", "scale"),
+                                  ("float", "float"), ("granularity", "granularity"),
+                                  ("attributes", "attributes"), ("nodes", "nodes")]))
+        print()
+    if r["onnxruntime_cannot"]:
+        print("onnxruntime: " + "; ".join(r["onnxruntime_cannot"]))
     if r["supported"]:
         print("qlinear runs every node")
     elif r["refused"]:
