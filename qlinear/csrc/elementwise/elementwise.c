@@ -5,9 +5,7 @@
 
 #include <math.h>
 
-#if QL_X86
-#include <emmintrin.h>
-#endif
+#include "isa/x86_sse2.h"
 
 static inline float byte_value(const uint8_t *p, ptrdiff_t i, int is_signed) {
     return is_signed ? (float)(int8_t)p[i] : (float)p[i];
@@ -53,30 +51,7 @@ void ql_lut_u8(const uint8_t *x, ptrdiff_t n, const uint8_t *table, uint8_t *out
 /* dst[i] = max over k < m of (src[k][i] ^ bias) for i < n (m >= 1): one pass, each source
  * read once, the destination written once */
 void ql_maxrows_portable(uint8_t *restrict dst, const uint8_t *const *src, ptrdiff_t m, ptrdiff_t n, uint8_t bias) {
-    ptrdiff_t i = 0;
-#if QL_X86
-    const __m128i vb = _mm_set1_epi8((char)bias);
-    for (; i + 32 <= n; i += 32) {
-        __m128i a = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[0] + i)), vb);
-        __m128i b = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[0] + i + 16)), vb);
-        for (ptrdiff_t k = 1; k < m; k++) {
-            a = _mm_max_epu8(a, _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[k] + i)), vb));
-            b = _mm_max_epu8(b, _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[k] + i + 16)), vb));
-        }
-        _mm_storeu_si128((__m128i *)(dst + i), a);
-        _mm_storeu_si128((__m128i *)(dst + i + 16), b);
-    }
-    /* the rest in 16-byte steps, the last one overlapping what is done (the same maxima
-     * written again: dst never overlaps a source) */
-    while (i < n && n >= 16) {
-        if (i + 16 > n) i = n - 16;
-        __m128i a = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[0] + i)), vb);
-        for (ptrdiff_t k = 1; k < m; k++)
-            a = _mm_max_epu8(a, _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[k] + i)), vb));
-        _mm_storeu_si128((__m128i *)(dst + i), a);
-        i += 16;
-    }
-#endif
+    ptrdiff_t i = ql_vec_maxrows(dst, src, m, n, bias);
     for (; i < n; i++) {
         uint8_t v = (uint8_t)(src[0][i] ^ bias);
         for (ptrdiff_t k = 1; k < m; k++) {

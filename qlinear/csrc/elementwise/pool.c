@@ -21,9 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if QL_X86
-#include <emmintrin.h>
-#endif
+#include "isa/x86_sse2.h"
 
 typedef struct {
     const ql_ew_kernels *k; /* the row maximum of the selected ISA level */
@@ -45,19 +43,8 @@ static void copy_biased(uint8_t *restrict dst, const uint8_t *restrict src, ptrd
 
 /* the maximum of n biased bytes (0 for n == 0) */
 static uint8_t reduce_max(const uint8_t *v, ptrdiff_t n, uint8_t bias) {
-    ptrdiff_t i = 0;
-    uint8_t m = 0;
-#if QL_X86
-    const __m128i vb = _mm_set1_epi8((char)bias);
-    __m128i acc = _mm_setzero_si128();
-    for (; i + 16 <= n; i += 16)
-        acc = _mm_max_epu8(acc, _mm_xor_si128(_mm_loadu_si128((const __m128i *)(v + i)), vb));
-    acc = _mm_max_epu8(acc, _mm_srli_si128(acc, 8));
-    acc = _mm_max_epu8(acc, _mm_srli_si128(acc, 4));
-    acc = _mm_max_epu8(acc, _mm_srli_si128(acc, 2));
-    acc = _mm_max_epu8(acc, _mm_srli_si128(acc, 1));
-    m = (uint8_t)_mm_cvtsi128_si32(acc);
-#endif
+    ptrdiff_t i;
+    uint8_t m = ql_vec_reduce_max_biased(v, n, bias, &i);
     for (; i < n; i++) {
         uint8_t b = (uint8_t)(v[i] ^ bias);
         m = m > b ? m : b;
@@ -67,18 +54,7 @@ static uint8_t reduce_max(const uint8_t *v, ptrdiff_t n, uint8_t bias) {
 
 /* even[j] = row[2j], odd[j] = row[2j + 1] for j < n */
 static void deinterleave2(const uint8_t *row, ptrdiff_t n, uint8_t *even, uint8_t *odd) {
-    ptrdiff_t j = 0;
-#if QL_X86
-    const __m128i lo = _mm_set1_epi16(0x00FF);
-    for (; j + 16 <= n; j += 16) {
-        __m128i a = _mm_loadu_si128((const __m128i *)(row + 2 * j));
-        __m128i b = _mm_loadu_si128((const __m128i *)(row + 2 * j + 16));
-        /* 16-bit lanes hold (even, odd) byte pairs: the low bytes are the evens, the high the
-         * odds; both fit 0..255, so the unsigned saturating pack keeps them unchanged */
-        _mm_storeu_si128((__m128i *)(even + j), _mm_packus_epi16(_mm_and_si128(a, lo), _mm_and_si128(b, lo)));
-        _mm_storeu_si128((__m128i *)(odd + j), _mm_packus_epi16(_mm_srli_epi16(a, 8), _mm_srli_epi16(b, 8)));
-    }
-#endif
+    ptrdiff_t j = ql_vec_deinterleave2(row, n, even, odd);
     for (; j < n; j++) {
         even[j] = row[2 * j];
         odd[j] = row[2 * j + 1];

@@ -5,9 +5,7 @@
 #include "qlinear.h"
 
 #include <math.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
+#include "isa/x86_sse2.h"
 
 typedef struct {
     const ql_isa *isa; int quant;
@@ -89,29 +87,7 @@ int ql_dynamic_quantize(const ql_isa *isa, const float *xs, ptrdiff_t n, uint8_t
 {
     float lo = xs[0], hi = xs[0];
     int nan = 0;
-    ptrdiff_t i = 0;
-#if defined(__SSE2__)
-    /* four lanes of SSE2 (baseline on x86-64), two accumulators each: minps(v, lo) is
-     * v < lo ? v : lo and maxps(v, hi) is v > hi ? v : hi, exactly the scalar tail's
-     * comparisons (a NaN is flagged by the unordered compare and the call declines anyway) */
-    if (n >= 8) {
-        __m128 l0 = _mm_loadu_ps(xs), l1 = l0, h0 = l0, h1 = l0, u = _mm_setzero_ps();
-        for (; i + 8 <= n; i += 8) {
-            __m128 a = _mm_loadu_ps(xs + i), b = _mm_loadu_ps(xs + i + 4);
-            u = _mm_or_ps(u, _mm_or_ps(_mm_cmpunord_ps(a, a), _mm_cmpunord_ps(b, b)));
-            l0 = _mm_min_ps(a, l0); l1 = _mm_min_ps(b, l1);
-            h0 = _mm_max_ps(a, h0); h1 = _mm_max_ps(b, h1);
-        }
-        float ls[8], hs[8];
-        _mm_storeu_ps(ls, l0); _mm_storeu_ps(ls + 4, l1);
-        _mm_storeu_ps(hs, h0); _mm_storeu_ps(hs + 4, h1);
-        nan = _mm_movemask_ps(u) != 0;
-        for (int j = 0; j < 8; j++) {
-            lo = ls[j] < lo ? ls[j] : lo;
-            hi = hs[j] > hi ? hs[j] : hi;
-        }
-    }
-#endif
+    ptrdiff_t i = ql_vec_minmax_f32(xs, n, &lo, &hi, &nan);
     for (; i < n; i++) {
         float v = xs[i];
         nan |= v != v;

@@ -1,7 +1,7 @@
 /* The x86-64 baseline's vector loops (SSE2: every x86-64 CPU has it, so no target attribute
- * and no dispatch), for the convolution files and the GEMM driver, which hold no ISA-specific
- * code themselves. Each helper does the whole 16-byte blocks of a loop it can take and returns
- * where it stopped (elsewhere it does nothing and returns its start); the caller's portable
+ * and no dispatch), for the convolution, GEMM-driver and element-wise files, which hold no
+ * ISA-specific code themselves. Each helper does the whole 16-byte blocks of a loop it can take
+ * and returns where it stopped (elsewhere it does nothing and returns its start); the caller's portable
  * loop does the rest, so the result is the caller's own whatever the split. The levels' wider
  * loops (AVX2, AVX-512) come through the kernel tables, never through here.
  * static inline (always_inline on the per-row paths): they sit on the copies' and packers'
@@ -376,6 +376,115 @@ QL_VEC_INLINE int ql_vec_colsum16_i16(const int16_t *wt, int rows, uint32_t *sw)
     (void)wt; (void)rows; (void)sw;
     return 0;
 #endif
+}
+
+/* ---- the element-wise files' loops (elementwise/: MaxPool, the row maximum, DynamicQuantize) */
+
+/* The maximum of the biased bytes v[0 .. i) for the whole 16-byte blocks from 0 (i returned
+ * through *done; 0 and nothing read elsewhere): a maximum is exact in any order. */
+QL_VEC_INLINE uint8_t ql_vec_reduce_max_biased(const uint8_t *v, ptrdiff_t n, uint8_t bias, ptrdiff_t *done)
+{
+    ptrdiff_t i = 0;
+    uint8_t m = 0;
+#if QL_X86
+    const __m128i vb = _mm_set1_epi8((char)bias);
+    __m128i acc = _mm_setzero_si128();
+    for (; i + 16 <= n; i += 16)
+        acc = _mm_max_epu8(acc, _mm_xor_si128(_mm_loadu_si128((const __m128i *)(v + i)), vb));
+    acc = _mm_max_epu8(acc, _mm_srli_si128(acc, 8));
+    acc = _mm_max_epu8(acc, _mm_srli_si128(acc, 4));
+    acc = _mm_max_epu8(acc, _mm_srli_si128(acc, 2));
+    acc = _mm_max_epu8(acc, _mm_srli_si128(acc, 1));
+    m = (uint8_t)_mm_cvtsi128_si32(acc);
+#else
+    (void)v; (void)n; (void)bias;
+#endif
+    *done = i;
+    return m;
+}
+
+/* even[j] = row[2j], odd[j] = row[2j + 1] from j = 0 in blocks of 16; returns where it stopped.
+ * 16-bit lanes hold (even, odd) byte pairs: the low bytes are the evens, the high the odds;
+ * both fit 0..255, so the unsigned saturating pack keeps them unchanged. */
+QL_VEC_INLINE ptrdiff_t ql_vec_deinterleave2(const uint8_t *row, ptrdiff_t n, uint8_t *even, uint8_t *odd)
+{
+    ptrdiff_t j = 0;
+#if QL_X86
+    const __m128i lo = _mm_set1_epi16(0x00FF);
+    for (; j + 16 <= n; j += 16) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(row + 2 * j));
+        __m128i b = _mm_loadu_si128((const __m128i *)(row + 2 * j + 16));
+        _mm_storeu_si128((__m128i *)(even + j), _mm_packus_epi16(_mm_and_si128(a, lo), _mm_and_si128(b, lo)));
+        _mm_storeu_si128((__m128i *)(odd + j), _mm_packus_epi16(_mm_srli_epi16(a, 8), _mm_srli_epi16(b, 8)));
+    }
+#else
+    (void)row; (void)n; (void)even; (void)odd;
+#endif
+    return j;
+}
+
+/* dst[i] = max over k < m of (src[k][i] ^ bias) for every i < n when n >= 16 (32-byte steps,
+ * then 16-byte steps, the last one overlapping what is done: the same maxima written again,
+ * dst never overlapping a source); returns where it stopped (0 elsewhere or for n < 16). */
+QL_VEC_INLINE ptrdiff_t ql_vec_maxrows(uint8_t *restrict dst, const uint8_t *const *src, ptrdiff_t m, ptrdiff_t n,
+                                       uint8_t bias)
+{
+    ptrdiff_t i = 0;
+#if QL_X86
+    const __m128i vb = _mm_set1_epi8((char)bias);
+    for (; i + 32 <= n; i += 32) {
+        __m128i a = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[0] + i)), vb);
+        __m128i b = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[0] + i + 16)), vb);
+        for (ptrdiff_t k = 1; k < m; k++) {
+            a = _mm_max_epu8(a, _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[k] + i)), vb));
+            b = _mm_max_epu8(b, _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[k] + i + 16)), vb));
+        }
+        _mm_storeu_si128((__m128i *)(dst + i), a);
+        _mm_storeu_si128((__m128i *)(dst + i + 16), b);
+    }
+    while (i < n && n >= 16) {
+        if (i + 16 > n) i = n - 16;
+        __m128i a = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[0] + i)), vb);
+        for (ptrdiff_t k = 1; k < m; k++)
+            a = _mm_max_epu8(a, _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[k] + i)), vb));
+        _mm_storeu_si128((__m128i *)(dst + i), a);
+        i += 16;
+    }
+#else
+    (void)dst; (void)src; (void)m; (void)n; (void)bias;
+#endif
+    return i;
+}
+
+/* DynamicQuantizeLinear's scan of xs[0 .. i) in blocks of 8 (n >= 8; i returned, 0 elsewhere):
+ * *lo, *hi and *nan updated. Four lanes, two accumulators each: minps(v, lo) is
+ * v < lo ? v : lo and maxps(v, hi) is v > hi ? v : hi, exactly the scalar tail's comparisons
+ * (a NaN is flagged by the unordered compare and the caller declines anyway). */
+QL_VEC_INLINE ptrdiff_t ql_vec_minmax_f32(const float *xs, ptrdiff_t n, float *lo, float *hi, int *nan)
+{
+    ptrdiff_t i = 0;
+#if QL_X86
+    if (n >= 8) {
+        __m128 l0 = _mm_loadu_ps(xs), l1 = l0, h0 = l0, h1 = l0, u = _mm_setzero_ps();
+        for (; i + 8 <= n; i += 8) {
+            __m128 a = _mm_loadu_ps(xs + i), b = _mm_loadu_ps(xs + i + 4);
+            u = _mm_or_ps(u, _mm_or_ps(_mm_cmpunord_ps(a, a), _mm_cmpunord_ps(b, b)));
+            l0 = _mm_min_ps(a, l0); l1 = _mm_min_ps(b, l1);
+            h0 = _mm_max_ps(a, h0); h1 = _mm_max_ps(b, h1);
+        }
+        float ls[8], hs[8];
+        _mm_storeu_ps(ls, l0); _mm_storeu_ps(ls + 4, l1);
+        _mm_storeu_ps(hs, h0); _mm_storeu_ps(hs + 4, h1);
+        *nan |= _mm_movemask_ps(u) != 0;
+        for (int j = 0; j < 8; j++) {
+            *lo = ls[j] < *lo ? ls[j] : *lo;
+            *hi = hs[j] > *hi ? hs[j] : *hi;
+        }
+    }
+#else
+    (void)xs; (void)n; (void)lo; (void)hi; (void)nan;
+#endif
+    return i;
 }
 
 #endif
