@@ -13,19 +13,15 @@
  * float levels: one zmm of 16 lanes per output (lane l takes k = l mod 16, vfmadd231ps), the
  * lanes of a last partial group of 16 masked (vfmadd with a merge mask keeps them); the panel
  * and the fold are the AVX2 file's (the same instructions serve both levels).
- * With -DQL_SIMDE this file is compiled against SIMDe (scripts/emulated_isa.sh). */
+ */
 #include "nbits/nbits.h"
 
-#if QL_X86
-#ifdef QL_SIMDE
-#pragma GCC target("avx2,fma")
-#define SIMDE_ENABLE_NATIVE_ALIASES
-#include <immintrin.h>
-#include <simde/x86/avx512.h>
-#else
+/* Not built under -DQL_SIMDE: Debian's SIMDe lacks four of its intrinsics (_mm512_cvtepu8_epi32,
+ * _mm512_cvtepi32_ps, _mm512_maskz_loadu_ps, _mm512_mask_storeu_ps), so the emulated build's
+ * AVX-512 levels take the AVX2 kernels (dispatch.c), which compute the same bits. */
+#if QL_X86 && !defined(QL_SIMDE)
 #pragma GCC target("avx2,fma,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")
 #include <immintrin.h>
-#endif
 #include <math.h>
 #include <string.h>
 

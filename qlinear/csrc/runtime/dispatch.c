@@ -211,7 +211,9 @@ const ql_ew_kernels *ql_ew_for(const ql_isa *isa) {
 const ql_nbits_kernels *ql_nbits_for(const ql_isa *isa) {
     detect();
 #if QL_X86
+#ifndef QL_SIMDE   /* the emulated build has no AVX-512 MatMulNBits kernels (isa/nbits_avx512.c) */
     if (isa && (strcmp(isa->name, "avx512vnni") == 0 || strcmp(isa->name, "amx") == 0)) return &ql_nbits_avx512;
+#endif
     if (isa && isa != &ql_isa_scalar && feat.avx2 && feat.fma) return &ql_nbits_avx2;
 #else
     (void)isa;
