@@ -394,7 +394,8 @@ def test_inspect_lists_types_granularities_attributes_and_what_onnxruntime_canno
     from qlinear import cli
     path = str(tmp_path / "mixed28.onnx")
     onnx.save(_mixed28(), path)
-    r = cli.inspect_model(_mixed28(), path)
+    from qlinear.tools.commands import inspect as inspect_cmd
+    r = inspect_cmd.inspect_model(_mixed28(), path)
     rows = {(q["op_type"], q["type"], q["granularity"], q["attributes"]): (q["version"], q["scale"], q["float"],
                                                                           q["nodes"]) for q in r["quantization"]}
     assert rows[("DequantizeLinear", "int4", "blocked, axis 0, block 16, scale [2, 8]", "")] == (28, "float32",
@@ -413,11 +414,11 @@ def test_inspect_lists_types_granularities_attributes_and_what_onnxruntime_canno
     b = build()
     x = b.input("x", [2, 4])
     m = model(b, [b.qdq(x, 0.5, 3, U16)])
-    assert cli.inspect_model(m, "m")["onnxruntime_cannot"] == []
+    assert inspect_cmd.inspect_model(m, "m")["onnxruntime_cannot"] == []
     bf = _model([helper.make_node("DequantizeLinear", ["w", "s"], ["y"])],
                 {"w": np.ones(3, np.int8), "s": np.array(0.5, ml_dtypes.bfloat16)}, [],
                 [helper.make_tensor_value_info("y", T.BFLOAT16, None)], opset=21)
-    assert cli.inspect_model(bf, "bf")["onnxruntime_cannot"] == ["onnxruntime 1.32 has no DequantizeLinear kernel for bfloat16"]
+    assert inspect_cmd.inspect_model(bf, "bf")["onnxruntime_cannot"] == ["onnxruntime 1.32 has no DequantizeLinear kernel for bfloat16"]
 
 
 def test_run_takes_opset_28_models_onnxruntime_cannot_run(tmp_path, capsys):
