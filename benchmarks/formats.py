@@ -136,6 +136,8 @@ def child(engine, name, repeat, threads):
             xv = ort.OrtValue.ortvalue_from_shape_and_type(list(x.shape), 22)
             ctypes.memmove(xv.data_ptr(), packed.ctypes.data, packed.nbytes)
             io.bind_ortvalue_input("x", xv)
+        elif x.dtype == ml_dtypes.float8_e4m3fn:  # no NumPy type in onnxruntime: the bytes, typed FLOAT8E4M3FN
+            io.bind_ortvalue_input("x", ort.OrtValue.ortvalue_from_numpy_with_onnx_type(x.view(np.uint8), 17))
         else:
             io.bind_cpu_input("x", x)
         io.bind_output("y")
