@@ -389,6 +389,11 @@ def qlinear_matmul(
     operand the dot product is accumulated exactly and rounded once to float32; a float8
     output is y + y_zero_point converted with saturation.
     """
+    if _is_narrow_scale(a_scale) or _is_narrow_scale(b_scale) or _is_narrow_scale(y_scale):
+        # float16/bfloat16 scales widened exactly to float32 first, so such calls take the lean
+        # path too (every check below then sees the float32 values the contract uses)
+        a_scale, b_scale, y_scale = (p.astype(np.float32) if _is_narrow_scale(p) else p
+                                     for p in (a_scale, b_scale, y_scale))
     key = _lean_key("qlinear_matmul", a, b)
     y = _lean_matmul(key, a, b, a_zero_point, b_zero_point, (a_scale, b_scale, y_scale, y_zero_point))
     if y is not None:

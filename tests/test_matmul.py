@@ -807,3 +807,28 @@ def test_matmul_per_row_zero_points_with_empty_k():
     b = np.zeros((0, 2), I8)
     y = qlinear.matmul_integer(a, b, np.array([1, 2, 3], U8), np.array([4, 5], I8))
     assert_exact(y, np.zeros((3, 2), np.int32))
+
+
+def test_float16_scales_take_the_lean_path(monkeypatch):
+    """QLinearMatMul-21 with float16/bfloat16 scales: widened exactly to float32 before the lean
+    path, so a repeated plain call does not build (and pack) a new prepared form every time, and
+    the bits are those of the float32 call."""
+    import ml_dtypes
+    from qlinear import _prepared, matmul as mm
+    rng = np.random.default_rng(21)
+    a = rng.integers(0, 256, (64, 96), dtype=np.uint8)
+    b = rng.integers(-128, 128, (96, 48), dtype=np.int8)
+    for narrow in (np.float16, ml_dtypes.bfloat16):
+        _prepared.PLAIN.clear()
+        s = [np.array(x, narrow) for x in (0.05, 0.01, 2.0)]
+        want = qlinear.qlinear_matmul(a, s[0].astype(np.float32), np.uint8(128), b, s[1].astype(np.float32),
+                                      np.int8(0), s[2].astype(np.float32), np.uint8(128))
+        built = []
+        real = mm.PreparedQLinearMatMul
+        monkeypatch.setattr(mm, "PreparedQLinearMatMul", lambda *args, **kw: built.append(1) or real(*args, **kw))
+        for _ in range(3):
+            got = qlinear.qlinear_matmul(a, s[0], np.uint8(128), b, s[1], np.int8(0), s[2], np.uint8(128))
+            np.testing.assert_array_equal(got, want)
+        monkeypatch.setattr(mm, "PreparedQLinearMatMul", real)
+        if qlinear.engine_info()["engine"] == "native":
+            assert len(built) == 0, f"{narrow}: {len(built)} prepared forms built for 3 plain calls"
