@@ -27,7 +27,7 @@ from onnx.reference.op_run import OpRun
 from onnx.reference.ops import op_cast
 from onnx.reference.ops._op import OpRunBinaryNumpy
 
-from .plan import CompiledPlan, compile_plan
+from .plan import CompiledPlan, compile_plan, guarded_short_path
 
 #: Operators never folded into constants: their outputs differ between runs on the same
 #: inputs (random generators) or they have effects beyond their outputs.
@@ -281,20 +281,7 @@ class FastEvaluator(ReferenceEvaluator):
             except KeyError as e:
                 raise RuntimeError(f"Unable to find input {e.args[0]!r} in known results "
                                    f"{sorted(results)}") from None
-            if check is not None and (how != "binary" or getattr(inputs[0], "shape", None)
-                                      != getattr(inputs[1], "shape", ())):
-                check(inputs)  # a binary of equal shapes: the output is no larger than an input
-            y = None
-            if fast is not None and fast[1] is not None:
-                # the node's bound short path (``fast_path``): None when these inputs are not
-                # the kind it was bound to; an error there is left to the full path to report
-                if not fast[4] or all(inputs[j] is o for j, o in fast[4]):
-                    try:
-                        y = fast[1](inputs)
-                    except Exception:  # noqa: BLE001 - the full path below runs, and raises
-                        y = None
-                if y is None:
-                    fast[1] = None  # asked for again after the full call
+            y = guarded_short_path(how, check, fast, inputs)
             if y is not None:
                 outputs = (y,)
             elif how == "const":

@@ -118,6 +118,26 @@ def compile_plan(evaluator: Any, kept: list, kept_plan: list, const_results: dic
     return CompiledPlan(template, feeds, [slots[n] for n in evaluator.output_names], steps, required, slots)
 
 
+def guarded_short_path(how: str, check: Callable | None, fast: list | None, inputs: list) -> Any:
+    """A node's size check, then its bound short path (``fast_path``): the output, or None when
+    the full call must run (no short path, inputs not of the kind it was bound to, or it
+    raised: the full call then reports the error). A short path that declines is dropped (it
+    is asked for again after the full call). The one copy the general loop and the plan share."""
+    if check is not None and (how != "binary" or getattr(inputs[0], "shape", None)
+                              != getattr(inputs[1], "shape", ())):
+        check(inputs)  # a binary of equal shapes: the output is no larger than an input
+    y = None
+    if fast is not None and fast[1] is not None:
+        if not fast[4] or all(inputs[j] is o for j, o in fast[4]):
+            try:
+                y = fast[1](inputs)
+            except Exception:  # noqa: BLE001 - the full call runs next, and raises
+                y = None
+        if y is None:
+            fast[1] = None
+    return y
+
+
 def _step(entry: tuple, ins: tuple[int, ...], outs: tuple[int, ...], template: list,
           full_call: Callable, bind_fast: Callable) -> Callable[[list], None]:
     """One node's step: reads slots ``ins``, writes slots ``outs``."""
@@ -125,18 +145,7 @@ def _step(entry: tuple, ins: tuple[int, ...], outs: tuple[int, ...], template: l
 
     def general(s: list) -> None:  # the general loop's body for one node
         inputs = [s[i] for i in ins]
-        if check is not None and (how != "binary" or getattr(inputs[0], "shape", None)
-                                  != getattr(inputs[1], "shape", ())):
-            check(inputs)
-        y = None
-        if fast is not None and fast[1] is not None:
-            if not fast[4] or all(inputs[j] is v for j, v in fast[4]):
-                try:
-                    y = fast[1](inputs)
-                except Exception:  # noqa: BLE001 - the full call below runs, and raises
-                    y = None
-            if y is None:
-                fast[1] = None
+        y = guarded_short_path(how, check, fast, inputs)
         outputs = (y,) if y is not None else full_call(entry, inputs)
         for o, v in zip(outs, outputs):
             s[o] = v
