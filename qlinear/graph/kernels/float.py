@@ -160,17 +160,28 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, auto_pad:
                 yc += tmp
 
         _blas.split_channels(m, y.size * ksize, channels)
+    elif C is not None:
+        # the compiled matrix product (qlinear/csrc/fconv/fgemm.c) on the engine's threads, in
+        # the documented order (docs/qdq.md, "Float Conv"), the bias added in it; a 1x1 kernel
+        # with stride 1 and no padding reads x as it is, any other the compiled im2col matrix
+        y = _native.empty((n, m, *out), dt)
+        bias = None if b is None else np.ascontiguousarray(b.astype(dt, copy=False))
+        wm = np.ascontiguousarray(w)
+        kk = cg * ksize
+        if ksize == 1 and not any(pb) and not any(pe) and strides == [1, 1]:
+            xc = np.ascontiguousarray(x)
+            C.fgemm(wm, bias, xc, y, g, n, mg, kk, p, p, c * p, cg * p)
+        else:
+            cols = _native.empty((g, kk, n * p), dt)
+            C.fim2col(np.ascontiguousarray(x), cols, n, c, *spatial, *out, *kernel, *strides, *dilations,
+                      pb[0], pb[1])
+            C.fgemm(wm, bias, cols, y, g, n, mg, kk, p, n * p, p, kk * n * p)
+        return y.astype(out_dtype, copy=False)
     else:
         if ksize == 1 and not any(pb) and not any(pe):
             xs = x[(slice(None), slice(None)) + tuple(slice(None, (out[i] - 1) * strides[i] + 1,
                                                             strides[i]) for i in range(nd))]
             cols = xs.reshape(n, g, cg, p).transpose(1, 2, 0, 3).reshape(g, cg, n * p)
-        elif C is not None:
-            # the same matrix, copied by the compiled im2col (qlinear/csrc/elementwise/fconv.c) in one
-            # pass from x (padding included) instead of np.pad and a strided NumPy copy
-            cols = _native.empty((g, cg * ksize, n * p), dt)
-            C.fim2col(np.ascontiguousarray(x), cols, n, c, *spatial, *out, *kernel,
-                                     *strides, *dilations, pb[0], pb[1])
         else:
             xp = _padded(x, pb, pe)
             s = xp.strides
