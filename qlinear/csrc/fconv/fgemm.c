@@ -125,4 +125,4 @@ static void micro_portable(ptrdiff_t K, const float *a, ptrdiff_t lda, const flo
         for (int j = 0; j < PNR; j++) c[r * ldc + j] = bias ? acc[r][j] + bias[r] : acc[r][j];
 }
 
-const ql_fconv_kernels ql_fconv_portable = {"portable", PMR, PNR, micro_portable};
+const ql_fconv_kernels ql_fconv_portable = {"portable", PMR, PNR, micro_portable, ql_fdw_row_portable};

@@ -25,11 +25,32 @@
 typedef void (*ql_fgemm_micro_fn)(ptrdiff_t K, const float *a, ptrdiff_t lda, const float *b, float *c,
                                   ptrdiff_t ldc, const float *bias, int rows);
 
+/* One output row of a depthwise Conv (elementwise/fconv.c): for ox < n,
+ * y[ox] = (((a + w[0] * src[0][ox]) + w[1] * src[1][ox]) + ...) over the taps t < taps in the
+ * order given (the kernel's row-major (ky, kx) order), a = +0.0f, or y[ox] itself when
+ * `accumulate` (the chain continued from an earlier call's taps), then + *bias when bias is not
+ * NULL: the same two roundings per tap, hence the same bits, on every level. */
+typedef void (*ql_fdw_row_fn)(float *y, ptrdiff_t n, const float *const *src, const float *w, int taps,
+                              int accumulate, const float *bias);
+
 typedef struct ql_fconv_kernels {
     const char *name;   /* "portable", "avx2", "avx512" */
     int mr, nr;         /* the tile (mr <= 16, nr <= 32) */
     ql_fgemm_micro_fn micro;
+    ql_fdw_row_fn dw_row;
 } ql_fconv_kernels;
+
+/* the portable depthwise row (also the vector kernels' tail) */
+void ql_fdw_row_portable(float *y, ptrdiff_t n, const float *const *src, const float *w, int taps, int accumulate,
+                         const float *bias);
+
+/* elementwise/fconv.c: the depthwise Conv of N x C planes (H x W) with mg output channels per
+ * input channel, kernel kh x kw, strides, dilations, top and left padding (the bottom and right
+ * ones follow from OH and OW); y is (N, C * mg, OH, OW). Returns 0, or -1 out of memory. */
+int ql_float_dwconv2d(const ql_fconv_kernels *k, const float *x, const float *w, const float *b, float *y,
+                      ptrdiff_t N, ptrdiff_t C, ptrdiff_t H, ptrdiff_t W, ptrdiff_t mg, ptrdiff_t OH, ptrdiff_t OW,
+                      ptrdiff_t kh, ptrdiff_t kw, ptrdiff_t sh, ptrdiff_t sw, ptrdiff_t dh, ptrdiff_t dw,
+                      ptrdiff_t pt, ptrdiff_t pl, int threads);
 
 extern const ql_fconv_kernels ql_fconv_portable;
 #if QL_X86

@@ -53,6 +53,40 @@ static void micro_avx2(ptrdiff_t K, const float *a, ptrdiff_t lda, const float *
     tiles[rows](K, a, lda, b, c, ldc, bias);
 }
 
-const ql_fconv_kernels ql_fconv_avx2 = {"avx2", AMR, 16, micro_avx2};
+/* The depthwise row (include/fconv.h): 32, then 8 outputs at a time, one chain per lane; the
+ * last n % 8 by the portable row (the same operations per output). */
+static void dw_row_avx2(float *y, ptrdiff_t n, const float *const *src, const float *w, int taps, int accumulate,
+                        const float *bias) {
+    ptrdiff_t ox = 0;
+    for (; ox + 32 <= n; ox += 32) {
+        __m256 a[4];
+        for (int v = 0; v < 4; v++) a[v] = accumulate ? _mm256_loadu_ps(y + ox + 8 * v) : _mm256_setzero_ps();
+        for (int t = 0; t < taps; t++) {
+            const __m256 wv = _mm256_broadcast_ss(w + t);
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++)
+                a[v] = _mm256_add_ps(a[v], _mm256_mul_ps(wv, _mm256_loadu_ps(src[t] + ox + 8 * v)));
+        }
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            if (bias) a[v] = _mm256_add_ps(a[v], _mm256_broadcast_ss(bias));
+            _mm256_storeu_ps(y + ox + 8 * v, a[v]);
+        }
+    }
+    for (; ox + 8 <= n; ox += 8) {
+        __m256 a0 = accumulate ? _mm256_loadu_ps(y + ox) : _mm256_setzero_ps();
+        for (int t = 0; t < taps; t++)
+            a0 = _mm256_add_ps(a0, _mm256_mul_ps(_mm256_broadcast_ss(w + t), _mm256_loadu_ps(src[t] + ox)));
+        if (bias) a0 = _mm256_add_ps(a0, _mm256_broadcast_ss(bias));
+        _mm256_storeu_ps(y + ox, a0);
+    }
+    if (ox < n) {
+        const float *rest[64];   /* taps <= 64 (FDW_TAPS, elementwise/fconv.c) */
+        for (int t = 0; t < taps; t++) rest[t] = src[t] + ox;
+        ql_fdw_row_portable(y + ox, n - ox, rest, w, taps, accumulate, bias);
+    }
+}
+
+const ql_fconv_kernels ql_fconv_avx2 = {"avx2", AMR, 16, micro_avx2, dw_row_avx2};
 
 #endif

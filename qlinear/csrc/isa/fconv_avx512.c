@@ -48,6 +48,36 @@ static void micro_avx512(ptrdiff_t K, const float *a, ptrdiff_t lda, const float
     tiles[rows](K, a, lda, b, c, ldc, bias);
 }
 
-const ql_fconv_kernels ql_fconv_avx512 = {"avx512", FMR, 16, micro_avx512};
+/* The depthwise row (include/fconv.h): 32, then 16 outputs at a time, one chain per lane, the
+ * last n % 16 through masked loads and stores (nothing read or written past n). */
+static void dw_row_avx512(float *y, ptrdiff_t n, const float *const *src, const float *w, int taps, int accumulate,
+                          const float *bias) {
+    ptrdiff_t ox = 0;
+    for (; ox + 32 <= n; ox += 32) {
+        __m512 a0 = accumulate ? _mm512_loadu_ps(y + ox) : _mm512_setzero_ps();
+        __m512 a1 = accumulate ? _mm512_loadu_ps(y + ox + 16) : _mm512_setzero_ps();
+        for (int t = 0; t < taps; t++) {
+            const __m512 wv = _mm512_set1_ps(w[t]);
+            a0 = _mm512_add_ps(a0, _mm512_mul_ps(wv, _mm512_loadu_ps(src[t] + ox)));
+            a1 = _mm512_add_ps(a1, _mm512_mul_ps(wv, _mm512_loadu_ps(src[t] + ox + 16)));
+        }
+        if (bias) {
+            a0 = _mm512_add_ps(a0, _mm512_set1_ps(*bias));
+            a1 = _mm512_add_ps(a1, _mm512_set1_ps(*bias));
+        }
+        _mm512_storeu_ps(y + ox, a0);
+        _mm512_storeu_ps(y + ox + 16, a1);
+    }
+    for (; ox < n; ox += 16) {
+        const __mmask16 m = n - ox >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - ox)) - 1);
+        __m512 a0 = accumulate ? _mm512_maskz_loadu_ps(m, y + ox) : _mm512_setzero_ps();
+        for (int t = 0; t < taps; t++)
+            a0 = _mm512_add_ps(a0, _mm512_mul_ps(_mm512_set1_ps(w[t]), _mm512_maskz_loadu_ps(m, src[t] + ox)));
+        if (bias) a0 = _mm512_add_ps(a0, _mm512_set1_ps(*bias));
+        _mm512_mask_storeu_ps(y + ox, m, a0);
+    }
+}
+
+const ql_fconv_kernels ql_fconv_avx512 = {"avx512", FMR, 16, micro_avx512, dw_row_avx512};
 
 #endif
