@@ -11,9 +11,11 @@ them with NumPy implementations of the same ONNX semantics:
 - ``Conv`` (every rank, group, pad, stride, dilation, auto_pad): one im2col matrix per group
   and one BLAS matrix product (``np.matmul``); a 1x1 kernel without padding needs no im2col;
   a depthwise kernel (one input channel per group) is a sum of weighted taps instead. For
-  float32 with two spatial axes, the native engine copies the im2col matrix and computes the
-  depthwise taps in C (``qlinear/csrc/elementwise/fconv.c``): the same matrix for the same product, the
-  same float32 operations in the same order, so the same bits as the NumPy formulation.
+  float32 with two spatial axes the native engine runs it on its own threads
+  (``qlinear/csrc/fconv/``, ``qlinear/csrc/elementwise/fconv.c``) in the order docs/qdq.md
+  ("Float Conv") documents, the same bits on every ISA level and thread count: the depthwise
+  taps are the NumPy formulation's operations (the same bits as it), the products are not
+  BLAS's order (within float32 rounding of it).
 - ``AveragePool`` (pads, strides, dilations, auto_pad, ceil_mode, count_include_pad),
   ``GlobalAveragePool``, ``GlobalMaxPool``: sums of strided views, one divisor per window.
 - ``Resize`` (opset 11+, nearest and linear, coordinate modes half_pixel, asymmetric,
@@ -92,9 +94,9 @@ def _geometry(x_shape, kernel, strides, dilations, pads, auto_pad):
 
 
 def _native_conv() -> Any:
-    """The compiled module for the float Conv's helpers (qlinear/csrc/elementwise/fconv.c), or None when
-    the NumPy engine is selected or the extension is not built (then the NumPy formulation runs:
-    the same bits; tests switch the native paths off here to compare whole models)."""
+    """The compiled module for the float Conv (qlinear/csrc/fconv/, elementwise/fconv.c), or None
+    when the NumPy engine is selected or the extension is not built (then the NumPy formulation
+    runs)."""
     return _native.native()
 
 
