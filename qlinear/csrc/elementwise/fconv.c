@@ -66,15 +66,12 @@ static void fdw_task(void *vctx, ptrdiff_t t, int thread) {
             memcpy(dst + c->pl, src, sizeof(float) * (size_t)W);
             continue;
         }
-        /* column ix + pl goes to phase (ix + pl) % sw, index (ix + pl) / sw: counters, no
-         * division per element */
-        ptrdiff_t ph = c->pl % sw, idx = c->pl / sw;
-        for (ptrdiff_t ix = 0; ix < W; ix++) {
-            dst[ph * P + idx] = src[ix];
-            if (++ph == sw) {
-                ph = 0;
-                idx++;
-            }
+        /* column ix + pl goes to phase (ix + pl) % sw, index (ix + pl) / sw: per phase, the
+         * columns ix0, ix0 + sw, ... to consecutive indices from (ix0 + pl) / sw */
+        for (ptrdiff_t ph = 0; ph < sw; ph++) {
+            const ptrdiff_t ix0 = ((ph - c->pl) % sw + sw) % sw;
+            float *d = dst + ph * P + (ix0 + c->pl) / sw;
+            for (ptrdiff_t ix = ix0, i = 0; ix < W; ix += sw, i++) d[i] = src[ix];
         }
     }
     const ptrdiff_t taps = c->kh * c->kw;
