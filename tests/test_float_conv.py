@@ -5,8 +5,10 @@ formulation within the same bound.
 
 The oracle below is written from the documentation, not from the kernels: the zero-padded
 input sliced per tap, and per output ``acc = +0.0``, then for each input channel of the group,
-each kernel row, each kernel column in that order ``acc = acc + w * x`` (NumPy's float32
-multiply, then its float32 add: two roundings), then ``acc + b``.
+each kernel row, each kernel column in that order ``acc = fma(w, x, acc)`` (one rounding; a
+depthwise Conv: ``acc = acc + w * x``, NumPy's float32 multiply, then its float32 add), then
+``acc + b``. The fused multiply-add is computed exactly in float64 and rounded once to float32
+(:func:`fma32`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,46 @@ def _levels():
         reason=f"native engine not built or this CPU cannot run {isa}")]) for isa in LEVELS]
 
 
+def fma32(a, b, c):
+    """float32 fma(a, b, c), correctly rounded: a * b is exact in float64 and the float64 sum's
+    rounding error is recovered exactly (TwoSum); the sum is then rounded to odd (its last bit
+    set where it was inexact), which makes the final rounding to float32 the single correct one
+    (float64 has more than 24 + 2 bits)."""
+    p = a.astype(np.float64) * b.astype(np.float64)
+    c = np.broadcast_to(c, p.shape).astype(np.float64)
+    s = p + c
+    bb = s - p
+    with np.errstate(invalid="ignore"):
+        e = (p - (s - bb)) + (c - bb)
+    fix = np.isfinite(s) & np.isfinite(e) & (e != 0) & ((s.view(np.int64) & 1) == 0)
+    if fix.any():
+        s[fix] = np.nextafter(s[fix], np.where(e[fix] > 0, np.inf, -np.inf))
+    with np.errstate(over="ignore"):
+        return s.astype(F)
+
+
+def test_fma32_is_the_correctly_rounded_fused_multiply_add():
+    """The oracle's fused multiply-add against exact rational arithmetic (fractions)."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(3000).astype(F)
+    b = (rng.standard_normal(3000) * 2.0 ** rng.integers(-30, 30, 3000)).astype(F)
+    c = -(a.astype(np.float64) * b).astype(F)  # cancellations: the sum's low bits decide
+    c[::3] = rng.standard_normal(1000).astype(F)
+    got = fma32(a, b, c)
+    for i in range(0, 3000, 7):
+        exact = Fraction(float(a[i])) * Fraction(float(b[i])) + Fraction(float(c[i]))
+        # the nearest float32 (ties to even): the float64 nearest, then to float32, would
+        # double-round; compare against the two float32 neighbours instead
+        f = np.float32(float(exact))
+        lo, hi = (np.nextafter(f, np.float32(-np.inf)), f) if Fraction(float(f)) > exact else (
+            f, np.nextafter(f, np.float32(np.inf)))
+        dl, dh = exact - Fraction(float(lo)), Fraction(float(hi)) - exact
+        want = lo if dl < dh or (dl == dh and int(lo.view(np.int32)) % 2 == 0) else hi
+        assert got[i] == want, (a[i], b[i], c[i], got[i], want)
+
+
 def _geometry(x, w, group, pads, strides, dilations):
     kernel = list(w.shape[2:])
     pb, pe = explicit_pads(list(x.shape[2:]), kernel, strides, dilations, "NOTSET", pads)
@@ -48,6 +90,7 @@ def oracle(x, w, b, group, pads, strides, dilations, dtype=F, absolute=False):
         x, w = np.abs(x), np.abs(w)
     xp = np.pad(x, ((0, 0), (0, 0), (pb[0], pe[0]), (pb[1], pe[1])))
     y = np.empty((n, m, oh, ow), dtype)
+    fused = dtype == F and not (cg == 1 and kh * kw > 1)  # the matrix product's chains
     for gi in range(group):
         acc = np.zeros((n, mg, oh, ow), dtype)
         for ci in range(cg):
@@ -57,7 +100,10 @@ def oracle(x, w, b, group, pads, strides, dilations, dtype=F, absolute=False):
                     tap = xp[:, gi * cg + ci, r0:r0 + strides[0] * (oh - 1) + 1:strides[0],
                              c0:c0 + strides[1] * (ow - 1) + 1:strides[1]]
                     wv = w[gi * mg:(gi + 1) * mg, ci, ky, kx]
-                    acc = acc + wv[None, :, None, None] * tap[:, None]
+                    if fused:
+                        acc = fma32(wv[None, :, None, None], tap[:, None], acc)
+                    else:
+                        acc = acc + wv[None, :, None, None] * tap[:, None]
         if b is not None:
             bv = b[gi * mg:(gi + 1) * mg].astype(dtype)
             acc = acc + (np.abs(bv) if absolute else bv)[None, :, None, None]

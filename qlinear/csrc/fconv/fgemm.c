@@ -15,6 +15,7 @@
  * hands them out one at a time, so a late thread takes fewer). */
 #include "fconv.h"
 
+#include <math.h>
 #include <string.h>
 
 /* ~5 us of one core's work: below it a product runs on the calling thread */
@@ -104,8 +105,9 @@ int ql_fgemm(const ql_fconv_kernels *k, const float *w, const float *b, const fl
 #define PMR 4
 #define PNR 8
 
-/* rows x PNR chains side by side; the compiler may vectorize the j loop (a multiply, then an
- * add, per element: the same two roundings) */
+/* rows x PNR chains side by side, each step C's fmaf (one rounding: the vector kernels'
+ * fused multiply-add; a library call where the target has no FMA instruction, correct either
+ * way) */
 static void micro_portable(ptrdiff_t K, const float *a, ptrdiff_t lda, const float *b, float *c, ptrdiff_t ldc,
                            const float *bias, int rows) {
     float acc[PMR][PNR];
@@ -115,10 +117,7 @@ static void micro_portable(ptrdiff_t K, const float *a, ptrdiff_t lda, const flo
         const float *bk = b + kk * PNR;
         for (int r = 0; r < rows; r++) {
             const float av = a[r * lda + kk];
-            for (int j = 0; j < PNR; j++) {
-                const float p = av * bk[j];
-                acc[r][j] = acc[r][j] + p;
-            }
+            for (int j = 0; j < PNR; j++) acc[r][j] = fmaf(av, bk[j], acc[r][j]);
         }
     }
     for (int r = 0; r < rows; r++)

@@ -4,11 +4,12 @@
  * the two cores between quantized layers).
  *
  * Arithmetic (docs/qdq.md, "Float Conv"): every output y[o][p] = sum over k of w[o][k] * x[k][p]
- * is computed as acc = +0.0f, then for k = 0, 1, ..., K-1 in that order acc = acc + w[o][k] *
- * x[k][p], one float32 rounding for the product and one for the sum (never a fused
- * multiply-add: the build's -ffp-contract=off, and the kernels use separate multiply and add
- * instructions); with a bias, y = acc + b[o] last. Every output is one such chain whatever the
- * ISA level, the tile it falls in or the thread that computes it, so the result is the same
+ * is computed as acc = +0.0f, then for k = 0, 1, ..., K-1 in that order acc = fma(w[o][k],
+ * x[k][p], acc), a fused multiply-add (one float32 rounding per step: the vector kernels'
+ * vfmadd, the portable kernel's fmaf; this is the chain onnxruntime's MLAS SGEMM computes per
+ * output on x86 for K up to its K stride, and whole models' outputs then match its session);
+ * with a bias, y = acc + b[o] last (a separate add). Every output is one such chain whatever
+ * the ISA level, the tile it falls in or the thread that computes it, so the result is the same
  * bits on every level and thread count. The kernels below only choose how many chains run
  * side by side in registers. */
 #ifndef QLINEAR_FCONV_H

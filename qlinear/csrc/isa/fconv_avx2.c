@@ -1,12 +1,17 @@
-/* AVX2 tile kernel of the float32 Conv's matrix product (include/fconv.h): up to 6 rows x 16
- * columns, two accumulators of 8 chains per row (with the two input vectors, the broadcast and
- * a product: the 16 YMM registers). Per k and row: a multiply, then a separate add (vmulps,
- * vaddps: the portable kernel's two roundings, never a fused multiply-add; -ffp-contract=off);
- * the bias is added to each finished chain. One unrolled copy per row count. */
+/* AVX2 + FMA3 kernels of the float32 Conv (include/fconv.h).
+ *
+ * Matrix product tile: up to 6 rows x 16 columns, two accumulators of 8 chains per row (with
+ * the two input vectors and the broadcast: 15 of the 16 YMM registers). Per k and row: a fused
+ * multiply-add (vfmadd, one rounding: the chain's documented step, the portable kernel's fmaf);
+ * the bias is added to each finished chain. One unrolled copy per row count.
+ *
+ * Depthwise row: a multiply and a separate add per tap (vmulps, vaddps: two roundings, as the
+ * portable row; -ffp-contract=off keeps the compiler from fusing them).
+ */
 #include "fconv.h"
 
 #if QL_X86
-#pragma GCC target("avx2")
+#pragma GCC target("avx2,fma")
 #include <immintrin.h>
 
 #define AMR 6
@@ -21,8 +26,8 @@ static inline __attribute__((always_inline)) void tile(ptrdiff_t K, const float 
 #pragma GCC unroll 6
         for (int r = 0; r < R; r++) {
             const __m256 av = _mm256_broadcast_ss(a + r * lda + kk);
-            lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(av, b0));
-            hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(av, b1));
+            lo[r] = _mm256_fmadd_ps(av, b0, lo[r]);
+            hi[r] = _mm256_fmadd_ps(av, b1, hi[r]);
         }
     }
     if (bias) {

@@ -1,15 +1,19 @@
-/* AVX-512 tile kernel of the float32 Conv's matrix product (include/fconv.h): up to 16 rows x
- * 16 columns, one accumulator of 16 chains per row. Per k: one input vector, then per row a
- * broadcast weight, a multiply and a separate add (vmulps, vaddps: the same two float32
- * roundings as the portable kernel, never a fused multiply-add; the build's -ffp-contract=off
- * keeps the compiler from fusing them); the bias is added to each finished chain. Measured on
- * Zen 4 (multiplies and adds issue on different pipes there): 16 x 16 and 12 x 16 run at the
- * pipes' limit, ~16 multiply-adds per cycle; two vectors per row (8 x 32, 6 x 32) reached only
- * 2/3 of it. One unrolled copy per row count, so a panel of fewer rows computes no padding. */
+/* AVX-512 kernels of the float32 Conv (include/fconv.h).
+ *
+ * Matrix product tile: up to 16 rows x 16 columns, one accumulator of 16 chains per row. Per k:
+ * one input vector, then per row a broadcast weight and a fused multiply-add (vfmadd: one
+ * rounding, the chain's documented step; the portable kernel's fmaf); the bias is added to each
+ * finished chain. Measured on Zen 4: 16 x 16 and 12 x 16 run at the FMA pipes' limit; two
+ * vectors per row (8 x 32, 6 x 32) reached only 2/3 of it. One unrolled copy per row count, so
+ * a panel of fewer rows computes no padding.
+ *
+ * Depthwise row: a multiply and a separate add per tap (vmulps, vaddps: two roundings, as the
+ * portable row; the build's -ffp-contract=off keeps the compiler from fusing them).
+ */
 #include "fconv.h"
 
 #if QL_X86 && !defined(QL_SIMDE)
-#pragma GCC target("avx2,avx512f")
+#pragma GCC target("avx2,fma,avx512f")
 #include <immintrin.h>
 
 #define FMR 16
@@ -23,7 +27,7 @@ static inline __attribute__((always_inline)) void tile(ptrdiff_t K, const float 
         const __m512 bv = _mm512_loadu_ps(b + kk * 16);
 #pragma GCC unroll 16
         for (int r = 0; r < R; r++)
-            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_set1_ps(a[r * lda + kk]), bv));
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + kk]), bv, acc[r]);
     }
     if (bias) {
 #pragma GCC unroll 16
