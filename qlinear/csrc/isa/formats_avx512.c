@@ -17,6 +17,8 @@ static inline ptrdiff_t qf_gather_avx512(const float *t, const uint8_t *p, ptrdi
     return i;
 }
 #define QF_GATHER qf_gather_avx512
+/* masked float operations: the encoder's one-loop form vectorizes (formats_impl.h) */
+#define QF_MASKED_FLOAT 1
 #define QF_NAME ql_fmt_avx512
 #define QF_LABEL "avx512"
 #include "formats/formats_impl.h"
