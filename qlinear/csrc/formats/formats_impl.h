@@ -26,6 +26,12 @@ static inline float qf_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f;
  * under the branch that uses it, and a conditional float operation does not vectorize on AVX2.
  * (The same split is made in every conversion below.) */
 static void qf_from_f16_run(const uint16_t *h, ptrdiff_t m, float *b) {
+#ifdef QF_F16_FROM
+    /* the including file's hardware conversion (exact; it quiets a signaling NaN, which the
+     * loops below keep: every use divides the value next, which quiets it anyway) */
+    ptrdiff_t done = QF_F16_FROM(h, m, b);
+    h += done; b += done; m -= done;
+#endif
     for (ptrdiff_t i = 0; i < m; i++) {
         uint32_t n = ((uint32_t)(h[i] & 0x7fffu) << 13) + ((uint32_t)(127 - 15) << 23);
         b[i] = qf_float(n + (1u << 23)) - qf_float(113u << 23);
@@ -47,6 +53,12 @@ static void qf_from_f16_run(const uint16_t *h, ptrdiff_t m, float *b) {
  * rounded to even; a carry steps the exponent, and past 65504 gives the infinity's code. NaN:
  * quiet, the payload's top bits kept (the hardware conversion's and NumPy's NaN). */
 static void qf_to_f16_run(const float *b, ptrdiff_t m, uint16_t *o) {
+#ifdef QF_F16_TO
+    /* the including file's hardware conversion, rounding to nearest even by its immediate
+     * (whatever MXCSR says): the same bits as the loops below, NaN included */
+    ptrdiff_t done = QF_F16_TO(b, m, o);
+    b += done; o += done; m -= done;
+#endif
     uint32_t sc[QF_TILE];
     for (ptrdiff_t i = 0; i < m; i++) sc[i] = qf_bits(qf_float(qf_bits(b[i]) & 0x7fffffffu) + 0.5f) - 0x3f000000u;
     for (ptrdiff_t i = 0; i < m; i++) {
