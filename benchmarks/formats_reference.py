@@ -18,6 +18,10 @@ is called once to warm up and then timed `repeat` times (qlinear 9, onnx.referen
 its defaults (the native engine, every CPU this process may use); onnx.reference is single-threaded
 NumPy. Prints one line per case and size: the two medians and onnx.reference/qlinear; then the
 cases below 20x.
+
+Cases that cannot reach 20x (docs/benchmarks.md): the integer DequantizeLinear ones, which
+onnx.reference computes as two or three vectorized NumPy passes within a few passes of memory
+bandwidth, and every case at 64K, where each side's fixed per-call cost dominates.
 """
 
 from __future__ import annotations
