@@ -21,6 +21,7 @@
 #include "nbits/nbits.h"
 #include "island.h"
 #include "formats.h"
+#include "fconv.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -254,4 +255,21 @@ const ql_fmt_kernels *ql_fmt_for(const ql_isa *isa) {
     (void)isa;
 #endif
     return &ql_fmt_portable;
+}
+
+/* The float32 Conv's matrix product (fconv/): the AVX-512 tile on the AVX-512 levels of a CPU
+ * with AVX-512 F (never under the SIMDe emulation), the AVX2 tile on any other x86 level, else
+ * the portable one. All three compute the same bits (include/fconv.h). */
+const ql_fconv_kernels *ql_fconv_for(const ql_isa *isa) {
+    detect();
+#if QL_X86
+    if (isa && isa != &ql_isa_scalar && feat.avx2) {
+        if (!QL_EMULATED && feat.avx512vnni && (isa == &ql_isa_avx512vnni || isa == ql_isa_amx()))
+            return &ql_fconv_avx512;
+        return &ql_fconv_avx2;
+    }
+#else
+    (void)isa;
+#endif
+    return &ql_fconv_portable;
 }
