@@ -144,10 +144,10 @@ class _Decoded:
                 mode, zvec = 1, np.tile(flat, rows // lines)
             else:
                 mode, zvec = 2, flat
-            if left:
-                native = _nf8.decode(codes.reshape(rows, codes.shape[-1]), units_table, zvec, mode, True)
-            else:
-                native = _nf8.decode(codes.reshape(rows, codes.shape[-1]), units_table, zvec, mode, False)
+            # a (per call, small) on the calling thread alone: waking the pool would leave its
+            # workers spinning on the cores the GEMM's threads start on next; b on the pool
+            native = _nf8.decode(codes.reshape(rows, codes.shape[-1]), units_table, zvec, mode, left,
+                                 1 if left else 0)
         if native is not None:
             units, kmax, bad = native
             self.units = units.reshape(codes.shape)
@@ -232,10 +232,13 @@ def _python_sums(ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
 
 
 def _round_to_f32(total: np.ndarray) -> np.ndarray:
-    """float32(total) rounded once, for an object array of Python ints."""
+    """float32(total) rounded once, for an object array of Python ints (and NaN/inf floats)."""
     out = np.empty(total.shape, np.float32)
     flat = out.reshape(-1)
     for i, n in enumerate(total.reshape(-1)):
+        if isinstance(n, float):  # NaN or ±inf written over the sum (the IEEE rules)
+            flat[i] = np.float32(n)
+            continue
         n = int(n)
         mag = abs(n)
         extra = mag.bit_length() - 24
@@ -398,12 +401,12 @@ def run(op: str, right: _Right, a: Any, a_scale: Any, a_zero_point: Any, y_scale
         zf = np.float32(int(yzp))
         y = np.rint(y)
         y = np.fmin(np.fmax(y, lo - zf), hi - zf) + zf  # NaN -> T's min, as QuantizeLinear
-        return y.astype(yt.dtype)
+        return np.asarray(y.astype(yt.dtype))
     zf = np.float32(z)
     if zf != 0:
         with np.errstate(over="ignore", invalid="ignore"):
             y = np.add(y, zf, dtype=np.float32)
-    return yt.encode(np.asarray(y, np.float32), True)
+    return np.asarray(yt.encode(np.asarray(y, np.float32), True))
 
 
 class PreparedQLinearMatMulF8:

@@ -45,49 +45,48 @@ static void dec_task(void *vctx, ptrdiff_t t, int thread) {
     const dec_ctx *c = (const dec_ctx *)vctx;
     ptrdiff_t r0 = t * F8_ROWS, r1 = r0 + F8_ROWS < c->R ? r0 + F8_ROWS : c->R;
     double *km = c->k_axis ? c->kmax_t + (ptrdiff_t)thread * c->C : NULL;
+    const double *tab = c->table;
     for (ptrdiff_t r = r0; r < r1; r++) {
         const uint8_t *src = c->codes + r * c->C;
         double *dst = c->out + r * c->C;
-        double zrow = c->zp_mode == 1 ? c->zp[r] : c->zp[0];
+        /* the zero point: one per column (stride 1) or one for the row (stride 0) */
+        const double *z = c->zp + (c->zp_mode == 2 ? 0 : (c->zp_mode == 1 ? r : 0));
+        ptrdiff_t zs = c->zp_mode == 2;
         double rmax = 0.0;
         int rbad = 0;
         for (ptrdiff_t j = 0; j < c->C; j++) {
-            double z = c->zp_mode == 2 ? c->zp[j] : zrow;
-            double v = c->table[src[j]] - z;   /* exact: integers below 2^34 */
-            if (!(fabs(v) <= 1e300)) {        /* NaN or an infinity: 0 in the product */
-                v = 0.0;
-                rbad = 1;
-                if (!c->k_axis) __atomic_store_n(&c->bad[j], 1, __ATOMIC_RELAXED);
-            }
+            double v = tab[src[j]] - z[j * zs];   /* exact: integers below 2^34 */
+            int ok = fabs(v) <= 1e300;            /* false for NaN and the infinities */
+            v = ok ? v : 0.0;                     /* which enter the product as 0 */
+            rbad |= !ok;
             dst[j] = v;
             double a = fabs(v);
-            if (c->k_axis) {
-                if (a > km[j]) km[j] = a;
-            } else if (a > rmax) {
-                rmax = a;
-            }
+            if (c->k_axis) km[j] = a > km[j] ? a : km[j];
+            else rmax = a > rmax ? a : rmax;
         }
         if (c->k_axis) {
             if (rbad) c->bad[r] = 1;
         } else {
             c->kmax[r] = rmax;
+            if (rbad)   /* which columns: the codes again */
+                for (ptrdiff_t j = 0; j < c->C; j++)
+                    if (!(fabs(tab[src[j]] - z[j * zs]) <= 1e300)) __atomic_store_n(&c->bad[j], 1, __ATOMIC_RELAXED);
         }
     }
 }
 
 void ql_f8mm_decode(const uint8_t *codes, ptrdiff_t R, ptrdiff_t C, const double *table, const double *zp,
-                    int zp_mode, int k_axis, double *out, double *kmax, uint8_t *bad) {
+                    int zp_mode, int k_axis, int threads, double *out, double *kmax, uint8_t *bad) {
     dec_ctx c;
     memset(&c, 0, sizeof c);
     c.codes = codes; c.R = R; c.C = C; c.table = table; c.zp = zp; c.zp_mode = zp_mode; c.k_axis = k_axis;
     c.out = out; c.kmax = kmax; c.bad = bad;
     ptrdiff_t tasks = (R + F8_ROWS - 1) / F8_ROWS;
-    int threads = ql_num_threads();
     if (threads < 1) threads = 1;
     if (k_axis) {   /* k along the columns: per-thread maxima, reduced below */
-        c.kmax_t = (double *)calloc((size_t)threads * (size_t)(C > 0 ? C : 1), sizeof(double));
-        if (!c.kmax_t) threads = 1, c.kmax_t = kmax;   /* no memory: one thread, straight into kmax */
         memset(kmax, 0, (size_t)C * sizeof(double));
+        c.kmax_t = threads > 1 ? (double *)calloc((size_t)threads * (size_t)(C > 0 ? C : 1), sizeof(double)) : NULL;
+        if (!c.kmax_t) threads = 1, c.kmax_t = kmax;   /* one thread (or no memory): straight into kmax */
     }
     c.threads = threads;
     ql_parallel_for(tasks, threads, dec_task, &c);
@@ -178,7 +177,7 @@ static void fin_task(void *vctx, ptrdiff_t t, int thread) {
 }
 
 void ql_f8mm_finish(const ql_isa *isa, const double *S, ptrdiff_t M, ptrdiff_t N, float unit, const float *m,
-                    int m_rows, int m_cols, const ql_fmt_op *op, const float *z, uint8_t *out) {
+                    int m_rows, int m_cols, const ql_fmt_op *op, const float *z, int threads, uint8_t *out) {
     fin_ctx c = {S, M, N, unit, m, m_rows, m_cols, ql_fmt_for(isa), op, z, out};
-    ql_parallel_for((M + F8_ROWS - 1) / F8_ROWS, ql_num_threads(), fin_task, &c);
+    ql_parallel_for((M + F8_ROWS - 1) / F8_ROWS, threads, fin_task, &c);
 }

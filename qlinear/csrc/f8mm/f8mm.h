@@ -13,9 +13,9 @@
  * 2: zp[column]), float64. k_axis 1 (the left operand, k along the columns): kmax[C] = the
  * largest |out| of each column, bad[R] = 1 for rows holding a non-finite value; k_axis 0 (the
  * right operand, k along the rows): kmax[R] per row, bad[C] per column. Non-finite values are
- * written as 0. bad must come zeroed. */
+ * written as 0. bad must come zeroed. On up to `threads` of the pool's threads. */
 void ql_f8mm_decode(const uint8_t *codes, ptrdiff_t R, ptrdiff_t C, const double *table, const double *zp,
-                    int zp_mode, int k_axis, double *out, double *kmax, uint8_t *bad);
+                    int zp_mode, int k_axis, int threads, double *out, double *kmax, uint8_t *bad);
 
 /* out[i] = hh·2^(2s) + (hl + lh)·2^s + ll (exact integers below 2^53 each, s <= 26), rounded to
  * odd at 53 bits; 1, or 0 when the build has no 128-bit integers (nothing written) */
@@ -23,9 +23,9 @@ int ql_f8mm_combine(const double *hh, const double *hl, const double *lh, const 
                     double *out);
 
 /* out (M x N, the output type's bytes) = convert(float32(float32(S) · unit) · m) on the pool's
- * threads; m is (m_rows ? M : 1) x (m_cols ? N : 1); op: the QuantizeLinear of float32 to the
+ * threads (at most `threads`); m is (m_rows ? M : 1) x (m_cols ? N : 1); op: the QuantizeLinear of float32 to the
  * output type (prec float32), z: NULL or the zero point (one value) */
 void ql_f8mm_finish(const ql_isa *isa, const double *S, ptrdiff_t M, ptrdiff_t N, float unit, const float *m,
-                    int m_rows, int m_cols, const ql_fmt_op *op, const float *z, uint8_t *out);
+                    int m_rows, int m_cols, const ql_fmt_op *op, const float *z, int threads, uint8_t *out);
 
 #endif

@@ -3,13 +3,14 @@
 #include "args.h"
 #include "f8mm/f8mm.h"
 
-/* f8mm_decode(codes, R, C, table, zp, zp_mode, k_axis, out, kmax, bad) */
+/* f8mm_decode(codes, R, C, table, zp, zp_mode, k_axis, threads, out, kmax, bad); threads 0: the pool's */
 static PyObject *m_f8mm_decode(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *oc, *ot, *oz, *oo, *ok, *ob;
     Py_ssize_t R, C;
-    int zp_mode, k_axis;
-    if (!PyArg_ParseTuple(args, "OnnOOiiOOO", &oc, &R, &C, &ot, &oz, &zp_mode, &k_axis, &oo, &ok, &ob)) return NULL;
+    int zp_mode, k_axis, threads;
+    if (!PyArg_ParseTuple(args, "OnnOOiiiOOO", &oc, &R, &C, &ot, &oz, &zp_mode, &k_axis, &threads, &oo, &ok, &ob))
+        return NULL;
     Py_ssize_t n;
     if (R < 0 || C < 0 || zp_mode < 0 || zp_mode > 2 || (k_axis != 0 && k_axis != 1) ||
         __builtin_mul_overflow(R, C, &n) || n > PY_SSIZE_T_MAX / 8)
@@ -21,9 +22,10 @@ static PyObject *m_f8mm_decode(PyObject *self, PyObject *args) {
         get_buf(oz, &z, 0, nz * 8, "zero point") < 0 || get_buf(oo, &o, 1, n * 8, "out") < 0 ||
         get_buf(ok, &k, 1, (k_axis ? C : R) * 8, "kmax") < 0 || get_buf(ob, &b, 1, k_axis ? R : C, "bad") < 0)
         goto done;
+    if (threads < 1 || threads > ql_num_threads()) threads = ql_num_threads();
     Py_BEGIN_ALLOW_THREADS
     ql_f8mm_decode((const uint8_t *)c.buf, R, C, (const double *)t.buf, (const double *)z.buf, zp_mode, k_axis,
-                   (double *)o.buf, (double *)k.buf, (uint8_t *)b.buf);
+                   threads, (double *)o.buf, (double *)k.buf, (uint8_t *)b.buf);
     Py_END_ALLOW_THREADS
     ret = Py_None;
     Py_INCREF(ret);
@@ -56,7 +58,7 @@ done:
     return ret;
 }
 
-/* f8mm_finish(isa, S, M, N, unit, m, m_rows, m_cols, out_type, lo, hi, fmt, table, add_zero, z, out)
+/* f8mm_finish(isa, S, M, N, unit, m, m_rows, m_cols, out_type, lo, hi, fmt, table, add_zero, z, threads, out)
  * out_type: QF_U8, QF_I8 or QF_NF (formats.h); fmt, table: as fmt_convert's (None for integers);
  * z: None or float32[1] */
 static PyObject *m_f8mm_finish(PyObject *self, PyObject *args) {
@@ -65,9 +67,9 @@ static PyObject *m_f8mm_finish(PyObject *self, PyObject *args) {
     PyObject *os, *om, *ofmt, *otab, *oz, *oo;
     Py_ssize_t M, N;
     float unit;
-    int m_rows, m_cols, out_type, lo, hi, add_zero;
-    if (!PyArg_ParseTuple(args, "sOnnfOiiiiiOOiOO", &isa_name, &os, &M, &N, &unit, &om, &m_rows, &m_cols, &out_type,
-                          &lo, &hi, &ofmt, &otab, &add_zero, &oz, &oo))
+    int m_rows, m_cols, out_type, lo, hi, add_zero, threads;
+    if (!PyArg_ParseTuple(args, "sOnnfOiiiiiOOiOiO", &isa_name, &os, &M, &N, &unit, &om, &m_rows, &m_cols, &out_type,
+                          &lo, &hi, &ofmt, &otab, &add_zero, &oz, &threads, &oo))
         return NULL;
     const ql_isa *isa = isa_arg(isa_name);
     if (!isa) return NULL;
@@ -98,9 +100,10 @@ static PyObject *m_f8mm_finish(PyObject *self, PyObject *args) {
         get_buf(om, &m, 0, (m_rows ? M : 1) * (m_cols ? N : 1) * 4, "multiplier") < 0 ||
         (oz != Py_None && get_buf(oz, &z, 0, 4, "zero point") < 0) || get_buf(oo, &o, 1, n, "out") < 0)
         goto done;
+    if (threads < 1 || threads > ql_num_threads()) threads = ql_num_threads();
     Py_BEGIN_ALLOW_THREADS
     ql_f8mm_finish(isa, (const double *)s.buf, M, N, unit, (const float *)m.buf, m_rows != 0, m_cols != 0, &op,
-                   z.obj ? (const float *)z.buf : NULL, (uint8_t *)o.buf);
+                   z.obj ? (const float *)z.buf : NULL, threads, (uint8_t *)o.buf);
     Py_END_ALLOW_THREADS
     ret = Py_None;
     Py_INCREF(ret);

@@ -17,21 +17,22 @@ from .formats import FORMAT_CODES, QF_NF, _fmt
 _U8 = np.dtype(np.uint8)
 
 
-def decode(codes: np.ndarray, table: np.ndarray, zp: np.ndarray, zp_mode: int,
-           left: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def decode(codes: np.ndarray, table: np.ndarray, zp: np.ndarray, zp_mode: int, left: bool,
+           threads: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(units, kmax, bad) of a 2-D operand ``codes`` (R x C, any 8-bit dtype): units =
     table[code] - zp (float64; NaN/inf written as 0); ``left`` (k along the columns): kmax[C] per
     column, bad[R] per row; else kmax[R] per row, bad[C] per column. ``zp``: float64 units, one
-    (mode 0), one per row (1) or per column (2)."""
+    (mode 0), one per row (1) or per column (2). ``threads``: at most that many of the pool's
+    threads (0: all)."""
     C = _native.native()
     if C is None:
         return None
     r, c = codes.shape
     codes = np.ascontiguousarray(codes).view(_U8)
-    units = np.empty((r, c), np.float64)
+    units = _native.empty((r, c), np.float64)  # pooled: no page faults on every call
     kmax = np.empty(c if left else r, np.float64)
     bad = np.zeros(r if left else c, np.uint8)
-    C.f8mm_decode(codes, r, c, table, np.ascontiguousarray(zp, np.float64), zp_mode, int(left), units, kmax, bad)
+    C.f8mm_decode(codes, r, c, table, np.ascontiguousarray(zp, np.float64), zp_mode, int(left), threads, units, kmax, bad)
     return units, kmax, bad.view(bool)
 
 
@@ -48,7 +49,8 @@ def combine(parts: list[np.ndarray], s: int) -> np.ndarray | None:
     return out
 
 
-def finish(S: np.ndarray, unit_exp: int, m: np.ndarray, yt: dtypes.QType, z: float) -> np.ndarray | None:
+def finish(S: np.ndarray, unit_exp: int, m: np.ndarray, yt: dtypes.QType, z: float,
+           threads: int = 0) -> np.ndarray | None:
     """The output (R x N, yt's dtype) of exact sums ``S`` (R x N float64): float32(S) · 2^unit_exp,
     times ``m`` ((R|1) x (N|1) float32), converted with the zero point ``z`` (yt's value, as a
     float: rne + saturation for uint8/int8, + z and the saturating encoding for float8)."""
@@ -64,7 +66,7 @@ def finish(S: np.ndarray, unit_exp: int, m: np.ndarray, yt: dtypes.QType, z: flo
         fmt, table = _fmt(yt)
     C.f8mm_finish(C.get_isa(), np.ascontiguousarray(S, np.float64), r, n, float(2.0 ** unit_exp),
                   np.ascontiguousarray(m, np.float32), int(m.shape[0] != 1), int(m.shape[1] != 1), code, lo, hi,
-                  fmt, table, add, np.full(1, z, np.float32), out)
+                  fmt, table, add, np.full(1, z, np.float32), threads, out)
     return out
 
 
