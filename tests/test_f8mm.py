@@ -333,3 +333,14 @@ def test_graph_node_decodes_a_constant_b_once(monkeypatch):
         (y,) = rep.run({"a": a})
         bits_equal(np.asarray(y), expected(a, F32(0.05), zero, b, bsc, bz, F32(0.5), zero))
     assert decodes.count(False) == 1 and decodes.count(True) == 3, decodes
+
+
+def test_accumulator_rounds_before_the_multiplier(engine_level):
+    """acc = float32(S) first, then float32(acc · m): S = 2^24 + 1 units of 2^-9 (a tie: acc =
+    2^15), m = 100.5 · 2^-15, y = 100.5 -> 100 (ties to even). Multiplying the exact sum by m
+    with one rounding would give 100.5 · (1 + 2^-24) -> 101."""
+    f4 = lambda v: oracle.as_format(oracle.encode_float(np.asarray(v, np.float64), "float8e4m3fn", 1), "float8e4m3fn")  # noqa: E731
+    a = f4([[256.0, 2.0 ** -9]])
+    b = np.array([[128], [1]], np.uint8)
+    got = check(a, F32(100.5 * 2.0 ** -15), f4(0.0).reshape(()), b, F32(1), np.uint8(0), F32(1), np.int8(0))
+    assert int(got[0, 0]) == 100
