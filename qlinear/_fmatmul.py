@@ -5,9 +5,9 @@ Every float8 value is an integer multiple of 2**e (e = the format's smallest sub
 point is an integer (e = 0). So each centered operand is an integer number of units, and the dot
 product is an exact integer sum S times 2**(ea + eb). S is computed exactly by a float64 GEMM
 of the units wherever a bound proves every partial sum an integer below 2**53 (always for
-e4m3 x e4m3 up to K = 42,000; for e5m2 checked on the data), else from four exact GEMMs of
-the operands' high and low halves assembled in 128-bit integers, else in Python integers (see
-"The exact dot product" below).
+e4m3 x e4m3 up to K = 18,641 whatever the zero points; for e5m2 checked on the data), else
+from four exact GEMMs of the operands' high and low halves assembled in 128-bit integers, else
+in Python integers (see "The exact dot product" below).
 
 S · 2**(ea + eb) is then rounded once to float32 (the accumulator), and the 8-bit contract's
 float32 requantization follows: m = float32(float32(a_scale · b_scale) / y_scale), y =
@@ -83,10 +83,11 @@ def scale(op: str, name: str, value: Any, divides: bool = False) -> np.ndarray:
 # 2**52 leaves that margin for any K below 2**50.)
 #
 # Worst cases without looking at the data (centered magnitudes up to twice the format's maximum
-# when the zero point is the opposite extreme): e4m3fn units <= 2 * 448 * 2**9 < 2**18.81, so
-# e4m3fn x e4m3fn is exact for K <= 42,000 whatever the values and zero points (K <= 171,000 with
-# zero zero points, the usual case: 229,376**2 * K < 2**53); e4m3fnuz likewise (2 * 240 * 2**10
-# units); int8/uint8 (<= 255 units) x e4m3fn (< 2**18.81): K < 2**26.2. e5m2 spans too many
+# when the zero point is the opposite extreme), against the 2**52 limit: e4m3fn units <= 2 * 448
+# * 2**9 = 458,752, so e4m3fn x e4m3fn takes one GEMM for K <= 21,399 whatever the values and
+# zero points (85,598 with zero zero points, the usual case: 229,376**2 * K < 2**52); e4m3fnuz
+# (<= 2 * 240 * 2**10 = 491,520 units) for K <= 18,641 (74,565); int8/uint8 (<= 255 units) x
+# e4m3 for K <= 3.5e7. Beyond, the split path below keeps it exact. e5m2 spans too many
 # binades for a data-free guarantee (57,344 * 2**16 < 2**31.8 units), so the bound is taken
 # from the operands' actual maxima on every call (the prepared b's once): e5m2 data with a
 # moderate range passes it. Where it fails, each operand is split into high and low halves
@@ -202,9 +203,10 @@ def _exact_sums(a: _Decoded, b: _Decoded) -> np.ndarray:
         return _gemm(ia, ib)
     top = max(float(ka.max(initial=0.0)), float(kb.max(initial=0.0)))
     s = max(1, (int(top).bit_length() + 1) // 2)
-    # halves: |h| <= |x| / 2**s + 1, 0 <= l < 2**s (per k: the bound's inputs)
-    kah, kal = np.floor(ka * 2.0 ** -s) + 1, np.minimum(ka, 2.0 ** s)
-    kbh, kbl = np.floor(kb * 2.0 ** -s) + 1, np.minimum(kb, 2.0 ** s)
+    # halves: |h| <= |x| / 2**s + 1 (h = floor(x / 2**s)), 0 <= l < 2**s (for a negative x, l
+    # may exceed |x|: 2**s is the bound's input, not |x|)
+    kah, kbh = np.floor(ka * 2.0 ** -s) + 1, np.floor(kb * 2.0 ** -s) + 1
+    kal, kbl = np.full_like(ka, 2.0 ** s), np.full_like(kb, 2.0 ** s)
     if max(_bound(kah, kbh), _bound(kah, kbl), _bound(kal, kbh), _bound(kal, kbl)) < _EXACT:
         ah, al = _split(ia, s)
         bh, bl = _split(ib, s)
