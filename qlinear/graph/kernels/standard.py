@@ -336,7 +336,15 @@ class QLinearMatMul(_QLinearOp):
                 return (self._call(prep.run, a, *scalars),)
         if any(_dtype(v) not in _dtypes.EIGHT_BIT for v in (a, b, y_zero_point)) or \
                 any(_dtype(v) in _NARROW_SCALES for v in (a_scale, b_scale, y_scale)):
-            # version 21: float8 operands or float16/bfloat16 scales, by the function
+            # version 21: float8 operands or float16/bfloat16 scales, by the function; with a
+            # float8 operand or output, a constant b is decoded once (its prepared form)
+            if any(_is_float8(v) for v in (a, b, y_zero_point)):
+                prep = KernelOp._prepared_for(self, _q.matmul.prepare_qlinear_matmul_float8,
+                                              (b, b_scale, b_zero_point), (3, 4, 5))
+                y = self._call(prep.run, a, *params)
+                if prep is self._prepared:
+                    self._remember_scalars(params, (1, 2, 6, 7), prep)
+                return (y,)
             return (self._call(_q.qlinear_matmul, a, a_scale, a_zero_point, b, b_scale, b_zero_point,
                                y_scale, y_zero_point),)
         for what, v in (("a_scale", a_scale), ("b_scale", b_scale), ("y_scale", y_scale)):
@@ -352,6 +360,11 @@ class QLinearMatMul(_QLinearOp):
 
     def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
         return _bound_weighted(self, QLinearMatMul, inputs, fixed, (3, 4, 5))
+
+
+def _is_float8(v: Any) -> bool:
+    t = _dtypes.lookup(_dtype(v))
+    return t is not None and t.is_float and t.bits == 8
 
 
 def _bound_weighted(node: _QLinearOp, cls: type, inputs: list, fixed: frozenset[int],
