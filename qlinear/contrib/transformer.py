@@ -227,26 +227,95 @@ def embed_layer_normalization(input_ids: np.ndarray, segment_ids: np.ndarray | N
     return y.astype(F32), mask_index, e.astype(F32)
 
 
-def _attention_core(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, past: Any, unidirectional: int,
-                    scale: float, mask_filter_value: float) -> tuple[np.ndarray, np.ndarray]:
-    """Multi-head self-attention of a fused projection qkv (batch, seq, 3 · hidden), float64."""
-    batch, seq, three_h = qkv.shape
+def _attention_checks(op: str, batch: int, seq: int, three_h: int, num_heads: int, mask_index: Any, past: Any):
+    """The attention's geometry, past and mask checked (in the order the errors are reported):
+    (head size, past as float32 or None, its length, the int32 mask or None, its form: one of
+    _MASK_*)."""
     hidden = three_h // 3
     if hidden % num_heads:
         raise ValueError(f"{op}: the hidden size {hidden} must be divisible by num_heads ({num_heads})")
     head = hidden // num_heads
-
-    def heads(t: np.ndarray) -> np.ndarray:  # (B, S, H) → (B, N, S, h)
-        return t.reshape(batch, seq, num_heads, head).transpose(0, 2, 1, 3)
-
-    q, k, vv = heads(qkv[..., :hidden]), heads(qkv[..., hidden:2 * hidden]), heads(qkv[..., 2 * hidden:])
-    past_len = 0
+    pa, past_len = None, 0
     if past is not None:
         pa = p.float_tensor(op, "past", past)
         if pa.ndim != 5 or pa.shape[0] != 2 or pa.shape[1] != batch or pa.shape[2] != num_heads or pa.shape[4] != head:
             raise ValueError(f"{op}: past must have shape (2, {batch}, {num_heads}, past_sequence, {head}); "
                              f"got {pa.shape}")
         past_len = pa.shape[3]
+    total = past_len + seq
+    v.check_size(op, "the float64 attention scores", (batch, num_heads, seq, total), 8)
+    m, kind = None, _MASK_NONE
+    if mask_index is not None:
+        # int32, as onnxruntime's schema (M: tensor(int32)): a float mask's values were compared
+        # and took as lengths, which onnxruntime refuses
+        m = v.integer_tensor(op, "mask_index", mask_index, (np.dtype(np.int32),))
+        if m.ndim == 2 and m.shape == (batch, total):
+            kind = _MASK_2D
+        elif m.ndim == 3 and m.shape == (batch, seq, total):
+            kind = _MASK_3D
+        elif m.ndim == 1 and m.shape[0] in (batch, 2 * batch):
+            kind = _MASK_END if m.shape[0] == batch else _MASK_END_START
+        else:
+            raise ValueError(f"{op}: mask_index must have shape ({batch},), ({2 * batch},), ({batch}, {total}) "
+                             f"or ({batch}, {seq}, {total}); got {m.shape}")
+    return head, pa, past_len, m, kind
+
+
+# the mask forms (as qlinear/csrc/include/transformer.h numbers them): none, raw (B, total),
+# raw (B, S, total), end positions (B), end and start positions (2B)
+_MASK_NONE, _MASK_2D, _MASK_3D, _MASK_END, _MASK_END_START = range(5)
+
+
+def _attention_native(op: str, qkv: Any, num_heads: int, mask_index: Any, past: Any, unidirectional: int,
+                      scale: float, mask_filter_value: float, *, projection: tuple | None = None):
+    """The attention on the native engine (qlinear/csrc/transformer/attention.c: the same float64
+    formula, its sums in a fixed order), or None where the NumPy path runs it (the NumPy
+    engine, a batch, sequence or head count of 0). ``qkv`` is the float64 projection (B, S,
+    3H), or with ``projection`` = (acc int32 (B, S, 3H), weight scale float32 (1 or 3H values),
+    input scale float32, bias float32 (3H)) QAttention's accumulators, scaled in C."""
+    C = _native.native()
+    batch, seq, three_h = qkv.shape if projection is None else projection[0].shape
+    if C is None or not batch or not seq or not three_h:
+        return None
+    head, pa, past_len, m, kind = _attention_checks(op, batch, seq, three_h, num_heads, mask_index, past)
+    total = past_len + seq
+    v.check_size(op, "present", (2, batch, num_heads, total, head), 4)
+    out = np.empty((batch, seq, three_h // 3), F32)
+    present = np.empty((2, batch, num_heads, total, head), F32)
+    s = scale if scale else 1.0 / math.sqrt(head)
+    pa = None if pa is None else np.ascontiguousarray(pa)
+    m = None if m is None else np.ascontiguousarray(m)
+    if projection is None:
+        C.attention(np.ascontiguousarray(qkv, F64), batch, seq, num_heads, head, pa, past_len, m, kind,
+                    unidirectional, s, mask_filter_value, out, present)
+    else:
+        acc, ws, sx, bias32 = projection
+        C.qattention(np.ascontiguousarray(acc), ws, ws.size > 1, float(sx), bias32, batch, seq, num_heads, head,
+                     pa, past_len, m, kind, unidirectional, s, mask_filter_value, out, present)
+    return out, present
+
+
+def _attention_core(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, past: Any, unidirectional: int,
+                    scale: float, mask_filter_value: float) -> tuple[np.ndarray, np.ndarray]:
+    """Multi-head self-attention of a fused projection qkv (batch, seq, 3 · hidden), float64."""
+    got = _attention_native(op, qkv, num_heads, mask_index, past, unidirectional, scale, mask_filter_value)
+    if got is not None:
+        return got
+    return _attention_numpy(op, qkv, num_heads, mask_index, past, unidirectional, scale, mask_filter_value)
+
+
+def _attention_numpy(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, past: Any, unidirectional: int,
+                     scale: float, mask_filter_value: float) -> tuple[np.ndarray, np.ndarray]:
+    """``_attention_core`` in NumPy (the NumPy engine's path and the native one's reference)."""
+    batch, seq, three_h = qkv.shape
+    hidden = three_h // 3
+    head, pa, past_len, m, kind = _attention_checks(op, batch, seq, three_h, num_heads, mask_index, past)
+
+    def heads(t: np.ndarray) -> np.ndarray:  # (B, S, H) → (B, N, S, h)
+        return t.reshape(batch, seq, num_heads, head).transpose(0, 2, 1, 3)
+
+    q, k, vv = heads(qkv[..., :hidden]), heads(qkv[..., hidden:2 * hidden]), heads(qkv[..., 2 * hidden:])
+    if pa is not None:
         k = np.concatenate([pa[0].astype(F64), k], axis=2)
         vv = np.concatenate([pa[1].astype(F64), vv], axis=2)
     total = past_len + seq
@@ -254,26 +323,18 @@ def _attention_core(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, p
     present[0] = k
     present[1] = vv
     s = scale if scale else 1.0 / math.sqrt(head)
-    v.check_size(op, "the float64 attention scores", (batch, num_heads, seq, total), 8)
     scores = np.matmul(q, k.swapaxes(-1, -2))
     scores *= s
-    if mask_index is not None:
-        # int32, as onnxruntime's schema (M: tensor(int32)): a float mask's values were compared
-        # and took as lengths, which onnxruntime refuses
-        m = v.integer_tensor(op, "mask_index", mask_index, (np.dtype(np.int32),))
-        if m.ndim == 2 and m.shape == (batch, total):
-            scores += np.where(m > 0, 0.0, mask_filter_value)[:, None, None, :]
-        elif m.ndim == 3 and m.shape == (batch, seq, total):
-            scores += np.where(m > 0, 0.0, mask_filter_value)[:, None, :, :]
-        elif m.ndim == 1 and m.shape[0] in (batch, 2 * batch):
-            cols = np.arange(total)
-            end = m[:batch].reshape(batch, 1)
-            start = m[batch:].reshape(batch, 1) if m.shape[0] == 2 * batch else np.zeros((batch, 1), m.dtype)
-            keep = (cols[None, :] < end) & (cols[None, :] >= start)
-            scores += np.where(keep, 0.0, mask_filter_value)[:, None, None, :]
-        else:
-            raise ValueError(f"{op}: mask_index must have shape ({batch},), ({2 * batch},), ({batch}, {total}) "
-                             f"or ({batch}, {seq}, {total}); got {m.shape}")
+    if kind == _MASK_2D:
+        scores += np.where(m > 0, 0.0, mask_filter_value)[:, None, None, :]
+    elif kind == _MASK_3D:
+        scores += np.where(m > 0, 0.0, mask_filter_value)[:, None, :, :]
+    elif kind != _MASK_NONE:
+        cols = np.arange(total)
+        end = m[:batch].reshape(batch, 1)
+        start = m[batch:].reshape(batch, 1) if kind == _MASK_END_START else np.zeros((batch, 1), m.dtype)
+        keep = (cols[None, :] < end) & (cols[None, :] >= start)
+        scores += np.where(keep, 0.0, mask_filter_value)[:, None, None, :]
     if unidirectional:
         scores += _causal_mask(seq, total, past_len, mask_filter_value)
     if total == 0:  # no keys (an empty sequence, no past): an empty output, nothing to normalize
@@ -373,6 +434,7 @@ class PreparedQAttention:
         self.ws_cols = ws.reshape(-1) if ws.size > 1 else None
         self.ws = ws.reshape(()) if ws.size == 1 else None
         self.bias32 = _hidden_param(op, "bias", bias, cols).astype(F32)
+        self.ws_flat = np.ascontiguousarray(ws.reshape(-1), F32)  # the native path's weight scale
         # bounds for skipping np.errstate (microseconds a call) where nothing can overflow:
         # |acc| < 2**31 (int32), so |acc · m| <= 2**31 · 1e28 < 3e37 for |m| <= 1e28, and adding
         # a bias below 3e38 stays finite
@@ -391,6 +453,10 @@ class PreparedQAttention:
                              f"got {x.shape} and {w.shape}")
         sx, zx = p.qparams(op, "input_scale", input_scale, "input_zero_point", input_zero_point, "input", x.dtype)
         acc = self.product(x, w, np.asarray(zx, x.dtype), self.wz)
+        got = _attention_native(op, None, self.n, mask_index, past, self.uni, self.scale, self.mask_filter_value,
+                                projection=(acc, self.ws_flat, sx, self.bias32))
+        if got is not None:
+            return got
         qkv = _qkv(acc, sx, self.ws_cols, self.ws, self.bias32,
                    guarded=not (self._bias_small and self._ws_max * abs(float(sx)) <= 1e28))
         return _attention_core(op, qkv.astype(F64), self.n, mask_index, past, self.uni, self.scale,
@@ -425,7 +491,12 @@ def _qattention_op(input, weight, bias, input_scale, weight_scale, mask_index=No
     cols = w.shape[1]
     ws, wz = _weight_qparams(op, w, weight_scale, weight_zero_point)
     acc = product(x, w, np.asarray(zx, x.dtype), wz.reshape(()) if wz.size == 1 else wz.reshape(cols))
-    qkv = _qkv(acc, sx, ws.reshape(-1) if ws.size > 1 else None, None if ws.size > 1 else ws.reshape(()),
-               _hidden_param(op, "bias", bias, cols).astype(F32))
+    bias32 = _hidden_param(op, "bias", bias, cols).astype(F32)
+    scale_, filter_ = p.float_attribute(op, "scale", scale), p.float_attribute(op, "mask_filter_value", mask_filter_value)
+    got = _attention_native(op, None, n, mask_index, past, uni, scale_, filter_,
+                            projection=(acc, np.ascontiguousarray(ws.reshape(-1), F32), sx, bias32))
+    if got is not None:
+        return got
+    qkv = _qkv(acc, sx, ws.reshape(-1) if ws.size > 1 else None, None if ws.size > 1 else ws.reshape(()), bias32)
     return _attention_core(op, qkv.astype(F64), n, mask_index, past, uni, p.float_attribute(op, "scale", scale),
                            p.float_attribute(op, "mask_filter_value", mask_filter_value))
