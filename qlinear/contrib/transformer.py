@@ -193,30 +193,13 @@ def embed_layer_normalization(input_ids: np.ndarray, segment_ids: np.ndarray | N
     positions = table("position_embedding", position_embedding)
     v.check_size(op, "the float64 embeddings", (batch, seq, hidden), 8)
 
-    def gather(table: np.ndarray, index: np.ndarray, name: str) -> np.ndarray:
-        if index.size and (index.min() < 0 or index.max() >= table.shape[0]):
-            raise ValueError(f"{op}: {name} must index the {table.shape[0]} rows of its embedding; "
-                             f"got values in [{index.min()}, {index.max()}]")
-        return table[index].astype(F64)
-
-    e = gather(words, ids, "input_ids")
-    if position_ids is None:
-        pos = np.broadcast_to(np.arange(seq), (batch, seq))
+    got = _embed_native(op, ids, words, positions, position_ids, segment_ids, segment_embedding, gamma, beta,
+                        epsilon, table)
+    if got is not None:
+        y32, e32 = got
     else:
-        given = v.integer_tensor(op, "position_ids", position_ids, (np.dtype(np.int32), np.dtype(np.int64)))
-        try:
-            pos = np.broadcast_to(given, (batch, seq))
-        except ValueError:
-            raise ValueError(f"{op}: position_ids must broadcast to input_ids' shape {(batch, seq)}; "
-                             f"got shape {given.shape}") from None
-    e = e + gather(positions, pos, "position_ids")
-    if segment_embedding is not None and segment_ids is not None:
-        seg = v.integer_tensor(op, "segment_ids", segment_ids, (np.dtype(np.int32),))
-        if seg.shape != ids.shape:
-            raise ValueError(f"{op}: segment_ids must have input_ids' shape {ids.shape}; got shape {seg.shape}")
-        e = e + gather(table("segment_embedding", segment_embedding), seg, "segment_ids")
-    y, _, _ = _layer_norm(e, _hidden_param(op, "gamma", gamma, hidden), _hidden_param(op, "beta", beta, hidden),
-                          p.float_attribute(op, "epsilon", epsilon))
+        y32, e32 = _embed_numpy(op, ids, words, positions, position_ids, segment_ids, segment_embedding, gamma,
+                                beta, epsilon, table)
     if mask is None:
         mask_index = np.zeros(batch, np.int32)
     else:
@@ -224,7 +207,80 @@ def embed_layer_normalization(input_ids: np.ndarray, segment_ids: np.ndarray | N
         if m.shape != ids.shape:
             raise ValueError(f"{op}: mask must have input_ids' shape {ids.shape}; got shape {m.shape}")
         mask_index = np.count_nonzero(m, axis=-1).astype(np.int32)
-    return y.astype(F32), mask_index, e.astype(F32)
+    return y32, mask_index, e32
+
+
+def _embed_numpy(op, ids, words, positions, position_ids, segment_ids, segment_embedding, gamma, beta, epsilon,
+                 table):
+    """EmbedLayerNormalization's output and sum in NumPy (the NumPy engine's path, the native
+    one's reference): the tables' rows widened and added in float64, normalized in float64."""
+    batch, seq = ids.shape
+    hidden = words.shape[1]
+
+    def gather(table: np.ndarray, index: np.ndarray, name: str) -> np.ndarray:
+        if index.size and (index.min() < 0 or index.max() >= table.shape[0]):
+            raise ValueError(f"{op}: {name} must index the {table.shape[0]} rows of its embedding; "
+                             f"got values in [{index.min()}, {index.max()}]")
+        return table[index].astype(F64)
+
+    e = gather(words, ids, "input_ids")
+    pos = _position_ids(op, position_ids, batch, seq)
+    e = e + gather(positions, np.broadcast_to(np.arange(seq), (batch, seq)) if pos is None else pos, "position_ids")
+    if segment_embedding is not None and segment_ids is not None:
+        seg = _segment_ids(op, segment_ids, ids.shape)
+        e = e + gather(table("segment_embedding", segment_embedding), seg, "segment_ids")
+    y, _, _ = _layer_norm(e, _hidden_param(op, "gamma", gamma, hidden), _hidden_param(op, "beta", beta, hidden),
+                          p.float_attribute(op, "epsilon", epsilon))
+    return y.astype(F32), e.astype(F32)
+
+
+def _position_ids(op: str, position_ids: Any, batch: int, seq: int) -> np.ndarray | None:
+    """position_ids (int32 or int64) broadcast to (batch, seq), or None (0..seq-1)."""
+    if position_ids is None:
+        return None
+    given = v.integer_tensor(op, "position_ids", position_ids, (np.dtype(np.int32), np.dtype(np.int64)))
+    try:
+        return np.broadcast_to(given, (batch, seq))
+    except ValueError:
+        raise ValueError(f"{op}: position_ids must broadcast to input_ids' shape {(batch, seq)}; "
+                         f"got shape {given.shape}") from None
+
+
+def _segment_ids(op: str, segment_ids: Any, shape: tuple) -> np.ndarray:
+    seg = v.integer_tensor(op, "segment_ids", segment_ids, (np.dtype(np.int32),))
+    if seg.shape != shape:
+        raise ValueError(f"{op}: segment_ids must have input_ids' shape {shape}; got shape {seg.shape}")
+    return seg
+
+
+def _embed_native(op, ids, words, positions, position_ids, segment_ids, segment_embedding, gamma, beta, epsilon,
+                  table):
+    """EmbedLayerNormalization's output and sum on the native engine (transformer/embed.c: the
+    NumPy path's float64 operations in its order, hence its bits), or None where the NumPy path
+    runs: the NumPy engine, an empty batch, or any input that path refuses (it then reports
+    it, in its order)."""
+    C = _native.native()
+    batch, seq = ids.shape
+    if C is None or not batch or not seq:
+        return None
+    hidden = words.shape[1]
+    try:
+        pos = _position_ids(op, position_ids, batch, seq)
+        seg = segs = None
+        if segment_embedding is not None and segment_ids is not None:
+            seg = np.ascontiguousarray(_segment_ids(op, segment_ids, ids.shape))
+            segs = np.ascontiguousarray(table("segment_embedding", segment_embedding))
+        g = np.ascontiguousarray(_hidden_param(op, "gamma", gamma, hidden))
+        b = np.ascontiguousarray(_hidden_param(op, "beta", beta, hidden))
+        eps = p.float_attribute(op, "epsilon", epsilon)
+    except (ValueError, TypeError):
+        return None
+    pos = None if pos is None else np.ascontiguousarray(pos)
+    y, e = np.empty((batch, seq, hidden), F32), np.empty((batch, seq, hidden), F32)
+    got = C.embed_layer_norm(np.ascontiguousarray(ids), pos, pos is not None and pos.dtype == np.int64, seg,
+                             batch, seq, np.ascontiguousarray(words), words.shape[0], np.ascontiguousarray(positions),
+                             positions.shape[0], segs, 0 if segs is None else segs.shape[0], hidden, g, b, eps, y, e)
+    return (y, e) if got == 1 else None
 
 
 def _attention_checks(op: str, batch: int, seq: int, three_h: int, num_heads: int, mask_index: Any, past: Any):

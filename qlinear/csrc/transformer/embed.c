@@ -19,12 +19,16 @@ int ql_embed_layer_norm_f32(const int32_t *ids, const void *pos, int pos64, cons
                             float *sum) {
     ptrdiff_t rows = batch * seq;
     if (rows <= 0 || hidden <= 0) return 1;
-    for (ptrdiff_t r = 0; r < rows; r++) {
+    /* every index checked before anything is read, in the NumPy path's order (ids, then
+     * positions, then segments), so the caller's fallback reports the one it reports */
+    for (ptrdiff_t r = 0; r < rows; r++)
         if (ids[r] < 0 || ids[r] >= word_rows) return -1;
+    for (ptrdiff_t r = 0; r < rows; r++) {
         int64_t p = pos ? (pos64 ? ((const int64_t *)pos)[r] : (int64_t)((const int32_t *)pos)[r]) : r % seq;
         if (p < 0 || p >= position_rows) return -2;
-        if (seg && (seg[r] < 0 || seg[r] >= segment_rows)) return -3;
     }
+    for (ptrdiff_t r = 0; seg && r < rows; r++)
+        if (seg[r] < 0 || seg[r] >= segment_rows) return -3;
     /* two work rows of hidden doubles; the caller bounds rows · hidden · 8 */
     double *s = (double *)malloc(sizeof(double) * 2 * (size_t)hidden);
     if (!s) return 0;
