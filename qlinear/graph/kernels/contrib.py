@@ -27,6 +27,7 @@ from ...contrib import gemm as _gemm
 from ...contrib import pool as _pool
 from ...contrib import transformer as _transformer
 from ...contrib.schema import DOMAIN
+from ...engines.native import matmul as nmm
 from ...quantize import dequantize_linear, quantize_linear
 from .base import KernelOp, constants_at
 from .float import leaky_relu, relu
@@ -314,6 +315,48 @@ class DynamicQuantizeMatMul(ContribOp):
         self._bind_consts(args, product)
         return (y,)
 
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """``_run``'s bound path for an A of this shape (float32, C-contiguous), its steps as
+        direct native calls: DynamicQuantizeLinear (``C.dynamic_quantize``, None where the
+        guarded branch is needed), the product by the plan of the full call just made
+        (``PreparedMatMulInteger``'s per-tensor zero point plan), then the same float32
+        scaling; None (the full call) for anything else. Bound only where no float32
+        operation of the scaling can overflow (|acc| < 2^31 and |a_scale · b_scale| <= 1e28,
+        a bias below 3e38), so no np.errstate is needed."""
+        bound, x = self._bound_consts, inputs[0] if inputs else None
+        C = _native.native()
+        if (type(self) is not DynamicQuantizeMatMul or bound is None or C is None or len(inputs) != bound[0]
+                or not self._bound(inputs, fixed, (1, 2, 3, 4)) or any(inputs[i] is not o for i, o in bound[1])
+                or type(x) is not np.ndarray or x.dtype != np.float32 or not x.size or not x.flags.c_contiguous):
+            return None
+        prepared = getattr(bound[4], "prepared", None)
+        plan = None if prepared is None else prepared._zp_call
+        if plan is None or plan[0] != x.shape or plan[1] != np.uint8:
+            return None
+        isa, call, limit, shape = C.get_isa(), plan[2], plan[3], x.shape
+        if call[0] != isa:
+            return None
+        bs, bias = bound[2], bound[3]
+        bs_max = float(np.abs(bs).max())
+        if not (bs_max == bs_max) or (bias is not None and not float(np.abs(bias).max()) < 3e38):
+            return None
+        n, f32, u8 = x.size, np.float32, np.uint8
+        run_zero_point, quantize, max_bytes = nmm.run_zero_point, C.dynamic_quantize, v.max_output_bytes
+
+        def run(ins: list):
+            a = ins[0]
+            if (type(a) is not np.ndarray or a.dtype != f32 or a.shape != shape or not a.flags.c_contiguous
+                    or max_bytes() != limit or C.get_isa() != isa):
+                return None
+            q = np.empty(shape, u8)
+            got = quantize(isa, a.reshape(-1), n, q.reshape(-1))
+            if got is None or abs(got[0]) * bs_max > 1e28:
+                return None
+            acc = run_zero_point(call, q, got[1])
+            y = acc.astype(f32) * (f32(got[0]) * bs)  # f(f(acc) * f(a_scale * b_scale_j))
+            return y if bias is None else y + bias  # a separate float32 addition
+        return run
+
     def _bind_consts(self, args: tuple, product) -> None:
         """After a full call that succeeded: remember B, b_scale, b_zero_point and bias when all
         of them are constants of the model (the same objects on every run), as that call
@@ -376,7 +419,11 @@ def _prepared_product(w: np.ndarray, weight_zero_point: Any):
         prepared = prepare_matmul_integer(w, wz)
     except (ValueError, TypeError):
         return None
-    return lambda x, _w, a_zero_point, _wz: prepared.run(x, a_zero_point)
+    def product(x, _w, a_zero_point, _wz):
+        return prepared.run(x, a_zero_point)
+
+    product.prepared = prepared  # for DynamicQuantizeMatMul.fast_path (its plan of the last call)
+    return product
 
 
 class QAttention(ContribOp):
@@ -516,6 +563,15 @@ class FastGelu(ContribOp):
                 self._bound = (*self._bound, bias)
         return out
 
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """The bound path of ``_run`` (``_bound_fast_gelu``: its constant bias, checked once) as
+        the graph loop's short path; None where ``_run`` has none."""
+        b = self._bound  # (``_bound`` here is that tuple, not KernelOp._bound)
+        if type(self) is not FastGelu or not b or len(inputs) != b[0] \
+                or not KernelOp._bound(self, inputs, fixed, (1,)) or any(inputs[i] is not o for i, o in b[1]):
+            return None
+        return lambda ins: _bound_fast_gelu(b, ins[0])
+
 
 def _bind_constants(node: ContribOp, args: tuple, positions: tuple[int, ...]) -> tuple | None:
     """After a full call of ``node`` that succeeded on the native engine: (the argument count,
@@ -576,6 +632,14 @@ class DynamicQuantizeLinear(ContribOp):
     version = 11
 
     def _run(self, x, **_):
+        C = _native.native()
+        if C is not None and type(x) is np.ndarray and x.dtype == np.float32 and x.size and x.flags.c_contiguous:
+            # dynamic_quantize_linear's native branch without its wrapper's checks (a float32
+            # ndarray passes them; the output is no larger than x): the same call, the same bits
+            y = np.empty(x.shape, np.uint8)
+            got = C.dynamic_quantize(C.get_isa(), x.reshape(-1), x.size, y.reshape(-1))
+            if got is not None:
+                return y, np.asarray(got[0], np.float32), np.asarray(got[1], np.uint8)
         return self._call(_c.dynamic_quantize_linear, x)
 
 
