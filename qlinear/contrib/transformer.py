@@ -501,6 +501,9 @@ class PreparedQAttention:
         self.product = product
 
     def run(self, input, input_scale, mask_index=None, input_zero_point=None, past=None):
+        got = self._lean(input, input_scale, mask_index, input_zero_point, past)
+        if got is not None:
+            return got
         op = "qattention"
         x = p.tensor(op, "input", input)
         w = self.w
@@ -517,6 +520,64 @@ class PreparedQAttention:
                    guarded=not (self._bias_small and self._ws_max * abs(float(sx)) <= 1e28))
         return _attention_core(op, qkv.astype(F64), self.n, mask_index, past, self.uni, self.scale,
                                self.mask_filter_value)
+
+
+    def _lean(self, x, sx, mask, zx, past):
+        """``run``'s result without its general checks for the inputs a model's run repeats,
+        or None (``run`` then takes them): x a C-contiguous 8-bit ndarray of the shape of the
+        last native product (whose plan ``PreparedMatMulInteger`` keeps for a 0-d zero point),
+        input_scale a finite 0-d float32 ndarray, input_zero_point a 0-d ndarray of x's dtype,
+        mask_index None or a C-contiguous int32 ndarray of one of the four shapes, past None
+        or a C-contiguous float32 ndarray of the expected shape. Each passes the checks ``run``
+        makes (their other outcomes are not taken here), and the computation is the same
+        native call."""
+        C = _native.native()
+        prepared = getattr(self.product, "prepared", None)
+        if (C is None or prepared is None or type(x) is not np.ndarray or x.ndim != 3 or not x.flags.c_contiguous
+                or type(sx) is not np.ndarray or sx.dtype != F32 or sx.ndim != 0 or type(zx) is not np.ndarray
+                or zx.dtype != x.dtype or zx.ndim != 0 or self.cols % (3 * self.n)):
+            return None
+        s = float(sx)
+        if not math.isfinite(s):
+            return None
+        batch, seq, _ = x.shape
+        heads, head = self.n, self.cols // (3 * self.n)
+        if past is None:
+            past_len = 0
+        elif (type(past) is np.ndarray and past.dtype == F32 and past.ndim == 5 and past.flags.c_contiguous
+              and past.shape[0] == 2 and past.shape[1] == batch and past.shape[2] == heads and past.shape[4] == head):
+            past_len = past.shape[3]
+        else:
+            return None
+        total = past_len + seq
+        if mask is None:
+            kind = _MASK_NONE
+        elif type(mask) is not np.ndarray or mask.dtype != np.int32 or not mask.flags.c_contiguous:
+            return None
+        elif mask.shape == (batch, total):
+            kind = _MASK_2D
+        elif mask.shape == (batch, seq, total):
+            kind = _MASK_3D
+        elif mask.shape == (batch,):
+            kind = _MASK_END
+        elif mask.shape == (2 * batch,):
+            kind = _MASK_END_START
+        else:
+            return None
+        if not batch or not seq:
+            return None
+        acc = prepared._repeat_zero_point(x, zx)  # None unless its plan fits x
+        if acc is None:
+            return None
+        op = "qattention"
+        v.check_size(op, "the float64 attention scores", (batch, heads, seq, total), 8)
+        v.check_size(op, "present", (2, batch, heads, total, head), 4)
+        out = np.empty((batch, seq, self.cols // 3), F32)
+        present = np.empty((2, batch, heads, total, head), F32)
+        C.qattention(acc, self.ws_flat, self.ws_flat.size > 1, s, self.bias32, batch, seq, heads, head, past,
+                     past_len, mask, kind, self.uni, self.scale if self.scale else 1.0 / math.sqrt(head),
+                     self.mask_filter_value, out, present)
+        return out, present
 
 
 def _qkv(acc: np.ndarray, sx: np.float32, ws_cols: np.ndarray | None, ws: np.ndarray | None,

@@ -475,8 +475,65 @@ class Attention(ContribOp):
 
 
 class EmbedLayerNormalization(ContribOp):
+    """EmbedLayerNormalization: when the tables, gamma and beta are constants of the model,
+    they are checked (and gamma, beta widened to float64) by the first full call, and later
+    calls with these very objects check only the token inputs (``_embed_lean``)."""
+
+    _lean: Any = None  # (argument count, ((position, object) ...), tables, gamma, beta, epsilon) or False
+
     def _run(self, *args, **_):
-        return self._call(_c.embed_layer_normalization, *args, **self._kw("epsilon"))
+        b = self._lean
+        if b and len(args) == b[0] and all(args[i] is o for i, o in b[1]):
+            got = _embed_lean(b, args)
+            if got is not None:
+                return got
+        out = self._call(_c.embed_layer_normalization, *args, **self._kw("epsilon"))
+        if self._lean is None:
+            self._lean = self._bind(args) or False
+        return out
+
+    def _bind(self, args: tuple):
+        """After a full call that succeeded: the bound form of its constant parameters, or None."""
+        if _native.native() is None or len(args) < 7 or constants_at(self, (2, 3, 4, 5, 6)) is not True:
+            return None
+        words, positions, segments, gamma, beta = args[2:7]
+        if beta is None or any(type(t) is not np.ndarray or t.dtype != np.float32 or not t.flags.c_contiguous
+                               for t in (words, positions, gamma, beta) + (() if segments is None else (segments,))):
+            return None
+        hidden = words.shape[1]
+        g, b = (np.ascontiguousarray(t, np.float64) for t in (gamma, beta))
+        eps = float(self.given.get("epsilon", 1e-12))
+        return (len(args), tuple((i, args[i]) for i in range(2, 7)), words, positions, segments, hidden, g, b, eps)
+
+
+def _embed_lean(b: tuple, args: tuple):
+    """EmbedLayerNormalization's outputs on the native kernel for bound constants ``b`` (see
+    EmbedLayerNormalization._run) and token inputs the full call accepts without conversion
+    (C-contiguous int32 ids (B, S), segment ids and mask of that shape, position ids of that
+    shape, int32 or int64), or None (the full call then runs, and reports what it refuses)."""
+    _, _, words, positions, segments, hidden, g, beta, eps = b
+    C = _native.native()
+    ids = args[0]
+    if C is None or type(ids) is not np.ndarray or ids.dtype != np.int32 or ids.ndim != 2 \
+            or not ids.flags.c_contiguous or not ids.size:
+        return None
+    shape = ids.shape
+    seg = args[1] if segments is not None else None
+    mask, pos = _arg(args, 7), _arg(args, 8)
+    for t, kinds in ((seg, (np.int32,)), (mask, (np.int32,)), (pos, (np.int32, np.int64))):
+        if t is not None and (type(t) is not np.ndarray or t.dtype not in kinds or t.shape != shape
+                              or not t.flags.c_contiguous):
+            return None
+    batch, seq = shape
+    v.check_size("embed_layer_normalization", "the float64 embeddings", (batch, seq, hidden), 8)
+    y, e = np.empty((batch, seq, hidden), np.float32), np.empty((batch, seq, hidden), np.float32)
+    got = C.embed_layer_norm(ids, pos, pos is not None and pos.dtype == np.int64, seg, batch, seq, words,
+                             words.shape[0], positions, positions.shape[0], None if seg is None else segments,
+                             0 if seg is None else segments.shape[0], hidden, g, beta, eps, y, e)
+    if got != 1:
+        return None
+    mask_index = np.zeros(batch, np.int32) if mask is None else np.count_nonzero(mask, axis=-1).astype(np.int32)
+    return y, mask_index, e
 
 
 class _ConstantParams:
