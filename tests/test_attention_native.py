@@ -403,3 +403,59 @@ def test_tiny_gpt2_same_bits_at_every_level_and_thread_count_and_near_onnxruntim
             # (docs/models.md: a quantization step may move; measured max abs 3e-08 .. 6e-08)
             assert g.shape == w.shape
             assert np.abs(g.astype(np.float64) - w).max() <= 1e-3 * max(1.0, float(np.abs(w).max()))
+
+
+# ----------------------------------------------------------------------------- graph kernels' lean paths
+
+def test_dynamic_quantize_matmul_bound_short_path_same_bits():
+    """DynamicQuantizeMatMul's short path (direct native calls by the full call's plan) gives
+    the public function's bits, with a bias and per-column or per-tensor scales, for new
+    inputs of the bound shape and of others, across runs."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    import qlinear.backend as backend
+    from qlinear.contrib import gemm
+
+    rng = np.random.default_rng(23)
+    for per_column, with_bias in ((True, True), (False, True), (True, False)):
+        b = rng.integers(-128, 128, (24, 10)).astype(np.int8)
+        bs = (rng.random(10 if per_column else ()) * 0.01 + 1e-3).astype(F32)
+        bz = np.zeros(10 if per_column else (), np.int8)
+        bias = rng.standard_normal(10).astype(F32) if with_bias else None
+        inits = [numpy_helper.from_array(b, "b"), numpy_helper.from_array(bs, "bs"),
+                 numpy_helper.from_array(bz, "bz")] + ([numpy_helper.from_array(bias, "bias")] if with_bias else [])
+        node = helper.make_node("DynamicQuantizeMatMul", ["a", "b", "bs", "bz"] + (["bias"] if with_bias else []),
+                                ["y"], domain="com.microsoft")
+        g = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+        rep = backend.prepare(model)
+        for shape in ((1, 5, 24), (1, 5, 24), (1, 5, 24), (3, 24), (1, 5, 24)):
+            a = (rng.standard_normal(shape) * rng.choice([0.01, 1.0, 100.0])).astype(F32)
+            got = rep.run({"a": a})[0]
+            want = gemm.dynamic_quantize_matmul(a, b, bs, bz, bias)
+            assert got.tobytes() == want.tobytes() and got.shape == want.shape
+
+
+def test_tiny_gpt2_repeat_runs_take_the_lean_paths(monkeypatch):
+    """After two runs, a run of tiny_gpt2 quantizes through no public DynamicQuantizeLinear and
+    checks no QAttention or EmbedLayerNormalization argument the general way, with the same
+    bits as the first runs."""
+    import qlinear.backend as backend
+    from qlinear.contrib import _raw, gemm
+
+    model = _gpt2()
+    feeds = _gpt2_feeds(4)
+    rep = backend.prepare(model)
+    want = rep.run(feeds)
+    rep.run(feeds)
+
+    def refuse(*a, **k):
+        raise AssertionError("a general path was taken")
+
+    for mod, name in ((gemm, "dynamic_quantize_linear"), (_raw, "dynamic_quantize_linear"),
+                      (_raw, "embed_layer_normalization"), (tf, "_attention_checks")):
+        monkeypatch.setattr(mod, name, refuse)
+    for g, w in zip(rep.run(feeds), want):
+        assert g.tobytes() == w.tobytes()
