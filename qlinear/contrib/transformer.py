@@ -4,12 +4,14 @@ Attention, EmbedLayerNormalization, SkipLayerNormalization, FastGelu, Gelu.
 onnxruntime runs these on MLAS float kernels (SGEMM blocking, vectorized exp/tanh/erf) whose
 rounding depends on the instruction set, so no bit pattern is promised: qlinear evaluates the
 formulas in float64 and rounds the result to float32 once, which is within float32 tolerance of
-onnxruntime (tests/test_contrib.py measures it). On the native engine Gelu, FastGelu and
-SkipLayerNormalization run the same double operations in C (qlinear/csrc/transformer): Gelu
-and SkipLayerNormalization give these very bits, FastGelu may differ in the last bit of a
-double before the rounding to float32 (the C library's tanh against NumPy's). QAttention's Q/K/V projection is the exception
-where it can be exact: its integer product runs on qlinear's exact integer GEMM and is scaled
-as onnxruntime scales it, f(acc) · f(weight_scale · input_scale) + bias.
+onnxruntime (tests/test_contrib.py measures it). On the native engine each runs the same double
+operations in C (qlinear/csrc/transformer): Gelu, SkipLayerNormalization and
+EmbedLayerNormalization give these very bits; FastGelu may differ in the last bit of a double
+before the rounding to float32 (the C library's tanh against NumPy's); the attention sums its
+products in a fixed ascending order where NumPy's BLAS has its own, within one float32 rounding
+(docs/contract.md states the tolerance). QAttention's Q/K/V projection is the exception where
+it can be exact: its integer product runs on qlinear's exact integer GEMM and is scaled as
+onnxruntime scales it, f(acc) · f(weight_scale · input_scale) + bias.
 """
 
 from __future__ import annotations
