@@ -315,3 +315,83 @@ def test_mixed_type_add_island(types):
                    [helper.make_tensor_value_info("y", tts[2], shape)], inits)
         feeds = {"a": _full_range(rng, dts[0], shape), "b": _full_range(rng, dts[1], shape)}
         _check(m, feeds, {"QDQIsland": 1, "Add": 0, "QuantizeLinear": 0})
+
+
+@pytest.mark.parametrize("types", [("s8", "u8"), ("u8", "s8")])
+@pytest.mark.parametrize("opset", [10, 13])
+def test_table_island_across_types(types, opset):
+    """DequantizeLinear of one 8-bit type -> Relu -> QuantizeLinear to the other (a QDQ model's
+    int8 convolution output requantized to uint8, as in shared/models' Kaldi TDNN): one table
+    of the output type, onnxruntime's bytes."""
+    rng = np.random.default_rng(11 + opset)
+    din, dout = [np.int8 if t == "s8" else np.uint8 for t in types]
+    shape = [3, 5, 17]
+    for trial in range(3):
+        nodes = [helper.make_node("DequantizeLinear", ["x", "x_s", "x_z"], ["d"]),
+                 helper.make_node("Relu", ["d"], ["r"]),
+                 helper.make_node("QuantizeLinear", ["r", "y_s", "y_z"], ["y"])]
+        inits = _q_inits(rng, din, ["x"]) + _q_inits(rng, dout, ["y"])
+        m = _model(nodes, [helper.make_tensor_value_info("x", T.INT8 if din == np.int8 else T.UINT8, shape)],
+                   [helper.make_tensor_value_info("y", T.INT8 if dout == np.int8 else T.UINT8, shape)], inits,
+                   opset=opset)
+        _check(m, {"x": _full_range(rng, din, shape)}, {"QDQTableIsland": 1, "Relu": 0, "QuantizeLinear": 0})
+
+
+@pytest.mark.parametrize("moves", ["transpose_relu_reshape", "unsqueeze_transpose", "relu_squeeze_flatten"])
+@pytest.mark.parametrize("dt", [np.uint8, np.int8], ids=["u8", "s8"])
+def test_table_island_through_data_movement(moves, dt):
+    """DequantizeLinear -> data movement and element-wise steps -> QuantizeLinear: the movement
+    nodes move the 8-bit codes, then one table (a table commutes with any movement),
+    onnxruntime's bytes; strided views (a Transpose's) into the table's lookup included."""
+    rng = np.random.default_rng(hash((moves, dt == np.int8)) % 2**32)
+    tt = T.UINT8 if dt == np.uint8 else T.INT8
+    shape = [1, 6, 10]
+    for trial in range(3):
+        nodes = [helper.make_node("DequantizeLinear", ["x", "x_s", "x_z"], ["d0"])]
+        inits = _q_inits(rng, dt, ["x", "y"])
+        last, n_moves = "d0", 0
+        for k, step in enumerate(moves.split("_")):
+            out = f"d{k + 1}"
+            if step == "relu":
+                nodes.append(helper.make_node("Relu", [last], [out]))
+            elif step == "transpose":
+                rank = 3 + moves.startswith("unsqueeze")
+                nodes.append(helper.make_node("Transpose", [last], [out], perm=[rank - 1, *range(rank - 1)]))
+            elif step == "reshape":
+                nodes.append(helper.make_node("Reshape", [last, "shape"], [out]))
+                inits.append(numpy_helper.from_array(np.array([5, -1], np.int64), "shape"))
+            elif step == "unsqueeze":
+                nodes.append(helper.make_node("Unsqueeze", [last, "axes"], [out]))
+                inits.append(numpy_helper.from_array(np.array([0], np.int64), "axes"))
+            elif step == "squeeze":
+                nodes.append(helper.make_node("Squeeze", [last, "axes"], [out]))
+                inits.append(numpy_helper.from_array(np.array([0], np.int64), "axes"))
+            else:
+                nodes.append(helper.make_node("Flatten", [last], [out], axis=1))
+            n_moves += step != "relu"
+            last = out
+        nodes.append(helper.make_node("QuantizeLinear", [last, "y_s", "y_z"], ["y"]))
+        m = _model(nodes, [helper.make_tensor_value_info("x", tt, shape)],
+                   [helper.make_tensor_value_info("y", tt, None)], inits)
+        ops = collections.Counter(n.op_type for n in model_as_run(m).graph.node)
+        assert sum(ops[k] for k in ("Transpose", "Reshape", "Unsqueeze", "Squeeze", "Flatten")) == n_moves
+        # (int8: the QDQ fusion's int8 -> uint8 conversion, as onnxruntime's, adds requantizations)
+        assert ops["QDQTableIsland"] >= 1, dict(ops)
+        _check(m, {"x": _full_range(rng, dt, shape)}, {"DequantizeLinear": 0, "QuantizeLinear": 0, "Relu": 0})
+
+
+def test_no_table_island_through_movement_with_per_channel_tables():
+    """A BatchNormalization's per-channel table and a Transpose that may move the channel axis:
+    no table through the Transpose (it stays, moving the float tensor or the codes of a
+    requantization after the BatchNormalization's table), onnxruntime's bytes."""
+    rng = np.random.default_rng(5)
+    shape = [1, 4, 3, 5]
+    nodes = [helper.make_node("DequantizeLinear", ["x", "x_s", "x_z"], ["d"]), _bn("d", "b"),
+             helper.make_node("Transpose", ["b"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("QuantizeLinear", ["t", "y_s", "y_z"], ["y"])]
+    inits = _q_inits(rng, np.uint8, ["x", "y"]) + _bn_inits(rng, 4)
+    m = _model(nodes, [helper.make_tensor_value_info("x", T.UINT8, shape)],
+               [helper.make_tensor_value_info("y", T.UINT8, None)], inits)
+    ops = collections.Counter(n.op_type for n in model_as_run(m).graph.node)
+    assert ops["BatchNormalization"] + ops["QDQTableIsland"] >= 1 and ops["Transpose"] == 1, dict(ops)
+    _check(m, {"x": _full_range(rng, np.uint8, shape)}, {"Transpose": 1})

@@ -211,7 +211,12 @@ def _step(entry: tuple, ins: tuple[int, ...], outs: tuple[int, ...], template: l
                     run = getattr(fn, "data", None)
                     try:
                         if run is not None:
-                            y = run(s[a])
+                            x = s[a]
+                            y = run(x)
+                            if y is None and type(x) is _ND and not x.flags.c_contiguous:
+                                # a strided view (a Transpose's): its contiguous copy, which
+                                # the node's result depends on only through its values
+                                y = run(np.ascontiguousarray(x))
                         else:
                             inputs = tmpl.copy()
                             inputs[0] = s[a]

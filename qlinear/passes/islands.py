@@ -27,8 +27,9 @@ be computed in one pass over the bytes with the same operations in the same orde
 
 Conditions: every DequantizeLinear and the QuantizeLinear have constant scalar float32 scales
 (positive, finite, the DequantizeLinear's below 2^100 so that no product overflows) and constant
-scalar 8-bit zero points, the input and output types are the same 8-bit type, and every
-intermediate tensor has one reader and is not a graph output. Not one of onnxruntime's rewrites:
+scalar 8-bit zero points (a table maps each input byte to a code of the QuantizeLinear's type,
+which may differ from the DequantizeLinear's), and every intermediate tensor has one reader and
+is not a graph output. Not one of onnxruntime's rewrites:
 qlinear's own, like :func:`qlinear.passes.exact_integer_convs`, which changes no byte.
 """
 
@@ -176,15 +177,32 @@ def _unary_step(g: _Graph, node: onnx.NodeProto):
     return None
 
 
+#: Data movement a table island takes between its nodes (an element-wise table commutes with
+#: it): its other inputs, if any, must be constants
+_MOVES = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")
+
+
+def _move(g: _Graph, node: onnx.NodeProto) -> bool:
+    return (node.op_type in _MOVES and node.domain in ("", "ai.onnx") and len(node.output) == 1
+            and all(g.const(n) is not None for n in node.input[1:] if n))
+
+
 def _table_island(g: _Graph, dq: onnx.NodeProto):
-    """(nodes to remove, q, tables (C, 256)) for DequantizeLinear -> steps -> QuantizeLinear
-    (no step: a requantization), else None."""
+    """(nodes to remove, q, tables (C, 256), data movement nodes kept) for DequantizeLinear ->
+    steps -> QuantizeLinear (no step: a requantization), else None. The data movement nodes
+    (``_MOVES``) among the steps move the 8-bit codes instead, before the table (one table
+    for the tensor only: a movement may move the channel axis)."""
     pin = _params(g, dq, False)
     if pin is None:
         return None
-    steps, chain, channels = [], [dq], None
+    steps, chain, channels, moves = [], [dq], None, []
     node = _reader(g, dq)
     while node is not None and not _is_q(node):
+        if _move(g, node) and node.input[0] == chain[-1].output[0]:
+            moves.append(node)
+            chain.append(node)
+            node = _reader(g, node)
+            continue
         step = _unary_step(g, node)
         if step is None or node.input[0] != chain[-1].output[0]:
             return None
@@ -196,10 +214,10 @@ def _table_island(g: _Graph, dq: onnx.NodeProto):
         steps.append(fn)
         chain.append(node)
         node = _reader(g, node)
-    if node is None:
+    if node is None or (moves and channels is not None):
         return None
     pout = _params(g, node, True)
-    if pout is None or pout[2] != pin[2]:
+    if pout is None:
         return None
     s, z, dt = pin
     codes = np.arange(256, dtype=np.uint8).view(dt)
@@ -207,9 +225,9 @@ def _table_island(g: _Graph, dq: onnx.NodeProto):
     with np.errstate(all="ignore"):
         for fn in steps:
             v = np.asarray(fn(v), np.float32)
-    tables = mlas_quantize(v, pout[0], pout[1], dt)  # onnxruntime's QuantizeLinear
+    tables = mlas_quantize(v, pout[0], pout[1], pout[2])  # onnxruntime's QuantizeLinear
     # index by the byte: entry i is the code whose byte is i
-    return chain, node, np.ascontiguousarray(tables.reshape(channels or 1, 256))
+    return chain, node, np.ascontiguousarray(tables.reshape(channels or 1, 256)), moves
 
 
 # --------------------------------------------------------------------------- element-wise islands
@@ -300,9 +318,16 @@ def integer_islands(model: onnx.ModelProto) -> onnx.ModelProto:
             found = _table_island(g, node)
             if found is None:
                 continue
-            chain, q, tables = found
+            chain, q, tables, moves = found
+            codes = node.input[0]
+            for m in moves:  # each moves the codes now, in its order
+                g.set_input(m, 0, codes)
+                codes = g.fresh(m.output[0] + "_codes")
+                g.set_output(m, 0, codes)
+                g.types[codes] = g.elem_type(node.input[0])
+            chain = [n for n in chain if all(n is not m for m in moves)]
             tname = g.add_const((q.name or q.output[0]) + "_tables", tables)
-            new = helper.make_node("QDQTableIsland", [node.input[0], tname], [q.output[0]],
+            new = helper.make_node("QDQTableIsland", [codes, tname], [q.output[0]],
                                    domain=INTERNAL_DOMAIN, name=(q.name or q.output[0]) + "_island")
             last = q
         else:
