@@ -395,3 +395,69 @@ def test_no_table_island_through_movement_with_per_channel_tables():
     ops = collections.Counter(n.op_type for n in model_as_run(m).graph.node)
     assert ops["BatchNormalization"] + ops["QDQTableIsland"] >= 1 and ops["Transpose"] == 1, dict(ops)
     _check(m, {"x": _full_range(rng, np.uint8, shape)}, {"Transpose": 1})
+
+
+def _conv_then(rng, dt, tail, shape=(1, 3, 9, 9), m=4):
+    """x (of ``dt``) -> QLinearConv (int8 weights within [-64, 64]: no kernel saturates) -> codes
+    of ``dt`` -> ``tail`` (nodes reading "y0", writing "y") -> y."""
+    tt = T.UINT8 if dt == np.uint8 else T.INT8
+    w = rng.integers(-64, 65, (m, shape[1], 3, 3)).astype(np.int8)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(np.float32(0.02)), "x_s"),
+             numpy_helper.from_array(np.array(100 if dt == np.uint8 else -10, dt), "x_z"),
+             numpy_helper.from_array(np.array(np.float32(0.01)), "w_s"), numpy_helper.from_array(np.array(0, np.int8), "w_z")]
+    inits += _q_inits(rng, dt, ["c"])
+    nodes = [helper.make_node("QLinearConv", ["x", "x_s", "x_z", "w", "w_s", "w_z", "c_s", "c_z"], ["y0"],
+                              pads=[1, 1, 1, 1])] + tail[0]
+    return _model(nodes, [helper.make_tensor_value_info("x", tt, list(shape))],
+                  [helper.make_tensor_value_info("y", tt, None)], inits + tail[1])
+
+
+@pytest.mark.parametrize("op,const_first,bias", [("Add", False, "init"), ("Add", True, "init"), ("Sub", True, "init"),
+                                                 ("Sub", False, "dq"), ("Mul", False, "scalar")])
+@pytest.mark.parametrize("dt", [np.uint8, np.int8], ids=["u8", "s8"])
+def test_table_island_with_a_constant_per_channel_operand(op, const_first, bias, dt):
+    """QLinearConv -> DequantizeLinear -> Add / Sub / Mul of a per-channel constant (a QDQ
+    model's bias: an initializer (C, 1, 1) or the DequantizeLinear of one) -> QuantizeLinear:
+    one table per channel, onnxruntime's float32 operation in its operand order, its bytes."""
+    rng = np.random.default_rng(hash((op, const_first, bias, dt == np.int8)) % 2**32)
+    for trial in range(3):
+        inits = _q_inits(rng, dt, ["d", "y"])
+        if bias == "scalar":
+            inits.append(numpy_helper.from_array(np.array(np.float32(rng.uniform(0.5, 2))), "b"))
+        elif bias == "init":
+            inits.append(numpy_helper.from_array(rng.normal(0, 1, (4, 1, 1)).astype(np.float32), "b"))
+        else:
+            inits += [numpy_helper.from_array(rng.integers(-100, 100, (4, 1, 1)).astype(np.int8), "bq"),
+                      numpy_helper.from_array(np.array(np.float32(0.02)), "bq_s"),
+                      numpy_helper.from_array(np.array(0, np.int8), "bq_z")]
+        nodes = [helper.make_node("DequantizeLinear", ["y0", "d_s", "d_z"], ["f"])]
+        if bias == "dq":
+            nodes.append(helper.make_node("DequantizeLinear", ["bq", "bq_s", "bq_z"], ["b"]))
+        nodes += [helper.make_node(op, ["b", "f"] if const_first else ["f", "b"], ["g"]),
+                  helper.make_node("QuantizeLinear", ["g", "y_s", "y_z"], ["y"])]
+        # the DequantizeLinear reads the convolution's codes: its parameters are the conv's output's
+        inits = [i for i in inits if i.name not in ("d_s", "d_z")]
+        m = _conv_then(rng, dt, (nodes, inits))
+        for n in m.graph.node:
+            if n.op_type == "DequantizeLinear" and n.input[0] == "y0":
+                n.input[1], n.input[2] = "c_s", "c_z"
+        _check(m, {"x": _full_range(rng, dt, (1, 3, 9, 9))},
+               {"QDQTableIsland": 1, op: 0, "DequantizeLinear": 0, "QuantizeLinear": 0})
+
+
+@pytest.mark.parametrize("same", [True, False])
+@pytest.mark.parametrize("dt", [np.uint8, np.int8], ids=["u8", "s8"])
+def test_maxpool_between_dequantize_and_quantize_runs_on_codes(same, dt):
+    """DequantizeLinear -> MaxPool -> QuantizeLinear (a QDQ model at opset 11, where onnxruntime
+    keeps the float MaxPool): MaxPool on the codes (the dequantization never decreases), then a
+    table, or nothing for the same parameters; onnxruntime's bytes, NaN-free by construction."""
+    rng = np.random.default_rng(21 + same + 2 * (dt == np.int8))
+    for trial in range(3):
+        inits = _q_inits(rng, dt, ["y"])
+        nodes = [helper.make_node("DequantizeLinear", ["y0", "c_s", "c_z"], ["f"]),
+                 helper.make_node("MaxPool", ["f"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 0, 0]),
+                 helper.make_node("QuantizeLinear", ["p", "c_s" if same else "y_s", "c_z" if same else "y_z"], ["y"])]
+        m = _conv_then(rng, dt, (nodes, inits))
+        m.opset_import[0].version = 11
+        _check(m, {"x": _full_range(rng, dt, (1, 3, 9, 9))},
+               {"QDQTableIsland": 0 if same else 1, "MaxPool": 1, "DequantizeLinear": 0, "QuantizeLinear": 0})

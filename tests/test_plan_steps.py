@@ -284,3 +284,21 @@ def test_a_mutated_input_array_is_not_cached_between_runs():
         x2 = np.random.default_rng(seed).standard_normal((2, 8)).astype(np.float32)
         for a, b in zip(kept, backend.prepare(m).run({"x": x2})):
             _same(a, b)
+
+
+def test_reshape_of_a_shape_a_run_may_feed():
+    # the shape is a graph input with an initializer (its default, as IR 3 lists every
+    # initializer): the default's dims while it is not fed, the fed shape's otherwise
+    node = helper.make_node("Reshape", ["x", "s"], ["y"], name="the_node")
+    g = helper.make_graph([node], "g", [_vi("x", T.FLOAT), _vi("s", T.INT64, [2])], [_vi("y", T.FLOAT)],
+                          [numpy_helper.from_array(np.array([4, 4], np.int64), "s")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    rep = backend.prepare(m)
+    x = _values(np.float32, (2, 8), 0)
+    for feeds, shape in [({"x": x}, (4, 4)), ({"x": x}, (4, 4)), ({"x": x, "s": np.array([8, 2], np.int64)}, (8, 2)),
+                         ({"x": x}, (4, 4)), ({"x": x, "s": np.array([1, 16], np.int64)}, (1, 16))]:
+        got = rep.run(feeds)[0]
+        assert got.shape == shape and got.tobytes() == x.tobytes()
+    assert _step_name(rep) == "reshape_default"
+    with pytest.raises(backend.NodeError, match="the_node"):
+        rep.run({"x": x, "s": np.array([3, 5], np.int64)})

@@ -249,7 +249,8 @@ def _step(entry: tuple, ins: tuple[int, ...], outs: tuple[int, ...], template: l
             s[o] = full_call(entry, inputs)[0]
         return shortcut
     if check is None and how in ("run", "direct") and fast is None:
-        step = _steps.unary_kernel(pnode, ins, consts, o, general)
+        defaults = {j: template[i] for j, i in enumerate(ins) if i not in const_slots and template[i] is not None}
+        step = _steps.unary_kernel(pnode, ins, consts, o, general, defaults)
         if step is not None:
             return step
     if how == "run" and fast is None and check is None:

@@ -76,10 +76,25 @@ def binary_with_constant(fct: Callable, a: int, o: int, const: Any, const_first:
 
 
 def unary_kernel(pnode: Any, ins: tuple[int, ...], consts: dict[int, Any], o: int,
-                 fallback: Step) -> Step | None:
+                 fallback: Step, defaults: dict[int, Any] | None = None) -> Step | None:
     """The step of a one-output node of these kinds (see the module docstring) reading slots
-    ``ins`` (``consts``: position -> value of its constant inputs), else None."""
+    ``ins`` (``consts``: position -> value of its constant inputs; ``defaults``: position ->
+    the initializer of a graph input read there, which a run may feed instead), else None."""
     kind = type(pnode)
+    if kind is _float.Reshape and len(ins) == 2 and 1 in (defaults or {}) and 0 not in consts:
+        # a shape given as a graph input's default (IR < 4 lists every initializer as an
+        # input): its dims while that very object is in the slot, else the kernel's call
+        shape, b = defaults[1], ins[1]
+        step = unary_kernel(pnode, ins, {1: shape}, o, fallback)
+        if step is None:
+            return None
+
+        def reshape_default(s: list) -> None:
+            if s[b] is shape:
+                step(s)
+            else:
+                fallback(s)
+        return reshape_default
     var = [j for j in range(len(ins)) if j not in consts]
     if len(var) != 1 or var[0] != 0:
         return None
