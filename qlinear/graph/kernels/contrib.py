@@ -86,6 +86,9 @@ class _QLinearBinary(ContribOp):
                 or not self._bound(inputs, fixed, (1, 2, 4, 5, 6, 7)) or self._binary(tuple(inputs)) is None:
             return None
         run = self._bin.bound_run(inputs[0], inputs[3])
+        if run is not None and 3 in fixed:  # B a model constant: a short path of A alone
+            b = inputs[3]
+            return data_path(lambda a: run(a, b))
         return None if run is None else (lambda ins: run(ins[0], ins[3]))
 
 
