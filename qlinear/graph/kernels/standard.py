@@ -25,7 +25,7 @@ from ...quantize import PreparedDequantize, PreparedDequantizeLinear, PreparedQu
 from ..errors import NodeError
 from ..proto import T, node_attributes, node_version
 from ..support import _opset10_not_scalar
-from .base import KernelOp, constants_at
+from .base import KernelOp, constants_at, data_path
 
 class _QLinearOp(KernelOp):
     """Base of the six operators' kernels (``base.KernelOp``), with their ONNX version."""
@@ -290,7 +290,7 @@ def _bound_prepared_io(node: _QLinearOp, cls: type, inputs: list, fixed: frozens
             or inputs[1] is not node._weights_ref[0] or _arg(inputs, 2) is not node._weights_ref[1]):
         return None
     run = prepared.bound_run(inputs[0])
-    return None if run is None else (lambda ins: run(ins[0]))
+    return None if run is None else data_path(run)
 
 
 def _arg(args: list | tuple, i: int) -> Any:
@@ -380,7 +380,7 @@ def _bound_weighted(node: _QLinearOp, cls: type, inputs: list, fixed: frozenset[
         return None
     scalars = node._scalar_params(tuple(inputs[i] for i in params), params, prep)
     run = None if scalars is None else prep.bound_run(*scalars)
-    return None if run is None else (lambda ins: run(ins[0]))
+    return None if run is None else data_path(run)
 
 
 class _IntegerOp(_QLinearOp):
