@@ -122,7 +122,7 @@ def _same_bits(got, want, what):
 def _cases():
     """(x shape, group, out channels per group, kernel, strides, dilations, pads, bias): 1x1
     (read in place, strided, padded), k x k dense and grouped, depthwise and channel
-    multipliers, odd channel and column counts around the tiles (16 x 16, 6 x 16, 4 x 8), batch;
+    multipliers, odd channel and column counts around the tiles (12 x 16, 6 x 16, 4 x 8), batch;
     the larger ones above the threading threshold."""
     return [((1, 64, 14, 14), 1, 24, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), True),
             ((2, 33, 9, 11), 1, 17, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), False),

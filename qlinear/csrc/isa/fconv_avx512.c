@@ -1,11 +1,12 @@
 /* AVX-512 kernels of the float32 Conv (include/fconv.h).
  *
- * Matrix product tile: up to 16 rows x 16 columns, one accumulator of 16 chains per row. Per k:
+ * Matrix product tile: up to 12 rows x 16 columns, one accumulator of 16 chains per row. Per k:
  * one input vector, then per row a broadcast weight and a fused multiply-add (vfmadd: one
  * rounding, the chain's documented step; the portable kernel's fmaf); the bias is added to each
- * finished chain. Measured on Zen 4: 16 x 16 and 12 x 16 run at the FMA pipes' limit; two
- * vectors per row (8 x 32, 6 x 32) reached only 2/3 of it. One unrolled copy per row count, so
- * a panel of fewer rows computes no padding.
+ * finished chain. Measured on Zen 4 (L1-resident panels, one core): 12 x 16, 8 x 32 and 6 x 32
+ * run at the FMA pipes' limit (~16 multiply-adds a cycle), 16 x 16 at 4/5 of it; 16 columns
+ * leave less padding in narrow outputs (7 x 7 = 49 columns). One unrolled copy per row count,
+ * so a panel of fewer rows computes no padding.
  *
  * Depthwise row: a multiply and a separate add per tap (vmulps, vaddps: two roundings, as the
  * portable row; the build's -ffp-contract=off keeps the compiler from fusing them).
@@ -16,12 +17,12 @@
 #pragma GCC target("avx2,fma,avx512f")
 #include <immintrin.h>
 
-#define FMR 16
+#define FMR 12
 
 static inline __attribute__((always_inline)) void tile(ptrdiff_t K, const float *a, ptrdiff_t lda, const float *b,
                                                        float *c, ptrdiff_t ldc, const float *bias, const int R) {
     __m512 acc[FMR];
-#pragma GCC unroll 16
+#pragma GCC unroll 12
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (ptrdiff_t kk = 0; kk < K; kk++) {
         const __m512 bv = _mm512_loadu_ps(b + kk * 16);
@@ -41,11 +42,11 @@ static inline __attribute__((always_inline)) void tile(ptrdiff_t K, const float 
     static void tile##R(ptrdiff_t K, const float *a, ptrdiff_t lda, const float *b, float *c, ptrdiff_t ldc, \
                         const float *bias) { tile(K, a, lda, b, c, ldc, bias, R); }
 ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8)
-ROWS(9) ROWS(10) ROWS(11) ROWS(12) ROWS(13) ROWS(14) ROWS(15) ROWS(16)
+ROWS(9) ROWS(10) ROWS(11) ROWS(12)
 
 typedef void (*tile_fn)(ptrdiff_t, const float *, ptrdiff_t, const float *, float *, ptrdiff_t, const float *);
 static const tile_fn tiles[FMR + 1] = {NULL, tile1, tile2, tile3, tile4, tile5, tile6, tile7, tile8,
-                                       tile9, tile10, tile11, tile12, tile13, tile14, tile15, tile16};
+                                       tile9, tile10, tile11, tile12};
 
 static void micro_avx512(ptrdiff_t K, const float *a, ptrdiff_t lda, const float *b, float *c, ptrdiff_t ldc,
                          const float *bias, int rows) {
