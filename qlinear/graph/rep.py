@@ -150,6 +150,37 @@ def densified(model: onnx.ModelProto, max_tensor_bytes: int | None) -> onnx.Mode
     return copy
 
 
+def _static_types(model: onnx.ModelProto) -> dict[str, tuple]:
+    """name -> (NumPy dtype, shape or None) of the tensors whose element type the model declares
+    (graph inputs, value_info, outputs); the shape only when every dimension is a number."""
+    out: dict[str, tuple] = {}
+    for vi in (*model.graph.input, *model.graph.value_info, *model.graph.output):
+        tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        if tt is None or not tt.elem_type:
+            continue
+        try:
+            dt = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        except (KeyError, ValueError, TypeError):
+            continue
+        shape = None
+        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            shape = tuple(d.dim_value for d in tt.shape.dim)
+        out[vi.name] = (dt, shape)
+    return out
+
+
+def _prepare_constants(evaluator: Any, model: onnx.ModelProto) -> None:
+    """The kernels that prepare their constant parameters at ``backend.prepare`` (a
+    ``prepare_constants`` method: QuantizeLinear, DequantizeLinear), given the initializers'
+    arrays and the declared types; their errors (NodeError) come out of prepare."""
+    nodes = [getattr(rt, "guarded_impl", rt) for rt in getattr(evaluator, "rt_nodes_", [])]
+    nodes = [rt for rt in nodes if hasattr(rt, "prepare_constants")]
+    if nodes:
+        values, static = getattr(evaluator, "rt_inits_", {}), _static_types(model)
+        for rt in nodes:
+            rt.prepare_constants(values, static)
+
+
 class QLinearRep(BackendRep):
     """A prepared model: ``run(inputs)`` returns the outputs in graph order.
 
@@ -198,6 +229,7 @@ class QLinearRep(BackendRep):
             rt = getattr(rt, "guarded_impl", rt)  # a size guard's wrapped kernel (max_tensor_bytes)
             if isinstance(rt, (_QLinearOp, ContribOp)):
                 rt.constant_inputs = frozenset(n for n in rt.onnx_node.input if n in constants)
+        _prepare_constants(self.evaluator, model)
         inits = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]
         # (name, dtype, dimensions) each input declares: checked on every run, as onnxruntime

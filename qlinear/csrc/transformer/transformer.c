@@ -96,7 +96,25 @@ static double pairwise(const double *a, ptrdiff_t n) {
 
 /* np.add.reduce over a contiguous row of n: its identity 0. plus the pairwise sum of the row
  * (checked against NumPy 2: a row of -0. sums to +0.) */
-static double row_sum(const double *a, ptrdiff_t n) { return 0. + pairwise(a, n); }
+double ql_tf_row_sum(const double *a, ptrdiff_t n) { return 0. + pairwise(a, n); }
+
+void ql_tf_layer_norm_row(double *s, double *d, ptrdiff_t h, const double *gamma, const double *beta, double eps,
+                          float *y, double *mean_out, double *inv_out) {
+    double mean = ql_tf_row_sum(s, h) / (double)h;
+    for (ptrdiff_t i = 0; i < h; i++) {
+        d[i] = s[i] - mean;
+        s[i] = d[i] * d[i];  /* np.square(d) */
+    }
+    double var = ql_tf_row_sum(s, h) / (double)h;
+    double inv = 1.0 / sqrt(var + eps);
+    for (ptrdiff_t i = 0; i < h; i++) {
+        double v = d[i] * inv * gamma[i];
+        if (beta) v += beta[i];
+        y[i] = (float)v;
+    }
+    *mean_out = mean;
+    *inv_out = inv;
+}
 
 typedef struct {
     const float *x, *skip;
@@ -121,18 +139,8 @@ static void sln_task(void *vctx, ptrdiff_t t, int thread) {
             s32[i] = (float)v;      /* onnxruntime normalizes the float32 sum */
             s[i] = (double)s32[i];
         }
-        double mean = row_sum(s, h) / (double)h;
-        for (ptrdiff_t i = 0; i < h; i++) {
-            d[i] = s[i] - mean;
-            s[i] = d[i] * d[i];  /* np.square(d) */
-        }
-        double var = row_sum(s, h) / (double)h;
-        double inv = 1.0 / sqrt(var + c->eps);
-        for (ptrdiff_t i = 0; i < h; i++) {
-            double v = d[i] * inv * c->gamma[i];
-            if (c->beta) v += c->beta[i];
-            y[i] = (float)v;
-        }
+        double mean, inv;
+        ql_tf_layer_norm_row(s, d, h, c->gamma, c->beta, c->eps, y, &mean, &inv);
         c->mean[r] = (float)mean;
         c->inv_std[r] = (float)inv;
     }
