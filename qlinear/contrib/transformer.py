@@ -7,7 +7,7 @@ formulas in float64 and rounds the result to float32 once, which is within float
 onnxruntime (tests/test_contrib.py measures it). On the native engine each runs the same double
 operations in C (qlinear/csrc/transformer): Gelu, SkipLayerNormalization and
 EmbedLayerNormalization give these very bits; FastGelu may differ in the last bit of a double
-before the rounding to float32 (the C library's tanh against NumPy's); the attention sums its
+before the rounding to float32 (the C library's exp against NumPy's); the attention sums its
 products in a fixed ascending order where NumPy's BLAS has its own, within one float32 rounding
 (docs/contract.md states the tolerance). QAttention's Q/K/V projection is the exception where
 it can be exact: its integer product runs on qlinear's exact integer GEMM and is scaled as
@@ -49,7 +49,9 @@ def gelu(X: np.ndarray) -> np.ndarray:
 
 def fast_gelu(X: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """com.microsoft FastGelu: the tanh approximation 0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))
-    of x = X + bias (bias broadcast along the last axis)."""
+    of x = X + bias (bias broadcast along the last axis), evaluated as x / (1 + exp(-2u)) for
+    u = √(2/π) · (x + 0.044715 · x³): the same function, without the cancellation of 1 + tanh(u)
+    where tanh(u) nears -1."""
     return _fast_gelu_op(X, bias)
 
 
@@ -72,7 +74,7 @@ def _fast_gelu_op(X: np.ndarray, bias: np.ndarray | None = None, bias_param=_fas
     b = None if bias is None else bias_param(op, "bias", bias, x.shape[-1] if x.ndim else -1)
     C = _native.native()
     if C is not None and x.ndim and x.size:
-        # the formula's double operations in C (transformer/transformer.c: its tanh and v·v·v
+        # the formula's double operations in C (transformer/transformer.c: its exp and v·v·v
         # may differ from NumPy's in a double's last bit, below float32's rounding)
         y = np.empty(x.shape, F32)
         C.fast_gelu(np.ascontiguousarray(x), None if b is None else np.ascontiguousarray(b, F64),
@@ -81,7 +83,8 @@ def _fast_gelu_op(X: np.ndarray, bias: np.ndarray | None = None, bias_param=_fas
     x = x.astype(F64)
     if b is not None:
         x = x + b
-    return (0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))).astype(F32)
+    u = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)
+    return (x / (1.0 + np.exp(-2.0 * u))).astype(F32)
 
 
 def _hidden_param(op: str, name: str, value: Any, hidden: int) -> np.ndarray:
