@@ -347,10 +347,14 @@ class PreparedQuantizeLinear:
                            precision=precision, version=version)
         self._plans: dict[tuple, tuple] = {}
 
-    def run(self, x: np.ndarray) -> np.ndarray:
+    def plan(self, dtype: Any, shape: tuple[int, ...]) -> None:
+        """Validate the parameters for an x of this dtype and shape and keep the result, as the
+        first ``run`` of such an x does (the backend calls it when it prepares a model that
+        declares x's type and shape): raises the plain call's ValueError/TypeError."""
+        self._plan(np.broadcast_to(np.zeros((), dtype), tuple(shape)))
+
+    def _plan(self, x: np.ndarray) -> tuple:
         op = "quantize_linear"
-        if type(x) is not np.ndarray or not x.dtype.isnative:
-            return quantize_linear(x, *self._args, **self._attrs)
         key = (x.dtype, x.shape)
         plan = self._plans.get(key)
         if plan is None:
@@ -362,7 +366,13 @@ class PreparedQuantizeLinear:
             plan = (xt, qp)
             if len(self._plans) < 16:
                 self._plans[key] = plan
-        xt, qp = plan
+        return plan
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        op = "quantize_linear"
+        if type(x) is not np.ndarray or not x.dtype.isnative:
+            return quantize_linear(x, *self._args, **self._attrs)
+        xt, qp = self._plan(x)
         v.check_size(op, "the output", x.shape, qp.out.dtype.itemsize)
         out = nformats.quantize(x, xt, qp)
         return out if out is not None else _qdq.quantize(x, xt, qp)
@@ -379,10 +389,13 @@ class PreparedDequantizeLinear:
         self._attrs = dict(axis=axis, block_size=block_size, output_dtype=output_dtype, version=version)
         self._plans: dict[tuple, tuple] = {}
 
-    def run(self, x: np.ndarray) -> np.ndarray:
+    def plan(self, dtype: Any, shape: tuple[int, ...]) -> None:
+        """Validate the parameters for an x of this dtype and shape and keep the result, as the
+        first ``run`` of such an x does: raises the plain call's ValueError/TypeError."""
+        self._plan(np.broadcast_to(np.zeros((), dtype), tuple(shape)))
+
+    def _plan(self, x: np.ndarray) -> tuple:
         op = "dequantize_linear"
-        if type(x) is not np.ndarray or not x.dtype.isnative:
-            return dequantize_linear(x, *self._args, **self._attrs)
         key = (x.dtype, x.shape)
         plan = self._plans.get(key)
         if plan is None:
@@ -393,7 +406,13 @@ class PreparedDequantizeLinear:
             plan = (xt, dp)
             if len(self._plans) < 16:
                 self._plans[key] = plan
-        xt, dp = plan
+        return plan
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        op = "dequantize_linear"
+        if type(x) is not np.ndarray or not x.dtype.isnative:
+            return dequantize_linear(x, *self._args, **self._attrs)
+        xt, dp = self._plan(x)
         v.check_size(op, "the output", x.shape, dp.out.dtype.itemsize)
         out = nformats.dequantize(x, xt, dp)
         return out if out is not None else _qdq.dequantize(x, xt, dp)

@@ -2140,6 +2140,52 @@ def test_vnni_conv_tile_pairs(case, engine_level):
         assert _native._C.conv_tile_counts()[1] > before[1], ("tile pairs", case, r)
 
 
+# (spatial, kernel, attrs, channels, batch): planes whose tile pairs are 32 consecutive output
+# pixels of each row (1x1 kernels, and 3x3 on shifted planes), the tile pairs' packed epilogue
+_VNNI_PAIR_WHOLE_CASES = [
+    ((12, 12), (1, 1), {}, 36, 1),
+    ((12, 12), (1, 1), {}, 64, 2),
+    ((20, 20), (1, 1), {}, 16, 1),
+    ((14, 14), (3, 3), dict(pads=[1, 1, 1, 1]), 32, 1),
+    ((16, 16), (1, 1), dict(strides=[2, 2]), 24, 3),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_VNNI_PAIR_WHOLE_CASES)))
+def test_vnni_conv_tile_pair_epilogue(case, engine_level):
+    """avx512vnni-s8u8's tile pairs' epilogue for two whole tiles of consecutive pixels (the
+    bias in the accumulators' start, the requantized bytes of 4 tile rows packed and permuted
+    into two 32-byte stores) against the oracle, with outputs spread over the output type (a
+    small bias and an output scale that clamps only the tails: test_vnni_conv_tile_pairs' full-
+    range bias clamps most rows to one value, which would hide bytes in the wrong column or row),
+    16, 8, 24 and 40 output channels, every type combination, 1-3 threads."""
+    from qlinear import _native
+    level = _native._C.get_isa() if engine_level not in (None, "numpy") and _native.native() else None
+    if level not in ("avx512vnni", "amx"):
+        pytest.skip(f"avx512vnni-s8u8's tile pairs (this run: {engine_level}); run on AVX-512 VNNI "
+                    "CPUs and under scripts/emulated_isa.sh")
+    spatial, kernel, attrs, cg, n = _VNNI_PAIR_WHOLE_CASES[case]
+    taps = math.prod(kernel)
+    assert _native._C.conv_kernel_name(level, 2, cg * taps, taps) == "avx512vnni-s8u8"
+    rng = np.random.default_rng([case, 94])
+    for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+        m = [16, 8, 24, 40][(r + case) % 4]
+        x = rand_int(rng, xdt, (n, cg, *spatial))
+        w, wz = _int8_weights_with_edges(rng, wdt, (m, cg, *kernel), 20 if r % 2 else 0)
+        args = _qconv_args(rng, x, w, wz=wz, ydt=ydt, bias=False)
+        # w scales within 1.5x of each other, the y scale about 2 standard deviations of the
+        # accumulators (|x - zx| and |w - zw| about 74 each) over the output's half-range
+        args[4] = rand_scale(rng, (m,), 0.02, 0.03)
+        args[6] = np.float32(float(args[1]) * 0.03 * 74.0 * 74.0 * 2 * np.sqrt(cg * taps) / 128)
+        args.append(rand_int(rng, I32, (m,), -(1 << 14), 1 << 14))
+        before = _native._C.conv_tile_counts()
+        with num_threads(1 + r % 3):
+            got = check_qconv(args, attrs)
+        assert _native._C.conv_tile_counts()[1] > before[1], ("tile pairs", case, r)
+        # the outputs vary along each row: a misplaced byte shows
+        assert np.mean([np.unique(row).size for row in got.reshape(n * m, -1)]) > 20, (case, r)
+
+
 # ----------------------------------------------------------------------------- regressions
 # found by the reliability campaign of issue 8 (silent wrong answers: aliasing, zero sizes)
 

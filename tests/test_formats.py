@@ -179,6 +179,28 @@ def test_engine_float32_rounding_boundaries(name, engine_level):
         bits_equal(dtypes.get(name).fmt.encode_exact(x, sat).view(STORAGE[name]), want)
 
 
+@pytest.mark.parametrize("n", [65537, (1 << 17) - 1, 1 << 17, (1 << 17) + 1])
+@pytest.mark.parametrize("name", ["float8e4m3fn", "float8e5m2fnuz", "float4e2m1", "float6e3m2"])
+def test_engine_float32_boundaries_at_thread_split_and_tails(name, n, engine_level):
+    """The rounding boundaries (every value, midpoint, +-1 ulp, specials) spread over a tensor
+    of 65537 (a prime), 2^17 - 1, 2^17 (the size from which the conversion runs on both
+    threads) and 2^17 + 1 elements, read from an unaligned start (one element into a buffer): every
+    vector tail, tile and task split of the native encoder meets them; a float32 and a float16
+    x (its hardware conversions) against the oracle."""
+    rng = np.random.default_rng(n)
+    pts = _boundaries(name)
+    buf = np.empty(n + 1, F32)
+    x = buf[1:]
+    x[:] = pts[rng.integers(0, pts.size, n)]
+    x[-pts.size:] = pts  # every one, in order, up to the very last element
+    for sat in (0, 1):
+        want = oracle.as_format(oracle.encode_float(x.astype(np.float64), name, sat), name)
+        bits_equal(qlinear.quantize_linear(x, F32(1), output_dtype=STORAGE[name], saturate=sat), want)
+    h = x.astype(F16)
+    want = oracle.as_format(oracle.encode_float(h.astype(np.float64), name, 1), name)
+    bits_equal(qlinear.quantize_linear(h, F16(1), output_dtype=STORAGE[name]), want)
+
+
 def test_engine_documented_special_values(engine_level):
     """FORMATS.md Part A's spelled-out cases, independent of the oracle."""
     def q(v, name, sat):

@@ -122,3 +122,39 @@ def test_pool_counts_the_jobs_it_hands_out():
             after = nat.pool_counts()
         assert (after[0] > before[0]) == handed, (n, before, after)
         assert all(x >= y for x, y in zip(after, before))
+
+
+@needs_native
+def test_the_caller_takes_over_a_late_worker():
+    """A worker that comes late to every job (pool_late_workers: it waits 300 ms after each
+    job is posted, as one whose CPU another process holds) takes no task and holds up no call:
+    the caller claims every task itself (the workers' task count does not move), each call ends
+    long before the worker would join, and the results are the same bits. Fails for a pool that
+    hands each thread a fixed share, or whose caller waits for every worker to join."""
+    import time
+
+    nat = _native.native()
+    cases = _cases()
+    late_s = 0.3
+    with _threads(2):
+        for _, call, want in cases:   # warm: the workers exist and have joined jobs
+            assert_exact(call(), want)
+        ran0 = nat.pool_late_workers(int(late_s * 1e6))
+        try:
+            time.sleep(0.05)   # any job still being joined ends
+            ran1 = nat.pool_late_workers(int(late_s * 1e6))
+            t0 = time.perf_counter()
+            for _, call, want in cases:
+                assert_exact(call(), want)
+            elapsed = time.perf_counter() - t0
+            ran2 = nat.pool_late_workers(int(late_s * 1e6))
+        finally:
+            nat.pool_late_workers(0)
+    assert ran1 >= ran0
+    assert ran2 == ran1, (ran1, ran2)
+    assert elapsed < late_s * len(cases) / 2, elapsed
+    with _threads(2):   # the pool is itself again: the workers take tasks
+        for _ in range(20):
+            for _, call, want in cases:
+                assert_exact(call(), want)
+        assert nat.pool_late_workers(0) > ran2

@@ -46,6 +46,11 @@ class IntFormat:
     def from_codes(self, codes: np.ndarray) -> np.ndarray:
         """Elements from their ``bits``-bit codes (the inverse of ``codes``)."""
         c = np.asarray(codes, dtype=np.uint8) & np.uint8((1 << self.bits) - 1)
+        if self.storage.itemsize == 1:
+            # one byte per element holding the code: int8's two's complement byte, and ml_dtypes'
+            # sub-byte storage (the code in the low bits, zero-extended): a view, no conversion
+            # (ml_dtypes' element-by-element cast took 50 ns per element)
+            return c.view(self.storage)
         v = c.astype(np.int16)
         if self.signed:
             v = np.where(v >= (1 << (self.bits - 1)), v - (1 << self.bits), v)

@@ -76,6 +76,8 @@ typedef struct ig_ctx {
     int nfo, nfw;                          /* used phases: outer tuples, columns (shifted planes: nfw = kw) */
     int shift;                             /* shifted planes (ig_copy_shift_task) */
     int64_t sdw;                           /* shifted planes: column dilation */
+    int64_t s1len;                         /* shifted planes, sw 1: positions of the block's row
+                                            * interleaved once (ig_copy_shift_task) */
     int64_t s2len;                         /* shifted planes, sw 2: positions of each column phase
                                             * split at once (ig_copy_shift_task) */
     int64_t fo[IG_MAX_OPH][QL_CONV_MAXD];  /* outer phase tuple a: the phase of each outer axis */

@@ -363,6 +363,16 @@ static int ig_schedule(ig_ctx *c, ig_sched *s, const ql_conv_wraw *raw, int32_t 
         c->RW = (int64_t)align64((size_t)(rw > c->pw + c->W ? rw : c->pw + c->W));
     }
     c->scratch_bytes = align64((size_t)c->kpk * (size_t)(c->RW + c->Wr));
+    if (c->shift && c->sw == 1) {
+        /* the shifted copy's stride 1 (ig_copy_shift_task): the block's raw rows interleaved (or
+         * paired) once, (kw - 1) * dw + OW positions rounded up to 16 (the row builders' step),
+         * from column 0; tap e's row is then OW positions from position e*dw of it. It reads
+         * s1len <= RW raw bytes and writes 4 * s1len bytes after the raw rows. */
+        c->s1len = ((kw - 1) * dw + c->OW + 15) / 16 * 16;
+        if (c->RW < c->s1len) c->RW = (int64_t)align64((size_t)c->s1len);
+        size_t need = align64((size_t)c->kpk * (size_t)c->RW + 4 * (size_t)c->s1len);
+        if (need > c->scratch_bytes) c->scratch_bytes = need;
+    }
     if (c->shift && c->sw == 2) {
         /* the shifted copy's stride 2 (ig_copy_shift_task): each column phase split for OW
          * positions from the largest tap offset (kw - 1) * dw / 2 on, rounded up to

@@ -289,6 +289,20 @@ void ig_copy_shift_task(void *vctx, ptrdiff_t b, int thread)
                 }
                 continue;
             }
+            if (c->s1len) {
+                /* stride 1: the raw rows interleaved (paired) once for every tap, s1len >=
+                 * (kw-1)*dw + OW positions (ig_run), then tap e's OW positions copied from
+                 * position e*dw: one row build a row instead of one a tap (the 14x14 3x3
+                 * layers' copy was three builds of 16 positions and their calls a row) */
+                const uint8_t *rows[4];
+                for (int q = 0; q < c->kpk; q++) rows[q] = raw + (size_t)q * (size_t)c->RW;
+                if (c->kpk == 2) pair_i16(rows[0], rows[1], p->x_type, p->x_zp, (int16_t *)prow, (int)c->s1len);
+                else interleave4(c->kern, rows, c->flip, prow, (int)c->s1len);
+                for (int e = 0; e < c->nfw; e++)
+                    ql_vec_copy_row((uint8_t *)(d0 + 4 * (size_t)(e * c->PL)), prow + 4 * (size_t)(e * c->sdw),
+                                    4 * c->OW);
+                continue;
+            }
             for (int e = 0; e < c->nfw; e++)
                 ig_phase_row(c, raw, prow, e * c->sdw, d0 + 4 * (size_t)(e * c->PL));
         }

@@ -26,6 +26,12 @@ static inline float qf_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f;
  * under the branch that uses it, and a conditional float operation does not vectorize on AVX2.
  * (The same split is made in every conversion below.) */
 static void qf_from_f16_run(const uint16_t *h, ptrdiff_t m, float *b) {
+#ifdef QF_F16_FROM
+    /* the including file's hardware conversion (exact; it quiets a signaling NaN, which the
+     * loops below keep: every use divides the value next, which quiets it anyway) */
+    ptrdiff_t done = QF_F16_FROM(h, m, b);
+    h += done; b += done; m -= done;
+#endif
     for (ptrdiff_t i = 0; i < m; i++) {
         uint32_t n = ((uint32_t)(h[i] & 0x7fffu) << 13) + ((uint32_t)(127 - 15) << 23);
         b[i] = qf_float(n + (1u << 23)) - qf_float(113u << 23);
@@ -47,6 +53,12 @@ static void qf_from_f16_run(const uint16_t *h, ptrdiff_t m, float *b) {
  * rounded to even; a carry steps the exponent, and past 65504 gives the infinity's code. NaN:
  * quiet, the payload's top bits kept (the hardware conversion's and NumPy's NaN). */
 static void qf_to_f16_run(const float *b, ptrdiff_t m, uint16_t *o) {
+#ifdef QF_F16_TO
+    /* the including file's hardware conversion, rounding to nearest even by its immediate
+     * (whatever MXCSR says): the same bits as the loops below, NaN included */
+    ptrdiff_t done = QF_F16_TO(b, m, o);
+    b += done; o += done; m -= done;
+#endif
     uint32_t sc[QF_TILE];
     for (ptrdiff_t i = 0; i < m; i++) sc[i] = qf_bits(qf_float(qf_bits(b[i]) & 0x7fffffffu) + 0.5f) - 0x3f000000u;
     for (ptrdiff_t i = 0; i < m; i++) {
@@ -83,20 +95,33 @@ static void qf_round_p(int prec, float *b, ptrdiff_t m) {
 
 /* ---- narrow float encoding: the Cast tables, exact round-to-nearest-even on float32 bits
  *
- * With a the magnitude's bits, a format of m mantissa bits and bias b:
- * - |x| >= 2^(1-b) (normal in the format): subtract the bias difference from the exponent field
- *   (a - (127-b)<<23), then round off the 23-m low bits to nearest even; a carry out of the
- *   mantissa steps the exponent, as it should, and the result is the code's magnitude.
- * - below (subnormal in the format): the float32 sum |x| + 2^(1-b-m+23) rounds |x| once (IEEE
- *   addition, to nearest even) to a multiple of 2^(1-b-m), the format's smallest subnormal, since
- *   that is the ulp of the magic number; the sum's bits minus the magic's are the units, which is
- *   the code (a carry to 2^m units is the smallest normal's code).
- * - then the specials: magnitudes past the largest finite code and ±inf -> the saturate/overflow
- *   code; NaN -> the NaN code; the fnuz formats have no -0. */
+ * With a the magnitude's bits, E = a >> 23 its biased exponent, a format of m mantissa bits,
+ * bias b and Emin = 128 - b (float32's biased exponent of the format's smallest normal, 2^(1-b)):
+ * - one IEEE float32 addition rounds |x| to the format's precision: with Eb = max(E, Emin) and
+ *   M = 2^(Eb - 127 + 23 - m), the ulp of M is 2^(Eb - 127 - m), the spacing of the format's
+ *   values at |x|'s exponent (of its subnormals below Emin), and |x| < M / 2, so |x| + M
+ *   rounds |x| once, to nearest even, to a multiple of that spacing;
+ * - the sum's bits minus M's are those multiples, t: below Emin the code itself (a carry to
+ *   2^m is the smallest normal's code); from Emin on 2^m plus the mantissa, and the code is
+ *   t + (Eb - Emin) << m (a carry to 2^(m+1) steps the exponent, as it should);
+ * - then the specials, by thresholds on a: from the first value that rounds past the largest
+ *   finite code on (inf and NaN included), the saturate/overflow code; NaN, the NaN code; the
+ *   sign bit everywhere except on a fnuz format's zero (it has no -0) and the finite formats'
+ *   NaN (it gives +max).
+ * M can pass float32's range only for |x| far past every format's largest value (those lanes
+ * take the overflow code); the arithmetic is unsigned or IEEE, never undefined. */
 typedef struct {
     uint32_t minnorm, rebias, magic_bits, shift, half_m1, max_code, sign_bit;
     uint32_t ov_base, ov_sign, nan_base, nan_sign, zero_unsigned;
     float magic;
+    /* thresholds on the magnitude's bits (all below 2^31, compared as int32: one instruction
+     * on every ISA, where an unsigned compare costs three on AVX2): from over_at on, the value
+     * rounds past the largest finite code (inf and NaN included); the sign is kept on codes
+     * from sign_at to sign_to (fnuz: a value that rounds to 0 is +0; finite formats: NaN is
+     * +max) */
+    int32_t over_at, sign_at, sign_to;
+    uint32_t sign_shift;   /* the float32 sign bit shifted down to the format's */
+    uint32_t m_add;        /* (23 - m) << 23: M's exponent above Eb */
 } qf_enc;
 
 static void qf_enc_init(qf_enc *E, const ql_nfmt *F, int saturate) {
@@ -117,28 +142,57 @@ static void qf_enc_init(qf_enc *E, const ql_nfmt *F, int saturate) {
     else if (fl == QF_FNUZ) { E->nan_base = F->nan_code; E->nan_sign = 0; }
     else { E->nan_base = F->nan_code; E->nan_sign = ~0u; }
     E->zero_unsigned = fl == QF_FNUZ ? ~0u : 0;
+    /* The largest finite code is a normal one in every format, so its float32 bits are the
+     * rebias plus the code shifted up; halfway to the next code is the tie, which rounds to
+     * the even of the two: past the maximum when the maximum's mantissa is odd. */
+    uint32_t max_bits = E->rebias + (F->max_code << E->shift), mid = max_bits + (1u << (E->shift - 1));
+    E->over_at = (int32_t)((F->max_code & 1u) ? mid : mid + 1u);
+    /* half the smallest subnormal, 2^(-bias-mbits), is a tie that rounds to 0 (even): the first
+     * nonzero code starts one float32 ulp above it. A fnuz format's overflow and NaN code is
+     * 0x80, the sign bit itself, so keeping the sign there changes nothing. */
+    E->sign_at = fl == QF_FNUZ ? (int32_t)(((uint32_t)(127 - F->bias - F->mbits) << 23) + 1u) : 0;
+    E->sign_to = fl == QF_FINITE ? 0x7f800000 : 0x7fffffff;
+    E->sign_shift = F->sign_bit == 128 ? 24u : F->sign_bit == 32 ? 26u : 28u;
+    E->m_add = (uint32_t)(23 - F->mbits) << 23;
 }
 
-/* One run of at most QF_TILE values. The float32 addition of the subnormal branch is done for
- * every value in a loop of its own first: left inside the select loop, the compiler would move
- * it under the branch that uses it and then refuse to vectorize a conditional float operation. E
- * by value: a local the byte stores cannot alias, so the loop keeps it in registers. */
+/* One run of at most QF_TILE values, in two loops: the rounding (integer and float arithmetic
+ * on every lane, no select) into a tile of codes, then the specials by integer selects. In one
+ * loop the compiler would move the float addition under a select that discards it, and a
+ * conditional float operation does not vectorize on AVX2. E by value: a local the byte stores
+ * cannot alias, so the loop keeps it in registers. */
 static void qf_encode_run(const float *b, ptrdiff_t m, uint8_t *o, const qf_enc E) {
-    uint32_t sc[QF_TILE];
-    for (ptrdiff_t i = 0; i < m; i++) sc[i] = qf_bits(qf_float(qf_bits(b[i]) & 0x7fffffffu) + E.magic) - E.magic_bits;
+#ifdef QF_MASKED_FLOAT
+    /* an ISA with masked float operations (AVX-512) vectorizes the one loop: one pass */
     for (ptrdiff_t i = 0; i < m; i++) {
-        uint32_t u = qf_bits(b[i]), a = u & 0x7fffffffu;
-        uint32_t sign = (u >> 31) ? E.sign_bit : 0;
-        uint32_t r = a - E.rebias;
-        uint32_t ncode = (r + E.half_m1 + ((r >> E.shift) & 1u)) >> E.shift;
-        uint32_t mag = a >= E.minnorm ? ncode : sc[i];
-        uint32_t keep = mag == 0 ? ~E.zero_unsigned : ~0u;   /* fnuz: no -0 */
-        uint32_t code = mag | (sign & keep);
-        uint32_t over = E.ov_base | (sign & E.ov_sign);
-        code = ((a >= 0x7f800000u) | (mag > E.max_code)) ? over : code;
-        code = a > 0x7f800000u ? (E.nan_base | (sign & E.nan_sign)) : code;
-        o[i] = (uint8_t)code;
+        uint32_t u = qf_bits(b[i]);
+        int32_t a = (int32_t)(u & 0x7fffffffu);
+        uint32_t eb = (uint32_t)a & 0x7f800000u;
+        eb = eb > E.minnorm ? eb : E.minnorm;
+        uint32_t mb = eb + E.m_add;
+        uint32_t code = qf_bits(qf_float((uint32_t)a) + qf_float(mb)) - mb + ((eb - E.minnorm) >> E.shift);
+        code = a >= E.over_at ? E.ov_base : code;
+        code = a > 0x7f800000 ? E.nan_base : code;
+        uint32_t sign = (u >> E.sign_shift) & E.sign_bit;
+        o[i] = (uint8_t)(code | ((a >= E.sign_at) & (a <= E.sign_to) ? sign : 0u));
     }
+#else
+    uint32_t mag[QF_TILE];
+    for (ptrdiff_t i = 0; i < m; i++) {
+        uint32_t a = qf_bits(b[i]) & 0x7fffffffu, eb = a & 0x7f800000u;
+        eb = eb > E.minnorm ? eb : E.minnorm;
+        uint32_t mb = eb + E.m_add;
+        mag[i] = qf_bits(qf_float(a) + qf_float(mb)) - mb + ((eb - E.minnorm) >> E.shift);
+    }
+    for (ptrdiff_t i = 0; i < m; i++) {
+        uint32_t u = qf_bits(b[i]);
+        int32_t a = (int32_t)(u & 0x7fffffffu);
+        uint32_t code = a >= E.over_at ? E.ov_base : mag[i];
+        code = a > 0x7f800000 ? E.nan_base : code;
+        uint32_t sign = (u >> E.sign_shift) & E.sign_bit;
+        o[i] = (uint8_t)(code | ((a >= E.sign_at) & (a <= E.sign_to) ? sign : 0u));
+    }
+#endif
 }
 
 /* b[i] = table[p[i]]: the including file may give a gather (QF_GATHER); else a plain loop */
@@ -247,14 +301,20 @@ static void qf_quantize(const ql_fmt_op *op, const void *x, ptrdiff_t n, const f
     const float rmagic = 12582912.0f;
     for (ptrdiff_t i0 = 0; i0 < n; i0 += QF_TILE) {
         ptrdiff_t m = n - i0 < QF_TILE ? n - i0 : QF_TILE;
-        qf_widen(op->x_type, x, i0, m, &op->fmt, b);
-        if (op->prec != QF_F32) qf_round_p(op->prec, b, m);
+        /* a float32 x with P = float32 is divided where it is (no copy into the tile first) */
+        const float *xb = b;
+        if (op->x_type == QF_F32 && op->prec == QF_F32) {
+            xb = (const float *)x + i0;
+        } else {
+            qf_widen(op->x_type, x, i0, m, &op->fmt, b);
+            if (op->prec != QF_F32) qf_round_p(op->prec, b, m);
+        }
         if (ss) {
             const float *sv = s + i0;
-            for (ptrdiff_t i = 0; i < m; i++) b[i] = b[i] / sv[i];
+            for (ptrdiff_t i = 0; i < m; i++) b[i] = xb[i] / sv[i];
         } else {
             const float s0 = s[0];
-            for (ptrdiff_t i = 0; i < m; i++) b[i] = b[i] / s0;
+            for (ptrdiff_t i = 0; i < m; i++) b[i] = xb[i] / s0;
         }
         if (op->prec != QF_F32) qf_round_p(op->prec, b, m);
         if (op->out_type == QF_NF) {

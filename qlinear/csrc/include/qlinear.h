@@ -349,6 +349,10 @@ int ql_set_num_threads(int n);                /* returns 0, or -1 (bad n / canno
  * or per sleep) */
 extern long long ql_pool_counts[4];
 static inline void ql_pool_count(int which) { __atomic_add_fetch(&ql_pool_counts[which], 1, __ATOMIC_RELAXED); }
+/* tasks the pool's workers (not the callers) ran, and the tests' late workers (threads.c) */
+extern long long ql_pool_worker_tasks;
+static inline void ql_pool_worker_tasks_add(ptrdiff_t n) { if (n) __atomic_add_fetch(&ql_pool_worker_tasks, (long long)n, __ATOMIC_RELAXED); }
+void ql_pool_set_late_us(long us);
 
 /* threads.c: scratch memory kept between calls. One block per cache, grown to the largest size
  * asked for up to the cache's limit, taken by one call at a time: a concurrent call (another

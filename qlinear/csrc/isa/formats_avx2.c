@@ -1,10 +1,11 @@
 /* The newer formats' conversion kernels, vectorized for AVX2 (8 lanes): formats_impl.h under
  * the target pragma; the same arithmetic lane by lane (see that file). The decode table is read
- * by vpgatherdd, 8 codes at a time (the compiler does not emit gathers for the plain loop). */
+ * by vpgatherdd, 8 codes at a time (the compiler does not emit gathers for the plain loop); float16
+ * by F16C's conversions (dispatch.c offers this build only on CPUs with F16C). */
 #include "qlinear.h"
 
 #if QL_X86
-#pragma GCC target("avx2")
+#pragma GCC target("avx2,f16c")
 #include <immintrin.h>
 
 static inline ptrdiff_t qf_gather_avx2(const float *t, const uint8_t *p, ptrdiff_t m, float *b) {
@@ -15,6 +16,22 @@ static inline ptrdiff_t qf_gather_avx2(const float *t, const uint8_t *p, ptrdiff
     }
     return i;
 }
+static inline ptrdiff_t qf_f16_from_avx2(const uint16_t *h, ptrdiff_t m, float *b) {
+    ptrdiff_t i = 0;
+    for (; i + 8 <= m; i += 8)
+        _mm256_storeu_ps(b + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + i))));
+    return i;
+}
+
+static inline ptrdiff_t qf_f16_to_avx2(const float *b, ptrdiff_t m, uint16_t *o) {
+    ptrdiff_t i = 0;
+    for (; i + 8 <= m; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(o + i), _mm256_cvtps_ph(_mm256_loadu_ps(b + i), _MM_FROUND_TO_NEAREST_INT));
+    return i;
+}
+
+#define QF_F16_FROM qf_f16_from_avx2
+#define QF_F16_TO qf_f16_to_avx2
 #define QF_GATHER qf_gather_avx2
 #define QF_NAME ql_fmt_avx2
 #define QF_LABEL "avx2"

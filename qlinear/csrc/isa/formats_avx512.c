@@ -16,7 +16,26 @@ static inline ptrdiff_t qf_gather_avx512(const float *t, const uint8_t *p, ptrdi
     }
     return i;
 }
+/* float16 by AVX-512F's conversions (vcvtph2ps / vcvtps2ph on 16 lanes) */
+static inline ptrdiff_t qf_f16_from_avx512(const uint16_t *h, ptrdiff_t m, float *b) {
+    ptrdiff_t i = 0;
+    for (; i + 16 <= m; i += 16)
+        _mm512_storeu_ps(b + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(h + i))));
+    return i;
+}
+
+static inline ptrdiff_t qf_f16_to_avx512(const float *b, ptrdiff_t m, uint16_t *o) {
+    ptrdiff_t i = 0;
+    for (; i + 16 <= m; i += 16)
+        _mm256_storeu_si256((__m256i *)(void *)(o + i), _mm512_cvtps_ph(_mm512_loadu_ps(b + i), _MM_FROUND_TO_NEAREST_INT));
+    return i;
+}
+
+#define QF_F16_FROM qf_f16_from_avx512
+#define QF_F16_TO qf_f16_to_avx512
 #define QF_GATHER qf_gather_avx512
+/* masked float operations: the encoder's one-loop form vectorizes (formats_impl.h) */
+#define QF_MASKED_FLOAT 1
 #define QF_NAME ql_fmt_avx512
 #define QF_LABEL "avx512"
 #include "formats/formats_impl.h"

@@ -396,25 +396,27 @@ static void avx512vnni_s8u8_ik(const void *L, ptrdiff_t ldl, const char *base, c
  * AVX2's saturating packs of in-range values give. A whole-tile run: one 16-byte (int32: one
  * 64-byte) store per row; other runs through a row buffer, as AVX2's. */
 static inline __attribute__((always_inline)) void
-z_ik_epilogue(const __m512i *acc, const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+z_ik_epilogue_b(const __m512i *acc, const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows,
+                const int add_bias) {
 #ifdef QL_SIMDE
     /* Debian's SIMDe lacks some of the 16-lane conversions (vcvtps2dq, vpmovdb): the emulated
      * build hands each row to AVX2's epilogue as its two ymm halves, the same instructions at 8
      * lanes (the 16-lane code is checked natively) */
     __m256i out[ZS_MR][2];
+    (void)add_bias;   /* always 1 under SIMDe (avx512vnni_s8u8_ik2_ep) */
     for (int r = 0; r < rows; r++) {
         out[r][0] = _mm512_castsi512_si256(acc[r]);
         out[r][1] = _mm512_extracti64x4_epi64(acc[r], 1);
     }
     ql_ik_epilogue_avx2(out, ep, rn, i0, rows);
 #else
-    const int32_t *row_bias = ep->row_bias;
+    const int32_t *row_bias = add_bias ? ep->row_bias : NULL;
     const ptrdiff_t out_rs = ep->out_rs;
     const int whole = rn->n == 1 && rn->len[0] == QL_IK_NR;
     if (!ep->quantized) {
         int32_t *o = (int32_t *)ep->out + (ptrdiff_t)i0 * out_rs;
         for (int r = 0; r < rows; r++) {
-            __m512i a = _mm512_add_epi32(acc[r], _mm512_set1_epi32(row_bias ? row_bias[i0 + r] : 0));
+            __m512i a = row_bias ? _mm512_add_epi32(acc[r], _mm512_set1_epi32(row_bias[i0 + r])) : acc[r];
             int32_t *orow = o + r * out_rs;
             if (whole) {
                 _mm512_storeu_si512((void *)(orow + rn->pix[0]), a);
@@ -433,12 +435,17 @@ z_ik_epilogue(const __m512i *acc, const ql_epilogue *ep, const ql_ik_runs *rn, i
     const __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
     const __m512i zp = _mm512_set1_epi32(ep->zp);
     for (int r = 0; r < rows; r++) {
-        __m512i a = _mm512_add_epi32(acc[r], _mm512_set1_epi32(row_bias ? row_bias[i0 + r] : 0));
+        __m512i a = row_bias ? _mm512_add_epi32(acc[r], _mm512_set1_epi32(row_bias[i0 + r])) : acc[r];
         __m128i p8 = _mm512_cvtepi32_epi8(
             ql_requant16_avx512(a, _mm512_set1_ps(mult[(ptrdiff_t)(i0 + r) * mult_rs]), lo, hi, zp));
         ql_ik_store8(o + r * out_rs, p8, rn, whole);
     }
 #endif
+}
+
+static inline __attribute__((always_inline)) void
+z_ik_epilogue(const __m512i *acc, const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
+    z_ik_epilogue_b(acc, ep, rn, i0, rows, 1);
 }
 
 void ql_ik_epilogue_avx512(const int32_t *C, ptrdiff_t ldc, const ql_epilogue *ep, const ql_ik_runs *rn,
@@ -487,12 +494,16 @@ static void avx512vnni_s8u8_ik_ep(const void *L, ptrdiff_t ldl, const char *base
         q += 4;                                                                                 \
     }
 static inline __attribute__((always_inline)) void
-z_pair8(const char *q, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups, __m512i *t0,
-        __m512i *t1) {
+z_pair8(const char *q, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, int groups, const int32_t *bias,
+        __m512i *t0, __m512i *t1) {
     const ptrdiff_t s1 = ldl, s3 = 3 * ldl, s5 = 5 * ldl, s7 = 7 * ldl;
-    __m512i p0a = _mm512_setzero_si512(), p0b = p0a, p1a = p0a, p1b = p0a, p2a = p0a, p2b = p0a,
-            p3a = p0a, p3b = p0a, p4a = p0a, p4b = p0a, p5a = p0a, p5b = p0a, p6a = p0a, p6b = p0a,
-            p7a = p0a, p7b = p0a;
+    /* the accumulators start at the rows' bias (bias: the 8 rows' terms, or NULL for none): the
+     * epilogue's vpaddd moved here, the same wrap32 sum in another order (wrap32 addition is
+     * associative and commutative) */
+#define ZP_INIT(r) p##r##a = p##r##b = bias ? _mm512_set1_epi32(bias[r]) : _mm512_setzero_si512();
+    __m512i p0a, p0b, p1a, p1b, p2a, p2b, p3a, p3b, p4a, p4b, p5a, p5b, p6a, p6b, p7a, p7b;
+    ZP_INIT(0) ZP_INIT(1) ZP_INIT(2) ZP_INIT(3) ZP_INIT(4) ZP_INIT(5) ZP_INIT(6) ZP_INIT(7)
+#undef ZP_INIT
     const ptrdiff_t ng = groups;
     ptrdiff_t g = 0;
     for (; g < ng - IK_PREFETCH; g++) {
@@ -509,6 +520,48 @@ z_pair8(const char *q, ptrdiff_t ldl, const char *base, const ptrdiff_t *off, in
 #undef ZP_ROW
 #undef ZP_GROUP
 
+#ifndef QL_SIMDE
+/* The 8-bit epilogue of two adjacent whole tiles whose 32 columns are 32 consecutive output
+ * pixels of each row (the common case: a 16-column tile pair inside a plane whose rows are
+ * not cut), 8 rows, the bias already in the accumulators (z_pair8): ql_requant16_avx512 on
+ * each tile row as z_ik_epilogue does, then the low bytes of 4 tile rows (rows r and r + 1,
+ * both tiles) in one zmm: vpackusdw / vpackssdw then vpackuswb / vpacksswb, by the output's
+ * signedness. The packs saturate only values outside the output type, and there are none:
+ * the clamp to [lo, hi] and the zero point leave values of the type (the int32 -> int16 step
+ * keeps every such value, the int16 -> 8-bit step too), so each byte is the value
+ * vpmovdb's truncation gives. The packs interleave 4-lane groups per 128-bit lane; one vpermd
+ * puts each tile row's 16 bytes in order, and rows r and r + 1 are the low and high 32 bytes
+ * (one 32-byte store each instead of two 16-byte ones, and 4 pack/permute operations for 4
+ * tile rows instead of 4 vpmovdb of 2 operations each). */
+static inline __attribute__((always_inline)) void
+z_ik2_epilogue_whole(const __m512i *t0, const __m512i *t1, const ql_epilogue *ep, ptrdiff_t pix, int i0) {
+    const float *mult = ep->mult;
+    const ptrdiff_t mult_rs = ep->mult_rs, out_rs = ep->out_rs;
+    char *o = (char *)ep->out + (ptrdiff_t)i0 * out_rs + pix;
+    const __m512 lo = _mm512_set1_ps(ep->lo), hi = _mm512_set1_ps(ep->hi);
+    const __m512i zp = _mm512_set1_epi32(ep->zp);
+    /* dword k of the packed zmm: lane k / 4's dword k % 4, which holds 4 columns of row (k % 4)
+     * / 2's tile (k % 2) (pack order: a, b per lane, then the two rows' words): ordered rows
+     * r then r + 1, each tile 0 then tile 1, columns ascending */
+    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const int is_signed = ep->out_is_signed;
+    for (int r = 0; r < 8; r += 2) {
+        const __m512 m0 = _mm512_set1_ps(mult[(ptrdiff_t)(i0 + r) * mult_rs]);
+        const __m512 m1 = _mm512_set1_ps(mult[(ptrdiff_t)(i0 + r + 1) * mult_rs]);
+        __m512i a0 = ql_requant16_avx512(t0[r], m0, lo, hi, zp), b0 = ql_requant16_avx512(t1[r], m0, lo, hi, zp);
+        __m512i a1 = ql_requant16_avx512(t0[r + 1], m1, lo, hi, zp), b1 = ql_requant16_avx512(t1[r + 1], m1, lo, hi, zp);
+        __m512i v;
+        if (is_signed)
+            v = _mm512_packs_epi16(_mm512_packs_epi32(a0, b0), _mm512_packs_epi32(a1, b1));
+        else
+            v = _mm512_packus_epi16(_mm512_packus_epi32(a0, b0), _mm512_packus_epi32(a1, b1));
+        v = _mm512_permutexvar_epi32(perm, v);
+        _mm256_storeu_si256((__m256i *)(o + r * out_rs), _mm512_castsi512_si256(v));
+        _mm256_storeu_si256((__m256i *)(o + (r + 1) * out_rs), _mm512_extracti64x4_epi64(v, 1));
+    }
+}
+#endif
+
 static void avx512vnni_s8u8_ik2_ep(const void *L, ptrdiff_t ldl, const char *base, const ptrdiff_t *off,
                                    int groups, const ql_epilogue *ep, const ql_ik_runs *rn, int i0, int rows) {
     if (rows != 8 && rows != ZS_MR) {
@@ -516,12 +569,28 @@ static void avx512vnni_s8u8_ik2_ep(const void *L, ptrdiff_t ldl, const char *bas
         avx512vnni_s8u8_ik_ep(L, ldl, base + 64, off, groups, ep, &rn[1], i0, rows);
         return;
     }
+#ifndef QL_SIMDE
+    const int whole2 = ep->quantized && rn[0].n == 1 && rn[0].len[0] == QL_IK_NR && rn[1].n == 1 &&
+                       rn[1].len[0] == QL_IK_NR && rn[1].pix[0] == rn[0].pix[0] + QL_IK_NR;
     for (int r0 = 0; r0 < rows; r0 += 8) {
         __m512i t0[8], t1[8];
-        z_pair8((const char *)L + (ptrdiff_t)r0 * ldl, ldl, base, off, groups, t0, t1);
+        z_pair8((const char *)L + (ptrdiff_t)r0 * ldl, ldl, base, off, groups,
+                ep->row_bias ? ep->row_bias + i0 + r0 : NULL, t0, t1);
+        if (whole2) {
+            z_ik2_epilogue_whole(t0, t1, ep, rn[0].pix[0], i0 + r0);
+            continue;
+        }
+        z_ik_epilogue_b(t0, ep, &rn[0], i0 + r0, 8, 0);
+        z_ik_epilogue_b(t1, ep, &rn[1], i0 + r0, 8, 0);
+    }
+#else
+    for (int r0 = 0; r0 < rows; r0 += 8) {
+        __m512i t0[8], t1[8];
+        z_pair8((const char *)L + (ptrdiff_t)r0 * ldl, ldl, base, off, groups, NULL, t0, t1);
         z_ik_epilogue(t0, ep, &rn[0], i0 + r0, 8);
         z_ik_epilogue(t1, ep, &rn[1], i0 + r0, 8);
     }
+#endif
 }
 
 /* ---------------------------------------------------------------------------------------

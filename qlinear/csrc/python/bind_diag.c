@@ -138,7 +138,24 @@ static PyObject *m_pool_counts(PyObject *self, PyObject *args) {
                          __atomic_load_n(&ql_pool_counts[3], __ATOMIC_RELAXED));
 }
 
+/* pool_late_workers(us) -> tasks the workers ran so far; from now on each worker waits us
+ * microseconds after a job is posted before it tries to join (tests: a worker whose CPU
+ * another process holds; 0 restores the pool) */
+static PyObject *m_pool_late_workers(PyObject *self, PyObject *args) {
+    (void)self;
+    long us;
+    if (!PyArg_ParseTuple(args, "l", &us)) return NULL;
+    if (us < 0 || us > 10000000) {
+        PyErr_Format(PyExc_ValueError, "pool_late_workers: us must be within [0, 10000000], got %ld", us);
+        return NULL;
+    }
+    long long ran = __atomic_load_n(&ql_pool_worker_tasks, __ATOMIC_RELAXED);
+    ql_pool_set_late_us(us);
+    return PyLong_FromLongLong(ran);
+}
+
 PyMethodDef ql_bind_diag_methods[] = {
+    {"pool_late_workers", m_pool_late_workers, METH_VARARGS, "Tests: tasks the pool's workers ran so far; sets how many microseconds each worker waits after a job is posted before it tries to join."},
     {"kernel_peak", m_kernel_peak, METH_VARARGS, "Run a micro-kernel on L1-resident operands (peak rate)."},
     {"conv_path_counts", m_conv_path_counts, METH_NOARGS, "GEMM convolutions run on the implicit and im2col paths, implicit GEMMs over several images, their images and merged tail panels, implicit runs on shifted planes and implicit runs whose images ran in parallel."},
     {"conv_tile_counts", m_conv_tile_counts, METH_NOARGS, "GEMM convolutions run on a kernel with chunks (amx-s8u8), implicit-GEMM tasks that ran tile pairs."},

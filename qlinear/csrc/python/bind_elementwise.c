@@ -2,6 +2,7 @@
  * QLinearAdd / QLinearMul, byte tables, an exact QDQ Conv's float tail, MaxPool on bytes and the
  * float Conv's helpers. */
 #include "args.h"
+#include "fconv.h"
 
 /* ---------------------------------------------------------------------------------------
  * QuantizeLinear / DequantizeLinear over x seen as (pre, C, post), parameters per C (or 1)
@@ -279,13 +280,9 @@ done:
 }
 
 /* fdwconv2d(x, w, b or None, y, N, C, H, W, mg, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl): float32
- * depthwise Conv (fconv.c); every geometry value and buffer size is checked here, and the
- * kernel's padded scratch spans every window, so any call stays in bounds */
-int ql_float_dwconv2d(const float *x, const float *w, const float *b, float *y, ptrdiff_t N, ptrdiff_t C,
-                      ptrdiff_t H, ptrdiff_t W, ptrdiff_t mg, ptrdiff_t OH, ptrdiff_t OW, ptrdiff_t kh,
-                      ptrdiff_t kw, ptrdiff_t sh, ptrdiff_t sw, ptrdiff_t dh, ptrdiff_t dw, ptrdiff_t pt,
-                      ptrdiff_t pl, int threads);
-
+ * depthwise Conv (fconv.c, the selected level's row kernel); every geometry value and buffer
+ * size is checked here, and the kernel's padded scratch spans every window, so any call stays
+ * in bounds */
 static PyObject *m_fdwconv2d(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *ox, *ow, *ob, *oy;
@@ -314,8 +311,8 @@ static PyObject *m_fdwconv2d(PyObject *self, PyObject *args) {
         goto done;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = ql_float_dwconv2d((const float *)x.buf, (const float *)w.buf, ob != Py_None ? (const float *)b.buf : NULL,
-                           (float *)y.buf, N, C, H, W, mg, OH, OW, g[7], g[8], g[9], g[10], g[11], g[12], g[13],
+    rc = ql_float_dwconv2d(ql_fconv_for(current_isa), (const float *)x.buf, (const float *)w.buf,
+                           ob != Py_None ? (const float *)b.buf : NULL, (float *)y.buf, N, C, H, W, mg, OH, OW, g[7], g[8], g[9], g[10], g[11], g[12], g[13],
                            g[14], ql_num_threads());
     Py_END_ALLOW_THREADS
     if (rc) PyErr_NoMemory();

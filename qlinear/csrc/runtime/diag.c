@@ -76,3 +76,4 @@ long long ql_gemm_pair_packs;
  * (its spin window ran out before the next job), [3] jobs whose caller blocked waiting for a
  * worker (its spin ran out) */
 long long ql_pool_counts[4];
+long long ql_pool_worker_tasks;

@@ -21,6 +21,7 @@
 #include "nbits/nbits.h"
 #include "island.h"
 #include "formats.h"
+#include "fconv.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -39,6 +40,7 @@
 typedef struct {
     int avx2, avxvnni, avx512vnni, fma, amx;
     int vbmi;   /* AVX512-VBMI with the AVX-512 VNNI level: its packers' sub-choice (below) */
+    int f16c;   /* F16C (CPUID.1:ECX bit 29): the AVX2 conversion kernels' float16 (formats/) */
 } ql_features;
 
 static ql_features feat;
@@ -81,6 +83,7 @@ static void detect(void) {
         int avx2 = avx && os_ymm && ((b7 >> 5) & 1);
         feat.avx2 = avx2;
         feat.fma = fma && os_ymm;
+        feat.f16c = os_ymm && ((c >> 29) & 1);
         feat.avxvnni = avx2 && ((a71 >> 4) & 1);
         int f = (b7 >> 16) & 1, dq = (b7 >> 17) & 1, bw = (b7 >> 30) & 1, vl = (b7 >> 31) & 1;
         feat.avx512vnni = avx2 && os_zmm && f && dq && bw && vl && ((c7 >> 11) & 1);
@@ -238,17 +241,35 @@ const ql_island_kernels *ql_island_for(const ql_isa *isa) {
 
 /* The newer formats' conversion kernels for an ISA level (formats/): the AVX-512 build with the
  * AVX-512 levels on a CPU that has AVX-512 F/BW/DQ/VL (never under the SIMDe emulation, which
- * offers those levels on AVX2 CPUs), the AVX2 build with any other x86 level, else portable. */
+ * offers those levels on AVX2 CPUs), the AVX2 build (it uses F16C) with any other x86 level, else
+ * portable. */
 const ql_fmt_kernels *ql_fmt_for(const ql_isa *isa) {
     detect();
 #if QL_X86
     if (isa && isa != &ql_isa_scalar && feat.avx2) {
         if (!QL_EMULATED && feat.avx512vnni && (isa == &ql_isa_avx512vnni || isa == ql_isa_amx()))
             return &ql_fmt_avx512;
-        return &ql_fmt_avx2;
+        if (feat.f16c) return &ql_fmt_avx2;   /* (every AVX2 CPU made has it; checked all the same) */
     }
 #else
     (void)isa;
 #endif
     return &ql_fmt_portable;
+}
+
+/* The float32 Conv's matrix product (fconv/): the AVX-512 tile on the AVX-512 levels of a CPU
+ * with AVX-512 F (never under the SIMDe emulation), the AVX2 tile on any other x86 level, else
+ * the portable one. All three compute the same bits (include/fconv.h). */
+const ql_fconv_kernels *ql_fconv_for(const ql_isa *isa) {
+    detect();
+#if QL_X86
+    if (isa && isa != &ql_isa_scalar && feat.avx2) {
+        if (!QL_EMULATED && feat.avx512vnni && (isa == &ql_isa_avx512vnni || isa == ql_isa_amx()))
+            return &ql_fconv_avx512;
+        return &ql_fconv_avx2;
+    }
+#else
+    (void)isa;
+#endif
+    return &ql_fconv_portable;
 }

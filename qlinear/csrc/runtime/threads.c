@@ -74,6 +74,12 @@ static inline void cpu_relax(void) {
 }
 static int atfork_done;
 
+/* Tests only (_qlnative.pool_late_workers): a worker waits this many microseconds after each
+ * job is posted before it tries to join, as one whose CPU another process holds; 0 in use. */
+static atomic_long late_us;
+
+void ql_pool_set_late_us(long us) { atomic_store_explicit(&late_us, us > 0 ? us : 0, memory_order_relaxed); }
+
 static ql_task_fn job_fn;
 static void *job_ctx;
 static ptrdiff_t job_n;
@@ -146,10 +152,20 @@ static void *worker(void *arg) {
         }
         if (stopping) break;
         seen = generation;
+        for (long late; !stopping && (late = atomic_load_explicit(&late_us, memory_order_relaxed)) > 0;) {
+            /* tests: late for this job, and again for each job posted meanwhile */
+            pthread_mutex_unlock(&mu);
+            struct timespec ts = {late / 1000000, (late % 1000000) * 1000};
+            nanosleep(&ts, NULL);
+            pthread_mutex_lock(&mu);
+            if (generation == seen) break;
+            seen = generation;
+        }
+        if (stopping) break;
         if (idx >= job_threads || job_closed) continue;   /* not in this job (mu still held) */
         atomic_fetch_add_explicit(&job_active, 1, memory_order_relaxed);
         pthread_mutex_unlock(&mu);
-        run_tasks(idx);
+        ql_pool_worker_tasks_add(run_tasks(idx));
         pthread_mutex_lock(&mu);
         if (atomic_fetch_sub_explicit(&job_active, 1, memory_order_release) == 1 && job_closed)
             pthread_cond_signal(&cv_done);

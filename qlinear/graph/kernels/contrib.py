@@ -29,7 +29,7 @@ from ...contrib import transformer as _transformer
 from ...contrib.schema import DOMAIN
 from ...engines.native import matmul as nmm
 from ...quantize import dequantize_linear, quantize_linear
-from .base import KernelOp, constants_at
+from .base import KernelOp, constants_at, data_path
 from .float import leaky_relu, relu
 
 _MS_VIA_ONNX = (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4), np.dtype(np.float16))
@@ -87,6 +87,9 @@ class _QLinearBinary(ContribOp):
                 or not self._bound(inputs, fixed, (1, 2, 4, 5, 6, 7)) or self._binary(tuple(inputs)) is None:
             return None
         run = self._bin.bound_run(inputs[0], inputs[3])
+        if run is not None and 3 in fixed:  # B a model constant: a short path of A alone
+            b = inputs[3]
+            return data_path(lambda a: run(a, b))
         return None if run is None else (lambda ins: run(ins[0], ins[3]))
 
 
@@ -147,7 +150,7 @@ class _QLinearTableOp(ContribOp):
                 or type(x) is not np.ndarray or x.dtype != self._table_dtype):
             return None
         run = _elementwise.bound_table(x, self._table)
-        return None if run is None else (lambda ins: run(ins[0]))
+        return None if run is None else data_path(run)
 
 
 class QLinearSigmoid(_QLinearTableOp):
@@ -225,7 +228,7 @@ class QLinearGlobalAveragePool(ContribOp):
                 or not self._bound(inputs, fixed, (1, 2, 3, 4))):
             return None
         run = _pool.bound_global_average_pool(*inputs, **self._kw("channels_last"))
-        return None if run is None else (lambda ins: run(ins[0]))
+        return None if run is None else data_path(run)
 
 
 class QLinearAveragePool(ContribOp):
@@ -257,7 +260,7 @@ class QGemm(ContribOp):
             return None
         run = self._prepared.bound_run(inputs[0], inputs[1], inputs[2], _arg(inputs, 6), _arg(inputs, 7),
                                        _arg(inputs, 8), **self._kw("alpha", "transA"))
-        return None if run is None else (lambda ins: run(ins[0]))
+        return None if run is None else data_path(run)
 
 
 class QLinearConv(ContribOp):

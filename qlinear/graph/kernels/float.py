@@ -11,9 +11,11 @@ them with NumPy implementations of the same ONNX semantics:
 - ``Conv`` (every rank, group, pad, stride, dilation, auto_pad): one im2col matrix per group
   and one BLAS matrix product (``np.matmul``); a 1x1 kernel without padding needs no im2col;
   a depthwise kernel (one input channel per group) is a sum of weighted taps instead. For
-  float32 with two spatial axes, the native engine copies the im2col matrix and computes the
-  depthwise taps in C (``qlinear/csrc/elementwise/fconv.c``): the same matrix for the same product, the
-  same float32 operations in the same order, so the same bits as the NumPy formulation.
+  float32 with two spatial axes the native engine runs it on its own threads
+  (``qlinear/csrc/fconv/``, ``qlinear/csrc/elementwise/fconv.c``) in the order docs/qdq.md
+  ("Float Conv") documents, the same bits on every ISA level and thread count: the depthwise
+  taps are the NumPy formulation's operations (the same bits as it), the products are not
+  BLAS's order (within float32 rounding of it).
 - ``AveragePool`` (pads, strides, dilations, auto_pad, ceil_mode, count_include_pad),
   ``GlobalAveragePool``, ``GlobalMaxPool``: sums of strided views, one divisor per window.
 - ``Resize`` (opset 11+, nearest and linear, coordinate modes half_pixel, asymmetric,
@@ -92,9 +94,9 @@ def _geometry(x_shape, kernel, strides, dilations, pads, auto_pad):
 
 
 def _native_conv() -> Any:
-    """The compiled module for the float Conv's helpers (qlinear/csrc/elementwise/fconv.c), or None when
-    the NumPy engine is selected or the extension is not built (then the NumPy formulation runs:
-    the same bits; tests switch the native paths off here to compare whole models)."""
+    """The compiled module for the float Conv (qlinear/csrc/fconv/, elementwise/fconv.c), or None
+    when the NumPy engine is selected or the extension is not built (then the NumPy formulation
+    runs)."""
     return _native.native()
 
 
@@ -160,17 +162,28 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, auto_pad:
                 yc += tmp
 
         _blas.split_channels(m, y.size * ksize, channels)
+    elif C is not None:
+        # the compiled matrix product (qlinear/csrc/fconv/fgemm.c) on the engine's threads, in
+        # the documented order (docs/qdq.md, "Float Conv"), the bias added in it; a 1x1 kernel
+        # with stride 1 and no padding reads x as it is, any other the compiled im2col matrix
+        y = _native.empty((n, m, *out), dt)
+        bias = None if b is None else np.ascontiguousarray(b.astype(dt, copy=False))
+        wm = np.ascontiguousarray(w)
+        kk = cg * ksize
+        if ksize == 1 and not any(pb) and not any(pe) and strides == [1, 1]:
+            xc = np.ascontiguousarray(x)
+            C.fgemm(wm, bias, xc, y, g, n, mg, kk, p, p, c * p, cg * p)
+        else:
+            cols = _native.empty((g, kk, n * p), dt)
+            C.fim2col(np.ascontiguousarray(x), cols, n, c, *spatial, *out, *kernel, *strides, *dilations,
+                      pb[0], pb[1])
+            C.fgemm(wm, bias, cols, y, g, n, mg, kk, p, n * p, p, kk * n * p)
+        return y.astype(out_dtype, copy=False)
     else:
         if ksize == 1 and not any(pb) and not any(pe):
             xs = x[(slice(None), slice(None)) + tuple(slice(None, (out[i] - 1) * strides[i] + 1,
                                                             strides[i]) for i in range(nd))]
             cols = xs.reshape(n, g, cg, p).transpose(1, 2, 0, 3).reshape(g, cg, n * p)
-        elif C is not None:
-            # the same matrix, copied by the compiled im2col (qlinear/csrc/elementwise/fconv.c) in one
-            # pass from x (padding included) instead of np.pad and a strided NumPy copy
-            cols = _native.empty((g, cg * ksize, n * p), dt)
-            C.fim2col(np.ascontiguousarray(x), cols, n, c, *spatial, *out, *kernel,
-                                     *strides, *dilations, pb[0], pb[1])
         else:
             xp = _padded(x, pb, pe)
             s = xp.strides

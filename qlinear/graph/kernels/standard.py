@@ -21,11 +21,11 @@ import qlinear as _q
 from ... import _native
 from ... import dtypes as _dtypes
 from ..._geometry import explicit_pads, window_output_sizes
-from ...quantize import PreparedDequantize, PreparedQuantize
+from ...quantize import PreparedDequantize, PreparedDequantizeLinear, PreparedQuantize, PreparedQuantizeLinear
 from ..errors import NodeError
 from ..proto import T, node_attributes, node_version
 from ..support import _opset10_not_scalar
-from .base import KernelOp, constants_at
+from .base import KernelOp, constants_at, data_path
 
 class _QLinearOp(KernelOp):
     """Base of the six operators' kernels (``base.KernelOp``), with their ONNX version."""
@@ -128,7 +128,74 @@ def _dtype(v: Any) -> np.dtype | None:
     return None if v is None else np.asarray(v).dtype
 
 
-class QuantizeLinear(_QLinearOp):
+class _NewerQDQ(_QLinearOp):
+    """What QuantizeLinear and DequantizeLinear share for the newer types and attributes
+    (versions 19-28): the prepared form (``PreparedQuantizeLinear`` / ``PreparedDequantizeLinear``)
+    of the node's constant scale and zero point, built once, and its checks at prepare time."""
+
+    _newer_key: tuple | None = None
+    _newer: Any = None
+    _newer_ref: tuple = ()
+
+    def _newer_attrs(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _newer_path(self, xdt: np.dtype | None, scale: Any, zero_point: Any) -> bool | None:
+        """Whether the newer types' path runs: True, False, or None when it depends on x's
+        dtype and that is unknown (None)."""
+        raise NotImplementedError
+
+    def _newer_prepared(self, scale: Any, zero_point: Any):
+        """The prepared form of these constant parameters (built on the first call with them),
+        or None when they are not both constants of the model."""
+        if constants_at(self, (1, 2)) is not True:
+            return None
+        key = (id(scale), id(zero_point))
+        if self._newer_key != key or self._newer is None:
+            cls = PreparedQuantizeLinear if isinstance(self, QuantizeLinear) else PreparedDequantizeLinear
+            self._newer = self._call(cls, scale, zero_point, **self._newer_attrs())
+            self._newer_key, self._newer_ref = key, (scale, zero_point)
+        return self._newer
+
+    def prepare_constants(self, values: dict[str, Any], static: dict[str, tuple]) -> None:
+        """At ``backend.prepare``: with the scale (and zero point) initializers of the model
+        (``values``, the arrays the runs will pass), build the prepared form once, and when the
+        model declares x's element type and whole shape (``static``: name -> (dtype, shape)),
+        validate every parameter against it now: a bad scale shape, block size or zero-point
+        type is a NodeError naming this node before any run."""
+        names = list(self.onnx_node.input) + ["", ""]
+        if constants_at(self, (1, 2)) is not True or names[1] not in values:
+            return
+        scale = values[names[1]]
+        zero_point = values.get(names[2]) if names[2] else None
+        if names[2] and zero_point is None:
+            return  # a Constant node's output: known at the first run only
+        xinfo = static.get(names[0])
+        newer = self._newer_path(xinfo[0] if xinfo else None, scale, zero_point)
+        if newer is not True:
+            return
+        prep = self._newer_prepared(scale, zero_point)
+        if prep is not None and xinfo is not None and xinfo[1] is not None:
+            self._call(prep.plan, *xinfo)
+
+
+class QuantizeLinear(_NewerQDQ):
+    def _newer_attrs(self) -> dict[str, Any]:
+        g = self.given
+        return dict(axis=g.get("axis", 1), block_size=g.get("block_size", 0), saturate=g.get("saturate", 1),
+                    output_dtype=g.get("output_dtype", 0) or None, precision=g.get("precision", 0) or None,
+                    version=self.version)
+
+    def _newer_path(self, xdt, y_scale, y_zero_point):
+        g = self.given
+        if (g.get("block_size", 0) or g.get("precision", 0) or g.get("output_dtype", 0) not in (0, T.UINT8)
+                or _dtype(y_scale) != np.float32
+                or (y_zero_point is not None and _dtype(y_zero_point) not in _dtypes.EIGHT_BIT)):
+            return True
+        if xdt is None:
+            return None
+        return xdt not in _F32_I32 or (self.version >= 19 and xdt == np.int32)
+
     def _run(self, x, y_scale, y_zero_point=None, **_):
         prepared = self._prepared
         if prepared is not None and type(x) is np.ndarray and x.dtype == np.float32 \
@@ -137,15 +204,13 @@ class QuantizeLinear(_QLinearOp):
             # passed then and depends only on them and the attributes (x checked here)
             return (self._call(prepared.run, x),)
         g = self.given
-        if (g.get("block_size", 0) or g.get("precision", 0) or g.get("output_dtype", 0) not in (0, T.UINT8)
-                or _dtype(x) not in _F32_I32 or _dtype(y_scale) != np.float32
-                or (y_zero_point is not None and _dtype(y_zero_point) not in _dtypes.EIGHT_BIT)
-                or (self.version >= 19 and _dtype(x) == np.int32)):
-            # the newer types and attributes (versions 19-28): the function, which takes them all
-            return (self._call(_q.quantize_linear, x, y_scale, y_zero_point, axis=g.get("axis", 1),
-                               block_size=g.get("block_size", 0), saturate=g.get("saturate", 1),
-                               output_dtype=g.get("output_dtype", 0) or None,
-                               precision=g.get("precision", 0) or None, version=self.version),)
+        if self._newer_path(_dtype(x), y_scale, y_zero_point):
+            # the newer types and attributes (versions 19-28): the prepared form of constant
+            # parameters, else the function, which takes them all
+            prep = self._newer_prepared(y_scale, y_zero_point)
+            if prep is not None:
+                return (self._call(prep.run, x),)
+            return (self._call(_q.quantize_linear, x, y_scale, y_zero_point, **self._newer_attrs()),)
         if not (self.version < 19 and np.asarray(x).dtype == np.int32):  # T1 of opsets 10-18: float, int32
             self._check_float32("input x", x)
         self._check_float32("y_scale", y_scale)
@@ -172,19 +237,34 @@ class QuantizeLinear(_QLinearOp):
         return _bound_prepared_io(self, QuantizeLinear, inputs, fixed)
 
 
-class DequantizeLinear(_QLinearOp):
+class DequantizeLinear(_NewerQDQ):
+    def _newer_attrs(self) -> dict[str, Any]:
+        g = self.given
+        return dict(axis=g.get("axis", 1), block_size=g.get("block_size", 0),
+                    output_dtype=g.get("output_dtype", 0) or None, version=self.version)
+
+    def _newer_path(self, xdt, x_scale, x_zero_point):
+        g = self.given
+        if (g.get("block_size", 0) or g.get("output_dtype", 0) not in (0, T.FLOAT)
+                or _dtype(x_scale) != np.float32):
+            return True
+        if xdt is None:
+            return None
+        return xdt not in (*_dtypes.EIGHT_BIT, np.dtype(np.int32))
+
     def _run(self, x, x_scale, x_zero_point=None, **_):
         prepared = self._prepared
         if prepared is not None and type(x) is np.ndarray and x.dtype in _dtypes.EIGHT_BIT \
                 and x_scale is self._weights_ref[0] and x_zero_point is self._weights_ref[1]:
             return (self._call(prepared.run, x),)  # as in QuantizeLinear._run
         g = self.given
-        if (g.get("block_size", 0) or g.get("output_dtype", 0) not in (0, T.FLOAT)
-                or _dtype(x) not in (*_dtypes.EIGHT_BIT, np.dtype(np.int32)) or _dtype(x_scale) != np.float32):
-            # the newer types and attributes (versions 19-28): the function, which takes them all
-            return (self._call(_q.dequantize_linear, x, x_scale, x_zero_point, axis=g.get("axis", 1),
-                               block_size=g.get("block_size", 0), output_dtype=g.get("output_dtype", 0) or None,
-                               version=self.version),)
+        if self._newer_path(_dtype(x), x_scale, x_zero_point):
+            # the newer types and attributes (versions 19-28): the prepared form of constant
+            # parameters, else the function, which takes them all
+            prep = self._newer_prepared(x_scale, x_zero_point)
+            if prep is not None:
+                return (self._call(prep.run, x),)
+            return (self._call(_q.dequantize_linear, x, x_scale, x_zero_point, **self._newer_attrs()),)
         if np.asarray(x).dtype not in (*_dtypes.EIGHT_BIT, np.dtype(np.int32)):
             raise self._fail(f"input x is {np.asarray(x).dtype}; only uint8, int8 and int32 "
                              "are supported")
@@ -210,7 +290,7 @@ def _bound_prepared_io(node: _QLinearOp, cls: type, inputs: list, fixed: frozens
             or inputs[1] is not node._weights_ref[0] or _arg(inputs, 2) is not node._weights_ref[1]):
         return None
     run = prepared.bound_run(inputs[0])
-    return None if run is None else (lambda ins: run(ins[0]))
+    return None if run is None else data_path(run)
 
 
 def _arg(args: list | tuple, i: int) -> Any:
@@ -256,7 +336,15 @@ class QLinearMatMul(_QLinearOp):
                 return (self._call(prep.run, a, *scalars),)
         if any(_dtype(v) not in _dtypes.EIGHT_BIT for v in (a, b, y_zero_point)) or \
                 any(_dtype(v) in _NARROW_SCALES for v in (a_scale, b_scale, y_scale)):
-            # version 21: float8 operands or float16/bfloat16 scales, by the function
+            # version 21: float8 operands or float16/bfloat16 scales, by the function; with a
+            # float8 operand or output, a constant b is decoded once (its prepared form)
+            if any(_is_float8(v) for v in (a, b, y_zero_point)):
+                prep = KernelOp._prepared_for(self, _q.matmul.prepare_qlinear_matmul_float8,
+                                              (b, b_scale, b_zero_point), (3, 4, 5))
+                y = self._call(prep.run, a, *params)
+                if prep is self._prepared:
+                    self._remember_scalars(params, (1, 2, 6, 7), prep)
+                return (y,)
             return (self._call(_q.qlinear_matmul, a, a_scale, a_zero_point, b, b_scale, b_zero_point,
                                y_scale, y_zero_point),)
         for what, v in (("a_scale", a_scale), ("b_scale", b_scale), ("y_scale", y_scale)):
@@ -274,6 +362,11 @@ class QLinearMatMul(_QLinearOp):
         return _bound_weighted(self, QLinearMatMul, inputs, fixed, (3, 4, 5))
 
 
+def _is_float8(v: Any) -> bool:
+    t = _dtypes.lookup(_dtype(v))
+    return t is not None and t.is_float and t.bits == 8
+
+
 def _bound_weighted(node: _QLinearOp, cls: type, inputs: list, fixed: frozenset[int],
                     weights: tuple[int, ...]):
     """QLinearConv's / QLinearMatMul's ``fast_path``: their repeat path (the prepared form of
@@ -287,7 +380,7 @@ def _bound_weighted(node: _QLinearOp, cls: type, inputs: list, fixed: frozenset[
         return None
     scalars = node._scalar_params(tuple(inputs[i] for i in params), params, prep)
     run = None if scalars is None else prep.bound_run(*scalars)
-    return None if run is None else (lambda ins: run(ins[0]))
+    return None if run is None else data_path(run)
 
 
 class _IntegerOp(_QLinearOp):
