@@ -322,6 +322,12 @@ def _attention_checks(op: str, batch: int, seq: int, three_h: int, num_heads: in
     return head, pa, past_len, m, kind
 
 
+#: Multiply-adds of q·kᵀ and probs·v (2 · B · N · S · total · head) up to which the native
+#: kernel runs the attention: its sums are scalar, in a fixed order, so above this a BLAS
+#: product (the NumPy path: float64 dgemm) is faster (at 2^15 the native kernel takes ~20 us, the
+#: NumPy path's ~40 NumPy calls about as long; a BERT-base layer's 25 M it would take 30x).
+NATIVE_ATTENTION_MACS = 1 << 15
+
 # the mask forms (as qlinear/csrc/include/transformer.h numbers them): none, raw (B, total),
 # raw (B, S, total), end positions (B), end and start positions (2B)
 _MASK_NONE, _MASK_2D, _MASK_3D, _MASK_END, _MASK_END_START = range(5)
@@ -331,7 +337,7 @@ def _attention_native(op: str, qkv: Any, num_heads: int, mask_index: Any, past: 
                       scale: float, mask_filter_value: float, *, projection: tuple | None = None):
     """The attention on the native engine (qlinear/csrc/transformer/attention.c: the same float64
     formula, its sums in a fixed order), or None where the NumPy path runs it (the NumPy
-    engine, a batch, sequence or head count of 0). ``qkv`` is the float64 projection (B, S,
+    engine, a batch, sequence or head count of 0, more than NATIVE_ATTENTION_MACS). ``qkv`` is the float64 projection (B, S,
     3H), or with ``projection`` = (acc int32 (B, S, 3H), weight scale float32 (1 or 3H values),
     input scale float32, bias float32 (3H)) QAttention's accumulators, scaled in C."""
     C = _native.native()
@@ -340,6 +346,8 @@ def _attention_native(op: str, qkv: Any, num_heads: int, mask_index: Any, past: 
         return None
     head, pa, past_len, m, kind = _attention_checks(op, batch, seq, three_h, num_heads, mask_index, past)
     total = past_len + seq
+    if 2 * batch * num_heads * seq * total * head > NATIVE_ATTENTION_MACS:
+        return None
     v.check_size(op, "present", (2, batch, num_heads, total, head), 4)
     out = np.empty((batch, seq, three_h // 3), F32)
     present = np.empty((2, batch, num_heads, total, head), F32)
@@ -529,7 +537,7 @@ class PreparedQAttention:
 
     def _lean(self, x, sx, mask, zx, past):
         """``run``'s result without its general checks for the inputs a model's run repeats,
-        or None (``run`` then takes them): x a C-contiguous 8-bit ndarray of the shape of the
+        or None (``run`` then takes them): the attention's size within NATIVE_ATTENTION_MACS, x a C-contiguous 8-bit ndarray of the shape of the
         last native product (whose plan ``PreparedMatMulInteger`` keeps for a 0-d zero point),
         input_scale a finite 0-d float32 ndarray, input_zero_point a 0-d ndarray of x's dtype,
         mask_index None or a C-contiguous int32 ndarray of one of the four shapes, past None
@@ -569,7 +577,7 @@ class PreparedQAttention:
             kind = _MASK_END_START
         else:
             return None
-        if not batch or not seq:
+        if not batch or not seq or 2 * batch * heads * seq * total * head > NATIVE_ATTENTION_MACS:
             return None
         acc = prepared._repeat_zero_point(x, zx)  # None unless its plan fits x
         if acc is None:
