@@ -192,8 +192,10 @@ def test_attention_native_special_values():
     assert np.array_equal(np.isnan(got), np.isnan(ref))
 
 
-def test_attention_native_same_bits_at_every_level_and_thread_count():
-    # large enough for the heads to go to the pool (qlinear/csrc/transformer/attention.c)
+def test_attention_native_same_bits_at_every_level_and_thread_count(monkeypatch):
+    # large enough for the heads to go to the pool (qlinear/csrc/transformer/attention.c),
+    # which the native path takes with its size limit raised
+    monkeypatch.setattr(tf, "NATIVE_ATTENTION_MACS", 1 << 30)
     case = _case(11, 2, 24, 4, 16, 9, "2d", 1, 0.0, FILTERS[0])
     levels = _native.engine_info()["isas"]
     before, isa = qlinear.get_num_threads(), _native.isa()
@@ -210,6 +212,17 @@ def test_attention_native_same_bits_at_every_level_and_thread_count():
     for r in results[1:]:
         assert np.array_equal(_bits(r[0]), _bits(results[0][0])) and np.array_equal(_bits(r[1]), _bits(results[0][1]))
     _check_attention(case)
+
+
+def test_attention_native_size_limit():
+    small = _case(1, 1, 4, 2, 8, 2, "2d", 1, 0.0, FILTERS[0])
+    large = _case(1, 1, 32, 4, 16, 0, "2d", 1, 0.0, FILTERS[0])  # 2 · 4 · 32 · 32 · 16 MACs
+    assert tf._attention_native("attention", *small[:2], *small[3:]) is not None
+    assert tf._attention_native("attention", *large[:2], *large[3:]) is None
+    # the general path takes NumPy's there, within the tolerance of the oracle
+    out, present = tf._attention_core("attention", *large[:2], *large[3:])
+    want, bound, want_present = attention_oracle(*large)
+    assert _within(out, want, bound).all() and np.array_equal(_bits(present), _bits(want_present))
 
 
 def test_attention_native_refusals_match_numpy_path():

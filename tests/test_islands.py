@@ -461,3 +461,16 @@ def test_maxpool_between_dequantize_and_quantize_runs_on_codes(same, dt):
         m.opset_import[0].version = 11
         _check(m, {"x": _full_range(rng, dt, (1, 3, 9, 9))},
                {"QDQTableIsland": 0 if same else 1, "MaxPool": 1, "DequantizeLinear": 0, "QuantizeLinear": 0})
+
+
+def test_no_table_island_for_a_constant_that_adds_axes():
+    """A one-element constant of more axes than the tensor: the Add's result has more axes (no
+    table, which keeps the input's shape); onnxruntime's shape and bytes."""
+    rng = np.random.default_rng(9)
+    inits = _q_inits(rng, np.uint8, ["y"]) + [
+        numpy_helper.from_array(np.full((1, 1, 1, 1, 1), 0.5, np.float32), "b")]
+    nodes = [helper.make_node("DequantizeLinear", ["y0", "c_s", "c_z"], ["f"]),
+             helper.make_node("Add", ["f", "b"], ["g"]),
+             helper.make_node("QuantizeLinear", ["g", "y_s", "y_z"], ["y"])]
+    m = _conv_then(rng, np.uint8, (nodes, inits))
+    _check(m, {"x": _full_range(rng, np.uint8, (1, 3, 9, 9))}, {"QDQTableIsland": 0})

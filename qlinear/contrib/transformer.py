@@ -7,7 +7,7 @@ formulas in float64 and rounds the result to float32 once, which is within float
 onnxruntime (tests/test_contrib.py measures it). On the native engine each runs the same double
 operations in C (qlinear/csrc/transformer): Gelu, SkipLayerNormalization and
 EmbedLayerNormalization give these very bits; FastGelu may differ in the last bit of a double
-before the rounding to float32 (the C library's tanh against NumPy's); the attention sums its
+before the rounding to float32 (the C library's exp against NumPy's); the attention sums its
 products in a fixed ascending order where NumPy's BLAS has its own, within one float32 rounding
 (docs/contract.md states the tolerance). QAttention's Q/K/V projection is the exception where
 it can be exact: its integer product runs on qlinear's exact integer GEMM and is scaled as
@@ -49,7 +49,9 @@ def gelu(X: np.ndarray) -> np.ndarray:
 
 def fast_gelu(X: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """com.microsoft FastGelu: the tanh approximation 0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))
-    of x = X + bias (bias broadcast along the last axis)."""
+    of x = X + bias (bias broadcast along the last axis), evaluated as x / (1 + exp(-2u)) for
+    u = √(2/π) · (x + 0.044715 · x³): the same function, without the cancellation of 1 + tanh(u)
+    where tanh(u) nears -1."""
     return _fast_gelu_op(X, bias)
 
 
@@ -72,7 +74,7 @@ def _fast_gelu_op(X: np.ndarray, bias: np.ndarray | None = None, bias_param=_fas
     b = None if bias is None else bias_param(op, "bias", bias, x.shape[-1] if x.ndim else -1)
     C = _native.native()
     if C is not None and x.ndim and x.size:
-        # the formula's double operations in C (transformer/transformer.c: its tanh and v·v·v
+        # the formula's double operations in C (transformer/transformer.c: its exp and v·v·v
         # may differ from NumPy's in a double's last bit, below float32's rounding)
         y = np.empty(x.shape, F32)
         C.fast_gelu(np.ascontiguousarray(x), None if b is None else np.ascontiguousarray(b, F64),
@@ -81,7 +83,8 @@ def _fast_gelu_op(X: np.ndarray, bias: np.ndarray | None = None, bias_param=_fas
     x = x.astype(F64)
     if b is not None:
         x = x + b
-    return (0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))).astype(F32)
+    u = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)
+    return (x / (1.0 + np.exp(-2.0 * u))).astype(F32)
 
 
 def _hidden_param(op: str, name: str, value: Any, hidden: int) -> np.ndarray:
@@ -319,6 +322,12 @@ def _attention_checks(op: str, batch: int, seq: int, three_h: int, num_heads: in
     return head, pa, past_len, m, kind
 
 
+#: Multiply-adds of q·kᵀ and probs·v (2 · B · N · S · total · head) up to which the native
+#: kernel runs the attention: its sums are scalar, in a fixed order, so above this a BLAS
+#: product (the NumPy path: float64 dgemm) is faster (at 2^15 the native kernel takes ~20 us, the
+#: NumPy path's ~40 NumPy calls about as long; a BERT-base layer's 25 M it would take 30x).
+NATIVE_ATTENTION_MACS = 1 << 15
+
 # the mask forms (as qlinear/csrc/include/transformer.h numbers them): none, raw (B, total),
 # raw (B, S, total), end positions (B), end and start positions (2B)
 _MASK_NONE, _MASK_2D, _MASK_3D, _MASK_END, _MASK_END_START = range(5)
@@ -328,7 +337,7 @@ def _attention_native(op: str, qkv: Any, num_heads: int, mask_index: Any, past: 
                       scale: float, mask_filter_value: float, *, projection: tuple | None = None):
     """The attention on the native engine (qlinear/csrc/transformer/attention.c: the same float64
     formula, its sums in a fixed order), or None where the NumPy path runs it (the NumPy
-    engine, a batch, sequence or head count of 0). ``qkv`` is the float64 projection (B, S,
+    engine, a batch, sequence or head count of 0, more than NATIVE_ATTENTION_MACS). ``qkv`` is the float64 projection (B, S,
     3H), or with ``projection`` = (acc int32 (B, S, 3H), weight scale float32 (1 or 3H values),
     input scale float32, bias float32 (3H)) QAttention's accumulators, scaled in C."""
     C = _native.native()
@@ -337,6 +346,8 @@ def _attention_native(op: str, qkv: Any, num_heads: int, mask_index: Any, past: 
         return None
     head, pa, past_len, m, kind = _attention_checks(op, batch, seq, three_h, num_heads, mask_index, past)
     total = past_len + seq
+    if 2 * batch * num_heads * seq * total * head > NATIVE_ATTENTION_MACS:
+        return None
     v.check_size(op, "present", (2, batch, num_heads, total, head), 4)
     out = np.empty((batch, seq, three_h // 3), F32)
     present = np.empty((2, batch, num_heads, total, head), F32)
@@ -526,7 +537,7 @@ class PreparedQAttention:
 
     def _lean(self, x, sx, mask, zx, past):
         """``run``'s result without its general checks for the inputs a model's run repeats,
-        or None (``run`` then takes them): x a C-contiguous 8-bit ndarray of the shape of the
+        or None (``run`` then takes them): the attention's size within NATIVE_ATTENTION_MACS, x a C-contiguous 8-bit ndarray of the shape of the
         last native product (whose plan ``PreparedMatMulInteger`` keeps for a 0-d zero point),
         input_scale a finite 0-d float32 ndarray, input_zero_point a 0-d ndarray of x's dtype,
         mask_index None or a C-contiguous int32 ndarray of one of the four shapes, past None
@@ -566,7 +577,7 @@ class PreparedQAttention:
             kind = _MASK_END_START
         else:
             return None
-        if not batch or not seq:
+        if not batch or not seq or 2 * batch * heads * seq * total * head > NATIVE_ATTENTION_MACS:
             return None
         acc = prepared._repeat_zero_point(x, zx)  # None unless its plan fits x
         if acc is None:

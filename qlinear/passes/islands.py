@@ -101,10 +101,10 @@ def _reader(g: _Graph, node: onnx.NodeProto) -> Optional[onnx.NodeProto]:
 # --------------------------------------------------------------------------- table islands
 
 
-#: The first version of each operator with today's semantics: Add 7 (multidirectional
+#: The first version of each operator with today's semantics: Add, Sub, Mul 7 (multidirectional
 #: broadcasting; before, a broadcast attribute), Sum 6, BatchNormalization 7 (no is_test /
 #: consumed_inputs), Relu 6 (no consumed_inputs)
-_MIN_VERSION = {"Add": 7, "Sum": 6, "BatchNormalization": 7, "Relu": 6}
+_MIN_VERSION = {"Add": 7, "Sub": 7, "Mul": 7, "Sum": 6, "BatchNormalization": 7, "Relu": 6}
 
 
 def _versions_ok(g: _Graph, node: onnx.NodeProto) -> bool:
@@ -231,7 +231,8 @@ def _binary_step(g: _Graph, node: onnx.NodeProto, prev: str, rank: Optional[int]
     if c is None:
         return None
     absorbed = [p for p in absorbed if _reader(g, p) is node]
-    if c.size == 1:
+    if c.size == 1 and (c.ndim == 0 or (rank is not None and c.ndim <= rank)):
+        # (a one-element constant of more axes than the tensor would add axes to the result)
         col, channels = np.float32(c.reshape(())), None
     else:
         if rank is None or c.ndim > rank or rank < 2:

@@ -12,7 +12,8 @@ void ql_gelu_f32(const float *x, ptrdiff_t n, float *y);
 
 /* v = x + bias (bias NULL or `last` values repeated along each row of `last`; the float32
  * parameters arrive widened to double, as the Python path widens them once), in double;
- * y = f(0.5 · v · (1 + tanh(√(2/π) · (v + 0.044715 · v³)))); rows × last elements */
+ * y = f(0.5 · v · (1 + tanh(u))) with u = √(2/π) · (v + 0.044715 · v³), evaluated as
+ * f(v / (1 + exp(-2u))); rows × last elements */
 void ql_fast_gelu_f32(const float *x, const double *bias, ptrdiff_t rows, ptrdiff_t last, float *y);
 
 /* Per row of `hidden`: s = f(x + skip (+ bias)) (the sum in double, rounded once: out `sum`),
