@@ -1,6 +1,6 @@
 """Model graphs: qlinear's backend against onnxruntime's normal session, node type by node type.
 
-    python benchmarks/graphs.py [--models DIR] [--repeat 10] [--rounds 3] [--only NAME] [--resnet50 all]
+    python benchmarks/graphs.py [--models DIR] [--repeat 10] [--rounds 3] [--only NAME[,NAME...]] [--resnet50 all]
     python benchmarks/graphs.py --interleaved [--repeat 7] [--profile] [--before]
     python benchmarks/graphs.py --table [--repeat 15]     # the docs/models.md table
     python benchmarks/graphs.py --verdicts                # its compare columns only
@@ -65,6 +65,11 @@ def _inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
         else:
             feeds[vi.name] = rng.integers(0, 8, size=shape).astype(dt)
     return feeds
+
+
+def _wanted(only: str | None, name: str) -> bool:
+    """Whether ``--only`` (None: every model; else substrings, comma-separated) takes ``name``."""
+    return not only or any(part and part in name for part in only.split(","))
 
 
 def _median_ms(fn, repeat: int) -> float:
@@ -341,7 +346,7 @@ def separate(args, sources) -> list[tuple[str, float, float]]:
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for name, src in sources:
-            if args.only and args.only not in name:
+            if not _wanted(args.only, name):
                 continue
             try:
                 t = separate_ms(name, _model_file(src, folder, name), args.repeat, args.rounds,
@@ -507,7 +512,7 @@ def table(directory: Path | None, repeat: int, only: str | None = None, *, round
     ratios, alone_ratios = [], []
     folder = tempfile.mkdtemp(prefix="graphs-")
     for name, src in models(directory):
-        if only and only not in name:
+        if not _wanted(only, name):
             continue
         model = onnx.load(src) if isinstance(src, Path) else src
         plain, emu, own_differ = verdicts(name, model, saturates)
@@ -606,7 +611,7 @@ def main(argv=None) -> int:
         print("| model | command | compare | compare --emulate onnxruntime-avx2 | "
               "quantized nodes differing on onnxruntime's inputs |\n|---|---|---|---|---|")
         for name, src in models(args.models):
-            if args.only and args.only not in name:
+            if not _wanted(args.only, name):
                 continue
             model = onnx.load(src) if isinstance(src, Path) else src
             command = "(built in memory)" if not isinstance(src, Path) else f"`{compare_command(name)}`"
@@ -623,7 +628,7 @@ def main(argv=None) -> int:
     qlinear.set_num_threads(args.threads)
     rows = []
     for name, src in sources:
-        if args.only and args.only not in name:
+        if not _wanted(args.only, name):
             continue
         model = onnx.load(src) if isinstance(src, Path) else src
         try:

@@ -19,7 +19,10 @@ taken out. Chains:
 Each runtime runs alone in its own process (onnxruntime with its default session options but
 the thread count, as users run it), warm, ``--repeat`` runs back to back, median; ``--rounds``
 such pairs of processes, the order alternating; the median of the rounds. Prints microseconds
-per node for both and their ratio. Under ~2 minutes with the defaults.
+per node for both and their ratio, chain by chain, then the two figures of issue #31's targets:
+the cost per float node (the mean of the ``float`` and ``reshape`` chains', target 0.5 us) and
+per small quantized node (the mean of the ``qmatmul``, ``qadd`` and ``qdq`` chains', target
+1.5 us). Under ~2 minutes with the defaults.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 CHAINS = ("float", "reshape", "qmatmul", "qadd", "qdq")
+#: the two figures the summary reports: (name, chains, target in microseconds per node)
+FIGURES = (("float node", ("float", "reshape"), 0.5), ("quantized node", ("qmatmul", "qadd", "qdq"), 1.5))
 
 
 def _vi(name, elem, shape):
@@ -177,6 +182,7 @@ def main(argv=None) -> int:
     print(f"us per node, chains of {a.nodes} nodes minus 1, {a.rounds} rounds (own processes, alternating), "
           f"{a.threads} threads")
     print(f"{'chain':10s} {'qlinear':>9s} {'onnxruntime':>12s} {'ratio':>7s}   rounds (qlinear/onnxruntime)")
+    got: dict[str, tuple[float, float]] = {}
     for kind in kinds:
         q, o = [], []
         for r in range(a.rounds):
@@ -187,6 +193,14 @@ def main(argv=None) -> int:
         spread = " ".join(f"{x:.2f}/{y:.2f}" for x, y in zip(q, o))
         print(f"{kind:10s} {mq:9.2f} {mo:12.2f} {mq / mo if mo > 0 else float('nan'):7.2f}   {spread}",
               flush=True)
+        got[kind] = (mq, mo)
+    for name, chains, target in FIGURES:
+        have = [got[c] for c in chains if c in got]
+        if len(have) != len(chains):
+            continue  # (--only left a chain out)
+        q, o = (float(np.mean([h[i] for h in have])) for i in (0, 1))
+        print(f"per {name:15s} qlinear {q:5.2f} us, onnxruntime {o:5.2f} us (target <= {target} us: "
+              f"{'met' if q <= target else 'NOT met'}; mean of the {', '.join(chains)} chains)")
     return 0
 
 

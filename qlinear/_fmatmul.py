@@ -3,33 +3,35 @@
 Every float8 value is an integer multiple of 2**e (e = the format's smallest subnormal exponent:
 -9, -10, -16, -17 for e4m3fn, e4m3fnuz, e5m2, e5m2fnuz), and an 8-bit integer minus its zero
 point is an integer (e = 0). So each centered operand is an integer number of units, and the dot
-product is an exact integer sum S times 2**(ea + eb):
-
-- in int64 when K · max|ia| · max|ib| < 2**63 (e4m3 × e4m3 up to K ≈ 1.5e8, e5m2 × int8 up to
-  K ≈ 9.6e6: Part B §5's table);
-- else (e5m2 × e5m2: one product can pass 2**63) each operand is split into a high and a low
-  half, four int64 products are summed and the exact total is assembled in Python integers.
+product is an exact integer sum S times 2**(ea + eb). S is computed exactly by a float64 GEMM
+of the units wherever a bound proves every partial sum an integer below 2**53 (always for
+e4m3 x e4m3 up to K = 18,641 whatever the zero points; for e5m2 checked on the data), else
+from four exact GEMMs of the operands' high and low halves assembled in 128-bit integers, else
+in Python integers (see "The exact dot product" below).
 
 S · 2**(ea + eb) is then rounded once to float32 (the accumulator), and the 8-bit contract's
 float32 requantization follows: m = float32(float32(a_scale · b_scale) / y_scale), y =
 float32(acc · m), then rne + zero point + saturation for an integer output, or + zero point and
 the saturating conversion for a float8 output (the operator has no ``saturate`` attribute).
-Two 8-bit operands keep the 8-bit contract's wrap32 accumulator.
+Two 8-bit operands keep the 8-bit contract's wrap32 accumulator. On the native engine the
+operands' decoding and this output step are compiled (qlinear/csrc/f8mm/, the output conversion
+by the formats' own QuantizeLinear kernels); a prepared ``b`` is decoded once.
 
 Non-finite operands (float8 NaN, e5m2 ±inf) make the outputs they reach what IEEE arithmetic
-gives the centered values' dot product (computed in float64 for those outputs only): NaN where a
-NaN, an inf · 0 or inf − inf meets, else ±inf.
+gives the centered values' dot product: NaN where a NaN, an inf · 0 or inf − inf meets, else
+±inf (counted exactly, not left to a BLAS).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
+from . import _blas
 from . import _validate as v
 from . import dtypes
+from .engines.native import f8mm as _nf8
 
 _OPERANDS = tuple(t for t in dtypes.TYPES if (t.is_int and t.bits == 8) or (t.is_float and t.bits == 8))
 _SCALES = (dtypes.F32, dtypes.F16, dtypes.BF16)
@@ -64,51 +66,181 @@ def scale(op: str, name: str, value: Any, divides: bool = False) -> np.ndarray:
     return v.nonzero_scale(op, name, wide) if divides else v.scale(op, name, wide)
 
 
-def _units(arr: np.ndarray, t: dtypes.QType) -> tuple[np.ndarray, np.ndarray | None]:
-    """(float64 units, float64 values or None): an array as integer multiples of 2**e, held
-    exactly in float64 (|units| < 2**34); non-finite float8 codes as 0 units, their float64
-    values returned for the IEEE pass."""
-    if t.is_int:
-        return arr.astype(np.float64), None
-    f = t.decode(arr).astype(np.float64)
-    finite = np.isfinite(f)
-    if finite.all():
-        f *= 2.0 ** -t.fmt.unit_exponent  # exact: a power of two, integers < 2**34
-        return f, None
-    units = np.where(finite, f, 0.0) * 2.0 ** -t.fmt.unit_exponent
-    return units, f
+# ---------------------------------------------------------------------------------------------
+# The exact dot product. Each operand becomes its centered values in *units* (integers: a float8
+# value - zero point in multiples of 2**e, e = the format's unit exponent; an 8-bit integer -
+# zero point as it is), held exactly in float64 (|units| < 2**34). The product S = ia @ ib is
+# then an integer matrix, and the float64 GEMM computes it exactly when
+#
+#     bound = sum_k max_i |ia[i, k]| * max_j |ib[k, j]|  <  2**53:
+#
+# for a fixed output (i, j), every product ia[i, k] * ib[k, j] and every partial sum of any
+# subset of them is an integer of magnitude <= sum_k |ia[i, k]| |ib[k, j]| <= bound < 2**53, and
+# float64 holds every such integer exactly; so each multiplication, addition or fused
+# multiply-add the BLAS performs has a representable exact result and is exact, in whatever
+# order, blocking or thread split it sums. (The bound itself is computed in float64 from
+# non-negative terms, relative error below (K + 1) * 2**-53; requiring the computed value below
+# 2**52 leaves that margin for any K below 2**50.)
+#
+# Worst cases without looking at the data (centered magnitudes up to twice the format's maximum
+# when the zero point is the opposite extreme), against the 2**52 limit: e4m3fn units <= 2 * 448
+# * 2**9 = 458,752, so e4m3fn x e4m3fn takes one GEMM for K <= 21,399 whatever the values and
+# zero points (85,598 with zero zero points, the usual case: 229,376**2 * K < 2**52); e4m3fnuz
+# (<= 2 * 240 * 2**10 = 491,520 units) for K <= 18,641 (74,565); int8/uint8 (<= 255 units) x
+# e4m3 for K <= 3.5e7. Beyond, the split path below keeps it exact. e5m2 spans too many
+# binades for a data-free guarantee (57,344 * 2**16 < 2**31.8 units), so the bound is taken
+# from the operands' actual maxima on every call (the prepared b's once): e5m2 data with a
+# moderate range passes it. Where it fails, each operand is split into high and low halves
+# (ia = ah * 2**s + al, 0 <= al < 2**s), the four products - each proved exact by the same
+# bound - are taken as float64 GEMMs and assembled in 128-bit integers (csrc/f8mm/f8mm.c); and
+# where even that fails (K beyond ~2**18 with wide e5m2 data), in Python integers.
+# ---------------------------------------------------------------------------------------------
+
+_TABLES: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
 
-def _exact_dot(ia: np.ndarray, ib: np.ndarray, bound_a: int, bound_b: int, k: int) -> tuple[np.ndarray, bool]:
-    """(S, is_int64): the exact integer matmul of unit arrays (float64 holding integers below
-    2**34), as int64 when it fits, else an object array of Python ints."""
-    if k * bound_a * bound_b < 2 ** 53:
-        # float64 BLAS (multi-threaded, ~100x NumPy's integer matmul), exact: every product is an
-        # integer of magnitude <= bound_a * bound_b and every partial sum, in whatever order and
-        # blocking the BLAS adds them, with or without fused multiply-add, an integer of
-        # magnitude <= K * bound_a * bound_b < 2**53, which float64 holds exactly; so every
-        # floating-point operation is exact and the result is the exact integer sum. (e4m3 x e4m3:
-        # up to K ~ 1.7e5 at the formats' largest values; the bounds are the data's own maxima.)
-        return np.matmul(ia, ib).astype(np.int64), True
+def _tables(t: dtypes.QType) -> tuple[np.ndarray, np.ndarray]:
+    """(units, values) of every code of an 8-bit operand type, float64 (NaN/inf where the code
+    is one): units = value * 2**-e, exact (a power of two)."""
+    known = _TABLES.get(t.name)
+    if known is None:
+        codes = np.arange(256, dtype=np.uint8)
+        if t.is_int:
+            values = codes.view(t.dtype).astype(np.float64)
+            units = values
+        else:
+            values = t.decode(codes).astype(np.float64)
+            units = values * 2.0 ** -t.fmt.unit_exponent
+        units.flags.writeable = values.flags.writeable = False
+        known = _TABLES[t.name] = (units, values)
+    return known
+
+
+def _unit_exp(t: dtypes.QType) -> int:
+    return 0 if t.is_int else t.fmt.unit_exponent
+
+
+class _Decoded:
+    """One operand as centered units: ``units`` (float64, the operand's shape as a matrix; NaN
+    and inf written as 0), ``kmax`` (K,): the largest |units| along each k, ``bad``: whether the
+    operand holds a NaN or an infinity (then ``values`` gives the centered values with them)."""
+
+    __slots__ = ("units", "kmax", "bad", "codes", "zp", "t", "left")
+
+    def __init__(self, codes: np.ndarray, t: dtypes.QType, zp: np.ndarray, left: bool) -> None:
+        self.codes, self.t, self.left = codes, t, left
+        units_table = _tables(t)[0]
+        zu = units_table[zp.view(np.uint8)]  # zero point in units (finite)
+        self.zp = zu
+        k_axis = codes.ndim - 1 if left else codes.ndim - 2
+        # the native decoder takes a matrix with one zero point, one per row (a) or per column (b)
+        lines = codes.shape[-2] if left else codes.shape[-1]
+        rows = int(np.prod(codes.shape[:-1]))
+        native = None
+        if (zu.ndim == 0 or all(d == 1 for d in zu.shape[:-2])) and codes.size:
+            flat = zu.reshape(-1)
+            if flat.size == 1:
+                mode, zvec = 0, flat
+            elif left:  # per row: (M,), repeated over a's batch entries
+                mode, zvec = 1, np.tile(flat, rows // lines)
+            else:
+                mode, zvec = 2, flat
+            # a (per call, small) on the calling thread alone: waking the pool would leave its
+            # workers spinning on the cores the GEMM's threads start on next; b on the pool
+            native = _nf8.decode(codes.reshape(rows, codes.shape[-1]), units_table, zvec, mode, left,
+                                 1 if left else 0)
+        if native is not None:
+            units, kmax, bad = native
+            self.units = units.reshape(codes.shape)
+            self.kmax = kmax if left else kmax.reshape(-1, codes.shape[-2]).max(axis=0)
+            self.bad = bool(bad.any())
+            return
+        with np.errstate(invalid="ignore"):
+            units = units_table[codes.view(np.uint8)] - zu  # exact: integers below 2**34
+        finite = np.isfinite(units)
+        self.bad = not finite.all()
+        if self.bad:
+            units = np.where(finite, units, 0.0)
+        self.units = units
+        mag = np.abs(units)
+        axes = tuple(i for i in range(units.ndim) if i != k_axis)
+        self.kmax = mag.max(axis=axes, initial=0.0).reshape(-1)
+
+    def values(self) -> np.ndarray:
+        """The centered values (float64, NaN and inf kept)."""
+        vt = _tables(self.t)[1]
+        with np.errstate(invalid="ignore"):
+            return vt[self.codes.view(np.uint8)] - self.zp * 2.0 ** _unit_exp(self.t)
+
+
+def _bound(ka: np.ndarray, kb: np.ndarray) -> float:
+    if ka.size == 0:
+        return 0.0
+    return float(np.dot(ka, kb))
+
+
+_EXACT = 2.0 ** 52  # the computed bound's limit (see above: the margin for its own rounding)
+
+
+def _gemm(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if x.ndim == 2 and y.ndim == 2:
+        return _blas.matmul(x, y)  # OpenBLAS, threaded as the project sets it (qlinear/_blas.py)
+    return np.matmul(x, y)
+
+
+def _split(x: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray]:
+    """(h, l) with x = h * 2**s + l, 0 <= l < 2**s: exact in float64 (integers below 2**34)."""
+    h = np.floor(x * 2.0 ** -s)
+    return h, x - h * 2.0 ** s
+
+
+def _exact_sums(a: _Decoded, b: _Decoded) -> np.ndarray:
+    """The exact integer sums S = a.units @ b.units: float64 holding them exactly (or, after a
+    split, rounded to odd at 53 bits, which one float32 conversion rounds correctly), or an
+    object array of Python ints."""
+    ia, ib, ka, kb = a.units, b.units, a.kmax, b.kmax
+    if _bound(ka, kb) < _EXACT:
+        return _gemm(ia, ib)
+    top = max(float(ka.max(initial=0.0)), float(kb.max(initial=0.0)))
+    s = max(1, (int(top).bit_length() + 1) // 2)
+    # halves: |h| <= |x| / 2**s + 1 (h = floor(x / 2**s)), 0 <= l < 2**s (for a negative x, l
+    # may exceed |x|: 2**s is the bound's input, not |x|)
+    kah, kbh = np.floor(ka * 2.0 ** -s) + 1, np.floor(kb * 2.0 ** -s) + 1
+    kal, kbl = np.full_like(ka, 2.0 ** s), np.full_like(kb, 2.0 ** s)
+    if max(_bound(kah, kbh), _bound(kah, kbl), _bound(kal, kbh), _bound(kal, kbl)) < _EXACT:
+        ah, al = _split(ia, s)
+        bh, bl = _split(ib, s)
+        parts = [_gemm(ah, bh), _gemm(ah, bl), _gemm(al, bh), _gemm(al, bl)]  # each exact (bounds)
+        out = _nf8.combine(parts, s)
+        if out is not None:
+            return out
+        hh, hl, lh, ll = (p.astype(np.int64).astype(object) for p in parts)  # exact: below 2**53
+        return hh * (1 << (2 * s)) + (hl + lh) * (1 << s) + ll
+    return _python_sums(ia, ib)
+
+
+def _python_sums(ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
+    """S in Python integers, for sums beyond every float64 bound (K of hundreds of thousands with
+    wide e5m2 operands): int64 products of 17-bit halves, assembled exactly."""
     ia, ib = ia.astype(np.int64), ib.astype(np.int64)  # exact: integers below 2**34
-    if k * bound_a * bound_b < 2 ** 63:
-        return np.matmul(ia, ib), True
-    s = max(bound_a.bit_length(), bound_b.bit_length()) // 2 + 1
+    s = 17
     mask = (1 << s) - 1
     ah, al = ia >> s, ia & mask  # ia = ah·2^s + al, exactly (arithmetic shift)
     bh, bl = ib >> s, ib & mask
-    # each partial product < 2**(2·(bits - s) + log2 K): inside int64 for these formats' K
+    # each partial product below 2**(34 + log2 K): inside int64 for K < 2**29
     hh, hl, lh, ll = (np.matmul(ah, bh), np.matmul(ah, bl), np.matmul(al, bh), np.matmul(al, bl))
-    total = (hh.astype(object) * (1 << (2 * s)) + (hl.astype(object) + lh.astype(object)) * (1 << s)
-             + ll.astype(object))
-    return total, False
+    return (hh.astype(object) * (1 << (2 * s)) + (hl.astype(object) + lh.astype(object)) * (1 << s)
+            + ll.astype(object))
 
 
-def _round_to_f32(total: np.ndarray, exponent: int) -> np.ndarray:
-    """float32(total · 2**exponent) rounded once, for an object array of Python ints."""
+def _round_to_f32(total: np.ndarray) -> np.ndarray:
+    """float32(total) rounded once, for an object array of Python ints (and NaN/inf floats)."""
     out = np.empty(total.shape, np.float32)
     flat = out.reshape(-1)
     for i, n in enumerate(total.reshape(-1)):
+        if isinstance(n, float):  # NaN or ±inf written over the sum (the IEEE rules)
+            flat[i] = np.float32(n)
+            continue
         n = int(n)
         mag = abs(n)
         extra = mag.bit_length() - 24
@@ -118,41 +250,105 @@ def _round_to_f32(total: np.ndarray, exponent: int) -> np.ndarray:
             if r > half or (r == half and q & 1):
                 q += 1
             mag = q << extra
-        val = math.ldexp(float(mag), exponent)  # exact: 24 bits and a power of two
+        val = float(mag)  # exact: 24 bits and a power of two below 2**128
         flat[i] = np.float32(-val if n < 0 else val)
     return out
+
+
+def _special(a: _Decoded, b: _Decoded) -> np.ndarray:
+    """Where NaN or an infinity reaches an output, what IEEE arithmetic gives the centered
+    values' dot product (NaN where a NaN, an inf · 0 or inf - inf occurs, else ±inf), else 0:
+    counted by indicator products, independent of how a BLAS treats them."""
+    ca, cb = a.values(), b.values()
+
+    def ind(x: np.ndarray) -> np.ndarray:
+        return x.astype(np.float64)
+
+    with np.errstate(invalid="ignore"):
+        a_nan, b_nan = np.isnan(ca), np.isnan(cb)
+        a_pinf, a_ninf, b_pinf, b_ninf = ca == np.inf, ca == -np.inf, cb == np.inf, cb == -np.inf
+        a_pos, a_neg, b_pos, b_neg = ca > 0, ca < 0, cb > 0, cb < 0
+        a_zero, b_zero = ca == 0, cb == 0
+    mm = np.matmul
+    # a NaN anywhere in row i of a or column j of b makes output (i, j) NaN
+    nan = (np.any(a_nan, axis=-1)[..., :, None] | np.any(b_nan, axis=-2)[..., None, :]).astype(np.float64)
+    nan = nan + mm(ind(a_pinf | a_ninf), ind(b_zero)) + mm(ind(a_zero), ind(b_pinf | b_ninf))  # inf · 0
+    pinf = (mm(ind(a_pinf), ind(b_pos)) + mm(ind(a_ninf), ind(b_neg)) + mm(ind(a_pos), ind(b_pinf))
+            + mm(ind(a_neg), ind(b_ninf)))
+    ninf = (mm(ind(a_pinf), ind(b_neg)) + mm(ind(a_ninf), ind(b_pos)) + mm(ind(a_pos), ind(b_ninf))
+            + mm(ind(a_neg), ind(b_pinf)))
+    out = np.zeros(np.broadcast_shapes(nan.shape, pinf.shape), np.float64)
+    out[pinf > 0] = np.inf
+    out[ninf > 0] = -np.inf
+    out[(nan > 0) | ((pinf > 0) & (ninf > 0))] = np.nan
+    return out
+
+
+class _Right:
+    """The validated ``b`` with its parameters, decoded once (a prepared form keeps it)."""
+
+    def __init__(self, op: str, b: Any, b_scale: Any, b_zero_point: Any, operand_param) -> None:
+        b, bt = operand(op, "b", b)
+        if b_zero_point is None:
+            raise TypeError(f"{op}: b_zero_point is required")
+        if b.ndim == 0:
+            raise ValueError(f"{op}: a and b must have rank >= 1; got shape {b.shape}")
+        bzp, _ = operand(op, "b_zero_point", b_zero_point)
+        if bzp.dtype != b.dtype:
+            raise TypeError(f"{op}: b_zero_point must have the type of its operand ({b.dtype}); got dtype {bzp.dtype}")
+        b_s = scale(op, "b_scale", b_scale)
+        v.same_shape(op, "b_scale", b_s, "b_zero_point", bzp)
+        _finite_zero_point(op, "b_zero_point", bzp, bt)
+        self.b, self.bt = b, bt
+        self.b_s = operand_param(op, "b_scale", b_s, "b", b.shape)
+        self.bzp = operand_param(op, "b_zero_point", bzp, "b", b.shape)
+        self._decoded: _Decoded | None = None
+
+    def decoded(self, op: str) -> _Decoded:
+        d = self._decoded
+        if d is None:
+            b2 = self.b[:, None] if self.b.ndim == 1 else self.b
+            v.check_size(op, "the float64 copy of b", b2.shape, 8)
+            d = self._decoded = _Decoded(b2, self.bt, self.bzp, left=False)
+        return d
+
+
+def _finite_zero_point(op: str, name: str, z: np.ndarray, t: dtypes.QType) -> None:
+    if t.is_float and not np.isfinite(t.decode(z)).all():
+        raise ValueError(f"{op}: {name} must be finite; got {t.decode(z).ravel()[~np.isfinite(t.decode(z).ravel())][0]}")
 
 
 def qlinear_matmul(op: str, a: Any, a_scale: Any, a_zero_point: Any, b: Any, b_scale: Any, b_zero_point: Any,
                    y_scale: Any, y_zero_point: Any, operand_param) -> np.ndarray:
     """QLinearMatMul-21 for float8 operands or output (see the module notes); ``operand_param``
     is matmul.py's per-tensor/per-row/per-column parameter check."""
+    operand(op, "a", a)  # a's type is named before b's
+    right = _Right(op, b, b_scale, b_zero_point, operand_param)
+    return run(op, right, a, a_scale, a_zero_point, y_scale, y_zero_point, operand_param)
+
+
+def run(op: str, right: _Right, a: Any, a_scale: Any, a_zero_point: Any, y_scale: Any, y_zero_point: Any,
+        operand_param) -> np.ndarray:
+    """The product of ``a`` with a validated (and possibly already decoded) ``b``."""
     a, at = operand(op, "a", a)
-    b, bt = operand(op, "b", b)
-    for name, zp in (("a_zero_point", a_zero_point), ("b_zero_point", b_zero_point), ("y_zero_point", y_zero_point)):
+    b, bt = right.b, right.bt
+    for name, zp in (("a_zero_point", a_zero_point), ("y_zero_point", y_zero_point)):
         if zp is None:
             raise TypeError(f"{op}: {name} is required")
-    if a.ndim == 0 or b.ndim == 0:
+    if a.ndim == 0:
         raise ValueError(f"{op}: a and b must have rank >= 1; got shapes {a.shape} and {b.shape}")
     azp, _ = operand(op, "a_zero_point", a_zero_point)
-    bzp, _ = operand(op, "b_zero_point", b_zero_point)
     yzp, yt = operand(op, "y_zero_point", y_zero_point)
-    if azp.dtype != a.dtype or bzp.dtype != b.dtype:
-        which, want, got = ("a_zero_point", a.dtype, azp.dtype) if azp.dtype != a.dtype else ("b_zero_point", b.dtype, bzp.dtype)
-        raise TypeError(f"{op}: {which} must have the type of its operand ({want}); got dtype {got}")
+    if azp.dtype != a.dtype:
+        raise TypeError(f"{op}: a_zero_point must have the type of its operand ({a.dtype}); got dtype {azp.dtype}")
     a_s = scale(op, "a_scale", a_scale)
-    b_s = scale(op, "b_scale", b_scale)
     y_s = v.per_tensor(op, "y_scale", scale(op, "y_scale", y_scale, divides=True))
     yzp = v.per_tensor(op, "y_zero_point", yzp)
     v.same_shape(op, "a_scale", a_s, "a_zero_point", azp)
-    v.same_shape(op, "b_scale", b_s, "b_zero_point", bzp)
-    for name, z, t in (("a_zero_point", azp, at), ("b_zero_point", bzp, bt), ("y_zero_point", yzp, yt)):
-        if t.is_float and not np.isfinite(t.decode(z)).all():
-            raise ValueError(f"{op}: {name} must be finite; got {t.decode(z).ravel()[~np.isfinite(t.decode(z).ravel())][0]}")
+    _finite_zero_point(op, "a_zero_point", azp, at)
+    _finite_zero_point(op, "y_zero_point", yzp, yt)
     a_s = operand_param(op, "a_scale", a_s, "a", a.shape)
     azp = operand_param(op, "a_zero_point", azp, "a", a.shape)
-    b_s = operand_param(op, "b_scale", b_s, "b", b.shape)
-    bzp = operand_param(op, "b_zero_point", bzp, "b", b.shape)
     ka, kb = a.shape[-1], (b.shape[-2] if b.ndim > 1 else b.shape[0])
     if ka != kb:
         raise ValueError(f"{op}: a and b cannot be multiplied: a has shape {a.shape} (K = {ka}) "
@@ -162,52 +358,77 @@ def qlinear_matmul(op: str, a: Any, a_scale: Any, a_zero_point: Any, b: Any, b_s
             ((a.shape[-2],) if a.ndim > 1 else ()) + ((b.shape[-1],) if b.ndim > 1 else ()))
     except ValueError:
         raise ValueError(f"{op}: the batch dimensions of a {a.shape[:-2]} and b {b.shape[:-2]} do not broadcast") from None
-    v.check_size(op, "the output's int64 accumulator", out_shape, 8)
+    v.check_size(op, "the output's float64 sums", out_shape, 8)
+    with np.errstate(over="ignore", under="ignore"):
+        m = (a_s * right.b_s) / y_s  # float32(float32(a_scale · b_scale) / y_scale)
+    m = v.finite_multiplier(op, np.asarray(m, np.float32), "a_scale * b_scale / y_scale")
 
     a2 = a[None, :] if a.ndim == 1 else a  # numpy.matmul's 1-D rule: computed as matrices,
-    b2 = b[:, None] if b.ndim == 1 else b  # the added axis dropped at the end
-    ia, fa = _units(a2, at)
-    ib, fb = _units(b2, bt)
-    za, _ = _units(azp, at)
-    zb, _ = _units(bzp, bt)
-    ia = ia - za  # exact in float64: |units| < 2**34 each
-    ib = ib - zb
-    bound_a = int(np.abs(ia).max(initial=0))
-    bound_b = int(np.abs(ib).max(initial=0))
-    ea = 0 if at.is_int else at.fmt.unit_exponent
-    eb = 0 if bt.is_int else bt.fmt.unit_exponent
-    total, in_int64 = _exact_dot(ia, ib, bound_a, bound_b, ka)
+    v.check_size(op, "the float64 copy of a", a2.shape, 8)  # the added axis dropped at the end
+    da = _Decoded(a2, at, azp, left=True)
+    db = right.decoded(op)
+    S = _exact_sums(da, db)
     if at.is_int and bt.is_int:  # two 8-bit operands: the 8-bit contract's wrap32 accumulator
-        acc = ((total + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.float32)
-    elif in_int64:
-        # int64 -> float32 rounds once; the power-of-two scaling is exact (these sums stay far
-        # inside float32's normal range: at least 2**-34 per unit, at most 2**63 units)
-        acc = np.ldexp(total.astype(np.float32), ea + eb).astype(np.float32)
+        # (8-bit sums stay far below 2**53: K * 255**2 < 2**53 up to K ~ 1.4e11, the float64 path)
+        S = ((S.astype(np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.float64)  # exact
+    if da.bad or db.bad:
+        special = _special(da, db)
+        if S.dtype == object:
+            S = np.broadcast_to(S, special.shape).copy()
+            S[special != 0] = special[special != 0]
+        else:
+            S = np.where(special != 0, special, S)
+    unit_exp = _unit_exp(at) + _unit_exp(bt)
+    z = float(yzp) if yt.is_int else float(yt.decode(yzp).reshape(()))
+    full = S.shape
+    if S.dtype != object and full[-2:] == tuple(np.broadcast_shapes(full, m.shape)[-2:]) \
+            and all(d == 1 for d in m.shape[:-2]):
+        rows = int(np.prod(full[:-1]))
+        m2 = m.reshape(m.shape[-2:]) if m.ndim >= 2 else m.reshape(1, 1)
+        if m2.shape[0] != 1 and m2.shape[0] != rows:
+            m2 = np.tile(m2, (rows // m2.shape[0], 1))
+        y = _nf8.finish(np.ascontiguousarray(S).reshape(rows, full[-1]), unit_exp, m2, yt, z)
+        if y is not None:
+            return y.reshape(out_shape)
+    if S.dtype == object:
+        acc = _round_to_f32(S)
     else:
-        acc = _round_to_f32(total, ea + eb)
-    if fa is not None or fb is not None:
-        # non-finite operands: IEEE float64 on the centered values, for the outputs they reach
-        ca = fa - za * 2.0 ** ea if fa is not None else ia * 2.0 ** ea  # exact in float64
-        cb = fb - zb * 2.0 ** eb if fb is not None else ib * 2.0 ** eb
-        with np.errstate(invalid="ignore", over="ignore"):
-            special = np.matmul(ca, cb)
-        acc = np.where(np.isfinite(special), acc, special.astype(np.float32))
-    with np.errstate(over="ignore", under="ignore"):
-        m = (a_s * b_s) / y_s  # float32(float32(a_scale · b_scale) / y_scale)
-    m = v.finite_multiplier(op, np.asarray(m, np.float32), "a_scale * b_scale / y_scale")
+        acc = S.astype(np.float32)  # one rounding of the exact sum (or of its round-to-odd form)
+    # the power of two is exact: nonzero sums lie between 2**-34 and 2**86 in magnitude
+    acc = np.multiply(acc, np.float32(2.0 ** unit_exp), dtype=np.float32)
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         y = np.asarray(np.multiply(acc, m, dtype=np.float32)).reshape(out_shape)
     if yt.is_int:
         lo, hi = np.float32(yt.lo), np.float32(yt.hi)
-        z = np.float32(int(yzp))
+        zf = np.float32(int(yzp))
         y = np.rint(y)
-        y = np.fmin(np.fmax(y, lo - z), hi - z) + z  # NaN -> T's min, as QuantizeLinear
-        return y.astype(yt.dtype)
-    z = np.float32(yt.decode(yzp).reshape(()))
-    if z != 0:
+        y = np.fmin(np.fmax(y, lo - zf), hi - zf) + zf  # NaN -> T's min, as QuantizeLinear
+        return np.asarray(y.astype(yt.dtype))
+    zf = np.float32(z)
+    if zf != 0:
         with np.errstate(over="ignore", invalid="ignore"):
-            y = np.add(y, z, dtype=np.float32)
-    return yt.encode(np.asarray(y, np.float32), True)
+            y = np.add(y, zf, dtype=np.float32)
+    return np.asarray(yt.encode(np.asarray(y, np.float32), True))
+
+
+class PreparedQLinearMatMulF8:
+    """QLinearMatMul-21 with a constant ``b`` (any 8-bit or float8 type) whose call involves a
+    float8 operand or output: ``b`` is validated and decoded to float64 units once (with the
+    bound's per-k maxima), every ``run`` decodes only ``a``."""
+
+    def __init__(self, b: np.ndarray, b_scale: Any, b_zero_point: Any, operand_param) -> None:
+        self._op = "qlinear_matmul"
+        self._param = operand_param
+        self._right = _Right(self._op, b, b_scale, b_zero_point, operand_param)
+        self._right.decoded(self._op)
+
+    def run(self, a: np.ndarray, a_scale: Any, a_zero_point: Any, y_scale: Any, y_zero_point: Any) -> np.ndarray:
+        """The product of ``a`` with the prepared ``b``, as :func:`qlinear.qlinear_matmul`."""
+        return run(self._op, self._right, a, a_scale, a_zero_point, y_scale, y_zero_point, self._param)
+
+    def bound_run(self, *params: Any) -> None:
+        """No bound repeat path: the graph calls ``run``."""
+        return None
 
 
 def node_problem(version: int, elems: dict[int, int]) -> str | None:

@@ -347,10 +347,21 @@ def prepare_matmul_integer(b: np.ndarray, b_zero_point: Any = None) -> PreparedM
     return PreparedMatMulInteger(b, b_zero_point)
 
 
-def prepare_qlinear_matmul(b: np.ndarray, b_scale: Any, b_zero_point: Any) -> PreparedQLinearMatMul:
+def prepare_qlinear_matmul(b: np.ndarray, b_scale: Any, b_zero_point: Any
+                           ) -> PreparedQLinearMatMul | _fmatmul.PreparedQLinearMatMulF8:
     """Pre-transform QLinearMatMul's constant ``b`` once for repeated
-    ``run(a, a_scale, a_zero_point, y_scale, y_zero_point)`` calls."""
+    ``run(a, a_scale, a_zero_point, y_scale, y_zero_point)`` calls. A float8 ``b`` (version 21)
+    is decoded once to the exact product's form (see :func:`prepare_qlinear_matmul_float8`)."""
+    if _is_float8(b):
+        return prepare_qlinear_matmul_float8(b, b_scale, b_zero_point)
     return PreparedQLinearMatMul(b, b_scale, b_zero_point)
+
+
+def prepare_qlinear_matmul_float8(b: np.ndarray, b_scale: Any, b_zero_point: Any) -> _fmatmul.PreparedQLinearMatMulF8:
+    """QLinearMatMul-21's constant ``b`` (uint8, int8 or float8; float32, float16 or bfloat16
+    scale) prepared for calls where ``a``, ``b`` or ``y_zero_point`` is float8: validated and
+    decoded once to the exact product's float64 form, with the bound that proves it exact."""
+    return _fmatmul.PreparedQLinearMatMulF8(b, b_scale, b_zero_point, _operand_param)
 
 
 def matmul_integer(a: np.ndarray, b: np.ndarray, a_zero_point: Any = None, b_zero_point: Any = None) -> np.ndarray:

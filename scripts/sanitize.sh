@@ -35,4 +35,5 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 LD_PRELOAD="$asan $ubsan" QLINEAR_REQUIRE_NATIVE=1 "$PYTHON" -m pytest -q -p no:cacheprovider \
     tests/test_native.py tests/test_matmul.py tests/test_quantize.py tests/test_properties.py tests/test_conv.py \
     tests/test_plain.py tests/test_contrib.py tests/test_backend.py tests/test_matmul_nbits_native.py \
-    tests/test_islands.py tests/test_formats.py tests/test_float_conv.py -k "native or island or float_conv" "$@"
+    tests/test_islands.py tests/test_formats.py tests/test_float_conv.py tests/test_transformer_native.py \
+    tests/test_attention_native.py tests/test_f8mm.py -k "native or island or float_conv or f8mm" "$@"

@@ -116,23 +116,19 @@ class Weights:
 
 
 def matmul_nbits_float(A, W: Weights, bias) -> np.ndarray:
-    """The float levels: per output, 16 float32 lanes start at -0; lane k % 16 takes
-    fma(a_k, w_k, lane) for k = 0, 1, ..., K-1; lanes folded (l, l+8), (l, l+4), (l, l+2),
-    (l, l+1); then + bias (float32)."""
+    """The float levels: per output one float32 accumulator starts at -0 and takes
+    fma(a_k, w_k, acc) for k = 0, 1, ..., K-1 in that order; then + bias (float32)."""
     A = np.asarray(A, F32)
     M = A.shape[0]
     y = np.zeros((M, W.N), F32)
     for m in range(M):
         for n in range(W.N):
-            lanes = [-0.0] * 16
+            acc = -0.0
             for k in range(W.K):
-                lanes[k % 16] = fma(float(A[m, k]), W.w32(n, k), lanes[k % 16])
-            for half in (8, 4, 2, 1):
-                lanes = [add32(lanes[i], lanes[i + half]) for i in range(half)]
-            val = lanes[0]
+                acc = fma(float(A[m, k]), W.w32(n, k), acc)
             if bias is not None:
-                val = add32(val, float(bias[n]))
-            y[m, n] = val
+                acc = add32(acc, float(bias[n]))
+            y[m, n] = acc
     return y
 
 

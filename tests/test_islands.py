@@ -315,3 +315,162 @@ def test_mixed_type_add_island(types):
                    [helper.make_tensor_value_info("y", tts[2], shape)], inits)
         feeds = {"a": _full_range(rng, dts[0], shape), "b": _full_range(rng, dts[1], shape)}
         _check(m, feeds, {"QDQIsland": 1, "Add": 0, "QuantizeLinear": 0})
+
+
+@pytest.mark.parametrize("types", [("s8", "u8"), ("u8", "s8")])
+@pytest.mark.parametrize("opset", [10, 13])
+def test_table_island_across_types(types, opset):
+    """DequantizeLinear of one 8-bit type -> Relu -> QuantizeLinear to the other (a QDQ model's
+    int8 convolution output requantized to uint8, as in shared/models' Kaldi TDNN): one table
+    of the output type, onnxruntime's bytes."""
+    rng = np.random.default_rng(11 + opset)
+    din, dout = [np.int8 if t == "s8" else np.uint8 for t in types]
+    shape = [3, 5, 17]
+    for trial in range(3):
+        nodes = [helper.make_node("DequantizeLinear", ["x", "x_s", "x_z"], ["d"]),
+                 helper.make_node("Relu", ["d"], ["r"]),
+                 helper.make_node("QuantizeLinear", ["r", "y_s", "y_z"], ["y"])]
+        inits = _q_inits(rng, din, ["x"]) + _q_inits(rng, dout, ["y"])
+        m = _model(nodes, [helper.make_tensor_value_info("x", T.INT8 if din == np.int8 else T.UINT8, shape)],
+                   [helper.make_tensor_value_info("y", T.INT8 if dout == np.int8 else T.UINT8, shape)], inits,
+                   opset=opset)
+        _check(m, {"x": _full_range(rng, din, shape)}, {"QDQTableIsland": 1, "Relu": 0, "QuantizeLinear": 0})
+
+
+@pytest.mark.parametrize("moves", ["transpose_relu_reshape", "unsqueeze_transpose", "relu_squeeze_flatten"])
+@pytest.mark.parametrize("dt", [np.uint8, np.int8], ids=["u8", "s8"])
+def test_table_island_through_data_movement(moves, dt):
+    """DequantizeLinear -> data movement and element-wise steps -> QuantizeLinear: the movement
+    nodes move the 8-bit codes, then one table (a table commutes with any movement),
+    onnxruntime's bytes; strided views (a Transpose's) into the table's lookup included."""
+    rng = np.random.default_rng(hash((moves, dt == np.int8)) % 2**32)
+    tt = T.UINT8 if dt == np.uint8 else T.INT8
+    shape = [1, 6, 10]
+    for trial in range(3):
+        nodes = [helper.make_node("DequantizeLinear", ["x", "x_s", "x_z"], ["d0"])]
+        inits = _q_inits(rng, dt, ["x", "y"])
+        last, n_moves = "d0", 0
+        for k, step in enumerate(moves.split("_")):
+            out = f"d{k + 1}"
+            if step == "relu":
+                nodes.append(helper.make_node("Relu", [last], [out]))
+            elif step == "transpose":
+                rank = 3 + moves.startswith("unsqueeze")
+                nodes.append(helper.make_node("Transpose", [last], [out], perm=[rank - 1, *range(rank - 1)]))
+            elif step == "reshape":
+                nodes.append(helper.make_node("Reshape", [last, "shape"], [out]))
+                inits.append(numpy_helper.from_array(np.array([5, -1], np.int64), "shape"))
+            elif step == "unsqueeze":
+                nodes.append(helper.make_node("Unsqueeze", [last, "axes"], [out]))
+                inits.append(numpy_helper.from_array(np.array([0], np.int64), "axes"))
+            elif step == "squeeze":
+                nodes.append(helper.make_node("Squeeze", [last, "axes"], [out]))
+                inits.append(numpy_helper.from_array(np.array([0], np.int64), "axes"))
+            else:
+                nodes.append(helper.make_node("Flatten", [last], [out], axis=1))
+            n_moves += step != "relu"
+            last = out
+        nodes.append(helper.make_node("QuantizeLinear", [last, "y_s", "y_z"], ["y"]))
+        m = _model(nodes, [helper.make_tensor_value_info("x", tt, shape)],
+                   [helper.make_tensor_value_info("y", tt, None)], inits)
+        ops = collections.Counter(n.op_type for n in model_as_run(m).graph.node)
+        assert sum(ops[k] for k in ("Transpose", "Reshape", "Unsqueeze", "Squeeze", "Flatten")) == n_moves
+        # (int8: the QDQ fusion's int8 -> uint8 conversion, as onnxruntime's, adds requantizations)
+        assert ops["QDQTableIsland"] >= 1, dict(ops)
+        _check(m, {"x": _full_range(rng, dt, shape)}, {"DequantizeLinear": 0, "QuantizeLinear": 0, "Relu": 0})
+
+
+def test_no_table_island_through_movement_with_per_channel_tables():
+    """A BatchNormalization's per-channel table and a Transpose that may move the channel axis:
+    no table through the Transpose (it stays, moving the float tensor or the codes of a
+    requantization after the BatchNormalization's table), onnxruntime's bytes."""
+    rng = np.random.default_rng(5)
+    shape = [1, 4, 3, 5]
+    nodes = [helper.make_node("DequantizeLinear", ["x", "x_s", "x_z"], ["d"]), _bn("d", "b"),
+             helper.make_node("Transpose", ["b"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("QuantizeLinear", ["t", "y_s", "y_z"], ["y"])]
+    inits = _q_inits(rng, np.uint8, ["x", "y"]) + _bn_inits(rng, 4)
+    m = _model(nodes, [helper.make_tensor_value_info("x", T.UINT8, shape)],
+               [helper.make_tensor_value_info("y", T.UINT8, None)], inits)
+    ops = collections.Counter(n.op_type for n in model_as_run(m).graph.node)
+    assert ops["BatchNormalization"] + ops["QDQTableIsland"] >= 1 and ops["Transpose"] == 1, dict(ops)
+    _check(m, {"x": _full_range(rng, np.uint8, shape)}, {"Transpose": 1})
+
+
+def _conv_then(rng, dt, tail, shape=(1, 3, 9, 9), m=4):
+    """x (of ``dt``) -> QLinearConv (int8 weights within [-64, 64]: no kernel saturates) -> codes
+    of ``dt`` -> ``tail`` (nodes reading "y0", writing "y") -> y."""
+    tt = T.UINT8 if dt == np.uint8 else T.INT8
+    w = rng.integers(-64, 65, (m, shape[1], 3, 3)).astype(np.int8)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(np.float32(0.02)), "x_s"),
+             numpy_helper.from_array(np.array(100 if dt == np.uint8 else -10, dt), "x_z"),
+             numpy_helper.from_array(np.array(np.float32(0.01)), "w_s"), numpy_helper.from_array(np.array(0, np.int8), "w_z")]
+    inits += _q_inits(rng, dt, ["c"])
+    nodes = [helper.make_node("QLinearConv", ["x", "x_s", "x_z", "w", "w_s", "w_z", "c_s", "c_z"], ["y0"],
+                              pads=[1, 1, 1, 1])] + tail[0]
+    return _model(nodes, [helper.make_tensor_value_info("x", tt, list(shape))],
+                  [helper.make_tensor_value_info("y", tt, None)], inits + tail[1])
+
+
+@pytest.mark.parametrize("op,const_first,bias", [("Add", False, "init"), ("Add", True, "init"), ("Sub", True, "init"),
+                                                 ("Sub", False, "dq"), ("Mul", False, "scalar")])
+@pytest.mark.parametrize("dt", [np.uint8, np.int8], ids=["u8", "s8"])
+def test_table_island_with_a_constant_per_channel_operand(op, const_first, bias, dt):
+    """QLinearConv -> DequantizeLinear -> Add / Sub / Mul of a per-channel constant (a QDQ
+    model's bias: an initializer (C, 1, 1) or the DequantizeLinear of one) -> QuantizeLinear:
+    one table per channel, onnxruntime's float32 operation in its operand order, its bytes."""
+    rng = np.random.default_rng(hash((op, const_first, bias, dt == np.int8)) % 2**32)
+    for trial in range(3):
+        inits = _q_inits(rng, dt, ["d", "y"])
+        if bias == "scalar":
+            inits.append(numpy_helper.from_array(np.array(np.float32(rng.uniform(0.5, 2))), "b"))
+        elif bias == "init":
+            inits.append(numpy_helper.from_array(rng.normal(0, 1, (4, 1, 1)).astype(np.float32), "b"))
+        else:
+            inits += [numpy_helper.from_array(rng.integers(-100, 100, (4, 1, 1)).astype(np.int8), "bq"),
+                      numpy_helper.from_array(np.array(np.float32(0.02)), "bq_s"),
+                      numpy_helper.from_array(np.array(0, np.int8), "bq_z")]
+        nodes = [helper.make_node("DequantizeLinear", ["y0", "d_s", "d_z"], ["f"])]
+        if bias == "dq":
+            nodes.append(helper.make_node("DequantizeLinear", ["bq", "bq_s", "bq_z"], ["b"]))
+        nodes += [helper.make_node(op, ["b", "f"] if const_first else ["f", "b"], ["g"]),
+                  helper.make_node("QuantizeLinear", ["g", "y_s", "y_z"], ["y"])]
+        # the DequantizeLinear reads the convolution's codes: its parameters are the conv's output's
+        inits = [i for i in inits if i.name not in ("d_s", "d_z")]
+        m = _conv_then(rng, dt, (nodes, inits))
+        for n in m.graph.node:
+            if n.op_type == "DequantizeLinear" and n.input[0] == "y0":
+                n.input[1], n.input[2] = "c_s", "c_z"
+        _check(m, {"x": _full_range(rng, dt, (1, 3, 9, 9))},
+               {"QDQTableIsland": 1, op: 0, "DequantizeLinear": 0, "QuantizeLinear": 0})
+
+
+@pytest.mark.parametrize("same", [True, False])
+@pytest.mark.parametrize("dt", [np.uint8, np.int8], ids=["u8", "s8"])
+def test_maxpool_between_dequantize_and_quantize_runs_on_codes(same, dt):
+    """DequantizeLinear -> MaxPool -> QuantizeLinear (a QDQ model at opset 11, where onnxruntime
+    keeps the float MaxPool): MaxPool on the codes (the dequantization never decreases), then a
+    table, or nothing for the same parameters; onnxruntime's bytes, NaN-free by construction."""
+    rng = np.random.default_rng(21 + same + 2 * (dt == np.int8))
+    for trial in range(3):
+        inits = _q_inits(rng, dt, ["y"])
+        nodes = [helper.make_node("DequantizeLinear", ["y0", "c_s", "c_z"], ["f"]),
+                 helper.make_node("MaxPool", ["f"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 0, 0]),
+                 helper.make_node("QuantizeLinear", ["p", "c_s" if same else "y_s", "c_z" if same else "y_z"], ["y"])]
+        m = _conv_then(rng, dt, (nodes, inits))
+        m.opset_import[0].version = 11
+        _check(m, {"x": _full_range(rng, dt, (1, 3, 9, 9))},
+               {"QDQTableIsland": 0 if same else 1, "MaxPool": 1, "DequantizeLinear": 0, "QuantizeLinear": 0})
+
+
+def test_no_table_island_for_a_constant_that_adds_axes():
+    """A one-element constant of more axes than the tensor: the Add's result has more axes (no
+    table, which keeps the input's shape); onnxruntime's shape and bytes."""
+    rng = np.random.default_rng(9)
+    inits = _q_inits(rng, np.uint8, ["y"]) + [
+        numpy_helper.from_array(np.full((1, 1, 1, 1, 1), 0.5, np.float32), "b")]
+    nodes = [helper.make_node("DequantizeLinear", ["y0", "c_s", "c_z"], ["f"]),
+             helper.make_node("Add", ["f", "b"], ["g"]),
+             helper.make_node("QuantizeLinear", ["g", "y_s", "y_z"], ["y"])]
+    m = _conv_then(rng, np.uint8, (nodes, inits))
+    _check(m, {"x": _full_range(rng, np.uint8, (1, 3, 9, 9))}, {"QDQTableIsland": 0})

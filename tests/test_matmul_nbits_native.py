@@ -1,8 +1,8 @@
 """MatMulNBits' native kernels (qlinear/csrc/nbits): the same bits as the NumPy path of
 qlinear.contrib.nbits (itself held to tests/oracle_nbits.py in test_matmul_nbits.py) on every ISA
 level this CPU runs and on 1 and 2 threads, over bits × block sizes × zero-point kinds × g_idx ×
-accuracy levels × float32/float16 A × bias, odd K and N tails (partial blocks, partial groups of
-16 k, column groups of 8, 16 and 32) and M = 1, 2, 7, 128; special values on every level; the
+accuracy levels × float32/float16 A × bias, odd K and N tails (partial blocks, partial lines of
+codes, column groups of 16, 32, 64 and tasks of 128) and M = 1, 2, 9, 130 (tiles of 8 rows, blocks of 128); special values on every level; the
 prepared layouts; and the memory a call adds (resident set, which sees the C allocations)."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _cases():
     """(inputs, attrs, level) over the grid; M cycles through 1, 2, 7, 128 and N through
     1, 17, 37, 70 so that every combination meets several tails."""
     rng = np.random.default_rng(30)
-    Ms, Ns = (1, 2, 7, 128), (1, 17, 37, 70)
+    Ms, Ns = (1, 2, 9, 130), (1, 17, 37, 70)
     i = 0
     for bits in (2, 4, 8):
         for bs in (16, 32, 64, 128, 256):
@@ -41,7 +41,7 @@ def _cases():
                 for level in (0, 4):
                     M, N = Ms[i % 4], Ns[(i // 4 + i) % 4]
                     K = bs * 2 + 5 if i % 3 else bs + 16 * (i % 5) + 1  # partial block and partial 16-group
-                    if M == 128:
+                    if M == 130:
                         K = min(K, 300)
                     dtype = F16 if i % 5 == 2 else F32
                     g_idx = i % 7 == 3 and level == 0
@@ -49,6 +49,13 @@ def _cases():
                                               dtype=dtype, M=M, K=K, N=N, bias=i % 4 != 1)
                     yield inputs, attrs, level
                     i += 1
+    # wide N: tasks of several 32-column panels (64 and 128 columns on 1 and 2 threads), the
+    # last one partial
+    for bits, bs, zp_kind, g_idx, M, K in ((4, 32, "uint8", False, 20, 300), (2, 16, "float", True, 3, 77),
+                                          (8, 64, "none", False, 1, 200), (4, 128, "float", False, 1, 259)):
+        inputs, attrs = make_case(rng, bits=bits, block_size=bs, zp_kind=zp_kind, g_idx=g_idx, dtype=F32, M=M, K=K,
+                                  N=520, bias=True)
+        yield inputs, attrs, 0
 
 
 CASES = list(_cases())
@@ -80,7 +87,7 @@ def test_cases_cover_the_grid():
     """The grid above meets every M, every N tail, float16, g_idx and both arithmetic kinds."""
     Ms = {c[0]["A"].shape[0] for c in CASES}
     Ns = {c[1]["N"] for c in CASES}
-    assert Ms == {1, 2, 7, 128} and Ns == {1, 17, 37, 70}
+    assert Ms >= {1, 2, 9, 130} and Ns == {1, 17, 37, 70, 520}
     assert any(c[0]["A"].dtype == F16 for c in CASES) and any(c[0]["g_idx"] is not None for c in CASES)
     kinds = {contrib.prepare_matmul_nbits(*list(c[0].values())[1:], **c[1], accuracy_level=c[2]).int8 for c in CASES}
     assert kinds == {True, False}
@@ -116,10 +123,10 @@ def test_prepared_form_is_repacked_once_and_used():
     rng = np.random.default_rng(32)
     inputs, attrs = make_case(rng, bits=4, block_size=32, zp_kind="uint8", g_idx=False, M=1, K=256, N=64)
     A = inputs.pop("A")
-    for level, layout in ((4, "w8"), (0, "wf")):
+    for level in (4, 0):
         p = contrib.prepare_matmul_nbits(*inputs.values(), **attrs, accuracy_level=level)
         nat = p._native
-        arr = getattr(nat, layout)
+        arr = nat.w8  # one layout for both arithmetics
         assert arr.dtype == np.uint8 and arr.nbytes <= 64 * 256 // 2 + 64 * 16
         calls = []
         run = nat.run
@@ -167,10 +174,11 @@ def test_memory_native_no_float32_copy(level, M):
 
 
 @pytest.mark.parametrize("engine_level", [p for p in engine_level_params() if p.values[0] != "numpy"], indirect=True)
-def test_lanes_past_k_are_untouched(engine_level):
-    """A = -0 everywhere, weights > 0, K = 16·g + r: every lane is -0 (fma(-0, w, -0) = -0), so
-    Y = -0. A kernel that ran the last, partial group on all 16 lanes with zero padding would
-    turn lanes r..15 into fma(+0, w, -0) = +0 and give Y = +0 (decode kernel: M = 1; panel: M = 3)."""
+def test_k_past_k_are_not_computed(engine_level):
+    """A = -0 everywhere, weights > 0, K not a multiple of a line of codes (4·8/bits k) or of 16:
+    every step is fma(-0, w, -0) = -0, so Y = -0. A kernel that ran the last, partial line of
+    codes to its end with zero padding would add fma(+0, w, -0) = +0 and give Y = +0 (decode
+    kernel: M = 1; panel: M = 3)."""
     for K in (17, 35, 47):
         for M in (1, 3):
             nb = -(-K // 16)

@@ -90,8 +90,8 @@ def test_plain_runs_after_the_first_take_the_compiled_plan(monkeypatch):
         assert calls[0] == i  # the first run is the general loop's, every later one compiled
     steps = {node.onnx_node.name: step.__name__ for node, step, _ in rep.evaluator._compiled.steps}
     # the constant node is not a step; each kind of node has its bound call
-    assert steps == {"add": "binary", "relu": "run1", "reshape": "run", "quant": "shortcut",
-                     "qmm": "shortcut", "dequant": "shortcut", "cast": "cast", "mul": "binary"}
+    assert steps == {"add": "binary_c", "relu": "relu", "reshape": "reshape", "quant": "shortcut",
+                     "qmm": "shortcut", "dequant": "shortcut", "cast": "cast", "mul": "binary_c"}
 
 
 def test_quantized_short_paths_are_taken_by_the_plan():

@@ -5,9 +5,9 @@ g(k) = k // block_size (or g_idx[k]). Its arithmetic is qlinear's own contract (
 "MatMulNBits"), the same bits on every CPU, ISA level and thread count:
 
 - float levels (accuracy_level 0-3, and level 4 where onnxruntime's x86-64 build has no int8
-  kernel): W in float32 ((q − zp)·s, float32 operations), then per output a 16-lane fused
-  multiply-add reduction along k (lane l takes k ≡ l mod 16, in increasing k), the lanes folded
-  16 → 8 → 4 → 2 → 1, then + bias;
+  kernel): W in float32 ((q − zp)·s, float32 operations), then per output one float32
+  accumulator, starting at −0, advanced by a fused multiply-add for k = 0, 1, ..., K−1 in
+  increasing order, then + bias;
 - accuracy_level 4 (where that kernel exists): the activations quantized to int8 per row and
   K-block exactly as onnxruntime quantizes them, exact integer block products, the blocks
   combined by fused multiply-adds in increasing block order, then + bias;
@@ -39,8 +39,8 @@ from ..engines.native.nbits import NativeMatMulNBits
 
 F32 = np.float32
 F64 = np.float64
-LANES = 16
-"""The float levels' reduction width: lane l of an output's accumulator takes k ≡ l (mod 16)."""
+KSTEP = 16
+"""k the float levels dequantize at a time (a block size is a multiple of it: one block)."""
 
 MODES = ("contract", "exact")
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
@@ -104,15 +104,6 @@ def _fma_into(p: np.ndarray, acc: np.ndarray) -> np.ndarray:
     if fix.any():
         s = np.where(fix, np.nextafter(s, np.where(e > 0, np.inf, -np.inf)), s)
     return s.astype(F32)
-
-
-def _fold_lanes(acc: np.ndarray) -> np.ndarray:
-    """acc[..., 16] float32 → float32: lanes l and l+8 added, then l and l+4, l and l+2,
-    l and l+1 (the horizontal sum of a 512-bit register, halves first)."""
-    t = acc
-    for half in (8, 4, 2, 1):
-        t = t[..., :half] + t[..., half:2 * half]
-    return t[..., 0]
 
 
 # ------------------------------------------------------------------------------------------
@@ -309,7 +300,7 @@ class PreparedMatMulNBits:
         since block sizes are multiples of 16), unpacked from those columns' bytes only."""
         bits, bs = self.bits, self.block_size
         off = (k % bs) * bits // 8
-        raw = self._b[n0:n1, k // bs, off:off + LANES * bits // 8]
+        raw = self._b[n0:n1, k // bs, off:off + KSTEP * bits // 8]
         q = unpack_codes(raw, bits, count)
         if self._g is None:
             zp = self._zp[n0:n1, k // bs][:, None]
@@ -327,19 +318,17 @@ class PreparedMatMulNBits:
     def _float_levels(self, a: np.ndarray) -> np.ndarray:
         m, K = a.shape
         y = np.empty((m, self.N), F32)
-        step = self._chunk(m * LANES * 8)
+        step = self._chunk(m * 8)
         for n0 in range(0, self.N, step):
             n1 = min(self.N, n0 + step)
-            acc = np.full((m, n1 - n0, LANES), -0.0, F32)  # -0.0: the exact identity of addition
-            for k in range(0, K, LANES):
-                count = min(LANES, K - k)
+            acc = np.full((m, n1 - n0), -0.0, F32)  # -0.0: the exact identity of addition
+            for k in range(0, K, KSTEP):
+                count = min(KSTEP, K - k)
                 w = self._weights_slice(n0, n1, k, count).astype(F64)
-                p = a[:, None, k:k + count].astype(F64) * w[None]  # exact: 24 x 24 significant bits
-                if count == LANES:
-                    acc = _fma_into(p, acc)
-                else:  # the last, partial group: lanes past K are left as they are
-                    acc[..., :count] = _fma_into(p, acc[..., :count])
-            y[:, n0:n1] = _fold_lanes(acc)
+                a64 = a[:, k:k + count].astype(F64)
+                for i in range(count):  # one accumulator per output, k in increasing order
+                    acc = _fma_into(a64[:, i, None] * w[None, :, i], acc)  # exact: 24 x 24 bits
+            y[:, n0:n1] = acc
         return y
 
     def _quantize_a(self, a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

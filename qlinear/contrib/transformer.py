@@ -4,12 +4,14 @@ Attention, EmbedLayerNormalization, SkipLayerNormalization, FastGelu, Gelu.
 onnxruntime runs these on MLAS float kernels (SGEMM blocking, vectorized exp/tanh/erf) whose
 rounding depends on the instruction set, so no bit pattern is promised: qlinear evaluates the
 formulas in float64 and rounds the result to float32 once, which is within float32 tolerance of
-onnxruntime (tests/test_contrib.py measures it). On the native engine Gelu, FastGelu and
-SkipLayerNormalization run the same double operations in C (qlinear/csrc/transformer): Gelu
-and SkipLayerNormalization give these very bits, FastGelu may differ in the last bit of a
-double before the rounding to float32 (the C library's tanh against NumPy's). QAttention's Q/K/V projection is the exception
-where it can be exact: its integer product runs on qlinear's exact integer GEMM and is scaled
-as onnxruntime scales it, f(acc) · f(weight_scale · input_scale) + bias.
+onnxruntime (tests/test_contrib.py measures it). On the native engine each runs the same double
+operations in C (qlinear/csrc/transformer): Gelu, SkipLayerNormalization and
+EmbedLayerNormalization give these very bits; FastGelu may differ in the last bit of a double
+before the rounding to float32 (the C library's exp against NumPy's); the attention sums its
+products in a fixed ascending order where NumPy's BLAS has its own, within one float32 rounding
+(docs/contract.md states the tolerance). QAttention's Q/K/V projection is the exception where
+it can be exact: its integer product runs on qlinear's exact integer GEMM and is scaled as
+onnxruntime scales it, f(acc) · f(weight_scale · input_scale) + bias.
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ def gelu(X: np.ndarray) -> np.ndarray:
 
 def fast_gelu(X: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """com.microsoft FastGelu: the tanh approximation 0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))
-    of x = X + bias (bias broadcast along the last axis)."""
+    of x = X + bias (bias broadcast along the last axis), evaluated as x / (1 + exp(-2u)) for
+    u = √(2/π) · (x + 0.044715 · x³): the same function, without the cancellation of 1 + tanh(u)
+    where tanh(u) nears -1."""
     return _fast_gelu_op(X, bias)
 
 
@@ -70,7 +74,7 @@ def _fast_gelu_op(X: np.ndarray, bias: np.ndarray | None = None, bias_param=_fas
     b = None if bias is None else bias_param(op, "bias", bias, x.shape[-1] if x.ndim else -1)
     C = _native.native()
     if C is not None and x.ndim and x.size:
-        # the formula's double operations in C (transformer/transformer.c: its tanh and v·v·v
+        # the formula's double operations in C (transformer/transformer.c: its exp and v·v·v
         # may differ from NumPy's in a double's last bit, below float32's rounding)
         y = np.empty(x.shape, F32)
         C.fast_gelu(np.ascontiguousarray(x), None if b is None else np.ascontiguousarray(b, F64),
@@ -79,7 +83,8 @@ def _fast_gelu_op(X: np.ndarray, bias: np.ndarray | None = None, bias_param=_fas
     x = x.astype(F64)
     if b is not None:
         x = x + b
-    return (0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))).astype(F32)
+    u = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)
+    return (x / (1.0 + np.exp(-2.0 * u))).astype(F32)
 
 
 def _hidden_param(op: str, name: str, value: Any, hidden: int) -> np.ndarray:
@@ -193,30 +198,13 @@ def embed_layer_normalization(input_ids: np.ndarray, segment_ids: np.ndarray | N
     positions = table("position_embedding", position_embedding)
     v.check_size(op, "the float64 embeddings", (batch, seq, hidden), 8)
 
-    def gather(table: np.ndarray, index: np.ndarray, name: str) -> np.ndarray:
-        if index.size and (index.min() < 0 or index.max() >= table.shape[0]):
-            raise ValueError(f"{op}: {name} must index the {table.shape[0]} rows of its embedding; "
-                             f"got values in [{index.min()}, {index.max()}]")
-        return table[index].astype(F64)
-
-    e = gather(words, ids, "input_ids")
-    if position_ids is None:
-        pos = np.broadcast_to(np.arange(seq), (batch, seq))
+    got = _embed_native(op, ids, words, positions, position_ids, segment_ids, segment_embedding, gamma, beta,
+                        epsilon, table)
+    if got is not None:
+        y32, e32 = got
     else:
-        given = v.integer_tensor(op, "position_ids", position_ids, (np.dtype(np.int32), np.dtype(np.int64)))
-        try:
-            pos = np.broadcast_to(given, (batch, seq))
-        except ValueError:
-            raise ValueError(f"{op}: position_ids must broadcast to input_ids' shape {(batch, seq)}; "
-                             f"got shape {given.shape}") from None
-    e = e + gather(positions, pos, "position_ids")
-    if segment_embedding is not None and segment_ids is not None:
-        seg = v.integer_tensor(op, "segment_ids", segment_ids, (np.dtype(np.int32),))
-        if seg.shape != ids.shape:
-            raise ValueError(f"{op}: segment_ids must have input_ids' shape {ids.shape}; got shape {seg.shape}")
-        e = e + gather(table("segment_embedding", segment_embedding), seg, "segment_ids")
-    y, _, _ = _layer_norm(e, _hidden_param(op, "gamma", gamma, hidden), _hidden_param(op, "beta", beta, hidden),
-                          p.float_attribute(op, "epsilon", epsilon))
+        y32, e32 = _embed_numpy(op, ids, words, positions, position_ids, segment_ids, segment_embedding, gamma,
+                                beta, epsilon, table)
     if mask is None:
         mask_index = np.zeros(batch, np.int32)
     else:
@@ -224,29 +212,179 @@ def embed_layer_normalization(input_ids: np.ndarray, segment_ids: np.ndarray | N
         if m.shape != ids.shape:
             raise ValueError(f"{op}: mask must have input_ids' shape {ids.shape}; got shape {m.shape}")
         mask_index = np.count_nonzero(m, axis=-1).astype(np.int32)
-    return y.astype(F32), mask_index, e.astype(F32)
+    return y32, mask_index, e32
 
 
-def _attention_core(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, past: Any, unidirectional: int,
-                    scale: float, mask_filter_value: float) -> tuple[np.ndarray, np.ndarray]:
-    """Multi-head self-attention of a fused projection qkv (batch, seq, 3 · hidden), float64."""
-    batch, seq, three_h = qkv.shape
+def _embed_numpy(op, ids, words, positions, position_ids, segment_ids, segment_embedding, gamma, beta, epsilon,
+                 table):
+    """EmbedLayerNormalization's output and sum in NumPy (the NumPy engine's path, the native
+    one's reference): the tables' rows widened and added in float64, normalized in float64."""
+    batch, seq = ids.shape
+    hidden = words.shape[1]
+
+    def gather(table: np.ndarray, index: np.ndarray, name: str) -> np.ndarray:
+        if index.size and (index.min() < 0 or index.max() >= table.shape[0]):
+            raise ValueError(f"{op}: {name} must index the {table.shape[0]} rows of its embedding; "
+                             f"got values in [{index.min()}, {index.max()}]")
+        return table[index].astype(F64)
+
+    e = gather(words, ids, "input_ids")
+    pos = _position_ids(op, position_ids, batch, seq)
+    e = e + gather(positions, np.broadcast_to(np.arange(seq), (batch, seq)) if pos is None else pos, "position_ids")
+    if segment_embedding is not None and segment_ids is not None:
+        seg = _segment_ids(op, segment_ids, ids.shape)
+        e = e + gather(table("segment_embedding", segment_embedding), seg, "segment_ids")
+    y, _, _ = _layer_norm(e, _hidden_param(op, "gamma", gamma, hidden), _hidden_param(op, "beta", beta, hidden),
+                          p.float_attribute(op, "epsilon", epsilon))
+    return y.astype(F32), e.astype(F32)
+
+
+def _position_ids(op: str, position_ids: Any, batch: int, seq: int) -> np.ndarray | None:
+    """position_ids (int32 or int64) broadcast to (batch, seq), or None (0..seq-1)."""
+    if position_ids is None:
+        return None
+    given = v.integer_tensor(op, "position_ids", position_ids, (np.dtype(np.int32), np.dtype(np.int64)))
+    try:
+        return np.broadcast_to(given, (batch, seq))
+    except ValueError:
+        raise ValueError(f"{op}: position_ids must broadcast to input_ids' shape {(batch, seq)}; "
+                         f"got shape {given.shape}") from None
+
+
+def _segment_ids(op: str, segment_ids: Any, shape: tuple) -> np.ndarray:
+    seg = v.integer_tensor(op, "segment_ids", segment_ids, (np.dtype(np.int32),))
+    if seg.shape != shape:
+        raise ValueError(f"{op}: segment_ids must have input_ids' shape {shape}; got shape {seg.shape}")
+    return seg
+
+
+def _embed_native(op, ids, words, positions, position_ids, segment_ids, segment_embedding, gamma, beta, epsilon,
+                  table):
+    """EmbedLayerNormalization's output and sum on the native engine (transformer/embed.c: the
+    NumPy path's float64 operations in its order, hence its bits), or None where the NumPy path
+    runs: the NumPy engine, an empty batch, or any input that path refuses (it then reports
+    it, in its order)."""
+    C = _native.native()
+    batch, seq = ids.shape
+    if C is None or not batch or not seq:
+        return None
+    hidden = words.shape[1]
+    try:
+        pos = _position_ids(op, position_ids, batch, seq)
+        seg = segs = None
+        if segment_embedding is not None and segment_ids is not None:
+            seg = np.ascontiguousarray(_segment_ids(op, segment_ids, ids.shape))
+            segs = np.ascontiguousarray(table("segment_embedding", segment_embedding))
+        g = np.ascontiguousarray(_hidden_param(op, "gamma", gamma, hidden))
+        b = np.ascontiguousarray(_hidden_param(op, "beta", beta, hidden))
+        eps = p.float_attribute(op, "epsilon", epsilon)
+    except (ValueError, TypeError):
+        return None
+    pos = None if pos is None else np.ascontiguousarray(pos)
+    y, e = np.empty((batch, seq, hidden), F32), np.empty((batch, seq, hidden), F32)
+    got = C.embed_layer_norm(np.ascontiguousarray(ids), pos, pos is not None and pos.dtype == np.int64, seg,
+                             batch, seq, np.ascontiguousarray(words), words.shape[0], np.ascontiguousarray(positions),
+                             positions.shape[0], segs, 0 if segs is None else segs.shape[0], hidden, g, b, eps, y, e)
+    return (y, e) if got == 1 else None
+
+
+def _attention_checks(op: str, batch: int, seq: int, three_h: int, num_heads: int, mask_index: Any, past: Any):
+    """The attention's geometry, past and mask checked (in the order the errors are reported):
+    (head size, past as float32 or None, its length, the int32 mask or None, its form: one of
+    _MASK_*)."""
     hidden = three_h // 3
     if hidden % num_heads:
         raise ValueError(f"{op}: the hidden size {hidden} must be divisible by num_heads ({num_heads})")
     head = hidden // num_heads
-
-    def heads(t: np.ndarray) -> np.ndarray:  # (B, S, H) → (B, N, S, h)
-        return t.reshape(batch, seq, num_heads, head).transpose(0, 2, 1, 3)
-
-    q, k, vv = heads(qkv[..., :hidden]), heads(qkv[..., hidden:2 * hidden]), heads(qkv[..., 2 * hidden:])
-    past_len = 0
+    pa, past_len = None, 0
     if past is not None:
         pa = p.float_tensor(op, "past", past)
         if pa.ndim != 5 or pa.shape[0] != 2 or pa.shape[1] != batch or pa.shape[2] != num_heads or pa.shape[4] != head:
             raise ValueError(f"{op}: past must have shape (2, {batch}, {num_heads}, past_sequence, {head}); "
                              f"got {pa.shape}")
         past_len = pa.shape[3]
+    total = past_len + seq
+    v.check_size(op, "the float64 attention scores", (batch, num_heads, seq, total), 8)
+    m, kind = None, _MASK_NONE
+    if mask_index is not None:
+        # int32, as onnxruntime's schema (M: tensor(int32)): a float mask's values were compared
+        # and took as lengths, which onnxruntime refuses
+        m = v.integer_tensor(op, "mask_index", mask_index, (np.dtype(np.int32),))
+        if m.ndim == 2 and m.shape == (batch, total):
+            kind = _MASK_2D
+        elif m.ndim == 3 and m.shape == (batch, seq, total):
+            kind = _MASK_3D
+        elif m.ndim == 1 and m.shape[0] in (batch, 2 * batch):
+            kind = _MASK_END if m.shape[0] == batch else _MASK_END_START
+        else:
+            raise ValueError(f"{op}: mask_index must have shape ({batch},), ({2 * batch},), ({batch}, {total}) "
+                             f"or ({batch}, {seq}, {total}); got {m.shape}")
+    return head, pa, past_len, m, kind
+
+
+#: Multiply-adds of q·kᵀ and probs·v (2 · B · N · S · total · head) up to which the native
+#: kernel runs the attention: its sums are scalar, in a fixed order, so above this a BLAS
+#: product (the NumPy path: float64 dgemm) is faster (at 2^15 the native kernel takes ~20 us, the
+#: NumPy path's ~40 NumPy calls about as long; a BERT-base layer's 25 M it would take 30x).
+NATIVE_ATTENTION_MACS = 1 << 15
+
+# the mask forms (as qlinear/csrc/include/transformer.h numbers them): none, raw (B, total),
+# raw (B, S, total), end positions (B), end and start positions (2B)
+_MASK_NONE, _MASK_2D, _MASK_3D, _MASK_END, _MASK_END_START = range(5)
+
+
+def _attention_native(op: str, qkv: Any, num_heads: int, mask_index: Any, past: Any, unidirectional: int,
+                      scale: float, mask_filter_value: float, *, projection: tuple | None = None):
+    """The attention on the native engine (qlinear/csrc/transformer/attention.c: the same float64
+    formula, its sums in a fixed order), or None where the NumPy path runs it (the NumPy
+    engine, a batch, sequence or head count of 0, more than NATIVE_ATTENTION_MACS). ``qkv`` is the float64 projection (B, S,
+    3H), or with ``projection`` = (acc int32 (B, S, 3H), weight scale float32 (1 or 3H values),
+    input scale float32, bias float32 (3H)) QAttention's accumulators, scaled in C."""
+    C = _native.native()
+    batch, seq, three_h = qkv.shape if projection is None else projection[0].shape
+    if C is None or not batch or not seq or not three_h:
+        return None
+    head, pa, past_len, m, kind = _attention_checks(op, batch, seq, three_h, num_heads, mask_index, past)
+    total = past_len + seq
+    if 2 * batch * num_heads * seq * total * head > NATIVE_ATTENTION_MACS:
+        return None
+    v.check_size(op, "present", (2, batch, num_heads, total, head), 4)
+    out = np.empty((batch, seq, three_h // 3), F32)
+    present = np.empty((2, batch, num_heads, total, head), F32)
+    s = scale if scale else 1.0 / math.sqrt(head)
+    pa = None if pa is None else np.ascontiguousarray(pa)
+    m = None if m is None else np.ascontiguousarray(m)
+    if projection is None:
+        C.attention(np.ascontiguousarray(qkv, F64), batch, seq, num_heads, head, pa, past_len, m, kind,
+                    unidirectional, s, mask_filter_value, out, present)
+    else:
+        acc, ws, sx, bias32 = projection
+        C.qattention(np.ascontiguousarray(acc), ws, ws.size > 1, float(sx), bias32, batch, seq, num_heads, head,
+                     pa, past_len, m, kind, unidirectional, s, mask_filter_value, out, present)
+    return out, present
+
+
+def _attention_core(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, past: Any, unidirectional: int,
+                    scale: float, mask_filter_value: float) -> tuple[np.ndarray, np.ndarray]:
+    """Multi-head self-attention of a fused projection qkv (batch, seq, 3 · hidden), float64."""
+    got = _attention_native(op, qkv, num_heads, mask_index, past, unidirectional, scale, mask_filter_value)
+    if got is not None:
+        return got
+    return _attention_numpy(op, qkv, num_heads, mask_index, past, unidirectional, scale, mask_filter_value)
+
+
+def _attention_numpy(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, past: Any, unidirectional: int,
+                     scale: float, mask_filter_value: float) -> tuple[np.ndarray, np.ndarray]:
+    """``_attention_core`` in NumPy (the NumPy engine's path and the native one's reference)."""
+    batch, seq, three_h = qkv.shape
+    hidden = three_h // 3
+    head, pa, past_len, m, kind = _attention_checks(op, batch, seq, three_h, num_heads, mask_index, past)
+
+    def heads(t: np.ndarray) -> np.ndarray:  # (B, S, H) → (B, N, S, h)
+        return t.reshape(batch, seq, num_heads, head).transpose(0, 2, 1, 3)
+
+    q, k, vv = heads(qkv[..., :hidden]), heads(qkv[..., hidden:2 * hidden]), heads(qkv[..., 2 * hidden:])
+    if pa is not None:
         k = np.concatenate([pa[0].astype(F64), k], axis=2)
         vv = np.concatenate([pa[1].astype(F64), vv], axis=2)
     total = past_len + seq
@@ -254,26 +392,18 @@ def _attention_core(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, p
     present[0] = k
     present[1] = vv
     s = scale if scale else 1.0 / math.sqrt(head)
-    v.check_size(op, "the float64 attention scores", (batch, num_heads, seq, total), 8)
     scores = np.matmul(q, k.swapaxes(-1, -2))
     scores *= s
-    if mask_index is not None:
-        # int32, as onnxruntime's schema (M: tensor(int32)): a float mask's values were compared
-        # and took as lengths, which onnxruntime refuses
-        m = v.integer_tensor(op, "mask_index", mask_index, (np.dtype(np.int32),))
-        if m.ndim == 2 and m.shape == (batch, total):
-            scores += np.where(m > 0, 0.0, mask_filter_value)[:, None, None, :]
-        elif m.ndim == 3 and m.shape == (batch, seq, total):
-            scores += np.where(m > 0, 0.0, mask_filter_value)[:, None, :, :]
-        elif m.ndim == 1 and m.shape[0] in (batch, 2 * batch):
-            cols = np.arange(total)
-            end = m[:batch].reshape(batch, 1)
-            start = m[batch:].reshape(batch, 1) if m.shape[0] == 2 * batch else np.zeros((batch, 1), m.dtype)
-            keep = (cols[None, :] < end) & (cols[None, :] >= start)
-            scores += np.where(keep, 0.0, mask_filter_value)[:, None, None, :]
-        else:
-            raise ValueError(f"{op}: mask_index must have shape ({batch},), ({2 * batch},), ({batch}, {total}) "
-                             f"or ({batch}, {seq}, {total}); got {m.shape}")
+    if kind == _MASK_2D:
+        scores += np.where(m > 0, 0.0, mask_filter_value)[:, None, None, :]
+    elif kind == _MASK_3D:
+        scores += np.where(m > 0, 0.0, mask_filter_value)[:, None, :, :]
+    elif kind != _MASK_NONE:
+        cols = np.arange(total)
+        end = m[:batch].reshape(batch, 1)
+        start = m[batch:].reshape(batch, 1) if kind == _MASK_END_START else np.zeros((batch, 1), m.dtype)
+        keep = (cols[None, :] < end) & (cols[None, :] >= start)
+        scores += np.where(keep, 0.0, mask_filter_value)[:, None, None, :]
     if unidirectional:
         scores += _causal_mask(seq, total, past_len, mask_filter_value)
     if total == 0:  # no keys (an empty sequence, no past): an empty output, nothing to normalize
@@ -373,6 +503,7 @@ class PreparedQAttention:
         self.ws_cols = ws.reshape(-1) if ws.size > 1 else None
         self.ws = ws.reshape(()) if ws.size == 1 else None
         self.bias32 = _hidden_param(op, "bias", bias, cols).astype(F32)
+        self.ws_flat = np.ascontiguousarray(ws.reshape(-1), F32)  # the native path's weight scale
         # bounds for skipping np.errstate (microseconds a call) where nothing can overflow:
         # |acc| < 2**31 (int32), so |acc · m| <= 2**31 · 1e28 < 3e37 for |m| <= 1e28, and adding
         # a bias below 3e38 stays finite
@@ -383,6 +514,9 @@ class PreparedQAttention:
         self.product = product
 
     def run(self, input, input_scale, mask_index=None, input_zero_point=None, past=None):
+        got = self._lean(input, input_scale, mask_index, input_zero_point, past)
+        if got is not None:
+            return got
         op = "qattention"
         x = p.tensor(op, "input", input)
         w = self.w
@@ -391,10 +525,72 @@ class PreparedQAttention:
                              f"got {x.shape} and {w.shape}")
         sx, zx = p.qparams(op, "input_scale", input_scale, "input_zero_point", input_zero_point, "input", x.dtype)
         acc = self.product(x, w, np.asarray(zx, x.dtype), self.wz)
+        got = _attention_native(op, None, self.n, mask_index, past, self.uni, self.scale, self.mask_filter_value,
+                                projection=(acc, self.ws_flat, sx, self.bias32))
+        if got is not None:
+            return got
         qkv = _qkv(acc, sx, self.ws_cols, self.ws, self.bias32,
                    guarded=not (self._bias_small and self._ws_max * abs(float(sx)) <= 1e28))
         return _attention_core(op, qkv.astype(F64), self.n, mask_index, past, self.uni, self.scale,
                                self.mask_filter_value)
+
+
+    def _lean(self, x, sx, mask, zx, past):
+        """``run``'s result without its general checks for the inputs a model's run repeats,
+        or None (``run`` then takes them): the attention's size within NATIVE_ATTENTION_MACS, x a C-contiguous 8-bit ndarray of the shape of the
+        last native product (whose plan ``PreparedMatMulInteger`` keeps for a 0-d zero point),
+        input_scale a finite 0-d float32 ndarray, input_zero_point a 0-d ndarray of x's dtype,
+        mask_index None or a C-contiguous int32 ndarray of one of the four shapes, past None
+        or a C-contiguous float32 ndarray of the expected shape. Each passes the checks ``run``
+        makes (their other outcomes are not taken here), and the computation is the same
+        native call."""
+        C = _native.native()
+        prepared = getattr(self.product, "prepared", None)
+        if (C is None or prepared is None or type(x) is not np.ndarray or x.ndim != 3 or not x.flags.c_contiguous
+                or type(sx) is not np.ndarray or sx.dtype != F32 or sx.ndim != 0 or type(zx) is not np.ndarray
+                or zx.dtype != x.dtype or zx.ndim != 0 or self.cols % (3 * self.n)):
+            return None
+        s = float(sx)
+        if not math.isfinite(s):
+            return None
+        batch, seq, _ = x.shape
+        heads, head = self.n, self.cols // (3 * self.n)
+        if past is None:
+            past_len = 0
+        elif (type(past) is np.ndarray and past.dtype == F32 and past.ndim == 5 and past.flags.c_contiguous
+              and past.shape[0] == 2 and past.shape[1] == batch and past.shape[2] == heads and past.shape[4] == head):
+            past_len = past.shape[3]
+        else:
+            return None
+        total = past_len + seq
+        if mask is None:
+            kind = _MASK_NONE
+        elif type(mask) is not np.ndarray or mask.dtype != np.int32 or not mask.flags.c_contiguous:
+            return None
+        elif mask.shape == (batch, total):
+            kind = _MASK_2D
+        elif mask.shape == (batch, seq, total):
+            kind = _MASK_3D
+        elif mask.shape == (batch,):
+            kind = _MASK_END
+        elif mask.shape == (2 * batch,):
+            kind = _MASK_END_START
+        else:
+            return None
+        if not batch or not seq or 2 * batch * heads * seq * total * head > NATIVE_ATTENTION_MACS:
+            return None
+        acc = prepared._repeat_zero_point(x, zx)  # None unless its plan fits x
+        if acc is None:
+            return None
+        op = "qattention"
+        v.check_size(op, "the float64 attention scores", (batch, heads, seq, total), 8)
+        v.check_size(op, "present", (2, batch, heads, total, head), 4)
+        out = np.empty((batch, seq, self.cols // 3), F32)
+        present = np.empty((2, batch, heads, total, head), F32)
+        C.qattention(acc, self.ws_flat, self.ws_flat.size > 1, s, self.bias32, batch, seq, heads, head, past,
+                     past_len, mask, kind, self.uni, self.scale if self.scale else 1.0 / math.sqrt(head),
+                     self.mask_filter_value, out, present)
+        return out, present
 
 
 def _qkv(acc: np.ndarray, sx: np.float32, ws_cols: np.ndarray | None, ws: np.ndarray | None,
@@ -425,7 +621,12 @@ def _qattention_op(input, weight, bias, input_scale, weight_scale, mask_index=No
     cols = w.shape[1]
     ws, wz = _weight_qparams(op, w, weight_scale, weight_zero_point)
     acc = product(x, w, np.asarray(zx, x.dtype), wz.reshape(()) if wz.size == 1 else wz.reshape(cols))
-    qkv = _qkv(acc, sx, ws.reshape(-1) if ws.size > 1 else None, None if ws.size > 1 else ws.reshape(()),
-               _hidden_param(op, "bias", bias, cols).astype(F32))
+    bias32 = _hidden_param(op, "bias", bias, cols).astype(F32)
+    scale_, filter_ = p.float_attribute(op, "scale", scale), p.float_attribute(op, "mask_filter_value", mask_filter_value)
+    got = _attention_native(op, None, n, mask_index, past, uni, scale_, filter_,
+                            projection=(acc, np.ascontiguousarray(ws.reshape(-1), F32), sx, bias32))
+    if got is not None:
+        return got
+    qkv = _qkv(acc, sx, ws.reshape(-1) if ws.size > 1 else None, None if ws.size > 1 else ws.reshape(()), bias32)
     return _attention_core(op, qkv.astype(F64), n, mask_index, past, uni, p.float_attribute(op, "scale", scale),
                            p.float_attribute(op, "mask_filter_value", mask_filter_value))

@@ -78,6 +78,11 @@ def _bind_fast(fast: list, node: OpRun, inputs: list, outputs: Any) -> None:
     fast[1] = None
     if type(outputs) is not tuple or len(outputs) != 1 or type(outputs[0]) is not np.ndarray:
         return
+    x = inputs[0] if inputs else None
+    if type(x) is np.ndarray and not x.flags.c_contiguous:
+        # a strided view (a Transpose's): bound to an input like its contiguous copy, which
+        # the compiled plan hands a data-only short path in its place (the same values)
+        inputs = [np.ascontiguousarray(x), *inputs[1:]]
     try:
         fn = node.fast_path(inputs, fast[0])
     except Exception:  # noqa: BLE001 - no short path then
@@ -148,6 +153,9 @@ class FastEvaluator(ReferenceEvaluator):
         #: node list it was built for (another one, a progress display's: the general loop)
         self._compiled: CompiledPlan | None = None
         self._compiled_for: Any = None
+        #: set when the plan is compiled: the evaluator is one whose plain runs may take it
+        #: (no logging, shape-annotation checks or function; a node list naming the running node)
+        self._plain = False
 
     def _make_plan(self, nodes):
         """Per node: how to call it, inputs, outputs, and the tensors whose last consumer it is.
@@ -231,6 +239,16 @@ class FastEvaluator(ReferenceEvaluator):
 
     def run(self, output_names, feed_inputs, attributes=None, intermediate=False,  # type: ignore[override]
             check_shape_annotations=None, _bindings=None):
+        compiled = self._compiled
+        if (compiled is not None and output_names is None and attributes is None and _bindings is None
+                and not intermediate and not check_shape_annotations and self._plain and not self.verbose
+                and self.node_seconds is None and self.rt_nodes_ is self._compiled_for
+                and compiled.required.issubset(feed_inputs)):
+            # a plain run after the first (the checks below, in short): the compiled plan
+            nodes = self.rt_nodes_
+            if nodes.current is not None:
+                nodes.current = None
+            return compiled.run(feed_inputs, nodes)
         if (attributes is not None or _bindings is not None or check_shape_annotations
                 or self.check_shape_annotations_ or self.verbose
                 or not isinstance(self.proto_, onnx.ModelProto)):
@@ -310,6 +328,8 @@ class FastEvaluator(ReferenceEvaluator):
             if self._fast_compact is not None:
                 self._compiled = compile_plan(self, *self._fast_compact, _call, _bind_fast)
                 self._compiled_for = nodes
+                self._plain = (not self.check_shape_annotations_ and not self.verbose
+                               and isinstance(self.proto_, onnx.ModelProto) and hasattr(nodes, "current"))
         if intermediate:
             results.pop(_OMITTED, None)
             return results

@@ -25,6 +25,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import steps as _steps
+
 _ND = np.ndarray
 
 
@@ -103,6 +105,8 @@ def compile_plan(evaluator: Any, kept: list, kept_plan: list, const_results: dic
         template[slot(name)] = value
     feeds = {name: slot(name) for name in evaluator.input_names}
     produced = set(inits) | set(const_results) | set(evaluator.input_names) | {""}
+    # the slots whose value is the same object on every run (a fed input's default is not)
+    fixed = {0} | {slots[n] for n in inits if n not in feeds} | {slots[n] for n in const_results}
     steps = []
     for node, entry in zip(kept, kept_plan):
         if any(n not in produced for n in entry[3]):
@@ -111,7 +115,7 @@ def compile_plan(evaluator: Any, kept: list, kept_plan: list, const_results: dic
         outs = tuple(slot(n) for n in entry[4])
         produced.update(entry[4])
         clear = tuple(slots[n] for n in entry[5] if n in slots and n not in const_results)
-        steps.append((node, _step(entry, ins, outs, template, full_call, bind_fast), clear))
+        steps.append((node, _step(entry, ins, outs, template, full_call, bind_fast, fixed), clear))
     if any(n not in produced for n in evaluator.output_names):
         return None
     required = frozenset(n for n in evaluator.input_names if n not in inits)
@@ -139,8 +143,9 @@ def guarded_short_path(how: str, check: Callable | None, fast: list | None, inpu
 
 
 def _step(entry: tuple, ins: tuple[int, ...], outs: tuple[int, ...], template: list,
-          full_call: Callable, bind_fast: Callable) -> Callable[[list], None]:
-    """One node's step: reads slots ``ins``, writes slots ``outs``."""
+          full_call: Callable, bind_fast: Callable, const_slots: set[int]) -> Callable[[list], None]:
+    """One node's step: reads slots ``ins``, writes slots ``outs`` (``const_slots``: the slots
+    holding the same object on every run)."""
     pnode, how, extra, _, _, _, check, fast, _ = entry
 
     def general(s: list) -> None:  # the general loop's body for one node
@@ -153,9 +158,16 @@ def _step(entry: tuple, ins: tuple[int, ...], outs: tuple[int, ...], template: l
     if len(outs) != 1:
         return general
     o = outs[0]
+    consts = {j: template[i] for j, i in enumerate(ins) if i in const_slots}
     if how == "binary" and len(ins) == 2:
         a, b = ins
         fct = extra
+        if check is None and len(consts) == 1:
+            # one operand a model constant: its kind and dtype checked here, once
+            j = next(iter(consts))
+            step = _steps.binary_with_constant(fct, ins[1 - j], o, consts[j], j == 0, general)
+            if step is not None:
+                return step
 
         def binary(s: list) -> None:
             x = s[a]
@@ -188,6 +200,37 @@ def _step(entry: tuple, ins: tuple[int, ...], outs: tuple[int, ...], template: l
         fixed = fast[0] - set(fast[3])
         tmpl = [template[i] if j in fixed else None for j, i in enumerate(ins)]
         var = tuple((j, i) for j, i in enumerate(ins) if j not in fixed)
+        if var and var[0][0] == 0 and len(var) == 1 and not fast[3]:
+            # one variable input, the first (the data input): a short path that reads only
+            # it (``data``, see qlinear.graph.kernels.base.data_path) is called with it alone
+            a = var[0][1]
+
+            def shortcut(s: list) -> None:
+                fn = fast[1]
+                if fn is not None:
+                    run = getattr(fn, "data", None)
+                    try:
+                        if run is not None:
+                            x = s[a]
+                            y = run(x)
+                            if y is None and type(x) is _ND and not x.flags.c_contiguous:
+                                # a strided view (a Transpose's): its contiguous copy, which
+                                # the node's result depends on only through its values
+                                y = run(np.ascontiguousarray(x))
+                        else:
+                            inputs = tmpl.copy()
+                            inputs[0] = s[a]
+                            y = fn(inputs)
+                    except Exception:  # noqa: BLE001 - the full call below runs, and raises
+                        y = None
+                    if y is not None:
+                        s[o] = y
+                        return
+                fast[1] = None  # asked for again after the full call
+                inputs = tmpl.copy()  # a list per call: runs of one model may overlap in threads
+                inputs[0] = s[a]
+                s[o] = full_call(entry, inputs)[0]
+            return shortcut
 
         def shortcut(s: list) -> None:
             inputs = tmpl.copy()  # a list per call: runs of one model may overlap in threads
@@ -205,6 +248,11 @@ def _step(entry: tuple, ins: tuple[int, ...], outs: tuple[int, ...], template: l
             fast[1] = None  # asked for again after the full call
             s[o] = full_call(entry, inputs)[0]
         return shortcut
+    if check is None and how in ("run", "direct") and fast is None:
+        defaults = {j: template[i] for j, i in enumerate(ins) if i not in const_slots and template[i] is not None}
+        step = _steps.unary_kernel(pnode, ins, consts, o, general, defaults)
+        if step is not None:
+            return step
     if how == "run" and fast is None and check is None:
         if len(ins) == 1:
             (a,) = ins
@@ -230,4 +278,23 @@ def _step(entry: tuple, ins: tuple[int, ...], outs: tuple[int, ...], template: l
             else:  # the general loop's call: OpRun's own error message, the output checks
                 s[o] = full_call(entry, inputs)[0]
         return direct
+    if how == "direct0" and check is None and fast is None:
+        # qlinear's own kernels without a bound short path: ``_run`` with the inputs, the
+        # constant ones in a template of the input list
+        tmpl = [consts.get(j) for j in range(len(ins))]
+        var = tuple((j, i) for j, i in enumerate(ins) if j not in consts)
+
+        def direct0(s: list) -> None:
+            inputs = tmpl.copy()
+            for j, i in var:
+                inputs[j] = s[i]
+            try:
+                outputs = pnode._run(*inputs)
+            except (TypeError, AttributeError):
+                outputs = None
+            if type(outputs) is tuple and len(outputs) == 1 and type(outputs[0]) is _ND:
+                s[o] = outputs[0]
+            else:  # the general loop's call: OpRun's own error message, the output checks
+                s[o] = full_call(entry, inputs)[0]
+        return direct0
     return general

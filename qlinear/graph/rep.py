@@ -32,6 +32,37 @@ from .registry import CONTROL_KERNELS, FLOAT_KERNELS
 #: np.errstate(all="raise"), on values whose ONNX result is well defined.
 _IEEE = {"all": "ignore"}
 
+try:  # NumPy 2's error state: a context variable holding an error-state object
+    from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
+except ImportError:  # pragma: no cover - another NumPy: np.errstate on every run
+    _extobj_contextvar = _make_extobj = None
+
+#: (the caller's error state, the same with every floating-point error ignored), the last pair made
+_IGNORED: tuple = (None, None)
+
+
+def _ignore_float_errors() -> Any:
+    """``np.errstate(all="ignore")`` entered: what ``_restore_float_errors`` takes back. The
+    ignoring state is made once per state of the caller's (``np.errstate`` makes it anew on each
+    entry: about 0.7 us of a small model's run), from that state (its buffer size and call)."""
+    if _extobj_contextvar is None:
+        es = np.errstate(**_IEEE)
+        es.__enter__()
+        return es
+    global _IGNORED
+    current = _extobj_contextvar.get()
+    known = _IGNORED
+    if known[0] is not current:
+        known = _IGNORED = (current, _make_extobj(**_IEEE))
+    return _extobj_contextvar.set(known[1])
+
+
+def _restore_float_errors(token: Any) -> None:
+    if _extobj_contextvar is None:
+        token.__exit__(None, None, None)
+    else:
+        _extobj_contextvar.reset(token)
+
 
 def _rebuild_rep(model: bytes, emulate: str | None, max_tensor_bytes: int | None) -> "QLinearRep":
     """A pickled :class:`QLinearRep` (its ``__reduce__``)."""
@@ -212,6 +243,14 @@ class QLinearRep(BackendRep):
         # from them by identity (prepared weights, scalars of scales), while the caller may
         # write into its array between runs
         self._defaults = frozenset(i.name for i in model.graph.input if i.name in inits)
+        #: ``_quick_feeds``' checks: (name, dtype, rank or None, ((axis, size), ...)) of each
+        #: input, when every one declares a tensor type of a native dtype
+        self._quick = None
+        if all(dt is not None and dt.isnative and name in self._tensor_inputs
+               for name, dt, _ in self._declared):
+            self._quick = tuple((name, dt, None if dims is None else len(dims),
+                                 () if dims is None else tuple((i, d) for i, d in enumerate(dims) if type(d) is int))
+                                for name, dt, dims in self._declared)
         self.output_names = [o.name for o in model.graph.output]
         #: every node is one that never calls a BLAS on the native engine (``_blas_threads``)
         self._blas_free = all((n.domain or "ai.onnx", n.op_type) in _BLAS_FREE
@@ -255,6 +294,29 @@ class QLinearRep(BackendRep):
                                        else "?")
         msg = " ".join(str(e).split()) or type(e).__name__
         return NodeError(f"node {name!r} ({node.onnx_node.op_type}): {type(e).__name__}: {msg}")
+
+    def _quick_feeds(self, inputs) -> dict[str, np.ndarray] | None:
+        """What ``_feeds`` gives for a dict of exactly the model's inputs (no default fed), each
+        an array of the declared dtype (native byte order) and declared dimensions, none above
+        the size limit: a copy of the dict, every check of ``_feeds`` passed; else None."""
+        quick = self._quick
+        if quick is None or type(inputs) is not dict or len(inputs) != len(quick):
+            return None
+        limit = self.max_tensor_bytes
+        for name, dtype, ndim, fixed in quick:
+            v = inputs.get(name)
+            if type(v) is not np.ndarray or v.dtype is not dtype:
+                return None
+            if ndim is not None:
+                shape = v.shape
+                if len(shape) != ndim:
+                    return None
+                for i, n in fixed:
+                    if shape[i] != n:
+                        return None
+            if limit is not None and v.nbytes > limit:
+                return None
+        return dict(inputs)
 
     def _feeds(self, inputs) -> dict[str, np.ndarray]:
         if isinstance(inputs, dict):
@@ -335,13 +397,19 @@ class QLinearRep(BackendRep):
         """Outputs in graph order. ``progress``: a function wrapping the list of nodes for a
         progress display, e.g. ``qlinear.tools.table.progress`` (a bar on a terminal); None or
         False: none."""
-        feeds = self._feeds(inputs)
-        with self._blas_threads(), np.errstate(**_IEEE):
-            if not progress:  # no bar: the evaluator itself, no closures per run
-                values = self._named(self.evaluator.run, None, feeds)
-            else:
-                values = self._named(lambda: self._with_progress(
-                    lambda: self.evaluator.run(None, feeds), progress))
+        feeds = self._quick_feeds(inputs)
+        if feeds is None:
+            feeds = self._feeds(inputs)
+        with self._blas_threads():
+            token = _ignore_float_errors()
+            try:
+                if not progress:  # no bar: the evaluator itself, no closures per run
+                    values = self._named(self.evaluator.run, None, feeds)
+                else:
+                    values = self._named(lambda: self._with_progress(
+                        lambda: self.evaluator.run(None, feeds), progress))
+            finally:
+                _restore_float_errors(token)
         return tuple(self._unwrap_optionals(values) if self._optional_outputs else values)
 
     def run_all(self, inputs, progress: Progress | None = None) -> dict[str, Any]:

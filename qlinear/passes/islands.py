@@ -27,8 +27,9 @@ be computed in one pass over the bytes with the same operations in the same orde
 
 Conditions: every DequantizeLinear and the QuantizeLinear have constant scalar float32 scales
 (positive, finite, the DequantizeLinear's below 2^100 so that no product overflows) and constant
-scalar 8-bit zero points, the input and output types are the same 8-bit type, and every
-intermediate tensor has one reader and is not a graph output. Not one of onnxruntime's rewrites:
+scalar 8-bit zero points (a table maps each input byte to a code of the QuantizeLinear's type,
+which may differ from the DequantizeLinear's), and every intermediate tensor has one reader and
+is not a graph output. Not one of onnxruntime's rewrites:
 qlinear's own, like :func:`qlinear.passes.exact_integer_convs`, which changes no byte.
 """
 
@@ -100,10 +101,10 @@ def _reader(g: _Graph, node: onnx.NodeProto) -> Optional[onnx.NodeProto]:
 # --------------------------------------------------------------------------- table islands
 
 
-#: The first version of each operator with today's semantics: Add 7 (multidirectional
+#: The first version of each operator with today's semantics: Add, Sub, Mul 7 (multidirectional
 #: broadcasting; before, a broadcast attribute), Sum 6, BatchNormalization 7 (no is_test /
 #: consumed_inputs), Relu 6 (no consumed_inputs)
-_MIN_VERSION = {"Add": 7, "Sum": 6, "BatchNormalization": 7, "Relu": 6}
+_MIN_VERSION = {"Add": 7, "Sub": 7, "Mul": 7, "Sum": 6, "BatchNormalization": 7, "Relu": 6}
 
 
 def _versions_ok(g: _Graph, node: onnx.NodeProto) -> bool:
@@ -176,18 +177,102 @@ def _unary_step(g: _Graph, node: onnx.NodeProto):
     return None
 
 
+#: Data movement a table island takes between its nodes (an element-wise table commutes with
+#: it): its other inputs, if any, must be constants
+_MOVES = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")
+
+
+def _move(g: _Graph, node: onnx.NodeProto, first: bool) -> bool:
+    """Whether ``node`` moves the codes in a table island: data movement, or a MaxPool right
+    after the DequantizeLinear (``first``: no element-wise step yet). A max of dequantized
+    codes is the dequantized max code: f((x - z) * s) with s > 0 never decreases as x grows,
+    and a window always holds one real element, so MaxPool(DQ(x)) == DQ(MaxPool(x))."""
+    if node.domain not in ("", "ai.onnx") or len(node.output) != 1:
+        return False
+    if node.op_type == "MaxPool":
+        return first and len(node.input) == 1
+    return node.op_type in _MOVES and all(g.const(n) is not None for n in node.input[1:] if n)
+
+
+def _conv_rank(g: _Graph, name: str) -> Optional[int]:
+    """The rank of ``name`` when a QLinearConv (NCHW) with constant weights produces it."""
+    p = g.producer.get(name)
+    if p is None or p.op_type != "QLinearConv" or len(p.input) < 4 or _attr(p, "channels_last", 0):
+        return None
+    w = g.const(p.input[3])
+    return None if w is None else w.ndim
+
+
+def _float_const(g: _Graph, name: str) -> tuple[Optional[np.ndarray], list]:
+    """A float32 constant operand (an initializer, or a DequantizeLinear of one with scalar
+    parameters, dequantized as onnxruntime and qlinear compute it) and that DequantizeLinear."""
+    v = g.const(name)
+    if v is not None:
+        return (v if v.dtype == np.float32 else None), []
+    p = g.producer.get(name)
+    if p is None or not _is_dq(p) or _attr(p, "block_size", 0):
+        return None, []
+    codes, params = g.const(p.input[0]), _params(g, p, False)
+    if codes is None or params is None or codes.dtype != params[2]:
+        return None, []
+    return dequantize_like_onnxruntime(codes, params[0], params[1]), [p]
+
+
+def _binary_step(g: _Graph, node: onnx.NodeProto, prev: str, rank: Optional[int]):
+    """An Add / Sub / Mul of the island's tensor ``prev`` and a float32 constant that is one
+    value, or one value per channel (axis 1 of a tensor of rank ``rank``): (f, channels or None,
+    nodes absorbed) as ``_unary_step``, else None. f is the node's one float32 operation, in
+    its operand order."""
+    if node.op_type not in ("Add", "Sub", "Mul") or node.domain not in ("", "ai.onnx") \
+            or len(node.input) != 2 or not _versions_ok(g, node) or list(node.input).count(prev) != 1:
+        return None
+    j = 1 - list(node.input).index(prev)
+    c, absorbed = _float_const(g, node.input[j])
+    if c is None:
+        return None
+    absorbed = [p for p in absorbed if _reader(g, p) is node]
+    if c.size == 1 and (c.ndim == 0 or (rank is not None and c.ndim <= rank)):
+        # (a one-element constant of more axes than the tensor would add axes to the result)
+        col, channels = np.float32(c.reshape(())), None
+    else:
+        if rank is None or c.ndim > rank or rank < 2:
+            return None
+        shape = (1,) * (rank - c.ndim) + c.shape
+        if shape[1] != c.size:
+            return None
+        col, channels = c.reshape(-1, 1), c.size
+    op = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}[node.op_type]
+    fn = (lambda v: op(v, col)) if j == 1 else (lambda v: op(col, v))
+    return fn, channels, absorbed
+
+
 def _table_island(g: _Graph, dq: onnx.NodeProto):
-    """(nodes to remove, q, tables (C, 256)) for DequantizeLinear -> steps -> QuantizeLinear
-    (no step: a requantization), else None."""
+    """(nodes to remove, q, tables (C, 256), data movement nodes kept) for DequantizeLinear ->
+    steps -> QuantizeLinear (no step: a requantization), else None. The data movement nodes
+    (``_MOVES``) among the steps move the 8-bit codes instead, before the table (one table
+    for the tensor only: a movement may move the channel axis)."""
     pin = _params(g, dq, False)
     if pin is None:
         return None
-    steps, chain, channels = [], [dq], None
+    steps, chain, channels, moves, absorbed = [], [dq], None, [], []
+    rank = _conv_rank(g, dq.input[0])
     node = _reader(g, dq)
     while node is not None and not _is_q(node):
+        if node.input and _move(g, node, not steps) and node.input[0] == chain[-1].output[0]:
+            moves.append(node)
+            chain.append(node)
+            node = _reader(g, node)
+            continue
         step = _unary_step(g, node)
-        if step is None or node.input[0] != chain[-1].output[0]:
+        if step is not None and node.input[0] != chain[-1].output[0]:
             return None
+        if step is None:
+            if any(m.op_type != "MaxPool" for m in moves):
+                return None  # (rank and channel axis known only as the convolution gives them)
+            found = _binary_step(g, node, chain[-1].output[0], rank)
+            if found is None:
+                return None
+            step, absorbed = found[:2], absorbed + found[2]
         fn, c = step
         if c is not None:
             if channels is not None and channels != c:
@@ -196,10 +281,10 @@ def _table_island(g: _Graph, dq: onnx.NodeProto):
         steps.append(fn)
         chain.append(node)
         node = _reader(g, node)
-    if node is None:
-        return None
+    if node is None or (channels is not None and any(m.op_type != "MaxPool" for m in moves)):
+        return None  # a movement may move the channel axis (MaxPool keeps it)
     pout = _params(g, node, True)
-    if pout is None or pout[2] != pin[2]:
+    if pout is None:
         return None
     s, z, dt = pin
     codes = np.arange(256, dtype=np.uint8).view(dt)
@@ -207,9 +292,9 @@ def _table_island(g: _Graph, dq: onnx.NodeProto):
     with np.errstate(all="ignore"):
         for fn in steps:
             v = np.asarray(fn(v), np.float32)
-    tables = mlas_quantize(v, pout[0], pout[1], dt)  # onnxruntime's QuantizeLinear
+    tables = mlas_quantize(v, pout[0], pout[1], pout[2])  # onnxruntime's QuantizeLinear
     # index by the byte: entry i is the code whose byte is i
-    return chain, node, np.ascontiguousarray(tables.reshape(channels or 1, 256))
+    return chain + absorbed, node, np.ascontiguousarray(tables.reshape(channels or 1, 256)), moves
 
 
 # --------------------------------------------------------------------------- element-wise islands
@@ -288,6 +373,12 @@ def _elementwise_island(g: _Graph, root: onnx.NodeProto):
 # --------------------------------------------------------------------------- the pass
 
 
+def g_dtype(g: _Graph, dq: onnx.NodeProto) -> Optional[np.dtype]:
+    """The 8-bit dtype of a DequantizeLinear's input (its parameters' type)."""
+    params = _params(g, dq, False)
+    return None if params is None else params[2]
+
+
 def integer_islands(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with its table islands and element-wise islands (module docstring) each one
     qlinear.internal node; every tensor that remains has the bytes it had."""
@@ -300,9 +391,24 @@ def integer_islands(model: onnx.ModelProto) -> onnx.ModelProto:
             found = _table_island(g, node)
             if found is None:
                 continue
-            chain, q, tables = found
+            chain, q, tables, moves = found
+            codes = node.input[0]
+            for m in moves:  # each moves the codes now, in its order
+                g.set_input(m, 0, codes)
+                codes = g.fresh(m.output[0] + "_codes")
+                g.set_output(m, 0, codes)
+                g.types[codes] = g.elem_type(node.input[0])
+            chain = [n for n in chain if all(n is not m for m in moves)]
+            if moves and tables.shape[0] == 1 and tables.dtype == g_dtype(g, node) \
+                    and np.array_equal(tables.view(np.uint8)[0], np.arange(256, dtype=np.uint8)):
+                # the identity (DequantizeLinear and QuantizeLinear of the same parameters,
+                # movement between): the last movement gives the output
+                g.remove(*chain, q)
+                g.set_output(moves[-1], 0, q.output[0])
+                changed = True
+                continue
             tname = g.add_const((q.name or q.output[0]) + "_tables", tables)
-            new = helper.make_node("QDQTableIsland", [node.input[0], tname], [q.output[0]],
+            new = helper.make_node("QDQTableIsland", [codes, tname], [q.output[0]],
                                    domain=INTERNAL_DOMAIN, name=(q.name or q.output[0]) + "_island")
             last = q
         else:

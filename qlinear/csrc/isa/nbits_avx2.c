@@ -1,5 +1,5 @@
 /* MatMulNBits, AVX2 level (and AVX-VNNI's, whose byte products would add nothing the exact
- * AVX2 form below lacks at these bit widths); its panel and fold also serve AVX-512.
+ * AVX2 form below lacks at these bit widths).
  *
  * int8 level: a 64-byte line of the prepared weights is two ymm of 8 columns x 4 k. vpmaddubsw
  * multiplies unsigned by signed bytes and adds pairs into a *saturating* int16, so it is used
@@ -11,8 +11,9 @@
  * ones widens the pair sums to the column's int32 sum of 4 products: every step exact.
  * The block's float combination is the contract's, as in the AVX-512 file, 8 outputs a ymm.
  *
- * float levels: an output's 16 lanes are two ymm (lanes 0-7, 8-15); vfmadd231ps per group of
- * 16 k; the fold adds the two halves first (lanes l and l + 8), as the contract orders. */
+ * float levels: one float32 accumulator per output, 8 outputs (columns) a ymm, vfmadd231ps over
+ * k in increasing order with a[k] broadcast; the weights dequantized per line of codes into a
+ * panel of 32 columns, f(f(q - zp) * s) by one vsubps and one vmulps. */
 #include "nbits/nbits.h"
 
 #if QL_X86
@@ -135,107 +136,92 @@ static void i8_avx2(const ql_nbits_w *w, const int8_t *codes, ptrdiff_t lda, con
 /* ---------------------------------------------------------------------------------------
  * float levels
  * ------------------------------------------------------------------------------------- */
-void ql_nbits_fpanel_avx2(const ql_nbits_w *w, int n0, int nc, int j0, int j1, float *p, ptrdiff_t ldp) {
-    const int bits = w->bits, per = 8 / bits, nb = w->nb;
-    const __m256i mask = _mm256_set1_epi32((1 << bits) - 1);
-    /* per and bs are powers of two: shifts, not divisions (a division per group cost more
-     * than the group's arithmetic) */
-    const int per_log = bits == 8 ? 0 : bits == 4 ? 1 : 2;
+#define SHIFT_OF(u, bits) (8 * ((u) % 4) + (bits) * ((u) / 4))
+
+/* The panel: per group of 16 columns, two ymm (columns 0-7, 8-15) a k, f(f(q - zp) * s) for k
+ * in [k0, k1): the exact conversion of q, one vsubps (exact for an integer zero point), one
+ * vmulps, as the AVX-512 kernels compute it. */
+QL_INLINE void fpanel_t(const ql_nbits_w *w, int n0, int k0, int k1, float *p, const int bits) {
+    const int per = 8 / bits, kl = 4 * per, nb = w->nb, ng = (w->N + 15) / 16;
     const int bs_log = __builtin_ctz((unsigned)w->bs);
-    /* superchunks outermost: each group of 8 columns is read in order */
-    for (int j = j0; j < j1; j++) {
-        const int sh = bits * (j & (per - 1)), b = (16 * j) >> bs_log;
-        __m256i gi0 = _mm256_setzero_si256(), gi1 = gi0;
-        if (w->g) {   /* per-lane blocks: the scale and zero point of k's block, gathered */
-            gi0 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(w->g + 16 * j)), 3);
-            gi1 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(w->g + 16 * j + 8)), 3);
-        }
-        for (int cc = 0; cc < nc; cc++) {
-            const int n = n0 + cc, c = n % QL_NB_FCOLS;
-            const ptrdiff_t G = n / QL_NB_FCOLS;
-            const float *sfg = w->sf + G * nb * QL_NB_FCOLS, *zfg = w->zf + G * nb * QL_NB_FCOLS;
-            const uint8_t *sc = w->wf + G * QL_NB_FCOLS * w->wf_row + ((ptrdiff_t)(j >> per_log) * QL_NB_FCOLS + c) * 16;
-            __m256i q0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc));
-            __m256i q1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8)));
-            __m256 f0 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(q0, sh), mask));
-            __m256 f1 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(q1, sh), mask));
-            __m256 z0, z1, s0, s1;
-            if (w->g) {
-                z0 = _mm256_i32gather_ps(zfg + c, gi0, 4); z1 = _mm256_i32gather_ps(zfg + c, gi1, 4);
-                s0 = _mm256_i32gather_ps(sfg + c, gi0, 4); s1 = _mm256_i32gather_ps(sfg + c, gi1, 4);
-            } else {
-                z0 = z1 = _mm256_set1_ps(zfg[b * QL_NB_FCOLS + c]);
-                s0 = s1 = _mm256_set1_ps(sfg[b * QL_NB_FCOLS + c]);
+    const ptrdiff_t gstride = (ptrdiff_t)nb * w->bs * bits / 32 * 64;
+    const __m256i mask = _mm256_set1_epi32((1 << bits) - 1);
+    for (int gi = 0; gi < QL_NB_NR / 16; gi++) {
+        const int G = n0 / 16 + gi;
+        float *pg = p + 16 * gi;
+        if (G >= ng) {   /* past the last group: no codes stored */
+            for (int k = k0; k < k1; k++) {
+                _mm256_storeu_ps(pg + (ptrdiff_t)(k - k0) * QL_NB_NR, _mm256_setzero_ps());
+                _mm256_storeu_ps(pg + (ptrdiff_t)(k - k0) * QL_NB_NR + 8, _mm256_setzero_ps());
             }
-            /* f(f((float)q - zp) * s): two float32 operations, no fusion */
-            float *pc = p + cc * ldp + (j - j0) * 16;
-            _mm256_storeu_ps(pc, _mm256_mul_ps(_mm256_sub_ps(f0, z0), s0));
-            _mm256_storeu_ps(pc + 8, _mm256_mul_ps(_mm256_sub_ps(f1, z1), s1));
+            continue;
         }
-    }
-}
-
-/* the contract's fold, per output: (l, l + 8), (l, l + 4), (l, l + 2), (l, l + 1), + bias */
-void ql_nbits_ffold_avx(const float *acc, int count, const float *bias, float *y) {
-    for (int o = 0; o < count; o++) {
-        __m256 t8 = _mm256_add_ps(_mm256_loadu_ps(acc + o * 16), _mm256_loadu_ps(acc + o * 16 + 8));
-        __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
-        __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
-        __m128 t1 = _mm_add_ss(t2, _mm_shuffle_ps(t2, t2, 1));
-        if (bias) t1 = _mm_add_ss(t1, _mm_load_ss(bias + o));
-        y[o] = _mm_cvtss_f32(t1);
-    }
-}
-
-QL_INLINE void ftile_t(const float *a, ptrdiff_t lda, const float *p, ptrdiff_t ldp, int j0, int j1, int K,
-                       float *acc, ptrdiff_t acc_rs, const int MR, const int NR) {
-    __m256 c[2][2][2];
-    for (int r = 0; r < MR; r++)
-        for (int q = 0; q < NR; q++)
-            for (int h = 0; h < 2; h++) c[r][q][h] = _mm256_loadu_ps(acc + (r * acc_rs + q) * 16 + 8 * h);
-    int jf = K / 16 < j1 ? K / 16 : j1;
-    for (int j = j0; j < jf; j++) {
-        __m256 av[2][2];
-        for (int r = 0; r < MR; r++)
-            for (int h = 0; h < 2; h++) av[r][h] = _mm256_loadu_ps(a + r * lda + 16 * j + 8 * h);
-        for (int q = 0; q < NR; q++)
-            for (int h = 0; h < 2; h++) {
-                const __m256 pv = _mm256_loadu_ps(p + q * ldp + (j - j0) * 16 + 8 * h);
-                for (int r = 0; r < MR; r++) c[r][q][h] = _mm256_fmadd_ps(av[r][h], pv, c[r][q][h]);
-            }
-    }
-    if (jf < j1) {   /* the last, partial group: lanes of k >= K keep their value */
-        int j = jf, cnt = K - 16 * j;
-        for (int h = 0; h < 2; h++) {
-            __m256i lanes = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(8 * h));
-            __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt), lanes);
-            for (int r = 0; r < MR; r++) {
-                __m256 av = _mm256_maskload_ps(a + r * lda + 16 * j + 8 * h, mk);
-                for (int q = 0; q < NR; q++) {
-                    __m256 f = _mm256_fmadd_ps(av, _mm256_loadu_ps(p + q * ldp + (j - j0) * 16 + 8 * h), c[r][q][h]);
-                    c[r][q][h] = _mm256_blendv_ps(c[r][q][h], f, _mm256_castsi256_ps(mk));
+        const uint8_t *grp = w->w8 + G * gstride;
+        const float *sg = w->s8 + (ptrdiff_t)G * nb * 16, *zg = w->zf + (ptrdiff_t)G * nb * 16;
+        __m256 S0 = _mm256_setzero_ps(), S1 = S0, Z0 = S0, Z1 = S0;
+        int tb = -1;
+        for (int kb = k0; kb < k1; kb += kl) {   /* k0 is a multiple of 16, so of kl: whole lines */
+            const uint8_t *ln = grp + (ptrdiff_t)(kb / kl) * 64;
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ln), l1 = _mm256_loadu_si256((const __m256i *)(ln + 32));
+#pragma GCC unroll 16
+            for (int u = 0; u < kl; u++) {
+                const int k = kb + u;
+                if (k >= k1) break;
+                const int b = w->g ? w->g[k] : k >> bs_log;
+                if (b != tb) {
+                    tb = b;
+                    S0 = _mm256_loadu_ps(sg + b * 16), S1 = _mm256_loadu_ps(sg + b * 16 + 8);
+                    Z0 = _mm256_loadu_ps(zg + b * 16), Z1 = _mm256_loadu_ps(zg + b * 16 + 8);
                 }
+                const int sh = SHIFT_OF(u, bits);
+                const __m256 q0 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(l0, sh), mask));
+                const __m256 q1 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(l1, sh), mask));
+                float *pk = pg + (ptrdiff_t)(k - k0) * QL_NB_NR;
+                _mm256_storeu_ps(pk, _mm256_mul_ps(_mm256_sub_ps(q0, Z0), S0));
+                _mm256_storeu_ps(pk + 8, _mm256_mul_ps(_mm256_sub_ps(q1, Z1), S1));
             }
         }
     }
-    for (int r = 0; r < MR; r++)
-        for (int q = 0; q < NR; q++)
-            for (int h = 0; h < 2; h++) _mm256_storeu_ps(acc + (r * acc_rs + q) * 16 + 8 * h, c[r][q][h]);
 }
 
-static void ftile_avx2(const float *a, ptrdiff_t lda, const float *p, ptrdiff_t ldp, int j0, int j1, int K,
-                       float *acc, ptrdiff_t acc_rs, int mr, int nr) {
-    for (int r = 0; r < mr; r += 2)
-        for (int q = 0; q < nr; q += 2) {
-            int r2 = mr - r >= 2, q2 = nr - q >= 2;
-            const float *ar = a + r * lda, *pq = p + q * ldp;
-            float *ac = acc + (r * acc_rs + q) * 16;
-            if (r2 && q2) ftile_t(ar, lda, pq, ldp, j0, j1, K, ac, acc_rs, 2, 2);
-            else if (r2) ftile_t(ar, lda, pq, ldp, j0, j1, K, ac, acc_rs, 2, 1);
-            else if (q2) ftile_t(ar, lda, pq, ldp, j0, j1, K, ac, acc_rs, 1, 2);
-            else ftile_t(ar, lda, pq, ldp, j0, j1, K, ac, acc_rs, 1, 1);
+static void fpanel_avx2(const ql_nbits_w *w, int n0, int k0, int k1, float *p) {
+    if (w->bits == 4) fpanel_t(w, n0, k0, k1, p, 4);
+    else if (w->bits == 2) fpanel_t(w, n0, k0, k1, p, 2);
+    else fpanel_t(w, n0, k0, k1, p, 8);
+}
+
+/* One tile: MR (<= 4) rows x 16 columns (two ymm per row, 8 accumulators): per k two panel
+ * loads, MR broadcasts (A packed side by side), 2 * MR vfmadd231ps, each output's accumulator
+ * in increasing k. */
+QL_INLINE void ftile_t(const float *ap, const float *p, int k0, int k1, float *acc, ptrdiff_t ldc, const int MR) {
+    __m256 c[4][2];
+    for (int r = 0; r < MR; r++)
+        c[r][0] = _mm256_loadu_ps(acc + r * ldc), c[r][1] = _mm256_loadu_ps(acc + r * ldc + 8);
+    const float *pk = p, *ak = ap + (ptrdiff_t)k0 * QL_NB_MR;
+    for (int k = k0; k < k1; k++, pk += QL_NB_NR, ak += QL_NB_MR) {
+        const __m256 p0 = _mm256_loadu_ps(pk), p1 = _mm256_loadu_ps(pk + 8);
+        for (int r = 0; r < MR; r++) {
+            const __m256 av = _mm256_broadcast_ss(ak + r);
+            c[r][0] = _mm256_fmadd_ps(av, p0, c[r][0]);
+            c[r][1] = _mm256_fmadd_ps(av, p1, c[r][1]);
+        }
+    }
+    for (int r = 0; r < MR; r++)
+        _mm256_storeu_ps(acc + r * ldc, c[r][0]), _mm256_storeu_ps(acc + r * ldc + 8, c[r][1]);
+}
+
+static void ftile_avx2(const float *ap, const float *p, int k0, int k1, float *acc, ptrdiff_t ldc, int mr) {
+    for (int h = 0; h < QL_NB_NR; h += 16)
+        for (int r = 0; r < mr; r += 4) {
+            float *ac = acc + r * ldc + h;
+            switch (mr - r < 4 ? mr - r : 4) {
+                case 4: ftile_t(ap + r, p + h, k0, k1, ac, ldc, 4); break;
+                case 3: ftile_t(ap + r, p + h, k0, k1, ac, ldc, 3); break;
+                case 2: ftile_t(ap + r, p + h, k0, k1, ac, ldc, 2); break;
+                default: ftile_t(ap + r, p + h, k0, k1, ac, ldc, 1); break;
+            }
         }
 }
 
-const ql_nbits_kernels ql_nbits_avx2 = {"avx2", i8_avx2, 32, ftile_avx2, ql_nbits_fpanel_avx2, ql_nbits_ffold_avx, NULL};
+const ql_nbits_kernels ql_nbits_avx2 = {"avx2", i8_avx2, 32, ftile_avx2, fpanel_avx2, NULL};
 #endif

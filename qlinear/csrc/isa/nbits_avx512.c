@@ -10,9 +10,10 @@
  * (one vmulps), and one vfmadd231ps per block in increasing block order: per output the
  * contract's operations, 16 outputs at a time.
  *
- * float levels: one zmm of 16 lanes per output (lane l takes k = l mod 16, vfmadd231ps), the
- * lanes of a last partial group of 16 masked (vfmadd with a merge mask keeps them); the panel
- * and the fold are the AVX2 file's (the same instructions serve both levels).
+ * float levels: one float32 accumulator per output, 16 outputs (columns) a zmm, advanced by
+ * vfmadd231ps over k in increasing order; a[k] broadcast. The weights are dequantized per
+ * line of codes (16 columns x 4 * per k) into a panel of 32 columns (prefill) or straight into
+ * registers (decode); every weight is f(f32(q - zp) * s) by one vsubps and one vmulps.
  */
 #include "nbits/nbits.h"
 
@@ -26,8 +27,6 @@
 #include <string.h>
 
 #define QL_INLINE static inline __attribute__((always_inline))
-
-void ql_nbits_ffold_avx(const float *acc, int count, const float *bias, float *y);
 
 /* ---------------------------------------------------------------------------------------
  * int8 level
@@ -129,133 +128,183 @@ static void i8_avx512(const ql_nbits_w *w, const int8_t *codes, ptrdiff_t lda, c
 /* ---------------------------------------------------------------------------------------
  * float levels
  * ------------------------------------------------------------------------------------- */
-QL_INLINE void ftile_t(const float *a, ptrdiff_t lda, const float *p, ptrdiff_t ldp, int j0, int j1, int K,
-                       float *acc, ptrdiff_t acc_rs, const int MR, const int NR) {
-    __m512 c[4][4];
-    for (int r = 0; r < MR; r++)
-        for (int q = 0; q < NR; q++) c[r][q] = _mm512_loadu_ps(acc + (r * acc_rs + q) * 16);
-    int jf = K / 16 < j1 ? K / 16 : j1;   /* groups [j0, jf) are whole */
-    for (int j = j0; j < jf; j++) {
-        __m512 av[4];
-        for (int r = 0; r < MR; r++) av[r] = _mm512_loadu_ps(a + r * lda + 16 * j);
-        for (int q = 0; q < NR; q++) {
-            const __m512 pv = _mm512_loadu_ps(p + q * ldp + (j - j0) * 16);
-            for (int r = 0; r < MR; r++) c[r][q] = _mm512_fmadd_ps(av[r], pv, c[r][q]);
-        }
-    }
-    if (jf < j1) {   /* the last, partial group: lanes of k >= K keep their value */
-        int j = jf;
-        __mmask16 k = (__mmask16)((1u << (K - 16 * j)) - 1);
-        for (int r = 0; r < MR; r++) {
-            const __m512 av = _mm512_maskz_loadu_ps(k, a + r * lda + 16 * j);
-            for (int q = 0; q < NR; q++)
-                c[r][q] = _mm512_mask3_fmadd_ps(av, _mm512_loadu_ps(p + q * ldp + (j - j0) * 16), c[r][q], k);
-        }
-    }
-    for (int r = 0; r < MR; r++)
-        for (int q = 0; q < NR; q++) _mm512_storeu_ps(acc + (r * acc_rs + q) * 16, c[r][q]);
+/* Lane c's code of k = (line start) + u: byte u % 4 of the lane, bits bits * (u / 4) */
+#define SHIFT_OF(u, bits) (8 * ((u) % 4) + (bits) * ((u) / 4))
+
+/* f32(q - zp) for an integer zero point: (q | 2^23's bits) is the float 2^23 + q, and
+ * Zm = 2^23 + zp (exact for zp <= 255); their difference is q - zp exactly (one vsubps, both
+ * operands in [2^23, 2^24)). The mask and the OR are one vpternlogd (A & B) | C. */
+QL_INLINE __m512 qmz_int(__m512i line, const int sh, const int bits, __m512 zm) {
+    const __m512i v = sh ? _mm512_srli_epi32(line, (unsigned)sh) : line;
+    const __m512i x = _mm512_ternarylogic_epi32(v, _mm512_set1_epi32((1 << bits) - 1), _mm512_set1_epi32(0x4B000000), 0xEA);
+    return _mm512_sub_ps(_mm512_castsi512_ps(x), zm);
 }
 
-#define FT(MR, NR) case MR * 8 + NR: ftile_t(a, lda, p, ldp, j0, j1, K, acc, acc_rs, MR, NR); break;
-static void ftile_avx512(const float *a, ptrdiff_t lda, const float *p, ptrdiff_t ldp, int j0, int j1, int K,
-                         float *acc, ptrdiff_t acc_rs, int mr, int nr) {
-    switch (mr * 8 + nr) {
-        FT(1, 1) FT(1, 2) FT(1, 3) FT(1, 4) FT(2, 1) FT(2, 2) FT(2, 3) FT(2, 4)
-        FT(3, 1) FT(3, 2) FT(3, 3) FT(3, 4) FT(4, 1) FT(4, 2) FT(4, 3) FT(4, 4)
+/* f(q - zp) for a float zero point: the exact conversion of q, then one vsubps */
+QL_INLINE __m512 qmz_float(__m512i line, const int sh, const int bits, __m512 zf) {
+    const __m512i v = sh ? _mm512_srli_epi32(line, (unsigned)sh) : line;
+    return _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32((1 << bits) - 1))), zf);
+}
+
+/* The panel: per group of 16 columns (one zmm a k), f(f32(q - zp) * s) for k in [k0, k1) */
+QL_INLINE void fpanel_t(const ql_nbits_w *w, int n0, int k0, int k1, float *p, const int bits, const int zint) {
+    const int per = 8 / bits, kl = 4 * per, nb = w->nb, ng = (w->N + 15) / 16;
+    const int bs_log = __builtin_ctz((unsigned)w->bs);
+    const ptrdiff_t gstride = (ptrdiff_t)nb * w->bs * bits / 32 * 64;
+    const __m512 magic = _mm512_set1_ps(8388608.0f);
+    for (int gi = 0; gi < QL_NB_NR / 16; gi++) {
+        const int G = n0 / 16 + gi;
+        float *pg = p + 16 * gi;
+        if (G >= ng) {   /* past the last group: no codes stored */
+            for (int k = k0; k < k1; k++) _mm512_storeu_ps(pg + (ptrdiff_t)(k - k0) * QL_NB_NR, _mm512_setzero_ps());
+            continue;
+        }
+        const uint8_t *grp = w->w8 + G * gstride;
+        const float *sg = w->s8 + (ptrdiff_t)G * nb * 16, *zg = w->zf + (ptrdiff_t)G * nb * 16;
+        __m512 S = _mm512_setzero_ps(), Z = S;
+        int tb = -1;
+        for (int kb = k0; kb < k1; kb += kl) {   /* k0 is a multiple of 16, so of kl: whole lines */
+            const __m512i line = _mm512_loadu_si512((const void *)(grp + (ptrdiff_t)(kb / kl) * 64));
+#pragma GCC unroll 16
+            for (int u = 0; u < kl; u++) {
+                const int k = kb + u;
+                if (k >= k1) break;
+                const int b = w->g ? w->g[k] : k >> bs_log;
+                if (b != tb) {
+                    tb = b;
+                    S = _mm512_loadu_ps(sg + b * 16);
+                    Z = _mm512_loadu_ps(zg + b * 16);
+                    if (zint) Z = _mm512_add_ps(Z, magic);   /* 2^23 + zp, exact */
+                }
+                const __m512 d = zint ? qmz_int(line, SHIFT_OF(u, bits), bits, Z) : qmz_float(line, SHIFT_OF(u, bits), bits, Z);
+                _mm512_storeu_ps(pg + (ptrdiff_t)(k - k0) * QL_NB_NR, _mm512_mul_ps(d, S));
+            }
+        }
+    }
+}
+
+static void fpanel_avx512(const ql_nbits_w *w, int n0, int k0, int k1, float *p) {
+    if (w->zint) {
+        if (w->bits == 4) fpanel_t(w, n0, k0, k1, p, 4, 1);
+        else if (w->bits == 2) fpanel_t(w, n0, k0, k1, p, 2, 1);
+        else fpanel_t(w, n0, k0, k1, p, 8, 1);
+    } else {
+        if (w->bits == 4) fpanel_t(w, n0, k0, k1, p, 4, 0);
+        else fpanel_t(w, n0, k0, k1, p, 2, 0);   /* float zero points: 2 and 4 bits only */
+    }
+}
+
+/* One tile: MR rows x 32 columns, two zmm per row (16 accumulators at MR = 8): per k two panel
+ * loads, MR broadcasts of a[r][k] (packed side by side), 2 * MR vfmadd231ps, each output's one
+ * accumulator advanced in increasing k. */
+QL_INLINE void ftile_t(const float *ap, const float *p, int k0, int k1, float *acc, ptrdiff_t ldc, const int MR) {
+    __m512 c[QL_NB_MR][2];
+    for (int r = 0; r < MR; r++)
+        c[r][0] = _mm512_loadu_ps(acc + r * ldc), c[r][1] = _mm512_loadu_ps(acc + r * ldc + 16);
+    const float *pk = p, *ak = ap + (ptrdiff_t)k0 * QL_NB_MR;
+    for (int k = k0; k < k1; k++, pk += QL_NB_NR, ak += QL_NB_MR) {
+        const __m512 p0 = _mm512_loadu_ps(pk), p1 = _mm512_loadu_ps(pk + 16);
+        for (int r = 0; r < MR; r++) {
+            const __m512 av = _mm512_set1_ps(ak[r]);
+            c[r][0] = _mm512_fmadd_ps(av, p0, c[r][0]);
+            c[r][1] = _mm512_fmadd_ps(av, p1, c[r][1]);
+        }
+    }
+    for (int r = 0; r < MR; r++)
+        _mm512_storeu_ps(acc + r * ldc, c[r][0]), _mm512_storeu_ps(acc + r * ldc + 16, c[r][1]);
+}
+
+#define FT(MR) case MR: ftile_t(ap, p, k0, k1, acc, ldc, MR); break;
+static void ftile_avx512(const float *ap, const float *p, int k0, int k1, float *acc, ptrdiff_t ldc, int mr) {
+    switch (mr) {
+        FT(1) FT(2) FT(3) FT(4) FT(5) FT(6) FT(7) FT(8)
         default: break;
     }
 }
 
-/* The panel (prefill): the decode kernel's tables, one vpermps per 16 weights; g_idx (per-lane
- * blocks) takes the AVX2 panel's gathers. The same float32 values either way. */
-static void fpanel_avx512(const ql_nbits_w *w, int n0, int nc, int j0, int j1, float *p, ptrdiff_t ldp) {
-    if (w->g) { ql_nbits_fpanel_avx2(w, n0, nc, j0, j1, p, ldp); return; }
-    const int bits = w->bits, per = 8 / bits, nb = w->nb;
-    const int per_log = bits == 8 ? 0 : bits == 4 ? 1 : 2, bs_log = __builtin_ctz((unsigned)w->bs);
-    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i m2 = _mm512_set1_epi32(3), m8 = _mm512_set1_epi32(255);
-    for (int cc = 0; cc < nc; cc++) {
-        const int n = n0 + cc, c = n % QL_NB_FCOLS;
-        const ptrdiff_t G = n / QL_NB_FCOLS;
-        const uint8_t *grp = w->wf + G * QL_NB_FCOLS * w->wf_row + c * 16;
-        const float *sfg = w->sf + G * nb * QL_NB_FCOLS + c, *zfg = w->zf + G * nb * QL_NB_FCOLS + c;
-        float *pc = p + cc * ldp;
-        __m512 T = _mm512_setzero_ps(), Z = T, S = T;
-        int tb = -1;
-        for (int j = j0; j < j1; j++) {
-            const int b = (16 * j) >> bs_log;
-            if (b != tb) {
-                tb = b;
-                Z = _mm512_set1_ps(zfg[b * QL_NB_FCOLS]);
-                S = _mm512_set1_ps(sfg[b * QL_NB_FCOLS]);
-                T = _mm512_mul_ps(_mm512_sub_ps(iota, Z), S);
+/* Decode (one row): NG groups of 16 columns, one zmm accumulator each, the whole K in
+ * registers, no panel: per line of the groups (4 * per k), per k one broadcast of a[k] and per
+ * group the panel's dequantization (the same operations on the same values) and one
+ * vfmadd231ps. The groups' lines are read side by side (NG streams). */
+QL_INLINE void fdec_t(const ql_nbits_w *w, const float *a, int G0, float *y, const int NG, const int bits,
+                      const int zint) {
+    const int per = 8 / bits, kl = 4 * per, nb = w->nb, K = w->K;
+    const int bs_log = __builtin_ctz((unsigned)w->bs);
+    const ptrdiff_t gstride = (ptrdiff_t)nb * w->bs * bits / 32 * 64;
+    const __m512 magic = _mm512_set1_ps(8388608.0f);
+    const uint8_t *grp = w->w8 + G0 * gstride;
+    const float *sg = w->s8 + (ptrdiff_t)G0 * nb * 16, *zg = w->zf + (ptrdiff_t)G0 * nb * 16;
+    __m512 acc[4], S[4], Z[4];
+    for (int g = 0; g < NG; g++) acc[g] = _mm512_set1_ps(-0.0f), S[g] = Z[g] = _mm512_setzero_ps();
+    const int lines = K / kl;   /* whole lines; then the last, partial one */
+    for (int L = 0; L <= lines; L++) {
+        const int kb = L * kl, cnt = L < lines ? kl : K - kb;
+        if (cnt == 0) break;
+        if ((kb & (w->bs - 1)) == 0) {   /* a new block (a block is a whole number of lines) */
+            const int b = kb >> bs_log;
+            for (int g = 0; g < NG; g++) {
+                S[g] = _mm512_loadu_ps(sg + ((ptrdiff_t)g * nb + b) * 16);
+                Z[g] = _mm512_loadu_ps(zg + ((ptrdiff_t)g * nb + b) * 16);
+                if (zint) Z[g] = _mm512_add_ps(Z[g], magic);
             }
-            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(grp + (ptrdiff_t)(j >> per_log) * QL_NB_FCOLS * 16)));
-            const int sh = bits * (j & (per - 1));
-            if (sh) v = _mm512_srli_epi32(v, sh);
-            __m512 wv;
-            if (bits == 8) wv = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, m8)), Z), S);
-            else wv = _mm512_permutexvar_ps(bits == 2 ? _mm512_and_si512(v, m2) : v, T);
-            _mm512_storeu_ps(pc + (j - j0) * 16, wv);
         }
+        __m512i ln[4];
+        for (int g = 0; g < NG; g++) ln[g] = _mm512_loadu_si512((const void *)(grp + g * gstride + (ptrdiff_t)L * 64));
+        if (cnt == kl) {
+#pragma GCC unroll 16
+            for (int u = 0; u < kl; u++) {
+                const __m512 av = _mm512_set1_ps(a[kb + u]);
+                for (int g = 0; g < NG; g++) {
+                    const __m512 d = zint ? qmz_int(ln[g], SHIFT_OF(u, bits), bits, Z[g])
+                                          : qmz_float(ln[g], SHIFT_OF(u, bits), bits, Z[g]);
+                    acc[g] = _mm512_fmadd_ps(av, _mm512_mul_ps(d, S[g]), acc[g]);
+                }
+            }
+        } else {
+#pragma GCC unroll 16
+            for (int u = 0; u < kl; u++) {
+                if (u >= cnt) break;
+                const __m512 av = _mm512_set1_ps(a[kb + u]);
+                for (int g = 0; g < NG; g++) {
+                    const __m512 d = zint ? qmz_int(ln[g], SHIFT_OF(u, bits), bits, Z[g])
+                                          : qmz_float(ln[g], SHIFT_OF(u, bits), bits, Z[g]);
+                    acc[g] = _mm512_fmadd_ps(av, _mm512_mul_ps(d, S[g]), acc[g]);
+                }
+            }
+        }
+    }
+    for (int g = 0; g < NG; g++) {
+        const int n = (G0 + g) * 16;
+        if (n >= w->N) break;
+        const __mmask16 km = w->N - n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (w->N - n)) - 1);
+        __m512 out = acc[g];
+        if (w->bias) out = _mm512_add_ps(out, _mm512_maskz_loadu_ps(km, w->bias + n));
+        _mm512_mask_storeu_ps(y + n, km, out);
     }
 }
 
-/* Decode (one row): 8 columns (one layout group) at a time, 8 accumulators, the whole K in
- * registers, no panel. 2- and 4-bit codes: a block's 16 possible weights of column c,
- * T[q] = f(f(q - zp) * s), are one zmm, built once per block (vsubps, vmulps: the panel's two
- * operations on the same values) and looked up with vpermps, which reads the low 4 bits of
- * each lane's index: W = T[code] is the same float32 the panel would hold, for one
- * instruction per 16 weights. 8-bit codes: the panel's conversion, subtraction and product. */
-QL_INLINE void fdec_group(const ql_nbits_w *w, const float *a, int G, float *y, int nc, const int bits) {
-    const int per = 8 / bits, nb = w->nb, K = w->K;
-    const int per_log = bits == 8 ? 0 : bits == 4 ? 1 : 2, bs_log = __builtin_ctz((unsigned)w->bs);
-    const uint8_t *grp = w->wf + (ptrdiff_t)G * QL_NB_FCOLS * w->wf_row;
-    const float *sfg = w->sf + (ptrdiff_t)G * nb * QL_NB_FCOLS, *zfg = w->zf + (ptrdiff_t)G * nb * QL_NB_FCOLS;
-    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i m2 = _mm512_set1_epi32(3), m8 = _mm512_set1_epi32(255);
-    __m512 acc[8], T[8], S[8];
-    for (int c = 0; c < 8; c++) acc[c] = _mm512_set1_ps(-0.0f), T[c] = S[c] = _mm512_setzero_ps();
-    const int Gk = (K + 15) / 16;
-    for (int j = 0; j < Gk; j++) {
-        if (((16 * j) & (w->bs - 1)) == 0) {   /* a new block: its tables (or scale, zero point) */
-            const int b = (16 * j) >> bs_log;
-            for (int c = 0; c < 8; c++) {
-                const __m512 z = _mm512_set1_ps(zfg[b * QL_NB_FCOLS + c]), sc = _mm512_set1_ps(sfg[b * QL_NB_FCOLS + c]);
-                if (bits == 8) T[c] = z, S[c] = sc;
-                else T[c] = _mm512_mul_ps(_mm512_sub_ps(iota, z), sc);
-            }
-        }
-        const int sh = bits * (j & (per - 1));
-        const uint8_t *scs = grp + (ptrdiff_t)(j >> per_log) * QL_NB_FCOLS * 16;
-        const int whole = 16 * j + 16 <= K;
-        const __mmask16 km = whole ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - 16 * j)) - 1);
-        const __m512 av = _mm512_maskz_loadu_ps(km, a + 16 * j);
-        for (int c = 0; c < 8; c++) {
-            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(scs + c * 16)));
-            if (sh) v = _mm512_srli_epi32(v, sh);
-            __m512 wv;
-            if (bits == 8) wv = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, m8)), T[c]), S[c]);
-            else wv = _mm512_permutexvar_ps(bits == 2 ? _mm512_and_si512(v, m2) : v, T[c]);
-            acc[c] = whole ? _mm512_fmadd_ps(av, wv, acc[c]) : _mm512_mask3_fmadd_ps(av, wv, acc[c], km);
-        }
+#define FDEC_NG(BITS, ZI)                                                                          \
+    switch (ngc) {                                                                                 \
+        case 4: fdec_t(w, a, G0, y, 4, BITS, ZI); break;                                           \
+        case 3: fdec_t(w, a, G0, y, 3, BITS, ZI); break;                                           \
+        case 2: fdec_t(w, a, G0, y, 2, BITS, ZI); break;                                           \
+        default: fdec_t(w, a, G0, y, 1, BITS, ZI); break;                                          \
     }
-    float tmp[8 * 16];
-    for (int c = 0; c < 8; c++) _mm512_storeu_ps(tmp + 16 * c, acc[c]);
-    ql_nbits_ffold_avx(tmp, nc, w->bias ? w->bias + G * QL_NB_FCOLS : NULL, y + G * QL_NB_FCOLS);
-}
 
 static int fdec_avx512(const ql_nbits_w *w, const float *a, int n0, float *y) {
-    if (w->g) return 0;   /* per-lane blocks: the panel path */
-    for (int G = n0 / QL_NB_FCOLS; G * QL_NB_FCOLS < n0 + 32 && G * QL_NB_FCOLS < w->N; G++) {
-        int nc = w->N - G * QL_NB_FCOLS < QL_NB_FCOLS ? w->N - G * QL_NB_FCOLS : QL_NB_FCOLS;
-        if (w->bits == 4) fdec_group(w, a, G, y, nc, 4);
-        else if (w->bits == 2) fdec_group(w, a, G, y, nc, 2);
-        else fdec_group(w, a, G, y, nc, 8);
+    if (w->g) return 0;   /* per-k blocks: the panel path */
+    if (n0 < 0) return 1;
+    const int G0 = n0 / 16, ng = (w->N + 15) / 16, ngc = ng - G0 < 4 ? ng - G0 : 4;
+    if (w->zint) {
+        if (w->bits == 4) { FDEC_NG(4, 1) }
+        else if (w->bits == 2) { FDEC_NG(2, 1) }
+        else { FDEC_NG(8, 1) }
+    } else {
+        if (w->bits == 4) { FDEC_NG(4, 0) }
+        else { FDEC_NG(2, 0) }
     }
     return 1;
 }
 
-const ql_nbits_kernels ql_nbits_avx512 = {"avx512vnni", i8_avx512, 64, ftile_avx512, fpanel_avx512,
-                                          ql_nbits_ffold_avx, fdec_avx512};
+const ql_nbits_kernels ql_nbits_avx512 = {"avx512vnni", i8_avx512, 64, ftile_avx512, fpanel_avx512, fdec_avx512};
 #endif

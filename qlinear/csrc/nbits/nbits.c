@@ -87,53 +87,39 @@ static void i8_scalar(const ql_nbits_w *w, const int8_t *codes, ptrdiff_t lda, c
     }
 }
 
-static void ftile_scalar(const float *a, ptrdiff_t lda, const float *p, ptrdiff_t ldp, int j0, int j1, int K,
-                         float *acc, ptrdiff_t acc_rs, int mr, int nr) {
+static void ftile_scalar(const float *ap, const float *p, int k0, int k1, float *acc, ptrdiff_t ldc, int mr) {
     for (int r = 0; r < mr; r++)
-        for (int c = 0; c < nr; c++) {
-            float *l = acc + (r * acc_rs + c) * 16;
-            const float *ar = a + r * lda, *pc = p + c * ldp;
-            for (int j = j0; j < j1; j++) {
-                int cnt = K - 16 * j < 16 ? K - 16 * j : 16;   /* lanes of k >= K stay */
-                for (int i = 0; i < cnt; i++) l[i] = fmaf(ar[16 * j + i], pc[(j - j0) * 16 + i], l[i]);
-            }
+        for (int c = 0; c < QL_NB_NR; c++) {
+            float t = acc[r * ldc + c];
+            for (int k = k0; k < k1; k++)
+                t = fmaf(ap[(ptrdiff_t)k * QL_NB_MR + r], p[(ptrdiff_t)(k - k0) * QL_NB_NR + c], t);
+            acc[r * ldc + c] = t;
         }
 }
 
-void ql_nbits_fpanel_portable(const ql_nbits_w *w, int n0, int nc, int j0, int j1, float *p, ptrdiff_t ldp) {
-    const int bits = w->bits, per = 8 / bits, nb = w->nb;
+void ql_nbits_fpanel_portable(const ql_nbits_w *w, int n0, int k0, int k1, float *p) {
+    const int bits = w->bits, per = 8 / bits, nb = w->nb, ng = (w->N + 15) / 16;
     const unsigned mask = (1u << bits) - 1;
-    for (int cc = 0; cc < nc; cc++) {
-        const int n = n0 + cc, c = n % QL_NB_FCOLS;
-        const ptrdiff_t G = n / QL_NB_FCOLS;
-        const uint8_t *grp = w->wf + G * QL_NB_FCOLS * w->wf_row;
-        const float *sf = w->sf + G * nb * QL_NB_FCOLS, *zf = w->zf + G * nb * QL_NB_FCOLS;
-        for (int j = j0; j < j1; j++) {
-            const uint8_t *sc = grp + ((ptrdiff_t)(j / per) * QL_NB_FCOLS + c) * 16;
-            int s = j % per;
-            for (int i = 0; i < 16; i++) {
-                int k = 16 * j + i;
-                int b = w->g ? w->g[k] : k / w->bs;
-                float q = (float)((sc[i] >> (bits * s)) & mask);
-                float d = q - zf[b * QL_NB_FCOLS + c];
-                p[cc * ldp + (j - j0) * 16 + i] = d * sf[b * QL_NB_FCOLS + c];
-            }
+    const ptrdiff_t gstride = (ptrdiff_t)nb * w->bs * bits / 32 * 64;   /* bytes of a group's stream */
+    for (int c = 0; c < QL_NB_NR; c++) {
+        const int n = n0 + c, G = n / 16, cl = n % 16;
+        if (G >= ng) {   /* past the last group: no codes stored */
+            for (int k = k0; k < k1; k++) p[(ptrdiff_t)(k - k0) * QL_NB_NR + c] = 0.0f;
+            continue;
+        }
+        const uint8_t *grp = w->w8 + G * gstride;
+        const float *sg = w->s8 + (ptrdiff_t)G * nb * 16, *zg = w->zf + (ptrdiff_t)G * nb * 16;
+        for (int k = k0; k < k1; k++) {
+            const int b = w->g ? w->g[k] : k / w->bs, u = k % (4 * per);
+            const unsigned byte = grp[(ptrdiff_t)(k / (4 * per)) * 64 + cl * 4 + u % 4];
+            const float q = (float)((byte >> (bits * (u / 4))) & mask);
+            /* f(f(q - zp) * s): the difference exact for an integer zero point */
+            p[(ptrdiff_t)(k - k0) * QL_NB_NR + c] = (q - zg[b * 16 + cl]) * sg[b * 16 + cl];
         }
     }
 }
 
-void ql_nbits_ffold_portable(const float *acc, int count, const float *bias, float *y) {
-    for (int o = 0; o < count; o++) {
-        float t[16];
-        memcpy(t, acc + o * 16, sizeof t);
-        for (int h = 8; h >= 1; h >>= 1)
-            for (int l = 0; l < h; l++) t[l] = t[l] + t[l + h];
-        y[o] = bias ? t[0] + bias[o] : t[0];
-    }
-}
-
-const ql_nbits_kernels ql_nbits_scalar = {"scalar", i8_scalar, 16, ftile_scalar, ql_nbits_fpanel_portable,
-                                          ql_nbits_ffold_portable, NULL};
+const ql_nbits_kernels ql_nbits_scalar = {"scalar", i8_scalar, 16, ftile_scalar, ql_nbits_fpanel_portable, NULL};
 
 /* ---------------------------------------------------------------------------------------
  * Drivers
@@ -149,6 +135,9 @@ typedef struct {
     int gpt;                      /* column groups per task */
     /* float */
     float *scratch; size_t per_thread;   /* floats */
+    const float *ap; int m0, mc;         /* the row block, packed */
+    int dec;                             /* M = 1 on the decode kernel */
+    int nt;                              /* columns a task */
 } nb_ctx;
 
 static void qa_task(void *vc, ptrdiff_t t, int thread) {
@@ -168,43 +157,44 @@ static void i8_task(void *vc, ptrdiff_t t, int thread) {
     c->k->i8(w, c->codes, (ptrdiff_t)w->nb * w->bs, c->sa, c->csum, c->bad, c->M, g0, g1, c->y, w->N);
 }
 
-/* float levels: a task is FT_NT columns; the panel holds FT_JC groups of 16 k of them (64 KiB,
- * L2; a column quad's 8 KiB stay in L1 while FT_MC rows go by), the accumulators (16 lanes per
- * output: 256 KiB, L2) FT_MC rows of them at a time. Measured under load against onnxruntime on
- * the Zen 4: JC 16 rows-outer 1.6x its time, columns-outer 1.4x, JC 8 2.0x, JC 32 1.0-1.2x. */
-#define FT_NT 32
-#define FT_JC 32
+/* float levels: a task is c->nt columns (a multiple of QL_NB_NR; FT_DEC for the decode kernel).
+ * The rows go in blocks of at most FT_MC, each packed once into tiles of QL_NB_MR rows
+ * (ap[tile][k][r]: a tile's k-th values side by side, one stream instead of QL_NB_MR rows a
+ * multiple of 4 KiB apart, which share L1 sets). Per task and FT_KC k: the block's packed rows
+ * (128 KiB at 128 rows) stay in L2 while each 32-column panel (32 KiB) is dequantized and the
+ * tiles go over it; the accumulators (the block's rows x the task's columns, 64 KiB at most)
+ * live in a per-thread buffer between chunks of k. */
+#define FT_KC 256
 #define FT_MC 128
+#define FT_NT 128
+#define FT_DEC 64
 
 static void f_task(void *vc, ptrdiff_t t, int thread) {
     nb_ctx *c = (nb_ctx *)vc;
     const ql_nbits_w *w = c->w;
     const ql_nbits_kernels *k = c->k;
-    if (c->M == 1 && k->fdec && k->fdec(w, c->a, (int)t * FT_NT, c->y)) return;
+    if (c->dec) {
+        k->fdec(w, c->a, (int)t * FT_DEC, c->y);
+        return;
+    }
     float *panel = c->scratch + (size_t)thread * c->per_thread;
-    float *acc = panel + FT_NT * FT_JC * 16;
-    const ptrdiff_t ldp = FT_JC * 16;
-    int n0 = (int)t * FT_NT, nc = w->N - n0 < FT_NT ? w->N - n0 : FT_NT;
-    int G = (w->K + 15) / 16;
-    for (int m0 = 0; m0 < c->M; m0 += FT_MC) {
-        int mc = c->M - m0 < FT_MC ? c->M - m0 : FT_MC;
-        for (size_t i = 0; i < (size_t)mc * FT_NT * 16; i++) acc[i] = -0.0f;   /* the identity of + */
-        for (int j0 = 0; j0 < G; j0 += FT_JC) {
-            int j1 = j0 + FT_JC < G ? j0 + FT_JC : G;
-            k->fpanel(w, n0, nc, j0, j1, panel, ldp);
-            /* columns outer: a quad's panel rows stay in L1 while the rows go by */
-            for (int q = 0; q < nc; q += 4) {
-                int nr = nc - q < 4 ? nc - q : 4;
-                for (int r = 0; r < mc; r += 4) {
-                    int mr = mc - r < 4 ? mc - r : 4;
-                    k->ftile(c->a + (ptrdiff_t)(m0 + r) * w->K, w->K, panel + q * ldp, ldp, j0, j1, w->K,
-                             acc + ((ptrdiff_t)r * FT_NT + q) * 16, FT_NT, mr, nr);
-                }
-            }
+    float *acc = panel + FT_KC * QL_NB_NR;
+    const int m0 = c->m0, mc = c->mc, n0 = (int)t * c->nt, ldc = c->nt;
+    const int nc = w->N - n0 < c->nt ? w->N - n0 : c->nt;
+    for (size_t i = 0; i < (size_t)mc * ldc; i++) acc[i] = -0.0f;   /* the identity of + */
+    for (int k0 = 0; k0 < w->K; k0 += FT_KC) {
+        const int k1 = w->K - k0 < FT_KC ? w->K : k0 + FT_KC;
+        for (int j = 0; j < nc; j += QL_NB_NR) {
+            k->fpanel(w, n0 + j, k0, k1, panel);
+            for (int r = 0; r < mc; r += QL_NB_MR)
+                k->ftile(c->ap + (ptrdiff_t)(r / QL_NB_MR) * w->K * QL_NB_MR, panel, k0, k1,
+                         acc + (ptrdiff_t)r * ldc + j, ldc, mc - r < QL_NB_MR ? mc - r : QL_NB_MR);
         }
-        for (int r = 0; r < mc; r++)
-            k->ffold(acc + (ptrdiff_t)r * FT_NT * 16, nc, w->bias ? w->bias + n0 : NULL,
-                     c->y + (ptrdiff_t)(m0 + r) * w->N + n0);
+    }
+    for (int r = 0; r < mc; r++) {
+        float *yr = c->y + (ptrdiff_t)(m0 + r) * w->N + n0;
+        const float *ar = acc + (ptrdiff_t)r * ldc;
+        for (int i = 0; i < nc; i++) yr[i] = w->bias ? ar[i] + w->bias[n0 + i] : ar[i];
     }
 }
 
@@ -233,11 +223,38 @@ int ql_nbits_run(const ql_nbits_kernels *k, const ql_nbits_w *w, int int8, const
         free(buf);
         return 0;
     }
-    int mc = M < FT_MC ? M : FT_MC;
-    c.per_thread = (size_t)FT_NT * FT_JC * 16 + (size_t)mc * FT_NT * 16 + 16;
-    c.scratch = (float *)malloc(c.per_thread * sizeof(float) * (size_t)(threads > 0 ? threads : 1));
+    /* one row and a decode kernel that takes these weights: no panel, no packing */
+    c.dec = M == 1 && k->fdec && k->fdec(w, NULL, -1, NULL);
+    /* task columns: FT_NT, fewer (down to one panel) while that leaves under 4 tasks a thread */
+    int NT = FT_NT;
+    while (NT > QL_NB_NR && (w->N + NT - 1) / NT < 4 * threads) NT /= 2;
+    if (c.dec) NT = FT_DEC;
+    c.nt = NT;
+    /* rows a block: FT_MC, fewer where the packed rows (MC * K floats) would pass ~3 % of the
+     * float32 weights (N / 32 rows) and 256 KiB; at least one tile */
+    ptrdiff_t lim = w->N / 32 > 65536 / w->K ? w->N / 32 : 65536 / w->K;
+    int MC = lim < FT_MC ? (int)(lim / QL_NB_MR * QL_NB_MR) : FT_MC;
+    if (MC < QL_NB_MR) MC = QL_NB_MR;
+    int mcap = M < MC ? (M + QL_NB_MR - 1) / QL_NB_MR * QL_NB_MR : MC;
+    c.per_thread = (size_t)FT_KC * QL_NB_NR + (size_t)mcap * NT + 16;
+    c.scratch = (float *)malloc(c.per_thread * sizeof(float) * (size_t)(threads > 0 ? threads : 1) +
+                                (c.dec ? 0 : (size_t)mcap * w->K * sizeof(float)));
     if (!c.scratch) return -1;
-    ql_parallel_for((w->N + FT_NT - 1) / FT_NT, threads, f_task, &c);
+    float *ap = c.scratch + c.per_thread * (size_t)(threads > 0 ? threads : 1);
+    c.ap = ap;
+    for (int m0 = 0; m0 < M; m0 += MC) {
+        const int mc = M - m0 < MC ? M - m0 : MC;
+        c.m0 = m0; c.mc = mc;
+        if (!c.dec) {
+            for (int t = 0; t < mc; t += QL_NB_MR) {
+                float *tile = ap + (ptrdiff_t)(t / QL_NB_MR) * w->K * QL_NB_MR;
+                for (int kk = 0; kk < w->K; kk++)
+                    for (int r = 0; r < QL_NB_MR; r++)
+                        tile[(ptrdiff_t)kk * QL_NB_MR + r] = t + r < mc ? a[(ptrdiff_t)(m0 + t + r) * w->K + kk] : 0.0f;
+            }
+        }
+        ql_parallel_for((w->N + NT - 1) / NT, threads, f_task, &c);
+    }
     free(c.scratch);
     return 0;
 }

@@ -1,20 +1,17 @@
 /* MatMulNBits' native kernels (docs/contract.md, "MatMulNBits"; docs/engine.md, "MatMulNBits").
  *
- * Two prepared weight layouts, made once by qlinear/engines/native/nbits.py:
- *
- * - int8 level (accuracy_level 4 where the contract quantizes activations): columns in groups
- *   of 16; per group and K-block, bs * bits / 32 lines of 64 bytes; line L holds, for each of
- *   the 16 columns, 4 bytes; byte t of column c packs the codes of k = L*4*per + s*4 + t for
- *   s < per = 8 / bits at bit bits * s. One line is therefore `per` vpdpbusd operands (16
- *   columns x 4 consecutive k each), the k order of the activation codes' dwords. Scales
- *   [group][block][16] float32, zero points [group][block][16] uint8 (or one constant).
- * - float levels: columns in groups of QL_NB_FCOLS (8); per group, per superchunk of 16 * per
- *   k, 16 bytes per column; byte i packs the codes of k = k0 + 16 * s + i at bit bits * s: one
- *   16-byte load widened to 16 int32 lanes gives `per` groups of 16 consecutive k by one shift
- *   and one mask. A group's weights are one contiguous stream, read in order by the decode
- *   kernel (columns in separate rows, read side by side, defeated the prefetchers: several
- *   times slower). Scales and zero points (as float32: an integer zero point is exact there)
- *   [N/8][kblocks][8]; g_idx [kpad] or NULL.
+ * One prepared weight layout, made once by qlinear/engines/native/nbits.py, serves both
+ * arithmetics: columns in groups of 16; per group and K-block, bs * bits / 32 lines of 64
+ * bytes; line L holds, for each of the 16 columns, 4 bytes; byte t of column c packs the codes
+ * of k = L*4*per + s*4 + t for s < per = 8 / bits at bit bits * s. A group's lines are one
+ * contiguous stream over k (a block is a whole number of lines), and int32 lane c of a line
+ * is column c: one shift and one mask give the 16 columns' codes at any k of the line.
+ * - int8 level: one line is `per` vpdpbusd operands (16 columns x 4 consecutive k each), the
+ *   k order of the activation codes' dwords. Scales [group][block][16] float32, zero points
+ *   [group][block][16] uint8 (or one constant).
+ * - float levels: the same codes, one column a lane, read k by k in increasing order (the
+ *   contract's one accumulator per output); scales [group][block][16] float32 and zero points
+ *   as float32 [group][block][16] (an integer zero point is exact there); g_idx [K] or NULL.
  *
  * Every kernel computes the contract's operations in the contract's order; the ISA levels
  * differ only in how many outputs they carry at once.
@@ -27,20 +24,21 @@
 
 #include "qlinear.h"
 
-#define QL_NB_FCOLS 8
+/* float levels: columns a panel and a task take (two groups), rows a tile takes at most */
+#define QL_NB_NR 32
+#define QL_NB_MR 8
 
 typedef struct ql_nbits_w {
     int bits, bs, K, N, nb;       /* nb: K-blocks */
-    /* int8 layout */
     const uint8_t *w8;            /* [ceil(N/16)][nb][bs*bits/32][64] */
     const float *s8;              /* [ceil(N/16)][nb][16] */
+    /* int8 level */
     const uint8_t *z8;            /* [ceil(N/16)][nb][16] or NULL: zconst */
     int zconst;
-    /* float layout */
-    const uint8_t *wf;            /* [ceil(N/8)][kpadf / (16*per)][8][16], kpadf = nb*bs rounded up to 16*per */
-    ptrdiff_t wf_row;             /* bytes per column: kpadf * bits / 8 */
-    const float *sf, *zf;         /* [ceil(N/8)][nb][8] */
-    const int32_t *g;             /* [kpadf] block of each k (0 past K), or NULL */
+    /* float levels */
+    const float *zf;              /* [ceil(N/16)][nb][16] */
+    int zint;                     /* the zero points are integers: q - zp is exact in int32 */
+    const int32_t *g;             /* [K] block of each k, or NULL */
     const float *bias;            /* [N] or NULL */
 } ql_nbits_w;
 
@@ -50,20 +48,18 @@ typedef struct ql_nbits_w {
 typedef void (*ql_nbits_i8_fn)(const ql_nbits_w *w, const int8_t *codes, ptrdiff_t lda, const float *sa,
                                const int32_t *csum, const uint8_t *bad, int M, int g0, int g1, float *y,
                                ptrdiff_t ldy);
-/* float levels, one tile: acc[r][c][16] (r < mr <= 4, c < nr <= 4; acc + (r * acc_rs + c) * 16)
- * takes lane l += fma over groups j in [j0, j1) of A[r][16j + l] * P[c][(j - j0)*16 + l]
- * (A row r at a + r * lda, P column c at p + c * ldp); lanes of k >= K untouched. */
-typedef void (*ql_nbits_ftile_fn)(const float *a, ptrdiff_t lda, const float *p, ptrdiff_t ldp, int j0, int j1,
-                                  int K, float *acc, ptrdiff_t acc_rs, int mr, int nr);
-/* float levels: P[c][(j - j0)*16 + l] = f(f((float)q - zf) * sf) for columns n0 + c (c < nc),
- * groups j in [j0, j1) */
-typedef void (*ql_nbits_fpanel_fn)(const ql_nbits_w *w, int n0, int nc, int j0, int j1, float *p, ptrdiff_t ldp);
-/* fold: y = f(((((l[i] + l[i+8]) ...) + bias) for `count` outputs with 16 lanes each */
-typedef void (*ql_nbits_ffold_fn)(const float *acc, int count, const float *bias, float *y);
-
-/* float levels, one row (decode): y[n] for n in [n0, n0 + 32) ∩ [0, N) (n0 a multiple of 32),
+/* float levels: P[(k - k0) * QL_NB_NR + c] = f(f32(q - zp) * s) of column n0 + c (c < 32;
+ * n0 a multiple of 32; columns past N give 0) for k in [k0, k1) */
+typedef void (*ql_nbits_fpanel_fn)(const ql_nbits_w *w, int n0, int k0, int k1, float *p);
+/* float levels, one tile: A's rows packed in tiles of QL_NB_MR, ap[k * QL_NB_MR + r] = A[r][k]; for
+ * rows r < mr <= QL_NB_MR and the panel's 32 columns c, acc[r * ldc + c] =
+ * fma(A[r][k], P[k - k0][c], acc) for k in [k0, k1), in increasing k */
+typedef void (*ql_nbits_ftile_fn)(const float *ap, const float *p, int k0, int k1, float *acc, ptrdiff_t ldc,
+                                  int mr);
+/* float levels, one row (decode): y[n] for n in [n0, n0 + 64) ∩ [0, N) (n0 a multiple of 64),
  * the whole reduction in registers, weights dequantized as they are read (no panel); NULL
- * where the level has none, or returns 0 for what it does not take (then the panel path) */
+ * where the level has none. Returns 0 for weights it does not take (then the panel path);
+ * n0 < 0 only asks that. */
 typedef int (*ql_nbits_fdec_fn)(const ql_nbits_w *w, const float *a, int n0, float *y);
 
 typedef struct ql_nbits_kernels {
@@ -72,7 +68,6 @@ typedef struct ql_nbits_kernels {
     int i8_cols;                   /* columns one i8 task should take (a multiple of 16) */
     ql_nbits_ftile_fn ftile;
     ql_nbits_fpanel_fn fpanel;
-    ql_nbits_ffold_fn ffold;
     ql_nbits_fdec_fn fdec;
 } ql_nbits_kernels;
 
@@ -80,10 +75,8 @@ extern const ql_nbits_kernels ql_nbits_scalar;
 #if QL_X86
 extern const ql_nbits_kernels ql_nbits_avx2;
 extern const ql_nbits_kernels ql_nbits_avx512;
-void ql_nbits_fpanel_avx2(const ql_nbits_w *w, int n0, int nc, int j0, int j1, float *p, ptrdiff_t ldp);
 #endif
-void ql_nbits_fpanel_portable(const ql_nbits_w *w, int n0, int nc, int j0, int j1, float *p, ptrdiff_t ldp);
-void ql_nbits_ffold_portable(const float *acc, int count, const float *bias, float *y);
+void ql_nbits_fpanel_portable(const ql_nbits_w *w, int n0, int k0, int k1, float *p);
 
 /* dispatch.c: the level's kernels */
 const ql_nbits_kernels *ql_nbits_for(const ql_isa *isa);

@@ -9,7 +9,9 @@
  * - SkipLayerNormalization is bit-identical to it too: the row sums follow NumPy's pairwise
  *   summation (pairwise_sum in its umath loops: 8 partial sums over blocks of up to 128,
  *   halves above), which np.add.reduce uses along a contiguous last axis;
- * - FastGelu's tanh is the C library's and v³ is v·v·v, where NumPy uses its own SIMD tanh and
+ * - FastGelu's 0.5 · v · (1 + tanh(u)) is evaluated as v / (1 + exp(-2u)) (the same function;
+ *   no cancellation where tanh(u) nears -1, and the C library's exp costs a third of its tanh);
+ *   exp is the C library's and v³ is v·v·v, where NumPy uses its own SIMD exp and
  *   pow: the double results can differ in their last bit, which the final rounding to float32
  *   almost always absorbs (the tests compare both with onnxruntime at the float tolerance).
  * No ISA-specific code and rows are independent, so the bits do not depend on the ISA level or
@@ -49,7 +51,8 @@ static void gelu_task(void *vctx, ptrdiff_t t, int thread) {
     for (ptrdiff_t i = start; i < end; i++) {
         double v = (double)c->x[i];
         if (c->bias) v = v + c->bias[i % c->last];
-        c->y[i] = (float)(0.5 * v * (1.0 + tanh(k * (v + 0.044715 * (v * v * v)))));
+        double u = k * (v + 0.044715 * (v * v * v));
+        c->y[i] = (float)(v / (1.0 + exp(-2.0 * u)));
     }
 }
 
@@ -96,7 +99,25 @@ static double pairwise(const double *a, ptrdiff_t n) {
 
 /* np.add.reduce over a contiguous row of n: its identity 0. plus the pairwise sum of the row
  * (checked against NumPy 2: a row of -0. sums to +0.) */
-static double row_sum(const double *a, ptrdiff_t n) { return 0. + pairwise(a, n); }
+double ql_tf_row_sum(const double *a, ptrdiff_t n) { return 0. + pairwise(a, n); }
+
+void ql_tf_layer_norm_row(double *s, double *d, ptrdiff_t h, const double *gamma, const double *beta, double eps,
+                          float *y, double *mean_out, double *inv_out) {
+    double mean = ql_tf_row_sum(s, h) / (double)h;
+    for (ptrdiff_t i = 0; i < h; i++) {
+        d[i] = s[i] - mean;
+        s[i] = d[i] * d[i];  /* np.square(d) */
+    }
+    double var = ql_tf_row_sum(s, h) / (double)h;
+    double inv = 1.0 / sqrt(var + eps);
+    for (ptrdiff_t i = 0; i < h; i++) {
+        double v = d[i] * inv * gamma[i];
+        if (beta) v += beta[i];
+        y[i] = (float)v;
+    }
+    *mean_out = mean;
+    *inv_out = inv;
+}
 
 typedef struct {
     const float *x, *skip;
@@ -121,18 +142,8 @@ static void sln_task(void *vctx, ptrdiff_t t, int thread) {
             s32[i] = (float)v;      /* onnxruntime normalizes the float32 sum */
             s[i] = (double)s32[i];
         }
-        double mean = row_sum(s, h) / (double)h;
-        for (ptrdiff_t i = 0; i < h; i++) {
-            d[i] = s[i] - mean;
-            s[i] = d[i] * d[i];  /* np.square(d) */
-        }
-        double var = row_sum(s, h) / (double)h;
-        double inv = 1.0 / sqrt(var + c->eps);
-        for (ptrdiff_t i = 0; i < h; i++) {
-            double v = d[i] * inv * c->gamma[i];
-            if (c->beta) v += c->beta[i];
-            y[i] = (float)v;
-        }
+        double mean, inv;
+        ql_tf_layer_norm_row(s, d, h, c->gamma, c->beta, c->eps, y, &mean, &inv);
         c->mean[r] = (float)mean;
         c->inv_std[r] = (float)inv;
     }

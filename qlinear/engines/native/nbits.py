@@ -1,17 +1,16 @@
 """MatMulNBits on the native engine: the weights repacked once into the kernels' layouts
 (qlinear/csrc/nbits/nbits.h), then one C call per ``run``.
 
-Two layouts, one per arithmetic (docs/contract.md, "MatMulNBits"; docs/engine.md):
+One layout serves both arithmetics (docs/contract.md, "MatMulNBits"; docs/engine.md): columns
+in groups of 16, each K-block as ``block_size * bits / 32`` lines of 64 bytes, a line holding 4
+bytes per column that pack the codes of 4 consecutive k for each of ``8 // bits`` steps. The
+int8 level reads a line as ``8 // bits`` ``vpdpbusd`` operands (16 columns x 4 k); the float
+levels read it k by k, one column an int32 lane (one shift and one mask), for their one
+accumulator per output. Scales [group][block][16] float32; zero points uint8 (int8 level) or
+float32 (float levels) in the same order.
 
-- int8 activations (accuracy_level 4 where the contract quantizes them): columns in groups of
-  16, each K-block as ``block_size * bits / 32`` lines of 64 bytes, a line holding 4 bytes per
-  column that pack the codes of 4 consecutive k for each of ``8 // bits`` steps: one
-  ``vpdpbusd`` operand (16 columns x 4 k) per step after a shift and a mask;
-- float levels: per column, 16 bytes per ``16 * 8 // bits`` k, byte i packing the codes of
-  k = 16·s + i at bit ``bits·s``: one 16-byte load widened to 16 lanes gives 16 consecutive k.
-
-Both keep the codes at their bit width (no float32 copy of the weights); the float levels'
-kernels dequantize 16 k of 32 columns at a time into a 32 KiB panel.
+The codes stay at their bit width (no float32 copy of the weights); the float levels' kernels
+dequantize 256 k of 32 columns at a time into a 32 KiB panel, or straight into registers.
 """
 
 from __future__ import annotations
@@ -21,8 +20,7 @@ import numpy as np
 from ... import _native
 
 F32 = np.float32
-_CHUNK = 256  # columns repacked at a time (a multiple of 16 and 32): bounded temporaries
-_FCOLS = 8  # the float layout's column group (QL_NB_FCOLS)
+_CHUNK = 256  # columns repacked at a time (a multiple of 16): bounded temporaries
 
 
 def _unpack(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
@@ -59,55 +57,37 @@ class NativeMatMulNBits:
         per = 8 // bits
         kpad = nb * block_size
         self.bias = None if bias is None else np.ascontiguousarray(bias, F32)
-        self.w8 = self.s8 = self.z8 = self.wf = self.sf = self.zf = self.g = None
+        self.w8 = self.z8 = self.zf = self.g = None
         self.zconst = 1 << (bits - 1)
-        self.wf_row = 0
+        self.zint = True
+        ng = -(-N // 16)
+        lines = block_size * bits // 32
+        w8 = np.zeros((ng, nb, lines, 16, 4), np.uint8)
+        for n0 in range(0, N, _CHUNK):
+            n1 = min(N, n0 + _CHUNK)
+            q = _unpack(B[n0:n1].reshape(n1 - n0, -1), bits, kpad)
+            gc = -(-(n1 - n0) // 16)
+            qp = np.zeros((gc * 16, kpad), np.uint8)
+            qp[:n1 - n0] = q
+            # k in a block = line·4·per + s·4 + t  →  [group, block, line, column, t, s]
+            x = qp.reshape(gc, 16, nb, lines, per, 4).transpose(0, 2, 3, 1, 5, 4)
+            w8[n0 // 16:n0 // 16 + gc] = _pack_steps(x, bits)
+        self.w8 = w8
+
+        def by_group(v: np.ndarray, dtype: type) -> np.ndarray:
+            out = np.zeros((ng * 16, nb), dtype)
+            out[:N] = v  # integer zero points are exact in float32
+            return np.ascontiguousarray(out.reshape(ng, 16, nb).transpose(0, 2, 1))
+
+        self.s8 = by_group(scales, F32)
         if int8:
-            ng = -(-N // 16)
-            lines = block_size * bits // 32
-            w8 = np.zeros((ng, nb, lines, 16, 4), np.uint8)
-            for n0 in range(0, N, _CHUNK):
-                n1 = min(N, n0 + _CHUNK)
-                q = _unpack(B[n0:n1].reshape(n1 - n0, -1), bits, kpad)
-                gc = -(-(n1 - n0) // 16)
-                qp = np.zeros((gc * 16, kpad), np.uint8)
-                qp[:n1 - n0] = q
-                # k in a block = line·4·per + s·4 + t  →  [group, block, line, column, t, s]
-                x = qp.reshape(gc, 16, nb, lines, per, 4).transpose(0, 2, 3, 1, 5, 4)
-                w8[n0 // 16:n0 // 16 + gc] = _pack_steps(x, bits)
-            self.w8 = w8
-            sp = np.zeros((ng * 16, nb), F32)
-            sp[:N] = scales
-            self.s8 = np.ascontiguousarray(sp.reshape(ng, 16, nb).transpose(0, 2, 1))
             if zp_given:
-                zpad = np.zeros((ng * 16, nb), np.uint8)
-                zpad[:N] = zp
-                self.z8 = np.ascontiguousarray(zpad.reshape(ng, 16, nb).transpose(0, 2, 1))
+                self.z8 = by_group(zp, np.uint8)
         else:
-            kpadf = -(-kpad // (16 * per)) * (16 * per)
-            nsc = kpadf // (16 * per)
-            G = -(-N // _FCOLS)
-            wf = np.zeros((G, nsc, _FCOLS, 16), np.uint8)
-            for n0 in range(0, N, _CHUNK):
-                n1 = min(N, n0 + _CHUNK)
-                gc = -(-(n1 - n0) // _FCOLS)
-                q = np.zeros((gc * _FCOLS, kpadf), np.uint8)
-                q[:n1 - n0, :kpad] = _unpack(B[n0:n1].reshape(n1 - n0, -1), bits, kpad)
-                # k = superchunk·16·per + s·16 + i  →  [group, superchunk, column, i, s]
-                x = q.reshape(gc, _FCOLS, nsc, per, 16).transpose(0, 2, 1, 4, 3)
-                wf[n0 // _FCOLS:n0 // _FCOLS + gc] = _pack_steps(x, bits)
-            self.wf, self.wf_row = wf, nsc * 16
-
-            def by_group(v: np.ndarray) -> np.ndarray:
-                out = np.zeros((G * _FCOLS, nb), F32)
-                out[:N] = v  # integer zero points are exact in float32
-                return np.ascontiguousarray(out.reshape(G, _FCOLS, nb).transpose(0, 2, 1))
-
-            self.sf, self.zf = by_group(scales), by_group(zp)
+            self.zint = zp.dtype != np.float32
+            self.zf = by_group(zp, F32)
             if g is not None:
-                gp = np.zeros(kpadf, np.int32)
-                gp[:K] = g
-                self.g = gp
+                self.g = np.ascontiguousarray(g, np.int32)
 
     def run(self, C, a: np.ndarray) -> np.ndarray:
         """Y [M, N] float32 for a float32 [M, K] (bias included), on the selected ISA level."""
@@ -115,5 +95,5 @@ class NativeMatMulNBits:
         M = a.shape[0]
         y = np.empty((M, self.N), F32)
         C.nbits_run(_native.isa(), self.int8, self.bits, self.bs, self.K, self.N, self.w8, self.s8, self.z8,
-                    self.zconst, self.wf, self.wf_row, self.sf, self.zf, self.g, self.bias, a, M, y)
+                    self.zconst, self.zf, self.zint, self.g, self.bias, a, M, y)
         return y

@@ -22,6 +22,16 @@ def constants_at(op: OpRun, positions: tuple[int, ...]) -> bool | None:
     return all(names[i] in known for i in positions if i < len(names) and names[i])
 
 
+def data_path(run: Callable[[Any], Any]) -> Callable[[list], Any]:
+    """A ``fast_path`` answer that reads only the node's first input: ``f(inputs)`` is
+    ``run(inputs[0])``, and ``f.data`` is ``run``, which the compiled plan
+    (``qlinear.graph.plan``) calls with that input alone (no argument list per call)."""
+    def f(ins: list) -> Any:
+        return run(ins[0])
+    f.data = run  # type: ignore[attr-defined]
+    return f
+
+
 class KernelOp(OpRun):
     """Base of the replacement kernels (``standard``, ``contrib``): the node's attributes, error
     wrapping with the node's name, operator and version, the prepared form of its constant

@@ -27,8 +27,9 @@ from ...contrib import gemm as _gemm
 from ...contrib import pool as _pool
 from ...contrib import transformer as _transformer
 from ...contrib.schema import DOMAIN
+from ...engines.native import matmul as nmm
 from ...quantize import dequantize_linear, quantize_linear
-from .base import KernelOp, constants_at
+from .base import KernelOp, constants_at, data_path
 from .float import leaky_relu, relu
 
 _MS_VIA_ONNX = (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4), np.dtype(np.float16))
@@ -86,6 +87,9 @@ class _QLinearBinary(ContribOp):
                 or not self._bound(inputs, fixed, (1, 2, 4, 5, 6, 7)) or self._binary(tuple(inputs)) is None:
             return None
         run = self._bin.bound_run(inputs[0], inputs[3])
+        if run is not None and 3 in fixed:  # B a model constant: a short path of A alone
+            b = inputs[3]
+            return data_path(lambda a: run(a, b))
         return None if run is None else (lambda ins: run(ins[0], ins[3]))
 
 
@@ -146,7 +150,7 @@ class _QLinearTableOp(ContribOp):
                 or type(x) is not np.ndarray or x.dtype != self._table_dtype):
             return None
         run = _elementwise.bound_table(x, self._table)
-        return None if run is None else (lambda ins: run(ins[0]))
+        return None if run is None else data_path(run)
 
 
 class QLinearSigmoid(_QLinearTableOp):
@@ -224,7 +228,7 @@ class QLinearGlobalAveragePool(ContribOp):
                 or not self._bound(inputs, fixed, (1, 2, 3, 4))):
             return None
         run = _pool.bound_global_average_pool(*inputs, **self._kw("channels_last"))
-        return None if run is None else (lambda ins: run(ins[0]))
+        return None if run is None else data_path(run)
 
 
 class QLinearAveragePool(ContribOp):
@@ -256,7 +260,7 @@ class QGemm(ContribOp):
             return None
         run = self._prepared.bound_run(inputs[0], inputs[1], inputs[2], _arg(inputs, 6), _arg(inputs, 7),
                                        _arg(inputs, 8), **self._kw("alpha", "transA"))
-        return None if run is None else (lambda ins: run(ins[0]))
+        return None if run is None else data_path(run)
 
 
 class QLinearConv(ContribOp):
@@ -313,6 +317,48 @@ class DynamicQuantizeMatMul(ContribOp):
         y = self._call(_gemm._dynamic_quantize_matmul_op, *args, product=product)
         self._bind_consts(args, product)
         return (y,)
+
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """``_run``'s bound path for an A of this shape (float32, C-contiguous), its steps as
+        direct native calls: DynamicQuantizeLinear (``C.dynamic_quantize``, None where the
+        guarded branch is needed), the product by the plan of the full call just made
+        (``PreparedMatMulInteger``'s per-tensor zero point plan), then the same float32
+        scaling; None (the full call) for anything else. Bound only where no float32
+        operation of the scaling can overflow (|acc| < 2^31 and |a_scale · b_scale| <= 1e28,
+        a bias below 3e38), so no np.errstate is needed."""
+        bound, x = self._bound_consts, inputs[0] if inputs else None
+        C = _native.native()
+        if (type(self) is not DynamicQuantizeMatMul or bound is None or C is None or len(inputs) != bound[0]
+                or not self._bound(inputs, fixed, (1, 2, 3, 4)) or any(inputs[i] is not o for i, o in bound[1])
+                or type(x) is not np.ndarray or x.dtype != np.float32 or not x.size or not x.flags.c_contiguous):
+            return None
+        prepared = getattr(bound[4], "prepared", None)
+        plan = None if prepared is None else prepared._zp_call
+        if plan is None or plan[0] != x.shape or plan[1] != np.uint8:
+            return None
+        isa, call, limit, shape = C.get_isa(), plan[2], plan[3], x.shape
+        if call[0] != isa:
+            return None
+        bs, bias = bound[2], bound[3]
+        bs_max = float(np.abs(bs).max())
+        if not (bs_max == bs_max) or (bias is not None and not float(np.abs(bias).max()) < 3e38):
+            return None
+        n, f32, u8 = x.size, np.float32, np.uint8
+        run_zero_point, quantize, max_bytes = nmm.run_zero_point, C.dynamic_quantize, v.max_output_bytes
+
+        def run(ins: list):
+            a = ins[0]
+            if (type(a) is not np.ndarray or a.dtype != f32 or a.shape != shape or not a.flags.c_contiguous
+                    or max_bytes() != limit or C.get_isa() != isa):
+                return None
+            q = np.empty(shape, u8)
+            got = quantize(isa, a.reshape(-1), n, q.reshape(-1))
+            if got is None or abs(got[0]) * bs_max > 1e28:
+                return None
+            acc = run_zero_point(call, q, got[1])
+            y = acc.astype(f32) * (f32(got[0]) * bs)  # f(f(acc) * f(a_scale * b_scale_j))
+            return y if bias is None else y + bias  # a separate float32 addition
+        return run
 
     def _bind_consts(self, args: tuple, product) -> None:
         """After a full call that succeeded: remember B, b_scale, b_zero_point and bias when all
@@ -376,7 +422,11 @@ def _prepared_product(w: np.ndarray, weight_zero_point: Any):
         prepared = prepare_matmul_integer(w, wz)
     except (ValueError, TypeError):
         return None
-    return lambda x, _w, a_zero_point, _wz: prepared.run(x, a_zero_point)
+    def product(x, _w, a_zero_point, _wz):
+        return prepared.run(x, a_zero_point)
+
+    product.prepared = prepared  # for DynamicQuantizeMatMul.fast_path (its plan of the last call)
+    return product
 
 
 class QAttention(ContribOp):
@@ -428,8 +478,65 @@ class Attention(ContribOp):
 
 
 class EmbedLayerNormalization(ContribOp):
+    """EmbedLayerNormalization: when the tables, gamma and beta are constants of the model,
+    they are checked (and gamma, beta widened to float64) by the first full call, and later
+    calls with these very objects check only the token inputs (``_embed_lean``)."""
+
+    _lean: Any = None  # (argument count, ((position, object) ...), tables, gamma, beta, epsilon) or False
+
     def _run(self, *args, **_):
-        return self._call(_c.embed_layer_normalization, *args, **self._kw("epsilon"))
+        b = self._lean
+        if b and len(args) == b[0] and all(args[i] is o for i, o in b[1]):
+            got = _embed_lean(b, args)
+            if got is not None:
+                return got
+        out = self._call(_c.embed_layer_normalization, *args, **self._kw("epsilon"))
+        if self._lean is None:
+            self._lean = self._bind(args) or False
+        return out
+
+    def _bind(self, args: tuple):
+        """After a full call that succeeded: the bound form of its constant parameters, or None."""
+        if _native.native() is None or len(args) < 7 or constants_at(self, (2, 3, 4, 5, 6)) is not True:
+            return None
+        words, positions, segments, gamma, beta = args[2:7]
+        if beta is None or any(type(t) is not np.ndarray or t.dtype != np.float32 or not t.flags.c_contiguous
+                               for t in (words, positions, gamma, beta) + (() if segments is None else (segments,))):
+            return None
+        hidden = words.shape[1]
+        g, b = (np.ascontiguousarray(t, np.float64) for t in (gamma, beta))
+        eps = float(self.given.get("epsilon", 1e-12))
+        return (len(args), tuple((i, args[i]) for i in range(2, 7)), words, positions, segments, hidden, g, b, eps)
+
+
+def _embed_lean(b: tuple, args: tuple):
+    """EmbedLayerNormalization's outputs on the native kernel for bound constants ``b`` (see
+    EmbedLayerNormalization._run) and token inputs the full call accepts without conversion
+    (C-contiguous int32 ids (B, S), segment ids and mask of that shape, position ids of that
+    shape, int32 or int64), or None (the full call then runs, and reports what it refuses)."""
+    _, _, words, positions, segments, hidden, g, beta, eps = b
+    C = _native.native()
+    ids = args[0]
+    if C is None or type(ids) is not np.ndarray or ids.dtype != np.int32 or ids.ndim != 2 \
+            or not ids.flags.c_contiguous or not ids.size:
+        return None
+    shape = ids.shape
+    seg = args[1] if segments is not None else None
+    mask, pos = _arg(args, 7), _arg(args, 8)
+    for t, kinds in ((seg, (np.int32,)), (mask, (np.int32,)), (pos, (np.int32, np.int64))):
+        if t is not None and (type(t) is not np.ndarray or t.dtype not in kinds or t.shape != shape
+                              or not t.flags.c_contiguous):
+            return None
+    batch, seq = shape
+    v.check_size("embed_layer_normalization", "the float64 embeddings", (batch, seq, hidden), 8)
+    y, e = np.empty((batch, seq, hidden), np.float32), np.empty((batch, seq, hidden), np.float32)
+    got = C.embed_layer_norm(ids, pos, pos is not None and pos.dtype == np.int64, seg, batch, seq, words,
+                             words.shape[0], positions, positions.shape[0], None if seg is None else segments,
+                             0 if seg is None else segments.shape[0], hidden, g, beta, eps, y, e)
+    if got != 1:
+        return None
+    mask_index = np.zeros(batch, np.int32) if mask is None else np.count_nonzero(mask, axis=-1).astype(np.int32)
+    return y, mask_index, e
 
 
 class _ConstantParams:
@@ -516,6 +623,15 @@ class FastGelu(ContribOp):
                 self._bound = (*self._bound, bias)
         return out
 
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """The bound path of ``_run`` (``_bound_fast_gelu``: its constant bias, checked once) as
+        the graph loop's short path; None where ``_run`` has none."""
+        b = self._bound  # (``_bound`` here is that tuple, not KernelOp._bound)
+        if type(self) is not FastGelu or not b or len(inputs) != b[0] \
+                or not KernelOp._bound(self, inputs, fixed, (1,)) or any(inputs[i] is not o for i, o in b[1]):
+            return None
+        return lambda ins: _bound_fast_gelu(b, ins[0])
+
 
 def _bind_constants(node: ContribOp, args: tuple, positions: tuple[int, ...]) -> tuple | None:
     """After a full call of ``node`` that succeeded on the native engine: (the argument count,
@@ -576,6 +692,14 @@ class DynamicQuantizeLinear(ContribOp):
     version = 11
 
     def _run(self, x, **_):
+        C = _native.native()
+        if C is not None and type(x) is np.ndarray and x.dtype == np.float32 and x.size and x.flags.c_contiguous:
+            # dynamic_quantize_linear's native branch without its wrapper's checks (a float32
+            # ndarray passes them; the output is no larger than x): the same call, the same bits
+            y = np.empty(x.shape, np.uint8)
+            got = C.dynamic_quantize(C.get_isa(), x.reshape(-1), x.size, y.reshape(-1))
+            if got is not None:
+                return y, np.asarray(got[0], np.float32), np.asarray(got[1], np.uint8)
         return self._call(_c.dynamic_quantize_linear, x)
 
 

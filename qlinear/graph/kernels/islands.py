@@ -5,10 +5,13 @@ nodes (docs/qdq.md, "Integer islands")."""
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 
 from ... import _native
 from ...contrib._arith import mlas_quantize
+from .base import data_path
 from .contrib import ContribOp
 
 __all__ = ["QDQIsland", "QDQTableIsland", "ISLAND_KERNELS"]
@@ -117,6 +120,32 @@ class QDQTableIsland(ContribOp):
         rows = np.arange(planes) % c
         out.reshape(planes, -1)[...] = tables[rows[:, None], flat]
         return (out,)
+
+    def fast_path(self, inputs: list, fixed: frozenset[int]) -> Callable[[list], Any] | None:
+        """``_run``'s native lookup bound to these very constant tables and to a C-contiguous
+        x of this shape and dtype (``base.KernelOp.fast_path``): the checks above made once."""
+        x, tables = (inputs + [None, None])[:2]
+        C = _native.native()
+        if (type(self) is not QDQTableIsland or len(inputs) != 2 or 1 not in fixed or C is None
+                or type(x) is not np.ndarray or x.dtype.itemsize != 1 or x.dtype.kind not in "iu"
+                or not x.flags.c_contiguous or not x.size or type(tables) is not np.ndarray
+                or tables.ndim != 2 or tables.shape[1] != 256 or not tables.flags.c_contiguous):
+            return None
+        c = tables.shape[0]
+        if c > 1 and (x.ndim < 2 or x.shape[1] != c):
+            return None
+        planes = x.shape[0] * c if c > 1 else 1
+        plane, shape, dtype, odt = x.size // planes, x.shape, x.dtype, tables.dtype
+        lut, native = C.island_lut, _native.native
+
+        def run(x: Any) -> np.ndarray | None:
+            if (type(x) is not np.ndarray or x.dtype is not dtype or x.shape != shape or not x.flags.c_contiguous
+                    or native() is not C):
+                return None
+            out = np.empty(shape, odt)
+            lut(C.get_isa(), x, planes, c, plane, tables, out)
+            return out
+        return data_path(run)
 
 
 ISLAND_KERNELS = [QDQIsland, QDQTableIsland]

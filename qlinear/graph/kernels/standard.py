@@ -25,7 +25,7 @@ from ...quantize import PreparedDequantize, PreparedDequantizeLinear, PreparedQu
 from ..errors import NodeError
 from ..proto import T, node_attributes, node_version
 from ..support import _opset10_not_scalar
-from .base import KernelOp, constants_at
+from .base import KernelOp, constants_at, data_path
 
 class _QLinearOp(KernelOp):
     """Base of the six operators' kernels (``base.KernelOp``), with their ONNX version."""
@@ -290,7 +290,7 @@ def _bound_prepared_io(node: _QLinearOp, cls: type, inputs: list, fixed: frozens
             or inputs[1] is not node._weights_ref[0] or _arg(inputs, 2) is not node._weights_ref[1]):
         return None
     run = prepared.bound_run(inputs[0])
-    return None if run is None else (lambda ins: run(ins[0]))
+    return None if run is None else data_path(run)
 
 
 def _arg(args: list | tuple, i: int) -> Any:
@@ -336,7 +336,15 @@ class QLinearMatMul(_QLinearOp):
                 return (self._call(prep.run, a, *scalars),)
         if any(_dtype(v) not in _dtypes.EIGHT_BIT for v in (a, b, y_zero_point)) or \
                 any(_dtype(v) in _NARROW_SCALES for v in (a_scale, b_scale, y_scale)):
-            # version 21: float8 operands or float16/bfloat16 scales, by the function
+            # version 21: float8 operands or float16/bfloat16 scales, by the function; with a
+            # float8 operand or output, a constant b is decoded once (its prepared form)
+            if any(_is_float8(v) for v in (a, b, y_zero_point)):
+                prep = KernelOp._prepared_for(self, _q.matmul.prepare_qlinear_matmul_float8,
+                                              (b, b_scale, b_zero_point), (3, 4, 5))
+                y = self._call(prep.run, a, *params)
+                if prep is self._prepared:
+                    self._remember_scalars(params, (1, 2, 6, 7), prep)
+                return (y,)
             return (self._call(_q.qlinear_matmul, a, a_scale, a_zero_point, b, b_scale, b_zero_point,
                                y_scale, y_zero_point),)
         for what, v in (("a_scale", a_scale), ("b_scale", b_scale), ("y_scale", y_scale)):
@@ -354,6 +362,11 @@ class QLinearMatMul(_QLinearOp):
         return _bound_weighted(self, QLinearMatMul, inputs, fixed, (3, 4, 5))
 
 
+def _is_float8(v: Any) -> bool:
+    t = _dtypes.lookup(_dtype(v))
+    return t is not None and t.is_float and t.bits == 8
+
+
 def _bound_weighted(node: _QLinearOp, cls: type, inputs: list, fixed: frozenset[int],
                     weights: tuple[int, ...]):
     """QLinearConv's / QLinearMatMul's ``fast_path``: their repeat path (the prepared form of
@@ -367,7 +380,7 @@ def _bound_weighted(node: _QLinearOp, cls: type, inputs: list, fixed: frozenset[
         return None
     scalars = node._scalar_params(tuple(inputs[i] for i in params), params, prep)
     run = None if scalars is None else prep.bound_run(*scalars)
-    return None if run is None else (lambda ins: run(ins[0]))
+    return None if run is None else data_path(run)
 
 
 class _IntegerOp(_QLinearOp):
