@@ -333,19 +333,14 @@ class PreparedDequantize:
 
 
 
-class PreparedQuantizeLinear:
-    """``quantize_linear(x, y_scale, y_zero_point, **attributes)`` for every type and version,
-    with the parameters validated and laid out once per x dtype and shape (the scale rounded
-    to the division precision, the zero point converted, the granularity decided): ``run(x)``
-    gives the same bits as the plain call. The first call of a dtype and shape raises the
-    plain call's errors."""
+class _PreparedQDQ:
+    """What the two prepared forms below share: the parameters' plan (validated and laid out)
+    kept per x dtype and shape (at most 16), and the run on it. A subclass names its operator,
+    its plain function, the name of its native and NumPy runs, and how a plan is built."""
 
-    def __init__(self, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1, block_size: int = 0,
-                 saturate: int = 1, output_dtype: Any = None, precision: Any = None, version: int = LATEST):
-        self._args = (y_scale, y_zero_point)
-        self._attrs = dict(axis=axis, block_size=block_size, saturate=saturate, output_dtype=output_dtype,
-                           precision=precision, version=version)
-        self._plans: dict[tuple, tuple] = {}
+    _op: str
+    _kind: str   # "quantize" or "dequantize": the native and NumPy runs' name in their modules
+    _plain: Any
 
     def plan(self, dtype: Any, shape: tuple[int, ...]) -> None:
         """Validate the parameters for an x of this dtype and shape and keep the result, as the
@@ -354,34 +349,60 @@ class PreparedQuantizeLinear:
         self._plan(np.broadcast_to(np.zeros((), dtype), tuple(shape)))
 
     def _plan(self, x: np.ndarray) -> tuple:
-        op = "quantize_linear"
         key = (x.dtype, x.shape)
         plan = self._plans.get(key)
         if plan is None:
-            a = self._attrs
-            ver = _qdq.version_of(op, a["version"])
-            _, xt = _qdq.input_tensor(op, "x", x, _qdq.Q_INPUTS, ver)
-            qp = _qdq.QuantizeParams(op, x, xt, *self._args, a["axis"], a["block_size"], a["saturate"],
-                                     a["output_dtype"], a["precision"], ver)
-            plan = (xt, qp)
+            plan = self._make_plan(x, _qdq.version_of(self._op, self._attrs["version"]))
             if len(self._plans) < 16:
                 self._plans[key] = plan
         return plan
 
+    def _make_plan(self, x: np.ndarray, ver: int) -> tuple:
+        raise NotImplementedError
+
     def run(self, x: np.ndarray) -> np.ndarray:
-        op = "quantize_linear"
+        """The plain call's result for ``x`` (same bits), by the plan kept for its dtype and shape."""
         if type(x) is not np.ndarray or not x.dtype.isnative:
-            return quantize_linear(x, *self._args, **self._attrs)
-        xt, qp = self._plan(x)
-        v.check_size(op, "the output", x.shape, qp.out.dtype.itemsize)
-        out = nformats.quantize(x, xt, qp)
-        return out if out is not None else _qdq.quantize(x, xt, qp)
+            return type(self)._plain(x, *self._args, **self._attrs)
+        xt, params = self._plan(x)
+        v.check_size(self._op, "the output", x.shape, params.out.dtype.itemsize)
+        out = getattr(nformats, self._kind)(x, xt, params)
+        return out if out is not None else getattr(_qdq, self._kind)(x, xt, params)
 
 
-class PreparedDequantizeLinear:
+class PreparedQuantizeLinear(_PreparedQDQ):
+    """``quantize_linear(x, y_scale, y_zero_point, **attributes)`` for every type and version,
+    with the parameters validated and laid out once per x dtype and shape (the scale rounded
+    to the division precision, the zero point converted, the granularity decided): ``run(x)``
+    gives the same bits as the plain call. The first call of a dtype and shape raises the
+    plain call's errors."""
+
+    _op = "quantize_linear"
+    _kind = "quantize"
+    _plain = staticmethod(quantize_linear)
+
+    def __init__(self, y_scale: Any, y_zero_point: Any = None, *, axis: int = 1, block_size: int = 0,
+                 saturate: int = 1, output_dtype: Any = None, precision: Any = None, version: int = LATEST):
+        self._args = (y_scale, y_zero_point)
+        self._attrs = dict(axis=axis, block_size=block_size, saturate=saturate, output_dtype=output_dtype,
+                           precision=precision, version=version)
+        self._plans: dict[tuple, tuple] = {}
+
+    def _make_plan(self, x: np.ndarray, ver: int) -> tuple:
+        a = self._attrs
+        _, xt = _qdq.input_tensor(self._op, "x", x, _qdq.Q_INPUTS, ver)
+        return xt, _qdq.QuantizeParams(self._op, x, xt, *self._args, a["axis"], a["block_size"], a["saturate"],
+                                       a["output_dtype"], a["precision"], ver)
+
+
+class PreparedDequantizeLinear(_PreparedQDQ):
     """``dequantize_linear(x, x_scale, x_zero_point, **attributes)`` for every type and version,
     with the parameters validated and laid out once per x dtype and shape: ``run(x)`` gives the
     same bits as the plain call."""
+
+    _op = "dequantize_linear"
+    _kind = "dequantize"
+    _plain = staticmethod(dequantize_linear)
 
     def __init__(self, x_scale: Any, x_zero_point: Any = None, *, axis: int = 1, block_size: int = 0,
                  output_dtype: Any = None, version: int = LATEST):
@@ -389,30 +410,8 @@ class PreparedDequantizeLinear:
         self._attrs = dict(axis=axis, block_size=block_size, output_dtype=output_dtype, version=version)
         self._plans: dict[tuple, tuple] = {}
 
-    def plan(self, dtype: Any, shape: tuple[int, ...]) -> None:
-        """Validate the parameters for an x of this dtype and shape and keep the result, as the
-        first ``run`` of such an x does: raises the plain call's ValueError/TypeError."""
-        self._plan(np.broadcast_to(np.zeros((), dtype), tuple(shape)))
-
-    def _plan(self, x: np.ndarray) -> tuple:
-        op = "dequantize_linear"
-        key = (x.dtype, x.shape)
-        plan = self._plans.get(key)
-        if plan is None:
-            a = self._attrs
-            ver = _qdq.version_of(op, a["version"])
-            _, xt = _qdq.input_tensor(op, "x", x, _qdq.DQ_INPUTS, ver)
-            dp = _qdq.DequantizeParams(op, x, xt, *self._args, a["axis"], a["block_size"], a["output_dtype"], ver)
-            plan = (xt, dp)
-            if len(self._plans) < 16:
-                self._plans[key] = plan
-        return plan
-
-    def run(self, x: np.ndarray) -> np.ndarray:
-        op = "dequantize_linear"
-        if type(x) is not np.ndarray or not x.dtype.isnative:
-            return dequantize_linear(x, *self._args, **self._attrs)
-        xt, dp = self._plan(x)
-        v.check_size(op, "the output", x.shape, dp.out.dtype.itemsize)
-        out = nformats.dequantize(x, xt, dp)
-        return out if out is not None else _qdq.dequantize(x, xt, dp)
+    def _make_plan(self, x: np.ndarray, ver: int) -> tuple:
+        a = self._attrs
+        _, xt = _qdq.input_tensor(self._op, "x", x, _qdq.DQ_INPUTS, ver)
+        return xt, _qdq.DequantizeParams(self._op, x, xt, *self._args, a["axis"], a["block_size"],
+                                         a["output_dtype"], ver)
