@@ -27,10 +27,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+
+from timing import median_seconds
 
 MODELS = ("mobilenetv2-7_qdq_opset10", "ultraface_rfb320_ortstatic_qdq")
 ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
@@ -73,7 +74,6 @@ def collect(models_dir: Path, only: str | None, out: str) -> list[dict]:
 
 
 def _one_node(x, w, b, attrs):
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     inits = [numpy_helper.from_array(w, "w")] + ([numpy_helper.from_array(b, "b")] if b is not None else [])
@@ -110,14 +110,7 @@ def child(runtime: str, layers: list[dict], data: str, repeat: int, threads: int
 
             def fn(sess=sess, x=x):
                 sess.run(None, {"x": x})
-        for _ in range(3):
-            fn()
-        ts = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t)
-        times.append(float(np.median(ts)) * 1e6)
+        times.append(median_seconds(fn, repeat, warm=3) * 1e6)
     return times
 
 

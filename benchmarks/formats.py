@@ -23,14 +23,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
-import time
 import zlib
 
 import ml_dtypes
 import numpy as np
+
+from timing import median_seconds
 
 N16M = 16 << 20
 
@@ -108,14 +108,7 @@ def _model(name):
 
 
 def _median_time(fn, repeat):
-    fn()
-    fn()
-    ts = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+    return median_seconds(fn, repeat, warm=2)
 
 
 def child(engine, name, repeat, threads):

@@ -36,6 +36,8 @@ import zlib
 import ml_dtypes
 import numpy as np
 
+from timing import median_seconds
+
 SIZES = {"64K": 1 << 16, "1M": 1 << 20, "16M": 1 << 24}
 TARGET = 20.0
 
@@ -138,14 +140,7 @@ def _model(name, x, s, a):
 
 
 def _times(fn, repeat, warm=True):
-    if warm:
-        fn()
-    ts = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+    return median_seconds(fn, repeat, warm=1 if warm else 0)
 
 
 def child(engine, names, sizes):

@@ -33,9 +33,10 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
+
+from timing import median_seconds
 
 import onnx
 from onnx import TensorProto as T
@@ -141,14 +142,7 @@ def _child(runtime: str, kind: str, nodes: int, repeat: int, threads: int) -> di
 
             def fn(sess=sess):
                 return sess.run(None, {"t0": x})
-        for _ in range(20):
-            fn()
-        ts = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t)
-        out[str(n)] = float(np.median(ts))
+        out[str(n)] = median_seconds(fn, repeat, warm=20)
     return out
 
 
