@@ -35,6 +35,7 @@ import numpy as np
 from .. import _native
 from .. import _validate as v
 from .. import dtypes
+from ..dtypes import packing
 from ..engines.native.nbits import NativeMatMulNBits
 
 F32 = np.float32
@@ -68,18 +69,7 @@ def int8_activations(bits: int, block_size: int, zero_point_kind: str, has_g_idx
 # Unpacking
 # ------------------------------------------------------------------------------------------
 
-def unpack_codes(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
-    """Codes packed ``8 // bits`` to a byte along the last axis, element j in byte
-    j·bits // 8 at bit (j mod (8 // bits))·bits (low bits first), as uint8 with ``count``
-    elements along the last axis."""
-    if bits == 8:
-        return packed[..., :count]
-    per = 8 // bits
-    mask = np.uint8((1 << bits) - 1)
-    out = np.empty(packed.shape + (per,), np.uint8)
-    for j in range(per):
-        np.bitwise_and(np.right_shift(packed, np.uint8(j * bits)), mask, out=out[..., j])
-    return out.reshape(packed.shape[:-1] + (packed.shape[-1] * per,))[..., :count]
+unpack_codes = packing.unpack_last_axis   # one home: qlinear/dtypes/packing.py
 
 
 # ------------------------------------------------------------------------------------------

@@ -47,6 +47,20 @@ def pack(codes: np.ndarray, bits: int) -> np.ndarray:
     raise ValueError(f"pack: bits must be 2, 4, 6 or 8; got {bits}")
 
 
+def unpack_last_axis(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """Codes packed ``8 // bits`` to a byte along the last axis (element j in byte j·bits // 8
+    at bit (j mod (8 // bits))·bits, low bits first: MatMulNBits' and GatherBlockQuantized's
+    rows), as uint8 with ``count`` elements along the last axis; bits 2, 4 or 8."""
+    if bits == 8:
+        return packed[..., :count]
+    per = 8 // bits
+    mask = np.uint8((1 << bits) - 1)
+    out = np.empty(packed.shape + (per,), np.uint8)
+    for j in range(per):
+        np.bitwise_and(np.right_shift(packed, np.uint8(j * bits)), mask, out=out[..., j])
+    return out.reshape(packed.shape[:-1] + (packed.shape[-1] * per,))[..., :count]
+
+
 def unpack(data: np.ndarray, count: int, bits: int) -> np.ndarray:
     """``count`` codes (uint8, 1-D, one per byte) from ONNX's packed bytes."""
     b = np.ascontiguousarray(data, dtype=np.uint8).reshape(-1)

@@ -18,21 +18,12 @@ from __future__ import annotations
 import numpy as np
 
 from ... import _native
+from ...dtypes.packing import unpack_last_axis
 
 F32 = np.float32
 _CHUNK = 256  # columns repacked at a time (a multiple of 16): bounded temporaries
 
 
-def _unpack(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
-    """Codes packed low bits first along the last axis, as uint8 with ``count`` elements."""
-    if bits == 8:
-        return packed[..., :count]
-    per = 8 // bits
-    mask = np.uint8((1 << bits) - 1)
-    out = np.empty(packed.shape + (per,), np.uint8)
-    for s in range(per):
-        np.bitwise_and(np.right_shift(packed, np.uint8(s * bits)), mask, out=out[..., s])
-    return out.reshape(packed.shape[:-1] + (packed.shape[-1] * per,))[..., :count]
 
 
 def _pack_steps(x: np.ndarray, bits: int) -> np.ndarray:
@@ -65,7 +56,7 @@ class NativeMatMulNBits:
         w8 = np.zeros((ng, nb, lines, 16, 4), np.uint8)
         for n0 in range(0, N, _CHUNK):
             n1 = min(N, n0 + _CHUNK)
-            q = _unpack(B[n0:n1].reshape(n1 - n0, -1), bits, kpad)
+            q = unpack_last_axis(B[n0:n1].reshape(n1 - n0, -1), bits, kpad)
             gc = -(-(n1 - n0) // 16)
             qp = np.zeros((gc * 16, kpad), np.uint8)
             qp[:n1 - n0] = q
