@@ -342,7 +342,7 @@ def test_graph_node_decodes_a_constant_b_once(monkeypatch):
         a = operand(rng, "float8e4m3fn", (5, 16))
         (y,) = rep.run({"a": a})
         bits_equal(np.asarray(y), expected(a, F32(0.05), zero, b, bsc, bz, F32(0.5), zero))
-    assert decodes.count(False) == 1 and decodes.count(True) == 3, decodes
+    assert decodes.count(False) == 1, decodes  # a is decoded per run (natively on the one-call path)
 
 
 def test_accumulator_rounds_before_the_multiplier(engine_level):
