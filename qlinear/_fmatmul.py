@@ -31,7 +31,7 @@ import numpy as np
 from . import _blas
 from . import _validate as v
 from . import dtypes
-from ._prepared import Memo, param_key
+from ._prepared import ContentMemo, Memo, content_key, contiguous, param_key
 from .engines.native import f8mm as _nf8
 
 _OPERANDS = tuple(t for t in dtypes.TYPES if (t.is_int and t.bits == 8) or (t.is_float and t.bits == 8))
@@ -351,8 +351,32 @@ def qlinear_matmul(op: str, a: Any, a_scale: Any, a_zero_point: Any, b: Any, b_s
     """QLinearMatMul-21 for float8 operands or output (see the module notes); ``operand_param``
     is matmul.py's per-tensor/per-row/per-column parameter check."""
     operand(op, "a", a)  # a's type is named before b's
-    right = _Right(op, b, b_scale, b_zero_point, operand_param)
+    right = _plain_right(op, b, b_scale, b_zero_point, operand_param)
     return run(op, right, a, a_scale, a_zero_point, y_scale, y_zero_point, operand_param)
+
+
+#: Plain calls' decoded ``b`` by its contents (``_prepared.ContentMemo``): a model's constant
+#: weight passed to the function again and again is validated and decoded once.
+_PLAIN_B = ContentMemo(4, 128 << 20)
+
+
+def _plain_right(op: str, b: Any, b_scale: Any, b_zero_point: Any, operand_param) -> _Right:
+    """The validated ``b`` of a plain call: the one a plain call with the same contents of ``b``
+    and its parameters built (kept by ``_PLAIN_B``, built from private copies), else a new one,
+    kept when its parameters can be keyed."""
+    if type(b) is not np.ndarray or dtypes.lookup(b.dtype) not in _OPERANDS:
+        return _Right(op, b, b_scale, b_zero_point, operand_param)  # raises the usual error
+    key = ("b", b.dtype, b.shape, content_key(b_scale), content_key(b_zero_point), v.max_output_bytes())
+    if key[3] is None or key[4] is None:
+        return _Right(op, b, b_scale, b_zero_point, operand_param)
+    b = contiguous(op, "b", b)
+    right = _PLAIN_B.get(key, b)
+    if right is None:
+        copy = b.copy()
+        right = _Right(op, copy, *(np.copy(p) if isinstance(p, np.ndarray) else p for p in (b_scale, b_zero_point)),
+                       operand_param)
+        _PLAIN_B.put(key, copy, right, copy.nbytes + 8 * copy.size)  # the copy and its float64 units
+    return right
 
 
 def run(op: str, right: _Right, a: Any, a_scale: Any, a_zero_point: Any, y_scale: Any, y_zero_point: Any,
