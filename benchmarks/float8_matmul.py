@@ -4,8 +4,10 @@ operands, same process, same threads, on BERT-base's shapes 128x768x768 and 128x
 Usage: python benchmarks/float8_matmul.py [--threads=N] [--repeat=R]
 
 For each shape (e4m3fn operands, every code but NaN, zero zero points, float8 e4m3fn output):
-  plain     qlinear.qlinear_matmul (b decoded on every call)
-  prepared  qlinear.prepare_qlinear_matmul(b, ...).run (b decoded once: the backend's form)
+  plain     qlinear.qlinear_matmul (the same b on every call: its decoding is kept by its contents,
+            so a call compares b's bytes instead of decoding it)
+  prepared  qlinear.prepare_qlinear_matmul(b, ...).run (b decoded once: the backend's form; an
+            e4m3fn a takes the one-call product: decode, dgemm per thread, output step)
   sgemm     np.matmul of the float32 dequantized operands (the reference of the target)
   dgemm     np.matmul of the float64 units (the exact path's GEMM alone, for the breakdown)
 and the ratios to sgemm (target: prepared <= 2). Calls alternate between the cases within each
