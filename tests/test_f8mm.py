@@ -558,3 +558,39 @@ def test_content_memo_bounds():
     z2 = z.copy()
     z2[12] = 1
     assert memo.get(("odd",), z) == 5 and memo.get(("odd",), z2) is None
+
+
+@pytest.mark.parametrize("sdt", ["float16", "bfloat16"])
+def test_graph_8bit_with_narrow_scales_is_prepared_once(monkeypatch, sdt):
+    """QLinearMatMul-21 with 8-bit operands and float16/bfloat16 scales in a model: the 8-bit
+    prepared form (b packed once over several runs), the oracle's bits."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    from qlinear import backend, matmul
+
+    dt, elem = (F16, T.FLOAT16) if sdt == "float16" else (BF16, T.BFLOAT16)
+    rng = np.random.default_rng(25)
+    b = operand(rng, "int8", (16, 8))
+    sa, sb, sy = dt(0.05), scale(rng, (8,), dt, 0.01, 0.1), dt(0.5)
+    zb = operand(rng, "int8", (8,))
+    tensor = lambda n, v: helper.make_tensor(n, elem, v.shape, np.ascontiguousarray(v).view(np.uint16).reshape(-1).tobytes(), raw=True)  # noqa: E731
+    inits = [tensor("a_scale", np.asarray(sa)), tensor("b_scale", sb), tensor("y_scale", np.asarray(sy)),
+             numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.asarray(np.uint8(7)), "a_zp"),
+             numpy_helper.from_array(zb, "b_zp"), numpy_helper.from_array(np.asarray(np.int8(-3)), "y_zp")]
+    node = helper.make_node("QLinearMatMul", ["a", "a_scale", "a_zp", "b", "b_scale", "b_zp", "y_scale", "y_zp"], ["y"])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", T.UINT8, [5, 16])],
+                          [helper.make_tensor_value_info("y", T.INT8, [5, 8])], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    built = []
+    real = matmul.PreparedQLinearMatMul.__init__
+
+    def counting(self, *args, **kw):
+        built.append(kw.get("_owned", True))
+        real(self, *args, **kw)
+
+    monkeypatch.setattr(matmul.PreparedQLinearMatMul, "__init__", counting)
+    rep = backend.prepare(m)
+    for _ in range(3):
+        a = operand(rng, "uint8", (5, 16))
+        (y,) = rep.run({"a": a})
+        bits_equal(np.asarray(y), expected(a, sa, np.uint8(7), b, sb, zb, sy, np.int8(-3)))
+    assert built == [True], built
