@@ -195,11 +195,15 @@ static void qf_encode_run(const float *b, ptrdiff_t m, uint8_t *o, const qf_enc 
 #endif
 }
 
-/* b[i] = table[p[i]]: the including file may give a gather (QF_GATHER); else a plain loop */
-static void qf_lookup(const float *t, const uint8_t *p, ptrdiff_t m, float *b) {
+/* b[i] = table[p[i]]: the including file may give a vector lookup (QF_GATHER; `codes`: the
+ * format's count of codes, 2 * sign_bit, which a table held in registers may cover); else a
+ * plain loop */
+static void qf_lookup(const float *t, const uint8_t *p, ptrdiff_t m, float *b, int codes) {
     ptrdiff_t i = 0;
 #ifdef QF_GATHER
-    i = QF_GATHER(t, p, m, b);
+    i = QF_GATHER(t, p, m, b, codes);
+#else
+    (void)codes;
 #endif
     for (; i < m; i++) b[i] = t[p[i]];
 }
@@ -221,7 +225,7 @@ static void qf_widen(int type, const void *x, ptrdiff_t i0, ptrdiff_t m, const q
     case QF_I4: { const uint8_t *p = (const uint8_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = (float)((int32_t)((uint32_t)p[i] << 28) >> 28); } break;
     case QF_U2: { const uint8_t *p = (const uint8_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = (float)(p[i] & 3); } break;
     case QF_I2: { const uint8_t *p = (const uint8_t *)x + i0; for (ptrdiff_t i = 0; i < m; i++) b[i] = (float)((int32_t)((uint32_t)p[i] << 30) >> 30); } break;
-    case QF_NF: qf_lookup(F->table, (const uint8_t *)x + i0, m, b); break;
+    case QF_NF: qf_lookup(F->table, (const uint8_t *)x + i0, m, b, (int)F->sign_bit * 2); break;
     default: break;
     }
 }

@@ -8,8 +8,34 @@
 #pragma GCC target("avx2,avx512f,avx512bw,avx512dq,avx512vl,prefer-vector-width=512")
 #include <immintrin.h>
 
-static inline ptrdiff_t qf_gather_avx512(const float *t, const uint8_t *p, ptrdiff_t m, float *b) {
+static inline ptrdiff_t qf_gather_avx512(const float *t, const uint8_t *p, ptrdiff_t m, float *b, int codes) {
     ptrdiff_t i = 0;
+    /* float4 (16 codes) and float6 (64): the values in registers, vpermps / vpermt2ps by the
+     * code's low bits (bit 5 choosing between two 32-value halves for float6); a code past the
+     * format's (other bits set) is read from the table, so every lane is table[code] */
+    if (codes == 16) {
+        const __m512 t0 = _mm512_loadu_ps(t);
+        const __m512i top = _mm512_set1_epi32(15);
+        for (; i + 16 <= m; i += 16) {
+            __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p + i)));
+            __m512 v = _mm512_permutexvar_ps(idx, t0);
+            __mmask16 out = _mm512_cmpgt_epu32_mask(idx, top);
+            if (out) v = _mm512_mask_i32gather_ps(v, out, idx, t, 4);
+            _mm512_storeu_ps(b + i, v);
+        }
+    } else if (codes == 64) {
+        const __m512 t0 = _mm512_loadu_ps(t), t1 = _mm512_loadu_ps(t + 16), t2 = _mm512_loadu_ps(t + 32),
+                     t3 = _mm512_loadu_ps(t + 48);
+        const __m512i top = _mm512_set1_epi32(63), bit5 = _mm512_set1_epi32(32);
+        for (; i + 16 <= m; i += 16) {
+            __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p + i)));
+            __m512 lo = _mm512_permutex2var_ps(t0, idx, t1), hi = _mm512_permutex2var_ps(t2, idx, t3);
+            __m512 v = _mm512_mask_blend_ps(_mm512_test_epi32_mask(idx, bit5), lo, hi);
+            __mmask16 out = _mm512_cmpgt_epu32_mask(idx, top);
+            if (out) v = _mm512_mask_i32gather_ps(v, out, idx, t, 4);
+            _mm512_storeu_ps(b + i, v);
+        }
+    }
     for (; i + 16 <= m; i += 16) {
         __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p + i)));
         _mm512_storeu_ps(b + i, _mm512_i32gather_ps(idx, t, 4));
