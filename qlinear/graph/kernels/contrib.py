@@ -11,6 +11,7 @@ onnxruntime's.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import ml_dtypes
@@ -345,6 +346,19 @@ class DynamicQuantizeMatMul(ContribOp):
             return None
         n, f32, u8 = x.size, np.float32, np.uint8
         run_zero_point, quantize, max_bytes = nmm.run_zero_point, C.dynamic_quantize, v.max_output_bytes
+        one = _bound_dqmm(C, call, bs, bias, bs_max)
+        if one is not None:
+            # the same steps in one native call (csrc/transformer/dqmm.c: the same float32
+            # operations), its constants checked once by dqmm_bind
+            dqmm_run, out_shape, empty, nd = C.dqmm_run, call[4], np.empty, np.ndarray
+
+            def run_one(a):
+                if (type(a) is not nd or a.dtype != f32 or a.shape != shape or not a.flags.c_contiguous
+                        or max_bytes() != limit):
+                    return None
+                y = empty(out_shape, f32)
+                return y if dqmm_run(one, a, y) else None
+            return data_path(run_one)
 
         def run(ins: list):
             a = ins[0]
@@ -378,6 +392,23 @@ class DynamicQuantizeMatMul(ContribOp):
             return
         self._bound_consts = (len(args), tuple((i, args[i]) for i in present),
                               bs.reshape(()) if bs.size == 1 else bs.reshape(n), bias, product)
+
+
+def _bound_dqmm(C: Any, call: tuple, bs: np.ndarray, bias: np.ndarray | None, bs_max: float) -> Any:
+    """DynamicQuantizeMatMul's constants bound for ``C.dqmm_run`` (a capsule), from the plan
+    ``call`` of the product just made (``PreparedMatMulInteger``'s, B packed) when it is one
+    uint8 matrix of rows times one packed B with a per-tensor zero point and an int32 output;
+    else None."""
+    isa, head, mid, tail, out_shape, out_dtype, drop = call
+    _, which, rows, n, k, batches = head
+    a_code, ba, _, _, zpa_bs, zpa_rs, packed, colsums, zcol, bb, _ = mid
+    if (getattr(C, "dqmm_bind", None) is None or drop is not None or batches != 1 or ba != 1 or bb != 1
+            or a_code != _native.DTYPE_CODES[np.dtype(np.uint8)] or zpa_bs or zpa_rs or tail[0]
+            or out_dtype != np.int32 or not rows or math.prod(out_shape) != rows * n):
+        return None
+    scale = np.ascontiguousarray(bs, np.float32).reshape(-1)
+    return C.dqmm_bind(isa, which, rows, n, k, packed, colsums, zcol, scale, int(scale.size > 1),
+                       None if bias is None else np.ascontiguousarray(bias, np.float32), bs_max)
 
 
 def _ms_onnx_arithmetic(args: tuple) -> bool:

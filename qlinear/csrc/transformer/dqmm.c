@@ -1,0 +1,60 @@
+/* com.microsoft DynamicQuantizeMatMul in one call (the graph runtime's bound path of a node
+ * whose B, b_scale, b_zero_point and bias are model constants): DynamicQuantizeLinear of A
+ * (ql_dynamic_quantize, onnxruntime's uint8 formula), the integer product with the packed B
+ * (ql_matmul_run, exact int32), then y = f(f(acc) · f(a_scale · b_scale_j)) (+ bias_j as a
+ * separate float32 addition): the float32 operations of the Python path
+ * (qlinear/graph/kernels/contrib.py, DynamicQuantizeMatMul.fast_path), one rounding each
+ * (-ffp-contract=off), so the same bits on every ISA level and thread count. */
+#include "qlinear.h"
+#include "transformer.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+int ql_dqmm_run(const ql_dqmm *d, const float *x, float *y, int threads) {
+    const ptrdiff_t mk = (ptrdiff_t)d->M * d->K, mn = (ptrdiff_t)d->M * d->N;
+    if (mk <= 0 || mn <= 0) return 0;
+    /* the caller bounds M·K and M·N (the sizes of the call the node was bound after) */
+    uint8_t *q = (uint8_t *)malloc((size_t)mk);
+    int32_t *acc = (int32_t *)malloc(sizeof(int32_t) * (size_t)mn);
+    int rc = 0;
+    if (!q || !acc) {
+        rc = -1;
+        goto done;
+    }
+    float scale;
+    int32_t zp;
+    if (!ql_dynamic_quantize(d->isa, x, mk, q, &scale, &zp)) goto done;  /* the guarded branch */
+    /* the Python path's bound: no float32 product below can overflow (|acc| < 2^31) */
+    if (fabs((double)scale) * d->bs_max > 1e28) goto done;
+    static const int64_t zero_idx = 0;
+    static const float no_mult = 0.0f;
+    ql_matmul mm = {0};
+    mm.isa = d->isa; mm.kern = d->kern; mm.M = d->M; mm.N = d->N; mm.K = d->K; mm.batches = 1;
+    mm.a = q; mm.a_type = QL_U8; mm.a_idx = &zero_idx;
+    mm.zpa = &zp; mm.zpa_bs = 0; mm.zpa_rs = 0;
+    mm.bpack = d->bpack; mm.bcolsums = d->bcolsums; mm.bzcol = d->bzcol; mm.Bb = 1; mm.b_idx = &zero_idx;
+    mm.out = acc; mm.quantized = 0; mm.mult = &no_mult;
+    mm.threads = threads;
+    if (ql_matmul_run(&mm)) {
+        rc = -1;
+        goto done;
+    }
+    const ptrdiff_t N = d->N;
+    for (ptrdiff_t i = 0; i < d->M; i++) {
+        const int32_t *a = acc + i * N;
+        float *o = y + i * N;
+        for (ptrdiff_t j = 0; j < N; j++) {
+            float s = scale * d->b_scale[d->per_column ? j : 0];  /* f(a_scale · b_scale_j) */
+            float v = (float)a[j] * s;
+            if (d->bias) v = v + d->bias[j];
+            o[j] = v;
+        }
+    }
+    rc = 1;
+done:
+    free(q);
+    free(acc);
+    return rc;
+}
