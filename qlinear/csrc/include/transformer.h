@@ -72,7 +72,7 @@ int ql_embed_layer_norm_f32(const int32_t *ids, const void *pos, int pos64, cons
                             ptrdiff_t hidden, const double *gamma, const double *beta, double epsilon, float *y,
                             float *sum);
 
-/* DynamicQuantizeMatMul with a constant packed B (dqmm.c): A (M × K float32) quantized as
+/* DynamicQuantizeMatMul with a constant packed B (bound.c): A (M × K float32) quantized as
  * DynamicQuantizeLinear quantizes it (uint8), acc = the exact int32 product with B (packed for
  * `kern` at level `isa`, its zero point in the packing), y (M × N float32) = f(f(acc) ·
  * f(a_scale · b_scale_j)) (+ bias_j in a separate float32 addition). b_scale: one value or N
@@ -92,5 +92,25 @@ typedef struct ql_dqmm {
  * DynamicQuantizeLinear's guarded path (a NaN, |x| >= 1e37, a subnormal scale) or |a_scale| ·
  * bs_max > 1e28; -1 no memory */
 int ql_dqmm_run(const ql_dqmm *d, const float *x, float *y, int threads);
+
+/* QAttention with a constant packed weight (bound.c) for one geometry: x (batch · seq × K, of
+ * `x_type` QL_U8 or QL_I8) times the weight (K × cols, packed for `kern` at `isa`, its zero
+ * point in the packing), with x's zero point zx; then ql_qattention_qkv (weight_scale one value
+ * or cols, bias cols) and ql_attention_f64 with these attributes. */
+typedef struct ql_qattention_bound {
+    const struct ql_isa *isa;
+    const struct ql_gemm_kernel *kern;
+    int K, cols, x_type;
+    const void *bpack;
+    const int32_t *bcolsums, *bzcol;
+    const float *weight_scale, *bias;
+    int per_column;
+    ptrdiff_t batch, seq, heads, head, past_len;
+    int mask_kind, unidirectional;
+    double scale, filter;
+} ql_qattention_bound;
+/* 1 done, -1 no memory (out and present not meaningful) */
+int ql_qattention_bound_run(const ql_qattention_bound *d, const void *x, float sx, int32_t zx, const int32_t *mask,
+                            const float *past, float *out, float *present, int threads);
 
 #endif

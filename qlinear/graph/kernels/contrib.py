@@ -468,13 +468,26 @@ class QAttention(ContribOp):
 
     _whole: Any = None  # PreparedQAttention, or False where it does not apply
     _whole_args: tuple | None = None
+    #: (argument count, the four constants, PreparedQAttention.bound_run's function): the
+    #: prepared form bound to inputs of the last call's shapes (one native call)
+    _one: tuple | None = None
+    _one_binds = 16  # binds left: a node whose shapes keep changing stops binding
 
     def _run(self, *args, **_):
+        one = self._one
+        if one is not None and len(args) == one[0] and args[1] is one[1] and args[2] is one[2] \
+                and args[4] is one[3] and _arg(args, 7) is one[4]:
+            got = one[5](args[0], args[3], _arg(args, 5), _arg(args, 6), _arg(args, 8))
+            if got is not None:
+                return got
         whole, known = self._whole, self._whole_args
         if whole and len(args) > 4 and args[1] is known[0] and args[2] is known[1] and args[4] is known[2] \
                 and _arg(args, 7) is known[3]:
             # the constants the prepared form was made from (their packed product with them)
-            return self._call(whole.run, args[0], args[3], _arg(args, 5), _arg(args, 6), _arg(args, 8))
+            got = self._call(whole.run, args[0], args[3], _arg(args, 5), _arg(args, 6), _arg(args, 8))
+            if self._one_binds > 0:
+                self._bind_one(whole, known, args)
+            return got
         kw = self._kw("num_heads", "unidirectional", "scale", "mask_filter_value")
         product = None
         if len(args) > 1:
@@ -485,6 +498,16 @@ class QAttention(ContribOp):
         if whole:
             return self._call(whole.run, args[0], args[3], _arg(args, 5), _arg(args, 6), _arg(args, 8))
         return self._call(_transformer._qattention_op, *args, product=product, **kw)
+
+    def _bind_one(self, whole, known: tuple, args: tuple) -> None:
+        """After a call of ``whole.run`` that succeeded: its path bound to inputs like these
+        (``PreparedQAttention.bound_run``), or nothing."""
+        self._one_binds -= 1
+        try:
+            fn = whole.bound_run(args[0], args[3], _arg(args, 5), _arg(args, 6), _arg(args, 8))
+        except (ValueError, TypeError, MemoryError):
+            fn = None
+        self._one = None if fn is None else (len(args), *known, fn)
 
     def _whole_for(self, args: tuple, product, kw: dict):
         """The node's PreparedQAttention for these constant operands (the same objects on every
