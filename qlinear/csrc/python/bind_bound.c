@@ -1,7 +1,8 @@
-/* DynamicQuantizeMatMul and QAttention bound to their constant operands (transformer/bound.c):
- * dqmm_bind / qattention_bind check and keep the packed weight, its scales and the bias once (a
- * capsule holding their buffers), dqmm_run / qattention_run then take only the tensors that
- * change between runs and the outputs, so that a graph run pays one argument check per node. */
+/* DynamicQuantizeMatMul, QAttention and SkipLayerNormalization bound to their constant operands
+ * (transformer/bound.c, transformer/transformer.c): dqmm_bind / qattention_bind / sln_bind check
+ * and keep the packed weight, its scales, the bias (gamma, beta) once (a capsule holding their
+ * buffers), dqmm_run / qattention_run / sln_run then take only the tensors that change between
+ * runs and the outputs, so that a graph run pays one argument check per node. */
 #include "args.h"
 #include "transformer.h"
 
@@ -206,6 +207,82 @@ done:
     return ret;
 }
 
+typedef struct {
+    Py_ssize_t rows, hidden;
+    double eps;
+    Py_buffer g, beta, bias;  /* float64 [hidden] each (beta, bias optional) */
+} sln_bound;
+
+static const char SLN_NAME[] = "qlinear.skip_layer_norm";
+
+static void sln_free(PyObject *cap) {
+    sln_bound *b = (sln_bound *)PyCapsule_GetPointer(cap, SLN_NAME);
+    if (!b) return;
+    REL(b->g); REL(b->beta); REL(b->bias);
+    PyMem_Free(b);
+}
+
+/* sln_bind(gamma float64[hidden], beta float64[hidden] or None, bias float64[hidden] or None,
+ *          rows, hidden, epsilon) -> capsule */
+static PyObject *m_sln_bind(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *og, *obeta, *obias;
+    Py_ssize_t rows, hidden;
+    double eps;
+    if (!PyArg_ParseTuple(args, "OOOnnd", &og, &obeta, &obias, &rows, &hidden, &eps)) return NULL;
+    /* rows · hidden · 8 (the work rows' bound, too) must not overflow */
+    if (rows < 1 || hidden < 1 || rows > PY_SSIZE_T_MAX / 8 / hidden)
+        return PyErr_Format(PyExc_ValueError, "qlinear native: bad skip_layer_norm geometry");
+    sln_bound *b = (sln_bound *)PyMem_Calloc(1, sizeof *b);
+    if (!b) return PyErr_NoMemory();
+    if (get_buf(og, &b->g, 0, hidden * 8, "gamma") < 0 ||
+        (obeta != Py_None && get_buf(obeta, &b->beta, 0, hidden * 8, "beta") < 0) ||
+        (obias != Py_None && get_buf(obias, &b->bias, 0, hidden * 8, "bias") < 0)) {
+        REL(b->g); REL(b->beta); REL(b->bias);
+        PyMem_Free(b);
+        return NULL;
+    }
+    b->rows = rows; b->hidden = hidden; b->eps = eps;
+    PyObject *cap = PyCapsule_New(b, SLN_NAME, sln_free);
+    if (!cap) {
+        REL(b->g); REL(b->beta); REL(b->bias);
+        PyMem_Free(b);
+    }
+    return cap;
+}
+
+/* sln_run(capsule, x, skip float32 [rows·hidden], y [rows·hidden], mean [rows], inv_std [rows],
+ * sum [rows·hidden] float32): skip_layer_norm on the bound parameters and geometry */
+static PyObject *m_sln_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 7) return PyErr_Format(PyExc_TypeError, "qlinear native: sln_run takes 7 arguments");
+    sln_bound *b = (sln_bound *)PyCapsule_GetPointer(args[0], SLN_NAME);
+    if (!b) return NULL;
+    Py_ssize_t n = b->rows * b->hidden;
+    Py_buffer x = {0}, sk = {0}, y = {0}, m = {0}, iv = {0}, su = {0};
+    PyObject *ret = NULL;
+    int ok = 0;
+    if (get_buf(args[1], &x, 0, n * 4, "input") < 0 || get_buf(args[2], &sk, 0, n * 4, "skip") < 0 ||
+        get_buf(args[3], &y, 1, n * 4, "y") < 0 || get_buf(args[4], &m, 1, b->rows * 4, "mean") < 0 ||
+        get_buf(args[5], &iv, 1, b->rows * 4, "inv_std") < 0 || get_buf(args[6], &su, 1, n * 4, "sum") < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    ok = ql_skip_layer_norm_f32((const float *)x.buf, (const float *)sk.buf, (const double *)b->g.buf,
+                                b->beta.obj ? (const double *)b->beta.buf : NULL,
+                                b->bias.obj ? (const double *)b->bias.buf : NULL, b->rows, b->hidden, b->eps,
+                                (float *)y.buf, (float *)m.buf, (float *)iv.buf, (float *)su.buf);
+    Py_END_ALLOW_THREADS
+    if (!ok) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    REL(x); REL(sk); REL(y); REL(m); REL(iv); REL(su);
+    return ret;
+}
+
 PyMethodDef ql_bind_bound_methods[] = {
     {"dqmm_bind", m_dqmm_bind, METH_VARARGS, "DynamicQuantizeMatMul's constant operands checked and kept (a capsule)."},
     {"dqmm_run", (PyCFunction)(void (*)(void))m_dqmm_run, METH_FASTCALL,
@@ -213,5 +290,8 @@ PyMethodDef ql_bind_bound_methods[] = {
     {"qattention_bind", m_qattention_bind, METH_VARARGS, "QAttention's constant operands and geometry checked and kept (a capsule)."},
     {"qattention_run", (PyCFunction)(void (*)(void))m_qattention_run, METH_FASTCALL,
      "QAttention on bound constants: integer product, projection, attention."},
+    {"sln_bind", m_sln_bind, METH_VARARGS, "SkipLayerNormalization's float64 parameters and geometry kept (a capsule)."},
+    {"sln_run", (PyCFunction)(void (*)(void))m_sln_run, METH_FASTCALL,
+     "SkipLayerNormalization on bound parameters (float64 inside, rounded once)."},
     {NULL, NULL, 0, NULL},
 };
