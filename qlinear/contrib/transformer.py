@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _native
+from .. import _blas, _native
 from .. import _validate as v
 from ..matmul import matmul_integer
 from . import _params as p
@@ -370,7 +370,10 @@ def _attention_core(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, p
     got = _attention_native(op, qkv, num_heads, mask_index, past, unidirectional, scale, mask_filter_value)
     if got is not None:
         return got
-    return _attention_numpy(op, qkv, num_heads, mask_index, past, unidirectional, scale, mask_filter_value)
+    # its products on OpenBLAS, single-threaded as the backend runs BLAS (qlinear.graph.rep
+    # counts QAttention among the nodes that need no switch of their own: this is its one)
+    with _blas.single_threaded():
+        return _attention_numpy(op, qkv, num_heads, mask_index, past, unidirectional, scale, mask_filter_value)
 
 
 def _attention_numpy(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, past: Any, unidirectional: int,
