@@ -791,7 +791,7 @@ class DynamicQuantizeLinear(ContribOp):
             # dynamic_quantize_linear's native branch without its wrapper's checks (a float32
             # ndarray passes them; the output is no larger than x): the same call, the same bits
             y = np.empty(x.shape, np.uint8)
-            got = C.dynamic_quantize(C.get_isa(), x.reshape(-1), x.size, y.reshape(-1))
+            got = C.dynamic_quantize(C.get_isa(), x, x.size, y)  # C-contiguous: read as flat buffers
             if got is not None:
                 return y, np.asarray(got[0], np.float32), np.asarray(got[1], np.uint8)
         return self._call(_c.dynamic_quantize_linear, x)
