@@ -121,7 +121,11 @@ _BLAS_FREE = frozenset(
     + [(DOMAIN, op) for op in (
         "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat", "QLinearWhere",
         "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax", "QLinearConv", "QGemm",
-        "QuantizeLinear", "DequantizeLinear")])
+        "QuantizeLinear", "DequantizeLinear",
+        # the transformer operators' native kernels; QAttention's NumPy attention (above the
+        # native kernel's size) switches OpenBLAS itself (contrib/transformer._attention_core)
+        "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "SkipLayerNormalization", "FastGelu", "Gelu",
+        "EmbedLayerNormalization", "QAttention")])
 
 
 class _NoSwitch:
