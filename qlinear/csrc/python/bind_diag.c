@@ -154,6 +154,15 @@ static PyObject *m_pool_late_workers(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(ran);
 }
 
+/* conv_fused_copy(on=-1) -> implicit runs so far whose pointwise copy ran inside the GEMM
+ * tasks; on 0 or 1 first turns that path off or on for later calls (tests, A/B timing) */
+static PyObject *m_conv_fused_copy(PyObject *self, PyObject *args) {
+    (void)self;
+    int on = -1;
+    if (!PyArg_ParseTuple(args, "|i", &on)) return NULL;
+    return PyLong_FromLongLong(ql_conv_fused_copy(on));
+}
+
 PyMethodDef ql_bind_diag_methods[] = {
     {"pool_late_workers", m_pool_late_workers, METH_VARARGS, "Tests: tasks the pool's workers ran so far; sets how many microseconds each worker waits after a job is posted before it tries to join."},
     {"kernel_peak", m_kernel_peak, METH_VARARGS, "Run a micro-kernel on L1-resident operands (peak rate)."},
@@ -163,6 +172,7 @@ PyMethodDef ql_bind_diag_methods[] = {
     {"conv_copy_counts", m_conv_copy_counts, METH_NOARGS, "Implicit-path stride-2 copy rows: input rows split into both column phases at once, and shifted tap rows copied from those phase rows."},
     {"conv_dw_path_counts", m_conv_dw_path_counts, METH_NOARGS, "Depthwise convolutions run on the channels-last, plane and rows paths."},
     {"conv_in_task_packs", m_conv_in_task_packs, METH_NOARGS, "Plain convolutions whose weights were packed inside the implicit GEMM's tasks."},
+    {"conv_fused_copy", m_conv_fused_copy, METH_VARARGS, "Implicit runs whose pointwise input copy ran inside the GEMM tasks; an argument 0 or 1 first turns that path off or on."},
     {"conv_copy_job_packs", m_conv_copy_job_packs, METH_NOARGS, "Plain fast-path convolutions whose weights were packed in the implicit GEMM's first copy job."},
     {"tail_counts", m_tail_counts, METH_NOARGS, "Implicit tiles, packed panels and implicit dot-kernel tiles that ran a narrow tail kernel."},
     {"amx_foreign_tiles", m_amx_foreign_tiles, METH_VARARGS, "Tests: load other AMX tile shapes on this thread."},
