@@ -256,24 +256,15 @@ class PreparedQuantize:
         (``qlinear.graph.evaluator``): one Python frame and the native call."""
         C = _native.native()
         if (C is None or not self._per_tensor or type(x) is not np.ndarray or x.dtype != np.float32
-                or not _real_array(x)):
+                or not x.flags.c_contiguous):
             return None
-        try:  # a strided view is copied first, as run copies it: its size checked as run checks it
-            v.check_size("quantize_linear", "a contiguous copy of x", x.shape, 4)
-            copies = True
-        except ValueError:
-            copies = False
         shape, dtype, odt = x.shape, x.dtype, self.dtype
         scale, zp, quantize = self._scale, self._zp, nq.quantize_tensor
-        limit, max_output_bytes = v.max_output_bytes(), v.max_output_bytes
 
         def run(x: Any) -> np.ndarray | None:
-            if type(x) is not np.ndarray or x.dtype is not dtype or x.shape != shape or _native.native() is not C:
+            if (type(x) is not np.ndarray or x.dtype is not dtype or x.shape != shape or not x.flags.c_contiguous
+                    or _native.native() is not C):
                 return None
-            if not x.flags.c_contiguous:  # a transposed or strided view (a graph's Transpose)
-                if not copies or 0 in x.strides or max_output_bytes() != limit:
-                    return None
-                x = copy_contiguous(x)
             out = np.empty(shape, dtype=odt)
             quantize(C, x, scale, zp, out)
             return out
@@ -320,7 +311,7 @@ class PreparedDequantize:
         native engine is selected and the output size limit is unchanged, None for anything
         else (the caller then calls ``run``); None when x does not take the native kernel."""
         C = _native.native()
-        if (C is None or not self._fast or type(x) is not np.ndarray or not _real_array(x)
+        if (C is None or not self._fast or type(x) is not np.ndarray or not x.flags.c_contiguous
                 or x.dtype not in dtypes.EIGHT_BIT or (self._zp_dtype is not None and x.dtype != self._zp_dtype)):
             return None
         try:
@@ -331,13 +322,9 @@ class PreparedDequantize:
         limit, max_output_bytes, dequantize = v.max_output_bytes(), v.max_output_bytes, nq.dequantize_tensor
 
         def run(x: Any) -> np.ndarray | None:
-            if (type(x) is not np.ndarray or x.dtype is not dtype or x.shape != shape
+            if (type(x) is not np.ndarray or x.dtype is not dtype or x.shape != shape or not x.flags.c_contiguous
                     or _native.native() is not C or max_output_bytes() != limit):
                 return None
-            if not x.flags.c_contiguous:  # a transposed or strided view (a graph's Transpose):
-                if 0 in x.strides:       # copied first, as run copies it (a quarter of the
-                    return None          # output's bytes)
-                x = copy_contiguous(x)
             out = np.empty(shape, dtype=np.float32)
             dequantize(C, x, scale, zp, out)
             return out
