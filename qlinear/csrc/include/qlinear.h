@@ -347,7 +347,7 @@ int ql_num_threads(void);
 int ql_set_num_threads(int n);                /* returns 0, or -1 (bad n / cannot start) */
 /* diag.c: the pool's counters (diag.c says what each counts; relaxed atomics, one add per job
  * or per sleep) */
-extern long long ql_pool_counts[4];
+extern long long ql_pool_counts[5];
 static inline void ql_pool_count(int which) { __atomic_add_fetch(&ql_pool_counts[which], 1, __ATOMIC_RELAXED); }
 /* tasks the pool's workers (not the callers) ran, and the tests' late workers (threads.c) */
 extern long long ql_pool_worker_tasks;

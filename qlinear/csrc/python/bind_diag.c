@@ -129,13 +129,15 @@ static PyObject *m_gemm_pair_count(PyObject *self, PyObject *args) {
 }
 
 /* pool_counts() -> (jobs handed to the workers, jobs run on the caller alone, worker sleeps,
- * callers that blocked waiting for a worker) so far (runtime/threads.c) */
+ * callers that blocked waiting for a worker, workers that moved off their caller's CPU) so far
+ * (runtime/threads.c) */
 static PyObject *m_pool_counts(PyObject *self, PyObject *args) {
     (void)self; (void)args;
-    return Py_BuildValue("(LLLL)", __atomic_load_n(&ql_pool_counts[0], __ATOMIC_RELAXED),
+    return Py_BuildValue("(LLLLL)", __atomic_load_n(&ql_pool_counts[0], __ATOMIC_RELAXED),
                          __atomic_load_n(&ql_pool_counts[1], __ATOMIC_RELAXED),
                          __atomic_load_n(&ql_pool_counts[2], __ATOMIC_RELAXED),
-                         __atomic_load_n(&ql_pool_counts[3], __ATOMIC_RELAXED));
+                         __atomic_load_n(&ql_pool_counts[3], __ATOMIC_RELAXED),
+                         __atomic_load_n(&ql_pool_counts[4], __ATOMIC_RELAXED));
 }
 
 /* pool_late_workers(us) -> tasks the workers ran so far; from now on each worker waits us
@@ -168,7 +170,7 @@ PyMethodDef ql_bind_diag_methods[] = {
     {"amx_foreign_tiles", m_amx_foreign_tiles, METH_VARARGS, "Tests: load other AMX tile shapes on this thread."},
     {"gemm_fused_count", m_gemm_fused_count, METH_NOARGS, "GEMMs whose tiles ran on the kernel's fused epilogue (kernel_ep)."},
     {"gemm_stream", m_gemm_stream, METH_VARARGS, "Tests: (threshold, tasks streamed); sets the int32-output bytes from which MatMulInteger streams its output."},
-    {"pool_counts", m_pool_counts, METH_NOARGS, "The thread pool's jobs handed to the workers, jobs run on the caller alone, worker sleeps, callers that blocked on a worker."},
+    {"pool_counts", m_pool_counts, METH_NOARGS, "The thread pool's jobs handed to the workers, jobs run on the caller alone, worker sleeps, callers that blocked on a worker, workers that moved off their caller's CPU."},
     {"gemm_pair_count", m_gemm_pair_count, METH_NOARGS, "Panel pairs packed in one pass by plain matmuls (pack_R_pairs)."},
     {NULL, NULL, 0, NULL},
 };
