@@ -38,6 +38,9 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#endif
 
 /* the job word's fields: rem [0, 32), active [32, 43), maxw [43, 54), gen [54, 64). Pools have
  * at most 1024 threads (ql_set_num_threads), so active and maxw fit 11 bits; jobs of more than
@@ -71,6 +74,20 @@ static atomic_int stopping;
 static atomic_int want_threads;   /* requested size (0: not yet decided) */
 static int n_workers;             /* running workers (pool size - 1); with `submit` held */
 static pthread_t *workers;
+/* per worker (index 1..n_workers): its thread id, its CPU set when it started, and whether it
+ * is inside a job (set when it joins, cleared before it leaves) */
+typedef struct {
+    atomic_int tid;
+    atomic_int in_job;
+    /* the caller's fields (`submit` held): it lent the worker its CPU; the worker's CPU time */
+    int lent;
+    long cpu0;
+#ifdef __linux__
+    cpu_set_t cpus;
+#endif
+} worker_info;
+static worker_info *winfo;
+static unsigned start_gen;        /* the generation when the workers were created */
 
 /* Spinning. Waking a sleeping thread costs tens of microseconds (more on a virtual CPU, far
  * more when another process holds the CPU the thread is woken on), which back-to-back calls
@@ -215,8 +232,14 @@ static int spin_for_job(unsigned seen, long window, long *moved_at) {
 }
 
 static void *worker(void *arg) {
-    unsigned seen = (unsigned)(uintptr_t)arg;   /* the generation when the pool was built */
+    int idx = (int)(intptr_t)arg;   /* 1.. */
+    worker_info *me = &winfo[idx];
+    unsigned seen = start_gen;
     long moved_at = 0;
+#ifdef __linux__
+    atomic_store(&me->tid, (int)syscall(SYS_gettid));
+    if (sched_getaffinity(0, sizeof me->cpus, &me->cpus) != 0) atomic_store(&me->tid, 0);
+#endif
     for (;;) {
         long window = atomic_load_explicit(&spin_ns, memory_order_relaxed);
         if (!spin_for_job(seen, window, &moved_at)) {
@@ -255,6 +278,7 @@ static void *worker(void *arg) {
         ptrdiff_t t = join(&slot, &g);
         if (t < 0) continue;
         seen = g;
+        atomic_store_explicit(&me->in_job, 1, memory_order_relaxed);
         /* on the CPU the caller posted from: the caller is off it (this thread runs there) */
         int cpu = atomic_load_explicit(&job_cpu, memory_order_relaxed);
         if (cpu >= 0 && this_cpu() == cpu && now_ns() - moved_at > MOVE_EVERY_NS && move_off(cpu)) moved_at = now_ns();
@@ -275,6 +299,7 @@ static void *worker(void *arg) {
             if (t < 0) break;
         }
         ql_pool_worker_tasks_add(ran);
+        atomic_store_explicit(&me->in_job, 0, memory_order_relaxed);
         uint64_t old = atomic_fetch_sub(&job, ACT_ONE);   /* seq_cst: then reads caller_waiting */
         if (W_ACT(old) == 1 && atomic_load(&caller_waiting)) {
             pthread_mutex_lock(&mu);
@@ -292,7 +317,9 @@ static void stop_workers(void) {
     pthread_mutex_unlock(&mu);
     for (int i = 0; i < n_workers; i++) pthread_join(workers[i], NULL);
     free(workers);
+    free(winfo);
     workers = NULL;
+    winfo = NULL;
     n_workers = 0;
     atomic_store(&stopping, 0);
 }
@@ -304,6 +331,7 @@ static void after_fork_child(void) {
     pthread_cond_init(&cv_start, NULL);
     pthread_cond_init(&cv_done, NULL);
     workers = NULL;
+    winfo = NULL;
     n_workers = 0;
     atomic_store(&stopping, 0);
     atomic_store(&sleepers, 0);
@@ -323,12 +351,111 @@ static void ensure_workers(void) {
     if (n_workers) stop_workers();
     if (need <= 0) return;
     workers = calloc((size_t)need, sizeof *workers);
-    if (!workers) return;
-    uintptr_t gen = W_GEN(atomic_load(&job));
+    winfo = calloc((size_t)need + 1, sizeof *winfo);
+    if (!workers || !winfo) {
+        free(workers);
+        free(winfo);
+        workers = NULL;
+        winfo = NULL;
+        return;
+    }
+    start_gen = W_GEN(atomic_load(&job));
     for (int i = 0; i < need; i++) {
-        if (pthread_create(&workers[i], NULL, worker, (void *)gen) != 0) break;
+        if (pthread_create(&workers[i], NULL, worker, (void *)(intptr_t)(i + 1)) != 0) break;
         n_workers++;
     }
+}
+
+/* spins until no worker is in the job (1) or `ns` pass (0) */
+static int spin_workers(long ns) {
+    long t = now_ns();
+    for (int i = 0;; i++) {
+        if (W_ACT(atomic_load_explicit(&job, memory_order_acquire)) == 0) return 1;
+        if ((i & 63) == 0 && now_ns() - t > ns) return 0;
+        cpu_relax();
+    }
+}
+
+/* CPU time worker i has run (ns), or -1 */
+static long worker_cputime(int i) {
+    clockid_t cid;
+    struct timespec ts;
+    if (pthread_getcpuclockid(workers[i - 1], &cid) != 0 || clock_gettime(cid, &ts) != 0) return -1;
+    return (long)ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+/* The caller, about to block for workers still in a task, lends its CPU to those that are not
+ * running: a worker that another process preempted waits for that process's time slice to end
+ * (milliseconds) while the caller's CPU would stand idle, and Linux does not move a thread that
+ * ran a moment ago (it counts as cache-hot) to an idle CPU. A worker is taken as not running
+ * when its CPU time advanced by less than half the wall time over PROBE_NS (one that runs keeps
+ * its CPU and its caches). The caller sets each such worker's CPU set to its own CPU alone (the
+ * kernel moves it there at once), blocks, and afterwards moves it off again (take_back_cpu:
+ * the worker's own set without the caller's CPU, then its own set, as move_off). Returns how
+ * many it lent its CPU to, or -1 when every worker left meanwhile. */
+#define PROBE_NS 20000L
+static int lend_cpu(int cpu) {
+    int lent = 0;
+#ifdef __linux__
+    if (cpu < 0 || cpu >= CPU_SETSIZE) return 0;
+    long t0 = now_ns();
+    for (int i = 1; i <= n_workers; i++)
+        winfo[i].cpu0 = atomic_load(&winfo[i].in_job) ? worker_cputime(i) : -1;
+    if (spin_workers(PROBE_NS)) return -1;
+    long wall = now_ns() - t0;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    for (int i = 1; i <= n_workers; i++) {
+        int tid = atomic_load(&winfo[i].tid);
+        if (tid <= 0 || winfo[i].cpu0 < 0 || !atomic_load(&winfo[i].in_job) || !CPU_ISSET(cpu, &winfo[i].cpus)) continue;
+        long ran = worker_cputime(i) - winfo[i].cpu0;
+        if (ran < 0 || 2 * ran >= wall) continue;   /* running: leave it where its caches are */
+        if (sched_setaffinity(tid, sizeof one, &one) == 0) {
+            winfo[i].lent = 1;
+            lent++;
+        }
+    }
+    if (lent) ql_pool_count(5);
+#else
+    (void)cpu;
+#endif
+    return lent;
+}
+
+static void take_back_cpu(int cpu) {
+#ifdef __linux__
+    for (int i = 1; i <= n_workers; i++) {
+        int tid = atomic_load(&winfo[i].tid);
+        if (!winfo[i].lent) continue;
+        winfo[i].lent = 0;
+        cpu_set_t off = winfo[i].cpus;
+        CPU_CLR(cpu, &off);
+        if (CPU_COUNT(&off) > 0) sched_setaffinity(tid, sizeof off, &off);
+        sched_setaffinity(tid, sizeof winfo[i].cpus, &winfo[i].cpus);
+    }
+#else
+    (void)cpu;
+#endif
+}
+
+/* Every task is claimed: waits for the workers still in one (the acquire loads see their
+ * outputs). The caller ran `ran` tasks in `took` ns. */
+static void wait_workers(ptrdiff_t ran, long took) {
+    if (W_ACT(atomic_load_explicit(&job, memory_order_acquire)) == 0) return;
+    long spin = ran ? 2 * took / ran : SPIN_MAX_NS;
+    if (spin < SPIN_MIN_NS) spin = SPIN_MIN_NS;
+    if (spin > SPIN_MAX_NS) spin = SPIN_MAX_NS;
+    if (spin_workers(spin)) return;
+    int cpu = this_cpu(), lent = cpu >= 0 ? lend_cpu(cpu) : 0;
+    if (lent < 0) return;
+    ql_pool_count(3);
+    pthread_mutex_lock(&mu);
+    atomic_store(&caller_waiting, 1);   /* seq_cst: then reads the word */
+    while (W_ACT(atomic_load(&job)) > 0) pthread_cond_wait(&cv_done, &mu);
+    atomic_store(&caller_waiting, 0);
+    pthread_mutex_unlock(&mu);
+    if (lent) take_back_cpu(cpu);
 }
 
 /* Runs tasks [base, base + n) as one job (n <= REM_MAX), `submit` held and workers running. */
@@ -351,24 +478,7 @@ static void run_job(ptrdiff_t base, ptrdiff_t n, int threads, ql_task_fn fn, voi
     long t0 = now_ns();
     ptrdiff_t ran = 0;
     for (ptrdiff_t t; (t = claim()) >= 0; ran++) fn(ctx, base + t, 0);
-    /* every task is claimed: wait for the workers still in one (acquire: their outputs) */
-    if (W_ACT(atomic_load_explicit(&job, memory_order_acquire)) > 0) {
-        long t1 = now_ns(), spin = ran ? 2 * (t1 - t0) / ran : SPIN_MAX_NS;
-        if (spin < SPIN_MIN_NS) spin = SPIN_MIN_NS;
-        if (spin > SPIN_MAX_NS) spin = SPIN_MAX_NS;
-        for (int i = 0; W_ACT(atomic_load_explicit(&job, memory_order_acquire)) > 0; i++) {
-            if ((i & 63) == 0 && now_ns() - t1 > spin) break;
-            cpu_relax();
-        }
-        if (W_ACT(atomic_load(&job)) > 0) {
-            ql_pool_count(3);
-            pthread_mutex_lock(&mu);
-            atomic_store(&caller_waiting, 1);   /* seq_cst: then reads the word */
-            while (W_ACT(atomic_load(&job)) > 0) pthread_cond_wait(&cv_done, &mu);
-            atomic_store(&caller_waiting, 0);
-            pthread_mutex_unlock(&mu);
-        }
-    }
+    wait_workers(ran, now_ns() - t0);
 }
 
 static void run_inline(ptrdiff_t n_tasks, ql_task_fn fn, void *ctx) {
@@ -396,6 +506,17 @@ void ql_parallel_for(ptrdiff_t n_tasks, int max_threads, ql_task_fn fn, void *ct
     pthread_mutex_unlock(&submit);
 }
 
+int ql_pool_worker_tids(int *tids, int n) {
+    pthread_mutex_lock(&submit);
+    int k = 0;
+    for (int i = 1; i <= n_workers && k < n; i++) {
+        int tid = atomic_load(&winfo[i].tid);
+        if (tid > 0) tids[k++] = tid;
+    }
+    pthread_mutex_unlock(&submit);
+    return k;
+}
+
 int ql_num_threads(void) {
     int n = atomic_load_explicit(&want_threads, memory_order_relaxed);
     if (n <= 0) {
@@ -410,6 +531,9 @@ int ql_set_num_threads(int n) {
     if (n < 1 || n > 1024) return -1;
     pthread_mutex_lock(&submit);
     atomic_store(&want_threads, n);
+    /* the old workers stop now (a pool of 1 thread never calls ensure_workers); the new ones
+     * start with the next parallel call */
+    if (n_workers && n_workers != n - 1) stop_workers();
     pthread_mutex_unlock(&submit);
     return 0;
 }
