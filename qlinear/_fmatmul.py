@@ -531,6 +531,8 @@ def _one_call(a2: np.ndarray, at: dtypes.QType, azp: np.ndarray, b: np.ndarray, 
         return None
     lines = a2.shape[-2]
     rows = a2.size // a2.shape[-1]
+    if not gemm[1] and max(rows, a2.shape[-1], db.units.shape[1]) >= 2 ** 31:
+        return None  # a BLAS of 32-bit integers cannot take these dimensions
     flat = np.ascontiguousarray(zu, np.float64).reshape(-1)
     m2 = m.reshape(m.shape[-2:]) if m.ndim >= 2 else m.reshape(1, 1)
     if m2.shape[0] != 1 and m2.shape[0] != rows:
