@@ -2266,3 +2266,77 @@ def test_conv_zero_size(xshape, wshape, want_shape):
     y = qlinear.qlinear_conv(x, np.float32(0.1), U8(3), w, np.float32(0.1), I8(1), np.float32(0.3),
                              U8(9), None if wshape[0] == 0 else np.arange(wshape[0], dtype=np.int32))
     assert y.shape == want_shape and y.dtype == np.uint8
+
+
+# ----------------------------------------------------------------------------- fused pointwise copy
+
+
+# (input channels, plane, output channels): 16-column tiles in pairs and an odd one (28x28: 49),
+# a narrow last tile for the dot kernel (14x14: 12 tiles and 4 columns; 7x7: 3 and 1), a plane
+# of 1-D and 3-D extents, channels a whole number of 4-channel blocks (fused) and not (2, 6, 10:
+# the exact form's 2-channel blocks fuse, the 7-bit form's 4-channel ones do not), enough MACs
+# for two threads (several tasks, each copying its own tiles) and too few (one thread), and
+# weights of several row blocks (600 rows of 512: not fused, tasks would share tiles)
+_FUSED_CASES = [(64, (28, 28), 32), (32, (14, 14), 40), (128, (7, 7), 24), (16, (5, 9), 8),
+                (40, (301,), 16), (8, (3, 4, 10), 12), (6, (17, 17), 20), (10, (12, 12), 64),
+                (256, (56, 56), 16), (2, (33,), 3), (512, (3, 3), 600)]
+
+
+def _fused_expected(cin, spatial, m, kpack):
+    """Whether implicit_plan.c's ig_fuses takes a batch-1, group-1 pointwise call of cin
+    channels on the implicit path: whole channel blocks and one row block of packed weights
+    (at most 256 KiB: ig_block_rows)."""
+    k = -(-cin // kpack) * kpack
+    row = k * (2 if kpack == 2 else 1)   # a packed row's bytes (cases far from the bound)
+    return cin % kpack == 0 and m * row <= 256 * 1024
+
+
+@pytest.mark.parametrize("case", range(len(_FUSED_CASES)))
+@pytest.mark.parametrize("seven_bit", [False, True])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fused_pointwise_copy(case, seven_bit, threads, engine_level):
+    """A batch-1 pointwise convolution whose input copy runs inside its GEMM tasks (each task
+    copies the columns of its own tiles; the task with the last tile zeroes the planes' spare
+    and gathers a narrow last tile): against the oracle, plain and prepared, every type
+    combination, x at its extremes; bit-identical with the path turned off; and taken exactly
+    where ig_fuses says (counted by conv_fused_copy)."""
+    from qlinear import _native
+    cin, spatial, m = _FUSED_CASES[case]
+    rng = np.random.default_rng([case, seven_bit, threads, 48])
+    native = engine_level not in (None, "numpy") and _native.native() is not None
+    with num_threads(threads):
+        for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+            x, w, wz = _implicit_operands(rng, xdt, wdt, (1, cin, *spatial), (m, cin, *(1,) * len(spatial)),
+                                          seven_bit)
+            args = _qconv_args(rng, x, w, wz=wz, ydt=ydt)
+            got = check_qconv(args, {})   # plain: fused where its weights' packing allows
+            got_i = check_convint([x, w, args[2], wz], {})
+            # the prepared forms on another input (the copy's scratch is kept between calls: a
+            # column the fused copy failed to write would hold the plain call's bytes)
+            x2 = _implicit_operands(rng, xdt, wdt, x.shape, w.shape, seven_bit)[0]
+            want = oracle.qlinear_conv(x2, *args[1:])
+            want_i = oracle.conv_integer(x2, w, args[2], wz)
+            prepared = qlinear.prepare_qlinear_conv(*args[3:6], args[8])
+            prepared_i = qlinear.prepare_conv_integer(w, wz)
+            before = _native._C.conv_fused_copy() if native else None
+            assert_exact(prepared.run(x2, *args[1:3], *args[6:8]), want)
+            assert_exact(prepared_i.run(x2, args[2]), want_i)
+            if not native:
+                continue
+            fused = _native._C.conv_fused_copy() - before
+            kind = _conv_kind(w, wz)
+            implicit = _takes_implicit(spatial, (1,) * len(spatial), {}, cin, 1, kind == 2)
+            kpack = 4 if kind == 2 else 2
+            expect = 2 if implicit and _fused_expected(cin, spatial, m, kpack) else 0
+            if kind == 2 and _native._C.get_isa() == "amx" and cin % 64 == 0:
+                expect = fused   # amx-s8u8 takes these on its tiles (its own path)
+            assert fused == expect, (fused, expect, implicit, kind)
+            try:   # the copy job instead: the same bytes
+                _native._C.conv_fused_copy(0)
+                before = _native._C.conv_fused_copy()
+                assert_exact(prepared.run(x, *args[1:3], *args[6:8]), got)
+                assert_exact(prepared_i.run(x, args[2]), got_i)
+                assert_exact(qlinear.qlinear_conv(x2, *args[1:]), want)
+                assert _native._C.conv_fused_copy() == before
+            finally:
+                _native._C.conv_fused_copy(1)

@@ -107,6 +107,8 @@ typedef struct ig_ctx {
     size_t cstride, xstride, ostride;
     int64_t wlast;                         /* the last tile's columns (the dot tail's width) */
     ptrdiff_t cpt;                         /* copy blocks per task (ig_copy_chunk_task) */
+    int fuse_copy;                         /* each GEMM task copies its own tiles' columns first
+                                            * (ig_fused_copy; ig_execute says when) */
     /* merged tail panels (ig_run: a batch whose last tiles are narrow): panel u holds the last
      * tiles of images u * tpm.. side by side, wlast columns each, groups x 64 bytes (k-group g
      * at offp[g] = 64 g, the layout the tile kernels read), in ring slot u % nbuf of tp; img_pix:

@@ -614,6 +614,22 @@ static void ig_release(ig_ctx *c, ig_sched *s)
     free(c->offp);
 }
 
+/* Whether the chunk's copy runs inside its GEMM tasks (ig_fused_copy), each task copying the
+ * columns of its own tiles: one image of one group, a pointwise plane copied as one run (no
+ * padding, stride or dropped column: position q is pixel q, ig_layout's bulk rows covering
+ * every row), whole channel blocks, 16-column tiles, no merged tails, and one row block, so
+ * that no two tasks share a tile (each column is copied once, by the task that reads it). The
+ * copy job and its join go, and each thread's copy lands in its own cache, ahead of its tiles
+ * (a weights-packing copy job, pack_in_copy, keeps its job). */
+static int ig_fuses(const ig_ctx *c, const ig_sched *s, int pack_in_copy)
+{
+    const ql_conv_plan *p = c->p;
+    return __atomic_load_n(&ql_ig_fuse_copy, __ATOMIC_RELAXED) && c->nimg == 1 && p->group == 1 && !s->tpm &&
+           !pack_in_copy && c->row_blocks == 1 && c->taps == 1 && !c->shift && c->nfo * c->nfw == 1 &&
+           c->bulk0 == 0 && c->bulk1 == c->Rph && c->Rph * c->Wph == c->plane && c->Q == c->plane &&
+           c->tstride == QL_IK_NR && c->Cg % c->kpk == 0;
+}
+
 /* Runs the schedule: the copies, the gathered or merged tails and the GEMM tasks, images in
  * parallel or chunk after chunk. 1, or -4: a weight outside the S8U8 form's bound (found while
  * packing in the first copy job; nothing written to y). */
@@ -671,8 +687,14 @@ static int ig_execute(ig_ctx *c, const ig_sched *s, const ql_conv_wraw *raw, voi
         int run_threads = macs * (double)c->nimg < (double)(1 << 21) ? 1 : threads;
         ig_tile_blocks(c, run_threads);
         if (c->affine && c->tile_blocks > 1) c->tile_blocks = 1;   /* each row block packed once */
+        c->fuse_copy = ig_fuses(c, s, pack_in_copy);
         for (int64_t g = 0; g < p->group; g++) {
             ig_group(c, g, n0, wpacked, fast_bias, fused);
+            if (c->fuse_copy) {   /* the copy and the gathered tail inside the GEMM tasks */
+                ql_parallel_for((ptrdiff_t)(c->row_blocks * c->tile_blocks), run_threads, ig_gemm_task, c);
+                __atomic_add_fetch(&ql_ig_calls[9], 1, __ATOMIC_RELAXED);
+                continue;
+            }
             /* one image: a task per block, as ever; a chunk: about 16 tasks per thread */
             ptrdiff_t ncopy = (ptrdiff_t)(c->nimg * c->nblk);
             c->cpt = c->nimg > 1 ? (ncopy + 16 * run_threads - 1) / (16 * run_threads) : 1;

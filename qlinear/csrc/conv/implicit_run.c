@@ -434,6 +434,31 @@ void ig_left_task(void *vctx, ptrdiff_t k, int thread)
               (int)c->wlast, c->xt + (size_t)k * c->xt_bytes);
 }
 
+/* The copy of tiles [t0, t1) inside the GEMM task that runs them (c->fuse_copy: one image, one
+ * row block, a pointwise plane, ig_execute): the same bytes ig_copy_task's run writes at those
+ * positions - position q of block b is pixel q of the block's kpk channels, paired (exact
+ * form) or interleaved (byte forms) - and, by the task with the last tile, each block's spare
+ * past the plane zeroed (the last tile's dropped columns read it) and the narrow last tile
+ * gathered for the dot kernel. One job where the copy and the GEMM made two (a join fewer),
+ * and each thread copies the columns it then reads, while they are in its cache. */
+static void ig_fused_copy(const ig_ctx *c, int64_t t0, int64_t t1)
+{
+    const ql_conv_plan *p = c->p;
+    int64_t q0 = t0 * c->tstride, q1 = t1 * c->tstride < c->Q ? t1 * c->tstride : c->Q;
+    const uint8_t *rows[4];
+    for (int64_t b = 0; b < c->nblk; b++) {
+        char *d = c->copy + 4 * (size_t)(b * c->BS + q0);
+        for (int q = 0; q < c->kpk; q++) rows[q] = c->xg + (b * c->kpk + q) * c->plane + q0;
+        if (q1 > q0) {
+            if (c->kpk == 2) pair_i16(rows[0], rows[1], p->x_type, p->x_zp, (int16_t *)d, (int)(q1 - q0));
+            else interleave4(c->kern, rows, c->flip, (uint8_t *)d, (int)(q1 - q0));
+        }
+        if (t1 == c->ntiles)
+            memset(c->copy + 4 * (size_t)(b * c->BS + c->Q), 0, 4 * (size_t)(c->PL - c->Q));
+    }
+    if (t1 == c->ntiles && c->xt) ig_gather_task((void *)c, 0, 0);
+}
+
 /* GEMM task: row block x block of (image, tile) pairs; each tile's C goes to the epilogue in runs of real
  * output pixels (straight from the accumulators where the kernel has ikernel_ep). K blocks of
  * at most c->kgroups k-groups: the operand a tile reads (64 bytes per k-group, scattered over
@@ -457,6 +482,7 @@ static void ig_gemm_body(const ig_ctx *c, ptrdiff_t task, int thread)
     int64_t unit = c->kern->conv.ikernel2_ep ? 2 : 1, units = (pairs + unit - 1) / unit;
     int64_t t_beg = tb * units / c->tile_blocks * unit, t_end = (tb + 1) * units / c->tile_blocks * unit;
     if (t_end > pairs) t_end = pairs;
+    if (c->fuse_copy && t_beg < t_end) ig_fused_copy(c, t_beg, t_end);
     int32_t Ct[QL_MAX_MR * QL_IK_NR] __attribute__((aligned(64)));
     int32_t *Cb = (int32_t *)(c->cblock + (size_t)thread * c->cblock_bytes);
     size_t es = c->kern->form == QL_FORM_I16 ? 2 : 1;

@@ -75,6 +75,9 @@ void ql_conv_tile_counts(long long *chunked, long long *paired);
  * calls that packed them in the implicit GEMM's first copy job (diagnostics) */
 long long ql_conv_in_task_packs(void);
 long long ql_conv_copy_job_packs(void);
+/* Implicit runs whose input copy ran inside the GEMM tasks (a pointwise layer's, ig_fuses);
+ * on >= 0 first turns that path on (1) or off (0) for later calls (diagnostics, A/B) */
+long long ql_conv_fused_copy(int on);
 /* Calls of ql_conv_gemm that ran the implicit GEMM and the im2col path, the implicit path's
  * GEMMs over several images, their images and merged tail panels, the implicit runs on
  * shifted planes and those whose images ran in parallel (diagnostics) */
@@ -89,10 +92,11 @@ void ql_conv_dw_path_counts(long long *cl, long long *plane, long long *rows);
 /* runtime/diag.c: the counters behind these getters, added to by the conv/ files (relaxed
  * atomics): chunked GEMM convolutions and paired tiles; split and tap copy rows; the GEMM
  * paths' calls (implicit, im2col, merged, merged images, merged tails, shifted, parallel
- * chunks, in-task packs, copy-job packs); depthwise calls (channels-last, plane, rows) */
+ * chunks, in-task packs, copy-job packs, fused copies); depthwise calls (channels-last, plane, rows) */
 extern long long ql_conv_chunk_calls[2];
 extern long long ql_ig_copy_rows[2];
-extern long long ql_ig_calls[9];
+extern long long ql_ig_calls[10];
+extern int ql_ig_fuse_copy;
 extern long long ql_dw_calls[3];
 /* wc: (M, taps) centered int16 weights, w_elems int16 in all; when 2-D with M == C and at most
  * 64 taps, they may be followed by the channels-last form (ceil(M/16), 2*ceil(taps/2), 16)

@@ -35,7 +35,17 @@ void ql_conv_copy_counts(long long *split_rows, long long *tap_rows)
  * parallel, one thread an image (ig_chunk_task): a diagnostic the tests
  * read to prove which path their cases exercised (relaxed atomics: calls may come from several
  * threads). */
-long long ql_ig_calls[9];
+long long ql_ig_calls[10];
+
+/* Whether a pointwise layer's copy may run inside its GEMM tasks (implicit_plan.c, ig_fuses):
+ * on unless a test or an A/B measurement turns it off (ql_conv_fused_copy) */
+int ql_ig_fuse_copy = 1;
+
+long long ql_conv_fused_copy(int on)
+{
+    if (on >= 0) __atomic_store_n(&ql_ig_fuse_copy, on ? 1 : 0, __ATOMIC_RELAXED);
+    return __atomic_load_n(&ql_ig_calls[9], __ATOMIC_RELAXED);
+}
 
 long long ql_conv_in_task_packs(void) { return __atomic_load_n(&ql_ig_calls[7], __ATOMIC_RELAXED); }
 long long ql_conv_copy_job_packs(void) { return __atomic_load_n(&ql_ig_calls[8], __ATOMIC_RELAXED); }
@@ -74,6 +84,7 @@ long long ql_gemm_pair_packs;
 /* The thread pool's (runtime/threads.c): [0] jobs handed to the workers, [1] jobs run on the
  * calling thread alone (one task, one thread, or the pool busy), [2] times a worker blocked
  * (its spin window ran out before the next job), [3] jobs whose caller blocked waiting for a
- * worker (its spin ran out) */
-long long ql_pool_counts[4];
+ * worker (its spin ran out), [4] times a worker moved off the CPU its caller posted from,
+ * [5] jobs whose caller lent its CPU to a worker that was not running */
+long long ql_pool_counts[6];
 long long ql_pool_worker_tasks;
