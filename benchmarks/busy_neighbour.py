@@ -176,8 +176,10 @@ def main() -> None:
             pools = [rd["qlinear"].get("pool_counts") for rd in rounds if rd["qlinear"].get("pool_counts")]
             if pools:
                 tot = [sum(p[i] for p in pools) for i in range(len(pools[0]))]
+                extra = (f", {tot[4]} workers moved off the caller's CPU, {tot[5]} callers lent their CPU"
+                         if len(tot) >= 6 else "")
                 print(f"{load:5} qlinear pool over the rounds: {tot[0]} jobs to the workers, {tot[1]} on the "
-                      f"caller alone, {tot[2]} worker sleeps, {tot[3]} callers that blocked")
+                      f"caller alone, {tot[2]} worker sleeps, {tot[3]} callers that blocked{extra}")
             record["loads"][load] = {"summary": summary, "rounds": rounds}
         finally:
             if neighbour:

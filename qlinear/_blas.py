@@ -59,6 +59,34 @@ def _find_openblas() -> tuple | None:
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def dgemm() -> tuple[int, bool] | None:
+    """(address, ilp64) of the ``cblas_dgemm`` of the OpenBLAS NumPy uses (ilp64: its integers
+    are 64-bit, which the build's configuration string says: ``USE64BITINT``), for compiled code
+    that calls it single-threaded on its own threads (qlinear/_fmatmul.py); None when there is
+    no OpenBLAS or its integer width cannot be told."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "openblas" in line.lower()}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix, suffix in (("scipy_", "64_"), ("scipy_", ""), ("", "64_"), ("", "")):
+            try:
+                fn = getattr(lib, f"{prefix}cblas_dgemm{suffix}")
+                config = getattr(lib, f"{prefix}openblas_get_config{suffix}")
+            except AttributeError:
+                continue
+            config.argtypes, config.restype = [], ctypes.c_char_p
+            words = (config() or b"").split()
+            return ctypes.cast(fn, ctypes.c_void_p).value, b"USE64BITINT" in words
+    return None
+
+
 def _openblas():
     global _handle
     if _handle is False:

@@ -31,6 +31,7 @@ import numpy as np
 from . import _blas
 from . import _validate as v
 from . import dtypes
+from ._prepared import ContentMemo, Memo, content_key, contiguous, param_key
 from .engines.native import f8mm as _nf8
 
 _OPERANDS = tuple(t for t in dtypes.TYPES if (t.is_int and t.bits == 8) or (t.is_float and t.bits == 8))
@@ -116,6 +117,24 @@ def _tables(t: dtypes.QType) -> tuple[np.ndarray, np.ndarray]:
     return known
 
 
+_LEFT: dict[str, tuple[np.ndarray, np.ndarray, float, float]] = {}
+
+
+def _left_tables(t: dtypes.QType) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """(units, bad, lo, hi) of an 8-bit operand type for the one-call product: the units of every
+    code with 0 for a NaN or an infinity, which ``bad`` (uint8, 1) marks, and the least and
+    largest finite units (the bound's data-free inputs)."""
+    known = _LEFT.get(t.name)
+    if known is None:
+        units = _tables(t)[0]
+        finite = np.isfinite(units)
+        fin = np.where(finite, units, 0.0)
+        bad = (~finite).astype(np.uint8)
+        fin.flags.writeable = bad.flags.writeable = False
+        known = _LEFT[t.name] = (fin, bad, float(fin[finite].min()), float(fin[finite].max()))
+    return known
+
+
 def _unit_exp(t: dtypes.QType) -> int:
     return 0 if t.is_int else t.fmt.unit_exponent
 
@@ -125,7 +144,7 @@ class _Decoded:
     and inf written as 0), ``kmax`` (K,): the largest |units| along each k, ``bad``: whether the
     operand holds a NaN or an infinity (then ``values`` gives the centered values with them)."""
 
-    __slots__ = ("units", "kmax", "bad", "codes", "zp", "t", "left")
+    __slots__ = ("units", "kmax", "bad", "codes", "zp", "t", "left", "_ksum")
 
     def __init__(self, codes: np.ndarray, t: dtypes.QType, zp: np.ndarray, left: bool) -> None:
         self.codes, self.t, self.left = codes, t, left
@@ -165,6 +184,14 @@ class _Decoded:
         mag = np.abs(units)
         axes = tuple(i for i in range(units.ndim) if i != k_axis)
         self.kmax = mag.max(axis=axes, initial=0.0).reshape(-1)
+
+    def ksum(self) -> float:
+        """The sum of ``kmax`` (float64; the data-free bound's factor for the other operand)."""
+        try:
+            return self._ksum
+        except AttributeError:
+            self._ksum = float(self.kmax.sum())
+            return self._ksum
 
     def values(self) -> np.ndarray:
         """The centered values (float64, NaN and inf kept)."""
@@ -303,6 +330,7 @@ class _Right:
         self.b_s = operand_param(op, "b_scale", b_s, "b", b.shape)
         self.bzp = operand_param(op, "b_zero_point", bzp, "b", b.shape)
         self._decoded: _Decoded | None = None
+        self.plans = Memo(8)  # one-call plans by a's shape and parameters (``run``)
 
     def decoded(self, op: str) -> _Decoded:
         d = self._decoded
@@ -323,13 +351,52 @@ def qlinear_matmul(op: str, a: Any, a_scale: Any, a_zero_point: Any, b: Any, b_s
     """QLinearMatMul-21 for float8 operands or output (see the module notes); ``operand_param``
     is matmul.py's per-tensor/per-row/per-column parameter check."""
     operand(op, "a", a)  # a's type is named before b's
-    right = _Right(op, b, b_scale, b_zero_point, operand_param)
+    right = _plain_right(op, b, b_scale, b_zero_point, operand_param)
     return run(op, right, a, a_scale, a_zero_point, y_scale, y_zero_point, operand_param)
+
+
+#: Plain calls' decoded ``b`` by its contents (``_prepared.ContentMemo``): a model's constant
+#: weight passed to the function again and again is validated and decoded once.
+_PLAIN_B = ContentMemo(4, 128 << 20)
+
+
+def _plain_right(op: str, b: Any, b_scale: Any, b_zero_point: Any, operand_param) -> _Right:
+    """The validated ``b`` of a plain call: the one a plain call with the same contents of ``b``
+    and its parameters built (kept by ``_PLAIN_B``, built from private copies), else a new one,
+    kept when its parameters can be keyed."""
+    if type(b) is not np.ndarray or dtypes.lookup(b.dtype) not in _OPERANDS:
+        return _Right(op, b, b_scale, b_zero_point, operand_param)  # raises the usual error
+    key = ("b", b.dtype, b.shape, content_key(b_scale), content_key(b_zero_point), v.max_output_bytes())
+    if key[3] is None or key[4] is None:
+        return _Right(op, b, b_scale, b_zero_point, operand_param)
+    b = contiguous(op, "b", b)
+    right = _PLAIN_B.get(key, b)
+    if right is None:
+        copy = b.copy()
+        right = _Right(op, copy, *(np.copy(p) if isinstance(p, np.ndarray) else p for p in (b_scale, b_zero_point)),
+                       operand_param)
+        _PLAIN_B.put(key, copy, right, copy.nbytes + 8 * copy.size)  # the copy and its float64 units
+    return right
 
 
 def run(op: str, right: _Right, a: Any, a_scale: Any, a_zero_point: Any, y_scale: Any, y_zero_point: Any,
         operand_param) -> np.ndarray:
-    """The product of ``a`` with a validated (and possibly already decoded) ``b``."""
+    """The product of ``a`` with a validated (and possibly already decoded) ``b``. A one-call
+    plan (``_OneCall``) is remembered with ``b`` by a's shape and dtype and the one-element
+    parameters' types and bits (``_prepared.param_key``): a later call with equal ones skips
+    the checks, whose verdict they decide."""
+    plan_key = None
+    if type(a) is np.ndarray:
+        plan_key = (a.shape, a.dtype, param_key(a_scale), param_key(a_zero_point), param_key(y_scale),
+                    param_key(y_zero_point), v.max_output_bytes())
+        if None in plan_key:
+            plan_key = None
+        else:
+            plan = right.plans.get(plan_key)
+            if plan is not None:
+                y = plan(a)
+                if y is not None:
+                    return y
     a, at = operand(op, "a", a)
     b, bt = right.b, right.bt
     for name, zp in (("a_zero_point", a_zero_point), ("y_zero_point", y_zero_point)):
@@ -365,8 +432,17 @@ def run(op: str, right: _Right, a: Any, a_scale: Any, a_zero_point: Any, y_scale
 
     a2 = a[None, :] if a.ndim == 1 else a  # numpy.matmul's 1-D rule: computed as matrices,
     v.check_size(op, "the float64 copy of a", a2.shape, 8)  # the added axis dropped at the end
-    da = _Decoded(a2, at, azp, left=True)
     db = right.decoded(op)
+    unit_exp = _unit_exp(at) + _unit_exp(bt)
+    z = float(yzp) if yt.is_int else float(yt.decode(yzp).reshape(()))
+    plan = _one_call(a2, at, azp, right.b, bt, db, m, unit_exp, yt, z, out_shape)
+    if plan is not None:
+        y = plan(a2)
+        if y is not None:
+            if plan_key is not None:
+                right.plans.put(plan_key, plan)
+            return y
+    da = _Decoded(a2, at, azp, left=True)
     S = _exact_sums(da, db)
     if at.is_int and bt.is_int:  # two 8-bit operands: the 8-bit contract's wrap32 accumulator
         # (8-bit sums stay far below 2**53: K * 255**2 < 2**53 up to K ~ 1.4e11, the float64 path)
@@ -378,8 +454,6 @@ def run(op: str, right: _Right, a: Any, a_scale: Any, a_zero_point: Any, y_scale
             S[special != 0] = special[special != 0]
         else:
             S = np.where(special != 0, special, S)
-    unit_exp = _unit_exp(at) + _unit_exp(bt)
-    z = float(yzp) if yt.is_int else float(yt.decode(yzp).reshape(()))
     full = S.shape
     if S.dtype != object and full[-2:] == tuple(np.broadcast_shapes(full, m.shape)[-2:]) \
             and all(d == 1 for d in m.shape[:-2]):
@@ -409,6 +483,64 @@ def run(op: str, right: _Right, a: Any, a_scale: Any, a_zero_point: Any, y_scale
         with np.errstate(over="ignore", invalid="ignore"):
             y = np.add(y, zf, dtype=np.float32)
     return np.asarray(yt.encode(np.asarray(y, np.float32), True))
+
+
+class _OneCall:
+    """The product in one native call for one shape of ``a`` and one set of parameters (decode of
+    a, the float64 GEMM, the output step: one pool job, the GEMM single-threaded per thread on its
+    columns). ``__call__(a)`` gives the output as rows x N, or None (a NaN or an infinity in a, or
+    the engine no longer native): the caller then takes the general path. Immutable once built:
+    calls may overlap (each allocates its own scratch)."""
+
+    __slots__ = ("gemm", "rows", "k", "fin", "bad", "zvec", "units", "unit", "m2", "out", "out_shape")
+
+    def __call__(self, a: np.ndarray) -> np.ndarray | None:
+        if _nf8.available() is None:
+            return None
+        with _blas.single_threaded():  # the BLAS at one thread: the pool's threads each call it
+            y = _nf8.product(self.gemm, a.reshape(self.rows, self.k), self.fin, self.bad, self.zvec, self.units,
+                             self.unit, self.m2, self.out)
+        return None if y is None else y.reshape(self.out_shape)
+
+
+def _one_call(a2: np.ndarray, at: dtypes.QType, azp: np.ndarray, b: np.ndarray, bt: dtypes.QType, db: _Decoded,
+              m: np.ndarray, unit_exp: int, yt: dtypes.QType, z: float, out_shape: tuple) -> _OneCall | None:
+    """The one-call plan of a product (see ``_OneCall``), or None when the call needs the
+    general path: no native engine or no OpenBLAS dgemm to call, a batched b, two 8-bit integer
+    operands (the wrap32 accumulator), a NaN or an infinity in b, a parameter layout the output
+    step does not take, or a bound that a's type and zero points alone do not prove.
+
+    The bound without a look at a's values: every |a's units| is at most amax, the largest
+    distance between a finite code's units and a zero point, so sum_k max_i |a[i, k]| ·
+    max_j |b[k, j]| <= amax · sum_k kmax_b[k]; below 2**52 (computed; the margin of the general
+    bound, see above) every product and partial sum of the GEMM is an integer below 2**53, exact
+    in float64 in whatever order, blocking, column split or fused multiply-add the BLAS uses. With
+    zero zero points e4m3fn x e4m3fn passes it up to K = 85,598 for any b, e5m2 only against a b
+    of small units (an int8 b)."""
+    if (at.is_int and bt.is_int) or b.ndim > 2 or db.bad or a2.size == 0 or not all(d == 1 for d in m.shape[:-2]):
+        return None
+    gemm = _blas.dgemm()
+    if gemm is None or _nf8.available() is None:
+        return None
+    fin, bad, lo, hi = _left_tables(at)
+    zu = _tables(at)[0][azp.view(np.uint8)]  # the zero points' units (finite: checked)
+    if zu.ndim and not all(d == 1 for d in zu.shape[:-2]):
+        return None
+    amax = max(hi - float(zu.min()), float(zu.max()) - lo)
+    if not amax * db.ksum() < _EXACT:
+        return None
+    lines = a2.shape[-2]
+    rows = a2.size // a2.shape[-1]
+    flat = np.ascontiguousarray(zu, np.float64).reshape(-1)
+    m2 = m.reshape(m.shape[-2:]) if m.ndim >= 2 else m.reshape(1, 1)
+    if m2.shape[0] != 1 and m2.shape[0] != rows:
+        m2 = np.tile(m2, (rows // m2.shape[0], 1))
+    plan = _OneCall()
+    plan.gemm, plan.rows, plan.k, plan.fin, plan.bad = gemm, rows, a2.shape[-1], fin, bad
+    plan.zvec = flat if flat.size == 1 else np.tile(flat, rows // lines)
+    plan.units, plan.unit, plan.out, plan.out_shape = db.units, 2.0 ** unit_exp, _nf8.output_args(yt, z), out_shape
+    plan.m2 = np.ascontiguousarray(m2, np.float32)
+    return plan
 
 
 class PreparedQLinearMatMulF8:

@@ -22,6 +22,7 @@ call passes what it remembers to ``remember`` itself, never through the object i
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -219,3 +220,62 @@ class RepeatMemo:
             return run(call, x)
 
         return bound
+
+
+def content_key(value: Any) -> tuple | None:
+    """A hashable key for a parameter's type, shape and bits, of up to 65,536 elements (a
+    per-column scale or zero point as well as one element); None for anything else (a masked
+    array, an ndarray subclass, a larger array)."""
+    if type(value) is np.ndarray or isinstance(value, np.generic):
+        if value.size > 65536:
+            return None
+        return type(value), value.dtype, value.shape, value.tobytes()
+    return param_key(value) if not isinstance(value, np.ndarray) else None
+
+
+def same_bytes(x: np.ndarray, y: np.ndarray) -> bool:
+    """Whether two C-contiguous arrays of equal size in bytes hold the same bytes (compared eight
+    at a time: a byte-wise comparison takes several times as long)."""
+    bx, by = x.reshape(-1).view(np.uint8), y.reshape(-1).view(np.uint8)
+    if bx.size != by.size:
+        return False
+    n = bx.size // 8 * 8
+    return bool(np.array_equal(bx[:n].view(np.uint64), by[:n].view(np.uint64)) and np.array_equal(bx[n:], by[n:]))
+
+
+class ContentMemo:
+    """What a plain call derived from a constant operand (a weight decoded once), for later
+    plain calls that pass the same contents: keyed by ``key`` (the operand's dtype and shape,
+    its parameters' ``content_key``, the output size limit), then the operand's bytes compared
+    with a private copy kept with the entry. A hit is the same contents whatever the array
+    object (a weight changed in place since, or another array of equal shape, never hits
+    unless its bytes are equal). The derived value must be built from that private copy (and
+    copies of the parameters), never from the caller's arrays, which may change after the
+    call. Bounded: ``size`` entries and ``budget`` bytes of copies and derived arrays
+    (``nbytes`` per entry), the oldest going first; an entry above the budget is not kept."""
+
+    __slots__ = ("_items", "_size", "_budget", "_lock")
+
+    def __init__(self, size: int = 4, budget: int = 128 << 20) -> None:
+        self._items: dict[tuple, tuple[np.ndarray, Any, int]] = {}
+        self._size, self._budget = size, budget
+        self._lock = threading.Lock()  # put's eviction walks the entries
+
+    def get(self, key: tuple | None, x: np.ndarray) -> Any:
+        entry = None if key is None else self._items.get(key)
+        if entry is None or not same_bytes(entry[0], x):
+            return None
+        return entry[1]
+
+    def put(self, key: tuple | None, copy: np.ndarray, value: Any, nbytes: int) -> None:
+        if key is None or nbytes > self._budget:
+            return
+        with self._lock:
+            items = self._items
+            items.pop(key, None)
+            while items and (len(items) >= self._size or sum(e[2] for e in items.values()) + nbytes > self._budget):
+                items.pop(next(iter(items)), None)
+            items[key] = (copy, value, nbytes)
+
+    def clear(self) -> None:
+        self._items.clear()

@@ -275,7 +275,7 @@ class PreparedQLinearMatMul:
         if b_zero_point is None:
             raise TypeError(f"{op}: b_zero_point is required")
         self._b = _RightOperand(op, b, b_zero_point, owned=_owned)
-        bs = v.scale(op, "b_scale", b_scale)
+        bs = v.scale(op, "b_scale", _widened(b_scale))
         bzp = v.zero_point(op, "b_zero_point", b_zero_point, "b", self._b.dtype)
         v.same_shape(op, "b_scale", bs, "b_zero_point", bzp)
         self.b_scale = np.array(_operand_param(op, "b_scale", bs, "b", self._b.b_shape), copy=True)
@@ -308,11 +308,11 @@ class PreparedQLinearMatMul:
         key = None if None in keys else keys
         known = self._params.get(key)
         if known is None:
-            a_s = v.scale(op, "a_scale", a_scale)
+            a_s = v.scale(op, "a_scale", _widened(a_scale))
             azp = v.zero_point(op, "a_zero_point", a_zero_point, "a", a_arr.dtype)
             v.same_shape(op, "a_scale", a_s, "a_zero_point", azp)
             a_s = _operand_param(op, "a_scale", a_s, "a", a_arr.shape)
-            ys = v.per_tensor(op, "y_scale", v.nonzero_scale(op, "y_scale", y_scale))
+            ys = v.per_tensor(op, "y_scale", v.nonzero_scale(op, "y_scale", _widened(y_scale)))
             yzp = v.per_tensor(op, "y_zero_point", v.output_zero_point(op, "y_zero_point", y_zero_point))
             yzp = np.array(yzp, copy=True)  # memoized by value: never a view of the caller's array
             if a_s.ndim and self.b_scale.ndim:  # per row and per column: the multiplier is a matrix
@@ -451,6 +451,12 @@ def _is_float8(p: Any) -> bool:
 
 def _is_narrow_scale(p: Any) -> bool:
     return isinstance(p, (np.ndarray, np.generic)) and p.dtype in (dtypes.F16.dtype, dtypes.BF16.dtype)
+
+
+def _widened(p: Any) -> Any:
+    """A float16/bfloat16 scale (QLinearMatMul-21) as float32, exactly (every value of both is a
+    float32 value); anything else as given."""
+    return p.astype(np.float32) if _is_narrow_scale(p) else p
 
 
 def _lean_matmul(key: tuple | None, a: np.ndarray, b: np.ndarray, a_zp: Any, b_zp: Any,

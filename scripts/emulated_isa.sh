@@ -30,4 +30,4 @@ assert info["emulated"] and {"amx", "avx512vnni", "avxvnni"} <= set(info["isas"]
 PY
 QLINEAR_REQUIRE_NATIVE=1 "$PYTHON" -m pytest -q -p no:cacheprovider \
     tests/test_native.py tests/test_matmul.py tests/test_quantize.py tests/test_properties.py tests/test_conv.py \
-    tests/test_plain.py -k "native-amx or native-avx512vnni or native-avxvnni" "$@"
+    tests/test_plain.py tests/test_gemv.py -k "native-amx or native-avx512vnni or native-avxvnni" "$@"

@@ -93,7 +93,7 @@ from qlinear import _native  # noqa: E402
 ISA_LEVELS = ("amx", "avx512vnni", "avxvnni", "avx2", "scalar")
 # modules whose every test runs per engine level, and test_properties' matmul/quantize tests
 ENGINE_MODULES = {"test_matmul", "test_quantize", "test_native", "test_conv", "test_plain", "test_formats_prepared",
-                  "test_f8mm"}
+                  "test_f8mm", "test_gemv"}
 
 
 def engine_level_params():

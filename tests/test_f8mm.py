@@ -342,7 +342,7 @@ def test_graph_node_decodes_a_constant_b_once(monkeypatch):
         a = operand(rng, "float8e4m3fn", (5, 16))
         (y,) = rep.run({"a": a})
         bits_equal(np.asarray(y), expected(a, F32(0.05), zero, b, bsc, bz, F32(0.5), zero))
-    assert decodes.count(False) == 1 and decodes.count(True) == 3, decodes
+    assert decodes.count(False) == 1, decodes  # a is decoded per run (natively on the one-call path)
 
 
 def test_accumulator_rounds_before_the_multiplier(engine_level):
@@ -354,3 +354,243 @@ def test_accumulator_rounds_before_the_multiplier(engine_level):
     b = np.array([[128], [1]], np.uint8)
     got = check(a, F32(100.5 * 2.0 ** -15), f4(0.0).reshape(()), b, F32(1), np.uint8(0), F32(1), np.int8(0))
     assert int(got[0, 0]) == 100
+
+
+# ---------------------------------------------------------------------------------------------
+# The one-call product (decode of a, dgemm per thread on its columns, output step in one native
+# job) and the plain calls' cache of the decoded b.
+# ---------------------------------------------------------------------------------------------
+
+
+def _one_calls(monkeypatch):
+    """The one-call products attempted, each checked exact on its actual operands (the bound
+    that a's type proved is never below the actual one); 'done' or 'bad' (a NaN in a)."""
+    seen = []
+    real = _fmatmul._nf8.product
+
+    def product(gemm, a, table, bad, zp, b_units, *rest):
+        units = table[a.view(np.uint8)] - zp.reshape(-1, 1)
+        kx = np.abs(units).max(axis=0, initial=0.0)
+        ky = np.abs(b_units).max(axis=1, initial=0.0)
+        assert sum(int(p) * int(q) for p, q in zip(kx, ky)) < 2**53
+        y = real(gemm, a, table, bad, zp, b_units, *rest)
+        seen.append("bad" if y is None else "done")
+        return y
+
+    monkeypatch.setattr(_fmatmul._nf8, "product", product)
+    return seen
+
+
+def _native_only(engine_level):
+    if not (engine_level or "").startswith("native") or _fmatmul._blas.dgemm() is None:
+        pytest.skip("the one-call product runs on the native engine with an OpenBLAS dgemm")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_one_call_product(engine_level, monkeypatch, threads):
+    """Every a type whose bound its type proves, every output type, per-tensor and per-row a
+    parameters, per-column b parameters, widths that split into ragged column blocks, stacks of
+    a against one b and 1-D operands: the one-call product is taken and gives the oracle's bits,
+    from the prepared form and from the function (its remembered plan on the second call)."""
+    _native_only(engine_level)
+    seen = _one_calls(monkeypatch)
+    saved = qlinear.get_num_threads()
+    qlinear.set_num_threads(threads)
+    try:
+        rng = np.random.default_rng(21)
+        for at, bt, yt, (m, k, n) in (("float8e4m3fn", "float8e4m3fn", "float8e4m3fn", (37, 29, 150)),
+                                      ("float8e4m3fnuz", "float8e5m2", "int8", (5, 40, 131)),
+                                      ("int8", "float8e4m3fn", "uint8", (17, 9, 8)),
+                                      ("uint8", "float8e5m2fnuz", "float8e5m2", (3, 64, 200)),
+                                      ("float8e5m2", "int8", "float8e4m3fnuz", (20, 33, 70)),
+                                      ("float8e4m3fn", "uint8", "float8e5m2fnuz", (1, 7, 1))):
+            b = operand(rng, bt, (k, n), style="extreme" if bt == "int8" else "full")
+            if bt.startswith("float8e5m2"):  # |b| <= 2 (codes up to 0x40, both signs): a bound e5m2 passes
+                codes = rng.integers(0, 0x41, size=(k, n)).astype(np.uint8)
+                if bt == "float8e5m2":
+                    codes |= rng.integers(0, 2, size=(k, n)).astype(np.uint8) << 7
+                b = oracle.as_format(codes, bt)
+            sb = scale(rng, (n,), F32, 0.001, 0.01)
+            zb = zero_point(rng, bt, (n,), "negzero" if bt.startswith("float8e5m2") else "small")
+            p = qlinear.prepare_qlinear_matmul(b, sb, zb) if bt.startswith("float8") else \
+                qlinear.matmul.prepare_qlinear_matmul_float8(b, sb, zb)
+            for per_row in (False, True):
+                a = operand(rng, at, (m, k))
+                sa = scale(rng, (m,) if per_row else (), F32, 0.01, 1)
+                za = zero_point(rng, at, (m,) if per_row else ())
+                zy = zero_point(rng, yt, ())
+                want = expected(a, sa, za, b, sb, zb, F32(0.7), zy)
+                for _ in range(2):
+                    seen.clear()
+                    bits_equal(p.run(a, sa, za, F32(0.7), zy), want)
+                    bits_equal(qlinear.qlinear_matmul(a, sa, za, b, sb, zb, F32(0.7), zy), want)
+                    assert seen == ["done", "done"], (at, bt, seen)
+        a = operand(rng, "float8e4m3fn", (2, 3, 29))
+        b = operand(rng, "float8e4m3fn", (29, 150))
+        za, zb = zero_point(rng, "float8e4m3fn", (3,)), zero_point(rng, "float8e4m3fn", ())
+        sa = scale(rng, (3,), F16, 0.1, 1)
+        seen.clear()
+        got = qlinear.qlinear_matmul(a, sa, za, b, BF16(0.5), zb, F32(3), np.int8(-2))
+        for i in range(2):
+            bits_equal(got[i], expected(a[i], sa, za, b, BF16(0.5), zb, F32(3), np.int8(-2)))
+        v = qlinear.qlinear_matmul(a[0, 0], F32(0.2), za[0], b[:, 7], F32(0.5), zb, F32(0.05), np.uint8(3))
+        bits_equal(v, expected(a[0, :1], F32(0.2), za[0], b[:, 7:8], F32(0.5), zb, F32(0.05), np.uint8(3)).reshape(()))
+        assert seen == ["done", "done"], seen
+    finally:
+        qlinear.set_num_threads(saved)
+
+
+def test_one_call_product_gives_way(engine_level, monkeypatch):
+    """A NaN in a (the one call declines after decoding), a NaN or an infinity in b, two 8-bit
+    operands, a batched b, per-batch parameters, a bound a's type does not prove (e5m2 x e4m3):
+    the general path, with the oracle's bits."""
+    _native_only(engine_level)
+    seen = _one_calls(monkeypatch)
+    rng = np.random.default_rng(22)
+    f8 = lambda n, v: oracle.as_format(oracle.encode_float(np.asarray(v, np.float64), n, 1), n)  # noqa: E731
+    z4 = f8("float8e4m3fn", 0.0).reshape(())
+    b = operand(rng, "float8e4m3fn", (6, 40))
+    a = operand(rng, "float8e4m3fn", (20, 6))
+    a[13, 2] = f8("float8e4m3fn", np.nan)[()]
+    p = qlinear.prepare_qlinear_matmul(b, F32(0.1), z4)
+    for _ in range(2):  # the second run: the remembered plan declines as well
+        bits_equal(p.run(a, F32(0.5), z4, F32(0.25), np.int8(0)), expected(a, F32(0.5), z4, b, F32(0.1), z4, F32(0.25),
+                                                                           np.int8(0)))
+    assert seen == ["bad", "bad"], seen
+    seen.clear()
+    bn = b.copy()
+    bn[1, 3] = f8("float8e4m3fn", np.nan)[()]
+    a = operand(rng, "float8e4m3fn", (4, 6))
+    check(a, F32(0.5), z4, bn, F32(0.1), z4, F32(0.25), np.int8(0))
+    check(operand(rng, "int8", (4, 6)), F32(0.5), np.int8(1), operand(rng, "uint8", (6, 5)), F32(0.1), np.uint8(3),
+          F32(0.25), z4)
+    bb = operand(rng, "float8e4m3fn", (2, 6, 5))
+    got = qlinear.qlinear_matmul(a, F32(0.5), z4, bb, F32(0.1), z4, F32(0.25), np.int8(0))
+    for i in range(2):
+        bits_equal(got[i], expected(a, F32(0.5), z4, bb[i], F32(0.1), z4, F32(0.25), np.int8(0)))
+    a5 = operand(rng, "float8e5m2", (4, 40))  # 57344 · 2^16 units · 40 · 448 · 2^9 > 2^52
+    check(a5, F32(0.5), f8("float8e5m2", 0.0).reshape(()), f8("float8e4m3fn", np.full((40, 3), 448.0)), F32(0.1), z4,
+          F32(0.25), np.int8(0))
+    assert seen == [], seen
+
+
+def test_one_call_bound_edge(engine_level, monkeypatch):
+    """The data-free bound at its edge: an e4m3fn a with zero point -448 (units up to 896 ·
+    2^9 = 458,752 whatever its values) against a b of centered 896 on every k: 458752^2 · K is
+    below 2^52 for K = 21,399 (the one call) and not for K = 21,400 (the general path, which
+    finds this a's actual values small and takes one GEMM): both exact."""
+    _native_only(engine_level)
+    seen = _one_calls(monkeypatch)
+    f8 = lambda v: oracle.as_format(oracle.encode_float(np.asarray(v, np.float64), "float8e4m3fn", 1), "float8e4m3fn")  # noqa: E731
+    zneg = f8(-448.0).reshape(())
+    rng = np.random.default_rng(23)
+    for k, path in ((21399, ["done"]), (21400, [])):
+        seen.clear()
+        a = f8(rng.choice([-448.0, -440.0, 2.0 ** -9, 0.0], size=(2, k)))
+        b = f8(np.full((k, 2), 448.0))
+        b[-1, 1] = f8(2.0 ** -9)[()]
+        check(a, F32(1), zneg, b, F32(2.0 ** -30), zneg, F32(7.0), np.int8(3))
+        assert seen == path, (k, seen)
+
+
+def test_plain_calls_keep_the_decoded_b_by_its_contents(engine_level, monkeypatch):
+    """A plain call decodes a b once for later calls with the same contents (another array with
+    equal bytes, a non-contiguous view of them); a b changed in place, another b of equal
+    shape, a per-column b_scale or b_zero_point changed in place: decoded anew, never the stale
+    result."""
+    _fmatmul._PLAIN_B.clear()
+    decodes = []
+    real = _fmatmul._Decoded.__init__
+
+    def counting(self, codes, t, zp, left):
+        if not left:
+            decodes.append(codes.shape)
+        real(self, codes, t, zp, left)
+
+    monkeypatch.setattr(_fmatmul._Decoded, "__init__", counting)
+    rng = np.random.default_rng(24)
+    b = operand(rng, "float8e4m3fn", (12, 9))
+    sb, zb = scale(rng, (9,), F32, 0.01, 0.1), zero_point(rng, "float8e4m3fn", (9,))
+    z4 = zero_point(rng, "float8e4m3fn", (), "zero")
+
+    def call(a, b, sb, zb):
+        return check(a, F32(0.5), z4, b, sb, zb, F32(0.3), np.int8(0))
+
+    a = operand(rng, "float8e4m3fn", (4, 12))
+    call(a, b, sb, zb)
+    call(operand(rng, "float8e4m3fn", (4, 12)), b, sb, zb)
+    call(a, b.copy(), sb.copy(), zb.copy())
+    bt = np.ascontiguousarray(b.T).T  # the same values, Fortran order
+    call(a, bt, sb, zb)
+    assert len(decodes) == 1, decodes
+    b.view(np.uint8)[3, 4] ^= 0x11  # changed in place
+    call(a, b, sb, zb)
+    assert len(decodes) == 2, decodes
+    other = operand(rng, "float8e4m3fn", (12, 9))
+    call(a, other, sb, zb)
+    assert len(decodes) == 3, decodes
+    sb[2] *= F32(3)
+    call(a, b, sb, zb)
+    zb.view(np.uint8)[5] ^= 0x01
+    call(a, b, sb, zb)
+    assert len(decodes) == 5, decodes
+
+
+def test_content_memo_bounds():
+    """The plain calls' cache holds at most ``size`` entries and ``budget`` bytes, the oldest
+    going first, never an entry larger than the budget; a lookup compares the bytes."""
+    from qlinear._prepared import ContentMemo
+
+    memo = ContentMemo(size=2, budget=100)
+    xs = [np.full(8, i, np.uint8) for i in range(4)]
+    for i in range(3):
+        memo.put(("k", i), xs[i].copy(), i, 40)
+    assert memo.get(("k", 0), xs[0]) is None and memo.get(("k", 1), xs[1]) == 1 and memo.get(("k", 2), xs[2]) == 2
+    memo.put(("k", 3), xs[3].copy(), 3, 70)  # 40 + 70 > 100: the older one goes
+    assert memo.get(("k", 1), xs[1]) is None and memo.get(("k", 2), xs[2]) is None and memo.get(("k", 3), xs[3]) == 3
+    memo.put(("big",), xs[0].copy(), 9, 101)
+    assert memo.get(("big",), xs[0]) is None
+    y = xs[3].copy()
+    y[7] = 200  # the last byte: outside the eight-byte words
+    assert memo.get(("k", 3), y) is None
+    z = np.zeros(13, np.uint8)
+    memo.put(("odd",), z.copy(), 5, 10)
+    z2 = z.copy()
+    z2[12] = 1
+    assert memo.get(("odd",), z) == 5 and memo.get(("odd",), z2) is None
+
+
+@pytest.mark.parametrize("sdt", ["float16", "bfloat16"])
+def test_graph_8bit_with_narrow_scales_is_prepared_once(monkeypatch, sdt):
+    """QLinearMatMul-21 with 8-bit operands and float16/bfloat16 scales in a model: the 8-bit
+    prepared form (b packed once over several runs), the oracle's bits."""
+    from onnx import TensorProto as T, helper, numpy_helper
+    from qlinear import backend, matmul
+
+    dt, elem = (F16, T.FLOAT16) if sdt == "float16" else (BF16, T.BFLOAT16)
+    rng = np.random.default_rng(25)
+    b = operand(rng, "int8", (16, 8))
+    sa, sb, sy = dt(0.05), scale(rng, (8,), dt, 0.01, 0.1), dt(0.5)
+    zb = operand(rng, "int8", (8,))
+    tensor = lambda n, v: helper.make_tensor(n, elem, v.shape, np.ascontiguousarray(v).view(np.uint16).reshape(-1).tobytes(), raw=True)  # noqa: E731
+    inits = [tensor("a_scale", np.asarray(sa)), tensor("b_scale", sb), tensor("y_scale", np.asarray(sy)),
+             numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.asarray(np.uint8(7)), "a_zp"),
+             numpy_helper.from_array(zb, "b_zp"), numpy_helper.from_array(np.asarray(np.int8(-3)), "y_zp")]
+    node = helper.make_node("QLinearMatMul", ["a", "a_scale", "a_zp", "b", "b_scale", "b_zp", "y_scale", "y_zp"], ["y"])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", T.UINT8, [5, 16])],
+                          [helper.make_tensor_value_info("y", T.INT8, [5, 8])], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    built = []
+    real = matmul.PreparedQLinearMatMul.__init__
+
+    def counting(self, *args, **kw):
+        built.append(kw.get("_owned", True))
+        real(self, *args, **kw)
+
+    monkeypatch.setattr(matmul.PreparedQLinearMatMul, "__init__", counting)
+    rep = backend.prepare(m)
+    for _ in range(3):
+        a = operand(rng, "uint8", (5, 16))
+        (y,) = rep.run({"a": a})
+        bits_equal(np.asarray(y), expected(a, sa, np.uint8(7), b, sb, zb, sy, np.int8(-3)))
+    assert built == [True], built

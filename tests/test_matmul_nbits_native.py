@@ -188,3 +188,38 @@ def test_k_past_k_are_not_computed(engine_level):
             y = contrib.matmul_nbits(A, B, scales, K=K, N=5, bits=4, block_size=16, accuracy_level=0)
             assert np.all(np.signbit(y)), (K, M, y)
             same_bits(y, oracle.matmul_nbits(A, B, scales, K=K, N=5, bits=4, block_size=16))
+
+
+@pytest.mark.parametrize("engine_level", [p for p in engine_level_params() if p.values[0] != "numpy"], indirect=True)
+def test_activation_quantization_edges_match_oracle(engine_level):
+    """The int8 level's activation quantization (ql_nbits_qa_*: vectors of 16 or 8 values, a
+    masked or scalar remainder) against the oracle: whole blocks whose 127 / amax overflows
+    (every |a| below 3.7e-37: subnormals, ±0, 3e-37; the codes must be 0 there, not the
+    conversion's invalid value), all-zero blocks, blocks of exact code ties (a · 127 / amax
+    = n + 0.5: round half to even), and a lone NaN or ±inf (NaN rows); K with a partial last
+    block and a partial vector (K % 16 and K % 8 not 0), M = 1 and 3."""
+    rng = np.random.default_rng(33)
+    tiny = np.array([1e-45, -1e-45, 1e-40, -3e-37, 3e-37, 0.0, -0.0, 2e-38], F32)
+    ties = np.array([127.0, 0.5, -0.5, 1.5, -2.5, 63.5, -126.5, 3.5], F32)  # amax 127: inv 1, code = rne(a)
+    for t, (bits, bs, K) in enumerate(((4, 16, 61), (4, 32, 100), (8, 64, 203), (2, 32, 77), (4, 128, 300))):
+        M = 1 if t % 2 else 3
+        A = rng.standard_normal((M, K)).astype(F32)
+        nb = -(-K // bs)
+        for b in range(nb):
+            k0, k1 = b * bs, min(K, (b + 1) * bs)
+            kind = (b + t) % 4
+            if kind == 0:
+                A[:, k0:k1] = rng.choice(tiny, (M, k1 - k0))
+            elif kind == 1:
+                A[:, k0:k1] = 0.0
+            elif kind == 2:
+                A[:, k0:k1] = rng.choice(ties, (M, k1 - k0))
+                A[:, k0] = 127.0
+        if M == 3:
+            A[1, K // 2] = (math.nan, math.inf, -math.inf)[t % 3]
+        for zp_kind in ("none", "uint8"):
+            inputs, attrs = make_case(rng, bits=bits, block_size=bs, zp_kind=zp_kind, g_idx=False, M=M, K=K, N=37,
+                                      a=A, bias=True)
+            got = contrib.matmul_nbits(*inputs.values(), **attrs, accuracy_level=4)
+            assert contrib.prepare_matmul_nbits(*list(inputs.values())[1:], **attrs, accuracy_level=4).int8
+            same_bits(got, oracle.matmul_nbits(*inputs.values(), **attrs, accuracy_level=4))

@@ -163,3 +163,163 @@ def test_the_caller_takes_over_a_late_worker():
             for _, call, want in cases:
                 assert_exact(call(), want)
         assert nat.pool_late_workers(0) > ran2
+
+
+# ---------------------------------------------------------------------------------------------
+# The pool itself, independently of any kernel: pool_check runs jobs of counting tasks
+# (runtime/pool_check.c) and reports tasks run other than once per job, calls that returned
+# before their tasks were done and thread indices out of range.
+# ---------------------------------------------------------------------------------------------
+
+def _run_isolated(code: str, timeout: float = 120.0) -> str:
+    """Runs `code` in a fresh interpreter and returns its output; a hang fails the test (the
+    timeout) instead of hanging the suite."""
+    import os
+    import textwrap
+
+    env = dict(os.environ, QLINEAR_REQUIRE_NATIVE="1")
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+@needs_native
+@pytest.mark.parametrize("threads", THREAD_COUNTS)
+def test_every_task_once_and_thread_indices_in_range(threads):
+    nat = _native.native()
+    with _threads(threads):
+        for max_threads in sorted({1, 2, threads, 8}):
+            for n in (1, 2, 3, 7, 64, 1000):
+                bad, top = nat.pool_check(n, max_threads, 20, 0, 0, 0)
+                assert bad == 0, (threads, max_threads, n, bad)
+                assert top < max(1, min(max_threads, threads, n)), (threads, max_threads, n, top)
+            # tasks long enough that the workers join: indices still below the call's limit
+            bad, top = nat.pool_check(4 * threads, max_threads, 3, 0, 200, 0)
+            assert bad == 0 and top < max(1, min(max_threads, threads)), (threads, max_threads, bad, top)
+
+
+@needs_native
+def test_many_small_calls():
+    """20,000 calls of a few tiny tasks each on 2 threads (the workers spinning, joining late,
+    missing jobs): each task once per call, nothing lost, no hang."""
+    out = _run_isolated("""
+        import qlinear
+        from qlinear import _native
+        nat = _native.native()
+        qlinear.set_num_threads(2)
+        bad = 0
+        for n in (2, 3, 5, 9):
+            bad += nat.pool_check(n, 2, 5000, 0, 0, 0)[0]
+        print(bad)
+    """)
+    assert out.split() == ["0"]
+
+
+@needs_native
+def test_nested_calls_run_inline():
+    """A task that itself calls the pool (the pool busy with the outer job) runs its tasks on its
+    own thread: every inner task once, no deadlock."""
+    nat = _native.native()
+    for threads in (2, 3):
+        with _threads(threads):
+            bad, top = nat.pool_check(16, threads, 4, 8, 50, 0)
+            assert bad == 0, bad
+            assert top < threads
+
+
+@needs_native
+def test_concurrent_calls_from_two_python_threads():
+    """Two Python threads calling at once (the GIL released in each call): one gets the pool,
+    the other runs its tasks itself; both exact, no hang, for pool_check and a real kernel."""
+    out = _run_isolated("""
+        import threading
+        import numpy as np
+        import qlinear
+        from qlinear import _native
+        import oracle
+        from conftest import I8, U8, rand_int
+        nat = _native.native()
+        qlinear.set_num_threads(2)
+        rng = np.random.default_rng(3)
+        a, b = rand_int(rng, U8, (96, 320)), rand_int(rng, I8, (320, 256))
+        want = oracle.matmul_integer(a, b, U8(3))
+        errors = []
+        def run(k):
+            try:
+                for i in range(40):
+                    bad, _ = nat.pool_check(64, 2, 2, 0, 5 * (k + 1), 0)
+                    if bad:
+                        errors.append(("pool_check", k, i, bad))
+                    if not np.array_equal(qlinear.matmul_integer(a, b, U8(3)), want):
+                        errors.append(("matmul_integer", k, i))
+            except Exception as e:
+                errors.append(repr(e))
+        ts = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+        for t in ts: t.start()
+        for t in ts: t.join()
+        print(len(errors), errors[:3])
+    """.replace("import oracle", "import sys; sys.path.insert(0, %r); import oracle" % str(__import__("pathlib").Path(__file__).parent)))
+    assert out.split()[0] == "0", out
+
+
+@needs_native
+def test_the_pool_after_fork():
+    """A child forked after the pool ran (multiprocessing's fork start method) rebuilds it: its
+    calls run on threads again, exact, without hanging on the parent's workers."""
+    out = _run_isolated("""
+        import os
+        import qlinear
+        from qlinear import _native
+        nat = _native.native()
+        qlinear.set_num_threads(2)
+        assert nat.pool_check(64, 2, 3, 0, 20, 0)[0] == 0
+        pid = os.fork()
+        if pid == 0:
+            ok = nat.pool_check(64, 2, 20, 0, 20, 0)[0] == 0 and nat.pool_check(5, 2, 2000, 0, 0, 0)[0] == 0
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), nat.pool_check(64, 2, 3, 0, 20, 0)[0])
+    """)
+    assert out.split() == ["0", "0"], out
+
+
+@needs_native
+def test_resizing_the_pool():
+    """set_num_threads stops and starts workers between calls: the workers' count follows."""
+    import time
+
+    nat = _native.native()
+    for threads in (4, 1, 3, 2):
+        with _threads(threads):
+            assert nat.pool_check(32, threads, 3, 0, 100, 0)[0] == 0
+            time.sleep(0.02)   # the new workers record their thread ids when they start
+            assert len(nat.pool_worker_tids()) == threads - 1, (threads, nat.pool_worker_tids())
+
+
+@needs_native
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_getaffinity") or len(__import__("os").sched_getaffinity(0)) < 2,
+                    reason="needs Linux CPU sets of at least 2 CPUs")
+def test_a_worker_off_its_cpu_mid_task_gets_the_callers_cpu_and_gives_it_back():
+    """A worker that is off its CPU inside a task (here: the task sleeps 3 ms on a worker, as one
+    that another process preempted) holds the call up; the caller, once it has run every other
+    task, lends it its CPU (pool_counts()[5]) and blocks, and takes it back after: each task
+    once, the call returns after the task is done, and every worker's CPU set is again what it
+    was (a caller that left a worker pinned to its CPU fails this)."""
+    import os
+    import time
+
+    nat = _native.native()
+    with _threads(2):
+        nat.pool_check(16, 2, 2, 0, 100, 0)
+        time.sleep(0.02)
+        tids = nat.pool_worker_tids()
+        assert len(tids) == 1
+        before = {t: os.sched_getaffinity(t) for t in tids}
+        lent0 = nat.pool_counts()[5]
+        deadline = time.perf_counter() + 10.0
+        while nat.pool_counts()[5] == lent0 and time.perf_counter() < deadline:
+            bad, _ = nat.pool_check(8, 2, 3, 0, 300, 3000)
+            assert bad == 0
+        assert nat.pool_counts()[5] > lent0, "the caller never lent its CPU to the sleeping worker"
+        assert {t: os.sched_getaffinity(t) for t in tids} == before

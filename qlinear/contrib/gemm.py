@@ -141,6 +141,7 @@ class PreparedQGemm:
         except (ValueError, TypeError):
             return None
         shape, dtype, zpa, accumulate = A.shape, A.dtype, np.asarray(za, A.dtype), self._accumulate
+        lean = _lean_requantize(mult, yz, ydt)
 
         def run(A: Any) -> np.ndarray | None:
             if type(A) is not np.ndarray or A.dtype is not dtype or A.shape != shape:
@@ -152,9 +153,38 @@ class PreparedQGemm:
             if mult is None:
                 with np.errstate(all="ignore"):
                     return acc.astype(F32) * s
+            if lean is not None:
+                return lean(acc)
             return requantize_multiply(acc.astype(F32), mult, yz, ydt)
 
         return run
+
+
+def _lean_requantize(mult: Any, yz: Any, ydt: Any):
+    """``requantize_multiply(acc.astype(float32), mult, yz, ydt)`` for a bound QGemm, as ufuncs
+    into one float32 buffer with the bounds made once (its own ufunc calls cost more than the
+    arithmetic on a classifier's few outputs): f(f(acc) · m) clamped to [qmin - yz, qmax - yz]
+    (m is finite and acc an integer, so no NaN reaches the clamp), rounded half to even, plus yz
+    (|q + yz| <= 65535 < 2**24 for 8- and 16-bit outputs: exact in float32, and so is the cast).
+    None for another output type (the general epilogue then runs)."""
+    if mult is None or ydt is None or np.dtype(ydt).itemsize > 2:
+        return None
+    lo, hi = dtypes.INT_RANGE[np.dtype(ydt)]
+    z = int(yz)
+    flo, fhi, fz = F32(lo - z), F32(hi - z), F32(z)
+    m = np.asarray(mult, F32)
+
+    def lean(acc: np.ndarray) -> np.ndarray:
+        q = acc.astype(F32)
+        with np.errstate(over="ignore"):  # f(acc · m) may round past float32's range: ±inf clamps
+            np.multiply(q, m, out=q)
+        np.maximum(q, flo, out=q)
+        np.minimum(q, fhi, out=q)
+        np.rint(q, out=q)
+        q += fz
+        return q.astype(ydt)
+
+    return lean
 
 
 def prepare_qgemm(B: np.ndarray, b_scale: Any, b_zero_point: Any, *, transB: int = 0) -> PreparedQGemm:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _native
+from .. import _blas, _native
 from .. import _validate as v
 from ..matmul import matmul_integer
 from . import _params as p
@@ -370,7 +370,10 @@ def _attention_core(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, p
     got = _attention_native(op, qkv, num_heads, mask_index, past, unidirectional, scale, mask_filter_value)
     if got is not None:
         return got
-    return _attention_numpy(op, qkv, num_heads, mask_index, past, unidirectional, scale, mask_filter_value)
+    # its products on OpenBLAS, single-threaded as the backend runs BLAS (qlinear.graph.rep
+    # counts QAttention among the nodes that need no switch of their own: this is its one)
+    with _blas.single_threaded():
+        return _attention_numpy(op, qkv, num_heads, mask_index, past, unidirectional, scale, mask_filter_value)
 
 
 def _attention_numpy(op: str, qkv: np.ndarray, num_heads: int, mask_index: Any, past: Any, unidirectional: int,
@@ -545,13 +548,33 @@ class PreparedQAttention:
         makes (their other outcomes are not taken here), and the computation is the same
         native call."""
         C = _native.native()
+        geometry = self._lean_geometry(C, x, sx, mask, zx, past)
+        if geometry is None:
+            return None
+        batch, seq, heads, head, past_len, total, kind, prepared = geometry
+        s = float(sx)
+        acc = prepared._repeat_zero_point(x, zx)  # None unless its plan fits x
+        if acc is None:
+            return None
+        op = "qattention"
+        v.check_size(op, "the float64 attention scores", (batch, heads, seq, total), 8)
+        v.check_size(op, "present", (2, batch, heads, total, head), 4)
+        out = np.empty((batch, seq, self.cols // 3), F32)
+        present = np.empty((2, batch, heads, total, head), F32)
+        C.qattention(acc, self.ws_flat, self.ws_flat.size > 1, s, self.bias32, batch, seq, heads, head, past,
+                     past_len, mask, kind, self.uni, self.scale if self.scale else 1.0 / math.sqrt(head),
+                     self.mask_filter_value, out, present)
+        return out, present
+
+    def _lean_geometry(self, C, x, sx, mask, zx, past):
+        """The checks of ``_lean`` (see there): (batch, seq, heads, head, past_len, total, mask
+        kind, the product's PreparedMatMulInteger) where its path applies, else None."""
         prepared = getattr(self.product, "prepared", None)
         if (C is None or prepared is None or type(x) is not np.ndarray or x.ndim != 3 or not x.flags.c_contiguous
                 or type(sx) is not np.ndarray or sx.dtype != F32 or sx.ndim != 0 or type(zx) is not np.ndarray
                 or zx.dtype != x.dtype or zx.ndim != 0 or self.cols % (3 * self.n)):
             return None
-        s = float(sx)
-        if not math.isfinite(s):
+        if not math.isfinite(float(sx)):
             return None
         batch, seq, _ = x.shape
         heads, head = self.n, self.cols // (3 * self.n)
@@ -579,18 +602,63 @@ class PreparedQAttention:
             return None
         if not batch or not seq or 2 * batch * heads * seq * total * head > NATIVE_ATTENTION_MACS:
             return None
-        acc = prepared._repeat_zero_point(x, zx)  # None unless its plan fits x
-        if acc is None:
+        return batch, seq, heads, head, past_len, total, kind, prepared
+
+    def bound_run(self, x, sx, mask, zx, past):
+        """``run`` bound to inputs like these, after a call of ``run`` with them that took its
+        lean path: ``f(x, sx, mask, zx, past)`` gives run's outputs for inputs of these shapes
+        and dtypes (each checked as ``_lean`` checks it) in one native call
+        (``qattention_run``, csrc/transformer/bound.c: the same product, projection and
+        attention), None for any other; None when there is no such path (the NumPy engine,
+        a product not on one packed matrix)."""
+        C = _native.native()
+        geometry = self._lean_geometry(C, x, sx, mask, zx, past)
+        if geometry is None or getattr(C, "qattention_bind", None) is None:
+            return None
+        batch, seq, heads, head, past_len, total, kind, prepared = geometry
+        last = prepared._zp_call
+        if last is None or last[0] != x.shape or last[1] != x.dtype:
+            return None
+        call, limit = last[2], last[3]
+        isa, (_, which, rows, cols, k, batches), mid, tail = call[0], call[1], call[2], call[3]
+        a_code, ba, _, _, zpa_bs, zpa_rs, packed, colsums, zcol, bb, _ = mid
+        if (isa != C.get_isa() or limit != v.max_output_bytes() or call[6] is not None or batches != 1 or ba != 1
+                or bb != 1 or zpa_bs or zpa_rs or tail[0] or rows != batch * seq or cols != self.cols):
             return None
         op = "qattention"
         v.check_size(op, "the float64 attention scores", (batch, heads, seq, total), 8)
         v.check_size(op, "present", (2, batch, heads, total, head), 4)
-        out = np.empty((batch, seq, self.cols // 3), F32)
-        present = np.empty((2, batch, heads, total, head), F32)
-        C.qattention(acc, self.ws_flat, self.ws_flat.size > 1, s, self.bias32, batch, seq, heads, head, past,
-                     past_len, mask, kind, self.uni, self.scale if self.scale else 1.0 / math.sqrt(head),
-                     self.mask_filter_value, out, present)
-        return out, present
+        one = C.qattention_bind(isa, which, k, cols, a_code, packed, colsums, zcol, self.ws_flat,
+                                int(self.ws_flat.size > 1), self.bias32, batch, seq, heads, head, past_len, kind,
+                                int(self.uni), self.scale if self.scale else 1.0 / math.sqrt(head),
+                                self.mask_filter_value)
+        run, max_bytes, nd, f32, i32 = C.qattention_run, v.max_output_bytes, np.ndarray, F32, np.int32
+        xshape, xdt, mshape = x.shape, x.dtype, None if mask is None else mask.shape
+        pshape = None if past is None else past.shape
+        oshape, prshape, empty = (batch, seq, self.cols // 3), (2, batch, heads, total, head), np.empty
+
+        def bound(x, sx, mask, zx, past):
+            if (type(x) is not nd or x.dtype != xdt or x.shape != xshape or not x.flags.c_contiguous
+                    or type(sx) is not nd or sx.dtype != f32 or sx.shape != () or type(zx) is not nd
+                    or zx.dtype != xdt or zx.shape != () or max_bytes() != limit):
+                return None
+            if mask is None:
+                if mshape is not None:
+                    return None
+            elif (type(mask) is not nd or mask.dtype != i32 or mask.shape != mshape
+                  or not mask.flags.c_contiguous):
+                return None
+            if past is None:
+                if pshape is not None:
+                    return None
+            elif (type(past) is not nd or past.dtype != f32 or past.shape != pshape
+                  or not past.flags.c_contiguous):
+                return None
+            out, present = empty(oshape, f32), empty(prshape, f32)
+            if run(one, x, float(sx), int(zx), mask, past if past_len else None, out, present):
+                return out, present
+            return None
+        return bound
 
 
 def _qkv(acc: np.ndarray, sx: np.float32, ws_cols: np.ndarray | None, ws: np.ndarray | None,

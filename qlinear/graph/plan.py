@@ -156,6 +156,8 @@ def _step(entry: tuple, ins: tuple[int, ...], outs: tuple[int, ...], template: l
             s[o] = v
 
     if len(outs) != 1:
+        if how == "direct0" and check is None:
+            return _direct_outputs(pnode, ins, outs, general)
         return general
     o = outs[0]
     consts = {j: template[i] for j, i in enumerate(ins) if i in const_slots}
@@ -298,3 +300,28 @@ def _step(entry: tuple, ins: tuple[int, ...], outs: tuple[int, ...], template: l
                 s[o] = full_call(entry, inputs)[0]
         return direct0
     return general
+
+
+def _direct_outputs(pnode: Any, ins: tuple[int, ...], outs: tuple[int, ...],
+                    general: Callable[[list], None]) -> Callable[[list], None]:
+    """The step of a qlinear kernel with several outputs (QAttention, SkipLayerNormalization,
+    DynamicQuantizeLinear ...): ``_run`` with the inputs, its outputs written when it gives
+    one array for each (what the general loop's call then does: a bound short path is only
+    ever kept for one output), else ``general`` (the general loop's call for the node,
+    which gives the other results and raises the node's own errors)."""
+    n = len(outs)
+
+    def direct_outputs(s: list) -> None:
+        try:
+            outputs = pnode._run(*[s[i] for i in ins])
+        except (TypeError, AttributeError):
+            outputs = None
+        if type(outputs) is tuple and len(outputs) == n:
+            for o, v in zip(outs, outputs):
+                if type(v) is not _ND:
+                    break
+                s[o] = v
+            else:
+                return
+        general(s)
+    return direct_outputs

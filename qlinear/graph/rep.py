@@ -110,7 +110,8 @@ _NODE_ERRORS = (ValueError, TypeError, RuntimeError, IndexError, KeyError, ZeroD
 #: Operators (domain, type) whose kernels here never call a BLAS on the native engine: its
 #: integer operators (native kernels; on the NumPy engine they do, on float32 BLAS), onnxruntime's
 #: quantized element-wise, table, pooling and concatenation operators (native or NumPy
-#: element-wise), MaxPool and data movement / element-wise NumPy. A model made only of these
+#: element-wise), MaxPool and data movement / element-wise NumPy, the integer islands
+#: (qlinear.passes.islands: native element-wise passes and tables). A model made only of these
 #: runs without switching OpenBLAS to one thread and back (``QLinearRep._blas_threads``).
 _BLAS_FREE = frozenset(
     [("ai.onnx", op) for op in (
@@ -121,7 +122,12 @@ _BLAS_FREE = frozenset(
     + [(DOMAIN, op) for op in (
         "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat", "QLinearWhere",
         "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax", "QLinearConv", "QGemm",
-        "QuantizeLinear", "DequantizeLinear")])
+        "QuantizeLinear", "DequantizeLinear",
+        # the transformer operators' native kernels; QAttention's NumPy attention (above the
+        # native kernel's size) switches OpenBLAS itself (contrib/transformer._attention_core)
+        "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "SkipLayerNormalization", "FastGelu", "Gelu",
+        "EmbedLayerNormalization", "QAttention")]
+    + [("qlinear.internal", op) for op in ("QDQIsland", "QDQTableIsland")])
 
 
 class _NoSwitch:

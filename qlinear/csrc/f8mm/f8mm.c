@@ -148,36 +148,127 @@ typedef struct {
     uint8_t *out;
 } fin_ctx;
 
-static void fin_task(void *vctx, ptrdiff_t t, int thread) {
-    (void)thread;
-    const fin_ctx *c = (const fin_ctx *)vctx;
-    ptrdiff_t r0 = t * F8_ROWS, r1 = r0 + F8_ROWS < c->M ? r0 + F8_ROWS : c->M;
+/* the output of rows [r0, r1) and columns [j0, j1) of S (row stride c->N) */
+static void fin_rect(const fin_ctx *c, ptrdiff_t r0, ptrdiff_t r1, ptrdiff_t j0, ptrdiff_t j1) {
     float buf[1024];
     const float one = 1.0f;
     for (ptrdiff_t r = r0; r < r1; r++) {
         const double *s = c->S + r * c->N;
         const float *mr = c->m + (c->m_rows ? r * (c->m_cols ? c->N : 1) : 0);
-        for (ptrdiff_t j0 = 0; j0 < c->N; j0 += 1024) {
-            ptrdiff_t n = c->N - j0 < 1024 ? c->N - j0 : 1024;
+        for (ptrdiff_t b0 = j0; b0 < j1; b0 += 1024) {
+            ptrdiff_t n = j1 - b0 < 1024 ? j1 - b0 : 1024;
             if (c->m_cols) {
                 for (ptrdiff_t j = 0; j < n; j++) {
-                    float acc = (float)s[j0 + j] * c->unit;   /* -ffp-contract=off: two roundings */
-                    buf[j] = acc * mr[j0 + j];
+                    float acc = (float)s[b0 + j] * c->unit;   /* -ffp-contract=off: two roundings */
+                    buf[j] = acc * mr[b0 + j];
                 }
             } else {
                 float mv = mr[0];
                 for (ptrdiff_t j = 0; j < n; j++) {
-                    float acc = (float)s[j0 + j] * c->unit;
+                    float acc = (float)s[b0 + j] * c->unit;
                     buf[j] = acc * mv;
                 }
             }
-            c->k->quantize(c->op, buf, n, &one, 0, c->z, 0, c->out + (r * c->N + j0));
+            c->k->quantize(c->op, buf, n, &one, 0, c->z, 0, c->out + (r * c->N + b0));
         }
     }
+}
+
+static void fin_task(void *vctx, ptrdiff_t t, int thread) {
+    (void)thread;
+    const fin_ctx *c = (const fin_ctx *)vctx;
+    ptrdiff_t r0 = t * F8_ROWS, r1 = r0 + F8_ROWS < c->M ? r0 + F8_ROWS : c->M;
+    fin_rect(c, r0, r1, 0, c->N);
 }
 
 void ql_f8mm_finish(const ql_isa *isa, const double *S, ptrdiff_t M, ptrdiff_t N, float unit, const float *m,
                     int m_rows, int m_cols, const ql_fmt_op *op, const float *z, int threads, uint8_t *out) {
     fin_ctx c = {S, M, N, unit, m, m_rows, m_cols, ql_fmt_for(isa), op, z, out};
     ql_parallel_for((M + F8_ROWS - 1) / F8_ROWS, threads, fin_task, &c);
+}
+
+/* ---- The whole product for a left operand whose bound needs no look at its values ----------
+ * Python proved the bound from a's type and zero points alone (the largest |units| any code can
+ * give) and b's per-k maxima, so a is decoded and multiplied without a pass for its maxima: every
+ * product and partial sum of the float64 GEMM is an integer below 2^53 and the GEMM is exact in
+ * any order, blocking or split (f8mm.py). One job on the pool: the rows of a decoded in row
+ * blocks, then the columns split over the threads, each a single-threaded dgemm of all of a with
+ * its columns of b (every column's sums come from one call: the split changes no result) followed
+ * by the output step of those columns. No other pool runs (OpenBLAS is held at one thread by the
+ * caller): two spinning pools on the same cores cost more than the work. */
+
+typedef void (*dgemm64_fn)(int, int, int, int64_t, int64_t, int64_t, double, const double *, int64_t,
+                           const double *, int64_t, double, double *, int64_t);
+typedef void (*dgemm32_fn)(int, int, int, int, int, int, double, const double *, int, const double *, int,
+                           double, double *, int);
+
+typedef struct {
+    const uint8_t *a;
+    ptrdiff_t M, K, N;
+    const double *table, *zp;
+    const uint8_t *bad_table;
+    int zp_rows;
+    const double *B;
+    double *units, *S;
+    ql_f8mm_dgemm gemm;
+    ptrdiff_t col_block;
+    fin_ctx fin;
+    int bad;
+} prod_ctx;
+
+static void prod_decode(void *vctx, ptrdiff_t t, int thread) {
+    (void)thread;
+    prod_ctx *c = (prod_ctx *)vctx;
+    ptrdiff_t r0 = t * F8_ROWS, r1 = r0 + F8_ROWS < c->M ? r0 + F8_ROWS : c->M;
+    const double *tab = c->table;
+    const uint8_t *bt = c->bad_table;
+    unsigned bad = 0;
+    for (ptrdiff_t r = r0; r < r1; r++) {
+        const uint8_t *src = c->a + r * c->K;
+        double *dst = c->units + r * c->K;
+        double z = c->zp[c->zp_rows ? r : 0];
+        for (ptrdiff_t k = 0; k < c->K; k++) {
+            dst[k] = tab[src[k]] - z;   /* exact: integers below 2^34 (a NaN code's entry is 0) */
+            bad |= bt[src[k]];
+        }
+    }
+    if (bad) __atomic_store_n(&c->bad, 1, __ATOMIC_RELAXED);
+}
+
+static void prod_columns(void *vctx, ptrdiff_t t, int thread) {
+    (void)thread;
+    prod_ctx *c = (prod_ctx *)vctx;
+    ptrdiff_t j0 = t * c->col_block, j1 = j0 + c->col_block < c->N ? j0 + c->col_block : c->N;
+    if (j0 >= j1) return;
+    double *S = c->S;
+    /* row-major (101), no transposes (111): S[:, j0:j1] = 1 * units @ B[:, j0:j1] + 0 */
+    if (c->gemm.ilp64)
+        ((dgemm64_fn)c->gemm.fn)(101, 111, 111, c->M, j1 - j0, c->K, 1.0, c->units, c->K, c->B + j0, c->N, 0.0,
+                                 S + j0, c->N);
+    else
+        ((dgemm32_fn)c->gemm.fn)(101, 111, 111, (int)c->M, (int)(j1 - j0), (int)c->K, 1.0, c->units, (int)c->K,
+                                 c->B + j0, (int)c->N, 0.0, S + j0, (int)c->N);
+    fin_rect(&c->fin, 0, c->M, j0, j1);
+}
+
+int ql_f8mm_product(const ql_isa *isa, ql_f8mm_dgemm gemm, const uint8_t *a, ptrdiff_t M, ptrdiff_t K,
+                    const double *table, const uint8_t *bad_table, const double *zp, int zp_rows, const double *B,
+                    ptrdiff_t N, double *units, double *S, float unit, const float *m, int m_rows, int m_cols,
+                    const ql_fmt_op *op, const float *z, int threads, uint8_t *out) {
+    prod_ctx c;
+    memset(&c, 0, sizeof c);
+    c.a = a; c.M = M; c.K = K; c.N = N; c.table = table; c.zp = zp; c.bad_table = bad_table;
+    c.zp_rows = zp_rows; c.B = B; c.units = units; c.S = S; c.gemm = gemm;
+    fin_ctx f = {S, M, N, unit, m, m_rows, m_cols, ql_fmt_for(isa), op, z, out};
+    c.fin = f;
+    if (threads < 1) threads = 1;
+    ql_parallel_for((M + F8_ROWS - 1) / F8_ROWS, threads, prod_decode, &c);
+    if (c.bad) return 0;   /* a NaN or an infinity in a: the caller takes the general path */
+    /* one block of columns per thread, a multiple of 8 wide (the GEMM's column panels); narrow
+     * products in one block */
+    ptrdiff_t blocks = N >= 64 * (ptrdiff_t)threads ? threads : 1;
+    c.col_block = ((N + blocks - 1) / blocks + 7) / 8 * 8;
+    blocks = (N + c.col_block - 1) / c.col_block;
+    ql_parallel_for(blocks, threads, prod_columns, &c);
+    return 1;
 }

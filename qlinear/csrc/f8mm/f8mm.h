@@ -28,4 +28,22 @@ int ql_f8mm_combine(const double *hh, const double *hl, const double *lh, const 
 void ql_f8mm_finish(const ql_isa *isa, const double *S, ptrdiff_t M, ptrdiff_t N, float unit, const float *m,
                     int m_rows, int m_cols, const ql_fmt_op *op, const float *z, int threads, uint8_t *out);
 
+/* A dgemm of the BLAS NumPy uses (cblas_dgemm's arguments; 64-bit integers when ilp64), found by
+ * Python (qlinear/_blas.py); called single-threaded from the pool's threads. */
+typedef struct {
+    void *fn;
+    int ilp64;
+} ql_f8mm_dgemm;
+
+/* out (M x N) = the output step (as ql_f8mm_finish) of units(a) @ B in one pool job, for an a
+ * whose bound Python proved from its type and zero points: a (M x K codes) decoded through
+ * table (float64 units, 0 for a non-finite code) minus zp (zp_rows: one per row, else zp[0])
+ * into units (M x K scratch), S (M x N scratch) = units @ B (K x N float64 units) by `gemm`
+ * on column blocks, then each block's output. 0 (out not written) when a holds a code that
+ * bad_table marks (NaN or an infinity): the caller takes the general path. */
+int ql_f8mm_product(const ql_isa *isa, ql_f8mm_dgemm gemm, const uint8_t *a, ptrdiff_t M, ptrdiff_t K,
+                    const double *table, const uint8_t *bad_table, const double *zp, int zp_rows, const double *B,
+                    ptrdiff_t N, double *units, double *S, float unit, const float *m, int m_rows, int m_cols,
+                    const ql_fmt_op *op, const float *z, int threads, uint8_t *out);
+
 #endif

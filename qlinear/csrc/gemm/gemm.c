@@ -7,6 +7,7 @@
  * L2), and the epilogue consumes every tile while it is hot in L1.
  */
 #include "qlinear.h"
+#include "gemv.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -233,6 +234,8 @@ int ql_gemm(const ql_gemm_problem *p) {
  * b packing
  * ------------------------------------------------------------------------------------- */
 size_t ql_packed_b_bytes(const ql_gemm_kernel *kern, int K, int N) {
+    /* a narrow b also keeps its gemv form after the panels (include/gemv.h) */
+    if (ql_gemv_has_form(kern, N)) return ql_gemv_form_offset(kern, K, N) + ql_gemv_form_bytes(kern, K, N);
     size_t npanels = (size_t)(N + kern->nr - 1) / kern->nr;
     return npanels * ql_panel_bytes(kern, ql_round_k(kern, K));
 }
@@ -275,6 +278,12 @@ void ql_pack_b(const ql_gemm_kernel *kern, const void *b, int b_type, ptrdiff_t 
     ptrdiff_t tasks = Bb * c.npanels;
     if ((double)Bb * K * N < (1 << 18)) threads = 1;
     ql_parallel_for(tasks, threads, packb_task, &c);
+    if (ql_gemv_has_form(kern, N)) {
+        size_t off = ql_gemv_form_offset(kern, K, N);
+        for (ptrdiff_t e = 0; e < Bb; e++)
+            ql_gemv_pack((const char *)b + e * bs, b_type, ks, cs, K, N, zp + e * zp_bs, zp_cs,
+                         (char *)packed + e * c.entry_bytes + off);
+    }
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -490,6 +499,14 @@ int ql_matmul_run(const ql_matmul *mm) {
         pre.bpack = packed; pre.bcolsums = colsums; pre.bzcol = zcol;
         mm = &pre;
         x.mm = mm;
+    }
+    /* one row of a per batch entry times a narrow packed b: its gemv form (include/gemv.h) */
+    if (mm->M == 1 && mm->bpack) {
+        int g = ql_gemv_run(mm);
+        if (g != -1) {
+            free(packed); free(colsums); free(zcol);
+            return g == 0 ? 0 : -1;
+        }
     }
     /* many small products: one batch entry per task; otherwise threads inside each GEMM */
     double per = (double)mm->M * mm->N * (mm->K ? mm->K : 1);

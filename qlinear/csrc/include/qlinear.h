@@ -347,12 +347,20 @@ int ql_num_threads(void);
 int ql_set_num_threads(int n);                /* returns 0, or -1 (bad n / cannot start) */
 /* diag.c: the pool's counters (diag.c says what each counts; relaxed atomics, one add per job
  * or per sleep) */
-extern long long ql_pool_counts[4];
+extern long long ql_pool_counts[6];
 static inline void ql_pool_count(int which) { __atomic_add_fetch(&ql_pool_counts[which], 1, __ATOMIC_RELAXED); }
 /* tasks the pool's workers (not the callers) ran, and the tests' late workers (threads.c) */
 extern long long ql_pool_worker_tasks;
 static inline void ql_pool_worker_tasks_add(ptrdiff_t n) { if (n) __atomic_add_fetch(&ql_pool_worker_tasks, (long long)n, __ATOMIC_RELAXED); }
 void ql_pool_set_late_us(long us);
+/* tests: the workers' thread ids (up to n; returns how many) */
+int ql_pool_worker_tids(int *tids, int n);
+/* pool_check.c (tests): `repeat` jobs of n counting tasks (each spinning busy_us; on a worker,
+ * sleeping worker_sleep_us; each calling a nested job of `nested` tasks); returns how many
+ * tasks ran other than once per job, jobs that returned before their tasks were done and
+ * thread indices out of range (0: all well), the largest thread index in *max_thread */
+long ql_pool_check(ptrdiff_t n, int max_threads, int repeat, ptrdiff_t nested, long busy_us, long worker_sleep_us,
+                   int *max_thread);
 
 /* threads.c: scratch memory kept between calls. One block per cache, grown to the largest size
  * asked for up to the cache's limit, taken by one call at a time: a concurrent call (another

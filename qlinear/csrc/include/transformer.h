@@ -6,6 +6,7 @@
 #define QLINEAR_TRANSFORMER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* y = f(0.5 · x · (1 + erf(x / √2))), x widened to double; n elements */
 void ql_gelu_f32(const float *x, ptrdiff_t n, float *y);
@@ -70,5 +71,46 @@ int ql_embed_layer_norm_f32(const int32_t *ids, const void *pos, int pos64, cons
                             ptrdiff_t position_rows, const float *segment, ptrdiff_t segment_rows,
                             ptrdiff_t hidden, const double *gamma, const double *beta, double epsilon, float *y,
                             float *sum);
+
+/* DynamicQuantizeMatMul with a constant packed B (bound.c): A (M × K float32) quantized as
+ * DynamicQuantizeLinear quantizes it (uint8), acc = the exact int32 product with B (packed for
+ * `kern` at level `isa`, its zero point in the packing), y (M × N float32) = f(f(acc) ·
+ * f(a_scale · b_scale_j)) (+ bias_j in a separate float32 addition). b_scale: one value or N
+ * (`per_column`); bias: N or NULL; bs_max: max |b_scale| (not NaN). */
+typedef struct ql_dqmm {
+    const struct ql_isa *isa;
+    const struct ql_gemm_kernel *kern;
+    int M, N, K;
+    const void *bpack;
+    const int32_t *bcolsums, *bzcol;
+    const float *b_scale;
+    int per_column;
+    const float *bias;
+    double bs_max;
+} ql_dqmm;
+/* 1 done; 0 (y not meaningful) where the Python path takes its general branch: A's range needs
+ * DynamicQuantizeLinear's guarded path (a NaN, |x| >= 1e37, a subnormal scale) or |a_scale| ·
+ * bs_max > 1e28; -1 no memory */
+int ql_dqmm_run(const ql_dqmm *d, const float *x, float *y, int threads);
+
+/* QAttention with a constant packed weight (bound.c) for one geometry: x (batch · seq × K, of
+ * `x_type` QL_U8 or QL_I8) times the weight (K × cols, packed for `kern` at `isa`, its zero
+ * point in the packing), with x's zero point zx; then ql_qattention_qkv (weight_scale one value
+ * or cols, bias cols) and ql_attention_f64 with these attributes. */
+typedef struct ql_qattention_bound {
+    const struct ql_isa *isa;
+    const struct ql_gemm_kernel *kern;
+    int K, cols, x_type;
+    const void *bpack;
+    const int32_t *bcolsums, *bzcol;
+    const float *weight_scale, *bias;
+    int per_column;
+    ptrdiff_t batch, seq, heads, head, past_len;
+    int mask_kind, unidirectional;
+    double scale, filter;
+} ql_qattention_bound;
+/* 1 done, -1 no memory (out and present not meaningful) */
+int ql_qattention_bound_run(const ql_qattention_bound *d, const void *x, float sx, int32_t zx, const int32_t *mask,
+                            const float *past, float *out, float *present, int threads);
 
 #endif

@@ -27,6 +27,62 @@
 /* ---------------------------------------------------------------------------------------
  * int8 level
  * ------------------------------------------------------------------------------------- */
+/* onnxruntime's CompInt8 quantization of one row (the portable ql_nbits_qa_portable, 8 values a
+ * ymm; a block's last k % 8 values in scalar code, the same operations): |a| by clearing the sign
+ * bit, the block's maximum in any order (exact), f(a * inv) one vmulps, vcvtps2dq rounding by
+ * the MXCSR mode as nearbyintf does, 0 where the product is not finite, the code sum exact. */
+static void qa_avx2(const float *r, int K, int bs, int nb, int8_t *c, float *sa, int32_t *csum, uint8_t *bad) {
+    const __m256i expm = _mm256_set1_epi32(0x7F800000), absm = _mm256_set1_epi32(0x7FFFFFFF);
+    __m256i nonfinite = _mm256_setzero_si256();
+    int k = 0;
+    for (; k + 8 <= K; k += 8)
+        nonfinite = _mm256_or_si256(nonfinite, _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)(r + k)), expm), expm));
+    int isbad = !_mm256_testz_si256(nonfinite, nonfinite);
+    for (; k < K; k++) isbad |= !isfinite(r[k]);
+    *bad = (uint8_t)isbad;
+    memset(c, 0, (size_t)nb * bs);
+    if (isbad) {   /* NaN outputs: the codes are not used (the portable values all the same) */
+        for (int b = 0; b < nb; b++) sa[b] = 0.0f, csum[b] = 0;
+        return;
+    }
+    for (int b = 0; b < nb; b++) {
+        const int k0 = b * bs, k1 = k0 + bs < K ? k0 + bs : K;
+        __m256i mx = _mm256_setzero_si256();   /* |a| as integers: the same order as the floats */
+        for (k = k0; k + 8 <= k1; k += 8)
+            mx = _mm256_max_epu32(mx, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(r + k)), absm));
+        uint32_t lanes[8], amax_bits = 0;
+        _mm256_storeu_si256((__m256i *)lanes, mx);
+        for (int i = 0; i < 8; i++) amax_bits = lanes[i] > amax_bits ? lanes[i] : amax_bits;
+        float amax;
+        memcpy(&amax, &amax_bits, 4);
+        for (int kk = k; kk < k1; kk++) amax = fabsf(r[kk]) > amax ? fabsf(r[kk]) : amax;
+        sa[b] = amax / 127.0f;
+        const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
+        const __m256 iv = _mm256_set1_ps(inv);
+        __m256i sum = _mm256_setzero_si256();
+        for (k = k0; k + 8 <= k1; k += 8) {
+            const __m256 t = _mm256_mul_ps(_mm256_loadu_ps(r + k), iv);
+            const __m256i fin = _mm256_xor_si256(_mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(t), expm), expm),
+                                                 _mm256_set1_epi32(-1));
+            const __m256i q = _mm256_and_si256(_mm256_cvtps_epi32(t), fin);
+            sum = _mm256_add_epi32(sum, q);
+            /* |q| <= 127: the int32 -> int16 -> int8 packs are exact (no saturation happens) */
+            const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+            _mm_storel_epi64((__m128i *)(c + k), _mm_packs_epi16(w16, w16));
+        }
+        int32_t lanes_s[8], s = 0;
+        _mm256_storeu_si256((__m256i *)lanes_s, sum);
+        for (int i = 0; i < 8; i++) s += lanes_s[i];
+        for (; k < k1; k++) {
+            const float t = r[k] * inv;
+            const int32_t q = isfinite(t) ? (int32_t)nearbyintf(t) : 0;
+            c[k] = (int8_t)q;
+            s += q;
+        }
+        csum[b] = s;
+    }
+}
+
 QL_INLINE void i8_tile(const ql_nbits_w *w, const int8_t *codes, ptrdiff_t lda, const float *sa,
                        const int32_t *csum, const uint8_t *bad, int m0, const int MR, int g, const int NG,
                        const int bits, float *y, ptrdiff_t ldy) {
@@ -223,5 +279,86 @@ static void ftile_avx2(const float *ap, const float *p, int k0, int k1, float *a
         }
 }
 
-const ql_nbits_kernels ql_nbits_avx2 = {"avx2", i8_avx2, 32, ftile_avx2, fpanel_avx2, NULL};
+/* Decode (one row): NG groups of 16 columns (two ymm each, one float32 accumulator per output),
+ * the whole K in registers, no panel (the AVX-512 decode kernel's order, 8 outputs a ymm): per
+ * line of codes (4 * per k), per k one broadcast of a[k] and per half-group the panel's
+ * dequantization (shift, mask, exact conversion, vsubps, vmulps: the same values) and one
+ * vfmadd231ps; the last, partial line stops at k = K - 1. */
+QL_INLINE void fdec_step(const __m256i *ln, const int sh, const __m256i mask, const __m256 av, const __m256 *Z,
+                         const __m256 *S, __m256 *acc, const int NG) {
+    for (int j = 0; j < 2 * NG; j++) {
+        const __m256 q = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(ln[j], sh), mask));
+        acc[j] = _mm256_fmadd_ps(av, _mm256_mul_ps(_mm256_sub_ps(q, Z[j]), S[j]), acc[j]);
+    }
+}
+
+QL_INLINE void fdec_t(const ql_nbits_w *w, const float *a, int G0, float *y, const int NG, const int bits) {
+    const int per = 8 / bits, kl = 4 * per, nb = w->nb, K = w->K;
+    const int bs_log = __builtin_ctz((unsigned)w->bs);
+    const ptrdiff_t gstride = (ptrdiff_t)nb * w->bs * bits / 32 * 64;
+    const __m256i mask = _mm256_set1_epi32((1 << bits) - 1);
+    const uint8_t *grp = w->w8 + G0 * gstride;
+    const float *sg = w->s8 + (ptrdiff_t)G0 * nb * 16, *zg = w->zf + (ptrdiff_t)G0 * nb * 16;
+    __m256 acc[4], S[4], Z[4];   /* [2 * group + half] */
+    for (int j = 0; j < 2 * NG; j++) acc[j] = _mm256_set1_ps(-0.0f), S[j] = Z[j] = _mm256_setzero_ps();
+    const int lines = K / kl;   /* whole lines; then the last, partial one */
+    for (int L = 0; L <= lines; L++) {
+        const int kb = L * kl, cnt = L < lines ? kl : K - kb;
+        if (cnt == 0) break;
+        if ((kb & (w->bs - 1)) == 0) {   /* a new block (a block is a whole number of lines) */
+            const int b = kb >> bs_log;
+            for (int j = 0; j < 2 * NG; j++) {
+                S[j] = _mm256_loadu_ps(sg + ((ptrdiff_t)(j / 2) * nb + b) * 16 + 8 * (j % 2));
+                Z[j] = _mm256_loadu_ps(zg + ((ptrdiff_t)(j / 2) * nb + b) * 16 + 8 * (j % 2));
+            }
+        }
+        __m256i ln[4];
+        for (int j = 0; j < 2 * NG; j++)
+            ln[j] = _mm256_loadu_si256((const __m256i *)(grp + (j / 2) * gstride + (ptrdiff_t)L * 64 + 32 * (j % 2)));
+        if (cnt == kl) {
+#pragma GCC unroll 16
+            for (int u = 0; u < kl; u++)
+                fdec_step(ln, SHIFT_OF(u, bits), mask, _mm256_broadcast_ss(a + kb + u), Z, S, acc, NG);
+        } else {
+#pragma GCC unroll 16
+            for (int u = 0; u < kl; u++) {
+                if (u >= cnt) break;
+                fdec_step(ln, SHIFT_OF(u, bits), mask, _mm256_broadcast_ss(a + kb + u), Z, S, acc, NG);
+            }
+        }
+    }
+    for (int j = 0; j < 2 * NG; j++) {
+        const int n = (G0 + j / 2) * 16 + 8 * (j % 2);
+        if (n >= w->N) break;
+        __m256 out = acc[j];
+        if (w->N - n >= 8) {
+            if (w->bias) out = _mm256_add_ps(out, _mm256_loadu_ps(w->bias + n));
+            _mm256_storeu_ps(y + n, out);
+        } else {
+            float o[8];
+            _mm256_storeu_ps(o, out);
+            for (int i = 0; i < w->N - n; i++) y[n + i] = w->bias ? o[i] + w->bias[n + i] : o[i];
+        }
+    }
+}
+
+/* Groups two at a time (8 ymm accumulators, scales and zero points): a 64-column task in two
+ * passes, each reading two streams of codes. */
+#define FDEC_BITS(BITS)                                                                            \
+    for (int g = 0; g < ngc; g += 2) {                                                             \
+        if (ngc - g >= 2) fdec_t(w, a, G0 + g, y, 2, BITS);                                        \
+        else fdec_t(w, a, G0 + g, y, 1, BITS);                                                     \
+    }
+
+static int fdec_avx2(const ql_nbits_w *w, const float *a, int n0, float *y) {
+    if (w->g) return 0;   /* per-k blocks: the panel path */
+    if (n0 < 0) return 1;
+    const int G0 = n0 / 16, ng = (w->N + 15) / 16, ngc = ng - G0 < 4 ? ng - G0 : 4;
+    if (w->bits == 4) { FDEC_BITS(4) }
+    else if (w->bits == 2) { FDEC_BITS(2) }
+    else { FDEC_BITS(8) }
+    return 1;
+}
+
+const ql_nbits_kernels ql_nbits_avx2 = {"avx2", i8_avx2, 32, ftile_avx2, fpanel_avx2, fdec_avx2, qa_avx2};
 #endif

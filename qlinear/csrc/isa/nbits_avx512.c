@@ -31,6 +31,55 @@
 /* ---------------------------------------------------------------------------------------
  * int8 level
  * ------------------------------------------------------------------------------------- */
+/* onnxruntime's CompInt8 quantization of one row (the portable ql_nbits_qa_portable, 16 values a
+ * zmm): every step is the scalar one per element. |a| by clearing the sign bit, the block's
+ * maximum reduced in any order (a maximum is exact), s_a = f(amax / 127) and the inverse as
+ * scalars, f(a * inv) one vmulps, vcvtps2dq rounding by the MXCSR mode as nearbyintf does (round
+ * to nearest even by default), 0 where the product is not finite (exponent all ones: 127 / amax
+ * overflowed), the int32 code sum reduced exactly. A partial last block is masked (lanes past K
+ * read as +0 and give code 0). */
+static void qa_avx512(const float *r, int K, int bs, int nb, int8_t *c, float *sa, int32_t *csum, uint8_t *bad) {
+    const __m512i expm = _mm512_set1_epi32(0x7F800000), absm = _mm512_set1_epi32(0x7FFFFFFF);
+    __mmask16 nonfinite = 0;
+    int k = 0;
+    for (; k + 16 <= K; k += 16)
+        nonfinite |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_loadu_si512((const void *)(r + k)), expm), expm);
+    if (k < K) {
+        const __mmask16 km = (__mmask16)((1u << (K - k)) - 1);
+        nonfinite |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_maskz_loadu_epi32(km, r + k), expm), expm);
+    }
+    *bad = nonfinite != 0;
+    if (nonfinite) {   /* NaN outputs: the codes are not used (the portable values all the same) */
+        memset(c, 0, (size_t)nb * bs);
+        for (int b = 0; b < nb; b++) sa[b] = 0.0f, csum[b] = 0;
+        return;
+    }
+    for (int b = 0; b < nb; b++) {
+        const int k0 = b * bs, k1 = k0 + bs < K ? k0 + bs : K;
+        __m512i mx = _mm512_setzero_si512();   /* |a| as integers: the same order as the floats */
+        for (k = k0; k < k1; k += 16) {
+            const __mmask16 km = k1 - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (k1 - k)) - 1);
+            mx = _mm512_max_epu32(mx, _mm512_and_si512(_mm512_maskz_loadu_epi32(km, r + k), absm));
+        }
+        const uint32_t amax_bits = (uint32_t)_mm512_reduce_max_epu32(mx);
+        float amax;
+        memcpy(&amax, &amax_bits, 4);
+        sa[b] = amax / 127.0f;
+        const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
+        const __m512 iv = _mm512_set1_ps(inv);
+        __m512i sum = _mm512_setzero_si512();
+        for (k = k0; k < k0 + bs; k += 16) {   /* past K (in the last block): code 0 */
+            const __mmask16 km = k >= k1 ? 0 : k1 - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (k1 - k)) - 1);
+            const __m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(km, r + k), iv);
+            const __mmask16 fin = _mm512_cmpneq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(t), expm), expm);
+            const __m512i q = _mm512_maskz_cvtps_epi32(fin, t);
+            sum = _mm512_add_epi32(sum, q);
+            _mm_storeu_si128((__m128i *)(c + k), _mm512_cvtepi32_epi8(q));   /* |q| <= 127: exact */
+        }
+        csum[b] = _mm512_reduce_add_epi32(sum);
+    }
+}
+
 QL_INLINE void i8_tile(const ql_nbits_w *w, const int8_t *codes, ptrdiff_t lda, const float *sa,
                        const int32_t *csum, const uint8_t *bad, int m0, const int MR, int g, const int NG,
                        const int bits, float *y, ptrdiff_t ldy) {
@@ -306,5 +355,6 @@ static int fdec_avx512(const ql_nbits_w *w, const float *a, int n0, float *y) {
     return 1;
 }
 
-const ql_nbits_kernels ql_nbits_avx512 = {"avx512vnni", i8_avx512, 64, ftile_avx512, fpanel_avx512, fdec_avx512};
+const ql_nbits_kernels ql_nbits_avx512 = {"avx512vnni", i8_avx512, 64, ftile_avx512, fpanel_avx512, fdec_avx512,
+                                          qa_avx512};
 #endif

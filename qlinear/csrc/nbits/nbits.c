@@ -15,39 +15,34 @@
 /* ---------------------------------------------------------------------------------------
  * Activation quantization (onnxruntime's QuantizeARow_CompInt8, bit for bit)
  * ------------------------------------------------------------------------------------- */
-void ql_nbits_quantize_a(const float *a, ptrdiff_t lda, int M, int K, int bs, int nb, int8_t *codes,
-                         float *sa, int32_t *csum, uint8_t *bad) {
-    ptrdiff_t kpad = (ptrdiff_t)nb * bs;
-    for (int m = 0; m < M; m++) {
-        const float *r = a + m * lda;
-        int8_t *c = codes + m * kpad;
-        int isbad = 0;
-        for (int k = 0; k < K; k++)
-            if (!isfinite(r[k])) { isbad = 1; break; }
-        bad[m] = (uint8_t)isbad;
-        memset(c, 0, (size_t)kpad);
-        for (int b = 0; b < nb; b++) {
-            int k0 = b * bs, k1 = k0 + bs < K ? k0 + bs : K;
-            float amax = 0.0f;
-            if (!isbad)
-                for (int k = k0; k < k1; k++) {
-                    float v = fabsf(r[k]);
-                    if (v > amax) amax = v;   /* a maximum is exact in any order */
-                }
-            sa[m * nb + b] = amax / 127.0f;
-            float inv = amax != 0.0f ? 127.0f / amax : 0.0f;   /* may overflow to inf (tiny amax) */
-            int32_t s = 0;
-            if (!isbad)
-                for (int k = k0; k < k1; k++) {
-                    float t = r[k] * inv;
-                    /* |t| <= 127 (1 + 2^-23) rounds into int8; an infinite or NaN t (127 / amax
-                     * overflowed) is code 0, as onnxruntime's AVX-512 kernel gives */
-                    int32_t q = isfinite(t) ? (int32_t)nearbyintf(t) : 0;
-                    c[k] = (int8_t)q;
-                    s += q;
-                }
-            csum[m * nb + b] = s;
-        }
+void ql_nbits_qa_portable(const float *r, int K, int bs, int nb, int8_t *c, float *sa, int32_t *csum,
+                          uint8_t *bad) {
+    int isbad = 0;
+    for (int k = 0; k < K; k++)
+        if (!isfinite(r[k])) { isbad = 1; break; }
+    *bad = (uint8_t)isbad;
+    memset(c, 0, (size_t)nb * bs);
+    for (int b = 0; b < nb; b++) {
+        int k0 = b * bs, k1 = k0 + bs < K ? k0 + bs : K;
+        float amax = 0.0f;
+        if (!isbad)
+            for (int k = k0; k < k1; k++) {
+                float v = fabsf(r[k]);
+                if (v > amax) amax = v;   /* a maximum is exact in any order */
+            }
+        sa[b] = amax / 127.0f;
+        float inv = amax != 0.0f ? 127.0f / amax : 0.0f;   /* may overflow to inf (tiny amax) */
+        int32_t s = 0;
+        if (!isbad)
+            for (int k = k0; k < k1; k++) {
+                float t = r[k] * inv;
+                /* |t| <= 127 (1 + 2^-23) rounds into int8; an infinite or NaN t (127 / amax
+                 * overflowed) is code 0, as onnxruntime's AVX-512 kernel gives */
+                int32_t q = isfinite(t) ? (int32_t)nearbyintf(t) : 0;
+                c[k] = (int8_t)q;
+                s += q;
+            }
+        csum[b] = s;
     }
 }
 
@@ -119,7 +114,8 @@ void ql_nbits_fpanel_portable(const ql_nbits_w *w, int n0, int k0, int k1, float
     }
 }
 
-const ql_nbits_kernels ql_nbits_scalar = {"scalar", i8_scalar, 16, ftile_scalar, ql_nbits_fpanel_portable, NULL};
+const ql_nbits_kernels ql_nbits_scalar = {"scalar", i8_scalar, 16, ftile_scalar, ql_nbits_fpanel_portable, NULL,
+                                          ql_nbits_qa_portable};
 
 /* ---------------------------------------------------------------------------------------
  * Drivers
@@ -145,8 +141,8 @@ static void qa_task(void *vc, ptrdiff_t t, int thread) {
     nb_ctx *c = (nb_ctx *)vc;
     const ql_nbits_w *w = c->w;
     ptrdiff_t kpad = (ptrdiff_t)w->nb * w->bs;
-    ql_nbits_quantize_a(c->a + t * w->K, w->K, 1, w->K, w->bs, w->nb, (int8_t *)c->codes + t * kpad,
-                        (float *)c->sa + t * w->nb, (int32_t *)c->csum + t * w->nb, (uint8_t *)c->bad + t);
+    c->k->qa(c->a + t * w->K, w->K, w->bs, w->nb, (int8_t *)c->codes + t * kpad, (float *)c->sa + t * w->nb,
+             (int32_t *)c->csum + t * w->nb, (uint8_t *)c->bad + t);
 }
 
 static void i8_task(void *vc, ptrdiff_t t, int thread) {

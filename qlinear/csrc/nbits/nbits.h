@@ -62,6 +62,11 @@ typedef void (*ql_nbits_ftile_fn)(const float *ap, const float *p, int k0, int k
  * n0 < 0 only asks that. */
 typedef int (*ql_nbits_fdec_fn)(const ql_nbits_w *w, const float *a, int n0, float *y);
 
+/* int8 level: onnxruntime's CompInt8 quantization of one row of A (docs/contract.md): codes [kpad]
+ * (zero past K), s_a and Σcodes [nb], *bad (1: the row holds NaN or ±inf) */
+typedef void (*ql_nbits_qa_fn)(const float *a, int K, int bs, int nb, int8_t *codes, float *sa, int32_t *csum,
+                               uint8_t *bad);
+
 typedef struct ql_nbits_kernels {
     const char *name;
     ql_nbits_i8_fn i8;
@@ -69,6 +74,7 @@ typedef struct ql_nbits_kernels {
     ql_nbits_ftile_fn ftile;
     ql_nbits_fpanel_fn fpanel;
     ql_nbits_fdec_fn fdec;
+    ql_nbits_qa_fn qa;
 } ql_nbits_kernels;
 
 extern const ql_nbits_kernels ql_nbits_scalar;
@@ -77,15 +83,13 @@ extern const ql_nbits_kernels ql_nbits_avx2;
 extern const ql_nbits_kernels ql_nbits_avx512;
 #endif
 void ql_nbits_fpanel_portable(const ql_nbits_w *w, int n0, int k0, int k1, float *p);
+void ql_nbits_qa_portable(const float *a, int K, int bs, int nb, int8_t *codes, float *sa, int32_t *csum,
+                          uint8_t *bad);
 
 /* dispatch.c: the level's kernels */
 const ql_nbits_kernels *ql_nbits_for(const ql_isa *isa);
 
 /* nbits.c: the drivers (the pool's threads; ISA from `k`) */
-/* onnxruntime's CompInt8 quantization of A's rows (docs/contract.md): codes [M][kpad], sa and
- * csum [M][nb], bad [M] */
-void ql_nbits_quantize_a(const float *a, ptrdiff_t lda, int M, int K, int bs, int nb, int8_t *codes,
-                         float *sa, int32_t *csum, uint8_t *bad);
 /* y [M][N] = MatMulNBits(A) (int8 selects the level's arithmetic); 0, or -1 out of memory */
 int ql_nbits_run(const ql_nbits_kernels *k, const ql_nbits_w *w, int int8, const float *a, int M, float *y);
 

@@ -129,13 +129,16 @@ static PyObject *m_gemm_pair_count(PyObject *self, PyObject *args) {
 }
 
 /* pool_counts() -> (jobs handed to the workers, jobs run on the caller alone, worker sleeps,
- * callers that blocked waiting for a worker) so far (runtime/threads.c) */
+ * callers that blocked waiting for a worker, workers that moved off their caller's CPU, callers
+ * that lent their CPU to a worker) so far (runtime/threads.c) */
 static PyObject *m_pool_counts(PyObject *self, PyObject *args) {
     (void)self; (void)args;
-    return Py_BuildValue("(LLLL)", __atomic_load_n(&ql_pool_counts[0], __ATOMIC_RELAXED),
+    return Py_BuildValue("(LLLLLL)", __atomic_load_n(&ql_pool_counts[0], __ATOMIC_RELAXED),
                          __atomic_load_n(&ql_pool_counts[1], __ATOMIC_RELAXED),
                          __atomic_load_n(&ql_pool_counts[2], __ATOMIC_RELAXED),
-                         __atomic_load_n(&ql_pool_counts[3], __ATOMIC_RELAXED));
+                         __atomic_load_n(&ql_pool_counts[3], __ATOMIC_RELAXED),
+                         __atomic_load_n(&ql_pool_counts[4], __ATOMIC_RELAXED),
+                         __atomic_load_n(&ql_pool_counts[5], __ATOMIC_RELAXED));
 }
 
 /* pool_late_workers(us) -> tasks the workers ran so far; from now on each worker waits us
@@ -163,7 +166,44 @@ static PyObject *m_conv_fused_copy(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(ql_conv_fused_copy(on));
 }
 
+/* pool_check(n, max_threads, repeat, nested, busy_us, worker_sleep_us) -> (bad, max thread
+ * index): the pool's self-check (runtime/pool_check.c), GIL released */
+static PyObject *m_pool_check(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_ssize_t n, nested;
+    int max_threads, repeat;
+    long busy_us, sleep_us;
+    if (!PyArg_ParseTuple(args, "niinll", &n, &max_threads, &repeat, &nested, &busy_us, &sleep_us)) return NULL;
+    if (n < 0 || n > (1 << 24) || nested < 0 || nested > 1024 || max_threads < 1 || repeat < 1 || busy_us < 0 ||
+        busy_us > 1000000 || sleep_us < 0 || sleep_us > 1000000)
+        return PyErr_Format(PyExc_ValueError, "pool_check: n within [0, 2^24], nested within [0, 1024], "
+                            "max_threads and repeat at least 1, busy_us and worker_sleep_us within [0, 10^6]");
+    long bad;
+    int max_thread = 0;
+    Py_BEGIN_ALLOW_THREADS
+    bad = ql_pool_check(n, max_threads, repeat, nested, busy_us, sleep_us, &max_thread);
+    Py_END_ALLOW_THREADS
+    if (bad < 0) return PyErr_NoMemory();
+    return Py_BuildValue("(li)", bad, max_thread);
+}
+
+/* pool_worker_tids() -> the pool's workers' thread ids (empty before the first parallel call) */
+static PyObject *m_pool_worker_tids(PyObject *self, PyObject *args) {
+    (void)self; (void)args;
+    int tids[1024];
+    int n = ql_pool_worker_tids(tids, 1024);
+    PyObject *out = PyList_New(0);
+    for (int i = 0; out && i < n; i++) {
+        PyObject *v = PyLong_FromLong(tids[i]);
+        if (!v || PyList_Append(out, v) != 0) { Py_XDECREF(v); Py_DECREF(out); return NULL; }
+        Py_DECREF(v);
+    }
+    return out;
+}
+
 PyMethodDef ql_bind_diag_methods[] = {
+    {"pool_check", m_pool_check, METH_VARARGS, "Tests: the pool's self-check, (bad, largest thread index) over repeat jobs of counting tasks."},
+    {"pool_worker_tids", m_pool_worker_tids, METH_NOARGS, "Tests: the thread pool's workers' thread ids."},
     {"pool_late_workers", m_pool_late_workers, METH_VARARGS, "Tests: tasks the pool's workers ran so far; sets how many microseconds each worker waits after a job is posted before it tries to join."},
     {"kernel_peak", m_kernel_peak, METH_VARARGS, "Run a micro-kernel on L1-resident operands (peak rate)."},
     {"conv_path_counts", m_conv_path_counts, METH_NOARGS, "GEMM convolutions run on the implicit and im2col paths, implicit GEMMs over several images, their images and merged tail panels, implicit runs on shifted planes and implicit runs whose images ran in parallel."},
@@ -178,7 +218,7 @@ PyMethodDef ql_bind_diag_methods[] = {
     {"amx_foreign_tiles", m_amx_foreign_tiles, METH_VARARGS, "Tests: load other AMX tile shapes on this thread."},
     {"gemm_fused_count", m_gemm_fused_count, METH_NOARGS, "GEMMs whose tiles ran on the kernel's fused epilogue (kernel_ep)."},
     {"gemm_stream", m_gemm_stream, METH_VARARGS, "Tests: (threshold, tasks streamed); sets the int32-output bytes from which MatMulInteger streams its output."},
-    {"pool_counts", m_pool_counts, METH_NOARGS, "The thread pool's jobs handed to the workers, jobs run on the caller alone, worker sleeps, callers that blocked on a worker."},
+    {"pool_counts", m_pool_counts, METH_NOARGS, "The thread pool's jobs handed to the workers, jobs run on the caller alone, worker sleeps, callers that blocked on a worker, workers that moved off their caller's CPU, callers that lent their CPU to a worker."},
     {"gemm_pair_count", m_gemm_pair_count, METH_NOARGS, "Panel pairs packed in one pass by plain matmuls (pack_R_pairs)."},
     {NULL, NULL, 0, NULL},
 };

@@ -1,6 +1,7 @@
 /* MatMulInteger / QLinearMatMul bindings: b packed once (a prepared form) or as given (a plain
  * call), the batched product with its fused epilogue, and the 7-bit proof of plain calls. */
 #include "args.h"
+#include "gemv.h"
 
 static PyObject *m_packed_b_bytes(PyObject *self, PyObject *args) {
     (void)self;
@@ -165,11 +166,18 @@ static PyObject *m_bytes_within(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* gemv_count() -> matrix-vector products run on a packed b's gemv form so far (gemm/gemv.c) */
+static PyObject *m_gemv_count(PyObject *self, PyObject *args) {
+    (void)self; (void)args;
+    return PyLong_FromLongLong(__atomic_load_n(&ql_gemv_calls, __ATOMIC_RELAXED));
+}
+
 PyMethodDef ql_bind_matmul_methods[] = {
     {"packed_b_bytes", m_packed_b_bytes, METH_VARARGS, "Bytes of one packed b entry."},
     {"pack_b", m_pack_b, METH_VARARGS, "Pack matmul b for a kernel."},
     {"matmul", m_matmul, METH_VARARGS, "Batched matmul on packed b, fused epilogue."},
     {"matmul_raw", m_matmul_raw, METH_VARARGS, "Batched matmul on b as given (packed inside the GEMM)."},
     {"bytes_within", m_bytes_within, METH_VARARGS, "Whether every byte (u8 form) lies in [lo, hi]."},
+    {"gemv_count", m_gemv_count, METH_NOARGS, "Matrix-vector products run on a packed b's gemv form so far."},
     {NULL, NULL, 0, NULL},
 };

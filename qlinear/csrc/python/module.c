@@ -15,6 +15,8 @@ extern PyMethodDef ql_bind_fconv_methods[];
 extern PyMethodDef ql_bind_f8mm_methods[];
 /* bind_attention.c: Attention, QAttention, EmbedLayerNormalization */
 extern PyMethodDef ql_bind_attention_methods[];
+/* bind_bound.c: DynamicQuantizeMatMul and QAttention on bound constants */
+extern PyMethodDef ql_bind_bound_methods[];
 
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_qlnative", "qlinear's compiled engine.", -1, NULL,
                                     NULL, NULL, NULL, NULL};
@@ -27,7 +29,8 @@ PyMODINIT_FUNC PyInit__qlnative(void) {
     PyMethodDef *tables[] = {ql_bind_engine_methods, ql_bind_matmul_methods, ql_bind_conv_methods,
                              ql_bind_elementwise_methods, ql_bind_diag_methods, ql_bind_nbits_methods,
                              ql_bind_transformer_methods, ql_bind_island_methods, ql_bind_formats_methods,
-                             ql_bind_fconv_methods, ql_bind_f8mm_methods, ql_bind_attention_methods};
+                             ql_bind_fconv_methods, ql_bind_f8mm_methods, ql_bind_attention_methods,
+                             ql_bind_bound_methods};
     for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
         if (PyModule_AddFunctions(m, tables[i]) < 0) {
             Py_DECREF(m);

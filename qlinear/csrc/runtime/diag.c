@@ -84,6 +84,7 @@ long long ql_gemm_pair_packs;
 /* The thread pool's (runtime/threads.c): [0] jobs handed to the workers, [1] jobs run on the
  * calling thread alone (one task, one thread, or the pool busy), [2] times a worker blocked
  * (its spin window ran out before the next job), [3] jobs whose caller blocked waiting for a
- * worker (its spin ran out) */
-long long ql_pool_counts[4];
+ * worker (its spin ran out), [4] times a worker moved off the CPU its caller posted from,
+ * [5] jobs whose caller lent its CPU to a worker that was not running */
+long long ql_pool_counts[6];
 long long ql_pool_worker_tasks;

@@ -22,6 +22,7 @@
 #include "island.h"
 #include "formats.h"
 #include "fconv.h"
+#include "gemv.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -272,4 +273,22 @@ const ql_fconv_kernels *ql_fconv_for(const ql_isa *isa) {
     (void)isa;
 #endif
     return &ql_fconv_portable;
+}
+
+/* The matrix-vector products' dot kernel (gemm/gemv.c): AVX-512 VNNI's on the AVX-512 VNNI and AMX
+ * levels of a CPU that has it (never under the SIMDe emulation, which offers those levels on AVX2
+ * CPUs), AVX2's on any other x86 level, else the portable one. The same sums on every level. */
+const ql_gemv_kernels *ql_gemv_for(const ql_isa *isa) {
+    detect();
+#if QL_X86
+    if (isa && isa != &ql_isa_scalar && feat.avx2) {
+#ifndef QL_SIMDE
+        if (feat.avx512vnni && (isa == &ql_isa_avx512vnni || isa == ql_isa_amx())) return &ql_gemv_avx512;
+#endif
+        return &ql_gemv_avx2;
+    }
+#else
+    (void)isa;
+#endif
+    return &ql_gemv_portable;
 }

@@ -70,6 +70,39 @@ def finish(S: np.ndarray, unit_exp: int, m: np.ndarray, yt: dtypes.QType, z: flo
     return out
 
 
+def output_args(yt: dtypes.QType, z: float) -> tuple:
+    """The output step's arguments of :func:`product` for output type ``yt`` and zero point
+    ``z`` (yt's value, as a float), built once per plan."""
+    if yt.is_int:
+        return FORMAT_CODES[yt.name], int(yt.lo), int(yt.hi), None, None, 0, np.full(1, z, np.float32), yt.dtype
+    fmt, table_y = _fmt(yt)
+    return QF_NF, 0, 0, fmt, table_y, int(z != 0), np.full(1, z, np.float32), yt.dtype
+
+
+def product(gemm: tuple[int, bool], a: np.ndarray, table: np.ndarray, bad_table: np.ndarray, zp: np.ndarray,
+            b_units: np.ndarray, unit: float, m: np.ndarray, out: tuple, threads: int = 0) -> np.ndarray | None:
+    """The output (M x N) of the whole product in one native call, for an ``a`` (M x K codes)
+    whose bound its type and zero points prove: units = table[code] - zp (zp: float64, one or
+    one per row), S = units @ ``b_units`` (K x N float64, C order) by ``gemm`` (the address and
+    integer width of a cblas_dgemm, called single-threaded on the pool's threads: the caller
+    holds the BLAS at one thread), then the output step as :func:`finish` (``unit``: 2^(ea+eb);
+    ``m``: (M|1) x (N|1) float32, C order; ``out``: :func:`output_args`). None when the native
+    engine is not selected or ``a`` holds a code ``bad_table`` marks (NaN, infinity)."""
+    C = _native.native()
+    if C is None:
+        return None
+    r, k = a.shape
+    n = b_units.shape[1]
+    code, lo, hi, fmt, table_y, add, z, dtype = out
+    y = _native.empty((r, n), dtype)
+    units = _native.empty((r, k), np.float64)  # scratch: pooled, no page faults per call
+    sums = _native.empty((r, n), np.float64)
+    ok = C.f8mm_product(C.get_isa(), gemm[0], gemm[1], np.ascontiguousarray(a).view(_U8), r, k,
+                        table, bad_table, zp, zp.size != 1, b_units, n, units, sums, unit, m, m.shape[0] != 1,
+                        m.shape[1] != 1, code, lo, hi, fmt, table_y, add, z, threads, y)
+    return y if ok else None
+
+
 def available() -> Any:
     """The compiled module when the native engine is selected, else None."""
     return _native.native()

@@ -11,6 +11,7 @@ onnxruntime's.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import ml_dtypes
@@ -345,6 +346,19 @@ class DynamicQuantizeMatMul(ContribOp):
             return None
         n, f32, u8 = x.size, np.float32, np.uint8
         run_zero_point, quantize, max_bytes = nmm.run_zero_point, C.dynamic_quantize, v.max_output_bytes
+        one = _bound_dqmm(C, call, bs, bias, bs_max)
+        if one is not None:
+            # the same steps in one native call (csrc/transformer/dqmm.c: the same float32
+            # operations), its constants checked once by dqmm_bind
+            dqmm_run, out_shape, empty, nd = C.dqmm_run, call[4], np.empty, np.ndarray
+
+            def run_one(a):
+                if (type(a) is not nd or a.dtype != f32 or a.shape != shape or not a.flags.c_contiguous
+                        or max_bytes() != limit):
+                    return None
+                y = empty(out_shape, f32)
+                return y if dqmm_run(one, a, y) else None
+            return data_path(run_one)
 
         def run(ins: list):
             a = ins[0]
@@ -378,6 +392,23 @@ class DynamicQuantizeMatMul(ContribOp):
             return
         self._bound_consts = (len(args), tuple((i, args[i]) for i in present),
                               bs.reshape(()) if bs.size == 1 else bs.reshape(n), bias, product)
+
+
+def _bound_dqmm(C: Any, call: tuple, bs: np.ndarray, bias: np.ndarray | None, bs_max: float) -> Any:
+    """DynamicQuantizeMatMul's constants bound for ``C.dqmm_run`` (a capsule), from the plan
+    ``call`` of the product just made (``PreparedMatMulInteger``'s, B packed) when it is one
+    uint8 matrix of rows times one packed B with a per-tensor zero point and an int32 output;
+    else None."""
+    isa, head, mid, tail, out_shape, out_dtype, drop = call
+    _, which, rows, n, k, batches = head
+    a_code, ba, _, _, zpa_bs, zpa_rs, packed, colsums, zcol, bb, _ = mid
+    if (getattr(C, "dqmm_bind", None) is None or drop is not None or batches != 1 or ba != 1 or bb != 1
+            or a_code != _native.DTYPE_CODES[np.dtype(np.uint8)] or zpa_bs or zpa_rs or tail[0]
+            or out_dtype != np.int32 or not rows or math.prod(out_shape) != rows * n):
+        return None
+    scale = np.ascontiguousarray(bs, np.float32).reshape(-1)
+    return C.dqmm_bind(isa, which, rows, n, k, packed, colsums, zcol, scale, int(scale.size > 1),
+                       None if bias is None else np.ascontiguousarray(bias, np.float32), bs_max)
 
 
 def _ms_onnx_arithmetic(args: tuple) -> bool:
@@ -437,13 +468,26 @@ class QAttention(ContribOp):
 
     _whole: Any = None  # PreparedQAttention, or False where it does not apply
     _whole_args: tuple | None = None
+    #: (argument count, the four constants, PreparedQAttention.bound_run's function): the
+    #: prepared form bound to inputs of the last call's shapes (one native call)
+    _one: tuple | None = None
+    _one_binds = 16  # binds left: a node whose shapes keep changing stops binding
 
     def _run(self, *args, **_):
+        one = self._one
+        if one is not None and len(args) == one[0] and args[1] is one[1] and args[2] is one[2] \
+                and args[4] is one[3] and _arg(args, 7) is one[4]:
+            got = one[5](args[0], args[3], _arg(args, 5), _arg(args, 6), _arg(args, 8))
+            if got is not None:
+                return got
         whole, known = self._whole, self._whole_args
         if whole and len(args) > 4 and args[1] is known[0] and args[2] is known[1] and args[4] is known[2] \
                 and _arg(args, 7) is known[3]:
             # the constants the prepared form was made from (their packed product with them)
-            return self._call(whole.run, args[0], args[3], _arg(args, 5), _arg(args, 6), _arg(args, 8))
+            got = self._call(whole.run, args[0], args[3], _arg(args, 5), _arg(args, 6), _arg(args, 8))
+            if self._one_binds > 0:
+                self._bind_one(whole, known, args)
+            return got
         kw = self._kw("num_heads", "unidirectional", "scale", "mask_filter_value")
         product = None
         if len(args) > 1:
@@ -454,6 +498,16 @@ class QAttention(ContribOp):
         if whole:
             return self._call(whole.run, args[0], args[3], _arg(args, 5), _arg(args, 6), _arg(args, 8))
         return self._call(_transformer._qattention_op, *args, product=product, **kw)
+
+    def _bind_one(self, whole, known: tuple, args: tuple) -> None:
+        """After a call of ``whole.run`` that succeeded: its path bound to inputs like these
+        (``PreparedQAttention.bound_run``), or nothing."""
+        self._one_binds -= 1
+        try:
+            fn = whole.bound_run(args[0], args[3], _arg(args, 5), _arg(args, 6), _arg(args, 8))
+        except (ValueError, TypeError, MemoryError):
+            fn = None
+        self._one = None if fn is None else (len(args), *known, fn)
 
     def _whole_for(self, args: tuple, product, kw: dict):
         """The node's PreparedQAttention for these constant operands (the same objects on every
@@ -584,12 +638,26 @@ class SkipLayerNormalization(ContribOp):
     once per hidden size."""
 
     _bound: tuple | None = None  # see _bind
+    #: (argument count, gamma, beta, bias, _bind_shape's function): the bound path for inputs
+    #: of the last call's shape, in one native call
+    _one: tuple | None = None
+    _one_binds = 16  # binds left: a node whose shapes keep changing stops binding
 
     def _run(self, *args, **_):
+        one = self._one
+        if one is not None and len(args) == one[0] and args[2] is one[1] and _arg(args, 3) is one[2] \
+                and _arg(args, 4) is one[3]:
+            got = one[4](args[0], args[1])
+            if got is not None:
+                return got
         b = self._bound
         if b and len(args) == b[0] and all(args[i] is o for i, o in b[1]):
             y = _bound_skip_layer_norm(b, args[0], args[1])
             if y is not None:
+                if self._one_binds > 0:
+                    self._one_binds -= 1
+                    fn = _bind_shape_skip_layer_norm(b, y[0].shape)
+                    self._one = None if fn is None else (len(args), args[2], _arg(args, 3), _arg(args, 4), fn)
                 return y
         hp = _constant_params(self, _transformer._hidden_param, args, (2, 3, 4))
         out = self._call(_transformer._skip_layer_normalization_op, *args, hidden_param=hp, **self._kw("epsilon"))
@@ -666,6 +734,32 @@ def _bound_skip_layer_norm(b: tuple, x: Any, skip: Any):
     return y, mean, inv_std, s32
 
 
+def _bind_shape_skip_layer_norm(b: tuple, shape: tuple[int, ...]) -> Callable[[Any, Any], Any] | None:
+    """``_bound_skip_layer_norm`` for bound constants ``b`` bound further to inputs of
+    ``shape`` (after a call of it with such inputs): ``f(x, skip)`` gives its outputs in one
+    native call (``sln_run``: the same kernel on the same values), None for inputs it would
+    not take (another dtype or shape, not C-contiguous, another output limit)."""
+    _, _, hidden, g, beta, bias, eps = b
+    C = _native.native()
+    if C is None or getattr(C, "sln_bind", None) is None:
+        return None
+    rows = math.prod(shape) // hidden
+    one = C.sln_bind(g, beta, bias, rows, hidden, eps)
+    run, max_bytes, limit, nd, f32, empty = C.sln_run, v.max_output_bytes, v.max_output_bytes(), np.ndarray, \
+        np.float32, np.empty
+    rshape = (*shape[:-1], 1)
+
+    def bound(x, skip):
+        if (type(x) is not nd or type(skip) is not nd or x.dtype != f32 or skip.dtype != f32 or x.shape != shape
+                or skip.shape != shape or not x.flags.c_contiguous or not skip.flags.c_contiguous
+                or max_bytes() != limit):
+            return None
+        y, s32, mean, inv_std = empty(shape, f32), empty(shape, f32), empty(rshape, f32), empty(rshape, f32)
+        run(one, x, skip, y, mean, inv_std, s32)
+        return y, mean, inv_std, s32
+    return bound
+
+
 def _bound_fast_gelu(b: tuple, x: Any):
     """FastGelu's output for a constant bias (``b``: see FastGelu._run) on the native kernel, or
     None for inputs the full call takes."""
@@ -697,7 +791,7 @@ class DynamicQuantizeLinear(ContribOp):
             # dynamic_quantize_linear's native branch without its wrapper's checks (a float32
             # ndarray passes them; the output is no larger than x): the same call, the same bits
             y = np.empty(x.shape, np.uint8)
-            got = C.dynamic_quantize(C.get_isa(), x.reshape(-1), x.size, y.reshape(-1))
+            got = C.dynamic_quantize(C.get_isa(), x, x.size, y)  # C-contiguous: read as flat buffers
             if got is not None:
                 return y, np.asarray(got[0], np.float32), np.asarray(got[1], np.uint8)
         return self._call(_c.dynamic_quantize_linear, x)

@@ -345,10 +345,14 @@ class QLinearMatMul(_QLinearOp):
                 if prep is self._prepared:
                     self._remember_scalars(params, (1, 2, 6, 7), prep)
                 return (y,)
-            return (self._call(_q.qlinear_matmul, a, a_scale, a_zero_point, b, b_scale, b_zero_point,
-                               y_scale, y_zero_point),)
-        for what, v in (("a_scale", a_scale), ("b_scale", b_scale), ("y_scale", y_scale)):
-            self._check_float32(what, v)
+            if any(_dtype(v) not in _dtypes.EIGHT_BIT for v in (a, b, y_zero_point)):
+                return (self._call(_q.qlinear_matmul, a, a_scale, a_zero_point, b, b_scale, b_zero_point,
+                                   y_scale, y_zero_point),)
+            # 8-bit operands with float16/bfloat16 scales: the 8-bit prepared form, which widens
+            # them to float32 exactly (the function's arithmetic)
+        else:
+            for what, v in (("a_scale", a_scale), ("b_scale", b_scale), ("y_scale", y_scale)):
+                self._check_float32(what, v)
         prep = self._prepared_for("prepare_qlinear_matmul", (b, b_scale, b_zero_point), (3, 4, 5))
         if prep is not None:
             y = self._call(prep.run, a, *params)
