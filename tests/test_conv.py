@@ -2340,3 +2340,39 @@ def test_fused_pointwise_copy(case, seven_bit, threads, engine_level):
                 assert _native._C.conv_fused_copy() == before
             finally:
                 _native._C.conv_fused_copy(1)
+
+
+# (x spatial, kernel, strides, dilations, pads): every column tap on stride 2's phase 0 (one
+# phase plane: a pointwise stride-2 layer's copy, ResNet-50's downsampling layers): rows of 56,
+# 64, 7 and 33 (odd), a 3-wide kernel at dilation 2 with end pads (positions past the row: the
+# padding), 1-D and 3-D
+_S2_PHASE0_CASES = [((9, 56), (1, 1), (2, 2), (1, 1), (0, 0, 0, 0)),
+                    ((4, 64), (1, 1), (2, 2), (1, 1), (0, 0, 0, 0)),
+                    ((7, 7), (1, 1), (2, 2), (1, 1), (0, 0, 0, 0)),
+                    ((5, 33), (1, 1), (1, 2), (1, 1), (0, 0, 0, 0)),
+                    ((6, 40), (1, 3), (2, 2), (1, 2), (1, 0, 1, 3)),
+                    ((70,), (1,), (2,), (1,), (0, 0)),
+                    ((3, 4, 36), (1, 1, 1), (2, 1, 2), (1, 1, 1), (0,) * 6)]
+
+
+@pytest.mark.parametrize("case", range(len(_S2_PHASE0_CASES)))
+@pytest.mark.parametrize("seven_bit", [False, True])
+def test_stride2_phase0_copy(case, seven_bit, engine_level):
+    """Stride-2 convolutions whose copy builds one column phase (every column tap on phase 0):
+    against the oracle at every level, every type combination, x at its
+    extremes, whole and partial channel blocks (6 and 8 channels: the 7-bit form's 4-channel
+    blocks, the exact form's 2), batch 1 and 2, plain and prepared."""
+    spatial, kernel, strides, dilations, pads = _S2_PHASE0_CASES[case]
+    rng = np.random.default_rng([case, seven_bit, 49])
+    kw = dict(strides=list(strides), dilations=list(dilations), pads=list(pads))
+    for r, (xdt, wdt, ydt) in enumerate(ALL_8BIT_COMBOS):
+        cin, n = (6, 1) if r % 2 else (8, 2)
+        m = 5 + 4 * (r % 3)
+        x, w, wz = _implicit_operands(rng, xdt, wdt, (n, cin, *spatial), (m, cin, *kernel), seven_bit)
+        args = _qconv_args(rng, x, w, wz=wz, ydt=ydt)
+        got = check_qconv(args, kw)
+        check_convint([x, w, args[2], wz], kw)
+        prepared = qlinear.prepare_qlinear_conv(*args[3:6], args[8], **kw)
+        x2 = _implicit_operands(rng, xdt, wdt, x.shape, w.shape, seven_bit)[0]
+        assert_exact(prepared.run(x2, *args[1:3], *args[6:8]), oracle.qlinear_conv(x2, *args[1:], **kw))
+        assert_exact(prepared.run(x, *args[1:3], *args[6:8]), got)
