@@ -22,6 +22,7 @@ find qlinear -name '*.so' -delete
 san="-fsanitize=thread -fno-omit-frame-pointer -g"
 QLINEAR_REQUIRE_NATIVE=1 QLINEAR_CFLAGS="$san -O1" QLINEAR_LDFLAGS="$san" \
     "$PYTHON" setup.py -q build_ext --inplace >build.log 2>&1 || { cat build.log; exit 1; }
-export TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:report_signal_unsafe=0"
+# reports to a file: pytest captures stderr, and an abort loses what it captured
+export TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:report_signal_unsafe=0:log_path=$work/tsan"
 LD_PRELOAD="$(gcc -print-file-name=libtsan.so)" QLINEAR_REQUIRE_NATIVE=1 "$PYTHON" -m pytest -q \
-    -p no:cacheprovider tests/test_pool.py "$@"
+    -p no:cacheprovider tests/test_pool.py "$@" || { cat "$work"/tsan* 2>/dev/null; exit 1; }
