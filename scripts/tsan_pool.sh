@@ -22,7 +22,8 @@ find qlinear -name '*.so' -delete
 san="-fsanitize=thread -fno-omit-frame-pointer -g"
 QLINEAR_REQUIRE_NATIVE=1 QLINEAR_CFLAGS="$san -O1" QLINEAR_LDFLAGS="$san" \
     "$PYTHON" setup.py -q build_ext --inplace >build.log 2>&1 || { cat build.log; exit 1; }
-# reports to a file: pytest captures stderr, and an abort loses what it captured
+# reports to a file: pytest captures stderr, and an abort loses what it captured. The fork test
+# is left out: TSan does not support starting threads in a child forked from a threaded process
 export TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:report_signal_unsafe=0:log_path=$work/tsan"
 LD_PRELOAD="$(gcc -print-file-name=libtsan.so)" QLINEAR_REQUIRE_NATIVE=1 "$PYTHON" -m pytest -q \
-    -p no:cacheprovider tests/test_pool.py "$@" || { cat "$work"/tsan* 2>/dev/null; exit 1; }
+    -p no:cacheprovider tests/test_pool.py --deselect tests/test_pool.py::test_the_pool_after_fork "$@" || { cat "$work"/tsan* 2>/dev/null; exit 1; }
