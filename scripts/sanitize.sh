@@ -37,4 +37,4 @@ LD_PRELOAD="$asan $ubsan" QLINEAR_REQUIRE_NATIVE=1 "$PYTHON" -m pytest -q -p no:
     tests/test_plain.py tests/test_contrib.py tests/test_backend.py tests/test_matmul_nbits_native.py \
     tests/test_islands.py tests/test_formats.py tests/test_float_conv.py tests/test_transformer_native.py \
     tests/test_attention_native.py tests/test_f8mm.py tests/test_transformer_bound.py tests/test_gemv.py \
-    -k "native or island or float_conv or f8mm or bound or gemv" "$@"
+    tests/test_pool.py -k "native or island or float_conv or f8mm or bound or gemv or pool" "$@"

@@ -237,8 +237,9 @@ static void *worker(void *arg) {
     unsigned seen = start_gen;
     long moved_at = 0;
 #ifdef __linux__
-    atomic_store(&me->tid, (int)syscall(SYS_gettid));
-    if (sched_getaffinity(0, sizeof me->cpus, &me->cpus) != 0) atomic_store(&me->tid, 0);
+    /* the CPU set first, then the thread id (seq_cst): the caller reads the set only after
+     * finding the id (lend_cpu, take_back_cpu) */
+    if (sched_getaffinity(0, sizeof me->cpus, &me->cpus) == 0) atomic_store(&me->tid, (int)syscall(SYS_gettid));
 #endif
     for (;;) {
         long window = atomic_load_explicit(&spin_ns, memory_order_relaxed);
