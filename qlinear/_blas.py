@@ -32,20 +32,28 @@ _pool: ThreadPoolExecutor | None = None
 SPLIT_MIN_MACS = 1 << 21
 
 
-def _find_openblas() -> tuple | None:
-    """(set_num_threads, get_num_threads) of the OpenBLAS NumPy uses, through ctypes: the
-    library mapped into this process (Linux ``/proc/self/maps``), under the symbol names of
-    scipy-openblas (NumPy's wheels) or a plain OpenBLAS. None when there is none."""
+def _openblas_libraries() -> list:
+    """The OpenBLAS libraries mapped into this process (Linux ``/proc/self/maps``), opened with
+    ctypes, in path order; empty where there is no such file or library."""
     try:
         with open("/proc/self/maps") as f:
             paths = {line.split()[-1] for line in f if "openblas" in line.lower()}
     except OSError:
-        return None
+        return []
+    libs = []
     for path in sorted(paths):
         try:
-            lib = ctypes.CDLL(path)
+            libs.append(ctypes.CDLL(path))
         except OSError:
             continue
+    return libs
+
+
+def _find_openblas() -> tuple | None:
+    """(set_num_threads, get_num_threads) of the OpenBLAS NumPy uses, through ctypes: the
+    library mapped into this process (Linux ``/proc/self/maps``), under the symbol names of
+    scipy-openblas (NumPy's wheels) or a plain OpenBLAS. None when there is none."""
+    for lib in _openblas_libraries():
         for prefix, suffix in (("scipy_openblas", "64_"), ("scipy_openblas", ""),
                                ("openblas", "64_"), ("openblas", "")):
             try:
@@ -59,22 +67,13 @@ def _find_openblas() -> tuple | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def dgemm() -> tuple[int, bool] | None:
     """(address, ilp64) of the ``cblas_dgemm`` of the OpenBLAS NumPy uses (ilp64: its integers
     are 64-bit, which the build's configuration string says: ``USE64BITINT``), for compiled code
     that calls it single-threaded on its own threads (qlinear/_fmatmul.py); None when there is
     no OpenBLAS or its integer width cannot be told."""
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "openblas" in line.lower()}
-    except OSError:
-        return None
-    for path in sorted(paths):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
+    for lib in _openblas_libraries():
         for prefix, suffix in (("scipy_", "64_"), ("scipy_", ""), ("", "64_"), ("", "")):
             try:
                 fn = getattr(lib, f"{prefix}cblas_dgemm{suffix}")
@@ -94,7 +93,7 @@ def _openblas():
     return _handle
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def threads() -> int:
     """Threads a split product uses: the CPUs this process may run on, at most 2 helpers'
     worth (the products here are a few MFLOP; more threads only add hand-off cost)."""
