@@ -43,6 +43,7 @@ import noamx  # noqa: F401  (first: --no-amx must precede both runtimes)
 import numpy as np
 
 import onnx
+from timing import model_runner
 
 
 def _inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
@@ -250,24 +251,7 @@ def _child(args) -> int:
     as the last line of stdout."""
     model = onnx.load(args.model_path)
     feeds = model_inputs(args.name, model)
-    if args.child == "qlinear":
-        import qlinear
-        import qlinear.backend as backend
-
-        qlinear.set_num_threads(args.threads)
-        rep = backend.prepare(model)
-
-        def fn():
-            return rep.run(feeds)
-    else:
-        import onnxruntime as ort
-
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = args.threads
-        sess = ort.InferenceSession(args.model_path, so, providers=["CPUExecutionProvider"])
-
-        def fn():
-            return sess.run(None, feeds)
+    fn = model_runner(args.child, model, feeds, args.threads, path=args.model_path)
     for _ in range(WARM_RUNS):
         fn()
     ts = []

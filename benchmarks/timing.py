@@ -17,3 +17,23 @@ def median_seconds(fn: Callable[[], object], repeat: int, warm: int = 2) -> floa
         fn()
         ts.append(time.perf_counter() - t)
     return statistics.median(ts)
+
+
+def model_runner(runtime: str, model, feeds: dict, threads: int, path: str | None = None) -> Callable[[], object]:
+    """One run of ``model`` on ``feeds`` by ``runtime`` ("qlinear" or "onnxruntime"), each with
+    its defaults but the thread count: qlinear's backend prepared once, or an onnxruntime
+    session (from ``path`` when given, else from the model's bytes) on the CPU provider."""
+    if runtime == "qlinear":
+        import qlinear
+        import qlinear.backend as backend
+
+        qlinear.set_num_threads(threads)
+        rep = backend.prepare(model)
+        return lambda: rep.run(feeds)
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    sess = ort.InferenceSession(path if path is not None else model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    return lambda: sess.run(None, feeds)

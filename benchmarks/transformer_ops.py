@@ -30,6 +30,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
+from timing import model_runner
 
 CASES = ("qattention", "embed_layer_norm", "skip_layer_norm", "fast_gelu", "dynamic_quantize_matmul", "gpt2")
 MS = "com.microsoft"
@@ -104,24 +105,7 @@ def case(name: str, models: Path) -> tuple[onnx.ModelProto, dict[str, np.ndarray
 
 def _child(args) -> int:
     model, feeds = case(args.case, args.models)
-    if args.child == "qlinear":
-        import qlinear
-        import qlinear.backend as backend
-
-        qlinear.set_num_threads(args.threads)
-        rep = backend.prepare(model)
-
-        def fn():
-            return rep.run(feeds)
-    else:
-        import onnxruntime as ort
-
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = args.threads
-        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-
-        def fn():
-            return sess.run(None, feeds)
+    fn = model_runner(args.child, model, feeds, args.threads)
     for _ in range(5):
         fn()
     ts = []
