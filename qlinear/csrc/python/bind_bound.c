@@ -6,9 +6,42 @@
 #include "args.h"
 #include "transformer.h"
 
+/* A packed integer weight's buffers (pack_b's packed matrix, column sums, zero-point column
+ * terms), its scale (1 or N float32) and an optional float32[N] bias: held for a capsule's life */
+typedef struct {
+    Py_buffer pk, cs, zc, s, bias;
+} bound_weight;
+
+static void weight_release(bound_weight *w) {
+    REL(w->pk); REL(w->cs); REL(w->zc); REL(w->s); REL(w->bias);
+}
+
+/* the buffers of a K x N weight packed for kernel k, checked for their sizes (names "packed
+ * <what>", "<what> colsums", "<what> zcol", "<what>_scale", "bias"); bias may be None where
+ * bias_optional. 0, or -1 with the Python error set and nothing held */
+static int weight_hold(bound_weight *w, const ql_gemm_kernel *k, int K, int N, PyObject *opk, PyObject *ocs,
+                       PyObject *ozc, PyObject *os, int per_column, PyObject *obias, int bias_optional,
+                       const char *what) {
+    char npk[32], ncs[32], nzc[32], ns[32];
+    snprintf(npk, sizeof npk, "packed %s", what);
+    snprintf(ncs, sizeof ncs, "%s colsums", what);
+    snprintf(nzc, sizeof nzc, "%s zcol", what);
+    snprintf(ns, sizeof ns, "%s_scale", what);
+    Py_ssize_t npad = (N + k->nr - 1) / k->nr * k->nr;
+    if (get_buf(opk, &w->pk, 0, (Py_ssize_t)ql_packed_b_bytes(k, K, N), npk) < 0 ||
+        get_buf(ocs, &w->cs, 0, k->form == QL_FORM_U8S8 ? npad * 4 : 0, ncs) < 0 ||
+        get_buf(ozc, &w->zc, 0, (Py_ssize_t)N * 4, nzc) < 0 ||
+        get_buf(os, &w->s, 0, (per_column ? (Py_ssize_t)N : 1) * 4, ns) < 0 ||
+        ((!bias_optional || obias != Py_None) && get_buf(obias, &w->bias, 0, (Py_ssize_t)N * 4, "bias") < 0)) {
+        weight_release(w);
+        return -1;
+    }
+    return 0;
+}
+
 typedef struct {
     ql_dqmm d;
-    Py_buffer pk, cs, zc, bs, bias;  /* held for the capsule's life: the constants' memory */
+    bound_weight w;  /* held for the capsule's life: the constants' memory */
 } dqmm_bound;
 
 static const char DQMM_NAME[] = "qlinear.dqmm";
@@ -16,7 +49,7 @@ static const char DQMM_NAME[] = "qlinear.dqmm";
 static void dqmm_free(PyObject *cap) {
     dqmm_bound *b = (dqmm_bound *)PyCapsule_GetPointer(cap, DQMM_NAME);
     if (!b) return;
-    REL(b->pk); REL(b->cs); REL(b->zc); REL(b->bs); REL(b->bias);
+    weight_release(&b->w);
     PyMem_Free(b);
 }
 
@@ -43,24 +76,18 @@ static PyObject *m_dqmm_bind(PyObject *self, PyObject *args) {
         return PyErr_Format(PyExc_ValueError, "qlinear native: bad dqmm geometry");
     dqmm_bound *b = (dqmm_bound *)PyMem_Calloc(1, sizeof *b);
     if (!b) return PyErr_NoMemory();
-    Py_ssize_t npad = (N + k->nr - 1) / k->nr * k->nr;
-    if (get_buf(opk, &b->pk, 0, (Py_ssize_t)ql_packed_b_bytes(k, K, N), "packed b") < 0 ||
-        get_buf(ocs, &b->cs, 0, k->form == QL_FORM_U8S8 ? npad * 4 : 0, "b colsums") < 0 ||
-        get_buf(ozc, &b->zc, 0, (Py_ssize_t)N * 4, "b zcol") < 0 ||
-        get_buf(obs, &b->bs, 0, (per_column ? (Py_ssize_t)N : 1) * 4, "b_scale") < 0 ||
-        (obias != Py_None && get_buf(obias, &b->bias, 0, (Py_ssize_t)N * 4, "bias") < 0)) {
-        REL(b->pk); REL(b->cs); REL(b->zc); REL(b->bs); REL(b->bias);
+    if (weight_hold(&b->w, k, K, N, opk, ocs, ozc, obs, per_column, obias, 1, "b") < 0) {
         PyMem_Free(b);
         return NULL;
     }
     b->d.isa = isa; b->d.kern = k; b->d.M = M; b->d.N = N; b->d.K = K;
-    b->d.bpack = b->pk.buf; b->d.bcolsums = (const int32_t *)b->cs.buf; b->d.bzcol = (const int32_t *)b->zc.buf;
-    b->d.b_scale = (const float *)b->bs.buf; b->d.per_column = per_column != 0;
-    b->d.bias = obias != Py_None ? (const float *)b->bias.buf : NULL;
+    b->d.bpack = b->w.pk.buf; b->d.bcolsums = (const int32_t *)b->w.cs.buf; b->d.bzcol = (const int32_t *)b->w.zc.buf;
+    b->d.b_scale = (const float *)b->w.s.buf; b->d.per_column = per_column != 0;
+    b->d.bias = obias != Py_None ? (const float *)b->w.bias.buf : NULL;
     b->d.bs_max = bs_max;
     PyObject *cap = PyCapsule_New(b, DQMM_NAME, dqmm_free);
     if (!cap) {
-        REL(b->pk); REL(b->cs); REL(b->zc); REL(b->bs); REL(b->bias);
+        weight_release(&b->w);
         PyMem_Free(b);
     }
     return cap;
@@ -96,7 +123,7 @@ done:
 
 typedef struct {
     ql_qattention_bound d;
-    Py_buffer pk, cs, zc, ws, bias;  /* held for the capsule's life: the constants' memory */
+    bound_weight w;  /* held for the capsule's life: the constants' memory */
 } qattention_bound;
 
 static const char QATT_NAME[] = "qlinear.qattention";
@@ -104,7 +131,7 @@ static const char QATT_NAME[] = "qlinear.qattention";
 static void qattention_free(PyObject *cap) {
     qattention_bound *b = (qattention_bound *)PyCapsule_GetPointer(cap, QATT_NAME);
     if (!b) return;
-    REL(b->pk); REL(b->cs); REL(b->zc); REL(b->ws); REL(b->bias);
+    weight_release(&b->w);
     PyMem_Free(b);
 }
 
@@ -138,25 +165,19 @@ static PyObject *m_qattention_bind(PyObject *self, PyObject *args) {
         return PyErr_Format(PyExc_ValueError, "qlinear native: bad qattention geometry");
     qattention_bound *b = (qattention_bound *)PyMem_Calloc(1, sizeof *b);
     if (!b) return PyErr_NoMemory();
-    Py_ssize_t npad = (cols + k->nr - 1) / k->nr * k->nr;
-    if (get_buf(opk, &b->pk, 0, (Py_ssize_t)ql_packed_b_bytes(k, K, cols), "packed weight") < 0 ||
-        get_buf(ocs, &b->cs, 0, k->form == QL_FORM_U8S8 ? npad * 4 : 0, "weight colsums") < 0 ||
-        get_buf(ozc, &b->zc, 0, (Py_ssize_t)cols * 4, "weight zcol") < 0 ||
-        get_buf(ows, &b->ws, 0, (per_column ? (Py_ssize_t)cols : 1) * 4, "weight_scale") < 0 ||
-        get_buf(obias, &b->bias, 0, (Py_ssize_t)cols * 4, "bias") < 0) {
-        REL(b->pk); REL(b->cs); REL(b->zc); REL(b->ws); REL(b->bias);
+    if (weight_hold(&b->w, k, K, cols, opk, ocs, ozc, ows, per_column, obias, 0, "weight") < 0) {
         PyMem_Free(b);
         return NULL;
     }
     ql_qattention_bound *d = &b->d;
     d->isa = isa; d->kern = k; d->K = K; d->cols = cols; d->x_type = x_type;
-    d->bpack = b->pk.buf; d->bcolsums = (const int32_t *)b->cs.buf; d->bzcol = (const int32_t *)b->zc.buf;
-    d->weight_scale = (const float *)b->ws.buf; d->per_column = per_column != 0; d->bias = (const float *)b->bias.buf;
+    d->bpack = b->w.pk.buf; d->bcolsums = (const int32_t *)b->w.cs.buf; d->bzcol = (const int32_t *)b->w.zc.buf;
+    d->weight_scale = (const float *)b->w.s.buf; d->per_column = per_column != 0; d->bias = (const float *)b->w.bias.buf;
     d->batch = batch; d->seq = seq; d->heads = heads; d->head = head; d->past_len = past_len;
     d->mask_kind = mask_kind; d->unidirectional = uni; d->scale = scale; d->filter = filter;
     PyObject *cap = PyCapsule_New(b, QATT_NAME, qattention_free);
     if (!cap) {
-        REL(b->pk); REL(b->cs); REL(b->zc); REL(b->ws); REL(b->bias);
+        weight_release(&b->w);
         PyMem_Free(b);
     }
     return cap;
